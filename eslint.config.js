@@ -1,0 +1,19 @@
+import tseslint from 'typescript-eslint';
+
+export default tseslint.config(
+  { ignores: ['dist/**', 'node_modules/**', '.cache/**', 'schemas/**'] },
+  ...tseslint.configs.recommended,
+  {
+    rules: {
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
+      'no-restricted-imports': 'off',
+    },
+  },
+  {
+    // Pure logic stays framework-free: adapters live at the edge.
+    files: ['src/contracts/**', 'src/config/**', 'src/ingress/verify-signature.ts', 'src/ingress/handle-webhook.ts', 'src/sender/keyed-runner.ts', 'src/sender/retry-policy.ts', 'src/sender/rate-limiter.ts'],
+    rules: {
+      'no-restricted-imports': ['error', { paths: ['uWebSockets.js', 'kafkajs', 'undici'] }],
+    },
+  },
+);

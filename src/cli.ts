@@ -1,0 +1,53 @@
+#!/usr/bin/env node
+import { realpathSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
+import { Command, CommanderError } from 'commander';
+import { registerKafkaCommand } from './commands/kafka.js';
+import { isMsgbridgeError } from './errors.js';
+
+/** Exit codes: 0 ok, 1 runtime failure, 2 bad usage or configuration. */
+export function buildProgram(): Command {
+  const program = new Command('msgbridge')
+    .description('Relay between a WhatsApp/SMS messaging provider and Apache Kafka')
+    .version('0.1.0')
+    .option('-c, --config <file>', 'configuration file overriding config/default.json (or MSGBRIDGE_CONFIG)')
+    .showHelpAfterError()
+    .exitOverride();
+  registerKafkaCommand(program);
+  return program;
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const program = buildProgram();
+  try {
+    await program.parseAsync(argv);
+    return 0;
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      if (err.code === 'commander.helpDisplayed' || err.code === 'commander.version' || err.exitCode === 0) return 0;
+      return 2;
+    }
+    if (isMsgbridgeError(err)) {
+      process.stderr.write(`msgbridge: ${err.message}\n`);
+      return err.code === 'CONFIG_INVALID' || err.code === 'CONFIG_FILE_UNREADABLE' || err.code === 'INVALID_ARGUMENT' ? 2 : 1;
+    }
+    process.stderr.write(`msgbridge: ${(err as Error).stack ?? String(err)}\n`);
+    return 1;
+  }
+}
+
+function invokedDirectly(): boolean {
+  const entry = process.argv[1];
+  if (entry === undefined) return false;
+  try {
+    return import.meta.url === pathToFileURL(realpathSync(entry)).href;
+  } catch {
+    return false;
+  }
+}
+
+if (invokedDirectly()) {
+  main(process.argv).then((code) => {
+    process.exitCode = code;
+  });
+}

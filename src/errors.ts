@@ -1,0 +1,33 @@
+/**
+ * One error type with stable codes. Adapters map codes to HTTP statuses or exit codes
+ * in one place each; messages are for humans, codes are for programs and tests.
+ */
+export type ErrorCode =
+  | 'CONFIG_INVALID'
+  | 'CONFIG_FILE_UNREADABLE'
+  | 'JAVA_MISSING'
+  | 'MAVEN_MISSING'
+  | 'KAFKA_JARS_UNAVAILABLE'
+  | 'LOCAL_BROKER_FAILED'
+  | 'KAFKA_UNAVAILABLE'
+  | 'UWS_NATIVE_MISSING'
+  | 'PUBLISH_TIMEOUT'
+  | 'QUEUE_FULL'
+  | 'SHUTTING_DOWN'
+  | 'INVALID_ARGUMENT';
+
+export class MsgbridgeError extends Error {
+  readonly code: ErrorCode;
+  readonly details: Record<string, unknown> | undefined;
+
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; details?: Record<string, unknown> }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.name = 'MsgbridgeError';
+    this.code = code;
+    this.details = options?.details;
+  }
+}
+
+export function isMsgbridgeError(err: unknown, code?: ErrorCode): err is MsgbridgeError {
+  return err instanceof MsgbridgeError && (code === undefined || err.code === code);
+}

@@ -1,0 +1,48 @@
+import { Kafka, logLevel, type KafkaConfig as KafkajsConfig, type LogEntry, type SASLOptions } from 'kafkajs';
+import type { KafkaConfig } from '../config/schema.js';
+import type { Logger } from '../observability/logger.js';
+
+/**
+ * The one place that knows how to build a kafkajs client from configuration
+ * (brokers, client id, TLS, SASL). Everything else talks to the ports in port.ts.
+ */
+export function createKafka(config: KafkaConfig, options: { logger?: Logger; clientId?: string; brokers?: string[] } = {}): Kafka {
+  const brokers = options.brokers ?? config.brokers;
+  if (brokers.length === 0) throw new Error('createKafka needs at least one broker (start the local broker first)');
+  const kafkaConfig: KafkajsConfig = {
+    clientId: options.clientId ?? config.clientId,
+    brokers,
+    connectionTimeout: config.connectionTimeoutMs,
+    requestTimeout: config.requestTimeoutMs,
+    ssl: typeof config.ssl === 'boolean' ? config.ssl : { ...config.ssl },
+    retry: { initialRetryTime: 100, maxRetryTime: 2000, retries: 5 },
+    logLevel: logLevel.WARN,
+    logCreator: kafkajsLogCreator(options.logger),
+  };
+  if (config.sasl) {
+    kafkaConfig.sasl = { mechanism: config.sasl.mechanism, username: config.sasl.username, password: config.sasl.password } as SASLOptions;
+  }
+  return new Kafka(kafkaConfig);
+}
+
+function kafkajsLogCreator(logger?: Logger) {
+  return () =>
+    ({ level, log }: LogEntry) => {
+      if (!logger) return;
+      const { message, ...extra } = log;
+      const fields = { component: 'kafkajs', ...pickSafe(extra) };
+      if (level === logLevel.ERROR) logger.error(fields, message);
+      else if (level === logLevel.WARN) logger.warn(fields, message);
+      else if (level === logLevel.INFO) logger.info(fields, message);
+      else logger.debug(fields, message);
+    };
+}
+
+/** kafkajs log extras can carry SASL settings in nested config; keep only plain facts. */
+function pickSafe(extra: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const key of ['broker', 'clientId', 'groupId', 'topic', 'partition', 'error', 'retryCount', 'retryTime', 'memberId', 'stack']) {
+    if (extra[key] !== undefined) out[key] = extra[key];
+  }
+  return out;
+}

@@ -1,0 +1,36 @@
+import { CompressionTypes, type Kafka, type Producer } from 'kafkajs';
+import type { RecordProducer, TopicRecords } from './port.js';
+
+export interface KafkajsProducerOptions {
+  /** Idempotent producer: kafkajs makes it safe only with one request in flight. */
+  idempotent?: boolean;
+  /** Per-request timeout of the produce call. */
+  timeoutMs?: number;
+  compression?: 'none' | 'gzip';
+}
+
+/** acks=all producer behind the RecordProducer port. */
+export function createKafkajsProducer(kafka: Kafka, options: KafkajsProducerOptions = {}): RecordProducer {
+  const idempotent = options.idempotent ?? true;
+  const producer: Producer = kafka.producer({
+    idempotent,
+    maxInFlightRequests: idempotent ? 1 : undefined,
+    allowAutoTopicCreation: false,
+    retry: { retries: 5, initialRetryTime: 100, maxRetryTime: 1000 },
+  });
+  return {
+    connect: () => producer.connect(),
+    disconnect: () => producer.disconnect(),
+    async send(batches: TopicRecords[]) {
+      await producer.sendBatch({
+        acks: -1,
+        timeout: options.timeoutMs ?? 30_000,
+        compression: options.compression === 'gzip' ? CompressionTypes.GZIP : CompressionTypes.None,
+        topicMessages: batches.map((b) => ({
+          topic: b.topic,
+          messages: b.records.map((r) => ({ key: r.key, value: r.value, headers: r.headers })),
+        })),
+      });
+    },
+  };
+}

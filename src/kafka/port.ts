@@ -1,0 +1,21 @@
+/**
+ * The small surface the relay needs from a Kafka client. kafkajs implements it today
+ * (kafkajs-producer.ts); another client can be swapped in behind the same interface.
+ */
+export interface RecordToWrite {
+  key: string | Buffer | null;
+  value: string | Buffer;
+  headers: Record<string, string | Buffer>;
+}
+
+export interface TopicRecords {
+  topic: string;
+  records: RecordToWrite[];
+}
+
+export interface RecordProducer {
+  connect(): Promise<void>;
+  /** Resolves once every record is acknowledged by all in-sync replicas (acks=all). */
+  send(batches: TopicRecords[]): Promise<void>;
+  disconnect(): Promise<void>;
+}

@@ -1,0 +1,127 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { loadConfig } from '../../src/config/load.js';
+import { isMsgbridgeError } from '../../src/errors.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'msgbridge-config-'));
+function file(name: string, content: string): string {
+  const path = join(dir, name);
+  writeFileSync(path, content);
+  return path;
+}
+
+function configError(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (err) {
+    if (isMsgbridgeError(err)) return `${err.code}: ${err.message}`;
+    throw err;
+  }
+  throw new Error('expected a configuration error');
+}
+
+describe('configuration loading', () => {
+  it('loads the defaults, which are valid', () => {
+    const config = loadConfig({ env: {} });
+    expect(config.ingress.port).toBe(8080);
+    expect(config.simulator.port).toBe(8090);
+    expect(config.kafka.brokers).toEqual([]);
+    expect(config.kafka.topics.deliveryStatus).toBe('delivery_status');
+    expect(config.businesses).toEqual([]);
+  });
+
+  it('merges an override file named by MSGBRIDGE_CONFIG, then environment variables over both', () => {
+    const override = file('o.json', JSON.stringify({ ingress: { port: 9000, maxBodyBytes: 2048 }, kafka: { brokers: ['a:1'] } }));
+    const config = loadConfig({ env: { MSGBRIDGE_CONFIG: override, MSGBRIDGE_INGRESS_PORT: '9100' } });
+    expect(config.ingress.port).toBe(9100);
+    expect(config.ingress.maxBodyBytes).toBe(2048);
+    expect(config.ingress.publishTimeoutMs).toBe(5000);
+    expect(config.kafka.brokers).toEqual(['a:1']);
+  });
+
+  it('supports the single-business environment shorthand, with comma-separated secrets', () => {
+    const config = loadConfig({
+      env: {
+        KAFKA_BROKERS: 'k1:9092, k2:9092',
+        MSGBRIDGE_BUSINESS_ID: 'biz_1',
+        MSGBRIDGE_SIGNING_SECRET: 'new-secret,old-secret',
+        MSGBRIDGE_API_KEY: 'key-1',
+        MSGBRIDGE_PROVIDER_URL: 'http://127.0.0.1:9999',
+        MSGBRIDGE_SIMULATOR_PORT: '9001',
+      },
+    });
+    expect(config.kafka.brokers).toEqual(['k1:9092', 'k2:9092']);
+    expect(config.businesses).toEqual([{ id: 'biz_1', signingSecrets: ['new-secret', 'old-secret'], apiKey: 'key-1' }]);
+    expect(config.provider.url).toBe('http://127.0.0.1:9999');
+    expect(config.simulator.port).toBe(9001);
+  });
+
+  it('updates a configured business of the same id and keeps the others', () => {
+    const override = file(
+      'biz.json',
+      JSON.stringify({ businesses: [{ id: 'a', signingSecrets: ['s-a'], apiKey: 'k-a' }, { id: 'b', signingSecrets: ['s-b'], apiKey: null }] }),
+    );
+    const config = loadConfig({ env: { MSGBRIDGE_CONFIG: override, MSGBRIDGE_BUSINESS_ID: 'b', MSGBRIDGE_API_KEY: 'k-b' } });
+    expect(config.businesses).toEqual([
+      { id: 'a', signingSecrets: ['s-a'], apiKey: 'k-a' },
+      { id: 'b', signingSecrets: ['s-b'], apiKey: 'k-b' },
+    ]);
+  });
+
+  it('reads secrets from *_FILE variables', () => {
+    const secret = file('secret', 'from-file\n');
+    const key = file('key', 'api-from-file');
+    const config = loadConfig({ env: { MSGBRIDGE_BUSINESS_ID: 'biz', MSGBRIDGE_SIGNING_SECRET_FILE: secret, MSGBRIDGE_API_KEY_FILE: key } });
+    expect(config.businesses[0]).toEqual({ id: 'biz', signingSecrets: ['from-file'], apiKey: 'api-from-file' });
+  });
+
+  it('reads the SASL password from KAFKA_SASL_PASSWORD_FILE', () => {
+    const pw = file('pw', 's3cret');
+    const config = loadConfig({ env: { KAFKA_SASL_MECHANISM: 'SCRAM-SHA-512', KAFKA_SASL_USERNAME: 'u', KAFKA_SASL_PASSWORD_FILE: pw } });
+    expect(config.kafka.sasl).toEqual({ mechanism: 'scram-sha-512', username: 'u', password: 's3cret' });
+  });
+
+  it('applies the generic MSGBRIDGE__section__key form', () => {
+    const config = loadConfig({ env: { MSGBRIDGE__sender__concurrency: '8', MSGBRIDGE__kafka__topics__messages: 'inbound' } });
+    expect(config.sender.concurrency).toBe(8);
+    expect(config.kafka.topics.messages).toBe('inbound');
+  });
+
+  it.each([
+    [{ MSGBRIDGE_INGRESS_PORT: 'eighty' }, /ingress\.port: .*expected number.*\(from MSGBRIDGE_INGRESS_PORT\)/],
+    [{ MSGBRIDGE_INGRESS_PORT: '70000' }, /ingress\.port: .*65535/],
+    [{ KAFKA_BROKERS: 'localhost' }, /kafka\.brokers\.0: expected host:port \(from KAFKA_BROKERS\)/],
+    [{ MSGBRIDGE_PROVIDER_URL: 'not a url' }, /provider\.url: .*\(from MSGBRIDGE_PROVIDER_URL\)/],
+    [{ MSGBRIDGE_LOG_LEVEL: 'loud' }, /log\.level: .*\(from MSGBRIDGE_LOG_LEVEL\)/],
+    [{ MSGBRIDGE_BUSINESS_ID: 'has space' }, /businesses\.0\.id: expected 1-128 letters/],
+    [{ KAFKA_SASL_MECHANISM: 'gssapi', KAFKA_SASL_USERNAME: 'u', KAFKA_SASL_PASSWORD: 'p' }, /kafka\.sasl\.mechanism/],
+    [{ MSGBRIDGE__ingress__unknownKey: '1' }, /ingress: Unrecognized key.*unknownKey/],
+    [{ MSGBRIDGE_SIGNING_SECRET: 'a', MSGBRIDGE_SIGNING_SECRET_FILE: '/x' }, /set either MSGBRIDGE_SIGNING_SECRET or MSGBRIDGE_SIGNING_SECRET_FILE/],
+    [{ MSGBRIDGE_API_KEY_FILE: '/nonexistent/key' }, /CONFIG_FILE_UNREADABLE: cannot read MSGBRIDGE_API_KEY_FILE/],
+    [{ MSGBRIDGE_SIGNING_SECRET: 'a' }, /need MSGBRIDGE_BUSINESS_ID when 0 businesses are configured/],
+  ])('rejects %j with a message naming the field', (env, message) => {
+    expect(configError(() => loadConfig({ env }))).toMatch(message);
+  });
+
+  it('names the file and field for a bad value in an override file', () => {
+    const bad = file('bad.json', JSON.stringify({ sender: { concurrency: 0 } }));
+    expect(configError(() => loadConfig({ env: { MSGBRIDGE_CONFIG: bad } }))).toMatch(/sender\.concurrency: .*\(from .*bad\.json\)/);
+  });
+
+  it('rejects an override file that is not JSON, or missing', () => {
+    expect(configError(() => loadConfig({ env: { MSGBRIDGE_CONFIG: file('x.json', '{nope') } }))).toMatch(/CONFIG_INVALID: .*is not valid JSON/);
+    expect(configError(() => loadConfig({ env: { MSGBRIDGE_CONFIG: join(dir, 'missing.json') } }))).toMatch(/CONFIG_FILE_UNREADABLE/);
+  });
+
+  it('rejects duplicate business ids', () => {
+    const dup = file('dup.json', JSON.stringify({ businesses: [{ id: 'a', signingSecrets: [], apiKey: null }, { id: 'a', signingSecrets: [], apiKey: null }] }));
+    expect(configError(() => loadConfig({ env: { MSGBRIDGE_CONFIG: dup } }))).toMatch(/businesses\.1\.id: duplicate business id "a"/);
+  });
+
+  it('never puts secret values in its error messages', () => {
+    const message = configError(() => loadConfig({ env: { MSGBRIDGE_BUSINESS_ID: 'b', MSGBRIDGE_SIGNING_SECRET: 'topsecret', MSGBRIDGE_INGRESS_PORT: 'x' } }));
+    expect(message).not.toContain('topsecret');
+  });
+});

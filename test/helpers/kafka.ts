@@ -1,0 +1,119 @@
+import { randomUUID } from 'node:crypto';
+import { Kafka, logLevel, type Admin, type IHeaders } from 'kafkajs';
+import { inject } from 'vitest';
+
+/** Brokers of the Kafka the suite started (see test/global-setup.ts). */
+export function kafkaBrokers(): string[] {
+  return inject('kafkaBrokers').split(',');
+}
+
+export function testKafka(clientId = 'msgbridge-test'): Kafka {
+  return new Kafka({ clientId, brokers: kafkaBrokers(), logLevel: logLevel.NOTHING, retry: { retries: 3 } });
+}
+
+/** A topic name no other test uses. */
+export function uniqueTopic(prefix = 't'): string {
+  return `${prefix}-${randomUUID().slice(0, 8)}`;
+}
+
+export async function withAdmin<T>(fn: (admin: Admin) => Promise<T>): Promise<T> {
+  const admin = testKafka('msgbridge-test-admin').admin();
+  await admin.connect();
+  try {
+    return await fn(admin);
+  } finally {
+    await admin.disconnect();
+  }
+}
+
+export async function createTopics(topics: string[], partitions = 1): Promise<void> {
+  await withAdmin((admin) => admin.createTopics({ topics: topics.map((topic) => ({ topic, numPartitions: partitions })), waitForLeaders: true }));
+}
+
+export interface TestRecord {
+  key?: string | Buffer | null;
+  value: string | Buffer;
+  headers?: Record<string, string>;
+  partition?: number;
+}
+
+export async function produce(topic: string, records: TestRecord[]): Promise<void> {
+  const producer = testKafka('msgbridge-test-producer').producer({ allowAutoTopicCreation: true });
+  await producer.connect();
+  try {
+    await producer.send({ topic, acks: -1, messages: records.map((r) => ({ key: r.key ?? null, value: r.value, headers: r.headers, partition: r.partition })) });
+  } finally {
+    await producer.disconnect();
+  }
+}
+
+export interface ReadRecord {
+  topic: string;
+  partition: number;
+  offset: string;
+  key: string | null;
+  value: Buffer;
+  headers: Record<string, string>;
+}
+
+function decodeHeaders(headers: IHeaders | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers ?? {})) {
+    if (value === undefined) continue;
+    out[name] = Array.isArray(value) ? value.map(String).join(',') : value.toString();
+  }
+  return out;
+}
+
+/**
+ * Reads records from the beginning of the topics with a fresh consumer group until `count`
+ * have arrived (resolves with them) or the timeout passes (rejects with what was seen).
+ * With `settleMs`, keeps reading that long after the count is reached, to catch extras.
+ */
+export async function consumeRecords(
+  topics: string | string[],
+  count: number,
+  options: { timeoutMs?: number; settleMs?: number } = {},
+): Promise<ReadRecord[]> {
+  const consumer = testKafka('msgbridge-test-consumer').consumer({ groupId: `test-${randomUUID()}`, maxWaitTimeInMs: 100 });
+  const records: ReadRecord[] = [];
+  await consumer.connect();
+  try {
+    await consumer.subscribe({ topics: Array.isArray(topics) ? topics : [topics], fromBeginning: true });
+    let reached: () => void = () => {};
+    const enough = new Promise<void>((resolve) => (reached = resolve));
+    await consumer.run({
+      eachMessage: async ({ topic, partition, message }) => {
+        records.push({
+          topic,
+          partition,
+          offset: message.offset,
+          key: message.key?.toString() ?? null,
+          value: message.value ?? Buffer.alloc(0),
+          headers: decodeHeaders(message.headers),
+        });
+        if (records.length >= count) reached();
+      },
+    });
+    const timeoutMs = options.timeoutMs ?? 20_000;
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), timeoutMs)));
+    const outcome = await Promise.race([enough.then(() => 'ok' as const), timedOut]);
+    clearTimeout(timer);
+    if (outcome === 'timeout') {
+      throw new Error(`expected ${count} records on ${String(topics)} within ${timeoutMs} ms, saw ${records.length}`);
+    }
+    if (options.settleMs) await new Promise((r) => setTimeout(r, options.settleMs));
+    return records;
+  } finally {
+    await consumer.disconnect();
+  }
+}
+
+/** Number of records in a topic (sum of high watermarks minus low), read through the admin API. */
+export async function countRecords(topic: string): Promise<number> {
+  return withAdmin(async (admin) => {
+    const offsets = await admin.fetchTopicOffsets(topic);
+    return offsets.reduce((sum, p) => sum + (Number(p.high) - Number(p.low)), 0);
+  });
+}
