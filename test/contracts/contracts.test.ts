@@ -35,7 +35,7 @@ const status = (s: string, error: unknown = null) => ({
 });
 
 function without<T extends object>(value: T, key: string): Record<string, unknown> {
-  const copy: Record<string, unknown> = { ...value };
+  const copy: Record<string, unknown> = { ...(value as Record<string, unknown>) };
   delete copy[key];
   return copy;
 }
