@@ -2,7 +2,10 @@
 import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { Command, CommanderError } from 'commander';
+import { registerIngressCommand } from './commands/ingress.js';
 import { registerKafkaCommand } from './commands/kafka.js';
+import { registerSenderCommand } from './commands/sender.js';
+import { registerSimulatorCommand } from './commands/simulator.js';
 import { isMsgbridgeError } from './errors.js';
 
 /** Exit codes: 0 ok, 1 runtime failure, 2 bad usage or configuration. */
@@ -13,6 +16,9 @@ export function buildProgram(): Command {
     .option('-c, --config <file>', 'configuration file overriding config/default.json (or MSGBRIDGE_CONFIG)')
     .showHelpAfterError()
     .exitOverride();
+  registerIngressCommand(program);
+  registerSenderCommand(program);
+  registerSimulatorCommand(program);
   registerKafkaCommand(program);
   return program;
 }
