@@ -4,8 +4,10 @@ import { pathToFileURL } from 'node:url';
 import { Command, CommanderError } from 'commander';
 import { registerIngressCommand } from './commands/ingress.js';
 import { registerKafkaCommand } from './commands/kafka.js';
+import { registerSendCommand } from './commands/send.js';
 import { registerSenderCommand } from './commands/sender.js';
 import { registerSimulatorCommand } from './commands/simulator.js';
+import { registerTailCommand } from './commands/tail.js';
 import { isMsgbridgeError } from './errors.js';
 
 /** Exit codes: 0 ok, 1 runtime failure, 2 bad usage or configuration. */
@@ -20,6 +22,8 @@ export function buildProgram(): Command {
   registerSenderCommand(program);
   registerSimulatorCommand(program);
   registerKafkaCommand(program);
+  registerSendCommand(program);
+  registerTailCommand(program);
   return program;
 }
 

@@ -1,0 +1,20 @@
+/** Human-readable rendering of Kafka records for the operator commands. */
+export function decodeValue(value: Buffer | null): unknown {
+  if (value === null) return null;
+  const text = value.toString('utf8');
+  if (!Buffer.from(text, 'utf8').equals(value)) return `<${value.length} bytes, hex ${value.subarray(0, 64).toString('hex')}${value.length > 64 ? '…' : ''}>`;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+export function headersToStrings(headers: Record<string, Buffer | string | (Buffer | string)[] | undefined> | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers ?? {})) {
+    if (value === undefined) continue;
+    out[name] = Array.isArray(value) ? value.map(String).join(',') : value.toString();
+  }
+  return out;
+}

@@ -1,0 +1,192 @@
+import { randomUUID } from 'node:crypto';
+import { InvalidArgumentError, type Command } from 'commander';
+import type { Consumer } from 'kafkajs';
+import { sendRequestRecipient, sendRequestSchema, sendResultSchema, deliveryStatusEventSchema, type SendRequest } from '../contracts/index.js';
+import type { Config } from '../config/schema.js';
+import { MsgbridgeError } from '../errors.js';
+import { createKafka } from '../kafka/client.js';
+import { commandConfig, operatorBrokers } from './context.js';
+import { parseIntegerOption } from './options.js';
+
+/** Exit codes of `msgbridge send`: read = 0; rejected or delivery_failed = 1; timeout = 3. */
+export const SEND_EXIT = { done: 0, failed: 1, timeout: 3 } as const;
+
+interface CommonOptions {
+  business?: string;
+  requestId?: string;
+  timeout: number;
+  follow: boolean;
+}
+
+export function registerSendCommand(program: Command): void {
+  const send = program
+    .command('send')
+    .description('produce a send request to Kafka and follow it: the created message id, then each delivery status');
+
+  const common = (command: Command) =>
+    command
+      .requiredOption('--to <number>', 'recipient phone number, international format (+15550002222)')
+      .option('--business <id>', 'business id (optional when one business is configured)')
+      .option('--request-id <id>', 'request id (default: a random one)')
+      .option('--timeout <seconds>', 'give up following after this many seconds', parseIntegerOption('--timeout', 1, 3600), 60)
+      .option('--no-follow', 'only produce the request, do not wait for its result');
+
+  common(send.command('text').description('send a free-form text (needs an open 24-hour window)'))
+    .requiredOption('--text <text>', 'the message text')
+    .action(async (opts: CommonOptions & { to: string; text: string }, command: Command) => {
+      await runSend(command, opts, {
+        requestId: opts.requestId ?? `cli-${randomUUID()}`,
+        ...(opts.business ? { businessId: opts.business } : {}),
+        type: 'text',
+        recipient: { channelType: 'whatsapp', id: opts.to },
+        message: { text: opts.text },
+      });
+    });
+
+  common(send.command('template').description('send an approved WhatsApp template'))
+    .requiredOption('--template <name>', 'the template name')
+    .option('-p, --param <name=value>', 'a template parameter (repeatable)', collectParam, [] as { name: string; value: string }[])
+    .action(async (opts: CommonOptions & { to: string; template: string; param: { name: string; value: string }[] }, command: Command) => {
+      await runSend(command, opts, {
+        requestId: opts.requestId ?? `cli-${randomUUID()}`,
+        ...(opts.business ? { businessId: opts.business } : {}),
+        type: 'template',
+        number: opts.to,
+        templateName: opts.template,
+        parameters: opts.param,
+      });
+    });
+}
+
+function collectParam(value: string, previous: { name: string; value: string }[]) {
+  const eq = value.indexOf('=');
+  if (eq <= 0) throw new InvalidArgumentError(`--param expects name=value, got "${value}"`);
+  return [...previous, { name: value.slice(0, eq), value: value.slice(eq + 1) }];
+}
+
+function say(line: string) {
+  process.stdout.write(`${line}\n`);
+}
+
+async function runSend(command: Command, opts: CommonOptions, raw: Record<string, unknown>): Promise<void> {
+  const parsed = sendRequestSchema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    throw new MsgbridgeError('INVALID_ARGUMENT', `invalid send request: ${issue.path.join('.')}: ${issue.message}`);
+  }
+  const request = parsed.data;
+  const config = commandConfig(command);
+  if (request.businessId && config.businesses.length > 0 && !config.businesses.some((b) => b.id === request.businessId)) {
+    throw new MsgbridgeError('INVALID_ARGUMENT', `unknown business "${request.businessId}"; configured: ${config.businesses.map((b) => b.id).join(', ')}`);
+  }
+  const kafka = createKafka(config.kafka, { brokers: operatorBrokers(config), clientId: 'msgbridge-send' });
+  const topics = config.kafka.topics;
+
+  let consumer: Consumer | undefined;
+  let outcome: Promise<number> | undefined;
+  if (opts.follow) {
+    ({ consumer, outcome } = await follow(kafka, config, request, opts.timeout));
+  }
+  const producer = kafka.producer({ allowAutoTopicCreation: false });
+  await producer.connect();
+  await producer.send({
+    topic: topics.sendRequests,
+    acks: -1,
+    messages: [{ key: sendRequestRecipient(request), value: JSON.stringify(request), headers: { 'content-type': 'application/json', traceparent: traceparent() } }],
+  });
+  await producer.disconnect();
+  say(`request ${request.requestId} → ${topics.sendRequests} (to ${sendRequestRecipient(request)})`);
+  if (!outcome || !consumer) return;
+  try {
+    process.exitCode = await outcome;
+  } finally {
+    await consumer.disconnect();
+  }
+}
+
+function traceparent(): string {
+  return `00-${randomUUID().replace(/-/g, '')}-${randomUUID().replace(/-/g, '').slice(0, 16)}-01`;
+}
+
+/**
+ * Subscribes to send-results and delivery_status positioned at their current ends before
+ * the request is produced, so nothing about it can be missed, then prints the result and
+ * every status of the created message until a final one (read, delivery_failed) or timeout.
+ */
+async function follow(kafka: ReturnType<typeof createKafka>, config: Config, request: SendRequest, timeoutSeconds: number) {
+  const topics = config.kafka.topics;
+  const admin = kafka.admin();
+  await admin.connect();
+  const ends = new Map<string, { partition: number; offset: string }[]>();
+  try {
+    const existing = new Set(await admin.listTopics());
+    for (const topic of [topics.sendRequests, topics.sendResults, topics.deliveryStatus]) {
+      if (!existing.has(topic)) throw new MsgbridgeError('INVALID_ARGUMENT', `topic "${topic}" does not exist: is the relay (sender, ingress) running against this Kafka?`);
+    }
+    for (const topic of [topics.sendResults, topics.deliveryStatus]) ends.set(topic, await admin.fetchTopicOffsets(topic));
+  } finally {
+    await admin.disconnect();
+  }
+
+  const consumer = kafka.consumer({ groupId: `msgbridge-send-${randomUUID()}`, maxWaitTimeInMs: 100 });
+  await consumer.connect();
+  await consumer.subscribe({ topics: [topics.sendResults, topics.deliveryStatus], fromBeginning: false });
+  let messageId: string | undefined;
+  const early: { id: string; status: string; text: string }[] = [];
+  let resolve: (code: number) => void = () => {};
+  const outcome = new Promise<number>((r) => (resolve = r));
+  const started = Date.now();
+  const since = () => `+${((Date.now() - started) / 1000).toFixed(1)}s`;
+
+  const onStatus = (id: string, status: string, text: string) => {
+    say(`${since()} ${status}${text}`);
+    if (status === 'read') resolve(SEND_EXIT.done);
+    if (status === 'delivery_failed') resolve(SEND_EXIT.failed);
+    void id;
+  };
+
+  const joined = new Promise<void>((r) => consumer.on(consumer.events.GROUP_JOIN, () => r()));
+  await consumer.run({
+    autoCommit: false,
+    eachMessage: async ({ topic, message }) => {
+      if (!message.value) return;
+      let body: unknown;
+      try {
+        body = JSON.parse(message.value.toString());
+      } catch {
+        return;
+      }
+      if (topic === topics.sendResults) {
+        const result = sendResultSchema.safeParse(body);
+        if (!result.success || result.data.requestId !== request.requestId) return;
+        if (result.data.outcome === 'accepted') {
+          messageId = result.data.messageId;
+          say(`${since()} accepted: message id ${messageId} (attempts ${result.data.attempts})`);
+          for (const e of early.filter((x) => x.id === messageId)) onStatus(e.id, e.status, e.text);
+        } else {
+          const e = result.data.error;
+          say(`${since()} rejected after ${result.data.attempts} attempt(s): ${e.code} ${e.message}${e.httpStatus ? ` (HTTP ${e.httpStatus})` : ''}`);
+          resolve(SEND_EXIT.failed);
+        }
+        return;
+      }
+      const event = deliveryStatusEventSchema.safeParse(body);
+      if (!event.success) return;
+      const update = event.data.statusUpdate;
+      const text = update.error ? `: ${update.error.code} ${update.error.message}` : '';
+      // Statuses can overtake the send result (different topics); keep a bounded few.
+      if (messageId === undefined) {
+        if (early.length < 1000) early.push({ id: update.id, status: update.status, text });
+      }
+      else if (update.id === messageId) onStatus(update.id, update.status, text);
+    },
+  });
+  await joined;
+  for (const [topic, offsets] of ends) for (const { partition, offset } of offsets) consumer.seek({ topic, partition, offset });
+  const timer = setTimeout(() => {
+    say(`${since()} no final status within ${timeoutSeconds} s${messageId ? '' : ' (no send result yet: is the sender running?)'}`);
+    resolve(SEND_EXIT.timeout);
+  }, timeoutSeconds * 1000);
+  void outcome.finally(() => clearTimeout(timer));
+  return { consumer, outcome };
+}
