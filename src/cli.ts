@@ -8,6 +8,7 @@ import { registerSendCommand } from './commands/send.js';
 import { registerSenderCommand } from './commands/sender.js';
 import { registerSimulatorCommand } from './commands/simulator.js';
 import { registerTailCommand } from './commands/tail.js';
+import { registerWebhooksCommand } from './commands/webhooks.js';
 import { isMsgbridgeError } from './errors.js';
 
 /** Exit codes: 0 ok, 1 runtime failure, 2 bad usage or configuration. */
@@ -24,6 +25,7 @@ export function buildProgram(): Command {
   registerKafkaCommand(program);
   registerSendCommand(program);
   registerTailCommand(program);
+  registerWebhooksCommand(program);
   return program;
 }
 
