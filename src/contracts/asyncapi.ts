@@ -1,0 +1,213 @@
+import { z } from 'zod';
+import { providerErrorSchema } from './common.js';
+import { HEADER, SCHEMA_ID } from './headers.js';
+import { sendRequestSchema, sendResultSchema } from './send.js';
+import { deliveryStatusEventSchema, inboundMessageEventSchema } from './webhook-events.js';
+
+/**
+ * The AsyncAPI 3 document of the relay's public surface — the Kafka topics it reads and
+ * writes and the webhook endpoints it serves — generated from the zod contracts so that it
+ * cannot drift from them (`npm run schemas` writes docs/asyncapi.json; a test checks it).
+ */
+function schemaOf(schema: z.ZodType): Record<string, unknown> {
+  const json = z.toJSONSchema(schema, { target: 'draft-7', io: 'input', unrepresentable: 'any' }) as Record<string, unknown>;
+  delete json.$schema;
+  return json;
+}
+
+const stringHeader = (description: string) => ({ type: 'string', description });
+
+const relayHeaders = (extra: Record<string, unknown> = {}, required: string[] = []) => ({
+  type: 'object',
+  properties: {
+    [HEADER.eventId]: stringHeader('Stable id of the event: for webhooks the hex SHA-256 of the raw body, the same across provider redeliveries, so consumers can deduplicate.'),
+    [HEADER.businessId]: stringHeader('The business the event belongs to.'),
+    [HEADER.receivedAt]: stringHeader('When the relay received it, milliseconds since the epoch (decimal).'),
+    [HEADER.contentType]: stringHeader('Media type of the value.'),
+    [HEADER.schema]: stringHeader('Schema id of the value, for example delivery_status/v1.'),
+    [HEADER.traceparent]: stringHeader('W3C trace context, when one came in.'),
+    ...extra,
+  },
+  required: [HEADER.eventId, HEADER.businessId, HEADER.receivedAt, HEADER.contentType, HEADER.schema, ...required],
+});
+
+const webhookHeaders = {
+  ...relayHeaders({ [HEADER.signature]: stringHeader('The provider signature header as received, so a consumer can re-verify the bytes.') }, [HEADER.signature]),
+};
+
+const kafkaKey = (description: string) => ({ kafka: { key: { type: 'string', description }, bindingVersion: '0.5.0' } });
+
+export function buildAsyncApiDocument(version: string): Record<string, unknown> {
+  const webhookHttpHeaders = {
+    type: 'object',
+    properties: {
+      'content-type': { type: 'string', const: 'text/plain; charset=utf-8' },
+      'content-length': { type: 'string' },
+      'accept-encoding': { type: 'string', const: 'gzip' },
+      'x-service-hmac-sha256': { type: 'string', description: 'Base64 (padded) HMAC-SHA256 of the exact raw body, keyed with the business signing secret.' },
+    },
+    required: ['x-service-hmac-sha256'],
+  };
+  return {
+    asyncapi: '3.0.0',
+    info: {
+      title: 'msgbridge',
+      version,
+      description:
+        'Relay between a WhatsApp/SMS messaging provider and Apache Kafka. The ingress receives signed provider webhooks and publishes them to Kafka, answering 200 only once Kafka holds them (acks=all); the sender consumes send requests, calls the provider and publishes results.',
+      license: { name: 'Apache-2.0' },
+    },
+    defaultContentType: 'application/json',
+    servers: {
+      kafka: { host: 'localhost:9092', protocol: 'kafka', description: 'The Kafka cluster (KAFKA_BROKERS).' },
+      ingress: { host: 'localhost:8080', protocol: 'http', description: 'The msgbridge ingress (MSGBRIDGE_INGRESS_PORT).' },
+    },
+    channels: {
+      messages: {
+        address: 'messages',
+        servers: [{ $ref: '#/servers/kafka' }],
+        description: 'Inbound customer messages, keyed by sender.id so one conversation stays in order. Value: the webhook body, byte for byte.',
+        messages: { inboundMessage: { $ref: '#/components/messages/inboundMessageRecord' } },
+      },
+      deliveryStatus: {
+        address: 'delivery_status',
+        servers: [{ $ref: '#/servers/kafka' }],
+        description: 'Delivery statuses, keyed by statusUpdate.id (the message id), co-partitioned with send-results. Value: the webhook body, byte for byte.',
+        messages: { deliveryStatus: { $ref: '#/components/messages/deliveryStatusRecord' } },
+      },
+      webhooksDlq: {
+        address: 'webhooks-dlq',
+        servers: [{ $ref: '#/servers/kafka' }],
+        description: 'Correctly signed webhook bodies that are not valid JSON or do not match the schema, keyed by business id, with the reason in error-reason.',
+        messages: { rejectedWebhook: { $ref: '#/components/messages/webhookDlqRecord' } },
+      },
+      sendRequests: {
+        address: 'send-requests',
+        servers: [{ $ref: '#/servers/kafka' }],
+        description: 'Send requests produced by other services, keyed by the recipient.',
+        messages: { sendRequest: { $ref: '#/components/messages/sendRequestRecord' } },
+      },
+      sendResults: {
+        address: 'send-results',
+        servers: [{ $ref: '#/servers/kafka' }],
+        description: 'One result per send request, keyed by the created message id (the request id when there is none).',
+        messages: { sendResult: { $ref: '#/components/messages/sendResultRecord' } },
+      },
+      sendRequestsDlq: {
+        address: 'send-requests-dlq',
+        servers: [{ $ref: '#/servers/kafka' }],
+        description: 'Send requests that can never be sent (invalid), with the original key and bytes and the reason in error-reason.',
+        messages: { invalidSendRequest: { $ref: '#/components/messages/sendRequestDlqRecord' } },
+      },
+      webhookMessagesEndpoint: {
+        address: '/webhooks/{businessId}/messages',
+        servers: [{ $ref: '#/servers/ingress' }],
+        parameters: { businessId: { description: 'The business id the address was registered for.' } },
+        messages: { inboundMessageWebhook: { $ref: '#/components/messages/inboundMessageWebhook' } },
+      },
+      webhookDeliveryStatusEndpoint: {
+        address: '/webhooks/{businessId}/delivery_status',
+        servers: [{ $ref: '#/servers/ingress' }],
+        parameters: { businessId: { description: 'The business id the address was registered for.' } },
+        messages: { deliveryStatusWebhook: { $ref: '#/components/messages/deliveryStatusWebhook' } },
+      },
+      webhookAnyTopicEndpoint: {
+        address: '/webhooks/{businessId}',
+        servers: [{ $ref: '#/servers/ingress' }],
+        description: 'One address for both topics: statusUpdate or topic "delivery_status" means delivery status, message means an inbound message.',
+        parameters: { businessId: { description: 'The business id the address was registered for.' } },
+        messages: {
+          inboundMessageWebhook: { $ref: '#/components/messages/inboundMessageWebhook' },
+          deliveryStatusWebhook: { $ref: '#/components/messages/deliveryStatusWebhook' },
+        },
+      },
+    },
+    operations: {
+      receiveInboundMessageWebhook: {
+        action: 'receive',
+        channel: { $ref: '#/channels/webhookMessagesEndpoint' },
+        summary: 'The provider POSTs an inbound message. 200 once in Kafka; 403 bad signature; 413 too large; 415 encoded; 503 retry later.',
+        bindings: { http: { method: 'POST', bindingVersion: '0.3.0' } },
+      },
+      receiveDeliveryStatusWebhook: {
+        action: 'receive',
+        channel: { $ref: '#/channels/webhookDeliveryStatusEndpoint' },
+        bindings: { http: { method: 'POST', bindingVersion: '0.3.0' } },
+      },
+      receiveAnyTopicWebhook: {
+        action: 'receive',
+        channel: { $ref: '#/channels/webhookAnyTopicEndpoint' },
+        bindings: { http: { method: 'POST', bindingVersion: '0.3.0' } },
+      },
+      publishInboundMessage: { action: 'send', channel: { $ref: '#/channels/messages' } },
+      publishDeliveryStatus: { action: 'send', channel: { $ref: '#/channels/deliveryStatus' } },
+      publishRejectedWebhook: { action: 'send', channel: { $ref: '#/channels/webhooksDlq' } },
+      consumeSendRequest: { action: 'receive', channel: { $ref: '#/channels/sendRequests' } },
+      publishSendResult: { action: 'send', channel: { $ref: '#/channels/sendResults' } },
+      publishInvalidSendRequest: { action: 'send', channel: { $ref: '#/channels/sendRequestsDlq' } },
+    },
+    components: {
+      schemas: {
+        InboundMessageEvent: schemaOf(inboundMessageEventSchema),
+        DeliveryStatusEvent: schemaOf(deliveryStatusEventSchema),
+        SendRequest: schemaOf(sendRequestSchema),
+        SendResult: schemaOf(sendResultSchema),
+        ProviderError: schemaOf(providerErrorSchema),
+      },
+      messages: {
+        inboundMessageRecord: {
+          name: SCHEMA_ID.messages,
+          contentType: 'application/json',
+          headers: webhookHeaders,
+          payload: { $ref: '#/components/schemas/InboundMessageEvent' },
+          bindings: kafkaKey('sender.id'),
+        },
+        deliveryStatusRecord: {
+          name: SCHEMA_ID.delivery_status,
+          contentType: 'application/json',
+          headers: webhookHeaders,
+          payload: { $ref: '#/components/schemas/DeliveryStatusEvent' },
+          bindings: kafkaKey('statusUpdate.id, the message id'),
+        },
+        webhookDlqRecord: {
+          name: SCHEMA_ID.webhooksDlq,
+          contentType: 'application/octet-stream',
+          headers: relayHeaders({ [HEADER.errorReason]: stringHeader('Why the body was rejected.'), [HEADER.signature]: stringHeader('The signature as received.') }, [HEADER.errorReason]),
+          payload: { description: 'The raw webhook body, byte for byte.' },
+          bindings: kafkaKey('business id'),
+        },
+        sendRequestRecord: {
+          name: 'send-request/v1',
+          contentType: 'application/json',
+          payload: { $ref: '#/components/schemas/SendRequest' },
+          bindings: kafkaKey('the recipient'),
+        },
+        sendResultRecord: {
+          name: SCHEMA_ID.sendResult,
+          contentType: 'application/json',
+          headers: relayHeaders(),
+          payload: { $ref: '#/components/schemas/SendResult' },
+          bindings: kafkaKey('the created message id; the request id when there is none'),
+        },
+        sendRequestDlqRecord: {
+          name: SCHEMA_ID.sendRequestsDlq,
+          headers: relayHeaders({ [HEADER.errorReason]: stringHeader('Why the request can never be sent.') }, [HEADER.errorReason]),
+          payload: { description: 'The original bytes of the request.' },
+          bindings: kafkaKey('the original key'),
+        },
+        inboundMessageWebhook: {
+          name: 'inbound-message-webhook',
+          contentType: 'text/plain',
+          headers: webhookHttpHeaders,
+          payload: { $ref: '#/components/schemas/InboundMessageEvent' },
+        },
+        deliveryStatusWebhook: {
+          name: 'delivery-status-webhook',
+          contentType: 'text/plain',
+          headers: webhookHttpHeaders,
+          payload: { $ref: '#/components/schemas/DeliveryStatusEvent' },
+        },
+      },
+    },
+  };
+}
