@@ -1,0 +1,428 @@
+import { Deque } from './deque.js';
+
+/**
+ * Runs work items ordered per key and concurrently across keys, and tracks, per partition,
+ * the point up to which every item is finished (the offset that is safe to commit).
+ *
+ * - Items of one key (within one partition) run one after another, in submission order.
+ * - Different keys run concurrently, at most `concurrency` at a time.
+ * - The commit point of a partition is the offset of its lowest unfinished item (or the next
+ *   offset after the last submitted item when all are finished), so a crash replays only
+ *   unfinished work. Finished items above that point are reported too (`completedAbove`), so
+ *   that a later owner of the partition can skip them.
+ * - `maxBuffered` bounds the unfinished items; `maxUncommitted` bounds the items at or above
+ *   the commit point (finished ones included), which bounds the replay after a crash and the
+ *   size of what `completedAbove` has to describe. `hasCapacity()` / `whenCapacity()` let the
+ *   caller stop fetching instead of growing a queue.
+ *
+ * Pure logic: no Kafka, no HTTP. Offsets are JavaScript numbers (exact up to 2^53).
+ */
+
+export interface WorkContext {
+  readonly partition: string;
+  readonly offset: number;
+  /** Aborted when the partition is revoked or the runner halts: start no new attempt. */
+  readonly stop: AbortSignal;
+  /** Aborted at the hard deadline of a drain: give up, even on publishing a result. */
+  readonly abort: AbortSignal;
+}
+
+/** `done`: the item is finished (its offset may be committed). `abandoned`: it is not. */
+export type WorkOutcome = 'done' | 'abandoned';
+
+export type SubmitOutcome = 'queued' | 'duplicate' | 'skipped' | 'not-assigned';
+
+export interface KeyedRunnerOptions<T> {
+  concurrency: number;
+  maxBuffered: number;
+  /** Default: 10 × maxBuffered. */
+  maxUncommitted?: number;
+  work: (payload: T, context: WorkContext) => Promise<WorkOutcome>;
+  /** An item whose work threw or was abandoned while its partition was still owned is retried after this delay (default 1000 ms). */
+  retryAbandonedAfterMs?: number;
+  onWorkError?: (error: unknown, partition: string, offset: number) => void;
+}
+
+export interface CommitPoint {
+  partition: string;
+  /** Identifies one ownership of the partition; `markCommitted` ignores other epochs. */
+  epoch: number;
+  /** The next offset to read: every item below it is finished. */
+  offset: number;
+  /** Offsets above `offset` whose items are finished. */
+  completedAbove: number[];
+  /** Version of the partition's progress this point describes. */
+  version: number;
+}
+
+export interface RunnerStats {
+  /** Unfinished items: queued + running. */
+  buffered: number;
+  running: number;
+  queued: number;
+  /** Items at or above the commit points (finished ones included). */
+  uncommitted: number;
+  /** Offsets read but not yet committed, summed over the owned partitions. */
+  commitLag: number;
+  partitions: number;
+  keys: number;
+}
+
+type EntryState = 'queued' | 'running' | 'done' | 'abandoned';
+
+interface Entry<T> {
+  readonly track: Track;
+  readonly offset: number;
+  readonly payload: T | undefined;
+  state: EntryState;
+}
+
+interface KeyQueue<T> {
+  readonly id: string;
+  readonly entries: Deque<Entry<T>>;
+  running: boolean;
+  inReady: boolean;
+  retryTimer: ReturnType<typeof setTimeout> | undefined;
+}
+
+interface Track {
+  readonly partition: string;
+  readonly epoch: number;
+  readonly stop: AbortController;
+  /** Entries at or above the commit point, in offset order. */
+  readonly pending: Deque<Entry<unknown>>;
+  readonly keyQueues: Set<KeyQueue<unknown>>;
+  /** Offset after the highest submitted one; undefined until the first submission. */
+  nextOffset: number | undefined;
+  committedOffset: number | undefined;
+  committedVersion: number;
+  version: number;
+  /** Offsets finished by a previous owner (from the committed metadata): skipped on arrival. */
+  completed: Set<number> | undefined;
+  revoked: boolean;
+}
+
+export class KeyedRunner<T> {
+  private readonly options: Required<Omit<KeyedRunnerOptions<T>, 'onWorkError'>> & Pick<KeyedRunnerOptions<T>, 'onWorkError'>;
+  private readonly tracks = new Map<string, Track>();
+  private readonly keys = new Map<string, KeyQueue<T>>();
+  private readonly ready = new Deque<KeyQueue<T>>();
+  private readonly hard = new AbortController();
+  private epochs = 0;
+  private bufferedCount = 0;
+  private runningCount = 0;
+  private uncommittedCount = 0;
+  private halted = false;
+  private capacityWaiters: (() => void)[] = [];
+  private idleWaiters: (() => void)[] = [];
+
+  constructor(options: KeyedRunnerOptions<T>) {
+    if (!(options.concurrency >= 1)) throw new RangeError('concurrency must be at least 1');
+    if (!(options.maxBuffered >= 1)) throw new RangeError('maxBuffered must be at least 1');
+    this.options = {
+      maxUncommitted: options.maxUncommitted ?? options.maxBuffered * 10,
+      retryAbandonedAfterMs: options.retryAbandonedAfterMs ?? 1000,
+      ...options,
+    } as typeof this.options;
+    if (this.options.maxUncommitted < options.maxBuffered) throw new RangeError('maxUncommitted must be at least maxBuffered');
+  }
+
+  /** Starts tracking a partition (idempotent while it stays assigned). Returns its epoch. */
+  assign(partition: string): number {
+    const existing = this.tracks.get(partition);
+    if (existing) return existing.epoch;
+    const track: Track = {
+      partition,
+      epoch: ++this.epochs,
+      stop: new AbortController(),
+      pending: new Deque(),
+      keyQueues: new Set(),
+      nextOffset: undefined,
+      committedOffset: undefined,
+      committedVersion: 0,
+      version: 0,
+      completed: undefined,
+      revoked: false,
+    };
+    if (this.halted) track.stop.abort();
+    this.tracks.set(partition, track);
+    return track.epoch;
+  }
+
+  /**
+   * Offsets a previous owner finished above the committed offset `base` (from the commit
+   * metadata). Only applies before the first submission of that ownership.
+   */
+  setCompleted(partition: string, epoch: number, offsets: Iterable<number>): void {
+    const track = this.tracks.get(partition);
+    if (!track || track.epoch !== epoch || track.nextOffset !== undefined) return;
+    const set = new Set(offsets);
+    track.completed = set.size > 0 ? set : undefined;
+  }
+
+  /**
+   * Stops tracking a partition: its queued items are dropped (never started), its running
+   * items are told to stop (`context.stop`) and finish on their own, and nothing of it is
+   * reported for commit any more.
+   */
+  revoke(partition: string): void {
+    const track = this.tracks.get(partition);
+    if (!track) return;
+    this.tracks.delete(partition);
+    track.revoked = true;
+    track.stop.abort();
+    this.uncommittedCount -= track.pending.length;
+    for (const kq of track.keyQueues as Set<KeyQueue<T>>) {
+      const before = kq.entries.length;
+      kq.entries.retain((e) => e.track !== track || e.state === 'running');
+      this.bufferedCount -= before - kq.entries.length;
+      if (kq.running) continue;
+      if (kq.retryTimer) clearTimeout(kq.retryTimer);
+      kq.retryTimer = undefined;
+      const head = kq.entries.peek();
+      if (!head) this.dropKeyQueue(kq);
+      else if (head.state === 'queued') this.makeReady(kq);
+    }
+    track.keyQueues.clear();
+    this.pump();
+    this.notify();
+  }
+
+  assigned(): string[] {
+    return [...this.tracks.keys()];
+  }
+
+  epochOf(partition: string): number | undefined {
+    return this.tracks.get(partition)?.epoch;
+  }
+
+  /**
+   * Adds an item. Offsets of one partition must arrive in increasing order; an offset below
+   * one already submitted (a redelivery after a rejoin) is ignored as a duplicate.
+   */
+  submit(partition: string, offset: number, key: string, payload: T): SubmitOutcome {
+    const track = this.tracks.get(partition);
+    if (!track) return 'not-assigned';
+    if (track.nextOffset !== undefined && offset < track.nextOffset) return 'duplicate';
+    if (track.committedOffset === undefined) track.committedOffset = offset;
+    track.nextOffset = offset + 1;
+
+    if (track.completed?.delete(offset)) {
+      if (track.completed.size === 0) track.completed = undefined;
+      track.pending.push({ track, offset, payload: undefined, state: 'done' });
+      this.uncommittedCount += 1;
+      track.version += 1;
+      this.advance(track);
+      return 'skipped';
+    }
+
+    const entry: Entry<T> = { track, offset, payload, state: 'queued' };
+    track.pending.push(entry as Entry<unknown>);
+    this.uncommittedCount += 1;
+    this.bufferedCount += 1;
+
+    const id = `${partition}\u0000${key}`;
+    let kq = this.keys.get(id);
+    if (!kq) {
+      kq = { id, entries: new Deque(), running: false, inReady: false, retryTimer: undefined };
+      this.keys.set(id, kq);
+    }
+    kq.entries.push(entry);
+    track.keyQueues.add(kq as KeyQueue<unknown>);
+    if (!kq.running && kq.entries.length === 1) this.makeReady(kq);
+    this.pump();
+    return 'queued';
+  }
+
+  /** Room for one more item within both bounds. */
+  hasCapacity(): boolean {
+    return this.bufferedCount < this.options.maxBuffered && this.uncommittedCount < this.options.maxUncommitted;
+  }
+
+  /** Resolves once `hasCapacity()` holds (at once when it already does). */
+  whenCapacity(): Promise<void> {
+    if (this.hasCapacity()) return Promise.resolve();
+    return new Promise((resolve) => this.capacityWaiters.push(resolve));
+  }
+
+  /** Resolves once nothing is running (after `halt()`, nothing starts again). */
+  whenIdle(): Promise<void> {
+    if (this.runningCount === 0 && (this.halted || this.bufferedCount === 0)) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  /** Starts nothing new; running items see `context.stop` aborted. Queued items stay unfinished. */
+  halt(): void {
+    if (this.halted) return;
+    this.halted = true;
+    for (const track of this.tracks.values()) track.stop.abort();
+    for (const kq of this.keys.values()) {
+      if (kq.retryTimer) clearTimeout(kq.retryTimer);
+      kq.retryTimer = undefined;
+    }
+    this.notify();
+  }
+
+  /** The hard deadline: running items see `context.abort` aborted. */
+  abort(): void {
+    this.halt();
+    this.hard.abort();
+  }
+
+  get isHalted(): boolean {
+    return this.halted;
+  }
+
+  /**
+   * Commit points of the owned partitions that progressed since they were last marked
+   * committed (all of them with `all`).
+   */
+  commitPoints(options: { all?: boolean } = {}): CommitPoint[] {
+    const points: CommitPoint[] = [];
+    for (const track of this.tracks.values()) {
+      if (track.nextOffset === undefined) continue;
+      const offset = this.commitOffsetOf(track);
+      if (!options.all && offset === track.committedOffset && track.version === track.committedVersion) continue;
+      const completedAbove: number[] = [];
+      for (const entry of track.pending) if (entry.state === 'done') completedAbove.push(entry.offset);
+      points.push({ partition: track.partition, epoch: track.epoch, offset, completedAbove, version: track.version });
+    }
+    return points;
+  }
+
+  /** Records that a commit point was committed (ignored when the partition changed hands since). */
+  markCommitted(point: Pick<CommitPoint, 'partition' | 'epoch' | 'offset' | 'version'>): void {
+    const track = this.tracks.get(point.partition);
+    if (!track || track.epoch !== point.epoch) return;
+    if (track.committedOffset === undefined || point.offset >= track.committedOffset) track.committedOffset = point.offset;
+    if (point.version > track.committedVersion) track.committedVersion = point.version;
+  }
+
+  stats(): RunnerStats {
+    let commitLag = 0;
+    for (const track of this.tracks.values()) {
+      if (track.nextOffset !== undefined && track.committedOffset !== undefined) commitLag += track.nextOffset - track.committedOffset;
+    }
+    return {
+      buffered: this.bufferedCount,
+      running: this.runningCount,
+      queued: this.bufferedCount - this.runningCount,
+      uncommitted: this.uncommittedCount,
+      commitLag,
+      partitions: this.tracks.size,
+      keys: this.keys.size,
+    };
+  }
+
+  private commitOffsetOf(track: Track): number {
+    return track.pending.peek()?.offset ?? (track.nextOffset as number);
+  }
+
+  private makeReady(kq: KeyQueue<T>): void {
+    if (kq.inReady) return;
+    kq.inReady = true;
+    this.ready.push(kq);
+  }
+
+  private dropKeyQueue(kq: KeyQueue<T>): void {
+    if (kq.retryTimer) clearTimeout(kq.retryTimer);
+    kq.retryTimer = undefined;
+    if (this.keys.get(kq.id) === kq) this.keys.delete(kq.id);
+  }
+
+  private pump(): void {
+    while (!this.halted && this.runningCount < this.options.concurrency) {
+      const kq = this.ready.shift();
+      if (!kq) return;
+      kq.inReady = false;
+      const head = kq.entries.peek();
+      if (kq.running || !head || head.state !== 'queued') continue;
+      this.start(kq, head);
+    }
+  }
+
+  private start(kq: KeyQueue<T>, entry: Entry<T>): void {
+    entry.state = 'running';
+    kq.running = true;
+    this.runningCount += 1;
+    const context: WorkContext = {
+      partition: entry.track.partition,
+      offset: entry.offset,
+      stop: entry.track.stop.signal,
+      abort: this.hard.signal,
+    };
+    let promise: Promise<WorkOutcome>;
+    try {
+      promise = this.options.work(entry.payload as T, context);
+    } catch (error) {
+      promise = Promise.reject(error);
+    }
+    promise.then(
+      (outcome) => this.settle(kq, entry, outcome === 'done' ? 'done' : 'abandoned'),
+      (error: unknown) => {
+        this.options.onWorkError?.(error, entry.track.partition, entry.offset);
+        this.settle(kq, entry, 'abandoned');
+      },
+    );
+  }
+
+  private settle(kq: KeyQueue<T>, entry: Entry<T>, outcome: 'done' | 'abandoned'): void {
+    this.runningCount -= 1;
+    kq.running = false;
+    const track = entry.track;
+    if (outcome === 'done') {
+      entry.state = 'done';
+      kq.entries.shift();
+      this.bufferedCount -= 1;
+      if (!track.revoked) {
+        track.version += 1;
+        this.advance(track);
+      }
+    } else if (track.revoked || this.halted) {
+      // Left unfinished on purpose: its offset is not committed, so whoever reads the
+      // partition next runs it again.
+      entry.state = 'abandoned';
+      kq.entries.shift();
+      this.bufferedCount -= 1;
+    } else {
+      // Failed while still owned: keep the key blocked (order) and try again later.
+      entry.state = 'queued';
+      kq.retryTimer = setTimeout(() => {
+        kq.retryTimer = undefined;
+        if (kq.entries.peek() === entry && !this.halted) {
+          this.makeReady(kq);
+          this.pump();
+        }
+      }, this.options.retryAbandonedAfterMs);
+      kq.retryTimer.unref?.();
+    }
+    if (!kq.running && kq.retryTimer === undefined) {
+      const head = kq.entries.peek();
+      if (!head) this.dropKeyQueue(kq);
+      else if (head.state === 'queued') this.makeReady(kq);
+    }
+    this.pump();
+    this.notify();
+  }
+
+  /** Moves the commit point of a partition past its finished head items. */
+  private advance(track: Track): void {
+    while (track.pending.peek()?.state === 'done') {
+      track.pending.shift();
+      this.uncommittedCount -= 1;
+    }
+  }
+
+  private notify(): void {
+    if (this.capacityWaiters.length > 0 && this.hasCapacity()) {
+      const waiters = this.capacityWaiters;
+      this.capacityWaiters = [];
+      for (const resolve of waiters) resolve();
+    }
+    if (this.idleWaiters.length > 0 && this.runningCount === 0 && (this.halted || this.bufferedCount === 0)) {
+      const waiters = this.idleWaiters;
+      this.idleWaiters = [];
+      for (const resolve of waiters) resolve();
+    }
+  }
+}

@@ -1,0 +1,127 @@
+import { Deque } from './deque.js';
+
+/**
+ * A token bucket per key (the business): `ratePerSecond` tokens a second, up to `burst`
+ * stored. Callers wait in FIFO order for a token; a waiter whose signal aborts leaves the
+ * queue. One timer per bucket, armed only while someone waits. Pure: the clock is injectable.
+ */
+export interface RateLimiterOptions {
+  ratePerSecond: number;
+  /** Tokens a bucket can hold (default: a tenth of a second's worth, at least 1). */
+  burst?: number;
+  /** Milliseconds from a monotonic clock (default performance.now). */
+  now?: () => number;
+}
+
+interface Waiter {
+  resolve: () => void;
+  reject: (reason: unknown) => void;
+  cancelled: boolean;
+  cleanup: (() => void) | undefined;
+}
+
+interface Bucket {
+  tokens: number;
+  updatedAt: number;
+  waiters: Deque<Waiter>;
+  timer: ReturnType<typeof setTimeout> | undefined;
+}
+
+export class RateLimiter {
+  readonly ratePerSecond: number;
+  readonly burst: number;
+  private readonly now: () => number;
+  private readonly buckets = new Map<string, Bucket>();
+
+  constructor(options: RateLimiterOptions) {
+    if (!(options.ratePerSecond > 0)) throw new RangeError('ratePerSecond must be positive');
+    this.ratePerSecond = options.ratePerSecond;
+    this.burst = Math.max(1, options.burst ?? Math.ceil(options.ratePerSecond / 10));
+    this.now = options.now ?? (() => performance.now());
+  }
+
+  /** Takes a token now if one is free and nobody is waiting. */
+  tryAcquire(key: string): boolean {
+    const bucket = this.bucket(key);
+    this.refill(bucket);
+    if (bucket.waiters.length === 0 && bucket.tokens >= 1) {
+      bucket.tokens -= 1;
+      return true;
+    }
+    return false;
+  }
+
+  /** Resolves when a token is taken; rejects with the signal's reason if it aborts first. */
+  acquire(key: string, signal?: AbortSignal): Promise<void> {
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    if (this.tryAcquire(key)) return Promise.resolve();
+    const bucket = this.bucket(key);
+    return new Promise<void>((resolve, reject) => {
+      const waiter: Waiter = { resolve, reject, cancelled: false, cleanup: undefined };
+      if (signal) {
+        const onAbort = () => {
+          waiter.cancelled = true;
+          reject(signal.reason);
+        };
+        signal.addEventListener('abort', onAbort, { once: true });
+        waiter.cleanup = () => signal.removeEventListener('abort', onAbort);
+      }
+      bucket.waiters.push(waiter);
+      this.arm(key, bucket);
+    });
+  }
+
+  /** Callers waiting for a token, all keys together. */
+  waiting(): number {
+    let n = 0;
+    for (const bucket of this.buckets.values()) for (const w of bucket.waiters) if (!w.cancelled) n += 1;
+    return n;
+  }
+
+  private bucket(key: string): Bucket {
+    let bucket = this.buckets.get(key);
+    if (!bucket) {
+      bucket = { tokens: this.burst, updatedAt: this.now(), waiters: new Deque(), timer: undefined };
+      this.buckets.set(key, bucket);
+    }
+    return bucket;
+  }
+
+  private refill(bucket: Bucket): void {
+    const now = this.now();
+    const elapsed = now - bucket.updatedAt;
+    if (elapsed > 0) {
+      bucket.tokens = Math.min(this.burst, bucket.tokens + (elapsed * this.ratePerSecond) / 1000);
+      bucket.updatedAt = now;
+    }
+  }
+
+  private serve(bucket: Bucket): void {
+    this.refill(bucket);
+    for (;;) {
+      const head = bucket.waiters.peek();
+      if (!head) return;
+      if (head.cancelled) {
+        bucket.waiters.shift();
+        continue;
+      }
+      if (bucket.tokens < 1) return;
+      bucket.tokens -= 1;
+      bucket.waiters.shift();
+      head.cleanup?.();
+      head.resolve();
+    }
+  }
+
+  private arm(key: string, bucket: Bucket): void {
+    if (bucket.timer !== undefined) return;
+    this.refill(bucket);
+    const missing = Math.max(0, 1 - bucket.tokens);
+    const delay = Math.max(1, Math.ceil((missing * 1000) / this.ratePerSecond));
+    bucket.timer = setTimeout(() => {
+      bucket.timer = undefined;
+      this.serve(bucket);
+      if (bucket.waiters.length > 0) this.arm(key, bucket);
+    }, delay);
+  }
+}

@@ -1,0 +1,66 @@
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { RateLimiter } from '../../src/sender/rate-limiter.js';
+
+describe('RateLimiter (token bucket per business)', () => {
+  beforeEach(() => {
+    vi.useFakeTimers({ now: 0 });
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it('lets a burst through, then paces callers at the rate, in FIFO order', async () => {
+    const limiter = new RateLimiter({ ratePerSecond: 10, burst: 2, now: () => Date.now() });
+    const granted: [number, number][] = [];
+    const all = Array.from({ length: 6 }, (_, i) => limiter.acquire('biz').then(() => granted.push([i, Date.now()])));
+    await vi.advanceTimersByTimeAsync(0);
+    expect(granted).toEqual([
+      [0, 0],
+      [1, 0],
+    ]);
+    await vi.advanceTimersByTimeAsync(1000);
+    await Promise.all(all);
+    expect(granted.map(([i]) => i)).toEqual([0, 1, 2, 3, 4, 5]);
+    // One token every 100 ms after the burst.
+    expect(granted.slice(2).map(([, t]) => t)).toEqual([100, 200, 300, 400]);
+  });
+
+  it('keeps businesses independent', async () => {
+    const limiter = new RateLimiter({ ratePerSecond: 1, burst: 1, now: () => Date.now() });
+    expect(limiter.tryAcquire('a')).toBe(true);
+    expect(limiter.tryAcquire('a')).toBe(false);
+    expect(limiter.tryAcquire('b')).toBe(true);
+    vi.advanceTimersByTime(1000);
+    expect(limiter.tryAcquire('a')).toBe(true);
+  });
+
+  it('never exceeds the rate over a window', async () => {
+    const limiter = new RateLimiter({ ratePerSecond: 200, now: () => Date.now() });
+    expect(limiter.burst).toBe(20);
+    let count = 0;
+    const waits = Array.from({ length: 1000 }, () => limiter.acquire('biz').then(() => (count += 1)));
+    await vi.advanceTimersByTimeAsync(1000);
+    // burst + one second at the rate
+    expect(count).toBeLessThanOrEqual(220);
+    expect(count).toBeGreaterThanOrEqual(200);
+    await vi.advanceTimersByTimeAsync(5000);
+    await Promise.all(waits);
+    expect(count).toBe(1000);
+  });
+
+  it('drops a waiter whose signal aborts, and the next one gets the token', async () => {
+    const limiter = new RateLimiter({ ratePerSecond: 10, burst: 1, now: () => Date.now() });
+    await limiter.acquire('biz');
+    const controller = new AbortController();
+    const first = limiter.acquire('biz', controller.signal);
+    const second = limiter.acquire('biz');
+    expect(limiter.waiting()).toBe(2);
+    controller.abort(new Error('revoked'));
+    await expect(first).rejects.toThrow('revoked');
+    let secondAt = -1;
+    void second.then(() => (secondAt = Date.now()));
+    await vi.advanceTimersByTimeAsync(100);
+    expect(secondAt).toBe(100);
+    await expect(limiter.acquire('biz', AbortSignal.abort(new Error('already')))).rejects.toThrow('already');
+  });
+});
