@@ -94,7 +94,33 @@ export const senderSchema = z.strictObject({
   drainGraceMs: positiveInt,
 });
 
-export const simulatorSchema = z.looseObject({
+const nonNegativeInt = z.number().int().min(0);
+const rate = z.number().min(0).max(1);
+const phoneNumber = z.string().regex(/^\+?[0-9]{5,20}$/, 'expected a phone number in international format (+ and 5-20 digits)');
+
+/** Faults the simulator injects on demand (also settable at run time with `PUT /sim/faults`). */
+export const simulatorFaultsSchema = z.strictObject({
+  /** Extra latency before every answer of the send endpoints, uniform in [min, max]. */
+  sendLatencyMs: z
+    .strictObject({ min: nonNegativeInt.max(600_000), max: nonNegativeInt.max(600_000) })
+    .refine((r) => r.min <= r.max, { message: 'min must not exceed max' }),
+  send429Rate: rate,
+  /** Retry-After seconds on those 429s; null = no Retry-After header. */
+  send429RetryAfterSeconds: nonNegativeInt.max(86_400).nullable(),
+  send5xxRate: rate,
+  /** A token bucket per business and send operation answering 429 (Retry-After: 1) above it; null = unlimited. */
+  sendRateLimitPerSecond: positiveInt.nullable(),
+  /** Share of acknowledged webhook deliveries that are delivered once more. */
+  duplicateDeliveryRate: rate,
+  /** Collect deliveries per address for a short window and send them in reverse order. */
+  reorderDeliveries: z.boolean(),
+  /** Hold every webhook delivery this long before its first attempt. */
+  deliveryDelayMs: nonNegativeInt.max(3_600_000),
+  /** Share of webhook attempts signed with a wrong secret. */
+  badSignatureRate: rate,
+});
+
+export const simulatorSchema = z.strictObject({
   host: z.string().min(1),
   port,
   /** Where webhook registrations are kept across restarts; null = memory only. */
@@ -108,6 +134,54 @@ export const logSchema = z.strictObject({
 export const configSchema = z.strictObject({
   kafka: kafkaSchema,
   localKafka: localKafkaSchema,
+  maxBodyBytes: z.number().int().min(1024).max(64 * 1024 * 1024),
+  /** The WhatsApp number of each business (sender of its status events); a stable one is derived when absent. */
+  businessNumbers: z.record(z.string(), phoneNumber),
+  /** Approved templates and the variables each declares. */
+  templates: z.record(z.string().min(1), z.strictObject({ variables: z.array(z.string().min(1)) })),
+  /** Recipient behaviours by number. */
+  recipients: z.strictObject({
+    notOnWhatsapp: z.array(phoneNumber),
+    optedOut: z.array(phoneNumber),
+    neverReads: z.array(phoneNumber),
+    blocked: z.array(phoneNumber),
+  }),
+  lifecycle: z.strictObject({
+    /** After creation: `sent` (or `delivery_failed`). */
+    sentDelayMs: nonNegativeInt,
+    /** After `sent`: `delivered`. */
+    deliveredDelayMs: nonNegativeInt,
+    /** After `delivered`: `read`. */
+    readDelayMs: nonNegativeInt,
+    /** How long an inbound message keeps the conversation open for texts (24 h on WhatsApp). */
+    conversationWindowMs: positiveInt,
+  }),
+  delivery: z.strictObject({
+    /** Per attempt, connection included. */
+    timeoutMs: positiveInt,
+    maxAttempts: positiveInt,
+    /** Stop retrying once this long has passed since the first attempt. */
+    maxRetryWindowMs: positiveInt,
+    backoffInitialMs: positiveInt,
+    backoffMaxMs: positiveInt,
+    /** Attempts in flight at once, all addresses together. */
+    concurrency: positiveInt,
+    /** Keep-alive connections per receiving origin. */
+    connectionsPerOrigin: positiveInt,
+    /** Deliveries waiting, in flight or between retries; above it new ones are dropped (and recorded). */
+    queueMax: positiveInt,
+    /** With the reorderDeliveries fault: how long deliveries are collected before going out reversed. */
+    reorderWindowMs: positiveInt,
+  }),
+  faults: simulatorFaultsSchema,
+  /** Bounds of what the simulator remembers for `/sim/`. */
+  history: z.strictObject({
+    sends: positiveInt,
+    deliveries: positiveInt,
+    messages: positiveInt,
+    conversations: positiveInt,
+  }),
+  maxRegistrationsPerBusiness: positiveInt,
   businesses: z.array(businessSchema).superRefine((list, ctx) => {
     const seen = new Set<string>();
     list.forEach((b, i) => {
@@ -128,3 +202,4 @@ export type BusinessConfig = z.infer<typeof businessSchema>;
 export type IngressConfig = z.infer<typeof ingressSchema>;
 export type SenderConfig = z.infer<typeof senderSchema>;
 export type SimulatorConfig = z.infer<typeof simulatorSchema>;
+export type SimulatorFaults = z.infer<typeof simulatorFaultsSchema>;
