@@ -11,10 +11,16 @@ export type ErrorCode =
   | 'LOCAL_BROKER_FAILED'
   | 'KAFKA_UNAVAILABLE'
   | 'UWS_NATIVE_MISSING'
+  | 'SIMULATOR_UNAVAILABLE'
   | 'PUBLISH_TIMEOUT'
   | 'QUEUE_FULL'
   | 'SHUTTING_DOWN'
-  | 'INVALID_ARGUMENT';
+  | 'INVALID_ARGUMENT'
+  | 'SIGNATURE_INVALID'
+  | 'BODY_TOO_LARGE'
+  | 'UNSUPPORTED_ENCODING'
+  | 'NOT_FOUND'
+  | 'METHOD_NOT_ALLOWED';
 
 export class MsgbridgeError extends Error {
   readonly code: ErrorCode;

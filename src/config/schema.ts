@@ -75,8 +75,17 @@ export const ingressSchema = z.strictObject({
   queueMaxEvents: positiveInt,
   queueMaxBytes: positiveInt,
   batchMaxEvents: positiveInt,
+  /**
+   * Estimated bytes per produce request. Keep it below the topics' max.message.bytes (1 MB by
+   * default): all records of one partition travel as one record batch.
+   */
   batchMaxBytes: positiveInt,
   retryAfterSeconds: positiveInt,
+  /**
+   * Seconds a request may take to deliver its whole body before its connection is closed.
+   * Idle keep-alive connections are closed by uWebSockets.js itself after 10 s without
+   * traffic (a constant of the native build); this bounds slow bodies, which are not idle.
+   */
   idleTimeoutSeconds: z.number().int().min(8).max(3600),
   drainGraceMs: positiveInt,
 });

@@ -5,6 +5,8 @@ export interface TopicSpec {
   topic: string;
   partitions: number;
   replicationFactor: number;
+  /** Topic-level settings for topics created here (for example max.message.bytes). */
+  configEntries?: { name: string; value: string }[];
 }
 
 /**
@@ -23,7 +25,7 @@ export async function ensureTopics(admin: Admin, specs: TopicSpec[], logger?: Lo
     if (replicationFactor < s.replicationFactor) {
       logger?.warn({ topic: s.topic, wanted: s.replicationFactor, brokers: brokers.length }, 'replication factor capped by the number of brokers');
     }
-    return { topic: s.topic, numPartitions: s.partitions, replicationFactor };
+    return { topic: s.topic, numPartitions: s.partitions, replicationFactor, ...(s.configEntries ? { configEntries: s.configEntries } : {}) };
   });
   await admin.createTopics({ topics, waitForLeaders: true });
   // Another instance may have created some of them concurrently; createTopics then answers

@@ -1,0 +1,201 @@
+import type { Registry } from 'prom-client';
+import type { Config } from '../config/schema.js';
+import { MsgbridgeError } from '../errors.js';
+import { BatchingPublisher } from '../kafka/batching-publisher.js';
+import { createKafka } from '../kafka/client.js';
+import { createKafkajsProducer } from '../kafka/kafkajs-producer.js';
+import type { RecordProducer } from '../kafka/port.js';
+import { ensureTopics } from '../kafka/topics.js';
+import { silentLogger, type Logger } from '../observability/logger.js';
+import { createMetricsRegistry } from '../observability/metrics.js';
+import { createWebhookHandler, rulesFromConfig } from './handle-webhook.js';
+import { createIngressMetrics } from './metrics.js';
+import { startIngressServer } from './server.js';
+
+export { createWebhookHandler, rulesFromConfig } from './handle-webhook.js';
+export type { WebhookDecision, WebhookHandler, IngressRules } from './handle-webhook.js';
+
+export interface StartIngressOptions {
+  config: Config;
+  logger?: Logger;
+  /** Bootstrap servers; default config.kafka.brokers (the CLI passes obtainBrokers()). */
+  brokers?: string[];
+  /** Registry for the ingress metrics; default a new one with the process metrics. */
+  registry?: Registry;
+  /** Replaces the kafkajs producer (tests); called again after every failed send. */
+  createProducer?: () => RecordProducer;
+  /**
+   * Benchmarks only: acknowledge every event without writing it anywhere, to measure the
+   * ceiling of the HTTP and verification path. Deliberately not a configuration setting.
+   */
+  unsafeDiscardRecords?: boolean;
+  /** Produce requests in flight at once (default 1: keeps per-key order across failures). */
+  maxInFlightBatches?: number;
+}
+
+export type IngressState = 'running' | 'draining' | 'stopped';
+
+export interface Ingress {
+  readonly port: number;
+  /** http://host:port, with 127.0.0.1 for a wildcard host. */
+  readonly url: string;
+  /** What /readyz answers: producer connected, queue below its bound, not draining. */
+  readonly ready: boolean;
+  readonly state: IngressState;
+  readonly registry: Registry;
+  /**
+   * Stops accepting (new webhooks 503, /readyz 503), answers every request already admitted
+   * once its batch is acknowledged (or failed), flushes and disconnects the producer, closes
+   * the listening socket. Idempotent. Bound it with a grace period (src/lifecycle.ts).
+   */
+  drain(): Promise<void>;
+  /** Same as drain(). */
+  close(): Promise<void>;
+}
+
+/** Every ingress topic must hold a whole webhook body and a whole batch in one record batch. */
+export function ingressTopicMaxMessageBytes(config: Config): number {
+  return Math.max(1_048_588, config.ingress.maxBodyBytes + 65_536, config.ingress.batchMaxBytes + 65_536);
+}
+
+/**
+ * The ingress composition root: configuration → handler, publisher, metrics, server.
+ * Resolves once topics exist, the producer is connected and the server listens.
+ */
+export async function startIngress(options: StartIngressOptions): Promise<Ingress> {
+  const { config } = options;
+  const logger = options.logger ?? silentLogger;
+  const ingress = config.ingress;
+
+  if (!config.businesses.some((b) => b.signingSecrets.length > 0)) {
+    throw new MsgbridgeError(
+      'CONFIG_INVALID',
+      'the ingress needs at least one business with a webhook signing secret: set MSGBRIDGE_BUSINESS_ID and MSGBRIDGE_SIGNING_SECRET, or businesses[].signingSecrets in the configuration file',
+    );
+  }
+  for (const b of config.businesses) {
+    if (b.signingSecrets.length === 0) logger.warn({ business: b.id }, 'business has no signing secret: its webhooks will be refused (403)');
+  }
+
+  let createProducer = options.createProducer;
+  if (options.unsafeDiscardRecords) {
+    logger.warn('publishing disabled (benchmark ceiling): events are acknowledged without being written to Kafka');
+    createProducer = () => ({ connect: async () => {}, send: async () => {}, disconnect: async () => {} });
+  }
+  if (!createProducer) {
+    const brokers = options.brokers ?? config.kafka.brokers;
+    if (brokers.length === 0) {
+      throw new MsgbridgeError('CONFIG_INVALID', 'kafka.brokers: no Kafka brokers to publish to (set KAFKA_BROKERS)');
+    }
+    const kafka = createKafka(config.kafka, { logger, brokers });
+    if (config.kafka.createTopics) await createIngressTopics(kafka, config, logger);
+    createProducer = () => createKafkajsProducer(kafka, { idempotent: true, timeoutMs: config.kafka.requestTimeoutMs });
+  }
+
+  const registry = options.registry ?? createMetricsRegistry('ingress');
+  // The gauges read the publisher at scrape time, after it exists.
+  const metrics = createIngressMetrics(registry, {
+    stats: () => publisher.stats(),
+    ready: () => state === 'running' && publisher.ready,
+  });
+  const publisher = new BatchingPublisher({
+    createProducer,
+    batchMaxEvents: ingress.batchMaxEvents,
+    batchMaxBytes: ingress.batchMaxBytes,
+    queueMaxEvents: ingress.queueMaxEvents,
+    queueMaxBytes: ingress.queueMaxBytes,
+    publishTimeoutMs: ingress.publishTimeoutMs,
+    maxInFlightBatches: options.maxInFlightBatches ?? 1,
+    observer: {
+      batch: (info) => {
+        metrics.batch(info);
+        if (!info.ok) logger.error({ err: info.error, events: info.events }, 'produce request failed: events answered 503, reconnecting');
+      },
+      connection: (connected, err) => {
+        metrics.kafkaConnected(connected);
+        if (connected) logger.info('Kafka producer connected');
+        else if (err) logger.warn({ err }, 'Kafka producer not connected');
+      },
+    },
+  });
+  await publisher.start();
+
+  let state: IngressState = 'running';
+  let server;
+  try {
+    server = await startIngressServer({
+      host: ingress.host,
+      port: ingress.port,
+      handler: createWebhookHandler(rulesFromConfig(config)),
+      publisher,
+      metrics,
+      metricsText: async () => ({ contentType: registry.contentType, body: await registry.metrics() }),
+      logger,
+      retryAfterSeconds: ingress.retryAfterSeconds,
+      bodyTimeoutMs: ingress.idleTimeoutSeconds * 1000,
+    });
+  } catch (err) {
+    await publisher.drain();
+    throw err;
+  }
+  const urlHost = ingress.host === '0.0.0.0' || ingress.host === '::' ? '127.0.0.1' : ingress.host.includes(':') ? `[${ingress.host}]` : ingress.host;
+  const url = `http://${urlHost}:${server.port}`;
+  logger.info({ url, businesses: config.businesses.map((b) => b.id), topics: config.kafka.topics }, 'ingress listening');
+
+  let draining: Promise<void> | undefined;
+  const drain = () => {
+    draining ??= (async () => {
+      state = 'draining';
+      server.stopAccepting();
+      await server.whenIdle();
+      await publisher.drain();
+      server.close();
+      state = 'stopped';
+    })();
+    return draining;
+  };
+
+  return {
+    port: server.port,
+    url,
+    get ready() {
+      return state === 'running' && publisher.ready;
+    },
+    get state() {
+      return state;
+    },
+    registry,
+    drain,
+    close: drain,
+  };
+}
+
+async function createIngressTopics(kafka: ReturnType<typeof createKafka>, config: Config, logger: Logger): Promise<void> {
+  const { topics, partitions, replicationFactor } = config.kafka;
+  const maxMessageBytes = String(ingressTopicMaxMessageBytes(config));
+  const names = [topics.messages, topics.deliveryStatus, topics.webhooksDlq];
+  const admin = kafka.admin();
+  try {
+    await admin.connect();
+    await ensureTopics(
+      admin,
+      names.map((topic) => ({ topic, partitions, replicationFactor, configEntries: [{ name: 'max.message.bytes', value: maxMessageBytes }] })),
+      logger,
+    );
+    // Topics made by an operator keep their settings; say so when one cannot take a full body.
+    const described = await admin.describeConfigs({ resources: names.map((name) => ({ type: 2, name, configNames: ['max.message.bytes'] })), includeSynonyms: false });
+    for (const resource of described.resources) {
+      const value = Number(resource.configEntries.find((e) => e.configName === 'max.message.bytes')?.configValue);
+      if (Number.isFinite(value) && value < config.ingress.maxBodyBytes + 4096) {
+        logger.warn(
+          { topic: resource.resourceName, maxMessageBytes: value, maxBodyBytes: config.ingress.maxBodyBytes },
+          'topic max.message.bytes is below ingress.maxBodyBytes: the largest webhooks cannot be written (503 until fixed)',
+        );
+      }
+    }
+  } catch (err) {
+    throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot prepare the ingress topics ${names.join(', ')}: ${(err as Error).message}`, { cause: err });
+  } finally {
+    await admin.disconnect().catch(() => {});
+  }
+}

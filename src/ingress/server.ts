@@ -1,0 +1,353 @@
+import { performance } from 'node:perf_hooks';
+import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket } from 'uWebSockets.js';
+import { MsgbridgeError, type ErrorCode } from '../errors.js';
+import { SIGNATURE_HEADER } from '../contracts/headers.js';
+import type { PublishCallback, PublishRecord } from '../kafka/batching-publisher.js';
+import type { Logger } from '../observability/logger.js';
+import { signaturePrefix } from '../observability/logger.js';
+import { loadUws } from '../uws.js';
+import type { Rejection, WebhookDecision, WebhookHandler } from './handle-webhook.js';
+import { httpStatusOf, statusLine } from './http-status.js';
+import type { IngressMetrics, IngressOutcome } from './metrics.js';
+
+/**
+ * The uWebSockets.js adapter: routes, body streaming with its limit, answers. Decisions are
+ * made by the framework-free handler; records go to the publisher. uWS rules followed here:
+ * the request object is read synchronously (it does not outlive the handler), onAborted is
+ * registered before anything asynchronous, every body chunk is copied before the callback
+ * returns (uWS neuters it), and every write after the handler returned is corked.
+ */
+
+export interface PublisherPort {
+  publish(record: PublishRecord, cb: PublishCallback): MsgbridgeError | undefined;
+  /** Why a new event would be refused right now, if it would. */
+  admission(): MsgbridgeError | undefined;
+  readonly ready: boolean;
+}
+
+export interface IngressServerOptions {
+  host: string;
+  port: number;
+  handler: WebhookHandler;
+  publisher: PublisherPort;
+  metrics: IngressMetrics;
+  metricsText: () => Promise<{ contentType: string; body: string }>;
+  logger: Logger;
+  retryAfterSeconds: number;
+  /** A request must deliver its whole body within this time, else its connection is closed. */
+  bodyTimeoutMs: number;
+}
+
+export interface IngressServer {
+  readonly port: number;
+  /** Webhook requests admitted and not yet answered (or aborted). */
+  readonly inFlight: number;
+  /** From now on: new webhook requests get 503 and the connection closes; /readyz is 503. */
+  stopAccepting(): void;
+  /** Resolves when every admitted webhook request has been answered or aborted. */
+  whenIdle(): Promise<void>;
+  /** Closes the listening socket. */
+  close(): void;
+}
+
+const OUTCOME_OF: Partial<Record<ErrorCode, IngressOutcome>> = {
+  SIGNATURE_INVALID: 'forbidden',
+  NOT_FOUND: 'not_found',
+  METHOD_NOT_ALLOWED: 'method_not_allowed',
+  BODY_TOO_LARGE: 'too_large',
+  UNSUPPORTED_ENCODING: 'unsupported_encoding',
+  QUEUE_FULL: 'queue_full',
+  PUBLISH_TIMEOUT: 'publish_timeout',
+  KAFKA_UNAVAILABLE: 'kafka_unavailable',
+  SHUTTING_DOWN: 'shutting_down',
+};
+
+const JSON_TYPE = 'application/json';
+
+/** One webhook request in progress. */
+interface Exchange {
+  res: HttpResponse;
+  businessId: string;
+  pathTopic: string | undefined;
+  signature: string;
+  contentType: string;
+  contentEncoding: string;
+  traceparent: string;
+  receivedAt: number;
+  startedAt: number;
+  chunks: Buffer[] | undefined;
+  body: Buffer | undefined;
+  received: number;
+  aborted: boolean;
+  answered: boolean;
+  /** Admitted and not yet finished: counted in `inFlight`. */
+  active: boolean;
+}
+
+export function startIngressServer(options: IngressServerOptions): Promise<IngressServer> {
+  const uws = loadUws();
+  const { handler, publisher, metrics, logger } = options;
+  const retryAfter = String(options.retryAfterSeconds);
+  let accepting = true;
+  let inFlight = 0;
+  let idleWaiters: (() => void)[] = [];
+  const receiving = new Set<Exchange>();
+
+  const app: TemplatedApp = uws.App();
+
+  const finishExchange = (ex: Exchange) => {
+    if (!ex.active) return;
+    ex.active = false;
+    receiving.delete(ex);
+    inFlight--;
+    if (inFlight === 0 && idleWaiters.length > 0) {
+      const waiters = idleWaiters;
+      idleWaiters = [];
+      for (const resolve of waiters) resolve();
+    }
+  };
+
+  /** Writes a complete answer; a no-op once the client went away. */
+  const write = (ex: Pick<Exchange, 'res' | 'aborted' | 'answered'>, status: number, body: string, extra?: { retryAfter?: boolean; close?: boolean; allow?: string }) => {
+    if (ex.aborted || ex.answered) return;
+    ex.answered = true;
+    ex.res.cork(() => {
+      ex.res.writeStatus(statusLine(status)).writeHeader('content-type', JSON_TYPE);
+      if (extra?.retryAfter) ex.res.writeHeader('retry-after', retryAfter);
+      if (extra?.allow) ex.res.writeHeader('allow', extra.allow);
+      ex.res.end(body, extra?.close === true);
+    });
+  };
+
+  const refuse = (
+    ex: Pick<Exchange, 'res' | 'aborted' | 'answered' | 'businessId' | 'pathTopic' | 'signature'> & Partial<Pick<Exchange, 'body'>>,
+    code: ErrorCode,
+    reason: string,
+    message: string,
+    extra: { close?: boolean; topic?: string; eventId?: string } = {},
+  ) => {
+    const status = httpStatusOf(code);
+    const topic = extra.topic ?? (ex.pathTopic === 'messages' || ex.pathTopic === 'delivery_status' ? ex.pathTopic : 'unknown');
+    metrics.request(topic, OUTCOME_OF[code] ?? 'aborted');
+    logger.warn(
+      {
+        status,
+        code,
+        reason,
+        business: ex.businessId,
+        topic,
+        eventId: extra.eventId,
+        signaturePrefix: signaturePrefix(ex.signature || undefined),
+      },
+      'webhook not accepted',
+    );
+    write(ex, status, JSON.stringify({ error: { code, message } }), { retryAfter: status === 503, close: extra.close });
+  };
+
+  const onWebhook = (res: HttpResponse, req: HttpRequest, pathTopic: string | undefined) => {
+    // Everything from the request is read now: it does not survive this call.
+    const ex: Exchange = {
+      res,
+      businessId: req.getParameter(0),
+      pathTopic,
+      signature: req.getHeader(SIGNATURE_HEADER),
+      contentType: req.getHeader('content-type'),
+      contentEncoding: req.getHeader('content-encoding'),
+      traceparent: req.getHeader('traceparent'),
+      receivedAt: Date.now(),
+      startedAt: performance.now(),
+      chunks: undefined,
+      body: undefined,
+      received: 0,
+      aborted: false,
+      answered: false,
+      active: false,
+    };
+    const contentLength = req.getHeader('content-length');
+
+    const early: Rejection | undefined = handler.precheck({ businessId: ex.businessId, pathTopic, contentLength, contentEncoding: ex.contentEncoding });
+    if (early) {
+      // Answered before the body is read; uWS discards the rest of a body it was told the
+      // length of. An oversized body closes the connection so that none of it is buffered.
+      refuse(ex, early.code, early.reason, early.message, { close: early.code === 'BODY_TOO_LARGE' });
+      return;
+    }
+    if (!accepting) {
+      refuse(ex, 'SHUTTING_DOWN', 'draining', 'the ingress is shutting down', { close: true });
+      return;
+    }
+    const unavailable = publisher.admission();
+    if (unavailable) {
+      refuse(ex, unavailable.code, unavailable.code.toLowerCase(), unavailable.message);
+      return;
+    }
+
+    ex.active = true;
+    inFlight++;
+    receiving.add(ex);
+    res.onAborted(() => {
+      ex.aborted = true;
+      if (!ex.answered) metrics.request(ex.pathTopic ?? 'unknown', 'aborted');
+      finishExchange(ex);
+    });
+
+    res.onData((chunk, isLast) => {
+      if (ex.answered || ex.aborted) return;
+      const size = chunk.byteLength;
+      ex.received += size;
+      if (ex.received > handler.maxBodyBytes) {
+        // Only reachable without a content-length (chunked): stop at once, keep nothing.
+        ex.chunks = undefined;
+        refuse(ex, 'BODY_TOO_LARGE', 'body-too-large', `the body exceeds ${handler.maxBodyBytes} bytes`, { close: true });
+        finishExchange(ex);
+        return;
+      }
+      if (isLast && ex.chunks === undefined) {
+        // The common case, the whole body in one chunk: one copy, of exactly its size.
+        ex.body = Buffer.from(chunk.slice(0));
+      } else {
+        if (ex.chunks === undefined) ex.chunks = [];
+        if (size > 0) ex.chunks.push(Buffer.from(chunk.slice(0)));
+        if (isLast) ex.body = ex.chunks.length === 1 ? ex.chunks[0]! : Buffer.concat(ex.chunks, ex.received);
+      }
+      if (isLast) {
+        ex.chunks = undefined;
+        receiving.delete(ex);
+        decide(ex);
+      }
+    });
+  };
+
+  const decide = (ex: Exchange) => {
+    const decision: WebhookDecision = handler.handle({
+      businessId: ex.businessId,
+      pathTopic: ex.pathTopic,
+      body: ex.body!,
+      signature: ex.signature === '' ? undefined : ex.signature,
+      contentType: ex.contentType === '' ? undefined : ex.contentType,
+      contentEncoding: ex.contentEncoding,
+      traceparent: ex.traceparent === '' ? undefined : ex.traceparent,
+      receivedAt: ex.receivedAt,
+    });
+    ex.body = undefined;
+    if (decision.kind === 'reject') {
+      refuse(ex, decision.code, decision.reason, decision.message);
+      finishExchange(ex);
+      return;
+    }
+    const topic = decision.webhookTopic ?? 'unknown';
+    const refused = publisher.publish(decision.record, (err) => {
+      if (err) {
+        refuse(ex, err.code, err.code.toLowerCase(), err.message, { topic, eventId: decision.eventId });
+      } else {
+        metrics.publishLatency(decision.destination, (performance.now() - ex.startedAt) / 1000);
+        if (decision.destination === 'dlq') {
+          metrics.request(topic, 'dead_lettered');
+          metrics.deadLetter(decision.deadLetter!.reason);
+          logger.info(
+            { business: ex.businessId, topic, eventId: decision.eventId, reason: decision.deadLetter!.detail },
+            'authentic webhook dead-lettered',
+          );
+          write(ex, 200, JSON.stringify({ status: 'dead-lettered', eventId: decision.eventId, reason: decision.deadLetter!.reason }));
+        } else {
+          metrics.request(topic, 'published');
+          write(ex, 200, `{"status":"accepted","eventId":"${decision.eventId}"}`);
+        }
+      }
+      finishExchange(ex);
+    });
+    if (refused) {
+      refuse(ex, refused.code, refused.code.toLowerCase(), refused.message, { topic, eventId: decision.eventId });
+      finishExchange(ex);
+    }
+  };
+
+  const methodNotAllowed = (allow: string) => (res: HttpResponse, req: HttpRequest) => {
+    const ex = { res, aborted: false, answered: false, businessId: '', pathTopic: undefined, signature: '' };
+    logger.warn({ status: 405, method: req.getMethod(), path: req.getUrl() }, 'method not allowed');
+    metrics.request('unknown', 'method_not_allowed');
+    write(ex, 405, JSON.stringify({ error: { code: 'METHOD_NOT_ALLOWED', message: `use ${allow}` } }), { allow });
+  };
+
+  app
+    .post('/webhooks/:businessId/:topic', (res, req) => onWebhook(res, req, req.getParameter(1)))
+    .post('/webhooks/:businessId', (res, req) => onWebhook(res, req, undefined))
+    .any('/webhooks/:businessId/:topic', methodNotAllowed('POST'))
+    .any('/webhooks/:businessId', methodNotAllowed('POST'))
+    .get('/healthz', (res) => {
+      write({ res, aborted: false, answered: false }, 200, '{"status":"alive"}');
+    })
+    .get('/readyz', (res) => {
+      const ready = accepting && publisher.ready;
+      if (!ready) logger.debug({ status: 503 }, 'not ready');
+      write({ res, aborted: false, answered: false }, ready ? 200 : 503, ready ? '{"ready":true}' : '{"ready":false}', { retryAfter: !ready });
+    })
+    .get('/metrics', (res) => {
+      const ex = { res, aborted: false, answered: false };
+      res.onAborted(() => (ex.aborted = true));
+      options.metricsText().then(
+        ({ contentType, body }) => {
+          if (ex.aborted) return;
+          ex.answered = true;
+          res.cork(() => res.writeStatus('200 OK').writeHeader('content-type', contentType).end(body));
+        },
+        (err: unknown) => {
+          logger.error({ err }, 'metrics collection failed');
+          write(ex, 500, '{"error":{"code":"INTERNAL","message":"metrics collection failed"}}');
+        },
+      );
+    })
+    .any('/healthz', methodNotAllowed('GET'))
+    .any('/readyz', methodNotAllowed('GET'))
+    .any('/metrics', methodNotAllowed('GET'))
+    .any('/*', (res, req) => {
+      logger.warn({ status: 404, method: req.getMethod(), path: req.getUrl() }, 'no such route');
+      metrics.request('unknown', 'not_found');
+      write({ res, aborted: false, answered: false }, 404, '{"error":{"code":"NOT_FOUND","message":"no such route"}}');
+    });
+
+  // Slow bodies: uWS closes connections idle for 10 s, but a body trickling in a byte at a
+  // time is not idle. Every admitted request gets a deadline for its whole body.
+  const bodySweep = setInterval(() => {
+    const now = performance.now();
+    for (const ex of receiving) {
+      if (now - ex.startedAt > options.bodyTimeoutMs) {
+        receiving.delete(ex);
+        logger.warn({ business: ex.businessId, received: ex.received, timeoutMs: options.bodyTimeoutMs }, 'request body too slow: connection closed');
+        ex.chunks = undefined;
+        ex.res.close();
+      }
+    }
+  }, Math.min(1000, options.bodyTimeoutMs));
+  bodySweep.unref();
+
+  return new Promise((resolve, reject) => {
+    app.listen(options.host, options.port, (socket: us_listen_socket | false) => {
+      if (!socket) {
+        clearInterval(bodySweep);
+        reject(new MsgbridgeError('INVALID_ARGUMENT', `the ingress cannot listen on ${options.host}:${options.port} (in use, or not an address of this host)`));
+        return;
+      }
+      const port = uws.us_socket_local_port(socket as never);
+      let listenSocket: us_listen_socket | undefined = socket;
+      resolve({
+        port,
+        get inFlight() {
+          return inFlight;
+        },
+        stopAccepting() {
+          accepting = false;
+        },
+        whenIdle() {
+          if (inFlight === 0) return Promise.resolve();
+          return new Promise<void>((done) => idleWaiters.push(done));
+        },
+        close() {
+          clearInterval(bodySweep);
+          if (listenSocket) uws.us_listen_socket_close(listenSocket);
+          listenSocket = undefined;
+        },
+      });
+    });
+  });
+}

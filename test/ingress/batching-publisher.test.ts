@@ -1,0 +1,278 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { BatchingPublisher, type BatchingPublisherOptions, type PublishRecord } from '../../src/kafka/batching-publisher.js';
+import type { MsgbridgeError } from '../../src/errors.js';
+import type { RecordProducer, TopicRecords } from '../../src/kafka/port.js';
+
+/** An in-memory RecordProducer whose sends the test completes by hand. */
+class FakeKafka {
+  producers: FakeProducer[] = [];
+  failConnects = 0;
+  create = (): RecordProducer => {
+    const p = new FakeProducer(this);
+    this.producers.push(p);
+    return p;
+  };
+  get sends() {
+    return this.producers.flatMap((p) => p.sends);
+  }
+  get pending() {
+    return this.sends.filter((s) => !s.done);
+  }
+  /** Values written so far, in write order. */
+  written: string[] = [];
+}
+
+interface Send {
+  batches: TopicRecords[];
+  values: string[];
+  done: boolean;
+  ack(): void;
+  fail(err?: Error): void;
+}
+
+class FakeProducer implements RecordProducer {
+  sends: Send[] = [];
+  connected = false;
+  constructor(private readonly kafka: FakeKafka) {}
+  async connect() {
+    if (this.kafka.failConnects > 0) {
+      this.kafka.failConnects--;
+      throw new Error('connection refused');
+    }
+    this.connected = true;
+  }
+  async disconnect() {
+    this.connected = false;
+  }
+  send(batches: TopicRecords[]): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const values = batches.flatMap((b) => b.records.map((r) => String(r.value)));
+      const send: Send = {
+        batches,
+        values,
+        done: false,
+        ack: () => {
+          send.done = true;
+          this.kafka.written.push(...values);
+          resolve();
+        },
+        fail: (err = new Error('broker gone')) => {
+          send.done = true;
+          reject(err);
+        },
+      };
+      this.sends.push(send);
+    });
+  }
+}
+
+const tick = () => new Promise((r) => setImmediate(r));
+async function until(condition: () => boolean, timeoutMs = 2000) {
+  const end = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > end) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+function rec(key: string, value: string, topic = 't'): PublishRecord {
+  return { topic, key, value: Buffer.from(value), headers: { 'event-id': value } };
+}
+
+let publishers: BatchingPublisher[] = [];
+afterEach(async () => {
+  for (const p of publishers) void p.drain();
+  publishers = [];
+});
+
+async function setup(overrides: Partial<BatchingPublisherOptions> = {}) {
+  const kafka = new FakeKafka();
+  const publisher = new BatchingPublisher({
+    createProducer: kafka.create,
+    batchMaxEvents: 100,
+    batchMaxBytes: 1_000_000,
+    queueMaxEvents: 1000,
+    queueMaxBytes: 10_000_000,
+    publishTimeoutMs: 5000,
+    reconnectBackoffMs: { initial: 5, max: 20 },
+    ...overrides,
+  });
+  publishers.push(publisher);
+  await publisher.start();
+  const outcomes = new Map<string, string>();
+  const publish = (key: string, value: string, topic = 't') => {
+    const refused = publisher.publish(rec(key, value, topic), (err: MsgbridgeError | null) => outcomes.set(value, err ? err.code : 'ok'));
+    if (refused) outcomes.set(value, `refused:${refused.code}`);
+  };
+  return { kafka, publisher, outcomes, publish };
+}
+
+describe('BatchingPublisher', () => {
+  it('sends the first event at once, queues the rest while it is in flight, then sends them together', async () => {
+    const { kafka, outcomes, publish } = await setup();
+    publish('a', 'e1');
+    await tick();
+    expect(kafka.sends.map((s) => s.values)).toEqual([['e1']]);
+    for (let i = 2; i <= 6; i++) publish(`k${i}`, `e${i}`);
+    await tick();
+    expect(kafka.sends).toHaveLength(1); // still one in flight
+    expect(outcomes.size).toBe(0); // nobody answered before the acknowledgement
+    kafka.sends[0]!.ack();
+    await until(() => kafka.sends.length === 2);
+    expect(outcomes.get('e1')).toBe('ok');
+    expect(outcomes.has('e2')).toBe(false);
+    expect(kafka.sends[1]!.values).toEqual(['e2', 'e3', 'e4', 'e5', 'e6']);
+    kafka.sends[1]!.ack();
+    await until(() => outcomes.size === 6);
+    expect([...outcomes.values()].every((o) => o === 'ok')).toBe(true);
+  });
+
+  it('bounds a batch by events and by bytes, and groups records by topic', async () => {
+    const { kafka, publish } = await setup({ batchMaxEvents: 3, batchMaxBytes: 600 });
+    publish('a', 'first');
+    await tick();
+    for (let i = 0; i < 5; i++) publish(`k${i}`, `m${i}`, i % 2 ? 'x' : 'y');
+    publish('big', 'B'.repeat(500));
+    kafka.sends[0]!.ack();
+    await until(() => kafka.sends.length === 2);
+    expect(kafka.sends[1]!.values).toHaveLength(3);
+    expect(kafka.sends[1]!.batches.map((b) => b.topic).sort()).toEqual(['x', 'y']);
+    kafka.sends[1]!.ack();
+    await until(() => kafka.sends.length === 3);
+    // m3, m4 fit; the 500-byte event would pass 600 bytes with them, so it waits for the next batch.
+    expect(kafka.sends[2]!.values).toEqual(['m3', 'm4']);
+    kafka.sends[2]!.ack();
+    await until(() => kafka.sends.length === 4);
+    expect(kafka.sends[3]!.values).toEqual(['B'.repeat(500)]);
+  });
+
+  it('refuses with QUEUE_FULL beyond the queue bound, counting events in flight', async () => {
+    const { kafka, outcomes, publish, publisher } = await setup({ queueMaxEvents: 3 });
+    publish('a', 'e1');
+    await tick();
+    publish('b', 'e2');
+    publish('c', 'e3');
+    publish('d', 'e4');
+    expect(outcomes.get('e4')).toBe('refused:QUEUE_FULL');
+    expect(publisher.ready).toBe(false);
+    kafka.sends[0]!.ack();
+    await until(() => outcomes.get('e1') === 'ok');
+    expect(publisher.ready).toBe(true);
+  });
+
+  it('refuses by bytes too', async () => {
+    const { outcomes, publish } = await setup({ queueMaxBytes: 400 });
+    publish('a', 'x'.repeat(200));
+    publish('b', 'y'.repeat(200));
+    expect(outcomes.get('y'.repeat(200))).toBe('refused:QUEUE_FULL');
+  });
+
+  it('answers PUBLISH_TIMEOUT for queued and in-flight events past the deadline, and reports a stall', async () => {
+    const { kafka, outcomes, publish, publisher } = await setup({ publishTimeoutMs: 60, sweepIntervalMs: 10 });
+    publish('a', 'inflight');
+    await tick();
+    publish('b', 'queued');
+    await until(() => outcomes.size === 2, 1000);
+    expect(outcomes.get('inflight')).toBe('PUBLISH_TIMEOUT');
+    expect(outcomes.get('queued')).toBe('PUBLISH_TIMEOUT');
+    expect(publisher.stats().stalled).toBe(true);
+    expect(publisher.ready).toBe(false);
+    // The queued event timed out before being sent: it is never sent later.
+    kafka.sends[0]!.ack();
+    await new Promise((r) => setTimeout(r, 30));
+    expect(kafka.sends).toHaveLength(1);
+    expect(publisher.ready).toBe(true);
+  });
+
+  it('after a failed batch, fails queued events of the same keys (per-key order), keeps the others, reconnects', async () => {
+    const { kafka, outcomes, publish, publisher } = await setup();
+    publish('k1', 'a1');
+    publish('k2', 'b1');
+    await tick();
+    publish('k1', 'a2'); // same key as a failed event: must not overtake it
+    publish('k3', 'c1'); // unrelated key: still goes out
+    publish('k1', 'a3');
+    kafka.sends[0]!.fail();
+    await until(() => outcomes.size >= 4);
+    expect(outcomes.get('a1')).toBe('KAFKA_UNAVAILABLE');
+    expect(outcomes.get('b1')).toBe('KAFKA_UNAVAILABLE');
+    expect(outcomes.get('a2')).toBe('KAFKA_UNAVAILABLE');
+    expect(outcomes.get('a3')).toBe('KAFKA_UNAVAILABLE');
+    // A new producer replaces the failed one, and the unrelated event goes out on it.
+    await until(() => kafka.sends.length === 2);
+    expect(kafka.producers).toHaveLength(2);
+    expect(kafka.producers[0]!.connected).toBe(false);
+    expect(kafka.sends[1]!.values).toEqual(['c1']);
+    kafka.sends[1]!.ack();
+    await until(() => outcomes.get('c1') === 'ok');
+    expect(publisher.ready).toBe(true);
+    expect(kafka.written).toEqual(['c1']);
+  });
+
+  it('refuses at once while no producer is connected, and recovers when Kafka answers again', async () => {
+    const { kafka, outcomes, publish, publisher } = await setup();
+    kafka.failConnects = 3;
+    publish('k', 'e1');
+    await tick();
+    kafka.sends[0]!.fail();
+    await until(() => outcomes.has('e1'));
+    expect(publisher.ready).toBe(false);
+    publish('k', 'e2');
+    expect(outcomes.get('e2')).toBe('refused:KAFKA_UNAVAILABLE');
+    await until(() => publisher.ready);
+    expect(kafka.producers).toHaveLength(5); // the first, three refused connects, the one that worked
+    publish('k', 'e3');
+    await until(() => kafka.pending.length === 1);
+    kafka.pending[0]!.ack();
+    await until(() => outcomes.get('e3') === 'ok');
+  });
+
+  it('keeps per-key order across batches under load', async () => {
+    const { kafka, outcomes, publish } = await setup({ batchMaxEvents: 7 });
+    let n = 0;
+    const acker = setInterval(() => kafka.pending.forEach((s) => s.ack()), 1);
+    for (let round = 0; round < 20; round++) {
+      for (let i = 0; i < 10; i++) publish(`k${i % 3}`, `${i % 3}:${n++}`);
+      await tick();
+    }
+    await until(() => outcomes.size === n);
+    clearInterval(acker);
+    for (const key of ['0', '1', '2']) {
+      const seq = kafka.written.filter((v) => v.startsWith(`${key}:`)).map((v) => Number(v.split(':')[1]));
+      expect(seq).toEqual([...seq].sort((a, b) => a - b));
+    }
+    expect(kafka.written).toHaveLength(n);
+  });
+
+  it('drain: refuses new events, finishes admitted ones, then disconnects', async () => {
+    const { kafka, outcomes, publish, publisher } = await setup();
+    publish('a', 'e1');
+    await tick();
+    publish('b', 'e2');
+    const drained = publisher.drain();
+    publish('c', 'e3');
+    expect(outcomes.get('e3')).toBe('refused:SHUTTING_DOWN');
+    let done = false;
+    void drained.then(() => (done = true));
+    kafka.sends[0]!.ack();
+    await until(() => kafka.sends.length === 2);
+    expect(done).toBe(false);
+    kafka.sends[1]!.ack();
+    await drained;
+    expect(outcomes.get('e1')).toBe('ok');
+    expect(outcomes.get('e2')).toBe('ok');
+    expect(kafka.producers[0]!.connected).toBe(false);
+  });
+
+  it('pipelines up to maxInFlightBatches when asked', async () => {
+    const { kafka, publish } = await setup({ maxInFlightBatches: 2 });
+    publish('a', 'e1');
+    await tick();
+    publish('b', 'e2');
+    await tick();
+    expect(kafka.sends).toHaveLength(2);
+    publish('c', 'e3');
+    await tick();
+    expect(kafka.sends).toHaveLength(2);
+  });
+});
