@@ -1,4 +1,5 @@
 import type { SimulatorFaults } from '../config/schema.js';
+import { webhookRegistrationSchema } from '../contracts/index.js';
 import { ProviderSimulator, type InboundInput, type InboundResult, type SendRecord } from './api.js';
 import type { DeliveryFilter, DeliveryRecord } from './deliveries.js';
 import type { MessageRecord } from './lifecycle.js';
@@ -71,7 +72,9 @@ export async function startSimulator(options: SimulatorOptions): Promise<Running
     deliveries: (filter) => simulator.listDeliveries(filter),
     message: (id) => simulator.message(id),
     registerWebhook(businessId, topic, address) {
-      const result = simulator.registrations.create(businessId, topic, address);
+      if (!compiled.businesses.has(businessId)) throw new Error(`unknown business "${businessId}"`);
+      const input = webhookRegistrationSchema.parse({ topic, address });
+      const result = simulator.registrations.create(businessId, input.topic, input.address);
       if ('limitReached' in result) throw new Error(`business "${businessId}" has reached its number of webhook registrations`);
       return result.registration;
     },
