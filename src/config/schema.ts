@@ -101,6 +101,9 @@ export const senderSchema = z.strictObject({
   callTimeoutMs: positiveInt,
   completedRequestIdsMax: positiveInt,
   drainGraceMs: positiveInt,
+  /** Where the sender serves /healthz, /readyz and /metrics; port 0 = any free port. */
+  healthHost: z.string().min(1),
+  healthPort: port,
 });
 
 const nonNegativeInt = z.number().int().min(0);
