@@ -1,0 +1,74 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Registry } from 'prom-client';
+import type { Logger } from './logger.js';
+
+/**
+ * `/healthz` (process alive), `/readyz` (200 when ready, 503 with the reason otherwise) and
+ * `/metrics` (Prometheus text) on plain node:http, for roles that serve no HTTP of their own.
+ */
+export interface HealthServerOptions {
+  host: string;
+  port: number;
+  registry: Registry;
+  /** Undefined when ready; otherwise why not. */
+  notReadyReason: () => string | undefined;
+  logger?: Logger;
+}
+
+export interface HealthServer {
+  readonly url: string;
+  readonly port: number;
+  close(): Promise<void>;
+}
+
+export async function startHealthServer(options: HealthServerOptions): Promise<HealthServer> {
+  const server: Server = createServer((req, res) => {
+    const path = (req.url ?? '/').split('?')[0];
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'text/plain' }).end('method not allowed\n');
+      return;
+    }
+    if (path === '/healthz') {
+      res.writeHead(200, { 'content-type': 'text/plain' }).end('ok\n');
+      return;
+    }
+    if (path === '/readyz') {
+      const reason = options.notReadyReason();
+      res
+        .writeHead(reason === undefined ? 200 : 503, { 'content-type': 'application/json' })
+        .end(JSON.stringify(reason === undefined ? { ready: true } : { ready: false, reason }));
+      return;
+    }
+    if (path === '/metrics') {
+      options.registry.metrics().then(
+        (text) => res.writeHead(200, { 'content-type': options.registry.contentType }).end(text),
+        (err: unknown) => {
+          options.logger?.error({ err }, 'collecting metrics failed');
+          res.writeHead(500, { 'content-type': 'text/plain' }).end('metrics unavailable\n');
+        },
+      );
+      return;
+    }
+    res.writeHead(404, { 'content-type': 'text/plain' }).end('not found\n');
+  });
+  server.keepAliveTimeout = 5_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port, options.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  const host = options.host === '0.0.0.0' || options.host === '::' ? '127.0.0.1' : options.host;
+  return {
+    url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
+    port,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}

@@ -1,0 +1,94 @@
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import type { RunnerStats } from './keyed-runner.js';
+
+export type RequestOutcome = 'accepted' | 'rejected' | 'dlq' | 'duplicate';
+
+/** What the sender reports; prom-client behind it (createSenderMetrics), a no-op in unit tests. */
+export interface SenderMetrics {
+  outcome(outcome: RequestOutcome, businessId: string | undefined): void;
+  providerCall(operation: string, result: string, seconds: number): void;
+  retry(reason: string): void;
+  inFlight(delta: 1 | -1): void;
+  requestToResult(seconds: number): void;
+  commit(result: 'ok' | 'error'): void;
+  rebalance(): void;
+  publishError(): void;
+}
+
+export const noopSenderMetrics: SenderMetrics = {
+  outcome() {},
+  providerCall() {},
+  retry() {},
+  inFlight() {},
+  requestToResult() {},
+  commit() {},
+  rebalance() {},
+  publishError() {},
+};
+
+export function createSenderMetrics(registry: Registry, stats: () => RunnerStats): SenderMetrics {
+  const registers = [registry];
+  const requests = new Counter({
+    name: 'msgbridge_sender_requests_total',
+    help: 'Send requests finished, by outcome (accepted, rejected, dlq, duplicate = a repeated requestId answered from memory)',
+    labelNames: ['outcome', 'business'],
+    registers,
+  });
+  const latency = new Histogram({
+    name: 'msgbridge_sender_provider_request_duration_seconds',
+    help: 'Duration of one provider send call, by operation and result (2xx, 4xx, 5xx, timeout, network)',
+    labelNames: ['operation', 'result'],
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+    registers,
+  });
+  const retries = new Counter({
+    name: 'msgbridge_sender_retries_total',
+    help: 'Provider calls retried, by reason (rate-limited, server-error, timeout, network, other)',
+    labelNames: ['reason'],
+    registers,
+  });
+  const inFlight = new Gauge({ name: 'msgbridge_sender_provider_in_flight', help: 'Provider calls in progress', registers });
+  const endToEnd = new Histogram({
+    name: 'msgbridge_sender_request_to_result_seconds',
+    help: 'From the request record timestamp to its result being acknowledged by Kafka',
+    buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
+    registers,
+  });
+  const commits = new Counter({ name: 'msgbridge_sender_commits_total', help: 'Offset commits, by result', labelNames: ['result'], registers });
+  const rebalances = new Counter({ name: 'msgbridge_sender_assignments_total', help: 'Group (re)joins with a new assignment', registers });
+  const publishErrors = new Counter({ name: 'msgbridge_sender_publish_errors_total', help: 'Failed attempts to publish a result or DLQ record (retried)', registers });
+  new Gauge({
+    name: 'msgbridge_sender_buffered_requests',
+    help: 'Requests taken from Kafka and not yet finished (queued + running)',
+    registers,
+    collect() {
+      this.set(stats().buffered);
+    },
+  });
+  new Gauge({
+    name: 'msgbridge_sender_commit_lag',
+    help: 'Records read but not yet committed, over the owned partitions',
+    registers,
+    collect() {
+      this.set(stats().commitLag);
+    },
+  });
+  new Gauge({
+    name: 'msgbridge_sender_owned_partitions',
+    help: 'Partitions of send-requests this member owns',
+    registers,
+    collect() {
+      this.set(stats().partitions);
+    },
+  });
+  return {
+    outcome: (outcome, businessId) => requests.inc({ outcome, business: businessId ?? 'unknown' }),
+    providerCall: (operation, result, seconds) => latency.observe({ operation, result }, seconds),
+    retry: (reason) => retries.inc({ reason }),
+    inFlight: (delta) => inFlight.inc(delta),
+    requestToResult: (seconds) => endToEnd.observe(seconds),
+    commit: (result) => commits.inc({ result }),
+    rebalance: () => rebalances.inc(),
+    publishError: () => publishErrors.inc(),
+  };
+}
