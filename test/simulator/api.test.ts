@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { providerErrorSchema } from '../../src/contracts/index.js';
 import { isMsgbridgeError } from '../../src/errors.js';
 import { startSimulator, type RunningSimulator } from '../../src/simulator/index.js';
-import { apiHeaders, BIZ, call, fastOptions, OTHER, register, sendTemplate, sendText, withSimulator } from './helpers.js';
+import { apiHeaders, BIZ, call, fastOptions, OTHER, register, sendTemplate, withSimulator } from './helpers.js';
 
 const TEXT_PATH = `/v1/businesses/${BIZ.id}/send/messages`;
 const TEMPLATE_PATH = `/v1/businesses/${BIZ.id}/send/whatsapp_templated_messages`;
