@@ -1,0 +1,279 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { Writable } from 'node:stream';
+import { fileURLToPath } from 'node:url';
+import type { IHeaders } from 'kafkajs';
+import { loadConfig, type DeepPartial } from '../../src/config/load.js';
+import type { Config } from '../../src/config/schema.js';
+import { createLogger, silentLogger, type Logger } from '../../src/observability/logger.js';
+import { startSender, type Sender, type StartSenderOptions } from '../../src/sender/index.js';
+import { startSimulator, type RunningSimulator, type SendRecord, type SimulatorOptions } from '../../src/simulator/index.js';
+import { createTopics, kafkaBrokers, testKafka, uniqueTopic, withAdmin, type ReadRecord } from '../helpers/kafka.js';
+
+export const BIZ = { id: 'biz_1', apiKey: 'key-biz-1', signingSecret: 'secret-biz-1' };
+export const BIZ2 = { id: 'biz_2', apiKey: 'key-biz-2', signingSecret: 'secret-biz-2' };
+
+export const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+
+export function senderTopics() {
+  return {
+    messages: uniqueTopic('messages'),
+    deliveryStatus: uniqueTopic('status'),
+    webhooksDlq: uniqueTopic('wdlq'),
+    sendRequests: uniqueTopic('send-requests'),
+    sendResults: uniqueTopic('send-results'),
+    sendRequestsDlq: uniqueTopic('send-dlq'),
+  };
+}
+
+/** Logs to stderr with MSGBRIDGE_TEST_LOG=debug (or info...), silent otherwise. */
+export function testLogger(name: string): Logger {
+  const level = process.env.MSGBRIDGE_TEST_LOG;
+  if (!level) return silentLogger;
+  return createLogger({
+    level,
+    name,
+    destination: new Writable({
+      write(chunk, _e, done) {
+        process.stderr.write(chunk);
+        done();
+      },
+    }),
+  });
+}
+
+export interface Fixture {
+  topics: ReturnType<typeof senderTopics>;
+  simulator: RunningSimulator;
+  config: Config;
+  groupId: string;
+  /** Starts a sender in this process (several may share the group). */
+  start(options?: Partial<StartSenderOptions>): Promise<Sender>;
+  /** Environment for `msgbridge sender` in a child process, equivalent to `config`. */
+  env(): Record<string, string>;
+  close(): Promise<void>;
+}
+
+/**
+ * A simulator on port 0 and unique topics on the suite's Kafka; senders on demand. Topics are
+ * created up front with `partitions` partitions (the sender itself does not create them).
+ */
+export async function fixture(
+  options: {
+    partitions?: number;
+    businesses?: { id: string; apiKey: string; signingSecret: string }[];
+    /** API keys the sender uses, when they should differ from the simulator's. */
+    senderApiKeys?: Record<string, string>;
+    sender?: DeepPartial<Config['sender']>;
+    simulator?: Partial<SimulatorOptions>;
+  } = {},
+): Promise<Fixture> {
+  const topics = senderTopics();
+  const partitions = options.partitions ?? 3;
+  await createTopics([topics.sendRequests, topics.sendResults, topics.sendRequestsDlq], partitions);
+  const businesses = options.businesses ?? [BIZ];
+  const simulator = await startSimulator({
+    host: '127.0.0.1',
+    port: 0,
+    businesses,
+    history: { sends: 100_000, messages: 100_000 },
+    lifecycle: { sentDelayMs: 10, deliveredDelayMs: 10, readDelayMs: 10 },
+    logger: testLogger('simulator'),
+    ...options.simulator,
+  });
+  const groupId = `sender-${randomUUID().slice(0, 8)}`;
+  const sender = {
+    groupId,
+    healthPort: 0,
+    healthHost: '127.0.0.1',
+    backoffInitialMs: 20,
+    backoffMaxMs: 200,
+    drainGraceMs: 15_000,
+    ...options.sender,
+  };
+  const config = loadConfig({
+    env: {},
+    overrides: {
+      kafka: { brokers: kafkaBrokers(), topics, createTopics: false, partitions, replicationFactor: 1 },
+      businesses: businesses.map((b) => ({ id: b.id, signingSecrets: [b.signingSecret], apiKey: options.senderApiKeys?.[b.id] ?? b.apiKey })),
+      provider: { url: simulator.url },
+      sender,
+      log: { level: 'info' },
+    },
+  });
+  const running: Sender[] = [];
+  return {
+    topics,
+    simulator,
+    config,
+    groupId,
+    async start(startOptions = {}) {
+      const s = await startSender({ config, brokers: kafkaBrokers(), logger: testLogger('sender'), health: false, ...startOptions });
+      running.push(s);
+      return s;
+    },
+    env() {
+      const env: Record<string, string> = {
+        KAFKA_BROKERS: kafkaBrokers().join(','),
+        MSGBRIDGE_PROVIDER_URL: simulator.url,
+        MSGBRIDGE_LOG_LEVEL: process.env.MSGBRIDGE_TEST_LOG ?? 'warn',
+        MSGBRIDGE__kafka__topics: JSON.stringify(topics),
+        MSGBRIDGE__kafka__createTopics: 'false',
+        MSGBRIDGE__sender: JSON.stringify(config.sender),
+      };
+      if (businesses.length === 1) {
+        env.MSGBRIDGE_BUSINESS_ID = businesses[0]!.id;
+        env.MSGBRIDGE_API_KEY = config.businesses[0]!.apiKey!;
+      } else {
+        env.MSGBRIDGE__businesses = JSON.stringify(config.businesses);
+      }
+      return env;
+    },
+    async close() {
+      await Promise.all(running.map((s) => s.drain().catch(() => undefined)));
+      await simulator.close();
+    },
+  };
+}
+
+export interface RequestSpec {
+  key?: string | null;
+  value: string | Buffer | Record<string, unknown>;
+  headers?: Record<string, string>;
+  partition?: number;
+}
+
+/** Produces requests in order (one producer, acks=all). */
+export async function produceRequests(topic: string, requests: RequestSpec[]): Promise<void> {
+  const producer = testKafka('sender-test-producer').producer({ allowAutoTopicCreation: false });
+  await producer.connect();
+  try {
+    for (let i = 0; i < requests.length; i += 1000) {
+      await producer.send({
+        topic,
+        acks: -1,
+        messages: requests.slice(i, i + 1000).map((r) => ({
+          key: r.key ?? null,
+          value: typeof r.value === 'string' || Buffer.isBuffer(r.value) ? r.value : JSON.stringify(r.value),
+          headers: r.headers,
+          partition: r.partition,
+        })),
+      });
+    }
+  } finally {
+    await producer.disconnect();
+  }
+}
+
+export function textRequest(requestId: string, recipient: string, text: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return { requestId, type: 'text', recipient: { channelType: 'whatsapp', id: recipient }, message: { text }, ...extra };
+}
+
+export function templateRequest(requestId: string, number: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return { requestId, type: 'template', number, templateName: 'order_update', parameters: [{ name: 'order', value: '42' }], ...extra };
+}
+
+function decodeHeaders(headers: IHeaders | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers ?? {})) {
+    if (value === undefined) continue;
+    out[name] = Array.isArray(value) ? value.map(String).join(',') : value.toString();
+  }
+  return out;
+}
+
+export interface Collector {
+  records: ReadRecord[];
+  /** Parsed JSON values. */
+  values(): Record<string, unknown>[];
+  waitFor(predicate: (records: ReadRecord[]) => boolean, timeoutMs?: number, what?: string): Promise<ReadRecord[]>;
+  stop(): Promise<void>;
+}
+
+/** Reads a topic from the beginning, continuously, until stopped. */
+export async function collect(topic: string): Promise<Collector> {
+  const consumer = testKafka('sender-test-collector').consumer({ groupId: `collector-${randomUUID()}`, maxWaitTimeInMs: 100 });
+  const records: ReadRecord[] = [];
+  await consumer.connect();
+  await consumer.subscribe({ topics: [topic], fromBeginning: true });
+  await consumer.run({
+    eachMessage: async ({ topic: t, partition, message }) => {
+      records.push({
+        topic: t,
+        partition,
+        offset: message.offset,
+        key: message.key?.toString() ?? null,
+        value: message.value ?? Buffer.alloc(0),
+        headers: decodeHeaders(message.headers),
+      });
+    },
+  });
+  return {
+    records,
+    values: () => records.map((r) => JSON.parse(r.value.toString()) as Record<string, unknown>),
+    waitFor: (predicate, timeoutMs = 30_000, what = 'records') => waitUntil(() => predicate(records), timeoutMs, () => `${what}: saw ${records.length} on ${topic}`).then(() => records),
+    stop: () => consumer.disconnect(),
+  };
+}
+
+export async function waitUntil(condition: () => boolean, timeoutMs: number, describe: () => string = () => 'condition'): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${describe()}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** The group's committed offsets per partition (-1 when none). */
+export async function committedOffsets(groupId: string, topic: string): Promise<Map<number, { offset: number; metadata: string | null }>> {
+  return withAdmin(async (admin) => {
+    const [entry] = await admin.fetchOffsets({ groupId, topics: [topic] });
+    return new Map((entry?.partitions ?? []).map((p) => [p.partition, { offset: Number(p.offset), metadata: p.metadata }]));
+  });
+}
+
+export async function endOffsets(topic: string): Promise<Map<number, number>> {
+  return withAdmin(async (admin) => new Map((await admin.fetchTopicOffsets(topic)).map((p) => [p.partition, Number(p.high)])));
+}
+
+/** The `callbackData` the tests put in every request, as the provider received it. */
+export function sentRequestId(send: SendRecord): string | undefined {
+  const body = send.body as { callbackData?: unknown } | null;
+  return typeof body?.callbackData === 'string' ? body.callbackData : undefined;
+}
+
+export function recipientOf(send: SendRecord): string | undefined {
+  const body = send.body as { recipient?: { id?: string }; number?: string } | null;
+  return body?.recipient?.id ?? body?.number;
+}
+
+export interface ChildSender {
+  child: ChildProcess;
+  output(): string;
+  exited: Promise<number | null>;
+  waitForOutput(pattern: RegExp, timeoutMs?: number): Promise<void>;
+}
+
+/** `msgbridge sender` in a child process (through tsx, as a user would run it from a checkout). */
+export function spawnSender(env: Record<string, string>): ChildSender {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'sender'], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => {
+    out += d.toString();
+    if (process.env.MSGBRIDGE_TEST_LOG) process.stderr.write(d);
+  });
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  return {
+    child,
+    output: () => out,
+    exited,
+    waitForOutput: (pattern, timeoutMs = 60_000) => waitUntil(() => pattern.test(out) || child.exitCode !== null, timeoutMs, () => `${pattern} in the sender output:\n${out}`).then(() => {
+      if (!pattern.test(out)) throw new Error(`the sender exited (${child.exitCode}) before printing ${pattern}:\n${out}`);
+    }),
+  };
+}
