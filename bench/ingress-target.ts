@@ -1,0 +1,104 @@
+// One ingress under test, as its own process so that its memory can be measured alone.
+//   tsx bench/ingress-target.ts <mode>
+// modes:
+//   kafka            the real ingress (uWS, batching publisher, idempotent producer, acks=all)
+//   kafka-pipelined  the same with two produce requests in flight (measurement only)
+//   discard          the same ingress with publishing disabled: the ceiling
+//   naive            node:http, one kafkajs send (acks=all) per request: the baseline
+// Environment: BENCH_BROKERS, BENCH_SECRET, BENCH_TOPICS (JSON {messages, deliveryStatus, webhooksDlq}).
+// Prints {"url","pid"} on stdout once listening; SIGTERM drains and exits.
+import { createServer } from 'node:http';
+import { loadConfig } from '../src/config/load.js';
+import { createWebhookHandler, rulesFromConfig } from '../src/ingress/handle-webhook.js';
+import { startIngress } from '../src/ingress/index.js';
+import { createKafka } from '../src/kafka/client.js';
+import { ensureTopics } from '../src/kafka/topics.js';
+import { createLogger } from '../src/observability/logger.js';
+
+const mode = process.argv[2] ?? 'kafka';
+const brokers = (process.env.BENCH_BROKERS ?? '').split(',').filter(Boolean);
+const topics = JSON.parse(process.env.BENCH_TOPICS ?? '{}') as { messages: string; deliveryStatus: string; webhooksDlq: string };
+const config = loadConfig({
+  env: { KAFKA_BROKERS: brokers.join(','), MSGBRIDGE_BUSINESS_ID: 'biz_bench', MSGBRIDGE_SIGNING_SECRET: process.env.BENCH_SECRET ?? 'bench-secret' },
+  overrides: {
+    kafka: { topics: { ...topics }, partitions: 6, replicationFactor: 1 },
+    ingress: { host: '127.0.0.1', port: 0 },
+    log: { level: 'warn' },
+  },
+});
+const logger = createLogger({ level: 'warn', name: `bench-${mode}` });
+
+function announce(url: string) {
+  process.stdout.write(`${JSON.stringify({ url, pid: process.pid })}\n`);
+}
+
+if (mode === 'naive') {
+  // What a first version would be: node:http, verify and validate (the same pure handler, so
+  // that only the server and the publishing differ), then one producer.send per request.
+  const handler = createWebhookHandler(rulesFromConfig(config));
+  const kafka = createKafka(config.kafka, { logger, brokers });
+  const admin = kafka.admin();
+  await admin.connect();
+  await ensureTopics(admin, [topics.messages, topics.deliveryStatus, topics.webhooksDlq].map((topic) => ({ topic, partitions: 6, replicationFactor: 1 })));
+  await admin.disconnect();
+  // The kafkajs default producer: not idempotent, no limit on requests in flight (the most
+  // favourable setting for one send per request).
+  const producer = kafka.producer({ allowAutoTopicCreation: false });
+  await producer.connect();
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const header = (name: string) => {
+        const v = req.headers[name];
+        return Array.isArray(v) ? v[0] : v;
+      };
+      const match = /^\/webhooks\/([^/]+)(?:\/([^/]+))?$/.exec(req.url ?? '');
+      if (!match) {
+        res.writeHead(404).end();
+        return;
+      }
+      const decision = handler.handle({
+        businessId: match[1]!,
+        pathTopic: match[2],
+        body: Buffer.concat(chunks),
+        signature: header('x-service-hmac-sha256'),
+        contentType: header('content-type'),
+        contentEncoding: header('content-encoding'),
+        traceparent: header('traceparent'),
+        receivedAt: Date.now(),
+      });
+      if (decision.kind === 'reject') {
+        res.writeHead(403).end();
+        return;
+      }
+      const { topic, key, value, headers } = decision.record;
+      producer.send({ topic, acks: -1, messages: [{ key, value, headers }] }).then(
+        () => res.writeHead(200, { 'content-type': 'application/json' }).end(`{"status":"accepted","eventId":"${decision.eventId}"}`),
+        () => res.writeHead(503, { 'retry-after': '1' }).end(),
+      );
+    });
+  });
+  server.keepAliveTimeout = 60_000;
+  server.listen(0, '127.0.0.1', () => {
+    const address = server.address();
+    announce(`http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`);
+  });
+  process.once('SIGTERM', () => {
+    server.close();
+    server.closeAllConnections();
+    void producer.disconnect().finally(() => process.exit(0));
+  });
+} else {
+  const ingress = await startIngress({
+    config,
+    logger,
+    brokers,
+    unsafeDiscardRecords: mode === 'discard',
+    maxInFlightBatches: mode === 'kafka-pipelined' ? 2 : 1,
+  });
+  announce(ingress.url);
+  process.once('SIGTERM', () => {
+    void ingress.drain().finally(() => process.exit(0));
+  });
+}

@@ -1,0 +1,261 @@
+// Ingress benchmark: signed webhooks in the realistic mix (three delivery statuses per inbound
+// message, 300–600 byte bodies) over keep-alive connections on loopback, against
+//   kafka    the ingress publishing to the local broker with acks=all (idempotent producer)
+//   discard  the same ingress with publishing disabled (the ceiling)
+//   naive    node:http with one kafkajs send per request (the baseline)
+// Each target runs as its own process (its peak RSS is read from /proc/<pid>/status VmHWM).
+// After each publishing run, every event answered 200 is looked up in Kafka.
+//
+//   npx tsx bench/ingress.ts [--duration-ms 10000] [--connections 64] [--rounds 3]
+//                            [--modes discard,kafka,naive] [--warmup-ms 2000]
+// KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { Kafka, logLevel } from 'kafkajs';
+import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
+import { runWebhookLoad, type AcknowledgedEvent, type WebhookLoadReport } from '../src/simulator/load-generator.js';
+
+const { values: args } = parseArgs({
+  options: {
+    'duration-ms': { type: 'string', default: '10000' },
+    'warmup-ms': { type: 'string', default: '2000' },
+    connections: { type: 'string', default: '64' },
+    rounds: { type: 'string', default: '3' },
+    modes: { type: 'string', default: 'discard,kafka,naive' },
+  },
+});
+const durationMs = Number(args['duration-ms']);
+const warmupMs = Number(args['warmup-ms']);
+const connections = Number(args.connections);
+const rounds = Number(args.rounds);
+const modes = args.modes!.split(',').map((m) => m.trim()).filter(Boolean);
+const SECRET = 'bench-signing-secret';
+const TARGET = fileURLToPath(new URL('./ingress-target.ts', import.meta.url));
+
+interface Target {
+  child: ChildProcess;
+  url: string;
+  pid: number;
+  topics: { messages: string; deliveryStatus: string; webhooksDlq: string };
+}
+
+async function startTarget(mode: string, brokers: string[]): Promise<Target> {
+  const id = randomUUID().slice(0, 8);
+  const topics = { messages: `bench-messages-${id}`, deliveryStatus: `bench-status-${id}`, webhooksDlq: `bench-dlq-${id}` };
+  // BENCH_TARGET_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the target.
+  const nodeArgs = (process.env.BENCH_TARGET_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', TARGET, mode], {
+    env: { ...process.env, BENCH_BROKERS: brokers.join(','), BENCH_SECRET: SECRET, BENCH_TOPICS: JSON.stringify(topics), MSGBRIDGE_CONFIG: '' },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const line = await new Promise<string>((resolve, reject) => {
+    createInterface({ input: child.stdout! }).once('line', resolve);
+    child.once('exit', (code) => reject(new Error(`${mode} target exited with ${code} before listening`)));
+  });
+  const { url, pid } = JSON.parse(line) as { url: string; pid: number };
+  return { child, url, pid, topics };
+}
+
+async function stopTarget(target: Target): Promise<number> {
+  const peakRssMb = peakRss(target.pid);
+  const exited = new Promise<void>((resolve) => target.child.once('exit', () => resolve()));
+  target.child.kill('SIGTERM');
+  const timer = setTimeout(() => target.child.kill('SIGKILL'), 30_000);
+  await exited;
+  clearTimeout(timer);
+  return peakRssMb;
+}
+
+/** CPU seconds (user + system) a process has used so far; Linux clock ticks are 1/100 s. */
+function cpuSeconds(pid: number): number {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return NaN;
+  }
+}
+
+/** Peak resident set (VmHWM) of a live process, in MiB. */
+function peakRss(pid: number): number {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kb = Number(/^VmHWM:\s+(\d+) kB/m.exec(status)?.[1] ?? 'NaN');
+  return Math.round((kb / 1024) * 10) / 10;
+}
+
+function load(url: string, extra: { durationMs: number; ratePerSecond?: number; connections?: number }): Promise<WebhookLoadReport> {
+  return runWebhookLoad({
+    url: `${url}/webhooks/biz_bench`,
+    signingSecret: SECRET,
+    connections: extra.connections ?? connections,
+    durationMs: extra.durationMs,
+    statusesPerInbound: 3,
+    bodyBytes: { min: 300, max: 600 },
+    perTopicPaths: true,
+    ...(extra.ratePerSecond ? { ratePerSecond: extra.ratePerSecond } : {}),
+  });
+}
+
+/** Every acknowledged event must be in its topic: read everything back and look each one up. */
+async function verify(brokers: string[], target: Target, acknowledged: AcknowledgedEvent[]): Promise<{ stored: number; missing: number }> {
+  const kafka = new Kafka({ clientId: 'bench-verify', brokers, logLevel: logLevel.NOTHING });
+  const admin = kafka.admin();
+  await admin.connect();
+  const names = [target.topics.messages, target.topics.deliveryStatus];
+  let stored = 0;
+  for (const topic of names) for (const p of await admin.fetchTopicOffsets(topic)) stored += Number(p.high) - Number(p.low);
+  await admin.disconnect();
+  const expected = new Map<string, string>();
+  for (const a of acknowledged) expected.set(a.eventId, a.topic === 'messages' ? target.topics.messages : target.topics.deliveryStatus);
+  const consumer = kafka.consumer({ groupId: `bench-verify-${randomUUID()}`, maxBytes: 64 * 1024 * 1024, maxWaitTimeInMs: 200 });
+  await consumer.connect();
+  await consumer.subscribe({ topics: names, fromBeginning: true });
+  let read = 0;
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`read ${read} of ${stored} records in time`)), 300_000);
+    void consumer.run({
+      eachBatch: async ({ batch }) => {
+        for (const message of batch.messages) {
+          const id = message.headers?.['event-id']?.toString();
+          if (id !== undefined && expected.get(id) === batch.topic) expected.delete(id);
+          read++;
+        }
+        if (read >= stored) {
+          clearTimeout(timer);
+          resolve();
+        }
+      },
+    });
+  });
+  await consumer.disconnect();
+  return { stored, missing: expected.size };
+}
+
+async function batchStats(url: string): Promise<RunResult['batches']> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const value = (name: string) => Number(new RegExp(`^${name}(?:\\{[^}]*\\})? ([0-9.e+-]+)$`, 'm').exec(text)?.[1] ?? NaN);
+  const count = value('msgbridge_ingress_batch_size_count');
+  const okCount = Number(/^msgbridge_ingress_batch_duration_seconds_count\{[^}]*outcome="ok"[^}]*\} ([0-9.e+-]+)$/m.exec(text)?.[1] ?? NaN);
+  const okSum = Number(/^msgbridge_ingress_batch_duration_seconds_sum\{[^}]*outcome="ok"[^}]*\} ([0-9.e+-]+)$/m.exec(text)?.[1] ?? NaN);
+  return {
+    count,
+    meanEvents: Math.round((value('msgbridge_ingress_batch_size_sum') / count) * 10) / 10,
+    meanRoundTripMs: Math.round((okSum / okCount) * 1000 * 100) / 100,
+  };
+}
+
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length === 0 ? NaN : s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+};
+const ok = (r: WebhookLoadReport) => r.answered['200'] ?? 0;
+const perSecond = (r: WebhookLoadReport) => Math.round(ok(r) / (r.durationMs / 1000));
+
+interface RunResult {
+  mode: string;
+  round: number;
+  eventsPerSecond: number;
+  latency: WebhookLoadReport['latencyMs'];
+  nonOk: number;
+  errors: number;
+  half?: { rate: number; eventsPerSecond: number; latency: WebhookLoadReport['latencyMs']; nonOk: number };
+  peakRssMb: number;
+  /** Share of one core used during the maximum-rate run, per process. */
+  cpu: { target: number; loadGenerator: number; broker: number };
+  /** From the ingress's own metrics: mean events per produce request and mean round trip. */
+  batches?: { count: number; meanEvents: number; meanRoundTripMs: number };
+  verified?: { acknowledged: number; stored: number; missing: number };
+}
+
+async function main() {
+  let local: LocalBroker | undefined;
+  let brokers = (process.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);
+  if (brokers.length === 0) {
+    local = await startLocalBroker({ heapMb: 768, partitions: 6, onProgress: (l) => console.error(`[kafka] ${l}`) });
+    brokers = [local.bootstrap];
+  }
+  console.error(`[bench] Kafka ${brokers.join(',')}; ${rounds} round(s) of ${modes.join(', ')}; ${connections} connections, ${durationMs} ms each`);
+  const results: RunResult[] = [];
+  try {
+    for (let round = 1; round <= rounds; round++) {
+      for (const mode of modes) {
+        const target = await startTarget(mode, brokers);
+        const acknowledged: AcknowledgedEvent[] = [];
+        const warm = await load(target.url, { durationMs: warmupMs });
+        acknowledged.push(...warm.acknowledged);
+        const cpuBefore = [cpuSeconds(target.pid), cpuSeconds(process.pid), local ? cpuSeconds(local.pid) : NaN];
+        const max = await load(target.url, { durationMs });
+        const cpuAfter = [cpuSeconds(target.pid), cpuSeconds(process.pid), local ? cpuSeconds(local.pid) : NaN];
+        const share = (i: number) => Math.round(((cpuAfter[i]! - cpuBefore[i]!) / (max.durationMs / 1000)) * 100);
+        acknowledged.push(...max.acknowledged);
+        const result: RunResult = {
+          mode,
+          round,
+          eventsPerSecond: perSecond(max),
+          latency: max.latencyMs,
+          nonOk: max.sent - ok(max) - max.errors,
+          errors: max.errors,
+          peakRssMb: 0,
+          cpu: { target: share(0), loadGenerator: share(1), broker: share(2) },
+        };
+        if (mode.startsWith('kafka')) {
+          // Latency at half the maximum rate, open loop (requests are due on a schedule).
+          const rate = Math.max(1, Math.round(result.eventsPerSecond / 2));
+          const half = await load(target.url, { durationMs, ratePerSecond: rate, connections: Math.max(connections, 128) });
+          acknowledged.push(...half.acknowledged);
+          result.half = { rate, eventsPerSecond: perSecond(half), latency: half.latencyMs, nonOk: half.sent - ok(half) - half.errors };
+        }
+        if (mode !== 'naive') result.batches = await batchStats(target.url);
+        result.peakRssMb = await stopTarget(target);
+        if (mode !== 'discard') {
+          const v = await verify(brokers, target, acknowledged);
+          result.verified = { acknowledged: acknowledged.length, ...v };
+        }
+        results.push(result);
+        console.error(`[bench] ${JSON.stringify(result)}`);
+      }
+    }
+  } finally {
+    await local?.stop();
+  }
+
+  const summary = (mode: string) => {
+    const rs = results.filter((r) => r.mode === mode);
+    return {
+      mode,
+      runs: rs.length,
+      eventsPerSecond: median(rs.map((r) => r.eventsPerSecond)),
+      p50: median(rs.map((r) => r.latency.p50)),
+      p99: median(rs.map((r) => r.latency.p99)),
+      p999: median(rs.map((r) => r.latency.p999)),
+      halfRate: rs[0]?.half ? median(rs.map((r) => r.half!.rate)) : undefined,
+      halfP50: rs[0]?.half ? median(rs.map((r) => r.half!.latency.p50)) : undefined,
+      halfP99: rs[0]?.half ? median(rs.map((r) => r.half!.latency.p99)) : undefined,
+      halfP999: rs[0]?.half ? median(rs.map((r) => r.half!.latency.p999)) : undefined,
+      peakRssMb: Math.max(...rs.map((r) => r.peakRssMb)),
+      nonOk: rs.reduce((n, r) => n + r.nonOk + r.errors + (r.half?.nonOk ?? 0), 0),
+      acknowledged: rs.reduce((n, r) => n + (r.verified?.acknowledged ?? 0), 0),
+      missing: rs.reduce((n, r) => n + (r.verified?.missing ?? 0), 0),
+    };
+  };
+  const table = modes.map(summary);
+  const kafka = table.find((t) => t.mode === 'kafka');
+  const discard = table.find((t) => t.mode === 'discard');
+  const naive = table.find((t) => t.mode === 'naive');
+  console.log(JSON.stringify({ results, table }, null, 2));
+  console.log('\n| target | events/s (median) | p50 ms | p99 ms | p99.9 ms | at half rate: p50 / p99 / p99.9 ms | peak RSS MiB | non-200 | acknowledged missing from Kafka |');
+  console.log('|---|---|---|---|---|---|---|---|---|');
+  for (const t of table) {
+    const half = t.halfRate !== undefined ? `${t.halfRate}/s: ${t.halfP50} / ${t.halfP99} / ${t.halfP999}` : '—';
+    const missing = t.mode === 'discard' ? '—' : `${t.missing} of ${t.acknowledged}`;
+    console.log(`| ${t.mode} | ${t.eventsPerSecond} | ${t.p50} | ${t.p99} | ${t.p999} | ${half} | ${t.peakRssMb} | ${t.nonOk} | ${missing} |`);
+  }
+  if (kafka && discard) console.log(`\nkafka / ceiling: ${Math.round((kafka.eventsPerSecond / discard.eventsPerSecond) * 100)}%`);
+  if (kafka && naive) console.log(`kafka / naive: ${(kafka.eventsPerSecond / naive.eventsPerSecond).toFixed(2)}×`);
+}
+
+await main();
