@@ -137,7 +137,7 @@ export async function sendTemplate(sim: RunningSimulator, to: string, templateNa
   });
 }
 
-export async function register(sim: RunningSimulator, topic: 'messages' | 'delivery_status', address: string, business = BIZ): Promise<Answer> {
+export async function register(sim: RunningSimulator, topic: 'messages' | 'delivery_status', address: string, business: { id: string; apiKey: string } = BIZ): Promise<Answer> {
   return call(`${sim.url}/v1/businesses/${business.id}/create/webhooks`, { headers: apiHeaders(business.apiKey), body: { topic, address } });
 }
 
