@@ -133,6 +133,7 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
       logger,
       retryAfterSeconds: ingress.retryAfterSeconds,
       bodyTimeoutMs: ingress.idleTimeoutSeconds * 1000,
+      memoryBudgetBytes: ingress.queueMaxBytes,
     });
   } catch (err) {
     await publisher.drain();

@@ -22,6 +22,8 @@ export interface PublisherPort {
   publish(record: PublishRecord, cb: PublishCallback): MsgbridgeError | undefined;
   /** Why a new event would be refused right now, if it would. */
   admission(): MsgbridgeError | undefined;
+  /** Bytes of events held (queued or in flight). */
+  heldBytes(): number;
   readonly ready: boolean;
 }
 
@@ -36,6 +38,11 @@ export interface IngressServerOptions {
   retryAfterSeconds: number;
   /** A request must deliver its whole body within this time, else its connection is closed. */
   bodyTimeoutMs: number;
+  /**
+   * Bodies being received plus events held by the publisher stay under this many bytes; a
+   * request that would pass it is answered 503 before its body is read.
+   */
+  memoryBudgetBytes: number;
 }
 
 export interface IngressServer {
@@ -78,6 +85,8 @@ interface Exchange {
   chunks: Buffer[] | undefined;
   body: Buffer | undefined;
   received: number;
+  /** Bytes counted against the memory budget while the body is being received. */
+  reserved: number;
   aborted: boolean;
   answered: boolean;
   /** Admitted and not yet finished: counted in `inFlight`. */
@@ -92,13 +101,20 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
   let inFlight = 0;
   let idleWaiters: (() => void)[] = [];
   const receiving = new Set<Exchange>();
+  let receivingBytes = 0;
+
+  const stopReceiving = (ex: Exchange) => {
+    if (!receiving.delete(ex)) return;
+    receivingBytes -= ex.reserved;
+    ex.reserved = 0;
+  };
 
   const app: TemplatedApp = uws.App();
 
   const finishExchange = (ex: Exchange) => {
     if (!ex.active) return;
     ex.active = false;
-    receiving.delete(ex);
+    stopReceiving(ex);
     inFlight--;
     if (inFlight === 0 && idleWaiters.length > 0) {
       const waiters = idleWaiters;
@@ -159,6 +175,7 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
       chunks: undefined,
       body: undefined,
       received: 0,
+      reserved: 0,
       aborted: false,
       answered: false,
       active: false,
@@ -181,10 +198,18 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
       refuse(ex, unavailable.code, unavailable.code.toLowerCase(), unavailable.message);
       return;
     }
+    const declared = contentLength === '' ? 0 : Number(contentLength);
+    const held = publisher.heldBytes() + receivingBytes;
+    if (held > 0 && held + declared > options.memoryBudgetBytes) {
+      refuse(ex, 'QUEUE_FULL', 'memory-budget', 'the ingress is holding too much data; retry later');
+      return;
+    }
 
     ex.active = true;
     inFlight++;
     receiving.add(ex);
+    ex.reserved = declared;
+    receivingBytes += declared;
     res.onAborted(() => {
       ex.aborted = true;
       if (!ex.answered) metrics.request(ex.pathTopic ?? 'unknown', 'aborted');
@@ -195,6 +220,11 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
       if (ex.answered || ex.aborted) return;
       const size = chunk.byteLength;
       ex.received += size;
+      if (ex.received > ex.reserved) {
+        // No (or a short) content-length: count what actually arrives.
+        receivingBytes += ex.received - ex.reserved;
+        ex.reserved = ex.received;
+      }
       if (ex.received > handler.maxBodyBytes) {
         // Only reachable without a content-length (chunked): stop at once, keep nothing.
         ex.chunks = undefined;
@@ -212,8 +242,15 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
       }
       if (isLast) {
         ex.chunks = undefined;
-        receiving.delete(ex);
-        decide(ex);
+        stopReceiving(ex);
+        try {
+          decide(ex);
+        } catch (err) {
+          // A bug must cost one request, not the process (uWS would not survive a throw).
+          logger.error({ err, business: ex.businessId }, 'webhook handling failed');
+          write(ex, 500, '{"error":{"code":"INTERNAL","message":"internal error"}}');
+          finishExchange(ex);
+        }
       }
     });
   };
@@ -312,7 +349,7 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
     const now = performance.now();
     for (const ex of receiving) {
       if (now - ex.startedAt > options.bodyTimeoutMs) {
-        receiving.delete(ex);
+        stopReceiving(ex);
         logger.warn({ business: ex.businessId, received: ex.received, timeoutMs: options.bodyTimeoutMs }, 'request body too slow: connection closed');
         ex.chunks = undefined;
         ex.res.close();

@@ -197,6 +197,11 @@ export class BatchingPublisher {
     return undefined;
   }
 
+  /** Bytes of the events held: queued or in flight. */
+  heldBytes(): number {
+    return this.queuedBytes + this.inFlightBytes;
+  }
+
   /** Producer connected, no batch stuck past the publish timeout, queue below its bounds. */
   get ready(): boolean {
     const s = this.stats();
