@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -104,4 +104,14 @@ describe('msgbridge ingress: SIGTERM under load', () => {
       if (child.exitCode === null) child.kill('SIGKILL');
     }
   }, 120_000);
+
+  it('refuses to start, with a message naming what to set, when no business has a signing secret', () => {
+    const result = spawnSync(process.execPath, ['--import', 'tsx', CLI, 'ingress'], {
+      env: { ...process.env, KAFKA_BROKERS: kafkaBrokers().join(','), MSGBRIDGE_BUSINESS_ID: '', MSGBRIDGE_SIGNING_SECRET: '', MSGBRIDGE_CONFIG: '' },
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
+    expect(result.status).toBe(2);
+    expect(result.stderr).toContain('MSGBRIDGE_SIGNING_SECRET');
+  });
 });
