@@ -23,12 +23,21 @@ import type { RecordProducer, RecordToWrite, TopicRecords } from './port.js';
  * later batch already in flight, so that setting trades this guarantee for pipelining.
  *
  * After any failed send the producer is thrown away and a fresh one is connected (with
- * backoff) before anything else is sent. A producer that gave up on a request may have had
- * that request written without knowing it; reusing its idempotence sequence numbers could
- * make the broker discard a different, later batch as a "duplicate". A new producer gets a new
- * producer id, so that cannot happen, and this is also how the publisher recovers when Kafka
- * comes back, without a restart. While no producer is connected, new events are refused at
- * once (503 at the HTTP edge) instead of waiting for a timeout.
+ * backoff) before anything else is sent. kafkajs rolls a partition's idempotence sequence
+ * number back when a produce request fails, including a request that timed out but was in
+ * fact written; its own retries resend the same records, which the broker then recognises as
+ * duplicates, as it should. But once it gives up (retries are limited, hence its "may
+ * invalidate EoS guarantees" warning), the next, different batch would reuse those sequence
+ * numbers, and the broker could acknowledge it as a "duplicate" of the written one without
+ * writing it: an acknowledged event lost. A new producer gets a new producer id, so that
+ * cannot happen; this is also how the publisher recovers when Kafka comes back, without a
+ * restart. While no producer is connected, new events are refused at once (503 at the HTTP
+ * edge) instead of waiting for a timeout.
+ *
+ * Pipelining. kafkajs's idempotent producer holds a per-broker lock for the whole produce
+ * round trip, so a second batch in flight only waits behind the first, holding events that
+ * could otherwise have joined a bigger next batch; on one broker it buys nothing (measured in
+ * docs/benchmarks.md), and it would weaken the order guarantee above.
  */
 
 export interface PublishRecord extends RecordToWrite {
