@@ -137,15 +137,6 @@ export const simulatorSchema = z.strictObject({
   port,
   /** Where webhook registrations are kept across restarts; null = memory only. */
   registrationsFile: z.string().min(1).nullable(),
-});
-
-export const logSchema = z.strictObject({
-  level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']),
-});
-
-export const configSchema = z.strictObject({
-  kafka: kafkaSchema,
-  localKafka: localKafkaSchema,
   maxBodyBytes: z.number().int().min(1024).max(64 * 1024 * 1024),
   /** The WhatsApp number of each business (sender of its status events); a stable one is derived when absent. */
   businessNumbers: z.record(z.string(), phoneNumber),
@@ -194,6 +185,15 @@ export const configSchema = z.strictObject({
     conversations: positiveInt,
   }),
   maxRegistrationsPerBusiness: positiveInt,
+});
+
+export const logSchema = z.strictObject({
+  level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']),
+});
+
+export const configSchema = z.strictObject({
+  kafka: kafkaSchema,
+  localKafka: localKafkaSchema,
   businesses: z.array(businessSchema).superRefine((list, ctx) => {
     const seen = new Set<string>();
     list.forEach((b, i) => {
