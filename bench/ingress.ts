@@ -15,6 +15,7 @@ import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { build } from 'esbuild';
 import { Kafka, logLevel } from 'kafkajs';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
 import { runWebhookLoad, type AcknowledgedEvent, type WebhookLoadReport } from '../src/simulator/load-generator.js';
@@ -34,7 +35,11 @@ const connections = Number(args.connections);
 const rounds = Number(args.rounds);
 const modes = args.modes!.split(',').map((m) => m.trim()).filter(Boolean);
 const SECRET = 'bench-signing-secret';
-const TARGET = fileURLToPath(new URL('./ingress-target.ts', import.meta.url));
+const TARGET_SOURCE = fileURLToPath(new URL('./ingress-target.ts', import.meta.url));
+// The targets run as plain JavaScript, as in production (node dist/cli.js), not through the
+// tsx loader, whose compiler thread would be counted in their memory. bench/.cache/ sits at
+// the same depth as src/<dir>/, so the bundle's import.meta.url-relative paths (config/) hold.
+const TARGET = fileURLToPath(new URL('./.cache/ingress-target.mjs', import.meta.url));
 
 interface Target {
   child: ChildProcess;
@@ -48,7 +53,7 @@ async function startTarget(mode: string, brokers: string[]): Promise<Target> {
   const topics = { messages: `bench-messages-${id}`, deliveryStatus: `bench-status-${id}`, webhooksDlq: `bench-dlq-${id}` };
   // BENCH_TARGET_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the target.
   const nodeArgs = (process.env.BENCH_TARGET_NODE_ARGS ?? '').split(' ').filter(Boolean);
-  const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', TARGET, mode], {
+  const child = spawn(process.execPath, [...nodeArgs, TARGET, mode], {
     env: { ...process.env, BENCH_BROKERS: brokers.join(','), BENCH_SECRET: SECRET, BENCH_TOPICS: JSON.stringify(topics), MSGBRIDGE_CONFIG: '' },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
@@ -187,6 +192,7 @@ interface RunResult {
 }
 
 async function main() {
+  await build({ entryPoints: [TARGET_SOURCE], outfile: TARGET, bundle: true, platform: 'node', format: 'esm', target: 'node20', packages: 'external', logLevel: 'warning' });
   let local: LocalBroker | undefined;
   let brokers = (process.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);
   if (brokers.length === 0) {
