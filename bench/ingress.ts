@@ -24,6 +24,7 @@ const { values: args } = parseArgs({
   options: {
     'duration-ms': { type: 'string', default: '10000' },
     'warmup-ms': { type: 'string', default: '2000' },
+    'broker-warmup-ms': { type: 'string', default: '8000' },
     connections: { type: 'string', default: '64' },
     rounds: { type: 'string', default: '3' },
     modes: { type: 'string', default: 'discard,kafka,naive' },
@@ -37,9 +38,10 @@ const modes = args.modes!.split(',').map((m) => m.trim()).filter(Boolean);
 const SECRET = 'bench-signing-secret';
 const TARGET_SOURCE = fileURLToPath(new URL('./ingress-target.ts', import.meta.url));
 // The targets run as plain JavaScript, as in production (node dist/cli.js), not through the
-// tsx loader, whose compiler thread would be counted in their memory. bench/.cache/ sits at
-// the same depth as src/<dir>/, so the bundle's import.meta.url-relative paths (config/) hold.
-const TARGET = fileURLToPath(new URL('./.cache/ingress-target.mjs', import.meta.url));
+// tsx loader, whose compiler thread would be counted in their memory. .cache/bench/ (ignored
+// by git and eslint) sits at the same depth as src/<dir>/, so the bundle's
+// import.meta.url-relative paths (config/) still hold.
+const TARGET = fileURLToPath(new URL('../.cache/bench/ingress-target.mjs', import.meta.url));
 
 interface Target {
   child: ChildProcess;
@@ -202,6 +204,13 @@ async function main() {
   console.error(`[bench] Kafka ${brokers.join(',')}; ${rounds} round(s) of ${modes.join(', ')}; ${connections} connections, ${durationMs} ms each`);
   const results: RunResult[] = [];
   try {
+    // A fresh JVM is slow until its JIT has seen traffic: warm the broker up once, unmeasured.
+    const brokerWarmupMs = Number(args['broker-warmup-ms']);
+    if (brokerWarmupMs > 0 && modes.some((m) => m !== 'discard')) {
+      const target = await startTarget('kafka', brokers);
+      await load(target.url, { durationMs: brokerWarmupMs });
+      await stopTarget(target);
+    }
     for (let round = 1; round <= rounds; round++) {
       for (const mode of modes) {
         const target = await startTarget(mode, brokers);

@@ -136,7 +136,7 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
   };
 
   const refuse = (
-    ex: Pick<Exchange, 'res' | 'aborted' | 'answered' | 'businessId' | 'pathTopic' | 'signature'> & Partial<Pick<Exchange, 'body'>>,
+    ex: Pick<Exchange, 'res' | 'aborted' | 'answered' | 'businessId' | 'pathTopic' | 'signature'>,
     code: ErrorCode,
     reason: string,
     message: string,
@@ -150,7 +150,8 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
         status,
         code,
         reason,
-        business: ex.businessId,
+        // From the URL, so from anyone: bounded before it reaches a log.
+        business: ex.businessId.length > 128 ? `${ex.businessId.slice(0, 128)}…` : ex.businessId,
         topic,
         eventId: extra.eventId,
         signaturePrefix: signaturePrefix(ex.signature || undefined),
