@@ -20,6 +20,6 @@ COPY --chown=root:root config ./config
 COPY --chown=root:root schemas ./schemas
 # Unprivileged user from the base image; the code and config are read-only to it.
 USER node
-EXPOSE 8080 8090 9464
+EXPOSE 8080 8081 8090
 ENTRYPOINT ["node", "--enable-source-maps", "dist/cli.js"]
 CMD ["--help"]

@@ -2,6 +2,7 @@
 import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { Command, CommanderError } from 'commander';
+import { registerDevCommand } from './commands/dev.js';
 import { registerIngressCommand } from './commands/ingress.js';
 import { registerKafkaCommand } from './commands/kafka.js';
 import { registerSendCommand } from './commands/send.js';
@@ -19,6 +20,7 @@ export function buildProgram(): Command {
     .option('-c, --config <file>', 'configuration file overriding config/default.json (or MSGBRIDGE_CONFIG)')
     .showHelpAfterError()
     .exitOverride();
+  registerDevCommand(program);
   registerIngressCommand(program);
   registerSenderCommand(program);
   registerSimulatorCommand(program);

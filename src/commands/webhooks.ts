@@ -153,7 +153,7 @@ function providerClient(config: Config, business: BusinessConfig, opts: WebhookO
       status = answer.statusCode;
       text = await answer.body.text();
     } catch (err) {
-      throw new MsgbridgeError('INVALID_ARGUMENT', `cannot reach the provider at ${base}: ${(err as Error).message}`, { cause: err });
+      throw new MsgbridgeError('PROVIDER_UNAVAILABLE', `cannot reach the provider at ${base}: ${(err as Error).message}`, { cause: err });
     }
     let parsed: unknown = text;
     try {
@@ -171,8 +171,8 @@ function providerClient(config: Config, business: BusinessConfig, opts: WebhookO
       const answer = await call('GET', 'webhooks');
       if (answer.status === 404 || answer.status === 405) return undefined;
       if (!answer.ok) throw new MsgbridgeError('INVALID_ARGUMENT', `listing the webhooks of ${business.id} failed: ${answer.message}`);
-      const body = answer.body as { registrations?: ListedRegistration[] } | ListedRegistration[];
-      return Array.isArray(body) ? body : (body.registrations ?? []);
+      const body = answer.body as { webhooks?: ListedRegistration[]; registrations?: ListedRegistration[] } | ListedRegistration[];
+      return Array.isArray(body) ? body : (body.webhooks ?? body.registrations ?? []);
     },
   };
 }

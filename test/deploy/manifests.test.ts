@@ -81,9 +81,11 @@ describe('Kubernetes manifests', () => {
     expect(find('HorizontalPodAutoscaler', 'msgbridge-ingress').spec.scaleTargetRef.name).toBe('msgbridge-ingress');
   });
 
-  it('sender: a Deployment of the sender role with probes', () => {
+  it('sender: a Deployment of the sender role with probes on its health port', () => {
+    const config = loadConfig({ configFile: configMapFile() });
     const container = find('Deployment', 'msgbridge-sender').spec.template.spec.containers[0];
     expect(container.args[0]).toBe('sender');
+    expect(container.ports[0].containerPort).toBe(config.sender.healthPort);
     expect(container.readinessProbe.httpGet.path).toBe('/readyz');
     expect(container.livenessProbe.httpGet.path).toBe('/healthz');
   });

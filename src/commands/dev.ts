@@ -1,0 +1,172 @@
+import type { Command } from 'commander';
+import type { Registry } from 'prom-client';
+import type { Config } from '../config/schema.js';
+import { WEBHOOK_TOPICS } from '../contracts/index.js';
+import { startIngress, type Ingress } from '../ingress/index.js';
+import { obtainBrokers, type Brokers } from '../kafka/brokers.js';
+import { createLifecycle } from '../lifecycle.js';
+import { createLogger } from '../observability/logger.js';
+import { startSender, type Sender } from '../sender/index.js';
+import { simulatorOptionsFromConfig, startSimulator, type RunningSimulator } from '../simulator/index.js';
+import { commandConfig, writeDevState } from './context.js';
+import { parseIntegerOption } from './options.js';
+
+/** The business `msgbridge dev` runs with when none is configured (local use only). */
+export const DEV_BUSINESS = { id: 'biz_1', signingSecrets: ['dev-signing-secret'], apiKey: 'dev-api-key' } as const;
+
+interface DevOptions {
+  summaryInterval: number;
+  quiet?: boolean;
+}
+
+export function registerDevCommand(program: Command): void {
+  program
+    .command('dev')
+    .description('everything in one process: embedded Kafka (or KAFKA_BROKERS), the provider simulator, the ingress and the sender')
+    .option('--summary-interval <seconds>', 'seconds between live summary lines (0 = none)', parseIntegerOption('--summary-interval', 0, 3600), 5)
+    .option('--quiet', 'no live summary')
+    .action(async (opts: DevOptions, command: Command) => {
+      await runDev(devConfig(commandConfig(command)), opts);
+    });
+}
+
+/**
+ * Local defaults: one demo business when none is configured, services on loopback, and the
+ * sender pointed at the simulator. Ports stay those of the configuration (8080, 8090, 8081).
+ */
+export function devConfig(config: Config): Config {
+  const businesses = config.businesses.length > 0 ? config.businesses : [{ ...DEV_BUSINESS, signingSecrets: [...DEV_BUSINESS.signingSecrets] }];
+  const loopback = (host: string) => (host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host);
+  return {
+    ...config,
+    businesses,
+    ingress: { ...config.ingress, host: loopback(config.ingress.host) },
+    sender: { ...config.sender, healthHost: loopback(config.sender.healthHost) },
+  };
+}
+
+function line(text = '') {
+  process.stdout.write(`${text}\n`);
+}
+
+async function runDev(config: Config, opts: DevOptions): Promise<void> {
+  // Logs go to stderr (warnings and up by default), the screen to stdout.
+  const logger = createLogger({ level: process.env.MSGBRIDGE_LOG_LEVEL ?? 'warn', name: 'dev' });
+  const started = Date.now();
+  let brokers: Brokers | undefined;
+  let simulator: RunningSimulator | undefined;
+  let ingress: Ingress | undefined;
+  let sender: Sender | undefined;
+  let removeState: (() => void) | undefined;
+  let summary: NodeJS.Timeout | undefined;
+
+  const stopAll = async () => {
+    clearInterval(summary);
+    // Inward first: stop taking work at the edges, then drain, then stop Kafka last.
+    await sender?.drain();
+    await ingress?.drain();
+    await simulator?.close();
+    await brokers?.local?.stop();
+    removeState?.();
+  };
+
+  const lifecycle = createLifecycle({ logger, graceMs: Math.max(config.ingress.drainGraceMs, config.sender.drainGraceMs) + 15_000, drain: stopAll });
+  lifecycle.handleSignals((code) => {
+    line(code === 0 ? 'stopped.' : 'stopped (drain incomplete).');
+    process.exit(code);
+  });
+
+  try {
+    line('msgbridge dev: starting…');
+    brokers = await obtainBrokers(config, logger);
+    simulator = await startSimulator({ ...simulatorOptionsFromConfig(config), logger: logger.child({ role: 'simulator' }) });
+    // One embedded broker cannot hold three replicas: ask for what it can give.
+    const replicationFactor = brokers.local ? 1 : config.kafka.replicationFactor;
+    const wired: Config = {
+      ...config,
+      kafka: { ...config.kafka, brokers: brokers.brokers, replicationFactor },
+      provider: { ...config.provider, url: simulator.url },
+    };
+    ingress = await startIngress({ config: wired, brokers: brokers.brokers, logger: logger.child({ role: 'ingress' }) });
+    sender = await startSender({ config: wired, brokers: brokers.brokers, logger: logger.child({ role: 'sender' }) });
+    await sender.ready;
+    for (const business of config.businesses) {
+      for (const topic of WEBHOOK_TOPICS) simulator.registerWebhook(business.id, topic, `${ingress.url}/webhooks/${encodeURIComponent(business.id)}/${topic}`);
+    }
+    removeState = writeDevState(config, {
+      pid: process.pid,
+      brokers: brokers.brokers,
+      ingressUrl: ingress.url,
+      simulatorUrl: simulator.url,
+      startedAt: new Date().toISOString(),
+    });
+  } catch (err) {
+    await lifecycle.stop('start-up failed');
+    throw err;
+  }
+  lifecycle.running();
+  printScreen(config, { brokers, simulator, ingress, sender, startupMs: Date.now() - started });
+
+  if (!opts.quiet && opts.summaryInterval > 0) {
+    const registries = { ingress: ingress.registry, sender: sender.metrics };
+    let last = '';
+    summary = setInterval(() => {
+      void summarize(registries).then((text) => {
+        if (text !== last) line(`[${new Date().toISOString().slice(11, 19)}] ${text}`);
+        last = text;
+      });
+    }, opts.summaryInterval * 1000);
+    summary.unref();
+  }
+  await new Promise(() => {}); // runs until a signal drains and exits
+}
+
+function printScreen(config: Config, s: { brokers: Brokers; simulator: RunningSimulator; ingress: Ingress; sender: Sender; startupMs: number }) {
+  const biz = config.businesses[0]!.id;
+  const t = config.kafka.topics;
+  const kafka = s.brokers.local ? `${s.brokers.brokers.join(',')}  (embedded Apache Kafka, KRaft)` : `${s.brokers.brokers.join(',')}  (KAFKA_BROKERS)`;
+  line();
+  line(`msgbridge dev is running (ready in ${(s.startupMs / 1000).toFixed(1)} s). Ctrl-C stops everything.`);
+  line();
+  line(`  Kafka       ${kafka}`);
+  line(`  simulator   ${s.simulator.url}  (the provider stand-in; /sim/ endpoints for faults and history)`);
+  line(`  ingress     ${s.ingress.url}/webhooks/<business>/{${t.messages},${t.deliveryStatus}}  (registered with the simulator)`);
+  line(`  sender      ${t.sendRequests} → provider → ${t.sendResults}${s.sender.healthUrl ? `  (health ${s.sender.healthUrl})` : ''}`);
+  line(`  businesses  ${config.businesses.map((b) => b.id).join(', ')}`);
+  line();
+  line('Try it, in another terminal:');
+  line(`  npx msgbridge simulator inbound --business ${biz} --from +15550002222 --text "Hi!" --url ${s.simulator.url}   # the customer writes first`);
+  line(`  npx msgbridge send text --business ${biz} --to +15550002222 --text "Hello from msgbridge"                       # → accepted, sent, delivered, read`);
+  line(`  npx msgbridge send template --business ${biz} --to +15550009999 --template order_update --param order=42`);
+  line(`  npx msgbridge tail ${t.deliveryStatus} --from-beginning`);
+  line(`The operator commands find this Kafka by themselves; elsewhere: export KAFKA_BROKERS=${s.brokers.brokers.join(',')}`);
+  line();
+}
+
+async function counter(registry: Registry, name: string, label?: string): Promise<Map<string, number>> {
+  const out = new Map<string, number>();
+  const metric = registry.getSingleMetric(name);
+  if (!metric) return out;
+  const { values } = await metric.get();
+  for (const v of values) {
+    const key = label ? String(v.labels[label] ?? '') : '';
+    out.set(key, (out.get(key) ?? 0) + v.value);
+  }
+  return out;
+}
+
+const sum = (m: Map<string, number>) => [...m.values()].reduce((a, b) => a + b, 0);
+
+/** One line: events in (by topic), sends out (by outcome), errors. */
+async function summarize(registries: { ingress: Registry; sender: Registry }): Promise<string> {
+  const requests = await counter(registries.ingress, 'msgbridge_ingress_requests_total', 'outcome');
+  const byTopic = await counter(registries.ingress, 'msgbridge_ingress_requests_total', 'topic');
+  const sends = await counter(registries.sender, 'msgbridge_sender_requests_total', 'outcome');
+  const retries = sum(await counter(registries.sender, 'msgbridge_sender_retries_total'));
+  const kept = (requests.get('published') ?? 0) + (requests.get('dead_lettered') ?? 0);
+  const refused = sum(requests) - kept;
+  const topics = [...byTopic].filter(([k]) => k !== '').map(([k, v]) => `${k} ${v}`).join(', ');
+  const outcomes = [...sends].map(([k, v]) => `${k} ${v}`).join(', ');
+  const dlq = requests.get('dead_lettered') ?? 0;
+  return `events in: ${kept}${topics ? ` (${topics})` : ''} · sends out: ${outcomes || '0'} · errors: ${refused} refused webhooks, ${dlq} dead-lettered, ${retries} provider retries`;
+}
