@@ -62,6 +62,7 @@ function invokedDirectly(): boolean {
 
 if (invokedDirectly()) {
   main(process.argv).then((code) => {
-    process.exitCode = code;
+    // An action may have set its own exit code (send: 1 failed, 3 timeout); keep it.
+    if (code !== 0 || process.exitCode === undefined) process.exitCode = code;
   });
 }

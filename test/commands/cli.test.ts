@@ -1,0 +1,104 @@
+import type { Command } from 'commander';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { buildProgram, main } from '../../src/cli.js';
+import { runCli } from '../helpers/cli.js';
+
+function allCommands(command: Command, path: string[] = []): string[][] {
+  return command.commands.flatMap((c) => [[...path, c.name()], ...allCommands(c, [...path, c.name()])]);
+}
+
+describe('msgbridge CLI usage', () => {
+  afterEach(() => vi.restoreAllMocks());
+
+  const quiet = () => {
+    vi.spyOn(process.stdout, 'write').mockImplementation(() => true);
+    vi.spyOn(process.stderr, 'write').mockImplementation(() => true);
+  };
+
+  it('has --help on every command and subcommand (exit 0)', async () => {
+    const commands = allCommands(buildProgram()).filter((p) => p[p.length - 1] !== 'help');
+    expect(commands.map((c) => c.join(' '))).toEqual(
+      expect.arrayContaining(['dev', 'ingress', 'sender', 'simulator', 'kafka', 'send', 'send text', 'send template', 'tail', 'webhooks', 'webhooks register', 'webhooks list', 'webhooks delete']),
+    );
+    quiet();
+    for (const path of commands) expect(await main(['node', 'msgbridge', ...path, '--help']), path.join(' ')).toBe(0);
+  });
+
+  it.each([
+    [['nonsense']],
+    [['send']],
+    [['send', 'text', '--text', 'hi']],
+    [['send', 'text', '--to', '+15550002222']],
+    [['send', 'text', '--to', '+15550002222', '--text', 'hi', '--timeout', 'soon']],
+    [['send', 'template', '--to', '+15550002222', '--template', 't', '--param', 'novalue']],
+    [['tail']],
+    [['tail', 'messages', '--max', '0']],
+    [['webhooks', 'register', '--topics', 'messages,bogus']],
+    [['webhooks', 'register', '--address-base', 'ftp://x']],
+    [['kafka', '--heap-mb', '12']],
+    [['dev', '--summary-interval', '-1']],
+    [['ingress', '--unknown-flag']],
+  ])('rejects %j with exit code 2', async (args) => {
+    quiet();
+    expect(await main(['node', 'msgbridge', ...args])).toBe(2);
+  });
+
+  it('prints a clear message for a bad argument, from a real process', async () => {
+    const result = await runCli(['send', 'text', '--to', 'not-a-number', '--text', 'hi'], { KAFKA_BROKERS: '127.0.0.1:1' });
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(/invalid send request: recipient\.id: expected a phone number in international format/);
+  });
+
+  it('a bad configuration value names the field, exit code 2', async () => {
+    const result = await runCli(['tail', 'messages'], { KAFKA_BROKERS: 'nocolon' });
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(/kafka\.brokers\.0: expected host:port \(from KAFKA_BROKERS\)/);
+  });
+
+  it('operator commands without any Kafka say how to get one', async () => {
+    const result = await runCli(['tail', 'messages'], { MSGBRIDGE__localKafka__cacheDir: '"/tmp/msgbridge-no-dev-here"' });
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(/set KAFKA_BROKERS .* or start `msgbridge dev` first/);
+  });
+
+  it('webhooks commands name the missing business configuration, and an unreachable provider', async () => {
+    const none = await runCli(['webhooks', 'list'], {});
+    expect(none.code).toBe(2);
+    expect(none.stderr).toMatch(/no business configured/);
+    const unreachable = await runCli(['webhooks', 'list'], { MSGBRIDGE_BUSINESS_ID: 'b', MSGBRIDGE_API_KEY: 'k', MSGBRIDGE_PROVIDER_URL: 'http://127.0.0.1:9' });
+    expect(unreachable.code).toBe(1);
+    expect(unreachable.stderr).toMatch(/cannot reach the provider at http:\/\/127\.0\.0\.1:9/);
+    expect(unreachable.stderr).not.toContain('k\n');
+  });
+});
+
+describe('msgbridge webhooks against the simulator', () => {
+  it('registers both topics, is idempotent, lists, deletes, and names a rejected API key', async () => {
+    const { startSimulator } = await import('../../src/simulator/index.js');
+    const sim = await startSimulator({ port: 0, businesses: [{ id: 'acme', apiKey: 'right-key', signingSecret: 's' }] });
+    try {
+      const env = { MSGBRIDGE_BUSINESS_ID: 'acme', MSGBRIDGE_API_KEY: 'right-key', MSGBRIDGE_PROVIDER_URL: sim.url };
+      const base = ['--address-base', 'http://ingress.example:8080'];
+      const first = await runCli(['webhooks', 'register', ...base], env);
+      expect(first.code, first.stderr).toBe(0);
+      expect(first.stdout).toContain('acme messages: registered → http://ingress.example:8080/webhooks/acme/messages');
+      expect(first.stdout).toContain('acme delivery_status: registered → http://ingress.example:8080/webhooks/acme/delivery_status');
+      expect(sim.webhooks('acme').map((r) => r.topic).sort()).toEqual(['delivery_status', 'messages']);
+
+      const second = await runCli(['webhooks', 'register', ...base], env);
+      expect(second.stdout.match(/already registered/g)).toHaveLength(2);
+      expect(sim.webhooks('acme')).toHaveLength(2);
+
+      const deleted = await runCli(['webhooks', 'delete', ...base, '--topics', 'messages'], env);
+      expect(deleted.code, deleted.stderr).toBe(0);
+      expect(sim.webhooks('acme').map((r) => r.topic)).toEqual(['delivery_status']);
+
+      const wrongKey = await runCli(['webhooks', 'register', ...base], { ...env, MSGBRIDGE_API_KEY: 'wrong-key' });
+      expect(wrongKey.code).not.toBe(0);
+      expect(`${wrongKey.stdout}${wrongKey.stderr}`).toMatch(/the provider rejected the API key \(HTTP 401\)/);
+      expect(`${wrongKey.stdout}${wrongKey.stderr}`).not.toContain('wrong-key');
+    } finally {
+      await sim.close();
+    }
+  });
+});

@@ -1,0 +1,105 @@
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { consumeRecords, kafkaBrokers, uniqueTopic } from '../helpers/kafka.js';
+import { runCli, startCli } from '../helpers/cli.js';
+
+// The whole loop through real processes: `msgbridge dev` (simulator, ingress, sender on the
+// suite's Kafka), `msgbridge simulator inbound`, `msgbridge send`, `msgbridge tail`, `webhooks`.
+const suffix = uniqueTopic('dev');
+const env: Record<string, string> = {
+  KAFKA_BROKERS: '',
+  MSGBRIDGE_INGRESS_PORT: '0',
+  MSGBRIDGE_SIMULATOR_PORT: '0',
+  MSGBRIDGE__sender__healthPort: '0',
+  MSGBRIDGE__sender__groupId: `${suffix}-sender`,
+  MSGBRIDGE__localKafka__cacheDir: JSON.stringify(mkdtempSync(join(tmpdir(), 'msgbridge-dev-'))),
+  MSGBRIDGE__kafka__topics__messages: `${suffix}-messages`,
+  MSGBRIDGE__kafka__topics__deliveryStatus: `${suffix}-delivery_status`,
+  MSGBRIDGE__kafka__topics__webhooksDlq: `${suffix}-webhooks-dlq`,
+  MSGBRIDGE__kafka__topics__sendRequests: `${suffix}-send-requests`,
+  MSGBRIDGE__kafka__topics__sendResults: `${suffix}-send-results`,
+  MSGBRIDGE__kafka__topics__sendRequestsDlq: `${suffix}-send-requests-dlq`,
+};
+
+describe('msgbridge dev, end to end', () => {
+  let dev: ReturnType<typeof startCli>;
+  let simulatorUrl: string;
+  let ingressUrl: string;
+
+  beforeAll(async () => {
+    env.KAFKA_BROKERS = kafkaBrokers().join(',');
+    dev = startCli(['dev', '--summary-interval', '1'], env);
+    simulatorUrl = (await dev.waitFor(/simulator\s+(http:\/\/\S+)/))[1]!;
+    ingressUrl = (await dev.waitFor(/ingress\s+(http:\/\/\S+?)\/webhooks/))[1]!;
+  });
+
+  afterAll(async () => {
+    const code = await dev?.stop('SIGINT');
+    expect(code).toBe(0);
+    expect(dev.output().stdout).toMatch(/stopped\.\n$/);
+  });
+
+  it('prints what runs where and how to try it', () => {
+    const { stdout } = dev.output();
+    expect(stdout).toMatch(/Kafka\s+127\.0\.0\.1:\d+\s+\(KAFKA_BROKERS\)/);
+    expect(stdout).toContain('msgbridge send text');
+    expect(stdout).toContain('businesses  biz_1');
+  });
+
+  it('a text to a customer who wrote first: accepted → sent, delivered, read, having travelled simulator → ingress → Kafka', async () => {
+    const inbound = await runCli(['simulator', 'inbound', '--business', 'biz_1', '--from', '+15550002222', '--text', 'hi', '--url', simulatorUrl], env);
+    expect(inbound.code, inbound.stderr).toBe(0);
+
+    const sent = await runCli(['send', 'text', '--business', 'biz_1', '--to', '+15550002222', '--text', 'Your order shipped', '--timeout', '45'], env, 90_000);
+    expect(sent.code, `${sent.stdout}\n${sent.stderr}`).toBe(0);
+    const messageId = /accepted: message id (\S+)/.exec(sent.stdout)?.[1];
+    expect(messageId).toMatch(/^[0-9A-HJKMNP-TV-Z]{26}$/);
+    const statuses = [...sent.stdout.matchAll(/^\+[\d.]+s (sent|delivered|read)$/gm)].map((m) => m[1]);
+    expect(statuses).toContain('read');
+    expect(new Set(statuses)).toEqual(new Set(['sent', 'delivered', 'read']));
+
+    // Those statuses are records the ingress wrote: keyed by the message id, with its headers.
+    const records = await consumeRecords(env.MSGBRIDGE__kafka__topics__deliveryStatus!, 3);
+    const mine = records.filter((r) => r.key === messageId);
+    expect(mine.map((r) => JSON.parse(r.value.toString()).statusUpdate.status).sort()).toEqual(['delivered', 'read', 'sent']);
+    for (const r of mine) expect(r.headers).toMatchObject({ 'business-id': 'biz_1', schema: 'delivery_status/v1' });
+    // And the customer's message reached the messages topic the same way.
+    const inboundRecords = await consumeRecords(env.MSGBRIDGE__kafka__topics__messages!, 1);
+    expect(inboundRecords[0]!.key).toBe('+15550002222');
+  });
+
+  it('a text with no open conversation window ends in delivery_failed, exit code 1', async () => {
+    const sent = await runCli(['send', 'text', '--to', '+15550007777', '--text', 'unsolicited', '--timeout', '45'], env, 90_000);
+    expect(sent.code, sent.stdout).toBe(1);
+    expect(sent.stdout).toMatch(/accepted: message id/);
+    expect(sent.stdout).toMatch(/delivery_failed: ERROR_CODE_MESSAGE_CUSTOMER_NO_CONVERSATION_INITIATION/);
+  });
+
+  it('a template with the wrong parameters ends in delivery_failed with the template error', async () => {
+    const sent = await runCli(['send', 'template', '--to', '+15550008888', '--template', 'order_update', '--param', 'wrong=1', '--timeout', '45'], env, 90_000);
+    expect(sent.code, sent.stdout).toBe(1);
+    expect(sent.stdout).toMatch(/delivery_failed: ERROR_CODE_MESSAGE_TEMPLATE_INPUT_INVALID/);
+  });
+
+  it('tail pretty-prints the records of a topic with key, headers and decoded value', async () => {
+    const tail = await runCli(['tail', env.MSGBRIDGE__kafka__topics__messages!, '--from-beginning', '--max', '1', '--json', '--timeout', '30'], env);
+    expect(tail.code, tail.stderr).toBe(0);
+    const record = JSON.parse(tail.stdout.trim().split('\n')[0]!);
+    expect(record.key).toBe('+15550002222');
+    expect(record.headers['business-id']).toBe('biz_1');
+    expect(record.value.message.text).toBe('hi');
+  });
+
+  it('webhooks list shows the ingress addresses dev registered; register is idempotent', async () => {
+    const providerEnv = { ...env, MSGBRIDGE_BUSINESS_ID: 'biz_1', MSGBRIDGE_API_KEY: 'dev-api-key', MSGBRIDGE_PROVIDER_URL: simulatorUrl };
+    const list = await runCli(['webhooks', 'list'], providerEnv);
+    expect(list.code, list.stderr).toBe(0);
+    expect(list.stdout).toContain(`biz_1 messages ${ingressUrl}/webhooks/biz_1/messages`);
+    expect(list.stdout).toContain(`biz_1 delivery_status ${ingressUrl}/webhooks/biz_1/delivery_status`);
+    const again = await runCli(['webhooks', 'register', '--address-base', ingressUrl], providerEnv);
+    expect(again.code, again.stderr).toBe(0);
+    expect(again.stdout.match(/already registered/g)).toHaveLength(2);
+  });
+});
