@@ -27,11 +27,33 @@ export async function ensureTopics(admin: Admin, specs: TopicSpec[], logger?: Lo
     }
     return { topic: s.topic, numPartitions: s.partitions, replicationFactor, ...(s.configEntries ? { configEntries: s.configEntries } : {}) };
   });
-  await admin.createTopics({ topics, waitForLeaders: true });
   // Another instance may have created some of them concurrently; createTopics then answers
   // false without error, which is fine: the topics exist either way.
+  await admin.createTopics({ topics, waitForLeaders: false });
+  await waitForLeaders(admin, topics.map((t) => t.topic));
   logger?.info({ topics: topics.map((t) => t.topic) }, 'created missing topics');
   return topics.map((t) => t.topic);
+}
+
+const NOT_YET = new Set(['UNKNOWN_TOPIC_OR_PARTITION', 'LEADER_NOT_AVAILABLE']);
+
+/**
+ * Until every partition of the topics has a leader. kafkajs's own wait retries only on
+ * LEADER_NOT_AVAILABLE, but right after creation a broker may still answer
+ * UNKNOWN_TOPIC_OR_PARTITION (metadata not yet propagated), which it treats as fatal.
+ */
+async function waitForLeaders(admin: Admin, topics: string[], timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (let delay = 50; ; delay = Math.min(delay * 2, 1000)) {
+    try {
+      const { topics: described } = await admin.fetchTopicMetadata({ topics });
+      if (described.length === topics.length && described.every((t) => t.partitions.length > 0 && t.partitions.every((p) => p.leader >= 0))) return;
+    } catch (err) {
+      if (!NOT_YET.has((err as { type?: string }).type ?? '') || Date.now() > deadline) throw err;
+    }
+    if (Date.now() > deadline) throw new Error(`topics ${topics.join(', ')} have no leader after ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, delay));
+  }
 }
 
 function dedupe(specs: TopicSpec[]): TopicSpec[] {

@@ -65,6 +65,12 @@ describe('msgbridge dev, end to end', () => {
     const mine = records.filter((r) => r.key === messageId);
     expect(mine.map((r) => JSON.parse(r.value.toString()).statusUpdate.status).sort()).toEqual(['delivered', 'read', 'sent']);
     for (const r of mine) expect(r.headers).toMatchObject({ 'business-id': 'biz_1', schema: 'delivery_status/v1' });
+    // Correlation: the send result is keyed by the same message id (co-partitioned with the statuses).
+    const results = await consumeRecords(env.MSGBRIDGE__kafka__topics__sendResults!, 1);
+    const result = results.find((r) => JSON.parse(r.value.toString()).messageId === messageId)!;
+    expect(result.key).toBe(messageId);
+    expect(JSON.parse(result.value.toString())).toMatchObject({ outcome: 'accepted', businessId: 'biz_1', recipient: '+15550002222' });
+    expect(result.headers.traceparent).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/);
     // And the customer's message reached the messages topic the same way.
     const inboundRecords = await consumeRecords(env.MSGBRIDGE__kafka__topics__messages!, 1);
     expect(inboundRecords[0]!.key).toBe('+15550002222');
