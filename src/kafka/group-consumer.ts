@@ -32,6 +32,11 @@ export interface GroupConsumerHandlers {
   onAssignment(partitions: number[], memberId: string): void;
   /** One partition's batch. Records not resolved are fetched again. */
   onBatch(partition: number, records: ConsumedRecord[], control: BatchControl): Promise<void>;
+  /**
+   * This member learned that the group rebalances and is about to rejoin: called synchronously,
+   * while the current generation is still in force (the last moment to commit with it).
+   */
+  onRebalancing?(): void;
   /** The client gave up (`restarting` says whether it rejoins on its own). */
   onCrash?(error: Error, restarting: boolean): void;
 }

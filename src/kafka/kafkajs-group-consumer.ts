@@ -70,6 +70,13 @@ export function createKafkajsGroupConsumer(kafka: Kafka, options: KafkajsGroupCo
         logger?.info({ groupId, memberId: event.payload.memberId, partitions, durationMs: event.payload.duration }, 'joined the consumer group');
         handlers.onAssignment(partitions, event.payload.memberId);
       });
+      consumer.on(consumer.events.REBALANCING, (event) => {
+        logger?.info({ groupId, memberId: event.payload.memberId }, 'the group is rebalancing');
+        handlers.onRebalancing?.();
+      });
+      consumer.on(consumer.events.STOP, () => {
+        logger?.info({ groupId }, 'consumer stopped');
+      });
       consumer.on(consumer.events.CRASH, (event) => {
         handlers.onCrash?.(event.payload.error, event.payload.restart);
       });

@@ -32,12 +32,15 @@ import { BatchingPublisher } from './result-publisher.js';
  *   (or DLQ record) acknowledged by Kafka, so nothing is lost on a crash or a rebalance.
  * - Duplicates: within a process, a (business, requestId) is sent at most once (a bounded LRU
  *   of completed ids; a repeat gets the stored result published again). Across a crash or a
- *   hand-over, the commit metadata records which requests above the commit point finished, so
- *   the next owner skips them: what can be sent twice is what was in an HTTP call or waiting
- *   for its result to be acknowledged at that moment, plus what finished after the last commit
- *   (commits run every `commitIntervalMs`) — bounded by `sender.maxBufferedRequests`.
- * - Bounded memory: at most `maxBufferedRequests` unfinished requests (and 10× that between the
- *   commit point and the newest request); when full, the consumer stops taking records.
+ *   hand-over, what runs again is at most what lies between the committed offset and the
+ *   newest request taken: never more than `sender.maxBufferedRequests`. The commit metadata
+ *   records which of those finished, so the next owner skips them; in practice what is sent
+ *   twice is what was in an HTTP call, or finished after the last commit (every
+ *   `commitIntervalMs`), when the process died. A drain (SIGTERM) commits everything it
+ *   finished: the next owner sends nothing twice.
+ * - Bounded memory: at most `maxBufferedRequests` requests between the commit point and the
+ *   newest request taken (finished or not); when full, the consumer stops taking records and
+ *   only heartbeats, so the fetch position stays where the buffer ends.
  */
 export interface StartSenderOptions {
   config: Config;
@@ -48,7 +51,7 @@ export interface StartSenderOptions {
   registry?: Registry;
   /** Health/metrics server: default config.sender.healthHost/healthPort; false = none. */
   health?: false | { host?: string; port?: number };
-  /** How often progress is committed (default 250 ms). */
+  /** How often progress is committed (default 200 ms). */
   commitIntervalMs?: number;
   /** Called when the Kafka client gave up for good (the process should drain and exit non-zero). */
   onFatal?: (error: Error) => void;
@@ -103,7 +106,7 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
   const s = config.sender;
   const topics = config.kafka.topics;
   const registry = options.registry ?? createMetricsRegistry('sender');
-  const commitIntervalMs = options.commitIntervalMs ?? 250;
+  const commitIntervalMs = options.commitIntervalMs ?? 200;
 
   const kafka = createKafka(config.kafka, { logger, brokers });
   if (config.kafka.createTopics) {
@@ -195,6 +198,7 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
       gates.clear();
     }
     memberId = member;
+    rejoining = false;
     const owned = new Set(partitions.map(String));
     const revoked = runner.assigned().filter((p) => !owned.has(p));
     for (const p of revoked) {
@@ -214,6 +218,28 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
     markReady();
   };
 
+  /**
+   * Set when a heartbeat reports a rebalance, cleared by the next assignment. kafkajs hands the
+   * remaining batches of the same fetch to the handler before it rejoins; they return at once
+   * instead of each waiting (and heartbeating into the same error) in turn.
+   */
+  let rejoining = false;
+  const active = (control: BatchControl) => state === 'running' && !rejoining && control.isActive();
+
+  /**
+   * kafkajs heartbeats only between batches (and sends one only when the interval has passed):
+   * a handler that spends a while on a batch heartbeats itself, or the rebalance waits for it.
+   * A heartbeat that reports a rebalance ends the batch (kafkajs then rejoins).
+   */
+  const heartbeat = async (control: BatchControl): Promise<void> => {
+    try {
+      await control.heartbeat();
+    } catch (err) {
+      rejoining = true;
+      throw err;
+    }
+  };
+
   /** Waits for a promise while keeping the membership alive; false when the batch should end. */
   const waitKeepingAlive = async (promise: Promise<unknown>, control: BatchControl): Promise<boolean> => {
     let settled = false;
@@ -223,8 +249,8 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
     );
     while (!settled) {
       await Promise.race([promise.catch(() => undefined), sleep(1000)]);
-      if (state !== 'running' || !control.isActive()) return false;
-      if (!settled) await control.heartbeat();
+      if (!active(control)) return false;
+      if (!settled) await heartbeat(control);
     }
     return true;
   };
@@ -237,15 +263,27 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
 
   const onBatch = async (partition: number, records: ConsumedRecord[], control: BatchControl): Promise<void> => {
     const p = String(partition);
-    if (state !== 'running') return;
+    if (!active(control)) return;
+    // A rebalance noticed by kafkajs's own heartbeat after the previous batch surfaces here.
+    await heartbeat(control);
+    let lastBeat = Date.now();
     const gate = gates.get(p);
     if (gate) {
       if (!(await waitKeepingAlive(gate, control))) return;
       if (gates.get(p) === gate) gates.delete(p);
     }
     for (const record of records) {
-      if (state !== 'running' || !control.isActive() || runner.epochOf(p) === undefined) return;
-      if (!runner.hasCapacity() && !(await waitKeepingAlive(runner.whenCapacity(), control))) return;
+      if (!active(control) || runner.epochOf(p) === undefined) return;
+      if (!runner.hasCapacity()) {
+        // The window frees up as commits are confirmed: commit now rather than at the next tick.
+        void commitOnce();
+        if (!(await waitKeepingAlive(runner.whenCapacity(), control))) return;
+      }
+      if (Date.now() - lastBeat >= 1000) {
+        await heartbeat(control);
+        lastBeat = Date.now();
+        if (!active(control)) return;
+      }
       const now = Date.now();
       const job = prepareJob(record, apiKeys, now, Number(record.timestamp));
       if (runner.submit(p, Number(record.offset), orderKey(record, job), job) === 'not-assigned') return;
@@ -253,35 +291,41 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
     }
   };
 
-  let committing: Promise<void> | undefined;
-  const commitOnce = (): Promise<void> => {
-    if (committing) return committing;
-    committing = (async () => {
-      // A fresh macrotask: kafkajs switches to a new generation and emits GROUP_JOIN within one
-      // turn, so here the assignment the runner knows and the generation a commit carries agree.
-      await new Promise((resolve) => setImmediate(resolve));
-      const points = runner.commitPoints();
-      if (points.length === 0) return;
-      try {
-        await consumer.commit(
-          points.map((point) => ({
-            partition: Number(point.partition),
-            offset: point.offset,
-            metadata: metadataEnabled ? encodeCompleted(point.offset, point.completedAbove) : null,
-          })),
-        );
-        for (const point of points) runner.markCommitted(point);
-        metrics.commit('ok');
-      } catch (err) {
-        metrics.commit('error');
-        const type = (err as { type?: string }).type;
-        if (type === 'OFFSET_METADATA_TOO_LARGE') {
-          metadataEnabled = false;
-          logger.warn('the broker refuses the commit metadata (offset.metadata.max.bytes): committing without it');
-        } else {
-          logger.debug({ err: (err as Error).message, type }, 'commit failed; the next one retries with fresh state');
-        }
+  /** Commits the progress of the owned partitions once; failures wait for the next round. */
+  const commitProgress = async (): Promise<void> => {
+    const points = runner.commitPoints();
+    if (points.length === 0) return;
+    try {
+      await consumer.commit(
+        points.map((point) => ({
+          partition: Number(point.partition),
+          offset: point.offset,
+          metadata: metadataEnabled ? encodeCompleted(point.offset, point.completedAbove) : null,
+        })),
+      );
+      for (const point of points) runner.markCommitted(point);
+      metrics.commit('ok');
+    } catch (err) {
+      metrics.commit('error');
+      const type = (err as { type?: string }).type;
+      if (type === 'OFFSET_METADATA_TOO_LARGE') {
+        metadataEnabled = false;
+        logger.warn('the broker refuses the commit metadata (offset.metadata.max.bytes): committing without it');
+      } else {
+        logger.debug({ err: (err as Error).message, type }, 'commit failed; the next one retries with fresh state');
       }
+    }
+  };
+
+  let committing: Promise<void> | undefined;
+  /** The periodic commit: one at a time, each in a fresh macrotask. */
+  const commitOnce = (): Promise<void> => {
+    committing ??= (async () => {
+      // kafkajs switches to a new generation and emits GROUP_JOIN within one turn of the event
+      // loop, so at the start of a macrotask the assignment the runner knows and the
+      // generation a commit carries agree.
+      await new Promise((resolve) => setImmediate(resolve));
+      await commitProgress();
     })().finally(() => {
       committing = undefined;
     });
@@ -310,6 +354,9 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
   await consumer.start({
     onAssignment,
     onBatch,
+    // Commit what is finished before rejoining: after the rejoin, this generation's commits are
+    // refused, and whatever was not committed runs again at the partition's next owner.
+    onRebalancing: () => void commitProgress(),
     onCrash: (error, restarting) => {
       joined = false;
       for (const p of runner.assigned()) runner.revoke(p);

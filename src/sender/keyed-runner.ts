@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import { Deque } from './deque.js';
 
 /**
@@ -10,10 +11,11 @@ import { Deque } from './deque.js';
  *   offset after the last submitted item when all are finished), so a crash replays only
  *   unfinished work. Finished items above that point are reported too (`completedAbove`), so
  *   that a later owner of the partition can skip them.
- * - `maxBuffered` bounds the unfinished items; `maxUncommitted` bounds the items at or above
- *   the commit point (finished ones included), which bounds the replay after a crash and the
- *   size of what `completedAbove` has to describe. `hasCapacity()` / `whenCapacity()` let the
- *   caller stop fetching instead of growing a queue.
+ * - `maxBuffered` bounds the unfinished items; `maxUncommitted` (default: the same) bounds the
+ *   items from the last *committed* offset (as confirmed with `markCommitted`) to the newest,
+ *   finished ones included: what a crash can make run again, and what `completedAbove` has to
+ *   describe. `hasCapacity()` / `whenCapacity()` let the caller stop fetching instead of
+ *   growing a queue.
  *
  * Pure logic: no Kafka, no HTTP. Offsets are JavaScript numbers (exact up to 2^53).
  */
@@ -35,7 +37,10 @@ export type SubmitOutcome = 'queued' | 'duplicate' | 'skipped' | 'not-assigned';
 export interface KeyedRunnerOptions<T> {
   concurrency: number;
   maxBuffered: number;
-  /** Default: 10 × maxBuffered. */
+  /**
+   * Bound on the items at or above the commit points, finished ones included (default:
+   * maxBuffered). After a crash at most this many are read again.
+   */
   maxUncommitted?: number;
   work: (payload: T, context: WorkContext) => Promise<WorkOutcome>;
   /** An item whose work threw or was abandoned while its partition was still owned is retried after this delay (default 1000 ms). */
@@ -60,7 +65,7 @@ export interface RunnerStats {
   buffered: number;
   running: number;
   queued: number;
-  /** Items at or above the commit points (finished ones included). */
+  /** Items from the committed offsets to the newest (finished ones included). */
   uncommitted: number;
   /** Offsets read but not yet committed, summed over the owned partitions. */
   commitLag: number;
@@ -89,7 +94,7 @@ interface Track {
   readonly partition: string;
   readonly epoch: number;
   readonly stop: AbortController;
-  /** Entries at or above the commit point, in offset order. */
+  /** Entries from the committed offset to the newest, in offset order. */
   readonly pending: Deque<Entry<unknown>>;
   readonly keyQueues: Set<KeyQueue<unknown>>;
   /** Offset after the highest submitted one; undefined until the first submission. */
@@ -120,10 +125,11 @@ export class KeyedRunner<T> {
     if (!(options.concurrency >= 1)) throw new RangeError('concurrency must be at least 1');
     if (!(options.maxBuffered >= 1)) throw new RangeError('maxBuffered must be at least 1');
     this.options = {
-      maxUncommitted: options.maxUncommitted ?? options.maxBuffered * 10,
+      maxUncommitted: options.maxUncommitted ?? options.maxBuffered,
       retryAbandonedAfterMs: options.retryAbandonedAfterMs ?? 1000,
       ...options,
     } as typeof this.options;
+    setMaxListeners(0, this.hard.signal);
     if (this.options.maxUncommitted < options.maxBuffered) throw new RangeError('maxUncommitted must be at least maxBuffered');
   }
 
@@ -131,10 +137,13 @@ export class KeyedRunner<T> {
   assign(partition: string): number {
     const existing = this.tracks.get(partition);
     if (existing) return existing.epoch;
+    const stop = new AbortController();
+    // Every running item of the partition listens to it (retry sleeps, rate-limit waits).
+    setMaxListeners(0, stop.signal);
     const track: Track = {
       partition,
       epoch: ++this.epochs,
-      stop: new AbortController(),
+      stop,
       pending: new Deque(),
       keyQueues: new Set(),
       nextOffset: undefined,
@@ -212,7 +221,6 @@ export class KeyedRunner<T> {
       track.pending.push({ track, offset, payload: undefined, state: 'done' });
       this.uncommittedCount += 1;
       track.version += 1;
-      this.advance(track);
       return 'skipped';
     }
 
@@ -281,21 +289,36 @@ export class KeyedRunner<T> {
     const points: CommitPoint[] = [];
     for (const track of this.tracks.values()) {
       if (track.nextOffset === undefined) continue;
-      const offset = this.commitOffsetOf(track);
-      if (!options.all && offset === track.committedOffset && track.version === track.committedVersion) continue;
+      if (!options.all && track.version === track.committedVersion) continue;
+      let offset: number | undefined;
       const completedAbove: number[] = [];
-      for (const entry of track.pending) if (entry.state === 'done') completedAbove.push(entry.offset);
+      for (const entry of track.pending) {
+        if (offset === undefined) {
+          if (entry.state !== 'done') offset = entry.offset;
+        } else if (entry.state === 'done') {
+          completedAbove.push(entry.offset);
+        }
+      }
+      offset ??= track.nextOffset;
       points.push({ partition: track.partition, epoch: track.epoch, offset, completedAbove, version: track.version });
     }
     return points;
   }
 
-  /** Records that a commit point was committed (ignored when the partition changed hands since). */
+  /**
+   * Records that a commit point was committed (ignored when the partition changed hands
+   * since): the items below it leave the window, which makes room for new ones.
+   */
   markCommitted(point: Pick<CommitPoint, 'partition' | 'epoch' | 'offset' | 'version'>): void {
     const track = this.tracks.get(point.partition);
     if (!track || track.epoch !== point.epoch) return;
     if (track.committedOffset === undefined || point.offset >= track.committedOffset) track.committedOffset = point.offset;
     if (point.version > track.committedVersion) track.committedVersion = point.version;
+    while ((track.pending.peek()?.offset ?? Infinity) < track.committedOffset) {
+      track.pending.shift();
+      this.uncommittedCount -= 1;
+    }
+    this.notify();
   }
 
   stats(): RunnerStats {
@@ -312,10 +335,6 @@ export class KeyedRunner<T> {
       partitions: this.tracks.size,
       keys: this.keys.size,
     };
-  }
-
-  private commitOffsetOf(track: Track): number {
-    return track.pending.peek()?.offset ?? (track.nextOffset as number);
   }
 
   private makeReady(kq: KeyQueue<T>): void {
@@ -374,10 +393,7 @@ export class KeyedRunner<T> {
       entry.state = 'done';
       kq.entries.shift();
       this.bufferedCount -= 1;
-      if (!track.revoked) {
-        track.version += 1;
-        this.advance(track);
-      }
+      if (!track.revoked) track.version += 1;
     } else if (track.revoked || this.halted) {
       // Left unfinished on purpose: its offset is not committed, so whoever reads the
       // partition next runs it again.
@@ -403,14 +419,6 @@ export class KeyedRunner<T> {
     }
     this.pump();
     this.notify();
-  }
-
-  /** Moves the commit point of a partition past its finished head items. */
-  private advance(track: Track): void {
-    while (track.pending.peek()?.state === 'done') {
-      track.pending.shift();
-      this.uncommittedCount -= 1;
-    }
   }
 
   private notify(): void {

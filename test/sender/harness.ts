@@ -2,13 +2,18 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
-import type { IHeaders } from 'kafkajs';
+import { Kafka, logLevel, type IHeaders } from 'kafkajs';
 import { loadConfig, type DeepPartial } from '../../src/config/load.js';
 import type { Config } from '../../src/config/schema.js';
 import { createLogger, silentLogger, type Logger } from '../../src/observability/logger.js';
 import { startSender, type Sender, type StartSenderOptions } from '../../src/sender/index.js';
 import { startSimulator, type RunningSimulator, type SendRecord, type SimulatorOptions } from '../../src/simulator/index.js';
-import { createTopics, kafkaBrokers, testKafka, uniqueTopic, withAdmin, type ReadRecord } from '../helpers/kafka.js';
+import { createTopics, kafkaBrokers, uniqueTopic, withAdmin, type ReadRecord } from '../helpers/kafka.js';
+
+/** A client that rides out a busy broker (new topics whose leaders are still settling). */
+function patientKafka(clientId: string): Kafka {
+  return new Kafka({ clientId, brokers: kafkaBrokers(), logLevel: logLevel.NOTHING, retry: { retries: 10, initialRetryTime: 200, maxRetryTime: 3000 } });
+}
 
 export const BIZ = { id: 'biz_1', apiKey: 'key-biz-1', signingSecret: 'secret-biz-1' };
 export const BIZ2 = { id: 'biz_2', apiKey: 'key-biz-2', signingSecret: 'secret-biz-2' };
@@ -143,9 +148,9 @@ export interface RequestSpec {
   partition?: number;
 }
 
-/** Produces requests in order (one producer, acks=all). */
+/** Produces requests in order, each exactly once (idempotent producer, acks=all). */
 export async function produceRequests(topic: string, requests: RequestSpec[]): Promise<void> {
-  const producer = testKafka('sender-test-producer').producer({ allowAutoTopicCreation: false });
+  const producer = patientKafka('sender-test-producer').producer({ allowAutoTopicCreation: false, idempotent: true, maxInFlightRequests: 1 });
   await producer.connect();
   try {
     for (let i = 0; i < requests.length; i += 1000) {
@@ -192,7 +197,7 @@ export interface Collector {
 
 /** Reads a topic from the beginning, continuously, until stopped. */
 export async function collect(topic: string): Promise<Collector> {
-  const consumer = testKafka('sender-test-collector').consumer({ groupId: `collector-${randomUUID()}`, maxWaitTimeInMs: 100 });
+  const consumer = patientKafka('sender-test-collector').consumer({ groupId: `collector-${randomUUID()}`, maxWaitTimeInMs: 100 });
   const records: ReadRecord[] = [];
   await consumer.connect();
   await consumer.subscribe({ topics: [topic], fromBeginning: true });

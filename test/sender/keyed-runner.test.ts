@@ -96,8 +96,12 @@ describe('KeyedRunner', () => {
     c.finish('j2');
     c.finish('j4');
     await tick();
-    expect(runner.commitPoints()).toMatchObject([{ offset: 15, completedAbove: [] }]);
-    expect(runner.stats()).toMatchObject({ buffered: 0, uncommitted: 0, commitLag: 3 });
+    const [last] = runner.commitPoints();
+    expect(last).toMatchObject({ offset: 15, completedAbove: [] });
+    // Until Kafka confirms the commit, the finished items stay in the window.
+    expect(runner.stats()).toMatchObject({ buffered: 0, uncommitted: 3, commitLag: 3 });
+    runner.markCommitted(last!);
+    expect(runner.stats()).toMatchObject({ buffered: 0, uncommitted: 0, commitLag: 0 });
   });
 
   it('ignores redelivered offsets and skips offsets a previous owner finished', async () => {
@@ -138,14 +142,22 @@ describe('KeyedRunner', () => {
     await tick();
     c.finish('b');
     await tick();
-    // One unfinished item, but three uncommitted behind the stuck head: the window is full.
+    // One unfinished item, but three uncommitted: the window is full.
     expect(runner.stats()).toMatchObject({ buffered: 1, uncommitted: 3 });
     expect(runner.hasCapacity()).toBe(false);
     c.finish('s');
     await tick();
+    // All finished, but not committed yet: the window stays full until the commit is confirmed.
+    expect(runner.stats()).toMatchObject({ buffered: 0, uncommitted: 3 });
+    expect(runner.hasCapacity()).toBe(false);
+    let roomAgain = false;
+    void runner.whenCapacity().then(() => (roomAgain = true));
+    const [point] = runner.commitPoints();
+    expect(point).toMatchObject({ offset: 3 });
+    runner.markCommitted(point!);
+    await tick();
+    expect(roomAgain).toBe(true);
     expect(runner.stats()).toMatchObject({ buffered: 0, uncommitted: 0 });
-    expect(runner.hasCapacity()).toBe(true);
-    expect(runner.commitPoints()).toMatchObject([{ offset: 3 }]);
   });
 
   it('on revoke drops queued items, stops running ones and never reports the partition again', async () => {

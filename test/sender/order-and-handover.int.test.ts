@@ -1,0 +1,233 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import type { SendRecord } from '../../src/simulator/index.js';
+import { countRecords } from '../helpers/kafka.js';
+import {
+  collect,
+  committedOffsets,
+  endOffsets,
+  fixture,
+  produceRequests,
+  recipientOf,
+  sentRequestId,
+  spawnSender,
+  textRequest,
+  waitUntil,
+  type ChildSender,
+  type Collector,
+  type Fixture,
+  type RequestSpec,
+} from './harness.js';
+
+const cleanups: (() => Promise<unknown>)[] = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined);
+});
+
+/** `keys` recipients with `perKey` requests each, interleaved; requestId `<key>#<n>` is also the callbackData. */
+function workload(keys: number, perKey: number): { requests: RequestSpec[]; ids: string[] } {
+  const requests: RequestSpec[] = [];
+  for (let n = 0; n < perKey; n++) {
+    for (let k = 0; k < keys; k++) {
+      const recipient = `+1555${String(1_000_000 + k).padStart(7, '0')}`;
+      const requestId = `${recipient}#${n}`;
+      requests.push({ key: recipient, value: textRequest(requestId, recipient, `message ${n}`, { callbackData: requestId }) });
+    }
+  }
+  return { requests, ids: requests.map((r) => (r.value as { requestId: string }).requestId) };
+}
+
+/** Per recipient, the sequence numbers in the order the provider first saw each request. */
+function firstSendOrder(sends: SendRecord[]): Map<string, number[]> {
+  const seen = new Set<string>();
+  const order = new Map<string, number[]>();
+  for (const send of [...sends].sort((a, b) => a.seq - b.seq)) {
+    const id = sentRequestId(send);
+    if (id === undefined || seen.has(id)) continue;
+    seen.add(id);
+    const recipient = recipientOf(send)!;
+    const list = order.get(recipient) ?? [];
+    list.push(Number(id.split('#')[1]));
+    order.set(recipient, list);
+  }
+  return order;
+}
+
+function expectInOrder(order: Map<string, number[]>, perKey: number): void {
+  for (const [recipient, list] of order) {
+    expect(list, recipient).toEqual(Array.from({ length: perKey }, (_, i) => i));
+  }
+}
+
+function duplicates(sends: SendRecord[]): number {
+  const ids = sends.map(sentRequestId);
+  return ids.length - new Set(ids).size;
+}
+
+function resultIds(results: Collector): Set<string> {
+  return new Set(results.values().map((v) => v.requestId as string));
+}
+
+async function expectAllCommitted(f: Fixture): Promise<void> {
+  const ends = await endOffsets(f.topics.sendRequests);
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    const committed = await committedOffsets(f.groupId, f.topics.sendRequests);
+    if ([...ends].every(([p, end]) => end === 0 || committed.get(p)?.offset === end)) return;
+    if (Date.now() > deadline) throw new Error(`not committed to the end: ${JSON.stringify({ ends: [...ends], committed: [...committed] })}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+async function setUp(options: Parameters<typeof fixture>[0]): Promise<{ f: Fixture; results: Collector }> {
+  const f = await fixture(options);
+  cleanups.push(() => f.close());
+  const results = await collect(f.topics.sendResults);
+  cleanups.push(() => results.stop());
+  return { f, results };
+}
+
+describe('sender order, concurrency and hand-overs', () => {
+  it('keeps every recipient in order while sending to many recipients concurrently', async () => {
+    const KEYS = 200;
+    const PER_KEY = 10;
+    const { f, results } = await setUp({
+      partitions: 6,
+      sender: { concurrency: 32, maxBufferedRequests: 400, ratePerSecond: 5000 },
+      simulator: { faults: { sendLatencyMs: { min: 0, max: 15 } } },
+    });
+    const { requests, ids } = workload(KEYS, PER_KEY);
+    await produceRequests(f.topics.sendRequests, requests);
+    const sender = await f.start();
+    let maxRunning = 0;
+    const probe = setInterval(() => (maxRunning = Math.max(maxRunning, sender.stats().running)), 5);
+    cleanups.push(async () => clearInterval(probe));
+    await results.waitFor((r) => r.length >= ids.length, 120_000, 'a result per request');
+    clearInterval(probe);
+
+    const sends = f.simulator.sends();
+    expect(sends).toHaveLength(ids.length);
+    expect(sends.every((s) => s.status === 200)).toBe(true);
+    expect(duplicates(sends)).toBe(0);
+    expect(resultIds(results)).toEqual(new Set(ids));
+    expect(results.records).toHaveLength(ids.length);
+    // The provider saw each recipient's requests in the order they were produced...
+    expectInOrder(firstSendOrder(sends), PER_KEY);
+    // ...while requests to different recipients were in flight together, within the bound.
+    expect(maxRunning).toBeGreaterThan(1);
+    expect(maxRunning).toBeLessThanOrEqual(32);
+    // Each result names the message the provider created for that request.
+    const created = new Map(sends.map((s) => [sentRequestId(s), s.messageId]));
+    for (const v of results.values()) expect(v.messageId).toBe(created.get(v.requestId as string));
+    await expectAllCommitted(f);
+  });
+
+  it('hands partitions over between two instances of the group without losing a request', async () => {
+    const KEYS = 90;
+    const PER_KEY = 16;
+    const MAX_BUFFERED = 100;
+    const { f, results } = await setUp({
+      partitions: 6,
+      sender: { concurrency: 8, maxBufferedRequests: MAX_BUFFERED, ratePerSecond: 5000 },
+      simulator: { faults: { sendLatencyMs: { min: 40, max: 80 } } },
+    });
+    const { requests, ids } = workload(KEYS, PER_KEY);
+    await produceRequests(f.topics.sendRequests, requests);
+    expect(await countRecords(f.topics.sendRequests)).toBe(ids.length);
+    const a = await f.start();
+    await waitUntil(() => f.simulator.sends().length >= 100, 60_000, () => 'A to make progress');
+    // B joins: the group rebalances and A gives up some partitions while requests are in flight.
+    const b = await f.start();
+    await b.ready;
+    await waitUntil(() => b.stats().completedRequestIds >= 50, 60_000, () => 'B to make progress');
+    expect(a.stats().partitions).toBeGreaterThan(0);
+    expect(resultIds(results).size).toBeLessThan(ids.length - 200);
+    // A leaves with a drain: B takes everything over.
+    expect(await a.drain()).toBe(true);
+    await waitUntil(() => resultIds(results).size >= ids.length, 120_000, () => `all results (${resultIds(results).size}/${ids.length})`);
+
+    const sends = f.simulator.sends();
+    const dups = duplicates(sends);
+    console.log(`[handover] ${sends.length} provider calls for ${ids.length} requests: ${dups} duplicate(s); ${results.records.length} result records`);
+    expect(resultIds(results)).toEqual(new Set(ids));
+    // A commits what it finished the moment it learns of the rebalance, and its drain commits
+    // the rest: only the calls A had in flight when its partitions moved (at most its
+    // concurrency) can run again at B.
+    expect(dups).toBeLessThanOrEqual(8);
+    expectInOrder(firstSendOrder(sends), PER_KEY);
+    const metricsA = await a.metrics.metrics();
+    const metricsB = await b.metrics.metrics();
+    expect(metricsA).toMatch(/msgbridge_sender_requests_total\{outcome="accepted",business="biz_1",role="sender"\} [1-9]/);
+    expect(metricsB).toMatch(/msgbridge_sender_requests_total\{outcome="accepted",business="biz_1",role="sender"\} [1-9]/);
+    await expectAllCommitted(f);
+  });
+
+  it('after SIGKILL mid-stream, a restarted sender completes every request; duplicates stay within the in-flight bound', async () => {
+    const KEYS = 60;
+    const PER_KEY = 20;
+    const MAX_BUFFERED = 100;
+    const { f, results } = await setUp({
+      partitions: 3,
+      sender: { concurrency: 16, maxBufferedRequests: MAX_BUFFERED, ratePerSecond: 5000 },
+      simulator: { faults: { sendLatencyMs: { min: 5, max: 20 } } },
+    });
+    const { requests, ids } = workload(KEYS, PER_KEY);
+    await produceRequests(f.topics.sendRequests, requests);
+    const first = spawnSender(f.env());
+    cleanups.push(async () => first.child.kill('SIGKILL'));
+    await first.waitForOutput(/"sender":\{/);
+    await waitUntil(() => f.simulator.sends().length >= 300, 60_000, () => 'the first sender to make progress');
+    first.child.kill('SIGKILL');
+    expect(await first.exited).toBeNull();
+    const atKill = f.simulator.sends().length;
+
+    const second: ChildSender = spawnSender(f.env());
+    cleanups.push(async () => second.child.kill('SIGKILL'));
+    await second.waitForOutput(/"sender":\{/);
+    await waitUntil(() => resultIds(results).size >= ids.length, 120_000, () => `all results (${resultIds(results).size}/${ids.length})`);
+    second.child.kill('SIGTERM');
+    expect(await second.exited).toBe(0);
+
+    const sends = f.simulator.sends();
+    const dups = duplicates(sends);
+    console.log(`[kill] killed after ${atKill} provider calls; ${sends.length} calls for ${ids.length} requests: ${dups} duplicate(s)`);
+    expect(resultIds(results)).toEqual(new Set(ids));
+    expect(dups).toBeLessThanOrEqual(MAX_BUFFERED);
+    expectInOrder(firstSendOrder(sends), PER_KEY);
+    await expectAllCommitted(f);
+  });
+
+  it('a SIGTERM drain finishes what is in flight and commits it: the next sender sends nothing twice', async () => {
+    const KEYS = 40;
+    const PER_KEY = 15;
+    const { f, results } = await setUp({
+      partitions: 3,
+      sender: { concurrency: 16, maxBufferedRequests: 100, ratePerSecond: 5000 },
+      simulator: { faults: { sendLatencyMs: { min: 20, max: 60 } } },
+    });
+    const { requests, ids } = workload(KEYS, PER_KEY);
+    await produceRequests(f.topics.sendRequests, requests);
+    const first = spawnSender(f.env());
+    cleanups.push(async () => first.child.kill('SIGKILL'));
+    await first.waitForOutput(/"sender":\{/);
+    await waitUntil(() => f.simulator.sends().length >= 150, 60_000, () => 'the first sender to make progress');
+    first.child.kill('SIGTERM');
+    expect(await first.exited).toBe(0);
+    const atStop = f.simulator.sends().length;
+    expect(atStop).toBeLessThan(ids.length);
+    // Every call the first sender made has its result.
+    await waitUntil(() => resultIds(results).size >= atStop, 10_000, () => 'results of the drained sender');
+
+    const second = spawnSender(f.env());
+    cleanups.push(async () => second.child.kill('SIGKILL'));
+    await second.waitForOutput(/"sender":\{/);
+    await waitUntil(() => resultIds(results).size >= ids.length, 120_000, () => `all results (${resultIds(results).size}/${ids.length})`);
+    second.child.kill('SIGTERM');
+    expect(await second.exited).toBe(0);
+
+    const sends = f.simulator.sends();
+    expect(duplicates(sends)).toBe(0);
+    expect(results.records).toHaveLength(ids.length);
+    expectInOrder(firstSendOrder(sends), PER_KEY);
+    await expectAllCommitted(f);
+  });
+});
