@@ -1,0 +1,106 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createProviderClient, interpret, type ProviderClient } from '../../src/sender/provider-client.js';
+
+interface Seen {
+  method: string;
+  url: string;
+  rawHeaders: string[];
+  body: string;
+}
+
+/** A real HTTP server on port 0 answering with `reply`. */
+async function server(reply: (req: IncomingMessage, res: ServerResponse, seen: Seen) => void): Promise<{ url: string; seen: Seen[]; connections: () => number; close: () => Promise<void> }> {
+  const seen: Seen[] = [];
+  let connections = 0;
+  const srv: Server = createServer((req, res) => {
+    let body = '';
+    req.on('data', (c: Buffer) => (body += c.toString()));
+    req.on('end', () => {
+      const s = { method: req.method ?? '', url: req.url ?? '', rawHeaders: req.rawHeaders, body };
+      seen.push(s);
+      reply(req, res, s);
+    });
+  });
+  srv.on('connection', () => (connections += 1));
+  await new Promise<void>((resolve) => srv.listen(0, '127.0.0.1', resolve));
+  const { port } = srv.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    seen,
+    connections: () => connections,
+    close: () =>
+      new Promise<void>((resolve) => {
+        srv.closeAllConnections();
+        srv.close(() => resolve());
+      }),
+  };
+}
+
+const closers: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const close of closers.splice(0)) await close();
+});
+
+function client(url: string, options: Partial<Parameters<typeof createProviderClient>[0]> = {}): ProviderClient {
+  const c = createProviderClient({ baseUrl: url, connections: 4, callTimeoutMs: 2000, ...options });
+  closers.push(() => c.close());
+  return c;
+}
+
+describe('provider client (undici pool against a real server)', () => {
+  it('posts JSON to the operation path with Accept, Content-Type and X-API-Key exactly, over kept-alive connections', async () => {
+    const s = await server((_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{"id":"01JABCDEFGHJKMNPQRSTVWXYZ0"}'));
+    closers.push(s.close);
+    const c = client(`${s.url}/base/`);
+    const body = { recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' } };
+    for (let i = 0; i < 5; i++) {
+      expect(await c.send('text', 'biz 1', 'secret-key', body)).toEqual({ kind: 'accepted', status: 200, messageId: '01JABCDEFGHJKMNPQRSTVWXYZ0' });
+    }
+    expect(await c.send('template', 'biz_1', 'secret-key', { number: '+1555', templateName: 't', parameters: [] })).toMatchObject({ kind: 'accepted' });
+    const first = s.seen[0]!;
+    expect(first.method).toBe('POST');
+    expect(first.url).toBe('/base/v1/businesses/biz%201/send/messages');
+    expect(s.seen.at(-1)!.url).toBe('/base/v1/businesses/biz_1/send/whatsapp_templated_messages');
+    const names = first.rawHeaders.filter((_, i) => i % 2 === 0);
+    expect(names).toEqual(expect.arrayContaining(['Accept', 'Content-Type', 'X-API-Key']));
+    const header = (name: string) => first.rawHeaders[first.rawHeaders.indexOf(name) + 1];
+    expect(header('Accept')).toBe('application/json');
+    expect(header('Content-Type')).toBe('application/json');
+    expect(header('X-API-Key')).toBe('secret-key');
+    expect(JSON.parse(first.body)).toEqual(body);
+    // Six sequential calls over kept-alive connections (undici may alternate between two).
+    expect(s.seen).toHaveLength(6);
+    expect(s.connections()).toBeLessThanOrEqual(2);
+  });
+
+  it('treats any 2xx with an id as success, and a 2xx without one as an invalid response', async () => {
+    expect(interpret(201, undefined, '{"id":"m1","extra":true}')).toEqual({ kind: 'accepted', status: 201, messageId: 'm1' });
+    expect(interpret(202, undefined, '{"id":"m2"}')).toMatchObject({ kind: 'accepted', messageId: 'm2' });
+    expect(interpret(200, undefined, '{}')).toMatchObject({ kind: 'invalid-response', status: 200 });
+    expect(interpret(204, undefined, '')).toMatchObject({ kind: 'invalid-response', status: 204 });
+  });
+
+  it('reads error bodies as the provider error object when they are one, and keeps Retry-After', async () => {
+    const error = { message: 'slow down', type: 'ERROR_TYPE_INVALID_REQUEST', code: 'ERROR_CODE_BUSINESS_REACHED_LIMITS', userTitle: 't', userMessage: 'm', cntTraceId: '123', details: {} };
+    const s = await server((req, res) => {
+      if (req.url!.includes('plain')) res.writeHead(502, { 'content-type': 'text/html' }).end('<html>bad gateway</html>');
+      else res.writeHead(429, { 'content-type': 'application/json', 'retry-after': '3' }).end(JSON.stringify(error));
+    });
+    closers.push(s.close);
+    expect(await client(s.url).send('text', 'biz', 'k', {})).toEqual({ kind: 'http-error', status: 429, retryAfter: '3', error, bodySnippet: undefined });
+    expect(await client(s.url).send('text', 'plain', 'k', {})).toEqual({ kind: 'http-error', status: 502, retryAfter: undefined, error: undefined, bodySnippet: '<html>bad gateway</html>' });
+  });
+
+  it('ends a call at its deadline as a timeout, and a refused connection as a network error', async () => {
+    const s = await server(() => {
+      /* never answers */
+    });
+    closers.push(s.close);
+    const outcome = await client(s.url, { callTimeoutMs: 200 }).send('text', 'biz', 'k', {});
+    expect(outcome).toMatchObject({ kind: 'timeout' });
+    const refused = await client('http://127.0.0.1:9', { callTimeoutMs: 1000 }).send('text', 'biz', 'k', {});
+    expect(refused).toMatchObject({ kind: 'network', code: 'ECONNREFUSED' });
+  });
+});

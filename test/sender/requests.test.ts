@@ -1,0 +1,121 @@
+import { describe, expect, it } from 'vitest';
+import { sendResultSchema } from '../../src/contracts/index.js';
+import { decodeCompleted, encodeCompleted } from '../../src/sender/offset-metadata.js';
+import { acceptedResult, failureOf, prepareJob, rejectedResult, resolveBusiness, resultHeaders, resultRecord, type IncomingRecord, type SendJob } from '../../src/sender/requests.js';
+
+const one = new Map([['biz_1', 'k1']]);
+const two = new Map([
+  ['biz_1', 'k1'],
+  ['biz_2', 'k2'],
+]);
+
+function record(value: unknown, headers: IncomingRecord['headers'] = {}): IncomingRecord {
+  return {
+    topic: 'send-requests',
+    partition: 2,
+    offset: '41',
+    key: Buffer.from('+15550002222'),
+    value: typeof value === 'string' ? Buffer.from(value) : Buffer.from(JSON.stringify(value)),
+    headers,
+  };
+}
+
+describe('send requests', () => {
+  it('maps a text request to the provider body, stripping only the relay fields', () => {
+    const job = prepareJob(
+      record({ requestId: 'r1', type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' }, callbackData: 'x', sender: { id: 'y' } }),
+      one,
+      1000,
+    ) as SendJob;
+    expect(job.kind).toBe('send');
+    expect(job.businessId).toBe('biz_1');
+    expect(job.operation).toBe('text');
+    expect(job.recipient).toBe('+15550002222');
+    expect(job.body).toEqual({ recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' }, callbackData: 'x', sender: { id: 'y' } });
+  });
+
+  it('maps a template request, parameters defaulting to none', () => {
+    const job = prepareJob(record({ requestId: 'r2', businessId: 'biz_2', type: 'template', number: '+15550003333', templateName: 'welcome', language: 'en' }), two, 1000) as SendJob;
+    expect(job).toMatchObject({ kind: 'send', businessId: 'biz_2', operation: 'template', recipient: '+15550003333' });
+    expect(job.body).toEqual({ number: '+15550003333', templateName: 'welcome', parameters: [], language: 'en' });
+  });
+
+  it('resolves the business: named, or the only one; never a guess', () => {
+    expect(resolveBusiness(undefined, one)).toEqual({ id: 'biz_1' });
+    expect(resolveBusiness('biz_2', two)).toEqual({ id: 'biz_2' });
+    expect(resolveBusiness(undefined, two)).toMatchObject({ error: expect.stringMatching(/businessId is missing/) });
+    expect(resolveBusiness('nope', one)).toMatchObject({ error: expect.stringMatching(/unknown business "nope"/) });
+  });
+
+  it('turns unusable records into DLQ jobs with the original key, bytes and headers', () => {
+    const raw = '{"requestId":';
+    const job = prepareJob(record(raw, { traceparent: 'tp', 'error-reason': 'spoofed', 'event-id': 'spoofed' }), one, 1234);
+    expect(job.kind).toBe('dlq');
+    if (job.kind !== 'dlq') return;
+    expect(job.record.key?.toString()).toBe('+15550002222');
+    expect(job.record.value.toString()).toBe(raw);
+    expect(job.record.headers).toMatchObject({
+      traceparent: 'tp',
+      'received-at': '1234',
+      'content-type': 'application/octet-stream',
+      schema: 'send-requests-dlq/v1',
+      'source-topic': 'send-requests',
+      'source-partition': '2',
+      'source-offset': '41',
+    });
+    expect(job.record.headers['error-reason']).toMatch(/^not valid JSON/);
+    expect(job.record.headers['event-id']).toMatch(/^[0-9a-f]{64}$/);
+    const invalid = prepareJob(record({ requestId: 'r', businessId: 'biz_1', type: 'text', recipient: { channelType: 'whatsapp', id: 'not-a-number' }, message: { text: 'x' } }), one, 1);
+    expect(invalid.kind === 'dlq' && invalid.record.headers['error-reason']).toMatch(/recipient\.id/);
+    expect(invalid.kind === 'dlq' && invalid.record.headers['business-id']).toBe('biz_1');
+  });
+
+  it('builds results that match the contract, keyed by message id (request id when rejected)', () => {
+    const job = prepareJob(record({ requestId: 'r1', type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' } }, { traceparent: 'tp', 'correlation-id': 'c' }), one, 5) as SendJob;
+    const accepted = acceptedResult(job, 'm-1', 2, new Date(0));
+    expect(sendResultSchema.parse(accepted)).toEqual(accepted);
+    expect(resultRecord(accepted).key).toBe('m-1');
+    const rejected = rejectedResult(job, failureOf({ kind: 'http-error', status: 400, error: { message: 'bad', type: 'ERROR_TYPE_INVALID_REQUEST', code: 'ERROR_CODE_X', cntTraceId: '9' } }, false), 1, new Date(0));
+    expect(sendResultSchema.parse(rejected)).toEqual(rejected);
+    expect(rejected.error).toEqual({ httpStatus: 400, message: 'bad', type: 'ERROR_TYPE_INVALID_REQUEST', code: 'ERROR_CODE_X', cntTraceId: '9', retriable: false });
+    expect(resultRecord(rejected).key).toBe('r1');
+    const stored = { ...resultRecord(accepted), businessId: 'biz_1' };
+    expect(resultHeaders(stored, job.headers, 5)).toMatchObject({ traceparent: 'tp', 'correlation-id': 'c', 'business-id': 'biz_1', schema: 'send-result/v1', 'content-type': 'application/json', 'received-at': '5' });
+    for (const outcome of [
+      { kind: 'timeout', message: 't' },
+      { kind: 'network', code: 'ECONNRESET', message: 'reset' },
+      { kind: 'http-error', status: 503, bodySnippet: 'oops' },
+      { kind: 'invalid-response', status: 200 },
+    ] as const) {
+      sendResultSchema.parse(rejectedResult(job, failureOf(outcome, true), 3, new Date(0)));
+    }
+  });
+});
+
+describe('commit metadata', () => {
+  it('round-trips the finished offsets above a commit point', () => {
+    const encoded = encodeCompleted(100, [101, 103, 108, 250]);
+    expect(encoded).toMatch(/^mb1:100:[A-Za-z0-9_-]+$/);
+    expect(decodeCompleted(encoded, 100)).toEqual([101, 103, 108, 250]);
+    expect(encodeCompleted(100, [])).toBeNull();
+    expect(encodeCompleted(100, [99, 100])).toBeNull();
+  });
+
+  it('ignores metadata written for another offset or in another format', () => {
+    const encoded = encodeCompleted(100, [101]);
+    expect(decodeCompleted(encoded, 101)).toEqual([]);
+    expect(decodeCompleted('', 100)).toEqual([]);
+    expect(decodeCompleted(null, 100)).toEqual([]);
+    expect(decodeCompleted('something else', 100)).toEqual([]);
+    expect(decodeCompleted('mb1:100:!!', 100)).toEqual([]);
+  });
+
+  it('stays under the size limit by dropping the highest offsets (which then run again, never lost)', () => {
+    const offsets = Array.from({ length: 50_000 }, (_, i) => 1 + i * 2);
+    const encoded = encodeCompleted(0, offsets, 4000)!;
+    expect(encoded.length).toBeLessThanOrEqual(4000);
+    const decoded = decodeCompleted(encoded, 0);
+    expect(decoded.length).toBeGreaterThan(10_000);
+    expect(decoded).toEqual(offsets.slice(0, decoded.length));
+  });
+});
