@@ -1,0 +1,395 @@
+// Sender benchmark. N send requests over K recipients are preloaded into `send-requests`; the
+// provider simulator answers every send after L ms. `msgbridge sender` (bundled to plain
+// JavaScript, as `node dist/cli.js sender` runs in production) then drains the backlog:
+//   - completed sends/s: results acknowledged by Kafka, from the sender's readiness to the
+//     last result;
+//   - request-to-result latency (p50, p99): from the moment the sender took a request from
+//     Kafka (its `received-at` header) to the moment its result was written (record timestamp);
+//   - peak RSS of the sender process (VmHWM) and its CPU time;
+//   - order per recipient, checked on the simulator's log of send calls (first call of each
+//     request, per recipient, must follow the produced order), and that each request has a result.
+// Scenarios: the default configuration (concurrency 64, 200 sends/s per business: the rate limit
+// is the bound) and a concurrency-bound one (rate limit lifted: concurrency / L is the bound).
+// In the same run, a naive baseline: kafkajs `eachMessage`, one awaited provider call and one
+// awaited result publish per request, on its own copy of the backlog for a fixed duration.
+//
+//   npx tsx bench/sender.ts [--requests 6000] [--recipients 1000] [--latency-ms 100]
+//                           [--concurrent-requests 12000] [--naive-seconds 20]
+// KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { readFileSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { cpus, tmpdir, totalmem } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { build } from 'esbuild';
+import { Kafka, logLevel, type Consumer } from 'kafkajs';
+import { Pool, request } from 'undici';
+import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const CLI_SOURCE = fileURLToPath(new URL('../src/cli.ts', import.meta.url));
+// .cache/bench/ sits at the same depth as src/<dir>/, so import.meta.url-relative paths hold.
+const CLI_BUNDLE = fileURLToPath(new URL('../.cache/bench/sender-cli.mjs', import.meta.url));
+
+const { values: args } = parseArgs({
+  options: {
+    requests: { type: 'string', default: '6000' },
+    recipients: { type: 'string', default: '1000' },
+    'latency-ms': { type: 'string', default: '100' },
+    'concurrent-requests': { type: 'string', default: '12000' },
+    'naive-seconds': { type: 'string', default: '20' },
+    partitions: { type: 'string', default: '12' },
+  },
+});
+const N = Number(args.requests);
+const K = Number(args.recipients);
+const L = Number(args['latency-ms']);
+const N_CONCURRENCY = Number(args['concurrent-requests']);
+const NAIVE_SECONDS = Number(args['naive-seconds']);
+const PARTITIONS = Number(args.partitions);
+const BUSINESS = { id: 'biz_bench', apiKey: 'bench-api-key', secret: 'bench-secret' };
+
+interface Scenario {
+  name: string;
+  requests: number;
+  sender: { concurrency: number; ratePerSecond: number; maxBufferedRequests: number };
+}
+
+interface ScenarioResult {
+  name: string;
+  requests: number;
+  concurrency: number;
+  ratePerSecond: number;
+  boundPerSecond: number;
+  sendsPerSecond: number;
+  ofBound: number;
+  p50Ms: number;
+  p99Ms: number;
+  peakRssMb: number;
+  cpuSeconds: number;
+  durationS: number;
+  providerCalls: number;
+  duplicates: number;
+  missingResults: number;
+  orderViolations: number;
+}
+
+function line(text: string): void {
+  process.stderr.write(`${text}\n`);
+}
+
+async function firstLine(child: ChildProcess, match: (line: string) => boolean, stream: 'stdout' | 'stderr' = 'stdout', timeoutMs = 120_000): Promise<string> {
+  const rl = createInterface({ input: child[stream]! });
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('timed out waiting for the child to start')), timeoutMs);
+    child.once('exit', (code) => reject(new Error(`child exited with ${code} before it was ready`)));
+    rl.on('line', (l) => {
+      if (match(l)) {
+        clearTimeout(timer);
+        resolve(l);
+      }
+    });
+  });
+}
+
+function recipient(k: number): string {
+  return `+1555${String(2_000_000 + k).padStart(7, '0')}`;
+}
+
+/** N requests, recipient k gets requests n = 0, 1, 2... in that order; requestId `<run>:<recipient>#<n>`. */
+function requests(run: string, count: number) {
+  return Array.from({ length: count }, (_, i) => {
+    const k = i % K;
+    const n = Math.floor(i / K);
+    const requestId = `${run}:${recipient(k)}#${n}`;
+    return {
+      key: recipient(k),
+      value: JSON.stringify({
+        requestId,
+        type: 'text',
+        recipient: { channelType: 'whatsapp', id: recipient(k) },
+        message: { text: `benchmark message ${n}` },
+        callbackData: requestId,
+      }),
+    };
+  });
+}
+
+async function preload(kafka: Kafka, topic: string, records: { key: string; value: string }[]): Promise<void> {
+  const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+  await producer.connect();
+  for (let i = 0; i < records.length; i += 2000) await producer.send({ topic, acks: -1, messages: records.slice(i, i + 2000) });
+  await producer.disconnect();
+}
+
+interface Collected {
+  byRequest: Map<string, { latencyMs: number; at: number }>;
+  records: number;
+  lastAt: number;
+  consumer: Consumer;
+}
+
+async function collectResults(kafka: Kafka, topic: string): Promise<Collected> {
+  const consumer = kafka.consumer({ groupId: `bench-collector-${randomUUID()}`, maxWaitTimeInMs: 100 });
+  const collected: Collected = { byRequest: new Map(), records: 0, lastAt: 0, consumer };
+  await consumer.connect();
+  await consumer.subscribe({ topics: [topic], fromBeginning: true });
+  await consumer.run({
+    eachBatch: async ({ batch }) => {
+      for (const m of batch.messages) {
+        const value = JSON.parse(m.value!.toString()) as { requestId: string };
+        const at = Number(m.timestamp);
+        const taken = Number(m.headers?.['received-at']?.toString());
+        collected.records += 1;
+        collected.lastAt = Math.max(collected.lastAt, at);
+        if (!collected.byRequest.has(value.requestId)) collected.byRequest.set(value.requestId, { latencyMs: at - taken, at });
+      }
+    },
+  });
+  return collected;
+}
+
+function percentile(sorted: number[], p: number): number {
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}
+
+function procStatus(pid: number): { peakRssMb: number; cpuSeconds: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const hwm = Number(/VmHWM:\s+(\d+) kB/.exec(status)?.[1] ?? NaN);
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const ticks = Number(fields[11]) + Number(fields[12]);
+  return { peakRssMb: hwm / 1024, cpuSeconds: ticks / 100 };
+}
+
+async function simJson<T>(url: string, method: 'GET' | 'DELETE', path: string): Promise<T> {
+  const res = await request(`${url}${path}`, { method });
+  return (await res.body.json()) as T;
+}
+
+async function waitUntil(condition: () => boolean, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+async function createTopics(kafka: Kafka, topics: string[]): Promise<void> {
+  const admin = kafka.admin();
+  await admin.connect();
+  await admin.createTopics({ topics: topics.map((topic) => ({ topic, numPartitions: PARTITIONS, replicationFactor: 1 })), waitForLeaders: true });
+  // Leaders can take a moment to be known everywhere right after creation.
+  for (let i = 0; i < 50; i++) {
+    const metadata = await admin.fetchTopicMetadata({ topics });
+    if (metadata.topics.every((t) => t.partitions.length === PARTITIONS && t.partitions.every((p) => p.leader >= 0))) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  await admin.disconnect();
+}
+
+async function runScenario(kafka: Kafka, brokers: string[], simulatorUrl: string, scenario: Scenario): Promise<ScenarioResult> {
+  const run = randomUUID().slice(0, 8);
+  const topics = { sendRequests: `bench-req-${run}`, sendResults: `bench-res-${run}`, sendRequestsDlq: `bench-dlq-${run}` };
+  await createTopics(kafka, Object.values(topics));
+  line(`[${scenario.name}] preloading ${scenario.requests} requests over ${K} recipients…`);
+  await preload(kafka, topics.sendRequests, requests(run, scenario.requests));
+  await simJson(simulatorUrl, 'DELETE', '/sim/sends');
+  const collected = await collectResults(kafka, topics.sendResults);
+
+  const child = spawn(process.execPath, [CLI_BUNDLE, 'sender'], {
+    cwd: ROOT,
+    env: {
+      PATH: process.env.PATH,
+      HOME: process.env.HOME,
+      KAFKA_BROKERS: brokers.join(','),
+      MSGBRIDGE_BUSINESS_ID: BUSINESS.id,
+      MSGBRIDGE_API_KEY: BUSINESS.apiKey,
+      MSGBRIDGE_PROVIDER_URL: simulatorUrl,
+      MSGBRIDGE_LOG_LEVEL: 'warn',
+      MSGBRIDGE__kafka__topics__sendRequests: topics.sendRequests,
+      MSGBRIDGE__kafka__topics__sendResults: topics.sendResults,
+      MSGBRIDGE__kafka__topics__sendRequestsDlq: topics.sendRequestsDlq,
+      MSGBRIDGE__kafka__createTopics: 'false',
+      MSGBRIDGE__sender__groupId: `bench-sender-${run}`,
+      MSGBRIDGE__sender__healthPort: '0',
+      MSGBRIDGE__sender__concurrency: String(scenario.sender.concurrency),
+      MSGBRIDGE__sender__ratePerSecond: String(scenario.sender.ratePerSecond),
+      MSGBRIDGE__sender__maxBufferedRequests: String(scenario.sender.maxBufferedRequests),
+    },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  await firstLine(child, (l) => l.startsWith('{"sender"'));
+  const readyAt = Date.now();
+  const pid = child.pid!;
+  await waitUntil(() => collected.byRequest.size >= scenario.requests, 15 * 60_000, `${scenario.requests} results`);
+  const { peakRssMb, cpuSeconds } = procStatus(pid);
+  child.kill('SIGTERM');
+  const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+  await collected.consumer.disconnect();
+  if (code !== 0) line(`[${scenario.name}] the sender exited with ${code}`);
+
+  const sends = await simJson<{ seq: number; status: number; body: { callbackData?: string; recipient?: { id: string } } | null }[]>(simulatorUrl, 'GET', '/sim/sends');
+  const ours = sends.filter((s) => s.body?.callbackData?.startsWith(`${run}:`)).sort((a, b) => a.seq - b.seq);
+  const firstSeen = new Set<string>();
+  const lastN = new Map<string, number>();
+  let orderViolations = 0;
+  for (const s of ours) {
+    const id = s.body!.callbackData!;
+    if (firstSeen.has(id)) continue;
+    firstSeen.add(id);
+    const [who, n] = id.slice(run.length + 1).split('#') as [string, string];
+    const previous = lastN.get(who) ?? -1;
+    if (Number(n) !== previous + 1) orderViolations += 1;
+    lastN.set(who, Number(n));
+  }
+  const latencies = [...collected.byRequest.values()].map((v) => v.latencyMs).sort((a, b) => a - b);
+  const durationS = (collected.lastAt - readyAt) / 1000;
+  const sendsPerSecond = scenario.requests / durationS;
+  const boundPerSecond = Math.min(scenario.sender.concurrency / (L / 1000), scenario.sender.ratePerSecond);
+  return {
+    name: scenario.name,
+    requests: scenario.requests,
+    concurrency: scenario.sender.concurrency,
+    ratePerSecond: scenario.sender.ratePerSecond,
+    boundPerSecond,
+    sendsPerSecond,
+    ofBound: sendsPerSecond / boundPerSecond,
+    p50Ms: percentile(latencies, 50),
+    p99Ms: percentile(latencies, 99),
+    peakRssMb,
+    cpuSeconds,
+    durationS,
+    providerCalls: ours.length,
+    duplicates: ours.length - firstSeen.size,
+    missingResults: scenario.requests - collected.byRequest.size,
+    orderViolations,
+  };
+}
+
+/** kafkajs eachMessage, one awaited provider call and one awaited result publish per request. */
+async function runNaive(kafka: Kafka, simulatorUrl: string): Promise<{ completed: number; perSecond: number; seconds: number }> {
+  const run = randomUUID().slice(0, 8);
+  const requestsTopic = `bench-naive-req-${run}`;
+  const resultsTopic = `bench-naive-res-${run}`;
+  await createTopics(kafka, [requestsTopic, resultsTopic]);
+  await preload(kafka, requestsTopic, requests(run, Math.min(N, Math.ceil((NAIVE_SECONDS * 1000 * 2) / L))));
+  const pool = new Pool(simulatorUrl, { connections: 1 });
+  const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+  await producer.connect();
+  const consumer = kafka.consumer({ groupId: `bench-naive-${run}` });
+  await consumer.connect();
+  await consumer.subscribe({ topics: [requestsTopic], fromBeginning: true });
+  let completed = 0;
+  let first = 0;
+  let last = 0;
+  let stop = false;
+  await consumer.run({
+    eachMessage: async ({ message }) => {
+      if (stop) return;
+      const { requestId, businessId: _b, type: _t, ...body } = JSON.parse(message.value!.toString()) as Record<string, unknown>;
+      const res = await pool.request({
+        method: 'POST',
+        path: `/v1/businesses/${BUSINESS.id}/send/messages`,
+        headers: { accept: 'application/json', 'content-type': 'application/json', 'x-api-key': BUSINESS.apiKey },
+        body: JSON.stringify(body),
+      });
+      const created = (await res.body.json()) as { id: string };
+      await producer.send({ topic: resultsTopic, acks: -1, messages: [{ key: created.id, value: JSON.stringify({ requestId, outcome: 'accepted', messageId: created.id }) }] });
+      if (first === 0) first = Date.now();
+      completed += 1;
+      last = Date.now();
+    },
+  });
+  await new Promise((r) => setTimeout(r, NAIVE_SECONDS * 1000));
+  stop = true;
+  await consumer.disconnect();
+  await producer.disconnect();
+  await pool.close();
+  const seconds = (last - first) / 1000;
+  return { completed, perSecond: (completed - 1) / seconds, seconds };
+}
+
+async function main() {
+  await build({ entryPoints: [CLI_SOURCE], outfile: CLI_BUNDLE, bundle: true, platform: 'node', format: 'esm', target: 'node20', packages: 'external', logLevel: 'warning' });
+  let local: LocalBroker | undefined;
+  let brokers = (process.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);
+  if (brokers.length === 0) {
+    local = await startLocalBroker({ heapMb: 768, partitions: PARTITIONS, onProgress: (l) => line(`[kafka] ${l}`) });
+    brokers = [local.bootstrap];
+  }
+  const dir = mkdtempSync(join(tmpdir(), 'msgbridge-bench-sender-'));
+  const configFile = join(dir, 'config.json');
+  writeFileSync(
+    configFile,
+    JSON.stringify({
+      businesses: [{ id: BUSINESS.id, signingSecrets: [BUSINESS.secret], apiKey: BUSINESS.apiKey }],
+      simulator: {
+        port: 0,
+        faults: { sendLatencyMs: { min: L, max: L } },
+        // No webhooks are registered; keep the status lifecycle cheap.
+        lifecycle: { sentDelayMs: 0, deliveredDelayMs: 0, readDelayMs: 0 },
+        history: { sends: Math.max(N, N_CONCURRENCY) * 2, messages: 1000, deliveries: 1000 },
+      },
+      log: { level: 'warn' },
+    }),
+  );
+  const simulator = spawn(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'simulator', '--config', configFile], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH, HOME: process.env.HOME },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let simulatorUrl: string;
+  try {
+    const started = await firstLine(simulator, (l) => l.startsWith('provider simulator at'), 'stderr');
+    simulatorUrl = /at (http:\/\/[^\s;]+)/.exec(started)![1]!;
+  } catch (err) {
+    simulator.kill('SIGKILL');
+    await local?.stop();
+    throw err;
+  }
+
+  const kafka = new Kafka({ clientId: 'bench-sender', brokers, logLevel: logLevel.NOTHING, retry: { retries: 10 } });
+  const results: ScenarioResult[] = [];
+  let naive: Awaited<ReturnType<typeof runNaive>> | undefined;
+  try {
+    const scenarios: Scenario[] = [
+      { name: 'default (rate-bound)', requests: N, sender: { concurrency: 64, ratePerSecond: 200, maxBufferedRequests: 2000 } },
+      { name: 'rate limit lifted (concurrency-bound)', requests: N_CONCURRENCY, sender: { concurrency: 64, ratePerSecond: 100_000, maxBufferedRequests: 2000 } },
+    ];
+    for (const scenario of scenarios) {
+      const result = await runScenario(kafka, brokers, simulatorUrl, scenario);
+      line(`[${scenario.name}] ${JSON.stringify(result)}`);
+      results.push(result);
+    }
+    line(`[naive] eachMessage baseline for ${NAIVE_SECONDS} s…`);
+    naive = await runNaive(kafka, simulatorUrl);
+    line(`[naive] ${JSON.stringify(naive)}`);
+  } finally {
+    simulator.kill('SIGTERM');
+    await local?.stop();
+  }
+
+  const fmt = (n: number, d = 0) => n.toLocaleString('en-US', { maximumFractionDigits: d, minimumFractionDigits: d });
+  const out: string[] = [];
+  out.push(`Machine: ${cpus().length} × ${cpus()[0]?.model.trim()}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}; L = ${L} ms, K = ${K} recipients, ${PARTITIONS} partitions.`);
+  out.push('');
+  out.push('| scenario | N | bound min(c/L, rate) | completed sends/s | of bound | × naive | request→result p50 / p99 | sender peak RSS | sender CPU | order kept | results | duplicate calls |');
+  out.push('|---|---|---|---|---|---|---|---|---|---|---|---|');
+  for (const r of results) {
+    out.push(
+      `| ${r.name} | ${fmt(r.requests)} | ${fmt(r.boundPerSecond)}/s | **${fmt(r.sendsPerSecond)}/s** | ${fmt(r.ofBound * 100)}% | ${naive ? `${fmt(r.sendsPerSecond / naive.perSecond, 1)}×` : '—'} | ${fmt(r.p50Ms)} / ${fmt(r.p99Ms)} ms | ${fmt(r.peakRssMb)} MiB | ${fmt(r.cpuSeconds, 1)} s | ${r.orderViolations === 0 ? 'yes' : `**no: ${r.orderViolations}**`} | ${fmt(r.requests - r.missingResults)}/${fmt(r.requests)} | ${r.duplicates} |`,
+    );
+  }
+  if (naive) out.push(`| naive baseline (eachMessage, awaited call + publish) | ${fmt(naive.completed)} in ${fmt(naive.seconds, 1)} s | 1/L = ${fmt(1000 / L)}/s | **${fmt(naive.perSecond, 1)}/s** | — | 1× | — | — | — | — | — | — |`);
+  process.stdout.write(`${out.join('\n')}\n`);
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`${(err as Error).stack ?? String(err)}\n`);
+  process.exit(1);
+});
