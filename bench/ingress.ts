@@ -7,7 +7,7 @@
 // After each publishing run, every event answered 200 is looked up in Kafka.
 //
 //   npx tsx bench/ingress.ts [--duration-ms 10000] [--connections 64] [--rounds 3]
-//                            [--modes discard,kafka,naive] [--warmup-ms 2000]
+//                            [--modes discard,kafka,naive] [--warmup-ms 8000]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -23,7 +23,7 @@ import { runWebhookLoad, type AcknowledgedEvent, type WebhookLoadReport } from '
 const { values: args } = parseArgs({
   options: {
     'duration-ms': { type: 'string', default: '10000' },
-    'warmup-ms': { type: 'string', default: '2000' },
+    'warmup-ms': { type: 'string', default: '8000' },
     'broker-warmup-ms': { type: 'string', default: '8000' },
     connections: { type: 'string', default: '64' },
     rounds: { type: 'string', default: '3' },
@@ -216,12 +216,12 @@ async function main() {
         const target = await startTarget(mode, brokers);
         const acknowledged: AcknowledgedEvent[] = [];
         const warm = await load(target.url, { durationMs: warmupMs });
-        acknowledged.push(...warm.acknowledged);
+        for (const a of warm.acknowledged) acknowledged.push(a);
         const cpuBefore = [cpuSeconds(target.pid), cpuSeconds(process.pid), local ? cpuSeconds(local.pid) : NaN];
         const max = await load(target.url, { durationMs });
         const cpuAfter = [cpuSeconds(target.pid), cpuSeconds(process.pid), local ? cpuSeconds(local.pid) : NaN];
         const share = (i: number) => Math.round(((cpuAfter[i]! - cpuBefore[i]!) / (max.durationMs / 1000)) * 100);
-        acknowledged.push(...max.acknowledged);
+        for (const a of max.acknowledged) acknowledged.push(a);
         const result: RunResult = {
           mode,
           round,
@@ -238,7 +238,7 @@ async function main() {
           const bucketsBefore = await latencyBuckets(target.url);
           const half = await load(target.url, { durationMs, ratePerSecond: rate });
           const bucketsAfter = await latencyBuckets(target.url);
-          acknowledged.push(...half.acknowledged);
+          for (const a of half.acknowledged) acknowledged.push(a);
           const count = (le: string) => (bucketsAfter.get(le) ?? 0) - (bucketsBefore.get(le) ?? 0);
           const serverWithin = Object.fromEntries(['0.005', '0.01', '0.02'].map((le) => [`${Number(le) * 1000}ms`, Math.round((count(le) / count('+Inf')) * 1000) / 10]));
           result.half = { rate, eventsPerSecond: perSecond(half), latency: half.latencyMs, nonOk: half.sent - ok(half) - half.errors, serverWithin };
