@@ -56,6 +56,8 @@ interface Scenario {
   name: string;
   requests: number;
   sender: { concurrency: number; ratePerSecond: number; maxBufferedRequests: number };
+  /** Produce the requests at this pace while the sender runs, instead of preloading them. */
+  steadyPerSecond?: number;
 }
 
 interface ScenarioResult {
@@ -196,12 +198,17 @@ async function runScenario(kafka: Kafka, brokers: string[], simulatorUrl: string
   const run = randomUUID().slice(0, 8);
   const topics = { sendRequests: `bench-req-${run}`, sendResults: `bench-res-${run}`, sendRequestsDlq: `bench-dlq-${run}` };
   await createTopics(kafka, Object.values(topics));
-  line(`[${scenario.name}] preloading ${scenario.requests} requests over ${K} recipients…`);
-  await preload(kafka, topics.sendRequests, requests(run, scenario.requests));
+  const all = requests(run, scenario.requests);
+  if (scenario.steadyPerSecond === undefined) {
+    line(`[${scenario.name}] preloading ${scenario.requests} requests over ${K} recipients…`);
+    await preload(kafka, topics.sendRequests, all);
+  }
   await simJson(simulatorUrl, 'DELETE', '/sim/sends');
   const collected = await collectResults(kafka, topics.sendResults);
 
-  const child = spawn(process.execPath, [CLI_BUNDLE, 'sender'], {
+  // BENCH_SENDER_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the sender.
+  const nodeArgs = (process.env.BENCH_SENDER_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  const child = spawn(process.execPath, [...nodeArgs, CLI_BUNDLE, 'sender'], {
     cwd: ROOT,
     env: {
       PATH: process.env.PATH,
@@ -211,6 +218,7 @@ async function runScenario(kafka: Kafka, brokers: string[], simulatorUrl: string
       MSGBRIDGE_API_KEY: BUSINESS.apiKey,
       MSGBRIDGE_PROVIDER_URL: simulatorUrl,
       MSGBRIDGE_LOG_LEVEL: 'warn',
+      KAFKAJS_NO_PARTITIONER_WARNING: '1',
       MSGBRIDGE__kafka__topics__sendRequests: topics.sendRequests,
       MSGBRIDGE__kafka__topics__sendResults: topics.sendResults,
       MSGBRIDGE__kafka__topics__sendRequestsDlq: topics.sendRequestsDlq,
@@ -226,6 +234,26 @@ async function runScenario(kafka: Kafka, brokers: string[], simulatorUrl: string
   await firstLine(child, (l) => l.startsWith('{"sender"'));
   const readyAt = Date.now();
   const pid = child.pid!;
+  const producedAt = new Map<string, number>();
+  if (scenario.steadyPerSecond !== undefined) {
+    line(`[${scenario.name}] producing ${scenario.requests} requests at ${scenario.steadyPerSecond}/s while the sender runs…`);
+    const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+    await producer.connect();
+    const tickMs = 20;
+    const perTick = (scenario.steadyPerSecond * tickMs) / 1000;
+    const start = Date.now();
+    for (let sent = 0, tick = 0; sent < all.length; tick++) {
+      const due = Math.min(all.length, Math.round((tick + 1) * perTick));
+      const batch = all.slice(sent, due);
+      sent = due;
+      const now = Date.now();
+      for (const r of batch) producedAt.set((JSON.parse(r.value) as { requestId: string }).requestId, now);
+      if (batch.length > 0) await producer.send({ topic: topics.sendRequests, acks: -1, messages: batch });
+      const wait = start + (tick + 1) * tickMs - Date.now();
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    }
+    await producer.disconnect();
+  }
   await waitUntil(() => collected.byRequest.size >= scenario.requests, 15 * 60_000, `${scenario.requests} results`);
   const { peakRssMb, cpuSeconds } = procStatus(pid);
   child.kill('SIGTERM');
@@ -247,9 +275,12 @@ async function runScenario(kafka: Kafka, brokers: string[], simulatorUrl: string
     if (Number(n) !== previous + 1) orderViolations += 1;
     lastN.set(who, Number(n));
   }
-  const latencies = [...collected.byRequest.values()].map((v) => v.latencyMs).sort((a, b) => a - b);
+  // Backlog: from the moment the sender took the request; steady: from the moment it was produced.
+  const latencies = [...collected.byRequest]
+    .map(([id, v]) => (scenario.steadyPerSecond === undefined ? v.latencyMs : v.at - producedAt.get(id)!))
+    .sort((a, b) => a - b);
   const durationS = (collected.lastAt - readyAt) / 1000;
-  const sendsPerSecond = scenario.requests / durationS;
+  const sendsPerSecond = scenario.steadyPerSecond ?? scenario.requests / durationS;
   const boundPerSecond = Math.min(scenario.sender.concurrency / (L / 1000), scenario.sender.ratePerSecond);
   return {
     name: scenario.name,
@@ -360,6 +391,7 @@ async function main() {
     const scenarios: Scenario[] = [
       { name: 'default (rate-bound)', requests: N, sender: { concurrency: 64, ratePerSecond: 200, maxBufferedRequests: 2000 } },
       { name: 'rate limit lifted (concurrency-bound)', requests: N_CONCURRENCY, sender: { concurrency: 64, ratePerSecond: 100_000, maxBufferedRequests: 2000 } },
+      { name: 'steady 100/s, no backlog (latency)', requests: 1500, steadyPerSecond: 100, sender: { concurrency: 64, ratePerSecond: 200, maxBufferedRequests: 2000 } },
     ];
     for (const scenario of scenarios) {
       const result = await runScenario(kafka, brokers, simulatorUrl, scenario);
@@ -381,6 +413,13 @@ async function main() {
   out.push('| scenario | N | bound min(c/L, rate) | completed sends/s | of bound | × naive | request→result p50 / p99 | sender peak RSS | sender CPU | order kept | results | duplicate calls |');
   out.push('|---|---|---|---|---|---|---|---|---|---|---|---|');
   for (const r of results) {
+    const steady = r.name.startsWith('steady');
+    if (steady) {
+      out.push(
+        `| ${r.name} | ${fmt(r.requests)} | — | (${fmt(r.sendsPerSecond)}/s offered) | — | — | ${fmt(r.p50Ms)} / ${fmt(r.p99Ms)} ms | ${fmt(r.peakRssMb)} MiB | ${fmt(r.cpuSeconds, 1)} s | ${r.orderViolations === 0 ? 'yes' : `**no: ${r.orderViolations}**`} | ${fmt(r.requests - r.missingResults)}/${fmt(r.requests)} | ${r.duplicates} |`,
+      );
+      continue;
+    }
     out.push(
       `| ${r.name} | ${fmt(r.requests)} | ${fmt(r.boundPerSecond)}/s | **${fmt(r.sendsPerSecond)}/s** | ${fmt(r.ofBound * 100)}% | ${naive ? `${fmt(r.sendsPerSecond / naive.perSecond, 1)}×` : '—'} | ${fmt(r.p50Ms)} / ${fmt(r.p99Ms)} ms | ${fmt(r.peakRssMb)} MiB | ${fmt(r.cpuSeconds, 1)} s | ${r.orderViolations === 0 ? 'yes' : `**no: ${r.orderViolations}**`} | ${fmt(r.requests - r.missingResults)}/${fmt(r.requests)} | ${r.duplicates} |`,
     );
