@@ -128,7 +128,10 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
   }
 
   const producer: RecordProducer = createKafkajsProducer(kafka, { timeoutMs: config.kafka.requestTimeoutMs });
-  await producer.connect();
+  await producer.connect().catch(async (err: unknown) => {
+    await producer.disconnect().catch(() => undefined);
+    throw err;
+  });
   const publisher = new BatchingPublisher(producer);
   const client: ProviderClient = createProviderClient({
     baseUrl: config.provider.url,
@@ -334,6 +337,16 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
   const commitTimer = setInterval(() => void commitOnce(), commitIntervalMs);
   commitTimer.unref();
 
+  // Whatever started so far is stopped again when the start fails half-way.
+  const abortStart = async (err: unknown): Promise<never> => {
+    clearInterval(commitTimer);
+    runner.abort();
+    await consumer.stop().catch(() => undefined);
+    await producer.disconnect().catch(() => undefined);
+    await client.close().catch(() => undefined);
+    throw err;
+  };
+
   let health: HealthServer | undefined;
   if (options.health !== false) {
     health = await startHealthServer({
@@ -347,29 +360,34 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
         if (!joined) return 'not yet a member of the consumer group';
         return undefined;
       },
-    });
+    }).catch(abortStart);
     logger.info({ url: health.url }, 'health and metrics endpoints listening');
   }
 
-  await consumer.start({
-    onAssignment,
-    onBatch,
-    // Commit what is finished before rejoining: after the rejoin, this generation's commits are
-    // refused, and whatever was not committed runs again at the partition's next owner.
-    onRebalancing: () => void commitProgress(),
-    onCrash: (error, restarting) => {
-      joined = false;
-      for (const p of runner.assigned()) runner.revoke(p);
-      gates.clear();
-      if (restarting) {
-        logger.error({ err: error }, 'the Kafka consumer crashed; it restarts and rejoins');
-        return;
-      }
-      logger.fatal({ err: error }, 'the Kafka consumer stopped for good');
-      if (state === 'running' || state === 'starting') state = 'failed';
-      options.onFatal?.(error);
-    },
-  });
+  await consumer
+    .start({
+      onAssignment,
+      onBatch,
+      // Commit what is finished before rejoining: after the rejoin, this generation's commits are
+      // refused, and whatever was not committed runs again at the partition's next owner.
+      onRebalancing: () => void commitProgress(),
+      onCrash: (error, restarting) => {
+        joined = false;
+        for (const p of runner.assigned()) runner.revoke(p);
+        gates.clear();
+        if (restarting) {
+          logger.error({ err: error }, 'the Kafka consumer crashed; it restarts and rejoins');
+          return;
+        }
+        logger.fatal({ err: error }, 'the Kafka consumer stopped for good');
+        if (state === 'running' || state === 'starting') state = 'failed';
+        options.onFatal?.(error);
+      },
+    })
+    .catch(async (err: unknown) => {
+      await health?.close();
+      return abortStart(err);
+    });
 
   let draining: Promise<boolean> | undefined;
   const drain = (): Promise<boolean> => {

@@ -8,7 +8,8 @@ import type { Config } from '../../src/config/schema.js';
 import { createLogger, silentLogger, type Logger } from '../../src/observability/logger.js';
 import { startSender, type Sender, type StartSenderOptions } from '../../src/sender/index.js';
 import { startSimulator, type RunningSimulator, type SendRecord, type SimulatorOptions } from '../../src/simulator/index.js';
-import { createTopics, kafkaBrokers, uniqueTopic, withAdmin, type ReadRecord } from '../helpers/kafka.js';
+import { ensureTopics } from '../../src/kafka/topics.js';
+import { kafkaBrokers, uniqueTopic, withAdmin, type ReadRecord } from '../helpers/kafka.js';
 
 /** A client that rides out a busy broker (new topics whose leaders are still settling). */
 function patientKafka(clientId: string): Kafka {
@@ -75,7 +76,8 @@ export async function fixture(
 ): Promise<Fixture> {
   const topics = senderTopics();
   const partitions = options.partitions ?? 3;
-  await createTopics([topics.sendRequests, topics.sendResults, topics.sendRequestsDlq], partitions);
+  // ensureTopics waits until every partition has a leader (kafkajs's own wait gives up on a busy broker).
+  await withAdmin((admin) => ensureTopics(admin, [topics.sendRequests, topics.sendResults, topics.sendRequestsDlq].map((topic) => ({ topic, partitions, replicationFactor: 1 }))));
   const businesses = options.businesses ?? [BIZ];
   const simulator = await startSimulator({
     host: '127.0.0.1',

@@ -12,6 +12,7 @@ import {
   endOffsets,
   fixture,
   produceRequests,
+  spawnSender,
   templateRequest,
   textRequest,
   waitUntil,
@@ -275,6 +276,10 @@ describe('sender against Kafka and the provider simulator', () => {
     // The environment shorthand is enough.
     const env = loadConfig({ env: { MSGBRIDGE_BUSINESS_ID: 'biz_env', MSGBRIDGE_API_KEY: 'k', MSGBRIDGE_PROVIDER_URL: 'http://127.0.0.1:9' } });
     expect(env.businesses).toEqual([{ id: 'biz_env', signingSecrets: [], apiKey: 'k' }]);
+    // `msgbridge sender` says so and exits 2, before touching Kafka.
+    const cli = spawnSender({ KAFKA_BROKERS: kafkaBrokers().join(','), MSGBRIDGE_BUSINESS_ID: 'biz_env' });
+    expect(await cli.exited).toBe(2);
+    expect(cli.output()).toMatch(/msgbridge: invalid configuration:\n {2}- businesses\.0\.apiKey: business "biz_env" has no API key/);
   });
 });
 
