@@ -31,11 +31,29 @@ function kafkajsLogCreator(logger?: Logger) {
       if (!logger) return;
       const { message, ...extra } = log;
       const fields = { component: 'kafkajs', ...pickSafe(extra) };
-      if (level === logLevel.ERROR) logger.error(fields, message);
+      if (isExpectedNoise(message, extra.error)) logger.debug(fields, message);
+      else if (level === logLevel.ERROR) logger.error(fields, message);
       else if (level === logLevel.WARN) logger.warn(fields, message);
       else if (level === logLevel.INFO) logger.info(fields, message);
       else logger.debug(fields, message);
     };
+}
+
+/**
+ * kafkajs logs, at error level, conditions it retries by itself (a coordinator still loading
+ * after a broker start, metadata not yet propagated after a topic was created) and warns about
+ * settings we chose on purpose. They go to debug so that real errors stand out.
+ */
+const EXPECTED = [
+  /coordinator is (loading|not available)/i,
+  /does not host this topic-partition/i,
+  /leader (is )?not available|There is no leader for this topic-partition/i,
+  /^Limiting retries for the idempotent producer/,
+  /switched default partitioner/,
+];
+
+function isExpectedNoise(message: string, error: unknown): boolean {
+  return EXPECTED.some((re) => re.test(message) || (typeof error === 'string' && re.test(error)));
 }
 
 /** kafkajs log extras can carry SASL settings in nested config; keep only plain facts. */
