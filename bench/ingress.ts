@@ -165,7 +165,8 @@ async function latencyBuckets(url: string): Promise<Map<string, number>> {
 
 const median = (xs: number[]) => {
   const s = [...xs].sort((a, b) => a - b);
-  return s.length === 0 ? NaN : s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+  const m = s.length === 0 ? NaN : s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+  return Math.round(m * 10) / 10;
 };
 const ok = (r: WebhookLoadReport) => r.answered['200'] ?? 0;
 const perSecond = (r: WebhookLoadReport) => Math.round(ok(r) / (r.durationMs / 1000));
@@ -263,6 +264,7 @@ async function main() {
       mode,
       runs: rs.length,
       eventsPerSecond: median(rs.map((r) => r.eventsPerSecond)),
+      range: `${Math.min(...rs.map((r) => r.eventsPerSecond))}–${Math.max(...rs.map((r) => r.eventsPerSecond))}`,
       p50: median(rs.map((r) => r.latency.p50)),
       p99: median(rs.map((r) => r.latency.p99)),
       p999: median(rs.map((r) => r.latency.p999)),
@@ -282,12 +284,12 @@ async function main() {
   const discard = table.find((t) => t.mode === 'discard');
   const naive = table.find((t) => t.mode === 'naive');
   console.log(JSON.stringify({ results, table }, null, 2));
-  console.log('\n| target | events/s (median) | p50 ms | p99 ms | p99.9 ms | at half rate: p50 / p99 / p99.9 ms | peak RSS MiB | non-200 | acknowledged missing from Kafka |');
-  console.log('|---|---|---|---|---|---|---|---|---|');
+  console.log('\n| target | events/s (median) | range | p50 ms | p99 ms | p99.9 ms | at half rate: p50 / p99 / p99.9 ms | peak RSS MiB | non-200 | acknowledged missing from Kafka |');
+  console.log('|---|---|---|---|---|---|---|---|---|---|');
   for (const t of table) {
     const half = t.halfRate !== undefined ? `${t.halfRate}/s: ${t.halfP50} / ${t.halfP99} / ${t.halfP999} (server side ≤ 20 ms: ${t.halfServerWithin20ms}%)` : '—';
     const missing = t.mode === 'discard' ? '—' : `${t.missing} of ${t.acknowledged}`;
-    console.log(`| ${t.mode} | ${t.eventsPerSecond} | ${t.p50} | ${t.p99} | ${t.p999} | ${half} | ${t.peakRssMb} | ${t.nonOk} | ${missing} |`);
+    console.log(`| ${t.mode} | ${t.eventsPerSecond} | ${t.range} | ${t.p50} | ${t.p99} | ${t.p999} | ${half} | ${t.peakRssMb} | ${t.nonOk} | ${missing} |`);
   }
   if (kafka && discard) console.log(`\nkafka / ceiling: ${Math.round((kafka.eventsPerSecond / discard.eventsPerSecond) * 100)}%`);
   if (kafka && naive) console.log(`kafka / naive: ${(kafka.eventsPerSecond / naive.eventsPerSecond).toFixed(2)}×`);
