@@ -137,7 +137,6 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
     baseUrl: config.provider.url,
     connections: config.provider.connections,
     callTimeoutMs: s.callTimeoutMs,
-    connectTimeoutMs: Math.min(config.provider.timeoutMs, s.callTimeoutMs),
   });
 
   // The gauges read the runner's stats at scrape time (the runner is created below).
