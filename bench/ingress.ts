@@ -50,6 +50,12 @@ interface Target {
   topics: { messages: string; deliveryStatus: string; webhooksDlq: string };
 }
 
+/** Targets still running: killed if this driver dies, so that none outlives a failed run. */
+const live = new Set<ChildProcess>();
+process.on('exit', () => {
+  for (const child of live) child.kill('SIGKILL');
+});
+
 async function startTarget(mode: string, brokers: string[]): Promise<Target> {
   const id = randomUUID().slice(0, 8);
   const topics = { messages: `bench-messages-${id}`, deliveryStatus: `bench-status-${id}`, webhooksDlq: `bench-dlq-${id}` };
@@ -59,6 +65,8 @@ async function startTarget(mode: string, brokers: string[]): Promise<Target> {
     env: { ...process.env, BENCH_BROKERS: brokers.join(','), BENCH_SECRET: SECRET, BENCH_TOPICS: JSON.stringify(topics), MSGBRIDGE_CONFIG: '' },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
+  live.add(child);
+  child.once('exit', () => live.delete(child));
   const line = await new Promise<string>((resolve, reject) => {
     createInterface({ input: child.stdout! }).once('line', resolve);
     child.once('exit', (code) => reject(new Error(`${mode} target exited with ${code} before listening`)));
@@ -295,4 +303,10 @@ async function main() {
   if (kafka && naive) console.log(`kafka / naive: ${(kafka.eventsPerSecond / naive.eventsPerSecond).toFixed(2)}×`);
 }
 
-await main();
+try {
+  await main();
+} catch (err) {
+  console.error(err);
+  process.exitCode = 1;
+}
+process.exit();
