@@ -19,6 +19,9 @@ import { RateLimiter } from './rate-limiter.js';
 import { prepareJob, type Job } from './requests.js';
 import { BatchingPublisher } from './result-publisher.js';
 
+/** Heartbeat errors after which kafkajs 2.2.4 rejoins the group (runner.js: isRebalancing, UNKNOWN_MEMBER_ID). */
+const REJOIN_ERRORS = new Set(['REBALANCE_IN_PROGRESS', 'NOT_COORDINATOR_FOR_GROUP', 'ILLEGAL_GENERATION', 'UNKNOWN_MEMBER_ID']);
+
 /**
  * The sender role's composition root: a consumer-group member on `send-requests` that sends
  * each request to the provider and publishes its result on `send-results` (or the request on
@@ -237,7 +240,9 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
     try {
       await control.heartbeat();
     } catch (err) {
-      rejoining = true;
+      // Only errors after which kafkajs always rejoins (and so emits an assignment that clears
+      // the flag); after any other error it just fetches again.
+      if (REJOIN_ERRORS.has((err as { type?: string }).type ?? '')) rejoining = true;
       throw err;
     }
   };
@@ -372,6 +377,7 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
       onRebalancing: () => void commitProgress(),
       onCrash: (error, restarting) => {
         joined = false;
+        rejoining = false;
         for (const p of runner.assigned()) runner.revoke(p);
         gates.clear();
         if (restarting) {
