@@ -22,6 +22,11 @@ export const kafkaSchema = z.strictObject({
   /** Empty = the embedded local broker, where a role supports it. */
   brokers: z.array(z.string().regex(/^[^\s:,]+:\d{1,5}$/, 'expected host:port')),
   clientId: z.string().min(1),
+  /**
+   * The Kafka client the ingress publishes with (both behind the RecordProducer port). Topic
+   * creation and the sender use kafkajs either way.
+   */
+  client: z.enum(['kafkajs', 'platformatic']),
   ssl: z.union([
     z.boolean(),
     z.strictObject({

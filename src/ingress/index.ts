@@ -4,6 +4,7 @@ import { MsgbridgeError } from '../errors.js';
 import { BatchingPublisher } from '../kafka/batching-publisher.js';
 import { createKafka } from '../kafka/client.js';
 import { createKafkajsProducer } from '../kafka/kafkajs-producer.js';
+import { createPlatformaticProducer } from '../kafka/platformatic-producer.js';
 import type { RecordProducer } from '../kafka/port.js';
 import { ensureTopics } from '../kafka/topics.js';
 import { silentLogger, type Logger } from '../observability/logger.js';
@@ -22,7 +23,7 @@ export interface StartIngressOptions {
   brokers?: string[];
   /** Registry for the ingress metrics; default a new one with the process metrics. */
   registry?: Registry;
-  /** Replaces the kafkajs producer (tests); called again after every failed send. */
+  /** Replaces the configured producer (tests); called again after every failed send. */
   createProducer?: () => RecordProducer;
   /**
    * Benchmarks only: acknowledge every event without writing it anywhere, to measure the
@@ -89,7 +90,10 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
     }
     const kafka = createKafka(config.kafka, { logger, brokers });
     if (config.kafka.createTopics) await createIngressTopics(kafka, config, logger);
-    createProducer = () => createKafkajsProducer(kafka, { idempotent: true, timeoutMs: config.kafka.requestTimeoutMs });
+    createProducer =
+      config.kafka.client === 'platformatic'
+        ? () => createPlatformaticProducer(config.kafka, { brokers, timeoutMs: config.kafka.requestTimeoutMs })
+        : () => createKafkajsProducer(kafka, { idempotent: true, timeoutMs: config.kafka.requestTimeoutMs });
   }
 
   const registry = options.registry ?? createMetricsRegistry('ingress');
@@ -141,7 +145,7 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
   }
   const urlHost = ingress.host === '0.0.0.0' || ingress.host === '::' ? '127.0.0.1' : ingress.host.includes(':') ? `[${ingress.host}]` : ingress.host;
   const url = `http://${urlHost}:${server.port}`;
-  logger.info({ url, businesses: config.businesses.map((b) => b.id), topics: config.kafka.topics }, 'ingress listening');
+  logger.info({ url, businesses: config.businesses.map((b) => b.id), topics: config.kafka.topics, kafkaClient: config.kafka.client }, 'ingress listening');
 
   let draining: Promise<void> | undefined;
   const drain = () => {

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { consumeRecords, countRecords } from '../helpers/kafka.js';
 import { hmacBase64 } from '../helpers/signing.js';
 import { inboundEvent, messageId, signedHeaders, statusEvent } from './fixtures.js';
-import { startTestIngress, type TestIngress } from './harness.js';
+import { KAFKA_CLIENTS, startTestIngress, type TestIngress } from './harness.js';
 
 const SECRET = 'whsec-current-0123456789';
 const OLD_SECRET = 'whsec-previous-9876543210';
@@ -34,7 +34,8 @@ function raw(port: number, request: string | Buffer, trailing?: Buffer, waitMs =
   });
 }
 
-describe('ingress against real Kafka and real HTTP', () => {
+// Every behaviour holds with either Kafka client (kafka.client): both run here.
+describe.each(KAFKA_CLIENTS)('ingress against real Kafka and real HTTP (%s)', (client) => {
   let t: TestIngress;
 
   beforeAll(async () => {
@@ -42,7 +43,7 @@ describe('ingress against real Kafka and real HTTP', () => {
     // biz_2 from the configuration.
     t = await startTestIngress({
       env: { MSGBRIDGE_BUSINESS_ID: 'biz_1', MSGBRIDGE_SIGNING_SECRET: `${SECRET},${OLD_SECRET}` },
-      overrides: { businesses: [{ id: 'biz_2', signingSecrets: [OTHER_SECRET], apiKey: null }], ingress: { maxBodyBytes: 4096 } },
+      overrides: { kafka: { client }, businesses: [{ id: 'biz_2', signingSecrets: [OTHER_SECRET], apiKey: null }], ingress: { maxBodyBytes: 4096 } },
     });
   });
   afterAll(async () => {
@@ -57,6 +58,7 @@ describe('ingress against real Kafka and real HTTP', () => {
     const res = await t.post('/webhooks/biz_1/delivery_status', body, signedHeaders(SECRET, body, { traceparent }));
     expect(res.status).toBe(200);
     expect(JSON.parse(res.body)).toEqual({ status: 'accepted', eventId: sha256(body) });
+    expect(t.logs.find((l) => l.includes('"msg":"ingress listening"'))).toContain(`"kafkaClient":"${client}"`);
     // Acknowledged means written: the record is countable right after the answer.
     expect(await countRecords(t.topics.deliveryStatus)).toBe(1);
 

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startLocalBroker, type LocalBroker } from '../../src/kafka/local-broker.js';
 import { messageId, signedHeaders, statusEvent } from './fixtures.js';
-import { startTestIngress, type TestIngress } from './harness.js';
+import { KAFKA_CLIENTS, startTestIngress, type TestIngress } from './harness.js';
 import { countAt, readEventIds } from './kafka-at.js';
 
 const SECRET = 'outage-secret';
@@ -24,88 +24,98 @@ async function until(what: string, condition: () => Promise<boolean> | boolean, 
  */
 describe('ingress through a Kafka outage', () => {
   let broker: LocalBroker;
-  let t: TestIngress;
 
   beforeAll(async () => {
     broker = await startLocalBroker({ heapMb: 256, partitions: 1 });
-    t = await startTestIngress({
-      brokers: [broker.bootstrap],
-      env: { MSGBRIDGE_BUSINESS_ID: 'biz_1', MSGBRIDGE_SIGNING_SECRET: SECRET },
-      overrides: {
-        kafka: { requestTimeoutMs: 1500, connectionTimeoutMs: 1000 },
-        ingress: { publishTimeoutMs: 1000, retryAfterSeconds: 2 },
-      },
-      connections: 8,
-    });
   }, 180_000);
 
   afterAll(async () => {
-    if (broker) process.kill(broker.pid, 'SIGCONT');
-    await t?.stop();
     await broker?.stop();
   });
 
-  it('answers 503 with Retry-After and reports not ready while Kafka is gone, recovers without a restart, loses no acknowledged event', async () => {
-    const acknowledged: string[] = [];
-    const statuses: number[] = [];
-    let retryAfterOn503 = true;
-    let sending = true;
-    const post = async () => {
-      const body = statusEvent(messageId(), 'delivered');
-      try {
-        const res = await t.post('/webhooks/biz_1/delivery_status', body, signedHeaders(SECRET, body));
-        statuses.push(res.status);
-        if (res.status === 200) acknowledged.push(sha256(body));
-        if (res.status === 503 && res.headers['retry-after'] !== '2') retryAfterOn503 = false;
-        return res.status;
-      } catch {
-        statuses.push(0);
-        return 0;
-      }
-    };
-    // Steady traffic from four clients for the whole test.
-    const clients = Array.from({ length: 4 }, async () => {
-      while (sending) {
-        await post();
-        await new Promise((r) => setTimeout(r, 20));
-      }
+  // One broker for both clients (a JVM start is the slow part); each client its own topics.
+  describe.each(KAFKA_CLIENTS)('with %s', (client) => {
+    let t: TestIngress;
+
+    beforeAll(async () => {
+      t = await startTestIngress({
+        brokers: [broker.bootstrap],
+        env: { MSGBRIDGE_BUSINESS_ID: 'biz_1', MSGBRIDGE_SIGNING_SECRET: SECRET },
+        overrides: {
+          kafka: { client, requestTimeoutMs: 1500, connectionTimeoutMs: 1000 },
+          ingress: { publishTimeoutMs: 1000, retryAfterSeconds: 2 },
+        },
+        connections: 8,
+      });
+    }, 180_000);
+
+    afterAll(async () => {
+      if (broker) process.kill(broker.pid, 'SIGCONT');
+      await t?.stop();
     });
 
-    try {
-      await until('traffic to flow', () => acknowledged.length >= 20, 20_000);
-      expect((await t.get('/readyz')).status).toBe(200);
+    it('answers 503 with Retry-After and reports not ready while Kafka is gone, recovers without a restart, loses no acknowledged event', async () => {
+      const acknowledged: string[] = [];
+      const statuses: number[] = [];
+      let retryAfterOn503 = true;
+      let sending = true;
+      const post = async () => {
+        const body = statusEvent(messageId(), 'delivered');
+        try {
+          const res = await t.post('/webhooks/biz_1/delivery_status', body, signedHeaders(SECRET, body));
+          statuses.push(res.status);
+          if (res.status === 200) acknowledged.push(sha256(body));
+          if (res.status === 503 && res.headers['retry-after'] !== '2') retryAfterOn503 = false;
+          return res.status;
+        } catch {
+          statuses.push(0);
+          return 0;
+        }
+      };
+      // Steady traffic from four clients for the whole test.
+      const clients = Array.from({ length: 4 }, async () => {
+        while (sending) {
+          await post();
+          await new Promise((r) => setTimeout(r, 20));
+        }
+      });
 
-      process.kill(broker.pid, 'SIGSTOP');
-      const ackedAtStop = acknowledged.length;
-      await until('503 answers', () => statuses.filter((s) => s === 503).length >= 5, 30_000);
-      await until('/readyz to say not ready', async () => (await t.get('/readyz')).status === 503, 30_000);
-      expect(t.ingress.ready).toBe(false);
-      // A few events may have been acknowledged while the stop took effect, hardly any after.
-      const ackedDuringOutage = acknowledged.length - ackedAtStop;
-      expect(ackedDuringOutage).toBeLessThan(10);
-      // Hold the outage until the producer gives up and the publisher is reconnecting with a
-      // fresh producer: from then on events are refused at once instead of timing out.
-      await until('the producer to be declared disconnected', async () => /^msgbridge_ingress_kafka_connected\{[^}]*\} 0$/m.test((await t.get('/metrics')).body), 90_000);
-      await until('a refusal for Kafka being unavailable', () => t.logs.some((l) => l.includes('"code":"KAFKA_UNAVAILABLE"')), 10_000);
-      if (process.env.MSGBRIDGE_TEST_DUMP_LOGS) console.log(t.logs.filter((l) => !l.includes('webhook not accepted')).join('\n'));
+      try {
+        await until('traffic to flow', () => acknowledged.length >= 20, 20_000);
+        expect((await t.get('/readyz')).status).toBe(200);
 
-      process.kill(broker.pid, 'SIGCONT');
-      await until('/readyz to say ready again', async () => (await t.get('/readyz')).status === 200, 90_000);
-      const ackedAtRecovery = acknowledged.length;
-      await until('events to be acknowledged again', () => acknowledged.length >= ackedAtRecovery + 20, 30_000);
-    } finally {
-      sending = false;
-      await Promise.all(clients);
-    }
+        process.kill(broker.pid, 'SIGSTOP');
+        const ackedAtStop = acknowledged.length;
+        await until('503 answers', () => statuses.filter((s) => s === 503).length >= 5, 30_000);
+        await until('/readyz to say not ready', async () => (await t.get('/readyz')).status === 503, 30_000);
+        expect(t.ingress.ready).toBe(false);
+        // A few events may have been acknowledged while the stop took effect, hardly any after.
+        const ackedDuringOutage = acknowledged.length - ackedAtStop;
+        expect(ackedDuringOutage).toBeLessThan(10);
+        // Hold the outage until the producer gives up and the publisher is reconnecting with a
+        // fresh producer: from then on events are refused at once instead of timing out.
+        await until('the producer to be declared disconnected', async () => /^msgbridge_ingress_kafka_connected\{[^}]*\} 0$/m.test((await t.get('/metrics')).body), 90_000);
+        await until('a refusal for Kafka being unavailable', () => t.logs.some((l) => l.includes('"code":"KAFKA_UNAVAILABLE"')), 10_000);
+        if (process.env.MSGBRIDGE_TEST_DUMP_LOGS) console.log(t.logs.filter((l) => !l.includes('webhook not accepted')).join('\n'));
 
-    expect(retryAfterOn503).toBe(true);
-    expect(statuses.every((s) => s === 200 || s === 503)).toBe(true);
-    // Every 200 is in Kafka. (A 503 may be there too: an in-flight batch that timed out can
-    // still land; the provider's redelivery is then a duplicate with the same event-id.)
-    const total = await countAt([broker.bootstrap], [t.topics.deliveryStatus]);
-    expect(total).toBeGreaterThanOrEqual(acknowledged.length);
-    const stored = new Set(await readEventIds([broker.bootstrap], [t.topics.deliveryStatus], total));
-    const missing = acknowledged.filter((id) => !stored.has(id));
-    expect(missing).toEqual([]);
-  }, 240_000);
+        process.kill(broker.pid, 'SIGCONT');
+        await until('/readyz to say ready again', async () => (await t.get('/readyz')).status === 200, 90_000);
+        const ackedAtRecovery = acknowledged.length;
+        await until('events to be acknowledged again', () => acknowledged.length >= ackedAtRecovery + 20, 30_000);
+      } finally {
+        sending = false;
+        await Promise.all(clients);
+      }
+
+      expect(retryAfterOn503).toBe(true);
+      expect(statuses.every((s) => s === 200 || s === 503)).toBe(true);
+      // Every 200 is in Kafka. (A 503 may be there too: an in-flight batch that timed out can
+      // still land; the provider's redelivery is then a duplicate with the same event-id.)
+      const total = await countAt([broker.bootstrap], [t.topics.deliveryStatus]);
+      expect(total).toBeGreaterThanOrEqual(acknowledged.length);
+      const stored = new Set(await readEventIds([broker.bootstrap], [t.topics.deliveryStatus], total));
+      const missing = acknowledged.filter((id) => !stored.has(id));
+      expect(missing).toEqual([]);
+    }, 240_000);
+  });
 });
