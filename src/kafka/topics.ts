@@ -35,7 +35,7 @@ export async function ensureTopics(admin: Admin, specs: TopicSpec[], logger?: Lo
   return topics.map((t) => t.topic);
 }
 
-const NOT_YET = new Set(['UNKNOWN_TOPIC_OR_PARTITION', 'LEADER_NOT_AVAILABLE']);
+const NOT_YET = new Set(['UNKNOWN_TOPIC_OR_PARTITION', 'LEADER_NOT_AVAILABLE', 'NOT_LEADER_FOR_PARTITION', 'NOT_LEADER_OR_FOLLOWER']);
 
 /**
  * Until every partition of the topics has a leader. kafkajs's own wait retries only on
@@ -47,7 +47,14 @@ async function waitForLeaders(admin: Admin, topics: string[], timeoutMs = 30_000
   for (let delay = 50; ; delay = Math.min(delay * 2, 1000)) {
     try {
       const { topics: described } = await admin.fetchTopicMetadata({ topics });
-      if (described.length === topics.length && described.every((t) => t.partitions.length > 0 && t.partitions.every((p) => p.leader >= 0))) return;
+      if (described.length === topics.length && described.every((t) => t.partitions.length > 0 && t.partitions.every((p) => p.leader >= 0))) {
+        // Metadata can name a leader before that broker has applied the new partitions; a
+        // first produce then fails and kafkajs's idempotent retry breaks its sequence
+        // (OUT_OF_ORDER_SEQUENCE_NUMBER, cf. KAFKA-15591). Asking each leader for offsets
+        // proves they host the partitions.
+        for (const topic of topics) await admin.fetchTopicOffsets(topic);
+        return;
+      }
     } catch (err) {
       if (!NOT_YET.has((err as { type?: string }).type ?? '') || Date.now() > deadline) throw err;
     }

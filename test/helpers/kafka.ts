@@ -1,6 +1,8 @@
 import { randomUUID } from 'node:crypto';
-import { Kafka, logLevel, type Admin, type IHeaders } from 'kafkajs';
+import { Kafka, logLevel, type Admin } from 'kafkajs';
 import { inject } from 'vitest';
+import { headersToStrings as decodeHeaders } from '../../src/commands/render.js';
+import { ensureTopics } from '../../src/kafka/topics.js';
 
 /** Brokers of the Kafka the suite started (see test/global-setup.ts). */
 export function kafkaBrokers(): string[] {
@@ -27,7 +29,8 @@ export async function withAdmin<T>(fn: (admin: Admin) => Promise<T>): Promise<T>
 }
 
 export async function createTopics(topics: string[], partitions = 1): Promise<void> {
-  await withAdmin((admin) => admin.createTopics({ topics: topics.map((topic) => ({ topic, numPartitions: partitions })), waitForLeaders: true }));
+  // Through the project's bootstrap: it waits until every leader really hosts its partitions.
+  await withAdmin((admin) => ensureTopics(admin, topics.map((topic) => ({ topic, partitions, replicationFactor: 1 }))));
 }
 
 export interface TestRecord {
@@ -54,15 +57,6 @@ export interface ReadRecord {
   key: string | null;
   value: Buffer;
   headers: Record<string, string>;
-}
-
-function decodeHeaders(headers: IHeaders | undefined): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const [name, value] of Object.entries(headers ?? {})) {
-    if (value === undefined) continue;
-    out[name] = Array.isArray(value) ? value.map(String).join(',') : value.toString();
-  }
-  return out;
 }
 
 /**

@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
-import { Kafka, logLevel, type IHeaders } from 'kafkajs';
+import { Kafka, logLevel } from 'kafkajs';
 import { loadConfig, type DeepPartial } from '../../src/config/load.js';
 import type { Config } from '../../src/config/schema.js';
 import { createLogger, silentLogger, type Logger } from '../../src/observability/logger.js';
@@ -10,6 +10,7 @@ import { startSender, type Sender, type StartSenderOptions } from '../../src/sen
 import { startSimulator, type RunningSimulator, type SendRecord, type SimulatorOptions } from '../../src/simulator/index.js';
 import { ensureTopics } from '../../src/kafka/topics.js';
 import { kafkaBrokers, uniqueTopic, withAdmin, type ReadRecord } from '../helpers/kafka.js';
+import { headersToStrings as decodeHeaders } from '../../src/commands/render.js';
 
 /** A client that rides out a busy broker (new topics whose leaders are still settling). */
 function patientKafka(clientId: string): Kafka {
@@ -178,15 +179,6 @@ export function textRequest(requestId: string, recipient: string, text: string, 
 
 export function templateRequest(requestId: string, number: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
   return { requestId, type: 'template', number, templateName: 'order_update', parameters: [{ name: 'order', value: '42' }], ...extra };
-}
-
-function decodeHeaders(headers: IHeaders | undefined): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const [name, value] of Object.entries(headers ?? {})) {
-    if (value === undefined) continue;
-    out[name] = Array.isArray(value) ? value.map(String).join(',') : value.toString();
-  }
-  return out;
 }
 
 export interface Collector {
