@@ -1,10 +1,11 @@
 // One ingress under test, as its own process so that its memory can be measured alone.
 //   tsx bench/ingress-target.ts <mode>
 // modes:
-//   kafka            the real ingress (uWS, batching publisher, idempotent producer, acks=all)
-//   kafka-pipelined  the same with two produce requests in flight (measurement only)
-//   discard          the same ingress with publishing disabled: the ceiling
-//   naive            node:http, one kafkajs send (acks=all) per request: the baseline
+//   kafkajs                the real ingress (uWS, batching publisher, idempotent kafkajs producer, acks=all)
+//   platformatic           the same with the @platformatic/kafka producer (kafka.client: platformatic)
+//   <client>-pipelined     either with two produce requests in flight (measurement only)
+//   discard                the same ingress with publishing disabled: the ceiling
+//   naive                  node:http, one kafkajs send (acks=all) per request: the baseline
 // Environment: BENCH_BROKERS, BENCH_SECRET, BENCH_TOPICS (JSON {messages, deliveryStatus, webhooksDlq}).
 // Prints {"url","pid"} on stdout once listening; SIGTERM drains and exits.
 import { createServer } from 'node:http';
@@ -15,13 +16,14 @@ import { createKafka } from '../src/kafka/client.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 import { createLogger } from '../src/observability/logger.js';
 
-const mode = process.argv[2] ?? 'kafka';
+const mode = process.argv[2] ?? 'kafkajs';
+const client = mode.startsWith('platformatic') ? 'platformatic' : 'kafkajs';
 const brokers = (process.env.BENCH_BROKERS ?? '').split(',').filter(Boolean);
 const topics = JSON.parse(process.env.BENCH_TOPICS ?? '{}') as { messages: string; deliveryStatus: string; webhooksDlq: string };
 const config = loadConfig({
   env: { KAFKA_BROKERS: brokers.join(','), MSGBRIDGE_BUSINESS_ID: 'biz_bench', MSGBRIDGE_SIGNING_SECRET: process.env.BENCH_SECRET ?? 'bench-secret' },
   overrides: {
-    kafka: { topics: { ...topics }, partitions: 6, replicationFactor: 1 },
+    kafka: { client, topics: { ...topics }, partitions: 6, replicationFactor: 1 },
     ingress: { host: '127.0.0.1', port: 0 },
     log: { level: 'warn' },
   },
@@ -95,7 +97,7 @@ if (mode === 'naive') {
     logger,
     brokers,
     unsafeDiscardRecords: mode === 'discard',
-    maxInFlightBatches: mode === 'kafka-pipelined' ? 2 : 1,
+    maxInFlightBatches: mode.endsWith('-pipelined') ? 2 : 1,
   });
   announce(ingress.url);
   process.once('SIGTERM', () => {

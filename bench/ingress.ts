@@ -1,13 +1,14 @@
 // Ingress benchmark: signed webhooks in the realistic mix (three delivery statuses per inbound
 // message, 300–600 byte bodies) over keep-alive connections on loopback, against
-//   kafka    the ingress publishing to the local broker with acks=all (idempotent producer)
-//   discard  the same ingress with publishing disabled (the ceiling)
-//   naive    node:http with one kafkajs send per request (the baseline)
+//   kafkajs       the ingress publishing to the local broker with acks=all (idempotent kafkajs producer)
+//   platformatic  the same ingress with the @platformatic/kafka producer (kafka.client: platformatic)
+//   discard       the same ingress with publishing disabled (the ceiling)
+//   naive         node:http with one kafkajs send per request (the baseline)
 // Each target runs as its own process (its peak RSS is read from /proc/<pid>/status VmHWM).
 // After each publishing run, every event answered 200 is looked up in Kafka.
 //
 //   npx tsx bench/ingress.ts [--duration-ms 10000] [--connections 64] [--rounds 3]
-//                            [--modes discard,kafka,naive] [--warmup-ms 8000]
+//                            [--modes discard,kafkajs,platformatic,naive] [--warmup-ms 8000]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -27,7 +28,7 @@ const { values: args } = parseArgs({
     'broker-warmup-ms': { type: 'string', default: '8000' },
     connections: { type: 'string', default: '64' },
     rounds: { type: 'string', default: '3' },
-    modes: { type: 'string', default: 'discard,kafka,naive' },
+    modes: { type: 'string', default: 'discard,kafkajs,platformatic,naive' },
   },
 });
 const durationMs = Number(args['duration-ms']);
@@ -35,6 +36,12 @@ const warmupMs = Number(args['warmup-ms']);
 const connections = Number(args.connections);
 const rounds = Number(args.rounds);
 const modes = args.modes!.split(',').map((m) => m.trim()).filter(Boolean);
+/** The ingress publishing to Kafka, with either client (and their pipelined variants). */
+const INGRESS_CLIENTS = ['kafkajs', 'platformatic'];
+const isIngress = (mode: string) => INGRESS_CLIENTS.some((c) => mode === c || mode.startsWith(`${c}-`));
+for (const mode of modes) {
+  if (!isIngress(mode) && mode !== 'discard' && mode !== 'naive') throw new Error(`unknown mode ${mode}`);
+}
 const SECRET = 'bench-signing-secret';
 const TARGET_SOURCE = fileURLToPath(new URL('./ingress-target.ts', import.meta.url));
 // The targets run as plain JavaScript, as in production (node dist/cli.js), not through the
@@ -197,6 +204,8 @@ interface RunResult {
   peakRssMb: number;
   /** Share of one core used during the maximum-rate run, per process. */
   cpu: { target: number; loadGenerator: number; broker: number };
+  /** CPU time of the target per acknowledged event at the maximum rate, in µs. */
+  cpuPerEventUs: number;
   /** From the ingress's own metrics: mean events per produce request and mean round trip. */
   batches?: { count: number; meanEvents: number; meanRoundTripMs: number };
   verified?: { acknowledged: number; stored: number; missing: number };
@@ -216,7 +225,7 @@ async function main() {
     // A fresh JVM is slow until its JIT has seen traffic: warm the broker up once, unmeasured.
     const brokerWarmupMs = Number(args['broker-warmup-ms']);
     if (brokerWarmupMs > 0 && modes.some((m) => m !== 'discard')) {
-      const target = await startTarget('kafka', brokers);
+      const target = await startTarget('kafkajs', brokers);
       await load(target.url, { durationMs: brokerWarmupMs });
       await stopTarget(target);
     }
@@ -240,8 +249,9 @@ async function main() {
           errors: max.errors,
           peakRssMb: 0,
           cpu: { target: share(0), loadGenerator: share(1), broker: share(2) },
+          cpuPerEventUs: Math.round(((cpuAfter[0]! - cpuBefore[0]!) / Math.max(1, ok(max))) * 1e6),
         };
-        if (mode.startsWith('kafka')) {
+        if (isIngress(mode)) {
           // Latency at half the maximum rate, open loop (requests are due on a schedule).
           const rate = Math.max(1, Math.round(result.eventsPerSecond / 2));
           const bucketsBefore = await latencyBuckets(target.url);
@@ -281,6 +291,10 @@ async function main() {
       halfP99: rs[0]?.half ? median(rs.map((r) => r.half!.latency.p99)) : undefined,
       halfP999: rs[0]?.half ? median(rs.map((r) => r.half!.latency.p999)) : undefined,
       halfServerWithin20ms: rs[0]?.half ? median(rs.map((r) => r.half!.serverWithin['20ms']!)) : undefined,
+      cpuPerEventUs: median(rs.map((r) => r.cpuPerEventUs)),
+      cpuTarget: `${Math.min(...rs.map((r) => r.cpu.target))}–${Math.max(...rs.map((r) => r.cpu.target))}`,
+      meanBatch: rs[0]?.batches ? median(rs.map((r) => r.batches!.meanEvents)) : undefined,
+      meanRoundTripMs: rs[0]?.batches ? median(rs.map((r) => r.batches!.meanRoundTripMs)) : undefined,
       peakRssMb: Math.max(...rs.map((r) => r.peakRssMb)),
       nonOk: rs.reduce((n, r) => n + r.nonOk + r.errors + (r.half?.nonOk ?? 0), 0),
       acknowledged: rs.reduce((n, r) => n + (r.verified?.acknowledged ?? 0), 0),
@@ -288,19 +302,33 @@ async function main() {
     };
   };
   const table = modes.map(summary);
-  const kafka = table.find((t) => t.mode === 'kafka');
   const discard = table.find((t) => t.mode === 'discard');
   const naive = table.find((t) => t.mode === 'naive');
   console.log(JSON.stringify({ results, table }, null, 2));
-  console.log('\n| target | events/s (median) | range | p50 ms | p99 ms | p99.9 ms | at half rate: p50 / p99 / p99.9 ms | peak RSS MiB | non-200 | acknowledged missing from Kafka |');
-  console.log('|---|---|---|---|---|---|---|---|---|---|');
+  console.log('\n| target | events/s (median) | range | p50 ms | p99 ms | p99.9 ms | at half rate: p50 / p99 / p99.9 ms | CPU µs/event | CPU % (range) | mean batch / round trip ms | peak RSS MiB | non-200 | acknowledged missing from Kafka |');
+  console.log('|---|---|---|---|---|---|---|---|---|---|---|---|---|');
   for (const t of table) {
     const half = t.halfRate !== undefined ? `${t.halfRate}/s: ${t.halfP50} / ${t.halfP99} / ${t.halfP999} (server side ≤ 20 ms: ${t.halfServerWithin20ms}%)` : '—';
     const missing = t.mode === 'discard' ? '—' : `${t.missing} of ${t.acknowledged}`;
-    console.log(`| ${t.mode} | ${t.eventsPerSecond} | ${t.range} | ${t.p50} | ${t.p99} | ${t.p999} | ${half} | ${t.peakRssMb} | ${t.nonOk} | ${missing} |`);
+    const batches = t.meanBatch !== undefined ? `${t.meanBatch} / ${t.meanRoundTripMs}` : '—';
+    console.log(`| ${t.mode} | ${t.eventsPerSecond} | ${t.range} | ${t.p50} | ${t.p99} | ${t.p999} | ${half} | ${t.cpuPerEventUs} | ${t.cpuTarget} | ${batches} | ${t.peakRssMb} | ${t.nonOk} | ${missing} |`);
   }
-  if (kafka && discard) console.log(`\nkafka / ceiling: ${Math.round((kafka.eventsPerSecond / discard.eventsPerSecond) * 100)}%`);
-  if (kafka && naive) console.log(`kafka / naive: ${(kafka.eventsPerSecond / naive.eventsPerSecond).toFixed(2)}×`);
+  console.log('');
+  for (const t of table.filter((x) => isIngress(x.mode))) {
+    const ratios = [
+      discard ? `${Math.round((t.eventsPerSecond / discard.eventsPerSecond) * 100)}% of the ceiling` : undefined,
+      naive ? `${(t.eventsPerSecond / naive.eventsPerSecond).toFixed(2)}× naive` : undefined,
+    ].filter(Boolean);
+    // The same ratios per round (rounds interleave the targets, so each round compares like with like).
+    const perRound = [...new Set(results.map((r) => r.round))].map((round) => {
+      const of = (mode: string) => results.find((r) => r.round === round && r.mode === mode)?.eventsPerSecond;
+      const own = of(t.mode)!;
+      const c = of('discard');
+      const n = of('naive');
+      return `${c ? `${Math.round((own / c) * 100)}%` : '—'} / ${n ? `${(own / n).toFixed(2)}×` : '—'}`;
+    });
+    console.log(`${t.mode}: ${ratios.join(', ')} (per round, ceiling / naive: ${perRound.join('; ')})`);
+  }
 }
 
 try {

@@ -4,7 +4,6 @@ import { MsgbridgeError } from '../errors.js';
 import { BatchingPublisher } from '../kafka/batching-publisher.js';
 import { createKafka } from '../kafka/client.js';
 import { createKafkajsProducer } from '../kafka/kafkajs-producer.js';
-import { createPlatformaticProducer } from '../kafka/platformatic-producer.js';
 import type { RecordProducer } from '../kafka/port.js';
 import { ensureTopics } from '../kafka/topics.js';
 import { silentLogger, type Logger } from '../observability/logger.js';
@@ -90,10 +89,13 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
     }
     const kafka = createKafka(config.kafka, { logger, brokers });
     if (config.kafka.createTopics) await createIngressTopics(kafka, config, logger);
-    createProducer =
-      config.kafka.client === 'platformatic'
-        ? () => createPlatformaticProducer(config.kafka, { brokers, timeoutMs: config.kafka.requestTimeoutMs })
-        : () => createKafkajsProducer(kafka, { idempotent: true, timeoutMs: config.kafka.requestTimeoutMs });
+    if (config.kafka.client === 'platformatic') {
+      // Loaded only when chosen: importing @platformatic/kafka costs about 30 MiB of memory.
+      const { createPlatformaticProducer } = await import('../kafka/platformatic-producer.js');
+      createProducer = () => createPlatformaticProducer(config.kafka, { brokers, timeoutMs: config.kafka.requestTimeoutMs });
+    } else {
+      createProducer = () => createKafkajsProducer(kafka, { idempotent: true, timeoutMs: config.kafka.requestTimeoutMs });
+    }
   }
 
   const registry = options.registry ?? createMetricsRegistry('ingress');

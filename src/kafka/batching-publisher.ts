@@ -13,9 +13,11 @@ import type { RecordProducer, RecordToWrite, TopicRecords } from './port.js';
  *
  * Per-key order. Events leave the queue in arrival order and, with one batch in flight (the
  * default), batch N+1 is only sent after batch N has finished, so nothing written later can
- * overtake something written earlier. Inside a batch, kafkajs keeps the order of a
+ * overtake something written earlier. Inside a batch, the client keeps the order of a
  * partition's records, and with the idempotent producer (max one request in flight per
- * connection) its internal retries cannot reorder or duplicate them. What remains is failure:
+ * connection, retries resent with the same sequence numbers) its internal retries cannot
+ * reorder or duplicate them. Both clients behind the port (kafkajs-producer.ts,
+ * platformatic-producer.ts) are used this way. What remains is failure:
  * when an event fails (its batch failed, or it timed out while still queued), every event of
  * the same topic and key that is still queued behind it fails too, so a later event of that
  * key cannot reach Kafka before the earlier one that the provider will now redeliver. Events
@@ -24,20 +26,23 @@ import type { RecordProducer, RecordToWrite, TopicRecords } from './port.js';
  *
  * After any failed send the producer is thrown away and a fresh one is connected (with
  * backoff) before anything else is sent. kafkajs rolls a partition's idempotence sequence
- * number back when a produce request fails, including a request that timed out but was in
- * fact written; its own retries resend the same records, which the broker then recognises as
- * duplicates, as it should. But once it gives up (retries are limited, hence its "may
- * invalidate EoS guarantees" warning), the next, different batch would reuse those sequence
- * numbers, and the broker could acknowledge it as a "duplicate" of the written one without
- * writing it: an acknowledged event lost. A new producer gets a new producer id, so that
- * cannot happen; this is also how the publisher recovers when Kafka comes back, without a
- * restart. While no producer is connected, new events are refused at once (503 at the HTTP
- * edge) instead of waiting for a timeout.
+ * number back when a produce request fails, and @platformatic/kafka never advances it for a
+ * failed one, including a request that timed out but was in fact written; their own retries
+ * resend the same records, which the broker then recognises as duplicates, as it should. But
+ * once they give up (retries are limited, hence kafkajs's "may invalidate EoS guarantees"
+ * warning), the next, different batch would reuse those sequence numbers, and the broker
+ * could acknowledge it as a "duplicate" of the written one without writing it: an
+ * acknowledged event lost. A new producer gets a new producer id, so that cannot happen; this
+ * is also how the publisher recovers when Kafka comes back, without a restart. While no
+ * producer is connected, new events are refused at once (503 at the HTTP edge) instead of
+ * waiting for a timeout.
  *
  * Pipelining. kafkajs's idempotent producer holds a per-broker lock for the whole produce
  * round trip, so a second batch in flight only waits behind the first, holding events that
  * could otherwise have joined a bigger next batch; on one broker it buys nothing (measured in
- * docs/benchmarks.md), and it would weaken the order guarantee above.
+ * docs/benchmarks.md), and it would weaken the order guarantee above. @platformatic/kafka's
+ * idempotent producer reads sequence numbers when it builds a request, so its adapter runs
+ * sends one at a time (overlapping ones would be acknowledged without being written).
  */
 
 export interface PublishRecord extends RecordToWrite {

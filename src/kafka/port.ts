@@ -1,6 +1,7 @@
 /**
- * The small surface the relay needs from a Kafka client. kafkajs implements it today
- * (kafkajs-producer.ts); another client can be swapped in behind the same interface.
+ * The small surface the relay needs from a Kafka client. kafkajs (kafkajs-producer.ts) and
+ * @platformatic/kafka (platformatic-producer.ts) implement it; `kafka.client` picks the
+ * ingress's.
  */
 export interface RecordToWrite {
   key: string | Buffer | null;
