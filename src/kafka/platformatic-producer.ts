@@ -15,7 +15,9 @@ import type { RecordProducer, TopicRecords } from './port.js';
  *   a request and advances it only when the response arrives, so two `send` calls overlapping
  *   on one producer would carry the same sequence numbers: the broker would answer the second
  *   with OUT_OF_ORDER_SEQUENCE or, when both batches have the same size, acknowledge it as a
- *   "duplicate" of the first without writing it. This adapter therefore runs its sends one
+ *   "duplicate" of the first without writing it (measured on 1.35.0: three overlapping sends
+ *   of 10 records all acknowledged, 10 written; upstream platformatic/kafka#326, reported
+ *   against 2.1.0, a line that needs Node 22). This adapter therefore runs its sends one
  *   after another itself, whatever the caller does (`maxInFlightBatches` > 1 just queues here).
  *
  * - Internal retries cannot reorder or duplicate. A retried request is rebuilt with the same
