@@ -10,6 +10,7 @@ import { startSender, type Sender } from '../sender/index.js';
 import { simulatorOptionsFromConfig, startSimulator, type RunningSimulator } from '../simulator/index.js';
 import { commandConfig, writeDevState } from './context.js';
 import { parseIntegerOption } from './options.js';
+import { loopbackHost } from '../net.js';
 
 /** The business `msgbridge dev` runs with when none is configured (local use only). */
 export const DEV_BUSINESS = { id: 'biz_1', signingSecrets: ['dev-signing-secret'], apiKey: 'dev-api-key' } as const;
@@ -36,12 +37,11 @@ export function registerDevCommand(program: Command): void {
  */
 export function devConfig(config: Config): Config {
   const businesses = config.businesses.length > 0 ? config.businesses : [{ ...DEV_BUSINESS, signingSecrets: [...DEV_BUSINESS.signingSecrets] }];
-  const loopback = (host: string) => (host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host);
   return {
     ...config,
     businesses,
-    ingress: { ...config.ingress, host: loopback(config.ingress.host) },
-    sender: { ...config.sender, healthHost: loopback(config.sender.healthHost) },
+    ingress: { ...config.ingress, host: loopbackHost(config.ingress.host) },
+    sender: { ...config.sender, healthHost: loopbackHost(config.sender.healthHost) },
   };
 }
 

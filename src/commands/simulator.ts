@@ -8,6 +8,8 @@ import { createLogger } from '../observability/logger.js';
 import { simulatorOptionsFromConfig, startSimulator } from '../simulator/index.js';
 import { registerLoadCommand } from './load.js';
 import { parseIntegerOption } from './options.js';
+import { localUrl } from '../net.js';
+import { recipientNumber } from '../contracts/common.js';
 
 /**
  * `msgbridge simulator` runs the provider stand-in; `simulator inbound` and `simulator faults`
@@ -93,8 +95,7 @@ function onlyBusiness(config: Config): string {
 }
 
 function simulatorUrl(config: Config): string {
-  const host = config.simulator.host === '0.0.0.0' || config.simulator.host === '::' ? '127.0.0.1' : config.simulator.host;
-  return `http://${host.includes(':') ? `[${host}]` : host}:${config.simulator.port}`;
+  return localUrl(config.simulator.host, config.simulator.port);
 }
 
 async function callSimulator(base: string, method: 'GET' | 'POST' | 'PUT' | 'DELETE', path: string, body?: unknown): Promise<unknown> {
@@ -126,7 +127,7 @@ async function callSimulator(base: string, method: 'GET' | 'POST' | 'PUT' | 'DEL
 }
 
 function parsePhone(value: string): string {
-  if (!/^\+?[0-9]{5,20}$/.test(value)) throw new InvalidArgumentError(`expected a phone number in international format (+ and 5-20 digits), got "${value}"`);
+  if (!recipientNumber.safeParse(value).success) throw new InvalidArgumentError(`expected a phone number in international format (+ and 5-20 digits), got "${value}"`);
   return value;
 }
 

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { recipientNumber } from '../contracts/common.js';
 
 /**
  * The whole configuration. Every default lives in config/default.json (this schema repeats
@@ -114,7 +115,7 @@ export const senderSchema = z.strictObject({
 
 const nonNegativeInt = z.number().int().min(0);
 const rate = z.number().min(0).max(1);
-const phoneNumber = z.string().regex(/^\+?[0-9]{5,20}$/, 'expected a phone number in international format (+ and 5-20 digits)');
+const phoneNumber = recipientNumber;
 
 /** Faults the simulator injects on demand (also settable at run time with `PUT /sim/faults`). */
 export const simulatorFaultsSchema = z.strictObject({

@@ -11,6 +11,7 @@ import { createMetricsRegistry } from '../observability/metrics.js';
 import { createWebhookHandler, rulesFromConfig } from './handle-webhook.js';
 import { createIngressMetrics } from './metrics.js';
 import { startIngressServer } from './server.js';
+import { localUrl } from '../net.js';
 
 export { createWebhookHandler, rulesFromConfig } from './handle-webhook.js';
 export type { WebhookDecision, WebhookHandler, IngressRules } from './handle-webhook.js';
@@ -145,8 +146,7 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
     await publisher.drain();
     throw err;
   }
-  const urlHost = ingress.host === '0.0.0.0' || ingress.host === '::' ? '127.0.0.1' : ingress.host.includes(':') ? `[${ingress.host}]` : ingress.host;
-  const url = `http://${urlHost}:${server.port}`;
+  const url = localUrl(ingress.host, server.port);
   logger.info({ url, businesses: config.businesses.map((b) => b.id), topics: config.kafka.topics, kafkaClient: config.kafka.client }, 'ingress listening');
 
   let draining: Promise<void> | undefined;

@@ -2,6 +2,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import type { Logger } from './logger.js';
+import { localUrl } from '../net.js';
 
 /**
  * `/healthz` (process alive), `/readyz` (200 when ready, 503 with the reason otherwise) and
@@ -61,9 +62,8 @@ export async function startHealthServer(options: HealthServerOptions): Promise<H
     });
   });
   const port = (server.address() as AddressInfo).port;
-  const host = options.host === '0.0.0.0' || options.host === '::' ? '127.0.0.1' : options.host;
   return {
-    url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
+    url: localUrl(options.host, port),
     port,
     close: () =>
       new Promise<void>((resolve) => {

@@ -10,6 +10,7 @@ import type { CompiledBusiness } from './options.js';
 import type { Registration, Registrations } from './registrations.js';
 import { RingBuffer } from './ring-buffer.js';
 import { parseRetryAfter, retryDelayMs, withinBudget } from './retry-schedule.js';
+import { Deque } from '../deque.js';
 
 export interface DeliveryAttempt {
   attempt: number;
@@ -67,7 +68,7 @@ interface Job {
 interface Origin {
   pool: Pool;
   inFlight: number;
-  ready: Queue<Job>;
+  ready: Deque<Job>;
 }
 
 const HEADER_CONTENT_TYPE = 'text/plain; charset=utf-8';
@@ -227,7 +228,7 @@ export class WebhookDeliveries {
       origin = {
         pool: new Pool(key, { connections: connectionsPerOrigin, pipelining: 1, connectTimeout: timeoutMs, keepAliveTimeout: 4_000 }),
         inFlight: 0,
-        ready: new Queue<Job>(),
+        ready: new Deque<Job>(),
       };
       this.origins.set(key, origin);
     }
@@ -401,29 +402,4 @@ function describeError(err: unknown): string {
   const code = e.code ?? e.cause?.code;
   const message = e.cause?.message ?? e.message ?? String(err);
   return code ? `${code}: ${message}` : message;
-}
-
-/** FIFO with O(1) shift. */
-class Queue<T> {
-  private items: T[] = [];
-  private head = 0;
-
-  get length(): number {
-    return this.items.length - this.head;
-  }
-
-  push(item: T): void {
-    this.items.push(item);
-  }
-
-  shift(): T | undefined {
-    if (this.head >= this.items.length) return undefined;
-    const item = this.items[this.head];
-    this.head += 1;
-    if (this.head > 1024 && this.head * 2 > this.items.length) {
-      this.items = this.items.slice(this.head);
-      this.head = 0;
-    }
-    return item;
-  }
 }

@@ -6,6 +6,7 @@ import type { MessageRecord } from './lifecycle.js';
 import { compileSimulatorOptions, type SimulatorOptions } from './options.js';
 import type { Registration } from './registrations.js';
 import { listenSimulator } from './server.js';
+import { localUrl } from '../net.js';
 
 export type { SimulatorOptions, SimulatorBusiness } from './options.js';
 export { simulatorOptionsFromConfig, simulatorDefaults, NO_FAULTS } from './options.js';
@@ -52,8 +53,7 @@ export async function startSimulator(options: SimulatorOptions): Promise<Running
     await simulator.close();
     throw err;
   }
-  const host = compiled.host === '0.0.0.0' || compiled.host === '::' ? '127.0.0.1' : compiled.host;
-  const url = `http://${host.includes(':') ? `[${host}]` : host}:${server.port}`;
+  const url = localUrl(compiled.host, server.port);
   compiled.logger.info({ url, businesses: [...compiled.businesses.keys()], registrations: simulator.registrations.all().length }, 'provider simulator listening');
 
   let closing: Promise<void> | undefined;

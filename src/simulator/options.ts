@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
+import { recipientNumber } from '../contracts/common.js';
 import { DEFAULT_CONFIG_PATH, deepMerge, type DeepPartial } from '../config/load.js';
 import { simulatorFaultsSchema, simulatorSchema, type Config, type SimulatorConfig, type SimulatorFaults } from '../config/schema.js';
 import { MsgbridgeError } from '../errors.js';
@@ -65,7 +66,7 @@ const businessOptionSchema = z.strictObject({
   id: z.string().regex(/^[A-Za-z0-9_.-]{1,128}$/, 'expected 1-128 letters, digits, _ . or -'),
   apiKey: z.string().min(1, 'an API key is required'),
   signingSecret: z.string().min(1, 'a signing secret is required'),
-  number: z.string().regex(/^\+?[0-9]{5,20}$/, 'expected a phone number in international format').optional(),
+  number: recipientNumber.optional(),
 });
 
 /** Defaults applied and everything validated once; a bad option names its field. */
