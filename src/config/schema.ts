@@ -95,6 +95,12 @@ export const ingressSchema = z.strictObject({
    */
   idleTimeoutSeconds: z.number().int().min(8).max(3600),
   drainGraceMs: positiveInt,
+  /**
+   * With no traffic an outage would only show at the next webhook: after this long without an
+   * acknowledgement, the ingress asks Kafka for its topics' metadata (again every interval
+   * while idle), and /readyz turns false when that fails. 0 turns it off.
+   */
+  kafkaProbeIntervalMs: z.number().int().min(0).max(3_600_000),
 });
 
 export const senderSchema = z.strictObject({

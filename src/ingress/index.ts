@@ -113,6 +113,9 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
     queueMaxBytes: ingress.queueMaxBytes,
     publishTimeoutMs: ingress.publishTimeoutMs,
     maxInFlightBatches: options.maxInFlightBatches ?? 1,
+    idleProbeIntervalMs: ingress.kafkaProbeIntervalMs,
+    probeTopics: [config.kafka.topics.messages, config.kafka.topics.deliveryStatus, config.kafka.topics.webhooksDlq],
+    probeTimeoutMs: config.kafka.requestTimeoutMs,
     observer: {
       batch: (info) => {
         metrics.batch(info);

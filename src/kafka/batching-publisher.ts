@@ -79,6 +79,16 @@ export interface BatchingPublisherOptions {
   reconnectBackoffMs?: { initial: number; max: number };
   /** How often deadlines are checked (one timer for all events, not one per event). */
   sweepIntervalMs?: number;
+  /**
+   * An outage shows at the next send; with no traffic there is none. When nothing has been
+   * acknowledged for this long and nothing is queued or in flight, the producer is asked for
+   * the metadata of `probeTopics` (RecordProducer.probe), again every interval while idle. A
+   * probe that fails or takes over `probeTimeoutMs` counts as a failed send: not ready, events
+   * refused (503), a new producer connected with backoff. 0 (the default) turns probing off.
+   */
+  idleProbeIntervalMs?: number;
+  probeTopics?: string[];
+  probeTimeoutMs?: number;
   observer?: PublisherObserver;
 }
 
@@ -146,11 +156,20 @@ export class BatchingPublisher {
   private cancelBackoff: (() => void) | undefined;
   private idleWaiters: (() => void)[] = [];
 
+  /** When Kafka last proved it answers: producer connected, batch acknowledged or probe answered. */
+  private lastHeardAt = 0;
+  private probeTimer: NodeJS.Timeout | undefined;
+  private probing = false;
+  private sendsStarted = 0;
+
   constructor(options: BatchingPublisherOptions) {
     this.opts = {
       maxInFlightBatches: 1,
       reconnectBackoffMs: { initial: 100, max: 2000 },
       sweepIntervalMs: Math.max(10, Math.min(100, Math.floor(options.publishTimeoutMs / 10))),
+      idleProbeIntervalMs: 0,
+      probeTopics: [],
+      probeTimeoutMs: 5000,
       observer: {},
       ...options,
     };
@@ -169,9 +188,15 @@ export class BatchingPublisher {
     }
     this.producer = producer;
     this.connected = true;
+    this.lastHeardAt = performance.now();
     this.opts.observer.connection?.(true);
     this.sweepTimer = setInterval(() => this.sweep(), this.opts.sweepIntervalMs);
     this.sweepTimer.unref();
+    if (this.opts.idleProbeIntervalMs > 0) {
+      // Checked at a fraction of the interval, so that an idle outage shows within about 1.25 intervals.
+      this.probeTimer = setInterval(() => void this.probeIfIdle(), Math.max(50, Math.floor(this.opts.idleProbeIntervalMs / 4)));
+      this.probeTimer.unref();
+    }
   }
 
   /**
@@ -253,6 +278,7 @@ export class BatchingPublisher {
     this.closed = true;
     this.cancelBackoff?.();
     if (this.sweepTimer) clearInterval(this.sweepTimer);
+    if (this.probeTimer) clearInterval(this.probeTimer);
     const producer = this.producer;
     this.producer = undefined;
     this.connected = false;
@@ -319,6 +345,7 @@ export class BatchingPublisher {
       group.records.push({ key, value, headers });
     }
     const batch: Batch = { entries, bytes, startedAt: performance.now(), producer };
+    this.sendsStarted++;
     this.inFlight.push(batch);
     this.inFlightEvents += entries.length;
     this.inFlightBytes += bytes;
@@ -341,6 +368,7 @@ export class BatchingPublisher {
     const ok = error === undefined;
     this.opts.observer.batch?.({ events: batch.entries.length, bytes: batch.bytes, durationMs: performance.now() - batch.startedAt, ok, error });
     if (ok) {
+      this.lastHeardAt = performance.now();
       for (const entry of batch.entries) settle(entry, null);
     } else {
       const failure = new MsgbridgeError('KAFKA_UNAVAILABLE', `Kafka did not acknowledge the batch: ${(error as Error)?.message ?? String(error)}`, { cause: error });
@@ -397,6 +425,7 @@ export class BatchingPublisher {
           }
           this.producer = producer;
           this.connected = true;
+          this.lastHeardAt = performance.now();
           this.opts.observer.connection?.(true);
           this.flush();
           return;
@@ -416,6 +445,37 @@ export class BatchingPublisher {
       }
     } finally {
       this.reconnecting = false;
+    }
+  }
+
+  /**
+   * Idle probing (see `idleProbeIntervalMs`): when nothing has been heard from Kafka for an
+   * interval and nothing is queued or in flight, one metadata round trip, bounded by
+   * `probeTimeoutMs`. Called by a timer; public so that tests can drive it.
+   */
+  async probeIfIdle(now = performance.now()): Promise<void> {
+    const producer = this.producer;
+    if (!producer?.probe || this.opts.idleProbeIntervalMs <= 0 || !this.connected || this.closed || this.probing) return;
+    if (this.inFlight.length > 0 || this.queuedEvents > 0 || now - this.lastHeardAt < this.opts.idleProbeIntervalMs) return;
+    this.probing = true;
+    const sendsBefore = this.sendsStarted;
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await Promise.race([
+        producer.probe(this.opts.probeTopics),
+        new Promise<never>((_resolve, reject) => {
+          timer = setTimeout(() => reject(new Error(`no answer within ${this.opts.probeTimeoutMs} ms`)), this.opts.probeTimeoutMs);
+        }),
+      ]);
+      this.lastHeardAt = performance.now();
+    } catch (err) {
+      // A send that started meanwhile settles the question itself (and replaces the producer if it fails).
+      if (this.sendsStarted === sendsBefore) {
+        this.replaceProducer(producer, new Error(`Kafka did not answer an idle probe: ${(err as Error)?.message ?? String(err)}`, { cause: err }));
+      }
+    } finally {
+      clearTimeout(timer);
+      this.probing = false;
     }
   }
 

@@ -1,4 +1,4 @@
-import { CompressionTypes, type Kafka, type Producer } from 'kafkajs';
+import { CompressionTypes, type Admin, type Kafka, type Producer } from 'kafkajs';
 import type { RecordProducer, TopicRecords } from './port.js';
 
 export interface KafkajsProducerOptions {
@@ -18,9 +18,21 @@ export function createKafkajsProducer(kafka: Kafka, options: KafkajsProducerOpti
     allowAutoTopicCreation: false,
     retry: { retries: 5, initialRetryTime: 100, maxRetryTime: 1000 },
   });
+  // kafkajs's producer has no metadata call of its own: probes go through an admin client of
+  // the same configuration, created on first use and closed with the producer.
+  let admin: Admin | undefined;
   return {
     connect: () => producer.connect(),
-    disconnect: () => producer.disconnect(),
+    async disconnect() {
+      const closing = admin?.disconnect().catch(() => {});
+      admin = undefined;
+      await Promise.all([producer.disconnect(), closing]);
+    },
+    async probe(topics: string[]) {
+      admin ??= kafka.admin({ retry: { retries: 0 } });
+      await admin.connect();
+      await admin.fetchTopicMetadata({ topics });
+    },
     async send(batches: TopicRecords[]) {
       await producer.sendBatch({
         acks: -1,

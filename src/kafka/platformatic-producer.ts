@@ -114,6 +114,9 @@ export function createPlatformaticProducer(config: KafkaConfig, options: Platfor
     async connect() {
       await producer.initIdempotentProducer({});
     },
+    async probe(topics: string[]) {
+      await producer.metadata({ topics, forceUpdate: true });
+    },
     send(batches) {
       const sending = tail.then(() => produce(batches));
       tail = sending.catch(() => {});

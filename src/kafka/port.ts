@@ -19,4 +19,9 @@ export interface RecordProducer {
   /** Resolves once every record is acknowledged by all in-sync replicas (acks=all). */
   send(batches: TopicRecords[]): Promise<void>;
   disconnect(): Promise<void>;
+  /**
+   * One metadata round trip for these topics, proving that Kafka answers this producer's
+   * client; rejects when it does not. Used to notice an outage while nothing is being sent.
+   */
+  probe?(topics: string[]): Promise<void>;
 }

@@ -98,6 +98,7 @@ describe('configuration loading', () => {
     [{ MSGBRIDGE_BUSINESS_ID: 'has space' }, /businesses\.0\.id: expected 1-128 letters/],
     [{ KAFKA_SASL_MECHANISM: 'gssapi', KAFKA_SASL_USERNAME: 'u', KAFKA_SASL_PASSWORD: 'p' }, /kafka\.sasl\.mechanism/],
     [{ MSGBRIDGE__ingress__unknownKey: '1' }, /ingress: Unrecognized key.*unknownKey/],
+    [{ MSGBRIDGE__ingress__kafkaProbeIntervalMs: '-1' }, /ingress\.kafkaProbeIntervalMs: .*>=0.*\(from MSGBRIDGE__ingress__kafkaProbeIntervalMs\)/],
     [{ MSGBRIDGE_SIGNING_SECRET: 'a', MSGBRIDGE_SIGNING_SECRET_FILE: '/x' }, /set either MSGBRIDGE_SIGNING_SECRET or MSGBRIDGE_SIGNING_SECRET_FILE/],
     [{ MSGBRIDGE_API_KEY_FILE: '/nonexistent/key' }, /CONFIG_FILE_UNREADABLE: cannot read MSGBRIDGE_API_KEY_FILE/],
     [{ MSGBRIDGE_SIGNING_SECRET: 'a' }, /need MSGBRIDGE_BUSINESS_ID when 0 businesses are configured/],

@@ -20,6 +20,9 @@ class FakeKafka {
   }
   /** Values written so far, in write order. */
   written: string[] = [];
+  /** How the next probes answer. */
+  probeAnswer: 'ok' | 'fail' | 'hang' = 'ok';
+  probes: string[][] = [];
 }
 
 interface Send {
@@ -43,6 +46,12 @@ class FakeProducer implements RecordProducer {
   }
   async disconnect() {
     this.connected = false;
+  }
+  probe(topics: string[]): Promise<void> {
+    this.kafka.probes.push(topics);
+    if (this.kafka.probeAnswer === 'ok') return Promise.resolve();
+    if (this.kafka.probeAnswer === 'fail') return Promise.reject(new Error('metadata request refused'));
+    return new Promise(() => {});
   }
   send(batches: TopicRecords[]): Promise<void> {
     return new Promise((resolve, reject) => {
@@ -225,6 +234,80 @@ describe('BatchingPublisher', () => {
     await until(() => kafka.pending.length === 1);
     kafka.pending[0]!.ack();
     await until(() => outcomes.get('e3') === 'ok');
+  });
+
+  describe('idle probe', () => {
+    const PROBING = { idleProbeIntervalMs: 1000, probeTopics: ['messages', 'delivery_status'], probeTimeoutMs: 50 };
+
+    it('does not probe before an interval has passed without acknowledgements, nor while events are queued or in flight', async () => {
+      const { kafka, publisher, publish } = await setup(PROBING);
+      await publisher.probeIfIdle(performance.now() + 500);
+      expect(kafka.probes).toHaveLength(0);
+      publish('k', 'e1');
+      await tick();
+      await publisher.probeIfIdle(performance.now() + 5000); // a batch is in flight
+      expect(kafka.probes).toHaveLength(0);
+      kafka.sends[0]!.ack();
+      await tick();
+      await publisher.probeIfIdle(performance.now() + 500); // the acknowledgement counts as news from Kafka
+      expect(kafka.probes).toHaveLength(0);
+      await publisher.probeIfIdle(performance.now() + 1000);
+      expect(kafka.probes).toEqual([['messages', 'delivery_status']]);
+      expect(publisher.ready).toBe(true);
+    });
+
+    it('a failed probe makes the publisher not ready and refusing, then a new producer brings it back', async () => {
+      const { kafka, publisher, publish, outcomes } = await setup(PROBING);
+      kafka.probeAnswer = 'fail';
+      kafka.failConnects = 2;
+      await publisher.probeIfIdle(performance.now() + 1000);
+      expect(publisher.ready).toBe(false);
+      expect(publisher.stats().connected).toBe(false);
+      publish('k', 'e1');
+      expect(outcomes.get('e1')).toBe('refused:KAFKA_UNAVAILABLE');
+      expect(kafka.producers[0]!.connected).toBe(false); // the failed producer was closed
+      await until(() => publisher.ready);
+      expect(kafka.producers).toHaveLength(4); // the first, two refused connects, the one that worked
+      publish('k', 'e2');
+      await until(() => kafka.pending.length === 1);
+      kafka.pending[0]!.ack();
+      await until(() => outcomes.get('e2') === 'ok');
+    });
+
+    it('a probe that does not answer in time counts as failed', async () => {
+      const { kafka, publisher } = await setup(PROBING);
+      kafka.probeAnswer = 'hang';
+      const started = performance.now();
+      await publisher.probeIfIdle(performance.now() + 1000);
+      expect(performance.now() - started).toBeGreaterThanOrEqual(45);
+      // Replaced: the first producer closed, a second one connected (Kafka "answers" again here).
+      expect(kafka.producers[0]!.connected).toBe(false);
+      await until(() => kafka.producers.length === 2 && publisher.ready);
+    });
+
+    it('a send that starts during the probe overrules the probe, and probing can be turned off', async () => {
+      const { kafka, publisher, publish } = await setup(PROBING);
+      kafka.probeAnswer = 'hang';
+      const probing = publisher.probeIfIdle(performance.now() + 1000);
+      publish('k', 'e1');
+      await tick();
+      expect(kafka.sends).toHaveLength(1);
+      await probing;
+      expect(publisher.stats().connected).toBe(true);
+      kafka.sends[0]!.ack();
+
+      const off = await setup({ ...PROBING, idleProbeIntervalMs: 0 });
+      await off.publisher.probeIfIdle(performance.now() + 3_600_000);
+      expect(off.kafka.probes).toHaveLength(0);
+    });
+
+    it('probes by itself when idle', async () => {
+      const { kafka } = await setup({ ...PROBING, idleProbeIntervalMs: 100 });
+      kafka.probeAnswer = 'fail';
+      await until(() => kafka.producers.length >= 2, 2000);
+      expect(kafka.probes.length).toBeGreaterThanOrEqual(1);
+      expect(kafka.producers[0]!.connected).toBe(false);
+    });
   });
 
   it('keeps per-key order across batches under load', async () => {

@@ -43,7 +43,7 @@ describe('ingress through a Kafka outage', () => {
         env: { MSGBRIDGE_BUSINESS_ID: 'biz_1', MSGBRIDGE_SIGNING_SECRET: SECRET },
         overrides: {
           kafka: { client, requestTimeoutMs: 1500, connectionTimeoutMs: 1000 },
-          ingress: { publishTimeoutMs: 1000, retryAfterSeconds: 2 },
+          ingress: { publishTimeoutMs: 1000, retryAfterSeconds: 2, kafkaProbeIntervalMs: 500 },
         },
         connections: 8,
       });
@@ -117,5 +117,26 @@ describe('ingress through a Kafka outage', () => {
       const missing = acknowledged.filter((id) => !stored.has(id));
       expect(missing).toEqual([]);
     }, 240_000);
+
+    it('with no traffic at all, reports not ready once Kafka stops answering its probe, and ready again when it is back', async () => {
+      const readyz = async () => (await t.get('/readyz')).status;
+      await until('/readyz to say ready', async () => (await readyz()) === 200, 60_000);
+      // Idle and healthy: probes keep succeeding, readiness holds over several intervals.
+      for (let i = 0; i < 8; i++) {
+        expect(await readyz()).toBe(200);
+        await new Promise((r) => setTimeout(r, 250));
+      }
+      process.kill(broker.pid, 'SIGSTOP');
+      try {
+        // One probe interval of idleness plus one request timeout, and some slack for a loaded machine.
+        await until('/readyz to say not ready without any webhook', async () => (await readyz()) === 503, 15_000);
+        expect(t.logs.some((l) => l.includes('idle probe'))).toBe(true);
+      } finally {
+        process.kill(broker.pid, 'SIGCONT');
+      }
+      await until('/readyz to say ready again', async () => (await readyz()) === 200, 90_000);
+      const body = statusEvent(messageId(), 'read');
+      expect((await t.post('/webhooks/biz_1/delivery_status', body, signedHeaders(SECRET, body))).status).toBe(200);
+    }, 180_000);
   });
 });
