@@ -1,5 +1,5 @@
 import { connect as connectTcp, type Socket } from 'node:net';
-import { connect as connectTls } from 'node:tls';
+import { connect as connectTls, type ConnectionOptions } from 'node:tls';
 import { Http1ResponseParser, type ParsedResponse } from './http1-response-parser.js';
 
 export interface ConnectionTarget {
@@ -34,6 +34,8 @@ export class KeepAliveConnection {
   constructor(
     private readonly target: ConnectionTarget,
     private readonly timeoutMs: number,
+    /** For https: trust settings beyond the system's certificate authorities. */
+    private readonly tls: Pick<ConnectionOptions, 'ca' | 'rejectUnauthorized'> = {},
   ) {}
 
   /** Sends one request and resolves with the answer's HTTP status. */
@@ -54,7 +56,7 @@ export class KeepAliveConnection {
 
   private open(): Socket {
     const { protocol, host, port } = this.target;
-    const socket = protocol === 'https:' ? connectTls({ host, port, servername: isIp(host) ? undefined : host }) : connectTcp({ host, port });
+    const socket = protocol === 'https:' ? connectTls({ ...this.tls, host, port, servername: isIp(host) ? undefined : host }) : connectTcp({ host, port });
     socket.setNoDelay(true);
     this.socket = socket;
     this.parser = new Http1ResponseParser();

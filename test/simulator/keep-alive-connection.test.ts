@@ -1,4 +1,6 @@
+import { readFileSync } from 'node:fs';
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import { createServer as createTcpServer, type AddressInfo, type Server as TcpServer, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { KeepAliveConnection } from '../../src/simulator/keep-alive-connection.js';
@@ -6,6 +8,12 @@ import { KeepAliveConnection } from '../../src/simulator/keep-alive-connection.j
 function request(path: string, body: string): Buffer {
   return Buffer.from(`POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
 }
+
+// A self-signed certificate for localhost and 127.0.0.1, made for these tests only (openssl req -x509, valid for 100 years).
+const TLS = {
+  cert: readFileSync(new URL('../fixtures/tls-localhost.crt', import.meta.url)),
+  key: readFileSync(new URL('../fixtures/tls-localhost.key', import.meta.url)),
+};
 
 async function listen<T extends HttpServer | TcpServer>(server: T): Promise<{ server: T; port: number }> {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -126,6 +134,28 @@ describe('keep-alive connection (load generator transport)', () => {
     await expect(connection.send(request('/', 'slow'))).rejects.toThrow(/no answer within 300 ms/);
     expect(performance.now() - started).toBeGreaterThanOrEqual(290);
     connection.close();
+  });
+
+  it('speaks https, verifying the server certificate', async () => {
+    let connections = 0;
+    const server = createHttpsServer(TLS, (req, res) => {
+      req.resume();
+      req.on('end', () => res.writeHead(202).end('accepted'));
+    });
+    server.on('secureConnection', () => (connections += 1));
+    const { port } = await listen(server);
+    cleanups.push(() => {
+      server.closeAllConnections();
+      server.close();
+    });
+    const trusted = new KeepAliveConnection({ protocol: 'https:', host: '127.0.0.1', port }, 2000, { ca: TLS.cert });
+    expect(await trusted.send(request('/', 'a'))).toBe(202);
+    expect(await trusted.send(request('/', 'b'))).toBe(202);
+    expect(connections).toBe(1);
+    trusted.close();
+
+    const untrusted = new KeepAliveConnection({ protocol: 'https:', host: '127.0.0.1', port }, 2000);
+    await expect(untrusted.send(request('/', 'c'))).rejects.toThrow(/self[- ]signed/i);
   });
 
   it('refuses a second request while one is in flight, and rejects when nothing listens', async () => {
