@@ -5,6 +5,7 @@ import { Command, CommanderError } from 'commander';
 import { registerDevCommand } from './commands/dev.js';
 import { registerIngressCommand } from './commands/ingress.js';
 import { registerKafkaCommand } from './commands/kafka.js';
+import { registerLoadCommand } from './commands/load.js';
 import { registerSendCommand } from './commands/send.js';
 import { registerSenderCommand } from './commands/sender.js';
 import { registerSimulatorCommand } from './commands/simulator.js';
@@ -24,6 +25,7 @@ export function buildProgram(): Command {
   registerIngressCommand(program);
   registerSenderCommand(program);
   registerSimulatorCommand(program);
+  registerLoadCommand(program);
   registerKafkaCommand(program);
   registerSendCommand(program);
   registerTailCommand(program);

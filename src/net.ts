@@ -3,7 +3,7 @@
  * the wildcard addresses become loopback, IPv6 literals get their brackets.
  */
 export function localUrl(host: string, port: number): string {
-  const reachable = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host;
+  const reachable = loopbackHost(host);
   return `http://${reachable.includes(':') ? `[${reachable}]` : reachable}:${port}`;
 }
 

@@ -1,19 +1,18 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import { request } from 'undici';
-import { loadConfig } from '../config/load.js';
+import { commandConfig } from './context.js';
 import type { Config } from '../config/schema.js';
 import { MsgbridgeError } from '../errors.js';
 import { createLifecycle } from '../lifecycle.js';
 import { createLogger } from '../observability/logger.js';
 import { simulatorOptionsFromConfig, startSimulator } from '../simulator/index.js';
-import { registerLoadCommand } from './load.js';
 import { parseIntegerOption } from './options.js';
 import { localUrl } from '../net.js';
 import { recipientNumber } from '../contracts/common.js';
 
 /**
  * `msgbridge simulator` runs the provider stand-in; `simulator inbound` and `simulator faults`
- * talk to a running one; `msgbridge load` (registered here too) sends signed webhook load.
+ * talk to a running one.
  */
 export function registerSimulatorCommand(program: Command): void {
   const simulator = program
@@ -34,7 +33,7 @@ export function registerSimulatorCommand(program: Command): void {
     .option('--name <name>', "the customer's profile name")
     .option('--url <url>', 'the simulator address (default http://127.0.0.1:<simulator.port>)', parseUrl)
     .action(async (opts: { business?: string; from: string; text: string; name?: string; url?: string }, command: Command) => {
-      const config = configOf(command);
+      const config = commandConfig(command);
       const businessId = opts.business ?? onlyBusiness(config);
       const answer = await callSimulator(opts.url ?? simulatorUrl(config), 'POST', `/sim/businesses/${encodeURIComponent(businessId)}/inbound`, {
         from: opts.from,
@@ -52,7 +51,7 @@ export function registerSimulatorCommand(program: Command): void {
     .option('--url <url>', 'the simulator address (default http://127.0.0.1:<simulator.port>)', parseUrl)
     .action(async (opts: { set?: Record<string, unknown>; reset?: boolean; url?: string }, command: Command) => {
       if (opts.set !== undefined && opts.reset) throw new InvalidArgumentError('use either --set or --reset');
-      const url = opts.url ?? simulatorUrl(configOf(command));
+      const url = opts.url ?? simulatorUrl(commandConfig(command));
       const answer = opts.reset
         ? await callSimulator(url, 'DELETE', '/sim/faults')
         : opts.set !== undefined
@@ -60,30 +59,20 @@ export function registerSimulatorCommand(program: Command): void {
           : await callSimulator(url, 'GET', '/sim/faults');
       process.stdout.write(`${JSON.stringify(answer, null, 2)}\n`);
     });
-
-  registerLoadCommand(program);
 }
 
 async function runSimulator(command: Command, opts: { host?: string; port?: number }): Promise<void> {
-  const config = configOf(command);
+  const config = commandConfig(command);
   const logger = createLogger({ level: config.log.level, name: 'simulator' });
   const options = simulatorOptionsFromConfig(config, { logger });
   if (opts.host !== undefined) options.host = opts.host;
   if (opts.port !== undefined) options.port = opts.port;
   const running = await startSimulator(options);
   const lifecycle = createLifecycle({ logger, graceMs: 5_000, drain: () => running.close() });
-  lifecycle.running();
   lifecycle.handleSignals();
   process.stderr.write(
     `provider simulator at ${running.url} for ${config.businesses.map((b) => b.id).join(', ')}; control endpoints under ${running.url}/sim/. Ctrl-C stops it.\n`,
   );
-}
-
-function configOf(command: Command): Config {
-  let root = command;
-  while (root.parent) root = root.parent;
-  const configFile = root.opts<{ config?: string }>().config;
-  return loadConfig(configFile ? { configFile } : {});
 }
 
 function onlyBusiness(config: Config): string {

@@ -1,3 +1,8 @@
+import { createHash } from 'node:crypto';
+
+/** The provider's signature header on webhook calls. */
+export const SIGNATURE_HEADER = 'x-service-hmac-sha256';
+
 /** Header names on every record the relay writes (DESIGN §1.2). */
 export const HEADER = {
   eventId: 'event-id',
@@ -5,13 +10,15 @@ export const HEADER = {
   receivedAt: 'received-at',
   contentType: 'content-type',
   schema: 'schema',
-  signature: 'x-service-hmac-sha256',
+  signature: SIGNATURE_HEADER,
   traceparent: 'traceparent',
   errorReason: 'error-reason',
 } as const;
 
-/** The provider's signature header on webhook calls. */
-export const SIGNATURE_HEADER = 'x-service-hmac-sha256';
+/** The `event-id` of a record: hex SHA-256 of its exact value bytes (the webhook body, the send request). */
+export function eventIdOf(bytes: string | Uint8Array): string {
+  return createHash('sha256').update(bytes).digest('hex');
+}
 
 export const SCHEMA_ID = {
   messages: 'messages/v1',

@@ -1,6 +1,5 @@
-import { createHash } from 'node:crypto';
 import type { ErrorCode } from '../errors.js';
-import { HEADER, SCHEMA_ID } from '../contracts/headers.js';
+import { eventIdOf, HEADER, SCHEMA_ID } from '../contracts/headers.js';
 import { detectWebhookTopic, webhookEventSchemas, WEBHOOK_TOPICS, type WebhookTopic } from '../contracts/webhook-events.js';
 import { verifySignature } from './verify-signature.js';
 
@@ -149,7 +148,7 @@ export function createWebhookHandler(rules: IngressRules): WebhookHandler {
     if (!verifySignature(secrets, req.body, req.signature)) return reject('SIGNATURE_INVALID', 'bad-signature', SIGNATURE_FAILED);
 
     // Authentic from here on: everything below ends in Kafka, as an event or a dead letter.
-    const eventId = createHash('sha256').update(req.body).digest('hex');
+    const eventId = eventIdOf(req.body);
     const pathTopic = req.pathTopic as WebhookTopic | undefined;
     const common: Record<string, string> = {
       [HEADER.eventId]: eventId,

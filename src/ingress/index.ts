@@ -101,10 +101,8 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
 
   const registry = options.registry ?? createMetricsRegistry('ingress');
   // The gauges read the publisher at scrape time, after it exists.
-  const metrics = createIngressMetrics(registry, {
-    stats: () => publisher.stats(),
-    ready: () => state === 'running' && publisher.ready,
-  });
+  const isReady = () => state === 'running' && publisher.ready;
+  const metrics = createIngressMetrics(registry, { stats: () => publisher.stats(), ready: isReady });
   const publisher = new BatchingPublisher({
     createProducer,
     batchMaxEvents: ingress.batchMaxEvents,
@@ -114,7 +112,7 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
     publishTimeoutMs: ingress.publishTimeoutMs,
     maxInFlightBatches: options.maxInFlightBatches ?? 1,
     idleProbeIntervalMs: ingress.kafkaProbeIntervalMs,
-    probeTopics: [config.kafka.topics.messages, config.kafka.topics.deliveryStatus, config.kafka.topics.webhooksDlq],
+    probeTopics: ingressTopics(config),
     probeTimeoutMs: config.kafka.requestTimeoutMs,
     observer: {
       batch: (info) => {
@@ -169,7 +167,7 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
     port: server.port,
     url,
     get ready() {
-      return state === 'running' && publisher.ready;
+      return isReady();
     },
     get state() {
       return state;
@@ -180,10 +178,16 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
   };
 }
 
+/** The topics the ingress writes to. */
+function ingressTopics(config: Config): string[] {
+  const { topics } = config.kafka;
+  return [topics.messages, topics.deliveryStatus, topics.webhooksDlq];
+}
+
 async function createIngressTopics(kafka: ReturnType<typeof createKafka>, config: Config, logger: Logger): Promise<void> {
-  const { topics, partitions, replicationFactor } = config.kafka;
+  const { partitions, replicationFactor } = config.kafka;
   const maxMessageBytes = String(ingressTopicMaxMessageBytes(config));
-  const names = [topics.messages, topics.deliveryStatus, topics.webhooksDlq];
+  const names = ingressTopics(config);
   const admin = kafka.admin();
   try {
     await admin.connect();

@@ -6,7 +6,7 @@ import type { PublishCallback, PublishRecord } from '../kafka/batching-publisher
 import type { Logger } from '../observability/logger.js';
 import { signaturePrefix } from '../observability/logger.js';
 import { loadUws } from '../uws.js';
-import type { Rejection, WebhookDecision, WebhookHandler } from './handle-webhook.js';
+import { isWebhookTopic, type Rejection, type WebhookDecision, type WebhookHandler } from './handle-webhook.js';
 import { httpStatusOf, statusLine } from './http-status.js';
 import type { IngressMetrics, IngressOutcome } from './metrics.js';
 
@@ -143,7 +143,7 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
     extra: { close?: boolean; topic?: string; eventId?: string } = {},
   ) => {
     const status = httpStatusOf(code);
-    const topic = extra.topic ?? (ex.pathTopic === 'messages' || ex.pathTopic === 'delivery_status' ? ex.pathTopic : 'unknown');
+    const topic = extra.topic ?? (isWebhookTopic(ex.pathTopic) ? ex.pathTopic : 'unknown');
     metrics.request(topic, OUTCOME_OF[code] ?? 'aborted');
     logger.warn(
       {

@@ -1,4 +1,5 @@
 import { performance } from 'node:perf_hooks';
+import { Deque } from '../deque.js';
 import { MsgbridgeError, type ErrorCode } from '../errors.js';
 import type { RecordProducer, RecordToWrite, TopicRecords } from './port.js';
 
@@ -97,7 +98,6 @@ export interface PublisherStats {
   queuedBytes: number;
   inFlightEvents: number;
   inFlightBytes: number;
-  inFlightBatches: number;
   connected: boolean;
   /** A batch has been in flight for longer than the publish timeout. */
   stalled: boolean;
@@ -142,8 +142,7 @@ export class BatchingPublisher {
   private closed = false;
   private started = false;
 
-  private queue: Entry[] = [];
-  private head = 0;
+  private readonly queue = new Deque<Entry>();
   private queuedEvents = 0;
   private queuedBytes = 0;
   private inFlight: Batch[] = [];
@@ -218,14 +217,6 @@ export class BatchingPublisher {
     return undefined;
   }
 
-  /** Promise form of `publish`. */
-  publishAsync(record: PublishRecord): Promise<void> {
-    return new Promise((resolve, reject) => {
-      const refused = this.publish(record, (err) => (err ? reject(err) : resolve()));
-      if (refused) reject(refused);
-    });
-  }
-
   /** Why an event would be refused right now, ignoring its size; undefined when it would be admitted. */
   admission(record?: PublishRecord): MsgbridgeError | undefined {
     if (!this.accepting) return new MsgbridgeError('SHUTTING_DOWN', 'the ingress is shutting down');
@@ -260,7 +251,6 @@ export class BatchingPublisher {
       queuedBytes: this.queuedBytes,
       inFlightEvents: this.inFlightEvents,
       inFlightBytes: this.inFlightBytes,
-      inFlightBatches: this.inFlight.length,
       connected: this.connected,
       stalled: oldest !== undefined && performance.now() - oldest.startedAt > this.opts.publishTimeoutMs,
     };
@@ -306,31 +296,17 @@ export class BatchingPublisher {
     const entries: Entry[] = [];
     let bytes = 0;
     const q = this.queue;
-    while (this.head < q.length && entries.length < this.opts.batchMaxEvents) {
-      const entry = q[this.head]!;
-      if (entry.dropped) {
-        this.head++;
-        continue;
+    for (let entry = q.peek(); entry !== undefined && entries.length < this.opts.batchMaxEvents; entry = q.peek()) {
+      if (!entry.dropped) {
+        if (entries.length > 0 && bytes + entry.bytes > this.opts.batchMaxBytes) break;
+        entries.push(entry);
+        bytes += entry.bytes;
       }
-      if (entries.length > 0 && bytes + entry.bytes > this.opts.batchMaxBytes) break;
-      entries.push(entry);
-      bytes += entry.bytes;
-      this.head++;
+      q.shift();
     }
     this.queuedEvents -= entries.length;
     this.queuedBytes -= bytes;
-    this.compact();
     return entries;
-  }
-
-  private compact(): void {
-    if (this.head === this.queue.length) {
-      this.queue = [];
-      this.head = 0;
-    } else if (this.head > 1024 && this.head * 2 > this.queue.length) {
-      this.queue = this.queue.slice(this.head);
-      this.head = 0;
-    }
   }
 
   private send(entries: Entry[]): void {
@@ -386,8 +362,7 @@ export class BatchingPublisher {
     const keys = new Set<string>();
     for (const entry of failed) keys.add(keyOf(entry.record));
     let error: MsgbridgeError | undefined;
-    for (let i = this.head; i < this.queue.length; i++) {
-      const entry = this.queue[i]!;
+    for (const entry of this.queue) {
       if (entry.dropped || !keys.has(keyOf(entry.record))) continue;
       error ??= new MsgbridgeError(code, 'an earlier event with the same key failed; refused to keep per-key order');
       this.drop(entry, error);
@@ -484,20 +459,17 @@ export class BatchingPublisher {
     const expired: Entry[] = [];
     let error: MsgbridgeError | undefined;
     // All events have the same timeout, so the queue is in deadline order.
-    while (this.head < this.queue.length) {
-      const entry = this.queue[this.head]!;
+    const q = this.queue;
+    for (let entry = q.peek(); entry !== undefined; entry = q.peek()) {
       if (!entry.dropped) {
         if (entry.deadline > now) break;
         error ??= new MsgbridgeError('PUBLISH_TIMEOUT', `Kafka did not acknowledge within ${this.opts.publishTimeoutMs} ms`);
         this.drop(entry, error);
         expired.push(entry);
       }
-      this.head++;
+      q.shift();
     }
-    if (expired.length > 0) {
-      this.compact();
-      this.dropQueuedSharingKeys(expired, 'PUBLISH_TIMEOUT');
-    }
+    if (expired.length > 0) this.dropQueuedSharingKeys(expired, 'PUBLISH_TIMEOUT');
     for (const batch of this.inFlight) {
       // Entries of a batch are in deadline order too: nothing to do until its first is due.
       if (batch.entries[0]!.deadline > now) continue;

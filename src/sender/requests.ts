@@ -1,5 +1,5 @@
-import { createHash } from 'node:crypto';
 import {
+  eventIdOf,
   HEADER,
   SCHEMA_ID,
   sendRequestRecipient,
@@ -125,7 +125,6 @@ export function copyHeaders(headers: RecordHeaders): Record<string, HeaderValue>
   return out;
 }
 
-export const sha256Hex = (bytes: Buffer | string) => createHash('sha256').update(bytes).digest('hex');
 
 const MAX_REASON = 1000;
 
@@ -133,7 +132,7 @@ function dlqJob(record: IncomingRecord, reason: string, businessId: string | und
   const value = record.value ?? Buffer.alloc(0);
   const headers: Record<string, HeaderValue> = {
     ...copyHeaders(record.headers),
-    [HEADER.eventId]: sha256Hex(value),
+    [HEADER.eventId]: eventIdOf(value),
     [HEADER.receivedAt]: String(receivedAt),
     [HEADER.contentType]: isJson ? 'application/json' : 'application/octet-stream',
     [HEADER.schema]: SCHEMA_ID.sendRequestsDlq,
@@ -222,7 +221,7 @@ export function resultRecord(result: AcceptedSendResult | RejectedSendResult): {
 export function resultHeaders(stored: { value: Buffer; businessId: string }, requestHeaders: RecordHeaders, receivedAt: number): Record<string, HeaderValue> {
   return {
     ...copyHeaders(requestHeaders),
-    [HEADER.eventId]: sha256Hex(stored.value),
+    [HEADER.eventId]: eventIdOf(stored.value),
     [HEADER.businessId]: stored.businessId,
     [HEADER.receivedAt]: String(receivedAt),
     [HEADER.contentType]: 'application/json',

@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { Pool } from 'undici';
 import type { SimulatorConfig } from '../config/schema.js';
-import type { DeliveryStatus, WebhookTopic } from '../contracts/index.js';
+import { SIGNATURE_HEADER, type DeliveryStatus, type WebhookTopic } from '../contracts/index.js';
 import { signBody } from '../ingress/verify-signature.js';
 import type { Logger } from '../observability/logger.js';
 import type { SimEvent } from './events.js';
@@ -327,7 +327,7 @@ export class WebhookDeliveries {
           'content-type': HEADER_CONTENT_TYPE,
           'content-length': String(job.bytes.length),
           'accept-encoding': 'gzip',
-          'x-service-hmac-sha256': signature,
+          [SIGNATURE_HEADER]: signature,
         },
         body: job.bytes,
         signal: abort,

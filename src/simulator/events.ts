@@ -1,5 +1,4 @@
-import { createHash } from 'node:crypto';
-import type { DeliveryStatus, ProviderError, WebhookTopic } from '../contracts/index.js';
+import { eventIdOf, type DeliveryStatus, type ProviderError, type WebhookTopic } from '../contracts/index.js';
 
 /** A webhook event as delivered: its topic, its exact body text and its id. */
 export interface SimEvent {
@@ -12,10 +11,6 @@ export interface SimEvent {
   messageId: string | null;
   /** `statusUpdate.status` for status events. */
   status: DeliveryStatus | null;
-}
-
-export function eventIdOf(body: string | Uint8Array): string {
-  return createHash('sha256').update(body).digest('hex');
 }
 
 export function epochSeconds(ms: number): string {

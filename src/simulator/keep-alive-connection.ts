@@ -1,4 +1,4 @@
-import { connect as connectTcp, type Socket } from 'node:net';
+import { connect as connectTcp, isIP, type Socket } from 'node:net';
 import { connect as connectTls, type ConnectionOptions } from 'node:tls';
 import { Http1ResponseParser, type ParsedResponse } from './http1-response-parser.js';
 
@@ -56,34 +56,30 @@ export class KeepAliveConnection {
 
   private open(): Socket {
     const { protocol, host, port } = this.target;
-    const socket = protocol === 'https:' ? connectTls({ ...this.tls, host, port, servername: isIp(host) ? undefined : host }) : connectTcp({ host, port });
+    const socket = protocol === 'https:' ? connectTls({ ...this.tls, host, port, servername: isIP(host) !== 0 ? undefined : host }) : connectTcp({ host, port });
     socket.setNoDelay(true);
     this.socket = socket;
     this.parser = new Http1ResponseParser();
-    socket.on('data', (chunk: Buffer) => {
-      let answers: ParsedResponse[];
-      try {
-        answers = this.parser.push(chunk);
-      } catch (err) {
-        this.fail(socket, err as Error);
-        return;
-      }
-      for (const answer of answers) this.complete(socket, answer);
-    });
+    socket.on('data', (chunk: Buffer) => this.deliver(socket, () => this.parser.push(chunk)));
     socket.on('end', () => {
-      let answers: ParsedResponse[];
-      try {
-        answers = this.parser.end();
-      } catch (err) {
-        this.fail(socket, err as Error);
-        return;
-      }
-      for (const answer of answers) this.complete(socket, answer);
+      this.deliver(socket, () => this.parser.end());
       this.fail(socket, new Error('connection closed by the server before answering'));
     });
     socket.on('error', (err) => this.fail(socket, err));
     socket.on('close', () => this.fail(socket, new Error('connection closed before answering')));
     return socket;
+  }
+
+  /** Runs the parser on what arrived and completes the answers it yields; a malformed answer fails the socket. */
+  private deliver(socket: Socket, parse: () => ParsedResponse[]): void {
+    let answers: ParsedResponse[];
+    try {
+      answers = parse();
+    } catch (err) {
+      this.fail(socket, err as Error);
+      return;
+    }
+    for (const answer of answers) this.complete(socket, answer);
   }
 
   private complete(socket: Socket, answer: ParsedResponse): void {
@@ -113,8 +109,4 @@ export class KeepAliveConnection {
     if (this.socket === socket) this.socket = undefined;
     socket.destroy();
   }
-}
-
-function isIp(host: string): boolean {
-  return /^[\d.]+$/.test(host) || host.includes(':');
 }

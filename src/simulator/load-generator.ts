@@ -1,7 +1,9 @@
-import { createHash, createHmac, randomBytes, randomInt } from 'node:crypto';
+import { randomBytes, randomInt } from 'node:crypto';
 import { monotonicFactory } from 'ulid';
-import type { WebhookTopic } from '../contracts/index.js';
+import { eventIdOf, SIGNATURE_HEADER, type WebhookTopic } from '../contracts/index.js';
 import { MsgbridgeError } from '../errors.js';
+import { signBody } from '../ingress/verify-signature.js';
+import { epochSeconds } from './events.js';
 import { KeepAliveConnection } from './keep-alive-connection.js';
 
 export interface WebhookLoadOptions {
@@ -21,13 +23,12 @@ export interface WebhookLoadOptions {
   bodyBytes?: { min: number; max: number };
   /** Post each event to `{url}/{topic}` instead of `{url}`. */
   perTopicPaths?: boolean;
-  /** Per request. Default 30 s. */
-  timeoutMs?: number;
-  /** The business's WhatsApp number in the events. */
-  businessNumber?: string;
-  /** Stops the run early (what has been sent is still reported). */
-  signal?: AbortSignal;
 }
+
+/** How long one request may wait for its answer before it counts as an error. */
+const REQUEST_TIMEOUT_MS = 30_000;
+/** The business's WhatsApp number in the events. */
+const BUSINESS_NUMBER = '+15550001000';
 
 export interface AcknowledgedEvent {
   topic: WebhookTopic;
@@ -83,30 +84,28 @@ export class WebhookEventMix {
   private readonly nextUlid = monotonicFactory();
   private readonly statusesPerInbound: number;
   private readonly bodyBytes: { min: number; max: number };
-  private readonly businessNumber: string;
   private index = 0;
   private customer = '';
   private messageId = '';
   private unit = 0;
 
-  constructor(options: { statusesPerInbound?: number; bodyBytes?: { min: number; max: number }; businessNumber?: string } = {}) {
+  constructor(options: { statusesPerInbound?: number; bodyBytes?: { min: number; max: number } } = {}) {
     this.statusesPerInbound = options.statusesPerInbound ?? 3;
     this.bodyBytes = options.bodyBytes ?? { min: 300, max: 600 };
-    this.businessNumber = options.businessNumber ?? '+15550001000';
   }
 
   next(): GeneratedEvent {
     const position = this.index % (this.statusesPerInbound + 1);
     this.index += 1;
     const target = this.bodyBytes.min + randomInt(0, this.bodyBytes.max - this.bodyBytes.min + 1);
-    const timestamp = String(Math.floor(Date.now() / 1000));
+    const timestamp = epochSeconds(Date.now());
     if (position === 0) {
       this.unit += 1;
       this.customer = `+1555${String(randomInt(0, 10_000_000)).padStart(7, '0')}`;
       const event: Record<string, unknown> = {
         timestamp,
         sender: { channelType: 'whatsapp', id: this.customer, name: `${pick(FIRST_NAMES)} ${String.fromCharCode(65 + randomInt(0, 26))}.` },
-        recipient: { channelType: 'whatsapp', id: this.businessNumber, name: 'Acme Support' },
+        recipient: { channelType: 'whatsapp', id: BUSINESS_NUMBER, name: 'Acme Support' },
         message: { text: pick(CUSTOMER_TEXTS) },
       };
       return { topic: 'messages', key: this.customer, body: sized(event, target, 'context', (n) => ({ conversationId: padToken(`conv-${this.unit}-`, n) })) };
@@ -116,7 +115,7 @@ export class WebhookEventMix {
     const event: Record<string, unknown> = {
       topic: 'delivery_status',
       timestamp,
-      sender: { channelType: 'whatsapp', id: this.businessNumber, name: 'Acme Support' },
+      sender: { channelType: 'whatsapp', id: BUSINESS_NUMBER, name: 'Acme Support' },
       recipient: { channelType: 'whatsapp', id: this.customer, name: null },
       statusUpdate: { id: this.messageId, status, error: null },
       metadata: { campaign: pick(CAMPAIGNS), pricingCategory: 'utility', conversationId: `conv-${this.unit}` },
@@ -183,20 +182,18 @@ function validate(options: WebhookLoadOptions): URL {
  */
 export async function runWebhookLoad(options: WebhookLoadOptions): Promise<WebhookLoadReport> {
   const url = validate(options);
-  const timeoutMs = options.timeoutMs ?? 30_000;
   const basePath = url.pathname.replace(/\/+$/, '');
   const pathFor = (topic: WebhookTopic) => `${options.perTopicPaths ? `${basePath}/${topic}` : basePath || '/'}${url.search}`;
   const mix = new WebhookEventMix({
     ...(options.statusesPerInbound !== undefined ? { statusesPerInbound: options.statusesPerInbound } : {}),
     ...(options.bodyBytes !== undefined ? { bodyBytes: options.bodyBytes } : {}),
-    ...(options.businessNumber !== undefined ? { businessNumber: options.businessNumber } : {}),
   });
   const target = {
     protocol: url.protocol as 'http:' | 'https:',
     host: url.hostname.replace(/^\[(.*)\]$/, '$1'),
     port: url.port !== '' ? Number(url.port) : url.protocol === 'https:' ? 443 : 80,
   };
-  const connections = Array.from({ length: options.connections }, () => new KeepAliveConnection(target, timeoutMs));
+  const connections = Array.from({ length: options.connections }, () => new KeepAliveConnection(target, REQUEST_TIMEOUT_MS));
   // Everything but the path, length and signature is the same for every request.
   const headPrefix = (topic: WebhookTopic) => `POST ${pathFor(topic)} HTTP/1.1\r\nHost: ${url.host}\r\nContent-Type: text/plain; charset=utf-8\r\nAccept-Encoding: gzip\r\n`;
   const prefixes = { messages: headPrefix('messages'), delivery_status: headPrefix('delivery_status') } satisfies Record<WebhookTopic, string>;
@@ -226,18 +223,18 @@ export async function runWebhookLoad(options: WebhookLoadOptions): Promise<Webho
 
   const worker = async (connection: KeepAliveConnection) => {
     for (;;) {
-      if (options.signal?.aborted || issued >= total || performance.now() >= deadline) return;
+      if (issued >= total || performance.now() >= deadline) return;
       const index = issued;
       issued += 1;
       if (interval > 0) {
         const wait = start + index * interval - performance.now();
         if (wait > 1) await new Promise((resolve) => setTimeout(resolve, wait));
-        if (options.signal?.aborted || performance.now() >= deadline) return;
+        if (performance.now() >= deadline) return;
       }
       const event = mix.next();
-      const signature = createHmac('sha256', options.signingSecret).update(event.body).digest('base64');
+      const signature = signBody(options.signingSecret, event.body);
       sent += 1;
-      const head = `${prefixes[event.topic]}Content-Length: ${event.body.length}\r\nX-Service-Hmac-Sha256: ${signature}\r\n\r\n`;
+      const head = `${prefixes[event.topic]}Content-Length: ${event.body.length}\r\n${SIGNATURE_HEADER}: ${signature}\r\n\r\n`;
       const request = Buffer.concat([Buffer.from(head, 'latin1'), event.body]);
       const t0 = performance.now();
       try {
@@ -246,7 +243,7 @@ export async function runWebhookLoad(options: WebhookLoadOptions): Promise<Webho
         const status = String(statusCode);
         answered[status] = (answered[status] ?? 0) + 1;
         if (statusCode === 200) {
-          acknowledged.push({ topic: event.topic, key: event.key, eventId: createHash('sha256').update(event.body).digest('hex') });
+          acknowledged.push({ topic: event.topic, key: event.key, eventId: eventIdOf(event.body) });
         }
       } catch (err) {
         errors += 1;
