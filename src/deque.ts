@@ -15,10 +15,6 @@ export class Deque<T> {
     return this.head < this.items.length ? this.items[this.head] : undefined;
   }
 
-  at(index: number): T | undefined {
-    return index >= 0 && index < this.length ? this.items[this.head + index] : undefined;
-  }
-
   shift(): T | undefined {
     if (this.head >= this.items.length) return undefined;
     const item = this.items[this.head];

@@ -1,15 +1,11 @@
 import type { Logger } from './observability/logger.js';
 
 /**
- * A role's life as named states: starting → running → draining → stopped. `drain` runs the
- * role's own drain steps once, bounded by a grace deadline; a second signal while draining
- * is logged and otherwise ignored, so an impatient Ctrl-C cannot lose acknowledged work.
+ * A role's stop: `drain` runs the role's own drain steps once, bounded by a grace deadline; a
+ * second signal while draining is logged and otherwise ignored, so an impatient Ctrl-C cannot
+ * lose acknowledged work.
  */
-export type LifecycleState = 'starting' | 'running' | 'draining' | 'stopped';
-
 export interface Lifecycle {
-  readonly state: LifecycleState;
-  running(): void;
   /** Resolves when stopped; `true` when the drain finished within the grace period. */
   stop(reason: string): Promise<boolean>;
   /** Installs SIGTERM/SIGINT handlers that drain and then exit the process. */
@@ -17,12 +13,10 @@ export interface Lifecycle {
 }
 
 export function createLifecycle(options: { logger: Logger; graceMs: number; drain: () => Promise<void> }): Lifecycle {
-  let state: LifecycleState = 'starting';
   let stopping: Promise<boolean> | undefined;
 
   const stop = (reason: string): Promise<boolean> => {
     if (stopping) return stopping;
-    state = 'draining';
     options.logger.info({ reason, graceMs: options.graceMs }, 'draining');
     stopping = (async () => {
       let timer: NodeJS.Timeout | undefined;
@@ -36,7 +30,6 @@ export function createLifecycle(options: { logger: Logger; graceMs: number; drai
       );
       const ok = await Promise.race([drained, deadline]);
       clearTimeout(timer);
-      state = 'stopped';
       if (ok) options.logger.info('stopped');
       else options.logger.warn({ graceMs: options.graceMs }, 'stopped before the drain finished');
       return ok;
@@ -45,12 +38,6 @@ export function createLifecycle(options: { logger: Logger; graceMs: number; drai
   };
 
   return {
-    get state() {
-      return state;
-    },
-    running() {
-      if (state === 'starting') state = 'running';
-    },
     stop,
     handleSignals(exit = (code) => process.exit(code)) {
       for (const signal of ['SIGTERM', 'SIGINT'] as const) {

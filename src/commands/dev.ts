@@ -104,7 +104,6 @@ async function runDev(config: Config, opts: DevOptions): Promise<void> {
     await lifecycle.stop('start-up failed');
     throw err;
   }
-  lifecycle.running();
   printScreen(config, { brokers, simulator, ingress, sender, startupMs: Date.now() - started });
 
   if (!opts.quiet && opts.summaryInterval > 0) {

@@ -42,7 +42,6 @@ export function registerIngressCommand(program: Command): void {
           await local?.stop();
         },
       });
-      lifecycle.running();
       process.stdout.write(`${JSON.stringify({ ingress: ingress.url, brokers })}\n`);
       await new Promise<never>(() => {
         lifecycle.handleSignals((code) => {

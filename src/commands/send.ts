@@ -138,11 +138,10 @@ async function follow(kafka: ReturnType<typeof createKafka>, config: Config, req
   const started = Date.now();
   const since = () => `+${((Date.now() - started) / 1000).toFixed(1)}s`;
 
-  const onStatus = (id: string, status: string, text: string) => {
+  const onStatus = (status: string, text: string) => {
     say(`${since()} ${status}${text}`);
     if (status === 'read') resolve(SEND_EXIT.done);
     if (status === 'delivery_failed') resolve(SEND_EXIT.failed);
-    void id;
   };
 
   const joined = new Promise<void>((r) => consumer.on(consumer.events.GROUP_JOIN, () => r()));
@@ -162,7 +161,7 @@ async function follow(kafka: ReturnType<typeof createKafka>, config: Config, req
         if (result.data.outcome === 'accepted') {
           messageId = result.data.messageId;
           say(`${since()} accepted: message id ${messageId} (attempts ${result.data.attempts})`);
-          for (const e of early.filter((x) => x.id === messageId)) onStatus(e.id, e.status, e.text);
+          for (const e of early.filter((x) => x.id === messageId)) onStatus(e.status, e.text);
         } else {
           const e = result.data.error;
           say(`${since()} rejected after ${result.data.attempts} attempt(s): ${e.code} ${e.message}${e.httpStatus ? ` (HTTP ${e.httpStatus})` : ''}`);
@@ -178,7 +177,7 @@ async function follow(kafka: ReturnType<typeof createKafka>, config: Config, req
       if (messageId === undefined) {
         if (early.length < 1000) early.push({ id: update.id, status: update.status, text });
       }
-      else if (update.id === messageId) onStatus(update.id, update.status, text);
+      else if (update.id === messageId) onStatus(update.status, text);
     },
   });
   await joined;

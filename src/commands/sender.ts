@@ -63,7 +63,6 @@ export function registerSenderCommand(program: Command): void {
       role.lifecycle = lifecycle;
       lifecycle.handleSignals(exit);
       await running.ready;
-      lifecycle.running();
       process.stdout.write(`${JSON.stringify({ sender: { health: running.healthUrl ?? null, groupId: config.sender.groupId, topic: config.kafka.topics.sendRequests }, brokers })}\n`);
       await new Promise<never>(() => {});
     });

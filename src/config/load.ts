@@ -223,7 +223,3 @@ function sourceOf(path: string, sources: Map<string, string>): string | undefine
   return undefined;
 }
 
-/** The business of that id, or undefined. */
-export function findBusiness(config: Config, id: string) {
-  return config.businesses.find((b) => b.id === id);
-}

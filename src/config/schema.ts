@@ -224,7 +224,5 @@ export const configSchema = z.strictObject({
 export type Config = z.infer<typeof configSchema>;
 export type KafkaConfig = z.infer<typeof kafkaSchema>;
 export type BusinessConfig = z.infer<typeof businessSchema>;
-export type IngressConfig = z.infer<typeof ingressSchema>;
-export type SenderConfig = z.infer<typeof senderSchema>;
 export type SimulatorConfig = z.infer<typeof simulatorSchema>;
 export type SimulatorFaults = z.infer<typeof simulatorFaultsSchema>;

@@ -6,7 +6,6 @@ export interface KafkajsProducerOptions {
   idempotent?: boolean;
   /** Per-request timeout of the produce call. */
   timeoutMs?: number;
-  compression?: 'none' | 'gzip';
 }
 
 /** acks=all producer behind the RecordProducer port. */
@@ -37,7 +36,7 @@ export function createKafkajsProducer(kafka: Kafka, options: KafkajsProducerOpti
       await producer.sendBatch({
         acks: -1,
         timeout: options.timeoutMs ?? 30_000,
-        compression: options.compression === 'gzip' ? CompressionTypes.GZIP : CompressionTypes.None,
+        compression: CompressionTypes.None,
         topicMessages: batches.map((b) => ({
           topic: b.topic,
           messages: b.records.map((r) => ({ key: r.key, value: r.value, headers: r.headers })),

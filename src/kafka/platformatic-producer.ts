@@ -45,7 +45,6 @@ import type { RecordProducer, TopicRecords } from './port.js';
  */
 export interface PlatformaticProducerOptions {
   brokers: string[];
-  clientId?: string;
   /** How long the broker may wait for the in-sync replicas (the produce request's timeout). */
   timeoutMs?: number;
   /** Attempts after the first, for each request; a send fails once they are spent. */
@@ -62,7 +61,7 @@ const toBuffer = (data: string | Buffer | null | undefined): Buffer | undefined 
 export function platformaticProducerOptions(config: KafkaConfig, options: PlatformaticProducerOptions): ProducerOptions<Key, Value, string, string | Buffer> {
   if (options.brokers.length === 0) throw new Error('the platformatic producer needs at least one broker (start the local broker first)');
   const producerOptions: ProducerOptions<Key, Value, string, string | Buffer> = {
-    clientId: options.clientId ?? config.clientId,
+    clientId: config.clientId,
     bootstrapBrokers: options.brokers,
     connectTimeout: config.connectionTimeoutMs,
     requestTimeout: config.requestTimeoutMs,

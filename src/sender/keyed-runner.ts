@@ -277,10 +277,6 @@ export class KeyedRunner<T> {
     this.hard.abort();
   }
 
-  get isHalted(): boolean {
-    return this.halted;
-  }
-
   /**
    * Commit points of the owned partitions that progressed since they were last marked
    * committed (all of them with `all`).

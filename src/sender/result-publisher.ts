@@ -22,10 +22,6 @@ export class BatchingPublisher {
     });
   }
 
-  get queued(): number {
-    return this.queue.length;
-  }
-
   private async flush(): Promise<void> {
     this.sending = true;
     try {
