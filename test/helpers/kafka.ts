@@ -9,8 +9,9 @@ export function kafkaBrokers(): string[] {
   return inject('kafkaBrokers').split(',');
 }
 
-export function testKafka(clientId = 'msgbridge-test'): Kafka {
-  return new Kafka({ clientId, brokers: kafkaBrokers(), logLevel: logLevel.NOTHING, retry: { retries: 3 } });
+/** A client of the suite's Kafka, or of `brokers` (a test that runs its own broker). */
+export function testKafka(clientId = 'msgbridge-test', brokers = kafkaBrokers()): Kafka {
+  return new Kafka({ clientId, brokers, logLevel: logLevel.NOTHING, retry: { retries: 3 } });
 }
 
 /** A topic name no other test uses. */
@@ -18,8 +19,8 @@ export function uniqueTopic(prefix = 't'): string {
   return `${prefix}-${randomUUID().slice(0, 8)}`;
 }
 
-export async function withAdmin<T>(fn: (admin: Admin) => Promise<T>): Promise<T> {
-  const admin = testKafka('msgbridge-test-admin').admin();
+export async function withAdmin<T>(fn: (admin: Admin) => Promise<T>, brokers?: string[]): Promise<T> {
+  const admin = testKafka('msgbridge-test-admin', brokers).admin();
   await admin.connect();
   try {
     return await fn(admin);
@@ -63,19 +64,21 @@ export interface ReadRecord {
  * Reads records from the beginning of the topics with a fresh consumer group until `count`
  * have arrived (resolves with them) or the timeout passes (rejects with what was seen).
  * With `settleMs`, keeps reading that long after the count is reached, to catch extras.
+ * `brokers`: another Kafka than the suite's.
  */
 export async function consumeRecords(
   topics: string | string[],
   count: number,
-  options: { timeoutMs?: number; settleMs?: number } = {},
+  options: { timeoutMs?: number; settleMs?: number; brokers?: string[] } = {},
 ): Promise<ReadRecord[]> {
-  const consumer = testKafka('msgbridge-test-consumer').consumer({ groupId: `test-${randomUUID()}`, maxWaitTimeInMs: 100 });
+  const consumer = testKafka('msgbridge-test-consumer', options.brokers).consumer({ groupId: `test-${randomUUID()}`, maxWaitTimeInMs: 100 });
   const records: ReadRecord[] = [];
   await consumer.connect();
   try {
     await consumer.subscribe({ topics: Array.isArray(topics) ? topics : [topics], fromBeginning: true });
     let reached: () => void = () => {};
     const enough = new Promise<void>((resolve) => (reached = resolve));
+    if (count === 0) reached();
     await consumer.run({
       eachMessage: async ({ topic, partition, message }) => {
         records.push({
@@ -104,10 +107,11 @@ export async function consumeRecords(
   }
 }
 
-/** Number of records in a topic (sum of high watermarks minus low), read through the admin API. */
-export async function countRecords(topic: string): Promise<number> {
+/** Number of records in the topics (sums of high watermarks minus low), read through the admin API. */
+export async function countRecords(topics: string | string[], brokers?: string[]): Promise<number> {
   return withAdmin(async (admin) => {
-    const offsets = await admin.fetchTopicOffsets(topic);
-    return offsets.reduce((sum, p) => sum + (Number(p.high) - Number(p.low)), 0);
-  });
+    let n = 0;
+    for (const topic of Array.isArray(topics) ? topics : [topics]) for (const p of await admin.fetchTopicOffsets(topic)) n += Number(p.high) - Number(p.low);
+    return n;
+  }, brokers);
 }

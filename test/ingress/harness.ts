@@ -5,7 +5,6 @@ import type { Config } from '../../src/config/schema.js';
 import { startIngress, type Ingress, type StartIngressOptions } from '../../src/ingress/index.js';
 import { createLogger } from '../../src/observability/logger.js';
 import { kafkaBrokers, uniqueTopic } from '../helpers/kafka.js';
-import { countAt } from './kafka-at.js';
 
 export interface TestIngress {
   ingress: Ingress;
@@ -57,8 +56,6 @@ export async function startTestIngress(
   });
   const logger = createLogger({ level: 'debug', name: 'ingress', destination });
   const ingress = await startIngress({ config, logger, ...options.start });
-  const { messages, deliveryStatus, webhooksDlq } = config.kafka.topics;
-  if (config.kafka.createTopics) await offsetsReadable(brokers, [messages, deliveryStatus, webhooksDlq]);
   const pool = new Pool(ingress.url, { connections: options.connections ?? 16, pipelining: 1 });
   const call = async (method: 'GET' | 'POST', path: string, body?: string | Buffer, headers?: Record<string, string>) => {
     const res = await pool.request({ method, path, body, headers });
@@ -79,20 +76,3 @@ export async function startTestIngress(
   };
 }
 
-/**
- * Right after a topic is created, its partitions have leaders in the metadata a moment before
- * the broker serves ListOffsets for them (NOT_LEADER_OR_FOLLOWER); a fast first publish lets
- * a test count records inside that moment. Wait it out here, once, instead of in every count.
- */
-async function offsetsReadable(brokers: string[], topics: string[], timeoutMs = 15_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    try {
-      await countAt(brokers, topics);
-      return;
-    } catch (err) {
-      if (Date.now() > deadline) throw err;
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  }
-}

@@ -1,9 +1,9 @@
 import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startLocalBroker, type LocalBroker } from '../../src/kafka/local-broker.js';
+import { consumeRecords, countRecords } from '../helpers/kafka.js';
 import { messageId, signedHeaders, statusEvent } from './fixtures.js';
 import { KAFKA_CLIENTS, startTestIngress, type TestIngress } from './harness.js';
-import { countAt, readEventIds } from './kafka-at.js';
 
 const SECRET = 'outage-secret';
 const sha256 = (body: string) => createHash('sha256').update(body).digest('hex');
@@ -111,9 +111,9 @@ describe('ingress through a Kafka outage', () => {
       expect(statuses.every((s) => s === 200 || s === 503)).toBe(true);
       // Every 200 is in Kafka. (A 503 may be there too: an in-flight batch that timed out can
       // still land; the provider's redelivery is then a duplicate with the same event-id.)
-      const total = await countAt([broker.bootstrap], [t.topics.deliveryStatus]);
+      const total = await countRecords(t.topics.deliveryStatus, [broker.bootstrap]);
       expect(total).toBeGreaterThanOrEqual(acknowledged.length);
-      const stored = new Set(await readEventIds([broker.bootstrap], [t.topics.deliveryStatus], total));
+      const stored = new Set((await consumeRecords(t.topics.deliveryStatus, total, { brokers: [broker.bootstrap], timeoutMs: 30_000 })).map((r) => r.headers['event-id']));
       const missing = acknowledged.filter((id) => !stored.has(id));
       expect(missing).toEqual([]);
     }, 240_000);
