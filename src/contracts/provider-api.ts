@@ -3,6 +3,13 @@ import { partySchema, recipientNumber } from './common.js';
 import { templateParameterSchema } from './send.js';
 import { webhookTopicSchema } from './webhook-events.js';
 
+/** The provider's two send operations and the last segment of their paths, `POST /v1/businesses/{id}/send/{segment}`. */
+export type SendOperation = 'text' | 'template';
+export const SEND_PATH_SEGMENT: Record<SendOperation, string> = {
+  text: 'messages',
+  template: 'whatsapp_templated_messages',
+};
+
 /** Body of `POST /v1/businesses/{id}/send/messages`. */
 export const sendTextBodySchema = z.looseObject({
   recipient: partySchema.extend({ id: recipientNumber }),

@@ -1,5 +1,5 @@
 import { Pool } from 'undici';
-import { createdMessageSchema, providerErrorSchema } from '../contracts/index.js';
+import { createdMessageSchema, providerErrorSchema, SEND_PATH_SEGMENT, type SendOperation } from '../contracts/index.js';
 import type { AttemptOutcome, ProviderErrorBody } from './retry-policy.js';
 
 /**
@@ -8,12 +8,6 @@ import type { AttemptOutcome, ProviderErrorBody } from './retry-policy.js';
  * deadline of its own, and ends in an `AttemptOutcome`: it never throws, so the retry policy
  * sees every failure the same way.
  */
-export type SendOperation = 'text' | 'template';
-
-export const SEND_PATHS: Record<SendOperation, string> = {
-  text: 'send/messages',
-  template: 'send/whatsapp_templated_messages',
-};
 
 export interface ProviderClientOptions {
   /** Base URL; a path prefix is kept (`https://host/api` → `https://host/api/v1/...`). */
@@ -35,7 +29,7 @@ export interface ProviderClient {
 }
 
 export function sendPath(prefix: string, operation: SendOperation, businessId: string): string {
-  return `${prefix}/v1/businesses/${encodeURIComponent(businessId)}/${SEND_PATHS[operation]}`;
+  return `${prefix}/v1/businesses/${encodeURIComponent(businessId)}/send/${SEND_PATH_SEGMENT[operation]}`;
 }
 
 export function createProviderClient(options: ProviderClientOptions): ProviderClient {

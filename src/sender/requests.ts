@@ -7,10 +7,10 @@ import {
   type AcceptedSendResult,
   type RejectedSendResult,
   type SendFailure,
+  type SendOperation,
   type SendRequest,
 } from '../contracts/index.js';
 import type { AttemptOutcome } from './retry-policy.js';
-import type { SendOperation } from './provider-client.js';
 
 /**
  * From a `send-requests` record to a provider call, and from an outcome to a `send-results`

@@ -2,11 +2,19 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { monotonicFactory } from 'ulid';
 import { z } from 'zod';
 import type { SimulatorFaults } from '../config/schema.js';
-import { recipientNumber, sendTemplateBodySchema, sendTextBodySchema, webhookRegistrationSchema, type ProviderError } from '../contracts/index.js';
+import {
+  recipientNumber,
+  SEND_PATH_SEGMENT,
+  sendTemplateBodySchema,
+  sendTextBodySchema,
+  webhookRegistrationSchema,
+  type ProviderError,
+  type SendOperation,
+} from '../contracts/index.js';
 import { WebhookDeliveries, type DeliveryFilter, type DeliveryRecord } from './deliveries.js';
 import { inboundMessageEvent, type SimEvent } from './events.js';
 import { Faults } from './faults.js';
-import { MessageLifecycle, type MessageRecord, type SendOperation } from './lifecycle.js';
+import { MessageLifecycle, type MessageRecord } from './lifecycle.js';
 import type { CompiledBusiness, CompiledSimulatorOptions } from './options.js';
 import { providerError, type ProviderErrorCode } from './provider-errors.js';
 import { Registrations } from './registrations.js';
@@ -62,10 +70,10 @@ const inboundSchema = z.strictObject({
   name: z.string().min(1).max(256).optional(),
 });
 
-const SEND_OPERATIONS: Record<string, SendOperation> = {
-  messages: 'text',
-  whatsapp_templated_messages: 'template',
-};
+/** The send path's last segment → its operation. */
+const SEND_OPERATIONS: Record<string, SendOperation> = Object.fromEntries(
+  (Object.entries(SEND_PATH_SEGMENT) as [SendOperation, string][]).map(([operation, segment]) => [segment, operation]),
+);
 
 const MAX_RECORDED_BODY_BYTES = 64 * 1024;
 

@@ -1,10 +1,9 @@
 import type { SimulatorConfig } from '../config/schema.js';
-import type { DeliveryStatus, ProviderError } from '../contracts/index.js';
+import type { DeliveryStatus, ProviderError, SendOperation } from '../contracts/index.js';
 import { deliveryStatusEvent, type SimEvent } from './events.js';
 import type { CompiledBusiness } from './options.js';
 import { providerError, type ProviderErrorCode } from './provider-errors.js';
 
-export type SendOperation = 'text' | 'template';
 
 export interface StatusChange {
   status: DeliveryStatus;
