@@ -9,7 +9,9 @@ function request(path: string, body: string): Buffer {
   return Buffer.from(`POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
 }
 
-// A self-signed certificate for localhost and 127.0.0.1, made for these tests only (openssl req -x509, valid for 100 years).
+// A self-signed certificate for localhost and 127.0.0.1, made for these tests only. It is valid from 2000-01-01 to
+// 2125-12-31 (openssl ca -selfsign -startdate/-enddate): a machine whose clock lags the day it was made must still
+// accept it (its first version began at its creation time and failed on such a CI machine).
 const TLS = {
   cert: readFileSync(new URL('../fixtures/tls-localhost.crt', import.meta.url)),
   key: readFileSync(new URL('../fixtures/tls-localhost.key', import.meta.url)),
