@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
-import { Command, CommanderError } from 'commander';
+import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { registerDevCommand } from './commands/dev.js';
 import { registerIngressCommand } from './commands/ingress.js';
 import { registerKafkaCommand } from './commands/kafka.js';
@@ -18,7 +18,7 @@ export function buildProgram(): Command {
   const program = new Command('msgbridge')
     .description('Relay between a WhatsApp/SMS messaging provider and Apache Kafka')
     .version('0.1.0')
-    .option('-c, --config <file>', 'configuration file overriding config/default.json (or MSGBRIDGE_CONFIG)')
+    .addOption(new Option('-c, --config <file>', 'configuration file overriding config/default.json (or MSGBRIDGE_CONFIG)').argParser(configFileArgument))
     .showHelpAfterError()
     .exitOverride();
   registerDevCommand(program);
@@ -31,6 +31,12 @@ export function buildProgram(): Command {
   registerTailCommand(program);
   registerWebhooksCommand(program);
   return program;
+}
+
+/** An empty --config is a mistake (an unset shell variable, say), never "no file": refused for every command alike. */
+function configFileArgument(value: string): string {
+  if (value.trim() === '') throw new InvalidArgumentError('expected the path of a JSON configuration file, got an empty value');
+  return value;
 }
 
 export async function main(argv: string[]): Promise<number> {

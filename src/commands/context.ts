@@ -6,17 +6,10 @@ import type { Config } from '../config/schema.js';
 import { MsgbridgeError } from '../errors.js';
 import { defaultCacheDir } from '../kafka/local-broker.js';
 
-/** The configuration, honouring the global --config option. */
+/** The configuration, honouring the global --config option (which the CLI refuses when empty). */
 export function commandConfig(command: Command): Config {
-  const root = rootOf(command);
-  const configFile = root.opts<{ config?: string }>().config;
-  return loadConfig(configFile ? { configFile } : {});
-}
-
-function rootOf(command: Command): Command {
-  let c = command;
-  while (c.parent) c = c.parent;
-  return c;
+  const configFile = command.optsWithGlobals<{ config?: string }>().config;
+  return loadConfig(configFile === undefined ? {} : { configFile });
 }
 
 /** What `msgbridge dev` leaves behind so that operator commands find its embedded Kafka. */

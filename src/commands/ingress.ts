@@ -1,10 +1,10 @@
 import type { Command } from 'commander';
-import { loadConfig } from '../config/load.js';
 import { MsgbridgeError } from '../errors.js';
 import { startIngress } from '../ingress/index.js';
 import { obtainBrokers } from '../kafka/brokers.js';
 import { createLifecycle } from '../lifecycle.js';
 import { createLogger } from '../observability/logger.js';
+import { commandConfig } from './context.js';
 
 /**
  * `msgbridge ingress`: signed provider webhooks into Kafka. Configuration from the global
@@ -17,8 +17,7 @@ export function registerIngressCommand(program: Command): void {
     .command('ingress')
     .description('run the webhook ingress: verify signed provider webhooks and publish them to Kafka')
     .action(async (_opts: unknown, command: Command) => {
-      const { config: configFile } = command.optsWithGlobals<{ config?: string }>();
-      const config = loadConfig(configFile === undefined ? {} : { configFile });
+      const config = commandConfig(command);
       if (!config.businesses.some((b) => b.signingSecrets.length > 0)) {
         throw new MsgbridgeError(
           'CONFIG_INVALID',

@@ -1,8 +1,8 @@
 import type { Command } from 'commander';
-import { loadConfig } from '../config/load.js';
 import { obtainBrokers } from '../kafka/brokers.js';
 import { createLifecycle } from '../lifecycle.js';
 import { createLogger } from '../observability/logger.js';
+import { commandConfig } from './context.js';
 import { senderApiKeys, startSender } from '../sender/index.js';
 
 /**
@@ -18,8 +18,7 @@ export function registerSenderCommand(program: Command): void {
     .command('sender')
     .description('run the sender: consume send requests from Kafka, call the provider, publish the created message ids (or the errors) to Kafka')
     .action(async (_opts: unknown, command: Command) => {
-      const { config: configFile } = command.optsWithGlobals<{ config?: string }>();
-      const config = loadConfig(configFile === undefined ? {} : { configFile });
+      const config = commandConfig(command);
       // Configuration errors first, before any broker is started.
       senderApiKeys(config);
       const logger = createLogger({ level: config.log.level, name: 'sender' });

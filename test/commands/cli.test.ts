@@ -38,6 +38,11 @@ describe('msgbridge CLI usage', () => {
     [['kafka', '--heap-mb', '12']],
     [['dev', '--summary-interval', '-1']],
     [['ingress', '--unknown-flag']],
+    [['--config', '', 'ingress']],
+    [['--config', ' ', 'sender']],
+    [['--config', '', 'tail', 'messages']],
+    [['--config', '/nonexistent/msgbridge.json', 'ingress']],
+    [['--config', '/nonexistent/msgbridge.json', 'webhooks', 'list']],
   ])('rejects %j with exit code 2', async (args) => {
     quiet();
     expect(await main(['node', 'msgbridge', ...args])).toBe(2);
@@ -47,6 +52,17 @@ describe('msgbridge CLI usage', () => {
     const result = await runCli(['send', 'text', '--to', 'not-a-number', '--text', 'hi'], { KAFKA_BROKERS: '127.0.0.1:1' });
     expect(result.code).toBe(2);
     expect(result.stderr).toMatch(/invalid send request: recipient\.id: expected a phone number in international format/);
+  });
+
+  it('an empty or unreadable --config is refused the same way by every command, naming what is wrong', async () => {
+    for (const command of [['ingress'], ['sender'], ['send', 'text', '--to', '+15550002222', '--text', 'hi']]) {
+      const empty = await runCli(['--config', '', ...command], {});
+      expect(empty.code, command.join(' ')).toBe(2);
+      expect(empty.stderr).toMatch(/option '-c, --config <file>' argument '' is invalid\. expected the path of a JSON configuration file, got an empty value/);
+    }
+    const missing = await runCli(['--config', '/nonexistent/msgbridge.json', 'sender'], {});
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toMatch(/cannot read configuration file \/nonexistent\/msgbridge\.json/);
   });
 
   it('a bad configuration value names the field, exit code 2', async () => {
