@@ -5,6 +5,8 @@
  * cap, and an attempt budget. Pure: time and randomness come in as arguments.
  */
 
+import { parseRetryAfter } from '../retry-after.js';
+
 /** The error object of the provider's HTTP error answers (and of `statusUpdate.error`). */
 export interface ProviderErrorBody {
   message: string;
@@ -57,21 +59,6 @@ export interface RetryPolicyOptions {
   backoffMaxMs: number;
   /** Longest wait a Retry-After may impose (default backoffMaxMs). */
   retryAfterMaxMs?: number;
-}
-
-/**
- * `Retry-After` in milliseconds from `nowMs`: delta-seconds or an HTTP date. Undefined when
- * absent or unparseable; never negative.
- */
-export function parseRetryAfter(value: string | undefined, nowMs: number): number | undefined {
-  if (value === undefined) return undefined;
-  const trimmed = value.trim();
-  if (trimmed === '') return undefined;
-  if (/^\d+$/.test(trimmed)) return Number(trimmed) * 1000;
-  if (/^\d+\.\d+$/.test(trimmed)) return Math.round(Number(trimmed) * 1000);
-  const date = Date.parse(trimmed);
-  if (Number.isNaN(date)) return undefined;
-  return Math.max(0, date - nowMs);
 }
 
 /**

@@ -24,12 +24,3 @@ export function withinBudget(
 ): boolean {
   return attemptsMade < budget.maxAttempts && nextAttemptAt - firstAttemptAt <= budget.maxRetryWindowMs;
 }
-
-/** `Retry-After` in seconds or as an HTTP date, in milliseconds from `now`; undefined when absent or unreadable. */
-export function parseRetryAfter(value: string | string[] | undefined, now: number): number | undefined {
-  const text = Array.isArray(value) ? value[0] : value;
-  if (text === undefined || text.trim() === '') return undefined;
-  if (/^\d+$/.test(text.trim())) return Number(text.trim()) * 1000;
-  const date = Date.parse(text);
-  return Number.isNaN(date) ? undefined : Math.max(0, date - now);
-}

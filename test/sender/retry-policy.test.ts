@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { backoffDelay, classify, decide, parseRetryAfter, type AttemptOutcome } from '../../src/sender/retry-policy.js';
+import { backoffDelay, classify, decide, type AttemptOutcome } from '../../src/sender/retry-policy.js';
 
 const options = { maxAttempts: 4, backoffInitialMs: 100, backoffMaxMs: 1000 };
 const http = (status: number, extra: Partial<Extract<AttemptOutcome, { kind: 'http-error' }>> = {}): AttemptOutcome => ({ kind: 'http-error', status, ...extra });
@@ -15,18 +15,6 @@ describe('retry policy', () => {
     expect(classify(http(400, { error: { message: 'late', type: 'ERROR_TYPE_DEADLINE_EXCEEDED', code: 'ERROR_CODE_X' } }))).toBe('transient');
     // A 2xx without an id may have created a message: never retried blindly.
     expect(classify({ kind: 'invalid-response', status: 200 })).toBe('permanent');
-  });
-
-  it('parses Retry-After as seconds or as an HTTP date', () => {
-    const now = Date.parse('2025-01-01T00:00:00Z');
-    expect(parseRetryAfter(undefined, now)).toBeUndefined();
-    expect(parseRetryAfter('', now)).toBeUndefined();
-    expect(parseRetryAfter('3', now)).toBe(3000);
-    expect(parseRetryAfter(' 0 ', now)).toBe(0);
-    expect(parseRetryAfter('1.5', now)).toBe(1500);
-    expect(parseRetryAfter('Wed, 01 Jan 2025 00:00:07 GMT', now)).toBe(7000);
-    expect(parseRetryAfter('Tue, 31 Dec 2024 23:59:00 GMT', now)).toBe(0);
-    expect(parseRetryAfter('soon', now)).toBeUndefined();
   });
 
   it('backs off exponentially with jitter, capped', () => {

@@ -1,7 +1,7 @@
 import { createServer } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { DeliveryRecord, RunningSimulator, SimulatorOptions } from '../../src/simulator/index.js';
-import { parseRetryAfter, retryDelayMs, withinBudget } from '../../src/simulator/retry-schedule.js';
+import { retryDelayMs, withinBudget } from '../../src/simulator/retry-schedule.js';
 import { hmacBase64 } from '../helpers/signing.js';
 import { BIZ, call, inbound, register, sleep, startReceiver, withSimulator, type Receiver, type Reply } from './helpers.js';
 
@@ -21,12 +21,6 @@ describe('retry schedule', () => {
     expect(retryDelayMs(1, policy, { retryAfterMs: 3000, random: () => 0.5 })).toBe(3000);
     expect(retryDelayMs(1, policy, { retryAfterMs: 60_000, random: () => 0.5 })).toBe(5000);
     expect(retryDelayMs(3, policy, { retryAfterMs: 10, random: () => 0.5 })).toBe(400);
-  });
-  it('reads Retry-After in seconds or as a date', () => {
-    expect(parseRetryAfter('2', 0)).toBe(2000);
-    expect(parseRetryAfter(new Date(10_000).toUTCString(), 4000)).toBe(6000);
-    expect(parseRetryAfter(undefined, 0)).toBeUndefined();
-    expect(parseRetryAfter('soon', 0)).toBeUndefined();
   });
   it('stops at the attempt budget or the time budget', () => {
     const budget = { maxAttempts: 3, maxRetryWindowMs: 1000 };
