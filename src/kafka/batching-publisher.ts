@@ -446,7 +446,7 @@ export class BatchingPublisher {
     } catch (err) {
       // A send that started meanwhile settles the question itself (and replaces the producer if it fails).
       if (this.sendsStarted === sendsBefore) {
-        this.replaceProducer(producer, new Error(`Kafka did not answer an idle probe: ${(err as Error)?.message ?? String(err)}`, { cause: err }));
+        this.replaceProducer(producer, new Error(`idle probe of ${this.opts.probeTopics.join(', ')} failed: ${(err as Error)?.message ?? String(err)}`, { cause: err }));
       }
     } finally {
       clearTimeout(timer);

@@ -1,5 +1,5 @@
 import { CompressionTypes, type Admin, type Kafka, type Producer } from 'kafkajs';
-import type { RecordProducer, TopicRecords } from './port.js';
+import { assertWritable, type RecordProducer, type TopicRecords } from './port.js';
 
 export interface KafkajsProducerOptions {
   /** Idempotent producer: kafkajs makes it safe only with one request in flight. */
@@ -30,7 +30,11 @@ export function createKafkajsProducer(kafka: Kafka, options: KafkajsProducerOpti
     async probe(topics: string[]) {
       admin ??= kafka.admin({ retry: { retries: 0 } });
       await admin.connect();
-      await admin.fetchTopicMetadata({ topics });
+      const metadata = await admin.fetchTopicMetadata({ topics });
+      assertWritable(
+        topics,
+        metadata.topics.flatMap((t) => t.partitions.map((p) => ({ topic: t.name, partition: p.partitionId, leader: p.leader }))),
+      );
     },
     async send(batches: TopicRecords[]) {
       await producer.sendBatch({

@@ -1,7 +1,7 @@
 import { ProduceAcks, Producer, type ProducerOptions, type SASLOptions } from '@platformatic/kafka';
 import type { KafkaConfig } from '../config/schema.js';
 import { javaCompatibleHash } from './partitioner.js';
-import type { RecordProducer, TopicRecords } from './port.js';
+import { assertWritable, type PartitionLeader, type RecordProducer, type TopicRecords } from './port.js';
 
 /**
  * An acks=all, idempotent producer on @platformatic/kafka behind the RecordProducer port, built
@@ -114,7 +114,12 @@ export function createPlatformaticProducer(config: KafkaConfig, options: Platfor
       await producer.initIdempotentProducer({});
     },
     async probe(topics: string[]) {
-      await producer.metadata({ topics, forceUpdate: true });
+      const metadata = await producer.metadata({ topics, forceUpdate: true });
+      const partitions: PartitionLeader[] = [];
+      for (const [topic, { partitions: described }] of metadata.topics) {
+        described.forEach((p, partition) => partitions.push({ topic, partition, leader: p.leader }));
+      }
+      assertWritable(topics, partitions);
     },
     send(batches) {
       const sending = tail.then(() => produce(batches));

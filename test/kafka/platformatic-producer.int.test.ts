@@ -87,6 +87,17 @@ describe('the @platformatic/kafka producer behind the RecordProducer port', () =
     expect(await countRecords(topic)).toBe(0);
   });
 
+  it.each(['platformatic', 'kafkajs'] as const)('probe (%s client): passes when every partition has a leader, names a missing topic', async (client) => {
+    const topics = [uniqueTopic('probe-a'), uniqueTopic('probe-b')];
+    await createTopics(topics, 3);
+    const producer = client === 'platformatic' ? createPlatformaticProducer(config().kafka, { brokers: kafkaBrokers() }) : createKafkajsProducer(createKafka(config().kafka));
+    await using(producer, async (p) => {
+      await expect(p.probe!(topics)).resolves.toBeUndefined();
+      const missing = uniqueTopic('probe-missing');
+      await expect(p.probe!([topics[0]!, missing])).rejects.toThrow(new RegExp(`${missing}|does not host this topic`));
+    });
+  });
+
   it('rejects connect when no broker answers, within its retry budget', async () => {
     const c = loadConfig({ env: {}, overrides: { kafka: { connectionTimeoutMs: 500, requestTimeoutMs: 1000 } } });
     const producer = createPlatformaticProducer(c.kafka, { brokers: ['127.0.0.1:1'], retries: 2 });
