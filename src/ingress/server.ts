@@ -40,7 +40,8 @@ export interface IngressServerOptions {
   bodyTimeoutMs: number;
   /**
    * Bodies being received plus events held by the publisher stay under this many bytes; a
-   * request that would pass it is answered 503 before its body is read.
+   * request that would pass it is answered 503 before its body is read, or, with no
+   * content-length (chunked), as soon as what has arrived passes it.
    */
   memoryBudgetBytes: number;
 }
@@ -221,17 +222,21 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
       if (ex.answered || ex.aborted) return;
       const size = chunk.byteLength;
       ex.received += size;
-      if (ex.received > ex.reserved) {
-        // No (or a short) content-length: count what actually arrives.
-        receivingBytes += ex.received - ex.reserved;
-        ex.reserved = ex.received;
-      }
       if (ex.received > handler.maxBodyBytes) {
         // Only reachable without a content-length (chunked): stop at once, keep nothing.
-        ex.chunks = undefined;
-        refuse(ex, 'BODY_TOO_LARGE', 'body-too-large', `the body exceeds ${handler.maxBodyBytes} bytes`, { close: true });
-        finishExchange(ex);
+        cutShort(ex, 'BODY_TOO_LARGE', 'body-too-large', `the body exceeds ${handler.maxBodyBytes} bytes`);
         return;
+      }
+      if (ex.received > ex.reserved) {
+        // No (or a short) content-length: count what actually arrives, against the same budget
+        // as a declared length at admission (a lone request always fits).
+        receivingBytes += ex.received - ex.reserved;
+        ex.reserved = ex.received;
+        const others = publisher.heldBytes() + receivingBytes - ex.reserved;
+        if (others > 0 && others + ex.reserved > options.memoryBudgetBytes) {
+          cutShort(ex, 'QUEUE_FULL', 'memory-budget', 'the ingress is holding too much data; retry later');
+          return;
+        }
       }
       if (isLast && ex.chunks === undefined) {
         // The common case, the whole body in one chunk: one copy, of exactly its size.
@@ -254,6 +259,13 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
         }
       }
     });
+  };
+
+  /** Refuses a request whose body is still arriving: nothing of it is kept, its connection closes. */
+  const cutShort = (ex: Exchange, code: ErrorCode, reason: string, message: string) => {
+    ex.chunks = undefined;
+    refuse(ex, code, reason, message, { close: true });
+    finishExchange(ex);
   };
 
   const decide = (ex: Exchange) => {

@@ -1,5 +1,5 @@
 import { connect, type Socket } from 'node:net';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { countRecords } from '../helpers/kafka.js';
 import { messageId, signedHeaders, statusEvent } from './fixtures.js';
 import { startTestIngress, type TestIngress } from './harness.js';
@@ -74,4 +74,35 @@ describe('ingress connection discipline', () => {
       slow.socket.destroy();
     }
   }, 40_000);
+
+  it('holds chunked bodies (no content-length) to the memory budget as they arrive', async () => {
+    const chunked = (body: string) => `${body.length.toString(16)}\r\n${body}\r\n`;
+    const head = (signature: string) =>
+      `POST /webhooks/biz_1/delivery_status HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\ncontent-type: application/json\r\nx-service-hmac-sha256: ${signature}\r\n\r\n`;
+    const first = statusEvent(messageId()).padEnd(1500, ' ');
+    const second = statusEvent(messageId()).padEnd(1600, ' ');
+
+    // The first body arrives but for its last bytes and its end, and is held meanwhile.
+    const holding = await open(t.ingress.port);
+    holding.socket.write(head(signedHeaders(SECRET, first)['x-service-hmac-sha256']!) + chunked(first.slice(0, 1490)));
+    const refusedConnection = await open(t.ingress.port);
+    const before = await countRecords(t.topics.deliveryStatus);
+    try {
+      await new Promise((r) => setTimeout(r, 300));
+      // The second, also without a length, is admitted (nothing declared) but 1490 + 1600 passes 3000.
+      refusedConnection.socket.write(head(signedHeaders(SECRET, second)['x-service-hmac-sha256']!) + chunked(second) + '0\r\n\r\n');
+      await refusedConnection.closedAfter;
+      expect(refusedConnection.received()).toMatch(/^HTTP\/1\.1 503 /);
+      expect(refusedConnection.received()).toMatch(/retry-after: /i);
+      expect(refusedConnection.received()).toContain('"QUEUE_FULL"');
+
+      // The first is unaffected: it completes and is published.
+      holding.socket.write(chunked(first.slice(1490)) + '0\r\n\r\n');
+      await vi.waitFor(() => expect(holding.received()).toMatch(/^HTTP\/1\.1 200 /), { timeout: 10_000 });
+      expect(await countRecords(t.topics.deliveryStatus)).toBe(before + 1);
+    } finally {
+      holding.socket.destroy();
+      refusedConnection.socket.destroy();
+    }
+  }, 30_000);
 });
