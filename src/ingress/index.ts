@@ -154,7 +154,9 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
   const drain = () => {
     draining ??= (async () => {
       state = 'draining';
-      server.stopAccepting();
+      // Half the grace period for bodies still arriving; the rest for their batches, the
+      // producer's flush and disconnect.
+      server.stopAccepting(Math.floor(ingress.drainGraceMs / 2));
       await server.whenIdle();
       await publisher.drain();
       server.close();

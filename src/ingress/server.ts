@@ -50,8 +50,13 @@ export interface IngressServer {
   readonly port: number;
   /** Webhook requests admitted and not yet answered (or aborted). */
   readonly inFlight: number;
-  /** From now on: new webhook requests get 503 and the connection closes; /readyz is 503. */
-  stopAccepting(): void;
+  /**
+   * From now on: new webhook requests get 503 and the connection closes; /readyz is 503.
+   * Bodies still arriving get at most `bodyDeadlineMs` more (never more than their own body
+   * deadline): a stalled upload must not hold a drain past its grace period. They are cut
+   * off unanswered, so the provider sends them again.
+   */
+  stopAccepting(bodyDeadlineMs?: number): void;
   /** Resolves when every admitted webhook request has been answered or aborted. */
   whenIdle(): Promise<void>;
   /** Closes the listening socket. */
@@ -358,17 +363,24 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
 
   // Slow bodies: uWS closes connections idle for 10 s, but a body trickling in a byte at a
   // time is not idle. Every admitted request gets a deadline for its whole body.
-  const bodySweep = setInterval(() => {
+  // A drain shortens that deadline (stopAccepting).
+  let drainBodyDeadline = Number.POSITIVE_INFINITY;
+  const sweepBodies = () => {
     const now = performance.now();
     for (const ex of receiving) {
-      if (now - ex.startedAt > options.bodyTimeoutMs) {
+      const draining = now >= drainBodyDeadline;
+      if (draining || now - ex.startedAt > options.bodyTimeoutMs) {
         stopReceiving(ex);
-        logger.warn({ business: ex.businessId, received: ex.received, timeoutMs: options.bodyTimeoutMs }, 'request body too slow: connection closed');
+        logger.warn(
+          { business: ex.businessId, received: ex.received, timeoutMs: options.bodyTimeoutMs, draining },
+          draining ? 'request body still arriving at the end of the drain: connection closed' : 'request body too slow: connection closed',
+        );
         ex.chunks = undefined;
         ex.res.close();
       }
     }
-  }, Math.min(1000, options.bodyTimeoutMs));
+  };
+  const bodySweep = setInterval(sweepBodies, Math.min(1000, options.bodyTimeoutMs));
   bodySweep.unref();
 
   return new Promise((resolve, reject) => {
@@ -385,8 +397,12 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
         get inFlight() {
           return inFlight;
         },
-        stopAccepting() {
+        stopAccepting(bodyDeadlineMs) {
           accepting = false;
+          if (bodyDeadlineMs === undefined || receiving.size === 0) return;
+          drainBodyDeadline = performance.now() + bodyDeadlineMs;
+          // On time, not at the sweep's next tick.
+          setTimeout(sweepBodies, bodyDeadlineMs).unref();
         },
         whenIdle() {
           if (inFlight === 0) return Promise.resolve();

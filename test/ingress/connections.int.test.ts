@@ -106,3 +106,31 @@ describe('ingress connection discipline', () => {
     }
   }, 30_000);
 });
+
+describe('ingress drain with a body still arriving', () => {
+  it('cuts off a stalled upload after half the grace period, unanswered, and finishes the drain in time', async () => {
+    const t = await startTestIngress({
+      env: { MSGBRIDGE_BUSINESS_ID: 'biz_1', MSGBRIDGE_SIGNING_SECRET: SECRET },
+      // The body deadline alone (30 s) would outlast the grace period (4 s).
+      overrides: { ingress: { idleTimeoutSeconds: 30, drainGraceMs: 4000 } },
+    });
+    const stalled = await open(t.ingress.port);
+    try {
+      const body = statusEvent(messageId());
+      stalled.socket.write(`POST /webhooks/biz_1/delivery_status HTTP/1.1\r\nhost: x\r\ncontent-length: ${body.length}\r\nx-service-hmac-sha256: ${signedHeaders(SECRET, body)['x-service-hmac-sha256']}\r\n\r\n${body.slice(0, 10)}`);
+      await new Promise((r) => setTimeout(r, 300));
+      const started = Date.now();
+      await t.ingress.drain();
+      const tookMs = Date.now() - started;
+      expect(tookMs).toBeGreaterThanOrEqual(1900);
+      expect(tookMs).toBeLessThan(4000);
+      await stalled.closedAfter;
+      expect(stalled.received()).toBe(''); // cut off, not answered: the provider sends it again
+      expect(t.logs.some((l) => l.includes('still arriving at the end of the drain'))).toBe(true);
+      expect(await countRecords(t.topics.deliveryStatus)).toBe(0);
+    } finally {
+      stalled.socket.destroy();
+      await t.stop();
+    }
+  }, 30_000);
+});
