@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import type { ErrorCode } from '../errors.js';
 import { eventIdOf, HEADER, SCHEMA_ID } from '../contracts/headers.js';
 import { detectWebhookTopic, webhookEventSchemas, WEBHOOK_TOPICS, type WebhookTopic } from '../contracts/webhook-events.js';
@@ -83,6 +84,8 @@ export interface Publication {
 
 export type WebhookDecision = Rejection | Publication;
 
+/** A secret no request can know, verified against for unknown businesses (equal cost, always refused). */
+const DECOY_SECRETS = [randomBytes(32).toString('base64')];
 const SIGNATURE_FAILED = 'signature verification failed';
 const MAX_REASON_CHARS = 400;
 /** W3C trace context: version-traceid-parentid-flags, future versions may append fields. */
@@ -141,11 +144,14 @@ export function createWebhookHandler(rules: IngressRules): WebhookHandler {
     }
 
     // Verification before anything looks at the bytes.
+    // An unknown business costs the same HMAC as a known one, so that answer times do not tell
+    // which business ids exist.
     const secrets = rules.businesses.get(req.businessId);
+    const verified = verifySignature(secrets !== undefined && secrets.length > 0 ? secrets : DECOY_SECRETS, req.body, req.signature);
     if (secrets === undefined) return reject('SIGNATURE_INVALID', 'unknown-business', SIGNATURE_FAILED);
     if (secrets.length === 0) return reject('SIGNATURE_INVALID', 'no-signing-secret', SIGNATURE_FAILED);
     if (req.signature === undefined || req.signature === '') return reject('SIGNATURE_INVALID', 'missing-signature', SIGNATURE_FAILED);
-    if (!verifySignature(secrets, req.body, req.signature)) return reject('SIGNATURE_INVALID', 'bad-signature', SIGNATURE_FAILED);
+    if (!verified) return reject('SIGNATURE_INVALID', 'bad-signature', SIGNATURE_FAILED);
 
     // Authentic from here on: everything below ends in Kafka, as an event or a dead letter.
     const eventId = eventIdOf(req.body);
