@@ -324,11 +324,19 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
     write(ex, 405, JSON.stringify({ error: { code: 'METHOD_NOT_ALLOWED', message: `use ${allow}` } }), { allow });
   };
 
+  const webhookMethodNotAllowed = methodNotAllowed('POST');
+  const notFound = (res: HttpResponse, req: HttpRequest) => {
+    logger.warn({ status: 404, method: req.getMethod(), path: req.getUrl() }, 'no such route');
+    metrics.request('unknown', 'not_found');
+    write({ res, aborted: false, answered: false }, 404, '{"error":{"code":"NOT_FOUND","message":"no such route"}}');
+  };
+
   app
     .post('/webhooks/:businessId/:topic', (res, req) => onWebhook(res, req, req.getParameter(1)))
     .post('/webhooks/:businessId', (res, req) => onWebhook(res, req, undefined))
-    .any('/webhooks/:businessId/:topic', methodNotAllowed('POST'))
-    .any('/webhooks/:businessId', methodNotAllowed('POST'))
+    // An address that does not exist is 404 whatever the method, as for POST.
+    .any('/webhooks/:businessId/:topic', (res, req) => (isWebhookTopic(req.getParameter(1)) ? webhookMethodNotAllowed(res, req) : notFound(res, req)))
+    .any('/webhooks/:businessId', webhookMethodNotAllowed)
     .get('/healthz', (res) => {
       write({ res, aborted: false, answered: false }, 200, '{"status":"alive"}');
     })
@@ -355,11 +363,7 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
     .any('/healthz', methodNotAllowed('GET'))
     .any('/readyz', methodNotAllowed('GET'))
     .any('/metrics', methodNotAllowed('GET'))
-    .any('/*', (res, req) => {
-      logger.warn({ status: 404, method: req.getMethod(), path: req.getUrl() }, 'no such route');
-      metrics.request('unknown', 'not_found');
-      write({ res, aborted: false, answered: false }, 404, '{"error":{"code":"NOT_FOUND","message":"no such route"}}');
-    });
+    .any('/*', notFound);
 
   // Slow bodies: uWS closes connections idle for 10 s, but a body trickling in a byte at a
   // time is not idle. Every admitted request gets a deadline for its whole body.

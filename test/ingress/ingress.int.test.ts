@@ -124,6 +124,7 @@ describe.each(KAFKA_CLIENTS)('ingress against real Kafka and real HTTP (%s)', (c
       ['unknown path', t.post('/hooks/biz_1', body, signedHeaders(SECRET, body)), 404],
       ['GET on a webhook address', t.get('/webhooks/biz_1/delivery_status'), 405],
       ['GET on the per-business address', t.get('/webhooks/biz_1'), 405],
+      ['GET on an unknown topic', t.get('/webhooks/biz_1/orders'), 404],
     ];
     for (const [name, pending, status] of cases) {
       const res = await pending;
