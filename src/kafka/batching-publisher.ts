@@ -133,6 +133,7 @@ function keyOf(record: PublishRecord): string {
 }
 
 const noop = () => {};
+const EMPTY = Buffer.alloc(0);
 
 export class BatchingPublisher {
   private readonly opts: Required<Omit<BatchingPublisherOptions, 'observer'>> & { observer: PublisherObserver };
@@ -373,6 +374,9 @@ export class BatchingPublisher {
     entry.dropped = true;
     this.queuedEvents--;
     this.queuedBytes -= entry.bytes;
+    // It may wait in the queue until it reaches the head: keep its topic and key (per-key
+    // order), release its body and headers, which no longer count in queuedBytes.
+    entry.record = { topic: entry.record.topic, key: entry.record.key, value: EMPTY, headers: {} };
     settle(entry, error);
   }
 

@@ -1,3 +1,5 @@
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { afterEach, describe, expect, it } from 'vitest';
 import { BatchingPublisher, type BatchingPublisherOptions, type PublishRecord } from '../../src/kafka/batching-publisher.js';
 import type { MsgbridgeError } from '../../src/errors.js';
@@ -74,6 +76,8 @@ class FakeProducer implements RecordProducer {
     });
   }
 }
+
+setFlagsFromString('--expose-gc');
 
 const tick = () => new Promise((r) => setImmediate(r));
 async function until(condition: () => boolean, timeoutMs = 2000) {
@@ -216,6 +220,30 @@ describe('BatchingPublisher', () => {
     await until(() => outcomes.get('c1') === 'ok');
     expect(publisher.ready).toBe(true);
     expect(kafka.written).toEqual(['c1']);
+  });
+
+  it('lets go of the bodies of events it dropped while they still wait in the queue', async () => {
+    const gc = runInNewContext('gc') as () => void;
+    const { kafka, outcomes, publisher } = await setup();
+    publisher.publish(rec('k1', 'a1'), (err) => outcomes.set('a1', err ? err.code : 'ok'));
+    await tick();
+    // Queued behind the batch in flight; the failure of a1 drops the same-key event mid-queue.
+    publisher.publish(rec('k2', 'b1'), (err) => outcomes.set('b1', err ? err.code : 'ok'));
+    const bodies: WeakRef<Buffer>[] = [];
+    (() => {
+      const record = rec('k1', 'a2');
+      record.value = Buffer.alloc(1 << 20, 1);
+      bodies.push(new WeakRef(record.value));
+      publisher.publish(record, (err) => outcomes.set('a2', err ? err.code : 'ok'));
+    })();
+    kafka.failConnects = 1_000_000; // no new producer: b1 stays queued ahead of the dropped a2
+    kafka.sends[0]!.fail();
+    await until(() => outcomes.get('a2') !== undefined);
+    expect(outcomes.get('a2')).toBe('KAFKA_UNAVAILABLE');
+    await tick();
+    gc();
+    expect(bodies[0]!.deref()).toBeUndefined();
+    expect(outcomes.has('b1')).toBe(false); // still waiting, so a2 was still in the queue
   });
 
   it('refuses at once while no producer is connected, and recovers when Kafka answers again', async () => {
