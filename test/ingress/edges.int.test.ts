@@ -58,7 +58,13 @@ function signedPost(path: string, body: string, extraHead = ''): string {
 
 let running: TestIngress[] = [];
 afterEach(async () => {
-  for (const t of running) await t.stop().catch(() => {});
+  for (const t of running) {
+    await t.stop().catch(() => {});
+    // 503s, the drain, the DLQ: no path logs the secret or a full signature (Base64 of 32 bytes).
+    const all = t.logs.join('\n');
+    expect(all).not.toContain(SECRET);
+    expect(all).not.toMatch(/[A-Za-z0-9+/]{43}=/);
+  }
   running = [];
 });
 
