@@ -366,25 +366,20 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
     .any('/*', notFound);
 
   // Slow bodies: uWS closes connections idle for 10 s, but a body trickling in a byte at a
-  // time is not idle. Every admitted request gets a deadline for its whole body.
-  // A drain shortens that deadline (stopAccepting).
-  let drainBodyDeadline = Number.POSITIVE_INFINITY;
-  const sweepBodies = () => {
+  // time is not idle. Every admitted request gets a deadline for its whole body; a drain
+  // shortens it (stopAccepting).
+  const cutOffBody = (ex: Exchange, message: string) => {
+    stopReceiving(ex);
+    logger.warn({ business: ex.businessId, received: ex.received, timeoutMs: options.bodyTimeoutMs }, message);
+    ex.chunks = undefined;
+    ex.res.close();
+  };
+  const bodySweep = setInterval(() => {
     const now = performance.now();
     for (const ex of receiving) {
-      const draining = now >= drainBodyDeadline;
-      if (draining || now - ex.startedAt > options.bodyTimeoutMs) {
-        stopReceiving(ex);
-        logger.warn(
-          { business: ex.businessId, received: ex.received, timeoutMs: options.bodyTimeoutMs, draining },
-          draining ? 'request body still arriving at the end of the drain: connection closed' : 'request body too slow: connection closed',
-        );
-        ex.chunks = undefined;
-        ex.res.close();
-      }
+      if (now - ex.startedAt > options.bodyTimeoutMs) cutOffBody(ex, 'request body too slow: connection closed');
     }
-  };
-  const bodySweep = setInterval(sweepBodies, Math.min(1000, options.bodyTimeoutMs));
+  }, Math.min(1000, options.bodyTimeoutMs));
   bodySweep.unref();
 
   return new Promise((resolve, reject) => {
@@ -404,9 +399,9 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
         stopAccepting(bodyDeadlineMs) {
           accepting = false;
           if (bodyDeadlineMs === undefined || receiving.size === 0) return;
-          drainBodyDeadline = performance.now() + bodyDeadlineMs;
-          // On time, not at the sweep's next tick.
-          setTimeout(sweepBodies, bodyDeadlineMs).unref();
+          setTimeout(() => {
+            for (const ex of receiving) cutOffBody(ex, 'request body still arriving at the end of the drain: connection closed');
+          }, bodyDeadlineMs).unref();
         },
         whenIdle() {
           if (inFlight === 0) return Promise.resolve();
