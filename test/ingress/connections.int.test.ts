@@ -1,25 +1,9 @@
-import { connect, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { countRecords } from '../helpers/kafka.js';
 import { messageId, signedHeaders, statusEvent } from './fixtures.js';
-import { startTestIngress, type TestIngress } from './harness.js';
+import { chunk, rawConnection, startTestIngress, type TestIngress } from './harness.js';
 
 const SECRET = 'connections-secret';
-
-function open(port: number): Promise<{ socket: Socket; closedAfter: Promise<number>; received: () => string }> {
-  return new Promise((resolve, reject) => {
-    const socket = connect(port, '127.0.0.1');
-    let text = '';
-    socket.on('data', (d) => (text += String(d)));
-    socket.on('error', () => {});
-    socket.once('error', reject);
-    socket.once('connect', () => {
-      const opened = Date.now();
-      const closedAfter = new Promise<number>((done) => socket.once('close', () => done(Date.now() - opened)));
-      resolve({ socket, closedAfter, received: () => text });
-    });
-  });
-}
 
 /** Connections that hold resources without progress are closed; bodies count against memory. */
 describe('ingress connection discipline', () => {
@@ -37,11 +21,11 @@ describe('ingress connection discipline', () => {
 
   it('closes idle keep-alive connections and slow bodies, and refuses bodies past the memory budget', async () => {
     // An idle keep-alive connection: uWS closes it after about 10 s without traffic.
-    const idle = await open(t.ingress.port);
+    const idle = await rawConnection(t.ingress.port);
     idle.socket.write('GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n');
 
     // A body trickling in a byte every 2 s never looks idle; the body deadline (8 s) closes it.
-    const slow = await open(t.ingress.port);
+    const slow = await rawConnection(t.ingress.port);
     slow.socket.write(`POST /webhooks/biz_1/delivery_status HTTP/1.1\r\nhost: x\r\ncontent-length: 2000\r\nx-service-hmac-sha256: ${'A'.repeat(43)}=\r\n\r\n{`);
     const trickle = setInterval(() => slow.socket.write(' '), 2000);
 
@@ -76,28 +60,27 @@ describe('ingress connection discipline', () => {
   }, 40_000);
 
   it('holds chunked bodies (no content-length) to the memory budget as they arrive', async () => {
-    const chunked = (body: string) => `${body.length.toString(16)}\r\n${body}\r\n`;
     const head = (signature: string) =>
       `POST /webhooks/biz_1/delivery_status HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\ncontent-type: application/json\r\nx-service-hmac-sha256: ${signature}\r\n\r\n`;
     const first = statusEvent(messageId()).padEnd(1500, ' ');
     const second = statusEvent(messageId()).padEnd(1600, ' ');
 
     // The first body arrives but for its last bytes and its end, and is held meanwhile.
-    const holding = await open(t.ingress.port);
-    holding.socket.write(head(signedHeaders(SECRET, first)['x-service-hmac-sha256']!) + chunked(first.slice(0, 1490)));
-    const refusedConnection = await open(t.ingress.port);
+    const holding = await rawConnection(t.ingress.port);
+    holding.socket.write(head(signedHeaders(SECRET, first)['x-service-hmac-sha256']!) + chunk(first.slice(0, 1490)));
+    const refusedConnection = await rawConnection(t.ingress.port);
     const before = await countRecords(t.topics.deliveryStatus);
     try {
       await new Promise((r) => setTimeout(r, 300));
       // The second, also without a length, is admitted (nothing declared) but 1490 + 1600 passes 3000.
-      refusedConnection.socket.write(head(signedHeaders(SECRET, second)['x-service-hmac-sha256']!) + chunked(second) + '0\r\n\r\n');
+      refusedConnection.socket.write(head(signedHeaders(SECRET, second)['x-service-hmac-sha256']!) + chunk(second) + '0\r\n\r\n');
       await refusedConnection.closedAfter;
       expect(refusedConnection.received()).toMatch(/^HTTP\/1\.1 503 /);
       expect(refusedConnection.received()).toMatch(/retry-after: /i);
       expect(refusedConnection.received()).toContain('"QUEUE_FULL"');
 
       // The first is unaffected: it completes and is published.
-      holding.socket.write(chunked(first.slice(1490)) + '0\r\n\r\n');
+      holding.socket.write(chunk(first.slice(1490)) + '0\r\n\r\n');
       await vi.waitFor(() => expect(holding.received()).toMatch(/^HTTP\/1\.1 200 /), { timeout: 10_000 });
       expect(await countRecords(t.topics.deliveryStatus)).toBe(before + 1);
     } finally {
@@ -114,7 +97,7 @@ describe('ingress drain with a body still arriving', () => {
       // The body deadline alone (30 s) would outlast the grace period (4 s).
       overrides: { ingress: { idleTimeoutSeconds: 30, drainGraceMs: 4000 } },
     });
-    const stalled = await open(t.ingress.port);
+    const stalled = await rawConnection(t.ingress.port);
     try {
       const body = statusEvent(messageId());
       stalled.socket.write(`POST /webhooks/biz_1/delivery_status HTTP/1.1\r\nhost: x\r\ncontent-length: ${body.length}\r\nx-service-hmac-sha256: ${signedHeaders(SECRET, body)['x-service-hmac-sha256']}\r\n\r\n${body.slice(0, 10)}`);

@@ -1,11 +1,10 @@
-import { connect, type Socket } from 'node:net';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { loadConfig } from '../../src/config/load.js';
 import { createPlatformaticProducer } from '../../src/kafka/platformatic-producer.js';
 import type { RecordProducer } from '../../src/kafka/port.js';
 import { consumeRecords, countRecords, createTopics, kafkaBrokers } from '../helpers/kafka.js';
 import { messageId, signedHeaders, statusEvent } from './fixtures.js';
-import { startTestIngress, type TestIngress } from './harness.js';
+import { chunk, rawConnection, startTestIngress, type TestIngress } from './harness.js';
 
 const SECRET = 'edges-secret';
 const ENV = { MSGBRIDGE_BUSINESS_ID: 'biz_1', MSGBRIDGE_SIGNING_SECRET: SECRET };
@@ -35,21 +34,6 @@ function gatedProducer(): { create: () => RecordProducer; open(): void; sends: (
     open: () => release(),
     sends: () => sends,
   };
-}
-
-/** A raw keep-alive connection: what arrives, and when it closes. */
-function rawConnection(port: number): Promise<{ socket: Socket; received: () => string; closed: Promise<void> }> {
-  return new Promise((resolve, reject) => {
-    const socket = connect(port, '127.0.0.1');
-    let text = '';
-    socket.on('data', (d) => (text += d.toString('latin1')));
-    socket.once('error', reject);
-    const closed = new Promise<void>((done) => socket.once('close', () => done()));
-    socket.once('connect', () => {
-      socket.on('error', () => {});
-      resolve({ socket, received: () => text, closed });
-    });
-  });
 }
 
 function signedPost(path: string, body: string, extraHead = ''): string {
@@ -107,7 +91,7 @@ describe('ingress edges (real Kafka behind a gate)', () => {
     const draining = t.ingress.drain();
     const late = await rawConnection(t.ingress.port);
     late.socket.write(signedPost('/webhooks/biz_1/delivery_status', statusEvent(messageId())));
-    await late.closed;
+    await late.closedAfter;
     expect(late.received()).toMatch(/^HTTP\/1\.1 503 /);
     expect(late.received()).toMatch(/\r\nretry-after: /i);
     expect(late.received()).toContain('"SHUTTING_DOWN"');
@@ -128,7 +112,7 @@ describe('ingress edges (real Kafka behind a gate)', () => {
     gone.socket.write(signedPost('/webhooks/biz_1/delivery_status', body));
     await vi.waitFor(() => expect(gate.sends()).toBe(1), { timeout: 5000 });
     gone.socket.destroy();
-    await gone.closed;
+    await gone.closedAfter;
 
     gate.open();
     const next = statusEvent(messageId());
@@ -151,7 +135,6 @@ describe('ingress edges (bodies)', () => {
     const body = statusEvent(messageId());
     const chunked = await rawConnection(t.ingress.port);
     const half = Math.floor(body.length / 2);
-    const chunk = (s: string) => `${Buffer.byteLength(s).toString(16)}\r\n${s}\r\n`;
     chunked.socket.write(
       `POST /webhooks/biz_1 HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\ncontent-type: application/json\r\nx-service-hmac-sha256: ${signedHeaders(SECRET, body)['x-service-hmac-sha256']}\r\n\r\n${chunk(body.slice(0, half))}`,
     );

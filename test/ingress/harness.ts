@@ -1,3 +1,4 @@
+import { connect, type Socket } from 'node:net';
 import { Writable } from 'node:stream';
 import { Pool } from 'undici';
 import { loadConfig, type DeepPartial } from '../../src/config/load.js';
@@ -76,3 +77,22 @@ export async function startTestIngress(
   };
 }
 
+
+/** A raw connection to the ingress, for what a pooled HTTP client cannot do: what arrives, and when it closes. */
+export function rawConnection(port: number): Promise<{ socket: Socket; received: () => string; closedAfter: Promise<number> }> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1');
+    let text = '';
+    socket.on('data', (d) => (text += d.toString('latin1')));
+    socket.on('error', () => {});
+    socket.once('error', reject);
+    socket.once('connect', () => {
+      const opened = Date.now();
+      const closedAfter = new Promise<number>((done) => socket.once('close', () => done(Date.now() - opened)));
+      resolve({ socket, closedAfter, received: () => text });
+    });
+  });
+}
+
+/** One chunk of a `transfer-encoding: chunked` body. */
+export const chunk = (data: string): string => `${Buffer.byteLength(data).toString(16)}\r\n${data}\r\n`;
