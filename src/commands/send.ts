@@ -8,7 +8,7 @@ import { createKafka } from '../kafka/client.js';
 import { commandConfig, operatorBrokers } from './context.js';
 import { parseIntegerOption } from './options.js';
 
-/** Exit codes of `msgbridge send`: read = 0; rejected or delivery_failed = 1; timeout = 3. */
+/** Exit codes of `msgbridge send`: read = 0; rejected (dead-lettered included), expired or delivery_failed = 1; timeout = 3. */
 export const SEND_EXIT = { done: 0, failed: 1, timeout: 3 } as const;
 
 interface CommonOptions {
@@ -158,13 +158,18 @@ async function follow(kafka: ReturnType<typeof createKafka>, config: Config, req
       if (topic === topics.sendResults) {
         const result = sendResultSchema.safeParse(body);
         if (!result.success || result.data.requestId !== request.requestId) return;
-        if (result.data.outcome === 'accepted') {
-          messageId = result.data.messageId;
-          say(`${since()} accepted: message id ${messageId} (attempts ${result.data.attempts})`);
+        const r = result.data;
+        if (r.outcome === 'accepted') {
+          messageId = r.messageId;
+          say(`${since()} accepted: message id ${messageId} (attempts ${r.attempts}${r.maybeSent ? '; an earlier attempt may also have created a message' : ''})`);
           for (const e of early.filter((x) => x.id === messageId)) onStatus(e.status, e.text);
+        } else if (r.outcome === 'expired') {
+          say(`${since()} expired: not sent, past ${r.expiresAt} (set by ${r.expiredBy}) after ${r.attempts} attempt(s)${r.maybeSent ? '; an attempt may have created the message' : ''}`);
+          resolve(SEND_EXIT.failed);
         } else {
-          const e = result.data.error;
-          say(`${since()} rejected after ${result.data.attempts} attempt(s): ${e.code} ${e.message}${e.httpStatus ? ` (HTTP ${e.httpStatus})` : ''}`);
+          const e = r.error;
+          const where = r.attempts === 0 ? 'rejected without a send (dead-lettered)' : `rejected after ${r.attempts} attempt(s)`;
+          say(`${since()} ${where}: ${e.code} ${e.message}${e.httpStatus ? ` (HTTP ${e.httpStatus})` : ''}`);
           resolve(SEND_EXIT.failed);
         }
         return;

@@ -103,21 +103,42 @@ export const ingressSchema = z.strictObject({
   kafkaProbeIntervalMs: z.number().int().min(0).max(3_600_000),
 });
 
-export const senderSchema = z.strictObject({
+const HOUR = 3_600_000;
+
+export const senderSchema = z
+  .strictObject({
   groupId: z.string().min(1),
+  /** Provider calls in flight at once (all businesses together). */
   concurrency: positiveInt,
   maxBufferedRequests: positiveInt,
-  maxAttempts: positiveInt,
+  /** How long transient provider failures are retried, from a request's first attempt (src/sender/README.md). */
+  retryBudgetMs: z.number().int().min(1000).max(7 * 24 * HOUR),
   backoffInitialMs: positiveInt,
   backoffMaxMs: positiveInt,
+  /** Consecutive failures (no answer, 408, 5xx) that open a business's circuit. */
+  circuitFailureThreshold: z.number().int().min(1).max(1000),
+  /** Longest wait between two probes of an open circuit. */
+  circuitProbeMaxMs: z.number().int().min(100).max(10 * 60_000),
+  /** After an attempt that may have created the message (lost answer): resend (at least once) or reject (at most once). */
+  retryMaybeSent: z.boolean(),
+  /** Requests older than this (by record timestamp) are never sent: their result is `expired`. */
+  maxRequestAgeMs: z.number().int().min(1000).max(365 * 24 * HOUR),
+  /** Per replica: replicas sharing a provider limit divide it between them. */
   ratePerSecond: positiveInt,
   callTimeoutMs: positiveInt,
   completedRequestIdsMax: positiveInt,
   drainGraceMs: positiveInt,
+  /** Consumer-group session: how long a member killed without leaving holds its partitions. */
+  sessionTimeoutMs: z.number().int().min(3000).max(300_000),
+  heartbeatIntervalMs: z.number().int().min(100).max(60_000),
   /** Where the sender serves /healthz, /readyz and /metrics; port 0 = any free port. */
   healthHost: z.string().min(1),
   healthPort: port,
-});
+})
+  .superRefine((s, ctx) => {
+    if (s.backoffInitialMs > s.backoffMaxMs) ctx.addIssue({ code: 'custom', path: ['backoffInitialMs'], message: `must not exceed backoffMaxMs (${s.backoffMaxMs})` });
+    if (s.heartbeatIntervalMs * 3 > s.sessionTimeoutMs) ctx.addIssue({ code: 'custom', path: ['heartbeatIntervalMs'], message: `must be at most a third of sessionTimeoutMs (${s.sessionTimeoutMs})` });
+  });
 
 const nonNegativeInt = z.number().int().min(0);
 const rate = z.number().min(0).max(1);

@@ -20,6 +20,15 @@ export function eventIdOf(bytes: string | Uint8Array): string {
   return createHash('sha256').update(bytes).digest('hex');
 }
 
+/**
+ * The `event-id` of a send result: derived from what it answers (business, request id,
+ * outcome), not from its bytes, so that a result written twice (a crash, a broker failover,
+ * a replay) carries the same id even when its attempts, times or message id differ.
+ */
+export function resultEventId(businessId: string, requestId: string, outcome: string): string {
+  return createHash('sha256').update(`send-result\n${businessId}\n${requestId}\n${outcome}`).digest('hex');
+}
+
 export const SCHEMA_ID = {
   messages: 'messages/v1',
   delivery_status: 'delivery_status/v1',

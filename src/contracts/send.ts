@@ -4,10 +4,24 @@ import { partySchema, providerErrorSchema, recipientNumber } from './common.js';
 const requestIdSchema = z.string().min(1).max(256);
 const businessIdSchema = z.string().min(1).max(128);
 
-/** Text send request. Unknown fields (callbackData, sender, campaignName...) pass through to the provider. */
-export const textSendRequestSchema = z.looseObject({
+/** Longest time-to-live a request may ask for: a week, the longest a send is worth making late. */
+export const MAX_TTL_MS = 7 * 24 * 3600 * 1000;
+
+/**
+ * Fields of a request that belong to the relay and never reach the provider: `expiresAt` (ISO
+ * time with an offset) or `ttlMs` (from the record's timestamp) say when it stops being worth
+ * sending.
+ */
+const relayFields = {
   requestId: requestIdSchema,
   businessId: businessIdSchema.optional(),
+  expiresAt: z.iso.datetime({ offset: true, message: 'expected an ISO 8601 time with a zone (2026-11-23T10:00:00Z)' }).optional(),
+  ttlMs: z.number().int('expected whole milliseconds').positive('expected a positive number of milliseconds').max(MAX_TTL_MS, `at most ${MAX_TTL_MS} (7 days)`).optional(),
+};
+
+/** Text send request. Unknown fields (callbackData, sender, campaignName...) pass through to the provider. */
+export const textSendRequestSchema = z.looseObject({
+  ...relayFields,
   type: z.literal('text'),
   recipient: partySchema.extend({ id: recipientNumber }),
   message: z.looseObject({ text: z.string().min(1, 'message text must not be empty') }),
@@ -20,8 +34,7 @@ export const templateParameterSchema = z.looseObject({
 
 /** Template send request. `language` and other optional fields pass through. */
 export const templateSendRequestSchema = z.looseObject({
-  requestId: requestIdSchema,
-  businessId: businessIdSchema.optional(),
+  ...relayFields,
   type: z.literal('template'),
   number: recipientNumber,
   templateName: z.string().min(1),
@@ -45,12 +58,16 @@ export const acceptedSendResultSchema = z.object({
   type: z.enum(['text', 'template']),
   recipient: z.string(),
   attempts: z.number().int().min(1),
+  /** An earlier attempt may have created another message for this request (lost answer). */
+  maybeSent: z.boolean(),
   acceptedAt: z.iso.datetime(),
 });
 
 export const sendFailureSchema = providerErrorSchema.extend({
   httpStatus: z.number().int().optional(),
   retriable: z.boolean(),
+  /** Set when an attempt may have created the message: do not resend blindly. */
+  maybeSent: z.boolean().optional(),
 });
 
 export const rejectedSendResultSchema = z.object({
@@ -60,12 +77,30 @@ export const rejectedSendResultSchema = z.object({
   type: z.enum(['text', 'template']).optional(),
   recipient: z.string().optional(),
   attempts: z.number().int().min(0),
+  /** An attempt may have reached the provider without an answer: the message may exist. */
+  maybeSent: z.boolean(),
   rejectedAt: z.iso.datetime().optional(),
   error: sendFailureSchema,
 });
 
-export const sendResultSchema = z.discriminatedUnion('outcome', [acceptedSendResultSchema, rejectedSendResultSchema]);
+export const expiredSendResultSchema = z.object({
+  requestId: requestIdSchema,
+  businessId: businessIdSchema,
+  outcome: z.literal('expired'),
+  type: z.enum(['text', 'template']),
+  recipient: z.string(),
+  attempts: z.number().int().min(0),
+  maybeSent: z.boolean(),
+  /** When the request stopped being worth sending. */
+  expiresAt: z.iso.datetime(),
+  /** What set that time: the request's `expiresAt` or `ttlMs`, or the sender's `maxRequestAgeMs`. */
+  expiredBy: z.enum(['expiresAt', 'ttlMs', 'maxRequestAgeMs']),
+  expiredAt: z.iso.datetime(),
+});
+
+export const sendResultSchema = z.discriminatedUnion('outcome', [acceptedSendResultSchema, rejectedSendResultSchema, expiredSendResultSchema]);
 export type AcceptedSendResult = z.infer<typeof acceptedSendResultSchema>;
 export type RejectedSendResult = z.infer<typeof rejectedSendResultSchema>;
+export type ExpiredSendResult = z.infer<typeof expiredSendResultSchema>;
 export type SendResult = z.infer<typeof sendResultSchema>;
 export type SendFailure = z.infer<typeof sendFailureSchema>;

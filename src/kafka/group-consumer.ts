@@ -15,10 +15,23 @@ export interface ConsumedRecord {
   headers: Record<string, string | Buffer | (string | Buffer)[] | undefined>;
 }
 
+/**
+ * Thrown by `BatchControl.heartbeat` when the group is rebalancing and this member will
+ * rejoin (the adapter translates its client's errors): the handler should return at once.
+ */
+export class RejoinNeededError extends Error {
+  override readonly name = 'RejoinNeededError';
+}
+
+/** Thrown by `commit` when the broker refuses the commit metadata (offset.metadata.max.bytes). */
+export class CommitMetadataTooLargeError extends Error {
+  override readonly name = 'CommitMetadataTooLargeError';
+}
+
 export interface BatchControl {
   /** Marks a record as taken: the next fetch of this partition starts after it. */
   resolveOffset(offset: string): void;
-  /** Keeps the group membership alive during a long wait; throws when a rebalance started. */
+  /** Keeps the group membership alive during a long wait; throws (RejoinNeededError when a rebalance started). */
   heartbeat(): Promise<void>;
   /** False once the consumer stops or the batch went stale: return without taking more. */
   isActive(): boolean;
@@ -59,7 +72,8 @@ export interface GroupConsumer {
   start(handlers: GroupConsumerHandlers): Promise<void>;
   /**
    * Commits with the member's current generation, exactly once: no retry that could land in a
-   * later generation for a partition that moved to another member. Throws on failure.
+   * later generation for a partition that moved to another member. Throws on failure
+   * (CommitMetadataTooLargeError when the broker refuses the metadata).
    */
   commit(offsets: OffsetToCommit[]): Promise<void>;
   /** The group's committed offsets (and their metadata) for some partitions of the topic. */

@@ -1,6 +1,19 @@
 import type { Admin, Consumer, EachBatchPayload, Kafka, Offsets } from 'kafkajs';
 import type { Logger } from '../observability/logger.js';
-import type { CommittedOffset, ConsumedRecord, GroupConsumer, GroupConsumerHandlers, OffsetToCommit } from './group-consumer.js';
+import {
+  CommitMetadataTooLargeError,
+  RejoinNeededError,
+  type CommittedOffset,
+  type ConsumedRecord,
+  type GroupConsumer,
+  type GroupConsumerHandlers,
+  type OffsetToCommit,
+} from './group-consumer.js';
+
+/** Heartbeat errors after which kafkajs 2.2.4 rejoins the group (runner.js: isRebalancing, UNKNOWN_MEMBER_ID). */
+const REJOIN_ERRORS = new Set(['REBALANCE_IN_PROGRESS', 'NOT_COORDINATOR_FOR_GROUP', 'ILLEGAL_GENERATION', 'UNKNOWN_MEMBER_ID']);
+
+const errorType = (error: unknown): string => (error as { type?: string })?.type ?? '';
 
 export interface KafkajsGroupConsumerOptions {
   groupId: string;
@@ -98,10 +111,18 @@ export function createKafkajsGroupConsumer(kafka: Kafka, options: KafkajsGroupCo
             value: m.value ?? null,
             headers: (m.headers ?? {}) as ConsumedRecord['headers'],
           }));
+          // kafkajs decides to rejoin from the type of what the handler throws: hand it back its own error.
           await handlers.onBatch(batch.partition, records, {
             resolveOffset: (offset) => payload.resolveOffset(offset),
-            heartbeat: () => payload.heartbeat(),
+            heartbeat: () =>
+              payload.heartbeat().catch((error: unknown) => {
+                // The original stays the cause: kafkajs needs to see its own error to rejoin.
+                if (REJOIN_ERRORS.has(errorType(error))) throw new RejoinNeededError(`the group is rebalancing (${errorType(error)})`, { cause: error });
+                throw error;
+              }),
             isActive: () => payload.isRunning() && !payload.isStale(),
+          }).catch((error: unknown) => {
+            throw error instanceof RejoinNeededError && error.cause ? error.cause : error;
           });
         },
       });
@@ -115,7 +136,10 @@ export function createKafkajsGroupConsumer(kafka: Kafka, options: KafkajsGroupCo
       };
       // `metadata` is not in the Offsets type, but kafkajs passes partition entries through to
       // the OffsetCommit request, which encodes it.
-      await commitFn(payload as Offsets);
+      await commitFn(payload as Offsets).catch((error: unknown) => {
+        if (errorType(error) === 'OFFSET_METADATA_TOO_LARGE') throw new CommitMetadataTooLargeError('the broker refuses the commit metadata (offset.metadata.max.bytes)', { cause: error });
+        throw error;
+      });
     },
 
     async fetchCommitted(partitions: number[]): Promise<CommittedOffset[]> {

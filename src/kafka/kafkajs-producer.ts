@@ -1,5 +1,18 @@
 import { CompressionTypes, type Admin, type Kafka, type Producer } from 'kafkajs';
-import { assertWritable, type RecordProducer, type TopicRecords } from './port.js';
+import { assertWritable, RecordTooLargeError, type RecordProducer, type TopicRecords } from './port.js';
+
+/** kafkajs protocol errors that mean a record can never fit. */
+const TOO_LARGE = new Set(['MESSAGE_TOO_LARGE', 'RECORD_LIST_TOO_LARGE']);
+
+function tooLarge(error: unknown): boolean {
+  for (let e: unknown = error, depth = 0; e && depth < 5; depth++) {
+    if (TOO_LARGE.has((e as { type?: string }).type ?? '')) return true;
+    const errors = (e as { errors?: unknown[] }).errors;
+    if (Array.isArray(errors) && errors.some((inner) => TOO_LARGE.has((inner as { type?: string })?.type ?? ''))) return true;
+    e = (e as { originalError?: unknown; cause?: unknown }).originalError ?? (e as { cause?: unknown }).cause;
+  }
+  return false;
+}
 
 export interface KafkajsProducerOptions {
   /** Idempotent producer: kafkajs makes it safe only with one request in flight. */
@@ -37,7 +50,8 @@ export function createKafkajsProducer(kafka: Kafka, options: KafkajsProducerOpti
       );
     },
     async send(batches: TopicRecords[]) {
-      await producer.sendBatch({
+      await producer
+        .sendBatch({
         acks: -1,
         timeout: options.timeoutMs ?? 30_000,
         compression: CompressionTypes.None,
@@ -45,7 +59,11 @@ export function createKafkajsProducer(kafka: Kafka, options: KafkajsProducerOpti
           topic: b.topic,
           messages: b.records.map((r) => ({ key: r.key, value: r.value, headers: r.headers })),
         })),
-      });
+        })
+        .catch((error: unknown) => {
+          if (tooLarge(error)) throw new RecordTooLargeError(`Kafka refused a record as too large: ${(error as Error).message}`, { cause: error });
+          throw error;
+        });
     },
   };
 }

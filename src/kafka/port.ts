@@ -14,9 +14,22 @@ export interface TopicRecords {
   records: RecordToWrite[];
 }
 
+/**
+ * A produce refused because a record (or its batch) exceeds what the topic or broker takes
+ * (max.message.bytes): retrying it as it is can never succeed. Adapters translate their
+ * client's error into this.
+ */
+export class RecordTooLargeError extends Error {
+  override readonly name = 'RecordTooLargeError';
+}
+
+export function isRecordTooLarge(error: unknown): boolean {
+  return error instanceof RecordTooLargeError || (error instanceof Error && error.cause instanceof RecordTooLargeError);
+}
+
 export interface RecordProducer {
   connect(): Promise<void>;
-  /** Resolves once every record is acknowledged by all in-sync replicas (acks=all). */
+  /** Resolves once every record is acknowledged by all in-sync replicas (acks=all); RecordTooLargeError when one cannot fit. */
   send(batches: TopicRecords[]): Promise<void>;
   disconnect(): Promise<void>;
   /**

@@ -1,7 +1,7 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { RunnerStats } from './keyed-runner.js';
 
-export type RequestOutcome = 'accepted' | 'rejected' | 'dlq' | 'duplicate';
+export type RequestOutcome = 'accepted' | 'rejected' | 'expired' | 'dlq' | 'duplicate';
 
 /** What the sender reports; prom-client behind it (createSenderMetrics), a no-op in unit tests. */
 export interface SenderMetrics {
@@ -13,6 +13,20 @@ export interface SenderMetrics {
   commit(result: 'ok' | 'error'): void;
   rebalance(): void;
   publishError(): void;
+  circuitChange(businessId: string, state: 'open' | 'closed'): void;
+}
+
+/** What the gauges read at scrape time. */
+export interface SenderGaugeSources {
+  stats: () => RunnerStats;
+  /** Businesses whose circuit is open. */
+  openCircuits: () => string[];
+  /** Businesses whose adaptive rate is below the configured one, with their rate. */
+  slowedRates: () => Map<string, number>;
+  configuredRate: number;
+  businesses: readonly string[];
+  /** False while results cannot be published (the last produce failed). */
+  publishing: () => boolean;
 }
 
 export const noopSenderMetrics: SenderMetrics = {
@@ -24,13 +38,15 @@ export const noopSenderMetrics: SenderMetrics = {
   commit() {},
   rebalance() {},
   publishError() {},
+  circuitChange() {},
 };
 
-export function createSenderMetrics(registry: Registry, stats: () => RunnerStats): SenderMetrics {
+export function createSenderMetrics(registry: Registry, sources: SenderGaugeSources): SenderMetrics {
+  const { stats } = sources;
   const registers = [registry];
   const requests = new Counter({
     name: 'msgbridge_sender_requests_total',
-    help: 'Send requests finished, by outcome (accepted, rejected, dlq, duplicate = a repeated requestId answered from memory)',
+    help: 'Send requests finished, by outcome (accepted, rejected, expired, dlq, duplicate = a repeated requestId answered from memory)',
     labelNames: ['outcome', 'business'],
     registers,
   });
@@ -57,6 +73,40 @@ export function createSenderMetrics(registry: Registry, stats: () => RunnerStats
   const commits = new Counter({ name: 'msgbridge_sender_commits_total', help: 'Offset commits, by result', labelNames: ['result'], registers });
   const rebalances = new Counter({ name: 'msgbridge_sender_assignments_total', help: 'Group (re)joins with a new assignment', registers });
   const publishErrors = new Counter({ name: 'msgbridge_sender_publish_errors_total', help: 'Failed attempts to publish a result or DLQ record (retried)', registers });
+  const circuitChanges = new Counter({
+    name: 'msgbridge_sender_circuit_changes_total',
+    help: 'Changes of state of the per-business provider circuit (open: the provider keeps failing, requests wait; closed: it answers again)',
+    labelNames: ['business', 'state'],
+    registers,
+  });
+  new Gauge({
+    name: 'msgbridge_sender_circuit_open',
+    help: '1 while the provider circuit of a business is open (its requests wait, one probe at a time), else 0',
+    labelNames: ['business'],
+    registers,
+    collect() {
+      const open = new Set(sources.openCircuits());
+      for (const business of new Set([...sources.businesses, ...open])) this.set({ business }, open.has(business) ? 1 : 0);
+    },
+  });
+  new Gauge({
+    name: 'msgbridge_sender_rate_per_second',
+    help: 'Current token-bucket rate per business: lowered by 429s, climbing back to sender.ratePerSecond',
+    labelNames: ['business'],
+    registers,
+    collect() {
+      const slowed = sources.slowedRates();
+      for (const business of new Set([...sources.businesses, ...slowed.keys()])) this.set({ business }, slowed.get(business) ?? sources.configuredRate);
+    },
+  });
+  new Gauge({
+    name: 'msgbridge_sender_results_publishable',
+    help: '1 while results reach Kafka, 0 after a failed produce until one succeeds again (then /readyz is 503)',
+    registers,
+    collect() {
+      this.set(sources.publishing() ? 1 : 0);
+    },
+  });
   new Gauge({
     name: 'msgbridge_sender_buffered_requests',
     help: 'Requests taken from Kafka and not yet finished (queued + running)',
@@ -90,5 +140,6 @@ export function createSenderMetrics(registry: Registry, stats: () => RunnerStats
     commit: (result) => commits.inc({ result }),
     rebalance: () => rebalances.inc(),
     publishError: () => publishErrors.inc(),
+    circuitChange: (business, state) => circuitChanges.inc({ business, state }),
   };
 }

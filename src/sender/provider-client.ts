@@ -1,4 +1,4 @@
-import { Pool } from 'undici';
+import { Pool, type Dispatcher } from 'undici';
 import { createdMessageSchema, providerErrorSchema, SEND_PATH_SEGMENT, type SendOperation } from '../contracts/index.js';
 import type { AttemptOutcome, ProviderErrorBody } from './retry-policy.js';
 
@@ -36,13 +36,22 @@ export function createProviderClient(options: ProviderClientOptions): ProviderCl
   const url = new URL(options.baseUrl);
   const prefix = url.pathname.replace(/\/+$/, '');
   const maxResponseBytes = options.maxResponseBytes ?? 64 * 1024;
-  const pool = new Pool(url.origin, {
+  const basePool = new Pool(url.origin, {
     connections: options.connections,
     pipelining: 1,
     keepAliveTimeout: 30_000,
     connectTimeout: options.connectTimeoutMs ?? options.callTimeoutMs,
     headersTimeout: options.callTimeoutMs,
     bodyTimeout: options.callTimeoutMs,
+  });
+  // Calls whose request reached a connected socket (undici starts writing right after
+  // onRequestStart): only those may have created a message when no answer comes back. Keyed
+  // by the call's own abort signal, which undici hands the dispatch unchanged.
+  const written = new WeakSet<AbortSignal>();
+  const pool = basePool.compose((dispatch) => (opts, handler) => {
+    const signal = (opts as { signal?: unknown }).signal;
+    if (!(signal instanceof AbortSignal)) return dispatch(opts, handler);
+    return dispatch(opts, new WriteTracker(handler, () => written.add(signal)));
   });
   const userAgent = options.userAgent ?? 'msgbridge-sender';
 
@@ -72,15 +81,16 @@ export function createProviderClient(options: ProviderClientOptions): ProviderCl
         const text = await readLimited(response.body, maxResponseBytes);
         return interpret(response.statusCode, headerValue(response.headers['retry-after']), text);
       } catch (error) {
-        if (timedOut) return { kind: 'timeout', message: `no complete answer within ${options.callTimeoutMs} ms` };
-        return failure(error);
+        const requestWritten = written.has(deadline.signal);
+        if (timedOut) return { kind: 'timeout', message: `no complete answer within ${options.callTimeoutMs} ms`, requestWritten };
+        return failure(error, requestWritten);
       } finally {
         clearTimeout(timer);
         signal?.removeEventListener('abort', onAbort);
       }
     },
     async close() {
-      await pool.close();
+      await basePool.close();
     },
   };
 }
@@ -130,10 +140,37 @@ export function interpret(status: number, retryAfter: string | undefined, text: 
 
 const TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'ETIMEDOUT']);
 
-function failure(error: unknown): AttemptOutcome {
+function failure(error: unknown, requestWritten: boolean): AttemptOutcome {
   const err = error as { code?: unknown; message?: unknown; cause?: { code?: unknown } };
   const code = typeof err?.code === 'string' ? err.code : typeof err?.cause?.code === 'string' ? err.cause.code : 'UNKNOWN';
   const message = typeof err?.message === 'string' ? err.message : String(error);
-  if (TIMEOUT_CODES.has(code)) return { kind: 'timeout', message };
-  return { kind: 'network', code, message };
+  if (TIMEOUT_CODES.has(code)) return { kind: 'timeout', message, requestWritten };
+  return { kind: 'network', code, message, requestWritten };
+}
+
+/** Forwards every callback of a dispatch, telling `onStart` when the request reaches a socket. */
+class WriteTracker implements Dispatcher.DispatchHandler {
+  constructor(
+    private readonly inner: Dispatcher.DispatchHandler,
+    private readonly onStart: () => void,
+  ) {}
+  onRequestStart(controller: Dispatcher.DispatchController, context: unknown): void {
+    this.onStart();
+    this.inner.onRequestStart?.(controller, context);
+  }
+  onRequestUpgrade(...args: Parameters<NonNullable<Dispatcher.DispatchHandler['onRequestUpgrade']>>): void {
+    this.inner.onRequestUpgrade?.(...args);
+  }
+  onResponseStart(...args: Parameters<NonNullable<Dispatcher.DispatchHandler['onResponseStart']>>): void {
+    this.inner.onResponseStart?.(...args);
+  }
+  onResponseData(...args: Parameters<NonNullable<Dispatcher.DispatchHandler['onResponseData']>>): void {
+    this.inner.onResponseData?.(...args);
+  }
+  onResponseEnd(...args: Parameters<NonNullable<Dispatcher.DispatchHandler['onResponseEnd']>>): void {
+    this.inner.onResponseEnd?.(...args);
+  }
+  onResponseError(...args: Parameters<NonNullable<Dispatcher.DispatchHandler['onResponseError']>>): void {
+    this.inner.onResponseError?.(...args);
+  }
 }

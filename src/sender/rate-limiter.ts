@@ -4,9 +4,16 @@ import { Deque } from '../deque.js';
  * A token bucket per key (the business): `ratePerSecond` tokens a second, up to `burst`
  * stored. Callers wait in FIFO order for a token; a waiter whose signal aborts leaves the
  * queue. One timer per bucket, armed only while someone waits. Pure: the clock is injectable.
+ *
+ * Adaptive (AIMD): `slowDown(key)` (a 429) halves that key's rate, at most once a second and
+ * never below `minRatePerSecond`; the rate then climbs back linearly, by a twentieth of
+ * `ratePerSecond` each second, so replicas that share a provider limit settle below it
+ * instead of retrying into it.
  */
 export interface RateLimiterOptions {
   ratePerSecond: number;
+  /** Floor of the adaptive rate (default a twentieth of ratePerSecond, at least 1). */
+  minRatePerSecond?: number;
   /** Tokens a bucket can hold (default: a tenth of a second's worth, at least 1). */
   burst?: number;
   /** Milliseconds from a monotonic clock (default performance.now). */
@@ -21,6 +28,8 @@ interface Waiter {
 }
 
 interface Bucket {
+  rate: number;
+  lastSlowDownAt: number;
   tokens: number;
   updatedAt: number;
   waiters: Deque<Waiter>;
@@ -30,6 +39,7 @@ interface Bucket {
 export class RateLimiter {
   readonly ratePerSecond: number;
   readonly burst: number;
+  readonly minRatePerSecond: number;
   private readonly now: () => number;
   private readonly buckets = new Map<string, Bucket>();
 
@@ -37,6 +47,7 @@ export class RateLimiter {
     if (!(options.ratePerSecond > 0)) throw new RangeError('ratePerSecond must be positive');
     this.ratePerSecond = options.ratePerSecond;
     this.burst = Math.max(1, options.burst ?? Math.ceil(options.ratePerSecond / 10));
+    this.minRatePerSecond = Math.min(this.ratePerSecond, options.minRatePerSecond ?? Math.max(1, this.ratePerSecond / 20));
     this.now = options.now ?? (() => performance.now());
   }
 
@@ -71,6 +82,35 @@ export class RateLimiter {
     });
   }
 
+  /** A 429 for this key: halve its rate (at most once a second, not below the floor). */
+  slowDown(key: string): void {
+    const bucket = this.bucket(key);
+    this.refill(bucket);
+    const now = this.now();
+    if (now - bucket.lastSlowDownAt < 1000) return;
+    bucket.lastSlowDownAt = now;
+    bucket.rate = Math.max(this.minRatePerSecond, bucket.rate / 2);
+    bucket.tokens = Math.min(bucket.tokens, 0);
+  }
+
+  /** The current rate of a key (tokens a second). */
+  rateOf(key: string): number {
+    const bucket = this.buckets.get(key);
+    if (!bucket) return this.ratePerSecond;
+    this.refill(bucket);
+    return bucket.rate;
+  }
+
+  /** Keys whose rate is below the configured one, with their rate. */
+  slowedDown(): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const key of this.buckets.keys()) {
+      const rate = this.rateOf(key);
+      if (rate < this.ratePerSecond) out.set(key, rate);
+    }
+    return out;
+  }
+
   /** Callers waiting for a token, all keys together. */
   waiting(): number {
     let n = 0;
@@ -81,7 +121,7 @@ export class RateLimiter {
   private bucket(key: string): Bucket {
     let bucket = this.buckets.get(key);
     if (!bucket) {
-      bucket = { tokens: this.burst, updatedAt: this.now(), waiters: new Deque(), timer: undefined };
+      bucket = { rate: this.ratePerSecond, lastSlowDownAt: -Infinity, tokens: this.burst, updatedAt: this.now(), waiters: new Deque(), timer: undefined };
       this.buckets.set(key, bucket);
     }
     return bucket;
@@ -91,7 +131,8 @@ export class RateLimiter {
     const now = this.now();
     const elapsed = now - bucket.updatedAt;
     if (elapsed > 0) {
-      bucket.tokens = Math.min(this.burst, bucket.tokens + (elapsed * this.ratePerSecond) / 1000);
+      bucket.tokens = Math.min(this.burst, bucket.tokens + (elapsed * bucket.rate) / 1000);
+      if (bucket.rate < this.ratePerSecond) bucket.rate = Math.min(this.ratePerSecond, bucket.rate + (elapsed * this.ratePerSecond) / 20_000);
       bucket.updatedAt = now;
     }
   }
@@ -117,7 +158,7 @@ export class RateLimiter {
     if (bucket.timer !== undefined) return;
     this.refill(bucket);
     const missing = Math.max(0, 1 - bucket.tokens);
-    const delay = Math.max(1, Math.ceil((missing * 1000) / this.ratePerSecond));
+    const delay = Math.max(1, Math.ceil((missing * 1000) / bucket.rate));
     bucket.timer = setTimeout(() => {
       bucket.timer = undefined;
       this.serve(bucket);

@@ -1,25 +1,84 @@
 import type { RecordProducer, RecordToWrite, TopicRecords } from '../kafka/port.js';
 
 /**
- * Publishes records in batches without adding latency: while one produce request is in
- * flight, new records queue; when it returns, everything queued (up to `maxBatch`) goes out
- * as the next request. Each caller's promise settles with its own batch. The queue needs no
- * bound of its own: every record belongs to a request the keyed runner already counts.
+ * Publishes results and DLQ records in batches without adding latency: while one produce
+ * request is in flight, new records queue; when it returns, everything queued (up to
+ * `maxBatch`) goes out as the next request. Each caller's promise settles with its own batch.
+ * The queue needs no bound of its own: every record belongs to a request the keyed runner
+ * already counts.
+ *
+ * A producer is never reused after a failed produce: kafkajs rolls back the sequence numbers
+ * of every partition of a failed request, including ones the broker wrote, so the next batch
+ * would be dropped as a "duplicate" or refused for ever (OUT_OF_ORDER_SEQUENCE_NUMBER). The
+ * failed producer is closed and the next batch connects a new one (a new producer id); the
+ * callers retry their records with backoff.
  */
-export class BatchingPublisher {
-  private queue: { topic: string; record: RecordToWrite; resolve: () => void; reject: (e: unknown) => void }[] = [];
-  private sending = false;
+export interface ResultPublisherOptions {
+  createProducer: () => RecordProducer;
+  maxBatch?: number;
+  /** Called when a producer is dropped after a failure. */
+  onReplace?: (error: unknown) => void;
+}
 
-  constructor(
-    private readonly producer: RecordProducer,
-    private readonly maxBatch = 1000,
-  ) {}
+interface Queued {
+  topic: string;
+  record: RecordToWrite;
+  resolve: () => void;
+  reject: (e: unknown) => void;
+}
+
+export class ResultPublisher {
+  private queue: Queued[] = [];
+  private sending = false;
+  private producer: RecordProducer | undefined;
+  private failing = false;
+  private closed = false;
+  private readonly maxBatch: number;
+
+  constructor(private readonly options: ResultPublisherOptions) {
+    this.maxBatch = options.maxBatch ?? 1000;
+  }
+
+  /** Connects the first producer (a start-up failure is the caller's to report). */
+  async start(): Promise<void> {
+    await this.connected();
+  }
+
+  /** False after a failed produce until one succeeds again. */
+  get publishable(): boolean {
+    return !this.failing;
+  }
 
   publish(topic: string, record: RecordToWrite): Promise<void> {
+    if (this.closed) return Promise.reject(new Error('the result publisher is closed'));
     return new Promise((resolve, reject) => {
       this.queue.push({ topic, record, resolve, reject });
       if (!this.sending) void this.flush();
     });
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    const producer = this.producer;
+    this.producer = undefined;
+    await producer?.disconnect();
+  }
+
+  private async connected(): Promise<RecordProducer> {
+    if (this.producer) return this.producer;
+    const producer = this.options.createProducer();
+    try {
+      await producer.connect();
+    } catch (error) {
+      await producer.disconnect().catch(() => undefined);
+      throw error;
+    }
+    if (this.closed) {
+      await producer.disconnect().catch(() => undefined);
+      throw new Error('the result publisher is closed');
+    }
+    this.producer = producer;
+    return producer;
   }
 
   private async flush(): Promise<void> {
@@ -34,10 +93,19 @@ export class BatchingPublisher {
           byTopic.set(item.topic, list);
         }
         const batches: TopicRecords[] = [...byTopic].map(([topic, records]) => ({ topic, records }));
+        let producer: RecordProducer | undefined;
         try {
-          await this.producer.send(batches);
+          producer = await this.connected();
+          await producer.send(batches);
+          this.failing = false;
           for (const item of batch) item.resolve();
         } catch (error) {
+          this.failing = true;
+          if (producer && this.producer === producer) {
+            this.producer = undefined;
+            this.options.onReplace?.(error);
+            void producer.disconnect().catch(() => undefined);
+          }
           for (const item of batch) item.reject(error);
         }
       }

@@ -2,7 +2,8 @@
  * What to do after one attempt of a provider call: the classification of outcomes
  * (transient: network errors, timeouts, 408, 429, 5xx; permanent: other 4xx), capped
  * exponential backoff with jitter, `Retry-After` (seconds or an HTTP date) honoured up to a
- * cap, and an attempt budget. Pure: time and randomness come in as arguments.
+ * cap, and a retry budget in time (not a count: an outage of a minute must not use it up).
+ * Pure: time and randomness come in as arguments.
  */
 
 import { parseRetryAfter } from '../retry-after.js';
@@ -26,8 +27,9 @@ export type AttemptOutcome =
   | { kind: 'http-error'; status: number; retryAfter?: string | undefined; error?: ProviderErrorBody | undefined; bodySnippet?: string | undefined }
   /** A 2xx whose body is not `{id}`: the message may exist, so it is never retried blindly. */
   | { kind: 'invalid-response'; status: number; bodySnippet?: string | undefined }
-  | { kind: 'timeout'; message: string }
-  | { kind: 'network'; code: string; message: string };
+  /** `requestWritten`: the request reached a connected socket, so the provider may have acted on it. */
+  | { kind: 'timeout'; message: string; requestWritten: boolean }
+  | { kind: 'network'; code: string; message: string; requestWritten: boolean };
 
 export type Classification = 'success' | 'transient' | 'permanent';
 
@@ -52,9 +54,38 @@ export function classify(outcome: AttemptOutcome): Classification {
   }
 }
 
+/**
+ * Whether the provider may have created a message although the attempt has no success answer:
+ * a request written without an answer (lost response, timeout), a 2xx without an id, or a 504
+ * (a gateway gave up waiting for the provider, which may still have acted).
+ */
+export function maybeCreated(outcome: AttemptOutcome): boolean {
+  switch (outcome.kind) {
+    case 'accepted':
+      return false;
+    case 'invalid-response':
+      return true;
+    case 'timeout':
+    case 'network':
+      return outcome.requestWritten;
+    case 'http-error':
+      return outcome.status === 504;
+  }
+}
+
+/**
+ * Whether the attempt says the provider is failing (the circuit counts these): no answer, or a
+ * 408/5xx. Any other answer, 4xx and 429 included, shows a provider that works.
+ */
+export function providerFailing(outcome: AttemptOutcome): boolean {
+  if (outcome.kind === 'timeout' || outcome.kind === 'network') return true;
+  if (outcome.kind === 'http-error') return outcome.status === 408 || outcome.status >= 500;
+  return false;
+}
+
 export interface RetryPolicyOptions {
-  /** Attempts in total, the first included. */
-  maxAttempts: number;
+  /** How long transient failures are retried, from the first attempt (ms). */
+  budgetMs: number;
   backoffInitialMs: number;
   backoffMaxMs: number;
   /** Longest wait a Retry-After may impose (default backoffMaxMs). */
@@ -91,22 +122,36 @@ export function retryReason(outcome: AttemptOutcome): RetryReason {
 }
 
 /**
- * The decision after attempt number `attempt` (1-based) ended with `outcome`.
- * A Retry-After (on any transient answer) sets the wait, capped at `retryAfterMaxMs`, with a
- * little jitter on top so that callers told the same instant do not return together.
+ * The decision after attempt number `attempt` (1-based), which ended with `outcome`, of a
+ * request first attempted at `firstAttemptAtMs`. A Retry-After (on any transient answer) sets
+ * the wait, capped at `retryAfterMaxMs`, with a little jitter on top so that callers told the
+ * same instant do not return together. No wait goes past the end of the budget; once the
+ * budget is spent the request fails as retriable.
  */
-export function decide(outcome: AttemptOutcome, attempt: number, options: RetryPolicyOptions, nowMs: number, random: () => number = Math.random): RetryDecision {
+export function decide(
+  outcome: AttemptOutcome,
+  attempt: number,
+  firstAttemptAtMs: number,
+  options: RetryPolicyOptions,
+  nowMs: number,
+  random: () => number = Math.random,
+): RetryDecision {
   const classification = classify(outcome);
   if (classification === 'success') return { action: 'succeed' };
   if (classification === 'permanent') return { action: 'fail', retriable: false };
-  if (attempt >= options.maxAttempts) return { action: 'fail', retriable: true };
+  const budgetLeft = firstAttemptAtMs + options.budgetMs - nowMs;
+  if (budgetLeft <= 0) return { action: 'fail', retriable: true };
   const reason = retryReason(outcome);
   const retryAfterMs = outcome.kind === 'http-error' ? parseRetryAfter(outcome.retryAfter, nowMs) : undefined;
+  let delayMs: number;
   if (retryAfterMs !== undefined && retryAfterMs > 0) {
     const cap = options.retryAfterMaxMs ?? options.backoffMaxMs;
     const base = Math.min(retryAfterMs, cap);
-    const jitter = Math.min(cap - base, Math.round(random() * Math.min(1000, base * 0.1)));
-    return { action: 'retry', delayMs: base + jitter, reason, retryAfterMs };
+    delayMs = base + Math.min(cap - base, Math.round(random() * Math.min(1000, base * 0.1)));
+  } else {
+    delayMs = backoffDelay(attempt, options, random);
   }
-  return { action: 'retry', delayMs: backoffDelay(attempt, options, random), reason };
+  const decision: RetryDecision = { action: 'retry', delayMs: Math.min(delayMs, budgetLeft), reason };
+  if (retryAfterMs !== undefined && retryAfterMs > 0) decision.retryAfterMs = retryAfterMs;
+  return decision;
 }

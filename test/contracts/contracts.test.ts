@@ -166,11 +166,17 @@ describe('send request', () => {
 });
 
 describe('send result', () => {
-  it('accepts the accepted and rejected examples', () => {
-    const accepted = { requestId: 'r', businessId: 'b', outcome: 'accepted', messageId: '01J', type: 'text', recipient: '+15550002222', attempts: 1, acceptedAt: new Date().toISOString() };
-    const rejected = { requestId: 'r', outcome: 'rejected', attempts: 3, error: { httpStatus: 400, type: 'ERROR_TYPE_INVALID_REQUEST', code: 'ERROR_CODE_X', message: 'm', cntTraceId: '1', retriable: false } };
+  it('accepts the accepted, rejected and expired examples', () => {
+    const accepted = { requestId: 'r', businessId: 'b', outcome: 'accepted', messageId: '01J', type: 'text', recipient: '+15550002222', attempts: 1, maybeSent: false, acceptedAt: new Date().toISOString() };
+    const rejected = { requestId: 'r', outcome: 'rejected', attempts: 3, maybeSent: false, error: { httpStatus: 400, type: 'ERROR_TYPE_INVALID_REQUEST', code: 'ERROR_CODE_X', message: 'm', cntTraceId: '1', retriable: false } };
+    const at = new Date().toISOString();
+    const expired = { requestId: 'r', businessId: 'b', outcome: 'expired', type: 'text', recipient: '+15550002222', attempts: 0, maybeSent: false, expiresAt: at, expiredBy: 'ttlMs', expiredAt: at };
     expect(sendResultSchema.parse(accepted)).toEqual(accepted);
     expect(sendResultSchema.parse(rejected)).toEqual(rejected);
+    expect(sendResultSchema.parse(expired)).toEqual(expired);
+    expect(sendResultSchema.safeParse({ ...expired, expiredBy: 'whim' }).success).toBe(false);
+    // Every result says whether the provider may hold a message it did not confirm.
+    expect(sendResultSchema.safeParse({ ...rejected, maybeSent: undefined }).success).toBe(false);
     expect(sendResultSchema.safeParse({ ...accepted, attempts: 0 }).success).toBe(false);
     expect(sendResultSchema.safeParse({ ...rejected, error: { ...rejected.error, retriable: undefined } }).success).toBe(false);
     expect(sendResultSchema.safeParse({ ...accepted, outcome: 'maybe' }).success).toBe(false);

@@ -90,6 +90,13 @@ describe('Kubernetes manifests', () => {
     expect(container.livenessProbe.httpGet.path).toBe('/healthz');
   });
 
+  it('sender replicas together stay within the provider rate limit of about 200 sends/s per business', () => {
+    const config = loadConfig({ configFile: configMapFile() });
+    const replicas = find('Deployment', 'msgbridge-sender').spec.replicas as number;
+    expect(replicas).toBeGreaterThan(1);
+    expect(config.sender.ratePerSecond * replicas).toBeLessThanOrEqual(200);
+  });
+
   it('the ConfigMap holds a configuration msgbridge accepts, and every referenced Secret key exists', () => {
     expect(() => loadConfig({ configFile: configMapFile() })).not.toThrow();
     const secretKeys = Object.keys(find('Secret', 'msgbridge-secrets').stringData);

@@ -99,7 +99,7 @@ describe('sender order, concurrency and hand-overs', () => {
     await produceRequests(f.topics.sendRequests, requests);
     const sender = await f.start();
     let maxRunning = 0;
-    const probe = setInterval(() => (maxRunning = Math.max(maxRunning, sender.stats().running)), 5);
+    const probe = setInterval(() => (maxRunning = Math.max(maxRunning, sender.stats().providerCalls)), 5);
     cleanups.push(async () => clearInterval(probe));
     await results.waitFor((r) => r.length >= ids.length, 120_000, 'a result per request');
     clearInterval(probe);

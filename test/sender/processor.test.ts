@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import type { RecordToWrite } from '../../src/kafka/port.js';
+import { RecordTooLargeError, type RecordToWrite } from '../../src/kafka/port.js';
+import { CircuitBreaker } from '../../src/sender/circuit-breaker.js';
+import { Semaphore } from '../../src/sender/semaphore.js';
 import { silentLogger } from '../../src/observability/logger.js';
 import type { WorkContext } from '../../src/sender/keyed-runner.js';
 import { noopSenderMetrics } from '../../src/sender/metrics.js';
@@ -7,10 +9,13 @@ import { createProcessor, type ProcessorOptions } from '../../src/sender/process
 import { prepareJob, type Job } from '../../src/sender/requests.js';
 import type { AttemptOutcome } from '../../src/sender/retry-policy.js';
 
-function job(requestId: string, text = 'hi'): Job {
-  const value = { requestId, type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text } };
-  return prepareJob({ topic: 't', partition: 0, offset: '0', key: null, value: Buffer.from(JSON.stringify(value)), headers: {} }, new Map([['biz', 'key']]), 1);
+function job(requestId: string, text = 'hi', extra: Record<string, unknown> = {}, producedAt = Date.now()): Job {
+  const value = { requestId, type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text }, ...extra };
+  return prepareJob({ topic: 't', partition: 0, offset: '0', key: null, value: Buffer.from(JSON.stringify(value)), headers: {} }, new Map([['biz', 'key']]), { receivedAt: Date.now(), producedAt, maxRequestAgeMs: 86_400_000 });
 }
+
+const dropped = { kind: 'network', code: 'UND_ERR_SOCKET', message: 'other side closed', requestWritten: true } as const;
+const refused = { kind: 'network', code: 'ECONNREFUSED', message: 'refused', requestWritten: false } as const;
 
 function context(): WorkContext & { stopNow: () => void; abortNow: () => void } {
   const stop = new AbortController();
@@ -22,24 +27,38 @@ function context(): WorkContext & { stopNow: () => void; abortNow: () => void } 
 function harness(answers: AttemptOutcome[], overrides: Partial<ProcessorOptions> = {}) {
   const calls: unknown[] = [];
   const published: { topic: string; record: RecordToWrite }[] = [];
+  const slowedDown: string[] = [];
   let gate: (() => void) | undefined;
   let gated = false;
+  let concurrent = 0;
+  let maxConcurrent = 0;
   const processor = createProcessor({
     client: {
       send: async (_op, _biz, apiKey, body) => {
         expect(apiKey).toBe('key');
         calls.push(body);
-        if (gated) await new Promise<void>((r) => (gate = r));
-        return answers.shift() ?? { kind: 'accepted', status: 200, messageId: `m${calls.length}` };
+        concurrent += 1;
+        maxConcurrent = Math.max(maxConcurrent, concurrent);
+        try {
+          if (gated) await new Promise<void>((r) => (gate = r));
+          else await tick();
+          return answers.shift() ?? { kind: 'accepted', status: 200, messageId: `m${calls.length}` };
+        } finally {
+          concurrent -= 1;
+        }
       },
     },
     publish: async (topic, record) => {
       published.push({ topic, record });
     },
-    limiter: { acquire: async () => undefined },
+    limiter: { acquire: async () => undefined, slowDown: (key) => void slowedDown.push(key) },
+    circuits: new CircuitBreaker({ failureThreshold: 1000, probeInitialMs: 5, probeMaxMs: 10 }),
+    callSlots: new Semaphore(64),
     apiKeys: new Map([['biz', 'key']]),
     topics: { results: 'results', dlq: 'dlq' },
-    policy: { maxAttempts: 3, backoffInitialMs: 5, backoffMaxMs: 10 },
+    policy: { budgetMs: 60_000, backoffInitialMs: 5, backoffMaxMs: 10 },
+    retryMaybeSent: true,
+    dlqMaxBytes: 1_000_000,
     completedMax: 2,
     metrics: noopSenderMetrics,
     logger: silentLogger,
@@ -50,6 +69,8 @@ function harness(answers: AttemptOutcome[], overrides: Partial<ProcessorOptions>
     processor,
     calls,
     published,
+    slowedDown,
+    maxConcurrent: () => maxConcurrent,
     gate: () => (gated = true),
     release: () => gate?.(),
     results: () => published.filter((p) => p.topic === 'results').map((p) => JSON.parse(p.record.value.toString()) as Record<string, unknown>),
@@ -60,18 +81,107 @@ const tick = () => new Promise((r) => setTimeout(r, 1));
 
 describe('processor', () => {
   it('retries transient failures and publishes the accepted result', async () => {
-    const h = harness([{ kind: 'timeout', message: 't' }, { kind: 'http-error', status: 503 }]);
+    const h = harness([refused, { kind: 'http-error', status: 503 }]);
     expect(await h.processor.work(job('r1'), context())).toBe('done');
     expect(h.calls).toHaveLength(3);
-    expect(h.results()).toEqual([expect.objectContaining({ requestId: 'r1', outcome: 'accepted', attempts: 3, messageId: 'm3' })]);
+    expect(h.results()).toEqual([expect.objectContaining({ requestId: 'r1', outcome: 'accepted', attempts: 3, messageId: 'm3', maybeSent: false })]);
   });
 
-  it('publishes a DLQ job to the DLQ topic', async () => {
+  it('publishes a DLQ job to the DLQ topic, with its rejected result when the request id is readable', async () => {
     const h = harness([]);
-    const bad = prepareJob({ topic: 't', partition: 0, offset: '5', key: null, value: Buffer.from('nope'), headers: {} }, new Map([['biz', 'key']]), 1);
-    expect(await h.processor.work(bad, context())).toBe('done');
+    const prepare = (value: string) => prepareJob({ topic: 't', partition: 0, offset: '5', key: null, value: Buffer.from(value), headers: {} }, new Map([['biz', 'key']]), { receivedAt: 1, maxRequestAgeMs: 1000 });
+    expect(await h.processor.work(prepare('nope'), context())).toBe('done');
     expect(h.published.map((p) => p.topic)).toEqual(['dlq']);
+    expect(await h.processor.work(prepare(JSON.stringify({ requestId: 'r-dlq', businessId: 'other', type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' } })), context())).toBe('done');
+    expect(h.published.map((p) => p.topic)).toEqual(['dlq', 'dlq', 'results']);
+    expect(h.results()).toEqual([expect.objectContaining({ requestId: 'r-dlq', outcome: 'rejected', attempts: 0, maybeSent: false, error: expect.objectContaining({ code: 'RELAY_UNKNOWN_BUSINESS' }) })]);
     expect(h.calls).toHaveLength(0);
+  });
+
+  it('replaces a DLQ copy the topic refuses as too large by a reference, instead of retrying it for ever', async () => {
+    const published: RecordToWrite[] = [];
+    const h = harness([], {
+      publish: async (_topic, record) => {
+        if (record.value.length > 1000) throw new Error('batch failed', { cause: new RecordTooLargeError('too large') });
+        published.push(record);
+      },
+    });
+    const value = JSON.stringify({ requestId: 'r-big', type: 'text', padding: 'x'.repeat(5000) });
+    const big = prepareJob({ topic: 't', partition: 1, offset: '7', key: null, value: Buffer.from(value), headers: {} }, new Map([['biz', 'key']]), { receivedAt: 1, maxRequestAgeMs: 1000 });
+    expect(await h.processor.work(big, context())).toBe('done');
+    const dlq = published.find((r) => r.headers['dlq-value'] === 'reference')!;
+    expect(JSON.parse(dlq.value.toString())).toMatchObject({ truncated: true, originalBytes: value.length, sourcePartition: 1, sourceOffset: '7' });
+  });
+
+  it('says maybeSent when an attempt was written without an answer, and resends only when configured to', async () => {
+    const h = harness([dropped]);
+    await h.processor.work(job('r1'), context());
+    expect(h.calls).toHaveLength(2);
+    expect(h.results()).toEqual([expect.objectContaining({ outcome: 'accepted', attempts: 2, maybeSent: true })]);
+
+    const atMostOnce = harness([dropped], { retryMaybeSent: false });
+    await atMostOnce.processor.work(job('r1'), context());
+    expect(atMostOnce.calls).toHaveLength(1);
+    expect(atMostOnce.results()).toEqual([
+      expect.objectContaining({ outcome: 'rejected', attempts: 1, maybeSent: true, error: expect.objectContaining({ code: 'RELAY_NETWORK_ERROR', retriable: false, maybeSent: true }) }),
+    ]);
+    // A connection refused never reached the provider: resent whatever the setting.
+    const refusedOnce = harness([refused], { retryMaybeSent: false });
+    await refusedOnce.processor.work(job('r1'), context());
+    expect(refusedOnce.results()).toEqual([expect.objectContaining({ outcome: 'accepted', attempts: 2, maybeSent: false })]);
+  });
+
+  it('rejects as retriable once the time budget is spent, and does not remember it: a resubmission is sent', async () => {
+    const failures = Array.from({ length: 1000 }, () => ({ kind: 'http-error', status: 503 }) as const);
+    const h = harness(failures, { policy: { budgetMs: 60, backoffInitialMs: 5, backoffMaxMs: 10 } });
+    await h.processor.work(job('r1'), context());
+    const [rejected] = h.results();
+    expect(rejected).toMatchObject({ outcome: 'rejected', maybeSent: false, error: { retriable: true, httpStatus: 503 } });
+    expect(rejected!.attempts as number).toBeGreaterThan(2);
+    failures.length = 0;
+    const before = h.calls.length;
+    await h.processor.work(job('r1'), context());
+    expect(h.calls.length).toBe(before + 1);
+    expect(h.results()[1]).toMatchObject({ outcome: 'accepted' });
+    // A permanent rejection is remembered: a resubmission gets the same result, unsent.
+    const permanent = harness([{ kind: 'http-error', status: 400 }]);
+    await permanent.processor.work(job('r2'), context());
+    await permanent.processor.work(job('r2'), context());
+    expect(permanent.calls).toHaveLength(1);
+    expect(permanent.results().map((r) => r.outcome)).toEqual(['rejected', 'rejected']);
+  });
+
+  it('never sends an expired request: before the first attempt and between retries', async () => {
+    const h = harness([]);
+    await h.processor.work(job('old', 'hi', {}, Date.now() - 86_400_001), context());
+    await h.processor.work(job('past', 'hi', { expiresAt: new Date(Date.now() - 1).toISOString() }), context());
+    expect(h.calls).toHaveLength(0);
+    expect(h.results()).toEqual([
+      expect.objectContaining({ requestId: 'old', outcome: 'expired', attempts: 0, maybeSent: false, expiredBy: 'maxRequestAgeMs' }),
+      expect.objectContaining({ requestId: 'past', outcome: 'expired', attempts: 0, expiredBy: 'expiresAt' }),
+    ]);
+    const retrying = harness(Array.from({ length: 1000 }, () => dropped));
+    await retrying.processor.work(job('soon', 'hi', { ttlMs: 80 }), context());
+    const [expired] = retrying.results();
+    expect(expired).toMatchObject({ requestId: 'soon', outcome: 'expired', maybeSent: true, expiredBy: 'ttlMs' });
+    expect(expired!.attempts as number).toBeGreaterThan(0);
+  });
+
+  it('lowers the business rate on a 429', async () => {
+    const h = harness([{ kind: 'http-error', status: 429 }]);
+    await h.processor.work(job('r1'), context());
+    expect(h.slowedDown).toEqual(['biz']);
+    expect(h.results()).toEqual([expect.objectContaining({ outcome: 'accepted', attempts: 2 })]);
+  });
+
+  it('with the circuit open, sends one probe at a time while many requests wait', async () => {
+    const answers = Array.from({ length: 12 }, () => refused);
+    const h = harness(answers, { circuits: new CircuitBreaker({ failureThreshold: 3, probeInitialMs: 5, probeMaxMs: 10 }) });
+    const all = await Promise.all(Array.from({ length: 20 }, (_, i) => h.processor.work(job(`r${i}`), context())));
+    expect(all.every((o) => o === 'done')).toBe(true);
+    expect(h.results().every((r) => r.outcome === 'accepted')).toBe(true);
+    // 3 failures opened it (up to 20 calls were already in flight); afterwards every failed call was a lone probe.
+    expect(h.calls.length).toBe(20 + 12);
   });
 
   it('never sends a completed requestId again: the stored result is published once more', async () => {
@@ -108,7 +218,7 @@ describe('processor', () => {
   });
 
   it('told to stop: abandons a request waiting to retry, but publishes one whose call succeeds', async () => {
-    const slow = harness([{ kind: 'http-error', status: 500 }], { policy: { maxAttempts: 3, backoffInitialMs: 60_000, backoffMaxMs: 60_000 } });
+    const slow = harness([{ kind: 'http-error', status: 500 }], { policy: { budgetMs: 600_000, backoffInitialMs: 60_000, backoffMaxMs: 60_000 } });
     const ctx = context();
     const pending = slow.processor.work(job('r1'), ctx);
     await tick();

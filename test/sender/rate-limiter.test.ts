@@ -63,4 +63,38 @@ describe('RateLimiter (token bucket per business)', () => {
     expect(secondAt).toBe(100);
     await expect(limiter.acquire('biz', AbortSignal.abort(new Error('already')))).rejects.toThrow('already');
   });
+
+  it('halves a business rate on a 429 (at most once a second, not below the floor) and climbs back linearly', async () => {
+    const limiter = new RateLimiter({ ratePerSecond: 200, now: () => Date.now() });
+    limiter.slowDown('biz');
+    expect(limiter.rateOf('biz')).toBe(100);
+    // A burst of 429s from one window counts once.
+    limiter.slowDown('biz');
+    expect(limiter.rateOf('biz')).toBe(100);
+    expect(limiter.rateOf('other')).toBe(200);
+    expect([...limiter.slowedDown()]).toEqual([['biz', 100]]);
+    for (let i = 0; i < 10; i++) {
+      vi.advanceTimersByTime(1000);
+      limiter.slowDown('biz');
+    }
+    expect(limiter.rateOf('biz')).toBeCloseTo(10, 0);
+    // Back up by a twentieth of the configured rate a second: 10 s for another 100/s.
+    vi.advanceTimersByTime(10_000);
+    expect(limiter.rateOf('biz')).toBeCloseTo(110, 0);
+    vi.advanceTimersByTime(60_000);
+    expect(limiter.rateOf('biz')).toBe(200);
+    expect(limiter.slowedDown().size).toBe(0);
+  });
+
+  it('paces waiters at the lowered rate', async () => {
+    const limiter = new RateLimiter({ ratePerSecond: 100, burst: 1, now: () => Date.now() });
+    limiter.slowDown('biz');
+    const granted: number[] = [];
+    const waits = Array.from({ length: 5 }, () => limiter.acquire('biz').then(() => granted.push(Date.now())));
+    await vi.advanceTimersByTimeAsync(1000);
+    await Promise.all(waits);
+    // 50/s after the 429: a token every 20 ms (the rate creeps up meanwhile, so a little less).
+    const gaps = granted.slice(1).map((t, i) => t - granted[i]!);
+    for (const gap of gaps) expect(gap).toBeGreaterThanOrEqual(18);
+  });
 });

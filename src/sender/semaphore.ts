@@ -1,0 +1,54 @@
+import { Deque } from '../deque.js';
+
+/**
+ * At most `permits` holders at once; waiters are served in FIFO order and leave the queue
+ * when their signal aborts. The sender bounds its provider calls in flight with it, so that
+ * requests waiting for an open circuit or a token hold no call slot.
+ */
+export class Semaphore {
+  private held = 0;
+  private readonly waiters = new Deque<{ grant: () => void; cancelled: boolean }>();
+
+  constructor(private readonly permits: number) {
+    if (!(permits >= 1)) throw new RangeError('permits must be at least 1');
+  }
+
+  get inUse(): number {
+    return this.held;
+  }
+
+  /** Resolves true with a permit, or false when the signal aborts first. */
+  acquire(signal?: AbortSignal): Promise<boolean> {
+    if (signal?.aborted) return Promise.resolve(false);
+    if (this.held < this.permits && this.waiters.length === 0) {
+      this.held += 1;
+      return Promise.resolve(true);
+    }
+    return new Promise((resolve) => {
+      const waiter = {
+        cancelled: false,
+        grant: () => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve(true);
+        },
+      };
+      const onAbort = () => {
+        waiter.cancelled = true;
+        resolve(false);
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.waiters.push(waiter);
+    });
+  }
+
+  release(): void {
+    for (;;) {
+      const next = this.waiters.shift();
+      if (!next) break;
+      if (next.cancelled) continue;
+      next.grant();
+      return;
+    }
+    this.held -= 1;
+  }
+}
