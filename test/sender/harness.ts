@@ -13,8 +13,8 @@ import { kafkaBrokers, uniqueTopic, withAdmin, type ReadRecord } from '../helper
 import { headersToStrings as decodeHeaders } from '../../src/commands/render.js';
 
 /** A client that rides out a busy broker (new topics whose leaders are still settling). */
-function patientKafka(clientId: string): Kafka {
-  return new Kafka({ clientId, brokers: kafkaBrokers(), logLevel: logLevel.NOTHING, retry: { retries: 10, initialRetryTime: 200, maxRetryTime: 3000 } });
+function patientKafka(clientId: string, brokers = kafkaBrokers()): Kafka {
+  return new Kafka({ clientId, brokers, logLevel: logLevel.NOTHING, retry: { retries: 10, initialRetryTime: 200, maxRetryTime: 3000 } });
 }
 
 export const BIZ = { id: 'biz_1', apiKey: 'key-biz-1', signingSecret: 'secret-biz-1' };
@@ -73,12 +73,21 @@ export async function fixture(
     senderApiKeys?: Record<string, string>;
     sender?: DeepPartial<Config['sender']>;
     simulator?: Partial<SimulatorOptions>;
+    /** Send to this provider instead of the simulator (which still runs, idle). */
+    providerUrl?: string;
+    kafka?: DeepPartial<Config['kafka']>;
+    /** A broker of the test's own instead of the suite's. */
+    brokers?: string[];
   } = {},
 ): Promise<Fixture> {
   const topics = senderTopics();
   const partitions = options.partitions ?? 3;
+  const brokers = options.brokers ?? kafkaBrokers();
   // ensureTopics waits until every partition has a leader (kafkajs's own wait gives up on a busy broker).
-  await withAdmin((admin) => ensureTopics(admin, [topics.sendRequests, topics.sendResults, topics.sendRequestsDlq].map((topic) => ({ topic, partitions, replicationFactor: 1 }))));
+  await withAdmin(
+    (admin) => ensureTopics(admin, [topics.sendRequests, topics.sendResults, topics.sendRequestsDlq].map((topic) => ({ topic, partitions, replicationFactor: 1 }))),
+    brokers,
+  );
   const businesses = options.businesses ?? [BIZ];
   const simulator = await startSimulator({
     host: '127.0.0.1',
@@ -102,9 +111,9 @@ export async function fixture(
   const config = loadConfig({
     env: {},
     overrides: {
-      kafka: { brokers: kafkaBrokers(), topics, createTopics: false, partitions, replicationFactor: 1 },
+      kafka: { brokers, topics, createTopics: false, partitions, replicationFactor: 1, ...options.kafka },
       businesses: businesses.map((b) => ({ id: b.id, signingSecrets: [b.signingSecret], apiKey: options.senderApiKeys?.[b.id] ?? b.apiKey })),
-      provider: { url: simulator.url },
+      provider: { url: options.providerUrl ?? simulator.url },
       sender,
       log: { level: 'info' },
     },
@@ -116,14 +125,14 @@ export async function fixture(
     config,
     groupId,
     async start(startOptions = {}) {
-      const s = await startSender({ config, brokers: kafkaBrokers(), logger: testLogger('sender'), health: false, ...startOptions });
+      const s = await startSender({ config, brokers, logger: testLogger('sender'), health: false, ...startOptions });
       running.push(s);
       return s;
     },
     env() {
       const env: Record<string, string> = {
-        KAFKA_BROKERS: kafkaBrokers().join(','),
-        MSGBRIDGE_PROVIDER_URL: simulator.url,
+        KAFKA_BROKERS: brokers.join(','),
+        MSGBRIDGE_PROVIDER_URL: options.providerUrl ?? simulator.url,
         MSGBRIDGE_LOG_LEVEL: process.env.MSGBRIDGE_TEST_LOG ?? 'warn',
         MSGBRIDGE__kafka__topics: JSON.stringify(topics),
         MSGBRIDGE__kafka__createTopics: 'false',
@@ -149,11 +158,13 @@ export interface RequestSpec {
   value: string | Buffer | Record<string, unknown>;
   headers?: Record<string, string>;
   partition?: number;
+  /** Record timestamp (ms); default now. */
+  timestamp?: number;
 }
 
 /** Produces requests in order, each exactly once (idempotent producer, acks=all). */
-export async function produceRequests(topic: string, requests: RequestSpec[]): Promise<void> {
-  const producer = patientKafka('sender-test-producer').producer({ allowAutoTopicCreation: false, idempotent: true, maxInFlightRequests: 1 });
+export async function produceRequests(topic: string, requests: RequestSpec[], brokers?: string[]): Promise<void> {
+  const producer = patientKafka('sender-test-producer', brokers).producer({ allowAutoTopicCreation: false, idempotent: true, maxInFlightRequests: 1 });
   await producer.connect();
   try {
     for (let i = 0; i < requests.length; i += 1000) {
@@ -165,6 +176,7 @@ export async function produceRequests(topic: string, requests: RequestSpec[]): P
           value: typeof r.value === 'string' || Buffer.isBuffer(r.value) ? r.value : JSON.stringify(r.value),
           headers: r.headers,
           partition: r.partition,
+          timestamp: r.timestamp === undefined ? undefined : String(r.timestamp),
         })),
       });
     }
@@ -182,7 +194,8 @@ export function templateRequest(requestId: string, number: string, extra: Record
 }
 
 export interface Collector {
-  records: ReadRecord[];
+  /** With `at`: when the collector read it (ms). */
+  records: (ReadRecord & { at: number })[];
   /** Parsed JSON values. */
   values(): Record<string, unknown>[];
   waitFor(predicate: (records: ReadRecord[]) => boolean, timeoutMs?: number, what?: string): Promise<ReadRecord[]>;
@@ -190,9 +203,9 @@ export interface Collector {
 }
 
 /** Reads a topic from the beginning, continuously, until stopped. */
-export async function collect(topic: string): Promise<Collector> {
-  const consumer = patientKafka('sender-test-collector').consumer({ groupId: `collector-${randomUUID()}`, maxWaitTimeInMs: 100 });
-  const records: ReadRecord[] = [];
+export async function collect(topic: string, brokers?: string[]): Promise<Collector> {
+  const consumer = patientKafka('sender-test-collector', brokers).consumer({ groupId: `collector-${randomUUID()}`, maxWaitTimeInMs: 100 });
+  const records: (ReadRecord & { at: number })[] = [];
   await consumer.connect();
   await consumer.subscribe({ topics: [topic], fromBeginning: true });
   await consumer.run({
@@ -204,6 +217,7 @@ export async function collect(topic: string): Promise<Collector> {
         key: message.key?.toString() ?? null,
         value: message.value ?? Buffer.alloc(0),
         headers: decodeHeaders(message.headers),
+        at: Date.now(),
       });
     },
   });
