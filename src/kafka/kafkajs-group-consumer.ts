@@ -27,6 +27,12 @@ export interface KafkajsGroupConsumerOptions {
   maxWaitTimeMs?: number;
   maxBytesPerPartition?: number;
   maxBytes?: number;
+  /**
+   * Batches of different partitions handled at once (default 1). A handler that waits for room
+   * holds its partition only: with several, one partition's long batch cannot starve the
+   * others (a partition taken over after a rebalance starts at once).
+   */
+  partitionsConsumedConcurrently?: number;
   logger?: Logger;
 }
 
@@ -98,7 +104,7 @@ export function createKafkajsGroupConsumer(kafka: Kafka, options: KafkajsGroupCo
       await consumer.run({
         autoCommit: false,
         eachBatchAutoResolve: false,
-        partitionsConsumedConcurrently: 1,
+        partitionsConsumedConcurrently: options.partitionsConsumedConcurrently ?? 1,
         eachBatch: async (payload) => {
           commitFn = payload.commitOffsetsIfNecessary;
           const { batch } = payload;

@@ -175,6 +175,8 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
     topic: topics.sendRequests,
     sessionTimeoutMs: s.sessionTimeoutMs,
     heartbeatIntervalMs: s.heartbeatIntervalMs,
+    // Every owned partition's batch in progress at once: they share the runner's window fairly.
+    partitionsConsumedConcurrently: 64,
     logger,
   });
   const member = new PartitionConsumer<Job>({

@@ -229,7 +229,7 @@ export class PartitionConsumer<J> {
       () => (settled = true),
     );
     while (!settled) {
-      await Promise.race([promise.catch(() => undefined), sleep(1000)]);
+      await Promise.race([promise.catch(() => undefined), sleep(500)]);
       if (!this.active(control)) return false;
       if (!settled) await this.heartbeat(control);
     }
@@ -249,16 +249,18 @@ export class PartitionConsumer<J> {
       if (this.gates.get(p) === gate) this.gates.delete(p);
     }
     for (const record of records) {
+      if (Date.now() - lastBeat >= 500) {
+        await this.heartbeat(control);
+        lastBeat = Date.now();
+      }
       if (!this.active(control) || runner.epochOf(p) === undefined) return;
-      if (!runner.hasCapacity()) {
+      // Other partitions' batches run concurrently: the check and the submit must not be
+      // separated by an await, or together they would overfill the window.
+      while (!runner.hasCapacity()) {
         // The window frees up as commits are confirmed: commit now rather than at the next tick.
         void this.commitOnce();
         if (!(await this.waitKeepingAlive(runner.whenCapacity(), control))) return;
-      }
-      if (Date.now() - lastBeat >= 1000) {
-        await this.heartbeat(control);
-        lastBeat = Date.now();
-        if (!this.active(control)) return;
+        if (runner.epochOf(p) === undefined) return;
       }
       const { job, key } = this.options.prepare(record);
       if (runner.submit(p, Number(record.offset), key, job) === 'not-assigned') return;

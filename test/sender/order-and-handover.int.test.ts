@@ -196,6 +196,72 @@ describe('sender order, concurrency and hand-overs', () => {
     await expectAllCommitted(f);
   });
 
+  it('SIGKILL of one of two members: the survivor works its partitions again within 10 s; every request one result (repeats share their event-id)', async () => {
+    const KEYS = 72;
+    const PER_KEY = 60;
+    const PARTITIONS = 6;
+    // Each member paced at 300/s: the survivor still has work on every partition when it takes over.
+    const { f, results } = await setUp({
+      partitions: PARTITIONS,
+      sender: { concurrency: 16, maxBufferedRequests: 100, ratePerSecond: 300 },
+      simulator: { faults: { sendLatencyMs: { min: 5, max: 20 } } },
+    });
+    const { requests, ids } = workload(KEYS, PER_KEY);
+    const keyIndex = (key: string) => Number(key.slice(-7)) - 1_000_000;
+    const partitionOf = new Map<string, number>();
+    for (const r of requests) {
+      r.partition = keyIndex(r.key as string) % PARTITIONS;
+      partitionOf.set((r.value as { requestId: string }).requestId, r.partition);
+    }
+    await produceRequests(f.topics.sendRequests, requests);
+    const env = { ...f.env(), MSGBRIDGE_LOG_LEVEL: 'info' };
+    const a = spawnSender(env);
+    cleanups.push(async () => a.child.kill('SIGKILL'));
+    const b = spawnSender(env);
+    cleanups.push(async () => b.child.kill('SIGKILL'));
+    // Both members hold partitions before one dies.
+    const owned = (child: ChildSender): number[] => {
+      const lines = child.output().split('\n').filter((l) => l.includes('"msg":"assignment"'));
+      return lines.length === 0 ? [] : (JSON.parse(lines.at(-1)!) as { partitions: number[] }).partitions;
+    };
+    await waitUntil(() => owned(a).length > 0 && owned(b).length > 0 && owned(a).length + owned(b).length === PARTITIONS, 60_000, () => `a split assignment: ${owned(a)} / ${owned(b)}`);
+    await waitUntil(() => resultIds(results).size >= 600, 60_000, () => 'progress');
+    const dead = owned(a);
+    const killedAt = Date.now();
+    a.child.kill('SIGKILL');
+    expect(await a.exited).toBeNull();
+
+    await waitUntil(() => resultIds(results).size >= ids.length, 120_000, () => `all results (${resultIds(results).size}/${ids.length})`);
+    b.child.kill('SIGTERM');
+    expect(await b.exited).toBe(0);
+
+    // Per partition of the dead member: the first result for one of its requests written after
+    // the kill (a second later: what the dead member wrote before dying has been read by then).
+    const resumedAfter = dead.map((p) => {
+      const first = results.records.find((r) => r.at > killedAt + 1000 && partitionOf.get(JSON.parse(r.value.toString()).requestId as string) === p);
+      return first ? first.at - killedAt : Infinity;
+    });
+    const takeover = b
+      .output()
+      .split('\n')
+      .filter((l) => l.includes('"msg":"assignment"'))
+      .map((l) => JSON.parse(l) as { time: string; partitions: number[] })
+      .find((l) => Date.parse(l.time) > killedAt && dead.every((p) => l.partitions.includes(p)));
+    console.log(`[failover] partitions ${dead.join(',')} of the killed member: assigned to the survivor after ${takeover ? Date.parse(takeover.time) - killedAt : '?'} ms, first results after ${resumedAfter.map((ms) => `${ms} ms`).join(', ')}`);
+    expect(takeover).toBeDefined();
+    for (const ms of resumedAfter) expect(ms).toBeLessThan(10_000);
+    expect(resultIds(results)).toEqual(new Set(ids));
+    // What ran twice (in flight at the kill) got a second result with the same event-id.
+    const eventIds = new Map<string, Set<string>>();
+    for (const r of results.records) {
+      const id = JSON.parse(r.value.toString()).requestId as string;
+      eventIds.set(id, (eventIds.get(id) ?? new Set()).add(r.headers['event-id']!));
+    }
+    expect([...eventIds.values()].every((set) => set.size === 1)).toBe(true);
+    expect(results.records.length - ids.length).toBeLessThanOrEqual(100);
+    await expectAllCommitted(f);
+  });
+
   it('a SIGTERM drain finishes what is in flight and commits it: the next sender sends nothing twice', async () => {
     const KEYS = 40;
     const PER_KEY = 15;
