@@ -116,7 +116,12 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
 
   const publisher = new ResultPublisher({
     createProducer: () => createKafkajsProducer(kafka, { timeoutMs: config.kafka.requestTimeoutMs }),
-    onReplace: (error) => logger.warn({ err: (error as Error)?.message ?? String(error) }, 'a produce of results failed: the producer is replaced, never reused'),
+    stallMs: config.kafka.requestTimeoutMs,
+    onReplace: (error) => logger.debug({ err: (error as Error)?.message ?? String(error) }, 'a produce of results failed: the producer is replaced, never reused'),
+    onHealthChange: (ok, error) => {
+      if (ok) logger.info('results reach Kafka again');
+      else logger.error({ err: (error as Error)?.message ?? String(error) }, 'results cannot be published to Kafka: retrying with a new producer; /readyz is 503 meanwhile');
+    },
   });
   await publisher.start();
   const client: ProviderClient = createProviderClient({

@@ -132,7 +132,8 @@ export function createProcessor(options: ProcessorOptions): Processor {
           continue;
         }
         const delay = Math.min(5000, 100 * 2 ** Math.min(attempt, 6));
-        logger.error({ err: (error as Error)?.message ?? String(error), topic, attempt, retryInMs: delay }, 'publishing to Kafka failed; retrying with a new producer');
+        // The publisher logs the failure once; one line per record would flood the log.
+        logger.debug({ err: (error as Error)?.message ?? String(error), topic, attempt, retryInMs: delay }, 'publishing to Kafka failed; retrying');
         if (!(await sleep(delay, context.abort))) return false;
       }
     }

@@ -16,8 +16,12 @@ import type { RecordProducer, RecordToWrite, TopicRecords } from '../kafka/port.
 export interface ResultPublisherOptions {
   createProducer: () => RecordProducer;
   maxBatch?: number;
+  /** A produce in flight longer than this counts as failing for `publishable` (ms). */
+  stallMs?: number;
   /** Called when a producer is dropped after a failure. */
   onReplace?: (error: unknown) => void;
+  /** Called once when produces start failing (with the cause) and once when one succeeds again. */
+  onHealthChange?: (ok: boolean, error?: unknown) => void;
 }
 
 interface Queued {
@@ -32,6 +36,8 @@ export class ResultPublisher {
   private sending = false;
   private producer: RecordProducer | undefined;
   private failing = false;
+  /** When the produce in flight started (performance.now()), if one is. */
+  private sendingSince: number | undefined;
   private closed = false;
   private readonly maxBatch: number;
 
@@ -44,9 +50,11 @@ export class ResultPublisher {
     await this.connected();
   }
 
-  /** False after a failed produce until one succeeds again. */
+  /** False after a failed produce until one succeeds again, and while one hangs past `stallMs`. */
   get publishable(): boolean {
-    return !this.failing;
+    if (this.failing) return false;
+    const stallMs = this.options.stallMs;
+    return stallMs === undefined || this.sendingSince === undefined || performance.now() - this.sendingSince < stallMs;
   }
 
   publish(topic: string, record: RecordToWrite): Promise<void> {
@@ -95,11 +103,14 @@ export class ResultPublisher {
         const batches: TopicRecords[] = [...byTopic].map(([topic, records]) => ({ topic, records }));
         let producer: RecordProducer | undefined;
         try {
+          this.sendingSince = performance.now();
           producer = await this.connected();
           await producer.send(batches);
+          if (this.failing) this.options.onHealthChange?.(true);
           this.failing = false;
           for (const item of batch) item.resolve();
         } catch (error) {
+          if (!this.failing) this.options.onHealthChange?.(false, error);
           this.failing = true;
           if (producer && this.producer === producer) {
             this.producer = undefined;
@@ -107,6 +118,8 @@ export class ResultPublisher {
             void producer.disconnect().catch(() => undefined);
           }
           for (const item of batch) item.reject(error);
+        } finally {
+          this.sendingSince = undefined;
         }
       }
     } finally {

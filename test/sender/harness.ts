@@ -238,15 +238,15 @@ export async function waitUntil(condition: () => boolean, timeoutMs: number, des
 }
 
 /** The group's committed offsets per partition (-1 when none). */
-export async function committedOffsets(groupId: string, topic: string): Promise<Map<number, { offset: number; metadata: string | null }>> {
+export async function committedOffsets(groupId: string, topic: string, brokers?: string[]): Promise<Map<number, { offset: number; metadata: string | null }>> {
   return withAdmin(async (admin) => {
     const [entry] = await admin.fetchOffsets({ groupId, topics: [topic] });
     return new Map((entry?.partitions ?? []).map((p) => [p.partition, { offset: Number(p.offset), metadata: p.metadata }]));
-  });
+  }, brokers);
 }
 
-export async function endOffsets(topic: string): Promise<Map<number, number>> {
-  return withAdmin(async (admin) => new Map((await admin.fetchTopicOffsets(topic)).map((p) => [p.partition, Number(p.high)])));
+export async function endOffsets(topic: string, brokers?: string[]): Promise<Map<number, number>> {
+  return withAdmin(async (admin) => new Map((await admin.fetchTopicOffsets(topic)).map((p) => [p.partition, Number(p.high)])), brokers);
 }
 
 /** The `callbackData` the tests put in every request, as the provider received it. */

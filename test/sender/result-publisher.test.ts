@@ -69,4 +69,22 @@ describe('ResultPublisher', () => {
     await publisher.close();
     await expect(publisher.publish('results', record(9))).rejects.toThrow(/closed/);
   });
+
+  it('is not publishable while a produce hangs past stallMs', async () => {
+    let release!: () => void;
+    const hanging: RecordProducer = {
+      connect: async () => undefined,
+      send: () => new Promise<void>((r) => (release = r)),
+      disconnect: async () => undefined,
+    };
+    const publisher = new ResultPublisher({ createProducer: () => hanging, stallMs: 50 });
+    await publisher.start();
+    const pending = publisher.publish('results', record(1));
+    expect(publisher.publishable).toBe(true);
+    await new Promise((r) => setTimeout(r, 80));
+    expect(publisher.publishable).toBe(false);
+    release();
+    await pending;
+    expect(publisher.publishable).toBe(true);
+  });
 });
