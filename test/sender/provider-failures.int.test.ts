@@ -85,16 +85,22 @@ describe('sender under provider failures', () => {
 
   it('lost answers: results say maybeSent exactly when an attempt may have created the message; retryMaybeSent=false never creates two', async () => {
     const N = 300;
-    const atLeastOnce = await setUp({ partitions: 3, sender: { ratePerSecond: 1000, backoffInitialMs: 20, backoffMaxMs: 100 } });
-    atLeastOnce.provider.dropAfterReadRate = 0.15;
-    await produceRequests(atLeastOnce.f.topics.sendRequests, requests('lost', N, 60));
-    await atLeastOnce.f.start();
-    await atLeastOnce.results.waitFor((r) => r.length >= N, 60_000, 'a result per request');
-    const dropped = new Set(atLeastOnce.provider.calls().filter((c) => c.answer === 'dropped').map((c) => c.requestId));
-    expect(dropped.size).toBeGreaterThan(10);
+    /** N requests through a provider that drops 15% of connections after creating the message. */
+    const lossyRun = async (prefix: string, retryMaybeSent: boolean) => {
+      const run = await setUp({ partitions: 3, sender: { ratePerSecond: 1000, backoffInitialMs: 20, backoffMaxMs: 100, retryMaybeSent } });
+      run.provider.dropAfterReadRate = 0.15;
+      await produceRequests(run.f.topics.sendRequests, requests(prefix, N, 60));
+      await run.f.start();
+      await run.results.waitFor((r) => r.length >= N, 60_000, 'a result per request');
+      const dropped = new Set(run.provider.calls().filter((c) => c.answer === 'dropped').map((c) => c.requestId));
+      expect(dropped.size).toBeGreaterThan(10);
+      return { ...run, dropped };
+    };
+
+    const atLeastOnce = await lossyRun('lost', true);
     for (const [id, list] of byRequest(atLeastOnce.results)) {
       expect(list, id).toHaveLength(1);
-      expect(list[0], id).toMatchObject({ outcome: 'accepted', maybeSent: dropped.has(id) });
+      expect(list[0], id).toMatchObject({ outcome: 'accepted', maybeSent: atLeastOnce.dropped.has(id) });
       // The accepted message id is one the provider created for that request.
       const created = atLeastOnce.provider.created().filter((m) => m.requestId === id);
       expect(created.map((m) => m.id)).toContain((list[0] as { messageId: string }).messageId);
@@ -102,16 +108,10 @@ describe('sender under provider failures', () => {
       expect(created.length, id).toBe(list[0]!.attempts);
     }
 
-    const atMostOnce = await setUp({ partitions: 3, sender: { ratePerSecond: 1000, backoffInitialMs: 20, backoffMaxMs: 100, retryMaybeSent: false } });
-    atMostOnce.provider.dropAfterReadRate = 0.15;
-    await produceRequests(atMostOnce.f.topics.sendRequests, requests('once', N, 60));
-    await atMostOnce.f.start();
-    await atMostOnce.results.waitFor((r) => r.length >= N, 60_000, 'a result per request');
-    const droppedOnce = new Set(atMostOnce.provider.calls().filter((c) => c.answer === 'dropped').map((c) => c.requestId));
-    expect(droppedOnce.size).toBeGreaterThan(10);
+    const atMostOnce = await lossyRun('once', false);
     for (const [id, list] of byRequest(atMostOnce.results)) {
       expect(list, id).toHaveLength(1);
-      if (droppedOnce.has(id)) {
+      if (atMostOnce.dropped.has(id)) {
         expect(list[0], id).toMatchObject({ outcome: 'rejected', attempts: 1, maybeSent: true, error: { code: 'RELAY_NETWORK_ERROR', retriable: false, maybeSent: true } });
       } else {
         expect(list[0], id).toMatchObject({ outcome: 'accepted', maybeSent: false });
