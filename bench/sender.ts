@@ -12,9 +12,13 @@
 // is the bound) and a concurrency-bound one (rate limit lifted: concurrency / L is the bound).
 // In the same run, a naive baseline: kafkajs `eachMessage`, one awaited provider call and one
 // awaited result publish per request, on its own copy of the backlog for a fixed duration.
+// Failure scenarios: a provider outage (every send answered 5xx for --outage-seconds, mid-stream:
+// sends/s before, during and after, rejected results, duplicate creations, calls made during the
+// outage) and a member failover (two senders, one killed with SIGKILL: time until the survivor is
+// assigned the dead member's partitions and until each of them has a result again).
 //
 //   npx tsx bench/sender.ts [--requests 6000] [--recipients 1000] [--latency-ms 100]
-//                           [--concurrent-requests 12000] [--naive-seconds 20]
+//                           [--concurrent-requests 12000] [--naive-seconds 20] [--outage-seconds 20]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -43,6 +47,7 @@ const { values: args } = parseArgs({
     'naive-seconds': { type: 'string', default: '20' },
     partitions: { type: 'string', default: '12' },
     rounds: { type: 'string', default: '1' },
+    'outage-seconds': { type: 'string', default: '20' },
   },
 });
 const N = Number(args.requests);
@@ -52,6 +57,7 @@ const N_CONCURRENCY = Number(args['concurrent-requests']);
 const NAIVE_SECONDS = Number(args['naive-seconds']);
 const PARTITIONS = Number(args.partitions);
 const ROUNDS = Number(args.rounds);
+const OUTAGE_SECONDS = Number(args['outage-seconds']);
 const STEADY_REQUESTS = 1500;
 const BUSINESS = { id: 'biz_bench', apiKey: 'bench-api-key', secret: 'bench-secret' };
 
@@ -61,6 +67,20 @@ interface Scenario {
   sender: { concurrency: number; ratePerSecond: number; maxBufferedRequests: number };
   /** Produce the requests at this pace while the sender runs, instead of preloading them. */
   steadyPerSecond?: number;
+  /** The provider answers every send 5xx for `seconds`, starting once `afterResults` results are in. */
+  outage?: { afterResults: number; seconds: number };
+}
+
+interface OutageFigures {
+  beforePerSecond: number;
+  duringPerSecond: number;
+  afterPerSecond: number;
+  callsDuringOutage: number;
+  rejected: number;
+  /** Requests the provider created more than one message for. */
+  createdTwice: number;
+  /** From the end of the outage to the first result after it. */
+  resumedAfterMs: number;
 }
 
 interface ScenarioResult {
@@ -82,6 +102,7 @@ interface ScenarioResult {
   orderViolations: number;
   roundsPerSecond?: number[];
   roundsP99?: number[];
+  outage?: OutageFigures;
 }
 
 function line(text: string): void {
@@ -133,7 +154,7 @@ async function preload(kafka: Kafka, topic: string, records: { key: string; valu
 }
 
 interface Collected {
-  byRequest: Map<string, { latencyMs: number; at: number }>;
+  byRequest: Map<string, { latencyMs: number; at: number; outcome: string }>;
   records: number;
   lastAt: number;
   consumer: Consumer;
@@ -147,12 +168,12 @@ async function collectResults(kafka: Kafka, topic: string): Promise<Collected> {
   await consumer.run({
     eachBatch: async ({ batch }) => {
       for (const m of batch.messages) {
-        const value = JSON.parse(m.value!.toString()) as { requestId: string };
+        const value = JSON.parse(m.value!.toString()) as { requestId: string; outcome: string };
         const at = Number(m.timestamp);
         const taken = Number(m.headers?.['received-at']?.toString());
         collected.records += 1;
         collected.lastAt = Math.max(collected.lastAt, at);
-        if (!collected.byRequest.has(value.requestId)) collected.byRequest.set(value.requestId, { latencyMs: at - taken, at });
+        if (!collected.byRequest.has(value.requestId)) collected.byRequest.set(value.requestId, { latencyMs: at - taken, at, outcome: value.outcome });
       }
     },
   });
@@ -173,8 +194,8 @@ function procStatus(pid: number): { peakRssMb: number; cpuSeconds: number } {
   return { peakRssMb: hwm / 1024, cpuSeconds: ticks / 100 };
 }
 
-async function simJson<T>(url: string, method: 'GET' | 'DELETE', path: string): Promise<T> {
-  const res = await request(`${url}${path}`, { method });
+async function simJson<T>(url: string, method: 'GET' | 'DELETE' | 'PUT', path: string, body?: unknown): Promise<T> {
+  const res = await request(`${url}${path}`, { method, ...(body === undefined ? {} : { body: JSON.stringify(body), headers: { 'content-type': 'application/json' } }) });
   return (await res.body.json()) as T;
 }
 
@@ -212,29 +233,11 @@ async function runScenario(kafka: Kafka, brokers: string[], simulatorUrl: string
   const collected = await collectResults(kafka, topics.sendResults);
 
   // BENCH_SENDER_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the sender.
-  const nodeArgs = (process.env.BENCH_SENDER_NODE_ARGS ?? '').split(' ').filter(Boolean);
-  const child = spawn(process.execPath, [...nodeArgs, CLI_BUNDLE, 'sender'], {
-    cwd: ROOT,
-    env: {
-      PATH: process.env.PATH,
-      HOME: process.env.HOME,
-      KAFKA_BROKERS: brokers.join(','),
-      MSGBRIDGE_BUSINESS_ID: BUSINESS.id,
-      MSGBRIDGE_API_KEY: BUSINESS.apiKey,
-      MSGBRIDGE_PROVIDER_URL: simulatorUrl,
-      MSGBRIDGE_LOG_LEVEL: 'warn',
-      KAFKAJS_NO_PARTITIONER_WARNING: '1',
-      MSGBRIDGE__kafka__topics__sendRequests: topics.sendRequests,
-      MSGBRIDGE__kafka__topics__sendResults: topics.sendResults,
-      MSGBRIDGE__kafka__topics__sendRequestsDlq: topics.sendRequestsDlq,
-      MSGBRIDGE__kafka__createTopics: 'false',
-      MSGBRIDGE__sender__groupId: `bench-sender-${run}`,
-      MSGBRIDGE__sender__healthPort: '0',
-      MSGBRIDGE__sender__concurrency: String(scenario.sender.concurrency),
-      MSGBRIDGE__sender__ratePerSecond: String(scenario.sender.ratePerSecond),
-      MSGBRIDGE__sender__maxBufferedRequests: String(scenario.sender.maxBufferedRequests),
-    },
-    stdio: ['ignore', 'pipe', 'inherit'],
+  const { child } = spawnBenchSender(brokers, simulatorUrl, topics, `bench-sender-${run}`, {
+    MSGBRIDGE_LOG_LEVEL: 'warn',
+    MSGBRIDGE__sender__concurrency: String(scenario.sender.concurrency),
+    MSGBRIDGE__sender__ratePerSecond: String(scenario.sender.ratePerSecond),
+    MSGBRIDGE__sender__maxBufferedRequests: String(scenario.sender.maxBufferedRequests),
   });
   await firstLine(child, (l) => l.startsWith('{"sender"'));
   const readyAt = Date.now();
@@ -259,6 +262,17 @@ async function runScenario(kafka: Kafka, brokers: string[], simulatorUrl: string
     }
     await producer.disconnect();
   }
+  let outageWindow: { from: number; to: number } | undefined;
+  if (scenario.outage) {
+    const { afterResults, seconds } = scenario.outage;
+    await waitUntil(() => collected.byRequest.size >= afterResults, 15 * 60_000, `${afterResults} results before the outage`);
+    line(`[${scenario.name}] provider outage: every send answered 5xx for ${seconds} s…`);
+    await simJson(simulatorUrl, 'PUT', '/sim/faults', { send5xxRate: 1 });
+    const from = Date.now();
+    await new Promise((r) => setTimeout(r, seconds * 1000));
+    await simJson(simulatorUrl, 'PUT', '/sim/faults', { send5xxRate: 0 });
+    outageWindow = { from, to: Date.now() };
+  }
   await waitUntil(() => collected.byRequest.size >= scenario.requests, 15 * 60_000, `${scenario.requests} results`);
   const { peakRssMb, cpuSeconds } = procStatus(pid);
   child.kill('SIGTERM');
@@ -266,7 +280,7 @@ async function runScenario(kafka: Kafka, brokers: string[], simulatorUrl: string
   await collected.consumer.disconnect();
   if (code !== 0) line(`[${scenario.name}] the sender exited with ${code}`);
 
-  const sends = await simJson<{ seq: number; status: number; body: { callbackData?: string; recipient?: { id: string } } | null }[]>(simulatorUrl, 'GET', '/sim/sends');
+  const sends = await simJson<{ seq: number; status: number; receivedAt: string; body: { callbackData?: string; recipient?: { id: string } } | null }[]>(simulatorUrl, 'GET', '/sim/sends');
   const ours = sends.filter((s) => s.body?.callbackData?.startsWith(`${run}:`)).sort((a, b) => a.seq - b.seq);
   const firstSeen = new Set<string>();
   const lastN = new Map<string, number>();
@@ -286,6 +300,23 @@ async function runScenario(kafka: Kafka, brokers: string[], simulatorUrl: string
     .sort((a, b) => a - b);
   const durationS = (collected.lastAt - readyAt) / 1000;
   const sendsPerSecond = scenario.steadyPerSecond ?? scenario.requests / durationS;
+  let outage: OutageFigures | undefined;
+  if (outageWindow) {
+    const { from, to } = outageWindow;
+    const done = [...collected.byRequest.values()];
+    const rate = (a: number, b: number) => done.filter((d) => d.at >= a && d.at < b).length / Math.max(0.001, (b - a) / 1000);
+    const created = new Map<string, number>();
+    for (const s of ours) if (s.status >= 200 && s.status < 300) created.set(s.body!.callbackData!, (created.get(s.body!.callbackData!) ?? 0) + 1);
+    outage = {
+      beforePerSecond: rate(readyAt, from),
+      duringPerSecond: rate(from, to),
+      afterPerSecond: rate(to, collected.lastAt + 1),
+      callsDuringOutage: ours.filter((s) => s.status >= 500).length,
+      rejected: done.filter((d) => d.outcome !== 'accepted').length,
+      createdTwice: [...created.values()].filter((n) => n > 1).length,
+      resumedAfterMs: Math.min(...done.filter((d) => d.at >= to).map((d) => d.at)) - to,
+    };
+  }
   const boundPerSecond = Math.min(scenario.sender.concurrency / (L / 1000), scenario.sender.ratePerSecond);
   return {
     name: scenario.name,
@@ -304,7 +335,99 @@ async function runScenario(kafka: Kafka, brokers: string[], simulatorUrl: string
     duplicates: ours.length - firstSeen.size,
     missingResults: scenario.requests - collected.byRequest.size,
     orderViolations,
+    ...(outage ? { outage } : {}),
   };
+}
+
+interface FailoverResult {
+  requests: number;
+  deadPartitions: number[];
+  assignedAfterMs: number;
+  /** Per partition of the killed member: first result after the kill written by the survivor. */
+  resumedAfterMs: number[];
+  missingResults: number;
+  duplicates: number;
+}
+
+/** Spawns `msgbridge sender` (the bundle) on the given topics and group; its assignments are kept (log level info). */
+function spawnBenchSender(brokers: string[], simulatorUrl: string, topics: Record<string, string>, groupId: string, extraEnv: Record<string, string> = {}) {
+  const nodeArgs = (process.env.BENCH_SENDER_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  const child = spawn(process.execPath, [...nodeArgs, CLI_BUNDLE, 'sender'], {
+    cwd: ROOT,
+    env: {
+      PATH: process.env.PATH,
+      HOME: process.env.HOME,
+      KAFKA_BROKERS: brokers.join(','),
+      MSGBRIDGE_BUSINESS_ID: BUSINESS.id,
+      MSGBRIDGE_API_KEY: BUSINESS.apiKey,
+      MSGBRIDGE_PROVIDER_URL: simulatorUrl,
+      MSGBRIDGE_LOG_LEVEL: 'info',
+      KAFKAJS_NO_PARTITIONER_WARNING: '1',
+      MSGBRIDGE__kafka__topics__sendRequests: topics.sendRequests!,
+      MSGBRIDGE__kafka__topics__sendResults: topics.sendResults!,
+      MSGBRIDGE__kafka__topics__sendRequestsDlq: topics.sendRequestsDlq!,
+      MSGBRIDGE__kafka__createTopics: 'false',
+      MSGBRIDGE__sender__groupId: groupId,
+      MSGBRIDGE__sender__healthPort: '0',
+      ...extraEnv,
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const assignments: { at: number; partitions: number[] }[] = [];
+  for (const stream of [child.stdout!, child.stderr!]) {
+    createInterface({ input: stream }).on('line', (l) => {
+      if (stream === child.stderr && !l.includes('"level":30')) process.stderr.write(`${l}\n`);
+      if (!l.includes('"msg":"assignment"')) return;
+      const entry = JSON.parse(l) as { time: string; partitions: number[] };
+      assignments.push({ at: Date.parse(entry.time), partitions: entry.partitions });
+    });
+  }
+  return { child, assignments };
+}
+
+/** Two members share the backlog; one is killed with SIGKILL; the survivor must take over its partitions. */
+async function runFailover(kafka: Kafka, brokers: string[], simulatorUrl: string): Promise<FailoverResult> {
+  const run = randomUUID().slice(0, 8);
+  const topics = { sendRequests: `bench-fo-req-${run}`, sendResults: `bench-fo-res-${run}`, sendRequestsDlq: `bench-fo-dlq-${run}` };
+  await createTopics(kafka, Object.values(topics));
+  const all = requests(run, N).map((r, i) => ({ ...r, partition: (i % K) % PARTITIONS }));
+  const partitionOf = new Map(all.map((r) => [(JSON.parse(r.value) as { requestId: string }).requestId, r.partition]));
+  line(`[failover] preloading ${N} requests; two senders, one killed with SIGKILL…`);
+  await preload(kafka, topics.sendRequests, all);
+  await simJson(simulatorUrl, 'DELETE', '/sim/sends');
+  const collected = await collectResults(kafka, topics.sendResults);
+  const groupId = `bench-fo-${run}`;
+  const a = spawnBenchSender(brokers, simulatorUrl, topics, groupId);
+  const b = spawnBenchSender(brokers, simulatorUrl, topics, groupId);
+  try {
+    const owned = (m: typeof a) => m.assignments.at(-1)?.partitions ?? [];
+    await waitUntil(() => owned(a).length > 0 && owned(b).length > 0 && owned(a).length + owned(b).length === PARTITIONS, 120_000, 'both members assigned');
+    await waitUntil(() => collected.byRequest.size >= N / 4, 15 * 60_000, 'a quarter of the results');
+    const dead = owned(a);
+    const killedAt = Date.now();
+    a.child.kill('SIGKILL');
+    await waitUntil(() => collected.byRequest.size >= N, 15 * 60_000, `${N} results`);
+    const takeover = b.assignments.find((x) => x.at > killedAt && dead.every((p) => x.partitions.includes(p)));
+    // The dead member's last writes have been read a second after its death.
+    const resumedAfterMs = dead.map((p) => {
+      const times = [...collected.byRequest].filter(([id, v]) => v.at > killedAt + 1000 && partitionOf.get(id) === p).map(([, v]) => v.at);
+      return times.length > 0 ? Math.min(...times) - killedAt : NaN;
+    });
+    const sends = await simJson<{ body: { callbackData?: string } | null }[]>(simulatorUrl, 'GET', '/sim/sends');
+    const ours = sends.filter((s) => s.body?.callbackData?.startsWith(`${run}:`));
+    return {
+      requests: N,
+      deadPartitions: dead,
+      assignedAfterMs: takeover ? takeover.at - killedAt : NaN,
+      resumedAfterMs,
+      missingResults: N - collected.byRequest.size,
+      duplicates: ours.length - new Set(ours.map((s) => s.body!.callbackData)).size,
+    };
+  } finally {
+    a.child.kill('SIGKILL');
+    b.child.kill('SIGTERM');
+    await collected.consumer.disconnect();
+  }
 }
 
 /** kafkajs eachMessage, one awaited provider call and one awaited result publish per request. */
@@ -391,12 +514,19 @@ async function main() {
 
   const kafka = new Kafka({ clientId: 'bench-sender', brokers, logLevel: logLevel.NOTHING, retry: { retries: 10 } });
   const results: ScenarioResult[] = [];
+  const failovers: FailoverResult[] = [];
   let naive: Awaited<ReturnType<typeof runNaive>> | undefined;
   try {
     const scenarios: Scenario[] = [
       { name: 'default (rate-bound)', requests: N, sender: { concurrency: 64, ratePerSecond: 200, maxBufferedRequests: 2000 } },
       { name: 'rate limit lifted (concurrency-bound)', requests: N_CONCURRENCY, sender: { concurrency: 64, ratePerSecond: 100_000, maxBufferedRequests: 2000 } },
       { name: 'steady 100/s, no backlog (latency)', requests: STEADY_REQUESTS, steadyPerSecond: 100, sender: { concurrency: 64, ratePerSecond: 200, maxBufferedRequests: 2000 } },
+      {
+        name: `provider outage ${OUTAGE_SECONDS} s mid-stream (default config)`,
+        requests: N,
+        sender: { concurrency: 64, ratePerSecond: 200, maxBufferedRequests: 2000 },
+        outage: { afterResults: Math.floor(N / 4), seconds: OUTAGE_SECONDS },
+      },
     ];
     // Rounds interleave the scenarios, so that a noisy neighbour hits them alike; each
     // scenario reports its median round (by throughput, by p99 for the steady one).
@@ -408,6 +538,9 @@ async function main() {
         line(`[${scenario.name}] round ${round}: ${JSON.stringify(result)}`);
         rounds.get(scenario.name)!.push(result);
       }
+      const failover = await runFailover(kafka, brokers, simulatorUrl);
+      line(`[failover] round ${round}: ${JSON.stringify(failover)}`);
+      failovers.push(failover);
       line(`[naive] round ${round}: eachMessage baseline for ${NAIVE_SECONDS} s…`);
       const n = await runNaive(kafka, simulatorUrl);
       line(`[naive] round ${round}: ${JSON.stringify(n)}`);
@@ -441,6 +574,7 @@ async function main() {
   out.push('| scenario | N | bound min(c/L, rate) | completed sends/s | of bound | × naive | request→result p50 / p99 | sender peak RSS | sender CPU | order kept | results | duplicate calls |');
   out.push('|---|---|---|---|---|---|---|---|---|---|---|---|');
   for (const r of results) {
+    if (r.outage) continue;
     const steady = r.name.startsWith('steady');
     if (steady) {
       out.push(
@@ -455,6 +589,26 @@ async function main() {
   out.push('');
   for (const r of results) out.push(`- ${r.name}: ${ROUNDS} round(s), sends/s ${r.roundsPerSecond?.map((x) => fmt(x)).join(' / ')}; p99 ${r.roundsP99?.map((x) => fmt(x)).join(' / ')} ms`);
   if (naive) out.splice(out.length - results.length - 1, 0, `| naive baseline (eachMessage, awaited call + publish) | ${fmt(naive.completed)} in ${fmt(naive.seconds, 1)} s | 1/L = ${fmt(1000 / L)}/s | **${fmt(naive.perSecond, 1)}/s** | — | 1× | — | — | — | — | — | — |`);
+  const outages = results.filter((r) => r.outage);
+  if (outages.length > 0) {
+    out.push('');
+    out.push('| scenario | N | sends/s before / during / after | calls during the outage | first result after it | rejected | created twice | results | order kept |');
+    out.push('|---|---|---|---|---|---|---|---|---|');
+    for (const r of outages) {
+      const o = r.outage!;
+      out.push(
+        `| ${r.name} | ${fmt(r.requests)} | ${fmt(o.beforePerSecond)} / ${fmt(o.duringPerSecond)} / ${fmt(o.afterPerSecond)} | ${fmt(o.callsDuringOutage)} | ${fmt(o.resumedAfterMs)} ms | **${o.rejected}** | ${o.createdTwice} | ${fmt(r.requests - r.missingResults)}/${fmt(r.requests)} | ${r.orderViolations === 0 ? 'yes' : `**no: ${r.orderViolations}**`} |`,
+      );
+    }
+  }
+  if (failovers.length > 0) {
+    out.push('');
+    out.push('| failover round | N | partitions of the killed member | assigned to the survivor after | first result per partition after | results | duplicate calls |');
+    out.push('|---|---|---|---|---|---|---|');
+    failovers.forEach((f, i) =>
+      out.push(`| ${i + 1} | ${fmt(f.requests)} | ${f.deadPartitions.join(', ')} | ${fmt(f.assignedAfterMs)} ms | ${f.resumedAfterMs.map((ms) => fmt(ms)).join(' / ')} ms | ${fmt(f.requests - f.missingResults)}/${fmt(f.requests)} | ${f.duplicates} |`),
+    );
+  }
   process.stdout.write(`${out.join('\n')}\n`);
 }
 

@@ -101,7 +101,15 @@ export class CircuitBreaker {
     this.wake(circuit);
   }
 
-  /** An admitted attempt that never reached the provider (stopped while waiting for a token). */
+  /**
+   * Whether an admission still holds: a request admitted while the circuit was closed may have
+   * waited for a token since, and must not call once the circuit opened (the probe still may).
+   */
+  holds(admission: Admission): boolean {
+    return admission.probe || this.state(admission.key) === 'closed';
+  }
+
+  /** An admitted attempt that never reached the provider (stopped while waiting, or no longer held). */
   cancel(admission: Admission): void {
     if (!admission.probe) return;
     const circuit = this.circuit(admission.key);

@@ -2,7 +2,7 @@ import { CommitMetadataTooLargeError, RejoinNeededError, type BatchControl, type
 import type { Logger } from '../observability/logger.js';
 import type { KeyedRunner } from './keyed-runner.js';
 import { decodeCompleted, encodeCompleted } from './offset-metadata.js';
-import { sleep } from './processor.js';
+import { sleep } from '../sleep.js';
 
 /**
  * The sender's consumer-group member protocol (README "Guarantees"): assignments and

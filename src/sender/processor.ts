@@ -20,6 +20,7 @@ import {
 } from './requests.js';
 import { decide, maybeCreated, providerFailing, type AttemptOutcome, type RetryPolicyOptions } from './retry-policy.js';
 import type { Semaphore } from './semaphore.js';
+import { sleep } from '../sleep.js';
 
 /**
  * The work of one request (README "Guarantees"): DLQ records are published with the rejected
@@ -38,7 +39,7 @@ export interface ProcessorOptions {
   client: Pick<ProviderClient, 'send'>;
   publish: (topic: string, record: RecordToWrite) => Promise<void>;
   limiter: Pick<RateLimiter, 'acquire' | 'slowDown'>;
-  circuits: Pick<CircuitBreaker, 'admit' | 'settle' | 'cancel'>;
+  circuits: Pick<CircuitBreaker, 'admit' | 'holds' | 'settle' | 'cancel'>;
   /** Bounds the provider calls in flight. */
   callSlots: Pick<Semaphore, 'acquire' | 'release'>;
   /** business id → API key */
@@ -63,22 +64,6 @@ export interface Processor {
   readonly completedCount: number;
 }
 
-/** Resolves true after `ms`, or false as soon as the signal aborts. */
-export function sleep(ms: number, signal?: AbortSignal): Promise<boolean> {
-  if (signal?.aborted) return Promise.resolve(false);
-  return new Promise((resolve) => {
-    const onAbort = () => {
-      clearTimeout(timer);
-      resolve(false);
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve(true);
-    }, ms);
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
-}
-
 function resultLabel(outcome: AttemptOutcome): string {
   switch (outcome.kind) {
     case 'accepted':
@@ -96,70 +81,123 @@ function resultLabel(outcome: AttemptOutcome): string {
 /** What a send ended with: a result to publish, or nothing when told to stop first. */
 type SendEnd = { result: StoredResult; remember: boolean } | undefined;
 
-export function createProcessor(options: ProcessorOptions): Processor {
-  const { client, limiter, circuits, callSlots, metrics, logger, policy } = options;
-  const random = options.random ?? Math.random;
-  const now = options.now ?? Date.now;
-  const completed = new Map<string, StoredResult>();
-  const inFlight = new Map<string, Promise<void>>();
+/** The attempts of one request so far. */
+interface Progress {
+  attempts: number;
+  /** Some attempt may have created a message without the relay learning its id. */
+  maybeSent: boolean;
+  firstAttemptAt: number | undefined;
+  last: AttemptOutcome | undefined;
+}
 
-  const remember = (id: string, stored: StoredResult) => {
-    completed.delete(id);
-    completed.set(id, stored);
-    while (completed.size > options.completedMax) {
-      const oldest = completed.keys().next().value as string;
-      completed.delete(oldest);
+export function createProcessor(options: ProcessorOptions): Processor {
+  return new RequestProcessor(options);
+}
+
+class RequestProcessor implements Processor {
+  private readonly random: () => number;
+  private readonly now: () => number;
+  /** (business, requestId) → its final result, least recently used first. */
+  private readonly completed = new Map<string, StoredResult>();
+  private readonly inFlight = new Map<string, Promise<void>>();
+
+  constructor(private readonly options: ProcessorOptions) {
+    this.random = options.random ?? Math.random;
+    this.now = options.now ?? Date.now;
+  }
+
+  get completedCount(): number {
+    return this.completed.size;
+  }
+
+  async work(job: Job, context: WorkContext): Promise<WorkOutcome> {
+    if (job.kind === 'dlq') return this.dead(job, context);
+    const { logger, metrics } = this.options;
+    const id = `${job.businessId}\u0000${job.request.requestId}`;
+    for (;;) {
+      const stored = this.completed.get(id);
+      if (stored) {
+        this.remember(id, stored);
+        logger.info({ requestId: job.request.requestId, businessId: job.businessId }, 'requestId already completed in this process: publishing its result again instead of sending');
+        metrics.outcome('duplicate', job.businessId);
+        return (await this.publishSendResult(stored, job, context)) ? 'done' : 'abandoned';
+      }
+      const running = this.inFlight.get(id);
+      if (!running) break;
+      await running;
     }
-  };
+
+    let release!: () => void;
+    this.inFlight.set(id, new Promise<void>((resolve) => (release = resolve)));
+    let end: SendEnd;
+    try {
+      end = await this.send(job, context);
+      if (end?.remember) this.remember(id, end.result);
+    } finally {
+      this.inFlight.delete(id);
+      release();
+    }
+    if (!end) return 'abandoned';
+    return (await this.publishSendResult(end.result, job, context)) ? 'done' : 'abandoned';
+  }
+
+  private remember(id: string, stored: StoredResult): void {
+    this.completed.delete(id);
+    this.completed.set(id, stored);
+    while (this.completed.size > this.options.completedMax) {
+      const oldest = this.completed.keys().next().value as string;
+      this.completed.delete(oldest);
+    }
+  }
+
+  /** The DLQ copy and, when the request id was readable, its rejected result. */
+  private async dead(job: DlqJob, context: WorkContext): Promise<WorkOutcome> {
+    const { options } = this;
+    const record = fitDlqRecord(job.record, options.dlqMaxBytes);
+    const writes = [this.publishDurably(options.topics.dlq, record, context, (r) => fitDlqRecord(r, 0))];
+    if (job.result) writes.push(this.publishResult(job.result, job.record.headers, job.receivedAt, context));
+    if (!(await Promise.all(writes)).every(Boolean)) return 'abandoned';
+    options.logger.warn({ reason: job.reason, code: job.code, requestId: job.requestId, partition: context.partition, offset: context.offset }, 'request sent to the DLQ');
+    options.metrics.outcome('dlq', job.record.headers['business-id']?.toString());
+    return 'done';
+  }
+
+  /** Sends with retries until a terminal result, or undefined when told to stop first. */
+  private async send(job: SendJob, context: WorkContext): Promise<SendEnd> {
+    const { options, now } = this;
+    const apiKey = options.apiKeys.get(job.businessId);
+    if (apiKey === undefined) throw new Error(`no API key for business ${job.businessId}`);
+    const progress: Progress = { attempts: 0, maybeSent: false, firstAttemptAt: undefined, last: undefined };
+    for (;;) {
+      if (context.stop.aborted) return undefined;
+      if (now() >= job.expiry.at) return this.expire(job, progress);
+      const budgetEnd = progress.firstAttemptAt === undefined ? Infinity : progress.firstAttemptAt + options.policy.budgetMs;
+      if (progress.last && now() >= budgetEnd) return this.reject(job, progress, progress.last, true);
+      const startedAt = now();
+      const outcome = await this.attempt(job, apiKey, context, Math.min(job.expiry.at, budgetEnd));
+      if (!outcome) continue;
+      progress.attempts += 1;
+      progress.firstAttemptAt ??= startedAt;
+      progress.last = outcome;
+      const uncertain = maybeCreated(outcome);
+      progress.maybeSent ||= uncertain;
+      const decision = decide(outcome, progress.attempts, progress.firstAttemptAt, options.policy, now(), this.random);
+      if (decision.action === 'succeed' && outcome.kind === 'accepted') return this.accept(job, progress, outcome.messageId);
+      if (decision.action !== 'retry') return this.reject(job, progress, outcome, decision.action === 'fail' && decision.retriable);
+      // The provider has no idempotency key: after a lost answer, only resend when configured to.
+      if (uncertain && !options.retryMaybeSent) return this.reject(job, progress, outcome, false);
+      options.metrics.retry(decision.reason);
+      options.logger.debug({ requestId: job.request.requestId, attempts: progress.attempts, reason: decision.reason, delayMs: decision.delayMs, outcome: outcome.kind }, 'send failed; retrying');
+      if (!(await sleep(Math.max(0, Math.min(decision.delayMs, job.expiry.at - now())), context.stop))) return undefined;
+    }
+  }
 
   /**
-   * Publishes until acknowledged; gives up only at the hard deadline. A record the topic
-   * refuses as too large is handed to `shrink` (once), never retried as it is.
+   * One attempt through the circuit, the token bucket and a call slot; undefined when stopped,
+   * out of time, or the circuit opened while it waited for a token (the caller loops back).
    */
-  const publishDurably = async (topic: string, record: RecordToWrite, context: WorkContext, shrink?: (r: RecordToWrite) => RecordToWrite): Promise<boolean> => {
-    let current = record;
-    for (let attempt = 1; ; attempt++) {
-      try {
-        await options.publish(topic, current);
-        return true;
-      } catch (error) {
-        metrics.publishError();
-        if (context.abort.aborted) return false;
-        if (shrink && isRecordTooLarge(error)) {
-          current = shrink(current);
-          shrink = undefined;
-          logger.warn({ topic, partition: context.partition, offset: context.offset }, 'the DLQ topic refused the record as too large: publishing a reference to the source record instead');
-          continue;
-        }
-        const delay = Math.min(5000, 100 * 2 ** Math.min(attempt, 6));
-        // The publisher logs the failure once; one line per record would flood the log.
-        logger.debug({ err: (error as Error)?.message ?? String(error), topic, attempt, retryInMs: delay }, 'publishing to Kafka failed; retrying');
-        if (!(await sleep(delay, context.abort))) return false;
-      }
-    }
-  };
-
-  const publishResult = async (stored: StoredResult, headers: SendJob['headers'], receivedAt: number, context: WorkContext): Promise<boolean> =>
-    publishDurably(options.topics.results, { key: stored.key, value: stored.value, headers: resultHeaders(stored, headers, receivedAt) }, context);
-
-  const publishSendResult = async (stored: StoredResult, job: SendJob, context: WorkContext): Promise<boolean> => {
-    const ok = await publishResult(stored, job.headers, job.receivedAt, context);
-    if (ok && job.producedAt !== undefined) metrics.requestToResult(Math.max(0, now() - job.producedAt) / 1000);
-    return ok;
-  };
-
-  const dead = async (job: DlqJob, context: WorkContext): Promise<WorkOutcome> => {
-    const record = fitDlqRecord(job.record, options.dlqMaxBytes);
-    const writes = [publishDurably(options.topics.dlq, record, context, (r) => fitDlqRecord(r, 0))];
-    if (job.result) writes.push(publishResult(job.result, job.record.headers, job.receivedAt, context));
-    if (!(await Promise.all(writes)).every(Boolean)) return 'abandoned';
-    logger.warn({ reason: job.reason, code: job.code, requestId: job.requestId, partition: context.partition, offset: context.offset }, 'request sent to the DLQ');
-    metrics.outcome('dlq', job.record.headers['business-id']?.toString());
-    return 'done';
-  };
-
-  /** One attempt through the circuit, the token bucket and a call slot; undefined when stopped or out of time first. */
-  const attempt = async (job: SendJob, apiKey: string, context: WorkContext, untilMs: number): Promise<AttemptOutcome | undefined> => {
+  private async attempt(job: SendJob, apiKey: string, context: WorkContext, untilMs: number): Promise<AttemptOutcome | undefined> {
+    const { client, limiter, circuits, callSlots, metrics } = this.options;
     const admission: Admission | undefined = await circuits.admit(job.businessId, context.stop, untilMs);
     if (!admission) return undefined;
     let settled = false;
@@ -171,7 +209,7 @@ export function createProcessor(options: ProcessorOptions): Processor {
       }
       if (!(await callSlots.acquire(context.stop))) return undefined;
       try {
-        if (now() >= untilMs) return undefined;
+        if (this.now() >= untilMs || !circuits.holds(admission)) return undefined;
         metrics.inFlight(1);
         const started = performance.now();
         let outcome: AttemptOutcome;
@@ -191,89 +229,64 @@ export function createProcessor(options: ProcessorOptions): Processor {
     } finally {
       if (!settled) circuits.cancel(admission);
     }
-  };
+  }
 
-  /** Sends with retries until a terminal result, or undefined when told to stop first. */
-  const send = async (job: SendJob, context: WorkContext): Promise<SendEnd> => {
-    const apiKey = options.apiKeys.get(job.businessId);
-    if (apiKey === undefined) throw new Error(`no API key for business ${job.businessId}`);
-    const log = { requestId: job.request.requestId, businessId: job.businessId, operation: job.operation };
-    let attempts = 0;
-    let maybeSent = false;
-    let firstAttemptAt: number | undefined;
-    let last: AttemptOutcome | undefined;
-    const reject = (outcome: AttemptOutcome, retriable: boolean): SendEnd => {
-      const error = failureOf(outcome, retriable);
-      logger.warn({ ...log, attempts, httpStatus: error.httpStatus, code: error.code, retriable, maybeSent }, 'send rejected');
-      metrics.outcome('rejected', job.businessId);
-      return { result: storedResult(rejectedResult(job, error, attempts, maybeSent, new Date(now()))), remember: !retriable };
-    };
-    for (;;) {
-      if (context.stop.aborted) return undefined;
-      const budgetEnd = firstAttemptAt === undefined ? Infinity : firstAttemptAt + policy.budgetMs;
-      if (now() >= job.expiry.at) {
-        logger.info({ ...log, attempts, expiredBy: job.expiry.by, maybeSent }, 'request expired: it will not be sent');
-        metrics.outcome('expired', job.businessId);
-        return { result: storedResult(expiredResult(job, attempts, maybeSent, new Date(now()))), remember: false };
-      }
-      if (last && now() >= budgetEnd) return reject(last, true);
-      const startedAt = now();
-      const outcome = await attempt(job, apiKey, context, Math.min(job.expiry.at, budgetEnd));
-      if (!outcome) continue;
-      attempts += 1;
-      firstAttemptAt ??= startedAt;
-      last = outcome;
-      const uncertain = maybeCreated(outcome);
-      maybeSent ||= uncertain;
-      const decision = decide(outcome, attempts, firstAttemptAt, policy, now(), random);
-      if (decision.action === 'succeed' && outcome.kind === 'accepted') {
-        logger.debug({ ...log, attempts, messageId: outcome.messageId }, 'send accepted');
-        metrics.outcome('accepted', job.businessId);
-        return { result: storedResult(acceptedResult(job, outcome.messageId, attempts, maybeSent, new Date(now()))), remember: true };
-      }
-      if (decision.action !== 'retry') return reject(outcome, decision.action === 'fail' && decision.retriable);
-      // The provider has no idempotency key: after a lost answer, only resend when configured to.
-      if (uncertain && !options.retryMaybeSent) return reject(outcome, false);
-      metrics.retry(decision.reason);
-      logger.debug({ ...log, attempts, reason: decision.reason, delayMs: decision.delayMs, outcome: outcome.kind }, 'send failed; retrying');
-      if (!(await sleep(Math.max(0, Math.min(decision.delayMs, job.expiry.at - now())), context.stop))) return undefined;
-    }
-  };
+  private accept(job: SendJob, progress: Progress, messageId: string): SendEnd {
+    this.options.logger.debug({ requestId: job.request.requestId, attempts: progress.attempts, messageId }, 'send accepted');
+    this.options.metrics.outcome('accepted', job.businessId);
+    return { result: storedResult(acceptedResult(job, messageId, progress.attempts, progress.maybeSent, new Date(this.now()))), remember: true };
+  }
 
-  return {
-    get completedCount() {
-      return completed.size;
-    },
+  private reject(job: SendJob, progress: Progress, outcome: AttemptOutcome, retriable: boolean): SendEnd {
+    const error = failureOf(outcome, retriable);
+    const { attempts, maybeSent } = progress;
+    this.options.logger.warn({ requestId: job.request.requestId, businessId: job.businessId, attempts, httpStatus: error.httpStatus, code: error.code, retriable, maybeSent }, 'send rejected');
+    this.options.metrics.outcome('rejected', job.businessId);
+    return { result: storedResult(rejectedResult(job, error, attempts, maybeSent, new Date(this.now()))), remember: !retriable };
+  }
 
-    async work(job, context) {
-      if (job.kind === 'dlq') return dead(job, context);
+  private expire(job: SendJob, progress: Progress): SendEnd {
+    const { attempts, maybeSent } = progress;
+    this.options.logger.info({ requestId: job.request.requestId, businessId: job.businessId, attempts, expiredBy: job.expiry.by, maybeSent }, 'request expired: it will not be sent');
+    this.options.metrics.outcome('expired', job.businessId);
+    return { result: storedResult(expiredResult(job, attempts, maybeSent, new Date(this.now()))), remember: false };
+  }
 
-      const id = `${job.businessId}\u0000${job.request.requestId}`;
-      for (;;) {
-        const stored = completed.get(id);
-        if (stored) {
-          remember(id, stored);
-          logger.info({ requestId: job.request.requestId, businessId: job.businessId }, 'requestId already completed in this process: publishing its result again instead of sending');
-          metrics.outcome('duplicate', job.businessId);
-          return (await publishSendResult(stored, job, context)) ? 'done' : 'abandoned';
-        }
-        const running = inFlight.get(id);
-        if (!running) break;
-        await running;
-      }
-
-      let release!: () => void;
-      inFlight.set(id, new Promise<void>((resolve) => (release = resolve)));
-      let end: SendEnd;
+  /**
+   * Publishes until acknowledged; gives up only at the hard deadline. A record the topic
+   * refuses as too large is handed to `shrink` (once), never retried as it is.
+   */
+  private async publishDurably(topic: string, record: RecordToWrite, context: WorkContext, shrink?: (r: RecordToWrite) => RecordToWrite): Promise<boolean> {
+    const { metrics, logger } = this.options;
+    let current = record;
+    for (let attempt = 1; ; attempt++) {
       try {
-        end = await send(job, context);
-        if (end?.remember) remember(id, end.result);
-      } finally {
-        inFlight.delete(id);
-        release();
+        await this.options.publish(topic, current);
+        return true;
+      } catch (error) {
+        metrics.publishError();
+        if (context.abort.aborted) return false;
+        if (shrink && isRecordTooLarge(error)) {
+          current = shrink(current);
+          shrink = undefined;
+          logger.warn({ topic, partition: context.partition, offset: context.offset }, 'the DLQ topic refused the record as too large: publishing a reference to the source record instead');
+          continue;
+        }
+        const delay = Math.min(5000, 100 * 2 ** Math.min(attempt, 6));
+        // The publisher logs the failure once; one line per record would flood the log.
+        logger.debug({ err: (error as Error)?.message ?? String(error), topic, attempt, retryInMs: delay }, 'publishing to Kafka failed; retrying');
+        if (!(await sleep(delay, context.abort))) return false;
       }
-      if (!end) return 'abandoned';
-      return (await publishSendResult(end.result, job, context)) ? 'done' : 'abandoned';
-    },
-  };
+    }
+  }
+
+  private publishResult(stored: StoredResult, headers: SendJob['headers'], receivedAt: number, context: WorkContext): Promise<boolean> {
+    return this.publishDurably(this.options.topics.results, { key: stored.key, value: stored.value, headers: resultHeaders(stored, headers, receivedAt) }, context);
+  }
+
+  private async publishSendResult(stored: StoredResult, job: SendJob, context: WorkContext): Promise<boolean> {
+    const ok = await this.publishResult(stored, job.headers, job.receivedAt, context);
+    if (ok && job.producedAt !== undefined) this.options.metrics.requestToResult(Math.max(0, this.now() - job.producedAt) / 1000);
+    return ok;
+  }
 }

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { RecordTooLargeError, type RecordToWrite } from '../../src/kafka/port.js';
 import { CircuitBreaker } from '../../src/sender/circuit-breaker.js';
+import { RateLimiter } from '../../src/sender/rate-limiter.js';
 import { Semaphore } from '../../src/sender/semaphore.js';
 import { silentLogger } from '../../src/observability/logger.js';
 import type { WorkContext } from '../../src/sender/keyed-runner.js';
@@ -261,5 +262,30 @@ describe('processor', () => {
     expect(await pending).toBe('abandoned');
     // The send happened: a later duplicate in this process republishes instead of sending.
     expect(never.calls).toHaveLength(1);
+  });
+
+  it('a request admitted before the circuit opened does not call once it has: it goes back to wait after its token', async () => {
+    let failing = true;
+    let failedCalls = 0;
+    const h = harness([], {
+      client: {
+        send: async () => {
+          await tick();
+          if (!failing) return { kind: 'accepted', status: 200, messageId: 'm' };
+          failedCalls += 1;
+          return refused;
+        },
+      },
+      // Real pacing: every request is admitted at once and then waits for its token.
+      limiter: new RateLimiter({ ratePerSecond: 200, burst: 1 }),
+      circuits: new CircuitBreaker({ failureThreshold: 3, probeInitialMs: 40, probeMaxMs: 40 }),
+    });
+    const all = Promise.all(Array.from({ length: 30 }, (_, i) => h.processor.work(job(`r${i}`), context())));
+    await new Promise((r) => setTimeout(r, 400));
+    failing = false;
+    expect(await all).toEqual(Array.from({ length: 30 }, () => 'done'));
+    // 3 to open it, then about one probe per 20-40 ms: far fewer than the 30 queued behind the bucket.
+    expect(failedCalls).toBeLessThan(20);
+    expect(h.results().every((r) => r.outcome === 'accepted')).toBe(true);
   });
 });
