@@ -1,4 +1,4 @@
-import kafkajs, { type Admin } from 'kafkajs';
+import kafkajs, { type Admin, type Kafka } from 'kafkajs';
 import type { Registry } from 'prom-client';
 import type { Config } from '../config/schema.js';
 import { MsgbridgeError } from '../errors.js';
@@ -94,25 +94,7 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
   const registry = options.registry ?? createMetricsRegistry('sender');
 
   const kafka = createKafka(config.kafka, { logger, brokers });
-  let dlqMaxBytes = DEFAULT_DLQ_MAX_BYTES;
-  const admin = kafka.admin();
-  await admin.connect();
-  try {
-    if (config.kafka.createTopics) {
-      await ensureTopics(
-        admin,
-        [topics.sendRequests, topics.sendResults, topics.sendRequestsDlq].map((topic) => ({
-          topic,
-          partitions: config.kafka.partitions,
-          replicationFactor: config.kafka.replicationFactor,
-        })),
-        logger,
-      );
-    }
-    dlqMaxBytes = await dlqRecordLimit(admin, topics.sendRequestsDlq, logger);
-  } finally {
-    await admin.disconnect();
-  }
+  const dlqMaxBytes = await prepareTopics(kafka, config, logger);
 
   const publisher = new ResultPublisher({
     createProducer: () => createKafkajsProducer(kafka, { timeoutMs: config.kafka.requestTimeoutMs }),
@@ -255,13 +237,36 @@ function orderKey(record: ConsumedRecord, job: Job): string {
   return `o:${record.offset}`;
 }
 
+/**
+ * Creates the sender's topics when configured to, and reads how large a DLQ record may be (the
+ * DLQ topic's max.message.bytes less 16 KiB of framing; the default when the cluster does not
+ * say, e.g. DescribeConfigs denied).
+ */
+async function prepareTopics(kafka: Kafka, config: Config, logger: Logger): Promise<number> {
+  const topics = config.kafka.topics;
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    if (config.kafka.createTopics) {
+      await ensureTopics(
+        admin,
+        [topics.sendRequests, topics.sendResults, topics.sendRequestsDlq].map((topic) => ({
+          topic,
+          partitions: config.kafka.partitions,
+          replicationFactor: config.kafka.replicationFactor,
+        })),
+        logger,
+      );
+    }
+    return await dlqRecordLimit(admin, topics.sendRequestsDlq, logger);
+  } finally {
+    await admin.disconnect();
+  }
+}
+
 /** Kafka's default max.message.bytes (1 MiB + 12), less room for the batch framing. */
 const DEFAULT_DLQ_MAX_BYTES = 1_000_000;
 
-/**
- * The largest DLQ record the DLQ topic takes (its max.message.bytes less 16 KiB of framing);
- * the default when the cluster does not say (DescribeConfigs denied).
- */
 async function dlqRecordLimit(admin: Admin, topic: string, logger: Logger): Promise<number> {
   try {
     const described = await admin.describeConfigs({ resources: [{ type: kafkajs.ConfigResourceTypes.TOPIC, name: topic, configNames: ['max.message.bytes'] }], includeSynonyms: false });

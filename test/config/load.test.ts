@@ -125,4 +125,19 @@ describe('configuration loading', () => {
     const message = configError(() => loadConfig({ env: { MSGBRIDGE_BUSINESS_ID: 'b', MSGBRIDGE_SIGNING_SECRET: 'topsecret', MSGBRIDGE_INGRESS_PORT: 'x' } }));
     expect(message).not.toContain('topsecret');
   });
+
+  it.each([
+    [{ retryBudgetMs: 500 }, /sender\.retryBudgetMs: .*>=1000/],
+    [{ retryBudgetMs: 8 * 24 * 3_600_000 }, /sender\.retryBudgetMs: /],
+    [{ circuitFailureThreshold: 0 }, /sender\.circuitFailureThreshold: /],
+    [{ circuitProbeMaxMs: 50 }, /sender\.circuitProbeMaxMs: /],
+    [{ retryMaybeSent: 'yes' }, /sender\.retryMaybeSent: .*boolean/],
+    [{ maxRequestAgeMs: -1 }, /sender\.maxRequestAgeMs: /],
+    [{ sessionTimeoutMs: 1000 }, /sender\.sessionTimeoutMs: /],
+    [{ heartbeatIntervalMs: 3000, sessionTimeoutMs: 6000 }, /sender\.heartbeatIntervalMs: must be at most a third of sessionTimeoutMs \(6000\)/],
+    [{ backoffInitialMs: 5000, backoffMaxMs: 1000 }, /sender\.backoffInitialMs: must not exceed backoffMaxMs \(1000\)/],
+  ])('names the sender field for %j', (sender, message) => {
+    const bad = file('sender.json', JSON.stringify({ sender }));
+    expect(configError(() => loadConfig({ env: { MSGBRIDGE_CONFIG: bad } }))).toMatch(message);
+  });
 });

@@ -121,6 +121,9 @@ describe('send requests', () => {
       [text({ expiresAt: 'tomorrow' }), 'RELAY_INVALID_EXPIRY'],
       [text({ ttlMs: -5 }), 'RELAY_INVALID_EXPIRY'],
       [text({ ttlMs: 8 * DAY }), 'RELAY_INVALID_EXPIRY'],
+      [text({ ttlMs: 1.5 }), 'RELAY_INVALID_EXPIRY'],
+      [text({ ttlMs: '60000' }), 'RELAY_INVALID_EXPIRY'],
+      [text({ expiresAt: '2026-11-23T10:00:00' }), 'RELAY_INVALID_EXPIRY'],
       [text({ businessId: 'nope' }), 'RELAY_UNKNOWN_BUSINESS'],
       ['[1,2]', 'RELAY_INVALID_REQUEST'],
     ];
