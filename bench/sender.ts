@@ -19,6 +19,7 @@
 //
 //   npx tsx bench/sender.ts [--requests 6000] [--recipients 1000] [--latency-ms 100]
 //                           [--concurrent-requests 12000] [--naive-seconds 20] [--outage-seconds 20]
+//                           [--only <scenario name part> | failover | naive]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -48,6 +49,8 @@ const { values: args } = parseArgs({
     partitions: { type: 'string', default: '12' },
     rounds: { type: 'string', default: '1' },
     'outage-seconds': { type: 'string', default: '20' },
+    /** Only the scenarios whose name contains this; `failover` or `naive` for those alone. */
+    only: { type: 'string' },
   },
 });
 const N = Number(args.requests);
@@ -528,6 +531,8 @@ async function main() {
         outage: { afterResults: Math.floor(N / 4), seconds: OUTAGE_SECONDS },
       },
     ];
+    const only = args.only;
+    if (only) scenarios.splice(0, scenarios.length, ...scenarios.filter((sc) => sc.name.includes(only)));
     // Rounds interleave the scenarios, so that a noisy neighbour hits them alike; each
     // scenario reports its median round (by throughput, by p99 for the steady one).
     const rounds = new Map<string, ScenarioResult[]>(scenarios.map((sc) => [sc.name, []]));
@@ -538,9 +543,12 @@ async function main() {
         line(`[${scenario.name}] round ${round}: ${JSON.stringify(result)}`);
         rounds.get(scenario.name)!.push(result);
       }
-      const failover = await runFailover(kafka, brokers, simulatorUrl);
-      line(`[failover] round ${round}: ${JSON.stringify(failover)}`);
-      failovers.push(failover);
+      if (!only || only === 'failover') {
+        const failover = await runFailover(kafka, brokers, simulatorUrl);
+        line(`[failover] round ${round}: ${JSON.stringify(failover)}`);
+        failovers.push(failover);
+      }
+      if (only && only !== 'naive') continue;
       line(`[naive] round ${round}: eachMessage baseline for ${NAIVE_SECONDS} s…`);
       const n = await runNaive(kafka, simulatorUrl);
       line(`[naive] round ${round}: ${JSON.stringify(n)}`);

@@ -84,8 +84,8 @@ export interface Publication {
 
 export type WebhookDecision = Rejection | Publication;
 
-/** A secret no request can know, verified against for unknown businesses (equal cost, always refused). */
-const DECOY_SECRETS = [randomBytes(32).toString('base64')];
+/** Secrets no request can know: they pad every verification to the same number of HMACs. */
+const decoySecret = () => randomBytes(32).toString('base64');
 const SIGNATURE_FAILED = 'signature verification failed';
 const MAX_REASON_CHARS = 400;
 /** W3C trace context: version-traceid-parentid-flags, future versions may append fields. */
@@ -114,6 +114,12 @@ export interface WebhookHandler {
 }
 
 export function createWebhookHandler(rules: IngressRules): WebhookHandler {
+  // Every verification costs as many HMACs as the business with the most active secrets: a
+  // business with fewer is padded with decoys, an unknown id (or one with no secret) is checked
+  // against decoys only. Answer times then tell neither which ids exist nor who is rotating.
+  const hmacs = Math.max(1, ...[...rules.businesses.values()].map((secrets) => secrets.length));
+  const decoys = Array.from({ length: hmacs }, decoySecret);
+  const padded = new Map([...rules.businesses].map(([id, secrets]) => [id, [...secrets, ...decoys.slice(secrets.length)]]));
   const kafkaTopicOf: Record<WebhookTopic, string> = {
     messages: rules.topics.messages,
     delivery_status: rules.topics.deliveryStatus,
@@ -143,11 +149,9 @@ export function createWebhookHandler(rules: IngressRules): WebhookHandler {
       return reject('BODY_TOO_LARGE', 'body-too-large', `the body exceeds ${rules.maxBodyBytes} bytes`);
     }
 
-    // Verification before anything looks at the bytes.
-    // An unknown business costs the same HMAC as a known one, so that answer times do not tell
-    // which business ids exist.
+    // Verification before anything looks at the bytes, at the same cost for every business id.
     const secrets = rules.businesses.get(req.businessId);
-    const verified = verifySignature(secrets !== undefined && secrets.length > 0 ? secrets : DECOY_SECRETS, req.body, req.signature);
+    const verified = verifySignature(padded.get(req.businessId) ?? decoys, req.body, req.signature);
     if (secrets === undefined) return reject('SIGNATURE_INVALID', 'unknown-business', SIGNATURE_FAILED);
     if (secrets.length === 0) return reject('SIGNATURE_INVALID', 'no-signing-secret', SIGNATURE_FAILED);
     if (req.signature === undefined || req.signature === '') return reject('SIGNATURE_INVALID', 'missing-signature', SIGNATURE_FAILED);

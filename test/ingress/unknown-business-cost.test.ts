@@ -8,31 +8,42 @@ vi.mock('../../src/ingress/verify-signature.js', async (importOriginal) => {
   return { ...actual, verifySignature: vi.fn(actual.verifySignature) };
 });
 
-describe('an unknown business id costs what a known one does', () => {
+describe('verification costs the same for every business id', () => {
   afterEach(() => vi.mocked(verification.verifySignature).mockClear());
 
-  it('verifies the signature against one (decoy) secret before answering 403, so timing does not reveal which ids exist', () => {
-    const handler = createWebhookHandler({
-      businesses: new Map([['biz_1', ['secret']]]),
-      topics: { messages: 'm', deliveryStatus: 's', webhooksDlq: 'd' },
-      maxBodyBytes: 4096,
-    });
-    const body = Buffer.from(statusEvent('01HZY3J5V7W9X1Y3Z5A7B9C1D3'));
+  const handler = createWebhookHandler({
+    businesses: new Map([
+      ['biz_1', ['secret']],
+      ['biz_rotating', ['new-secret', 'old-secret', 'older-secret']],
+      ['biz_none', []],
+    ]),
+    topics: { messages: 'm', deliveryStatus: 's', webhooksDlq: 'd' },
+    maxBodyBytes: 4096,
+  });
+  const body = Buffer.from(statusEvent('01HZY3J5V7W9X1Y3Z5A7B9C1D3'));
+  const request = (businessId: string, signature: string) => ({ businessId, pathTopic: 'delivery_status', body, signature, contentType: 'application/json', traceparent: undefined, receivedAt: 1 });
+
+  /** The secrets (= HMACs computed) of each verification the handler made. */
+  const work = () => vi.mocked(verification.verifySignature).mock.calls.map(([secrets]) => secrets);
+
+  it('every id, known (with one or three secrets), unknown or without a secret, costs as many HMACs as the business with the most secrets', () => {
     const signature = verification.signBody('secret', body);
-    const verify = vi.mocked(verification.verifySignature);
-
-    const known = handler.handle({ businessId: 'biz_1', pathTopic: 'delivery_status', body, signature: `${signature.slice(0, 40)}AA=`, contentType: 'application/json', traceparent: undefined, receivedAt: 1 });
-    expect(known).toMatchObject({ kind: 'reject', code: 'SIGNATURE_INVALID', reason: 'bad-signature' });
-    expect(verify).toHaveBeenCalledTimes(1);
-    expect(verify.mock.calls[0]![0]).toEqual(['secret']);
-
-    verify.mockClear();
-    const unknown = handler.handle({ businessId: 'biz_404', pathTopic: 'delivery_status', body, signature, contentType: 'application/json', traceparent: undefined, receivedAt: 1 });
-    expect(unknown).toMatchObject({ kind: 'reject', code: 'SIGNATURE_INVALID', reason: 'unknown-business' });
-    expect(verify).toHaveBeenCalledTimes(1);
-    const [secrets] = verify.mock.calls[0]!;
-    expect(secrets).toHaveLength(1);
-    expect(secrets[0]).not.toBe('secret');
-    expect(verify.mock.results[0]!.value).toBe(false);
+    const wrong = `${signature.slice(0, 40)}AA=`;
+    expect(handler.handle(request('biz_1', signature))).toMatchObject({ kind: 'publish' });
+    expect(handler.handle(request('biz_1', wrong))).toMatchObject({ kind: 'reject', reason: 'bad-signature' });
+    expect(handler.handle(request('biz_rotating', verification.signBody('old-secret', body)))).toMatchObject({ kind: 'publish' });
+    expect(handler.handle(request('biz_rotating', wrong))).toMatchObject({ kind: 'reject', reason: 'bad-signature' });
+    expect(handler.handle(request('biz_404', signature))).toMatchObject({ kind: 'reject', reason: 'unknown-business' });
+    expect(handler.handle(request('biz_none', signature))).toMatchObject({ kind: 'reject', reason: 'no-signing-secret' });
+    const calls = work();
+    expect(calls).toHaveLength(6);
+    expect(calls.map((secrets) => secrets.length)).toEqual([3, 3, 3, 3, 3, 3]);
+    // The padding is decoys: a business's own secrets come first, nobody else's are used.
+    expect(calls[0]!.slice(0, 1)).toEqual(['secret']);
+    expect(calls[0]).not.toContain('new-secret');
+    expect(calls[2]).toEqual(['new-secret', 'old-secret', 'older-secret']);
+    expect(calls[4]).not.toContain('secret');
+    // An unknown id is refused even with a signature that is right for another business.
+    expect(vi.mocked(verification.verifySignature).mock.results[4]!.value).toBe(false);
   });
 });
