@@ -101,6 +101,10 @@ export const ingressSchema = z.strictObject({
    * while idle), and /readyz turns false when that fails. 0 turns it off.
    */
   kafkaProbeIntervalMs: z.number().int().min(0).max(3_600_000),
+  /** Requests whose body is still arriving, all together: at the bound the slowest one is closed. */
+  maxReceivingRequests: z.number().int().min(1).max(1_000_000),
+  /** The same bound per remote address (behind a proxy, the proxy's: set it to maxReceivingRequests). */
+  maxReceivingPerAddress: z.number().int().min(1).max(1_000_000),
 });
 
 const HOUR = 3_600_000;

@@ -10,7 +10,10 @@ import { silentLogger, type Logger } from '../observability/logger.js';
 import { createMetricsRegistry } from '../observability/metrics.js';
 import { createWebhookHandler, rulesFromConfig } from './handle-webhook.js';
 import { createIngressMetrics } from './metrics.js';
-import { startIngressServer } from './server.js';
+import { startIngressServer, type IngressServer } from './server.js';
+
+/** A body in progress younger than this is never closed to make room for another (ms). */
+const RECEIVING_GRACE_MS = 1000;
 import { localUrl } from '../net.js';
 
 export { createWebhookHandler, rulesFromConfig } from './handle-webhook.js';
@@ -101,7 +104,7 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
 
   const registry = options.registry ?? createMetricsRegistry('ingress');
   // The gauges read the publisher at scrape time, after it exists.
-  const isReady = () => state === 'running' && publisher.ready;
+  const isReady = () => state === 'running' && publisher.ready && (server?.hasRoom() ?? true);
   const metrics = createIngressMetrics(registry, { stats: () => publisher.stats(), ready: isReady });
   const publisher = new BatchingPublisher({
     createProducer,
@@ -129,7 +132,7 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
   await publisher.start();
 
   let state: IngressState = 'running';
-  let server;
+  let server: IngressServer | undefined;
   try {
     server = await startIngressServer({
       host: ingress.host,
@@ -142,6 +145,7 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
       retryAfterSeconds: ingress.retryAfterSeconds,
       bodyTimeoutMs: ingress.idleTimeoutSeconds * 1000,
       memoryBudgetBytes: ingress.queueMaxBytes,
+      receiving: { maxTotal: ingress.maxReceivingRequests, maxPerAddress: ingress.maxReceivingPerAddress, graceMs: RECEIVING_GRACE_MS },
     });
   } catch (err) {
     await publisher.drain();

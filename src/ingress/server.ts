@@ -9,6 +9,7 @@ import { loadUws } from '../uws.js';
 import { isWebhookTopic, type Rejection, type WebhookDecision, type WebhookHandler } from './handle-webhook.js';
 import { httpStatusOf, statusLine } from './http-status.js';
 import type { IngressMetrics, IngressOutcome } from './metrics.js';
+import { ReceivingSet, type ReceivingLimits } from './receiving.js';
 
 /**
  * The uWebSockets.js adapter: routes, body streaming with its limit, answers. Decisions are
@@ -39,11 +40,13 @@ export interface IngressServerOptions {
   /** A request must deliver its whole body within this time, else its connection is closed. */
   bodyTimeoutMs: number;
   /**
-   * Bodies being received plus events held by the publisher stay under this many bytes; a
-   * request that would pass it is answered 503 before its body is read, or, with no
-   * content-length (chunked), as soon as what has arrived passes it.
+   * Bytes of bodies received so far plus events held by the publisher stay under this many
+   * bytes. Only bytes that arrived count, never a length merely declared: a request is refused
+   * (503) when the budget is already spent, and cut off as soon as what has arrived passes it.
    */
   memoryBudgetBytes: number;
+  /** Bounds on bodies in progress, per remote address and in total (see receiving.ts). */
+  receiving: ReceivingLimits;
 }
 
 export interface IngressServer {
@@ -59,6 +62,8 @@ export interface IngressServer {
   stopAccepting(bodyDeadlineMs?: number): void;
   /** Resolves when every admitted webhook request has been answered or aborted. */
   whenIdle(): Promise<void>;
+  /** False while the memory budget is spent: a new webhook would be refused. */
+  hasRoom(): boolean;
   /** Closes the listening socket. */
   close(): void;
 }
@@ -83,6 +88,8 @@ interface Exchange {
   businessId: string;
   pathTopic: string | undefined;
   signature: string;
+  /** The peer's address, as uWS reports it (a proxy's when one fronts the ingress). */
+  address: string;
   contentType: string;
   contentEncoding: string;
   traceparent: string;
@@ -91,8 +98,6 @@ interface Exchange {
   chunks: Buffer[] | undefined;
   body: Buffer | undefined;
   received: number;
-  /** Bytes counted against the memory budget while the body is being received. */
-  reserved: number;
   aborted: boolean;
   answered: boolean;
   /** Admitted and not yet finished: counted in `inFlight`. */
@@ -106,14 +111,10 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
   let accepting = true;
   let inFlight = 0;
   let idleWaiters: (() => void)[] = [];
-  const receiving = new Set<Exchange>();
-  let receivingBytes = 0;
-
-  const stopReceiving = (ex: Exchange) => {
-    if (!receiving.delete(ex)) return;
-    receivingBytes -= ex.reserved;
-    ex.reserved = 0;
-  };
+  const receiving = new ReceivingSet<Exchange>(options.receiving);
+  const stopReceiving = (ex: Exchange) => receiving.delete(ex);
+  const heldBytes = () => publisher.heldBytes() + receiving.bytes;
+  const hasRoom = () => heldBytes() < options.memoryBudgetBytes;
 
   const app: TemplatedApp = uws.App();
 
@@ -174,6 +175,7 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
       businessId: req.getParameter(0),
       pathTopic,
       signature: req.getHeader(SIGNATURE_HEADER),
+      address: Buffer.from(res.getRemoteAddressAsText()).toString(),
       contentType: req.getHeader('content-type'),
       contentEncoding: req.getHeader('content-encoding'),
       traceparent: req.getHeader('traceparent'),
@@ -182,7 +184,6 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
       chunks: undefined,
       body: undefined,
       received: 0,
-      reserved: 0,
       aborted: false,
       answered: false,
       active: false,
@@ -205,18 +206,22 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
       refuse(ex, unavailable.code, unavailable.code.toLowerCase(), unavailable.message);
       return;
     }
-    const declared = contentLength === '' ? 0 : Number(contentLength);
-    const held = publisher.heldBytes() + receivingBytes;
-    if (held > 0 && held + declared > options.memoryBudgetBytes) {
+    // Memory is charged for bytes that arrived: a declared length reserves nothing, so headers
+    // promising large bodies cannot crowd out requests that deliver.
+    if (!hasRoom()) {
       refuse(ex, 'QUEUE_FULL', 'memory-budget', 'the ingress is holding too much data; retry later');
       return;
     }
+    const room = receiving.makeRoom(ex.address, performance.now());
+    if (room === undefined) {
+      refuse(ex, 'QUEUE_FULL', 'receiving-limit', 'too many requests are still sending their body; retry later');
+      return;
+    }
+    for (const slowest of room) cutOffBody(slowest, 'the slowest request body was closed to make room for a new request');
 
     ex.active = true;
     inFlight++;
-    receiving.add(ex);
-    ex.reserved = declared;
-    receivingBytes += declared;
+    receiving.add(ex, ex.address, ex.startedAt);
     res.onAborted(() => {
       ex.aborted = true;
       if (!ex.answered) metrics.request(ex.pathTopic ?? 'unknown', 'aborted');
@@ -232,16 +237,12 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
         cutShort(ex, 'BODY_TOO_LARGE', 'body-too-large', `the body exceeds ${handler.maxBodyBytes} bytes`);
         return;
       }
-      if (ex.received > ex.reserved) {
-        // No (or a short) content-length: count what actually arrives, against the same budget
-        // as a declared length at admission (a lone request always fits).
-        receivingBytes += ex.received - ex.reserved;
-        ex.reserved = ex.received;
-        const others = publisher.heldBytes() + receivingBytes - ex.reserved;
-        if (others > 0 && others + ex.reserved > options.memoryBudgetBytes) {
-          cutShort(ex, 'QUEUE_FULL', 'memory-budget', 'the ingress is holding too much data; retry later');
-          return;
-        }
+      // What arrives counts against the budget; the request that passes it is cut off (a lone
+      // request always fits: maxBodyBytes bounds it).
+      receiving.charge(ex, size);
+      if (heldBytes() > options.memoryBudgetBytes && heldBytes() > ex.received) {
+        cutShort(ex, 'QUEUE_FULL', 'memory-budget', 'the ingress is holding too much data; retry later');
+        return;
       }
       if (isLast && ex.chunks === undefined) {
         // The common case, the whole body in one chunk: one copy, of exactly its size.
@@ -341,7 +342,7 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
       write({ res, aborted: false, answered: false }, 200, '{"status":"alive"}');
     })
     .get('/readyz', (res) => {
-      const ready = accepting && publisher.ready;
+      const ready = accepting && publisher.ready && hasRoom();
       if (!ready) logger.debug({ status: 503 }, 'not ready');
       write({ res, aborted: false, answered: false }, ready ? 200 : 503, ready ? '{"ready":true}' : '{"ready":false}', { retryAfter: !ready });
     })
@@ -368,15 +369,15 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
   // Slow bodies: uWS closes connections idle for 10 s, but a body trickling in a byte at a
   // time is not idle. Every admitted request gets a deadline for its whole body; a drain
   // shortens it (stopAccepting).
-  const cutOffBody = (ex: Exchange, message: string) => {
+  function cutOffBody(ex: Exchange, message: string): void {
     stopReceiving(ex);
-    logger.warn({ business: ex.businessId, received: ex.received, timeoutMs: options.bodyTimeoutMs }, message);
+    logger.warn({ business: ex.businessId, received: ex.received, ageMs: Math.round(performance.now() - ex.startedAt) }, message);
     ex.chunks = undefined;
     ex.res.close();
-  };
+  }
   const bodySweep = setInterval(() => {
     const now = performance.now();
-    for (const ex of receiving) {
+    for (const ex of [...receiving.items()]) {
       if (now - ex.startedAt > options.bodyTimeoutMs) cutOffBody(ex, 'request body too slow: connection closed');
     }
   }, Math.min(1000, options.bodyTimeoutMs));
@@ -400,13 +401,14 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
           accepting = false;
           if (bodyDeadlineMs === undefined || receiving.size === 0) return;
           setTimeout(() => {
-            for (const ex of receiving) cutOffBody(ex, 'request body still arriving at the end of the drain: connection closed');
+            for (const ex of [...receiving.items()]) cutOffBody(ex, 'request body still arriving at the end of the drain: connection closed');
           }, bodyDeadlineMs).unref();
         },
         whenIdle() {
           if (inFlight === 0) return Promise.resolve();
           return new Promise<void>((done) => idleWaiters.push(done));
         },
+        hasRoom,
         close() {
           clearInterval(bodySweep);
           if (listenSocket) uws.us_listen_socket_close(listenSocket);

@@ -79,9 +79,10 @@ export async function startTestIngress(
 
 
 /** A raw connection to the ingress, for what a pooled HTTP client cannot do: what arrives, and when it closes. */
-export function rawConnection(port: number): Promise<{ socket: Socket; received: () => string; closedAfter: Promise<number> }> {
+export function rawConnection(port: number, localAddress?: string): Promise<{ socket: Socket; received: () => string; closedAfter: Promise<number> }> {
   return new Promise((resolve, reject) => {
-    const socket = connect(port, '127.0.0.1');
+    // A client address of its own (127.0.0.2, 127.0.0.3...: all loopback) for per-address limits.
+    const socket = connect({ port, host: '127.0.0.1', ...(localAddress ? { localAddress } : {}) });
     let text = '';
     socket.on('data', (d) => (text += d.toString('latin1')));
     socket.on('error', () => {});
