@@ -1,4 +1,4 @@
-import type { Admin } from 'kafkajs';
+import kafkajs, { type Admin } from 'kafkajs';
 import type { Logger } from '../observability/logger.js';
 
 export interface TopicSpec {
@@ -67,4 +67,23 @@ function dedupe(specs: TopicSpec[]): TopicSpec[] {
   const byName = new Map<string, TopicSpec>();
   for (const spec of specs) if (!byName.has(spec.topic)) byName.set(spec.topic, spec);
   return [...byName.values()];
+}
+
+/**
+ * A topic's max.message.bytes (the largest record batch it takes), or undefined when the
+ * cluster does not say (DescribeConfigs denied by ACLs, an old broker): the caller assumes the
+ * default then, and says so.
+ */
+export async function topicMaxMessageBytes(admin: Admin, topic: string, logger?: Logger): Promise<number | undefined> {
+  try {
+    const described = await admin.describeConfigs({
+      resources: [{ type: kafkajs.ConfigResourceTypes.TOPIC, name: topic, configNames: ['max.message.bytes'] }],
+      includeSynonyms: false,
+    });
+    const value = Number(described.resources[0]?.configEntries.find((e) => e.configName === 'max.message.bytes')?.configValue);
+    return Number.isFinite(value) && value > 0 ? value : undefined;
+  } catch (err) {
+    logger?.warn({ topic, err: (err as Error).message }, "could not read the topic's max.message.bytes: assuming Kafka's default");
+    return undefined;
+  }
 }

@@ -1,4 +1,4 @@
-import kafkajs, { type Admin, type Kafka } from 'kafkajs';
+import type { Kafka } from 'kafkajs';
 import type { Registry } from 'prom-client';
 import type { Config } from '../config/schema.js';
 import { MsgbridgeError } from '../errors.js';
@@ -6,7 +6,7 @@ import { createKafka } from '../kafka/client.js';
 import type { ConsumedRecord, GroupConsumer } from '../kafka/group-consumer.js';
 import { createKafkajsGroupConsumer } from '../kafka/kafkajs-group-consumer.js';
 import { createKafkajsProducer } from '../kafka/kafkajs-producer.js';
-import { ensureTopics } from '../kafka/topics.js';
+import { ensureTopics, topicMaxMessageBytes } from '../kafka/topics.js';
 import { startHealthServer, type HealthServer } from '../observability/health-server.js';
 import { silentLogger, type Logger } from '../observability/logger.js';
 import { createMetricsRegistry } from '../observability/metrics.js';
@@ -258,22 +258,10 @@ async function prepareTopics(kafka: Kafka, config: Config, logger: Logger): Prom
         logger,
       );
     }
-    return await dlqRecordLimit(admin, topics.sendRequestsDlq, logger);
+    // The DLQ topic's limit less room for the batch framing; Kafka's default when it cannot be read.
+    const limit = await topicMaxMessageBytes(admin, topics.sendRequestsDlq, logger);
+    return limit !== undefined && limit > 32 * 1024 ? limit - 16 * 1024 : 1_000_000;
   } finally {
     await admin.disconnect();
-  }
-}
-
-/** Kafka's default max.message.bytes (1 MiB + 12), less room for the batch framing. */
-const DEFAULT_DLQ_MAX_BYTES = 1_000_000;
-
-async function dlqRecordLimit(admin: Admin, topic: string, logger: Logger): Promise<number> {
-  try {
-    const described = await admin.describeConfigs({ resources: [{ type: kafkajs.ConfigResourceTypes.TOPIC, name: topic, configNames: ['max.message.bytes'] }], includeSynonyms: false });
-    const value = Number(described.resources[0]?.configEntries.find((e) => e.configName === 'max.message.bytes')?.configValue);
-    return Number.isFinite(value) && value > 32 * 1024 ? value - 16 * 1024 : DEFAULT_DLQ_MAX_BYTES;
-  } catch (err) {
-    logger.warn({ topic, err: (err as Error).message }, 'could not read the DLQ topic\'s max.message.bytes: assuming the default');
-    return DEFAULT_DLQ_MAX_BYTES;
   }
 }
