@@ -105,6 +105,8 @@ export const ingressSchema = z.strictObject({
   maxReceivingRequests: z.number().int().min(1).max(1_000_000),
   /** The same bound per remote address (behind a proxy, the proxy's: set it to maxReceivingRequests). */
   maxReceivingPerAddress: z.number().int().min(1).max(1_000_000),
+  /** Accept Transfer-Encoding: chunked bodies; false refuses them (400) where no proxy normalises chunk framing. */
+  chunkedBodies: z.boolean(),
 });
 
 const HOUR = 3_600_000;

@@ -5,6 +5,7 @@ import type { ErrorCode } from '../errors.js';
  * Retry-After: the provider retries, and nothing the ingress refused was acknowledged.
  */
 export const INGRESS_STATUS: Partial<Record<ErrorCode, number>> = {
+  BAD_FRAMING: 400,
   SIGNATURE_INVALID: 403,
   NOT_FOUND: 404,
   METHOD_NOT_ALLOWED: 405,
@@ -23,6 +24,7 @@ export function httpStatusOf(code: ErrorCode): number {
 /** Status lines as uWebSockets.js wants them ("200 OK"), computed once. */
 export const STATUS_LINE: Record<number, string> = {
   200: '200 OK',
+  400: '400 Bad Request',
   403: '403 Forbidden',
   404: '404 Not Found',
   405: '405 Method Not Allowed',

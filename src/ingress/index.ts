@@ -146,6 +146,7 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
       bodyTimeoutMs: ingress.idleTimeoutSeconds * 1000,
       memoryBudgetBytes: ingress.queueMaxBytes,
       receiving: { maxTotal: ingress.maxReceivingRequests, maxPerAddress: ingress.maxReceivingPerAddress, graceMs: RECEIVING_GRACE_MS },
+      chunkedBodies: ingress.chunkedBodies,
     });
   } catch (err) {
     await publisher.drain();

@@ -9,6 +9,7 @@ export type IngressOutcome =
   | 'not_found'
   | 'method_not_allowed'
   | 'too_large'
+  | 'bad_framing'
   | 'unsupported_encoding'
   | 'queue_full'
   | 'publish_timeout'

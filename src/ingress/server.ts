@@ -9,6 +9,7 @@ import { loadUws } from '../uws.js';
 import { isWebhookTopic, type Rejection, type WebhookDecision, type WebhookHandler } from './handle-webhook.js';
 import { httpStatusOf, statusLine } from './http-status.js';
 import type { IngressMetrics, IngressOutcome } from './metrics.js';
+import { framingProblem } from './framing.js';
 import { ReceivingSet, type ReceivingLimits } from './receiving.js';
 
 /**
@@ -47,6 +48,8 @@ export interface IngressServerOptions {
   memoryBudgetBytes: number;
   /** Bounds on bodies in progress, per remote address and in total (see receiving.ts). */
   receiving: ReceivingLimits;
+  /** Accept chunked bodies (their chunk framing cannot be checked here: framing.ts). */
+  chunkedBodies: boolean;
 }
 
 export interface IngressServer {
@@ -73,6 +76,7 @@ const OUTCOME_OF: Partial<Record<ErrorCode, IngressOutcome>> = {
   NOT_FOUND: 'not_found',
   METHOD_NOT_ALLOWED: 'method_not_allowed',
   BODY_TOO_LARGE: 'too_large',
+  BAD_FRAMING: 'bad_framing',
   UNSUPPORTED_ENCODING: 'unsupported_encoding',
   QUEUE_FULL: 'queue_full',
   PUBLISH_TIMEOUT: 'publish_timeout',
@@ -168,6 +172,38 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
     write(ex, status, JSON.stringify({ error: { code, message } }), { retryAfter: status === 503, close: extra.close });
   };
 
+  /** Why this request's framing is ambiguous, if it is (read now: the request does not outlive the handler). */
+  const ambiguousFraming = (req: HttpRequest): string | undefined => {
+    const lines: [string, string][] = [];
+    req.forEach((name, value) => lines.push([name, value]));
+    return framingProblem(lines, options.chunkedBodies);
+  };
+
+  /**
+   * After a framing refusal, the address it came from, until the current batch of socket reads
+   * is done: uWS has already parsed the bytes behind the refused request and dispatches any
+   * request among them right after (a smuggled one) even though the connection is to close.
+   * Those are refused the same way (closing the socket at once would also drop the 400 still
+   * corked for it). A request of another connection of the same address read in the same batch
+   * is refused too (its client retries): the price of not knowing which socket a request is on.
+   */
+  let framingTaint: string | undefined;
+  const addressOf = (res: HttpResponse) => Buffer.from(res.getRemoteAddressAsText()).toString();
+
+  /**
+   * Any route: ambiguous framing is answered 400 and the connection closed before anything of
+   * the request is read, so nothing a proxy might frame differently is acted on.
+   */
+  const framed = (route: (res: HttpResponse, req: HttpRequest) => void) => (res: HttpResponse, req: HttpRequest) => {
+    const problem = framingTaint !== undefined && addressOf(res) === framingTaint ? 'a request read behind an ambiguously framed one' : ambiguousFraming(req);
+    if (problem === undefined) return route(res, req);
+    logger.warn({ status: 400, method: req.getMethod(), path: req.getUrl().slice(0, 200), problem }, 'ambiguous HTTP framing: refused, connection closed');
+    metrics.request('unknown', 'bad_framing');
+    if (framingTaint === undefined) setImmediate(() => (framingTaint = undefined));
+    framingTaint = addressOf(res);
+    write({ res, aborted: false, answered: false }, 400, JSON.stringify({ error: { code: 'BAD_FRAMING', message: `ambiguous HTTP framing: ${problem}` } }), { close: true });
+  };
+
   const onWebhook = (res: HttpResponse, req: HttpRequest, pathTopic: string | undefined) => {
     // Everything from the request is read now: it does not survive this call.
     const ex: Exchange = {
@@ -175,7 +211,7 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
       businessId: req.getParameter(0),
       pathTopic,
       signature: req.getHeader(SIGNATURE_HEADER),
-      address: Buffer.from(res.getRemoteAddressAsText()).toString(),
+      address: addressOf(res),
       contentType: req.getHeader('content-type'),
       contentEncoding: req.getHeader('content-encoding'),
       traceparent: req.getHeader('traceparent'),
@@ -333,20 +369,20 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
   };
 
   app
-    .post('/webhooks/:businessId/:topic', (res, req) => onWebhook(res, req, req.getParameter(1)))
-    .post('/webhooks/:businessId', (res, req) => onWebhook(res, req, undefined))
+    .post('/webhooks/:businessId/:topic', framed((res, req) => onWebhook(res, req, req.getParameter(1))))
+    .post('/webhooks/:businessId', framed((res, req) => onWebhook(res, req, undefined)))
     // An address that does not exist is 404 whatever the method, as for POST.
-    .any('/webhooks/:businessId/:topic', (res, req) => (isWebhookTopic(req.getParameter(1)) ? webhookMethodNotAllowed(res, req) : notFound(res, req)))
-    .any('/webhooks/:businessId', webhookMethodNotAllowed)
-    .get('/healthz', (res) => {
+    .any('/webhooks/:businessId/:topic', framed((res, req) => (isWebhookTopic(req.getParameter(1)) ? webhookMethodNotAllowed(res, req) : notFound(res, req))))
+    .any('/webhooks/:businessId', framed(webhookMethodNotAllowed))
+    .get('/healthz', framed((res) => {
       write({ res, aborted: false, answered: false }, 200, '{"status":"alive"}');
-    })
-    .get('/readyz', (res) => {
+    }))
+    .get('/readyz', framed((res) => {
       const ready = accepting && publisher.ready && hasRoom();
       if (!ready) logger.debug({ status: 503 }, 'not ready');
       write({ res, aborted: false, answered: false }, ready ? 200 : 503, ready ? '{"ready":true}' : '{"ready":false}', { retryAfter: !ready });
-    })
-    .get('/metrics', (res) => {
+    }))
+    .get('/metrics', framed((res) => {
       const ex = { res, aborted: false, answered: false };
       res.onAborted(() => (ex.aborted = true));
       options.metricsText().then(
@@ -360,11 +396,11 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
           write(ex, 500, '{"error":{"code":"INTERNAL","message":"metrics collection failed"}}');
         },
       );
-    })
-    .any('/healthz', methodNotAllowed('GET'))
-    .any('/readyz', methodNotAllowed('GET'))
-    .any('/metrics', methodNotAllowed('GET'))
-    .any('/*', notFound);
+    }))
+    .any('/healthz', framed(methodNotAllowed('GET')))
+    .any('/readyz', framed(methodNotAllowed('GET')))
+    .any('/metrics', framed(methodNotAllowed('GET')))
+    .any('/*', framed(notFound));
 
   // Slow bodies: uWS closes connections idle for 10 s, but a body trickling in a byte at a
   // time is not idle. Every admitted request gets a deadline for its whole body; a drain
