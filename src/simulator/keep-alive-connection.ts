@@ -7,6 +7,8 @@ export interface ConnectionTarget {
   /** Host name or IP address (IPv6 without brackets). */
   host: string;
   port: number;
+  /** The local address to connect from (e.g. another loopback address), when it matters. */
+  localAddress?: string;
 }
 
 interface Waiting {
@@ -55,8 +57,9 @@ export class KeepAliveConnection {
   }
 
   private open(): Socket {
-    const { protocol, host, port } = this.target;
-    const socket = protocol === 'https:' ? connectTls({ ...this.tls, host, port, servername: isIP(host) !== 0 ? undefined : host }) : connectTcp({ host, port });
+    const { protocol, host, port, localAddress } = this.target;
+    const from = localAddress === undefined ? {} : { localAddress };
+    const socket = protocol === 'https:' ? connectTls({ ...this.tls, ...from, host, port, servername: isIP(host) !== 0 ? undefined : host }) : connectTcp({ ...from, host, port });
     socket.setNoDelay(true);
     this.socket = socket;
     this.parser = new Http1ResponseParser();
