@@ -7,7 +7,6 @@ import type { Refusable, Responder } from './responder.js';
 /** One webhook request in progress, everything read from the request up front (it does not outlive its handler). */
 export interface Exchange extends Refusable {
   res: HttpResponse;
-  address: string;
   contentType: string;
   contentEncoding: string;
   traceparent: string;
@@ -29,6 +28,8 @@ export interface ExchangesOptions {
   maxBodyBytes: number;
   responder: Responder;
   logger: Logger;
+  /** A response's remote address (asked only when a per-address bound could be reached). */
+  addressOf: (res: HttpResponse) => string;
 }
 
 /**
@@ -45,7 +46,7 @@ export class Exchanges {
   private readonly sweep: ReturnType<typeof setInterval>;
 
   constructor(private readonly options: ExchangesOptions) {
-    this.receiving = new ReceivingSet<Exchange>(options.receiving);
+    this.receiving = new ReceivingSet<Exchange>(options.receiving, (ex) => options.addressOf(ex.res));
     // uWS closes connections idle for 10 s, but a body trickling in a byte at a time is not
     // idle: every admitted request gets a deadline for its whole body.
     this.sweep = setInterval(() => {
@@ -88,7 +89,7 @@ export class Exchanges {
       responder.refuse(ex, 'QUEUE_FULL', 'memory-budget', 'the ingress is holding too much data; retry later');
       return false;
     }
-    const room = this.receiving.makeRoom(ex.address, performance.now());
+    const room = this.receiving.makeRoom(ex, performance.now());
     if (room === undefined) {
       responder.refuse(ex, 'QUEUE_FULL', 'receiving-limit', 'too many requests are still sending their body; retry later');
       return false;
@@ -96,7 +97,7 @@ export class Exchanges {
     for (const slowest of room) this.cutOff(slowest, 'the slowest request body was closed to make room for a new request');
     ex.active = true;
     this.active++;
-    this.receiving.add(ex, ex.address, ex.startedAt);
+    this.receiving.add(ex, ex.startedAt);
     return true;
   }
 

@@ -1,6 +1,6 @@
 import type { HttpRequest, HttpResponse } from 'uWebSockets.js';
 import type { Logger } from '../observability/logger.js';
-import { framingProblem } from './framing.js';
+import { FramingCheck } from './framing.js';
 import type { IngressMetrics } from './metrics.js';
 import { Responder } from './responder.js';
 
@@ -51,8 +51,8 @@ export class FramingGuard {
 
   /** Read now: the request does not outlive the handler. */
   private problemOf(req: HttpRequest): string | undefined {
-    const lines: [string, string][] = [];
-    req.forEach((name, value) => lines.push([name, value]));
-    return framingProblem(lines, this.chunkedBodies);
+    const check = new FramingCheck(this.chunkedBodies);
+    req.forEach(check.header);
+    return check.problem();
   }
 }

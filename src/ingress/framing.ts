@@ -9,21 +9,34 @@
  * Pure: the adapter passes the request's header lines.
  */
 export function framingProblem(headers: Iterable<readonly [name: string, value: string]>, chunked: boolean): string | undefined {
-  let lengths = 0;
-  let encodings = 0;
-  let encoding = '';
-  for (const [name, value] of headers) {
-    if (name === 'content-length') lengths += 1;
+  const check = new FramingCheck(chunked);
+  for (const [name, value] of headers) check.header(name, value);
+  return check.problem();
+}
+
+/** The same, fed one header line at a time (uWS's forEach), allocating nothing per line. */
+export class FramingCheck {
+  private lengths = 0;
+  private encodings = 0;
+  private encoding = '';
+
+  constructor(private readonly chunked: boolean) {}
+
+  readonly header = (name: string, value: string): void => {
+    if (name === 'content-length') this.lengths += 1;
     else if (name === 'transfer-encoding') {
-      encodings += 1;
-      encoding = value;
+      this.encodings += 1;
+      this.encoding = value;
     }
+  };
+
+  problem(): string | undefined {
+    if (this.lengths > 1) return 'repeated Content-Length';
+    if (this.encodings > 1) return 'repeated Transfer-Encoding';
+    if (this.encodings === 0) return undefined;
+    if (this.lengths > 0) return 'both Content-Length and Transfer-Encoding';
+    if (this.encoding.trim().toLowerCase() !== 'chunked') return `Transfer-Encoding "${this.encoding.slice(0, 40)}" (only chunked is accepted)`;
+    if (!this.chunked) return 'chunked bodies are refused here (ingress.chunkedBodies is false): send a Content-Length';
+    return undefined;
   }
-  if (lengths > 1) return 'repeated Content-Length';
-  if (encodings > 1) return 'repeated Transfer-Encoding';
-  if (encodings === 0) return undefined;
-  if (lengths > 0) return 'both Content-Length and Transfer-Encoding';
-  if (encoding.trim().toLowerCase() !== 'chunked') return `Transfer-Encoding "${encoding.slice(0, 40)}" (only chunked is accepted)`;
-  if (!chunked) return 'chunked bodies are refused here (ingress.chunkedBodies is false): send a Content-Length';
-  return undefined;
 }

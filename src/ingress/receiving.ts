@@ -16,17 +16,23 @@ export interface ReceivingLimits {
 }
 
 interface Entry {
-  address: string;
+  /** Resolved only when a per-address bound could be reached (reading an address costs). */
+  address: string | undefined;
   startedAt: number;
   bytes: number;
 }
 
 export class ReceivingSet<T> {
   private readonly entries = new Map<T, Entry>();
+  /** Receivers per resolved address. */
   private readonly perAddress = new Map<string, number>();
   private total = 0;
 
-  constructor(private readonly limits: ReceivingLimits) {
+  /** `addressOf` reads a receiver's remote address; it is asked only while the set is that large. */
+  constructor(
+    private readonly limits: ReceivingLimits,
+    private readonly addressOf: (item: T) => string,
+  ) {
     if (!(limits.maxTotal >= 1) || !(limits.maxPerAddress >= 1)) throw new RangeError('the receiving limits must be at least 1');
   }
 
@@ -49,13 +55,15 @@ export class ReceivingSet<T> {
   }
 
   /**
-   * What must be closed so that one more body from `address` fits: an empty list when it fits
+   * What must be closed so that one more body, `item`, fits: an empty list when it fits
    * as is, the receivers to close (already removed from the set), or undefined when no room
    * can be made (every candidate is still within its grace period).
    */
-  makeRoom(address: string, now: number): T[] | undefined {
+  makeRoom(item: T, now: number): T[] | undefined {
     const victims: T[] = [];
-    if ((this.perAddress.get(address) ?? 0) >= this.limits.maxPerAddress) {
+    // Fewer receivers than the per-address bound: no address can be at it.
+    const address = this.entries.size >= this.limits.maxPerAddress ? this.resolveAll(item) : undefined;
+    if (address !== undefined && (this.perAddress.get(address) ?? 0) >= this.limits.maxPerAddress) {
       const victim = this.slowest(now, address, victims);
       if (victim === undefined) return undefined;
       victims.push(victim);
@@ -70,10 +78,10 @@ export class ReceivingSet<T> {
     return victims;
   }
 
-  add(item: T, address: string, now: number): void {
+  add(item: T, now: number): void {
     if (this.entries.has(item)) return;
-    this.entries.set(item, { address, startedAt: now, bytes: 0 });
-    this.perAddress.set(address, (this.perAddress.get(address) ?? 0) + 1);
+    this.entries.set(item, { address: undefined, startedAt: now, bytes: 0 });
+    if (this.entries.size >= this.limits.maxPerAddress) this.resolveAll(item);
   }
 
   /** Counts bytes that arrived for a body in progress. */
@@ -90,10 +98,22 @@ export class ReceivingSet<T> {
     if (!entry) return false;
     this.entries.delete(item);
     this.total -= entry.bytes;
-    const left = (this.perAddress.get(entry.address) ?? 1) - 1;
-    if (left === 0) this.perAddress.delete(entry.address);
-    else this.perAddress.set(entry.address, left);
+    if (entry.address !== undefined) {
+      const left = (this.perAddress.get(entry.address) ?? 1) - 1;
+      if (left === 0) this.perAddress.delete(entry.address);
+      else this.perAddress.set(entry.address, left);
+    }
     return true;
+  }
+
+  /** Resolves the address of every receiver not resolved yet (counting them), and returns `item`'s. */
+  private resolveAll(item: T): string {
+    for (const [receiver, entry] of this.entries) {
+      if (entry.address !== undefined) continue;
+      entry.address = this.addressOf(receiver);
+      this.perAddress.set(entry.address, (this.perAddress.get(entry.address) ?? 0) + 1);
+    }
+    return this.entries.get(item)?.address ?? this.addressOf(item);
   }
 
   /** The receiver with the lowest rate so far among those past their grace period (of one address, if given). */

@@ -85,6 +85,7 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
     maxBodyBytes: handler.maxBodyBytes,
     responder,
     logger,
+    addressOf,
   });
 
   const onWebhook = (res: HttpResponse, req: HttpRequest, pathTopic: string | undefined) => {
@@ -94,7 +95,6 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
       businessId: req.getParameter(0),
       pathTopic,
       signature: req.getHeader(SIGNATURE_HEADER),
-      address: addressOf(res),
       contentType: req.getHeader('content-type'),
       contentEncoding: req.getHeader('content-encoding'),
       traceparent: req.getHeader('traceparent'),

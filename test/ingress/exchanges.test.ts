@@ -23,12 +23,13 @@ function setup(options: { budget?: number; held?: number; admission?: MsgbridgeE
     maxBodyBytes: options.maxBody ?? 500,
     responder,
     logger: silentLogger,
+    addressOf: (res) => (res as unknown as { address: string }).address,
   });
   let n = 0;
   const exchange = (address = '10.0.0.1'): Exchange & { closed: () => boolean } => {
     let closed = false;
-    const res = { close: () => (closed = true) } as unknown as HttpResponse;
-    return { res, businessId: 'b', pathTopic: 'messages', signature: '', address, contentType: '', contentEncoding: '', traceparent: '', receivedAt: 0, startedAt: performance.now() - ++n, chunks: undefined, received: 0, aborted: false, answered: false, active: false, closed: () => closed };
+    const res = { address, close: () => (closed = true) } as unknown as HttpResponse;
+    return { res, businessId: 'b', pathTopic: 'messages', signature: '', contentType: '', contentEncoding: '', traceparent: '', receivedAt: 0, startedAt: performance.now() - ++n, chunks: undefined, received: 0, aborted: false, answered: false, active: false, closed: () => closed };
   };
   return { exchanges, refusals, exchange, setHeld: (bytes: number) => (held = bytes) };
 }
