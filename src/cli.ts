@@ -51,7 +51,7 @@ export async function main(argv: string[]): Promise<number> {
     }
     if (isMsgbridgeError(err)) {
       process.stderr.write(`msgbridge: ${err.message}\n`);
-      return err.code === 'CONFIG_INVALID' || err.code === 'CONFIG_FILE_UNREADABLE' || err.code === 'INVALID_ARGUMENT' ? 2 : 1;
+      return err.code === 'CONFIG_INVALID' || err.code === 'CONFIG_FILE_UNREADABLE' || err.code === 'INVALID_ARGUMENT' || err.code === 'KAFKA_CONNECT_FAILED' ? 2 : 1;
     }
     process.stderr.write(`msgbridge: ${(err as Error).stack ?? String(err)}\n`);
     return 1;

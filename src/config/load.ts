@@ -141,6 +141,26 @@ function applyEnv(raw: Json, env: Env, sources: Map<string, string>): void {
   if (clientId !== undefined) set('kafka.clientId', clientId, 'KAFKA_CLIENT_ID');
   const ssl = nonEmpty(env.KAFKA_SSL);
   if (ssl !== undefined) set('kafka.ssl', scalar(ssl), 'KAFKA_SSL');
+  const tlsFiles = (
+    [
+      ['KAFKA_SSL_CA_FILE', 'caFile'],
+      ['KAFKA_SSL_CERT_FILE', 'certFile'],
+      ['KAFKA_SSL_KEY_FILE', 'keyFile'],
+    ] as const
+  ).filter(([name]) => nonEmpty(env[name]) !== undefined);
+  if (tlsFiles.length > 0) {
+    // A CA or a client certificate means TLS: an explicit KAFKA_SSL=false contradicts it.
+    if (ssl !== undefined && scalar(ssl) === false) {
+      throw new MsgbridgeError('CONFIG_INVALID', `KAFKA_SSL=false contradicts ${tlsFiles.map(([name]) => name).join(', ')}: unset one of them`);
+    }
+    const kafka = isPlainObject(raw.kafka) ? raw.kafka : {};
+    const current = isPlainObject(kafka.ssl) ? kafka.ssl : {};
+    for (const [name, field] of tlsFiles) {
+      current[field] = env[name]!.trim();
+      sources.set(`kafka.ssl.${field}`, name);
+    }
+    setPath(raw, ['kafka', 'ssl'], current);
+  }
   const saslMechanism = nonEmpty(env.KAFKA_SASL_MECHANISM);
   if (saslMechanism !== undefined) {
     set(

@@ -31,12 +31,26 @@ export const kafkaSchema = z.strictObject({
   client: z.enum(['kafkajs', 'platformatic']),
   ssl: z.union([
     z.boolean(),
-    z.strictObject({
-      rejectUnauthorized: z.boolean().optional(),
-      ca: z.string().optional(),
-      cert: z.string().optional(),
-      key: z.string().optional(),
-    }),
+    z
+      .strictObject({
+        rejectUnauthorized: z.boolean().optional(),
+        /** PEM texts... */
+        ca: z.string().optional(),
+        cert: z.string().optional(),
+        key: z.string().optional(),
+        /** ...or files holding them (KAFKA_SSL_CA_FILE, KAFKA_SSL_CERT_FILE, KAFKA_SSL_KEY_FILE). */
+        caFile: z.string().min(1).optional(),
+        certFile: z.string().min(1).optional(),
+        keyFile: z.string().min(1).optional(),
+      })
+      .superRefine((tls, ctx) => {
+        if (tls.ca !== undefined && tls.caFile !== undefined) ctx.addIssue({ code: 'custom', path: ['caFile'], message: 'set either ca or caFile, not both' });
+        if (tls.cert !== undefined && tls.certFile !== undefined) ctx.addIssue({ code: 'custom', path: ['certFile'], message: 'set either cert or certFile, not both' });
+        if (tls.key !== undefined && tls.keyFile !== undefined) ctx.addIssue({ code: 'custom', path: ['keyFile'], message: 'set either key or keyFile, not both' });
+        const hasCert = tls.cert !== undefined || tls.certFile !== undefined;
+        const hasKey = tls.key !== undefined || tls.keyFile !== undefined;
+        if (hasCert !== hasKey) ctx.addIssue({ code: 'custom', path: [hasCert ? 'keyFile' : 'certFile'], message: 'a client certificate needs its key, and a key its certificate (mutual TLS)' });
+      }),
   ]),
   sasl: z
     .strictObject({

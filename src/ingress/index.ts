@@ -5,6 +5,7 @@ import { BatchingPublisher } from '../kafka/batching-publisher.js';
 import { createKafka } from '../kafka/client.js';
 import { createKafkajsProducer } from '../kafka/kafkajs-producer.js';
 import type { RecordProducer } from '../kafka/port.js';
+import { connectingToKafka } from '../kafka/failure.js';
 import { ensureTopics } from '../kafka/topics.js';
 import { silentLogger, type Logger } from '../observability/logger.js';
 import { createMetricsRegistry } from '../observability/metrics.js';
@@ -82,17 +83,17 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
   }
 
   let createProducer = options.createProducer;
+  const brokers = options.brokers ?? config.kafka.brokers;
   if (options.unsafeDiscardRecords) {
     logger.warn('publishing disabled (benchmark ceiling): events are acknowledged without being written to Kafka');
     createProducer = () => ({ connect: async () => {}, send: async () => {}, disconnect: async () => {} });
   }
   if (!createProducer) {
-    const brokers = options.brokers ?? config.kafka.brokers;
     if (brokers.length === 0) {
       throw new MsgbridgeError('CONFIG_INVALID', 'kafka.brokers: no Kafka brokers to publish to (set KAFKA_BROKERS)');
     }
     const kafka = createKafka(config.kafka, { logger, brokers });
-    if (config.kafka.createTopics) await createIngressTopics(kafka, config, logger);
+    if (config.kafka.createTopics) await connectingToKafka(brokers, () => createIngressTopics(kafka, config, logger));
     if (config.kafka.client === 'platformatic') {
       // Loaded only when chosen: importing @platformatic/kafka costs about 30 MiB of memory.
       const { createPlatformaticProducer } = await import('../kafka/platformatic-producer.js');
@@ -129,7 +130,7 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
       },
     },
   });
-  await publisher.start();
+  await connectingToKafka(brokers, () => publisher.start());
 
   let state: IngressState = 'running';
   let server: IngressServer | undefined;

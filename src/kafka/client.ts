@@ -1,6 +1,7 @@
 import { Kafka, logLevel, type KafkaConfig as KafkajsConfig, type LogEntry, type SASLOptions } from 'kafkajs';
 import type { KafkaConfig } from '../config/schema.js';
 import type { Logger } from '../observability/logger.js';
+import { tlsOptions } from './tls.js';
 
 /**
  * The one place that knows how to build a kafkajs client from configuration
@@ -14,7 +15,7 @@ export function createKafka(config: KafkaConfig, options: { logger?: Logger; cli
     brokers,
     connectionTimeout: config.connectionTimeoutMs,
     requestTimeout: config.requestTimeoutMs,
-    ssl: typeof config.ssl === 'boolean' ? config.ssl : { ...config.ssl },
+    ssl: tlsOptions(config.ssl) ?? false,
     retry: { initialRetryTime: 100, maxRetryTime: 2000, retries: 5 },
     logLevel: logLevel.WARN,
     logCreator: kafkajsLogCreator(options.logger),

@@ -23,10 +23,30 @@ export interface LocalBrokerOptions {
   startTimeoutMs?: number;
   /** Called with progress lines ("resolving jars", "formatting storage"...). */
   onProgress?: (line: string) => void;
+  /**
+   * A client listener that needs TLS, with a throw-away CA generated at start: `scram` is
+   * SASL_SSL with SCRAM-SHA-512 (one user), `mtls` is SSL with client certificates required.
+   */
+  secure?: 'scram' | 'mtls';
+}
+
+/** What a client of a secure local broker needs: files and the environment variables naming them. */
+export interface SecureClientSettings {
+  caFile: string;
+  /** mtls: the client's certificate and key, signed by the CA. */
+  certFile?: string;
+  keyFile?: string;
+  /** scram: the user the broker knows. */
+  username?: string;
+  password?: string;
+  /** KAFKA_SSL, KAFKA_SSL_CA_FILE... exactly as a role reads them. */
+  env: Record<string, string>;
 }
 
 export interface LocalBroker {
   readonly bootstrap: string;
+  /** Set for a secure broker: how to connect. */
+  readonly client?: SecureClientSettings;
   readonly port: number;
   readonly dataDir: string;
   readonly pid: number;
@@ -113,16 +133,52 @@ function clusterId(): string {
   return randomBytes(16).toString('base64url');
 }
 
-function serverProperties(dir: string, brokerPort: number, controllerPort: number, partitions: number): string {
+interface ServerTls {
+  caPem: string;
+  certPem: string;
+  keyPem: string;
+}
+
+interface Ports {
+  client: number;
+  controller: number;
+  /** A plaintext listener for the broker's own traffic, when the client one is secured. */
+  internal: number | undefined;
+}
+
+function serverProperties(dir: string, ports: Ports, partitions: number, secure?: LocalBrokerOptions['secure'], tls?: ServerTls): string {
+  const client = secure === 'scram' ? 'SASL_SSL' : secure === 'mtls' ? 'SSL' : 'PLAINTEXT';
+  // PEM stores inline: newlines of a PEM value are escaped for the properties file.
+  const inline = (pem: string) => pem.trim().split('\n').join('\\n');
+  const security =
+    secure && tls
+      ? [
+          'ssl.keystore.type=PEM',
+          `ssl.keystore.certificate.chain=${inline(tls.certPem)}`,
+          `ssl.keystore.key=${inline(tls.keyPem)}`,
+          'ssl.truststore.type=PEM',
+          `ssl.truststore.certificates=${inline(tls.caPem)}`,
+          'ssl.endpoint.identification.algorithm=',
+          ...(secure === 'mtls' ? ['ssl.client.auth=required'] : []),
+          ...(secure === 'scram'
+            ? [
+                'sasl.enabled.mechanisms=SCRAM-SHA-512',
+                'listener.name.client.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;',
+              ]
+            : []),
+        ]
+      : [];
   return [
     'process.roles=broker,controller',
     'node.id=1',
-    `controller.quorum.voters=1@127.0.0.1:${controllerPort}`,
-    `listeners=PLAINTEXT://127.0.0.1:${brokerPort},CONTROLLER://127.0.0.1:${controllerPort}`,
-    `advertised.listeners=PLAINTEXT://127.0.0.1:${brokerPort}`,
+    `controller.quorum.voters=1@127.0.0.1:${ports.controller}`,
+    // The client listener (plaintext or secured) and, when secured, a plaintext one for the broker itself.
+    `listeners=CLIENT://127.0.0.1:${ports.client},CONTROLLER://127.0.0.1:${ports.controller}${ports.internal ? `,INTERNAL://127.0.0.1:${ports.internal}` : ''}`,
+    `advertised.listeners=CLIENT://127.0.0.1:${ports.client}${ports.internal ? `,INTERNAL://127.0.0.1:${ports.internal}` : ''}`,
     'controller.listener.names=CONTROLLER',
-    'inter.broker.listener.name=PLAINTEXT',
-    'listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT',
+    `inter.broker.listener.name=${ports.internal ? 'INTERNAL' : 'CLIENT'}`,
+    `listener.security.protocol.map=CONTROLLER:PLAINTEXT,CLIENT:${client}${ports.internal ? ',INTERNAL:PLAINTEXT' : ''}`,
+    ...security,
     `log.dirs=${join(dir, 'data')}`,
     `num.partitions=${partitions}`,
     'auto.create.topics.enable=true',
@@ -137,6 +193,33 @@ function serverProperties(dir: string, brokerPort: number, controllerPort: numbe
     'delete.topic.enable=true',
     '',
   ].join('\n');
+}
+
+/**
+ * A throw-away CA and a server certificate for 127.0.0.1 (and, for mutual TLS, a client
+ * certificate), made with openssl into `dir`. The PEM texts go into the broker's properties.
+ */
+function generateTls(dir: string, withClient: boolean): { server: ServerTls; caFile: string; clientCertFile?: string; clientKeyFile?: string } {
+  mkdirSync(dir, { recursive: true });
+  const run = (args: string[]) => {
+    const result = spawnSync('openssl', args, { cwd: dir, encoding: 'utf8', timeout: 60_000 });
+    if (result.status !== 0) throw new MsgbridgeError('LOCAL_BROKER_FAILED', `openssl ${args[0]} failed (a secure local broker needs openssl): ${`${result.stderr ?? ''}${result.error?.message ?? ''}`.trim()}`);
+  };
+  run(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', '/CN=msgbridge local test CA', '-keyout', 'ca.key', '-out', 'ca.crt']);
+  const issue = (name: string, subject: string, extension: string) => {
+    writeFileSync(join(dir, `${name}.ext`), extension);
+    run(['req', '-newkey', 'rsa:2048', '-nodes', '-subj', subject, '-keyout', `${name}.key`, '-out', `${name}.csr`]);
+    run(['x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '2', '-extfile', `${name}.ext`, '-out', `${name}.crt`]);
+  };
+  issue('server', '/CN=127.0.0.1', 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n');
+  if (withClient) issue('client', '/CN=msgbridge', 'extendedKeyUsage=clientAuth\n');
+  const read = (name: string) => readFileSync(join(dir, name), 'utf8');
+  // Kafka's PEM key store wants PKCS#8, which openssl req writes by default.
+  return {
+    server: { caPem: read('ca.crt'), certPem: read('server.crt'), keyPem: read('server.key') },
+    caFile: join(dir, 'ca.crt'),
+    ...(withClient ? { clientCertFile: join(dir, 'client.crt'), clientKeyFile: join(dir, 'client.key') } : {}),
+  };
 }
 
 const LOG4J = [
@@ -182,8 +265,10 @@ export async function startLocalBroker(options: LocalBrokerOptions = {}): Promis
   const classpath = `${libs}/*`;
   const dir = mkdtempSync(join(tmpdir(), 'msgbridge-kafka-'));
   const [brokerPort, controllerPort] = [await freePort(), await freePort()];
+  const internalPort = options.secure ? await freePort() : undefined;
+  const tls = options.secure ? generateTls(join(dir, 'tls'), options.secure === 'mtls') : undefined;
   const propsFile = join(dir, 'server.properties');
-  writeFileSync(propsFile, serverProperties(dir, brokerPort, controllerPort, options.partitions ?? 6));
+  writeFileSync(propsFile, serverProperties(dir, { client: brokerPort, controller: controllerPort, internal: internalPort }, options.partitions ?? 6, options.secure, tls?.server));
   writeFileSync(join(dir, 'log4j.properties'), LOG4J);
   const logFile = join(dir, 'kafka.log');
   const heap = options.heapMb ?? 512;
@@ -200,7 +285,10 @@ export async function startLocalBroker(options: LocalBrokerOptions = {}): Promis
   ];
 
   options.onProgress?.('formatting KRaft storage');
-  const format = spawnSync('java', [...jvmArgs.filter((a) => !a.startsWith('-Xms')), 'kafka.tools.StorageTool', 'format', `--cluster-id=${clusterId()}`, '--config', propsFile], {
+  const scram = options.secure === 'scram' ? { username: 'msgbridge', password: randomBytes(12).toString('base64url') } : undefined;
+  // SCRAM credentials are written into the metadata log at format time (KRaft).
+  const addScram = scram ? ['--add-scram', `SCRAM-SHA-512=[name=${scram.username},password=${scram.password}]`] : [];
+  const format = spawnSync('java', [...jvmArgs.filter((a) => !a.startsWith('-Xms')), 'kafka.tools.StorageTool', 'format', `--cluster-id=${clusterId()}`, '--config', propsFile, ...addScram], {
     encoding: 'utf8',
     timeout: 120_000,
   });
@@ -254,8 +342,17 @@ export async function startLocalBroker(options: LocalBrokerOptions = {}): Promis
     await new Promise((r) => setTimeout(r, 150));
   }
 
+  let client: SecureClientSettings | undefined;
+  if (tls) {
+    const env: Record<string, string> = { KAFKA_BROKERS: `127.0.0.1:${brokerPort}`, KAFKA_SSL: 'true', KAFKA_SSL_CA_FILE: tls.caFile };
+    if (tls.clientCertFile && tls.clientKeyFile) Object.assign(env, { KAFKA_SSL_CERT_FILE: tls.clientCertFile, KAFKA_SSL_KEY_FILE: tls.clientKeyFile });
+    if (scram) Object.assign(env, { KAFKA_SASL_MECHANISM: 'scram-sha-512', KAFKA_SASL_USERNAME: scram.username, KAFKA_SASL_PASSWORD: scram.password });
+    client = { caFile: tls.caFile, certFile: tls.clientCertFile, keyFile: tls.clientKeyFile, username: scram?.username, password: scram?.password, env };
+  }
+
   return {
     bootstrap: `127.0.0.1:${brokerPort}`,
+    ...(client ? { client } : {}),
     port: brokerPort,
     dataDir: dir,
     pid: child.pid!,

@@ -1,6 +1,8 @@
+import { isIP } from 'node:net';
 import { ProduceAcks, Producer, type ProducerOptions, type SASLOptions } from '@platformatic/kafka';
 import type { KafkaConfig } from '../config/schema.js';
 import { javaCompatibleHash } from './partitioner.js';
+import { tlsOptions } from './tls.js';
 import { assertWritable, type PartitionLeader, type RecordProducer, type TopicRecords } from './port.js';
 
 /**
@@ -77,9 +79,11 @@ export function platformaticProducerOptions(config: KafkaConfig, options: Platfo
     serializers: { key: toBuffer, value: toBuffer, headerKey: toBuffer, headerValue: toBuffer },
     partitioner: (_message, key) => (key === undefined ? 0 : javaCompatibleHash(key)),
   };
-  if (config.ssl !== false) {
-    producerOptions.tls = config.ssl === true ? {} : { ...config.ssl };
-    producerOptions.tlsServerName = true;
+  const tls = tlsOptions(config.ssl);
+  if (tls) {
+    producerOptions.tls = tls;
+    // SNI carries host names only (RFC 6066): Node warns when it is given an IP address.
+    producerOptions.tlsServerName = !options.brokers.every((broker) => isIP(broker.slice(0, broker.lastIndexOf(':'))) !== 0);
   }
   if (config.sasl) {
     const mechanism = ({ plain: 'PLAIN', 'scram-sha-256': 'SCRAM-SHA-256', 'scram-sha-512': 'SCRAM-SHA-512' } as const)[config.sasl.mechanism];

@@ -3,6 +3,7 @@ import type { Registry } from 'prom-client';
 import type { Config } from '../config/schema.js';
 import { MsgbridgeError } from '../errors.js';
 import { createKafka } from '../kafka/client.js';
+import { connectingToKafka } from '../kafka/failure.js';
 import type { ConsumedRecord, GroupConsumer } from '../kafka/group-consumer.js';
 import { createKafkajsGroupConsumer } from '../kafka/kafkajs-group-consumer.js';
 import { createKafkajsProducer } from '../kafka/kafkajs-producer.js';
@@ -94,7 +95,7 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
   const registry = options.registry ?? createMetricsRegistry('sender');
 
   const kafka = createKafka(config.kafka, { logger, brokers });
-  const dlqMaxBytes = await prepareTopics(kafka, config, logger);
+  const dlqMaxBytes = await connectingToKafka(brokers, () => prepareTopics(kafka, config, logger));
 
   const publisher = new ResultPublisher({
     createProducer: () => createKafkajsProducer(kafka, { timeoutMs: config.kafka.requestTimeoutMs }),
@@ -105,7 +106,7 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
       else logger.error({ err: (error as Error)?.message ?? String(error) }, 'results cannot be published to Kafka: retrying with a new producer; /readyz is 503 meanwhile');
     },
   });
-  await publisher.start();
+  await connectingToKafka(brokers, () => publisher.start());
   const client: ProviderClient = createProviderClient({
     baseUrl: config.provider.url,
     connections: config.provider.connections,

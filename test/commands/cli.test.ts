@@ -36,6 +36,7 @@ describe('msgbridge CLI usage', () => {
     [['webhooks', 'register', '--topics', 'messages,bogus']],
     [['webhooks', 'register', '--address-base', 'ftp://x']],
     [['kafka', '--heap-mb', '12']],
+    [['kafka', '--secure', 'plaintext']],
     [['dev', '--summary-interval', '-1']],
     [['ingress', '--unknown-flag']],
     [['--config', '', 'ingress']],

@@ -1,0 +1,54 @@
+import { MsgbridgeError } from '../errors.js';
+
+/**
+ * One line naming why Kafka could not be reached, for either client: the TLS certificate, the
+ * client certificate, authentication, authorization or reachability, with the setting to look
+ * at. Never a stack trace, never a secret (messages of the clients name neither passwords nor
+ * keys).
+ */
+export function describeKafkaFailure(error: unknown): string {
+  const chain: unknown[] = [];
+  for (let e: unknown = error, depth = 0; e && depth < 6; depth++) {
+    chain.push(e);
+    const next = (e as { cause?: unknown; originalError?: unknown; errors?: unknown[] }).cause ?? (e as { originalError?: unknown }).originalError ?? (e as { errors?: unknown[] }).errors?.[0];
+    e = next;
+  }
+  const text = chain.map((e) => `${(e as { name?: string }).name ?? ''} ${(e as { code?: string }).code ?? ''} ${(e as { type?: string }).type ?? ''} ${(e as Error)?.message ?? String(e)}`).join(' | ');
+  const first = ((error as Error)?.message ?? String(error)).split('\n')[0]!.slice(0, 300);
+  if (/SASLAuthentication|SASL_AUTHENTICATION_FAILED|Authentication failed|authentication failed|SaslAuthenticat/i.test(text)) {
+    return `authentication failed: check KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD (${first})`;
+  }
+  if (/UNABLE_TO_VERIFY_LEAF_SIGNATURE|SELF_SIGNED_CERT_IN_CHAIN|DEPTH_ZERO_SELF_SIGNED_CERT|unable to verify the first certificate|self[- ]signed certificate|unable to get local issuer certificate|CERT_UNTRUSTED/i.test(text)) {
+    return "the broker's TLS certificate is not trusted: set KAFKA_SSL_CA_FILE to the CA that signed it";
+  }
+  if (/ERR_TLS_CERT_ALTNAME_INVALID|Hostname\/IP does not match/i.test(text)) {
+    return "the broker's TLS certificate does not name the address used to reach it (KAFKA_BROKERS)";
+  }
+  if (/CERT_HAS_EXPIRED|certificate has expired/i.test(text)) return "the broker's TLS certificate has expired";
+  if (/certificate required|alert number 116|SSLV3_ALERT_BAD_CERTIFICATE|bad certificate|alert handshake failure/i.test(text)) {
+    return 'the broker refused the TLS handshake: it requires a client certificate (set KAFKA_SSL_CERT_FILE and KAFKA_SSL_KEY_FILE) or refused the one given';
+  }
+  if (/wrong version number|WRONG_VERSION_NUMBER|packet length too long|EPROTO/i.test(text)) {
+    return 'TLS is not spoken on that port: check KAFKA_SSL and the listener KAFKA_BROKERS points at';
+  }
+  if (/TOPIC_AUTHORIZATION_FAILED|Not authorized to access topics|TopicAuthorization/i.test(text)) {
+    return `not authorized on the relay's topics: grant the principal Describe, Read and Write on them (${first})`;
+  }
+  if (/CLUSTER_AUTHORIZATION_FAILED|GROUP_AUTHORIZATION_FAILED|TRANSACTIONAL_ID_AUTHORIZATION_FAILED|authoriz/i.test(text)) {
+    return `not authorized: the cluster's ACLs refuse this principal (${first})`;
+  }
+  if (/ECONNREFUSED|ENOTFOUND|EHOSTUNREACH|ENETUNREACH|EAI_AGAIN|ETIMEDOUT|Connection timeout|timed out|ECONNRESET|Closed connection|Connection error/i.test(text)) {
+    return `unreachable: no broker answered (${first})`;
+  }
+  return first;
+}
+
+/** Runs a start-up step that talks to Kafka; a failure becomes one line naming the cause (exit 2 from the CLI). */
+export async function connectingToKafka<T>(brokers: readonly string[], step: () => Promise<T>): Promise<T> {
+  try {
+    return await step();
+  } catch (error) {
+    if (error instanceof MsgbridgeError && error.code !== 'KAFKA_UNAVAILABLE') throw error;
+    throw new MsgbridgeError('KAFKA_CONNECT_FAILED', `cannot use Kafka at ${brokers.join(',')}: ${describeKafkaFailure(error)}`, { cause: error });
+  }
+}
