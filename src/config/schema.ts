@@ -19,7 +19,8 @@ export const kafkaTopicsSchema = z.strictObject({
   sendRequestsDlq: z.string().min(1),
 });
 
-export const kafkaSchema = z.strictObject({
+export const kafkaSchema = z
+  .strictObject({
   /** Empty = the embedded local broker, where a role supports it. */
   brokers: z.array(z.string().regex(/^[^\s:,]+:\d{1,5}$/, 'expected host:port')),
   clientId: z.string().min(1),
@@ -65,7 +66,17 @@ export const kafkaSchema = z.strictObject({
   createTopics: z.boolean(),
   partitions: positiveInt,
   replicationFactor: positiveInt,
-});
+  /** min.insync.replicas of the topics created here; null = 2 when replicationFactor ≥ 3, else 1. */
+  minInsyncReplicas: positiveInt.nullable(),
+  /** retention.ms of the DLQ topics created here; -1 = kept for ever (an authentic body must be kept). */
+  dlqRetentionMs: z.number().int().min(-1),
+})
+  .superRefine((k, ctx) => {
+    if (k.minInsyncReplicas !== null && k.minInsyncReplicas > k.replicationFactor) {
+      ctx.addIssue({ code: 'custom', path: ['minInsyncReplicas'], message: `must not exceed replicationFactor (${k.replicationFactor}): no write could ever be acknowledged` });
+    }
+    if (k.dlqRetentionMs === 0) ctx.addIssue({ code: 'custom', path: ['dlqRetentionMs'], message: 'expected -1 (for ever) or a positive number of milliseconds' });
+  });
 
 export const localKafkaSchema = z.strictObject({
   /** Where the Kafka jars are cached; null = ~/.cache/msgbridge. */

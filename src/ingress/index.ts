@@ -6,7 +6,7 @@ import { createKafka } from '../kafka/client.js';
 import { createKafkajsProducer } from '../kafka/kafkajs-producer.js';
 import type { RecordProducer } from '../kafka/port.js';
 import { connectingToKafka } from '../kafka/failure.js';
-import { ensureTopics } from '../kafka/topics.js';
+import { checkDurability, ensureTopics } from '../kafka/topics.js';
 import { silentLogger, type Logger } from '../observability/logger.js';
 import { createMetricsRegistry } from '../observability/metrics.js';
 import { createWebhookHandler, rulesFromConfig } from './handle-webhook.js';
@@ -201,9 +201,19 @@ async function createIngressTopics(kafka: ReturnType<typeof createKafka>, config
     await admin.connect();
     await ensureTopics(
       admin,
-      names.map((topic) => ({ topic, partitions, replicationFactor, configEntries: [{ name: 'max.message.bytes', value: maxMessageBytes }] })),
+      names.map((topic) => ({
+        topic,
+        partitions,
+        replicationFactor,
+        minInsyncReplicas: config.kafka.minInsyncReplicas,
+        configEntries: [
+          { name: 'max.message.bytes', value: maxMessageBytes },
+          ...(topic === config.kafka.topics.webhooksDlq ? [{ name: 'retention.ms', value: String(config.kafka.dlqRetentionMs) }] : []),
+        ],
+      })),
       logger,
     );
+    await checkDurability(admin, names, logger);
     // Topics made by an operator keep their settings; say so when one cannot take a full body.
     const described = await admin.describeConfigs({ resources: names.map((name) => ({ type: 2, name, configNames: ['max.message.bytes'] })), includeSynonyms: false });
     for (const resource of described.resources) {

@@ -5,6 +5,7 @@ import { createServer, Socket } from 'node:net';
 import { homedir, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { Kafka, logLevel } from 'kafkajs';
 import { MsgbridgeError } from '../errors.js';
 
 /**
@@ -146,7 +147,7 @@ interface Ports {
   internal: number | undefined;
 }
 
-function serverProperties(dir: string, ports: Ports, partitions: number, secure?: LocalBrokerOptions['secure'], tls?: ServerTls): string {
+function serverProperties(dir: string, ports: Ports, partitions: number, secure: LocalBrokerOptions['secure'], tls: ServerTls | undefined, quorum: { nodeId: number; voters: string; nodes: number }): string {
   const client = secure === 'scram' ? 'SASL_SSL' : secure === 'mtls' ? 'SSL' : 'PLAINTEXT';
   // PEM stores inline: newlines of a PEM value are escaped for the properties file.
   const inline = (pem: string) => pem.trim().split('\n').join('\\n');
@@ -170,8 +171,8 @@ function serverProperties(dir: string, ports: Ports, partitions: number, secure?
       : [];
   return [
     'process.roles=broker,controller',
-    'node.id=1',
-    `controller.quorum.voters=1@127.0.0.1:${ports.controller}`,
+    `node.id=${quorum.nodeId}`,
+    `controller.quorum.voters=${quorum.voters}`,
     // The client listener (plaintext or secured) and, when secured, a plaintext one for the broker itself.
     `listeners=CLIENT://127.0.0.1:${ports.client},CONTROLLER://127.0.0.1:${ports.controller}${ports.internal ? `,INTERNAL://127.0.0.1:${ports.internal}` : ''}`,
     `advertised.listeners=CLIENT://127.0.0.1:${ports.client}${ports.internal ? `,INTERNAL://127.0.0.1:${ports.internal}` : ''}`,
@@ -182,10 +183,13 @@ function serverProperties(dir: string, ports: Ports, partitions: number, secure?
     `log.dirs=${join(dir, 'data')}`,
     `num.partitions=${partitions}`,
     'auto.create.topics.enable=true',
-    'offsets.topic.replication.factor=1',
+    `offsets.topic.replication.factor=${Math.min(3, quorum.nodes)}`,
     'offsets.topic.num.partitions=10',
-    'transaction.state.log.replication.factor=1',
-    'transaction.state.log.min.isr=1',
+    `transaction.state.log.replication.factor=${Math.min(3, quorum.nodes)}`,
+    `transaction.state.log.min.isr=${Math.min(2, quorum.nodes)}`,
+    // A dead node is noticed in 4.5 s rather than 9 (the default), so failover tests stay short;
+    // not shorter: on a loaded 2-core machine a live node would be fenced now and then.
+    ...(quorum.nodes > 1 ? ['broker.session.timeout.ms=4500', 'broker.heartbeat.interval.ms=750'] : []),
     'group.initial.rebalance.delay.ms=0',
     'num.network.threads=2',
     'num.io.threads=4',
@@ -253,111 +257,201 @@ function tcpAnswers(port: number): Promise<boolean> {
   });
 }
 
+/** One node of a local cluster. */
+export interface LocalNode {
+  readonly id: number;
+  readonly port: number;
+  readonly pid: number;
+  /** Whether its JVM is still running. */
+  readonly alive: boolean;
+  /** Stops it for good (SIGTERM, then SIGKILL); its data stays until the cluster stops. */
+  stop(): Promise<void>;
+}
+
+export interface LocalCluster {
+  /** Every node's client listener, comma-separated. */
+  readonly bootstrap: string;
+  readonly nodes: readonly LocalNode[];
+  readonly client?: SecureClientSettings;
+  readonly startupMs: number;
+  stop(): Promise<void>;
+}
+
 /**
  * Formats fresh KRaft storage and starts the broker. Resolves once the broker has logged
  * that it started and its port answers. The JVM is tied to this process: on Linux it gets
  * SIGTERM when its parent dies (even by SIGKILL); on a normal exit `stop()` runs.
  */
 export async function startLocalBroker(options: LocalBrokerOptions = {}): Promise<LocalBroker> {
+  const cluster = await startLocalCluster({ ...options, nodes: 1 });
+  const node = cluster.nodes[0]!;
+  return {
+    bootstrap: cluster.bootstrap,
+    ...(cluster.client ? { client: cluster.client } : {}),
+    port: node.port,
+    dataDir: clusterDirs.get(cluster)!,
+    pid: node.pid,
+    startupMs: cluster.startupMs,
+    stop: () => cluster.stop(),
+  };
+}
+
+const clusterDirs = new WeakMap<LocalCluster, string>();
+
+/**
+ * `nodes` combined broker+controller nodes forming one KRaft quorum (3 for failover tests:
+ * internal topics replicated 3 times, min ISR 2), each its own JVM with a bounded heap, all
+ * formatted with the same cluster id. Topics the relay creates get the relay's own settings;
+ * the brokers keep Kafka's defaults (min.insync.replicas=1), as a real cluster would.
+ */
+export async function startLocalCluster(options: LocalBrokerOptions & { nodes: number }): Promise<LocalCluster> {
   const started = Date.now();
+  if (!(options.nodes >= 1 && options.nodes <= 5)) throw new MsgbridgeError('INVALID_ARGUMENT', 'a local cluster has 1 to 5 nodes');
   requireJava();
   const libs = ensureKafkaJars(options);
-  const classpath = `${libs}/*`;
   const dir = mkdtempSync(join(tmpdir(), 'msgbridge-kafka-'));
-  const [brokerPort, controllerPort] = [await freePort(), await freePort()];
-  const internalPort = options.secure ? await freePort() : undefined;
+  const count = options.nodes;
+  const ports: Ports[] = [];
+  for (let i = 0; i < count; i++) ports.push({ client: await freePort(), controller: await freePort(), internal: options.secure ? await freePort() : undefined });
+  const voters = ports.map((p, i) => `${i + 1}@127.0.0.1:${p.controller}`).join(',');
   const tls = options.secure ? generateTls(join(dir, 'tls'), options.secure === 'mtls') : undefined;
-  const propsFile = join(dir, 'server.properties');
-  writeFileSync(propsFile, serverProperties(dir, { client: brokerPort, controller: controllerPort, internal: internalPort }, options.partitions ?? 6, options.secure, tls?.server));
+  const scram = options.secure === 'scram' ? { username: 'msgbridge', password: randomBytes(12).toString('base64url') } : undefined;
   writeFileSync(join(dir, 'log4j.properties'), LOG4J);
-  const logFile = join(dir, 'kafka.log');
+  const id = clusterId();
   const heap = options.heapMb ?? 512;
-  const jvmArgs = [
+  const jvmArgs = (nodeDir: string) => [
     `-Xms${Math.min(256, heap)}m`,
     `-Xmx${heap}m`,
     '-XX:+UseG1GC',
     '-XX:MaxGCPauseMillis=20',
     '-Djava.awt.headless=true',
     `-Dlog4j.configuration=file:${join(dir, 'log4j.properties')}`,
-    `-Dkafka.logs.dir=${dir}`,
+    `-Dkafka.logs.dir=${nodeDir}`,
     '-cp',
-    classpath,
+    `${libs}/*`,
   ];
 
   options.onProgress?.('formatting KRaft storage');
-  const scram = options.secure === 'scram' ? { username: 'msgbridge', password: randomBytes(12).toString('base64url') } : undefined;
-  // SCRAM credentials are written into the metadata log at format time (KRaft).
-  const addScram = scram ? ['--add-scram', `SCRAM-SHA-512=[name=${scram.username},password=${scram.password}]`] : [];
-  const format = spawnSync('java', [...jvmArgs.filter((a) => !a.startsWith('-Xms')), 'kafka.tools.StorageTool', 'format', `--cluster-id=${clusterId()}`, '--config', propsFile, ...addScram], {
-    encoding: 'utf8',
-    timeout: 120_000,
-  });
-  if (format.status !== 0) {
-    rmSync(dir, { recursive: true, force: true });
-    throw new MsgbridgeError('LOCAL_BROKER_FAILED', `formatting Kafka storage failed:\n${`${format.stdout}${format.stderr}`.trim()}`);
+  const nodeDirs = ports.map((_, i) => join(dir, `node-${i + 1}`));
+  for (let i = 0; i < count; i++) {
+    mkdirSync(nodeDirs[i]!, { recursive: true });
+    const propsFile = join(nodeDirs[i]!, 'server.properties');
+    writeFileSync(propsFile, serverProperties(nodeDirs[i]!, ports[i]!, options.partitions ?? 6, options.secure, tls?.server, { nodeId: i + 1, voters, nodes: count }));
+    // SCRAM credentials are written into the metadata log at format time (KRaft).
+    const addScram = scram ? ['--add-scram', `SCRAM-SHA-512=[name=${scram.username},password=${scram.password}]`] : [];
+    const format = spawnSync('java', [...jvmArgs(nodeDirs[i]!).filter((a) => !a.startsWith('-Xms')), 'kafka.tools.StorageTool', 'format', `--cluster-id=${id}`, '--config', propsFile, ...addScram], {
+      encoding: 'utf8',
+      timeout: 120_000,
+    });
+    if (format.status !== 0) {
+      rmSync(dir, { recursive: true, force: true });
+      throw new MsgbridgeError('LOCAL_BROKER_FAILED', `formatting Kafka storage failed:\n${`${format.stdout}${format.stderr}`.trim()}`);
+    }
   }
 
-  options.onProgress?.(`starting Kafka on 127.0.0.1:${brokerPort}`);
+  options.onProgress?.(`starting Kafka on ${ports.map((p) => `127.0.0.1:${p.client}`).join(', ')}`);
   const pdeathsig = process.platform === 'linux' && commandWorks('setpriv', ['--help']);
-  const [command, args] = pdeathsig
-    ? ['setpriv', ['--pdeathsig', 'TERM', '--', 'java', ...jvmArgs, 'kafka.Kafka', propsFile]]
-    : ['java', [...jvmArgs, 'kafka.Kafka', propsFile]];
+  const nodes = nodeDirs.map((nodeDir, i) => launchNode(i + 1, ports[i]!.client, nodeDir, jvmArgs(nodeDir), pdeathsig));
+  const stop = async () => {
+    await Promise.all(nodes.map((n) => n.stop()));
+    rmSync(dir, { recursive: true, force: true });
+  };
+
+  const deadline = Date.now() + (options.startTimeoutMs ?? 90_000);
+  for (const node of nodes) {
+    for (;;) {
+      if (!node.alive) {
+        const output = tail(node.logFile);
+        await stop();
+        throw new MsgbridgeError('LOCAL_BROKER_FAILED', `the Kafka broker exited during start-up:\n${output}`);
+      }
+      if (Date.now() > deadline) {
+        const output = tail(node.logFile);
+        await stop();
+        throw new MsgbridgeError('LOCAL_BROKER_FAILED', `the Kafka broker did not start within ${options.startTimeoutMs ?? 90_000} ms:\n${output}`);
+      }
+      if (/Transition from STARTING to STARTED \(kafka\.server\.BrokerServer\)|Kafka Server started/.test(tail(node.logFile, 200)) && (await tcpAnswers(node.port))) break;
+      await new Promise((r) => setTimeout(r, 150));
+    }
+  }
+
+  if (count > 1) {
+    // Every node registered and unfenced before anyone creates a topic of replication factor N.
+    try {
+      await waitForBrokers(ports.map((p) => `127.0.0.1:${p.internal ?? p.client}`), count, deadline);
+    } catch (err) {
+      await stop();
+      throw err;
+    }
+  }
+  const bootstrap = ports.map((p) => `127.0.0.1:${p.client}`).join(',');
+  let client: SecureClientSettings | undefined;
+  if (tls) {
+    const env: Record<string, string> = { KAFKA_BROKERS: bootstrap, KAFKA_SSL: 'true', KAFKA_SSL_CA_FILE: tls.caFile };
+    if (tls.clientCertFile && tls.clientKeyFile) Object.assign(env, { KAFKA_SSL_CERT_FILE: tls.clientCertFile, KAFKA_SSL_KEY_FILE: tls.clientKeyFile });
+    if (scram) Object.assign(env, { KAFKA_SASL_MECHANISM: 'scram-sha-512', KAFKA_SASL_USERNAME: scram.username, KAFKA_SASL_PASSWORD: scram.password });
+    client = { caFile: tls.caFile, certFile: tls.clientCertFile, keyFile: tls.clientKeyFile, username: scram?.username, password: scram?.password, env };
+  }
+  const cluster: LocalCluster = { bootstrap, nodes, ...(client ? { client } : {}), startupMs: Date.now() - started, stop };
+  clusterDirs.set(cluster, dir);
+  return cluster;
+}
+
+/** Until the cluster's metadata lists `count` brokers (asked over the plaintext listeners). */
+async function waitForBrokers(bootstrap: string[], count: number, deadline: number): Promise<void> {
+  const admin = new Kafka({ clientId: 'msgbridge-local-cluster', brokers: bootstrap, logLevel: logLevel.NOTHING, retry: { retries: 0 } }).admin();
+  try {
+    for (;;) {
+      try {
+        await admin.connect();
+        const { brokers } = await admin.describeCluster();
+        if (brokers.length >= count) return;
+      } catch {
+        // not yet
+      }
+      if (Date.now() > deadline) throw new MsgbridgeError('LOCAL_BROKER_FAILED', `the ${count} Kafka nodes did not all register within the start timeout`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  } finally {
+    await admin.disconnect().catch(() => undefined);
+  }
+}
+
+/** Starts one node's JVM; it is killed when this process exits. */
+function launchNode(id: number, port: number, nodeDir: string, jvmArgs: string[], pdeathsig: boolean): LocalNode & { logFile: string } {
+  const propsFile = join(nodeDir, 'server.properties');
+  const logFile = join(nodeDir, 'kafka.log');
+  const [command, args] = pdeathsig ? ['setpriv', ['--pdeathsig', 'TERM', '--', 'java', ...jvmArgs, 'kafka.Kafka', propsFile]] : ['java', [...jvmArgs, 'kafka.Kafka', propsFile]];
   const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, CLASSPATH: '' } });
   const log = createWriteStream(logFile);
   child.stdout!.pipe(log);
   child.stderr!.pipe(log);
-
   let exited = false;
   const exitedPromise = new Promise<void>((resolve) => child.once('exit', () => ((exited = true), resolve())));
   const killOnExit = () => {
     if (!exited) child.kill('SIGKILL');
   };
   process.once('exit', killOnExit);
-
-  const stop = async () => {
-    process.removeListener('exit', killOnExit);
-    if (!exited) {
-      child.kill('SIGTERM');
-      const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
-      await exitedPromise;
-      clearTimeout(timer);
-    }
-    log.end();
-    rmSync(dir, { recursive: true, force: true });
-  };
-
-  const deadline = Date.now() + (options.startTimeoutMs ?? 90_000);
-  for (;;) {
-    if (exited) {
-      const output = tail(logFile);
-      rmSync(dir, { recursive: true, force: true });
-      throw new MsgbridgeError('LOCAL_BROKER_FAILED', `the Kafka broker exited during start-up:\n${output}`);
-    }
-    if (Date.now() > deadline) {
-      const output = tail(logFile);
-      await stop();
-      throw new MsgbridgeError('LOCAL_BROKER_FAILED', `the Kafka broker did not start within ${options.startTimeoutMs ?? 90_000} ms:\n${output}`);
-    }
-    if (/Transition from STARTING to STARTED \(kafka\.server\.BrokerServer\)|Kafka Server started/.test(tail(logFile, 200)) && (await tcpAnswers(brokerPort))) break;
-    await new Promise((r) => setTimeout(r, 150));
-  }
-
-  let client: SecureClientSettings | undefined;
-  if (tls) {
-    const env: Record<string, string> = { KAFKA_BROKERS: `127.0.0.1:${brokerPort}`, KAFKA_SSL: 'true', KAFKA_SSL_CA_FILE: tls.caFile };
-    if (tls.clientCertFile && tls.clientKeyFile) Object.assign(env, { KAFKA_SSL_CERT_FILE: tls.clientCertFile, KAFKA_SSL_KEY_FILE: tls.clientKeyFile });
-    if (scram) Object.assign(env, { KAFKA_SASL_MECHANISM: 'scram-sha-512', KAFKA_SASL_USERNAME: scram.username, KAFKA_SASL_PASSWORD: scram.password });
-    client = { caFile: tls.caFile, certFile: tls.clientCertFile, keyFile: tls.clientKeyFile, username: scram?.username, password: scram?.password, env };
-  }
-
   return {
-    bootstrap: `127.0.0.1:${brokerPort}`,
-    ...(client ? { client } : {}),
-    port: brokerPort,
-    dataDir: dir,
+    id,
+    port,
     pid: child.pid!,
-    startupMs: Date.now() - started,
-    stop,
+    logFile,
+    get alive() {
+      return !exited;
+    },
+    async stop() {
+      process.removeListener('exit', killOnExit);
+      if (!exited) {
+        // A frozen JVM (SIGSTOP in a test) must be able to die.
+        child.kill('SIGCONT');
+        child.kill('SIGTERM');
+        const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
+        await exitedPromise;
+        clearTimeout(timer);
+      }
+      log.end();
+    },
   };
 }
 

@@ -1,4 +1,5 @@
 import kafkajs, { type Admin } from 'kafkajs';
+import { MsgbridgeError } from '../errors.js';
 import type { Logger } from '../observability/logger.js';
 
 export interface TopicSpec {
@@ -7,13 +8,25 @@ export interface TopicSpec {
   replicationFactor: number;
   /** Topic-level settings for topics created here (for example max.message.bytes). */
   configEntries?: { name: string; value: string }[];
+  /**
+   * min.insync.replicas of a topic created here; default 2 when its replication factor is 3
+   * or more (acks=all then means two disks), else 1. Never above the replication factor.
+   */
+  minInsyncReplicas?: number | null;
+}
+
+/** The min.insync.replicas a topic of this replication factor gets (DESIGN §2 "Durable on a real cluster"). */
+export function minInsyncReplicasFor(replicationFactor: number, configured?: number | null): number {
+  const wanted = configured ?? (replicationFactor >= 3 ? 2 : 1);
+  return Math.max(1, Math.min(wanted, replicationFactor));
 }
 
 /**
  * Creates the topics that do not exist yet and leaves existing ones alone (their partition
- * counts and settings are the operator's). The replication factor is capped by the number
- * of brokers, so that the same configuration works on a one-broker development cluster.
- * Returns the names it created.
+ * counts and settings are the operator's). On a one-broker cluster (development) the
+ * replication factor is capped to 1, so the same configuration works there; on a real cluster
+ * it never is: with fewer brokers alive than the replication factor, creation fails with a
+ * clear error instead of giving the topic fewer replicas for good. Returns the names it created.
  */
 export async function ensureTopics(admin: Admin, specs: TopicSpec[], logger?: Logger): Promise<string[]> {
   const existing = new Set(await admin.listTopics());
@@ -21,11 +34,20 @@ export async function ensureTopics(admin: Admin, specs: TopicSpec[], logger?: Lo
   if (missing.length === 0) return [];
   const { brokers } = await admin.describeCluster();
   const topics = missing.map((s) => {
-    const replicationFactor = Math.min(s.replicationFactor, Math.max(1, brokers.length));
-    if (replicationFactor < s.replicationFactor) {
-      logger?.warn({ topic: s.topic, wanted: s.replicationFactor, brokers: brokers.length }, 'replication factor capped by the number of brokers');
+    let replicationFactor = s.replicationFactor;
+    if (replicationFactor > brokers.length) {
+      if (brokers.length > 1) {
+        throw new MsgbridgeError(
+          'KAFKA_CONNECT_FAILED',
+          `cannot create topic ${s.topic} with replication factor ${s.replicationFactor}: only ${brokers.length} brokers are alive (kafka.replicationFactor); start the missing brokers, or create the topic yourself`,
+        );
+      }
+      replicationFactor = 1;
+      logger?.info({ topic: s.topic, wanted: s.replicationFactor }, 'one-broker cluster: replication factor 1');
     }
-    return { topic: s.topic, numPartitions: s.partitions, replicationFactor, ...(s.configEntries ? { configEntries: s.configEntries } : {}) };
+    const entries = [...(s.configEntries ?? [])];
+    if (!entries.some((e) => e.name === 'min.insync.replicas')) entries.push({ name: 'min.insync.replicas', value: String(minInsyncReplicasFor(replicationFactor, s.minInsyncReplicas)) });
+    return { topic: s.topic, numPartitions: s.partitions, replicationFactor, configEntries: entries };
   });
   // Another instance may have created some of them concurrently; createTopics then answers
   // false without error, which is fine: the topics exist either way.
@@ -85,5 +107,39 @@ export async function topicMaxMessageBytes(admin: Admin, topic: string, logger?:
   } catch (err) {
     logger?.warn({ topic, err: (err as Error).message }, "could not read the topic's max.message.bytes: assuming Kafka's default");
     return undefined;
+  }
+}
+
+/**
+ * Whether the topics a role writes can keep the acks=all promise: every partition has a
+ * leader, and a topic with several replicas requires at least two in sync. One warning per
+ * topic that cannot (e.g. replication factor 3 with min.insync.replicas 1: a 200 then rests on
+ * one disk); a cluster that denies DescribeConfigs gets one warning and the role goes on.
+ */
+export async function checkDurability(admin: Admin, topics: readonly string[], logger: Logger): Promise<void> {
+  let replicas: Map<string, { factor: number; leaderless: number }>;
+  try {
+    const { topics: described } = await admin.fetchTopicMetadata({ topics: [...topics] });
+    replicas = new Map(described.map((t) => [t.name, { factor: Math.min(...t.partitions.map((p) => p.replicas.length)), leaderless: t.partitions.filter((p) => p.leader < 0).length }]));
+  } catch (err) {
+    logger.warn({ topics, err: (err as Error).message }, 'could not read the metadata of the topics written: their durability is unchecked');
+    return;
+  }
+  let minIsr: Map<string, number>;
+  try {
+    const described = await admin.describeConfigs({ resources: topics.map((name) => ({ type: kafkajs.ConfigResourceTypes.TOPIC, name, configNames: ['min.insync.replicas'] })), includeSynonyms: false });
+    minIsr = new Map(described.resources.map((r) => [r.resourceName, Number(r.configEntries.find((e) => e.configName === 'min.insync.replicas')?.configValue ?? 1)]));
+  } catch (err) {
+    logger.warn({ topics, err: (err as Error).message }, 'the cluster does not let this role read topic settings (DescribeConfigs): min.insync.replicas is unchecked');
+    minIsr = new Map();
+  }
+  for (const topic of topics) {
+    const r = replicas.get(topic);
+    if (!r) continue;
+    const isr = minIsr.get(topic);
+    if (r.leaderless > 0) logger.warn({ topic, partitionsWithoutLeader: r.leaderless }, 'topic has partitions without a leader: writes to them fail until one is elected');
+    if (r.factor >= 2 && isr !== undefined && isr < 2) {
+      logger.warn({ topic, replicationFactor: r.factor, minInsyncReplicas: isr }, `topic ${topic} has ${r.factor} replicas but min.insync.replicas ${isr}: an acks=all write is acknowledged by a single replica, so a 200 rests on one disk (set min.insync.replicas=2)`);
+    }
   }
 }

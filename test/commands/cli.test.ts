@@ -37,6 +37,7 @@ describe('msgbridge CLI usage', () => {
     [['webhooks', 'register', '--address-base', 'ftp://x']],
     [['kafka', '--heap-mb', '12']],
     [['kafka', '--secure', 'plaintext']],
+    [['kafka', '--nodes', '9']],
     [['dev', '--summary-interval', '-1']],
     [['ingress', '--unknown-flag']],
     [['--config', '', 'ingress']],

@@ -1,0 +1,145 @@
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import kafkajs, { Kafka, logLevel } from 'kafkajs';
+import { loadConfig } from '../../src/config/load.js';
+import { startIngress } from '../../src/ingress/index.js';
+import { startLocalCluster, type LocalCluster } from '../../src/kafka/local-broker.js';
+import { eventIdOf } from '../../src/contracts/index.js';
+import { messageId, signedHeaders, statusEvent } from '../ingress/fixtures.js';
+
+const SECRET = 'cluster-signing-secret';
+
+function ingressConfig(brokers: string, client: 'platformatic' | 'kafkajs' = 'platformatic') {
+  const id = randomUUID().slice(0, 8);
+  return loadConfig({
+    env: {
+      KAFKA_BROKERS: brokers,
+      MSGBRIDGE_BUSINESS_ID: 'biz_1',
+      MSGBRIDGE_SIGNING_SECRET: SECRET,
+      MSGBRIDGE__kafka__topics__messages: `cl-messages-${id}`,
+      MSGBRIDGE__kafka__topics__deliveryStatus: `cl-status-${id}`,
+      MSGBRIDGE__kafka__topics__webhooksDlq: `cl-dlq-${id}`,
+      MSGBRIDGE__kafka__partitions: '6',
+      MSGBRIDGE__kafka__replicationFactor: '3',
+      MSGBRIDGE__kafka__client: client,
+      MSGBRIDGE__kafka__requestTimeoutMs: '5000',
+      MSGBRIDGE__kafka__connectionTimeoutMs: '2000',
+      MSGBRIDGE__ingress__host: '127.0.0.1',
+      MSGBRIDGE__ingress__port: '0',
+      MSGBRIDGE__ingress__publishTimeoutMs: '4000',
+    },
+  });
+}
+
+/**
+ * A 3-node KRaft cluster started by this file from the cached jars: topics the relay creates
+ * are replicated 3 times with min.insync.replicas 2, a leader killed with SIGKILL under load
+ * loses no acknowledged event, and a topic is never created with fewer replicas than asked.
+ */
+describe('on a 3-node cluster', () => {
+  let cluster: LocalCluster;
+  let admin: ReturnType<Kafka['admin']>;
+
+  beforeAll(async () => {
+    cluster = await startLocalCluster({ nodes: 3, heapMb: 256, partitions: 3 });
+    admin = new Kafka({ clientId: 'cluster-test', brokers: cluster.bootstrap.split(','), logLevel: logLevel.NOTHING }).admin();
+    await admin.connect();
+  }, 240_000);
+  afterAll(async () => {
+    await admin?.disconnect().catch(() => undefined);
+    await cluster?.stop();
+  });
+
+  it('creates the relay topics with 3 replicas and min.insync.replicas 2; the DLQ keeps what it holds', async () => {
+    const config = ingressConfig(cluster.bootstrap);
+    const ingress = await startIngress({ config });
+    try {
+      const { topics } = config.kafka;
+      const names = [topics.messages, topics.deliveryStatus, topics.webhooksDlq];
+      // The metadata a broker serves catches up with the controller's assignment within moments.
+      const threeReplicas = async () => (await admin.fetchTopicMetadata({ topics: names })).topics.every((t) => t.partitions.every((p) => p.replicas.length === 3));
+      const deadline = Date.now() + 15_000;
+      while (!(await threeReplicas()) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 250));
+      expect(await threeReplicas()).toBe(true);
+      const described = await admin.describeConfigs({ resources: names.map((name) => ({ type: kafkajs.ConfigResourceTypes.TOPIC, name, configNames: ['min.insync.replicas', 'retention.ms'] })), includeSynonyms: false });
+      const setting = (topic: string, name: string) => described.resources.find((r) => r.resourceName === topic)!.configEntries.find((e) => e.configName === name)?.configValue;
+      for (const name of names) expect(setting(name, 'min.insync.replicas'), name).toBe('2');
+      expect(setting(topics.webhooksDlq, 'retention.ms')).toBe('-1');
+    } finally {
+      await ingress.drain();
+    }
+  }, 60_000);
+
+  it('kill -9 of the broker leading most partitions under load: every acknowledged event is in Kafka', async () => {
+    const config = ingressConfig(cluster.bootstrap);
+    const ingress = await startIngress({ config });
+    const acknowledged = new Map<string, string>();
+    const statuses = new Map<number, number>();
+    let running = true;
+    const sender = async () => {
+      while (running) {
+        const body = statusEvent(messageId());
+        try {
+          const res = await fetch(`${ingress.url}/webhooks/biz_1/delivery_status`, { method: 'POST', body, headers: signedHeaders(SECRET, body) });
+          statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
+          await res.arrayBuffer();
+          if (res.status === 200) acknowledged.set(eventIdOf(body), body);
+          else await new Promise((r) => setTimeout(r, 50));
+        } catch {
+          statuses.set(0, (statuses.get(0) ?? 0) + 1);
+        }
+      }
+    };
+    try {
+      const senders = Array.from({ length: 8 }, sender);
+      await new Promise((r) => setTimeout(r, 2000));
+      const metadata = await admin.fetchTopicMetadata({ topics: [config.kafka.topics.deliveryStatus] });
+      const leaders = new Map<number, number>();
+      for (const p of metadata.topics[0]!.partitions) leaders.set(p.leader, (leaders.get(p.leader) ?? 0) + 1);
+      const victimId = [...leaders].sort((a, b) => b[1] - a[1])[0]![0];
+      const victim = cluster.nodes.find((n) => n.id === victimId)!;
+      const before = acknowledged.size;
+      process.kill(victim.pid, 'SIGKILL');
+      const killedAt = Date.now();
+      // Publishing resumes without a restart once new leaders are elected.
+      while (acknowledged.size < before + 200 && Date.now() - killedAt < 45_000) await new Promise((r) => setTimeout(r, 100));
+      const resumedAfterMs = Date.now() - killedAt;
+      running = false;
+      await Promise.all(senders);
+      expect(acknowledged.size).toBeGreaterThanOrEqual(before + 200);
+
+      // Read everything back from the two survivors, by event-id.
+      const reader = new Kafka({ clientId: 'cluster-reader', brokers: cluster.nodes.filter((n) => n.alive).map((n) => `127.0.0.1:${n.port}`), logLevel: logLevel.NOTHING });
+      const consumer = reader.consumer({ groupId: `cluster-${randomUUID()}`, maxWaitTimeInMs: 200 });
+      const seen = new Set<string>();
+      await consumer.connect();
+      await consumer.subscribe({ topics: [config.kafka.topics.deliveryStatus], fromBeginning: true });
+      await consumer.run({ eachMessage: async ({ message }) => void seen.add(message.headers?.['event-id']?.toString() ?? '') });
+      const deadline = Date.now() + 60_000;
+      const missing = () => [...acknowledged.keys()].filter((id) => !seen.has(id)).length;
+      while (missing() > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 250));
+      await consumer.disconnect();
+      console.log(`[cluster] leader ${victimId} killed: 200 more acknowledged ${resumedAfterMs} ms later; ${acknowledged.size} acknowledged in all, answers ${JSON.stringify(Object.fromEntries(statuses))}, missing ${missing()}`);
+      expect(missing()).toBe(0);
+    } finally {
+      running = false;
+      await ingress.drain();
+    }
+  }, 180_000);
+
+  it('with a broker down, a topic is not created with fewer replicas than asked: a clear error instead', async () => {
+    expect(cluster.nodes.filter((n) => n.alive)).toHaveLength(2);
+    const alive = cluster.nodes.filter((n) => n.alive).map((n) => `127.0.0.1:${n.port}`).join(',');
+    // Until the cluster itself no longer counts the dead node (its session has run out).
+    const deadline = Date.now() + 30_000;
+    while ((await admin.describeCluster()).brokers.length > 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 250));
+    const error = await startIngress({ config: ingressConfig(alive) }).then(
+      async (ingress) => {
+        await ingress.drain();
+        return undefined;
+      },
+      (err: unknown) => err as Error,
+    );
+    expect(error?.message).toMatch(/cannot create topic cl-\S+ with replication factor 3: only 2 brokers are alive/);
+  }, 60_000);
+});
