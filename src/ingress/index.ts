@@ -6,7 +6,7 @@ import { createKafka } from '../kafka/client.js';
 import { createKafkajsProducer } from '../kafka/kafkajs-producer.js';
 import type { RecordProducer } from '../kafka/port.js';
 import { connectingToKafka } from '../kafka/failure.js';
-import { checkDurability, ensureTopics } from '../kafka/topics.js';
+import { checkDurability, ensureTopics, topicMaxMessageBytes } from '../kafka/topics.js';
 import { silentLogger, type Logger } from '../observability/logger.js';
 import { createMetricsRegistry } from '../observability/metrics.js';
 import { createWebhookHandler, rulesFromConfig } from './handle-webhook.js';
@@ -93,7 +93,7 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
       throw new MsgbridgeError('CONFIG_INVALID', 'kafka.brokers: no Kafka brokers to publish to (set KAFKA_BROKERS)');
     }
     const kafka = createKafka(config.kafka, { logger, brokers });
-    if (config.kafka.createTopics) await connectingToKafka(brokers, () => createIngressTopics(kafka, config, logger));
+    await connectingToKafka(brokers, () => prepareIngressTopics(kafka, config, logger));
     if (config.kafka.client === 'platformatic') {
       // Loaded only when chosen: importing @platformatic/kafka costs about 30 MiB of memory.
       const { createPlatformaticProducer } = await import('../kafka/platformatic-producer.js');
@@ -192,40 +192,44 @@ function ingressTopics(config: Config): string[] {
   return [topics.messages, topics.deliveryStatus, topics.webhooksDlq];
 }
 
-async function createIngressTopics(kafka: ReturnType<typeof createKafka>, config: Config, logger: Logger): Promise<void> {
+/** Creates the ingress topics when configured to, and checks the ones it writes either way. */
+async function prepareIngressTopics(kafka: ReturnType<typeof createKafka>, config: Config, logger: Logger): Promise<void> {
   const { partitions, replicationFactor } = config.kafka;
   const maxMessageBytes = String(ingressTopicMaxMessageBytes(config));
   const names = ingressTopics(config);
   const admin = kafka.admin();
   try {
     await admin.connect();
-    await ensureTopics(
-      admin,
-      names.map((topic) => ({
-        topic,
-        partitions,
-        replicationFactor,
-        minInsyncReplicas: config.kafka.minInsyncReplicas,
-        configEntries: [
-          { name: 'max.message.bytes', value: maxMessageBytes },
-          ...(topic === config.kafka.topics.webhooksDlq ? [{ name: 'retention.ms', value: String(config.kafka.dlqRetentionMs) }] : []),
-        ],
-      })),
-      logger,
-    );
+    if (config.kafka.createTopics) {
+      await ensureTopics(
+        admin,
+        names.map((topic) => ({
+          topic,
+          partitions,
+          replicationFactor,
+          minInsyncReplicas: config.kafka.minInsyncReplicas,
+          configEntries: [
+            { name: 'max.message.bytes', value: maxMessageBytes },
+            ...(topic === config.kafka.topics.webhooksDlq ? [{ name: 'retention.ms', value: String(config.kafka.dlqRetentionMs) }] : []),
+          ],
+        })),
+        logger,
+      );
+    }
     await checkDurability(admin, names, logger);
     // Topics made by an operator keep their settings; say so when one cannot take a full body.
-    const described = await admin.describeConfigs({ resources: names.map((name) => ({ type: 2, name, configNames: ['max.message.bytes'] })), includeSynonyms: false });
-    for (const resource of described.resources) {
-      const value = Number(resource.configEntries.find((e) => e.configName === 'max.message.bytes')?.configValue);
-      if (Number.isFinite(value) && value < config.ingress.maxBodyBytes + 4096) {
+    const existing = new Set(await admin.listTopics());
+    for (const name of names.filter((n) => existing.has(n))) {
+      const value = await topicMaxMessageBytes(admin, name, logger);
+      if (value !== undefined && value < config.ingress.maxBodyBytes + 4096) {
         logger.warn(
-          { topic: resource.resourceName, maxMessageBytes: value, maxBodyBytes: config.ingress.maxBodyBytes },
+          { topic: name, maxMessageBytes: value, maxBodyBytes: config.ingress.maxBodyBytes },
           'topic max.message.bytes is below ingress.maxBodyBytes: the largest webhooks cannot be written (503 until fixed)',
         );
       }
     }
   } catch (err) {
+    if (err instanceof MsgbridgeError) throw err;
     throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot prepare the ingress topics ${names.join(', ')}: ${(err as Error).message}`, { cause: err });
   } finally {
     await admin.disconnect().catch(() => {});

@@ -116,13 +116,19 @@ export async function topicMaxMessageBytes(admin: Admin, topic: string, logger?:
  * topic that cannot (e.g. replication factor 3 with min.insync.replicas 1: a 200 then rests on
  * one disk); a cluster that denies DescribeConfigs gets one warning and the role goes on.
  */
-export async function checkDurability(admin: Admin, topics: readonly string[], logger: Logger): Promise<void> {
+export async function checkDurability(admin: Admin, wanted: readonly string[], logger: Logger): Promise<void> {
   let replicas: Map<string, { factor: number; leaderless: number }>;
+  let topics: string[];
   try {
-    const { topics: described } = await admin.fetchTopicMetadata({ topics: [...topics] });
+    // Asking metadata for a missing topic can create it (auto.create.topics.enable): list first.
+    const existing = new Set(await admin.listTopics());
+    topics = wanted.filter((t) => existing.has(t));
+    for (const topic of wanted.filter((t) => !existing.has(t))) logger.warn({ topic }, `topic ${topic} does not exist: writes to it fail until it is created (kafka.createTopics)`);
+    if (topics.length === 0) return;
+    const { topics: described } = await admin.fetchTopicMetadata({ topics });
     replicas = new Map(described.map((t) => [t.name, { factor: Math.min(...t.partitions.map((p) => p.replicas.length)), leaderless: t.partitions.filter((p) => p.leader < 0).length }]));
   } catch (err) {
-    logger.warn({ topics, err: (err as Error).message }, 'could not read the metadata of the topics written: their durability is unchecked');
+    logger.warn({ topics: wanted, err: (err as Error).message }, 'could not read the metadata of the topics written: their durability is unchecked');
     return;
   }
   let minIsr: Map<string, number>;
