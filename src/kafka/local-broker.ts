@@ -328,7 +328,7 @@ export async function startLocalCluster(options: LocalBrokerOptions & { nodes: n
     `-Dlog4j.configuration=file:${join(dir, 'log4j.properties')}`,
     `-Dkafka.logs.dir=${nodeDir}`,
     '-cp',
-    `${libs}/*`,
+    join(libs, '*'),
   ];
 
   options.onProgress?.('formatting KRaft storage');
