@@ -264,8 +264,10 @@ export interface LocalNode {
   readonly pid: number;
   /** Whether its JVM is still running. */
   readonly alive: boolean;
-  /** Stops it for good (SIGTERM, then SIGKILL); its data stays until the cluster stops. */
+  /** Stops it (SIGTERM, then SIGKILL); its data stays until the cluster stops. */
   stop(): Promise<void>;
+  /** Starts it again after it stopped or was killed (same id, same data); resolves once it serves. */
+  start(): Promise<void>;
 }
 
 export interface LocalCluster {
@@ -417,28 +419,48 @@ async function waitForBrokers(bootstrap: string[], count: number, deadline: numb
   }
 }
 
-/** Starts one node's JVM; it is killed when this process exits. */
+/** Starts one node's JVM (again after it stopped: same id, same data); it is killed when this process exits. */
 function launchNode(id: number, port: number, nodeDir: string, jvmArgs: string[], pdeathsig: boolean): LocalNode & { logFile: string } {
   const propsFile = join(nodeDir, 'server.properties');
   const logFile = join(nodeDir, 'kafka.log');
   const [command, args] = pdeathsig ? ['setpriv', ['--pdeathsig', 'TERM', '--', 'java', ...jvmArgs, 'kafka.Kafka', propsFile]] : ['java', [...jvmArgs, 'kafka.Kafka', propsFile]];
-  const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, CLASSPATH: '' } });
-  const log = createWriteStream(logFile);
-  child.stdout!.pipe(log);
-  child.stderr!.pipe(log);
-  let exited = false;
-  const exitedPromise = new Promise<void>((resolve) => child.once('exit', () => ((exited = true), resolve())));
+  let child: ReturnType<typeof spawn>;
+  let exited = true;
+  let exitedPromise: Promise<void> = Promise.resolve();
   const killOnExit = () => {
     if (!exited) child.kill('SIGKILL');
   };
-  process.once('exit', killOnExit);
+  const spawnJvm = () => {
+    child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, CLASSPATH: '' } });
+    const log = createWriteStream(logFile, { flags: 'a' });
+    child.stdout!.pipe(log);
+    child.stderr!.pipe(log);
+    exited = false;
+    exitedPromise = new Promise<void>((resolve) => child.once('exit', () => ((exited = true), log.end(), resolve())));
+    process.once('exit', killOnExit);
+  };
+  spawnJvm();
   return {
     id,
     port,
-    pid: child.pid!,
     logFile,
+    get pid() {
+      return child.pid!;
+    },
     get alive() {
       return !exited;
+    },
+    async start() {
+      if (!exited) return;
+      // Only what this run writes counts: the file still holds the previous run's lines.
+      const offset = existsSync(logFile) ? readFileSync(logFile).length : 0;
+      spawnJvm();
+      const deadline = Date.now() + 90_000;
+      const startedNow = () => /Transition from STARTING to STARTED \(kafka\.server\.BrokerServer\)|Kafka Server started/.test(readFileSync(logFile).subarray(offset).toString());
+      while (!(startedNow() && (await tcpAnswers(port)))) {
+        if (exited || Date.now() > deadline) throw new MsgbridgeError('LOCAL_BROKER_FAILED', `node ${id} did not start again:\n${tail(logFile)}`);
+        await new Promise((r) => setTimeout(r, 150));
+      }
     },
     async stop() {
       process.removeListener('exit', killOnExit);
@@ -450,7 +472,6 @@ function launchNode(id: number, port: number, nodeDir: string, jvmArgs: string[]
         await exitedPromise;
         clearTimeout(timer);
       }
-      log.end();
     },
   };
 }
