@@ -187,9 +187,6 @@ function serverProperties(dir: string, ports: Ports, partitions: number, secure:
     'offsets.topic.num.partitions=10',
     `transaction.state.log.replication.factor=${Math.min(3, quorum.nodes)}`,
     `transaction.state.log.min.isr=${Math.min(2, quorum.nodes)}`,
-    // A dead node is noticed in 4.5 s rather than 9 (the default), so failover tests stay short;
-    // not shorter: on a loaded 2-core machine a live node would be fenced now and then.
-    ...(quorum.nodes > 1 ? ['broker.session.timeout.ms=4500', 'broker.heartbeat.interval.ms=750'] : []),
     'group.initial.rebalance.delay.ms=0',
     'num.network.threads=2',
     'num.io.threads=4',

@@ -74,8 +74,10 @@ describe('sender under provider failures', () => {
     expect(per.size).toBe(N);
     for (const [id, list] of per) {
       expect(list, id).toHaveLength(1);
-      expect(list[0], id).toMatchObject({ outcome: 'accepted', maybeSent: false });
+      expect(list[0], id).toMatchObject({ outcome: 'accepted' });
     }
+    // Only a call written when the provider went away can be in doubt: at most the calls in flight (16).
+    expect([...per.values()].filter((list) => list[0]!.maybeSent).length).toBeLessThanOrEqual(16);
     // Refused connections create nothing: every request created exactly one message.
     expect([...provider.createdPer().values()].every((n) => n === 1)).toBe(true);
     expect(provider.created()).toHaveLength(N);
