@@ -32,7 +32,14 @@ export async function ensureTopics(admin: Admin, specs: TopicSpec[], logger?: Lo
   const existing = new Set(await admin.listTopics());
   const missing = dedupe(specs).filter((s) => !existing.has(s.topic));
   if (missing.length === 0) return [];
-  const { brokers } = await admin.describeCluster();
+  const wantedReplicas = Math.max(...missing.map((s) => s.replicationFactor));
+  let { brokers } = await admin.describeCluster();
+  // A broker that just (re)started may not be in every broker's metadata yet: give the
+  // cluster a few seconds before concluding that it has fewer brokers than the topics need.
+  for (const deadline = Date.now() + 10_000; brokers.length > 1 && brokers.length < wantedReplicas && Date.now() < deadline; ) {
+    await new Promise((r) => setTimeout(r, 500));
+    ({ brokers } = await admin.describeCluster());
+  }
   const topics = missing.map((s) => {
     let replicationFactor = s.replicationFactor;
     if (replicationFactor > brokers.length) {
