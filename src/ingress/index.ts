@@ -6,7 +6,7 @@ import { createKafka } from '../kafka/client.js';
 import { createKafkajsProducer } from '../kafka/kafkajs-producer.js';
 import type { RecordProducer } from '../kafka/port.js';
 import { connectingToKafka } from '../kafka/failure.js';
-import { checkDurability, ensureTopics, topicMaxMessageBytes } from '../kafka/topics.js';
+import { checkWrittenTopics, ensureTopics } from '../kafka/topics.js';
 import { silentLogger, type Logger } from '../observability/logger.js';
 import { createMetricsRegistry } from '../observability/metrics.js';
 import { createWebhookHandler, rulesFromConfig } from './handle-webhook.js';
@@ -216,12 +216,10 @@ async function prepareIngressTopics(kafka: ReturnType<typeof createKafka>, confi
         logger,
       );
     }
-    await checkDurability(admin, names, logger);
+    const written = await checkWrittenTopics(admin, names, logger);
     // Topics made by an operator keep their settings; say so when one cannot take a full body.
-    const existing = new Set(await admin.listTopics());
-    for (const name of names.filter((n) => existing.has(n))) {
-      const value = await topicMaxMessageBytes(admin, name, logger);
-      if (value !== undefined && value < config.ingress.maxBodyBytes + 4096) {
+    for (const [name, value] of written.maxMessageBytes) {
+      if (value < config.ingress.maxBodyBytes + 4096) {
         logger.warn(
           { topic: name, maxMessageBytes: value, maxBodyBytes: config.ingress.maxBodyBytes },
           'topic max.message.bytes is below ingress.maxBodyBytes: the largest webhooks cannot be written (503 until fixed)',

@@ -254,6 +254,9 @@ function tcpAnswers(port: number): Promise<boolean> {
   });
 }
 
+/** The log line of a node that serves. */
+const STARTED = /Transition from STARTING to STARTED \(kafka\.server\.BrokerServer\)|Kafka Server started/;
+
 /** One node of a local cluster. */
 export interface LocalNode {
   readonly id: number;
@@ -270,6 +273,8 @@ export interface LocalNode {
 export interface LocalCluster {
   /** Every node's client listener, comma-separated. */
   readonly bootstrap: string;
+  /** Where the nodes keep their data and logs (removed by stop()). */
+  readonly dataDir: string;
   readonly nodes: readonly LocalNode[];
   readonly client?: SecureClientSettings;
   readonly startupMs: number;
@@ -288,14 +293,12 @@ export async function startLocalBroker(options: LocalBrokerOptions = {}): Promis
     bootstrap: cluster.bootstrap,
     ...(cluster.client ? { client: cluster.client } : {}),
     port: node.port,
-    dataDir: clusterDirs.get(cluster)!,
+    dataDir: cluster.dataDir,
     pid: node.pid,
     startupMs: cluster.startupMs,
     stop: () => cluster.stop(),
   };
 }
-
-const clusterDirs = new WeakMap<LocalCluster, string>();
 
 /**
  * `nodes` combined broker+controller nodes forming one KRaft quorum (3 for failover tests:
@@ -369,7 +372,7 @@ export async function startLocalCluster(options: LocalBrokerOptions & { nodes: n
         await stop();
         throw new MsgbridgeError('LOCAL_BROKER_FAILED', `the Kafka broker did not start within ${options.startTimeoutMs ?? 90_000} ms:\n${output}`);
       }
-      if (/Transition from STARTING to STARTED \(kafka\.server\.BrokerServer\)|Kafka Server started/.test(tail(node.logFile, 200)) && (await tcpAnswers(node.port))) break;
+      if (STARTED.test(tail(node.logFile, 200)) && (await tcpAnswers(node.port))) break;
       await new Promise((r) => setTimeout(r, 150));
     }
   }
@@ -391,9 +394,7 @@ export async function startLocalCluster(options: LocalBrokerOptions & { nodes: n
     if (scram) Object.assign(env, { KAFKA_SASL_MECHANISM: 'scram-sha-512', KAFKA_SASL_USERNAME: scram.username, KAFKA_SASL_PASSWORD: scram.password });
     client = { caFile: tls.caFile, certFile: tls.clientCertFile, keyFile: tls.clientKeyFile, username: scram?.username, password: scram?.password, env };
   }
-  const cluster: LocalCluster = { bootstrap, nodes, ...(client ? { client } : {}), startupMs: Date.now() - started, stop };
-  clusterDirs.set(cluster, dir);
-  return cluster;
+  return { bootstrap, dataDir: dir, nodes, ...(client ? { client } : {}), startupMs: Date.now() - started, stop };
 }
 
 /** Until the cluster's metadata lists `count` brokers (asked over the plaintext listeners). */
@@ -453,7 +454,7 @@ function launchNode(id: number, port: number, nodeDir: string, jvmArgs: string[]
       const offset = existsSync(logFile) ? readFileSync(logFile).length : 0;
       spawnJvm();
       const deadline = Date.now() + 90_000;
-      const startedNow = () => /Transition from STARTING to STARTED \(kafka\.server\.BrokerServer\)|Kafka Server started/.test(readFileSync(logFile).subarray(offset).toString());
+      const startedNow = () => STARTED.test(readFileSync(logFile).subarray(offset).toString());
       while (!(startedNow() && (await tcpAnswers(port)))) {
         if (exited || Date.now() > deadline) throw new MsgbridgeError('LOCAL_BROKER_FAILED', `node ${id} did not start again:\n${tail(logFile)}`);
         await new Promise((r) => setTimeout(r, 150));

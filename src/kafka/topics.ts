@@ -98,55 +98,53 @@ function dedupe(specs: TopicSpec[]): TopicSpec[] {
   return [...byName.values()];
 }
 
-/**
- * A topic's max.message.bytes (the largest record batch it takes), or undefined when the
- * cluster does not say (DescribeConfigs denied by ACLs, an old broker): the caller assumes the
- * default then, and says so.
- */
-export async function topicMaxMessageBytes(admin: Admin, topic: string, logger?: Logger): Promise<number | undefined> {
-  try {
-    const described = await admin.describeConfigs({
-      resources: [{ type: kafkajs.ConfigResourceTypes.TOPIC, name: topic, configNames: ['max.message.bytes'] }],
-      includeSynonyms: false,
-    });
-    const value = Number(described.resources[0]?.configEntries.find((e) => e.configName === 'max.message.bytes')?.configValue);
-    return Number.isFinite(value) && value > 0 ? value : undefined;
-  } catch (err) {
-    logger?.warn({ topic, err: (err as Error).message }, "could not read the topic's max.message.bytes: assuming Kafka's default");
-    return undefined;
-  }
+/** What the roles read of the topics they write, once at start. */
+export interface WrittenTopics {
+  /** The topics that exist (a missing one was warned about). */
+  existing: string[];
+  /** max.message.bytes per topic, when the cluster says (DescribeConfigs allowed). */
+  maxMessageBytes: Map<string, number>;
 }
 
 /**
- * Whether the topics a role writes can keep the acks=all promise: every partition has a
- * leader, and a topic with several replicas requires at least two in sync. One warning per
- * topic that cannot (e.g. replication factor 3 with min.insync.replicas 1: a 200 then rests on
- * one disk); a cluster that denies DescribeConfigs gets one warning and the role goes on.
+ * Checks the topics a role writes, in one metadata and one DescribeConfigs request: whether
+ * they can keep the acks=all promise (every partition has a leader, a topic with several
+ * replicas requires at least two in sync; e.g. replication factor 3 with min.insync.replicas 1
+ * means a 200 rests on one disk), with one warning per topic that cannot, and what each takes
+ * at most (max.message.bytes). A cluster that denies DescribeConfigs gets one warning and the
+ * role goes on.
  */
-export async function checkDurability(admin: Admin, wanted: readonly string[], logger: Logger): Promise<void> {
+export async function checkWrittenTopics(admin: Admin, wanted: readonly string[], logger: Logger): Promise<WrittenTopics> {
+  const result: WrittenTopics = { existing: [], maxMessageBytes: new Map() };
   let replicas: Map<string, { factor: number; leaderless: number }>;
-  let topics: string[];
   try {
     // Asking metadata for a missing topic can create it (auto.create.topics.enable): list first.
     const existing = new Set(await admin.listTopics());
-    topics = wanted.filter((t) => existing.has(t));
+    result.existing = wanted.filter((t) => existing.has(t));
     for (const topic of wanted.filter((t) => !existing.has(t))) logger.warn({ topic }, `topic ${topic} does not exist: writes to it fail until it is created (kafka.createTopics)`);
-    if (topics.length === 0) return;
-    const { topics: described } = await admin.fetchTopicMetadata({ topics });
+    if (result.existing.length === 0) return result;
+    const { topics: described } = await admin.fetchTopicMetadata({ topics: result.existing });
     replicas = new Map(described.map((t) => [t.name, { factor: Math.min(...t.partitions.map((p) => p.replicas.length)), leaderless: t.partitions.filter((p) => p.leader < 0).length }]));
   } catch (err) {
     logger.warn({ topics: wanted, err: (err as Error).message }, 'could not read the metadata of the topics written: their durability is unchecked');
-    return;
+    return result;
   }
-  let minIsr: Map<string, number>;
+  const minIsr = new Map<string, number>();
   try {
-    const described = await admin.describeConfigs({ resources: topics.map((name) => ({ type: kafkajs.ConfigResourceTypes.TOPIC, name, configNames: ['min.insync.replicas'] })), includeSynonyms: false });
-    minIsr = new Map(described.resources.map((r) => [r.resourceName, Number(r.configEntries.find((e) => e.configName === 'min.insync.replicas')?.configValue ?? 1)]));
+    const described = await admin.describeConfigs({
+      resources: result.existing.map((name) => ({ type: kafkajs.ConfigResourceTypes.TOPIC, name, configNames: ['min.insync.replicas', 'max.message.bytes'] })),
+      includeSynonyms: false,
+    });
+    for (const r of described.resources) {
+      const setting = (name: string) => Number(r.configEntries.find((e) => e.configName === name)?.configValue);
+      minIsr.set(r.resourceName, Number.isFinite(setting('min.insync.replicas')) ? setting('min.insync.replicas') : 1);
+      const maxBytes = setting('max.message.bytes');
+      if (Number.isFinite(maxBytes) && maxBytes > 0) result.maxMessageBytes.set(r.resourceName, maxBytes);
+    }
   } catch (err) {
-    logger.warn({ topics, err: (err as Error).message }, 'the cluster does not let this role read topic settings (DescribeConfigs): min.insync.replicas is unchecked');
-    minIsr = new Map();
+    logger.warn({ topics: result.existing, err: (err as Error).message }, "the cluster does not let this role read topic settings (DescribeConfigs): min.insync.replicas and max.message.bytes are unchecked, Kafka's defaults assumed");
   }
-  for (const topic of topics) {
+  for (const topic of result.existing) {
     const r = replicas.get(topic);
     if (!r) continue;
     const isr = minIsr.get(topic);
@@ -155,4 +153,5 @@ export async function checkDurability(admin: Admin, wanted: readonly string[], l
       logger.warn({ topic, replicationFactor: r.factor, minInsyncReplicas: isr }, `topic ${topic} has ${r.factor} replicas but min.insync.replicas ${isr}: an acks=all write is acknowledged by a single replica, so a 200 rests on one disk (set min.insync.replicas=2)`);
     }
   }
+  return result;
 }

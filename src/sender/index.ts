@@ -7,7 +7,7 @@ import { connectingToKafka } from '../kafka/failure.js';
 import type { ConsumedRecord, GroupConsumer } from '../kafka/group-consumer.js';
 import { createKafkajsGroupConsumer } from '../kafka/kafkajs-group-consumer.js';
 import { createKafkajsProducer } from '../kafka/kafkajs-producer.js';
-import { checkDurability, ensureTopics, topicMaxMessageBytes } from '../kafka/topics.js';
+import { checkWrittenTopics, ensureTopics } from '../kafka/topics.js';
 import { startHealthServer, type HealthServer } from '../observability/health-server.js';
 import { silentLogger, type Logger } from '../observability/logger.js';
 import { createMetricsRegistry } from '../observability/metrics.js';
@@ -261,9 +261,9 @@ async function prepareTopics(kafka: Kafka, config: Config, logger: Logger): Prom
         logger,
       );
     }
-    await checkDurability(admin, [topics.sendResults, topics.sendRequestsDlq], logger);
+    const written = await checkWrittenTopics(admin, [topics.sendResults, topics.sendRequestsDlq], logger);
     // The DLQ topic's limit less room for the batch framing; Kafka's default when it cannot be read.
-    const limit = await topicMaxMessageBytes(admin, topics.sendRequestsDlq, logger);
+    const limit = written.maxMessageBytes.get(topics.sendRequestsDlq);
     return limit !== undefined && limit > 32 * 1024 ? limit - 16 * 1024 : 1_000_000;
   } finally {
     await admin.disconnect();
