@@ -3,7 +3,6 @@
 // modes:
 //   kafkajs                the real ingress (uWS, batching publisher, idempotent kafkajs producer, acks=all)
 //   platformatic           the same with the @platformatic/kafka producer (kafka.client: platformatic)
-//   <client>-pipelined     either with two produce requests in flight (measurement only)
 //   discard                the same ingress with publishing disabled: the ceiling
 //   naive                  node:http, one kafkajs send (acks=all) per request: the baseline
 // Environment: BENCH_BROKERS, BENCH_SECRET, BENCH_TOPICS (JSON {messages, deliveryStatus, webhooksDlq}).
@@ -97,7 +96,6 @@ if (mode === 'naive') {
     logger,
     brokers,
     unsafeDiscardRecords: mode === 'discard',
-    maxInFlightBatches: mode.endsWith('-pipelined') ? 2 : 1,
   });
   announce(ingress.url);
   process.once('SIGTERM', () => {

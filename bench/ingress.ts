@@ -37,7 +37,7 @@ const warmupMs = Number(args['warmup-ms']);
 const connections = Number(args.connections);
 const rounds = Number(args.rounds);
 const modes = args.modes!.split(',').map((m) => m.trim()).filter(Boolean);
-/** The ingress publishing to Kafka, with either client (and their pipelined variants). */
+/** The ingress publishing to Kafka, with either client. */
 const INGRESS_CLIENTS = ['kafkajs', 'platformatic'];
 const isIngress = (mode: string) => INGRESS_CLIENTS.some((c) => mode === c || mode.startsWith(`${c}-`));
 for (const mode of modes) {

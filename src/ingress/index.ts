@@ -4,8 +4,8 @@ import { MsgbridgeError } from '../errors.js';
 import { BatchingPublisher } from '../kafka/batching-publisher.js';
 import { createKafka } from '../kafka/client.js';
 import { createKafkajsProducer } from '../kafka/kafkajs-producer.js';
-import type { RecordProducer } from '../kafka/port.js';
-import { connectingToKafka } from '../kafka/failure.js';
+import { preferBrokers, type ProducerFactory } from '../kafka/port.js';
+import { connectingToKafka, describeKafkaFailure } from '../kafka/failure.js';
 import { checkWrittenTopics, ensureTopics } from '../kafka/topics.js';
 import { silentLogger, type Logger } from '../observability/logger.js';
 import { createMetricsRegistry } from '../observability/metrics.js';
@@ -27,15 +27,13 @@ export interface StartIngressOptions {
   brokers?: string[];
   /** Registry for the ingress metrics; default a new one with the process metrics. */
   registry?: Registry;
-  /** Replaces the configured producer (tests); called again after every failed send. */
-  createProducer?: () => RecordProducer;
+  /** Replaces the configured producer (tests); called per lane and again after every failure. */
+  createProducer?: ProducerFactory;
   /**
    * Benchmarks only: acknowledge every event without writing it anywhere, to measure the
    * ceiling of the HTTP and verification path. Deliberately not a configuration setting.
    */
   unsafeDiscardRecords?: boolean;
-  /** Produce requests in flight at once (default 1: keeps per-key order across failures). */
-  maxInFlightBatches?: number;
 }
 
 export type IngressState = 'running' | 'draining' | 'stopped';
@@ -83,6 +81,7 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
   }
 
   let createProducer = options.createProducer;
+  let minInsyncReplicas: Map<string, number> | undefined;
   const brokers = options.brokers ?? config.kafka.brokers;
   if (options.unsafeDiscardRecords) {
     logger.warn('publishing disabled (benchmark ceiling): events are acknowledged without being written to Kafka');
@@ -93,13 +92,13 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
       throw new MsgbridgeError('CONFIG_INVALID', 'kafka.brokers: no Kafka brokers to publish to (set KAFKA_BROKERS)');
     }
     const kafka = createKafka(config.kafka, { logger, brokers });
-    await connectingToKafka(brokers, () => prepareIngressTopics(kafka, config, logger));
+    minInsyncReplicas = await connectingToKafka(brokers, () => prepareIngressTopics(kafka, config, logger));
     if (config.kafka.client === 'platformatic') {
       // Loaded only when chosen: importing @platformatic/kafka costs about 30 MiB of memory.
       const { createPlatformaticProducer } = await import('../kafka/platformatic-producer.js');
-      createProducer = () => createPlatformaticProducer(config.kafka, { brokers, timeoutMs: config.kafka.requestTimeoutMs });
+      createProducer = (first) => createPlatformaticProducer(config.kafka, { brokers: preferBrokers(brokers, first), timeoutMs: config.kafka.requestTimeoutMs });
     } else {
-      createProducer = () => createKafkajsProducer(kafka, { idempotent: true, timeoutMs: config.kafka.requestTimeoutMs });
+      createProducer = (first) => createKafkajsProducer(first?.length ? createKafka(config.kafka, { logger, brokers: preferBrokers(brokers, first) }) : kafka, { idempotent: true, timeoutMs: config.kafka.requestTimeoutMs });
     }
   }
 
@@ -114,19 +113,25 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
     queueMaxEvents: ingress.queueMaxEvents,
     queueMaxBytes: ingress.queueMaxBytes,
     publishTimeoutMs: ingress.publishTimeoutMs,
-    maxInFlightBatches: options.maxInFlightBatches ?? 1,
     idleProbeIntervalMs: ingress.kafkaProbeIntervalMs,
     probeTopics: ingressTopics(config),
-    probeTimeoutMs: config.kafka.requestTimeoutMs,
+    probeTimeoutMs: Math.min(config.kafka.requestTimeoutMs, ingress.publishTimeoutMs),
+    minInsyncReplicas,
     observer: {
       batch: (info) => {
         metrics.batch(info);
         if (!info.ok) logger.error({ err: info.error, events: info.events }, 'produce request failed: events answered 503, reconnecting');
       },
-      connection: (connected, err) => {
+      connection: (connected, err, broker) => {
         metrics.kafkaConnected(connected);
-        if (connected) logger.info('Kafka producer connected');
-        else if (err) logger.warn({ err }, 'Kafka producer not connected');
+        const lane = broker === undefined || broker < 0 ? {} : { broker };
+        if (err) logger.warn({ ...lane, err: describeKafkaFailure(err) }, 'Kafka producer not connected: events for the partitions it writes are answered 503');
+        else if (connected) logger.info(lane, 'Kafka producer connected');
+      },
+      writable: (broker, err) => {
+        const lane = broker < 0 ? {} : { broker };
+        if (err) logger.warn({ ...lane, err: describeKafkaFailure(err) }, 'Kafka answers but cannot take writes now: not ready until it can');
+        else logger.info(lane, 'Kafka takes writes again');
       },
     },
   });
@@ -193,7 +198,8 @@ function ingressTopics(config: Config): string[] {
 }
 
 /** Creates the ingress topics when configured to, and checks the ones it writes either way. */
-async function prepareIngressTopics(kafka: ReturnType<typeof createKafka>, config: Config, logger: Logger): Promise<void> {
+/** Creates or checks the ingress topics; answers their min.insync.replicas (when the cluster says). */
+async function prepareIngressTopics(kafka: ReturnType<typeof createKafka>, config: Config, logger: Logger): Promise<Map<string, number>> {
   const { partitions, replicationFactor } = config.kafka;
   const maxMessageBytes = String(ingressTopicMaxMessageBytes(config));
   const names = ingressTopics(config);
@@ -226,6 +232,7 @@ async function prepareIngressTopics(kafka: ReturnType<typeof createKafka>, confi
         );
       }
     }
+    return written.minInsyncReplicas;
   } catch (err) {
     if (err instanceof MsgbridgeError) throw err;
     throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot prepare the ingress topics ${names.join(', ')}: ${(err as Error).message}`, { cause: err });

@@ -1,49 +1,28 @@
 import { performance } from 'node:perf_hooks';
 import { Deque } from '../deque.js';
 import { MsgbridgeError, type ErrorCode } from '../errors.js';
-import type { RecordProducer, RecordToWrite, TopicRecords } from './port.js';
+import { javaCompatibleHash } from './partitioner.js';
+import { assertWritable, NotWritableError, type ClusterLayout, type ProducerFactory, type RecordProducer, type RecordToWrite, type TopicRecords } from './port.js';
 
 /**
- * Batching without latency (DESIGN §2) on the RecordProducer port.
+ * Batching without latency (DESIGN §2), pipelined per partition leader, on the RecordProducer
+ * port. The design argument is in src/kafka/README.md; in short:
  *
- * Events are queued; whenever no produce request is in flight, everything queued (bounded by
- * count and bytes) goes out as one `send`. Under light load a batch is one event and goes out
- * at once (no linger); under heavy load batches grow by themselves to whatever arrived during
- * the previous round trip. Each caller is told about its own event only when the batch that
- * carried it is acknowledged (acks=all).
+ * - Events wait in one queue per partition (the Java key hash, as every producer of the relay
+ *   places keys). A *lane* per leader broker has its own producer and at most one produce
+ *   request in flight; when a lane is free, the queued events of the partitions it leads go
+ *   out as one batch, so under light load a batch is one event (no linger) and under load it
+ *   grows to whatever arrived during the previous round trip.
+ * - A partition has at most one batch in flight, whichever lane sends it, so events of one key
+ *   reach Kafka in arrival order, and each partition is written by one producer id at a time.
+ * - A hung or slow broker holds only the partitions it leads: a batch in flight past the
+ *   publish timeout is given up, its lane's producer is replaced (steered to brokers that
+ *   answer) and the leaders are asked again, so partitions that moved go to their new leader.
+ * - After any failed send the lane's producer is thrown away and a fresh one connected, never
+ *   reused (a reused idempotent producer can get a later batch acknowledged as a "duplicate"
+ *   without it being written). When an event fails, queued events of the same key fail too.
  *
- * Per-key order. Events leave the queue in arrival order and, with one batch in flight (the
- * default), batch N+1 is only sent after batch N has finished, so nothing written later can
- * overtake something written earlier. Inside a batch, the client keeps the order of a
- * partition's records, and with the idempotent producer (max one request in flight per
- * connection, retries resent with the same sequence numbers) its internal retries cannot
- * reorder or duplicate them. Both clients behind the port (kafkajs-producer.ts,
- * platformatic-producer.ts) are used this way. What remains is failure:
- * when an event fails (its batch failed, or it timed out while still queued), every event of
- * the same topic and key that is still queued behind it fails too, so a later event of that
- * key cannot reach Kafka before the earlier one that the provider will now redeliver. Events
- * of other keys are unaffected. With `maxInFlightBatches` > 1 a failed batch cannot recall a
- * later batch already in flight, so that setting trades this guarantee for pipelining.
- *
- * After any failed send the producer is thrown away and a fresh one is connected (with
- * backoff) before anything else is sent. kafkajs rolls a partition's idempotence sequence
- * number back when a produce request fails, and @platformatic/kafka never advances it for a
- * failed one, including a request that timed out but was in fact written; their own retries
- * resend the same records, which the broker then recognises as duplicates, as it should. But
- * once they give up (retries are limited, hence kafkajs's "may invalidate EoS guarantees"
- * warning), the next, different batch would reuse those sequence numbers, and the broker
- * could acknowledge it as a "duplicate" of the written one without writing it: an
- * acknowledged event lost. A new producer gets a new producer id, so that cannot happen; this
- * is also how the publisher recovers when Kafka comes back, without a restart. While no
- * producer is connected, new events are refused at once (503 at the HTTP edge) instead of
- * waiting for a timeout.
- *
- * Pipelining. kafkajs's idempotent producer holds a per-broker lock for the whole produce
- * round trip, so a second batch in flight only waits behind the first, holding events that
- * could otherwise have joined a bigger next batch; on one broker it buys nothing (measured in
- * docs/benchmarks.md), and it would weaken the order guarantee above. @platformatic/kafka's
- * idempotent producer reads sequence numbers when it builds a request, so its adapter runs
- * sends one at a time (overlapping ones would be acknowledged without being written).
+ * A producer without `layout` (tests' fakes) is one lane for everything: one batch in flight.
  */
 
 export interface PublishRecord extends RecordToWrite {
@@ -63,33 +42,38 @@ export interface BatchInfo {
 
 export interface PublisherObserver {
   batch?(info: BatchInfo): void;
-  connection?(connected: boolean, error?: unknown): void;
+  /** `connected`: every lane the topics need has a producer; `broker` names the lane that changed. */
+  connection?(connected: boolean, error?: unknown, broker?: number): void;
+  /** A lane's partitions were found unable to take writes (`error`), or able again (undefined). */
+  writable?(broker: number, error?: unknown): void;
 }
 
 export interface BatchingPublisherOptions {
-  /** A new, unconnected producer: called at start and after every failed send. */
-  createProducer: () => RecordProducer;
+  /** A new, unconnected producer: called per lane at start and after every failure of a lane. */
+  createProducer: ProducerFactory;
   batchMaxEvents: number;
   batchMaxBytes: number;
   queueMaxEvents: number;
   queueMaxBytes: number;
-  /** From admission to acknowledgement; past it the caller is told PUBLISH_TIMEOUT. */
+  /** From admission to acknowledgement; past it the caller is told PUBLISH_TIMEOUT and the batch is given up. */
   publishTimeoutMs: number;
-  /** Produce requests in flight at once. 1 keeps per-key order across failures (see above). */
-  maxInFlightBatches?: number;
   reconnectBackoffMs?: { initial: number; max: number };
   /** How often deadlines are checked (one timer for all events, not one per event). */
   sweepIntervalMs?: number;
   /**
-   * An outage shows at the next send; with no traffic there is none. When nothing has been
-   * acknowledged for this long and nothing is queued or in flight, the producer is asked for
-   * the metadata of `probeTopics` (RecordProducer.probe), again every interval while idle. A
-   * probe that fails or takes over `probeTimeoutMs` counts as a failed send: not ready, events
-   * refused (503), a new producer connected with backoff. 0 (the default) turns probing off.
+   * An outage shows at the next send; with no traffic there is none. A lane that has heard
+   * nothing from Kafka for this long while idle asks for the metadata of `probeTopics`; a probe
+   * that fails, finds a partition it cannot write, or takes over `probeTimeoutMs` counts as a
+   * failed send. 0 (the default) turns probing off.
    */
   idleProbeIntervalMs?: number;
+  /** The topics written: their layout is read at start (producers with `layout`). */
   probeTopics?: string[];
   probeTimeoutMs?: number;
+  /** min.insync.replicas per topic, when known: a partition with fewer in sync cannot take acks=all writes. */
+  minInsyncReplicas?: ReadonlyMap<string, number>;
+  /** While anything is unhealthy (a lane down, a partition without leader), the leaders are asked again this often. */
+  layoutRefreshMs?: number;
   observer?: PublisherObserver;
 }
 
@@ -98,9 +82,13 @@ export interface PublisherStats {
   queuedBytes: number;
   inFlightEvents: number;
   inFlightBytes: number;
+  /** Every lane the topics need has a connected producer. */
   connected: boolean;
-  /** A batch has been in flight for longer than the publish timeout. */
+  /** A batch has been in flight for longer than the publish timeout (its lane is being replaced). */
   stalled: boolean;
+  /** Lanes the topics need (their leaders; a partition without leader counts as one that is never ready) and how many are ready. */
+  lanes: number;
+  lanesReady: number;
 }
 
 interface Entry {
@@ -113,11 +101,46 @@ interface Entry {
   dropped: boolean;
 }
 
+/** One partition's queue; `partition` -1 stands for "the client decides" (a lane-less producer). */
+interface PartitionQueue {
+  topic: string;
+  partition: number;
+  queue: Deque<Entry>;
+  /** Events not dropped in `queue`. */
+  live: number;
+  /** The batch carrying this partition's events, while in flight. */
+  busy: boolean;
+}
+
 interface Batch {
   entries: Entry[];
+  partitions: PartitionQueue[];
   bytes: number;
   startedAt: number;
+  lane: Lane;
   producer: RecordProducer;
+  /** Given up (past the publish timeout): its outcome no longer matters. */
+  abandoned: boolean;
+}
+
+interface Lane {
+  /** Leader broker id; -1 for the single lane of a producer without layout. */
+  broker: number;
+  producer: RecordProducer | undefined;
+  connected: boolean;
+  /** Kafka proved since the last failure that this lane's partitions take writes (a batch or a probe). */
+  proven: boolean;
+  reconnecting: boolean;
+  batch: Batch | undefined;
+  /** Its producer's metadata may predate the current layout: refreshed before its next batch. */
+  stale: boolean;
+  refreshing: boolean;
+  probing: boolean;
+  /** Its last proof failed (reported once until one succeeds). */
+  unwritable: boolean;
+  lastHeardAt: number;
+  sendsStarted: number;
+  cancelBackoff: (() => void) | undefined;
 }
 
 /** Bytes an event holds in memory and in a produce request: value, key, headers, framing. */
@@ -134,69 +157,101 @@ function keyOf(record: PublishRecord): string {
 
 const noop = () => {};
 const EMPTY = Buffer.alloc(0);
+const SINGLE_LANE = -1;
+
+function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    promise,
+    new Promise<never>((_resolve, reject) => {
+      timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
 
 export class BatchingPublisher {
-  private readonly opts: Required<Omit<BatchingPublisherOptions, 'observer'>> & { observer: PublisherObserver };
-  private producer: RecordProducer | undefined;
-  private connected = false;
+  private readonly opts: Required<Omit<BatchingPublisherOptions, 'observer' | 'minInsyncReplicas'>> & Pick<BatchingPublisherOptions, 'minInsyncReplicas'> & { observer: PublisherObserver };
   private accepting = true;
   private closed = false;
   private started = false;
 
-  private readonly queue = new Deque<Entry>();
+  /** Partition counts and leaders; undefined = one lane for everything. */
+  private layout: ClusterLayout | undefined;
+  private leaders = new Map<string, number[]>();
+  private readonly queues = new Map<string, PartitionQueue>();
+  private readonly lanes = new Map<number, Lane>();
   private queuedEvents = 0;
   private queuedBytes = 0;
-  private inFlight: Batch[] = [];
   private inFlightEvents = 0;
   private inFlightBytes = 0;
 
   private flushScheduled = false;
   private sweepTimer: NodeJS.Timeout | undefined;
-  private reconnecting = false;
-  private cancelBackoff: (() => void) | undefined;
-  private idleWaiters: (() => void)[] = [];
-
-  /** When Kafka last proved it answers: producer connected, batch acknowledged or probe answered. */
-  private lastHeardAt = 0;
   private probeTimer: NodeJS.Timeout | undefined;
-  private probing = false;
-  private sendsStarted = 0;
+  private refreshTimer: NodeJS.Timeout | undefined;
+  private refreshingLayout = false;
+  private idleWaiters: (() => void)[] = [];
 
   constructor(options: BatchingPublisherOptions) {
     this.opts = {
-      maxInFlightBatches: 1,
       reconnectBackoffMs: { initial: 100, max: 2000 },
       sweepIntervalMs: Math.max(10, Math.min(100, Math.floor(options.publishTimeoutMs / 10))),
       idleProbeIntervalMs: 0,
       probeTopics: [],
       probeTimeoutMs: 5000,
+      layoutRefreshMs: 1000,
       observer: {},
       ...options,
     };
   }
 
-  /** Connects the first producer; rejects with KAFKA_UNAVAILABLE when Kafka does not answer. */
+  /**
+   * Reads the leaders of the topics written and connects a producer per leader; rejects with
+   * KAFKA_UNAVAILABLE when Kafka does not answer.
+   */
   async start(): Promise<void> {
     if (this.started) return;
     this.started = true;
-    const producer = this.opts.createProducer();
+    const first = this.opts.createProducer();
     try {
-      await producer.connect();
+      if (first.layout && this.opts.probeTopics.length > 0) {
+        this.applyLayout(await withTimeout(first.layout(this.opts.probeTopics), this.opts.probeTimeoutMs, 'reading the leaders of the topics written'));
+      }
+      await this.connectLanes(first);
     } catch (err) {
-      void producer.disconnect().catch(noop);
+      for (const lane of this.lanes.values()) void lane.producer?.disconnect().catch(noop);
+      this.lanes.clear();
+      void first.disconnect().catch(noop);
       throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot connect the Kafka producer: ${(err as Error).message}`, { cause: err });
     }
-    this.producer = producer;
-    this.connected = true;
-    this.lastHeardAt = performance.now();
-    this.opts.observer.connection?.(true);
     this.sweepTimer = setInterval(() => this.sweep(), this.opts.sweepIntervalMs);
     this.sweepTimer.unref();
+    this.refreshTimer = setInterval(() => void this.refreshIfUnhealthy(), this.opts.layoutRefreshMs);
+    this.refreshTimer.unref();
     if (this.opts.idleProbeIntervalMs > 0) {
       // Checked at a fraction of the interval, so that an idle outage shows within about 1.25 intervals.
       this.probeTimer = setInterval(() => void this.probeIfIdle(), Math.max(50, Math.floor(this.opts.idleProbeIntervalMs / 4)));
       this.probeTimer.unref();
     }
+  }
+
+  /** Start: one lane per leader (the first producer serves the first lane), all connected and proven. */
+  private async connectLanes(first: RecordProducer): Promise<void> {
+    const brokers = this.layout ? [...new Set([...this.leaders.values()].flat().filter((b) => b >= 0))] : [SINGLE_LANE];
+    if (brokers.length === 0) brokers.push(SINGLE_LANE);
+    await Promise.all(
+      brokers.map(async (broker, i) => {
+        const lane = this.newLane(broker);
+        const producer = i === 0 ? first : this.opts.createProducer(this.addressesFor(broker, false));
+        lane.producer = producer;
+        await producer.connect();
+        lane.connected = true;
+        lane.lastHeardAt = performance.now();
+        // Connected but not writable (NOT_ENOUGH_REPLICAS) is not a start failure: not ready, and asked again.
+        await this.prove(lane, producer).catch(noop);
+      }),
+    );
+    this.opts.observer.connection?.(true);
   }
 
   /**
@@ -211,7 +266,9 @@ export class BatchingPublisher {
     if (pending > 0 && (pending + 1 > this.opts.queueMaxEvents || this.queuedBytes + this.inFlightBytes + bytes > this.opts.queueMaxBytes)) {
       return new MsgbridgeError('QUEUE_FULL', 'the publish queue is full');
     }
-    this.queue.push({ record, bytes, deadline: performance.now() + this.opts.publishTimeoutMs, cb, dropped: false });
+    const pq = this.queueOf(record)!;
+    pq.queue.push({ record, bytes, deadline: performance.now() + this.opts.publishTimeoutMs, cb, dropped: false });
+    pq.live++;
     this.queuedEvents++;
     this.queuedBytes += bytes;
     this.scheduleFlush();
@@ -221,9 +278,18 @@ export class BatchingPublisher {
   /** Why an event would be refused right now, ignoring its size; undefined when it would be admitted. */
   admission(record?: PublishRecord): MsgbridgeError | undefined {
     if (!this.accepting) return new MsgbridgeError('SHUTTING_DOWN', 'the ingress is shutting down');
-    if (!this.connected) return new MsgbridgeError('KAFKA_UNAVAILABLE', 'Kafka is not reachable');
-    if (record === undefined && this.queuedEvents + this.inFlightEvents >= this.opts.queueMaxEvents) {
-      return new MsgbridgeError('QUEUE_FULL', 'the publish queue is full');
+    if (record === undefined) {
+      if (![...this.lanes.values()].some((l) => l.connected)) return new MsgbridgeError('KAFKA_UNAVAILABLE', 'Kafka is not reachable');
+      if (this.queuedEvents + this.inFlightEvents >= this.opts.queueMaxEvents) return new MsgbridgeError('QUEUE_FULL', 'the publish queue is full');
+      return undefined;
+    }
+    const partition = this.partitionOf(record);
+    if (partition === undefined) return new MsgbridgeError('KAFKA_UNAVAILABLE', `topic ${record.topic} is not known to this publisher`);
+    const broker = this.leaderOf(record.topic, partition);
+    const lane = this.lanes.get(broker);
+    if (!lane?.connected) {
+      const where = broker === SINGLE_LANE ? 'Kafka' : broker < 0 ? `partition ${record.topic}-${partition} (no leader)` : `Kafka broker ${broker} (leader of ${record.topic}-${partition})`;
+      return new MsgbridgeError('KAFKA_UNAVAILABLE', `${where} is not reachable`);
     }
     return undefined;
   }
@@ -233,51 +299,162 @@ export class BatchingPublisher {
     return this.queuedBytes + this.inFlightBytes;
   }
 
-  /** Producer connected, no batch stuck past the publish timeout, queue below its bounds. */
+  /**
+   * A publish would succeed now: every lane the topics need is connected, has proven since its
+   * last failure that its partitions take writes, and none is stuck; the queue is below its bounds.
+   */
   get ready(): boolean {
     const s = this.stats();
     return (
       this.accepting &&
       s.connected &&
       !s.stalled &&
+      s.lanesReady === s.lanes &&
       s.queuedEvents + s.inFlightEvents < this.opts.queueMaxEvents &&
       s.queuedBytes + s.inFlightBytes < this.opts.queueMaxBytes
     );
   }
 
   stats(): PublisherStats {
-    const oldest = this.inFlight[0];
+    const now = performance.now();
+    let lanesReady = 0;
+    let stalled = false;
+    const needed = this.neededBrokers();
+    let connected = needed.length > 0;
+    for (const broker of needed) {
+      const lane = this.lanes.get(broker);
+      if (lane?.connected && lane.proven) lanesReady++;
+      if (!lane?.connected) connected = false;
+    }
+    for (const lane of this.lanes.values()) {
+      if (lane.batch && now - lane.batch.startedAt > this.opts.publishTimeoutMs) stalled = true;
+    }
     return {
       queuedEvents: this.queuedEvents,
       queuedBytes: this.queuedBytes,
       inFlightEvents: this.inFlightEvents,
       inFlightBytes: this.inFlightBytes,
-      connected: this.connected,
-      stalled: oldest !== undefined && performance.now() - oldest.startedAt > this.opts.publishTimeoutMs,
+      connected,
+      stalled,
+      lanes: needed.length,
+      lanesReady,
     };
   }
 
   /**
    * Stops admitting, lets everything admitted finish (acknowledged, or failed by its own
-   * deadline), then disconnects the producer. Callers bound it with their grace period.
+   * deadline: at most the publish timeout), then disconnects the producers.
    */
   async drain(): Promise<void> {
     this.accepting = false;
-    if (this.queuedEvents + this.inFlight.length > 0) {
-      await new Promise<void>((resolve) => this.idleWaiters.push(resolve));
-    }
+    if (!this.idle()) await new Promise<void>((resolve) => this.idleWaiters.push(resolve));
     this.closed = true;
-    this.cancelBackoff?.();
-    if (this.sweepTimer) clearInterval(this.sweepTimer);
-    if (this.probeTimer) clearInterval(this.probeTimer);
-    const producer = this.producer;
-    this.producer = undefined;
-    this.connected = false;
-    if (producer) await producer.disconnect().catch(noop);
+    for (const timer of [this.sweepTimer, this.probeTimer, this.refreshTimer]) if (timer) clearInterval(timer);
+    const producers: RecordProducer[] = [];
+    for (const lane of this.lanes.values()) {
+      lane.cancelBackoff?.();
+      if (lane.producer) producers.push(lane.producer);
+      lane.producer = undefined;
+      lane.connected = false;
+    }
+    await Promise.all(producers.map((p) => p.disconnect().catch(noop)));
   }
 
+  // ---- routing ----
+
+  private partitionOf(record: PublishRecord): number | undefined {
+    if (!this.layout) return SINGLE_LANE;
+    const leaders = this.leaders.get(record.topic);
+    if (!leaders) return undefined;
+    if (record.key === null) return 0;
+    const key = typeof record.key === 'string' ? Buffer.from(record.key) : record.key;
+    return javaCompatibleHash(key) % leaders.length;
+  }
+
+  private leaderOf(topic: string, partition: number): number {
+    if (!this.layout) return SINGLE_LANE;
+    return this.leaders.get(topic)?.[partition] ?? -1;
+  }
+
+  private queueOf(record: PublishRecord): PartitionQueue | undefined {
+    const partition = this.partitionOf(record);
+    if (partition === undefined) return undefined;
+    const id = `${record.topic}\u0000${partition}`;
+    let pq = this.queues.get(id);
+    if (!pq) this.queues.set(id, (pq = { topic: record.topic, partition, queue: new Deque(), live: 0, busy: false }));
+    return pq;
+  }
+
+  private neededBrokers(): number[] {
+    return this.layout ? [...new Set([...this.leaders.values()].flat())] : [SINGLE_LANE];
+  }
+
+  /** Takes a metadata answer: new leaders get a lane (connected at once); lanes learn when theirs changed. */
+  private applyLayout(layout: ClusterLayout): void {
+    const leaders = new Map<string, number[]>();
+    for (const p of layout.partitions) {
+      let list = leaders.get(p.topic);
+      if (!list) leaders.set(p.topic, (list = []));
+      list[p.partition] = p.leader;
+    }
+    let moved = false;
+    for (const [topic, list] of leaders) {
+      const before = this.leaders.get(topic);
+      if (before && before.length !== list.length) {
+        // Keys would change partitions: keep the old count until a restart (as the Java client's metadata does not re-key either).
+        leaders.set(topic, before);
+        continue;
+      }
+      if (!before || list.some((b, i) => b !== before[i])) moved = true;
+    }
+    this.layout = layout;
+    this.leaders = leaders;
+    if (!moved || !this.started) return;
+    for (const lane of this.lanes.values()) lane.stale = true;
+    for (const broker of this.neededBrokers()) {
+      if (broker >= 0 && !this.lanes.has(broker) && this.lanesStarted) void this.reconnect(this.newLane(broker));
+    }
+    this.scheduleFlush();
+  }
+
+  private get lanesStarted(): boolean {
+    return this.lanes.size > 0;
+  }
+
+  /** Addresses to try first for a lane's new producer: its own broker while it answers, else the others that do. */
+  private addressesFor(broker: number, failed: boolean): string[] {
+    if (!this.layout) return [];
+    const own = this.layout.brokers.get(broker);
+    const answering = [...this.lanes.values()].filter((l) => l.broker !== broker && l.connected && l.proven).map((l) => this.layout!.brokers.get(l.broker));
+    const others = [...this.layout.brokers].filter(([id]) => id !== broker).map(([, address]) => address);
+    const list = failed ? [...answering, ...others, own] : [own, ...answering, ...others];
+    return [...new Set(list.filter((a): a is string => a !== undefined))];
+  }
+
+  private newLane(broker: number): Lane {
+    const lane: Lane = {
+      broker,
+      producer: undefined,
+      connected: false,
+      proven: false,
+      reconnecting: false,
+      batch: undefined,
+      stale: false,
+      refreshing: false,
+      probing: false,
+      unwritable: false,
+      lastHeardAt: 0,
+      sendsStarted: 0,
+      cancelBackoff: undefined,
+    };
+    this.lanes.set(broker, lane);
+    return lane;
+  }
+
+  // ---- sending ----
+
   private scheduleFlush(): void {
-    if (this.flushScheduled || !this.connected || this.inFlight.length >= this.opts.maxInFlightBatches) return;
+    if (this.flushScheduled) return;
     this.flushScheduled = true;
     // setImmediate rather than a microtask: every request the server read in this turn of the
     // event loop joins the first batch, at no added latency.
@@ -288,42 +465,57 @@ export class BatchingPublisher {
   }
 
   private flush(): void {
-    while (this.connected && this.queuedEvents > 0 && this.inFlight.length < this.opts.maxInFlightBatches) {
-      this.send(this.takeBatch());
-    }
-  }
-
-  private takeBatch(): Entry[] {
-    const entries: Entry[] = [];
-    let bytes = 0;
-    const q = this.queue;
-    for (let entry = q.peek(); entry !== undefined && entries.length < this.opts.batchMaxEvents; entry = q.peek()) {
-      if (!entry.dropped) {
-        if (entries.length > 0 && bytes + entry.bytes > this.opts.batchMaxBytes) break;
-        entries.push(entry);
-        bytes += entry.bytes;
+    if (this.queuedEvents === 0) return;
+    const byLane = new Map<Lane, PartitionQueue[]>();
+    for (const pq of this.queues.values()) {
+      if (pq.live === 0 || pq.busy) continue;
+      const lane = this.lanes.get(this.leaderOf(pq.topic, pq.partition));
+      if (!lane || !lane.connected || lane.batch || lane.refreshing) continue;
+      if (lane.stale && lane.producer?.layout) {
+        void this.refreshLane(lane);
+        continue;
       }
-      q.shift();
+      let list = byLane.get(lane);
+      if (!list) byLane.set(lane, (list = []));
+      list.push(pq);
     }
-    this.queuedEvents -= entries.length;
-    this.queuedBytes -= bytes;
-    return entries;
+    for (const [lane, pqs] of byLane) this.send(lane, pqs);
   }
 
-  private send(entries: Entry[]): void {
-    const producer = this.producer!;
+  private send(lane: Lane, pqs: PartitionQueue[]): void {
+    const entries: Entry[] = [];
+    const used: PartitionQueue[] = [];
     let bytes = 0;
     const byTopic = new Map<string, TopicRecords>();
-    for (const entry of entries) {
-      bytes += entry.bytes;
-      const { topic, key, value, headers } = entry.record;
-      let group = byTopic.get(topic);
-      if (!group) byTopic.set(topic, (group = { topic, records: [] }));
-      group.records.push({ key, value, headers });
+    fill: for (const pq of pqs) {
+      let took = false;
+      for (let entry = pq.queue.peek(); entry !== undefined; entry = pq.queue.peek()) {
+        if (!entry.dropped) {
+          if (entries.length >= this.opts.batchMaxEvents || (entries.length > 0 && bytes + entry.bytes > this.opts.batchMaxBytes)) {
+            if (took) used.push(pq);
+            break fill;
+          }
+          entries.push(entry);
+          bytes += entry.bytes;
+          pq.live--;
+          took = true;
+          const { topic, key, value, headers } = entry.record;
+          let group = byTopic.get(topic);
+          if (!group) byTopic.set(topic, (group = { topic, records: [] }));
+          group.records.push(pq.partition >= 0 ? { key, value, headers, partition: pq.partition } : { key, value, headers });
+        }
+        pq.queue.shift();
+      }
+      if (took) used.push(pq);
     }
-    const batch: Batch = { entries, bytes, startedAt: performance.now(), producer };
-    this.sendsStarted++;
-    this.inFlight.push(batch);
+    if (entries.length === 0) return;
+    this.queuedEvents -= entries.length;
+    this.queuedBytes -= bytes;
+    for (const pq of used) pq.busy = true;
+    const producer = lane.producer!;
+    const batch: Batch = { entries, partitions: used, bytes, startedAt: performance.now(), lane, producer, abandoned: false };
+    lane.batch = batch;
+    lane.sendsStarted++;
     this.inFlightEvents += entries.length;
     this.inFlightBytes += bytes;
     let sending: Promise<void>;
@@ -339,39 +531,50 @@ export class BatchingPublisher {
   }
 
   private finish(batch: Batch, error: unknown): void {
-    this.inFlight.splice(this.inFlight.indexOf(batch), 1);
-    this.inFlightEvents -= batch.entries.length;
-    this.inFlightBytes -= batch.bytes;
+    if (batch.abandoned) return;
+    this.release(batch);
     const ok = error === undefined;
     this.opts.observer.batch?.({ events: batch.entries.length, bytes: batch.bytes, durationMs: performance.now() - batch.startedAt, ok, error });
     if (ok) {
-      this.lastHeardAt = performance.now();
+      batch.lane.lastHeardAt = performance.now();
+      batch.lane.proven = true;
       for (const entry of batch.entries) settle(entry, null);
     } else {
       const failure = new MsgbridgeError('KAFKA_UNAVAILABLE', `Kafka did not acknowledge the batch: ${(error as Error)?.message ?? String(error)}`, { cause: error });
       for (const entry of batch.entries) settle(entry, failure);
-      this.dropQueuedSharingKeys(batch.entries, 'KAFKA_UNAVAILABLE');
-      this.replaceProducer(batch.producer, error);
+      this.dropQueuedSharingKeys(batch.entries, batch.partitions, 'KAFKA_UNAVAILABLE');
+      this.replaceProducer(batch.lane, batch.producer, error);
     }
     this.flush();
     this.checkIdle();
   }
 
-  /** Fails the queued events that share a topic and key with failed ones (see the order note). */
-  private dropQueuedSharingKeys(failed: Entry[], code: ErrorCode): void {
+  /** The batch no longer holds its lane, its partitions or the in-flight counts. */
+  private release(batch: Batch): void {
+    if (batch.lane.batch === batch) batch.lane.batch = undefined;
+    for (const pq of batch.partitions) pq.busy = false;
+    this.inFlightEvents -= batch.entries.length;
+    this.inFlightBytes -= batch.bytes;
+  }
+
+  /** Fails the queued events that share a topic and key with failed ones (per-key order). */
+  private dropQueuedSharingKeys(failed: Entry[], pqs: PartitionQueue[], code: ErrorCode): void {
     if (this.queuedEvents === 0 || failed.length === 0) return;
     const keys = new Set<string>();
     for (const entry of failed) keys.add(keyOf(entry.record));
     let error: MsgbridgeError | undefined;
-    for (const entry of this.queue) {
-      if (entry.dropped || !keys.has(keyOf(entry.record))) continue;
-      error ??= new MsgbridgeError(code, 'an earlier event with the same key failed; refused to keep per-key order');
-      this.drop(entry, error);
+    for (const pq of pqs) {
+      for (const entry of pq.queue) {
+        if (entry.dropped || !keys.has(keyOf(entry.record))) continue;
+        error ??= new MsgbridgeError(code, 'an earlier event with the same key failed; refused to keep per-key order');
+        this.drop(pq, entry, error);
+      }
     }
   }
 
-  private drop(entry: Entry, error: MsgbridgeError): void {
+  private drop(pq: PartitionQueue, entry: Entry, error: MsgbridgeError): void {
     entry.dropped = true;
+    pq.live--;
     this.queuedEvents--;
     this.queuedBytes -= entry.bytes;
     // It may wait in the queue until it reaches the head: keep its topic and key (per-key
@@ -380,115 +583,247 @@ export class BatchingPublisher {
     settle(entry, error);
   }
 
-  private replaceProducer(failed: RecordProducer, error: unknown): void {
-    if (this.producer !== failed || this.closed) return;
-    this.connected = false;
-    this.producer = undefined;
-    this.opts.observer.connection?.(false, error);
+  // ---- lanes: failure, replacement, proof ----
+
+  private replaceProducer(lane: Lane, failed: RecordProducer, error: unknown): void {
+    if (lane.producer !== failed || this.closed) return;
+    lane.connected = false;
+    lane.proven = false;
+    lane.producer = undefined;
+    this.opts.observer.connection?.(false, error, lane.broker);
     void failed.disconnect().catch(noop);
-    void this.reconnect();
+    void this.reconnect(lane, true);
+    // The failure may mean the leader moved: ask where the partitions are now.
+    void this.refreshLayout();
   }
 
-  private async reconnect(): Promise<void> {
-    if (this.reconnecting) return;
-    this.reconnecting = true;
+  private async reconnect(lane: Lane, failed = false): Promise<void> {
+    if (lane.reconnecting) return;
+    lane.reconnecting = true;
     let delay = this.opts.reconnectBackoffMs.initial;
     try {
       while (!this.closed) {
-        const producer = this.opts.createProducer();
+        const producer = this.opts.createProducer(this.addressesFor(lane.broker, failed));
         try {
           await producer.connect();
           if (this.closed) {
             await producer.disconnect().catch(noop);
             return;
           }
-          this.producer = producer;
-          this.connected = true;
-          this.lastHeardAt = performance.now();
-          this.opts.observer.connection?.(true);
+          lane.producer = producer;
+          lane.connected = true;
+          lane.stale = false;
+          lane.lastHeardAt = performance.now();
+          this.opts.observer.connection?.(this.stats().connected, undefined, lane.broker);
+          // Connected is not writable (NOT_ENOUGH_REPLICAS, a leader elsewhere): proven by a probe or a batch.
+          void this.prove(lane, producer).catch(noop);
           this.flush();
           return;
         } catch (err) {
-          this.opts.observer.connection?.(false, err);
+          this.opts.observer.connection?.(false, err, lane.broker);
           void producer.disconnect().catch(noop);
           await new Promise<void>((resolve) => {
             const timer = setTimeout(resolve, delay);
-            this.cancelBackoff = () => {
+            lane.cancelBackoff = () => {
               clearTimeout(timer);
               resolve();
             };
           });
-          this.cancelBackoff = undefined;
+          lane.cancelBackoff = undefined;
           delay = Math.min(this.opts.reconnectBackoffMs.max, delay * 2);
         }
       }
     } finally {
-      this.reconnecting = false;
+      lane.reconnecting = false;
+    }
+  }
+
+  /** Asks this lane's producer for the layout: a fresh answer, and proof that its partitions take writes. */
+  private async prove(lane: Lane, producer: RecordProducer): Promise<void> {
+    const topics = this.opts.probeTopics;
+    if (!producer.layout || topics.length === 0) {
+      lane.proven = true;
+      return;
+    }
+    try {
+      const layout = await withTimeout(producer.layout(topics), this.opts.probeTimeoutMs, `metadata of ${topics.join(', ')}`);
+      if (lane.producer !== producer) return;
+      this.applyLayout(layout);
+      const own = layout.partitions.filter((p) => p.leader === lane.broker || p.leader < 0);
+      assertWritable(topics, own.length > 0 ? own : layout.partitions, this.opts.minInsyncReplicas);
+    } catch (err) {
+      if (lane.producer === producer && !lane.unwritable) {
+        lane.unwritable = true;
+        this.opts.observer.writable?.(lane.broker, err);
+      }
+      throw err;
+    }
+    lane.proven = true;
+    lane.lastHeardAt = performance.now();
+    if (lane.unwritable) {
+      lane.unwritable = false;
+      this.opts.observer.writable?.(lane.broker);
+    }
+  }
+
+  /** Before a lane sends after the leaders changed, its producer learns them too (its sends route by its own metadata). */
+  private async refreshLane(lane: Lane): Promise<void> {
+    const producer = lane.producer;
+    if (!producer?.layout || lane.refreshing) return;
+    lane.refreshing = true;
+    try {
+      this.applyLayout(await withTimeout(producer.layout(this.opts.probeTopics), this.opts.probeTimeoutMs, 'metadata refresh'));
+      if (lane.producer === producer) lane.stale = false;
+    } catch (err) {
+      this.replaceProducer(lane, producer, new Error(`metadata refresh failed: ${(err as Error)?.message ?? String(err)}`, { cause: err }));
+    } finally {
+      lane.refreshing = false;
+      this.flush();
+    }
+  }
+
+  /** Asks where the partitions are now, through a new client steered to brokers that answer. */
+  private async refreshLayout(): Promise<void> {
+    if (!this.layout || this.refreshingLayout || this.closed) return;
+    this.refreshingLayout = true;
+    const answering = [...this.lanes.values()].filter((l) => l.connected && l.proven).map((l) => this.layout!.brokers.get(l.broker));
+    const client = this.opts.createProducer(answering.filter((a): a is string => a !== undefined));
+    try {
+      if (client.layout) this.applyLayout(await withTimeout(client.layout(this.opts.probeTopics), this.opts.probeTimeoutMs, 'metadata'));
+    } catch {
+      // The next refresh tries again; lanes report their own failures.
+    } finally {
+      this.refreshingLayout = false;
+      void client.disconnect().catch(noop);
+    }
+  }
+
+  private async refreshIfUnhealthy(): Promise<void> {
+    if (this.closed || !this.layout) return;
+    const now = performance.now();
+    const unhealthy = this.neededBrokers().some((b) => {
+      const lane = this.lanes.get(b);
+      return b < 0 || !lane || !lane.connected || !lane.proven;
+    });
+    const slow = [...this.lanes.values()].filter((l) => l.batch && now - l.batch.startedAt > this.opts.layoutRefreshMs);
+    if (unhealthy || slow.length > 0) await this.refreshLayout();
+    // A batch waiting on a broker that no longer leads its partitions can never be acknowledged
+    // by it (the new leader's epoch fences it): give it up now rather than at its timeout.
+    for (const lane of slow) {
+      const batch = lane.batch;
+      if (batch && batch.partitions.some((pq) => pq.partition >= 0 && this.leaderOf(pq.topic, pq.partition) !== lane.broker)) {
+        this.abandon(batch, `the partitions of broker ${lane.broker} moved to another leader while a produce request to it was unanswered`);
+      }
+    }
+    // A lane that connected but could not prove itself (e.g. NOT_ENOUGH_REPLICAS) asks again.
+    for (const lane of this.lanes.values()) {
+      if (lane.connected && !lane.proven && !lane.batch && !lane.probing && lane.producer) void this.probeLane(lane);
+    }
+  }
+
+  /** Stops waiting for a batch (its events may still land): answered 503 now, its lane gets a new producer. */
+  private abandon(batch: Batch, reason: string): void {
+    if (batch.abandoned) return;
+    batch.abandoned = true;
+    this.release(batch);
+    const error = new Error(reason);
+    const failure = new MsgbridgeError('KAFKA_UNAVAILABLE', `Kafka did not acknowledge the batch: ${reason}`, { cause: error });
+    for (const entry of batch.entries) settle(entry, failure);
+    this.dropQueuedSharingKeys(batch.entries, batch.partitions, 'KAFKA_UNAVAILABLE');
+    this.opts.observer.batch?.({ events: batch.entries.length, bytes: batch.bytes, durationMs: performance.now() - batch.startedAt, ok: false, error });
+    this.replaceProducer(batch.lane, batch.producer, error);
+    this.flush();
+    this.checkIdle();
+  }
+
+  private async probeLane(lane: Lane): Promise<void> {
+    const producer = lane.producer!;
+    lane.probing = true;
+    const sendsBefore = lane.sendsStarted;
+    try {
+      if (producer.layout) await this.prove(lane, producer);
+      else if (producer.probe) {
+        await withTimeout(producer.probe(this.opts.probeTopics), this.opts.probeTimeoutMs, 'probe');
+        lane.lastHeardAt = performance.now();
+      }
+    } catch (err) {
+      // Kafka answered but cannot take writes: the lane stays, not ready, and asks again.
+      if (err instanceof NotWritableError) {
+        lane.proven = false;
+        return;
+      }
+      // A send that started meanwhile settles the question itself (and replaces the producer if it fails).
+      if (lane.sendsStarted === sendsBefore) {
+        this.replaceProducer(lane, producer, new Error(`idle probe of ${this.opts.probeTopics.join(', ')} failed: ${(err as Error)?.message ?? String(err)}`, { cause: err }));
+      }
+    } finally {
+      lane.probing = false;
     }
   }
 
   /**
-   * Idle probing (see `idleProbeIntervalMs`): when nothing has been heard from Kafka for an
-   * interval and nothing is queued or in flight, one metadata round trip, bounded by
-   * `probeTimeoutMs`. Called by a timer; public so that tests can drive it.
+   * Idle probing (see `idleProbeIntervalMs`): every lane that has heard nothing from Kafka for
+   * an interval and has nothing in flight asks for metadata, bounded by `probeTimeoutMs`.
+   * Called by a timer; public so that tests can drive it.
    */
   async probeIfIdle(now = performance.now()): Promise<void> {
-    const producer = this.producer;
-    if (!producer?.probe || this.opts.idleProbeIntervalMs <= 0 || !this.connected || this.closed || this.probing) return;
-    if (this.inFlight.length > 0 || this.queuedEvents > 0 || now - this.lastHeardAt < this.opts.idleProbeIntervalMs) return;
-    this.probing = true;
-    const sendsBefore = this.sendsStarted;
-    let timer: NodeJS.Timeout | undefined;
-    try {
-      await Promise.race([
-        producer.probe(this.opts.probeTopics),
-        new Promise<never>((_resolve, reject) => {
-          timer = setTimeout(() => reject(new Error(`no answer within ${this.opts.probeTimeoutMs} ms`)), this.opts.probeTimeoutMs);
-        }),
-      ]);
-      this.lastHeardAt = performance.now();
-    } catch (err) {
-      // A send that started meanwhile settles the question itself (and replaces the producer if it fails).
-      if (this.sendsStarted === sendsBefore) {
-        this.replaceProducer(producer, new Error(`idle probe of ${this.opts.probeTopics.join(', ')} failed: ${(err as Error)?.message ?? String(err)}`, { cause: err }));
-      }
-    } finally {
-      clearTimeout(timer);
-      this.probing = false;
+    if (this.opts.idleProbeIntervalMs <= 0 || this.closed) return;
+    const probes: Promise<void>[] = [];
+    for (const lane of this.lanes.values()) {
+      if (!lane.connected || lane.probing || lane.batch || !lane.producer) continue;
+      if (!lane.producer.probe && !lane.producer.layout) continue;
+      if (now - lane.lastHeardAt < this.opts.idleProbeIntervalMs || this.hasQueued(lane)) continue;
+      probes.push(this.probeLane(lane));
     }
+    await Promise.all(probes);
   }
 
-  /** Deadlines: queued events past theirs are dropped; in-flight ones are answered (and may still land). */
+  private hasQueued(lane: Lane): boolean {
+    for (const pq of this.queues.values()) if (pq.live > 0 && this.leaderOf(pq.topic, pq.partition) === lane.broker) return true;
+    return false;
+  }
+
+  /**
+   * Deadlines: queued events past theirs are dropped; in-flight ones are answered, and a batch
+   * in flight past the publish timeout is given up (its events may still land): its lane gets
+   * a new producer, so a hung broker holds its partitions for one publish timeout at a time.
+   */
   sweep(now = performance.now()): void {
-    const expired: Entry[] = [];
     let error: MsgbridgeError | undefined;
-    // All events have the same timeout, so the queue is in deadline order.
-    const q = this.queue;
-    for (let entry = q.peek(); entry !== undefined; entry = q.peek()) {
-      if (!entry.dropped) {
-        if (entry.deadline > now) break;
-        error ??= new MsgbridgeError('PUBLISH_TIMEOUT', `Kafka did not acknowledge within ${this.opts.publishTimeoutMs} ms`);
-        this.drop(entry, error);
-        expired.push(entry);
-      }
-      q.shift();
-    }
-    if (expired.length > 0) this.dropQueuedSharingKeys(expired, 'PUBLISH_TIMEOUT');
-    for (const batch of this.inFlight) {
-      // Entries of a batch are in deadline order too: nothing to do until its first is due.
-      if (batch.entries[0]!.deadline > now) continue;
-      for (const entry of batch.entries) {
-        if (entry.cb !== null && entry.deadline <= now) {
-          error ??= new MsgbridgeError('PUBLISH_TIMEOUT', `Kafka did not acknowledge within ${this.opts.publishTimeoutMs} ms`);
-          settle(entry, error);
+    const timeout = () => (error ??= new MsgbridgeError('PUBLISH_TIMEOUT', `Kafka did not acknowledge within ${this.opts.publishTimeoutMs} ms`));
+    for (const pq of this.queues.values()) {
+      const expired: Entry[] = [];
+      // All events have the same timeout, so each queue is in deadline order.
+      for (let entry = pq.queue.peek(); entry !== undefined; entry = pq.queue.peek()) {
+        if (!entry.dropped) {
+          if (entry.deadline > now) break;
+          this.drop(pq, entry, timeout());
+          expired.push(entry);
         }
+        pq.queue.shift();
+      }
+      if (expired.length > 0) this.dropQueuedSharingKeys(expired, [pq], 'PUBLISH_TIMEOUT');
+    }
+    for (const lane of this.lanes.values()) {
+      const batch = lane.batch;
+      // Entries of a batch are in deadline order per partition: nothing to do until the earliest is due.
+      if (!batch || batch.entries.every((e) => e.deadline > now)) continue;
+      for (const entry of batch.entries) if (entry.cb !== null && entry.deadline <= now) settle(entry, timeout());
+      if (now - batch.startedAt > this.opts.publishTimeoutMs) {
+        this.abandon(batch, `${lane.broker === SINGLE_LANE ? 'Kafka' : `broker ${lane.broker}`} did not answer a produce request within ${this.opts.publishTimeoutMs} ms`);
       }
     }
     this.checkIdle();
   }
 
+  private idle(): boolean {
+    if (this.queuedEvents > 0) return false;
+    for (const lane of this.lanes.values()) if (lane.batch) return false;
+    return true;
+  }
+
   private checkIdle(): void {
-    if (this.idleWaiters.length === 0 || this.queuedEvents > 0 || this.inFlight.length > 0) return;
+    if (this.idleWaiters.length === 0 || !this.idle()) return;
     const waiters = this.idleWaiters;
     this.idleWaiters = [];
     for (const resolve of waiters) resolve();

@@ -7,11 +7,17 @@ import { MsgbridgeError } from '../errors.js';
  * keys).
  */
 export function describeKafkaFailure(error: unknown): string {
+  // Every cause, wrapped error and aggregated attempt ("initProducerId failed 6 times" holds
+  // the authentication failure in its `errors`), breadth first and bounded.
   const chain: unknown[] = [];
-  for (let e: unknown = error, depth = 0; e && depth < 6; depth++) {
+  const seen = new Set<unknown>();
+  for (let queue: unknown[] = [error]; queue.length > 0 && chain.length < 24; ) {
+    const e = queue.shift();
+    if (!e || seen.has(e)) continue;
+    seen.add(e);
     chain.push(e);
-    const next = (e as { cause?: unknown; originalError?: unknown; errors?: unknown[] }).cause ?? (e as { originalError?: unknown }).originalError ?? (e as { errors?: unknown[] }).errors?.[0];
-    e = next;
+    const { cause, originalError, errors } = e as { cause?: unknown; originalError?: unknown; errors?: unknown[] };
+    queue = [...queue, cause, originalError, ...(Array.isArray(errors) ? errors.slice(0, 8) : [])];
   }
   const text = chain.map((e) => `${(e as { name?: string }).name ?? ''} ${(e as { code?: string }).code ?? ''} ${(e as { type?: string }).type ?? ''} ${(e as Error)?.message ?? String(e)}`).join(' | ');
   const first = ((error as Error)?.message ?? String(error)).split('\n')[0]!.slice(0, 300);

@@ -1,5 +1,5 @@
 import { CompressionTypes, type Admin, type Kafka, type Producer } from 'kafkajs';
-import { assertWritable, RecordTooLargeError, type RecordProducer, type TopicRecords } from './port.js';
+import { assertWritable, RecordTooLargeError, type ClusterLayout, type RecordProducer, type TopicRecords } from './port.js';
 
 /** kafkajs protocol errors that mean a record can never fit. */
 const TOO_LARGE = new Set(['MESSAGE_TOO_LARGE', 'RECORD_LIST_TOO_LARGE']);
@@ -32,7 +32,20 @@ export function createKafkajsProducer(kafka: Kafka, options: KafkajsProducerOpti
   });
   // kafkajs's producer has no metadata call of its own: probes go through an admin client of
   // the same configuration, created on first use and closed with the producer.
+  // The producer's own metadata is refreshed by kafkajs when a broker answers NOT_LEADER, or
+  // after metadataMaxAge: a lane (batching-publisher.ts) may reach a moved partition's old
+  // leader once before it learns.
   let admin: Admin | undefined;
+  const layout = async (topics: string[]): Promise<ClusterLayout> => {
+    admin ??= kafka.admin({ retry: { retries: 0 } });
+    await admin.connect();
+    const metadata = await admin.fetchTopicMetadata({ topics });
+    const cluster = await admin.describeCluster();
+    return {
+      brokers: new Map(cluster.brokers.map((b) => [b.nodeId, `${b.host}:${b.port}`])),
+      partitions: metadata.topics.flatMap((t) => t.partitions.map((p) => ({ topic: t.name, partition: p.partitionId, leader: p.leader, isr: p.isr.length }))),
+    };
+  };
   return {
     connect: () => producer.connect(),
     async disconnect() {
@@ -41,14 +54,9 @@ export function createKafkajsProducer(kafka: Kafka, options: KafkajsProducerOpti
       await Promise.all([producer.disconnect(), closing]);
     },
     async probe(topics: string[]) {
-      admin ??= kafka.admin({ retry: { retries: 0 } });
-      await admin.connect();
-      const metadata = await admin.fetchTopicMetadata({ topics });
-      assertWritable(
-        topics,
-        metadata.topics.flatMap((t) => t.partitions.map((p) => ({ topic: t.name, partition: p.partitionId, leader: p.leader }))),
-      );
+      assertWritable(topics, (await layout(topics)).partitions);
     },
+    layout,
     async send(batches: TopicRecords[]) {
       await producer
         .sendBatch({
@@ -57,7 +65,7 @@ export function createKafkajsProducer(kafka: Kafka, options: KafkajsProducerOpti
         compression: CompressionTypes.None,
         topicMessages: batches.map((b) => ({
           topic: b.topic,
-          messages: b.records.map((r) => ({ key: r.key, value: r.value, headers: r.headers })),
+          messages: b.records.map((r) => ({ key: r.key, value: r.value, headers: r.headers, partition: r.partition })),
         })),
         })
         .catch((error: unknown) => {

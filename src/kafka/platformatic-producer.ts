@@ -3,7 +3,7 @@ import { ProduceAcks, Producer, type ProducerOptions, type SASLOptions } from '@
 import type { KafkaConfig } from '../config/schema.js';
 import { javaCompatibleHash } from './partitioner.js';
 import { tlsOptions } from './tls.js';
-import { assertWritable, type PartitionLeader, type RecordProducer, type TopicRecords } from './port.js';
+import { assertWritable, type ClusterLayout, type PartitionLeader, type RecordProducer, type TopicRecords } from './port.js';
 
 /**
  * An acks=all, idempotent producer on @platformatic/kafka behind the RecordProducer port, built
@@ -103,7 +103,7 @@ export function createPlatformaticProducer(config: KafkaConfig, options: Platfor
     }
     const messages = [];
     for (const { topic, records } of batches) {
-      for (const r of records) messages.push({ topic, key: r.key, value: r.value, headers: r.headers });
+      for (const r of records) messages.push({ topic, key: r.key, value: r.value, headers: r.headers, partition: r.partition });
     }
     try {
       await producer.send({ messages });
@@ -113,18 +113,24 @@ export function createPlatformaticProducer(config: KafkaConfig, options: Platfor
     }
   };
 
+  // forceUpdate also replaces the client's cached metadata, which routes its next sends.
+  const layout = async (topics: string[]): Promise<ClusterLayout> => {
+    const metadata = await producer.metadata({ topics, forceUpdate: true });
+    const partitions: PartitionLeader[] = [];
+    for (const [topic, { partitions: described }] of metadata.topics) {
+      described.forEach((p, partition) => partitions.push({ topic, partition, leader: p.leader, isr: p.isr.length }));
+    }
+    return { brokers: new Map([...metadata.brokers].map(([id, b]) => [id, `${b.host}:${b.port}`])), partitions };
+  };
+
   return {
     async connect() {
       await producer.initIdempotentProducer({});
     },
     async probe(topics: string[]) {
-      const metadata = await producer.metadata({ topics, forceUpdate: true });
-      const partitions: PartitionLeader[] = [];
-      for (const [topic, { partitions: described }] of metadata.topics) {
-        described.forEach((p, partition) => partitions.push({ topic, partition, leader: p.leader }));
-      }
-      assertWritable(topics, partitions);
+      assertWritable(topics, (await layout(topics)).partitions);
     },
+    layout,
     send(batches) {
       const sending = tail.then(() => produce(batches));
       tail = sending.catch(() => {});

@@ -104,6 +104,8 @@ export interface WrittenTopics {
   existing: string[];
   /** max.message.bytes per topic, when the cluster says (DescribeConfigs allowed). */
   maxMessageBytes: Map<string, number>;
+  /** min.insync.replicas per topic, when the cluster says. */
+  minInsyncReplicas: Map<string, number>;
 }
 
 /**
@@ -115,7 +117,7 @@ export interface WrittenTopics {
  * role goes on.
  */
 export async function checkWrittenTopics(admin: Admin, wanted: readonly string[], logger: Logger): Promise<WrittenTopics> {
-  const result: WrittenTopics = { existing: [], maxMessageBytes: new Map() };
+  const result: WrittenTopics = { existing: [], maxMessageBytes: new Map(), minInsyncReplicas: new Map() };
   let replicas: Map<string, { factor: number; leaderless: number }>;
   try {
     // Asking metadata for a missing topic can create it (auto.create.topics.enable): list first.
@@ -129,7 +131,7 @@ export async function checkWrittenTopics(admin: Admin, wanted: readonly string[]
     logger.warn({ topics: wanted, err: (err as Error).message }, 'could not read the metadata of the topics written: their durability is unchecked');
     return result;
   }
-  const minIsr = new Map<string, number>();
+  const minIsr = result.minInsyncReplicas;
   try {
     const described = await admin.describeConfigs({
       resources: result.existing.map((name) => ({ type: kafkajs.ConfigResourceTypes.TOPIC, name, configNames: ['min.insync.replicas', 'max.message.bytes'] })),

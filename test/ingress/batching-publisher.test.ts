@@ -3,14 +3,18 @@ import { runInNewContext } from 'node:vm';
 import { afterEach, describe, expect, it } from 'vitest';
 import { BatchingPublisher, type BatchingPublisherOptions, type PublishRecord } from '../../src/kafka/batching-publisher.js';
 import type { MsgbridgeError } from '../../src/errors.js';
-import type { RecordProducer, TopicRecords } from '../../src/kafka/port.js';
+import { javaCompatibleHash } from '../../src/kafka/partitioner.js';
+import type { ClusterLayout, RecordProducer, TopicRecords } from '../../src/kafka/port.js';
 
 /** An in-memory RecordProducer whose sends the test completes by hand. */
 class FakeKafka {
   producers: FakeProducer[] = [];
   failConnects = 0;
-  create = (): RecordProducer => {
-    const p = new FakeProducer(this);
+  /** When set, producers answer it as their metadata (lanes per leader); else they have none. */
+  layout: ClusterLayout | undefined;
+  create = (bootstrapFirst?: readonly string[]): RecordProducer => {
+    const p = this.layout ? new LayoutFakeProducer(this) : new FakeProducer(this);
+    p.bootstrapFirst = bootstrapFirst ?? [];
     this.producers.push(p);
     return p;
   };
@@ -38,6 +42,7 @@ interface Send {
 class FakeProducer implements RecordProducer {
   sends: Send[] = [];
   connected = false;
+  bootstrapFirst: readonly string[] = [];
   constructor(private readonly kafka: FakeKafka) {}
   async connect() {
     if (this.kafka.failConnects > 0) {
@@ -74,6 +79,16 @@ class FakeProducer implements RecordProducer {
       };
       this.sends.push(send);
     });
+  }
+}
+
+class LayoutFakeProducer extends FakeProducer {
+  constructor(private readonly cluster: FakeKafka) {
+    super(cluster);
+  }
+  layout(): Promise<ClusterLayout> {
+    const layout = this.cluster.layout!;
+    return Promise.resolve({ brokers: new Map(layout.brokers), partitions: layout.partitions.map((p) => ({ ...p })) });
   }
 }
 
@@ -141,22 +156,24 @@ describe('BatchingPublisher', () => {
   });
 
   it('bounds a batch by events and by bytes, and groups records by topic', async () => {
-    const { kafka, publish } = await setup({ batchMaxEvents: 3, batchMaxBytes: 600 });
+    const { kafka, publish, outcomes } = await setup({ batchMaxEvents: 3, batchMaxBytes: 600 });
     publish('a', 'first');
     await tick();
     for (let i = 0; i < 5; i++) publish(`k${i}`, `m${i}`, i % 2 ? 'x' : 'y');
     publish('big', 'B'.repeat(500));
-    kafka.sends[0]!.ack();
-    await until(() => kafka.sends.length === 2);
-    expect(kafka.sends[1]!.values).toHaveLength(3);
-    expect(kafka.sends[1]!.batches.map((b) => b.topic).sort()).toEqual(['x', 'y']);
-    kafka.sends[1]!.ack();
-    await until(() => kafka.sends.length === 3);
-    // m3, m4 fit; the 500-byte event would pass 600 bytes with them, so it waits for the next batch.
-    expect(kafka.sends[2]!.values).toEqual(['m3', 'm4']);
-    kafka.sends[2]!.ack();
-    await until(() => kafka.sends.length === 4);
-    expect(kafka.sends[3]!.values).toEqual(['B'.repeat(500)]);
+    const acker = setInterval(() => kafka.pending.forEach((s) => s.ack()), 2);
+    await until(() => outcomes.size === 7);
+    clearInterval(acker);
+    for (const send of kafka.sends) {
+      expect(send.values.length).toBeLessThanOrEqual(3);
+      // A batch passes 600 bytes only when it is one event too big to share.
+      if (send.values.length > 1) expect(send.values.some((v) => v.length >= 500)).toBe(false);
+      const topics = send.batches.map((b) => b.topic);
+      expect(new Set(topics).size).toBe(topics.length);
+    }
+    expect(kafka.sends.find((s) => s.values.includes('B'.repeat(500)))!.values).toHaveLength(1);
+    expect(kafka.sends.length).toBeGreaterThanOrEqual(4); // first, 5 small ones in at least 2, the big one
+    expect([...kafka.written].sort()).toEqual(['B'.repeat(500), 'first', 'm0', 'm1', 'm2', 'm3', 'm4'].sort());
   });
 
   it('refuses with QUEUE_FULL beyond the queue bound, counting events in flight', async () => {
@@ -180,7 +197,7 @@ describe('BatchingPublisher', () => {
     expect(outcomes.get('y'.repeat(200))).toBe('refused:QUEUE_FULL');
   });
 
-  it('answers PUBLISH_TIMEOUT for queued and in-flight events past the deadline, and reports a stall', async () => {
+  it('answers PUBLISH_TIMEOUT for queued and in-flight events past the deadline, and gives up the stuck batch', async () => {
     const { kafka, outcomes, publish, publisher } = await setup({ publishTimeoutMs: 60, sweepIntervalMs: 10 });
     publish('a', 'inflight');
     await tick();
@@ -188,13 +205,17 @@ describe('BatchingPublisher', () => {
     await until(() => outcomes.size === 2, 1000);
     expect(outcomes.get('inflight')).toBe('PUBLISH_TIMEOUT');
     expect(outcomes.get('queued')).toBe('PUBLISH_TIMEOUT');
-    expect(publisher.stats().stalled).toBe(true);
-    expect(publisher.ready).toBe(false);
-    // The queued event timed out before being sent: it is never sent later.
+    // The producer that holds the unanswered request is replaced, not waited for.
+    await until(() => kafka.producers.length === 2 && publisher.ready);
+    expect(kafka.producers[0]!.connected).toBe(false);
+    // A late answer to the given-up request changes nothing; the queued event is never sent.
     kafka.sends[0]!.ack();
     await new Promise((r) => setTimeout(r, 30));
     expect(kafka.sends).toHaveLength(1);
-    expect(publisher.ready).toBe(true);
+    publish('c', 'later');
+    await until(() => kafka.pending.length === 1);
+    kafka.pending[0]!.ack();
+    await until(() => outcomes.get('later') === 'ok');
   });
 
   it('after a failed batch, fails queued events of the same keys (per-key order), keeps the others, reconnects', async () => {
@@ -375,15 +396,141 @@ describe('BatchingPublisher', () => {
     expect(kafka.producers[0]!.connected).toBe(false);
   });
 
-  it('pipelines up to maxInFlightBatches when asked', async () => {
-    const { kafka, publish } = await setup({ maxInFlightBatches: 2 });
-    publish('a', 'e1');
-    await tick();
-    publish('b', 'e2');
-    await tick();
-    expect(kafka.sends).toHaveLength(2);
-    publish('c', 'e3');
-    await tick();
-    expect(kafka.sends).toHaveLength(2);
+  describe('lanes per partition leader', () => {
+    const TOPIC = 't';
+    const PARTITIONS = 4;
+    const partitionOf = (key: string) => javaCompatibleHash(Buffer.from(key)) % PARTITIONS;
+    /** A key on each partition. */
+    const keys = Array.from({ length: PARTITIONS }, (_, p) => {
+      for (let i = 0; ; i++) if (partitionOf(`key${i}`) === p) return `key${i}`;
+    });
+    const layout = (leaders: number[], isr = 3): ClusterLayout => ({
+      brokers: new Map([
+        [1, 'b1:9092'],
+        [2, 'b2:9092'],
+      ]),
+      partitions: leaders.map((leader, partition) => ({ topic: TOPIC, partition, leader, isr })),
+    });
+    async function laneSetup(leaders: number[], overrides: Partial<BatchingPublisherOptions> = {}) {
+      const kafka = new FakeKafka();
+      kafka.layout = layout(leaders);
+      const publisher = new BatchingPublisher({
+        createProducer: kafka.create,
+        batchMaxEvents: 100,
+        batchMaxBytes: 1_000_000,
+        queueMaxEvents: 1000,
+        queueMaxBytes: 10_000_000,
+        publishTimeoutMs: 200,
+        sweepIntervalMs: 10,
+        layoutRefreshMs: 20,
+        probeTopics: [TOPIC],
+        reconnectBackoffMs: { initial: 5, max: 20 },
+        ...overrides,
+      });
+      publishers.push(publisher);
+      await publisher.start();
+      const outcomes = new Map<string, string>();
+      const publish = (key: string, value: string) => {
+        const refused = publisher.publish(rec(key, value, TOPIC), (err: MsgbridgeError | null) => outcomes.set(value, err ? err.code : 'ok'));
+        if (refused) outcomes.set(value, `refused:${refused.code}`);
+      };
+      const pendingOn = (partition: number) => kafka.pending.filter((s) => s.batches.some((b) => b.records.some((r) => r.partition === partition)));
+      return { kafka, publisher, outcomes, publish, pendingOn };
+    }
+
+    it('one producer per leader, each sending only the partitions it leads, with explicit partitions', async () => {
+      const { kafka, publish, outcomes, publisher } = await laneSetup([1, 2, 1, 2]);
+      expect(publisher.stats()).toMatchObject({ lanes: 2, lanesReady: 2, connected: true });
+      expect(publisher.ready).toBe(true);
+      keys.forEach((key, p) => publish(key, `p${p}`));
+      await tick();
+      expect(kafka.sends).toHaveLength(2); // one request per leader, in flight together
+      for (const send of kafka.sends) {
+        const partitions = send.batches.flatMap((b) => b.records.map((r) => r.partition!)).sort();
+        expect(partitions.every((p) => p % 2 === partitions[0]! % 2)).toBe(true);
+      }
+      kafka.pending.forEach((s) => s.ack());
+      await until(() => outcomes.size === PARTITIONS);
+      expect([...outcomes.values()].every((o) => o === 'ok')).toBe(true);
+    });
+
+    it('a hung broker holds only the partitions it leads; its replacement producer is steered to the broker that answers', async () => {
+      const { kafka, publish, outcomes, pendingOn } = await laneSetup([1, 2, 1, 2]);
+      publish(keys[0]!, 'stuck'); // broker 1 never answers
+      publish(keys[1]!, 'ok-1');
+      await tick();
+      pendingOn(1).forEach((s) => s.ack());
+      await until(() => outcomes.get('ok-1') === 'ok');
+      // Broker 2's partitions keep flowing while broker 1's request hangs.
+      for (let i = 0; i < 3; i++) {
+        publish(keys[3]!, `ok-3-${i}`);
+        await until(() => pendingOn(3).length === 1);
+        pendingOn(3).forEach((s) => s.ack());
+        await until(() => outcomes.get(`ok-3-${i}`) === 'ok');
+      }
+      expect(outcomes.has('stuck')).toBe(false);
+      // Past the publish timeout the stuck batch is given up and its lane gets a new producer,
+      // which tries broker 2 (answering) before broker 1.
+      await until(() => outcomes.has('stuck'));
+      expect(outcomes.get('stuck')).toBe('PUBLISH_TIMEOUT');
+      await until(() => kafka.producers.some((p, i) => i > 1 && p.connected && p.bootstrapFirst[0] === 'b2:9092' && p.bootstrapFirst.at(-1) === 'b1:9092'));
+    });
+
+    it("partitions whose leader moved go to the new leader's lane at once, without waiting for the timeout", async () => {
+      const { kafka, publish, outcomes, pendingOn, publisher } = await laneSetup([1, 2, 1, 2], { publishTimeoutMs: 60_000 });
+      publish(keys[0]!, 'stuck');
+      await until(() => pendingOn(0).length === 1);
+      kafka.layout = layout([2, 2, 2, 2]); // broker 1 fenced: its partitions moved
+      await until(() => outcomes.has('stuck'), 2000);
+      expect(outcomes.get('stuck')).toBe('KAFKA_UNAVAILABLE');
+      publish(keys[0]!, 'moved');
+      await until(() => pendingOn(0).length === 2); // the old one still hangs, the new one is sent
+      const send = pendingOn(0).find((s) => s.values.includes('moved'))!;
+      send.ack();
+      await until(() => outcomes.get('moved') === 'ok');
+      expect(publisher.stats()).toMatchObject({ lanes: 1 });
+    });
+
+    it('is ready only while every leader can take acks=all writes: fewer in-sync replicas than min.insync.replicas means not ready', async () => {
+      const { kafka, publisher, publish, outcomes } = await laneSetup([1, 2, 1, 2], { minInsyncReplicas: new Map([[TOPIC, 2]]) });
+      expect(publisher.ready).toBe(true);
+      kafka.layout = { ...layout([1, 2, 1, 2]), partitions: layout([1, 2, 1, 2]).partitions.map((p) => ({ ...p, isr: p.leader === 2 ? 1 : 3 })) };
+      publish(keys[1]!, 'refused-by-kafka');
+      await tick();
+      kafka.pending[0]!.fail(new Error('NOT_ENOUGH_REPLICAS'));
+      await until(() => outcomes.has('refused-by-kafka'));
+      // Reconnected, but the metadata shows the ISR short: not ready, although a producer connects.
+      await until(() => kafka.producers.length >= 4);
+      await new Promise((r) => setTimeout(r, 100));
+      expect(publisher.stats().connected).toBe(true);
+      expect(publisher.ready).toBe(false);
+      kafka.layout = layout([1, 2, 1, 2]);
+      await until(() => publisher.ready, 2000);
+    });
+
+    it('keeps per-key order with lanes under load and failures', async () => {
+      const { kafka, publish, outcomes } = await laneSetup([1, 2, 1, 2], { batchMaxEvents: 5 });
+      let n = 0;
+      let sends = 0;
+      const acker = setInterval(() => {
+        for (const s of kafka.pending) {
+          if (sends++ % 7 === 3) s.fail();
+          else s.ack();
+        }
+      }, 1);
+      for (let round = 0; round < 30; round++) {
+        for (let i = 0; i < 8; i++) publish(keys[i % PARTITIONS]!, `${i % PARTITIONS}:${n++}`);
+        await tick();
+      }
+      await until(() => outcomes.size === n, 5000);
+      clearInterval(acker);
+      for (let p = 0; p < PARTITIONS; p++) {
+        const seq = kafka.written.filter((v) => v.startsWith(`${p}:`)).map((v) => Number(v.split(':')[1]));
+        expect(seq).toEqual([...seq].sort((a, b) => a - b));
+      }
+      const acknowledged = [...outcomes].filter(([, o]) => o === 'ok').map(([v]) => v);
+      expect(acknowledged.length).toBeGreaterThan(0);
+      for (const v of acknowledged) expect(kafka.written).toContain(v);
+    });
   });
 });
