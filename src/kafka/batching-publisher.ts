@@ -74,6 +74,12 @@ export interface BatchingPublisherOptions {
   minInsyncReplicas?: ReadonlyMap<string, number>;
   /** While anything is unhealthy (a lane down, a partition without leader), the leaders are asked again this often. */
   layoutRefreshMs?: number;
+  /**
+   * After a lane fails, metadata saying all is well is not believed for this long unless it
+   * changed since the failure: a dead broker stays in the metadata until its session expires
+   * (broker.session.timeout.ms, 9 s by default). A successful batch proves the lane at once.
+   */
+  failureSuspicionMs?: number;
   observer?: PublisherObserver;
 }
 
@@ -138,6 +144,9 @@ interface Lane {
   probing: boolean;
   /** Its last proof failed (reported once until one succeeds). */
   unwritable: boolean;
+  /** When it last failed, and the layout it knew then (see failureSuspicionMs). */
+  failedAt: number;
+  failedLayout: string;
   lastHeardAt: number;
   sendsStarted: number;
   cancelBackoff: (() => void) | undefined;
@@ -200,6 +209,7 @@ export class BatchingPublisher {
       probeTopics: [],
       probeTimeoutMs: 5000,
       layoutRefreshMs: 1000,
+      failureSuspicionMs: 10_000,
       observer: {},
       ...options,
     };
@@ -443,6 +453,8 @@ export class BatchingPublisher {
       refreshing: false,
       probing: false,
       unwritable: false,
+      failedAt: 0,
+      failedLayout: '',
       lastHeardAt: 0,
       sendsStarted: 0,
       cancelBackoff: undefined,
@@ -538,6 +550,7 @@ export class BatchingPublisher {
     if (ok) {
       batch.lane.lastHeardAt = performance.now();
       batch.lane.proven = true;
+      batch.lane.failedAt = 0;
       for (const entry of batch.entries) settle(entry, null);
     } else {
       const failure = new MsgbridgeError('KAFKA_UNAVAILABLE', `Kafka did not acknowledge the batch: ${(error as Error)?.message ?? String(error)}`, { cause: error });
@@ -590,6 +603,8 @@ export class BatchingPublisher {
     lane.connected = false;
     lane.proven = false;
     lane.producer = undefined;
+    lane.failedAt = performance.now();
+    lane.failedLayout = this.layout ? layoutSignature(this.layout) : '';
     this.opts.observer.connection?.(false, error, lane.broker);
     void failed.disconnect().catch(noop);
     void this.reconnect(lane, true);
@@ -651,6 +666,10 @@ export class BatchingPublisher {
       this.applyLayout(layout);
       const own = layout.partitions.filter((p) => p.leader === lane.broker || p.leader < 0);
       assertWritable(topics, own.length > 0 ? own : layout.partitions, this.opts.minInsyncReplicas);
+      const since = performance.now() - lane.failedAt;
+      if (lane.failedAt > 0 && since < this.opts.failureSuspicionMs && layoutSignature(layout) === lane.failedLayout) {
+        throw new NotWritableError(`broker ${lane.broker} failed ${Math.round(since)} ms ago and the cluster's metadata has not changed since: waiting for a write to succeed`);
+      }
     } catch (err) {
       if (lane.producer === producer && !lane.unwritable) {
         lane.unwritable = true;
@@ -828,6 +847,11 @@ export class BatchingPublisher {
     this.idleWaiters = [];
     for (const resolve of waiters) resolve();
   }
+}
+
+/** Leaders and in-sync replica counts: what changes when the cluster reacts to a failure. */
+function layoutSignature(layout: ClusterLayout): string {
+  return layout.partitions.map((p) => `${p.topic}/${p.partition}:${p.leader}:${p.isr ?? ''}`).sort().join(',');
 }
 
 function settle(entry: Entry, error: MsgbridgeError | null): void {

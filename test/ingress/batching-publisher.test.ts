@@ -492,7 +492,7 @@ describe('BatchingPublisher', () => {
     });
 
     it('is ready only while every leader can take acks=all writes: fewer in-sync replicas than min.insync.replicas means not ready', async () => {
-      const { kafka, publisher, publish, outcomes } = await laneSetup([1, 2, 1, 2], { minInsyncReplicas: new Map([[TOPIC, 2]]) });
+      const { kafka, publisher, publish, outcomes } = await laneSetup([1, 2, 1, 2], { minInsyncReplicas: new Map([[TOPIC, 2]]), failureSuspicionMs: 300 });
       expect(publisher.ready).toBe(true);
       kafka.layout = { ...layout([1, 2, 1, 2]), partitions: layout([1, 2, 1, 2]).partitions.map((p) => ({ ...p, isr: p.leader === 2 ? 1 : 3 })) };
       publish(keys[1]!, 'refused-by-kafka');
@@ -506,6 +506,23 @@ describe('BatchingPublisher', () => {
       expect(publisher.ready).toBe(false);
       kafka.layout = layout([1, 2, 1, 2]);
       await until(() => publisher.ready, 2000);
+    });
+
+    it('after a failure, metadata that has not changed is not believed until the suspicion has passed; a successful write is', async () => {
+      const { kafka, publisher, publish, outcomes, pendingOn } = await laneSetup([1, 2, 1, 2], { failureSuspicionMs: 60_000 });
+      publish(keys[1]!, 'lost');
+      await tick();
+      pendingOn(1)[0]!.fail(new Error('connection refused'));
+      await until(() => outcomes.has('lost'));
+      // Reconnected; the metadata (unchanged: a dead broker stays in it until its session ends) says all is well.
+      await until(() => publisher.stats().connected);
+      await new Promise((r) => setTimeout(r, 100));
+      expect(publisher.ready).toBe(false);
+      publish(keys[1]!, 'written');
+      await until(() => pendingOn(1).length === 1);
+      pendingOn(1)[0]!.ack();
+      await until(() => outcomes.get('written') === 'ok');
+      expect(publisher.ready).toBe(true);
     });
 
     it('keeps per-key order with lanes under load and failures', async () => {

@@ -7,6 +7,7 @@ import { startSimulator } from '../../src/simulator/index.js';
 import { startIngress } from '../../src/ingress/index.js';
 import { startLocalCluster, type LocalCluster } from '../../src/kafka/local-broker.js';
 import { eventIdOf } from '../../src/contracts/index.js';
+import { javaCompatibleHash } from '../../src/kafka/partitioner.js';
 import { messageId, signedHeaders, statusEvent } from '../ingress/fixtures.js';
 
 const SECRET = 'cluster-signing-secret';
@@ -163,9 +164,7 @@ describe('on a 3-node cluster', () => {
     expect(error?.message).toMatch(/cannot create topic cl-\S+ with replication factor 3: only 2 brokers are alive/);
   }, 60_000);
 
-  // /readyz during the outage is not asserted: it stays 200 while the producer connects and the
-  // metadata probe answers although every send fails (NOT_ENOUGH_REPLICAS); issue 11, item 3.
-  it('two of three brokers down: 503 with Retry-After, never a 200; back up: 200 again without a restart', async () => {
+  it('two of three brokers down: 503 with Retry-After, never a 200, not ready; back up: 200 and ready again without a restart', async () => {
     await Promise.all(cluster.nodes.map((n) => n.start()));
     await untilBrokers(3);
     const config = ingressConfig(cluster.bootstrap);
@@ -191,8 +190,14 @@ describe('on a 3-node cluster', () => {
       }
       expect(refused?.status).toBe(503);
       expect(refused?.headers.get('retry-after')).toMatch(/^\d+$/);
-      // While min.insync.replicas cannot be met, nothing is acknowledged.
+      // While min.insync.replicas cannot be met, nothing is acknowledged, and the ingress says
+      // it is not ready although its producers connect (the survivor answers metadata).
       for (let i = 0; i < 5; i++) expect((await post()).status).toBe(503);
+      const notReadyBy = Date.now() + 10_000;
+      while (ingress.ready && Date.now() < notReadyBy) await new Promise((r) => setTimeout(r, 100));
+      expect(ingress.ready).toBe(false);
+      await new Promise((r) => setTimeout(r, 2000));
+      expect(ingress.ready).toBe(false);
 
       await Promise.all([a!.start(), b!.start()]);
       const back = Date.now();
@@ -203,7 +208,85 @@ describe('on a 3-node cluster', () => {
       }
       console.log(`[cluster] two brokers down, then back: 200 again ${Date.now() - back} ms after they restarted`);
       expect(ok).toBe(true);
+      while (!ingress.ready && Date.now() - back < 60_000) await new Promise((r) => setTimeout(r, 100));
+      expect(ingress.ready).toBe(true);
     } finally {
+      await ingress.drain();
+    }
+  }, 180_000);
+
+  it('one broker frozen (SIGSTOP) under load: partitions led elsewhere keep getting 200, its own come back once they move; nothing acknowledged is lost', async () => {
+    await Promise.all(cluster.nodes.map((n) => n.start()));
+    await untilBrokers(3);
+    const config = ingressConfig(cluster.bootstrap);
+    const topic = config.kafka.topics.deliveryStatus;
+    const ingress = await startIngress({ config });
+    const leaderOf = async () => new Map((await admin.fetchTopicMetadata({ topics: [topic] })).topics[0]!.partitions.map((p) => [p.partitionId, p.leader]));
+    const acknowledged = new Set<string>();
+    /** Per partition, when each 200 came. */
+    const oks = new Map<number, number[]>();
+    let running = true;
+    const client = async () => {
+      while (running) {
+        const id = messageId();
+        const body = statusEvent(id);
+        const res = await fetch(`${ingress.url}/webhooks/biz_1/delivery_status`, { method: 'POST', body, headers: signedHeaders(SECRET, body) }).catch(() => undefined);
+        await res?.arrayBuffer();
+        if (res?.status === 200) {
+          acknowledged.add(eventIdOf(body));
+          const partition = javaCompatibleHash(Buffer.from(id)) % 6;
+          oks.set(partition, [...(oks.get(partition) ?? []), Date.now()]);
+        } else await new Promise((r) => setTimeout(r, 20));
+      }
+    };
+    let victim: (typeof cluster.nodes)[number] | undefined;
+    try {
+      const clients = Array.from({ length: 8 }, client);
+      await new Promise((r) => setTimeout(r, 1500));
+      const leaders = await leaderOf();
+      const counts = new Map<number, number>();
+      for (const leader of leaders.values()) counts.set(leader, (counts.get(leader) ?? 0) + 1);
+      const victimId = [...counts].sort((a, b) => b[1] - a[1])[0]![0];
+      victim = cluster.nodes.find((n) => n.id === victimId)!;
+      const frozenPartitions = [...leaders].filter(([, l]) => l === victimId).map(([p]) => p);
+      const others = [...leaders].filter(([, l]) => l !== victimId).map(([p]) => p);
+      process.kill(victim.pid, 'SIGSTOP');
+      const frozenAt = Date.now();
+      await new Promise((r) => setTimeout(r, 20_000));
+      const thawAt = Date.now();
+      process.kill(victim.pid, 'SIGCONT');
+      await new Promise((r) => setTimeout(r, 1000));
+      running = false;
+      await Promise.all(clients);
+
+      const during = (p: number) => (oks.get(p) ?? []).filter((t) => t >= frozenAt && t < thawAt);
+      const firstAfterFreeze = (p: number) => during(p)[0];
+      // The longest stretch without any 200 while the broker was frozen.
+      const all = [frozenAt, ...[...oks.values()].flat().filter((t) => t >= frozenAt && t < thawAt).sort((a, b) => a - b), thawAt];
+      const longestGap = Math.max(...all.slice(1).map((t, i) => t - all[i]!));
+      const backAfter = frozenPartitions.map((p) => (firstAfterFreeze(p) ?? thawAt) - frozenAt);
+      console.log(
+        `[cluster] broker ${victimId} frozen 20 s under load: longest gap without any 200 ${longestGap} ms; partitions led elsewhere ${others.map((p) => `${p}: ${during(p).length}`).join(', ')} 200s while frozen; its partitions ${frozenPartitions.join(', ')} answered 200 again after ${backAfter.join(', ')} ms`,
+      );
+      // Partitions led by the answering brokers never wait on the frozen one.
+      for (const p of others) expect(during(p).length).toBeGreaterThan(50);
+      // The frozen broker's partitions move to new leaders and take writes again before it thaws.
+      for (const p of frozenPartitions) expect(firstAfterFreeze(p)).toBeDefined();
+
+      const reader = new Kafka({ clientId: 'cluster-reader', brokers: cluster.bootstrap.split(','), logLevel: logLevel.NOTHING });
+      const consumer = reader.consumer({ groupId: `cluster-${randomUUID()}`, maxWaitTimeInMs: 200 });
+      const seen = new Set<string>();
+      await consumer.connect();
+      await consumer.subscribe({ topics: [topic], fromBeginning: true });
+      await consumer.run({ eachMessage: async ({ message }) => void seen.add(message.headers?.['event-id']?.toString() ?? '') });
+      const deadline = Date.now() + 60_000;
+      const missing = () => [...acknowledged].filter((id) => !seen.has(id)).length;
+      while (missing() > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 250));
+      await consumer.disconnect();
+      expect(missing()).toBe(0);
+    } finally {
+      running = false;
+      if (victim) process.kill(victim.pid, 'SIGCONT');
       await ingress.drain();
     }
   }, 180_000);
