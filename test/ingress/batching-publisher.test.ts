@@ -509,7 +509,7 @@ describe('BatchingPublisher', () => {
     });
 
     it('after a failure, metadata that has not changed is not believed until the suspicion has passed; a successful write is', async () => {
-      const { kafka, publisher, publish, outcomes, pendingOn } = await laneSetup([1, 2, 1, 2], { failureSuspicionMs: 60_000 });
+      const { publisher, publish, outcomes, pendingOn } = await laneSetup([1, 2, 1, 2], { failureSuspicionMs: 60_000 });
       publish(keys[1]!, 'lost');
       await tick();
       pendingOn(1)[0]!.fail(new Error('connection refused'));
