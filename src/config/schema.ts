@@ -271,6 +271,14 @@ export const configSchema = z.strictObject({
   sender: senderSchema,
   simulator: simulatorSchema,
   log: logSchema,
+}).superRefine((c, ctx) => {
+  // A drain waits for what was admitted: at most one publish timeout (a batch unanswered by then
+  // is given up), then each producer's close, bounded by the connection timeout. Less grace
+  // than that, and a drain during a stalled broker would be cut off and exit 1.
+  const needed = c.ingress.publishTimeoutMs + c.kafka.connectionTimeoutMs + 1000;
+  if (c.ingress.drainGraceMs < needed) {
+    ctx.addIssue({ code: 'custom', path: ['ingress', 'drainGraceMs'], message: `must be at least ingress.publishTimeoutMs + kafka.connectionTimeoutMs + 1000 (${needed}): a drain during a stalled broker waits that long` });
+  }
 });
 
 export type Config = z.infer<typeof configSchema>;

@@ -120,7 +120,7 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
     observer: {
       batch: (info) => {
         metrics.batch(info);
-        if (!info.ok) logger.error({ err: info.error, events: info.events }, 'produce request failed: events answered 503, reconnecting');
+        if (!info.ok) logger.error({ err: describeKafkaFailure(info.error), events: info.events }, 'produce request failed: events answered 503, reconnecting');
       },
       connection: (connected, err, broker) => {
         metrics.kafkaConnected(connected);

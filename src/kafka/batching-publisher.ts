@@ -437,8 +437,28 @@ export class BatchingPublisher {
     const own = this.layout.brokers.get(broker);
     const answering = [...this.lanes.values()].filter((l) => l.broker !== broker && l.connected && l.proven).map((l) => this.layout!.brokers.get(l.broker));
     const others = [...this.layout.brokers].filter(([id]) => id !== broker).map(([, address]) => address);
-    const list = failed ? [...answering, ...others, own] : [own, ...answering, ...others];
+    const list = failed ? [...answering, own, ...others] : [own, ...answering, ...others];
     return [...new Set(list.filter((a): a is string => a !== undefined))];
+  }
+
+  /**
+   * A new producer for a lane. After a failure nobody knows which broker hangs (acks=all makes
+   * every leader wait for a frozen follower), and a client asks the first bootstrap broker that
+   * accepts a connection, which a hung broker still does: so up to three producers connect at
+   * once, each starting from another broker, and the first that gets its producer id wins.
+   */
+  private async connectFirst(broker: number, failed: boolean): Promise<RecordProducer> {
+    const addresses = this.addressesFor(broker, failed);
+    const orders = failed && addresses.length > 1 ? addresses.slice(0, 3).map((first) => [first, ...addresses.filter((a) => a !== first)]) : [addresses];
+    const producers = orders.map((order) => this.opts.createProducer(order));
+    try {
+      const winner = await Promise.any(producers.map((p) => p.connect().then(() => p)));
+      for (const p of producers) if (p !== winner) void p.disconnect().catch(noop);
+      return winner;
+    } catch (err) {
+      for (const p of producers) void p.disconnect().catch(noop);
+      throw err instanceof AggregateError ? (err.errors[0] ?? err) : err;
+    }
   }
 
   private newLane(broker: number): Lane {
@@ -618,9 +638,9 @@ export class BatchingPublisher {
     let delay = this.opts.reconnectBackoffMs.initial;
     try {
       while (!this.closed) {
-        const producer = this.opts.createProducer(this.addressesFor(lane.broker, failed));
+        let producer: RecordProducer;
         try {
-          await producer.connect();
+          producer = await this.connectFirst(lane.broker, failed);
           if (this.closed) {
             await producer.disconnect().catch(noop);
             return;
@@ -636,7 +656,6 @@ export class BatchingPublisher {
           return;
         } catch (err) {
           this.opts.observer.connection?.(false, err, lane.broker);
-          void producer.disconnect().catch(noop);
           await new Promise<void>((resolve) => {
             const timer = setTimeout(resolve, delay);
             lane.cancelBackoff = () => {

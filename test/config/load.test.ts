@@ -116,6 +116,13 @@ describe('configuration loading', () => {
     expect(configError(() => loadConfig({ env: { MSGBRIDGE_CONFIG: join(dir, 'missing.json') } }))).toMatch(/CONFIG_FILE_UNREADABLE/);
   });
 
+  it('rejects a drain grace shorter than a publish timeout plus a producer close: a drain during a stall would be cut off', () => {
+    expect(() => loadConfig({ env: {}, overrides: { ingress: { drainGraceMs: 6000 } } })).toThrow(
+      /ingress\.drainGraceMs: must be at least ingress\.publishTimeoutMs \+ kafka\.connectionTimeoutMs \+ 1000 \(9000\)/,
+    );
+    expect(loadConfig({ env: {}, overrides: { ingress: { drainGraceMs: 9000 } } }).ingress.drainGraceMs).toBe(9000);
+  });
+
   it('rejects duplicate business ids', () => {
     const dup = file('dup.json', JSON.stringify({ businesses: [{ id: 'a', signingSecrets: [], apiKey: null }, { id: 'a', signingSecrets: [], apiKey: null }] }));
     expect(configError(() => loadConfig({ env: { MSGBRIDGE_CONFIG: dup } }))).toMatch(/businesses\.1\.id: duplicate business id "a"/);

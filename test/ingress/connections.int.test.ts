@@ -94,7 +94,7 @@ describe('ingress drain with a body still arriving', () => {
     const t = await startTestIngress({
       env: { MSGBRIDGE_BUSINESS_ID: 'biz_1', MSGBRIDGE_SIGNING_SECRET: SECRET },
       // The body deadline alone (30 s) would outlast the grace period (4 s).
-      overrides: { ingress: { idleTimeoutSeconds: 30, drainGraceMs: 4000 } },
+      overrides: { ingress: { idleTimeoutSeconds: 30, drainGraceMs: 4000, publishTimeoutMs: 1500 }, kafka: { connectionTimeoutMs: 1500 } },
     });
     const stalled = await rawConnection(t.ingress.port);
     try {
