@@ -12,6 +12,7 @@ import { registerSimulatorCommand } from './commands/simulator.js';
 import { registerTailCommand } from './commands/tail.js';
 import { registerWebhooksCommand } from './commands/webhooks.js';
 import { isMsgbridgeError } from './errors.js';
+import { describeKafkaFailure, isKafkaClientError } from './kafka/failure.js';
 
 /** Exit codes: 0 ok, 1 runtime failure, 2 bad usage or configuration. */
 export function buildProgram(): Command {
@@ -52,6 +53,11 @@ export async function main(argv: string[]): Promise<number> {
     if (isMsgbridgeError(err)) {
       process.stderr.write(`msgbridge: ${err.message}\n`);
       return err.code === 'CONFIG_INVALID' || err.code === 'CONFIG_FILE_UNREADABLE' || err.code === 'INVALID_ARGUMENT' || err.code === 'KAFKA_CONNECT_FAILED' ? 2 : 1;
+    }
+    // A command that talks to Kafka (send, tail, status...) fails in one line naming the cause.
+    if (isKafkaClientError(err)) {
+      process.stderr.write(`msgbridge: cannot use Kafka: ${describeKafkaFailure(err)}\n`);
+      return 2;
     }
     process.stderr.write(`msgbridge: ${(err as Error).stack ?? String(err)}\n`);
     return 1;

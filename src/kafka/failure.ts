@@ -58,3 +58,13 @@ export async function connectingToKafka<T>(brokers: readonly string[], step: () 
     throw new MsgbridgeError('KAFKA_CONNECT_FAILED', `cannot use Kafka at ${brokers.join(',')}: ${describeKafkaFailure(error)}`, { cause: error });
   }
 }
+
+/** An error thrown by either Kafka client (not by the relay): the CLI turns it into one line. */
+export function isKafkaClientError(error: unknown): boolean {
+  for (let e: unknown = error, depth = 0; e && depth < 6; depth++) {
+    const { name, code } = e as { name?: string; code?: string };
+    if ((typeof name === 'string' && name.startsWith('KafkaJS')) || (typeof code === 'string' && code.startsWith('PLT_KFK_'))) return true;
+    e = (e as { cause?: unknown }).cause;
+  }
+  return false;
+}

@@ -79,6 +79,16 @@ describe('msgbridge CLI usage', () => {
     expect(result.stderr).toMatch(/set KAFKA_BROKERS .* or start `msgbridge dev` first/);
   });
 
+  it('commands that talk to Kafka fail in one line naming the cause, exit code 2, with either kind of command', async () => {
+    for (const args of [['tail', 'messages'], ['send', 'text', '--to', '+15550001111', '--text', 'hi']]) {
+      const { code, stderr } = await runCli(args, { KAFKA_BROKERS: '127.0.0.1:1', MSGBRIDGE_BUSINESS_ID: 'biz_1', MSGBRIDGE_API_KEY: 'k' });
+      expect(code).toBe(2);
+      expect(stderr.trim().split('\n')).toHaveLength(1);
+      expect(stderr).toMatch(/^msgbridge: cannot use Kafka: unreachable: no broker answered \(.*ECONNREFUSED 127\.0\.0\.1:1/);
+      expect(stderr).not.toMatch(/\n\s+at /);
+    }
+  });
+
   it('webhooks commands name the missing business configuration, and an unreachable provider', async () => {
     const none = await runCli(['webhooks', 'list'], {});
     expect(none.code).toBe(2);
