@@ -10,6 +10,7 @@ import { registerSendCommand } from './commands/send.js';
 import { registerSenderCommand } from './commands/sender.js';
 import { registerSimulatorCommand } from './commands/simulator.js';
 import { registerTailCommand } from './commands/tail.js';
+import { registerTrackerCommand } from './commands/tracker.js';
 import { registerWebhooksCommand } from './commands/webhooks.js';
 import { isMsgbridgeError } from './errors.js';
 import { describeKafkaFailure, isKafkaClientError } from './kafka/failure.js';
@@ -25,6 +26,7 @@ export function buildProgram(): Command {
   registerDevCommand(program);
   registerIngressCommand(program);
   registerSenderCommand(program);
+  registerTrackerCommand(program);
   registerSimulatorCommand(program);
   registerLoadCommand(program);
   registerKafkaCommand(program);

@@ -17,6 +17,10 @@ export const kafkaTopicsSchema = z.strictObject({
   sendRequests: z.string().min(1),
   sendResults: z.string().min(1),
   sendRequestsDlq: z.string().min(1),
+  /** Compacted, written by the tracker: one state per message id (DESIGN §1.5). */
+  messageState: z.string().min(1),
+  /** Compacted, written by the tracker: one window per business and customer (DESIGN §1.6). */
+  conversations: z.string().min(1),
 });
 
 export const kafkaSchema = z
@@ -176,6 +180,32 @@ const rate = z.number().min(0).max(1);
 const phoneNumber = recipientNumber;
 
 /** Faults the simulator injects on demand (also settable at run time with `PUT /sim/faults`). */
+export const trackerSchema = z
+  .strictObject({
+  groupId: z.string().min(1),
+  /** transactional.id of task p is `<prefix>-<p>`: the same on every member and across restarts (src/tracker/README.md). */
+  transactionalIdPrefix: z.string().min(1),
+  /** Message states kept in memory per member; an evicted one is read back from message-state when it has news. */
+  maxCachedMessages: z.number().int().min(100).max(10_000_000),
+  /** Conversation windows kept in memory per member, bounded the same way. */
+  maxCachedConversations: z.number().int().min(100).max(10_000_000),
+  /** Records per transaction. */
+  maxBatchRecords: z.number().int().min(1).max(10_000),
+  /** The coordinator aborts a transaction open longer than this (below the broker's transaction.max.timeout.ms). */
+  transactionTimeoutMs: z.number().int().min(1000).max(900_000),
+  sessionTimeoutMs: z.number().int().min(3000).max(300_000),
+  heartbeatIntervalMs: z.number().int().min(100).max(60_000),
+  /** Longest a query (GET /messages/..., msgbridge status) may read message-state for an answer not in memory. */
+  queryTimeoutMs: z.number().int().min(100).max(120_000),
+  drainGraceMs: positiveInt,
+  /** Where the tracker serves /healthz, /readyz, /metrics and the queries; port 0 = any free port. */
+  host: z.string().min(1),
+  port,
+})
+  .superRefine((t, ctx) => {
+    if (t.heartbeatIntervalMs * 3 > t.sessionTimeoutMs) ctx.addIssue({ code: 'custom', path: ['heartbeatIntervalMs'], message: `must be at most a third of sessionTimeoutMs (${t.sessionTimeoutMs})` });
+  });
+
 export const simulatorFaultsSchema = z.strictObject({
   /** Extra latency before every answer of the send endpoints, uniform in [min, max]. */
   sendLatencyMs: z
@@ -269,6 +299,7 @@ export const configSchema = z.strictObject({
   provider: providerSchema,
   ingress: ingressSchema,
   sender: senderSchema,
+  tracker: trackerSchema,
   simulator: simulatorSchema,
   log: logSchema,
 }).superRefine((c, ctx) => {
@@ -285,4 +316,5 @@ export type Config = z.infer<typeof configSchema>;
 export type KafkaConfig = z.infer<typeof kafkaSchema>;
 export type BusinessConfig = z.infer<typeof businessSchema>;
 export type SimulatorConfig = z.infer<typeof simulatorSchema>;
+export type TrackerConfig = z.infer<typeof trackerSchema>;
 export type SimulatorFaults = z.infer<typeof simulatorFaultsSchema>;

@@ -35,4 +35,6 @@ export const SCHEMA_ID = {
   webhooksDlq: 'webhooks-dlq/v1',
   sendResult: 'send-result/v1',
   sendRequestsDlq: 'send-requests-dlq/v1',
+  messageState: 'message-state/v1',
+  conversations: 'conversations/v1',
 } as const;

@@ -49,6 +49,11 @@ const EXPECTED = [
   /coordinator is (loading|not available)/i,
   /does not host this topic-partition/i,
   /leader (is )?not available|There is no leader for this topic-partition/i,
+  // Metadata not yet current after a leader election (fresh topics at start): refreshed and retried.
+  /not the leader for that topic-partition/i,
+  // Transactions (tracker): the previous one still being closed, retried; a fenced zombie, handled by the engine.
+  /concurrent operation on the same transaction/i,
+  /operation with an old epoch|newer producer with the same transactionalId/i,
   /^Limiting retries for the idempotent producer/,
   /switched default partitioner/,
 ];

@@ -15,6 +15,8 @@ export interface HealthServerOptions {
   /** Undefined when ready; otherwise why not. */
   notReadyReason: () => string | undefined;
   logger?: Logger;
+  /** More GET routes (the tracker's queries): an answer, or undefined for 404. */
+  route?: (path: string) => Promise<{ status: number; body: unknown } | undefined>;
 }
 
 export interface HealthServer {
@@ -47,6 +49,19 @@ export async function startHealthServer(options: HealthServerOptions): Promise<H
         (err: unknown) => {
           options.logger?.error({ err }, 'collecting metrics failed');
           res.writeHead(500, { 'content-type': 'text/plain' }).end('metrics unavailable\n');
+        },
+      );
+      return;
+    }
+    if (options.route) {
+      options.route(path ?? '/').then(
+        (answer) => {
+          if (answer) res.writeHead(answer.status, { 'content-type': 'application/json' }).end(`${JSON.stringify(answer.body)}\n`);
+          else res.writeHead(404, { 'content-type': 'text/plain' }).end('not found\n');
+        },
+        (err: unknown) => {
+          options.logger?.warn({ err: (err as Error)?.message ?? String(err), path }, 'query failed');
+          res.writeHead(503, { 'content-type': 'application/json' }).end(`${JSON.stringify({ error: 'UNAVAILABLE', message: (err as Error)?.message ?? String(err) })}\n`);
         },
       );
       return;

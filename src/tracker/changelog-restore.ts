@@ -1,0 +1,209 @@
+import { randomUUID } from 'node:crypto';
+import type { Cluster, Kafka, KafkaMessage } from 'kafkajs';
+import { MsgbridgeError } from '../errors.js';
+import type { ConsumedRecord } from '../kafka/group-consumer.js';
+import type { Logger } from '../observability/logger.js';
+
+/**
+ * Rebuilding state from a compacted output topic (the changelog, as Kafka Streams does): read
+ * partitions from their beginning up to the end they had when the read started, committed
+ * records only. See README "Exactly once" for why the end is the high watermark, not the last
+ * stable offset.
+ */
+export interface ChangelogReadOptions {
+  kafka: Kafka;
+  topic: string;
+  /** Each committed record below the end, in offset order per partition. */
+  onRecord(record: ConsumedRecord): void;
+  /** Records it refuses are skipped before onRecord (cheap: the key is at hand, the value is not parsed). */
+  filter?(record: ConsumedRecord): boolean;
+  /** The whole read must finish within this (default 120 s); past it, a clear error. */
+  timeoutMs?: number;
+  signal?: AbortSignal;
+  logger?: Logger;
+  /** The reader is a private one-member group: `<prefix>-<uuid>` (ACLs: Read on this prefix). */
+  groupIdPrefix?: string;
+  maxBytesPerPartition?: number;
+}
+
+export interface ChangelogReadResult {
+  /** Records delivered to onRecord. */
+  delivered: number;
+  /** The end read up to, per partition. */
+  ends: Map<number, number>;
+  durationMs: number;
+}
+
+export interface PartitionEnds {
+  /** First offset still in the log. */
+  low: number;
+  /** The high watermark: one past the last record written, committed or not. */
+  high: number;
+}
+
+/**
+ * Low and high watermarks of every partition of a topic, read_uncommitted. kafkajs's
+ * `admin.fetchTopicOffsets` asks with isolation level read_committed and so answers the last
+ * stable offset (measured: 2 with an open transaction at offset 2 and a committed record at 4);
+ * a consumer created with `readUncommitted: true` owns a cluster that asks with
+ * read_uncommitted, and kafkajs hands that cluster to partition assigners (a typed, public
+ * hook), so it is taken from there. The consumer itself never connects.
+ */
+export async function partitionEnds(kafka: Kafka, topic: string): Promise<Map<number, PartitionEnds>> {
+  let cluster: Cluster | undefined;
+  kafka.consumer({
+    groupId: 'msgbridge-offsets-probe',
+    readUncommitted: true,
+    allowAutoTopicCreation: false,
+    partitionAssigners: [
+      (config) => {
+        cluster = config.cluster;
+        return { name: 'probe', version: 0, assign: async () => [], protocol: () => ({ name: 'probe', metadata: Buffer.alloc(0) }) };
+      },
+    ],
+  });
+  if (!cluster) throw new Error('kafkajs did not hand the consumer cluster to its partition assigner');
+  try {
+    await cluster.connect();
+    await cluster.addTargetTopic(topic);
+    const partitions = cluster.findTopicPartitionMetadata(topic).map((p) => ({ partition: p.partitionId }));
+    if (partitions.length === 0) throw new MsgbridgeError('KAFKA_UNAVAILABLE', `topic ${topic} has no partitions (does it exist?)`);
+    const [high] = await cluster.fetchTopicsOffset([{ topic, partitions, fromBeginning: false }]);
+    const [low] = await cluster.fetchTopicsOffset([{ topic, partitions, fromBeginning: true }]);
+    const ends = new Map<number, PartitionEnds>();
+    for (const { partition, offset } of high?.partitions ?? []) ends.set(partition, { low: 0, high: Number(offset) });
+    for (const { partition, offset } of low?.partitions ?? []) {
+      const entry = ends.get(partition);
+      if (entry) entry.low = Number(offset);
+    }
+    return ends;
+  } catch (error) {
+    if (error instanceof MsgbridgeError) throw error;
+    const message = ((error as Error)?.message ?? String(error)).split('\n')[0];
+    throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot read the offsets of topic ${topic}: ${message}`, { cause: error });
+  } finally {
+    await cluster.disconnect().catch(() => undefined);
+  }
+}
+
+/** Partition `partition` of a co-partitioned changelog: the state of one task. */
+export function readChangelogPartition(options: ChangelogReadOptions & { partition: number }): Promise<ChangelogReadResult> {
+  return readChangelog({ ...options, partitions: [options.partition] });
+}
+
+/**
+ * Some partitions (default: all) of a changelog, for state whose key is not co-partitioned with
+ * its input (`filter` keeps a task's own keys). Terminates even when a partition ends with
+ * transaction markers or aborted records: the position is counted from every record batch the
+ * fetch returns, markers and aborted ones included. Waits while another producer's open
+ * transaction keeps the last stable offset below the end, up to `timeoutMs`.
+ */
+export async function readChangelog(options: ChangelogReadOptions & { partitions?: number[] }): Promise<ChangelogReadResult> {
+  const { kafka, topic, logger } = options;
+  const started = Date.now();
+  const timeoutMs = options.timeoutMs ?? 120_000;
+  const ends = await partitionEnds(kafka, topic);
+  const wanted = options.partitions ?? [...ends.keys()];
+  const target = new Map<number, number>();
+  const pending = new Map<number, number>();
+  for (const partition of wanted) {
+    const end = ends.get(partition);
+    if (!end) throw new MsgbridgeError('INVALID_ARGUMENT', `topic ${topic} has no partition ${partition} (it has ${ends.size})`);
+    target.set(partition, end.high);
+    if (end.high > end.low) pending.set(partition, end.high);
+  }
+  let delivered = 0;
+  const result = () => ({ delivered, ends: target, durationMs: Date.now() - started });
+  if (pending.size === 0) return result();
+
+  const consumer = kafka.consumer({
+    groupId: `${options.groupIdPrefix ?? 'msgbridge-restore'}-${randomUUID()}`,
+    readUncommitted: false,
+    maxWaitTimeInMs: 200,
+    maxBytesPerPartition: options.maxBytesPerPartition ?? 4 * 1024 * 1024,
+    allowAutoTopicCreation: false,
+    retry: { retries: 5, initialRetryTime: 200, maxRetryTime: 5_000 },
+  });
+  const position = new Map<number, number>();
+  let finish: (error?: Error) => void = () => {};
+  const finished = new Promise<void>((resolve, reject) => (finish = (error) => (error ? reject(error) : resolve())));
+
+  const reached = (partition: number, next: number) => {
+    const end = pending.get(partition);
+    if (end === undefined) return;
+    position.set(partition, next);
+    if (next < end) return;
+    pending.delete(partition);
+    consumer.pause([{ topic, partitions: [partition] }]);
+    if (pending.size === 0) finish();
+  };
+  // Emitted after every batch, also for those kafkajs filtered to nothing (markers, aborted
+  // records), which never reach eachBatch: the one place the position is known exactly.
+  consumer.on(consumer.events.END_BATCH_PROCESS, ({ payload }) => {
+    if (payload.topic === topic) reached(payload.partition, Number(payload.lastOffset) + 1);
+  });
+  consumer.on(consumer.events.GROUP_JOIN, ({ payload }) => {
+    const others = (payload.memberAssignment[topic] ?? []).filter((p) => !pending.has(p));
+    if (others.length > 0) consumer.pause([{ topic, partitions: others }]);
+  });
+  consumer.on(consumer.events.CRASH, ({ payload }) => {
+    if (!payload.restart) finish(payload.error);
+  });
+
+  let timer: NodeJS.Timeout | undefined;
+  const onAbort = () => finish(new MsgbridgeError('SHUTTING_DOWN', `reading ${topic} was cancelled`));
+  try {
+    options.signal?.throwIfAborted();
+    options.signal?.addEventListener('abort', onAbort, { once: true });
+    timer = setTimeout(() => {
+      const stuck = [...pending].map(([p, end]) => `partition ${p} at ${position.get(p) ?? ends.get(p)!.low} of ${end}`).join(', ');
+      finish(
+        new MsgbridgeError(
+          'KAFKA_UNAVAILABLE',
+          `reading changelog ${topic} did not reach its end within ${timeoutMs} ms (${stuck}): Kafka is slow or unreachable, or another producer holds a transaction open on it`,
+        ),
+      );
+    }, timeoutMs);
+    await consumer.connect();
+    await consumer.subscribe({ topics: [topic], fromBeginning: true });
+    await consumer.run({
+      autoCommit: false,
+      eachBatch: async ({ batch }) => {
+        const end = pending.get(batch.partition);
+        if (end === undefined) return;
+        try {
+          deliver(batch.partition, end, batch.messages);
+        } catch (error) {
+          // The caller's callback failed: the read fails with its error, no retry of the batch.
+          finish(error instanceof Error ? error : new Error(String(error)));
+        }
+      },
+    });
+    await finished;
+    logger?.debug({ topic, partitions: wanted, delivered, durationMs: Date.now() - started }, 'changelog read');
+    return result();
+  } finally {
+    clearTimeout(timer);
+    options.signal?.removeEventListener('abort', onAbort);
+    await consumer.disconnect().catch(() => undefined);
+  }
+
+  function deliver(partition: number, end: number, messages: KafkaMessage[]): void {
+    for (const m of messages) {
+      // Records written after the read started are not part of the state being restored.
+      if (Number(m.offset) >= end) break;
+      const record: ConsumedRecord = {
+        topic,
+        partition,
+        offset: m.offset,
+        timestamp: m.timestamp,
+        key: m.key ?? null,
+        value: m.value ?? null,
+        headers: (m.headers ?? {}) as ConsumedRecord['headers'],
+      };
+      if (options.filter && !options.filter(record)) continue;
+      options.onRecord(record);
+      delivered++;
+    }
+  }
+}

@@ -1,0 +1,81 @@
+import { Counter, Gauge, type Registry } from 'prom-client';
+import type { EngineStats } from './transactional-engine.js';
+import type { TrackerCounters } from './tasks.js';
+
+/** What the gauges read at scrape time. */
+export interface TrackerGaugeSources {
+  engine: () => EngineStats;
+  ownedTasks: () => number;
+  cached: () => { messages: number; conversations: number };
+  /** Records not yet processed per input topic (high watermark − committed offset of the group), refreshed at scrape time. */
+  lag: () => Promise<Map<string, number>>;
+}
+
+export interface TrackerMetrics extends TrackerCounters {
+  restore(seconds: number): void;
+}
+
+export function createTrackerMetrics(registry: Registry, sources: TrackerGaugeSources): TrackerMetrics {
+  const registers = [registry];
+  const events = new Counter({
+    name: 'msgbridge_tracker_events_total',
+    help: 'Input events applied, by topic and outcome (applied, result_merged, filled_timestamp, filled_after_failure, regression_refused, redundant, duplicate, window_moved, window_unchanged)',
+    labelNames: ['topic', 'outcome'],
+    registers,
+  });
+  const skipped = new Counter({ name: 'msgbridge_tracker_records_skipped_total', help: 'Input records that carry no event the tracker applies, by reason', labelNames: ['reason'], registers });
+  const evictions = new Counter({ name: 'msgbridge_tracker_evictions_total', help: 'States dropped from memory to stay within the cache bound (read back from Kafka when they have news)', labelNames: ['kind'], registers });
+  const restoreSeconds = new Gauge({ name: 'msgbridge_tracker_last_restore_seconds', help: 'How long the last task took to rebuild its state from the compacted topics', registers });
+  const restores = new Counter({ name: 'msgbridge_tracker_restores_total', help: 'Tasks whose state was rebuilt from the compacted topics', registers });
+  const engineGauge = (name: string, help: string, read: (s: EngineStats) => number) =>
+    new Gauge({
+      name,
+      help,
+      registers,
+      collect() {
+        this.set(read(sources.engine()));
+      },
+    });
+  engineGauge('msgbridge_tracker_transactions_committed', 'Transactions committed by this member since it started', (s) => s.transactions);
+  engineGauge('msgbridge_tracker_transactions_failed', 'Transactions that failed (aborted, then the task restarted from Kafka)', (s) => s.failedTransactions);
+  engineGauge('msgbridge_tracker_fenced', 'Tasks this member lost to a newer owner (fenced)', (s) => s.fenced);
+  engineGauge('msgbridge_tracker_records_in', 'Input records processed', (s) => s.recordsIn);
+  engineGauge('msgbridge_tracker_records_out', 'State records published', (s) => s.recordsOut);
+  new Gauge({
+    name: 'msgbridge_tracker_tasks',
+    help: 'Tasks (partition numbers of the inputs) this member processes',
+    registers,
+    collect() {
+      this.set(sources.ownedTasks());
+    },
+  });
+  new Gauge({
+    name: 'msgbridge_tracker_cached_states',
+    help: 'States held in memory, by kind',
+    labelNames: ['kind'],
+    registers,
+    collect() {
+      const c = sources.cached();
+      this.set({ kind: 'message' }, c.messages);
+      this.set({ kind: 'conversation' }, c.conversations);
+    },
+  });
+  new Gauge({
+    name: 'msgbridge_tracker_consumer_lag',
+    help: 'Input records not yet processed by the tracker group, by topic',
+    labelNames: ['topic'],
+    registers,
+    async collect() {
+      for (const [topic, lag] of await sources.lag().catch(() => new Map<string, number>())) this.set({ topic }, lag);
+    },
+  });
+  return {
+    event: (topic, outcome) => events.inc({ topic, outcome }),
+    skipped: (reason) => skipped.inc({ reason }),
+    evicted: (kind) => evictions.inc({ kind }),
+    restore(seconds) {
+      restores.inc();
+      restoreSeconds.set(seconds);
+    },
+  };
+}

@@ -1,0 +1,62 @@
+import type { Kafka } from 'kafkajs';
+import { javaCompatibleHash } from '../kafka/partitioner.js';
+import { readChangelog } from './changelog-restore.js';
+import { messageStateSchema, type TrackedMessage } from './message-state.js';
+
+/**
+ * Answers "what is the state of this message / request" from `message-state` itself, for the
+ * tracker's HTTP queries when the state is not in its memory and for `msgbridge status`
+ * (which needs no tracker running). A message id names one partition (its key hash); a
+ * request id is not a key, so every partition is read and values are filtered by it. Reads
+ * are read_committed and bounded by `timeoutMs`.
+ */
+export interface StateQueryOptions {
+  kafka: Kafka;
+  topic: string;
+  /** Partition count of the topic. */
+  partitions: number;
+  timeoutMs: number;
+}
+
+function parse(value: Buffer | null): TrackedMessage | undefined {
+  if (value === null) return undefined;
+  try {
+    return messageStateSchema.parse(JSON.parse(value.toString()));
+  } catch {
+    return undefined;
+  }
+}
+
+export async function findMessageState(options: StateQueryOptions, messageId: string): Promise<TrackedMessage | undefined> {
+  let latest: TrackedMessage | undefined;
+  await readChangelog({
+    kafka: options.kafka,
+    topic: options.topic,
+    partitions: [javaCompatibleHash(Buffer.from(messageId)) % options.partitions],
+    timeoutMs: options.timeoutMs,
+    filter: (record) => record.key?.toString() === messageId,
+    // Offsets grow within the partition: the last record of the key is its current state (or a tombstone).
+    onRecord: (record) => (latest = parse(record.value)),
+  });
+  return latest;
+}
+
+/** The latest-updated message of a request (a resend after `maybeSent` may have created two). */
+export async function findRequestState(options: StateQueryOptions, requestId: string): Promise<TrackedMessage | undefined> {
+  const byMessage = new Map<string, TrackedMessage | undefined>();
+  const needle = Buffer.from(JSON.stringify(requestId));
+  await readChangelog({
+    kafka: options.kafka,
+    topic: options.topic,
+    timeoutMs: options.timeoutMs,
+    filter: (record) => record.value === null || record.value.includes(needle),
+    onRecord: (record) => {
+      const key = record.key?.toString();
+      if (key === undefined) return;
+      const state = parse(record.value);
+      if (record.value === null) byMessage.delete(key);
+      else if (state?.requestId === requestId) byMessage.set(key, state);
+    },
+  });
+  return [...byMessage.values()].filter((s): s is TrackedMessage => s !== undefined).sort((a, b) => b.updatedAt.localeCompare(a.updatedAt))[0];
+}

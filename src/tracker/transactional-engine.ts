@@ -1,0 +1,614 @@
+import { Partitioners, type Admin, type Batch, type Consumer, type Kafka, type Message, type Producer, type TopicMessages } from 'kafkajs';
+import { MsgbridgeError } from '../errors.js';
+import type { ConsumedRecord } from '../kafka/group-consumer.js';
+import { silentLogger, type Logger } from '../observability/logger.js';
+import { checkCoPartitioned, coPartitionedAssigner } from './co-partition-assigner.js';
+
+/**
+ * Exactly-once consume–transform–produce on kafkajs, generic (it knows nothing of message
+ * states). The argument is in README "Exactly once"; in short:
+ *
+ * - A task is partition p of every input topic (co-partitioned inputs). Each owned task has its
+ *   own transactional producer, `transactional.id = <prefix>-<p>`, stable across restarts: a new
+ *   owner's InitProducerId fences the previous owner (a zombie's later commit fails) and
+ *   completes whatever transaction it left open. kafkajs has no KIP-447 (consumer group
+ *   metadata in sendOffsets), so this is the EOS-v1 design.
+ * - A batch is one transaction: outputs + the input offsets (sendOffsets) + commit. The state
+ *   change the batch implies is applied by the caller only after the commit (`commit()` of the
+ *   process result), so memory reflects committed transactions only.
+ * - Positions are the engine's own: on (re)start a task seeks to the committed offsets read
+ *   after the fence, and records below the last committed position are skipped (kafkajs
+ *   refetches from the group's committed offsets after every rejoin, and those can lag behind
+ *   a transaction whose markers are still being written).
+ * - Any failure drops the task's producer and state and starts the task again from its
+ *   committed offsets (restore included); a fencing error means another member owns the task:
+ *   it is dropped quietly and taken up again only if the group still assigns it here.
+ */
+
+export interface OutputRecord {
+  topic: string;
+  /**
+   * The partition. Set it to the task for an output co-partitioned with the inputs (its
+   * changelog is then restored from that one partition); left out, the key's Java-compatible
+   * murmur2 hash decides (kafkajs's default partitioner, the same as every producer of the relay).
+   */
+  partition?: number;
+  key: Buffer | string | null;
+  value: Buffer | string | null;
+  headers?: Record<string, string | Buffer>;
+}
+
+export interface ProcessResult {
+  outputs: OutputRecord[];
+  /**
+   * Applies the state change of this batch to the caller's memory. Called once, after the
+   * transaction committed, never otherwise; process() itself must not change that memory.
+   */
+  commit?(): void;
+}
+
+export type TaskDropReason = 'revoked' | 'fenced' | 'failed' | 'stopping';
+
+/** What happened to one transaction (for metrics; `sent`: outputs written, commit not yet asked). */
+export interface TransactionEvent {
+  task: number;
+  topic: string;
+  phase: 'sent' | 'committed' | 'aborted';
+  records: number;
+  outputs: number;
+  /** Since the transaction began. */
+  durationMs: number;
+}
+
+export interface TransactionalEngineOptions {
+  kafka: Kafka;
+  groupId: string;
+  /** Co-partitioned topics (same partition count, same key → same partition). */
+  inputTopics: string[];
+  /** transactional.id of task p is `<prefix>-<p>`: the same on every member and after restarts. */
+  transactionalIdPrefix: string;
+  /** One batch of one input partition of a task (at most maxBatchRecords records). */
+  process(task: number, records: ConsumedRecord[]): Promise<ProcessResult> | ProcessResult;
+  /**
+   * Called when this member starts a task, after the fence and before any batch: build the
+   * task's state anew (readChangelogPartition...), replacing whatever an earlier attempt left.
+   * The signal aborts when the task is dropped meanwhile or the start takes longer than
+   * taskStartTimeoutMs.
+   */
+  onTaskAssigned?(task: number, context: { signal: AbortSignal }): Promise<void> | void;
+  /** The task's state is no longer this member's (or no longer trusted): drop it. */
+  onTaskRevoked?(task: number, reason: TaskDropReason): Promise<void> | void;
+  logger?: Logger;
+  /** Where a group without committed offsets starts (default: the beginning). */
+  fromBeginning?: boolean;
+  /** Records per transaction (default 500). */
+  maxBatchRecords?: number;
+  /**
+   * The coordinator aborts a transaction open longer than this (default 30 s). It must stay
+   * below the broker's transaction.max.timeout.ms (900 s by default); it also bounds how long
+   * a stalled producer can hold read_committed readers back.
+   */
+  transactionTimeoutMs?: number;
+  /** Fence + committed offsets + onTaskAssigned must finish within this (default 5 min). */
+  taskStartTimeoutMs?: number;
+  sessionTimeoutMs?: number;
+  heartbeatIntervalMs?: number;
+  rebalanceTimeoutMs?: number;
+  /** Longest a fetch waits for data (default 500 ms). */
+  maxWaitTimeMs?: number;
+  maxBytesPerPartition?: number;
+  /** Batches of different partitions handled at once (default 4); one task's batches never overlap. */
+  partitionsConsumedConcurrently?: number;
+  /** Backoff before a failed task starts again: doubles from `initial` up to `max` (default 200 ms … 10 s). */
+  retryBackoffMs?: { initial: number; max: number };
+  /** The consumer gave up for good (kafkajs will not restart it); the engine is dead. */
+  onFatal?(error: Error): void;
+  /** Called synchronously at each step of each transaction; must not throw. */
+  onTransaction?(event: TransactionEvent): void;
+}
+
+export interface EngineStats {
+  transactions: number;
+  failedTransactions: number;
+  recordsIn: number;
+  recordsOut: number;
+  /** Records skipped because their offsets were already committed (refetched after a rejoin). */
+  recordsSkipped: number;
+  fenced: number;
+  taskStarts: number;
+  lastTaskStartMs: number;
+}
+
+export interface TransactionalEngine {
+  /** Resolves once the member joined its group and every task it was given is started. */
+  readonly ready: Promise<void>;
+  /** Every task the group gave this member is started (for /readyz). */
+  isReady(): boolean;
+  /** Tasks this member processes now. */
+  ownedTasks(): number[];
+  /** Tasks the group gave this member (some may still be starting). */
+  assignedTasks(): number[];
+  stats(): EngineStats;
+  /** Leaves the group after the batches in flight, then drops every task (reason 'stopping'). */
+  stop(): Promise<void>;
+}
+
+type TaskState = 'starting' | 'active' | 'down';
+
+interface TaskRuntime {
+  readonly task: number;
+  state: TaskState;
+  /** Bumped at every start and drop: work of an older incarnation stops at its next step. */
+  incarnation: number;
+  producer: Producer | undefined;
+  /** Next input offset to process, per input topic (the committed position). */
+  next: Map<string, number>;
+  /** Serialises the task's batches, starts and drops. */
+  queue: Promise<void>;
+  abort: AbortController;
+  /** onTaskAssigned was called for the current incarnation (so onTaskRevoked is owed). */
+  restored: boolean;
+  failures: number;
+  retryTimer: NodeJS.Timeout | undefined;
+}
+
+class Superseded extends Error {
+  override readonly name = 'Superseded';
+}
+
+/** Errors that mean: a newer producer with this transactional id exists (another owner, or our own restart). */
+const FENCING_TYPES = new Set(['INVALID_PRODUCER_EPOCH', 'PRODUCER_FENCED']);
+
+export function isFencingError(error: unknown): boolean {
+  for (let e: unknown = error, depth = 0; e && depth < 6; depth++) {
+    const { type, message } = e as { type?: string; message?: string };
+    if (type && FENCING_TYPES.has(type)) return true;
+    // kafkajs 2.2.4 predates PRODUCER_FENCED (90); the broker answers it to newer request versions only.
+    if (type === 'KAFKAJS_UNKNOWN_ERROR_CODE' && /\b90\b/.test(message ?? '')) return true;
+    e = (e as { cause?: unknown }).cause ?? (e as { originalError?: unknown }).originalError;
+  }
+  return false;
+}
+
+/** One line, no stack: name, protocol error type and the first line of the message. */
+export function describeError(error: unknown): string {
+  const e = error as { name?: string; type?: string; message?: string };
+  const message = (e?.message ?? String(error)).split('\n')[0]!.slice(0, 300);
+  return [e?.name && e.name !== 'Error' ? e.name : undefined, e?.type, message].filter(Boolean).join(': ');
+}
+
+const CONCURRENT = 'CONCURRENT_TRANSACTIONS';
+
+const isConcurrentTransactions = (error: unknown) => (error as { type?: string })?.type === CONCURRENT;
+
+function validate(options: TransactionalEngineOptions): void {
+  const bad = (field: string, why: string) => new MsgbridgeError('CONFIG_INVALID', `transactional engine: ${field} ${why}`);
+  if (!options.groupId) throw bad('groupId', 'is required');
+  if (!options.transactionalIdPrefix) throw bad('transactionalIdPrefix', 'is required');
+  if (options.inputTopics.length === 0) throw bad('inputTopics', 'needs at least one topic');
+  if (new Set(options.inputTopics).size !== options.inputTopics.length) throw bad('inputTopics', 'lists a topic twice');
+  const timeout = options.transactionTimeoutMs ?? 30_000;
+  if (!(timeout >= 1000 && timeout <= 900_000)) throw bad('transactionTimeoutMs', `must be 1000..900000 (the broker's default transaction.max.timeout.ms), got ${timeout}`);
+  const batch = options.maxBatchRecords ?? 500;
+  if (!(Number.isInteger(batch) && batch >= 1)) throw bad('maxBatchRecords', `must be a positive integer, got ${batch}`);
+}
+
+/**
+ * Checks the inputs (they exist and are co-partitioned), joins the group and starts processing.
+ * Rejects with a clear error when the inputs are unusable.
+ */
+export async function startTransactionalEngine(options: TransactionalEngineOptions): Promise<TransactionalEngine> {
+  validate(options);
+  const { kafka, groupId, inputTopics, transactionalIdPrefix } = options;
+  const logger = (options.logger ?? silentLogger).child({ component: 'transactional-engine', groupId });
+  const maxBatch = options.maxBatchRecords ?? 500;
+  const transactionTimeout = options.transactionTimeoutMs ?? 30_000;
+  const taskStartTimeoutMs = options.taskStartTimeoutMs ?? 300_000;
+  const sessionTimeout = options.sessionTimeoutMs ?? 30_000;
+  const backoff = options.retryBackoffMs ?? { initial: 200, max: 10_000 };
+
+  const admin: Admin = kafka.admin();
+  await admin.connect();
+  let taskCount: number;
+  try {
+    const { topics } = await admin.fetchTopicMetadata({ topics: inputTopics });
+    taskCount = checkCoPartitioned(new Map(inputTopics.map((name) => [name, topics.find((t) => t.name === name)?.partitions.length ?? 0])));
+  } catch (error) {
+    await admin.disconnect().catch(() => undefined);
+    if (error instanceof MsgbridgeError) throw error;
+    throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot read the input topics ${inputTopics.join(', ')}: ${describeError(error)}`, { cause: error });
+  }
+
+  const tasks = new Map<number, TaskRuntime>();
+  let assigned = new Set<number>();
+  let joined = false;
+  let stopping = false;
+  let fatal: Error | undefined;
+  const stats: EngineStats = { transactions: 0, failedTransactions: 0, recordsIn: 0, recordsOut: 0, recordsSkipped: 0, fenced: 0, taskStarts: 0, lastTaskStartMs: 0 };
+  let markReady: () => void = () => {};
+  let failReady: (error: Error) => void = () => {};
+  let readySettled = false;
+  const ready = new Promise<void>((resolve, reject) => {
+    markReady = () => ((readySettled = true), resolve());
+    failReady = (error) => ((readySettled = true), reject(error));
+  });
+  ready.catch(() => undefined);
+
+  const isReady = () => joined && !stopping && !fatal && [...assigned].every((t) => tasks.get(t)?.state === 'active');
+  const checkReady = () => {
+    if (!readySettled && isReady()) markReady();
+  };
+
+  const consumer: Consumer = kafka.consumer({
+    groupId,
+    partitionAssigners: [coPartitionedAssigner({ ownedTasks: () => [...tasks.values()].filter((rt) => rt.state !== 'down').map((rt) => rt.task) })],
+    readUncommitted: false,
+    sessionTimeout,
+    rebalanceTimeout: options.rebalanceTimeoutMs ?? 60_000,
+    heartbeatInterval: options.heartbeatIntervalMs ?? 3_000,
+    maxWaitTimeInMs: options.maxWaitTimeMs ?? 500,
+    maxBytesPerPartition: options.maxBytesPerPartition ?? 1024 * 1024,
+    allowAutoTopicCreation: false,
+    retry: { retries: 8, initialRetryTime: 300, maxRetryTime: 10_000 },
+  });
+  const partitionsOf = (task: number) => inputTopics.map((topic) => ({ topic, partitions: [task] }));
+  const pause = (task: number) => {
+    try {
+      consumer.pause(partitionsOf(task));
+    } catch (error) {
+      logger.warn({ task, error: describeError(error) }, 'pausing a task failed');
+    }
+  };
+
+  const newProducer = (task: number): Producer =>
+    kafka.producer({
+      transactionalId: `${transactionalIdPrefix}-${task}`,
+      idempotent: true,
+      maxInFlightRequests: 1,
+      transactionTimeout,
+      allowAutoTopicCreation: false,
+      createPartitioner: Partitioners.DefaultPartitioner,
+      // A send that still fails aborts its whole transaction, so bounded retries cost no
+      // exactness. Short first backoff: right after a commit the coordinator answers
+      // CONCURRENT_TRANSACTIONS until its markers are written (a few ms); kafkajs's 300 ms
+      // default made every transaction ~240 ms (measured).
+      retry: { retries: 8, initialRetryTime: 10, maxRetryTime: 2_000 },
+    });
+
+  const enqueue = (rt: TaskRuntime, step: () => Promise<void>): Promise<void> => {
+    const run = rt.queue.then(step, step);
+    rt.queue = run.catch(() => undefined);
+    return run;
+  };
+
+  /** Ends the current incarnation: producer closed, caller's state dropped (if it was built). */
+  const teardown = (rt: TaskRuntime, reason: TaskDropReason): Promise<void> => {
+    rt.incarnation++;
+    rt.state = 'down';
+    clearTimeout(rt.retryTimer);
+    rt.retryTimer = undefined;
+    rt.abort.abort();
+    rt.abort = new AbortController();
+    const producer = rt.producer;
+    rt.producer = undefined;
+    const owed = rt.restored;
+    rt.restored = false;
+    return enqueue(rt, async () => {
+      if (producer) await producer.disconnect().catch(() => undefined);
+      if (owed && options.onTaskRevoked) {
+        try {
+          await options.onTaskRevoked(rt.task, reason);
+        } catch (error) {
+          logger.warn({ task: rt.task, error: describeError(error) }, 'onTaskRevoked failed');
+        }
+      }
+    });
+  };
+
+  const scheduleStart = (rt: TaskRuntime, delayMs: number) => {
+    clearTimeout(rt.retryTimer);
+    rt.retryTimer = setTimeout(() => {
+      rt.retryTimer = undefined;
+      if (!stopping && assigned.has(rt.task) && tasks.get(rt.task) === rt && rt.state === 'down') startTask(rt);
+    }, delayMs);
+    rt.retryTimer.unref?.();
+  };
+
+  const failTask = (rt: TaskRuntime, error: unknown) => {
+    if (rt.state === 'down') return;
+    const fenced = isFencingError(error);
+    pause(rt.task);
+    if (fenced) {
+      stats.fenced++;
+      // Also what a transaction that outlived transactionTimeoutMs gets (the coordinator aborted it).
+      logger.info({ task: rt.task }, 'task fenced: another member owns it now (or its transaction timed out); dropping it');
+    } else {
+      rt.failures++;
+      logger.warn({ task: rt.task, error: describeError(error), attempt: rt.failures }, 'task failed; starting it again from its committed offsets');
+    }
+    void teardown(rt, fenced ? 'fenced' : 'failed');
+    if (stopping) return;
+    // Fenced: the rebalance that moves the task is under way and will drop it; should this
+    // member still own it after a session's time, it takes it back.
+    const delay = fenced ? sessionTimeout : Math.min(backoff.max, backoff.initial * 2 ** Math.min(rt.failures - 1, 16));
+    if (assigned.has(rt.task)) scheduleStart(rt, delay);
+  };
+
+  const committedPositions = async (task: number): Promise<Map<string, number>> => {
+    const positions = new Map<string, number>();
+    const committed = await admin.fetchOffsets({ groupId, topics: inputTopics });
+    for (const topic of inputTopics) {
+      const entry = committed.find((c) => c.topic === topic)?.partitions.find((p) => p.partition === task);
+      const offset = Number(entry?.offset ?? -1);
+      if (offset >= 0) {
+        positions.set(topic, offset);
+        continue;
+      }
+      const ends = (await admin.fetchTopicOffsets(topic)).find((p) => p.partition === task);
+      positions.set(topic, Number((options.fromBeginning ?? true) ? (ends?.low ?? 0) : (ends?.high ?? 0)));
+    }
+    return positions;
+  };
+
+  function startTask(rt: TaskRuntime): void {
+    clearTimeout(rt.retryTimer);
+    rt.retryTimer = undefined;
+    const incarnation = ++rt.incarnation;
+    rt.state = 'starting';
+    const signal = rt.abort.signal;
+    const current = () => {
+      if (rt.incarnation !== incarnation || stopping) throw new Superseded('superseded');
+    };
+    void enqueue(rt, async () => {
+      current();
+      const started = Date.now();
+      let timer: NodeJS.Timeout | undefined;
+      const abortOnTimeout = rt.abort;
+      try {
+        const timedOut = new Promise<never>((_, reject) => {
+          timer = setTimeout(() => {
+            abortOnTimeout.abort();
+            reject(new MsgbridgeError('KAFKA_UNAVAILABLE', `starting task ${rt.task} took longer than ${taskStartTimeoutMs} ms`));
+          }, taskStartTimeoutMs);
+        });
+        await Promise.race([timedOut, start()]);
+        stats.taskStarts++;
+        stats.lastTaskStartMs = Date.now() - started;
+        logger.info({ task: rt.task, offsets: Object.fromEntries(rt.next), durationMs: Date.now() - started }, 'task started');
+        checkReady();
+      } catch (error) {
+        if (error instanceof Superseded || rt.incarnation !== incarnation) {
+          // Dropped meanwhile: the teardown queued behind this step closes its producer.
+          return;
+        }
+        failTask(rt, error);
+      } finally {
+        clearTimeout(timer);
+      }
+    });
+
+    async function start(): Promise<void> {
+      const producer = newProducer(rt.task);
+      rt.producer = producer;
+      await producer.connect();
+      current();
+      // InitProducerId: fences the previous owner and completes (aborts or finishes committing)
+      // what it left open, so the committed offsets read next are final.
+      const fence = await producer.transaction();
+      await fence.abort();
+      current();
+      const positions = await committedPositions(rt.task);
+      current();
+      rt.restored = true;
+      await options.onTaskAssigned?.(rt.task, { signal });
+      current();
+      for (const [topic, offset] of positions) consumer.seek({ topic, partition: rt.task, offset: String(offset) });
+      rt.next = positions;
+      rt.state = 'active';
+      rt.failures = 0;
+      consumer.resume(partitionsOf(rt.task));
+    }
+  }
+
+  /**
+   * The runtime stays in the map (state 'down'): should the task come back, its start queues
+   * behind this teardown, so the caller never sees onTaskAssigned before the onTaskRevoked of
+   * the previous ownership.
+   */
+  const dropTask = (task: number, reason: TaskDropReason): Promise<void> => {
+    const rt = tasks.get(task);
+    if (!rt) return Promise.resolve();
+    if (rt.state === 'down') {
+      clearTimeout(rt.retryTimer);
+      rt.retryTimer = undefined;
+      return rt.queue;
+    }
+    logger.info({ task, reason }, 'task dropped');
+    return teardown(rt, reason);
+  };
+
+  const onAssignment = (memberAssignment: Record<string, number[]>) => {
+    const perTopic = inputTopics.map((topic) => new Set(memberAssignment[topic] ?? []));
+    const next = new Set([...perTopic[0]!].filter((t) => perTopic.every((s) => s.has(t))));
+    const stray = perTopic.flatMap((s, i) => [...s].filter((t) => !next.has(t)).map((t) => `${inputTopics[i]}[${t}]`));
+    if (stray.length > 0) {
+      // Only this engine's assigner runs in the group, so this means a foreign member.
+      logger.error({ stray }, 'the group assigned partitions that are not whole tasks; leaving them unprocessed');
+      for (const s of perTopic.flatMap((set, i) => [...set].filter((t) => !next.has(t)).map((t) => ({ topic: inputTopics[i]!, partitions: [t] })))) consumer.pause([s]);
+    }
+    assigned = next;
+    joined = true;
+    for (const task of tasks.keys()) if (!next.has(task)) void dropTask(task, 'revoked');
+    for (const task of next) {
+      const rt = tasks.get(task);
+      if (rt?.state === 'active') continue;
+      // Paused before the first fetch of the new generation (this runs synchronously after the
+      // sync): nothing of the task is fetched until it is started and positioned.
+      pause(task);
+      if (rt?.state === 'starting') continue;
+      if (rt) {
+        startTask(rt);
+        continue;
+      }
+      const created: TaskRuntime = {
+        task,
+        state: 'down',
+        incarnation: 0,
+        producer: undefined,
+        next: new Map(),
+        queue: Promise.resolve(),
+        abort: new AbortController(),
+        restored: false,
+        failures: 0,
+        retryTimer: undefined,
+      };
+      tasks.set(task, created);
+      startTask(created);
+    }
+    logger.info({ tasks: [...next].sort((a, b) => a - b), taskCount }, 'tasks assigned');
+    checkReady();
+  };
+
+  /** One chunk of one input partition: a transaction of its outputs and its offsets. */
+  const transact = async (rt: TaskRuntime, topic: string, records: ConsumedRecord[]): Promise<void> => {
+    const producer = rt.producer;
+    if (!producer) throw new Error('no producer');
+    const result = await options.process(rt.task, records);
+    const nextOffset = Number(records[records.length - 1]!.offset) + 1;
+    const began = Date.now();
+    const report = (phase: TransactionEvent['phase']) =>
+      options.onTransaction?.({ task: rt.task, topic, phase, records: records.length, outputs: result.outputs.length, durationMs: Date.now() - began });
+    const tx = await producer.transaction();
+    try {
+      // Offsets first: right after the previous commit the coordinator may still be writing
+      // its markers (CONCURRENT_TRANSACTIONS for a few ms); kafkajs retries neither
+      // AddOffsetsToTxn nor, quickly, AddPartitionsToTxn, so the wait happens here, once.
+      for (let attempt = 0, delay = 2; ; attempt++, delay = Math.min(delay * 2, 100)) {
+        try {
+          await tx.sendOffsets({ consumerGroupId: groupId, topics: [{ topic, partitions: [{ partition: rt.task, offset: String(nextOffset) }] }] });
+          break;
+        } catch (error) {
+          if (!isConcurrentTransactions(error) || attempt >= 30) throw error;
+          await new Promise((r) => setTimeout(r, delay));
+        }
+      }
+      if (result.outputs.length > 0) await tx.sendBatch({ topicMessages: toTopicMessages(result.outputs), acks: -1 });
+      report('sent');
+      await tx.commit();
+    } catch (error) {
+      if (tx.isActive()) await tx.abort().catch(() => undefined);
+      report('aborted');
+      throw error;
+    }
+    report('committed');
+    rt.next.set(topic, nextOffset);
+    stats.transactions++;
+    stats.recordsIn += records.length;
+    stats.recordsOut += result.outputs.length;
+    result.commit?.();
+  };
+
+  consumer.on(consumer.events.GROUP_JOIN, ({ payload }) => onAssignment(payload.memberAssignment));
+  consumer.on(consumer.events.CRASH, ({ payload }) => {
+    if (payload.restart) {
+      logger.warn({ error: describeError(payload.error) }, 'the consumer crashed; kafkajs restarts it');
+      return;
+    }
+    fatal = payload.error;
+    logger.error({ error: describeError(payload.error) }, 'the consumer stopped for good');
+    if (!readySettled) failReady(payload.error);
+    options.onFatal?.(payload.error);
+  });
+
+  try {
+    await consumer.connect();
+    await consumer.subscribe({ topics: inputTopics, fromBeginning: options.fromBeginning ?? true });
+    await consumer.run({
+      autoCommit: false,
+      eachBatchAutoResolve: false,
+      partitionsConsumedConcurrently: options.partitionsConsumedConcurrently ?? 4,
+      eachBatch: async ({ batch, resolveOffset, heartbeat, isRunning, isStale }) => {
+        const rt = tasks.get(batch.partition);
+        // Not started (paused, to be positioned by its start), or a batch fetched before a
+        // seek: it is fetched again from the right place.
+        if (!rt || rt.state !== 'active' || isStale() || !isRunning()) return;
+        const incarnation = rt.incarnation;
+        await enqueue(rt, () => handleBatch(rt, incarnation, batch, { resolveOffset, heartbeat, fresh: () => isRunning() && !isStale() }));
+      },
+    });
+  } catch (error) {
+    await consumer.disconnect().catch(() => undefined);
+    await admin.disconnect().catch(() => undefined);
+    throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot join consumer group ${groupId}: ${describeError(error)}`, { cause: error });
+  }
+
+  async function handleBatch(
+    rt: TaskRuntime,
+    incarnation: number,
+    batch: Batch,
+    { resolveOffset, heartbeat, fresh }: { resolveOffset: (offset: string) => void; heartbeat: () => Promise<void>; fresh: () => boolean },
+  ): Promise<void> {
+    const topic = batch.topic;
+    const live = () => rt.incarnation === incarnation && rt.state === 'active' && fresh() && !stopping;
+    if (!live()) return;
+    const from = rt.next.get(topic) ?? 0;
+    const records: ConsumedRecord[] = [];
+    for (const m of batch.messages) {
+      if (Number(m.offset) < from) {
+        stats.recordsSkipped++;
+        continue;
+      }
+      records.push({ topic, partition: batch.partition, offset: m.offset, timestamp: m.timestamp, key: m.key ?? null, value: m.value ?? null, headers: (m.headers ?? {}) as ConsumedRecord['headers'] });
+    }
+    for (let i = 0; i < records.length; i += maxBatch) {
+      if (!live()) return;
+      const chunk = records.slice(i, i + maxBatch);
+      try {
+        await transact(rt, topic, chunk);
+      } catch (error) {
+        stats.failedTransactions++;
+        if (rt.incarnation === incarnation) failTask(rt, error);
+        return;
+      }
+      resolveOffset(chunk[chunk.length - 1]!.offset);
+      // kafkajs heartbeats only between batches, and one fetched batch can hold many chunks.
+      // A rebalance error goes up to kafkajs, which rejoins; what is committed stays committed.
+      await heartbeat();
+    }
+    const last = batch.messages[batch.messages.length - 1];
+    if (records.length === 0 && last) resolveOffset(last.offset);
+  }
+
+  return {
+    ready,
+    isReady,
+    ownedTasks: () => [...tasks.values()].filter((rt) => rt.state === 'active').map((rt) => rt.task).sort((a, b) => a - b),
+    assignedTasks: () => [...assigned].sort((a, b) => a - b),
+    stats: () => ({ ...stats }),
+    async stop() {
+      if (stopping) return;
+      stopping = true;
+      for (const rt of tasks.values()) clearTimeout(rt.retryTimer);
+      // Waits for the batches in flight (their transactions end), then leaves the group.
+      await consumer.disconnect().catch((error: unknown) => logger.warn({ error: describeError(error) }, 'leaving the group failed'));
+      await Promise.all([...tasks.keys()].map((task) => dropTask(task, 'stopping')));
+      await admin.disconnect().catch(() => undefined);
+      if (!readySettled) failReady(new MsgbridgeError('SHUTTING_DOWN', 'the engine stopped before it was ready'));
+      logger.info({ stats }, 'transactional engine stopped');
+    },
+  };
+}
+
+function toTopicMessages(outputs: OutputRecord[]): TopicMessages[] {
+  const byTopic = new Map<string, Message[]>();
+  for (const o of outputs) {
+    if (!o.topic) throw new MsgbridgeError('INVALID_ARGUMENT', 'an output record has no topic');
+    if (o.partition !== undefined && !(Number.isInteger(o.partition) && o.partition >= 0)) {
+      throw new MsgbridgeError('INVALID_ARGUMENT', `an output record for ${o.topic} has an invalid partition ${o.partition}`);
+    }
+    let messages = byTopic.get(o.topic);
+    if (!messages) byTopic.set(o.topic, (messages = []));
+    messages.push({ key: o.key, value: o.value, headers: o.headers, partition: o.partition });
+  }
+  return [...byTopic].map(([topic, messages]) => ({ topic, messages }));
+}

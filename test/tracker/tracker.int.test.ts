@@ -1,0 +1,201 @@
+import { randomUUID } from 'node:crypto';
+import { afterEach, describe, expect, it } from 'vitest';
+import { loadConfig } from '../../src/config/load.js';
+import { eventIdOf, resultEventId } from '../../src/contracts/index.js';
+import { startTracker, type Tracker } from '../../src/tracker/index.js';
+import { inboundEvent, messageId, statusEvent } from '../ingress/fixtures.js';
+import { kafkaBrokers, produce, testKafka } from '../helpers/kafka.js';
+
+/**
+ * The tracker role on the suite's broker: send results and delivery statuses in every order,
+ * duplicated and late, fold into one state per message on message-state (read with
+ * read_committed); inbound messages into conversation windows; the state survives a restart
+ * (restored from the compacted topics), evicted states are read back, queries answer.
+ */
+function trackerConfig(id: string, overrides: Record<string, unknown> = {}) {
+  return loadConfig({
+    env: {
+      KAFKA_BROKERS: kafkaBrokers().join(','),
+      MSGBRIDGE__kafka__topics__sendResults: `tr-results-${id}`,
+      MSGBRIDGE__kafka__topics__deliveryStatus: `tr-status-${id}`,
+      MSGBRIDGE__kafka__topics__messages: `tr-messages-${id}`,
+      MSGBRIDGE__kafka__topics__messageState: `tr-state-${id}`,
+      MSGBRIDGE__kafka__topics__conversations: `tr-conv-${id}`,
+      MSGBRIDGE__kafka__partitions: '3',
+      MSGBRIDGE__kafka__replicationFactor: '1',
+      MSGBRIDGE__tracker__groupId: `tr-group-${id}`,
+      MSGBRIDGE__tracker__transactionalIdPrefix: `tr-tx-${id}`,
+      MSGBRIDGE__tracker__host: '127.0.0.1',
+      MSGBRIDGE__tracker__port: '0',
+      MSGBRIDGE__tracker__sessionTimeoutMs: '6000',
+    },
+    overrides,
+  });
+}
+
+type Config = ReturnType<typeof trackerConfig>;
+
+const accepted = (requestId: string, message: string, at = '2023-11-14T22:13:00.000Z') =>
+  JSON.stringify({ requestId, businessId: 'biz_1', outcome: 'accepted', messageId: message, type: 'text', recipient: '+15550002222', attempts: 1, acceptedAt: at, maybeSent: false });
+
+function resultRecord(requestId: string, message: string) {
+  return { key: message, value: accepted(requestId, message), headers: { 'event-id': resultEventId('biz_1', requestId, 'accepted'), 'business-id': 'biz_1' } };
+}
+
+function statusRecord(message: string, status: string, timestamp: string) {
+  const value = statusEvent(message, status, { timestamp });
+  return { key: message, value, headers: { 'event-id': eventIdOf(value), 'business-id': 'biz_1' } };
+}
+
+function inboundRecord(customer: string, timestamp: string) {
+  const value = inboundEvent(customer, 'hi', { timestamp });
+  return { key: customer, value, headers: { 'event-id': eventIdOf(value), 'business-id': 'biz_1' } };
+}
+
+/** The latest committed value per key of a compacted topic (read_committed, from the beginning). */
+async function latestByKey(topic: string, settleMs = 1500): Promise<{ latest: Map<string, Record<string, unknown>>; records: number }> {
+  const consumer = testKafka('tracker-test-reader').consumer({ groupId: `tr-read-${randomUUID()}`, maxWaitTimeInMs: 100, readUncommitted: false });
+  const latest = new Map<string, Record<string, unknown>>();
+  let records = 0;
+  let lastAt = Date.now();
+  await consumer.connect();
+  await consumer.subscribe({ topics: [topic], fromBeginning: true });
+  await consumer.run({
+    eachMessage: async ({ message }) => {
+      records++;
+      lastAt = Date.now();
+      latest.set(message.key!.toString(), JSON.parse(message.value!.toString()) as Record<string, unknown>);
+    },
+  });
+  while (Date.now() - lastAt < settleMs) await new Promise((r) => setTimeout(r, 100));
+  await consumer.disconnect();
+  return { latest, records };
+}
+
+async function until(what: string, check: () => Promise<boolean>, timeoutMs = 60_000) {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+let running: Tracker[] = [];
+afterEach(async () => {
+  await Promise.all(running.map((t) => t.drain()));
+  running = [];
+});
+
+async function start(config: Config): Promise<Tracker> {
+  const tracker = await startTracker({ config });
+  running.push(tracker);
+  await tracker.ready;
+  return tracker;
+}
+
+describe('tracker', () => {
+  it('one monotonic state per message whatever the order, duplicates and late statuses; windows never move back; queries answer', async () => {
+    const id = randomUUID().slice(0, 8);
+    const config = trackerConfig(id);
+    const topics = config.kafka.topics;
+    const tracker = await start(config);
+
+    const [normal, early, failed, outsider] = [messageId(), messageId(), messageId(), messageId()];
+    // normal: result, then read before delivered, sent late, a duplicate of delivered.
+    // early: statuses before the send result. failed: failed, then a late read (recorded, not revived).
+    // outsider: never sent through the relay.
+    await produce(topics.sendResults, [resultRecord('req-normal', normal), resultRecord('req-failed', failed)]);
+    const delivered = statusRecord(normal, 'delivered', '1700000002');
+    await produce(topics.deliveryStatus, [
+      statusRecord(normal, 'read', '1700000003'),
+      delivered,
+      statusRecord(normal, 'sent', '1700000001'),
+      delivered,
+      statusRecord(early, 'sent', '1700000001'),
+      statusRecord(early, 'delivered', '1700000002'),
+      statusRecord(failed, 'delivery_failed', '1700000002'),
+      statusRecord(failed, 'read', '1700000009'),
+      statusRecord(outsider, 'delivered', '1700000005'),
+    ]);
+    await produce(topics.sendResults, [resultRecord('req-early', early)]);
+    await produce(topics.messages, [inboundRecord('+15550003333', '1700000100'), inboundRecord('+15550003333', '1700000050')]);
+
+    await until('the final states', async () => {
+      const { latest } = await latestByKey(topics.messageState, 300);
+      return latest.get(early)?.requestId === 'req-early' && latest.get(normal)?.sentAt != null && latest.get(failed)?.readAt != null && latest.has(outsider);
+    });
+    const { latest } = await latestByKey(topics.messageState);
+    expect(latest.get(normal)).toMatchObject({
+      status: 'read',
+      requestId: 'req-normal',
+      businessId: 'biz_1',
+      acceptedAt: '2023-11-14T22:13:00.000Z',
+      sentAt: new Date(1700000001000).toISOString(),
+      deliveredAt: new Date(1700000002000).toISOString(),
+      readAt: new Date(1700000003000).toISOString(),
+      events: 4,
+    });
+    expect(latest.get(early)).toMatchObject({ status: 'delivered', requestId: 'req-early', type: 'text', recipient: '+15550002222', events: 3 });
+    expect(latest.get(failed)).toMatchObject({ status: 'delivery_failed', readAt: new Date(1700000009000).toISOString(), failedAt: new Date(1700000002000).toISOString() });
+    expect((latest.get(failed)!.error as { code: string }).code).toBe('ERROR_CODE_MESSAGE_TEMPLATE_INPUT_INVALID');
+    expect(latest.get(outsider)).toMatchObject({ status: 'delivered', requestId: null, acceptedAt: null });
+
+    const windows = await latestByKey(topics.conversations);
+    expect(windows.latest.get('biz_1:+15550003333')).toEqual({
+      businessId: 'biz_1',
+      customer: '+15550003333',
+      lastInboundAt: new Date(1700000100000).toISOString(),
+      windowOpenUntil: new Date(1700000100000 + 24 * 3600_000).toISOString(),
+    });
+    expect(windows.records).toBe(1); // the earlier inbound message moved nothing
+
+    // Queries: by message id, by request id, unknown, malformed.
+    const get = async (path: string) => {
+      const res = await fetch(`${tracker.url}${path}`);
+      return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+    };
+    expect(await get(`/messages/${normal}`)).toMatchObject({ status: 200, body: { messageId: normal, status: 'read' } });
+    expect((await get(`/messages/${normal}`)).body).not.toHaveProperty('eventIds');
+    expect(await get('/requests/req-failed')).toMatchObject({ status: 200, body: { messageId: failed, status: 'delivery_failed' } });
+    expect(await get(`/messages/${messageId()}`)).toMatchObject({ status: 404, body: { error: 'NOT_FOUND' } });
+    expect(await get('/messages/%E0%A4%A')).toMatchObject({ status: 400, body: { error: 'INVALID_ARGUMENT' } });
+    expect((await fetch(`${tracker.url}/readyz`)).status).toBe(200);
+    const metrics = await (await fetch(`${tracker.url}/metrics`)).text();
+    expect(metrics).toMatch(/msgbridge_tracker_events_total\{topic="delivery_status",outcome="duplicate"[^}]*\} 1\n/);
+    expect(metrics).toMatch(/msgbridge_tracker_events_total\{topic="delivery_status",outcome="filled_timestamp"[^}]*\} 2\n/);
+    expect(metrics).toMatch(/msgbridge_tracker_events_total\{topic="delivery_status",outcome="filled_after_failure"[^}]*\} 1\n/);
+  }, 120_000);
+
+  it('restores its state from the compacted topics after a restart, reads evicted states back, and never publishes a duplicate or a regression', async () => {
+    const id = randomUUID().slice(0, 8);
+    // The smallest cache: 100 states per task, 300 messages over 3 tasks are partly evicted.
+    const config = trackerConfig(id, { tracker: { maxCachedMessages: 100 } });
+    const topics = config.kafka.topics;
+    const ids = Array.from({ length: 300 }, () => messageId());
+    await produce(topics.sendResults, ids.map((m, i) => resultRecord(`req-${i}`, m)));
+    await produce(topics.deliveryStatus, ids.map((m) => statusRecord(m, 'delivered', '1700000002')));
+    let tracker = await start(config);
+    await until('300 delivered states', async () => [...(await latestByKey(topics.messageState, 300)).latest.values()].filter((s) => s.status === 'delivered').length === 300);
+    const before = await latestByKey(topics.messageState);
+    expect(before.records).toBe(600); // accepted, then delivered: one record per change
+
+    await tracker.drain();
+    running = running.filter((t) => t !== tracker);
+    // While it is down: duplicates (same event-id) and late lower statuses, then reads.
+    await produce(topics.deliveryStatus, [
+      ...ids.map((m) => statusRecord(m, 'delivered', '1700000002')),
+      ...ids.map((m) => statusRecord(m, 'sent', '1700000001')),
+      ...ids.map((m) => statusRecord(m, 'read', '1700000003')),
+    ]);
+    tracker = await start(config);
+    await until('300 read states', async () => [...(await latestByKey(topics.messageState, 300)).latest.values()].filter((s) => s.status === 'read').length === 300);
+    const after = await latestByKey(topics.messageState);
+    // The duplicates changed nothing; each late "sent" filled its timestamp; each read moved the status up.
+    expect(after.records).toBe(600 + 300 + 300);
+    for (const m of ids) expect(after.latest.get(m)).toMatchObject({ status: 'read', events: 4, sentAt: new Date(1700000001000).toISOString() });
+    const metrics = await (await fetch(`${tracker.url}/metrics`)).text();
+    expect(metrics).toMatch(/msgbridge_tracker_events_total\{topic="delivery_status",outcome="duplicate"[^}]*\} 300\n/);
+    expect(Number(/msgbridge_tracker_evictions_total\{kind="message"[^}]*\} (\d+)/.exec(metrics)?.[1] ?? 0)).toBeGreaterThan(0);
+    expect(await tracker.request('req-7')).toMatchObject({ messageId: ids[7], status: 'read' });
+  }, 180_000);
+});
