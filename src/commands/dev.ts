@@ -7,6 +7,7 @@ import { obtainBrokers, type Brokers } from '../kafka/brokers.js';
 import { createLifecycle } from '../lifecycle.js';
 import { createLogger } from '../observability/logger.js';
 import { startSender, type Sender } from '../sender/index.js';
+import { startTracker, type Tracker } from '../tracker/index.js';
 import { simulatorOptionsFromConfig, startSimulator, type RunningSimulator } from '../simulator/index.js';
 import { commandConfig, writeDevState } from './context.js';
 import { parseIntegerOption } from './options.js';
@@ -23,7 +24,7 @@ interface DevOptions {
 export function registerDevCommand(program: Command): void {
   program
     .command('dev')
-    .description('everything in one process: embedded Kafka (or KAFKA_BROKERS), the provider simulator, the ingress and the sender')
+    .description('everything in one process: embedded Kafka (or KAFKA_BROKERS), the provider simulator, the ingress, the sender and the tracker')
     .option('--summary-interval <seconds>', 'seconds between live summary lines (0 = none)', parseIntegerOption('--summary-interval', 0, 3600), 5)
     .option('--quiet', 'no live summary')
     .action(async (opts: DevOptions, command: Command) => {
@@ -33,7 +34,7 @@ export function registerDevCommand(program: Command): void {
 
 /**
  * Local defaults: one demo business when none is configured, services on loopback, and the
- * sender pointed at the simulator. Ports stay those of the configuration (8080, 8090, 8081).
+ * sender pointed at the simulator. Ports stay those of the configuration (8080, 8090, 8081, 8082).
  */
 export function devConfig(config: Config): Config {
   const businesses = config.businesses.length > 0 ? config.businesses : [{ ...DEV_BUSINESS, signingSecrets: [...DEV_BUSINESS.signingSecrets] }];
@@ -42,6 +43,7 @@ export function devConfig(config: Config): Config {
     businesses,
     ingress: { ...config.ingress, host: loopbackHost(config.ingress.host) },
     sender: { ...config.sender, healthHost: loopbackHost(config.sender.healthHost) },
+    tracker: { ...config.tracker, host: loopbackHost(config.tracker.host) },
   };
 }
 
@@ -57,6 +59,7 @@ async function runDev(config: Config, opts: DevOptions): Promise<void> {
   let simulator: RunningSimulator | undefined;
   let ingress: Ingress | undefined;
   let sender: Sender | undefined;
+  let tracker: Tracker | undefined;
   let removeState: (() => void) | undefined;
   let summary: NodeJS.Timeout | undefined;
 
@@ -65,12 +68,13 @@ async function runDev(config: Config, opts: DevOptions): Promise<void> {
     // Inward first: stop taking work at the edges, then drain, then stop Kafka last.
     await sender?.drain();
     await ingress?.drain();
+    await tracker?.drain();
     await simulator?.close();
     await brokers?.local?.stop();
     removeState?.();
   };
 
-  const lifecycle = createLifecycle({ logger, graceMs: Math.max(config.ingress.drainGraceMs, config.sender.drainGraceMs) + 15_000, drain: stopAll });
+  const lifecycle = createLifecycle({ logger, graceMs: Math.max(config.ingress.drainGraceMs, config.sender.drainGraceMs) + config.tracker.drainGraceMs + 15_000, drain: stopAll });
   lifecycle.handleSignals((code) => {
     line(code === 0 ? 'stopped.' : 'stopped (drain incomplete).');
     process.exit(code);
@@ -89,7 +93,8 @@ async function runDev(config: Config, opts: DevOptions): Promise<void> {
     };
     ingress = await startIngress({ config: wired, brokers: brokers.brokers, logger: logger.child({ role: 'ingress' }) });
     sender = await startSender({ config: wired, brokers: brokers.brokers, logger: logger.child({ role: 'sender' }) });
-    await sender.ready;
+    tracker = await startTracker({ config: wired, brokers: brokers.brokers, logger: logger.child({ role: 'tracker' }) });
+    await Promise.all([sender.ready, tracker.ready]);
     for (const business of config.businesses) {
       for (const topic of WEBHOOK_TOPICS) simulator.registerWebhook(business.id, topic, `${ingress.url}/webhooks/${encodeURIComponent(business.id)}/${topic}`);
     }
@@ -104,10 +109,10 @@ async function runDev(config: Config, opts: DevOptions): Promise<void> {
     await lifecycle.stop('start-up failed');
     throw err;
   }
-  printScreen(config, { brokers, simulator, ingress, sender, startupMs: Date.now() - started });
+  printScreen(config, { brokers, simulator, ingress, sender, tracker, startupMs: Date.now() - started });
 
   if (!opts.quiet && opts.summaryInterval > 0) {
-    const registries = { ingress: ingress.registry, sender: sender.metrics };
+    const registries = { ingress: ingress.registry, sender: sender.metrics, tracker: tracker.metrics };
     let last = '';
     summary = setInterval(() => {
       void summarize(registries).then((text) => {
@@ -120,7 +125,7 @@ async function runDev(config: Config, opts: DevOptions): Promise<void> {
   await new Promise(() => {}); // runs until a signal drains and exits
 }
 
-function printScreen(config: Config, s: { brokers: Brokers; simulator: RunningSimulator; ingress: Ingress; sender: Sender; startupMs: number }) {
+function printScreen(config: Config, s: { brokers: Brokers; simulator: RunningSimulator; ingress: Ingress; sender: Sender; tracker: Tracker; startupMs: number }) {
   const biz = config.businesses[0]!.id;
   const t = config.kafka.topics;
   const kafka = s.brokers.local ? `${s.brokers.brokers.join(',')}  (embedded Apache Kafka, KRaft)` : `${s.brokers.brokers.join(',')}  (KAFKA_BROKERS)`;
@@ -131,6 +136,7 @@ function printScreen(config: Config, s: { brokers: Brokers; simulator: RunningSi
   line(`  simulator   ${s.simulator.url}  (the provider stand-in; /sim/ endpoints for faults and history)`);
   line(`  ingress     ${s.ingress.url}/webhooks/<business>/{${t.messages},${t.deliveryStatus}}  (registered with the simulator)`);
   line(`  sender      ${t.sendRequests} → provider → ${t.sendResults}${s.sender.healthUrl ? `  (health ${s.sender.healthUrl})` : ''}`);
+  line(`  tracker     ${t.sendResults} + ${t.deliveryStatus} → ${t.messageState}, ${t.messages} → ${t.conversations}${s.tracker.url ? `  (queries ${s.tracker.url}/messages/<id>)` : ''}`);
   line(`  businesses  ${config.businesses.map((b) => b.id).join(', ')}`);
   line();
   line('Try it, in another terminal:');
@@ -138,6 +144,7 @@ function printScreen(config: Config, s: { brokers: Brokers; simulator: RunningSi
   line(`  npx msgbridge send text --business ${biz} --to +15550002222 --text "Hello from msgbridge"                       # → accepted, sent, delivered, read`);
   line(`  npx msgbridge send template --business ${biz} --to +15550009999 --template order_update --param order=42`);
   line(`  npx msgbridge tail ${t.deliveryStatus} --from-beginning`);
+  line(`  npx msgbridge status <messageId or requestId>                                                                # one state per message, never going back`);
   line(`The operator commands find this Kafka by themselves; elsewhere: export KAFKA_BROKERS=${s.brokers.brokers.join(',')}`);
   line();
 }
@@ -157,7 +164,7 @@ async function counter(registry: Registry, name: string, label?: string): Promis
 const sum = (m: Map<string, number>) => [...m.values()].reduce((a, b) => a + b, 0);
 
 /** One line: events in (by topic), sends out (by outcome), errors. */
-async function summarize(registries: { ingress: Registry; sender: Registry }): Promise<string> {
+async function summarize(registries: { ingress: Registry; sender: Registry; tracker: Registry }): Promise<string> {
   const requests = await counter(registries.ingress, 'msgbridge_ingress_requests_total', 'outcome');
   const byTopic = await counter(registries.ingress, 'msgbridge_ingress_requests_total', 'topic');
   const sends = await counter(registries.sender, 'msgbridge_sender_requests_total', 'outcome');
@@ -167,5 +174,6 @@ async function summarize(registries: { ingress: Registry; sender: Registry }): P
   const topics = [...byTopic].filter(([k]) => k !== '').map(([k, v]) => `${k} ${v}`).join(', ');
   const outcomes = [...sends].map(([k, v]) => `${k} ${v}`).join(', ');
   const dlq = requests.get('dead_lettered') ?? 0;
-  return `events in: ${kept}${topics ? ` (${topics})` : ''} · sends out: ${outcomes || '0'} · errors: ${refused} refused webhooks, ${dlq} dead-lettered, ${retries} provider retries`;
+  const tracked = sum(await counter(registries.tracker, 'msgbridge_tracker_records_out'));
+  return `events in: ${kept}${topics ? ` (${topics})` : ''} · sends out: ${outcomes || '0'} · state changes: ${tracked} · errors: ${refused} refused webhooks, ${dlq} dead-lettered, ${retries} provider retries`;
 }

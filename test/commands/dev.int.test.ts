@@ -21,6 +21,11 @@ const env: Record<string, string> = {
   MSGBRIDGE__kafka__topics__sendRequests: `${suffix}-send-requests`,
   MSGBRIDGE__kafka__topics__sendResults: `${suffix}-send-results`,
   MSGBRIDGE__kafka__topics__sendRequestsDlq: `${suffix}-send-requests-dlq`,
+  MSGBRIDGE__kafka__topics__messageState: `${suffix}-message-state`,
+  MSGBRIDGE__kafka__topics__conversations: `${suffix}-conversations`,
+  MSGBRIDGE_TRACKER_PORT: '0',
+  MSGBRIDGE__tracker__groupId: `${suffix}-tracker`,
+  MSGBRIDGE__tracker__transactionalIdPrefix: `${suffix}-tracker`,
 };
 
 describe('msgbridge dev, end to end', () => {
@@ -46,6 +51,7 @@ describe('msgbridge dev, end to end', () => {
     expect(stdout).toMatch(/Kafka\s+127\.0\.0\.1:\d+\s+\(KAFKA_BROKERS\)/);
     expect(stdout).toContain('msgbridge send text');
     expect(stdout).toContain('businesses  biz_1');
+    expect(stdout).toMatch(/tracker\s+\S+send-results \+ \S+delivery_status → \S+message-state/);
   });
 
   it('a text to a customer who wrote first: accepted → sent, delivered, read, having travelled simulator → ingress → Kafka', async () => {
@@ -74,6 +80,21 @@ describe('msgbridge dev, end to end', () => {
     // And the customer's message reached the messages topic the same way.
     const inboundRecords = await consumeRecords(env.MSGBRIDGE__kafka__topics__messages!, 1);
     expect(inboundRecords[0]!.key).toBe('+15550002222');
+
+    // The tracker folded result and statuses into one state: `msgbridge status` by either id.
+    let status = await runCli(['status', messageId!], env);
+    for (let i = 0; i < 40 && !/"status": "read"/.test(status.stdout); i++) {
+      await new Promise((r) => setTimeout(r, 500));
+      status = await runCli(['status', messageId!], env);
+    }
+    expect(status.code, status.stderr).toBe(0);
+    expect(JSON.parse(status.stdout)).toMatchObject({ messageId, status: 'read', businessId: 'biz_1', recipient: '+15550002222', events: 4 });
+    const requestId = JSON.parse(result.value.toString()).requestId as string;
+    const byRequest = await runCli(['status', requestId], env);
+    expect(JSON.parse(byRequest.stdout)).toMatchObject({ messageId, requestId });
+    const unknown = await runCli(['status', 'no-such-message'], env);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toMatch(/no state for no-such-message/);
   });
 
   it('a text with no open conversation window ends in delivery_failed, exit code 1', async () => {
