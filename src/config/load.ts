@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { z } from 'zod';
 import { MsgbridgeError } from '../errors.js';
+import { readBusinessesJson } from './businesses-file.js';
 import { configSchema, type Config } from './schema.js';
 
 export const DEFAULT_CONFIG_PATH = fileURLToPath(new URL('../../config/default.json', import.meta.url));
@@ -182,6 +183,17 @@ function applyEnv(raw: Json, env: Env, sources: Map<string, string>): void {
     if (value !== undefined) set(path, path === 'provider.url' || path === 'log.level' ? value.trim() : scalar(value), name);
   }
 
+  const businessesFile = nonEmpty(env.MSGBRIDGE_BUSINESSES_FILE);
+  if (businessesFile !== undefined) set('businessesFile', businessesFile, 'MSGBRIDGE_BUSINESSES_FILE');
+  // The file replaces the configured list. It is reloaded alone while the roles run, so the
+  // single-business shorthand cannot be layered on it.
+  if (typeof raw.businessesFile === 'string' && raw.businessesFile !== '') {
+    const shorthand = ['MSGBRIDGE_BUSINESS_ID', 'MSGBRIDGE_SIGNING_SECRET', 'MSGBRIDGE_SIGNING_SECRET_FILE', 'MSGBRIDGE_API_KEY', 'MSGBRIDGE_API_KEY_FILE'].filter((name) => nonEmpty(env[name]) !== undefined);
+    if (shorthand.length > 0) {
+      throw new MsgbridgeError('CONFIG_INVALID', `set the businesses either in the businesses file (${raw.businessesFile}) or with ${shorthand.join(', ')}, not both: the file is reloaded while running, the variables are not`);
+    }
+    set('businesses', readBusinessesJson(raw.businessesFile), raw.businessesFile);
+  }
   applySingleBusiness(raw, env, sources);
 }
 

@@ -97,6 +97,15 @@ export const businessSchema = z.strictObject({
   apiKey: secret.nullable(),
 });
 
+/** The businesses, ids unique: the configuration's list and the live businesses file alike. */
+export const businessesSchema = z.array(businessSchema).superRefine((list, ctx) => {
+  const seen = new Set<string>();
+  list.forEach((b, i) => {
+    if (seen.has(b.id)) ctx.addIssue({ code: 'custom', path: [i, 'id'], message: `duplicate business id "${b.id}"` });
+    seen.add(b.id);
+  });
+});
+
 export const providerSchema = z.strictObject({
   url: z.url({ protocol: /^https?$/ }),
   timeoutMs: positiveInt,
@@ -289,13 +298,13 @@ export const logSchema = z.strictObject({
 export const configSchema = z.strictObject({
   kafka: kafkaSchema,
   localKafka: localKafkaSchema,
-  businesses: z.array(businessSchema).superRefine((list, ctx) => {
-    const seen = new Set<string>();
-    list.forEach((b, i) => {
-      if (seen.has(b.id)) ctx.addIssue({ code: 'custom', path: [i, 'id'], message: `duplicate business id "${b.id}"` });
-      seen.add(b.id);
-    });
-  }),
+  /**
+   * A JSON file of the businesses (`[{id, signingSecrets, apiKey}]`), read at start instead of
+   * `businesses` and watched while running: every role reloads it on change and on SIGHUP
+   * (src/config/businesses-file.ts).
+   */
+  businessesFile: z.string().min(1).nullable(),
+  businesses: businessesSchema,
   provider: providerSchema,
   ingress: ingressSchema,
   sender: senderSchema,

@@ -226,6 +226,24 @@ function addTraceparent(headers: Record<string, string>, traceparent: string | u
   if (traceparent !== undefined && TRACEPARENT.test(traceparent)) headers[HEADER.traceparent] = traceparent;
 }
 
+/**
+ * A handler whose rules can be replaced while it serves (the live businesses file): the swap is
+ * one assignment, so a request sees either the old rules or the new ones, never half of each.
+ */
+export function createLiveWebhookHandler(rules: IngressRules): WebhookHandler & { replace(rules: IngressRules): void } {
+  let current = createWebhookHandler(rules);
+  return {
+    precheck: (preamble) => current.precheck(preamble),
+    handle: (request) => current.handle(request),
+    get maxBodyBytes() {
+      return current.maxBodyBytes;
+    },
+    replace(next) {
+      current = createWebhookHandler(next);
+    },
+  };
+}
+
 /** Rules from the configuration: every business with its active secrets. */
 export function rulesFromConfig(config: {
   businesses: readonly { id: string; signingSecrets: readonly string[] }[];

@@ -9,7 +9,8 @@ import { connectingToKafka, describeKafkaFailure } from '../kafka/failure.js';
 import { checkWrittenTopics, ensureTopics } from '../kafka/topics.js';
 import { silentLogger, type Logger } from '../observability/logger.js';
 import { createMetricsRegistry } from '../observability/metrics.js';
-import { createWebhookHandler, rulesFromConfig } from './handle-webhook.js';
+import { createLiveWebhookHandler, rulesFromConfig } from './handle-webhook.js';
+import { watchConfiguredBusinesses } from '../businesses-reload.js';
 import { createIngressMetrics } from './metrics.js';
 import { startIngressServer, type IngressServer } from './server.js';
 
@@ -139,11 +140,23 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
 
   let state: IngressState = 'running';
   let server: IngressServer | undefined;
+  const handler = createLiveWebhookHandler(rulesFromConfig(config));
+  const businessesWatch = watchConfiguredBusinesses({
+    config,
+    registry,
+    logger,
+    apply: (businesses) => {
+      for (const b of businesses) {
+        if (b.signingSecrets.length === 0) logger.warn({ business: b.id }, 'business has no signing secret: its webhooks will be refused (403)');
+      }
+      handler.replace(rulesFromConfig({ ...config, businesses }));
+    },
+  });
   try {
     server = await startIngressServer({
       host: ingress.host,
       port: ingress.port,
-      handler: createWebhookHandler(rulesFromConfig(config)),
+      handler,
       publisher,
       metrics,
       metricsText: async () => ({ contentType: registry.contentType, body: await registry.metrics() }),
@@ -155,6 +168,7 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
       chunkedBodies: ingress.chunkedBodies,
     });
   } catch (err) {
+    businessesWatch?.stop();
     await publisher.drain();
     throw err;
   }
@@ -165,6 +179,7 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
   const drain = () => {
     draining ??= (async () => {
       state = 'draining';
+      businessesWatch?.stop();
       // Half the grace period for bodies still arriving; the rest for their batches, the
       // producer's flush and disconnect.
       server.stopAccepting(Math.floor(ingress.drainGraceMs / 2));

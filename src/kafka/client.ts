@@ -46,7 +46,7 @@ function kafkajsLogCreator(logger?: Logger) {
  * settings we chose on purpose. They go to debug so that real errors stand out.
  */
 const EXPECTED = [
-  /coordinator is (loading|not available)/i,
+  /coordinator is (loading|not available)|not the correct coordinator/i,
   /does not host this topic-partition/i,
   /leader (is )?not available|There is no leader for this topic-partition/i,
   // Metadata not yet current after a leader election (fresh topics at start): refreshed and retried.

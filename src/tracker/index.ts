@@ -52,7 +52,7 @@ const MAX_ID_LENGTH = 512;
 
 export async function startTracker(options: StartTrackerOptions): Promise<Tracker> {
   const { config } = options;
-  const logger = (options.logger ?? silentLogger).child({ role: 'tracker' });
+  const logger = options.logger ?? silentLogger;
   const brokers = options.brokers ?? config.kafka.brokers;
   if (brokers.length === 0) throw new MsgbridgeError('CONFIG_INVALID', 'kafka.brokers: no Kafka brokers (set KAFKA_BROKERS)');
   const kafka = createKafka(config.kafka, { logger, brokers, clientId: `${config.kafka.clientId}-tracker` });

@@ -46,6 +46,14 @@ describe('msgbridge dev, end to end', () => {
     expect(dev.output().stdout).toMatch(/stopped\.\n$/);
   });
 
+  it('a healthy start logs no warning and no error (fresh topics: leader elections, coordinators loading)', () => {
+    const noisy = dev
+      .output()
+      .stderr.split('\n')
+      .filter((l) => /"level":(40|50|60)/.test(l));
+    expect(noisy, noisy.join('\n')).toEqual([]);
+  });
+
   it('prints what runs where and how to try it', () => {
     const { stdout } = dev.output();
     expect(stdout).toMatch(/Kafka\s+127\.0\.0\.1:\d+\s+\(KAFKA_BROKERS\)/);

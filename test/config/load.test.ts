@@ -123,6 +123,21 @@ describe('configuration loading', () => {
     expect(loadConfig({ env: {}, overrides: { ingress: { drainGraceMs: 9000 } } }).ingress.drainGraceMs).toBe(9000);
   });
 
+  it('reads the businesses from MSGBRIDGE_BUSINESSES_FILE, names the file for a bad one, and refuses it with the single-business variables', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'msgbridge-businesses-'));
+    const file = join(dir, 'businesses.json');
+    writeFileSync(file, JSON.stringify([{ id: 'biz_a', signingSecrets: ['s1', 's2'], apiKey: 'k' }]));
+    const config = loadConfig({ env: { MSGBRIDGE_BUSINESSES_FILE: file } });
+    expect(config.businessesFile).toBe(file);
+    expect(config.businesses).toEqual([{ id: 'biz_a', signingSecrets: ['s1', 's2'], apiKey: 'k' }]);
+    expect(() => loadConfig({ env: { MSGBRIDGE_BUSINESSES_FILE: file, MSGBRIDGE_BUSINESS_ID: 'biz_a' } })).toThrow(/either in the businesses file .* or with MSGBRIDGE_BUSINESS_ID, not both/);
+    writeFileSync(file, JSON.stringify([{ id: 'biz a', signingSecrets: [], apiKey: null }]));
+    expect(() => loadConfig({ env: { MSGBRIDGE_BUSINESSES_FILE: file } })).toThrow(new RegExp(`businesses\\.0\\.id: .*\\(from ${file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\)`));
+    writeFileSync(file, '{not json');
+    expect(() => loadConfig({ env: { MSGBRIDGE_BUSINESSES_FILE: file } })).toThrow(/businesses file .* is not valid JSON/);
+    expect(() => loadConfig({ env: { MSGBRIDGE_BUSINESSES_FILE: join(dir, 'missing.json') } })).toThrow(/cannot read the businesses file/);
+  });
+
   it('rejects duplicate business ids', () => {
     const dup = file('dup.json', JSON.stringify({ businesses: [{ id: 'a', signingSecrets: [], apiKey: null }, { id: 'a', signingSecrets: [], apiKey: null }] }));
     expect(configError(() => loadConfig({ env: { MSGBRIDGE_CONFIG: dup } }))).toMatch(/businesses\.1\.id: duplicate business id "a"/);
