@@ -97,13 +97,49 @@ describe('Kubernetes manifests', () => {
     expect(config.sender.ratePerSecond * replicas).toBeLessThanOrEqual(200);
   });
 
+  it('tracker: a Deployment of the tracker role, probes on its port, grace longer than the drain, a Service for the queries', () => {
+    const config = loadConfig({ configFile: configMapFile() });
+    const deployment = find('Deployment', 'msgbridge-tracker');
+    const pod = deployment.spec.template.spec;
+    const container = pod.containers[0];
+    expect(roleCommands()).toContain(container.args[0]);
+    expect(container.args[0]).toBe('tracker');
+    expect(deployment.spec.replicas).toBeGreaterThan(1);
+    expect(container.ports[0].containerPort).toBe(config.tracker.port);
+    expect(container.readinessProbe.httpGet.path).toBe('/readyz');
+    expect(container.livenessProbe.httpGet.path).toBe('/healthz');
+    const preStopSeconds = Number(container.lifecycle.preStop.exec.command[1]);
+    expect(pod.terminationGracePeriodSeconds * 1000).toBeGreaterThan(preStopSeconds * 1000 + config.tracker.drainGraceMs);
+    expect(pod.securityContext.runAsNonRoot).toBe(true);
+    expect(container.resources.requests.memory).toBeDefined();
+    expect(container.resources.limits.memory).toBeDefined();
+
+    const labels = deployment.spec.template.metadata.labels;
+    const service = find('Service', 'msgbridge-tracker');
+    expect(Object.entries(service.spec.selector).every(([k, v]) => labels[k] === v)).toBe(true);
+    expect(service.spec.ports[0].targetPort).toBe(container.ports[0].name);
+  });
+
+  it('tracker: a member owning every task keeps its caches well within its memory limit', () => {
+    const config = loadConfig({ configFile: configMapFile() });
+    const container = find('Deployment', 'msgbridge-tracker').spec.template.spec.containers[0];
+    const [, amount, unit] = /^(\d+)(Mi|Gi)$/.exec(container.resources.limits.memory)!;
+    const limitMi = Number(amount) * (unit === 'Gi' ? 1024 : 1);
+    // About 600 bytes a cached state (src/tracker/README.md "Memory and restore time"), per task.
+    const cachedMi = (config.kafka.partitions * (config.tracker.maxCachedMessages + config.tracker.maxCachedConversations) * 600) / 2 ** 20;
+    expect(cachedMi * 2).toBeLessThan(limitMi);
+    const heap = /--max-old-space-size=(\d+)/.exec(container.env.find((e: { name: string }) => e.name === 'NODE_OPTIONS')?.value ?? '');
+    if (heap) expect(Number(heap[1])).toBeLessThan(limitMi);
+  });
+
   it('the ConfigMap holds a configuration msgbridge accepts, and every referenced Secret key exists', () => {
     expect(() => loadConfig({ configFile: configMapFile() })).not.toThrow();
     const secretKeys = Object.keys(find('Secret', 'msgbridge-secrets').stringData);
-    for (const name of ['msgbridge-ingress', 'msgbridge-sender']) {
+    for (const name of ['msgbridge-ingress', 'msgbridge-sender', 'msgbridge-tracker']) {
       const pod = find('Deployment', name).spec.template.spec;
       for (const env of pod.containers[0].env) if (env.valueFrom?.secretKeyRef) expect(secretKeys).toContain(env.valueFrom.secretKeyRef.key);
       for (const volume of pod.volumes) if (volume.secret) for (const item of volume.secret.items) expect(secretKeys).toContain(item.key);
+      for (const volume of pod.volumes) if (volume.configMap) expect(find('ConfigMap', volume.configMap.name), `${name}: ConfigMap ${volume.configMap.name}`).toBeDefined();
     }
   });
 });
@@ -152,6 +188,18 @@ describe('docker-compose.yml', () => {
     expect(run(broken).status).not.toBe(0);
   });
 
+  it('tracker: the tracker role on its port, healthy when ready, after Kafka, stopped after its drain', () => {
+    const tracker = compose.services.tracker;
+    const env = Object.fromEntries(Object.entries(tracker.environment).map(([k, v]) => [k, String(v)]));
+    const config = loadConfig({ env });
+    expect(tracker.command).toEqual(['tracker']);
+    expect(tracker.image).toBe(compose.services.sender.image);
+    expect(tracker.ports).toContain(`${config.tracker.port}:${config.tracker.port}`);
+    expect(tracker.healthcheck.test.join(' ')).toContain(`http://127.0.0.1:${config.tracker.port}/readyz`);
+    expect(tracker.depends_on.kafka.condition).toBe('service_healthy');
+    expect(Number(/^(\d+)s$/.exec(tracker.stop_grace_period)![1]) * 1000).toBeGreaterThan(config.tracker.drainGraceMs);
+  });
+
   it('a broken compose file is rejected by the same validator', () => {
     const broken = structuredClone(compose);
     broken.services.kafka.ports = 'not-a-list';
@@ -161,7 +209,7 @@ describe('docker-compose.yml', () => {
   it('runs the official Apache Kafka image in KRaft mode and each msgbridge role with a valid configuration', () => {
     expect(compose.services.kafka.image).toMatch(/^apache\/kafka:3\.9\./);
     expect(compose.services.kafka.environment.KAFKA_PROCESS_ROLES).toBe('broker,controller');
-    for (const name of ['simulator', 'ingress', 'sender', 'register-webhooks']) {
+    for (const name of ['simulator', 'ingress', 'sender', 'tracker', 'register-webhooks']) {
       const service = compose.services[name];
       expect(roleCommands(), name).toContain(service.command[0]);
       const env = Object.fromEntries(Object.entries(service.environment).map(([k, v]) => [k, String(v)]));
