@@ -1,7 +1,10 @@
 import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { describe, expect, it } from 'vitest';
 import { isMsgbridgeError } from '../src/errors.js';
-import { loadUws, uwsBinaryPath } from '../src/uws.js';
+import { loadUws, uwsBinaryPath, type UwsBuild } from '../src/uws.js';
+
+const require = createRequire(import.meta.url);
 
 describe('uWebSockets.js loading', () => {
   it('loads the native binary on this machine', () => {
@@ -10,19 +13,42 @@ describe('uWebSockets.js loading', () => {
     expect(typeof uws.App).toBe('function');
   });
 
-  it('refuses the slow JavaScript fallback when the native binary does not load', () => {
+  it('picks the first build whose binary loads: one without a binary for this Node, or whose binary needs a newer glibc, is skipped', () => {
+    const builds: UwsBuild[] = [
+      { name: 'official', binary: undefined },
+      { name: 'needs-newer-glibc', binary: '/builds/glibc.node' },
+      { name: 'uWebSockets.js', binary: uwsBinaryPath() },
+    ];
+    const tried: string[] = [];
+    const load = (id: string) => {
+      tried.push(id);
+      if (id === '/builds/glibc.node') throw new Error("/lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.38' not found");
+      return require(id) as unknown;
+    };
+    const uws = loadUws({}, builds, load);
+    expect(typeof uws.App).toBe('function');
+    // The registry build's binary was loaded by the first test: remembered, not loaded again.
+    expect(tried).toEqual(['/builds/glibc.node']);
+    expect(uws).toBe(loadUws({}));
+  });
+
+  it('refuses the slow JavaScript fallback when no native binary loads, naming each build and why', () => {
     let error: unknown;
     try {
-      loadUws({}, '/nonexistent/uws_linux_x64_0.node');
+      loadUws({}, [
+        { name: 'uWebSockets.js', binary: undefined },
+        { name: '@btc-vision/uwebsockets.js', binary: '/nonexistent/uws_linux_x64_0.node' },
+      ]);
     } catch (err) {
       error = err;
     }
     expect(isMsgbridgeError(error, 'UWS_NATIVE_MISSING')).toBe(true);
+    expect((error as Error).message).toMatch(/uWebSockets\.js: no binary for ABI \d+; @btc-vision\/uwebsockets\.js: Cannot find module/);
     expect((error as Error).message).toMatch(/set MSGBRIDGE_ALLOW_UWS_FALLBACK=1/);
   });
 
   it('accepts the fallback only when the user explicitly allows it', () => {
-    const uws = loadUws({ MSGBRIDGE_ALLOW_UWS_FALLBACK: '1' }, '/nonexistent/uws_linux_x64_0.node');
+    const uws = loadUws({ MSGBRIDGE_ALLOW_UWS_FALLBACK: '1' }, [{ name: 'uWebSockets.js', binary: '/nonexistent/uws_linux_x64_0.node' }]);
     expect(typeof uws.App).toBe('function');
   });
 });
