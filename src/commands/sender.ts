@@ -1,8 +1,6 @@
 import type { Command } from 'commander';
-import { obtainBrokers } from '../kafka/brokers.js';
-import { createLifecycle } from '../lifecycle.js';
-import { createLogger } from '../observability/logger.js';
 import { commandConfig } from './context.js';
+import { runConsumerRole } from './role-runner.js';
 import { senderApiKeys, startSender } from '../sender/index.js';
 
 /**
@@ -21,48 +19,14 @@ export function registerSenderCommand(program: Command): void {
       const config = commandConfig(command);
       // Configuration errors first, before any broker is started.
       senderApiKeys(config);
-      const logger = createLogger({ level: config.log.level, name: 'sender' });
-      const { brokers, local } = await obtainBrokers(config, logger);
-      let fatal: Error | undefined;
-      // Set below; the fatal handler may only fire once the sender runs.
-      const role: { lifecycle?: ReturnType<typeof createLifecycle> } = {};
-      const exit = (code: number) => {
-        const timer = setTimeout(() => process.exit(code), 1000);
-        logger.flush(() => {
-          clearTimeout(timer);
-          process.exit(code);
-        });
-      };
-      let sender;
-      try {
-        sender = await startSender({
-          config,
-          logger,
-          brokers,
-          onFatal: (error) => {
-            fatal = error;
-            void role.lifecycle?.stop('kafka consumer failed').then(() => exit(1));
-          },
-        });
-      } catch (err) {
-        await local?.stop();
-        throw err;
-      }
-      const running = sender;
-      const lifecycle = createLifecycle({
-        logger,
-        // The sender's own drain stays within drainGraceMs; a little more for the local broker.
-        graceMs: config.sender.drainGraceMs + (local ? 15_000 : 2_000),
-        drain: async () => {
-          const finished = await running.drain();
-          await local?.stop();
-          if (!finished || fatal) throw new Error(fatal ? `the Kafka consumer failed: ${fatal.message}` : 'requests still in progress at the grace deadline were left to run again elsewhere');
-        },
+      await runConsumerRole({
+        name: 'sender',
+        config,
+        // The sender's own drain stays within drainGraceMs.
+        drainGraceMs: config.sender.drainGraceMs,
+        unfinished: 'requests still in progress at the grace deadline were left to run again elsewhere',
+        start: ({ logger, brokers, onFatal }) => startSender({ config, logger, brokers, onFatal }),
+        describe: (sender) => ({ sender: { health: sender.healthUrl ?? null, groupId: config.sender.groupId, topic: config.kafka.topics.sendRequests } }),
       });
-      role.lifecycle = lifecycle;
-      lifecycle.handleSignals(exit);
-      await running.ready;
-      process.stdout.write(`${JSON.stringify({ sender: { health: running.healthUrl ?? null, groupId: config.sender.groupId, topic: config.kafka.topics.sendRequests }, brokers })}\n`);
-      await new Promise<never>(() => {});
     });
 }

@@ -1,14 +1,12 @@
 import type { Command } from 'commander';
-import { obtainBrokers } from '../kafka/brokers.js';
 import { createKafka } from '../kafka/client.js';
 import { connectingToKafka } from '../kafka/failure.js';
-import { createLifecycle } from '../lifecycle.js';
-import { createLogger } from '../observability/logger.js';
 import { messageStateOf } from '../tracker/message-state.js';
 import { findMessageState, findRequestState } from '../tracker/query.js';
 import { startTracker } from '../tracker/index.js';
 import { MsgbridgeError } from '../errors.js';
 import { commandConfig, operatorBrokers } from './context.js';
+import { runConsumerRole } from './role-runner.js';
 
 /**
  * `msgbridge tracker`: one monotonic state per message and the customers' conversation windows,
@@ -24,47 +22,14 @@ export function registerTrackerCommand(program: Command): void {
     .description('run the tracker: fold send results and delivery statuses into one state per message (message-state), and inbound messages into conversation windows (conversations), exactly once')
     .action(async (_opts: unknown, command: Command) => {
       const config = commandConfig(command);
-      const logger = createLogger({ level: config.log.level, name: 'tracker' });
-      const { brokers, local } = await obtainBrokers(config, logger);
-      let fatal: Error | undefined;
-      const role: { lifecycle?: ReturnType<typeof createLifecycle> } = {};
-      const exit = (code: number) => {
-        const timer = setTimeout(() => process.exit(code), 1000);
-        logger.flush(() => {
-          clearTimeout(timer);
-          process.exit(code);
-        });
-      };
-      let tracker;
-      try {
-        tracker = await startTracker({
-          config,
-          logger,
-          brokers,
-          onFatal: (error) => {
-            fatal = error;
-            void role.lifecycle?.stop('kafka consumer failed').then(() => exit(1));
-          },
-        });
-      } catch (err) {
-        await local?.stop();
-        throw err;
-      }
-      const running = tracker;
-      const lifecycle = createLifecycle({
-        logger,
-        graceMs: config.tracker.drainGraceMs + (local ? 15_000 : 2_000),
-        drain: async () => {
-          const finished = await running.drain();
-          await local?.stop();
-          if (!finished || fatal) throw new Error(fatal ? `the Kafka consumer failed: ${fatal.message}` : 'the tracker did not leave its group within tracker.drainGraceMs');
-        },
+      await runConsumerRole({
+        name: 'tracker',
+        config,
+        drainGraceMs: config.tracker.drainGraceMs,
+        unfinished: 'the tracker did not leave its group within tracker.drainGraceMs',
+        start: ({ logger, brokers, onFatal }) => startTracker({ config, logger, brokers, onFatal }),
+        describe: (tracker) => ({ tracker: { url: tracker.url ?? null, groupId: config.tracker.groupId, topics: [config.kafka.topics.messageState, config.kafka.topics.conversations] } }),
       });
-      role.lifecycle = lifecycle;
-      lifecycle.handleSignals(exit);
-      await running.ready;
-      process.stdout.write(`${JSON.stringify({ tracker: { url: running.url ?? null, groupId: config.tracker.groupId, topics: [config.kafka.topics.messageState, config.kafka.topics.conversations] }, brokers })}\n`);
-      await new Promise<never>(() => {});
     });
 
   program

@@ -18,7 +18,7 @@ describe('msgbridge CLI usage', () => {
   it('has --help on every command and subcommand (exit 0)', async () => {
     const commands = allCommands(buildProgram()).filter((p) => p[p.length - 1] !== 'help');
     expect(commands.map((c) => c.join(' '))).toEqual(
-      expect.arrayContaining(['dev', 'ingress', 'sender', 'simulator', 'kafka', 'send', 'send text', 'send template', 'tail', 'webhooks', 'webhooks register', 'webhooks list', 'webhooks delete']),
+      expect.arrayContaining(['dev', 'ingress', 'sender', 'tracker', 'status', 'simulator', 'kafka', 'send', 'send text', 'send template', 'tail', 'webhooks', 'webhooks register', 'webhooks list', 'webhooks delete']),
     );
     quiet();
     for (const path of commands) expect(await main(['node', 'msgbridge', ...path, '--help']), path.join(' ')).toBe(0);
