@@ -124,7 +124,7 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
         if (!info.ok) logger.error({ err: describeKafkaFailure(info.error), events: info.events }, 'produce request failed: events answered 503, reconnecting');
       },
       connection: (connected, err, broker) => {
-        metrics.kafkaConnected(connected);
+        if (err) metrics.producerFailure();
         const lane = broker === undefined || broker < 0 ? {} : { broker };
         if (err) logger.warn({ ...lane, err: describeKafkaFailure(err) }, 'Kafka producer not connected: events for the partitions it writes are answered 503');
         else if (connected) logger.info(lane, 'Kafka producer connected');

@@ -22,7 +22,8 @@ export interface IngressMetrics {
   deadLetter(reason: string): void;
   publishLatency(destination: 'event' | 'dlq', seconds: number): void;
   batch(info: BatchInfo): void;
-  kafkaConnected(connected: boolean): void;
+  /** A producer was thrown away (it is replaced with backoff). */
+  producerFailure(): void;
 }
 
 /**
@@ -89,7 +90,20 @@ export function createIngressMetrics(registry: Registry, sources: { stats: () =>
       this.set(s.queuedBytes + s.inFlightBytes);
     },
   });
-  const connected = new Gauge({ name: 'msgbridge_ingress_kafka_connected', help: '1 when a producer is connected', registers });
+  new Gauge({
+    name: 'msgbridge_ingress_kafka_connected',
+    help: '1 when every partition leader the topics need has a connected producer (read at scrape time)',
+    registers,
+    collect() {
+      this.set(sources.stats().connected ? 1 : 0);
+    },
+  });
+  const producerFailures = new Counter({
+    name: 'msgbridge_ingress_kafka_producer_failures_total',
+    help: 'Producers thrown away after a failed or given-up produce request, a failed probe or a failed connect (each is replaced with backoff)',
+    registers,
+  });
+  producerFailures.inc(0);
   new Gauge({
     name: 'msgbridge_ingress_ready',
     help: '1 when /readyz answers 200',
@@ -121,8 +135,8 @@ export function createIngressMetrics(registry: Registry, sources: { stats: () =>
       batchBytes.observe(info.bytes);
       (info.ok ? durationChildren.ok : durationChildren.failed).observe(info.durationMs / 1000);
     },
-    kafkaConnected(value) {
-      connected.set(value ? 1 : 0);
+    producerFailure() {
+      producerFailures.inc();
     },
   };
 }
