@@ -1,0 +1,105 @@
+import { randomUUID } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { eventIdOf, resultEventId } from '../../src/contracts/index.js';
+import { messageId, statusEvent } from '../ingress/fixtures.js';
+import { startCli } from '../helpers/cli.js';
+import { createTopics, kafkaBrokers, produce, testKafka } from '../helpers/kafka.js';
+
+/**
+ * `msgbridge tracker` killed with SIGKILL mid-stream, twice, then restarted: every message ends
+ * in its right state and message-state (read_committed) holds exactly one record per state
+ * change — none lost, none published twice. Each message gets an accepted result and three
+ * statuses in a shuffled order; whatever the order, each of the four events changes the state
+ * once (a status move, a timestamp filled or the result merged), so exactly four records a key.
+ */
+describe('tracker under kill -9', () => {
+  it('loses no state change and publishes none twice across two kill -9 and restarts', async () => {
+    const id = randomUUID().slice(0, 8);
+    const topics = { results: `tk-results-${id}`, status: `tk-status-${id}`, messages: `tk-messages-${id}`, state: `tk-state-${id}`, conv: `tk-conv-${id}` };
+    const env: Record<string, string> = {
+      KAFKA_BROKERS: kafkaBrokers().join(','),
+      MSGBRIDGE__kafka__topics__sendResults: topics.results,
+      MSGBRIDGE__kafka__topics__deliveryStatus: topics.status,
+      MSGBRIDGE__kafka__topics__messages: topics.messages,
+      MSGBRIDGE__kafka__topics__messageState: topics.state,
+      MSGBRIDGE__kafka__topics__conversations: topics.conv,
+      MSGBRIDGE__kafka__partitions: '3',
+      MSGBRIDGE__kafka__replicationFactor: '1',
+      MSGBRIDGE__tracker__groupId: `tk-group-${id}`,
+      MSGBRIDGE__tracker__transactionalIdPrefix: `tk-tx-${id}`,
+      MSGBRIDGE__tracker__maxBatchRecords: '50',
+      MSGBRIDGE__tracker__sessionTimeoutMs: '6000',
+      MSGBRIDGE_TRACKER_PORT: '0',
+      MSGBRIDGE_LOG_LEVEL: 'warn',
+    };
+    await createTopics([topics.results, topics.status, topics.messages], 3);
+    const N = 1500;
+    const ids = Array.from({ length: N }, () => messageId());
+    const statuses = ['sent', 'delivered', 'read'] as const;
+    const events: { topic: string; key: string; value: string; headers: Record<string, string> }[] = [];
+    ids.forEach((m, i) => {
+      const value = JSON.stringify({ requestId: `req-${i}`, businessId: 'biz_1', outcome: 'accepted', messageId: m, type: 'text', recipient: '+15550002222', attempts: 1, acceptedAt: '2023-11-14T22:13:00.000Z', maybeSent: false });
+      events.push({ topic: topics.results, key: m, value, headers: { 'event-id': resultEventId('biz_1', `req-${i}`, 'accepted'), 'business-id': 'biz_1' } });
+      statuses.forEach((status, k) => {
+        const body = statusEvent(m, status, { timestamp: String(1700000001 + k) });
+        events.push({ topic: topics.status, key: m, value: body, headers: { 'event-id': eventIdOf(body), 'business-id': 'biz_1' } });
+      });
+    });
+    // Shuffled: statuses before their result, read before delivered...
+    for (let i = events.length - 1; i > 0; i--) {
+      const j = Math.floor(Math.random() * (i + 1));
+      [events[i], events[j]] = [events[j]!, events[i]!];
+    }
+    const half = events.length / 2;
+    for (const topic of [topics.results, topics.status]) await produce(topic, events.slice(0, half).filter((e) => e.topic === topic));
+
+    const countState = async () => {
+      const admin = testKafka('tk-admin').admin();
+      await admin.connect();
+      const offsets = await admin.fetchTopicOffsets(topics.state).catch(() => []);
+      await admin.disconnect();
+      return offsets.reduce((n, p) => n + Number(p.offset), 0);
+    };
+    const kills: number[] = [];
+    for (let round = 0; round < 2; round++) {
+      const tracker = startCli(['tracker'], env);
+      await tracker.waitFor(/"tracker":/);
+      if (round === 1) for (const topic of [topics.results, topics.status]) await produce(topic, events.slice(half).filter((e) => e.topic === topic));
+      // Let it work for a moment, then kill it without warning.
+      const before = await countState();
+      const deadline = Date.now() + 30_000;
+      while ((await countState()) < before + 300 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      tracker.child.kill('SIGKILL');
+      await tracker.stop('SIGKILL');
+      kills.push(await countState());
+    }
+    const last = startCli(['tracker'], env);
+    await last.waitFor(/"tracker":/);
+
+    const consumer = testKafka('tk-reader').consumer({ groupId: `tk-read-${randomUUID()}`, maxWaitTimeInMs: 100, readUncommitted: false });
+    const perKey = new Map<string, { status: string; events: number }[]>();
+    let seen = 0;
+    await consumer.connect();
+    await consumer.subscribe({ topics: [topics.state], fromBeginning: true });
+    await consumer.run({
+      eachMessage: async ({ message }) => {
+        seen++;
+        const key = message.key!.toString();
+        perKey.set(key, [...(perKey.get(key) ?? []), JSON.parse(message.value!.toString()) as { status: string; events: number }]);
+      },
+    });
+    const deadline = Date.now() + 90_000;
+    while (seen < 4 * N && Date.now() < deadline) await new Promise((r) => setTimeout(r, 250));
+    await new Promise((r) => setTimeout(r, 2000)); // anything beyond 4 per key would show now
+    await consumer.disconnect();
+    expect(await last.stop('SIGTERM')).toBe(0);
+
+    const wrongCount = [...perKey].filter(([, states]) => states.length !== 4);
+    const wrongFinal = [...perKey].filter(([, states]) => states.at(-1)!.status !== 'read' || states.at(-1)!.events !== 4);
+    console.log(`[tracker-kill] ${N} messages, ${events.length} events; killed at ${kills.join(' and ')} state records; ${seen} state records in all (read_committed), ${perKey.size} messages`);
+    expect(perKey.size).toBe(N);
+    expect(wrongCount.slice(0, 3)).toEqual([]);
+    expect(wrongFinal.slice(0, 3)).toEqual([]);
+    expect(seen).toBe(4 * N);
+  }, 240_000);
+});
