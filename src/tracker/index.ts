@@ -89,6 +89,9 @@ export async function startTracker(options: StartTrackerOptions): Promise<Tracke
     transactionTimeoutMs: config.tracker.transactionTimeoutMs,
     sessionTimeoutMs: config.tracker.sessionTimeoutMs,
     heartbeatIntervalMs: config.tracker.heartbeatIntervalMs,
+    // Every input partition of every task at once: a task's throughput is bounded by its
+    // transaction round trips, so tasks must not wait for each other (one task's batches never overlap).
+    partitionsConsumedConcurrently: 3 * partitions,
     onFatal: options.onFatal,
     async onTaskAssigned(task, { signal }) {
       const started = performance.now();

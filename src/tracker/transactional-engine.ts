@@ -492,7 +492,9 @@ export async function startTransactionalEngine(options: TransactionalEngineOptio
           await new Promise((r) => setTimeout(r, delay));
         }
       }
-      if (result.outputs.length > 0) await tx.sendBatch({ topicMessages: toTopicMessages(result.outputs), acks: -1 });
+      // In requests of bounded size: one record batch per partition must stay below the
+      // broker's message.max.bytes (1 MB by default), and a big input batch can make more.
+      for (const chunk of chunkOutputs(result.outputs, MAX_REQUEST_BYTES)) await tx.sendBatch({ topicMessages: toTopicMessages(chunk), acks: -1 });
       report('sent');
       await tx.commit();
     } catch (error) {
@@ -597,6 +599,31 @@ export async function startTransactionalEngine(options: TransactionalEngineOptio
       logger.info({ stats }, 'transactional engine stopped');
     },
   };
+}
+
+/** Output bytes per produce request inside a transaction (record batches stay well below 1 MB). */
+const MAX_REQUEST_BYTES = 256 * 1024;
+
+const size = (data: Buffer | string | null | undefined) => (data == null ? 0 : typeof data === 'string' ? Buffer.byteLength(data) : data.length);
+
+/** Consecutive runs of outputs of at most `maxBytes` each (a larger single record alone). */
+export function chunkOutputs(outputs: OutputRecord[], maxBytes: number): OutputRecord[][] {
+  const chunks: OutputRecord[][] = [];
+  let current: OutputRecord[] = [];
+  let bytes = 0;
+  for (const o of outputs) {
+    let n = 64 + size(o.key) + size(o.value);
+    for (const name in o.headers ?? {}) n += name.length + size(o.headers![name]) + 8;
+    if (current.length > 0 && bytes + n > maxBytes) {
+      chunks.push(current);
+      current = [];
+      bytes = 0;
+    }
+    current.push(o);
+    bytes += n;
+  }
+  if (current.length > 0) chunks.push(current);
+  return chunks;
 }
 
 function toTopicMessages(outputs: OutputRecord[]): TopicMessages[] {

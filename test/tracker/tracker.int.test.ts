@@ -199,3 +199,4 @@ describe('tracker', () => {
     expect(await tracker.request('req-7')).toMatchObject({ messageId: ids[7], status: 'read' });
   }, 180_000);
 });
+
