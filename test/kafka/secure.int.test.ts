@@ -5,6 +5,7 @@ import { createKafka } from '../../src/kafka/client.js';
 import { startLocalBroker, type LocalBroker } from '../../src/kafka/local-broker.js';
 import { startIngress } from '../../src/ingress/index.js';
 import { startSender } from '../../src/sender/index.js';
+import { startTracker } from '../../src/tracker/index.js';
 import { startSimulator } from '../../src/simulator/index.js';
 import { isMsgbridgeError } from '../../src/errors.js';
 import { runCli } from '../helpers/cli.js';
@@ -125,6 +126,45 @@ describe('secured Kafka from environment variables alone', () => {
     } finally {
       await sender.drain();
       await simulator.close();
+    }
+  }, 90_000);
+
+  it.each(['scram', 'mtls'] as const)('the tracker over %s: transactions commit, the state reads back with read_committed', async (mode) => {
+    const broker = mode === 'scram' ? scram : mtls;
+    const id = randomUUID().slice(0, 8);
+    const config = envConfig({
+      ...broker.client!.env,
+      MSGBRIDGE__kafka__topics__sendResults: `sec-tres-${id}`,
+      MSGBRIDGE__kafka__topics__deliveryStatus: `sec-tstatus-${id}`,
+      MSGBRIDGE__kafka__topics__messages: `sec-tmessages-${id}`,
+      MSGBRIDGE__kafka__topics__messageState: `sec-tstate-${id}`,
+      MSGBRIDGE__kafka__topics__conversations: `sec-tconv-${id}`,
+      MSGBRIDGE__tracker__groupId: `sec-tracker-${id}`,
+      MSGBRIDGE__tracker__transactionalIdPrefix: `sec-tracker-${id}`,
+    });
+    const tracker = await startTracker({ config, health: false });
+    try {
+      await tracker.ready;
+      const kafka = createKafka(config.kafka, { clientId: 'secure-test' });
+      const producer = kafka.producer();
+      await producer.connect();
+      const message = `01JSEC${id.toUpperCase()}`;
+      await producer.send({
+        topic: config.kafka.topics.sendResults,
+        messages: [{ key: message, value: JSON.stringify({ requestId: `sec-${id}`, businessId: 'biz_1', outcome: 'accepted', messageId: message, type: 'text', recipient: '+15550002222', attempts: 1, acceptedAt: '2023-11-14T22:13:00.000Z', maybeSent: false }), headers: { 'business-id': 'biz_1' } }],
+      });
+      await producer.disconnect();
+      const consumer = kafka.consumer({ groupId: `secure-${randomUUID()}`, maxWaitTimeInMs: 100, readUncommitted: false });
+      const states: Record<string, unknown>[] = [];
+      await consumer.connect();
+      await consumer.subscribe({ topics: [config.kafka.topics.messageState], fromBeginning: true });
+      await consumer.run({ eachMessage: async ({ message: m }) => void states.push(JSON.parse(m.value!.toString()) as Record<string, unknown>) });
+      const deadline = Date.now() + 30_000;
+      while (states.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+      await consumer.disconnect();
+      expect(states).toEqual([expect.objectContaining({ messageId: message, requestId: `sec-${id}`, status: 'accepted' })]);
+    } finally {
+      await tracker.drain();
     }
   }, 90_000);
 
