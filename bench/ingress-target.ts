@@ -5,25 +5,28 @@
 //   platformatic           the same with the @platformatic/kafka producer (kafka.client: platformatic)
 //   discard                the same ingress with publishing disabled: the ceiling
 //   naive                  node:http, one kafkajs send (acks=all) per request: the baseline
+//   <mode>-w<N>            kafkajs, platformatic or discard on N worker threads (ingress.workers: N)
 // Environment: BENCH_BROKERS, BENCH_SECRET, BENCH_TOPICS (JSON {messages, deliveryStatus, webhooksDlq}).
 // Prints {"url","pid"} on stdout once listening; SIGTERM drains and exits.
 import { createServer } from 'node:http';
 import { loadConfig } from '../src/config/load.js';
 import { createWebhookHandler, rulesFromConfig } from '../src/ingress/handle-webhook.js';
-import { startIngress } from '../src/ingress/index.js';
+import { startIngressWorkers } from '../src/ingress/workers.js';
 import { createKafka } from '../src/kafka/client.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 import { createLogger } from '../src/observability/logger.js';
 
 const mode = process.argv[2] ?? 'kafkajs';
-const client = mode.startsWith('platformatic') ? 'platformatic' : 'kafkajs';
+const [, base = mode, workerSuffix] = /^(.*?)(?:-w(\d+))?$/.exec(mode) ?? [];
+const workers = workerSuffix === undefined ? 1 : Number(workerSuffix);
+const client = base.startsWith('platformatic') ? 'platformatic' : 'kafkajs';
 const brokers = (process.env.BENCH_BROKERS ?? '').split(',').filter(Boolean);
 const topics = JSON.parse(process.env.BENCH_TOPICS ?? '{}') as { messages: string; deliveryStatus: string; webhooksDlq: string };
 const config = loadConfig({
   env: { KAFKA_BROKERS: brokers.join(','), MSGBRIDGE_BUSINESS_ID: 'biz_bench', MSGBRIDGE_SIGNING_SECRET: process.env.BENCH_SECRET ?? 'bench-secret' },
   overrides: {
     kafka: { client, topics: { ...topics }, partitions: 6, replicationFactor: 1 },
-    ingress: { host: '127.0.0.1', port: 0 },
+    ingress: { host: '127.0.0.1', port: 0, workers },
     log: { level: 'warn' },
   },
 });
@@ -33,7 +36,7 @@ function announce(url: string) {
   process.stdout.write(`${JSON.stringify({ url, pid: process.pid })}\n`);
 }
 
-if (mode === 'naive') {
+if (base === 'naive') {
   // What a first version would be: node:http, verify and validate (the same pure handler, so
   // that only the server and the publishing differ), then one producer.send per request.
   const handler = createWebhookHandler(rulesFromConfig(config));
@@ -91,14 +94,16 @@ if (mode === 'naive') {
     void producer.disconnect().finally(() => process.exit(0));
   });
 } else {
-  const ingress = await startIngress({
-    config,
+  const ingress = await startIngressWorkers(config, {
     logger,
     brokers,
-    unsafeDiscardRecords: mode === 'discard',
+    unsafeDiscardRecords: base === 'discard',
   });
   announce(ingress.url);
   process.once('SIGTERM', () => {
-    void ingress.drain().finally(() => process.exit(0));
+    void ingress
+      .drain()
+      .finally(() => ingress.terminate())
+      .finally(() => process.exit(0));
   });
 }

@@ -4,6 +4,7 @@
 //   platformatic  the same ingress with the @platformatic/kafka producer (kafka.client: platformatic)
 //   discard       the same ingress with publishing disabled (the ceiling)
 //   naive         node:http with one kafkajs send per request (the baseline)
+//   <mode>-w<N>   kafkajs, platformatic or discard on N worker threads sharing the port (ingress.workers)
 // Each target runs as its own process (its peak RSS is read from /proc/<pid>/status VmHWM).
 // After each publishing run, every event answered 200 is looked up in Kafka.
 //
@@ -40,8 +41,12 @@ const modes = args.modes!.split(',').map((m) => m.trim()).filter(Boolean);
 /** The ingress publishing to Kafka, with either client. */
 const INGRESS_CLIENTS = ['kafkajs', 'platformatic'];
 const isIngress = (mode: string) => INGRESS_CLIENTS.some((c) => mode === c || mode.startsWith(`${c}-`));
+/** The ceiling, on one thread or on N worker threads (discard-wN). */
+const isDiscard = (mode: string) => /^discard(-w\d+)?$/.test(mode);
+/** The ceiling with the same worker threads as `mode`. */
+const ceilingOf = (mode: string) => `discard${/-w\d+$/.exec(mode)?.[0] ?? ''}`;
 for (const mode of modes) {
-  if (!isIngress(mode) && mode !== 'discard' && mode !== 'naive') throw new Error(`unknown mode ${mode}`);
+  if (!isIngress(mode) && !isDiscard(mode) && mode !== 'naive') throw new Error(`unknown mode ${mode}`);
 }
 const SECRET = 'bench-signing-secret';
 const TARGET_SOURCE = fileURLToPath(new URL('./ingress-target.ts', import.meta.url));
@@ -216,7 +221,8 @@ async function main() {
   // Split at dynamic imports, as Node loads the unbundled code: @platformatic/kafka (about
   // 30 MiB) is then loaded only by the target that uses it, not by every target's memory.
   await build({
-    entryPoints: { 'ingress-target': TARGET_SOURCE },
+    // The worker threads' module (ingress.workers) beside it: workers.ts looks for it there.
+    entryPoints: { 'ingress-target': TARGET_SOURCE, 'worker-entry': fileURLToPath(new URL('../src/ingress/worker-entry.ts', import.meta.url)) },
     outdir: dirname(TARGET),
     outExtension: { '.js': '.mjs' },
     splitting: true,
@@ -238,7 +244,7 @@ async function main() {
   try {
     // A fresh JVM is slow until its JIT has seen traffic: warm the broker up once, unmeasured.
     const brokerWarmupMs = Number(args['broker-warmup-ms']);
-    if (brokerWarmupMs > 0 && modes.some((m) => m !== 'discard')) {
+    if (brokerWarmupMs > 0 && modes.some((m) => !isDiscard(m))) {
       const target = await startTarget('kafkajs', brokers);
       await load(target.url, { durationMs: brokerWarmupMs });
       await stopTarget(target);
@@ -278,7 +284,7 @@ async function main() {
         }
         if (mode !== 'naive') result.batches = await batchStats(target.url);
         result.peakRssMb = await stopTarget(target);
-        if (mode !== 'discard') {
+        if (!isDiscard(mode)) {
           const v = await verify(brokers, target, acknowledged);
           result.verified = { acknowledged: acknowledged.length, ...v };
         }
@@ -316,28 +322,29 @@ async function main() {
     };
   };
   const table = modes.map(summary);
-  const discard = table.find((t) => t.mode === 'discard');
+  const ceiling = (mode: string) => table.find((t) => t.mode === ceilingOf(mode));
   const naive = table.find((t) => t.mode === 'naive');
   console.log(JSON.stringify({ results, table }, null, 2));
   console.log('\n| target | events/s (median) | range | p50 ms | p99 ms | p99.9 ms | at half rate: p50 / p99 / p99.9 ms | CPU µs/event | CPU % (range) | mean batch / round trip ms | peak RSS MiB | non-200 | acknowledged missing from Kafka |');
   console.log('|---|---|---|---|---|---|---|---|---|---|---|---|---|');
   for (const t of table) {
     const half = t.halfRate !== undefined ? `${t.halfRate}/s: ${t.halfP50} / ${t.halfP99} / ${t.halfP999} (server side ≤ 20 ms: ${t.halfServerWithin20ms}%)` : '—';
-    const missing = t.mode === 'discard' ? '—' : `${t.missing} of ${t.acknowledged}`;
+    const missing = isDiscard(t.mode) ? '—' : `${t.missing} of ${t.acknowledged}`;
     const batches = t.meanBatch !== undefined ? `${t.meanBatch} / ${t.meanRoundTripMs}` : '—';
     console.log(`| ${t.mode} | ${t.eventsPerSecond} | ${t.range} | ${t.p50} | ${t.p99} | ${t.p999} | ${half} | ${t.cpuPerEventUs} | ${t.cpuTarget} | ${batches} | ${t.peakRssMb} | ${t.nonOk} | ${missing} |`);
   }
   console.log('');
   for (const t of table.filter((x) => isIngress(x.mode))) {
+    const discard = ceiling(t.mode);
     const ratios = [
-      discard ? `${Math.round((t.eventsPerSecond / discard.eventsPerSecond) * 100)}% of the ceiling` : undefined,
+      discard ? `${Math.round((t.eventsPerSecond / discard.eventsPerSecond) * 100)}% of the ceiling (${discard.mode})` : undefined,
       naive ? `${(t.eventsPerSecond / naive.eventsPerSecond).toFixed(2)}× naive` : undefined,
     ].filter(Boolean);
     // The same ratios per round (rounds interleave the targets, so each round compares like with like).
     const perRound = [...new Set(results.map((r) => r.round))].map((round) => {
       const of = (mode: string) => results.find((r) => r.round === round && r.mode === mode)?.eventsPerSecond;
       const own = of(t.mode)!;
-      const c = of('discard');
+      const c = of(ceilingOf(t.mode));
       const n = of('naive');
       return `${c ? `${Math.round((own / c) * 100)}%` : '—'} / ${n ? `${(own / n).toFixed(2)}×` : '—'}`;
     });

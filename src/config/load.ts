@@ -174,6 +174,7 @@ function applyEnv(raw: Json, env: Env, sources: Map<string, string>): void {
   const simple: [string, string][] = [
     ['MSGBRIDGE_PROVIDER_URL', 'provider.url'],
     ['MSGBRIDGE_INGRESS_PORT', 'ingress.port'],
+    ['MSGBRIDGE_INGRESS_WORKERS', 'ingress.workers'],
     ['MSGBRIDGE_SIMULATOR_PORT', 'simulator.port'],
     ['MSGBRIDGE_TRACKER_PORT', 'tracker.port'],
     ['MSGBRIDGE_LOG_LEVEL', 'log.level'],

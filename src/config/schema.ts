@@ -112,6 +112,10 @@ export const providerSchema = z.strictObject({
   connections: positiveInt,
 });
 
+/** `ingress.workers`: an integer from 1 to 256, or "auto" (the CLI's --workers parses with it too). */
+const workersError = { error: (issue: { input?: unknown }) => `expected an integer from 1 to 256 or "auto", got ${JSON.stringify(issue.input)}` };
+export const ingressWorkersSchema = z.union([z.number(workersError).int(workersError).min(1, workersError).max(256, workersError), z.literal('auto', workersError)], workersError);
+
 export const ingressSchema = z.strictObject({
   host: z.string().min(1),
   port,
@@ -145,6 +149,11 @@ export const ingressSchema = z.strictObject({
   maxReceivingPerAddress: z.number().int().min(1).max(1_000_000),
   /** Accept Transfer-Encoding: chunked bodies; false refuses them (400) where no proxy normalises chunk framing. */
   chunkedBodies: z.boolean(),
+  /**
+   * Worker threads serving the port (src/ingress/workers.ts), each a whole ingress with its own
+   * producer and its own limits; 1 = no worker thread; "auto" = the cores this process may use.
+   */
+  workers: ingressWorkersSchema,
 });
 
 const HOUR = 3_600_000;

@@ -35,6 +35,26 @@ export interface StartIngressOptions {
    * ceiling of the HTTP and verification path. Deliberately not a configuration setting.
    */
   unsafeDiscardRecords?: boolean;
+  /** Set by the worker threads of startIngressWorkers (workers.ts) only. */
+  worker?: IngressWorkerHooks;
+}
+
+/** What a worker thread of workers.ts adds to its ingress. */
+export interface IngressWorkerHooks {
+  /** The worker's label in the metrics ("1", "2"...). */
+  id: string;
+  /** What /metrics answers: every worker's metrics, aggregated by the main thread. */
+  metricsText: () => Promise<{ contentType: string; body: string }>;
+  /** /readyz is 200 only when the other workers are ready too. */
+  othersReady: () => boolean;
+}
+
+/** What a worker thread of workers.ts needs to control its ingress. */
+export interface IngressControls {
+  /** Reads the businesses file again (the main thread forwards SIGHUP: signals do not reach worker threads). */
+  reloadBusinesses(): void;
+  /** Closes the listening socket and every connection (before a worker thread ends). */
+  closeAll(): void;
 }
 
 export type IngressState = 'running' | 'draining' | 'stopped';
@@ -66,7 +86,12 @@ export function ingressTopicMaxMessageBytes(config: Config): number {
  * The ingress composition root: configuration → handler, publisher, metrics, server.
  * Resolves once topics exist, the producer is connected and the server listens.
  */
-export async function startIngress(options: StartIngressOptions): Promise<Ingress> {
+export function startIngress(options: StartIngressOptions): Promise<Ingress> {
+  return startIngressWithControls(options);
+}
+
+/** startIngress, with what a worker thread needs (workers.ts). */
+export async function startIngressWithControls(options: StartIngressOptions): Promise<Ingress & IngressControls> {
   const { config } = options;
   const logger = options.logger ?? silentLogger;
   const ingress = config.ingress;
@@ -106,7 +131,7 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
   const registry = options.registry ?? createMetricsRegistry('ingress');
   // The gauges read the publisher at scrape time, after it exists.
   const isReady = () => state === 'running' && publisher.ready && (server?.hasRoom() ?? true);
-  const metrics = createIngressMetrics(registry, { stats: () => publisher.stats(), ready: isReady });
+  const metrics = createIngressMetrics(registry, { stats: () => publisher.stats(), ready: isReady }, { worker: options.worker?.id });
   const publisher = new BatchingPublisher({
     createProducer,
     batchMaxEvents: ingress.batchMaxEvents,
@@ -159,13 +184,14 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
       handler,
       publisher,
       metrics,
-      metricsText: async () => ({ contentType: registry.contentType, body: await registry.metrics() }),
+      metricsText: options.worker?.metricsText ?? (async () => ({ contentType: registry.contentType, body: await registry.metrics() })),
       logger,
       retryAfterSeconds: ingress.retryAfterSeconds,
       bodyTimeoutMs: ingress.idleTimeoutSeconds * 1000,
       memoryBudgetBytes: ingress.queueMaxBytes,
       receiving: { maxTotal: ingress.maxReceivingRequests, maxPerAddress: ingress.maxReceivingPerAddress, graceMs: RECEIVING_GRACE_MS },
       chunkedBodies: ingress.chunkedBodies,
+      othersReady: options.worker?.othersReady,
     });
   } catch (err) {
     businessesWatch?.stop();
@@ -203,6 +229,8 @@ export async function startIngress(options: StartIngressOptions): Promise<Ingres
     registry,
     drain,
     close: drain,
+    reloadBusinesses: () => businessesWatch?.reload(),
+    closeAll: () => server.closeAll(),
   };
 }
 

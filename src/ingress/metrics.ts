@@ -30,8 +30,21 @@ export interface IngressMetrics {
  * The ingress metrics on a prom-client registry. Label children are cached: `labels()` hashes
  * its arguments, which is measurable at tens of thousands of requests a second.
  */
-export function createIngressMetrics(registry: Registry, sources: { stats: () => PublisherStats; ready: () => boolean }): IngressMetrics {
+export function createIngressMetrics(registry: Registry, sources: { stats: () => PublisherStats; ready: () => boolean }, options: { worker?: string } = {}): IngressMetrics {
   const registers = [registry];
+  // With ingress.workers > 1 (workers.ts): which worker thread answered, so that the aggregated
+  // /metrics shows how the kernel spread the connections.
+  let workerRequests: { inc(): void } | undefined;
+  if (options.worker !== undefined) {
+    const counter = new Counter({
+      name: 'msgbridge_ingress_worker_requests_total',
+      help: 'Webhook requests answered by each ingress worker thread (ingress.workers above 1)',
+      labelNames: ['worker'] as const,
+      registers,
+    });
+    counter.inc({ worker: options.worker }, 0);
+    workerRequests = counter.labels(options.worker);
+  }
   const requests = new Counter({
     name: 'msgbridge_ingress_requests_total',
     help: 'Webhook requests by webhook topic and outcome',
@@ -123,6 +136,7 @@ export function createIngressMetrics(registry: Registry, sources: { stats: () =>
       let child = requestChildren.get(id);
       if (!child) requestChildren.set(id, (child = requests.labels(topic, outcome)));
       child.inc();
+      workerRequests?.inc();
     },
     deadLetter(reason) {
       deadLetters.labels(reason).inc();

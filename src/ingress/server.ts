@@ -51,6 +51,8 @@ export interface IngressServerOptions {
   receiving: ReceivingLimits;
   /** Accept chunked bodies (their chunk framing cannot be checked here: framing.ts). */
   chunkedBodies: boolean;
+  /** With worker threads (workers.ts): /readyz is 200 only when this says the other workers are ready too. */
+  othersReady?: () => boolean;
 }
 
 export interface IngressServer {
@@ -70,6 +72,11 @@ export interface IngressServer {
   hasRoom(): boolean;
   /** Closes the listening socket. */
   close(): void;
+  /**
+   * Closes the listening socket and every connection, idle keep-alive ones included. A worker
+   * thread must before it ends: sockets uWS still holds then abort the whole process.
+   */
+  closeAll(): void;
 }
 
 export function startIngressServer(options: IngressServerOptions): Promise<IngressServer> {
@@ -215,7 +222,7 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
     .get(
       '/readyz',
       route((res) => {
-        const ready = exchanges.isAccepting && publisher.ready && exchanges.hasRoom();
+        const ready = exchanges.isAccepting && publisher.ready && exchanges.hasRoom() && (options.othersReady?.() ?? true);
         if (!ready) logger.debug({ status: 503 }, 'not ready');
         responder.write(Responder.of(res), ready ? 200 : 503, ready ? '{"ready":true}' : '{"ready":false}', { retryAfter: !ready });
       }),
@@ -235,6 +242,11 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
       }
       const port = uws.us_socket_local_port(socket as never);
       let listenSocket: us_listen_socket | undefined = socket;
+      const close = () => {
+        exchanges.close();
+        if (listenSocket) uws.us_listen_socket_close(listenSocket);
+        listenSocket = undefined;
+      };
       resolve({
         port,
         get inFlight() {
@@ -243,10 +255,11 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
         stopAccepting: (bodyDeadlineMs) => exchanges.stopAccepting(bodyDeadlineMs),
         whenIdle: () => exchanges.whenIdle(),
         hasRoom: () => exchanges.hasRoom(),
-        close() {
-          exchanges.close();
-          if (listenSocket) uws.us_listen_socket_close(listenSocket);
-          listenSocket = undefined;
+        close,
+        closeAll() {
+          close();
+          // App.close() is in every build msgbridge loads (src/uws.ts), not in every build's types.
+          (app as TemplatedApp & { close?: () => void }).close?.();
         },
       });
     });

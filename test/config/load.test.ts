@@ -162,4 +162,16 @@ describe('configuration loading', () => {
     const bad = file('sender.json', JSON.stringify({ sender }));
     expect(configError(() => loadConfig({ env: { MSGBRIDGE_CONFIG: bad } }))).toMatch(message);
   });
+
+  it('reads ingress.workers (default 1) from MSGBRIDGE_INGRESS_WORKERS or the file: an integer from 1 to 256, or "auto"', () => {
+    expect(loadConfig({ env: {} }).ingress.workers).toBe(1);
+    expect(loadConfig({ env: { MSGBRIDGE_INGRESS_WORKERS: '4' } }).ingress.workers).toBe(4);
+    expect(loadConfig({ env: { MSGBRIDGE_INGRESS_WORKERS: 'auto' } }).ingress.workers).toBe('auto');
+    expect(loadConfig({ env: { MSGBRIDGE_CONFIG: file('workers.json', JSON.stringify({ ingress: { workers: 'auto' } })) } }).ingress.workers).toBe('auto');
+    for (const bad of ['0', '257', '1.5', 'many', 'AUTO']) {
+      expect(configError(() => loadConfig({ env: { MSGBRIDGE_INGRESS_WORKERS: bad } }))).toMatch(/^CONFIG_INVALID: invalid configuration:\n  - ingress\.workers: expected an integer from 1 to 256 or "auto", got .* \(from MSGBRIDGE_INGRESS_WORKERS\)$/);
+    }
+    const inFile = file('workers-bad.json', JSON.stringify({ ingress: { workers: -2 } }));
+    expect(configError(() => loadConfig({ env: { MSGBRIDGE_CONFIG: inFile } }))).toContain(`ingress.workers: expected an integer from 1 to 256 or "auto", got -2 (from ${inFile})`);
+  });
 });

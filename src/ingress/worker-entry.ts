@@ -1,0 +1,138 @@
+import { parentPort, workerData } from 'node:worker_threads';
+import { Registry } from 'prom-client';
+import { isMsgbridgeError } from '../errors.js';
+import { createLogger } from '../observability/logger.js';
+import { startIngressWithControls, type Ingress, type IngressControls } from './index.js';
+import type { FromWorker, IngressWorkerData, ToWorker } from './workers.js';
+
+/**
+ * One worker thread of startIngressWorkers (workers.ts): a whole ingress on the shared port,
+ * whose /metrics and /readyz speak for every worker. Its readiness goes to its slot in shared
+ * memory every READINESS_MS. Before the thread ends, every uWS socket is closed (closeAll):
+ * a thread that ends while uWS holds sockets aborts the whole process.
+ */
+
+const READINESS_MS = 100;
+const METRICS_TIMEOUT_MS = 10_000;
+
+const data = workerData as IngressWorkerData;
+const port = parentPort!;
+const slots = new Int32Array(data.slots);
+const label = String(data.index + 1);
+const logger = createLogger({ level: data.config.log.level, name: 'ingress' }).child({ worker: data.index + 1 });
+const send = (message: FromWorker) => port.postMessage(message);
+
+let ingress: (Ingress & IngressControls) | undefined;
+let readiness: NodeJS.Timeout | undefined;
+let ending = false;
+/** A drain or close asked for before the ingress listened: done once it does. */
+let stopRequested: 'drain' | 'close' | undefined;
+let nextId = 0;
+const metricsReplies = new Map<number, (reply: { body?: string; error?: string }) => void>();
+
+/** Ends the thread once the last log lines are out; every socket closed first. */
+const end = (code: number) => {
+  ending = true;
+  clearInterval(readiness);
+  Atomics.store(slots, data.index, 0);
+  ingress?.closeAll();
+  const exit = () => process.exit(code);
+  const timer = setTimeout(exit, 1000);
+  logger.flush(() => {
+    clearTimeout(timer);
+    // A turn of the loop for uWS to finish closing its sockets.
+    setImmediate(exit);
+  });
+};
+
+const crash = (err: unknown) => {
+  if (ending) return;
+  // The main thread logs it, once.
+  send({ type: 'crashed', error: err instanceof Error ? (err.stack ?? err.message) : String(err) });
+  end(1);
+};
+process.on('uncaughtException', crash);
+process.on('unhandledRejection', crash);
+
+const metricsText = () =>
+  new Promise<{ contentType: string; body: string }>((resolve, reject) => {
+    const id = ++nextId;
+    const timer = setTimeout(() => {
+      metricsReplies.delete(id);
+      reject(new Error(`the main thread did not aggregate the workers' metrics within ${METRICS_TIMEOUT_MS} ms`));
+    }, METRICS_TIMEOUT_MS);
+    metricsReplies.set(id, (reply) => {
+      clearTimeout(timer);
+      if (reply.body !== undefined) resolve({ contentType: Registry.PROMETHEUS_CONTENT_TYPE, body: reply.body });
+      else reject(new Error(reply.error ?? 'metrics collection failed'));
+    });
+    send({ type: 'metrics', id });
+  });
+
+const othersReady = () => {
+  for (let i = 0; i < slots.length; i++) if (i !== data.index && Atomics.load(slots, i) !== 1) return false;
+  return true;
+};
+
+const onMessage = (message: ToWorker) => {
+  switch (message.type) {
+    case 'collect':
+      if (!ingress) return;
+      void ingress.registry.getMetricsAsJSON().then(
+        (metrics) => send({ type: 'collected', id: message.id, metrics }),
+        (err: unknown) => logger.error({ err }, 'metrics collection failed'),
+      );
+      return;
+    case 'metrics':
+      metricsReplies.get(message.id)?.(message);
+      metricsReplies.delete(message.id);
+      return;
+    case 'reload':
+      ingress?.reloadBusinesses();
+      return;
+    case 'drain':
+      if (!ingress) {
+        stopRequested ??= 'drain';
+        return;
+      }
+      Atomics.store(slots, data.index, 0);
+      clearInterval(readiness);
+      void ingress.drain().then(
+        () => {
+          send({ type: 'drained', ok: true });
+          end(0);
+        },
+        (err: unknown) => {
+          send({ type: 'drained', ok: false, error: (err as Error).message });
+          end(1);
+        },
+      );
+      return;
+    case 'close-now':
+      if (!ingress) stopRequested = 'close';
+      else end(1);
+      return;
+  }
+};
+port.on('message', onMessage);
+
+try {
+  ingress = await startIngressWithControls({
+    config: { ...data.config, ingress: { ...data.config.ingress, port: data.port } },
+    logger,
+    brokers: data.brokers,
+    unsafeDiscardRecords: data.unsafeDiscardRecords,
+    worker: { id: label, metricsText, othersReady },
+  });
+} catch (err) {
+  send({ type: 'start-failed', code: isMsgbridgeError(err) ? err.code : undefined, message: (err as Error).message });
+  end(1);
+}
+if (ingress) {
+  const started = ingress;
+  const publish = () => Atomics.store(slots, data.index, started.ready ? 1 : 0);
+  publish();
+  readiness = setInterval(publish, READINESS_MS);
+  send({ type: 'listening', port: started.port });
+  if (stopRequested) onMessage({ type: stopRequested === 'drain' ? 'drain' : 'close-now' });
+}
