@@ -3,6 +3,8 @@ import { providerErrorSchema } from './common.js';
 import { HEADER, SCHEMA_ID } from './headers.js';
 import { sendRequestSchema, sendResultSchema } from './send.js';
 import { deliveryStatusEventSchema, inboundMessageEventSchema } from './webhook-events.js';
+import { conversationWindowSchema } from '../tracker/conversation-window.js';
+import { messageStateSchema } from '../tracker/message-state.js';
 
 /**
  * The AsyncAPI 3 document of the relay's public surface — the Kafka topics it reads and
@@ -31,6 +33,34 @@ const relayHeaders = (extra: Record<string, unknown> = {}, required: string[] = 
   required: [HEADER.eventId, HEADER.businessId, HEADER.receivedAt, HEADER.contentType, HEADER.schema, ...required],
 });
 
+/** Headers of the tracker's records: no received-at (a state is derived, not received). */
+const trackerHeaders = (eventId: string) => ({
+  type: 'object',
+  properties: {
+    [HEADER.eventId]: stringHeader(eventId),
+    [HEADER.businessId]: stringHeader('The business the state belongs to.'),
+    [HEADER.contentType]: stringHeader('Media type of the value: application/json.'),
+    [HEADER.schema]: stringHeader('Schema id of the value.'),
+  },
+  required: [HEADER.eventId, HEADER.businessId, HEADER.contentType, HEADER.schema],
+});
+
+const readCommitted =
+  'Written in Kafka transactions (exactly once): read it with isolation.level=read_committed (the kafkajs default; librdkafka, the Java client and @platformatic/kafka default to read_uncommitted and would show records of aborted transactions).';
+
+/** A compacted topic: Kafka keeps at least the latest record of each key. */
+const compacted = { kafka: { topicConfiguration: { 'cleanup.policy': ['compact'] }, bindingVersion: '0.5.0' } };
+
+function messageStateJsonSchema(): Record<string, unknown> {
+  const json = schemaOf(messageStateSchema);
+  const properties = json.properties as Record<string, Record<string, unknown>>;
+  properties.eventIds = {
+    ...properties.eventIds,
+    description: 'Bookkeeping of the tracker: the event-ids it applied to this state (the last 32, most recent last), so that deduplication survives a restore. Not part of the public state; the queries leave it out.',
+  };
+  return json;
+}
+
 const webhookHeaders = {
   ...relayHeaders({ [HEADER.signature]: stringHeader('The provider signature header as received, so a consumer can re-verify the bytes.') }, [HEADER.signature]),
 };
@@ -54,7 +84,7 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
       title: 'msgbridge',
       version,
       description:
-        'Relay between a WhatsApp/SMS messaging provider and Apache Kafka. The ingress receives signed provider webhooks and publishes them to Kafka, answering 200 only once Kafka holds them (acks=all); the sender consumes send requests, calls the provider and publishes results.',
+        'Relay between a WhatsApp/SMS messaging provider and Apache Kafka. The ingress receives signed provider webhooks and publishes them to Kafka, answering 200 only once Kafka holds them (acks=all); the sender consumes send requests, calls the provider and publishes results; the tracker folds send results and delivery statuses into one state per message (message-state) and inbound messages into conversation windows (conversations), exactly once, on compacted topics.',
       license: { name: 'Apache-2.0' },
     },
     defaultContentType: 'application/json',
@@ -98,6 +128,20 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
         servers: [{ $ref: '#/servers/kafka' }],
         description: 'Send requests that can never be sent (invalid), with the original key and bytes and the reason in error-reason.',
         messages: { invalidSendRequest: { $ref: '#/components/messages/sendRequestDlqRecord' } },
+      },
+      messageState: {
+        address: 'message-state',
+        servers: [{ $ref: '#/servers/kafka' }],
+        description: `Compacted: the current state of each message, keyed by the message id and co-partitioned with send-results and delivery_status; each change publishes the whole new state, and the status never goes back. Written by the tracker from send-results (accepted ones) and delivery_status. ${readCommitted}`,
+        messages: { messageState: { $ref: '#/components/messages/messageStateRecord' } },
+        bindings: compacted,
+      },
+      conversations: {
+        address: 'conversations',
+        servers: [{ $ref: '#/servers/kafka' }],
+        description: `Compacted: the 24-hour customer-service window of each conversation, keyed by <businessId>:<customer>. Written by the tracker from messages (the latest inbound timestamp; never moves back). ${readCommitted}`,
+        messages: { conversationWindow: { $ref: '#/components/messages/conversationWindowRecord' } },
+        bindings: compacted,
       },
       webhookMessagesEndpoint: {
         address: '/webhooks/{businessId}/messages',
@@ -145,6 +189,11 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
       consumeSendRequest: { action: 'receive', channel: { $ref: '#/channels/sendRequests' } },
       publishSendResult: { action: 'send', channel: { $ref: '#/channels/sendResults' } },
       publishInvalidSendRequest: { action: 'send', channel: { $ref: '#/channels/sendRequestsDlq' } },
+      trackSendResult: { action: 'receive', channel: { $ref: '#/channels/sendResults' }, summary: 'The tracker reads the accepted send results (consumer group tracker.groupId).' },
+      trackDeliveryStatus: { action: 'receive', channel: { $ref: '#/channels/deliveryStatus' }, summary: 'The tracker reads the delivery statuses (consumer group tracker.groupId).' },
+      trackInboundMessage: { action: 'receive', channel: { $ref: '#/channels/messages' }, summary: 'The tracker reads the inbound messages (consumer group tracker.groupId).' },
+      publishMessageState: { action: 'send', channel: { $ref: '#/channels/messageState' }, summary: 'The tracker publishes a message\'s new state, in the transaction that commits its input offsets.' },
+      publishConversationWindow: { action: 'send', channel: { $ref: '#/channels/conversations' }, summary: 'The tracker publishes a conversation\'s moved window, in the transaction that commits its input offsets.' },
     },
     components: {
       schemas: {
@@ -153,6 +202,8 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
         SendRequest: schemaOf(sendRequestSchema),
         SendResult: schemaOf(sendResultSchema),
         ProviderError: schemaOf(providerErrorSchema),
+        MessageState: messageStateJsonSchema(),
+        ConversationWindow: schemaOf(conversationWindowSchema),
       },
       messages: {
         inboundMessageRecord: {
@@ -194,6 +245,20 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
           headers: relayHeaders({ [HEADER.errorReason]: stringHeader('Why the request can never be sent.') }, [HEADER.errorReason]),
           payload: { description: 'The original bytes of the request.' },
           bindings: kafkaKey('the original key'),
+        },
+        messageStateRecord: {
+          name: SCHEMA_ID.messageState,
+          contentType: 'application/json',
+          headers: trackerHeaders('Id of this version of the state: hex SHA-256 of the message id, events and updatedAt.'),
+          payload: { $ref: '#/components/schemas/MessageState' },
+          bindings: kafkaKey('the message id'),
+        },
+        conversationWindowRecord: {
+          name: SCHEMA_ID.conversations,
+          contentType: 'application/json',
+          headers: trackerHeaders('Id of this version of the window: hex SHA-256 of the key and lastInboundAt.'),
+          payload: { $ref: '#/components/schemas/ConversationWindow' },
+          bindings: kafkaKey('<businessId>:<customer>, the customer being the sender.id of the inbound messages'),
         },
         inboundMessageWebhook: {
           name: 'inbound-message-webhook',

@@ -3,6 +3,10 @@ import { partySchema, providerErrorSchema } from './common.js';
 import { deliveryStatusEventSchema, inboundMessageEventSchema } from './webhook-events.js';
 import { sendRequestSchema, sendResultSchema } from './send.js';
 import { webhookRegistrationSchema } from './provider-api.js';
+// The tracker's output values are defined next to the pure rules that produce them (src/tracker);
+// both modules are pure and import only from contracts, so this import adds no cycle.
+import { conversationWindowSchema } from '../tracker/conversation-window.js';
+import { messageStateSchema } from '../tracker/message-state.js';
 
 /** The contracts published as JSON Schema files under schemas/ (committed, checked for staleness by a test). */
 export const PUBLISHED_SCHEMAS = {
@@ -13,6 +17,8 @@ export const PUBLISHED_SCHEMAS = {
   'send-request.schema.json': { schema: sendRequestSchema, title: 'Send request (topic send-requests)' },
   'send-result.schema.json': { schema: sendResultSchema, title: 'Send result (topic send-results)' },
   'webhook-registration.schema.json': { schema: webhookRegistrationSchema, title: 'Webhook registration' },
+  'message-state.schema.json': { schema: messageStateSchema, title: 'Message state (compacted topic message-state, key = message id)' },
+  'conversation-window.schema.json': { schema: conversationWindowSchema, title: 'Conversation window (compacted topic conversations, key = <businessId>:<customer>)' },
 } as const;
 
 export function renderJsonSchemas(): Record<string, string> {

@@ -3,7 +3,11 @@ import { join } from 'node:path';
 import { Parser } from '@asyncapi/parser';
 import { describe, expect, it } from 'vitest';
 import pkg from '../../package.json' with { type: 'json' };
+import { z } from 'zod';
 import { buildAsyncApiDocument } from '../../src/contracts/asyncapi.js';
+import { HEADER, SCHEMA_ID } from '../../src/contracts/headers.js';
+import { conversationWindowSchema } from '../../src/tracker/conversation-window.js';
+import { messageStateSchema } from '../../src/tracker/message-state.js';
 
 const file = join(import.meta.dirname, '..', '..', 'docs', 'asyncapi.json');
 
@@ -20,8 +24,53 @@ describe('AsyncAPI document', () => {
     expect(document!.version()).toBe('3.0.0');
     const addresses = document!.channels().all().map((c) => c.address());
     expect(addresses.sort()).toEqual(
-      ['/webhooks/{businessId}', '/webhooks/{businessId}/delivery_status', '/webhooks/{businessId}/messages', 'delivery_status', 'messages', 'send-requests', 'send-requests-dlq', 'send-results', 'webhooks-dlq'].sort(),
+      [
+        '/webhooks/{businessId}',
+        '/webhooks/{businessId}/delivery_status',
+        '/webhooks/{businessId}/messages',
+        'conversations',
+        'delivery_status',
+        'message-state',
+        'messages',
+        'send-requests',
+        'send-requests-dlq',
+        'send-results',
+        'webhooks-dlq',
+      ].sort(),
     );
+  });
+
+  it('documents the tracker topics: compacted, keyed, with their headers and payloads, read with read_committed', async () => {
+    const { document } = await new Parser().parse(readFileSync(file, 'utf8'));
+    const cases = [
+      { address: 'message-state', schema: SCHEMA_ID.messageState, key: /message id/, zod: messageStateSchema },
+      { address: 'conversations', schema: SCHEMA_ID.conversations, key: /<businessId>:<customer>/, zod: conversationWindowSchema },
+    ];
+    for (const c of cases) {
+      const channel = document!.channels().all().find((ch) => ch.address() === c.address)!;
+      expect(channel, c.address).toBeDefined();
+      expect(channel.description()).toMatch(/compacted/i);
+      expect(channel.description()).toContain('isolation.level=read_committed');
+      expect(channel.bindings().get('kafka')!.value()).toMatchObject({ topicConfiguration: { 'cleanup.policy': ['compact'] } });
+      const message = channel.messages().all()[0]!;
+      expect(message.name()).toBe(c.schema);
+      expect(message.contentType()).toBe('application/json');
+      expect(message.headers()!.required()).toEqual([HEADER.eventId, HEADER.businessId, HEADER.contentType, HEADER.schema]);
+      expect((message.bindings().get('kafka')!.value() as { key: { description: string } }).key.description).toMatch(c.key);
+      // The payload is the zod contract's JSON Schema: every field, the same required ones.
+      const payload = message.payload()!;
+      const json = z.toJSONSchema(c.zod, { target: 'draft-7', io: 'input' }) as { properties: object; required: string[] };
+      expect(Object.keys(payload.properties() ?? {}).sort()).toEqual(Object.keys(json.properties).sort());
+      expect([...(payload.required() ?? [])].sort()).toEqual([...json.required].sort());
+      const writers = channel.operations().all().filter((o) => o.action() === 'send');
+      expect(writers.map((o) => o.id())).toHaveLength(1);
+    }
+    const stateProps = document!.components().schemas().get('MessageState')!.properties()!;
+    expect(stateProps.eventIds!.description()).toMatch(/bookkeeping/i);
+    for (const input of ['send-results', 'delivery_status', 'messages']) {
+      const ops = document!.channels().all().find((ch) => ch.address() === input)!.operations().all();
+      expect(ops.some((o) => o.action() === 'receive' && o.id()!.startsWith('track')), input).toBe(true);
+    }
   });
 
   it('the parser reports a broken document', async () => {
