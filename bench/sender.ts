@@ -9,7 +9,9 @@
 //   - order per recipient, checked on the simulator's log of send calls (first call of each
 //     request, per recipient, must follow the produced order), and that each request has a result.
 // Scenarios: the default configuration (concurrency 64, 200 sends/s per business: the rate limit
-// is the bound) and a concurrency-bound one (rate limit lifted: concurrency / L is the bound).
+// is the bound) and a concurrency-bound one (rate limit lifted: concurrency / L is the bound),
+// also with the conversation window guard on (sender.conversationWindow "reject", an open window
+// per recipient on a conversations topic: every text is looked up, none refused).
 // In the same run, a naive baseline: kafkajs `eachMessage`, one awaited provider call and one
 // awaited result publish per request, on its own copy of the backlog for a fixed duration.
 // Failure scenarios: a provider outage (every send answered 5xx for --outage-seconds, mid-stream:
@@ -33,6 +35,7 @@ import { build } from 'esbuild';
 import { Kafka, logLevel, type Consumer } from 'kafkajs';
 import { Pool, request } from 'undici';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
+import { ensureTopics } from '../src/kafka/topics.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CLI_SOURCE = fileURLToPath(new URL('../src/cli.ts', import.meta.url));
@@ -72,6 +75,8 @@ interface Scenario {
   steadyPerSecond?: number;
   /** The provider answers every send 5xx for `seconds`, starting once `afterResults` results are in. */
   outage?: { afterResults: number; seconds: number };
+  /** sender.conversationWindow "reject", with an open window for every recipient on a conversations topic. */
+  conversationWindow?: boolean;
 }
 
 interface OutageFigures {
@@ -210,23 +215,43 @@ async function waitUntil(condition: () => boolean, timeoutMs: number, what: stri
   }
 }
 
-async function createTopics(kafka: Kafka, topics: string[]): Promise<void> {
+async function createTopics(kafka: Kafka, topics: string[], configEntries?: { name: string; value: string }[]): Promise<void> {
   const admin = kafka.admin();
   await admin.connect();
-  await admin.createTopics({ topics: topics.map((topic) => ({ topic, numPartitions: PARTITIONS, replicationFactor: 1 })), waitForLeaders: true });
-  // Leaders can take a moment to be known everywhere right after creation.
-  for (let i = 0; i < 50; i++) {
-    const metadata = await admin.fetchTopicMetadata({ topics });
-    if (metadata.topics.every((t) => t.partitions.length === PARTITIONS && t.partitions.every((p) => p.leader >= 0))) break;
-    await new Promise((r) => setTimeout(r, 100));
+  // The project's bootstrap waits until every leader really hosts its partitions (kafkajs's own
+  // waitForLeaders gives up on a busy broker with "does not host this topic-partition").
+  try {
+    await ensureTopics(admin, topics.map((topic) => ({ topic, partitions: PARTITIONS, replicationFactor: 1, ...(configEntries ? { configEntries } : {}) })));
+  } finally {
+    await admin.disconnect();
   }
-  await admin.disconnect();
+}
+
+/**
+ * A compacted conversations topic with an open window for each of the K recipients (the guard
+ * then looks every text up and lets it through: the cost measured is the lookup's).
+ */
+async function prepareConversations(kafka: Kafka, topic: string): Promise<void> {
+  await createTopics(kafka, [topic], [{ name: 'cleanup.policy', value: 'compact' }]);
+  const at = new Date();
+  const until = new Date(at.getTime() + 24 * 3_600_000);
+  const windows = Array.from({ length: K }, (_, k) => ({
+    key: `${BUSINESS.id}:${recipient(k)}`,
+    value: JSON.stringify({ businessId: BUSINESS.id, customer: recipient(k), lastInboundAt: at.toISOString(), windowOpenUntil: until.toISOString() }),
+  }));
+  await preload(kafka, topic, windows);
 }
 
 async function runScenario(kafka: Kafka, brokers: string[], simulatorUrl: string, scenario: Scenario): Promise<ScenarioResult> {
   const run = randomUUID().slice(0, 8);
   const topics = { sendRequests: `bench-req-${run}`, sendResults: `bench-res-${run}`, sendRequestsDlq: `bench-dlq-${run}` };
   await createTopics(kafka, Object.values(topics));
+  const guardEnv: Record<string, string> = {};
+  if (scenario.conversationWindow) {
+    const conversations = `bench-conv-${run}`;
+    await prepareConversations(kafka, conversations);
+    Object.assign(guardEnv, { MSGBRIDGE__kafka__topics__conversations: conversations, MSGBRIDGE__sender__conversationWindow: 'reject', MSGBRIDGE__sender__conversationWindowGraceMs: '0' });
+  }
   const all = requests(run, scenario.requests);
   if (scenario.steadyPerSecond === undefined) {
     line(`[${scenario.name}] preloading ${scenario.requests} requests over ${K} recipients…`);
@@ -241,6 +266,7 @@ async function runScenario(kafka: Kafka, brokers: string[], simulatorUrl: string
     MSGBRIDGE__sender__concurrency: String(scenario.sender.concurrency),
     MSGBRIDGE__sender__ratePerSecond: String(scenario.sender.ratePerSecond),
     MSGBRIDGE__sender__maxBufferedRequests: String(scenario.sender.maxBufferedRequests),
+    ...guardEnv,
   });
   await firstLine(child, (l) => l.startsWith('{"sender"'));
   const readyAt = Date.now();
@@ -523,6 +549,12 @@ async function main() {
     const scenarios: Scenario[] = [
       { name: 'default (rate-bound)', requests: N, sender: { concurrency: 64, ratePerSecond: 200, maxBufferedRequests: 2000 } },
       { name: 'rate limit lifted (concurrency-bound)', requests: N_CONCURRENCY, sender: { concurrency: 64, ratePerSecond: 100_000, maxBufferedRequests: 2000 } },
+      {
+        name: 'rate limit lifted (concurrency-bound), conversation window guard on',
+        requests: N_CONCURRENCY,
+        sender: { concurrency: 64, ratePerSecond: 100_000, maxBufferedRequests: 2000 },
+        conversationWindow: true,
+      },
       { name: 'steady 100/s, no backlog (latency)', requests: STEADY_REQUESTS, steadyPerSecond: 100, sender: { concurrency: 64, ratePerSecond: 200, maxBufferedRequests: 2000 } },
       {
         name: `provider outage ${OUTAGE_SECONDS} s mid-stream (default config)`,

@@ -5,6 +5,7 @@ import { sendRequestRecipient, sendRequestSchema, sendResultSchema, deliveryStat
 import type { Config } from '../config/schema.js';
 import { MsgbridgeError } from '../errors.js';
 import { createKafka } from '../kafka/client.js';
+import { OUTSIDE_WINDOW_CODE } from '../sender/conversation-guard.js';
 import { commandConfig, operatorBrokers } from './context.js';
 import { parseIntegerOption } from './options.js';
 
@@ -33,13 +34,21 @@ export function registerSendCommand(program: Command): void {
 
   common(send.command('text').description('send a free-form text (needs an open 24-hour window)'))
     .requiredOption('--text <text>', 'the message text')
-    .action(async (opts: CommonOptions & { to: string; text: string }, command: Command) => {
+    .option('--fallback-template <name>', 'a template the sender sends instead when the customer\'s 24-hour window is closed (with sender.conversationWindow "reject")')
+    .option('-p, --param <name=value>', 'a parameter of the fallback template (repeatable)', collectParam, [] as { name: string; value: string }[])
+    .option('--ignore-conversation-window', 'send the text whatever the sender knows of the conversation window (conversationWindow: "ignore")')
+    .action(async (opts: CommonOptions & { to: string; text: string; fallbackTemplate?: string; param: { name: string; value: string }[]; ignoreConversationWindow?: boolean }, command: Command) => {
+      if (opts.param.length > 0 && opts.fallbackTemplate === undefined) {
+        throw new MsgbridgeError('INVALID_ARGUMENT', '--param sets a parameter of the fallback template: it needs --fallback-template <name>');
+      }
       await runSend(command, opts, {
         requestId: opts.requestId ?? `cli-${randomUUID()}`,
         ...(opts.business ? { businessId: opts.business } : {}),
         type: 'text',
         recipient: { channelType: 'whatsapp', id: opts.to },
         message: { text: opts.text },
+        ...(opts.fallbackTemplate !== undefined ? { fallbackTemplate: { templateName: opts.fallbackTemplate, parameters: opts.param } } : {}),
+        ...(opts.ignoreConversationWindow ? { conversationWindow: 'ignore' } : {}),
       });
     });
 
@@ -161,14 +170,16 @@ async function follow(kafka: ReturnType<typeof createKafka>, config: Config, req
         const r = result.data;
         if (r.outcome === 'accepted') {
           messageId = r.messageId;
-          say(`${since()} accepted: message id ${messageId} (attempts ${r.attempts}${r.maybeSent ? '; an earlier attempt may also have created a message' : ''})`);
+          const as = r.sentAs === 'template' && request.type === 'text' ? ` as the fallback template ${request.fallbackTemplate?.templateName ?? ''} (the conversation window is closed)` : '';
+          say(`${since()} accepted${as}: message id ${messageId} (attempts ${r.attempts}${r.maybeSent ? '; an earlier attempt may also have created a message' : ''})`);
           for (const e of early.filter((x) => x.id === messageId)) onStatus(e.status, e.text);
         } else if (r.outcome === 'expired') {
           say(`${since()} expired: not sent, past ${r.expiresAt} (set by ${r.expiredBy}) after ${r.attempts} attempt(s)${r.maybeSent ? '; an attempt may have created the message' : ''}`);
           resolve(SEND_EXIT.failed);
         } else {
           const e = r.error;
-          const where = r.attempts === 0 ? 'rejected without a send (dead-lettered)' : `rejected after ${r.attempts} attempt(s)`;
+          const where =
+            r.attempts > 0 ? `rejected after ${r.attempts} attempt(s)` : e.code === OUTSIDE_WINDOW_CODE ? 'rejected without a send (outside the conversation window)' : 'rejected without a send (dead-lettered)';
           say(`${since()} ${where}: ${e.code} ${e.message}${e.httpStatus ? ` (HTTP ${e.httpStatus})` : ''}`);
           resolve(SEND_EXIT.failed);
         }

@@ -187,6 +187,22 @@ export const senderSchema = z
   /** Where the sender serves /healthz, /readyz and /metrics; port 0 = any free port. */
   healthHost: z.string().min(1),
   healthPort: port,
+  /**
+   * The 24-hour conversation window guard (src/sender/README.md "Conversation window"): `off`
+   * sends every text as it is; `reject` reads the tracker's `conversations` topic before
+   * consuming and refuses a text whose window is known closed (or sends its fallbackTemplate).
+   */
+  conversationWindow: z.enum(['off', 'reject'], { error: 'expected "off" (send every text) or "reject" (refuse a text outside the 24-hour window)' }),
+  /** Open windows kept in memory (about 110 bytes of heap each, README); past it the least recently updated is dropped. */
+  conversationTableMaxEntries: z.number().int().min(1000).max(50_000_000),
+  /** Longest start-up wait for the conversations topic to exist and be read to its end; past it the start fails. */
+  conversationTableReadTimeoutMs: z.number().int().min(1000).max(3_600_000),
+  /**
+   * A text whose window is not known open, from a request younger than this, waits until the
+   * request is this old (re-checking the window) before it is refused: the inbound message that
+   * opens the window may still be on its way through the tracker. 0 = decide at once.
+   */
+  conversationWindowGraceMs: z.number().int().min(0).max(60_000),
 })
   .superRefine((s, ctx) => {
     if (s.backoffInitialMs > s.backoffMaxMs) ctx.addIssue({ code: 'custom', path: ['backoffInitialMs'], message: `must not exceed backoffMaxMs (${s.backoffMaxMs})` });

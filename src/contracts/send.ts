@@ -7,17 +7,39 @@ const businessIdSchema = z.string().min(1).max(128);
 /** Longest time-to-live a request may ask for: a week, the longest a send is worth making late. */
 export const MAX_TTL_MS = 7 * 24 * 3600 * 1000;
 
+export const templateParameterSchema = z.looseObject({
+  name: z.string().min(1),
+  value: z.string(),
+});
+
 /**
  * Fields of a request that belong to the relay and never reach the provider: `expiresAt` (ISO
  * time with an offset) or `ttlMs` (from the record's timestamp) say when it stops being worth
- * sending.
+ * sending; `conversationWindow: "ignore"` sends a text whatever the sender knows of the
+ * customer's 24-hour window (src/sender/README.md "Conversation window"); it changes nothing
+ * for a template, which may always be sent.
  */
 const relayFields = {
   requestId: requestIdSchema,
   businessId: businessIdSchema.optional(),
   expiresAt: z.iso.datetime({ offset: true, message: 'expected an ISO 8601 time with a zone (2026-11-23T10:00:00Z)' }).optional(),
   ttlMs: z.number().int('expected whole milliseconds').positive('expected a positive number of milliseconds').max(MAX_TTL_MS, `at most ${MAX_TTL_MS} (7 days)`).optional(),
+  conversationWindow: z.enum(['ignore'], { error: 'expected "ignore" (send the text whatever the conversation window), or leave the field out' }).optional(),
 };
+
+/**
+ * The template a text request names to be sent instead when the customer's 24-hour window is
+ * known closed (`sentAs: "template"` in the result). Other fields (`language`...) pass through
+ * to the provider with it.
+ */
+export const fallbackTemplateSchema = z.looseObject(
+  {
+    templateName: z.string({ error: 'expected the name of an approved template' }).min(1, 'expected the name of an approved template'),
+    parameters: z.array(templateParameterSchema).max(100).default([]),
+  },
+  { error: 'expected an object {"templateName": "...", "parameters": [{"name": "...", "value": "..."}]}' },
+);
+export type FallbackTemplate = z.infer<typeof fallbackTemplateSchema>;
 
 /** Text send request. Unknown fields (callbackData, sender, campaignName...) pass through to the provider. */
 export const textSendRequestSchema = z.looseObject({
@@ -25,11 +47,7 @@ export const textSendRequestSchema = z.looseObject({
   type: z.literal('text'),
   recipient: partySchema.extend({ id: recipientNumber }),
   message: z.looseObject({ text: z.string().min(1, 'message text must not be empty') }),
-});
-
-export const templateParameterSchema = z.looseObject({
-  name: z.string().min(1),
-  value: z.string(),
+  fallbackTemplate: fallbackTemplateSchema.optional(),
 });
 
 /** Template send request. `language` and other optional fields pass through. */
@@ -39,6 +57,7 @@ export const templateSendRequestSchema = z.looseObject({
   number: recipientNumber,
   templateName: z.string().min(1),
   parameters: z.array(templateParameterSchema).max(100).default([]),
+  fallbackTemplate: z.never({ error: 'fallbackTemplate applies to text requests only: a template is sent whatever the conversation window' }).optional(),
 });
 
 export const sendRequestSchema = z.discriminatedUnion('type', [textSendRequestSchema, templateSendRequestSchema]);
@@ -49,6 +68,13 @@ export type SendRequest = z.infer<typeof sendRequestSchema>;
 export function sendRequestRecipient(request: SendRequest): string {
   return request.type === 'text' ? request.recipient.id : request.number;
 }
+
+/**
+ * What went out when it was not what the request asked for: `"template"` when a text request's
+ * `fallbackTemplate` was sent instead, its customer's conversation window being closed. Absent
+ * when the request was sent as it is.
+ */
+const sentAsSchema = z.enum(['text', 'template']);
 
 export const acceptedSendResultSchema = z.object({
   requestId: requestIdSchema,
@@ -61,6 +87,7 @@ export const acceptedSendResultSchema = z.object({
   /** An earlier attempt may have created another message for this request (lost answer). */
   maybeSent: z.boolean(),
   acceptedAt: z.iso.datetime(),
+  sentAs: sentAsSchema.optional(),
 });
 
 export const sendFailureSchema = providerErrorSchema.extend({
@@ -81,6 +108,7 @@ export const rejectedSendResultSchema = z.object({
   maybeSent: z.boolean(),
   rejectedAt: z.iso.datetime().optional(),
   error: sendFailureSchema,
+  sentAs: sentAsSchema.optional(),
 });
 
 export const expiredSendResultSchema = z.object({
@@ -96,6 +124,7 @@ export const expiredSendResultSchema = z.object({
   /** What set that time: the request's `expiresAt` or `ttlMs`, or the sender's `maxRequestAgeMs`. */
   expiredBy: z.enum(['expiresAt', 'ttlMs', 'maxRequestAgeMs']),
   expiredAt: z.iso.datetime(),
+  sentAs: sentAsSchema.optional(),
 });
 
 export const sendResultSchema = z.discriminatedUnion('outcome', [acceptedSendResultSchema, rejectedSendResultSchema, expiredSendResultSchema]);

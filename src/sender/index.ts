@@ -12,6 +12,8 @@ import { startHealthServer, type HealthServer } from '../observability/health-se
 import { silentLogger, type Logger } from '../observability/logger.js';
 import { createMetricsRegistry } from '../observability/metrics.js';
 import { CircuitBreaker } from './circuit-breaker.js';
+import { followConversations, type ConversationFollower } from './conversation-follower.js';
+import { ConversationTable, type ConversationTableStats } from './conversation-table.js';
 import { KeyedRunner, type RunnerStats } from './keyed-runner.js';
 import { createSenderMetrics } from './metrics.js';
 import { PartitionConsumer } from './partition-consumer.js';
@@ -50,8 +52,8 @@ export interface Sender {
   readonly metrics: Registry;
   /** Base URL of the health server, when one runs. */
   readonly healthUrl: string | undefined;
-  /** The runner's counts (`running` includes requests waiting for their circuit or a token), provider calls in flight, remembered request ids. */
-  stats(): RunnerStats & { providerCalls: number; completedRequestIds: number };
+  /** The runner's counts (`running` includes requests waiting for their circuit or a token), provider calls in flight, remembered request ids, the conversation table (when the guard is on). */
+  stats(): RunnerStats & { providerCalls: number; completedRequestIds: number; conversationTable?: ConversationTableStats };
   /**
    * Stops taking requests, lets the provider calls in progress finish and their results be
    * published (within `sender.drainGraceMs`), commits, leaves the group and disconnects.
@@ -124,6 +126,10 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
     },
   });
 
+  // The conversation window guard (README "Conversation window"): the table is read in full
+  // before any send request is consumed (below), then followed.
+  const table = s.conversationWindow === 'reject' ? new ConversationTable({ maxEntries: s.conversationTableMaxEntries }) : undefined;
+
   // The gauges read the runner's stats at scrape time (the runner is created below).
   const metrics = createSenderMetrics(registry, {
     stats: () => runner.stats(),
@@ -132,6 +138,7 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
     configuredRate: s.ratePerSecond,
     businesses: [...apiKeys.keys()],
     publishing: () => publisher.publishable,
+    ...(table ? { conversationTable: () => table.stats() } : {}),
   });
   const callSlots = new Semaphore(s.concurrency);
   const processor = createProcessor({
@@ -148,6 +155,7 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
     completedMax: s.completedRequestIdsMax,
     metrics,
     logger,
+    ...(table ? { conversations: { mode: s.conversationWindow, graceMs: s.conversationWindowGraceMs, lookup: (business: string, customer: string) => table.lookup(business, customer) } } : {}),
   });
   // Every buffered key may be waiting (for its circuit, a token): provider calls in flight are
   // bounded by the call slots above, so that one business's outage holds none of another's.
@@ -181,8 +189,30 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
     ...(options.onFatal ? { onFatal: options.onFatal } : {}),
   });
 
+  let follower: ConversationFollower | undefined;
+  let sweeper: NodeJS.Timeout | undefined;
+  if (table) {
+    logger.info({ topic: topics.conversations, timeoutMs: s.conversationTableReadTimeoutMs }, 'conversation window guard on (reject): reading the conversations topic to its end before consuming send requests');
+    follower = followConversations({
+      kafka,
+      topic: topics.conversations,
+      table,
+      businesses: new Set(apiKeys.keys()),
+      groupIdPrefix: `${s.groupId}-conversations`,
+      timeoutMs: s.conversationTableReadTimeoutMs,
+      logger,
+      onSkipped: () => metrics.conversationRecordSkipped(),
+      ...(options.onFatal ? { onFatal: options.onFatal } : {}),
+    });
+    // Closed windows leave the table as they close (lookups drop the ones they meet too).
+    sweeper = setInterval(() => table.sweep(), 60_000);
+    sweeper.unref();
+  }
+
   // Whatever started so far is stopped again when the start fails half-way.
   const abortStart = async (err: unknown): Promise<never> => {
+    clearInterval(sweeper);
+    await follower?.stop();
     await member.abort();
     await publisher.close().catch(() => undefined);
     await client.close().catch(() => undefined);
@@ -196,9 +226,22 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
       port: options.health?.port ?? s.healthPort,
       registry,
       logger,
-      notReadyReason: () => member.notReadyReason() ?? (publisher.publishable ? undefined : 'results cannot be published to Kafka (the last produce failed)'),
+      notReadyReason: () =>
+        (table && follower && !table.isComplete ? `conversation table not ready: ${follower.status()}` : undefined) ??
+        member.notReadyReason() ??
+        (publisher.publishable ? undefined : 'results cannot be published to Kafka (the last produce failed)'),
     }).catch(abortStart);
     logger.info({ url: health.url }, 'health and metrics endpoints listening');
+  }
+
+  // The start-up wait: no send request is taken before the table is complete, so that a
+  // customer never seen really means no open window.
+  if (follower) {
+    const loaded = await follower.loaded.catch(async (err: unknown) => {
+      await health?.close();
+      return abortStart(err);
+    });
+    logger.info({ conversations: topics.conversations, ...loaded }, 'conversation table complete (every open window known, followed from here): consuming send requests');
   }
 
   await member.start().catch(async (err: unknown) => {
@@ -211,6 +254,8 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
     draining ??= (async () => {
       const started = Date.now();
       const finished = await member.drain(s.drainGraceMs);
+      clearInterval(sweeper);
+      await follower?.stop();
       await publisher.close().catch((err: unknown) => logger.warn({ err }, 'disconnecting the producer failed'));
       await client.close().catch(() => undefined);
       await health?.close();
@@ -222,10 +267,10 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
 
   return {
     ready: member.ready,
-    isReady: () => member.isMember() && publisher.publishable,
+    isReady: () => member.isMember() && publisher.publishable && (table === undefined || table.isComplete),
     metrics: registry,
     healthUrl: health?.url,
-    stats: () => ({ ...runner.stats(), providerCalls: callSlots.inUse, completedRequestIds: processor.completedCount }),
+    stats: () => ({ ...runner.stats(), providerCalls: callSlots.inUse, completedRequestIds: processor.completedCount, ...(table ? { conversationTable: table.stats() } : {}) }),
     drain,
     close: drain,
   };

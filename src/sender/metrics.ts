@@ -1,7 +1,11 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import type { ConversationTableStats } from './conversation-table.js';
 import type { RunnerStats } from './keyed-runner.js';
 
 export type RequestOutcome = 'accepted' | 'rejected' | 'expired' | 'dlq' | 'duplicate';
+
+/** What the conversation window guard did with a text (README "Conversation window"). */
+export type ConversationDecision = 'open' | 'unknown' | 'override' | 'rejected' | 'fallback';
 
 /** What the sender reports; prom-client behind it (createSenderMetrics), a no-op in unit tests. */
 export interface SenderMetrics {
@@ -14,6 +18,8 @@ export interface SenderMetrics {
   rebalance(): void;
   publishError(): void;
   circuitChange(businessId: string, state: 'open' | 'closed'): void;
+  conversation(decision: ConversationDecision, businessId: string): void;
+  conversationRecordSkipped(): void;
 }
 
 /** What the gauges read at scrape time. */
@@ -27,6 +33,8 @@ export interface SenderGaugeSources {
   businesses: readonly string[];
   /** False while results cannot be published (the last produce failed). */
   publishing: () => boolean;
+  /** The conversation table, when the guard is on. */
+  conversationTable?: () => ConversationTableStats;
 }
 
 export const noopSenderMetrics: SenderMetrics = {
@@ -39,6 +47,8 @@ export const noopSenderMetrics: SenderMetrics = {
   rebalance() {},
   publishError() {},
   circuitChange() {},
+  conversation() {},
+  conversationRecordSkipped() {},
 };
 
 export function createSenderMetrics(registry: Registry, sources: SenderGaugeSources): SenderMetrics {
@@ -131,7 +141,50 @@ export function createSenderMetrics(registry: Registry, sources: SenderGaugeSour
       this.set(stats().partitions);
     },
   });
+  const conversations = new Counter({
+    name: 'msgbridge_sender_conversation_window_total',
+    help: 'Texts checked by the conversation window guard (sender.conversationWindow "reject"), by decision: open (sent), unknown (sent: the table cannot tell), override (sent: conversationWindow "ignore"), rejected (refused without a provider call), fallback (its fallbackTemplate sent instead)',
+    labelNames: ['decision', 'business'],
+    registers,
+  });
+  const skippedRecords = new Counter({
+    name: 'msgbridge_sender_conversation_records_skipped_total',
+    help: 'Records of the conversations topic that are not a conversation window (skipped)',
+    registers,
+  });
+  const table = sources.conversationTable;
+  if (table) {
+    new Gauge({
+      name: 'msgbridge_sender_conversation_table_entries',
+      help: 'Open conversation windows in the sender\'s table (bounded by sender.conversationTableMaxEntries)',
+      registers,
+      collect() {
+        this.set(table().entries);
+      },
+    });
+    new Gauge({
+      name: 'msgbridge_sender_conversation_table_complete',
+      help: '1 once the conversations topic was read to its end and is followed (a customer never seen counts as closed), else 0',
+      registers,
+      collect() {
+        this.set(table().complete ? 1 : 0);
+      },
+    });
+    let evictedSeen = 0;
+    new Counter({
+      name: 'msgbridge_sender_conversation_table_evictions_total',
+      help: 'Open windows dropped because the table was full (texts to customers never seen are then sent as they are until those windows would have closed)',
+      registers,
+      collect() {
+        const evicted = table().evictedOpen;
+        if (evicted > evictedSeen) this.inc(evicted - evictedSeen);
+        evictedSeen = evicted;
+      },
+    });
+  }
   return {
+    conversation: (decision, businessId) => conversations.inc({ decision, business: businessId }),
+    conversationRecordSkipped: () => skippedRecords.inc(),
     outcome: (outcome, businessId) => requests.inc({ outcome, business: businessId ?? 'unknown' }),
     providerCall: (operation, result, seconds) => latency.observe({ operation, result }, seconds),
     retry: (reason) => retries.inc({ reason }),

@@ -1,6 +1,8 @@
 import { isRecordTooLarge, type RecordToWrite } from '../kafka/port.js';
 import type { Logger } from '../observability/logger.js';
 import type { Admission, CircuitBreaker } from './circuit-breaker.js';
+import { decideConversation, fallbackBody, outsideWindowFailure, type ConversationWindowMode } from './conversation-guard.js';
+import type { WindowLookup } from './conversation-table.js';
 import type { WorkContext, WorkOutcome } from './keyed-runner.js';
 import type { SenderMetrics } from './metrics.js';
 import type { ProviderClient } from './provider-client.js';
@@ -24,9 +26,10 @@ import { sleep } from '../sleep.js';
 
 /**
  * The work of one request (README "Guarantees"): DLQ records are published with the rejected
- * result they owe; send requests pass their expiry, the business's circuit, its token bucket
- * and a call slot, are sent and retried per the policy, and their one terminal result is
- * published. Returns `done` only once what it owes Kafka is acknowledged, so the runner never
+ * result they owe; send requests pass their expiry, the conversation window guard (README
+ * "Conversation window": a text to a closed window is refused or replaced by its fallback
+ * template before any call), the business's circuit, its token bucket and a call slot, are
+ * sent and retried per the policy, and their one terminal result is published. Returns `done` only once what it owes Kafka is acknowledged, so the runner never
  * commits past an unpublished result.
  *
  * Duplicates: a request whose (business, requestId) this process completed for good
@@ -56,6 +59,16 @@ export interface ProcessorOptions {
   random?: () => number;
   /** Wall clock (default Date.now). */
   now?: () => number;
+  /** The conversation window guard (README "Conversation window"); absent = `off`. */
+  conversations?: ConversationGuardOptions;
+}
+
+export interface ConversationGuardOptions {
+  mode: ConversationWindowMode;
+  /** `sender.conversationWindowGraceMs`. */
+  graceMs: number;
+  /** The customer's window, from the conversation table. */
+  lookup(businessId: string, customer: string): WindowLookup;
 }
 
 export interface Processor {
@@ -163,11 +176,14 @@ class RequestProcessor implements Processor {
   }
 
   /** Sends with retries until a terminal result, or undefined when told to stop first. */
-  private async send(job: SendJob, context: WorkContext): Promise<SendEnd> {
+  private async send(requested: SendJob, context: WorkContext): Promise<SendEnd> {
     const { options, now } = this;
-    const apiKey = options.apiKeys.get(job.businessId);
-    if (apiKey === undefined) throw new Error(`no API key for business ${job.businessId}`);
+    const apiKey = options.apiKeys.get(requested.businessId);
+    if (apiKey === undefined) throw new Error(`no API key for business ${requested.businessId}`);
     const progress: Progress = { attempts: 0, maybeSent: false, firstAttemptAt: undefined, last: undefined };
+    const guarded = await this.guard(requested, progress, context);
+    if ('end' in guarded) return guarded.end;
+    const { job } = guarded;
     for (;;) {
       if (context.stop.aborted) return undefined;
       if (now() >= job.expiry.at) return this.expire(job, progress);
@@ -189,6 +205,52 @@ class RequestProcessor implements Processor {
       options.metrics.retry(decision.reason);
       options.logger.debug({ requestId: job.request.requestId, attempts: progress.attempts, reason: decision.reason, delayMs: decision.delayMs, outcome: outcome.kind }, 'send failed; retrying');
       if (!(await sleep(Math.max(0, Math.min(decision.delayMs, job.expiry.at - now())), context.stop))) return undefined;
+    }
+  }
+
+  /**
+   * The conversation window guard, before the first attempt: the request as it is, its fallback
+   * template, or its end (refused, expired, or undefined when told to stop while it waited for
+   * a window that may be opening).
+   */
+  private async guard(job: SendJob, progress: Progress, context: WorkContext): Promise<{ job: SendJob } | { end: SendEnd }> {
+    const { conversations, metrics, logger } = this.options;
+    if (!conversations || conversations.mode === 'off') return { job };
+    const requestTime = job.producedAt ?? job.receivedAt;
+    for (;;) {
+      if (context.stop.aborted) return { end: undefined };
+      const now = this.now();
+      if (now >= job.expiry.at) return { end: this.expire(job, progress) };
+      const decision = decideConversation({
+        mode: conversations.mode,
+        request: job.request,
+        lookup: () => conversations.lookup(job.businessId, job.recipient),
+        now,
+        requestTime,
+        graceMs: conversations.graceMs,
+      });
+      switch (decision.action) {
+        case 'send':
+          if (decision.why !== 'template' && decision.why !== 'off') metrics.conversation(decision.why, job.businessId);
+          return { job };
+        case 'wait':
+          // Polled: a lookup is a map read, and the wait ends at most graceMs after the request was produced.
+          if (!(await sleep(Math.max(1, Math.min(100, decision.untilMs - now, job.expiry.at - now)), context.stop))) return { end: undefined };
+          continue;
+        case 'fallback': {
+          metrics.conversation('fallback', job.businessId);
+          logger.info({ requestId: job.request.requestId, businessId: job.businessId, templateName: decision.template.templateName, windowOpenUntil: decision.window.openUntil && new Date(decision.window.openUntil).toISOString() }, 'conversation window closed: sending the fallback template instead of the text');
+          return { job: { ...job, operation: 'template', body: fallbackBody(job.body, job.recipient, decision.template), sentAs: 'template' } };
+        }
+        case 'reject': {
+          metrics.conversation('rejected', job.businessId);
+          metrics.outcome('rejected', job.businessId);
+          const error = outsideWindowFailure(decision.window);
+          logger.info({ requestId: job.request.requestId, businessId: job.businessId, code: error.code, windowOpenUntil: error.details.windowOpenUntil }, 'text refused without a provider call: the conversation window is closed');
+          // Not remembered: once the customer writes, the same requestId may be sent.
+          return { end: { result: storedResult(rejectedResult(job, error, 0, false, new Date(now))), remember: false } };
+        }
+      }
     }
   }
 

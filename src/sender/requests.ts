@@ -38,7 +38,7 @@ export interface OutgoingRecord {
 }
 
 /** Fields that belong to the relay, never sent to the provider. */
-const RELAY_ONLY_FIELDS = new Set(['requestId', 'businessId', 'type', 'expiresAt', 'ttlMs']);
+const RELAY_ONLY_FIELDS = new Set(['requestId', 'businessId', 'type', 'expiresAt', 'ttlMs', 'conversationWindow', 'fallbackTemplate']);
 
 /** When a request stops being worth sending, and what said so. */
 export interface Expiry {
@@ -60,6 +60,8 @@ export interface SendJob {
   producedAt: number | undefined;
   /** The earliest of its `expiresAt`, record time + `ttlMs`, record time + `maxRequestAgeMs`. */
   expiry: Expiry;
+  /** Set when what goes out is not the request itself: its `fallbackTemplate` (the conversation window is closed). */
+  sentAs?: 'template';
 }
 
 /** Why a request can never be sent: the `error.code` of its rejected result. */
@@ -287,6 +289,7 @@ export function acceptedResult(job: SendJob, messageId: string, attempts: number
     attempts,
     maybeSent,
     acceptedAt: at.toISOString(),
+    ...sentAs(job),
   };
 }
 
@@ -301,6 +304,7 @@ export function rejectedResult(job: SendJob, error: SendFailure, attempts: numbe
     maybeSent,
     rejectedAt: at.toISOString(),
     error: maybeSent ? { ...error, maybeSent: true, message: `${error.message} (an earlier attempt may have created the message: do not resend blindly)` } : error,
+    ...sentAs(job),
   };
 }
 
@@ -316,7 +320,12 @@ export function expiredResult(job: SendJob, attempts: number, maybeSent: boolean
     expiresAt: new Date(job.expiry.at).toISOString(),
     expiredBy: job.expiry.by,
     expiredAt: at.toISOString(),
+    ...sentAs(job),
   };
+}
+
+function sentAs(job: SendJob): { sentAs?: 'template' } {
+  return job.sentAs ? { sentAs: job.sentAs } : {};
 }
 
 /** The `error` of a rejected result: the provider's error object when it sent one, else the relay's description. */

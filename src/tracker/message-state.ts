@@ -114,7 +114,9 @@ export function messageIdOf(event: TrackerEvent): string {
  */
 export function resultEventFrom(result: SendResult, eventId: string): ResultEvent | undefined {
   if (result.outcome !== 'accepted') return undefined;
-  const { requestId, businessId, messageId, type, recipient, acceptedAt } = result;
+  const { requestId, businessId, messageId, recipient, acceptedAt } = result;
+  // What went out: a text whose window was closed may have been sent as its fallback template.
+  const type = result.sentAs ?? result.type;
   return { kind: 'result', eventId: requireId(eventId, 'eventId'), result: { requestId, businessId, messageId, type, recipient, acceptedAt } };
 }
 

@@ -31,6 +31,9 @@ describe('msgbridge CLI usage', () => {
     [['send', 'text', '--to', '+15550002222']],
     [['send', 'text', '--to', '+15550002222', '--text', 'hi', '--timeout', 'soon']],
     [['send', 'template', '--to', '+15550002222', '--template', 't', '--param', 'novalue']],
+    [['send', 'text', '--to', '+15550002222', '--text', 'hi', '--param', 'name=Ada']],
+    [['send', 'text', '--to', '+15550002222', '--text', 'hi', '--fallback-template', 'welcome', '--param', 'novalue']],
+    [['send', 'text', '--to', '+15550002222', '--text', 'hi', '--fallback-template', '']],
     [['tail']],
     [['tail', 'messages', '--max', '0']],
     [['webhooks', 'register', '--topics', 'messages,bogus']],
@@ -54,6 +57,15 @@ describe('msgbridge CLI usage', () => {
     const result = await runCli(['send', 'text', '--to', 'not-a-number', '--text', 'hi'], { KAFKA_BROKERS: '127.0.0.1:1' });
     expect(result.code).toBe(2);
     expect(result.stderr).toMatch(/invalid send request: recipient\.id: expected a phone number in international format/);
+  });
+
+  it('send text: --param without --fallback-template, and an empty fallback template name, are refused clearly before any Kafka', async () => {
+    const param = await runCli(['send', 'text', '--to', '+15550002222', '--text', 'hi', '--param', 'name=Ada'], { KAFKA_BROKERS: '127.0.0.1:1' });
+    expect(param.code).toBe(2);
+    expect(param.stderr).toMatch(/--param sets a parameter of the fallback template: it needs --fallback-template <name>/);
+    const empty = await runCli(['send', 'text', '--to', '+15550002222', '--text', 'hi', '--fallback-template', ''], { KAFKA_BROKERS: '127.0.0.1:1' });
+    expect(empty.code).toBe(2);
+    expect(empty.stderr).toMatch(/invalid send request: fallbackTemplate\.templateName: expected the name of an approved template/);
   });
 
   it('an empty or unreadable --config is refused the same way by every command, naming what is wrong', async () => {

@@ -30,6 +30,8 @@ export function senderTopics() {
     sendRequests: uniqueTopic('send-requests'),
     sendResults: uniqueTopic('send-results'),
     sendRequestsDlq: uniqueTopic('send-dlq'),
+    /** Not created by the fixture: the tests of the conversation window guard create it (compacted) when they need it. */
+    conversations: uniqueTopic('conversations'),
   };
 }
 
@@ -134,7 +136,7 @@ export async function fixture(
         KAFKA_BROKERS: brokers.join(','),
         MSGBRIDGE_PROVIDER_URL: options.providerUrl ?? simulator.url,
         MSGBRIDGE_LOG_LEVEL: process.env.MSGBRIDGE_TEST_LOG ?? 'warn',
-        MSGBRIDGE__kafka__topics: JSON.stringify(topics),
+        MSGBRIDGE__kafka__topics: JSON.stringify(config.kafka.topics),
         MSGBRIDGE__kafka__createTopics: 'false',
         MSGBRIDGE__sender: JSON.stringify(config.sender),
       };
