@@ -42,7 +42,8 @@ export function devConfig(config: Config): Config {
     ...config,
     businesses,
     ingress: { ...config.ingress, host: loopbackHost(config.ingress.host) },
-    sender: { ...config.sender, healthHost: loopbackHost(config.sender.healthHost) },
+    // The tracker runs here, so the sender can know the conversation window: both paths show.
+    sender: { ...config.sender, healthHost: loopbackHost(config.sender.healthHost), conversationWindow: 'reject' },
     tracker: { ...config.tracker, host: loopbackHost(config.tracker.host) },
   };
 }
@@ -92,8 +93,9 @@ async function runDev(config: Config, opts: DevOptions): Promise<void> {
       provider: { ...config.provider, url: simulator.url },
     };
     ingress = await startIngress({ config: wired, brokers: brokers.brokers, logger: logger.child({ role: 'ingress' }) });
-    sender = await startSender({ config: wired, brokers: brokers.brokers, logger: logger.child({ role: 'sender' }) });
+    // The tracker first: it creates the conversations topic the sender reads before it consumes.
     tracker = await startTracker({ config: wired, brokers: brokers.brokers, logger: logger.child({ role: 'tracker' }) });
+    sender = await startSender({ config: wired, brokers: brokers.brokers, logger: logger.child({ role: 'sender' }) });
     await Promise.all([sender.ready, tracker.ready]);
     for (const business of config.businesses) {
       for (const topic of WEBHOOK_TOPICS) simulator.registerWebhook(business.id, topic, `${ingress.url}/webhooks/${encodeURIComponent(business.id)}/${topic}`);
@@ -142,6 +144,8 @@ function printScreen(config: Config, s: { brokers: Brokers; simulator: RunningSi
   line('Try it, in another terminal:');
   line(`  npx msgbridge simulator inbound --business ${biz} --from +15550002222 --text "Hi!" --url ${s.simulator.url}   # the customer writes first`);
   line(`  npx msgbridge send text --business ${biz} --to +15550002222 --text "Hello from msgbridge"                       # → accepted, sent, delivered, read`);
+  line(`  npx msgbridge send text --business ${biz} --to +15550009999 --text "Hello"                                   # no window: rejected at once, no provider call`);
+  line(`  npx msgbridge send text --business ${biz} --to +15550009999 --text "Hello" --fallback-template order_update -p order=42   # the template goes out instead`);
   line(`  npx msgbridge send template --business ${biz} --to +15550009999 --template order_update --param order=42`);
   line(`  npx msgbridge tail ${t.deliveryStatus} --from-beginning`);
   line(`  npx msgbridge status <messageId or requestId>                                                                # one state per message, never going back`);

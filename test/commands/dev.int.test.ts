@@ -105,11 +105,16 @@ describe('msgbridge dev, end to end', () => {
     expect(unknown.stderr).toMatch(/no state for no-such-message/);
   });
 
-  it('a text with no open conversation window ends in delivery_failed, exit code 1', async () => {
-    const sent = await runCli(['send', 'text', '--to', '+15550007777', '--text', 'unsolicited', '--timeout', '45'], env, 90_000);
-    expect(sent.code, sent.stdout).toBe(1);
-    expect(sent.stdout).toMatch(/accepted: message id/);
-    expect(sent.stdout).toMatch(/delivery_failed: ERROR_CODE_MESSAGE_CUSTOMER_NO_CONVERSATION_INITIATION/);
+  it('a text with no open conversation window is rejected at once without a provider call; with a fallback template, the template goes out', async () => {
+    const rejected = await runCli(['send', 'text', '--to', '+15550007777', '--text', 'unsolicited', '--timeout', '45'], env, 90_000);
+    expect(rejected.code, rejected.stdout).toBe(1);
+    expect(rejected.stdout).toMatch(/rejected without a send \(outside the conversation window\): RELAY_OUTSIDE_CONVERSATION_WINDOW/);
+    const sends = (await (await fetch(`${simulatorUrl}/sim/sends`)).json()) as { to?: string; number?: string; recipient?: { id?: string } }[];
+    expect(JSON.stringify(sends)).not.toContain('+15550007777');
+
+    const fallback = await runCli(['send', 'text', '--to', '+15550007777', '--text', 'unsolicited', '--fallback-template', 'order_update', '-p', 'order=42', '--timeout', '45'], env, 90_000);
+    expect(fallback.stdout).toMatch(/accepted as the fallback template order_update \(the conversation window is closed\): message id/);
+    expect(fallback.code, fallback.stdout).toBe(0);
   });
 
   it('a template with the wrong parameters ends in delivery_failed with the template error', async () => {
