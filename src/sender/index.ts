@@ -11,6 +11,7 @@ import { checkWrittenTopics, ensureTopics } from '../kafka/topics.js';
 import { startHealthServer, type HealthServer } from '../observability/health-server.js';
 import { silentLogger, type Logger } from '../observability/logger.js';
 import { createMetricsRegistry } from '../observability/metrics.js';
+import { watchConfiguredBusinesses } from '../businesses-reload.js';
 import { CircuitBreaker } from './circuit-breaker.js';
 import { followConversations, type ConversationFollower } from './conversation-follower.js';
 import { ConversationTable, type ConversationTableStats } from './conversation-table.js';
@@ -140,6 +141,24 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
     publishing: () => publisher.publishable,
     ...(table ? { conversationTable: () => table.stats() } : {}),
   });
+  // The live businesses file (src/config/businesses-file.ts): a valid new list replaces the API
+  // keys and the businesses whose windows are kept in place, in one synchronous step, so a
+  // request sees the old set or the new one. A business without an API key refuses the list.
+  const liveBusinesses = new Set(apiKeys.keys());
+  const businessesWatch = watchConfiguredBusinesses({
+    config,
+    registry,
+    logger,
+    apply: (businesses) => {
+      const next = senderApiKeys({ ...config, businesses });
+      apiKeys.clear();
+      liveBusinesses.clear();
+      for (const [id, key] of next) {
+        apiKeys.set(id, key);
+        liveBusinesses.add(id);
+      }
+    },
+  });
   const callSlots = new Semaphore(s.concurrency);
   const processor = createProcessor({
     client,
@@ -197,7 +216,7 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
       kafka,
       topic: topics.conversations,
       table,
-      businesses: new Set(apiKeys.keys()),
+      businesses: liveBusinesses,
       groupIdPrefix: `${s.groupId}-conversations`,
       timeoutMs: s.conversationTableReadTimeoutMs,
       logger,
@@ -254,6 +273,7 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
     draining ??= (async () => {
       const started = Date.now();
       const finished = await member.drain(s.drainGraceMs);
+      businessesWatch?.stop();
       clearInterval(sweeper);
       await follower?.stop();
       await publisher.close().catch((err: unknown) => logger.warn({ err }, 'disconnecting the producer failed'));
