@@ -6,6 +6,7 @@ import type { Config } from '../config/schema.js';
 import { MsgbridgeError } from '../errors.js';
 import { createKafka } from '../kafka/client.js';
 import { OUTSIDE_WINDOW_CODE } from '../sender/conversation-guard.js';
+import { messageStateSchema, type MessageState } from '../tracker/message-state.js';
 import { commandConfig, operatorBrokers } from './context.js';
 import { parseIntegerOption } from './options.js';
 
@@ -113,33 +114,41 @@ async function runSend(command: Command, opts: CommonOptions, raw: Record<string
   }
 }
 
+const STATUS_AT = { sent: 'sentAt', delivered: 'deliveredAt', read: 'readAt', delivery_failed: 'failedAt' } as const;
+
 function traceparent(): string {
   return `00-${randomUUID().replace(/-/g, '')}-${randomUUID().replace(/-/g, '').slice(0, 16)}-01`;
 }
 
 /**
- * Subscribes to send-results and delivery_status positioned at their current ends before
- * the request is produced, so nothing about it can be missed, then prints the result and
- * every status of the created message until a final one (read, delivery_failed) or timeout.
+ * Subscribes to send-results and the statuses, positioned at their current ends before the
+ * request is produced, so nothing about it can be missed, then prints the result and every
+ * status of the created message until a final one (read, delivery_failed) or timeout. When a
+ * tracker runs (its message-state topic exists) the statuses come from the message's one
+ * monotonic state, duplicates and late statuses already folded in; otherwise from
+ * delivery_status as the provider sent them.
  */
 async function follow(kafka: ReturnType<typeof createKafka>, config: Config, request: SendRequest, timeoutSeconds: number) {
   const topics = config.kafka.topics;
   const admin = kafka.admin();
   await admin.connect();
   const ends = new Map<string, { partition: number; offset: string }[]>();
+  let stateTopic: string | undefined;
   try {
     const existing = new Set(await admin.listTopics());
     for (const topic of [topics.sendRequests, topics.sendResults, topics.deliveryStatus]) {
       if (!existing.has(topic)) throw new MsgbridgeError('INVALID_ARGUMENT', `topic "${topic}" does not exist: is the relay (sender, ingress) running against this Kafka?`);
     }
-    for (const topic of [topics.sendResults, topics.deliveryStatus]) ends.set(topic, await admin.fetchTopicOffsets(topic));
+    stateTopic = existing.has(topics.messageState) ? topics.messageState : undefined;
+    for (const topic of [topics.sendResults, stateTopic ?? topics.deliveryStatus]) ends.set(topic, await admin.fetchTopicOffsets(topic));
   } finally {
     await admin.disconnect();
   }
 
+  // read_committed (kafkajs's default): message-state is written in transactions.
   const consumer = kafka.consumer({ groupId: `msgbridge-send-${randomUUID()}`, maxWaitTimeInMs: 100 });
   await consumer.connect();
-  await consumer.subscribe({ topics: [topics.sendResults, topics.deliveryStatus], fromBeginning: false });
+  await consumer.subscribe({ topics: [topics.sendResults, stateTopic ?? topics.deliveryStatus], fromBeginning: false });
   let messageId: string | undefined;
   const early: { id: string; status: string; text: string }[] = [];
   let resolve: (code: number) => void = () => {};
@@ -147,6 +156,19 @@ async function follow(kafka: ReturnType<typeof createKafka>, config: Config, req
   const started = Date.now();
   const since = () => `+${((Date.now() - started) / 1000).toFixed(1)}s`;
 
+  // From message-state: each status the state has reached, once, in their order; the outcome is
+  // the state's own status (a read recorded after a failure does not make it a success).
+  const printed = new Set<string>();
+  const earlyStates = new Map<string, MessageState>();
+  const onState = (state: MessageState) => {
+    for (const status of ['sent', 'delivered', 'read', 'delivery_failed'] as const) {
+      if (state[STATUS_AT[status]] === null || printed.has(status)) continue;
+      printed.add(status);
+      say(`${since()} ${status}${status === 'delivery_failed' && state.error ? `: ${state.error.code} ${state.error.message}` : ''}`);
+    }
+    if (state.status === 'read') resolve(SEND_EXIT.done);
+    if (state.status === 'delivery_failed') resolve(SEND_EXIT.failed);
+  };
   const onStatus = (status: string, text: string) => {
     say(`${since()} ${status}${text}`);
     if (status === 'read') resolve(SEND_EXIT.done);
@@ -173,6 +195,8 @@ async function follow(kafka: ReturnType<typeof createKafka>, config: Config, req
           const as = r.sentAs === 'template' && request.type === 'text' ? ` as the fallback template ${request.fallbackTemplate?.templateName ?? ''} (the conversation window is closed)` : '';
           say(`${since()} accepted${as}: message id ${messageId} (attempts ${r.attempts}${r.maybeSent ? '; an earlier attempt may also have created a message' : ''})`);
           for (const e of early.filter((x) => x.id === messageId)) onStatus(e.status, e.text);
+          const earlyState = earlyStates.get(messageId);
+          if (earlyState) onState(earlyState);
         } else if (r.outcome === 'expired') {
           say(`${since()} expired: not sent, past ${r.expiresAt} (set by ${r.expiredBy}) after ${r.attempts} attempt(s)${r.maybeSent ? '; an attempt may have created the message' : ''}`);
           resolve(SEND_EXIT.failed);
@@ -183,6 +207,14 @@ async function follow(kafka: ReturnType<typeof createKafka>, config: Config, req
           say(`${since()} ${where}: ${e.code} ${e.message}${e.httpStatus ? ` (HTTP ${e.httpStatus})` : ''}`);
           resolve(SEND_EXIT.failed);
         }
+        return;
+      }
+      if (topic === stateTopic) {
+        const parsed = messageStateSchema.safeParse(body);
+        if (!parsed.success) return;
+        if (messageId === undefined) {
+          if (earlyStates.size < 1000 || earlyStates.has(parsed.data.messageId)) earlyStates.set(parsed.data.messageId, parsed.data);
+        } else if (parsed.data.messageId === messageId) onState(parsed.data);
         return;
       }
       const event = deliveryStatusEventSchema.safeParse(body);
@@ -197,6 +229,7 @@ async function follow(kafka: ReturnType<typeof createKafka>, config: Config, req
     },
   });
   await joined;
+  say(stateTopic ? `following ${stateTopic} (the tracker's one state per message)` : `following ${topics.deliveryStatus} (no tracker: statuses as the provider sends them)`);
   for (const [topic, offsets] of ends) for (const { partition, offset } of offsets) consumer.seek({ topic, partition, offset });
   const timer = setTimeout(() => {
     say(`${since()} no final status within ${timeoutSeconds} s${messageId ? '' : ' (no send result yet: is the sender running?)'}`);
