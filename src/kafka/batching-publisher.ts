@@ -6,23 +6,11 @@ import { assertWritable, NotWritableError, type ClusterLayout, type ProducerFact
 
 /**
  * Batching without latency (DESIGN §2), pipelined per partition leader, on the RecordProducer
- * port. The design argument is in src/kafka/README.md; in short:
- *
- * - Events wait in one queue per partition (the Java key hash, as every producer of the relay
- *   places keys). A *lane* per leader broker has its own producer and at most one produce
- *   request in flight; when a lane is free, the queued events of the partitions it leads go
- *   out as one batch, so under light load a batch is one event (no linger) and under load it
- *   grows to whatever arrived during the previous round trip.
- * - A partition has at most one batch in flight, whichever lane sends it, so events of one key
- *   reach Kafka in arrival order, and each partition is written by one producer id at a time.
- * - A hung or slow broker holds only the partitions it leads: a batch in flight past the
- *   publish timeout is given up, its lane's producer is replaced (steered to brokers that
- *   answer) and the leaders are asked again, so partitions that moved go to their new leader.
- * - After any failed send the lane's producer is thrown away and a fresh one connected, never
- *   reused (a reused idempotent producer can get a later batch acknowledged as a "duplicate"
- *   without it being written). When an event fails, queued events of the same key fail too.
- *
- * A producer without `layout` (tests' fakes) is one lane for everything: one batch in flight.
+ * port: one queue per partition, one lane (a producer, one request in flight) per leader
+ * broker, at most one batch in flight per partition (per-key order). A lane whose batch fails
+ * or hangs past the publish timeout gets a new producer, steered to brokers that answer; a
+ * failed producer is never reused. A producer without `layout` (tests' fakes) is one lane for
+ * everything. The design argument is in src/kafka/README.md.
  */
 
 export interface PublishRecord extends RecordToWrite {

@@ -6,23 +6,10 @@ import { checkCoPartitioned, coPartitionedAssigner } from './co-partition-assign
 
 /**
  * Exactly-once consume–transform–produce on kafkajs, generic (it knows nothing of message
- * states). The argument is in README "Exactly once"; in short:
- *
- * - A task is partition p of every input topic (co-partitioned inputs). Each owned task has its
- *   own transactional producer, `transactional.id = <prefix>-<p>`, stable across restarts: a new
- *   owner's InitProducerId fences the previous owner (a zombie's later commit fails) and
- *   completes whatever transaction it left open. kafkajs has no KIP-447 (consumer group
- *   metadata in sendOffsets), so this is the EOS-v1 design.
- * - A batch is one transaction: outputs + the input offsets (sendOffsets) + commit. The state
- *   change the batch implies is applied by the caller only after the commit (`commit()` of the
- *   process result), so memory reflects committed transactions only.
- * - Positions are the engine's own: on (re)start a task seeks to the committed offsets read
- *   after the fence, and records below the last committed position are skipped (kafkajs
- *   refetches from the group's committed offsets after every rejoin, and those can lag behind
- *   a transaction whose markers are still being written).
- * - Any failure drops the task's producer and state and starts the task again from its
- *   committed offsets (restore included); a fencing error means another member owns the task:
- *   it is dropped quietly and taken up again only if the group still assigns it here.
+ * states): a task is partition p of every input, with its own transactional producer
+ * `<prefix>-<p>` (EOS-v1 fencing); a batch is one transaction (offsets, outputs, commit), and
+ * the caller's memory changes only after the commit; positions are the engine's own; any
+ * failure rebuilds the task from Kafka. The argument is in src/tracker/README.md, "Exactly once".
  */
 
 export interface OutputRecord {
