@@ -180,79 +180,131 @@ function validate(options: TransactionalEngineOptions): void {
   if (!(Number.isInteger(batch) && batch >= 1)) throw bad('maxBatchRecords', `must be a positive integer, got ${batch}`);
 }
 
-/**
- * Checks the inputs (they exist and are co-partitioned), joins the group and starts processing.
- * Rejects with a clear error when the inputs are unusable.
- */
-export async function startTransactionalEngine(options: TransactionalEngineOptions): Promise<TransactionalEngine> {
-  validate(options);
-  const { kafka, groupId, inputTopics, transactionalIdPrefix } = options;
-  const logger = (options.logger ?? silentLogger).child({ component: 'transactional-engine', groupId });
-  const maxBatch = options.maxBatchRecords ?? 500;
-  const transactionTimeout = options.transactionTimeoutMs ?? 30_000;
-  const taskStartTimeoutMs = options.taskStartTimeoutMs ?? 300_000;
-  const sessionTimeout = options.sessionTimeoutMs ?? 30_000;
-  const backoff = options.retryBackoffMs ?? { initial: 200, max: 10_000 };
-
+/** Connects the admin client and reads the task count (the common partition count of the inputs). */
+async function openInputs(kafka: Kafka, inputTopics: string[]): Promise<{ admin: Admin; taskCount: number }> {
   const admin: Admin = kafka.admin();
   await admin.connect();
-  let taskCount: number;
   try {
     const { topics } = await admin.fetchTopicMetadata({ topics: inputTopics });
-    taskCount = checkCoPartitioned(new Map(inputTopics.map((name) => [name, topics.find((t) => t.name === name)?.partitions.length ?? 0])));
+    const taskCount = checkCoPartitioned(new Map(inputTopics.map((name) => [name, topics.find((t) => t.name === name)?.partitions.length ?? 0])));
+    return { admin, taskCount };
   } catch (error) {
     await admin.disconnect().catch(() => undefined);
     if (error instanceof MsgbridgeError) throw error;
     throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot read the input topics ${inputTopics.join(', ')}: ${describeError(error)}`, { cause: error });
   }
+}
 
-  const tasks = new Map<number, TaskRuntime>();
-  let assigned = new Set<number>();
-  let joined = false;
-  let stopping = false;
-  let fatal: Error | undefined;
-  const stats: EngineStats = { transactions: 0, failedTransactions: 0, recordsIn: 0, recordsOut: 0, recordsSkipped: 0, fenced: 0, taskStarts: 0, lastTaskStartMs: 0 };
-  let markReady: () => void = () => {};
-  let failReady: (error: Error) => void = () => {};
-  let readySettled = false;
-  const ready = new Promise<void>((resolve, reject) => {
-    markReady = () => ((readySettled = true), resolve());
-    failReady = (error) => ((readySettled = true), reject(error));
-  });
-  ready.catch(() => undefined);
+const newTaskRuntime = (task: number): TaskRuntime => ({
+  task,
+  state: 'down',
+  incarnation: 0,
+  producer: undefined,
+  next: new Map(),
+  queue: Promise.resolve(),
+  abort: new AbortController(),
+  restored: false,
+  failures: 0,
+  retryTimer: undefined,
+});
 
-  const isReady = () => joined && !stopping && !fatal && [...assigned].every((t) => tasks.get(t)?.state === 'active');
-  const checkReady = () => {
-    if (!readySettled && isReady()) markReady();
-  };
+const enqueue = (rt: TaskRuntime, step: () => Promise<void>): Promise<void> => {
+  const run = rt.queue.then(step, step);
+  rt.queue = run.catch(() => undefined);
+  return run;
+};
 
-  const consumer: Consumer = kafka.consumer({
-    groupId,
-    partitionAssigners: [coPartitionedAssigner({ ownedTasks: () => [...tasks.values()].filter((rt) => rt.state !== 'down').map((rt) => rt.task) })],
-    readUncommitted: false,
-    sessionTimeout,
-    rebalanceTimeout: options.rebalanceTimeoutMs ?? 60_000,
-    heartbeatInterval: options.heartbeatIntervalMs ?? 3_000,
-    maxWaitTimeInMs: options.maxWaitTimeMs ?? 500,
-    maxBytesPerPartition: options.maxBytesPerPartition ?? 1024 * 1024,
-    allowAutoTopicCreation: false,
-    retry: { retries: 8, initialRetryTime: 300, maxRetryTime: 10_000 },
-  });
-  const partitionsOf = (task: number) => inputTopics.map((topic) => ({ topic, partitions: [task] }));
-  const pause = (task: number) => {
+interface BatchControls {
+  resolveOffset: (offset: string) => void;
+  heartbeat: () => Promise<void>;
+  fresh: () => boolean;
+}
+
+/** The state of one running engine (its tasks, its group membership) and the steps that change it. */
+class TransactionalEngineRuntime {
+  readonly tasks = new Map<number, TaskRuntime>();
+  assigned = new Set<number>();
+  private joined = false;
+  private stopping = false;
+  private fatal: Error | undefined;
+  readonly stats: EngineStats = { transactions: 0, failedTransactions: 0, recordsIn: 0, recordsOut: 0, recordsSkipped: 0, fenced: 0, taskStarts: 0, lastTaskStartMs: 0 };
+  readonly ready: Promise<void>;
+  private markReady: () => void = () => {};
+  private failReady: (error: Error) => void = () => {};
+  private readySettled = false;
+  private readonly consumer: Consumer;
+  private readonly groupId: string;
+  private readonly inputTopics: string[];
+  private readonly maxBatch: number;
+  private readonly transactionTimeout: number;
+  private readonly taskStartTimeoutMs: number;
+  private readonly sessionTimeout: number;
+  private readonly backoff: { initial: number; max: number };
+
+  constructor(
+    private readonly options: TransactionalEngineOptions,
+    private readonly logger: Logger,
+    private readonly admin: Admin,
+    private readonly taskCount: number,
+  ) {
+    this.groupId = options.groupId;
+    this.inputTopics = options.inputTopics;
+    this.maxBatch = options.maxBatchRecords ?? 500;
+    this.transactionTimeout = options.transactionTimeoutMs ?? 30_000;
+    this.taskStartTimeoutMs = options.taskStartTimeoutMs ?? 300_000;
+    this.sessionTimeout = options.sessionTimeoutMs ?? 30_000;
+    this.backoff = options.retryBackoffMs ?? { initial: 200, max: 10_000 };
+    this.ready = new Promise<void>((resolve, reject) => {
+      this.markReady = () => ((this.readySettled = true), resolve());
+      this.failReady = (error) => ((this.readySettled = true), reject(error));
+    });
+    this.ready.catch(() => undefined);
+    this.consumer = options.kafka.consumer({
+      groupId: this.groupId,
+      partitionAssigners: [coPartitionedAssigner({ ownedTasks: () => [...this.tasks.values()].filter((rt) => rt.state !== 'down').map((rt) => rt.task) })],
+      readUncommitted: false,
+      sessionTimeout: this.sessionTimeout,
+      rebalanceTimeout: options.rebalanceTimeoutMs ?? 60_000,
+      heartbeatInterval: options.heartbeatIntervalMs ?? 3_000,
+      maxWaitTimeInMs: options.maxWaitTimeMs ?? 500,
+      maxBytesPerPartition: options.maxBytesPerPartition ?? 1024 * 1024,
+      allowAutoTopicCreation: false,
+      retry: { retries: 8, initialRetryTime: 300, maxRetryTime: 10_000 },
+    });
+    this.consumer.on(this.consumer.events.GROUP_JOIN, ({ payload }) => this.onAssignment(payload.memberAssignment));
+    this.consumer.on(this.consumer.events.CRASH, ({ payload }) => this.onCrash(payload));
+  }
+
+  isReady(): boolean {
+    return this.joined && !this.stopping && !this.fatal && [...this.assigned].every((t) => this.tasks.get(t)?.state === 'active');
+  }
+
+  private checkReady(): void {
+    if (!this.readySettled && this.isReady()) this.markReady();
+  }
+
+  ownedTasks(): number[] {
+    return [...this.tasks.values()].filter((rt) => rt.state === 'active').map((rt) => rt.task).sort((a, b) => a - b);
+  }
+
+  private partitionsOf(task: number) {
+    return this.inputTopics.map((topic) => ({ topic, partitions: [task] }));
+  }
+
+  private pause(task: number): void {
     try {
-      consumer.pause(partitionsOf(task));
+      this.consumer.pause(this.partitionsOf(task));
     } catch (error) {
-      logger.warn({ task, error: describeError(error) }, 'pausing a task failed');
+      this.logger.warn({ task, error: describeError(error) }, 'pausing a task failed');
     }
-  };
+  }
 
-  const newProducer = (task: number): Producer =>
-    kafka.producer({
-      transactionalId: `${transactionalIdPrefix}-${task}`,
+  private newProducer(task: number): Producer {
+    return this.options.kafka.producer({
+      transactionalId: `${this.options.transactionalIdPrefix}-${task}`,
       idempotent: true,
       maxInFlightRequests: 1,
-      transactionTimeout,
+      transactionTimeout: this.transactionTimeout,
       allowAutoTopicCreation: false,
       createPartitioner: Partitioners.DefaultPartitioner,
       // A send that still fails aborts its whole transaction, so bounded retries cost no
@@ -261,15 +313,49 @@ export async function startTransactionalEngine(options: TransactionalEngineOptio
       // default made every transaction ~240 ms (measured).
       retry: { retries: 8, initialRetryTime: 10, maxRetryTime: 2_000 },
     });
+  }
 
-  const enqueue = (rt: TaskRuntime, step: () => Promise<void>): Promise<void> => {
-    const run = rt.queue.then(step, step);
-    rt.queue = run.catch(() => undefined);
-    return run;
-  };
+  /** Joins the group and starts consuming; on failure leaves everything closed. */
+  async join(): Promise<void> {
+    const { consumer, options } = this;
+    try {
+      await consumer.connect();
+      await consumer.subscribe({ topics: this.inputTopics, fromBeginning: options.fromBeginning ?? true });
+      await consumer.run({
+        autoCommit: false,
+        eachBatchAutoResolve: false,
+        partitionsConsumedConcurrently: options.partitionsConsumedConcurrently ?? 4,
+        eachBatch: async ({ batch, resolveOffset, heartbeat, isRunning, isStale }) => {
+          const rt = this.tasks.get(batch.partition);
+          // Not started (paused, to be positioned by its start), or a batch fetched before a
+          // seek: it is fetched again from the right place.
+          if (!rt || rt.state !== 'active' || isStale() || !isRunning()) return;
+          const incarnation = rt.incarnation;
+          await enqueue(rt, () => this.handleBatch(rt, incarnation, batch, { resolveOffset, heartbeat, fresh: () => isRunning() && !isStale() }));
+        },
+      });
+    } catch (error) {
+      await consumer.disconnect().catch(() => undefined);
+      await this.admin.disconnect().catch(() => undefined);
+      throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot join consumer group ${this.groupId}: ${describeError(error)}`, { cause: error });
+    }
+  }
+
+  private onCrash(payload: { error: Error; restart: boolean }): void {
+    if (payload.restart) {
+      this.logger.warn({ error: describeError(payload.error) }, 'the consumer crashed; kafkajs restarts it');
+      return;
+    }
+    this.fatal = payload.error;
+    this.logger.error({ error: describeError(payload.error) }, 'the consumer stopped for good');
+    if (!this.readySettled) this.failReady(payload.error);
+    this.options.onFatal?.(payload.error);
+  }
+
+  // --- task lifecycle: start (fence, restore), drop, failure and backoff ---
 
   /** Ends the current incarnation: producer closed, caller's state dropped (if it was built). */
-  const teardown = (rt: TaskRuntime, reason: TaskDropReason): Promise<void> => {
+  private teardown(rt: TaskRuntime, reason: TaskDropReason): Promise<void> {
     rt.incarnation++;
     rt.state = 'down';
     clearTimeout(rt.retryTimer);
@@ -282,119 +368,127 @@ export async function startTransactionalEngine(options: TransactionalEngineOptio
     rt.restored = false;
     return enqueue(rt, async () => {
       if (producer) await producer.disconnect().catch(() => undefined);
-      if (owed && options.onTaskRevoked) {
+      if (owed && this.options.onTaskRevoked) {
         try {
-          await options.onTaskRevoked(rt.task, reason);
+          await this.options.onTaskRevoked(rt.task, reason);
         } catch (error) {
-          logger.warn({ task: rt.task, error: describeError(error) }, 'onTaskRevoked failed');
+          this.logger.warn({ task: rt.task, error: describeError(error) }, 'onTaskRevoked failed');
         }
       }
     });
-  };
+  }
 
-  const scheduleStart = (rt: TaskRuntime, delayMs: number) => {
+  private scheduleStart(rt: TaskRuntime, delayMs: number): void {
     clearTimeout(rt.retryTimer);
     rt.retryTimer = setTimeout(() => {
       rt.retryTimer = undefined;
-      if (!stopping && assigned.has(rt.task) && tasks.get(rt.task) === rt && rt.state === 'down') startTask(rt);
+      if (!this.stopping && this.assigned.has(rt.task) && this.tasks.get(rt.task) === rt && rt.state === 'down') this.startTask(rt);
     }, delayMs);
     rt.retryTimer.unref?.();
-  };
+  }
 
-  const failTask = (rt: TaskRuntime, error: unknown) => {
+  private failTask(rt: TaskRuntime, error: unknown): void {
     if (rt.state === 'down') return;
     const fenced = isFencingError(error);
-    pause(rt.task);
+    this.pause(rt.task);
     if (fenced) {
-      stats.fenced++;
+      this.stats.fenced++;
       // Also what a transaction that outlived transactionTimeoutMs gets (the coordinator aborted it).
-      logger.info({ task: rt.task }, 'task fenced: another member owns it now (or its transaction timed out); dropping it');
+      this.logger.info({ task: rt.task }, 'task fenced: another member owns it now (or its transaction timed out); dropping it');
     } else {
       rt.failures++;
-      logger.warn({ task: rt.task, error: describeError(error), attempt: rt.failures }, 'task failed; starting it again from its committed offsets');
+      this.logger.warn({ task: rt.task, error: describeError(error), attempt: rt.failures }, 'task failed; starting it again from its committed offsets');
     }
-    void teardown(rt, fenced ? 'fenced' : 'failed');
-    if (stopping) return;
+    void this.teardown(rt, fenced ? 'fenced' : 'failed');
+    if (this.stopping) return;
     // Fenced: the rebalance that moves the task is under way and will drop it; should this
     // member still own it after a session's time, it takes it back.
-    const delay = fenced ? sessionTimeout : Math.min(backoff.max, backoff.initial * 2 ** Math.min(rt.failures - 1, 16));
-    if (assigned.has(rt.task)) scheduleStart(rt, delay);
-  };
+    const { backoff } = this;
+    const delay = fenced ? this.sessionTimeout : Math.min(backoff.max, backoff.initial * 2 ** Math.min(rt.failures - 1, 16));
+    if (this.assigned.has(rt.task)) this.scheduleStart(rt, delay);
+  }
 
-  const committedPositions = async (task: number): Promise<Map<string, number>> => {
+  private async committedPositions(task: number): Promise<Map<string, number>> {
     const positions = new Map<string, number>();
-    const committed = await admin.fetchOffsets({ groupId, topics: inputTopics });
-    for (const topic of inputTopics) {
+    const committed = await this.admin.fetchOffsets({ groupId: this.groupId, topics: this.inputTopics });
+    for (const topic of this.inputTopics) {
       const entry = committed.find((c) => c.topic === topic)?.partitions.find((p) => p.partition === task);
       const offset = Number(entry?.offset ?? -1);
       if (offset >= 0) {
         positions.set(topic, offset);
         continue;
       }
-      const ends = (await admin.fetchTopicOffsets(topic)).find((p) => p.partition === task);
-      positions.set(topic, Number((options.fromBeginning ?? true) ? (ends?.low ?? 0) : (ends?.high ?? 0)));
+      const ends = (await this.admin.fetchTopicOffsets(topic)).find((p) => p.partition === task);
+      positions.set(topic, Number((this.options.fromBeginning ?? true) ? (ends?.low ?? 0) : (ends?.high ?? 0)));
     }
     return positions;
-  };
+  }
 
-  function startTask(rt: TaskRuntime): void {
+  /** Throws Superseded once the task was dropped or restarted after `incarnation` began. */
+  private ensureCurrent(rt: TaskRuntime, incarnation: number): void {
+    if (rt.incarnation !== incarnation || this.stopping) throw new Superseded('superseded');
+  }
+
+  private startTask(rt: TaskRuntime): void {
     clearTimeout(rt.retryTimer);
     rt.retryTimer = undefined;
     const incarnation = ++rt.incarnation;
     rt.state = 'starting';
     const signal = rt.abort.signal;
-    const current = () => {
-      if (rt.incarnation !== incarnation || stopping) throw new Superseded('superseded');
-    };
-    void enqueue(rt, async () => {
-      current();
-      const started = Date.now();
-      let timer: NodeJS.Timeout | undefined;
-      const abortOnTimeout = rt.abort;
-      try {
-        const timedOut = new Promise<never>((_, reject) => {
-          timer = setTimeout(() => {
-            abortOnTimeout.abort();
-            reject(new MsgbridgeError('KAFKA_UNAVAILABLE', `starting task ${rt.task} took longer than ${taskStartTimeoutMs} ms`));
-          }, taskStartTimeoutMs);
-        });
-        await Promise.race([timedOut, start()]);
-        stats.taskStarts++;
-        stats.lastTaskStartMs = Date.now() - started;
-        logger.info({ task: rt.task, offsets: Object.fromEntries(rt.next), durationMs: Date.now() - started }, 'task started');
-        checkReady();
-      } catch (error) {
-        if (error instanceof Superseded || rt.incarnation !== incarnation) {
-          // Dropped meanwhile: the teardown queued behind this step closes its producer.
-          return;
-        }
-        failTask(rt, error);
-      } finally {
-        clearTimeout(timer);
-      }
-    });
+    void enqueue(rt, () => this.runTaskStart(rt, incarnation, signal));
+  }
 
-    async function start(): Promise<void> {
-      const producer = newProducer(rt.task);
-      rt.producer = producer;
-      await producer.connect();
-      current();
-      // InitProducerId: fences the previous owner and completes (aborts or finishes committing)
-      // what it left open, so the committed offsets read next are final.
-      const fence = await producer.transaction();
-      await fence.abort();
-      current();
-      const positions = await committedPositions(rt.task);
-      current();
-      rt.restored = true;
-      await options.onTaskAssigned?.(rt.task, { signal });
-      current();
-      for (const [topic, offset] of positions) consumer.seek({ topic, partition: rt.task, offset: String(offset) });
-      rt.next = positions;
-      rt.state = 'active';
-      rt.failures = 0;
-      consumer.resume(partitionsOf(rt.task));
+  /** The queued start step: the start under its timeout, then its bookkeeping or failure. */
+  private async runTaskStart(rt: TaskRuntime, incarnation: number, signal: AbortSignal): Promise<void> {
+    this.ensureCurrent(rt, incarnation);
+    const started = Date.now();
+    let timer: NodeJS.Timeout | undefined;
+    const abortOnTimeout = rt.abort;
+    try {
+      const timedOut = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => {
+          abortOnTimeout.abort();
+          reject(new MsgbridgeError('KAFKA_UNAVAILABLE', `starting task ${rt.task} took longer than ${this.taskStartTimeoutMs} ms`));
+        }, this.taskStartTimeoutMs);
+      });
+      await Promise.race([timedOut, this.fenceAndRestore(rt, incarnation, signal)]);
+      this.stats.taskStarts++;
+      this.stats.lastTaskStartMs = Date.now() - started;
+      this.logger.info({ task: rt.task, offsets: Object.fromEntries(rt.next), durationMs: Date.now() - started }, 'task started');
+      this.checkReady();
+    } catch (error) {
+      if (error instanceof Superseded || rt.incarnation !== incarnation) {
+        // Dropped meanwhile: the teardown queued behind this step closes its producer.
+        return;
+      }
+      this.failTask(rt, error);
+    } finally {
+      clearTimeout(timer);
     }
+  }
+
+  /** Fences the previous owner, reads the committed positions, rebuilds the caller's state, resumes. */
+  private async fenceAndRestore(rt: TaskRuntime, incarnation: number, signal: AbortSignal): Promise<void> {
+    const current = () => this.ensureCurrent(rt, incarnation);
+    const producer = this.newProducer(rt.task);
+    rt.producer = producer;
+    await producer.connect();
+    current();
+    // InitProducerId: fences the previous owner and completes (aborts or finishes committing)
+    // what it left open, so the committed offsets read next are final.
+    const fence = await producer.transaction();
+    await fence.abort();
+    current();
+    const positions = await this.committedPositions(rt.task);
+    current();
+    rt.restored = true;
+    await this.options.onTaskAssigned?.(rt.task, { signal });
+    current();
+    for (const [topic, offset] of positions) this.consumer.seek({ topic, partition: rt.task, offset: String(offset) });
+    rt.next = positions;
+    rt.state = 'active';
+    rt.failures = 0;
+    this.consumer.resume(this.partitionsOf(rt.task));
   }
 
   /**
@@ -402,62 +496,57 @@ export async function startTransactionalEngine(options: TransactionalEngineOptio
    * behind this teardown, so the caller never sees onTaskAssigned before the onTaskRevoked of
    * the previous ownership.
    */
-  const dropTask = (task: number, reason: TaskDropReason): Promise<void> => {
-    const rt = tasks.get(task);
+  private dropTask(task: number, reason: TaskDropReason): Promise<void> {
+    const rt = this.tasks.get(task);
     if (!rt) return Promise.resolve();
     if (rt.state === 'down') {
       clearTimeout(rt.retryTimer);
       rt.retryTimer = undefined;
       return rt.queue;
     }
-    logger.info({ task, reason }, 'task dropped');
-    return teardown(rt, reason);
-  };
+    this.logger.info({ task, reason }, 'task dropped');
+    return this.teardown(rt, reason);
+  }
 
-  const onAssignment = (memberAssignment: Record<string, number[]>) => {
+  // --- rebalance ---
+
+  private onAssignment(memberAssignment: Record<string, number[]>): void {
+    const { inputTopics, logger } = this;
     const perTopic = inputTopics.map((topic) => new Set(memberAssignment[topic] ?? []));
     const next = new Set([...perTopic[0]!].filter((t) => perTopic.every((s) => s.has(t))));
     const stray = perTopic.flatMap((s, i) => [...s].filter((t) => !next.has(t)).map((t) => `${inputTopics[i]}[${t}]`));
     if (stray.length > 0) {
       // Only this engine's assigner runs in the group, so this means a foreign member.
       logger.error({ stray }, 'the group assigned partitions that are not whole tasks; leaving them unprocessed');
-      for (const s of perTopic.flatMap((set, i) => [...set].filter((t) => !next.has(t)).map((t) => ({ topic: inputTopics[i]!, partitions: [t] })))) consumer.pause([s]);
+      for (const s of perTopic.flatMap((set, i) => [...set].filter((t) => !next.has(t)).map((t) => ({ topic: inputTopics[i]!, partitions: [t] })))) this.consumer.pause([s]);
     }
-    assigned = next;
-    joined = true;
-    for (const task of tasks.keys()) if (!next.has(task)) void dropTask(task, 'revoked');
+    this.assigned = next;
+    this.joined = true;
+    for (const task of this.tasks.keys()) if (!next.has(task)) void this.dropTask(task, 'revoked');
     for (const task of next) {
-      const rt = tasks.get(task);
+      const rt = this.tasks.get(task);
       if (rt?.state === 'active') continue;
       // Paused before the first fetch of the new generation (this runs synchronously after the
       // sync): nothing of the task is fetched until it is started and positioned.
-      pause(task);
+      this.pause(task);
       if (rt?.state === 'starting') continue;
       if (rt) {
-        startTask(rt);
+        this.startTask(rt);
         continue;
       }
-      const created: TaskRuntime = {
-        task,
-        state: 'down',
-        incarnation: 0,
-        producer: undefined,
-        next: new Map(),
-        queue: Promise.resolve(),
-        abort: new AbortController(),
-        restored: false,
-        failures: 0,
-        retryTimer: undefined,
-      };
-      tasks.set(task, created);
-      startTask(created);
+      const created = newTaskRuntime(task);
+      this.tasks.set(task, created);
+      this.startTask(created);
     }
-    logger.info({ tasks: [...next].sort((a, b) => a - b), taskCount }, 'tasks assigned');
-    checkReady();
-  };
+    logger.info({ tasks: [...next].sort((a, b) => a - b), taskCount: this.taskCount }, 'tasks assigned');
+    this.checkReady();
+  }
+
+  // --- batches: one transaction per chunk ---
 
   /** One chunk of one input partition: a transaction of its outputs and its offsets. */
-  const transact = async (rt: TaskRuntime, topic: string, records: ConsumedRecord[]): Promise<void> => {
+  private async transact(rt: TaskRuntime, topic: string, records: ConsumedRecord[]): Promise<void> {
+    const { options } = this;
     const producer = rt.producer;
     if (!producer) throw new Error('no producer');
     const result = await options.process(rt.task, records);
@@ -472,7 +561,7 @@ export async function startTransactionalEngine(options: TransactionalEngineOptio
       // AddOffsetsToTxn nor, quickly, AddPartitionsToTxn, so the wait happens here, once.
       for (let attempt = 0, delay = 2; ; attempt++, delay = Math.min(delay * 2, 100)) {
         try {
-          await tx.sendOffsets({ consumerGroupId: groupId, topics: [{ topic, partitions: [{ partition: rt.task, offset: String(nextOffset) }] }] });
+          await tx.sendOffsets({ consumerGroupId: this.groupId, topics: [{ topic, partitions: [{ partition: rt.task, offset: String(nextOffset) }] }] });
           break;
         } catch (error) {
           if (!isConcurrentTransactions(error) || attempt >= 30) throw error;
@@ -491,72 +580,33 @@ export async function startTransactionalEngine(options: TransactionalEngineOptio
     }
     report('committed');
     rt.next.set(topic, nextOffset);
-    stats.transactions++;
-    stats.recordsIn += records.length;
-    stats.recordsOut += result.outputs.length;
+    this.stats.transactions++;
+    this.stats.recordsIn += records.length;
+    this.stats.recordsOut += result.outputs.length;
     result.commit?.();
-  };
-
-  consumer.on(consumer.events.GROUP_JOIN, ({ payload }) => onAssignment(payload.memberAssignment));
-  consumer.on(consumer.events.CRASH, ({ payload }) => {
-    if (payload.restart) {
-      logger.warn({ error: describeError(payload.error) }, 'the consumer crashed; kafkajs restarts it');
-      return;
-    }
-    fatal = payload.error;
-    logger.error({ error: describeError(payload.error) }, 'the consumer stopped for good');
-    if (!readySettled) failReady(payload.error);
-    options.onFatal?.(payload.error);
-  });
-
-  try {
-    await consumer.connect();
-    await consumer.subscribe({ topics: inputTopics, fromBeginning: options.fromBeginning ?? true });
-    await consumer.run({
-      autoCommit: false,
-      eachBatchAutoResolve: false,
-      partitionsConsumedConcurrently: options.partitionsConsumedConcurrently ?? 4,
-      eachBatch: async ({ batch, resolveOffset, heartbeat, isRunning, isStale }) => {
-        const rt = tasks.get(batch.partition);
-        // Not started (paused, to be positioned by its start), or a batch fetched before a
-        // seek: it is fetched again from the right place.
-        if (!rt || rt.state !== 'active' || isStale() || !isRunning()) return;
-        const incarnation = rt.incarnation;
-        await enqueue(rt, () => handleBatch(rt, incarnation, batch, { resolveOffset, heartbeat, fresh: () => isRunning() && !isStale() }));
-      },
-    });
-  } catch (error) {
-    await consumer.disconnect().catch(() => undefined);
-    await admin.disconnect().catch(() => undefined);
-    throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot join consumer group ${groupId}: ${describeError(error)}`, { cause: error });
   }
 
-  async function handleBatch(
-    rt: TaskRuntime,
-    incarnation: number,
-    batch: Batch,
-    { resolveOffset, heartbeat, fresh }: { resolveOffset: (offset: string) => void; heartbeat: () => Promise<void>; fresh: () => boolean },
-  ): Promise<void> {
+  private async handleBatch(rt: TaskRuntime, incarnation: number, batch: Batch, { resolveOffset, heartbeat, fresh }: BatchControls): Promise<void> {
     const topic = batch.topic;
-    const live = () => rt.incarnation === incarnation && rt.state === 'active' && fresh() && !stopping;
+    const live = () => rt.incarnation === incarnation && rt.state === 'active' && fresh() && !this.stopping;
     if (!live()) return;
     const from = rt.next.get(topic) ?? 0;
     const records: ConsumedRecord[] = [];
     for (const m of batch.messages) {
       if (Number(m.offset) < from) {
-        stats.recordsSkipped++;
+        this.stats.recordsSkipped++;
         continue;
       }
       records.push({ topic, partition: batch.partition, offset: m.offset, timestamp: m.timestamp, key: m.key ?? null, value: m.value ?? null, headers: (m.headers ?? {}) as ConsumedRecord['headers'] });
     }
-    for (let i = 0; i < records.length; i += maxBatch) {
+    for (let i = 0; i < records.length; i += this.maxBatch) {
       if (!live()) return;
-      const chunk = records.slice(i, i + maxBatch);
+      const chunk = records.slice(i, i + this.maxBatch);
       try {
-        await transact(rt, topic, chunk);
+        await this.transact(rt, topic, chunk);
       } catch (error) {
-        stats.failedTransactions++;
-        if (rt.incarnation === incarnation) failTask(rt, error);
+        this.stats.failedTransactions++;
+        if (rt.incarnation === incarnation) this.failTask(rt, error);
         return;
       }
       resolveOffset(chunk[chunk.length - 1]!.offset);
@@ -568,23 +618,38 @@ export async function startTransactionalEngine(options: TransactionalEngineOptio
     if (records.length === 0 && last) resolveOffset(last.offset);
   }
 
+  // --- stop ---
+
+  async stop(): Promise<void> {
+    if (this.stopping) return;
+    this.stopping = true;
+    for (const rt of this.tasks.values()) clearTimeout(rt.retryTimer);
+    // Waits for the batches in flight (their transactions end), then leaves the group.
+    await this.consumer.disconnect().catch((error: unknown) => this.logger.warn({ error: describeError(error) }, 'leaving the group failed'));
+    await Promise.all([...this.tasks.keys()].map((task) => this.dropTask(task, 'stopping')));
+    await this.admin.disconnect().catch(() => undefined);
+    if (!this.readySettled) this.failReady(new MsgbridgeError('SHUTTING_DOWN', 'the engine stopped before it was ready'));
+    this.logger.info({ stats: this.stats }, 'transactional engine stopped');
+  }
+}
+
+/**
+ * Checks the inputs (they exist and are co-partitioned), joins the group and starts processing.
+ * Rejects with a clear error when the inputs are unusable.
+ */
+export async function startTransactionalEngine(options: TransactionalEngineOptions): Promise<TransactionalEngine> {
+  validate(options);
+  const logger = (options.logger ?? silentLogger).child({ component: 'transactional-engine', groupId: options.groupId });
+  const { admin, taskCount } = await openInputs(options.kafka, options.inputTopics);
+  const runtime = new TransactionalEngineRuntime(options, logger, admin, taskCount);
+  await runtime.join();
   return {
-    ready,
-    isReady,
-    ownedTasks: () => [...tasks.values()].filter((rt) => rt.state === 'active').map((rt) => rt.task).sort((a, b) => a - b),
-    assignedTasks: () => [...assigned].sort((a, b) => a - b),
-    stats: () => ({ ...stats }),
-    async stop() {
-      if (stopping) return;
-      stopping = true;
-      for (const rt of tasks.values()) clearTimeout(rt.retryTimer);
-      // Waits for the batches in flight (their transactions end), then leaves the group.
-      await consumer.disconnect().catch((error: unknown) => logger.warn({ error: describeError(error) }, 'leaving the group failed'));
-      await Promise.all([...tasks.keys()].map((task) => dropTask(task, 'stopping')));
-      await admin.disconnect().catch(() => undefined);
-      if (!readySettled) failReady(new MsgbridgeError('SHUTTING_DOWN', 'the engine stopped before it was ready'));
-      logger.info({ stats }, 'transactional engine stopped');
-    },
+    ready: runtime.ready,
+    isReady: () => runtime.isReady(),
+    ownedTasks: () => runtime.ownedTasks(),
+    assignedTasks: () => [...runtime.assigned].sort((a, b) => a - b),
+    stats: () => ({ ...runtime.stats }),
+    stop: () => runtime.stop(),
   };
 }
 
