@@ -118,7 +118,9 @@ describe('exactly once under kill -9', () => {
       const member = startMember(kill === 'random' ? settings : { ...settings, selfKill: kill });
       await member.ready;
       if (kill === 'random') {
-        await waitUntil(() => member.progress() > 0, 20_000, () => `member ${round} under way`);
+        // Under way and past the previous life's commits (a loaded machine can be slow to commit the first).
+        const before = killedAt.at(-1) ?? 0;
+        await waitUntil(async () => member.progress() > 0 && (await committedInputs(settings)) > before, 30_000, () => `member ${round} under way`);
         await new Promise((r) => setTimeout(r, 100 + Math.floor(Math.random() * 900)));
         member.child.kill('SIGKILL');
       }
