@@ -113,7 +113,8 @@ export async function startTracker(options: StartTrackerOptions): Promise<Tracke
       logic.dropTask(task);
     },
     async process(task, records) {
-      const reload = logic.needsReload(task, records);
+      const events = logic.decodeBatch(records);
+      const reload = logic.needsReload(task, events);
       const loaded: Loaded = { messages: new Map(), conversations: new Map() };
       if (reload.messageIds.length > 0) {
         const wanted = new Set(reload.messageIds);
@@ -123,7 +124,7 @@ export async function startTracker(options: StartTrackerOptions): Promise<Tracke
         const wanted = new Set(reload.conversationKeys);
         await readChangelog({ kafka, topic: topics.conversations, timeoutMs: readTimeoutMs, filter: (r) => wanted.has(r.key?.toString() ?? ''), onRecord: (r) => logic.reloadInto(loaded, r) });
       }
-      return logic.process(task, records, loaded);
+      return logic.process(task, events, loaded);
     },
   });
 

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { HEADER, SCHEMA_ID, deliveryStatusEventSchema, eventIdOf, inboundMessageEventSchema, resultEventId, sendResultSchema } from '../contracts/index.js';
 import type { ConsumedRecord } from '../kafka/group-consumer.js';
 import { javaCompatibleHash } from '../kafka/partitioner.js';
-import { applyInbound, conversationKey, conversationWindowSchema, inboundFrom, type ConversationWindow } from './conversation-window.js';
+import { applyInbound, conversationKey, conversationWindowSchema, inboundFrom, type ConversationWindow, type InboundEvent } from './conversation-window.js';
 import { applyEvent, messageIdOf, messageStateSchema, resultEventFrom, statusEventFrom, type ApplyOutcome, type TrackedMessage, type TrackerEvent } from './message-state.js';
 import { StateCache, messageStateCache } from './state-cache.js';
 import type { OutputRecord, ProcessResult } from './transactional-engine.js';
@@ -40,6 +40,9 @@ export interface TrackerLogicOptions {
   onSkip?(reason: SkipReason, record: ConsumedRecord, detail: string): void;
   now?: () => Date;
 }
+
+/** A record of a batch and the event it carries (parsed once: `decodeBatch`). */
+export type DecodedEvent = ({ kind: 'message'; event: TrackerEvent } | { kind: 'conversation'; input: InboundEvent }) & { record: ConsumedRecord };
 
 /** States read back for one batch (see reloadInto). */
 export interface Loaded {
@@ -176,14 +179,22 @@ export class TrackerLogic {
     }
   }
 
+  /** The events a batch carries, each record parsed once; the others are counted as skipped. */
+  decodeBatch(records: ConsumedRecord[]): DecodedEvent[] {
+    const events: DecodedEvent[] = [];
+    for (const record of records) {
+      const decoded = this.decode(record);
+      if (decoded) events.push(decoded);
+    }
+    return events;
+  }
+
   /** The keys a batch needs that were evicted: read them back before `process`. */
-  needsReload(task: number, records: ConsumedRecord[]): Reload {
+  needsReload(task: number, events: DecodedEvent[]): Reload {
     const state = this.tasks.get(task);
     const reload: Reload = { messageIds: [], conversationKeys: [] };
     if (!state) return reload;
-    for (const record of records) {
-      const decoded = this.decode(record, false);
-      if (!decoded) continue;
+    for (const decoded of events) {
       if (decoded.kind === 'message') {
         const id = messageIdOf(decoded.event);
         if (!state.messages.has(id) && state.evicted.mayHold(`m:${id}`)) reload.messageIds.push(id);
@@ -198,18 +209,16 @@ export class TrackerLogic {
   }
 
   /** Applies one batch of one input partition of a task: the outputs, and the state change for after the commit. */
-  process(task: number, records: ConsumedRecord[], loaded: Loaded = { messages: new Map(), conversations: new Map() }): ProcessResult {
+  process(task: number, events: DecodedEvent[], loaded: Loaded = { messages: new Map(), conversations: new Map() }): ProcessResult {
     const state = this.tasks.get(task);
     if (!state) throw new Error(`task ${task} is not started`);
     const messages = new Map<string, TrackedMessage>();
     const windows = new Map<string, ConversationWindow>();
     const outputs: OutputRecord[] = [];
     const now = this.now();
-    for (const record of records) {
-      const decoded = this.decode(record, true);
-      if (!decoded) continue;
+    for (const decoded of events) {
       if (decoded.kind === 'message') {
-        const { event } = decoded;
+        const { event, record } = decoded;
         const id = messageIdOf(event);
         let result;
         try {
@@ -295,10 +304,10 @@ export class TrackerLogic {
     this.opts.onSkip?.(reason, record, detail);
   }
 
-  /** A record as the event it carries; undefined (counted when `count`) when it carries none the tracker applies. */
-  private decode(record: ConsumedRecord, count: boolean): { kind: 'message'; event: TrackerEvent } | { kind: 'conversation'; input: ReturnType<typeof inboundFrom> } | undefined {
+  /** A record as the event it carries; undefined (counted as skipped) when it carries none the tracker applies. */
+  private decode(record: ConsumedRecord): DecodedEvent | undefined {
     const skip = (reason: SkipReason, detail: string) => {
-      if (count) this.skip(reason, record, detail);
+      this.skip(reason, record, detail);
       return undefined;
     };
     if (record.value === null) return skip('invalid_json', 'no value');
@@ -316,17 +325,17 @@ export class TrackerLogic {
         if (!parsed.success) return skip('invalid_event', parsed.error.issues[0]?.message ?? 'not a send result');
         const result = parsed.data;
         const event = resultEventFrom(result, eventId ?? resultEventId(result.businessId ?? business ?? '', result.requestId, result.outcome));
-        return event ? { kind: 'message', event } : skip('not_accepted', result.outcome);
+        return event ? { kind: 'message', event, record } : skip('not_accepted', result.outcome);
       }
       if (business === undefined || business === '') return skip('missing_business', `no ${HEADER.businessId} header`);
       if (record.topic === this.opts.topics.deliveryStatus) {
         const parsed = deliveryStatusEventSchema.safeParse(json);
         if (!parsed.success) return skip('invalid_event', parsed.error.issues[0]?.message ?? 'not a delivery status');
-        return { kind: 'message', event: statusEventFrom(parsed.data, { eventId: eventId ?? eventIdOf(record.value), businessId: business }) };
+        return { kind: 'message', event: statusEventFrom(parsed.data, { eventId: eventId ?? eventIdOf(record.value), businessId: business }), record };
       }
       const parsed = inboundMessageEventSchema.safeParse(json);
       if (!parsed.success) return skip('invalid_event', parsed.error.issues[0]?.message ?? 'not an inbound message');
-      return { kind: 'conversation', input: inboundFrom(parsed.data, business) };
+      return { kind: 'conversation', input: inboundFrom(parsed.data, business), record };
     } catch (err) {
       return skip('invalid_event', (err as Error).message);
     }
