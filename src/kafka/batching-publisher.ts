@@ -257,14 +257,17 @@ export class BatchingPublisher {
    * called exactly once, never synchronously.
    */
   publish(record: PublishRecord, cb: PublishCallback): MsgbridgeError | undefined {
-    const refused = this.admission(record);
+    if (!this.accepting) return new MsgbridgeError('SHUTTING_DOWN', 'the ingress is shutting down');
+    // The key is hashed once: the partition decides both the lane checked and the queue joined.
+    const partition = this.partitionOf(record);
+    const refused = this.laneRefusal(record.topic, partition);
     if (refused) return refused;
     const bytes = recordBytes(record);
     const pending = this.queuedEvents + this.inFlightEvents;
     if (pending > 0 && (pending + 1 > this.opts.queueMaxEvents || this.queuedBytes + this.inFlightBytes + bytes > this.opts.queueMaxBytes)) {
       return new MsgbridgeError('QUEUE_FULL', 'the publish queue is full');
     }
-    const pq = this.queueOf(record)!;
+    const pq = this.queueAt(record.topic, partition!);
     pq.queue.push({ record, bytes, deadline: performance.now() + this.opts.publishTimeoutMs, cb, dropped: false });
     pq.live++;
     this.queuedEvents++;
@@ -281,15 +284,16 @@ export class BatchingPublisher {
       if (this.queuedEvents + this.inFlightEvents >= this.opts.queueMaxEvents) return new MsgbridgeError('QUEUE_FULL', 'the publish queue is full');
       return undefined;
     }
-    const partition = this.partitionOf(record);
-    if (partition === undefined) return new MsgbridgeError('KAFKA_UNAVAILABLE', `topic ${record.topic} is not known to this publisher`);
-    const broker = this.leaderOf(record.topic, partition);
-    const lane = this.lanes.get(broker);
-    if (!lane?.connected) {
-      const where = broker === SINGLE_LANE ? 'Kafka' : broker < 0 ? `partition ${record.topic}-${partition} (no leader)` : `Kafka broker ${broker} (leader of ${record.topic}-${partition})`;
-      return new MsgbridgeError('KAFKA_UNAVAILABLE', `${where} is not reachable`);
-    }
-    return undefined;
+    return this.laneRefusal(record.topic, this.partitionOf(record));
+  }
+
+  /** Why an event for this partition would be refused now: its topic unknown, or its leader's lane without a producer. */
+  private laneRefusal(topic: string, partition: number | undefined): MsgbridgeError | undefined {
+    if (partition === undefined) return new MsgbridgeError('KAFKA_UNAVAILABLE', `topic ${topic} is not known to this publisher`);
+    const broker = this.leaderOf(topic, partition);
+    if (this.lanes.get(broker)?.connected) return undefined;
+    const where = broker === SINGLE_LANE ? 'Kafka' : broker < 0 ? `partition ${topic}-${partition} (no leader)` : `Kafka broker ${broker} (leader of ${topic}-${partition})`;
+    return new MsgbridgeError('KAFKA_UNAVAILABLE', `${where} is not reachable`);
   }
 
   /** Bytes of the events held: queued or in flight. */
@@ -374,12 +378,10 @@ export class BatchingPublisher {
     return this.leaders.get(topic)?.[partition] ?? -1;
   }
 
-  private queueOf(record: PublishRecord): PartitionQueue | undefined {
-    const partition = this.partitionOf(record);
-    if (partition === undefined) return undefined;
-    const id = `${record.topic}\u0000${partition}`;
+  private queueAt(topic: string, partition: number): PartitionQueue {
+    const id = `${topic}\u0000${partition}`;
     let pq = this.queues.get(id);
-    if (!pq) this.queues.set(id, (pq = { topic: record.topic, partition, queue: new Deque(), live: 0, busy: false }));
+    if (!pq) this.queues.set(id, (pq = { topic, partition, queue: new Deque(), live: 0, busy: false }));
     return pq;
   }
 
