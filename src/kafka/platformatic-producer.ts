@@ -7,43 +7,10 @@ import { assertWritable, type ClusterLayout, type PartitionLeader, type RecordPr
 
 /**
  * An acks=all, idempotent producer on @platformatic/kafka behind the RecordProducer port, built
- * from the same KafkaConfig as the kafkajs client (src/kafka/client.ts): brokers, client id,
- * TLS, SASL, connection and request timeouts.
- *
- * What the batching publisher relies on, and how this client keeps it:
- *
- * - One produce request in flight, in order. The idempotent producer forces `maxInflights: 1`
- *   per broker connection. But it reads a partition's next sequence number when it *builds*
- *   a request and advances it only when the response arrives, so two `send` calls overlapping
- *   on one producer would carry the same sequence numbers: the broker would answer the second
- *   with OUT_OF_ORDER_SEQUENCE or, when both batches have the same size, acknowledge it as a
- *   "duplicate" of the first without writing it (measured on 1.35.0: three overlapping sends
- *   of 10 records all acknowledged, 10 written; upstream platformatic/kafka#326, reported
- *   against 2.1.0, a line that needs Node 22). This adapter therefore runs its sends one
- *   after another itself, whatever the caller does (`maxInFlightBatches` > 1 just queues here).
- *
- * - Internal retries cannot reorder or duplicate. A retried request is rebuilt with the same
- *   (not yet advanced) sequence numbers, so a request that timed out but was written is
- *   recognised by the broker as a duplicate, as it should be. Retries are bounded: for an
- *   idempotent producer the library turns `retries` of 0, 1 or unset into "forever", which
- *   would never surface an outage (no 503, no reconnect), so a budget is set explicitly.
- *   Unlike kafkajs, this client does not retry a request that timed out (`requestTimeoutMs`):
- *   the send fails at once, the publisher answers 503 and replaces the producer. A broker
- *   that stops answering is noticed after one request timeout instead of after all retries.
- *
- * - A failed send poisons the producer. After a failure the library leaves the failed
- *   partitions' sequence numbers where they were, although the request may have been written;
- *   the next, different batch would reuse them, and one of the same size would be
- *   acknowledged as a duplicate without being written: an acknowledged event lost. That is
- *   the same hazard as with kafkajs, and the same cure holds: the publisher throws the
- *   producer away after any failed send and connects a new one (a new producer id). This
- *   adapter also refuses every send after a failure, so the rule does not depend on the
- *   caller alone.
- *
- * - Partitioning: the Java/kafkajs key hash, not this library's default (see partitioner.ts).
- *
- * The client connects lazily; `connect()` obtains the producer id (InitProducerId), which
- * proves that a broker answers and leaves nothing to do on the first send.
+ * from the same KafkaConfig as the kafkajs client. Its sends run one after another (overlapping
+ * ones would share sequence numbers), its retries are bounded, and it refuses every send after a
+ * failed one: why, measured, in src/kafka/README.md, "The @platformatic/kafka adapter". Keys are
+ * placed with the Java hash (partitioner.ts). `connect()` obtains the producer id.
  */
 export interface PlatformaticProducerOptions {
   brokers: string[];
