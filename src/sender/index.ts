@@ -141,24 +141,7 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
     publishing: () => publisher.publishable,
     ...(table ? { conversationTable: () => table.stats() } : {}),
   });
-  // The live businesses file (src/config/businesses-file.ts): a valid new list replaces the API
-  // keys and the businesses whose windows are kept in place, in one synchronous step, so a
-  // request sees the old set or the new one. A business without an API key refuses the list.
-  const liveBusinesses = new Set(apiKeys.keys());
-  const businessesWatch = watchConfiguredBusinesses({
-    config,
-    registry,
-    logger,
-    apply: (businesses) => {
-      const next = senderApiKeys({ ...config, businesses });
-      apiKeys.clear();
-      liveBusinesses.clear();
-      for (const [id, key] of next) {
-        apiKeys.set(id, key);
-        liveBusinesses.add(id);
-      }
-    },
-  });
+  const businesses = followBusinessesFile(config, registry, logger, apiKeys);
   const callSlots = new Semaphore(s.concurrency);
   const processor = createProcessor({
     client,
@@ -208,30 +191,13 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
     ...(options.onFatal ? { onFatal: options.onFatal } : {}),
   });
 
-  let follower: ConversationFollower | undefined;
-  let sweeper: NodeJS.Timeout | undefined;
-  if (table) {
-    logger.info({ topic: topics.conversations, timeoutMs: s.conversationTableReadTimeoutMs }, 'conversation window guard on (reject): reading the conversations topic to its end before consuming send requests');
-    follower = followConversations({
-      kafka,
-      topic: topics.conversations,
-      table,
-      businesses: liveBusinesses,
-      groupIdPrefix: `${s.groupId}-conversations`,
-      timeoutMs: s.conversationTableReadTimeoutMs,
-      logger,
-      onSkipped: () => metrics.conversationRecordSkipped(),
-      ...(options.onFatal ? { onFatal: options.onFatal } : {}),
-    });
-    // Closed windows leave the table as they close (lookups drop the ones they meet too).
-    sweeper = setInterval(() => table.sweep(), 60_000);
-    sweeper.unref();
-  }
+  const guard = table && startConversationGuard({ kafka, config, table, businesses: businesses.live, logger, onSkipped: () => metrics.conversationRecordSkipped(), onFatal: options.onFatal });
+  const follower = guard?.follower;
 
   // Whatever started so far is stopped again when the start fails half-way.
   const abortStart = async (err: unknown): Promise<never> => {
-    clearInterval(sweeper);
-    await follower?.stop();
+    businesses.stop();
+    await guard?.stop();
     await member.abort();
     await publisher.close().catch(() => undefined);
     await client.close().catch(() => undefined);
@@ -273,9 +239,8 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
     draining ??= (async () => {
       const started = Date.now();
       const finished = await member.drain(s.drainGraceMs);
-      businessesWatch?.stop();
-      clearInterval(sweeper);
-      await follower?.stop();
+      businesses.stop();
+      await guard?.stop();
       await publisher.close().catch((err: unknown) => logger.warn({ err }, 'disconnecting the producer failed'));
       await client.close().catch(() => undefined);
       await health?.close();
@@ -293,6 +258,66 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
     stats: () => ({ ...runner.stats(), providerCalls: callSlots.inUse, completedRequestIds: processor.completedCount, ...(table ? { conversationTable: table.stats() } : {}) }),
     drain,
     close: drain,
+  };
+}
+
+/**
+ * The live businesses file (src/config/businesses-file.ts): a valid new list replaces the API
+ * keys and the businesses whose windows are kept in place, in one synchronous step, so a
+ * request sees the old set or the new one. A business without an API key refuses the list.
+ */
+function followBusinessesFile(config: Config, registry: Registry, logger: Logger, apiKeys: Map<string, string>): { live: Set<string>; stop(): void } {
+  const live = new Set(apiKeys.keys());
+  const watch = watchConfiguredBusinesses({
+    config,
+    registry,
+    logger,
+    apply: (businesses) => {
+      const next = senderApiKeys({ ...config, businesses });
+      apiKeys.clear();
+      live.clear();
+      for (const [id, key] of next) {
+        apiKeys.set(id, key);
+        live.add(id);
+      }
+    },
+  });
+  return { live, stop: () => watch?.stop() };
+}
+
+/** The conversation window guard's table, read and then followed (README "Conversation window"), and swept. */
+function startConversationGuard(options: {
+  kafka: Kafka;
+  config: Config;
+  table: ConversationTable;
+  businesses: ReadonlySet<string>;
+  logger: Logger;
+  onSkipped(): void;
+  onFatal: ((error: Error) => void) | undefined;
+}): { follower: ConversationFollower; stop(): Promise<void> } {
+  const { config, table, logger } = options;
+  const s = config.sender;
+  logger.info({ topic: config.kafka.topics.conversations, timeoutMs: s.conversationTableReadTimeoutMs }, 'conversation window guard on (reject): reading the conversations topic to its end before consuming send requests');
+  const follower = followConversations({
+    kafka: options.kafka,
+    topic: config.kafka.topics.conversations,
+    table,
+    businesses: options.businesses,
+    groupIdPrefix: `${s.groupId}-conversations`,
+    timeoutMs: s.conversationTableReadTimeoutMs,
+    logger,
+    onSkipped: options.onSkipped,
+    ...(options.onFatal ? { onFatal: options.onFatal } : {}),
+  });
+  // Closed windows leave the table as they close (lookups drop the ones they meet too).
+  const sweeper = setInterval(() => table.sweep(), 60_000);
+  sweeper.unref();
+  return {
+    follower,
+    async stop() {
+      clearInterval(sweeper);
+      await follower.stop();
+    },
   };
 }
 
