@@ -177,11 +177,14 @@ function applyEnv(raw: Json, env: Env, sources: Map<string, string>): void {
     ['MSGBRIDGE_INGRESS_WORKERS', 'ingress.workers'],
     ['MSGBRIDGE_SIMULATOR_PORT', 'simulator.port'],
     ['MSGBRIDGE_TRACKER_PORT', 'tracker.port'],
+    ['MSGBRIDGE_TRACKER_STATE_DIR', 'tracker.stateDir'],
+    ['MSGBRIDGE_TRACKER_ADVERTISED_URL', 'tracker.advertisedUrl'],
     ['MSGBRIDGE_LOG_LEVEL', 'log.level'],
   ];
+  const verbatim = new Set(['provider.url', 'log.level', 'tracker.stateDir', 'tracker.advertisedUrl']);
   for (const [name, path] of simple) {
     const value = nonEmpty(env[name]);
-    if (value !== undefined) set(path, path === 'provider.url' || path === 'log.level' ? value.trim() : scalar(value), name);
+    if (value !== undefined) set(path, verbatim.has(path) ? value.trim() : scalar(value), name);
   }
 
   const businessesFile = nonEmpty(env.MSGBRIDGE_BUSINESSES_FILE);

@@ -219,10 +219,29 @@ export const trackerSchema = z
   groupId: z.string().min(1),
   /** transactional.id of task p is `<prefix>-<p>`: the same on every member and across restarts (src/tracker/README.md). */
   transactionalIdPrefix: z.string().min(1),
-  /** Message states kept in memory per member; an evicted one is read back from message-state when it has news. */
+  /** Message states kept in memory **per task** (above its local store, which holds them all): the recently used ones. */
   maxCachedMessages: z.number().int().min(100).max(10_000_000),
-  /** Conversation windows kept in memory per member, bounded the same way. */
+  /** Conversation windows kept in memory **per task**, bounded the same way. */
   maxCachedConversations: z.number().int().min(100).max(10_000_000),
+  /**
+   * Where each task keeps its persistent local store: `<stateDir>/<groupId>/task-<p>/`
+   * (MSGBRIDGE_TRACKER_STATE_DIR). Put it on a volume that outlives the process: a restart
+   * then reads only what changed since (src/tracker/README.md "Local store").
+   */
+  stateDir: z.string().min(1),
+  /**
+   * How long a message state is kept after its last update (default 30 days): message-state gets
+   * `cleanup.policy=compact,delete` with this `retention.ms`, and the stores drop older states. A
+   * status arriving later starts a new state (without its request).
+   */
+  stateRetentionMs: z.number().int().min(3_600_000).max(3650 * 86_400_000),
+  /** How long a conversation window is kept after its last inbound message (the 24-hour window plus a margin; default 26 h). */
+  conversationRetentionMs: z.number().int().min(86_400_000).max(3650 * 86_400_000),
+  /**
+   * The base URL other members use to forward a query to this one (published through the group
+   * protocol, like Kafka Streams' application.server). Unset: http://<hostname>:<port>.
+   */
+  advertisedUrl: z.url({ protocol: /^https?$/, error: 'expected an http(s) URL other members can reach, e.g. http://tracker-0.tracker:8082' }).optional(),
   /** Records per transaction. */
   maxBatchRecords: z.number().int().min(1).max(10_000),
   /** The coordinator aborts a transaction open longer than this (below the broker's transaction.max.timeout.ms). */

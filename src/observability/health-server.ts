@@ -16,7 +16,7 @@ export interface HealthServerOptions {
   notReadyReason: () => string | undefined;
   logger?: Logger;
   /** More GET routes (the tracker's queries): an answer, or undefined for 404. */
-  route?: (path: string) => Promise<{ status: number; body: unknown } | undefined>;
+  route?: (path: string, query: URLSearchParams, headers: Record<string, string | string[] | undefined>) => Promise<{ status: number; body: unknown } | undefined>;
 }
 
 export interface HealthServer {
@@ -27,7 +27,7 @@ export interface HealthServer {
 
 export async function startHealthServer(options: HealthServerOptions): Promise<HealthServer> {
   const server: Server = createServer((req, res) => {
-    const path = (req.url ?? '/').split('?')[0];
+    const [path, search] = (req.url ?? '/').split('?', 2) as [string, string | undefined];
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'text/plain' }).end('method not allowed\n');
       return;
@@ -54,7 +54,7 @@ export async function startHealthServer(options: HealthServerOptions): Promise<H
       return;
     }
     if (options.route) {
-      options.route(path ?? '/').then(
+      options.route(path, new URLSearchParams(search ?? ''), req.headers).then(
         (answer) => {
           if (answer) res.writeHead(answer.status, { 'content-type': 'application/json' }).end(`${JSON.stringify(answer.body)}\n`);
           else res.writeHead(404, { 'content-type': 'text/plain' }).end('not found\n');

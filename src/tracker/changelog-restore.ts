@@ -24,6 +24,8 @@ export interface ChangelogReadOptions {
   /** The reader is a private one-member group: `<prefix>-<uuid>` (ACLs: Read on this prefix). */
   groupIdPrefix?: string;
   maxBytesPerPartition?: number;
+  /** Where to start per partition (a store's checkpoint); default: the beginning of the log. */
+  from?: Map<number, number>;
 }
 
 export interface ChangelogReadResult {
@@ -106,11 +108,14 @@ export async function readChangelog(options: ChangelogReadOptions & { partitions
   const wanted = options.partitions ?? [...ends.keys()];
   const target = new Map<number, number>();
   const pending = new Map<number, number>();
+  const start = new Map<number, number>();
   for (const partition of wanted) {
     const end = ends.get(partition);
     if (!end) throw new MsgbridgeError('INVALID_ARGUMENT', `topic ${topic} has no partition ${partition} (it has ${ends.size})`);
     target.set(partition, end.high);
-    if (end.high > end.low) pending.set(partition, end.high);
+    const from = Math.max(end.low, options.from?.get(partition) ?? end.low);
+    start.set(partition, from);
+    if (end.high > from) pending.set(partition, end.high);
   }
   let delivered = 0;
   const result = () => ({ delivered, ends: target, durationMs: Date.now() - started });
@@ -145,6 +150,12 @@ export async function readChangelog(options: ChangelogReadOptions & { partitions
   consumer.on(consumer.events.GROUP_JOIN, ({ payload }) => {
     const others = (payload.memberAssignment[topic] ?? []).filter((p) => !pending.has(p));
     if (others.length > 0) consumer.pause([{ topic, partitions: others }]);
+    // A new private group has no committed offsets: each partition starts at the log start,
+    // or where the caller's store left off.
+    for (const p of payload.memberAssignment[topic] ?? []) {
+      const from = start.get(p);
+      if (pending.has(p) && from !== undefined && from > ends.get(p)!.low) consumer.seek({ topic, partition: p, offset: String(from) });
+    }
   });
   consumer.on(consumer.events.CRASH, ({ payload }) => {
     if (!payload.restart) finish(payload.error);
@@ -189,9 +200,11 @@ export async function readChangelog(options: ChangelogReadOptions & { partitions
   }
 
   function deliver(partition: number, end: number, messages: KafkaMessage[]): void {
+    const from = start.get(partition) ?? 0;
     for (const m of messages) {
       // Records written after the read started are not part of the state being restored.
       if (Number(m.offset) >= end) break;
+      if (Number(m.offset) < from) continue;
       const record: ConsumedRecord = {
         topic,
         partition,

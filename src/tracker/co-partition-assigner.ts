@@ -48,9 +48,23 @@ export function planTasks(taskCount: number, members: { memberId: string; previo
   return plan;
 }
 
-/** The tasks a member announces it owns, carried as the user data of its join metadata. */
-export function encodeOwnedTasks(topics: string[], tasks: readonly number[]): Buffer {
-  return AssignerProtocol.MemberMetadata.encode({ version: VERSION, topics, userData: Buffer.from(JSON.stringify({ tasks: [...tasks] })) });
+/**
+ * The tasks a member announces it owns, and the address where it answers queries (other members
+ * forward to it: README "Queries"), carried as the user data of its join metadata.
+ */
+export function encodeOwnedTasks(topics: string[], tasks: readonly number[], queryUrl?: string): Buffer {
+  return AssignerProtocol.MemberMetadata.encode({ version: VERSION, topics, userData: Buffer.from(JSON.stringify({ tasks: [...tasks], ...(queryUrl ? { url: queryUrl } : {}) })) });
+}
+
+/** The query address a member published in its join metadata, if any. */
+export function decodeQueryUrl(metadata: Buffer): string | undefined {
+  try {
+    const { userData } = AssignerProtocol.MemberMetadata.decode(metadata) ?? {};
+    const parsed = JSON.parse(userData?.toString() || '{}') as { url?: unknown };
+    return typeof parsed.url === 'string' ? parsed.url : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 export function decodeOwnedTasks(metadata: Buffer): number[] {
@@ -83,7 +97,7 @@ export function checkCoPartitioned(counts: Map<string, number>): number {
  * The kafkajs assigner. `ownedTasks` is read at every join (what this member announces);
  * `partitionCount` comes from the leader's fresh metadata.
  */
-export function coPartitionedAssigner(options: { ownedTasks: () => readonly number[] }): PartitionAssigner {
+export function coPartitionedAssigner(options: { ownedTasks: () => readonly number[]; queryUrl?: string }): PartitionAssigner {
   return ({ cluster }) => ({
     name: CO_PARTITIONED_PROTOCOL,
     version: VERSION,
@@ -101,7 +115,7 @@ export function coPartitionedAssigner(options: { ownedTasks: () => readonly numb
       });
     },
     protocol({ topics }: { topics: string[] }) {
-      return { name: CO_PARTITIONED_PROTOCOL, metadata: encodeOwnedTasks(topics, options.ownedTasks()) };
+      return { name: CO_PARTITIONED_PROTOCOL, metadata: encodeOwnedTasks(topics, options.ownedTasks(), options.queryUrl) };
     },
   });
 }

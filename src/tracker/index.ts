@@ -1,4 +1,5 @@
-import type { Admin, Kafka } from 'kafkajs';
+import { hostname } from 'node:os';
+import kafkajs, { type Admin, type Kafka } from 'kafkajs';
 import type { Registry } from 'prom-client';
 import type { Config } from '../config/schema.js';
 import { MsgbridgeError } from '../errors.js';
@@ -8,11 +9,14 @@ import { checkWrittenTopics, ensureTopics } from '../kafka/topics.js';
 import { startHealthServer, type HealthServer } from '../observability/health-server.js';
 import { silentLogger, type Logger } from '../observability/logger.js';
 import { createMetricsRegistry } from '../observability/metrics.js';
-import { readChangelog, readChangelogPartition } from './changelog-restore.js';
-import { messageStateOf, type MessageState } from './message-state.js';
+import { localUrl } from '../net.js';
+import type { MessageState } from './message-state.js';
 import { createTrackerMetrics } from './metrics.js';
-import { findMessageState, findRequestState } from './query.js';
-import { TrackerLogic, type Loaded, type TrackerTopics } from './tasks.js';
+import { groupDirectory } from './query-router.js';
+import { QueryService } from './query-service.js';
+import { TaskRestorer } from './task-restorer.js';
+import type { TaskStore } from './state-store.js';
+import { TrackerLogic, type TrackerTopics } from './tasks.js';
 import { startTransactionalEngine, type TransactionalEngine } from './transactional-engine.js';
 
 /**
@@ -48,8 +52,6 @@ export function trackerTopics(config: Config): TrackerTopics {
   return { sendResults: t.sendResults, deliveryStatus: t.deliveryStatus, messages: t.messages, messageState: t.messageState, conversations: t.conversations };
 }
 
-const MAX_ID_LENGTH = 512;
-
 export async function startTracker(options: StartTrackerOptions): Promise<Tracker> {
   const { config } = options;
   const logger = options.logger ?? silentLogger;
@@ -61,12 +63,14 @@ export async function startTracker(options: StartTrackerOptions): Promise<Tracke
 
   const registry = options.registry ?? createMetricsRegistry('tracker');
   // Set once the engine started; the gauges may be read before (a shared registry).
-  const started: { engine?: TransactionalEngine } = {};
+  const running: { engine?: TransactionalEngine } = {};
+  const stores = new Map<number, TaskStore>();
   const lag = lagReader(kafka, config.tracker.groupId, [topics.sendResults, topics.deliveryStatus, topics.messages]);
   const metrics = createTrackerMetrics(registry, {
-    engine: () => started.engine?.stats() ?? { transactions: 0, failedTransactions: 0, recordsIn: 0, recordsOut: 0, recordsSkipped: 0, fenced: 0, taskStarts: 0, lastTaskStartMs: 0 },
-    ownedTasks: () => started.engine?.ownedTasks().length ?? 0,
+    engine: () => running.engine?.stats() ?? { transactions: 0, failedTransactions: 0, recordsIn: 0, recordsOut: 0, recordsSkipped: 0, fenced: 0, taskStarts: 0, lastTaskStartMs: 0 },
+    ownedTasks: () => running.engine?.ownedTasks().length ?? 0,
     cached: () => logic.cachedCounts(),
+    stores: () => [...stores].map(([task, store]) => ({ task, ...store.stats() })),
     lag: () => lag.read(),
   });
   const logic = new TrackerLogic({
@@ -75,70 +79,14 @@ export async function startTracker(options: StartTrackerOptions): Promise<Tracke
     maxCachedMessages: config.tracker.maxCachedMessages,
     maxCachedConversations: config.tracker.maxCachedConversations,
     counters: metrics,
-    onSkip: (reason, record, detail) => logger.warn({ reason, topic: record.topic, partition: record.partition, offset: record.offset, detail }, 'record skipped: it carries no event the tracker can apply'),
+    // Part of normal operation (a rejected result carries no state), unlike a malformed record.
+    onSkip: (reason, record, detail) =>
+      (reason === 'not_accepted' ? logger.debug.bind(logger) : logger.warn.bind(logger))({ reason, topic: record.topic, partition: record.partition, offset: record.offset, detail }, 'record skipped: it carries no event the tracker can apply'),
   });
-  const readTimeoutMs = 120_000;
+  const restorer = new TaskRestorer({ kafka, config, topics, partitions, logger, logic });
 
-  const engine = await startTransactionalEngine({
-    kafka,
-    groupId: config.tracker.groupId,
-    inputTopics: [topics.sendResults, topics.deliveryStatus, topics.messages],
-    transactionalIdPrefix: config.tracker.transactionalIdPrefix,
-    logger,
-    maxBatchRecords: config.tracker.maxBatchRecords,
-    transactionTimeoutMs: config.tracker.transactionTimeoutMs,
-    sessionTimeoutMs: config.tracker.sessionTimeoutMs,
-    heartbeatIntervalMs: config.tracker.heartbeatIntervalMs,
-    // Every input partition of every task at once: a task's throughput is bounded by its
-    // transaction round trips, so tasks must not wait for each other (one task's batches never overlap).
-    partitionsConsumedConcurrently: 3 * partitions,
-    onFatal: options.onFatal,
-    async onTaskAssigned(task, { signal }) {
-      const started = performance.now();
-      logic.startTask(task);
-      const restored = await readChangelogPartition({ kafka, topic: topics.messageState, partition: task, signal, timeoutMs: readTimeoutMs, onRecord: (r) => logic.restore(task, r) });
-      const windows = await readChangelog({
-        kafka,
-        topic: topics.conversations,
-        signal,
-        timeoutMs: readTimeoutMs,
-        filter: (r) => r.key !== null && logic.ownsConversation(task, r.key.toString()),
-        onRecord: (r) => logic.restore(task, r),
-      });
-      const seconds = (performance.now() - started) / 1000;
-      metrics.restore(seconds);
-      logger.info({ task, messageStates: restored.delivered, conversations: windows.delivered, ms: Math.round(seconds * 1000) }, 'task restored from the compacted topics');
-    },
-    onTaskRevoked(task) {
-      logic.dropTask(task);
-    },
-    async process(task, records) {
-      const events = logic.decodeBatch(records);
-      const reload = logic.needsReload(task, events);
-      const loaded: Loaded = { messages: new Map(), conversations: new Map() };
-      if (reload.messageIds.length > 0) {
-        const wanted = new Set(reload.messageIds);
-        await readChangelogPartition({ kafka, topic: topics.messageState, partition: task, timeoutMs: readTimeoutMs, filter: (r) => wanted.has(r.key?.toString() ?? ''), onRecord: (r) => logic.reloadInto(loaded, r) });
-      }
-      if (reload.conversationKeys.length > 0) {
-        const wanted = new Set(reload.conversationKeys);
-        await readChangelog({ kafka, topic: topics.conversations, timeoutMs: readTimeoutMs, filter: (r) => wanted.has(r.key?.toString() ?? ''), onRecord: (r) => logic.reloadInto(loaded, r) });
-      }
-      return logic.process(task, events, loaded);
-    },
-  });
-
-  started.engine = engine;
-  const query = { kafka, topic: topics.messageState, partitions, timeoutMs: config.tracker.queryTimeoutMs };
-  const message = async (id: string) => {
-    const state = logic.cachedMessage(id) ?? (await findMessageState(query, id));
-    return state && messageStateOf(state);
-  };
-  const request = async (id: string) => {
-    const state = logic.cachedRequest(id) ?? (await findRequestState(query, id));
-    return state && messageStateOf(state);
-  };
-
+  // The query server starts first: its address is published to the group (query forwarding).
+  const queries = new QueryService(logic, config.tracker.queryTimeoutMs);
   let health: HealthServer | undefined;
   if (options.health !== false) {
     health = await startHealthServer({
@@ -146,23 +94,74 @@ export async function startTracker(options: StartTrackerOptions): Promise<Tracke
       port: options.health?.port ?? config.tracker.port,
       registry,
       logger,
-      notReadyReason: () => (engine.isReady() ? undefined : 'restoring its tasks from the compacted topics, or not in its group'),
-      route: async (path) => {
-        const match = /^\/(messages|requests)\/([^/]+)$/.exec(path);
-        if (!match) return undefined;
-        let id: string;
-        try {
-          id = decodeURIComponent(match[2]!);
-        } catch {
-          return { status: 400, body: { error: 'INVALID_ARGUMENT', message: 'the id is not valid percent-encoding' } };
-        }
-        if (id.length === 0 || id.length > MAX_ID_LENGTH) return { status: 400, body: { error: 'INVALID_ARGUMENT', message: `an id has 1 to ${MAX_ID_LENGTH} characters` } };
-        const state = match[1] === 'messages' ? await message(id) : await request(id);
-        return state ? { status: 200, body: state } : { status: 404, body: { error: 'NOT_FOUND', message: `no state for ${match[1] === 'messages' ? 'message' : 'request'} ${id}` } };
-      },
+      notReadyReason: () => (running.engine?.isReady() ? undefined : 'restoring its tasks from the compacted topics, or not in its group'),
+      route: (path, query, headers) => queries.route(path, query, headers),
     });
     logger.info({ url: health.url }, 'tracker health, metrics and queries listening');
   }
+  const queryUrl = config.tracker.advertisedUrl ?? (health ? advertisedUrlOf(options.health === false ? config.tracker.host : (options.health?.host ?? config.tracker.host), health.port) : undefined);
+
+  let engine: TransactionalEngine;
+  try {
+    engine = await startTransactionalEngine({
+      kafka,
+      groupId: config.tracker.groupId,
+      inputTopics: [topics.sendResults, topics.deliveryStatus, topics.messages],
+      transactionalIdPrefix: config.tracker.transactionalIdPrefix,
+      logger,
+      maxBatchRecords: config.tracker.maxBatchRecords,
+      transactionTimeoutMs: config.tracker.transactionTimeoutMs,
+      sessionTimeoutMs: config.tracker.sessionTimeoutMs,
+      heartbeatIntervalMs: config.tracker.heartbeatIntervalMs,
+      // Every input partition of every task at once: a task's throughput is bounded by its
+      // transaction round trips, so tasks must not wait for each other (one task's batches never overlap).
+      partitionsConsumedConcurrently: 3 * partitions,
+      ...(queryUrl ? { queryUrl } : {}),
+      onFatal: options.onFatal,
+      async onTaskAssigned(task, { signal }) {
+        const store = await restorer.restore(task, signal, metrics);
+        stores.set(task, store);
+        logic.startTask(task, store);
+      },
+      async onTaskRevoked(task) {
+        logic.dropTask(task);
+        const store = stores.get(task);
+        stores.delete(task);
+        await store?.close();
+      },
+      process(task, records) {
+        return logic.process(task, logic.decodeBatch(records));
+      },
+    });
+  } catch (error) {
+    await health?.close();
+    throw error;
+  }
+  running.engine = engine;
+  const directoryAdmin = kafka.admin();
+  queries.attach(engine, groupDirectory(directoryAdmin, config.tracker.groupId, topics.sendResults), queryUrl, async () => directoryAdmin.connect());
+
+  // Retention: states not updated for tracker.stateRetentionMs leave the stores (the topics' own
+  // retention removes their records); bounded work per sweep.
+  const sweep = setInterval(() => {
+    const now = Date.now();
+    for (const [task, store] of stores) {
+      try {
+        const gone = store.expire(now - config.tracker.stateRetentionMs, now - config.tracker.conversationRetentionMs, 10_000);
+        if (gone.messages > 0) metrics.expired('message', gone.messages);
+        if (gone.conversations > 0) metrics.expired('conversation', gone.conversations);
+      } catch (error) {
+        logger.warn({ task, error: (error as Error).message }, 'dropping expired states from the local store failed; trying again at the next sweep');
+      }
+    }
+  }, 60_000);
+  sweep.unref();
+
+  const message = async (id: string) => {
+    const state = await queries.message(id);
+    return state;
+  };
+  const request = async (id: string) => queries.request(id);
 
   let draining: Promise<boolean> | undefined;
   return {
@@ -174,6 +173,7 @@ export async function startTracker(options: StartTrackerOptions): Promise<Tracke
     request,
     drain() {
       draining ??= (async () => {
+        clearInterval(sweep);
         let timer: NodeJS.Timeout | undefined;
         const inTime = await Promise.race([
           engine.stop().then(() => true),
@@ -182,13 +182,20 @@ export async function startTracker(options: StartTrackerOptions): Promise<Tracke
           }),
         ]);
         clearTimeout(timer);
+        await Promise.all([...stores.values()].map((store) => store.close().catch(() => undefined)));
         await lag.close();
+        await directoryAdmin.disconnect().catch(() => undefined);
         await health?.close();
         return inTime;
       })();
       return draining;
     },
   };
+}
+
+/** The address other members forward queries to when tracker.advertisedUrl is unset. */
+function advertisedUrlOf(host: string, port: number): string {
+  return host === '0.0.0.0' || host === '::' ? `http://${hostname()}:${port}` : localUrl(host, port);
 }
 
 /**
@@ -211,7 +218,7 @@ async function prepareTrackerTopics(kafka: Kafka, config: Config, topics: Tracke
         admin,
         [
           ...inputs.map((topic) => ({ topic, partitions, ...base })),
-          ...[topics.messageState, topics.conversations].map((topic) => ({ topic, partitions, ...base, configEntries: [{ name: 'cleanup.policy', value: 'compact' }] })),
+          ...[topics.messageState, topics.conversations].map((topic) => ({ topic, partitions, ...base, configEntries: changelogTopicConfig(config, topic === topics.messageState ? 'messageState' : 'conversations') })),
         ],
         logger,
       );
@@ -222,9 +229,47 @@ async function prepareTrackerTopics(kafka: Kafka, config: Config, topics: Tracke
       throw new MsgbridgeError('CONFIG_INVALID', `topic ${topics.messageState} has ${outputPartitions} partitions but the tracker's inputs have ${partitions}: they must be co-partitioned (recreate it with ${partitions})`);
     }
     await checkWrittenTopics(admin, [topics.messageState, topics.conversations], logger);
+    await warnUnboundedChangelogs(admin, config, topics, logger);
     return partitions;
   } finally {
     await admin.disconnect().catch(() => undefined);
+  }
+}
+
+/**
+ * The changelogs' topic settings: compacted (one record per key) and deleted after the
+ * retention (bounded history), with segments that roll so that compaction and deletion run.
+ */
+export function changelogTopicConfig(config: Config, which: 'messageState' | 'conversations'): { name: string; value: string }[] {
+  const retentionMs = which === 'messageState' ? config.tracker.stateRetentionMs : config.tracker.conversationRetentionMs;
+  // The active segment is never cleaned: roll it often enough that the log stays near one
+  // record per key (at most a tenth of the retention, at most 6 h).
+  const segmentMs = Math.min(6 * 3_600_000, Math.floor(retentionMs / 10));
+  return [
+    { name: 'cleanup.policy', value: 'compact,delete' },
+    { name: 'retention.ms', value: String(retentionMs) },
+    { name: 'segment.ms', value: String(segmentMs) },
+  ];
+}
+
+/** Says loudly when an existing changelog keeps more than the configured retention (created before, or by hand). */
+async function warnUnboundedChangelogs(admin: Admin, config: Config, topics: TrackerTopics, logger: Logger): Promise<void> {
+  try {
+    const { resources } = await admin.describeConfigs({ includeSynonyms: false, resources: [topics.messageState, topics.conversations].map((name) => ({ type: kafkajs.ConfigResourceTypes.TOPIC, name })) });
+    for (const r of resources) {
+      const setting = (name: string) => r.configEntries.find((e) => e.configName === name)?.configValue;
+      const wanted = r.resourceName === topics.messageState ? config.tracker.stateRetentionMs : config.tracker.conversationRetentionMs;
+      const policy = setting('cleanup.policy') ?? '';
+      const retention = Number(setting('retention.ms'));
+      if (!policy.includes('delete') || retention < 0 || retention > wanted) {
+        logger.warn(
+          { topic: r.resourceName, cleanupPolicy: policy, retentionMs: retention, wantedRetentionMs: wanted },
+          `topic ${r.resourceName} keeps records longer than the tracker's retention: its history (and restore time) grows without bound; set cleanup.policy=compact,delete and retention.ms=${wanted}`,
+        );
+      }
+    }
+  } catch (error) {
+    logger.warn({ error: (error as Error).message }, 'could not read the settings of the changelog topics');
   }
 }
 

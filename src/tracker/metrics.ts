@@ -7,12 +7,16 @@ export interface TrackerGaugeSources {
   engine: () => EngineStats;
   ownedTasks: () => number;
   cached: () => { messages: number; conversations: number };
+  /** Per owned task: entries and bytes of its local store (read at scrape time). */
+  stores: () => { task: number; messages: number; conversations: number; bytes: number }[];
   /** Records not yet processed per input topic (high watermark − committed offset of the group), refreshed at scrape time. */
   lag: () => Promise<Map<string, number>>;
 }
 
 export interface TrackerMetrics extends TrackerCounters {
-  restore(seconds: number): void;
+  /** A task's store caught up with its changelogs: `mode` bulk (no usable store) or delta (from its checkpoint). */
+  restore(seconds: number, mode: 'bulk' | 'delta', records: number): void;
+  expired(kind: 'message' | 'conversation', count: number): void;
 }
 
 export function createTrackerMetrics(registry: Registry, sources: TrackerGaugeSources): TrackerMetrics {
@@ -24,9 +28,34 @@ export function createTrackerMetrics(registry: Registry, sources: TrackerGaugeSo
     registers,
   });
   const skipped = new Counter({ name: 'msgbridge_tracker_records_skipped_total', help: 'Input records that carry no event the tracker applies, by reason', labelNames: ['reason'], registers });
-  const evictions = new Counter({ name: 'msgbridge_tracker_evictions_total', help: 'States dropped from memory to stay within the cache bound (read back from Kafka when they have news)', labelNames: ['kind'], registers });
-  const restoreSeconds = new Gauge({ name: 'msgbridge_tracker_last_restore_seconds', help: 'How long the last task took to rebuild its state from the compacted topics', registers });
-  const restores = new Counter({ name: 'msgbridge_tracker_restores_total', help: 'Tasks whose state was rebuilt from the compacted topics', registers });
+  const evictions = new Counter({ name: 'msgbridge_tracker_evictions_total', help: 'States dropped from the in-memory cache to stay within its bound (per task; they stay in the local store)', labelNames: ['kind'], registers });
+  const restoreSeconds = new Gauge({ name: 'msgbridge_tracker_last_restore_seconds', help: 'How long the last task start took to bring its local store up to its changelogs', registers });
+  const restores = new Counter({ name: 'msgbridge_tracker_restores_total', help: 'Task starts, by mode: bulk (store rebuilt from the changelogs) or delta (read from the store checkpoint)', labelNames: ['mode'], registers });
+  const restoreRecords = new Counter({ name: 'msgbridge_tracker_restore_records_total', help: 'Changelog records read while restoring tasks, by mode', labelNames: ['mode'], registers });
+  const expired = new Counter({ name: 'msgbridge_tracker_expired_total', help: 'States dropped from the local stores after tracker.stateRetentionMs (messages) or tracker.conversationRetentionMs (windows)', labelNames: ['kind'], registers });
+  new Gauge({
+    name: 'msgbridge_tracker_store_entries',
+    help: 'States in the local store of each owned task, by kind',
+    labelNames: ['task', 'kind'],
+    registers,
+    collect() {
+      this.reset();
+      for (const s of sources.stores()) {
+        this.set({ task: String(s.task), kind: 'message' }, s.messages);
+        this.set({ task: String(s.task), kind: 'conversation' }, s.conversations);
+      }
+    },
+  });
+  new Gauge({
+    name: 'msgbridge_tracker_store_bytes',
+    help: 'Bytes the local store of each owned task takes on disk',
+    labelNames: ['task'],
+    registers,
+    collect() {
+      this.reset();
+      for (const s of sources.stores()) this.set({ task: String(s.task) }, s.bytes);
+    },
+  });
   const engineGauge = (name: string, help: string, read: (s: EngineStats) => number) =>
     new Gauge({
       name,
@@ -51,7 +80,7 @@ export function createTrackerMetrics(registry: Registry, sources: TrackerGaugeSo
   });
   new Gauge({
     name: 'msgbridge_tracker_cached_states',
-    help: 'States held in memory, by kind',
+    help: 'States held in the in-memory caches of all owned tasks, by kind',
     labelNames: ['kind'],
     registers,
     collect() {
@@ -73,9 +102,11 @@ export function createTrackerMetrics(registry: Registry, sources: TrackerGaugeSo
     event: (topic, outcome) => events.inc({ topic, outcome }),
     skipped: (reason) => skipped.inc({ reason }),
     evicted: (kind) => evictions.inc({ kind }),
-    restore(seconds) {
-      restores.inc();
+    restore(seconds, mode, records) {
+      restores.inc({ mode });
+      restoreRecords.inc({ mode }, records);
       restoreSeconds.set(seconds);
     },
+    expired: (kind, count) => expired.inc({ kind }, count),
   };
 }

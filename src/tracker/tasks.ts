@@ -2,8 +2,8 @@ import { createHash } from 'node:crypto';
 import { HEADER, SCHEMA_ID, deliveryStatusEventSchema, eventIdOf, inboundMessageEventSchema, resultEventId, sendResultSchema } from '../contracts/index.js';
 import type { ConsumedRecord } from '../kafka/group-consumer.js';
 import { javaCompatibleHash } from '../kafka/partitioner.js';
-import { applyInbound, conversationKey, conversationWindowSchema, inboundFrom, type ConversationWindow, type InboundEvent } from './conversation-window.js';
-import { applyEvent, messageIdOf, messageStateSchema, resultEventFrom, statusEventFrom, type ApplyOutcome, type TrackedMessage, type TrackerEvent } from './message-state.js';
+import { applyInbound, conversationKey, inboundFrom, type ConversationWindow, type InboundEvent } from './conversation-window.js';
+import { applyEvent, messageIdOf, resultEventFrom, statusEventFrom, type ApplyOutcome, type TrackedMessage, type TrackerEvent } from './message-state.js';
 import { StateCache, messageStateCache } from './state-cache.js';
 import type { OutputRecord, ProcessResult } from './transactional-engine.js';
 
@@ -44,47 +44,31 @@ export interface TrackerLogicOptions {
 /** A record of a batch and the event it carries (parsed once: `decodeBatch`). */
 export type DecodedEvent = ({ kind: 'message'; event: TrackerEvent } | { kind: 'conversation'; input: InboundEvent }) & { record: ConsumedRecord };
 
-/** States read back for one batch (see reloadInto). */
-export interface Loaded {
-  messages: Map<string, TrackedMessage>;
-  conversations: Map<string, ConversationWindow>;
-}
-
-/** What has to be read back from the changelogs before a batch can be applied (evicted states). */
-export interface Reload {
-  messageIds: string[];
-  conversationKeys: string[];
+/**
+ * A task's persistent store as the logic sees it (state-store.ts is the LMDB adapter): every
+ * committed state of the task, read synchronously; `write` applies a committed change with the
+ * changelog positions it reflects.
+ */
+export interface TaskStateStore {
+  message(id: string): TrackedMessage | undefined;
+  conversation(key: string): ConversationWindow | undefined;
+  messageIdsOfRequest(requestId: string): string[];
+  /** The recipient's messages, newest first, older than the `before` sort key. */
+  messagesOfRecipient(recipient: string, limit: number, before?: string): { id: string; sort: string }[];
+  write(change: {
+    messages: { id: string; state: TrackedMessage; previous: TrackedMessage | undefined }[];
+    conversations: { key: string; window: ConversationWindow; previous: ConversationWindow | undefined }[];
+    checkpoint?: { messageState?: number; conversations?: number };
+  }): Promise<void>;
 }
 
 interface TaskState {
+  /** Recently used committed states, above the store (tracker.maxCachedMessages per task). */
   messages: StateCache<TrackedMessage>;
   conversations: StateCache<ConversationWindow>;
-  /** Keys evicted from the caches: their state is in the changelog, not in memory. */
-  evicted: BoundedKeySet;
-}
-
-/**
- * Keys known to be evicted, bounded: past `max` it forgets them all and from then on treats
- * every unknown key as possibly evicted (each miss reads the changelog: slower, never wrong).
- */
-class BoundedKeySet {
-  private keys = new Set<string>();
-  lossy = false;
-  constructor(private readonly max: number) {}
-  add(key: string): void {
-    if (this.lossy) return;
-    this.keys.add(key);
-    if (this.keys.size > this.max) {
-      this.keys.clear();
-      this.lossy = true;
-    }
-  }
-  mayHold(key: string): boolean {
-    return this.lossy || this.keys.has(key);
-  }
-  delete(key: string): void {
-    this.keys.delete(key);
-  }
+  store: TaskStateStore;
+  /** Set when a store write failed: the task must be started again (its store reopened). */
+  broken: Error | undefined;
 }
 
 const text = (value: string | Buffer | (string | Buffer)[] | undefined): string | undefined =>
@@ -103,22 +87,13 @@ export class TrackerLogic {
     this.now = opts.now ?? (() => new Date());
   }
 
-  /** Starts a task with empty state (restore fills it). */
-  startTask(task: number): void {
-    const evicted = new BoundedKeySet(10 * (this.opts.maxCachedMessages + this.opts.maxCachedConversations));
+  /** Starts a task on its store (already restored: state-store.ts, index.ts). */
+  startTask(task: number, store: TaskStateStore): void {
     this.tasks.set(task, {
-      evicted,
-      messages: messageStateCache(this.opts.maxCachedMessages, (id) => {
-        evicted.add(`m:${id}`);
-        this.opts.counters.evicted('message');
-      }),
-      conversations: new StateCache<ConversationWindow>({
-        maxEntries: this.opts.maxCachedConversations,
-        onEvict: (key) => {
-          evicted.add(`c:${key}`);
-          this.opts.counters.evicted('conversation');
-        },
-      }),
+      store,
+      broken: undefined,
+      messages: messageStateCache(this.opts.maxCachedMessages, () => this.opts.counters.evicted('message')),
+      conversations: new StateCache<ConversationWindow>({ maxEntries: this.opts.maxCachedConversations, onEvict: () => this.opts.counters.evicted('conversation') }),
     });
   }
 
@@ -140,45 +115,6 @@ export class TrackerLogic {
     return this.taskOf(customerOfConversationKey(key)) === task;
   }
 
-  /** A record of `message-state` or `conversations` read back when a task starts: latest wins, tombstones delete. */
-  restore(task: number, record: ConsumedRecord): void {
-    const state = this.tasks.get(task);
-    const key = record.key?.toString();
-    if (!state || key === undefined) return;
-    const isMessage = record.topic === this.opts.topics.messageState;
-    const parsed = this.parseState(record);
-    if (isMessage) {
-      if (parsed) state.messages.set(key, parsed as TrackedMessage);
-      else state.messages.delete(key);
-    } else if (parsed) state.conversations.set(key, parsed as ConversationWindow);
-    else state.conversations.delete(key);
-    if (parsed) state.evicted.delete(`${isMessage ? 'm' : 'c'}:${key}`);
-  }
-
-  /**
-   * A record read back for one batch (an evicted state it needs): kept beside the batch, not in
-   * the cache, where inserting it could evict another state the same batch needs.
-   */
-  reloadInto(loaded: Loaded, record: ConsumedRecord): void {
-    const key = record.key?.toString();
-    if (key === undefined) return;
-    const parsed = this.parseState(record);
-    const target = record.topic === this.opts.topics.messageState ? loaded.messages : loaded.conversations;
-    if (parsed) (target as Map<string, unknown>).set(key, parsed);
-    else target.delete(key);
-  }
-
-  /** A `message-state` or `conversations` value; undefined for a tombstone or a value the tracker did not write (the next event rebuilds it). */
-  private parseState(record: ConsumedRecord): TrackedMessage | ConversationWindow | undefined {
-    if (record.value === null) return undefined;
-    try {
-      const json: unknown = JSON.parse(record.value.toString());
-      return record.topic === this.opts.topics.messageState ? messageStateSchema.parse(json) : conversationWindowSchema.parse(json);
-    } catch {
-      return undefined;
-    }
-  }
-
   /** The events a batch carries, each record parsed once; the others are counted as skipped. */
   decodeBatch(records: ConsumedRecord[]): DecodedEvent[] {
     const events: DecodedEvent[] = [];
@@ -189,40 +125,30 @@ export class TrackerLogic {
     return events;
   }
 
-  /** The keys a batch needs that were evicted: read them back before `process`. */
-  needsReload(task: number, events: DecodedEvent[]): Reload {
-    const state = this.tasks.get(task);
-    const reload: Reload = { messageIds: [], conversationKeys: [] };
-    if (!state) return reload;
-    for (const decoded of events) {
-      if (decoded.kind === 'message') {
-        const id = messageIdOf(decoded.event);
-        if (!state.messages.has(id) && state.evicted.mayHold(`m:${id}`)) reload.messageIds.push(id);
-      } else {
-        const key = conversationKey(decoded.input.businessId, decoded.input.customer);
-        if (!state.conversations.has(key) && state.evicted.mayHold(`c:${key}`)) reload.conversationKeys.push(key);
-      }
-    }
-    reload.messageIds = [...new Set(reload.messageIds)];
-    reload.conversationKeys = [...new Set(reload.conversationKeys)];
-    return reload;
-  }
-
   /** Applies one batch of one input partition of a task: the outputs, and the state change for after the commit. */
-  process(task: number, events: DecodedEvent[], loaded: Loaded = { messages: new Map(), conversations: new Map() }): ProcessResult {
+  process(task: number, events: DecodedEvent[]): ProcessResult {
     const state = this.tasks.get(task);
     if (!state) throw new Error(`task ${task} is not started`);
+    if (state.broken) throw state.broken;
     const messages = new Map<string, TrackedMessage>();
     const windows = new Map<string, ConversationWindow>();
+    // The committed state each changed key had before this batch (the store replaces its index entries).
+    const previousMessages = new Map<string, TrackedMessage | undefined>();
+    const previousWindows = new Map<string, ConversationWindow | undefined>();
     const outputs: OutputRecord[] = [];
     const now = this.now();
     for (const decoded of events) {
       if (decoded.kind === 'message') {
         const { event, record } = decoded;
         const id = messageIdOf(event);
+        let current = messages.get(id) ?? previousMessages.get(id);
+        if (current === undefined && !previousMessages.has(id)) {
+          current = this.committedMessage(state, id);
+          previousMessages.set(id, current);
+        }
         let result;
         try {
-          result = applyEvent(messages.get(id) ?? state.messages.peek(id) ?? loaded.messages.get(id), event, now);
+          result = applyEvent(current, event, now);
         } catch (err) {
           this.skip('invalid_event', record, (err as Error).message);
           continue;
@@ -244,12 +170,19 @@ export class TrackerLogic {
         });
       } else {
         const key = conversationKey(decoded.input.businessId, decoded.input.customer);
-        const { window, changed } = applyInbound(windows.get(key) ?? state.conversations.peek(key) ?? loaded.conversations.get(key), decoded.input);
+        let current = windows.get(key) ?? previousWindows.get(key);
+        if (current === undefined && !previousWindows.has(key)) {
+          current = this.committedWindow(state, key);
+          previousWindows.set(key, current);
+        }
+        const { window, changed } = applyInbound(current, decoded.input);
         this.opts.counters.event('messages', changed ? 'window_moved' : 'window_unchanged');
         if (!changed) continue;
         windows.set(key, window);
         outputs.push({
           topic: this.opts.topics.conversations,
+          // The task's own partition (like message-state): a task restores its windows from one partition.
+          partition: task,
           key,
           value: JSON.stringify(window),
           headers: {
@@ -263,30 +196,84 @@ export class TrackerLogic {
     }
     return {
       outputs,
-      commit: () => {
-        for (const [id, tracked] of messages) {
-          state.messages.set(id, tracked);
-          state.evicted.delete(`m:${id}`);
-        }
-        for (const [key, window] of windows) {
-          state.conversations.set(key, window);
-          state.evicted.delete(`c:${key}`);
-        }
+      commit: (written) => {
+        for (const [id, tracked] of messages) state.messages.set(id, tracked);
+        for (const [key, window] of windows) state.conversations.set(key, window);
+        if (messages.size === 0 && windows.size === 0) return;
+        const checkpoint: { messageState?: number; conversations?: number } = {};
+        const ms = written?.get(this.opts.topics.messageState)?.get(task);
+        const cv = written?.get(this.opts.topics.conversations)?.get(task);
+        if (ms !== undefined) checkpoint.messageState = ms;
+        if (cv !== undefined) checkpoint.conversations = cv;
+        state.store
+          .write({
+            messages: [...messages].map(([id, s]) => ({ id, state: s, previous: previousMessages.get(id) })),
+            conversations: [...windows].map(([key, w]) => ({ key, window: w, previous: previousWindows.get(key) })),
+            checkpoint,
+          })
+          .catch((error: unknown) => {
+            // The transaction is committed; the store missed it. The next batch fails the task,
+            // whose start reads the changelog from the store's checkpoint (README "Local store").
+            state.broken = new Error(`the local store of task ${task} failed a write: ${(error as Error)?.message ?? String(error)}`);
+          });
       },
     };
   }
 
-  /** A cached state of a message this member tracks; undefined when not in memory here. */
-  cachedMessage(messageId: string): TrackedMessage | undefined {
-    return this.tasks.get(this.taskOf(messageId))?.messages.peek(messageId);
+  /** The committed state of a message of a task: the cache, else the store (then cached). */
+  private committedMessage(state: TaskState, id: string): TrackedMessage | undefined {
+    const cached = state.messages.get(id);
+    if (cached !== undefined) return cached;
+    const stored = state.store.message(id);
+    if (stored !== undefined) state.messages.set(id, stored);
+    return stored;
   }
 
-  cachedRequest(requestId: string): TrackedMessage | undefined {
+  private committedWindow(state: TaskState, key: string): ConversationWindow | undefined {
+    const cached = state.conversations.get(key);
+    if (cached !== undefined) return cached;
+    const stored = state.store.conversation(key);
+    if (stored !== undefined) state.conversations.set(key, stored);
+    return stored;
+  }
+
+  /** Whether this member runs the task (its store is open here). */
+  ownsTask(task: number): boolean {
+    return this.tasks.has(task);
+  }
+
+  /** A message's state from the task that owns it on this member; undefined when unknown here. */
+  message(messageId: string): TrackedMessage | undefined {
+    const state = this.tasks.get(this.taskOf(messageId));
+    return state && (state.messages.peek(messageId) ?? state.store.message(messageId));
+  }
+
+  /** The latest-updated message of a request among this member's tasks (a maybeSent resend can make two). */
+  request(requestId: string): TrackedMessage | undefined {
+    let latest: TrackedMessage | undefined;
     for (const state of this.tasks.values()) {
-      const found = state.messages.getBySecondary(requestId);
-      if (found) return found;
+      for (const id of state.store.messageIdsOfRequest(requestId)) {
+        const found = state.messages.peek(id) ?? state.store.message(id);
+        if (found && found.requestId === requestId && (!latest || found.updatedAt > latest.updatedAt)) latest = found;
+      }
     }
-    return undefined;
+    return latest;
+  }
+
+  /** A page of a recipient's messages across this member's tasks, newest first. */
+  recipientMessages(recipient: string, limit: number, before?: string): { sort: string; state: TrackedMessage }[] {
+    const found: { sort: string; state: TrackedMessage }[] = [];
+    for (const state of this.tasks.values()) {
+      for (const { id, sort } of state.store.messagesOfRecipient(recipient, limit, before)) {
+        const tracked = state.messages.peek(id) ?? state.store.message(id);
+        if (tracked) found.push({ sort, state: tracked });
+      }
+    }
+    return found.sort((a, b) => (a.sort < b.sort ? 1 : a.sort > b.sort ? -1 : 0)).slice(0, limit);
+  }
+
+  get taskCount(): number {
+    return this.opts.partitions;
   }
 
   cachedCounts(): { messages: number; conversations: number } {

@@ -28,11 +28,16 @@ export interface OutputRecord {
 export interface ProcessResult {
   outputs: OutputRecord[];
   /**
-   * Applies the state change of this batch to the caller's memory. Called once, after the
-   * transaction committed, never otherwise; process() itself must not change that memory.
+   * Applies the state change of this batch to the caller's memory (and local store). Called
+   * once, after the transaction committed, never otherwise; process() itself must not change
+   * that memory. `written`: per output topic and partition, the offset after the last record
+   * this transaction wrote there (a store records it as the changelog position it reflects).
    */
-  commit?(): void;
+  commit?(written: WrittenPositions): void;
 }
+
+/** Output topic → partition → the offset following the last record written there. */
+export type WrittenPositions = Map<string, Map<number, number>>;
 
 export type TaskDropReason = 'revoked' | 'fenced' | 'failed' | 'stopping';
 
@@ -88,6 +93,8 @@ export interface TransactionalEngineOptions {
   partitionsConsumedConcurrently?: number;
   /** Backoff before a failed task starts again: doubles from `initial` up to `max` (default 200 ms … 10 s). */
   retryBackoffMs?: { initial: number; max: number };
+  /** Published to the other members through the group protocol (where this member answers queries). */
+  queryUrl?: string;
   /** The consumer gave up for good (kafkajs will not restart it); the engine is dead. */
   onFatal?(error: Error): void;
   /** Called synchronously at each step of each transaction; must not throw. */
@@ -261,7 +268,9 @@ class TransactionalEngineRuntime {
     this.ready.catch(() => undefined);
     this.consumer = options.kafka.consumer({
       groupId: this.groupId,
-      partitionAssigners: [coPartitionedAssigner({ ownedTasks: () => [...this.tasks.values()].filter((rt) => rt.state !== 'down').map((rt) => rt.task) })],
+      partitionAssigners: [
+        coPartitionedAssigner({ ownedTasks: () => [...this.tasks.values()].filter((rt) => rt.state !== 'down').map((rt) => rt.task), ...(options.queryUrl ? { queryUrl: options.queryUrl } : {}) }),
+      ],
       readUncommitted: false,
       sessionTimeout: this.sessionTimeout,
       rebalanceTimeout: options.rebalanceTimeoutMs ?? 60_000,
@@ -554,6 +563,7 @@ class TransactionalEngineRuntime {
     const began = Date.now();
     const report = (phase: TransactionEvent['phase']) =>
       options.onTransaction?.({ task: rt.task, topic, phase, records: records.length, outputs: result.outputs.length, durationMs: Date.now() - began });
+    const written: WrittenPositions = new Map();
     const tx = await producer.transaction();
     try {
       // Offsets first: right after the previous commit the coordinator may still be writing
@@ -570,7 +580,19 @@ class TransactionalEngineRuntime {
       }
       // In requests of bounded size: one record batch per partition must stay below the
       // broker's message.max.bytes (1 MB by default), and a big input batch can make more.
-      for (const chunk of chunkOutputs(result.outputs, MAX_REQUEST_BYTES)) await tx.sendBatch({ topicMessages: toTopicMessages(chunk), acks: -1 });
+      for (const chunk of chunkOutputs(result.outputs, MAX_REQUEST_BYTES)) {
+        const counts = new Map<string, number>();
+        for (const o of chunk) if (o.partition !== undefined) counts.set(`${o.topic}\u0000${o.partition}`, (counts.get(`${o.topic}\u0000${o.partition}`) ?? 0) + 1);
+        const acks = await tx.sendBatch({ topicMessages: toTopicMessages(chunk), acks: -1 });
+        for (const a of acks) {
+          const count = counts.get(`${a.topicName}\u0000${a.partition}`);
+          const base = Number(a.baseOffset);
+          if (count === undefined || !(base >= 0)) continue;
+          let byPartition = written.get(a.topicName);
+          if (!byPartition) written.set(a.topicName, (byPartition = new Map()));
+          byPartition.set(a.partition, Math.max(byPartition.get(a.partition) ?? 0, base + count));
+        }
+      }
       report('sent');
       await tx.commit();
     } catch (error) {
@@ -583,7 +605,7 @@ class TransactionalEngineRuntime {
     this.stats.transactions++;
     this.stats.recordsIn += records.length;
     this.stats.recordsOut += result.outputs.length;
-    result.commit?.();
+    result.commit?.(written);
   }
 
   private async handleBatch(rt: TaskRuntime, incarnation: number, batch: Batch, { resolveOffset, heartbeat, fresh }: BatchControls): Promise<void> {

@@ -1,0 +1,184 @@
+import { MsgbridgeError } from '../errors.js';
+import { messageStateOf, type MessageState, type TrackedMessage } from './message-state.js';
+import { FORWARDED_HEADER, forwardQuery, type ForwardAnswer, type GroupDirectory } from './query-router.js';
+import type { TrackerLogic } from './tasks.js';
+
+/**
+ * The tracker's queries (README "Queries"), answered from the local stores in constant time:
+ * a message id names its task, and the member that owns the task answers (another member
+ * forwards to it); a request id or a recipient is looked up in every member's indexes at once.
+ * No query reads a topic.
+ */
+const MAX_ID_LENGTH = 512;
+const MAX_PAGE = 100;
+
+type Answer = { status: number; body: unknown };
+
+const notFound = (what: string, id: string): Answer => ({ status: 404, body: { error: 'NOT_FOUND', message: `no state for ${what} ${id}` } });
+const badRequest = (message: string): Answer => ({ status: 400, body: { error: 'INVALID_ARGUMENT', message } });
+const unavailable = (message: string): Answer => ({ status: 503, body: { error: 'UNAVAILABLE', message } });
+
+interface Engine {
+  ownedTasks(): number[];
+}
+
+/** A page of a recipient's messages, newest first; `next` is the cursor of the following page. */
+export interface RecipientPage {
+  recipient: string;
+  messages: MessageState[];
+  next: string | null;
+}
+
+interface Sorted {
+  sort: string;
+  state: MessageState;
+}
+
+export class QueryService {
+  private engine: Engine | undefined;
+  private directory: GroupDirectory | undefined;
+  private selfUrl: string | undefined;
+  private connect: Promise<void> | undefined;
+
+  constructor(
+    private readonly logic: TrackerLogic,
+    private readonly timeoutMs: number,
+  ) {}
+
+  /** Called once the engine runs: until then every query answers 503. */
+  attach(engine: Engine, directory: GroupDirectory, selfUrl: string | undefined, connect: () => Promise<void>): void {
+    this.engine = engine;
+    this.directory = directory;
+    this.selfUrl = selfUrl;
+    this.connect = connect().catch(() => undefined);
+  }
+
+  async route(path: string, query: URLSearchParams, headers: Record<string, string | string[] | undefined>): Promise<Answer | undefined> {
+    const forwarded = headers[FORWARDED_HEADER] !== undefined;
+    if (path === '/messages') {
+      const recipient = query.get('recipient');
+      if (recipient === null) return badRequest('search messages with ?recipient=<phone number>');
+      return this.recipientAnswer(recipient, query, forwarded);
+    }
+    const match = /^\/(messages|requests)\/([^/]+)$/.exec(path);
+    if (!match) return undefined;
+    let id: string;
+    try {
+      id = decodeURIComponent(match[2]!);
+    } catch {
+      return badRequest('the id is not valid percent-encoding');
+    }
+    if (id.length === 0 || id.length > MAX_ID_LENGTH) return badRequest(`an id has 1 to ${MAX_ID_LENGTH} characters`);
+    return match[1] === 'messages' ? this.messageAnswer(id, forwarded) : this.requestAnswer(id, forwarded);
+  }
+
+  /** The state of a message, wherever it lives; undefined when unknown. Throws when the owner cannot be asked. */
+  async message(id: string): Promise<MessageState | undefined> {
+    return this.unwrap(await this.messageAnswer(id, false));
+  }
+
+  async request(id: string): Promise<MessageState | undefined> {
+    return this.unwrap(await this.requestAnswer(id, false));
+  }
+
+  async recipient(recipient: string, limit = 20, before?: string): Promise<RecipientPage> {
+    const query = new URLSearchParams({ limit: String(limit), ...(before ? { before } : {}) });
+    const answer = await this.recipientAnswer(recipient, query, false);
+    if (answer.status !== 200) throw new MsgbridgeError('KAFKA_UNAVAILABLE', (answer.body as { message?: string }).message ?? 'query failed');
+    return answer.body as RecipientPage;
+  }
+
+  private unwrap(answer: Answer): MessageState | undefined {
+    if (answer.status === 200) return answer.body as MessageState;
+    if (answer.status === 404) return undefined;
+    throw new MsgbridgeError('KAFKA_UNAVAILABLE', (answer.body as { message?: string }).message ?? `query failed with ${answer.status}`);
+  }
+
+  private async messageAnswer(id: string, forwarded: boolean): Promise<Answer> {
+    const task = this.logic.taskOf(id);
+    if (this.ownsActive(task)) {
+      const state = this.logic.message(id);
+      return state ? { status: 200, body: messageStateOf(state) } : notFound('message', id);
+    }
+    if (forwarded) return unavailable(`this member does not run task ${task} (now): ask again`);
+    const owner = (await this.owners())?.get(task);
+    if (!owner || owner === this.selfUrl) return unavailable(`task ${task} is being restored or moved between members: ask again in a few seconds`);
+    return this.forward(owner, `/messages/${encodeURIComponent(id)}`);
+  }
+
+  private async requestAnswer(id: string, forwarded: boolean): Promise<Answer> {
+    if (!this.engine) return unavailable('the tracker is starting');
+    const local = this.logic.request(id);
+    if (local || forwarded) return local ? { status: 200, body: messageStateOf(local) } : notFound('request', id);
+    const answers = await this.fanOut(`/requests/${encodeURIComponent(id)}`);
+    const found = answers.filter((a) => a.status === 200).map((a) => a.body as TrackedMessage);
+    if (found.length > 0) return { status: 200, body: found.sort((a, b) => b.updatedAt.localeCompare(a.updatedAt))[0] };
+    const failed = answers.filter((a) => a.status !== 404);
+    if (failed.length > 0 || !(await this.everyTaskServed())) return unavailable(`request ${id} is not on the members that answered, and some could not be asked (rebalancing?): ask again`);
+    return notFound('request', id);
+  }
+
+  private async recipientAnswer(recipient: string, query: URLSearchParams, forwarded: boolean): Promise<Answer> {
+    if (recipient.length === 0 || recipient.length > MAX_ID_LENGTH) return badRequest(`a recipient has 1 to ${MAX_ID_LENGTH} characters`);
+    const limit = query.get('limit') === null ? 20 : Number(query.get('limit'));
+    if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE) return badRequest(`limit must be an integer from 1 to ${MAX_PAGE}`);
+    const before = query.get('before') ?? undefined;
+    const cursor = before === undefined ? undefined : decodeCursor(before);
+    if (before !== undefined && cursor === undefined) return badRequest('before is not a cursor this tracker gave (take `next` of the previous page)');
+    if (!this.engine) return unavailable('the tracker is starting');
+    const local: Sorted[] = this.logic.recipientMessages(recipient, limit, cursor).map(({ sort, state }) => ({ sort, state: messageStateOf(state) }));
+    if (forwarded) return { status: 200, body: { recipient, items: local.map((l) => ({ sort: encodeCursor(l.sort), state: l.state })) } };
+    const remote = await this.fanOut(`/messages?${new URLSearchParams({ recipient, limit: String(limit), ...(before ? { before } : {}) }).toString()}`);
+    if (remote.some((a) => a.status !== 200)) return unavailable('some members could not be asked for their part of the list (rebalancing?): ask again');
+    const all = [...local];
+    for (const a of remote) for (const item of (a.body as { items?: { sort: string; state: MessageState }[] }).items ?? []) all.push({ sort: decodeCursor(item.sort) ?? '', state: item.state });
+    all.sort((a, b) => (a.sort < b.sort ? 1 : a.sort > b.sort ? -1 : 0));
+    const page = all.slice(0, limit);
+    const next = all.length > limit ? encodeCursor(page[page.length - 1]!.sort) : null;
+    return { status: 200, body: { recipient, messages: page.map((p) => p.state), next } satisfies RecipientPage };
+  }
+
+  private ownsActive(task: number): boolean {
+    return this.logic.ownsTask(task) && (this.engine?.ownedTasks().includes(task) ?? false);
+  }
+
+  private async owners(): Promise<Map<number, string> | undefined> {
+    if (!this.directory) return undefined;
+    await this.connect;
+    return this.directory.owners().catch(() => undefined);
+  }
+
+  /** Whether every task has an owner that published an address (so a miss everywhere means unknown). */
+  private async everyTaskServed(): Promise<boolean> {
+    const owners = await this.owners();
+    return owners !== undefined && owners.size >= this.logic.taskCount;
+  }
+
+  /** The same query to every other member, each answering from its own tasks. */
+  private async fanOut(pathAndQuery: string): Promise<ForwardAnswer[]> {
+    if (!this.directory) return [];
+    await this.connect;
+    const members = (await this.directory.members().catch(() => [] as string[])).filter((url) => url !== this.selfUrl);
+    return Promise.all(members.map((url) => this.forward(url, pathAndQuery)));
+  }
+
+  private async forward(url: string, pathAndQuery: string): Promise<Answer> {
+    try {
+      return await forwardQuery(url, pathAndQuery, this.timeoutMs);
+    } catch (error) {
+      this.directory?.invalidate();
+      return unavailable(`member ${url} did not answer: ${(error as Error)?.message ?? String(error)}`);
+    }
+  }
+}
+
+/** Recipient-page cursors: the store's sort key (time and message id), opaque to clients. */
+function encodeCursor(sort: string): string {
+  return Buffer.from(sort).toString('base64url');
+}
+
+function decodeCursor(cursor: string): string | undefined {
+  if (!/^[A-Za-z0-9_-]{1,1400}$/.test(cursor)) return undefined;
+  const sort = Buffer.from(cursor, 'base64url').toString();
+  return /^\d{15}\u0000./.test(sort) ? sort : undefined;
+}

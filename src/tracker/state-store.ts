@@ -1,0 +1,394 @@
+import { mkdirSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { open, type Database, type RootDatabase } from 'lmdb';
+import { conversationWindowSchema, type ConversationWindow } from './conversation-window.js';
+import { messageStateSchema, type TrackedMessage } from './message-state.js';
+
+/**
+ * One task's persistent local store (LMDB, one environment per task directory): every live
+ * message state and conversation window of partition p, the indexes the queries need, and the
+ * changelog positions the store reflects, all changed in one LMDB transaction. It is a
+ * materialisation of the compacted topics, which stay the source of truth (README "Local store").
+ */
+
+/** Next offsets to read in partition p of each changelog: everything before is in the store. */
+export interface Checkpoint {
+  messageState: number;
+  conversations: number;
+}
+
+/** What the store belongs to: a directory left by another configuration is not reused. */
+export interface StoreIdentity {
+  task: number;
+  partitions: number;
+  messageStateTopic: string;
+  conversationsTopic: string;
+}
+
+export interface MessageChange {
+  id: string;
+  state: TrackedMessage;
+  /** The state it replaces, as the store holds it (its index entries go). */
+  previous: TrackedMessage | undefined;
+}
+
+export interface ConversationChange {
+  key: string;
+  window: ConversationWindow;
+  previous: ConversationWindow | undefined;
+}
+
+export interface StoreChange {
+  messages: MessageChange[];
+  conversations: ConversationChange[];
+  /** Positions reached by this change; a field left out keeps its stored value. */
+  checkpoint?: Partial<Checkpoint>;
+}
+
+/** A changelog record as the restore hands it over: raw bytes, parsed here once. */
+export interface ChangelogEntry {
+  key: string;
+  value: Buffer | null;
+}
+
+const SEP = '\u0000';
+const pad = (ms: number) => String(Math.max(0, Math.floor(ms))).padStart(15, '0');
+
+/** The time a message is listed under for its recipient: when it was first known to happen. */
+export function firstSeenMs(state: TrackedMessage): number {
+  for (const t of [state.acceptedAt, state.sentAt, state.deliveredAt, state.readAt, state.failedAt]) if (t) return Date.parse(t);
+  return Date.parse(state.updatedAt);
+}
+
+const requestKey = (requestId: string, messageId: string) => `${requestId}${SEP}${messageId}`;
+const recipientKey = (s: TrackedMessage) => `${s.recipient}${SEP}${pad(firstSeenMs(s))}${SEP}${s.messageId}`;
+const messageExpiryKey = (s: TrackedMessage) => `${pad(Date.parse(s.updatedAt))}${SEP}${s.messageId}`;
+const windowExpiryKey = (w: ConversationWindow, key: string) => `${pad(Date.parse(w.lastInboundAt))}${SEP}${key}`;
+
+/** The index entries of one state: removed and added as a set when it changes. */
+function messageIndexKeys(s: TrackedMessage): { request?: string; recipient?: string; expiry: string } {
+  return {
+    ...(s.requestId ? { request: requestKey(s.requestId, s.messageId) } : {}),
+    ...(s.recipient ? { recipient: recipientKey(s) } : {}),
+    expiry: messageExpiryKey(s),
+  };
+}
+
+/** A store value parsed back; undefined when it is not a state the tracker wrote (never trusted blindly). */
+function parseMessage(text: string | undefined): TrackedMessage | undefined {
+  if (text === undefined) return undefined;
+  try {
+    const parsed = messageStateSchema.safeParse(JSON.parse(text));
+    return parsed.success ? parsed.data : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function parseWindow(text: string | undefined): ConversationWindow | undefined {
+  if (text === undefined) return undefined;
+  try {
+    const parsed = conversationWindowSchema.safeParse(JSON.parse(text));
+    return parsed.success ? parsed.data : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The fields the indexes need, read cheaply from a changelog value (restore speed: no schema
+ * check here; a value that is not a state is dropped, and every read validates again).
+ */
+function indexFieldsOf(json: unknown, key: string): TrackedMessage | undefined {
+  const s = json as Partial<TrackedMessage> | null;
+  if (!s || typeof s !== 'object' || s.messageId !== key || typeof s.updatedAt !== 'string' || typeof s.status !== 'string') return undefined;
+  if (Number.isNaN(Date.parse(s.updatedAt))) return undefined;
+  return s as TrackedMessage;
+}
+
+function isWindow(json: unknown): json is ConversationWindow {
+  const w = json as Partial<ConversationWindow> | null;
+  return !!w && typeof w === 'object' && typeof w.businessId === 'string' && typeof w.customer === 'string' && typeof w.lastInboundAt === 'string' && !Number.isNaN(Date.parse(w.lastInboundAt));
+}
+
+export interface StoreStats {
+  messages: number;
+  conversations: number;
+  /** Bytes the task's directory takes on disk. */
+  bytes: number;
+}
+
+export class TaskStore {
+  private readonly env: RootDatabase;
+  private readonly messages: Database<string, string>;
+  private readonly windows: Database<string, string>;
+  private readonly requests: Database<string, string>;
+  private readonly recipients: Database<string, string>;
+  private readonly messageExpiry: Database<string, string>;
+  private readonly windowExpiry: Database<string, string>;
+  private readonly meta: Database<unknown, string>;
+  /** Writes issued and not yet durable in LMDB: reads see them first. */
+  private readonly unflushedMessages = new Map<string, TrackedMessage>();
+  private readonly unflushedWindows = new Map<string, ConversationWindow>();
+  private lastWrite: Promise<unknown> = Promise.resolve();
+  private closed = false;
+
+  private constructor(
+    readonly dir: string,
+    readonly identity: StoreIdentity,
+  ) {
+    mkdirSync(dir, { recursive: true });
+    // Async commits run on lmdb's write thread, batched; a kill -9 never tears a transaction
+    // (copy-on-write pages, the meta page is the commit).
+    this.env = open({ path: join(dir, 'store.mdb'), maxDbs: 8, compression: false });
+    const db = <V>(name: string, encoding: 'string' | 'msgpack') => this.env.openDB<V, string>({ name, encoding });
+    this.messages = db<string>('messages', 'string');
+    this.windows = db<string>('windows', 'string');
+    this.requests = db<string>('by-request', 'string');
+    this.recipients = db<string>('by-recipient', 'string');
+    this.messageExpiry = db<string>('message-expiry', 'string');
+    this.windowExpiry = db<string>('window-expiry', 'string');
+    this.meta = db<unknown>('meta', 'msgpack');
+  }
+
+  /** Opens (or creates) the store of a task; a directory of another identity is wiped first. */
+  static open(dir: string, identity: StoreIdentity): TaskStore {
+    let store = new TaskStore(dir, identity);
+    const existing = store.meta.get('identity') as StoreIdentity | undefined;
+    if (existing && JSON.stringify(existing) !== JSON.stringify(identity)) {
+      store.closeNow();
+      rmSync(dir, { recursive: true, force: true });
+      store = new TaskStore(dir, identity);
+    }
+    if (!existing) store.meta.putSync('identity', identity);
+    return store;
+  }
+
+  /** Wipes the store (its offsets are inconsistent with the changelog) and opens it empty. */
+  static rebuild(store: TaskStore): TaskStore {
+    const { dir, identity } = store;
+    store.closeNow();
+    rmSync(dir, { recursive: true, force: true });
+    return TaskStore.open(dir, identity);
+  }
+
+  checkpoint(): Checkpoint | undefined {
+    return this.meta.get('checkpoint') as Checkpoint | undefined;
+  }
+
+  message(id: string): TrackedMessage | undefined {
+    return this.unflushedMessages.get(id) ?? parseMessage(this.messages.get(id));
+  }
+
+  conversation(key: string): ConversationWindow | undefined {
+    return this.unflushedWindows.get(key) ?? parseWindow(this.windows.get(key));
+  }
+
+  /** Message ids recorded for a request id (a maybeSent resend can make two). */
+  messageIdsOfRequest(requestId: string): string[] {
+    const ids = new Set<string>();
+    for (const key of this.requests.getKeys({ start: `${requestId}${SEP}`, end: `${requestId}\u0001` })) ids.add(key.slice(requestId.length + 1));
+    for (const [id, s] of this.unflushedMessages) if (s.requestId === requestId) ids.add(id);
+    return [...ids];
+  }
+
+  /**
+   * The recipient's messages, newest first (by when each was first known to happen), at most
+   * `limit`, strictly older than the `before` sort key of an earlier page.
+   */
+  messagesOfRecipient(recipient: string, limit: number, before?: string): { id: string; sort: string }[] {
+    const prefix = `${recipient}${SEP}`;
+    const start = before !== undefined ? `${prefix}${before}` : `${recipient}\u0001`;
+    const found: { id: string; sort: string }[] = [];
+    for (const key of this.recipients.getKeys({ start, end: prefix, reverse: true, limit: limit + 1 })) {
+      if (key === start) continue;
+      const sort = key.slice(prefix.length);
+      found.push({ id: sort.slice(sort.indexOf(SEP) + 1), sort });
+      if (found.length === limit) break;
+    }
+    return found;
+  }
+
+  /**
+   * Applies a committed change with the positions it reflects, atomically, on lmdb's write
+   * thread; reads see it at once (through the unflushed layer). Resolves once durable.
+   */
+  write(change: StoreChange): Promise<void> {
+    this.assertOpen();
+    for (const m of change.messages) this.unflushedMessages.set(m.id, m.state);
+    for (const c of change.conversations) this.unflushedWindows.set(c.key, c.window);
+    const checkpoint = change.checkpoint ? { ...this.pendingCheckpoint(), ...change.checkpoint } : undefined;
+    if (checkpoint) this.nextCheckpoint = checkpoint;
+    const done = this.env.transaction(() => {
+      for (const m of change.messages) this.putMessage(m.id, m.state, m.previous);
+      for (const c of change.conversations) this.putWindow(c.key, c.window, c.previous);
+      if (checkpoint) this.meta.put('checkpoint', checkpoint);
+    });
+    this.lastWrite = done.then(
+      () => {
+        for (const m of change.messages) if (this.unflushedMessages.get(m.id) === m.state) this.unflushedMessages.delete(m.id);
+        for (const c of change.conversations) if (this.unflushedWindows.get(c.key) === c.window) this.unflushedWindows.delete(c.key);
+      },
+      () => undefined,
+    );
+    return done.then(() => undefined);
+  }
+
+  private nextCheckpoint: Checkpoint | undefined;
+  private pendingCheckpoint(): Checkpoint {
+    return this.nextCheckpoint ?? this.checkpoint() ?? { messageState: 0, conversations: 0 };
+  }
+
+  /**
+   * Changelog records (restore, in offset order) up to `checkpoint`, in one synchronous LMDB
+   * transaction: later records of a key replace earlier ones, a tombstone or a value the
+   * tracker did not write deletes, a state older than `expireBeforeMs` is not kept. Answers the
+   * states kept.
+   */
+  applyChangelog(topic: 'messageState' | 'conversations', entries: ChangelogEntry[], checkpoint: Partial<Checkpoint>, expireBeforeMs: number): number {
+    this.assertOpen();
+    let kept = 0;
+    const next = { ...this.pendingCheckpoint(), ...checkpoint };
+    this.env.transactionSync(() => {
+      for (const { key, value } of entries) {
+        let json: unknown;
+        try {
+          json = value === null ? null : JSON.parse(value.toString());
+        } catch {
+          json = null;
+        }
+        if (topic === 'messageState') {
+          const previous = this.messages.get(key);
+          const prevState = previous === undefined ? undefined : (JSON.parse(previous) as TrackedMessage);
+          const state = indexFieldsOf(json, key);
+          if (state && Date.parse(state.updatedAt) >= expireBeforeMs) {
+            this.putMessage(key, state, prevState);
+            kept++;
+          } else if (prevState) this.deleteMessage(key, prevState);
+        } else {
+          const previous = parseWindow(this.windows.get(key));
+          if (isWindow(json) && Date.parse(json.lastInboundAt) >= expireBeforeMs) {
+            // A window is a max: an older record (another partition's, before the layout
+            // change) never moves it back.
+            if (!previous || Date.parse(previous.lastInboundAt) < Date.parse(json.lastInboundAt)) this.putWindow(key, json, previous);
+            kept++;
+          } else if (json === null && previous) this.deleteWindow(key, previous);
+        }
+      }
+      this.meta.putSync('checkpoint', next);
+    });
+    this.nextCheckpoint = next;
+    return kept;
+  }
+
+  /**
+   * Drops message states not updated since `messagesBeforeMs` and windows whose last inbound
+   * message is older than `windowsBeforeMs` (at most `max` of each); answers how many went.
+   */
+  expire(messagesBeforeMs: number, windowsBeforeMs: number, max: number): { messages: number; conversations: number } {
+    this.assertOpen();
+    const result = { messages: 0, conversations: 0 };
+    const oldMessages = [...this.messageExpiry.getKeys({ end: `${pad(messagesBeforeMs)}${SEP}`, limit: max })];
+    const oldWindows = [...this.windowExpiry.getKeys({ end: `${pad(windowsBeforeMs)}${SEP}`, limit: max })];
+    if (oldMessages.length === 0 && oldWindows.length === 0) return result;
+    this.env.transactionSync(() => {
+      for (const key of oldMessages) {
+        const id = key.slice(key.indexOf(SEP) + 1);
+        const text = this.messages.get(id);
+        const state = text === undefined ? undefined : (JSON.parse(text) as TrackedMessage);
+        if (state && messageExpiryKey(state) === key && !this.unflushedMessages.has(id)) {
+          this.deleteMessage(id, state);
+          result.messages++;
+        } else if (!state) this.messageExpiry.removeSync(key);
+      }
+      for (const key of oldWindows) {
+        const k = key.slice(key.indexOf(SEP) + 1);
+        const window = parseWindow(this.windows.get(k));
+        if (window && windowExpiryKey(window, k) === key && !this.unflushedWindows.has(k)) {
+          this.deleteWindow(k, window);
+          result.conversations++;
+        } else if (!window) this.windowExpiry.removeSync(key);
+      }
+    });
+    return result;
+  }
+
+  stats(): StoreStats {
+    const entries = (db: Database<string, string>) => (db.getStats() as { entryCount: number }).entryCount;
+    return { messages: entries(this.messages), conversations: entries(this.windows), bytes: directoryBytes(this.dir) };
+  }
+
+  /** Every write issued so far is durable. */
+  async flushed(): Promise<void> {
+    await this.lastWrite;
+  }
+
+  /** Waits for the writes in flight, then closes the environment (the directory stays for a later start). */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    await this.flushed();
+    this.closeNow();
+  }
+
+  private closeNow(): void {
+    if (this.closed) return;
+    this.closed = true;
+    try {
+      this.env.close();
+    } catch {
+      // Already closed by lmdb (process exit): nothing to release.
+    }
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new Error(`the store of task ${this.identity.task} is closed`);
+  }
+
+  private putMessage(id: string, state: TrackedMessage, previous: TrackedMessage | undefined): void {
+    const next = messageIndexKeys(state);
+    if (previous) {
+      const old = messageIndexKeys(previous);
+      if (old.request && old.request !== next.request) this.requests.remove(old.request);
+      if (old.recipient && old.recipient !== next.recipient) this.recipients.remove(old.recipient);
+      if (old.expiry !== next.expiry) this.messageExpiry.remove(old.expiry);
+    }
+    this.messages.put(id, JSON.stringify(state));
+    if (next.request) this.requests.put(next.request, '');
+    if (next.recipient) this.recipients.put(next.recipient, '');
+    this.messageExpiry.put(next.expiry, '');
+  }
+
+  private deleteMessage(id: string, previous: TrackedMessage): void {
+    const old = messageIndexKeys(previous);
+    this.messages.remove(id);
+    if (old.request) this.requests.remove(old.request);
+    if (old.recipient) this.recipients.remove(old.recipient);
+    this.messageExpiry.remove(old.expiry);
+  }
+
+  private putWindow(key: string, window: ConversationWindow, previous: ConversationWindow | undefined): void {
+    if (previous && windowExpiryKey(previous, key) !== windowExpiryKey(window, key)) this.windowExpiry.remove(windowExpiryKey(previous, key));
+    this.windows.put(key, JSON.stringify(window));
+    this.windowExpiry.put(windowExpiryKey(window, key), '');
+  }
+
+  private deleteWindow(key: string, previous: ConversationWindow): void {
+    this.windows.remove(key);
+    this.windowExpiry.remove(windowExpiryKey(previous, key));
+  }
+}
+
+function directoryBytes(dir: string): number {
+  let total = 0;
+  try {
+    for (const name of readdirSync(dir)) total += statSync(join(dir, name)).size;
+  } catch {
+    return 0;
+  }
+  return total;
+}
+
+/** The directory of a task's store: `<stateDir>/<groupId>/task-<p>`. */
+export function taskStoreDir(stateDir: string, groupId: string, task: number): string {
+  return join(stateDir, groupId.replace(/[^A-Za-z0-9._-]/g, '_'), `task-${task}`);
+}

@@ -1,0 +1,130 @@
+import type { Kafka } from 'kafkajs';
+import type { Config } from '../config/schema.js';
+import type { Logger } from '../observability/logger.js';
+import { partitionEnds, readChangelog, type PartitionEnds } from './changelog-restore.js';
+import type { TrackerMetrics } from './metrics.js';
+import { TaskStore, taskStoreDir, type ChangelogEntry, type Checkpoint } from './state-store.js';
+import type { TrackerLogic, TrackerTopics } from './tasks.js';
+
+/**
+ * Brings a task's local store up to its changelogs before the task takes traffic (README
+ * "Local store"): from the store's checkpoint when the directory holds a consistent store
+ * (a restart reads only what changed), in bulk from the beginning otherwise.
+ */
+export interface TaskRestorerOptions {
+  kafka: Kafka;
+  config: Config;
+  topics: TrackerTopics;
+  partitions: number;
+  logger: Logger;
+  logic: TrackerLogic;
+}
+
+/** Changelog records applied to the store per LMDB transaction during a restore. */
+const CHUNK = 5_000;
+const READ_TIMEOUT_MS = 30 * 60_000;
+
+export class TaskRestorer {
+  constructor(private readonly options: TaskRestorerOptions) {}
+
+  /** The task's store, open and caught up with both changelogs (as of when the read began). */
+  async restore(task: number, signal: AbortSignal, metrics: TrackerMetrics): Promise<TaskStore> {
+    const { config, topics, partitions, logger } = this.options;
+    const started = performance.now();
+    let store = TaskStore.open(taskStoreDir(config.tracker.stateDir, config.tracker.groupId, task), {
+      task,
+      partitions,
+      messageStateTopic: topics.messageState,
+      conversationsTopic: topics.conversations,
+    });
+    try {
+      const [stateEnds, windowEnds] = await Promise.all([partitionEnds(this.options.kafka, topics.messageState), partitionEnds(this.options.kafka, topics.conversations)]);
+      let checkpoint = store.checkpoint();
+      const inconsistency = checkpoint && (why(checkpoint.messageState, stateEnds.get(task)) ?? why(checkpoint.conversations, windowEnds.get(task)));
+      if (checkpoint && inconsistency) {
+        logger.warn({ task, dir: store.dir, checkpoint, reason: inconsistency }, 'the local store does not match the changelogs; rebuilding it from them');
+        store = TaskStore.rebuild(store);
+        checkpoint = undefined;
+      }
+      const mode = checkpoint ? 'delta' : 'bulk';
+      const now = Date.now();
+      const states = await this.read(store, task, 'messageState', checkpoint, now - config.tracker.stateRetentionMs, signal);
+      const windows = await this.read(store, task, 'conversations', checkpoint, now - config.tracker.conversationRetentionMs, signal);
+      const seconds = (performance.now() - started) / 1000;
+      const records = states.records + windows.records;
+      metrics.restore(seconds, mode, records);
+      const stats = store.stats();
+      logger.info(
+        {
+          task,
+          mode,
+          from: checkpoint ?? null,
+          changelogRecords: { messageState: states.records, conversations: windows.records },
+          recordsPerSecond: seconds > 0 ? Math.round(records / seconds) : null,
+          storeEntries: { messages: stats.messages, conversations: stats.conversations },
+          storeBytes: stats.bytes,
+          ms: Math.round(seconds * 1000),
+        },
+        mode === 'delta' ? 'task store caught up from its checkpoint' : 'task store restored in bulk from the compacted topics',
+      );
+      return store;
+    } catch (error) {
+      await store.close().catch(() => undefined);
+      throw error;
+    }
+  }
+
+  /**
+   * One changelog into the store, in chunks of one LMDB transaction each; the checkpoint
+   * follows the chunks, so an interrupted bulk restore resumes where it stopped. A bulk read of
+   * `conversations` also reads the other partitions for this task's customers: windows written
+   * before they moved to the task's own partition.
+   */
+  private async read(store: TaskStore, task: number, which: keyof Checkpoint, checkpoint: Checkpoint | undefined, expireBeforeMs: number, signal: AbortSignal): Promise<{ records: number }> {
+    const { kafka, topics, logic } = this.options;
+    const topic = which === 'messageState' ? topics.messageState : topics.conversations;
+    const allPartitions = which === 'conversations' && !checkpoint;
+    let chunk: ChangelogEntry[] = [];
+    // Records of other partitions: applied beside the task's own (a window is a max, order does
+    // not matter), never moving the task's position.
+    let others: ChangelogEntry[] = [];
+    let position: number | undefined;
+    const flush = () => {
+      if (others.length > 0) store.applyChangelog(which, others, {}, expireBeforeMs);
+      if (chunk.length > 0 || position !== undefined) store.applyChangelog(which, chunk, position === undefined ? {} : { [which]: position }, expireBeforeMs);
+      chunk = [];
+      others = [];
+      position = undefined;
+    };
+    const result = await readChangelog({
+      kafka,
+      topic,
+      signal,
+      timeoutMs: READ_TIMEOUT_MS,
+      ...(allPartitions ? {} : { partitions: [task] }),
+      ...(checkpoint ? { from: new Map([[task, checkpoint[which]]]) } : {}),
+      filter: (r) => r.key !== null && (r.partition === task || logic.ownsConversation(task, r.key.toString())),
+      onRecord: (r) => {
+        if (r.partition !== task) others.push({ key: r.key!.toString(), value: r.value });
+        else {
+          chunk.push({ key: r.key!.toString(), value: r.value });
+          position = Number(r.offset) + 1;
+        }
+        if (chunk.length + others.length >= CHUNK) flush();
+      },
+    });
+    flush();
+    // The end read up to: markers and aborted records past the last delivered one are covered too.
+    const end = result.ends.get(task);
+    if (end !== undefined) store.applyChangelog(which, [], { [which]: end }, expireBeforeMs);
+    return { records: result.delivered };
+  }
+}
+
+/** Why a stored position cannot be continued from the changelog partition; undefined when it can. */
+function why(position: number, ends: PartitionEnds | undefined): string | undefined {
+  if (!ends) return 'the changelog partition does not exist';
+  if (position > ends.high) return `its position ${position} is past the end of the changelog (${ends.high}): the topic was recreated or truncated`;
+  if (position < ends.low) return `its position ${position} is before the start of the changelog (${ends.low}): records it never read were deleted`;
+  return undefined;
+}
