@@ -97,7 +97,7 @@ const rows: string[] = [];
   });
   const rates: number[] = [];
   for (let round = 0; round < 3; round++) {
-    const store = TaskStore.open(mkdtempSync(join(tmpdir(), 'bench-store-')), { task: 0, partitions: 1, messageStateTopic: 'ms', conversationsTopic: 'c' });
+    const store = TaskStore.open(mkdtempSync(join(tmpdir(), 'bench-store-')), { clusterId: 'bench', task: 0, partitions: 1, messageStateTopic: 'ms', conversationsTopic: 'c' });
     logic.startTask(0, store);
     const records: ConsumedRecord[] = input.map((e, i) => ({ topic: e.topic === 'results' ? 'r' : 's', partition: 0, offset: String(i), timestamp: '0', key: Buffer.from(e.key), value: Buffer.from(e.value), headers: e.headers }));
     const started = performance.now();

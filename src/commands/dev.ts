@@ -8,6 +8,10 @@ import { createLifecycle } from '../lifecycle.js';
 import { createLogger } from '../observability/logger.js';
 import { startSender, type Sender } from '../sender/index.js';
 import { startTracker, type Tracker } from '../tracker/index.js';
+import { defaultCacheDir } from '../kafka/local-broker.js';
+import { join } from 'node:path';
+
+const DEFAULT_STATE_DIR = './state/tracker';
 import { simulatorOptionsFromConfig, startSimulator, type RunningSimulator } from '../simulator/index.js';
 import { commandConfig, writeDevState } from './context.js';
 import { parseIntegerOption } from './options.js';
@@ -44,7 +48,8 @@ export function devConfig(config: Config): Config {
     ingress: { ...config.ingress, host: loopbackHost(config.ingress.host) },
     // The tracker runs here, so the sender can know the conversation window: both paths show.
     sender: { ...config.sender, healthHost: loopbackHost(config.sender.healthHost), conversationWindow: 'reject' },
-    tracker: { ...config.tracker, host: loopbackHost(config.tracker.host) },
+    // The tracker's stores go under the project's cache unless a directory was configured.
+    tracker: { ...config.tracker, host: loopbackHost(config.tracker.host), stateDir: config.tracker.stateDir === DEFAULT_STATE_DIR ? join(defaultCacheDir(), 'dev-state', 'tracker') : config.tracker.stateDir },
   };
 }
 

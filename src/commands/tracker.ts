@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { createKafka } from '../kafka/client.js';
 import { connectingToKafka } from '../kafka/failure.js';
-import { messageStateOf } from '../tracker/message-state.js';
+import { messageStateOf, type MessageState } from '../tracker/message-state.js';
 import { findMessageState, findRequestState } from '../tracker/query.js';
 import { startTracker } from '../tracker/index.js';
 import { MsgbridgeError } from '../errors.js';
@@ -13,8 +13,8 @@ import { runConsumerRole } from './role-runner.js';
  * exactly once, on compacted topics (src/tracker/README.md). SIGTERM/SIGINT drain: exit 0 when
  * it left its group within tracker.drainGraceMs, 1 otherwise or when the Kafka client gives up.
  *
- * `msgbridge status <messageId|requestId>`: the current state, read from message-state (no
- * tracker needed); exit 1 when no state is known.
+ * `msgbridge status <messageId|requestId>`: the current state, asked of a running tracker
+ * (`--tracker`, MSGBRIDGE_TRACKER_URL), else read from message-state; exit 1 when unknown.
  */
 export function registerTrackerCommand(program: Command): void {
   program
@@ -34,33 +34,65 @@ export function registerTrackerCommand(program: Command): void {
 
   program
     .command('status')
-    .description('print the current state of a message (by message id or request id), read from the message-state topic')
+    .description('print the current state of a message (by message id or request id): asked of a running tracker (--tracker or MSGBRIDGE_TRACKER_URL), else read from the message-state topic')
     .argument('<id>', 'a message id, or the requestId of a send request')
-    .action(async (id: string, _opts: unknown, command: Command) => {
+    .option('--tracker <url>', 'a tracker member to ask (any member answers; default $MSGBRIDGE_TRACKER_URL)')
+    .action(async (id: string, opts: { tracker?: string }, command: Command) => {
       const config = commandConfig(command);
       if (id.trim() === '' || id.length > 512) throw new MsgbridgeError('INVALID_ARGUMENT', 'expected a message id or a request id (1 to 512 characters)');
-      const brokers = operatorBrokers(config);
-      const kafka = createKafka(config.kafka, { brokers });
-      const topic = config.kafka.topics.messageState;
-      const partitions = await connectingToKafka(brokers, async () => {
-        const admin = kafka.admin();
-        await admin.connect();
-        try {
-          const { topics } = await admin.fetchTopicMetadata({ topics: [topic] });
-          return topics[0]?.partitions.length ?? 0;
-        } catch {
-          throw new MsgbridgeError('INVALID_ARGUMENT', `topic ${topic} does not exist: is a tracker running (msgbridge tracker)?`);
-        } finally {
-          await admin.disconnect();
-        }
-      });
-      const query = { kafka, topic, partitions, timeoutMs: config.tracker.queryTimeoutMs };
-      const state = (await findMessageState(query, id)) ?? (await findRequestState(query, id));
+      const trackerUrl = opts.tracker ?? (process.env.MSGBRIDGE_TRACKER_URL?.trim() || undefined);
+      const state = trackerUrl ? await askTracker(trackerUrl, id, config.tracker.queryTimeoutMs) : await readStateTopic(config, id);
       if (!state) {
-        process.stderr.write(`msgbridge: no state for ${id} in ${topic} (neither a message id nor a request id the tracker has seen)\n`);
+        process.stderr.write(`msgbridge: no state for ${id} (neither a message id nor a request id the tracker has seen)\n`);
         process.exitCode = 1;
         return;
       }
-      process.stdout.write(`${JSON.stringify(messageStateOf(state), null, 2)}\n`);
+      process.stdout.write(`${JSON.stringify(state, null, 2)}\n`);
     });
+}
+
+/** The state from a running tracker: by message id, then by request id; undefined when both are 404. */
+async function askTracker(base: string, id: string, timeoutMs: number): Promise<MessageState | undefined> {
+  let url: URL;
+  try {
+    url = new URL(base);
+    if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error('not http');
+  } catch {
+    throw new MsgbridgeError('INVALID_ARGUMENT', `--tracker / MSGBRIDGE_TRACKER_URL: expected the http(s) address of a tracker, e.g. http://127.0.0.1:8082, got ${JSON.stringify(base)}`);
+  }
+  for (const kind of ['messages', 'requests']) {
+    let response: Response;
+    try {
+      response = await fetch(new URL(`/${kind}/${encodeURIComponent(id)}`, url), { signal: AbortSignal.timeout(timeoutMs + 1000) });
+    } catch (error) {
+      throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot reach the tracker at ${url.origin}: ${(error as Error)?.cause instanceof Error ? ((error as Error).cause as Error).message : (error as Error).message}`);
+    }
+    const body = (await response.json().catch(() => undefined)) as (MessageState & { message?: string }) | undefined;
+    if (response.status === 200 && body) return body;
+    if (response.status !== 404) throw new MsgbridgeError('KAFKA_UNAVAILABLE', `the tracker at ${url.origin} answered ${response.status}: ${body?.message ?? 'no details'}`);
+  }
+  return undefined;
+}
+
+/** Without a tracker: message-state read from Kafka (a whole partition, or every one for a request id), with progress on stderr. */
+async function readStateTopic(config: ReturnType<typeof commandConfig>, id: string): Promise<MessageState | undefined> {
+  const brokers = operatorBrokers(config);
+  const kafka = createKafka(config.kafka, { brokers });
+  const topic = config.kafka.topics.messageState;
+  const partitions = await connectingToKafka(brokers, async () => {
+    const admin = kafka.admin();
+    await admin.connect();
+    try {
+      const { topics } = await admin.fetchTopicMetadata({ topics: [topic] });
+      return topics[0]?.partitions.length ?? 0;
+    } catch {
+      throw new MsgbridgeError('INVALID_ARGUMENT', `topic ${topic} does not exist: is a tracker running (msgbridge tracker)?`);
+    } finally {
+      await admin.disconnect();
+    }
+  });
+  process.stderr.write(`msgbridge: no tracker to ask (--tracker or MSGBRIDGE_TRACKER_URL): reading ${topic} from Kafka, which takes longer the more history it holds\n`);
+  const query = { kafka, topic, partitions, timeoutMs: config.tracker.queryTimeoutMs, onProgress: (records: number) => process.stderr.write(`msgbridge: ${records.toLocaleString('en')} records of ${topic} read\n`) };
+  const state = (await findMessageState(query, id)) ?? (await findRequestState(query, id));
+  return state && messageStateOf(state);
 }

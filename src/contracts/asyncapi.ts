@@ -132,14 +132,14 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
       messageState: {
         address: 'message-state',
         servers: [{ $ref: '#/servers/kafka' }],
-        description: `Compacted: the current state of each message, keyed by the message id and co-partitioned with send-results and delivery_status; each change publishes the whole new state, and the status never goes back. Written by the tracker from send-results (accepted ones) and delivery_status. ${readCommitted}`,
+        description: `Compacted, and deleted after tracker.stateRetentionMs (default 30 days) without an update: the current state of each message, keyed by the message id and co-partitioned with send-results and delivery_status; each change publishes the whole new state, and the status never goes back. Written by the tracker from send-results (accepted ones) and delivery_status. ${readCommitted}`,
         messages: { messageState: { $ref: '#/components/messages/messageStateRecord' } },
         bindings: compacted,
       },
       conversations: {
         address: 'conversations',
         servers: [{ $ref: '#/servers/kafka' }],
-        description: `Compacted: the 24-hour customer-service window of each conversation, keyed by <businessId>:<customer>. Written by the tracker from messages (the latest inbound timestamp; never moves back). ${readCommitted}`,
+        description: `Compacted, and deleted after tracker.conversationRetentionMs (default 26 h): the 24-hour customer-service window of each conversation, keyed by <businessId>:<customer>, in the partition of the customer's messages (the hash of the customer, not of the whole key; records of earlier releases used the key's hash: a reader takes the latest window of a key across partitions). Written by the tracker from messages (the latest inbound timestamp; never moves back). ${readCommitted}`,
         messages: { conversationWindow: { $ref: '#/components/messages/conversationWindowRecord' } },
         bindings: compacted,
       },

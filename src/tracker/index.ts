@@ -17,7 +17,7 @@ import { QueryService } from './query-service.js';
 import { TaskRestorer } from './task-restorer.js';
 import type { TaskStore } from './state-store.js';
 import { TrackerLogic, type TrackerTopics } from './tasks.js';
-import { startTransactionalEngine, type TransactionalEngine } from './transactional-engine.js';
+import { startTransactionalEngine, type TransactionalEngine, type TransactionEvent } from './transactional-engine.js';
 
 /**
  * The tracker role's composition root (src/tracker/README.md): one consumer group on
@@ -32,6 +32,8 @@ export interface StartTrackerOptions {
   /** Health, metrics and query server: default config.tracker.host/port; false = none. */
   health?: false | { host?: string; port?: number };
   onFatal?: (error: Error) => void;
+  /** Each step of each transaction (sent, committed, aborted), synchronously; must not throw. */
+  onTransaction?: (event: TransactionEvent) => void;
 }
 
 export interface Tracker {
@@ -118,6 +120,7 @@ export async function startTracker(options: StartTrackerOptions): Promise<Tracke
       partitionsConsumedConcurrently: 3 * partitions,
       ...(queryUrl ? { queryUrl } : {}),
       onFatal: options.onFatal,
+      ...(options.onTransaction ? { onTransaction: options.onTransaction } : {}),
       async onTaskAssigned(task, { signal }) {
         const store = await restorer.restore(task, signal, metrics);
         stores.set(task, store);

@@ -131,10 +131,16 @@ export class QueryService {
     const remote = await this.fanOut(`/messages?${new URLSearchParams({ recipient, limit: String(limit), ...(before ? { before } : {}) }).toString()}`);
     if (remote.some((a) => a.status !== 200)) return unavailable('some members could not be asked for their part of the list (rebalancing?): ask again');
     const all = [...local];
-    for (const a of remote) for (const item of (a.body as { items?: { sort: string; state: MessageState }[] }).items ?? []) all.push({ sort: decodeCursor(item.sort) ?? '', state: item.state });
+    // A source that filled its page may hold more: then so may the merged list.
+    let mayHaveMore = local.length === limit;
+    for (const a of remote) {
+      const items = (a.body as { items?: { sort: string; state: MessageState }[] }).items ?? [];
+      if (items.length === limit) mayHaveMore = true;
+      for (const item of items) all.push({ sort: decodeCursor(item.sort) ?? '', state: item.state });
+    }
     all.sort((a, b) => (a.sort < b.sort ? 1 : a.sort > b.sort ? -1 : 0));
     const page = all.slice(0, limit);
-    const next = all.length > limit ? encodeCursor(page[page.length - 1]!.sort) : null;
+    const next = page.length === limit && (mayHaveMore || all.length > limit) ? encodeCursor(page[page.length - 1]!.sort) : null;
     return { status: 200, body: { recipient, messages: page.map((p) => p.state), next } satisfies RecipientPage };
   }
 

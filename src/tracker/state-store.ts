@@ -19,6 +19,7 @@ export interface Checkpoint {
 
 /** What the store belongs to: a directory left by another configuration is not reused. */
 export interface StoreIdentity {
+  clusterId: string;
   task: number;
   partitions: number;
   messageStateTopic: string;

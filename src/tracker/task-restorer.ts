@@ -25,13 +25,34 @@ const CHUNK = 5_000;
 const READ_TIMEOUT_MS = 30 * 60_000;
 
 export class TaskRestorer {
+  private clusterId: Promise<string> | undefined;
+
   constructor(private readonly options: TaskRestorerOptions) {}
+
+  /** The cluster's id: a store written against another cluster (a new local broker) is not reused. */
+  private cluster(): Promise<string> {
+    this.clusterId ??= (async () => {
+      const admin = this.options.kafka.admin();
+      await admin.connect();
+      try {
+        return (await admin.describeCluster()).clusterId;
+      } finally {
+        await admin.disconnect().catch(() => undefined);
+      }
+    })().catch((error: unknown) => {
+      this.clusterId = undefined;
+      throw error;
+    });
+    return this.clusterId;
+  }
 
   /** The task's store, open and caught up with both changelogs (as of when the read began). */
   async restore(task: number, signal: AbortSignal, metrics: TrackerMetrics): Promise<TaskStore> {
     const { config, topics, partitions, logger } = this.options;
     const started = performance.now();
+    const clusterId = await this.cluster();
     let store = TaskStore.open(taskStoreDir(config.tracker.stateDir, config.tracker.groupId, task), {
+      clusterId,
       task,
       partitions,
       messageStateTopic: topics.messageState,

@@ -1,10 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
-import { loadConfig } from '../../src/config/load.js';
-import { eventIdOf, resultEventId } from '../../src/contracts/index.js';
 import { startTracker, type Tracker } from '../../src/tracker/index.js';
-import { inboundEvent, messageId, statusEvent } from '../ingress/fixtures.js';
-import { kafkaBrokers, produce, testKafka } from '../helpers/kafka.js';
+import { messageId } from '../ingress/fixtures.js';
+import { produce } from '../helpers/kafka.js';
+import { inboundRecord, latestByKey, resultRecord, statusRecord, trackerConfig, until, type TrackerTestConfig as Config } from './harness.js';
 
 /**
  * The tracker role on the suite's broker: send results and delivery statuses in every order,
@@ -12,74 +11,6 @@ import { kafkaBrokers, produce, testKafka } from '../helpers/kafka.js';
  * read_committed); inbound messages into conversation windows; the state survives a restart
  * (restored from the compacted topics), evicted states are read back, queries answer.
  */
-function trackerConfig(id: string, overrides: Record<string, unknown> = {}) {
-  return loadConfig({
-    env: {
-      KAFKA_BROKERS: kafkaBrokers().join(','),
-      MSGBRIDGE__kafka__topics__sendResults: `tr-results-${id}`,
-      MSGBRIDGE__kafka__topics__deliveryStatus: `tr-status-${id}`,
-      MSGBRIDGE__kafka__topics__messages: `tr-messages-${id}`,
-      MSGBRIDGE__kafka__topics__messageState: `tr-state-${id}`,
-      MSGBRIDGE__kafka__topics__conversations: `tr-conv-${id}`,
-      MSGBRIDGE__kafka__partitions: '3',
-      MSGBRIDGE__kafka__replicationFactor: '1',
-      MSGBRIDGE__tracker__groupId: `tr-group-${id}`,
-      MSGBRIDGE__tracker__transactionalIdPrefix: `tr-tx-${id}`,
-      MSGBRIDGE__tracker__host: '127.0.0.1',
-      MSGBRIDGE__tracker__port: '0',
-      MSGBRIDGE__tracker__sessionTimeoutMs: '6000',
-    },
-    overrides,
-  });
-}
-
-type Config = ReturnType<typeof trackerConfig>;
-
-const accepted = (requestId: string, message: string, at = '2023-11-14T22:13:00.000Z') =>
-  JSON.stringify({ requestId, businessId: 'biz_1', outcome: 'accepted', messageId: message, type: 'text', recipient: '+15550002222', attempts: 1, acceptedAt: at, maybeSent: false });
-
-function resultRecord(requestId: string, message: string) {
-  return { key: message, value: accepted(requestId, message), headers: { 'event-id': resultEventId('biz_1', requestId, 'accepted'), 'business-id': 'biz_1' } };
-}
-
-function statusRecord(message: string, status: string, timestamp: string) {
-  const value = statusEvent(message, status, { timestamp });
-  return { key: message, value, headers: { 'event-id': eventIdOf(value), 'business-id': 'biz_1' } };
-}
-
-function inboundRecord(customer: string, timestamp: string) {
-  const value = inboundEvent(customer, 'hi', { timestamp });
-  return { key: customer, value, headers: { 'event-id': eventIdOf(value), 'business-id': 'biz_1' } };
-}
-
-/** The latest committed value per key of a compacted topic (read_committed, from the beginning). */
-async function latestByKey(topic: string, settleMs = 1500): Promise<{ latest: Map<string, Record<string, unknown>>; records: number }> {
-  const consumer = testKafka('tracker-test-reader').consumer({ groupId: `tr-read-${randomUUID()}`, maxWaitTimeInMs: 100, readUncommitted: false });
-  const latest = new Map<string, Record<string, unknown>>();
-  let records = 0;
-  let lastAt = Date.now();
-  await consumer.connect();
-  await consumer.subscribe({ topics: [topic], fromBeginning: true });
-  await consumer.run({
-    eachMessage: async ({ message }) => {
-      records++;
-      lastAt = Date.now();
-      latest.set(message.key!.toString(), JSON.parse(message.value!.toString()) as Record<string, unknown>);
-    },
-  });
-  while (Date.now() - lastAt < settleMs) await new Promise((r) => setTimeout(r, 100));
-  await consumer.disconnect();
-  return { latest, records };
-}
-
-async function until(what: string, check: () => Promise<boolean>, timeoutMs = 60_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 250));
-  }
-}
-
 let running: Tracker[] = [];
 afterEach(async () => {
   await Promise.all(running.map((t) => t.drain()));

@@ -1,0 +1,81 @@
+import { randomUUID } from 'node:crypto';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { loadConfig } from '../../src/config/load.js';
+import { eventIdOf, resultEventId } from '../../src/contracts/index.js';
+import { inboundEvent, statusEvent } from '../ingress/fixtures.js';
+import { kafkaBrokers, testKafka } from '../helpers/kafka.js';
+
+/** The tracker tests' shared pieces: a configuration on unique topics, input records, readers. */
+
+/** The environment of a tracker on unique topics (3 partitions) with its stores in a temporary directory. */
+export function trackerEnv(id: string): Record<string, string> {
+  return {
+    KAFKA_BROKERS: kafkaBrokers().join(','),
+    MSGBRIDGE__kafka__topics__sendResults: `tr-results-${id}`,
+    MSGBRIDGE__kafka__topics__deliveryStatus: `tr-status-${id}`,
+    MSGBRIDGE__kafka__topics__messages: `tr-messages-${id}`,
+    MSGBRIDGE__kafka__topics__messageState: `tr-state-${id}`,
+    MSGBRIDGE__kafka__topics__conversations: `tr-conv-${id}`,
+    MSGBRIDGE__kafka__partitions: '3',
+    MSGBRIDGE__kafka__replicationFactor: '1',
+    MSGBRIDGE__tracker__groupId: `tr-group-${id}`,
+    MSGBRIDGE__tracker__transactionalIdPrefix: `tr-tx-${id}`,
+    MSGBRIDGE__tracker__host: '127.0.0.1',
+    MSGBRIDGE__tracker__port: '0',
+    MSGBRIDGE__tracker__sessionTimeoutMs: '6000',
+    MSGBRIDGE_TRACKER_STATE_DIR: join(tmpdir(), 'msgbridge-test-state', id),
+  };
+}
+
+export function trackerConfig(id: string, overrides: Record<string, unknown> = {}, env: Record<string, string> = {}) {
+  return loadConfig({ env: { ...trackerEnv(id), ...env }, overrides });
+}
+
+export type TrackerTestConfig = ReturnType<typeof trackerConfig>;
+
+export const accepted = (requestId: string, message: string, at = '2023-11-14T22:13:00.000Z', recipient = '+15550002222') =>
+  JSON.stringify({ requestId, businessId: 'biz_1', outcome: 'accepted', messageId: message, type: 'text', recipient, attempts: 1, acceptedAt: at, maybeSent: false });
+
+export function resultRecord(requestId: string, message: string, at?: string, recipient?: string) {
+  return { key: message, value: accepted(requestId, message, at, recipient), headers: { 'event-id': resultEventId('biz_1', requestId, 'accepted'), 'business-id': 'biz_1' } };
+}
+
+export function statusRecord(message: string, status: string, timestamp: string) {
+  const value = statusEvent(message, status, { timestamp });
+  return { key: message, value, headers: { 'event-id': eventIdOf(value), 'business-id': 'biz_1' } };
+}
+
+export function inboundRecord(customer: string, timestamp: string) {
+  const value = inboundEvent(customer, 'hi', { timestamp });
+  return { key: customer, value, headers: { 'event-id': eventIdOf(value), 'business-id': 'biz_1' } };
+}
+
+/** The latest committed value per key of a compacted topic (read_committed, from the beginning). */
+export async function latestByKey(topic: string, settleMs = 1500): Promise<{ latest: Map<string, Record<string, unknown>>; records: number }> {
+  const consumer = testKafka('tracker-test-reader').consumer({ groupId: `tr-read-${randomUUID()}`, maxWaitTimeInMs: 100, readUncommitted: false });
+  const latest = new Map<string, Record<string, unknown>>();
+  let records = 0;
+  let lastAt = Date.now();
+  await consumer.connect();
+  await consumer.subscribe({ topics: [topic], fromBeginning: true });
+  await consumer.run({
+    eachMessage: async ({ message }) => {
+      records++;
+      lastAt = Date.now();
+      latest.set(message.key!.toString(), JSON.parse(message.value!.toString()) as Record<string, unknown>);
+    },
+  });
+  while (Date.now() - lastAt < settleMs) await new Promise((r) => setTimeout(r, 100));
+  await consumer.disconnect();
+  return { latest, records };
+}
+
+export async function until(what: string, check: () => Promise<boolean>, timeoutMs = 60_000) {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+

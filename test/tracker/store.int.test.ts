@@ -1,0 +1,158 @@
+import { cpSync, rmSync } from 'node:fs';
+import { randomUUID } from 'node:crypto';
+import { afterEach, describe, expect, it } from 'vitest';
+import kafkajs from 'kafkajs';
+import { startTracker, type Tracker } from '../../src/tracker/index.js';
+import { TaskStore, taskStoreDir } from '../../src/tracker/state-store.js';
+import { messageId } from '../ingress/fixtures.js';
+import { produce, withAdmin } from '../helpers/kafka.js';
+import { latestByKey, resultRecord, statusRecord, trackerConfig, until, type TrackerTestConfig } from './harness.js';
+
+/**
+ * The tracker's local stores on the suite's broker: a restart reads only what the changelog
+ * holds past the store's checkpoint; a store older than the changelog is caught up, one whose
+ * offsets do not match is rebuilt; queries answer on any member (forwarded to the owner) from
+ * the stores, by message id, request id and recipient; the changelogs are bounded topics.
+ */
+let running: Tracker[] = [];
+afterEach(async () => {
+  await Promise.all(running.map((t) => t.drain()));
+  running = [];
+});
+
+async function start(config: TrackerTestConfig): Promise<Tracker> {
+  const tracker = await startTracker({ config });
+  running.push(tracker);
+  await tracker.ready;
+  return tracker;
+}
+
+async function stop(tracker: Tracker): Promise<void> {
+  expect(await tracker.drain()).toBe(true);
+  running = running.filter((t) => t !== tracker);
+}
+
+async function metric(tracker: Tracker, pattern: RegExp): Promise<number> {
+  const text = await (await fetch(`${tracker.url}/metrics`)).text();
+  let sum = 0;
+  for (const line of text.split('\n')) {
+    const m = pattern.exec(line);
+    if (m) sum += Number(line.slice(line.lastIndexOf(' ') + 1));
+  }
+  return sum;
+}
+
+const get = async (base: string, path: string) => {
+  const res = await fetch(`${base}${path}`);
+  return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+};
+
+describe('tracker local stores', () => {
+  it('a restart reads only the delta; an older store is caught up; a store whose offsets do not match is rebuilt', async () => {
+    const id = randomUUID().slice(0, 8);
+    const config = trackerConfig(id);
+    const topics = config.kafka.topics;
+    const ids = Array.from({ length: 600 }, () => messageId());
+    await produce(topics.sendResults, ids.map((m, i) => resultRecord(`req-${i}`, m)));
+    await produce(topics.deliveryStatus, ids.map((m) => statusRecord(m, 'delivered', '1700000002')));
+
+    // First start: no store, a bulk restore of empty changelogs; 1,200 state records written.
+    let tracker = await start(config);
+    expect(await metric(tracker, /^msgbridge_tracker_restores_total\{mode="bulk"/)).toBe(3);
+    await until('600 delivered', async () => (await tracker.message(ids[599]!))?.status === 'delivered' && (await tracker.message(ids[0]!))?.status === 'delivered');
+    await until('1,200 state records', async () => (await latestByKey(topics.messageState, 300)).records === 1200);
+    await stop(tracker);
+    const old = `${config.tracker.stateDir}-copy`;
+    cpSync(config.tracker.stateDir, old, { recursive: true });
+
+    // Restart with the stores on disk: every task resumes from its checkpoint, reading nothing.
+    await produce(topics.deliveryStatus, ids.slice(0, 20).map((m) => statusRecord(m, 'read', '1700000003')));
+    tracker = await start(config);
+    expect(await metric(tracker, /^msgbridge_tracker_restores_total\{mode="delta"/)).toBe(3);
+    expect(await metric(tracker, /^msgbridge_tracker_restore_records_total\{mode="delta"/)).toBe(0);
+    expect(await metric(tracker, /^msgbridge_tracker_store_entries\{task="\d+",kind="message"/)).toBe(600);
+    await until('20 read', async () => (await tracker.message(ids[19]!))?.status === 'read');
+    await stop(tracker);
+
+    // A store older than the changelog (the copy, taken before the 20 reads): caught up from its checkpoint.
+    rmSync(config.tracker.stateDir, { recursive: true, force: true });
+    cpSync(old, config.tracker.stateDir, { recursive: true });
+    tracker = await start(config);
+    expect(await metric(tracker, /^msgbridge_tracker_restores_total\{mode="delta"/)).toBe(3);
+    expect(await metric(tracker, /^msgbridge_tracker_restore_records_total\{mode="delta"/)).toBe(20);
+    for (const m of ids.slice(0, 20)) expect(await tracker.message(m)).toMatchObject({ status: 'read', events: 3, requestId: expect.stringMatching(/^req-/) });
+    expect(await tracker.message(ids[20]!)).toMatchObject({ status: 'delivered', events: 2 });
+    await stop(tracker);
+
+    // A store whose position is past the end of its changelog (the topic was recreated): rebuilt in bulk.
+    const clusterId = await withAdmin(async (admin) => (await admin.describeCluster()).clusterId);
+    const task = 1;
+    const store = TaskStore.open(taskStoreDir(config.tracker.stateDir, config.tracker.groupId, task), { clusterId, task, partitions: 3, messageStateTopic: topics.messageState, conversationsTopic: topics.conversations });
+    store.applyChangelog('messageState', [], { messageState: 1_000_000 }, 0);
+    await store.close();
+    tracker = await start(config);
+    expect(await metric(tracker, /^msgbridge_tracker_restores_total\{mode="bulk"/)).toBe(1);
+    expect(await metric(tracker, /^msgbridge_tracker_restores_total\{mode="delta"/)).toBe(2);
+    expect(await metric(tracker, /^msgbridge_tracker_store_entries\{task="\d+",kind="message"/)).toBe(600);
+    for (const [i, m] of ids.slice(0, 40).entries()) expect((await tracker.message(m))?.status).toBe(i < 20 ? 'read' : 'delivered');
+    expect(await tracker.request('req-5')).toMatchObject({ messageId: ids[5], status: 'read' });
+    rmSync(old, { recursive: true, force: true });
+  }, 180_000);
+
+  it('any member answers: a message id is forwarded to its owner, a request id and a recipient are asked of every member; nothing reads a topic', async () => {
+    const id = randomUUID().slice(0, 8);
+    const a = trackerConfig(id);
+    const b = trackerConfig(id, {}, { MSGBRIDGE_TRACKER_STATE_DIR: `${a.tracker.stateDir}-b` });
+    const topics = a.kafka.topics;
+    const first = await start(a);
+    const second = await start(b);
+    await until('both members own tasks', async () => (await metric(first, /^msgbridge_tracker_tasks[ {]/)) > 0 && (await metric(second, /^msgbridge_tracker_tasks[ {]/)) > 0 && first.isReady() && second.isReady());
+
+    // 30 messages to one recipient (spread over every task), acceptedAt one second apart; 10 to another.
+    const alice = '+15550007001';
+    const ids = Array.from({ length: 40 }, () => messageId());
+    const at = (i: number) => new Date(Date.UTC(2026, 0, 1, 0, 0, i)).toISOString();
+    await produce(topics.sendResults, ids.map((m, i) => resultRecord(`fw-${i}`, m, at(i), i < 30 ? alice : '+15550007002')));
+    await until('40 states', async () => (await latestByKey(topics.messageState, 300)).records === 40);
+
+    for (const base of [first.url!, second.url!]) {
+      for (const [i, m] of ids.entries()) {
+        expect(await get(base, `/messages/${m}`)).toMatchObject({ status: 200, body: { messageId: m, requestId: `fw-${i}` } });
+      }
+      expect(await get(base, '/requests/fw-17')).toMatchObject({ status: 200, body: { messageId: ids[17] } });
+      expect(await get(base, '/requests/fw-none')).toMatchObject({ status: 404, body: { error: 'NOT_FOUND' } });
+      expect(await get(base, `/messages/${messageId()}`)).toMatchObject({ status: 404 });
+
+      // Newest first, in pages of 7, across both members' stores.
+      const seen: string[] = [];
+      let next: string | null = null;
+      do {
+        const page = await get(base, `/messages?recipient=${encodeURIComponent(alice)}&limit=7${next ? `&before=${next}` : ''}`);
+        expect(page.status).toBe(200);
+        seen.push(...(page.body.messages as { messageId: string }[]).map((s) => s.messageId));
+        next = page.body.next as string | null;
+      } while (next);
+      expect(seen).toEqual(ids.slice(0, 30).reverse());
+    }
+    expect(await get(first.url!, '/messages?recipient=%2B1555&limit=0')).toMatchObject({ status: 400 });
+    expect(await get(first.url!, '/messages?recipient=%2B1555&before=not-a-cursor!')).toMatchObject({ status: 400 });
+    expect(await get(first.url!, '/messages')).toMatchObject({ status: 400 });
+    // The programmatic queries of either member are the same.
+    expect(await second.request('fw-3')).toMatchObject({ messageId: ids[3] });
+  }, 180_000);
+
+  it('creates its changelogs compacted and deleted after the retention, with segments that roll', async () => {
+    const id = randomUUID().slice(0, 8);
+    const config = trackerConfig(id, { tracker: { stateRetentionMs: 7 * 86_400_000 } });
+    await start(config);
+    const settings = await withAdmin(async (admin) => {
+      const { resources } = await admin.describeConfigs({
+        includeSynonyms: false,
+        resources: [config.kafka.topics.messageState, config.kafka.topics.conversations].map((name) => ({ type: kafkajs.ConfigResourceTypes.TOPIC, name, configNames: ['cleanup.policy', 'retention.ms', 'segment.ms'] })),
+      });
+      return Object.fromEntries(resources.map((r) => [r.resourceName, Object.fromEntries(r.configEntries.map((e) => [e.configName, e.configValue]))]));
+    });
+    expect(settings[config.kafka.topics.messageState]).toEqual({ 'cleanup.policy': 'compact,delete', 'retention.ms': String(7 * 86_400_000), 'segment.ms': String(6 * 3_600_000) });
+    expect(settings[config.kafka.topics.conversations]).toEqual({ 'cleanup.policy': 'compact,delete', 'retention.ms': String(26 * 3_600_000), 'segment.ms': String(Math.floor((26 * 3_600_000) / 10)) });
+  }, 60_000);
+});
