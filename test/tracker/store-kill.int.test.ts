@@ -30,8 +30,8 @@ function runChild(env: Record<string, string>) {
 describe('tracker store under kill -9', () => {
   it('after send, after commit and mid store write: every state exact, in the topic and in the store', async () => {
     const id = randomUUID().slice(0, 8);
-    const env = { ...trackerEnv(id), MSGBRIDGE__tracker__maxBatchRecords: '40' };
-    const topics = { results: env.MSGBRIDGE__kafka__topics__sendResults, status: env.MSGBRIDGE__kafka__topics__deliveryStatus, messages: env.MSGBRIDGE__kafka__topics__messages, state: env.MSGBRIDGE__kafka__topics__messageState };
+    const env: Record<string, string> = { ...trackerEnv(id), MSGBRIDGE__tracker__maxBatchRecords: '40' };
+    const topics = { results: env.MSGBRIDGE__kafka__topics__sendResults!, status: env.MSGBRIDGE__kafka__topics__deliveryStatus!, messages: env.MSGBRIDGE__kafka__topics__messages!, state: env.MSGBRIDGE__kafka__topics__messageState! };
     await createTopics([topics.results, topics.status, topics.messages], 3);
     const N = 900;
     const ids = Array.from({ length: N }, () => messageId());

@@ -1,0 +1,140 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { TrackedMessage } from '../../src/tracker/message-state.js';
+import { TaskStore, taskStoreDir, type StoreIdentity } from '../../src/tracker/state-store.js';
+
+/** The LMDB store of one task, on a temporary directory: states, indexes, checkpoint, expiry, identity. */
+const identity: StoreIdentity = { clusterId: 'c1', task: 2, partitions: 12, messageStateTopic: 'message-state', conversationsTopic: 'conversations' };
+const dirs: string[] = [];
+const open = (id: StoreIdentity = identity, dir = mkdtempSync(join(tmpdir(), 'store-test-'))) => {
+  dirs.push(dir);
+  return TaskStore.open(dir, id);
+};
+afterEach(() => {
+  for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+});
+
+function state(id: string, over: Partial<TrackedMessage> = {}): TrackedMessage {
+  return {
+    messageId: id,
+    requestId: `req-${id}`,
+    businessId: 'biz_1',
+    recipient: '+15550001111',
+    type: 'text',
+    status: 'accepted',
+    acceptedAt: '2026-11-24T10:00:00.000Z',
+    sentAt: null,
+    deliveredAt: null,
+    readAt: null,
+    failedAt: null,
+    error: null,
+    events: 1,
+    updatedAt: '2026-11-24T10:00:00.000Z',
+    eventIds: ['e1'],
+    ...over,
+  };
+}
+
+describe('TaskStore', () => {
+  it('reads a write at once (before it is durable), then from disk after a reopen, with its checkpoint', async () => {
+    const store = open();
+    const written = store.write({ messages: [{ id: 'm1', state: state('m1'), previous: undefined }], conversations: [], checkpoint: { messageState: 7 } });
+    expect(store.message('m1')?.status).toBe('accepted');
+    await written;
+    expect(store.checkpoint()).toEqual({ messageState: 7, conversations: 0 });
+    await store.write({ messages: [], conversations: [{ key: 'biz_1:+1', window: { businessId: 'biz_1', customer: '+1', lastInboundAt: '2026-11-24T10:00:00.000Z', windowOpenUntil: '2026-11-25T10:00:00.000Z' }, previous: undefined }], checkpoint: { conversations: 3 } });
+    const dir = store.dir;
+    await store.close();
+    const again = TaskStore.open(dir, identity);
+    expect(again.message('m1')).toEqual(state('m1'));
+    expect(again.conversation('biz_1:+1')?.windowOpenUntil).toBe('2026-11-25T10:00:00.000Z');
+    expect(again.checkpoint()).toEqual({ messageState: 7, conversations: 3 });
+    await again.close();
+  });
+
+  it('keeps the request and recipient indexes right as states change; recipient pages are newest first', async () => {
+    const store = open();
+    const a = state('a', { acceptedAt: '2026-11-24T10:00:01.000Z' });
+    const b = state('b', { acceptedAt: '2026-11-24T10:00:02.000Z', requestId: 'shared' });
+    // A status before its result: no request, listed under its sent time; the result moves it.
+    const cEarly = state('c', { requestId: null, acceptedAt: null, sentAt: '2026-11-24T10:00:09.000Z', status: 'sent' });
+    await store.write({ messages: [a, b, cEarly].map((s) => ({ id: s.messageId, state: s, previous: undefined })), conversations: [] });
+    const cMerged = { ...cEarly, requestId: 'shared', acceptedAt: '2026-11-24T10:00:03.000Z' };
+    await store.write({ messages: [{ id: 'c', state: cMerged, previous: cEarly }], conversations: [] });
+    expect(store.messageIdsOfRequest('req-a')).toEqual(['a']);
+    expect(store.messageIdsOfRequest('shared').sort()).toEqual(['b', 'c']);
+    expect(store.messageIdsOfRequest('nobody')).toEqual([]);
+    const first = store.messagesOfRecipient('+15550001111', 2);
+    expect(first.map((e) => e.id)).toEqual(['c', 'b']);
+    expect(store.messagesOfRecipient('+15550001111', 2, first[1]!.sort).map((e) => e.id)).toEqual(['a']);
+    expect(store.messagesOfRecipient('+15550001112', 5)).toEqual([]);
+    await store.close();
+  });
+
+  it('applies changelog records in order: later wins, a tombstone or a foreign value deletes, an expired state is not kept', async () => {
+    const store = open();
+    const v = (s: TrackedMessage) => Buffer.from(JSON.stringify(s));
+    const kept = store.applyChangelog(
+      'messageState',
+      [
+        { key: 'm1', value: v(state('m1')) },
+        { key: 'm1', value: v(state('m1', { status: 'read', events: 3 })) },
+        { key: 'm2', value: v(state('m2')) },
+        { key: 'm2', value: null },
+        { key: 'm3', value: Buffer.from('not json') },
+        { key: 'm4', value: v(state('m4', { updatedAt: '2020-01-01T00:00:00.000Z' })) },
+      ],
+      { messageState: 42 },
+      Date.parse('2026-01-01T00:00:00Z'),
+    );
+    expect(kept).toBe(3);
+    expect(store.message('m1')).toMatchObject({ status: 'read', events: 3 });
+    expect(store.message('m2')).toBeUndefined();
+    expect(store.message('m3')).toBeUndefined();
+    expect(store.message('m4')).toBeUndefined();
+    expect(store.messageIdsOfRequest('req-m2')).toEqual([]);
+    expect(store.checkpoint()?.messageState).toBe(42);
+    expect(store.stats().messages).toBe(1);
+    await store.close();
+  });
+
+  it('expires states not updated within the retention, with their index entries, and windows past theirs', async () => {
+    const store = open();
+    const old = state('old', { updatedAt: '2026-10-01T00:00:00.000Z' });
+    const fresh = state('fresh', { updatedAt: '2026-11-24T00:00:00.000Z' });
+    await store.write({
+      messages: [old, fresh].map((s) => ({ id: s.messageId, state: s, previous: undefined })),
+      conversations: [{ key: 'biz_1:+2', window: { businessId: 'biz_1', customer: '+2', lastInboundAt: '2026-11-20T00:00:00.000Z', windowOpenUntil: '2026-11-21T00:00:00.000Z' }, previous: undefined }],
+    });
+    const gone = store.expire(Date.parse('2026-11-01T00:00:00Z'), Date.parse('2026-11-23T00:00:00Z'), 100);
+    expect(gone).toEqual({ messages: 1, conversations: 1 });
+    expect(store.message('old')).toBeUndefined();
+    expect(store.messageIdsOfRequest('req-old')).toEqual([]);
+    expect(store.messagesOfRecipient('+15550001111', 10).map((e) => e.id)).toEqual(['fresh']);
+    expect(store.conversation('biz_1:+2')).toBeUndefined();
+    // An update moves a state's expiry: the old entry goes with it.
+    const updated = { ...fresh, updatedAt: '2026-11-24T01:00:00.000Z', status: 'sent' as const };
+    await store.write({ messages: [{ id: 'fresh', state: updated, previous: fresh }], conversations: [] });
+    expect(store.expire(Date.parse('2026-11-24T00:30:00Z'), 0, 100)).toEqual({ messages: 0, conversations: 0 });
+    expect(store.message('fresh')?.status).toBe('sent');
+    await store.close();
+  });
+
+  it('a directory left by another cluster, topic or partition count is wiped, not reused', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'store-test-'));
+    const store = open(identity, dir);
+    await store.write({ messages: [{ id: 'm1', state: state('m1'), previous: undefined }], conversations: [], checkpoint: { messageState: 5 } });
+    await store.close();
+    const other = open({ ...identity, clusterId: 'c2' }, dir);
+    expect(other.message('m1')).toBeUndefined();
+    expect(other.checkpoint()).toBeUndefined();
+    await other.close();
+  });
+
+  it('names one directory per group and task', () => {
+    expect(taskStoreDir('/var/lib/msgbridge', 'msgbridge-tracker', 7)).toBe('/var/lib/msgbridge/msgbridge-tracker/task-7');
+    expect(taskStoreDir('/s', 'a/../b', 0)).toBe('/s/a_.._b/task-0');
+  });
+});

@@ -1,0 +1,143 @@
+import { describe, expect, it } from 'vitest';
+import { eventIdOf, resultEventId } from '../../src/contracts/index.js';
+import type { ConsumedRecord } from '../../src/kafka/group-consumer.js';
+import type { ConversationWindow } from '../../src/tracker/conversation-window.js';
+import type { TrackedMessage } from '../../src/tracker/message-state.js';
+import { TrackerLogic, type TaskStateStore } from '../../src/tracker/tasks.js';
+import { inboundEvent, statusEvent } from '../ingress/fixtures.js';
+import { accepted } from './harness.js';
+
+/**
+ * TrackerLogic's rules without Kafka or disk: a batch reads committed states through the cache
+ * and the store, its outputs go to the task's partitions, and only commit() changes the cache
+ * and writes the store (with the states replaced and the changelog positions reached).
+ */
+type Write = Parameters<TaskStateStore['write']>[0];
+
+class MemoryStore implements TaskStateStore {
+  messages = new Map<string, TrackedMessage>();
+  windows = new Map<string, ConversationWindow>();
+  writes: Write[] = [];
+  reads = 0;
+  fail: Error | undefined;
+  message(id: string) {
+    this.reads++;
+    return this.messages.get(id);
+  }
+  conversation(key: string) {
+    return this.windows.get(key);
+  }
+  messageIdsOfRequest(requestId: string) {
+    return [...this.messages.values()].filter((s) => s.requestId === requestId).map((s) => s.messageId);
+  }
+  messagesOfRecipient(recipient: string, limit: number) {
+    return [...this.messages.values()].filter((s) => s.recipient === recipient).map((s) => ({ id: s.messageId, sort: `${s.acceptedAt}\u0000${s.messageId}` })).slice(0, limit);
+  }
+  write(change: Write) {
+    this.writes.push(change);
+    if (this.fail) return Promise.reject(this.fail);
+    for (const m of change.messages) this.messages.set(m.id, m.state);
+    for (const c of change.conversations) this.windows.set(c.key, c.window);
+    return Promise.resolve();
+  }
+}
+
+const topics = { sendResults: 'send-results', deliveryStatus: 'delivery_status', messages: 'messages', messageState: 'message-state', conversations: 'conversations' };
+let offset = 0;
+const record = (topic: string, key: string, value: string, headers: Record<string, string>): ConsumedRecord => ({ topic, partition: 0, offset: String(offset++), timestamp: '0', key: Buffer.from(key), value: Buffer.from(value), headers });
+const result = (requestId: string, id: string) => record('send-results', id, accepted(requestId, id), { 'event-id': resultEventId('biz_1', requestId, 'accepted'), 'business-id': 'biz_1' });
+const status = (id: string, s: string, ts: string) => {
+  const body = statusEvent(id, s, { timestamp: ts });
+  return record('delivery_status', id, body, { 'event-id': eventIdOf(body), 'business-id': 'biz_1' });
+};
+const inbound = (customer: string, ts: string) => {
+  const body = inboundEvent(customer, 'hi', { timestamp: ts });
+  return record('messages', customer, body, { 'event-id': eventIdOf(body), 'business-id': 'biz_1' });
+};
+
+function logic(maxCachedMessages = 100) {
+  const skipped: string[] = [];
+  const evicted: string[] = [];
+  const l = new TrackerLogic({
+    topics,
+    partitions: 1,
+    maxCachedMessages,
+    maxCachedConversations: 100,
+    counters: { event() {}, skipped: (r) => skipped.push(r), evicted: (k) => evicted.push(k) },
+    now: () => new Date('2026-11-24T12:00:00.000Z'),
+  });
+  return { l, skipped, evicted };
+}
+
+describe('TrackerLogic', () => {
+  it('publishes each change of a batch to the task partition, and changes nothing before commit', () => {
+    const { l } = logic();
+    const store = new MemoryStore();
+    l.startTask(0, store);
+    const out = l.process(0, l.decodeBatch([result('r1', 'm1'), status('m1', 'sent', '1700000001'), status('m1', 'sent', '1700000001'), inbound('+1', '1700000100')]));
+    expect(out.outputs.map((o) => [o.topic, o.partition, o.key])).toEqual([
+      ['message-state', 0, 'm1'],
+      ['message-state', 0, 'm1'],
+      ['conversations', 0, 'biz_1:+1'],
+    ]);
+    expect(l.message('m1')).toBeUndefined();
+    expect(store.writes).toHaveLength(0);
+    out.commit!(new Map([['message-state', new Map([[0, 12]])], ['conversations', new Map([[0, 3]])]]));
+    expect(l.message('m1')).toMatchObject({ status: 'sent', requestId: 'r1', events: 2 });
+    expect(store.writes).toHaveLength(1);
+    expect(store.writes[0]!.checkpoint).toEqual({ messageState: 12, conversations: 3 });
+    // One write a key with the state it replaces (none yet).
+    expect(store.writes[0]!.messages.map((m) => [m.id, m.state.status, m.previous])).toEqual([['m1', 'sent', undefined]]);
+    expect(l.request('r1')?.messageId).toBe('m1');
+  });
+
+  it('reads a state it no longer caches from the store, and hands the store what it replaces', () => {
+    const { l, evicted } = logic(100);
+    const store = new MemoryStore();
+    l.startTask(0, store);
+    const ids = Array.from({ length: 150 }, (_, i) => `m${i}`);
+    l.process(0, l.decodeBatch(ids.map((id, i) => result(`r${i}`, id)))).commit!(new Map());
+    expect(evicted).toHaveLength(50);
+    const reads = store.reads;
+    const out = l.process(0, l.decodeBatch([status('m0', 'delivered', '1700000002'), status('m0', 'read', '1700000003')]));
+    expect(store.reads).toBe(reads + 1); // once a key a batch, not once an event
+    out.commit!(new Map());
+    const written = store.writes.at(-1)!.messages;
+    expect(written).toHaveLength(1);
+    expect(written[0]!.previous).toMatchObject({ messageId: 'm0', status: 'accepted', events: 1 });
+    expect(written[0]!.state).toMatchObject({ status: 'read', events: 3, requestId: 'r0' });
+  });
+
+  it('a duplicate or a refused event in a batch is no output; a rejected result is skipped quietly', () => {
+    const { l, skipped } = logic();
+    l.startTask(0, new MemoryStore());
+    const rejected = record('send-results', 'r9', JSON.stringify({ requestId: 'r9', outcome: 'rejected', attempts: 1, maybeSent: false, error: { httpStatus: 400, type: 't', code: 'c', message: 'm', retriable: false } }), { 'business-id': 'biz_1' });
+    const out = l.process(0, l.decodeBatch([status('m1', 'read', '1700000003'), status('m1', 'read', '1700000003'), status('m1', 'sent', '1700000001'), status('m1', 'sent', '1700000005'), rejected]));
+    // read, then sent fills its timestamp; the duplicate read and the later sent change nothing.
+    expect(out.outputs).toHaveLength(2);
+    expect(skipped).toEqual(['not_accepted']);
+  });
+
+  it('a failed store write fails the next batch (the task restarts from its checkpoint)', async () => {
+    const { l } = logic();
+    const store = new MemoryStore();
+    l.startTask(0, store);
+    store.fail = new Error('disk full');
+    l.process(0, l.decodeBatch([result('r1', 'm1')])).commit!(new Map());
+    await new Promise((r) => setTimeout(r, 0));
+    expect(() => l.process(0, l.decodeBatch([result('r2', 'm2')]))).toThrow(/local store of task 0 failed a write: disk full/);
+  });
+
+  it('answers recipient pages and requests across its tasks; a dropped task answers nothing', () => {
+    const { l } = logic();
+    const store = new MemoryStore();
+    l.startTask(0, store);
+    l.process(0, l.decodeBatch([result('r1', 'm1'), result('r2', 'm2')])).commit!(new Map());
+    expect(l.recipientMessages('+15550002222', 10).map((e) => e.state.messageId).sort()).toEqual(['m1', 'm2']);
+    expect(l.ownsTask(0)).toBe(true);
+    l.dropTask(0);
+    expect(l.ownsTask(0)).toBe(false);
+    expect(l.message('m1')).toBeUndefined();
+    expect(l.request('r1')).toBeUndefined();
+  });
+});
