@@ -125,6 +125,7 @@ export async function startTracker(options: StartTrackerOptions): Promise<Tracke
         const store = await restorer.restore(task, signal, metrics);
         stores.set(task, store);
         logic.startTask(task, store);
+        if (!store.indexesComplete()) void buildIndexes(task, store);
       },
       async onTaskRevoked(task) {
         logic.dropTask(task);
@@ -143,6 +144,27 @@ export async function startTracker(options: StartTrackerOptions): Promise<Tracke
   running.engine = engine;
   const directoryAdmin = kafka.admin();
   queries.attach(engine, groupDirectory(directoryAdmin, config.tracker.groupId, topics.sendResults), queryUrl, async () => directoryAdmin.connect());
+
+  /**
+   * A bulk-restored store's indexes, built while the task runs: chunks in their own LMDB
+   * transactions, yielding to the event loop between them (batches and queries go on).
+   */
+  async function buildIndexes(task: number, store: TaskStore): Promise<void> {
+    const began = performance.now();
+    let indexed = 0;
+    try {
+      for (;;) {
+        if (stores.get(task) !== store) return;
+        const step = store.buildIndexes(2_000, Date.now() - config.tracker.stateRetentionMs);
+        indexed += step.indexed;
+        if (step.done) break;
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      logger.info({ task, states: indexed, ms: Math.round(performance.now() - began) }, 'task store indexes built (lookups by request id and recipient complete)');
+    } catch (error) {
+      if (stores.get(task) === store) logger.warn({ task, error: (error as Error).message }, 'building the store indexes failed; they are built again at the next start of the task');
+    }
+  }
 
   // Retention: states not updated for tracker.stateRetentionMs leave the stores (the topics' own
   // retention removes their records); bounded work per sweep.

@@ -109,7 +109,9 @@ export class QueryService {
   private async requestAnswer(id: string, forwarded: boolean): Promise<Answer> {
     if (!this.engine) return unavailable('the tracker is starting');
     const local = this.logic.request(id);
-    if (local || forwarded) return local ? { status: 200, body: messageStateOf(local) } : notFound('request', id);
+    if (local) return { status: 200, body: messageStateOf(local) };
+    if (!this.logic.indexesComplete()) return unavailable(`this member is still indexing a restored task: request ${id} may be there; ask again in a moment`);
+    if (forwarded) return notFound('request', id);
     const answers = await this.fanOut(`/requests/${encodeURIComponent(id)}`);
     const found = answers.filter((a) => a.status === 200).map((a) => a.body as TrackedMessage);
     if (found.length > 0) return { status: 200, body: found.sort((a, b) => b.updatedAt.localeCompare(a.updatedAt))[0] };
@@ -126,6 +128,7 @@ export class QueryService {
     const cursor = before === undefined ? undefined : decodeCursor(before);
     if (before !== undefined && cursor === undefined) return badRequest('before is not a cursor this tracker gave (take `next` of the previous page)');
     if (!this.engine) return unavailable('the tracker is starting');
+    if (!this.logic.indexesComplete()) return unavailable('this member is still indexing a restored task: ask again in a moment');
     const local: Sorted[] = this.logic.recipientMessages(recipient, limit, cursor).map(({ sort, state }) => ({ sort, state: messageStateOf(state) }));
     if (forwarded) return { status: 200, body: { recipient, items: local.map((l) => ({ sort: encodeCursor(l.sort), state: l.state })) } };
     const remote = await this.fanOut(`/messages?${new URLSearchParams({ recipient, limit: String(limit), ...(before ? { before } : {}) }).toString()}`);

@@ -76,10 +76,10 @@ function messageIndexKeys(s: TrackedMessage): { request?: string; recipient?: st
 }
 
 /** A store value parsed back; undefined when it is not a state the tracker wrote (never trusted blindly). */
-function parseMessage(text: string | undefined): TrackedMessage | undefined {
-  if (text === undefined) return undefined;
+function parseMessage(bytes: Buffer | undefined): TrackedMessage | undefined {
+  if (bytes === undefined) return undefined;
   try {
-    const parsed = messageStateSchema.safeParse(JSON.parse(text));
+    const parsed = messageStateSchema.safeParse(JSON.parse(bytes.toString()));
     return parsed.success ? parsed.data : undefined;
   } catch {
     return undefined;
@@ -107,6 +107,16 @@ function indexFieldsOf(json: unknown, key: string): TrackedMessage | undefined {
   return s as TrackedMessage;
 }
 
+/** A stored value with the fields its index entries need, or undefined. */
+function rawState(bytes: Buffer | undefined, key: string): TrackedMessage | undefined {
+  if (bytes === undefined) return undefined;
+  try {
+    return indexFieldsOf(JSON.parse(bytes.toString()), key);
+  } catch {
+    return undefined;
+  }
+}
+
 function isWindow(json: unknown): json is ConversationWindow {
   const w = json as Partial<ConversationWindow> | null;
   return !!w && typeof w === 'object' && typeof w.businessId === 'string' && typeof w.customer === 'string' && typeof w.lastInboundAt === 'string' && !Number.isNaN(Date.parse(w.lastInboundAt));
@@ -121,7 +131,7 @@ export interface StoreStats {
 
 export class TaskStore {
   private readonly env: RootDatabase;
-  private readonly messages: Database<string, string>;
+  private readonly messages: Database<Buffer, string>;
   private readonly windows: Database<string, string>;
   private readonly requests: Database<string, string>;
   private readonly recipients: Database<string, string>;
@@ -142,8 +152,9 @@ export class TaskStore {
     // Async commits run on lmdb's write thread, batched; a kill -9 never tears a transaction
     // (copy-on-write pages, the meta page is the commit).
     this.env = open({ path: join(dir, 'store.mdb'), maxDbs: 8, compression: false });
-    const db = <V>(name: string, encoding: 'string' | 'msgpack') => this.env.openDB<V, string>({ name, encoding });
-    this.messages = db<string>('messages', 'string');
+    const db = <V>(name: string, encoding: 'string' | 'msgpack' | 'binary') => this.env.openDB<V, string>({ name, encoding });
+    // The value bytes as the changelog holds them: a bulk restore copies them without parsing.
+    this.messages = db<Buffer>('messages', 'binary');
     this.windows = db<string>('windows', 'string');
     this.requests = db<string>('by-request', 'string');
     this.recipients = db<string>('by-recipient', 'string');
@@ -259,8 +270,7 @@ export class TaskStore {
           json = null;
         }
         if (topic === 'messageState') {
-          const previous = this.messages.get(key);
-          const prevState = previous === undefined ? undefined : (JSON.parse(previous) as TrackedMessage);
+          const prevState = rawState(this.messages.get(key), key);
           const state = indexFieldsOf(json, key);
           if (state && Date.parse(state.updatedAt) >= expireBeforeMs) {
             this.putMessage(key, state, prevState);
@@ -283,6 +293,64 @@ export class TaskStore {
   }
 
   /**
+   * A bulk restore's records (into a store that started empty), as fast as LMDB takes them: the
+   * value bytes are copied as they are, a tombstone deletes, nothing is parsed. The indexes (and
+   * the expiry of old states) are built afterwards by `buildIndexes`, while the task already
+   * runs; the store remembers that they are incomplete until then.
+   */
+  loadChangelog(entries: ChangelogEntry[], checkpoint: Partial<Checkpoint>): void {
+    this.assertOpen();
+    const next = { ...this.pendingCheckpoint(), ...checkpoint };
+    this.env.transactionSync(() => {
+      if (this.meta.get('indexing') === undefined) this.meta.putSync('indexing', { after: null });
+      for (const { key, value } of entries) {
+        if (value === null) this.messages.removeSync(key);
+        else this.messages.putSync(key, value);
+      }
+      this.meta.putSync('checkpoint', next);
+    });
+    this.nextCheckpoint = next;
+  }
+
+  /** Whether the request, recipient and expiry indexes cover every state (false while a bulk restore's are being built). */
+  indexesComplete(): boolean {
+    return this.meta.get('indexing') === undefined;
+  }
+
+  /**
+   * Indexes up to `max` states of a bulk restore, in key order from where the last call stopped,
+   * in one LMDB transaction; drops those older than `expireBeforeMs` and values that are not
+   * states. Answers whether every state is indexed now.
+   */
+  buildIndexes(max: number, expireBeforeMs: number): { indexed: number; done: boolean } {
+    this.assertOpen();
+    const progress = this.meta.get('indexing') as { after: string | null } | undefined;
+    if (!progress) return { indexed: 0, done: true };
+    let indexed = 0;
+    let last: string | undefined;
+    this.env.transactionSync(() => {
+      for (const { key, value } of this.messages.getRange({ ...(progress.after !== null ? { start: progress.after } : {}), limit: max + 1 })) {
+        if (key === progress.after) continue;
+        if (indexed === max) break;
+        last = key;
+        indexed++;
+        const state = rawState(value, key);
+        if (!state || Date.parse(state.updatedAt) < expireBeforeMs) {
+          this.messages.removeSync(key);
+          continue;
+        }
+        const keys = messageIndexKeys(state);
+        if (keys.request) this.requests.putSync(keys.request, '');
+        if (keys.recipient) this.recipients.putSync(keys.recipient, '');
+        this.messageExpiry.putSync(keys.expiry, '');
+      }
+      if (last === undefined) this.meta.removeSync('indexing');
+      else this.meta.putSync('indexing', { after: last });
+    });
+    return { indexed, done: last === undefined };
+  }
+
+  /**
    * Drops message states not updated since `messagesBeforeMs` and windows whose last inbound
    * message is older than `windowsBeforeMs` (at most `max` of each); answers how many went.
    */
@@ -295,12 +363,11 @@ export class TaskStore {
     this.env.transactionSync(() => {
       for (const key of oldMessages) {
         const id = key.slice(key.indexOf(SEP) + 1);
-        const text = this.messages.get(id);
-        const state = text === undefined ? undefined : (JSON.parse(text) as TrackedMessage);
+        const state = rawState(this.messages.get(id), id);
         if (state && messageExpiryKey(state) === key && !this.unflushedMessages.has(id)) {
           this.deleteMessage(id, state);
           result.messages++;
-        } else if (!state) this.messageExpiry.removeSync(key);
+        } else if (!state || messageExpiryKey(state) !== key) this.messageExpiry.removeSync(key);
       }
       for (const key of oldWindows) {
         const k = key.slice(key.indexOf(SEP) + 1);
@@ -308,14 +375,14 @@ export class TaskStore {
         if (window && windowExpiryKey(window, k) === key && !this.unflushedWindows.has(k)) {
           this.deleteWindow(k, window);
           result.conversations++;
-        } else if (!window) this.windowExpiry.removeSync(key);
+        } else if (!window || windowExpiryKey(window, k) !== key) this.windowExpiry.removeSync(key);
       }
     });
     return result;
   }
 
   stats(): StoreStats {
-    const entries = (db: Database<string, string>) => (db.getStats() as { entryCount: number }).entryCount;
+    const entries = (db: { getStats(): unknown }) => (db.getStats() as { entryCount: number }).entryCount;
     return { messages: entries(this.messages), conversations: entries(this.windows), bytes: directoryBytes(this.dir) };
   }
 
@@ -353,7 +420,7 @@ export class TaskStore {
       if (old.recipient && old.recipient !== next.recipient) this.recipients.remove(old.recipient);
       if (old.expiry !== next.expiry) this.messageExpiry.remove(old.expiry);
     }
-    this.messages.put(id, JSON.stringify(state));
+    this.messages.put(id, Buffer.from(JSON.stringify(state)));
     if (next.request) this.requests.put(next.request, '');
     if (next.recipient) this.recipients.put(next.recipient, '');
     this.messageExpiry.put(next.expiry, '');

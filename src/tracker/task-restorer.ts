@@ -110,9 +110,15 @@ export class TaskRestorer {
     // not matter), never moving the task's position.
     let others: ChangelogEntry[] = [];
     let position: number | undefined;
+    // Into an empty store, message states are copied as they are (indexes built later: README "Local store").
+    const fast = which === 'messageState' && !checkpoint;
     const flush = () => {
       if (others.length > 0) store.applyChangelog(which, others, {}, expireBeforeMs);
-      if (chunk.length > 0 || position !== undefined) store.applyChangelog(which, chunk, position === undefined ? {} : { [which]: position }, expireBeforeMs);
+      if (chunk.length > 0 || position !== undefined) {
+        const reached = position === undefined ? {} : { [which]: position };
+        if (fast) store.loadChangelog(chunk, reached);
+        else store.applyChangelog(which, chunk, reached, expireBeforeMs);
+      }
       chunk = [];
       others = [];
       position = undefined;

@@ -53,6 +53,8 @@ export interface TaskStateStore {
   message(id: string): TrackedMessage | undefined;
   conversation(key: string): ConversationWindow | undefined;
   messageIdsOfRequest(requestId: string): string[];
+  /** False while the indexes of a bulk restore are being built (a lookup by request or recipient may miss). */
+  indexesComplete(): boolean;
   /** The recipient's messages, newest first, older than the `before` sort key. */
   messagesOfRecipient(recipient: string, limit: number, before?: string): { id: string; sort: string }[];
   write(change: {
@@ -258,6 +260,12 @@ export class TrackerLogic {
       }
     }
     return latest;
+  }
+
+  /** Whether every owned task's indexes cover all its states (a miss by request id or recipient is then final). */
+  indexesComplete(): boolean {
+    for (const state of this.tasks.values()) if (!state.store.indexesComplete()) return false;
+    return true;
   }
 
   /** A page of a recipient's messages across this member's tasks, newest first. */

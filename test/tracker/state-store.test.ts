@@ -100,6 +100,36 @@ describe('TaskStore', () => {
     await store.close();
   });
 
+  it('a bulk load copies the bytes, later records win; its indexes are built afterwards in chunks, dropping what is expired or not a state', () => {
+    const store = open();
+    const v = (s: TrackedMessage) => Buffer.from(JSON.stringify(s));
+    store.loadChangelog(
+      [
+        { key: 'm1', value: v(state('m1')) },
+        { key: 'm2', value: v(state('m2', { updatedAt: '2020-01-01T00:00:00.000Z' })) },
+        { key: 'm3', value: Buffer.from('{"foreign":true}') },
+        { key: 'm1', value: v(state('m1', { status: 'delivered', requestId: 'r-final' })) },
+      ],
+      { messageState: 4 },
+    );
+    store.loadChangelog([{ key: 'm4', value: v(state('m4')) }, { key: 'm4', value: null }], { messageState: 6 });
+    expect(store.indexesComplete()).toBe(false);
+    expect(store.message('m1')?.status).toBe('delivered');
+    expect(store.messageIdsOfRequest('r-final')).toEqual([]);
+    const steps: number[] = [];
+    for (;;) {
+      const step = store.buildIndexes(1, Date.parse('2026-01-01T00:00:00Z'));
+      steps.push(step.indexed);
+      if (step.done) break;
+    }
+    expect(steps).toEqual([1, 1, 1, 0]);
+    expect(store.indexesComplete()).toBe(true);
+    expect(store.messageIdsOfRequest('r-final')).toEqual(['m1']);
+    expect(store.message('m2')).toBeUndefined();
+    expect(store.stats().messages).toBe(1);
+    expect(store.checkpoint()?.messageState).toBe(6);
+  });
+
   it('expires states not updated within the retention, with their index entries, and windows past theirs', async () => {
     const store = open();
     const old = state('old', { updatedAt: '2026-10-01T00:00:00.000Z' });

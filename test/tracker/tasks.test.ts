@@ -30,6 +30,9 @@ class MemoryStore implements TaskStateStore {
   messageIdsOfRequest(requestId: string) {
     return [...this.messages.values()].filter((s) => s.requestId === requestId).map((s) => s.messageId);
   }
+  indexesComplete() {
+    return true;
+  }
   messagesOfRecipient(recipient: string, limit: number) {
     return [...this.messages.values()].filter((s) => s.recipient === recipient).map((s) => ({ id: s.messageId, sort: `${s.acceptedAt}\u0000${s.messageId}` })).slice(0, limit);
   }
