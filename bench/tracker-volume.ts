@@ -103,6 +103,8 @@ interface Proc {
   child: ChildProcess;
   url: Promise<string>;
   rssMax: number;
+  anonMax: number;
+  fileMax: number;
   sampler: NodeJS.Timeout;
   output: string[];
 }
@@ -117,7 +119,7 @@ function cpuSeconds(pid: number): number {
 }
 
 function startTrackerProcess(env: Record<string, string>): Proc {
-  const child = spawn(process.execPath, [CLI, 'tracker'], { env: { ...process.env, ...env, MSGBRIDGE_LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [...(process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : []), CLI, 'tracker'], { env: { ...process.env, ...env, MSGBRIDGE_LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] });
   const output: string[] = [];
   let resolveUrl: (url: string) => void = () => {};
   const url = new Promise<string>((r) => (resolveUrl = r));
@@ -127,18 +129,20 @@ function startTrackerProcess(env: Record<string, string>): Proc {
     const lines = buffers[which].split('\n');
     buffers[which] = lines.pop()!;
     for (const line of lines) {
-      if (line.includes('restored in bulk') || line.includes('caught up from its checkpoint') || line.includes('"level":50') || line.includes('"level":40')) output.push(line);
+      if (line.includes('restored in bulk') || line.includes('stores remapped') || line.includes('indexes built') || line.includes('caught up from its checkpoint') || line.includes('"level":50') || line.includes('"level":40')) output.push(line);
       const m = /"url":"(http[^"]+)"/.exec(line);
       if (m) resolveUrl(m[1]!);
     }
   };
   child.stdout!.on('data', onData('out'));
   child.stderr!.on('data', onData('err'));
-  const proc: Proc = { child, url, rssMax: 0, output, sampler: setInterval(() => {}, 1000) };
+  const proc: Proc = { child, url, rssMax: 0, anonMax: 0, fileMax: 0, output, sampler: setInterval(() => {}, 1000) };
   clearInterval(proc.sampler);
   proc.sampler = setInterval(() => {
     try {
       proc.rssMax = Math.max(proc.rssMax, status(child.pid!, 'VmRSS'));
+      proc.anonMax = Math.max(proc.anonMax, status(child.pid!, 'RssAnon'));
+      proc.fileMax = Math.max(proc.fileMax, status(child.pid!, 'RssFile'));
     } catch {
       // exited
     }
@@ -199,7 +203,7 @@ for (const H of HISTORIES) {
   const coldReady = await readyAfter(proc, started);
   const bulkRates = proc.output.filter((l) => l.includes('restored in bulk')).map((l) => JSON.parse(l) as { changelogRecords: { messageState: number }; ms: number });
   const restoredRecords = bulkRates.reduce((n, r) => n + r.changelogRecords.messageState, 0);
-  console.error(`[H=${H}] ready after ${coldReady.toFixed(1)} s (${restoredRecords} records restored)`);
+  console.error(`[H=${H}] ready after ${coldReady.toFixed(1)} s (${restoredRecords} records restored; task restores took ${bulkRates.map((r) => r.ms).sort((a, b) => a - b).join(', ')} ms)`);
   const url = await proc.url;
 
   // Traffic: fresh messages and late reads; latency to the read state.
@@ -207,6 +211,7 @@ for (const H of HISTORIES) {
   await producer.connect();
   const producedAt = new Map<string, number>();
   const latencies: number[] = [];
+  const latencyAt: [number, number][] = [];
   let burstSeen = 0;
   const burstIds = new Set<string>();
   const consumer = kafka.consumer({ groupId: `bv-read-${id}`, readUncommitted: false, maxWaitTimeInMs: 50 });
@@ -223,6 +228,7 @@ for (const H of HISTORIES) {
         const at = producedAt.get(key);
         if (at !== undefined) {
           latencies.push(now - at);
+          latencyAt.push([at, now - at]);
           producedAt.delete(key);
         } else if (burstIds.delete(key)) burstSeen++;
       }
@@ -264,6 +270,12 @@ for (const H of HISTORIES) {
   }
   const drainDeadline = performance.now() + 120_000;
   while (producedAt.size > 0 && performance.now() < drainDeadline) await sleep(100);
+  const windows = new Map<number, number[]>();
+  for (const [at, ms] of latencyAt) {
+    const w = Math.floor((at - trafficStart) / 5000);
+    windows.set(w, [...(windows.get(w) ?? []), ms]);
+  }
+  console.error(`[H=${H}] fresh-message latency p99 per 5 s: ${[...windows].map(([w, xs]) => `${w * 5}s ${Math.round(pct(xs, 99))}ms`).join(', ')}`);
   const lagText = await fetch(`${url}/metrics`).then((r) => r.text());
   const lag = lagText.split('\n').filter((l) => l.startsWith('msgbridge_tracker_consumer_lag')).reduce((s, l) => s + Number(l.split(' ').at(-1)), 0);
 
@@ -295,6 +307,10 @@ for (const H of HISTORIES) {
     if (r.status !== 200) throw new Error(`${path}: ${r.status}`);
     return performance.now() - s;
   };
+  // Lookups by request id answer 503 until the bulk restore's indexes are built.
+  const indexDeadline = performance.now() + 600_000;
+  while (proc.output.filter((l) => l.includes('indexes built')).length < PARTITIONS && performance.now() < indexDeadline) await sleep(200);
+  const indexedAfter = (performance.now() - started) / 1000;
   const byMessage: number[] = [];
   const byRequest: number[] = [];
   for (let i = 0; i < QUERIES; i++) {
@@ -302,8 +318,11 @@ for (const H of HISTORIES) {
     byMessage.push(await q(`/messages/${histId(k)}`));
     byRequest.push(await q(`/requests/hist-${k}`));
   }
+  const firstOutput = proc.output;
   const hwm1 = await stopProcess(proc);
   const rss1 = proc.rssMax;
+  const anon1 = proc.anonMax;
+  const file1 = proc.fileMax;
 
   // Restart with the stores on disk.
   started = performance.now();
@@ -313,11 +332,13 @@ for (const H of HISTORIES) {
   const hwm2 = await stopProcess(proc);
 
   const f = (x: number) => Math.round(x).toLocaleString('en');
-  const row = `| ${f(H)} | ${(pct(latencies, 50) / 1000).toFixed(2)} s / ${(pct(latencies, 99) / 1000).toFixed(2)} s | ${f(lag)} | ${f((4 * BURST) / burstSeconds)} events/s, ${cpuPerEvent.toFixed(0)} µs CPU/event | ${coldReady.toFixed(1)} s (${f(restoredRecords / Math.max(coldReady, 0.001))} records/s) | ${warmReady.toFixed(1)} s (${f(deltaRecords)} records read) | ${pct(byMessage, 50).toFixed(1)} / ${pct(byMessage, 99).toFixed(1)} ms | ${pct(byRequest, 50).toFixed(1)} / ${pct(byRequest, 99).toFixed(1)} ms | ${f(Math.max(rss1, hwm1) / 2 ** 20)} MiB (restart ${f(hwm2 / 2 ** 20)}) |`;
+  const row = `| ${f(H)} | ${(pct(latencies, 50) / 1000).toFixed(2)} s / ${(pct(latencies, 99) / 1000).toFixed(2)} s | ${f(lag)} | ${f((4 * BURST) / burstSeconds)} events/s, ${cpuPerEvent.toFixed(0)} µs CPU/event | ${coldReady.toFixed(1)} s (${f(restoredRecords / Math.max(coldReady, 0.001))} records/s) | ${warmReady.toFixed(1)} s (${f(deltaRecords)} records read) | ${pct(byMessage, 50).toFixed(1)} / ${pct(byMessage, 99).toFixed(1)} ms | ${pct(byRequest, 50).toFixed(1)} / ${pct(byRequest, 99).toFixed(1)} ms | ${f(Math.max(rss1, hwm1) / 2 ** 20)} MiB (anon ${f(anon1 / 2 ** 20)}, file ${f(file1 / 2 ** 20)}; restart ${f(hwm2 / 2 ** 20)}) |`;
   console.error(row);
   rows.push(row);
   rmSync(stateDir, { recursive: true, force: true });
   await admin.deleteTopics({ topics: Object.values(t) }).catch(() => undefined);
+  console.error(firstOutput.filter((l) => l.includes('remapped') || l.includes('indexes built')).slice(0, 30).join('\n'));
+  console.error(`[H=${H}] indexes of the bulk restore complete ${indexedAfter.toFixed(1)} s after the start`);
   console.error(`[H=${H}] history loaded at ${f(loadRate)} records/s; ${latencies.length} fresh messages measured`);
 }
 

@@ -235,6 +235,12 @@ export const trackerSchema = z
    * status arriving later starts a new state (without its request).
    */
   stateRetentionMs: z.number().int().min(3_600_000).max(3650 * 86_400_000),
+  /**
+   * The stores' pages this process may keep mapped (file-backed resident memory) before it
+   * remaps them (default 64 MiB): LMDB reads through a memory map, and without a bound a
+   * member's RSS would grow towards the size of its stores. Per member.
+   */
+  maxStoreResidentBytes: z.number().int().min(8 * 1024 * 1024).max(64 * 1024 ** 3),
   /** How long a conversation window is kept after its last inbound message (the 24-hour window plus a margin; default 26 h). */
   conversationRetentionMs: z.number().int().min(86_400_000).max(3650 * 86_400_000),
   /**

@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import kafkajs, { type Admin, type Kafka } from 'kafkajs';
 import type { Registry } from 'prom-client';
@@ -86,6 +87,9 @@ export async function startTracker(options: StartTrackerOptions): Promise<Tracke
       (reason === 'not_accepted' ? logger.debug.bind(logger) : logger.warn.bind(logger))({ reason, topic: record.topic, partition: record.partition, offset: record.offset, detail }, 'record skipped: it carries no event the tracker can apply'),
   });
   const restorer = new TaskRestorer({ kafka, config, topics, partitions, logger, logic });
+  // Restores in progress: index building waits for them (a task's restore gates its readiness, its indexes do not).
+  let restoring = 0;
+  let indexing: Promise<void> = Promise.resolve();
 
   // The query server starts first: its address is published to the group (query forwarding).
   const queries = new QueryService(logic, config.tracker.queryTimeoutMs);
@@ -122,10 +126,17 @@ export async function startTracker(options: StartTrackerOptions): Promise<Tracke
       onFatal: options.onFatal,
       ...(options.onTransaction ? { onTransaction: options.onTransaction } : {}),
       async onTaskAssigned(task, { signal }) {
-        const store = await restorer.restore(task, signal, metrics);
+        restoring++;
+        let store: TaskStore;
+        try {
+          store = await restorer.restore(task, signal, metrics);
+        } finally {
+          restoring--;
+        }
         stores.set(task, store);
         logic.startTask(task, store);
-        if (!store.indexesComplete()) void buildIndexes(task, store);
+        // One build at a time, at most about half a core: traffic goes first.
+        if (!store.indexesComplete()) indexing = indexing.then(() => buildIndexes(task, store));
       },
       async onTaskRevoked(task) {
         logic.dropTask(task);
@@ -155,16 +166,49 @@ export async function startTracker(options: StartTrackerOptions): Promise<Tracke
     try {
       for (;;) {
         if (stores.get(task) !== store) return;
-        const step = store.buildIndexes(2_000, Date.now() - config.tracker.stateRetentionMs);
+        if (restoring > 0) {
+          await new Promise((resolve) => setTimeout(resolve, 100));
+          continue;
+        }
+        if (store.isRemapping()) {
+          await new Promise((resolve) => setTimeout(resolve, 5));
+          continue;
+        }
+        const chunkStarted = performance.now();
+        const step = store.buildIndexes(500, Date.now() - config.tracker.stateRetentionMs);
         indexed += step.indexed;
         if (step.done) break;
-        await new Promise((resolve) => setImmediate(resolve));
+        // Reading every state maps every page: let them go as it goes (README "Memory").
+        if (indexed % 50_000 < 500) await remap(task, store);
+        // At most about half a core: traffic goes first.
+        await new Promise((resolve) => setTimeout(resolve, Math.max(1, performance.now() - chunkStarted)));
       }
+      await remap(task, store);
       logger.info({ task, states: indexed, ms: Math.round(performance.now() - began) }, 'task store indexes built (lookups by request id and recipient complete)');
     } catch (error) {
       if (stores.get(task) === store) logger.warn({ task, error: (error as Error).message }, 'building the store indexes failed; they are built again at the next start of the task');
     }
   }
+
+  /** Remaps a task's store between its batches (the store cannot be read meanwhile). */
+  async function remap(task: number, store: TaskStore): Promise<boolean> {
+    return (await running.engine?.runExclusive(task, () => (stores.get(task) === store ? store.remap() : false)).catch(() => false)) ?? false;
+  }
+
+  // The stores' mapped pages count in the process's RSS: past the bound, unmap them (README "Memory").
+  const baselineFileBytes = residentFileBytes() ?? 0;
+  let remapping = false;
+  const residency = setInterval(() => {
+    const mapped = residentFileBytes();
+    if (remapping || mapped === undefined || mapped - baselineFileBytes < config.tracker.maxStoreResidentBytes) return;
+    remapping = true;
+    void (async () => {
+      let remapped = 0;
+      for (const [task, store] of [...stores]) if (await remap(task, store)) remapped++;
+      logger.debug({ before: mapped, after: residentFileBytes(), remapped, stores: stores.size }, 'stores remapped (file-backed resident memory past tracker.maxStoreResidentBytes)');
+    })().finally(() => (remapping = false));
+  }, 1_000);
+  residency.unref();
 
   // Retention: states not updated for tracker.stateRetentionMs leave the stores (the topics' own
   // retention removes their records); bounded work per sweep.
@@ -172,6 +216,7 @@ export async function startTracker(options: StartTrackerOptions): Promise<Tracke
     const now = Date.now();
     for (const [task, store] of stores) {
       try {
+        if (store.isRemapping()) continue;
         const gone = store.expire(now - config.tracker.stateRetentionMs, now - config.tracker.conversationRetentionMs, 10_000);
         if (gone.messages > 0) metrics.expired('message', gone.messages);
         if (gone.conversations > 0) metrics.expired('conversation', gone.conversations);
@@ -199,6 +244,7 @@ export async function startTracker(options: StartTrackerOptions): Promise<Tracke
     drain() {
       draining ??= (async () => {
         clearInterval(sweep);
+        clearInterval(residency);
         let timer: NodeJS.Timeout | undefined;
         const inTime = await Promise.race([
           engine.stop().then(() => true),
@@ -216,6 +262,16 @@ export async function startTracker(options: StartTrackerOptions): Promise<Tracke
       return draining;
     },
   };
+}
+
+/** File-backed resident bytes of this process (Linux); undefined where /proc is not there. */
+function residentFileBytes(): number | undefined {
+  try {
+    const m = /^RssFile:\s+(\d+) kB/m.exec(readFileSync('/proc/self/status', 'utf8'));
+    return m ? Number(m[1]) * 1024 : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** The address other members forward queries to when tracker.advertisedUrl is unset. */

@@ -129,19 +129,45 @@ export interface StoreStats {
   bytes: number;
 }
 
+/** The handles of one open LMDB environment (replaced whole by `remap`). */
+interface Handles {
+  env: RootDatabase;
+  messages: Database<Buffer, string>;
+  windows: Database<string, string>;
+  requests: Database<string, string>;
+  recipients: Database<string, string>;
+  messageExpiry: Database<string, string>;
+  windowExpiry: Database<string, string>;
+  meta: Database<unknown, string>;
+}
+
+function openHandles(dir: string): Handles {
+  // Async commits run on lmdb's write thread, batched; a kill -9 never tears a transaction
+  // (copy-on-write pages, the meta page is the commit).
+  const env = open({ path: join(dir, 'store.mdb'), maxDbs: 8, compression: false });
+  const db = <V>(name: string, encoding: 'string' | 'msgpack' | 'binary') => env.openDB<V, string>({ name, encoding });
+  return {
+    env,
+    // The value bytes as the changelog holds them: a bulk restore copies them without parsing.
+    messages: db<Buffer>('messages', 'binary'),
+    windows: db<string>('windows', 'string'),
+    requests: db<string>('by-request', 'string'),
+    recipients: db<string>('by-recipient', 'string'),
+    messageExpiry: db<string>('message-expiry', 'string'),
+    windowExpiry: db<string>('window-expiry', 'string'),
+    meta: db<unknown>('meta', 'msgpack'),
+  };
+}
+
 export class TaskStore {
-  private readonly env: RootDatabase;
-  private readonly messages: Database<Buffer, string>;
-  private readonly windows: Database<string, string>;
-  private readonly requests: Database<string, string>;
-  private readonly recipients: Database<string, string>;
-  private readonly messageExpiry: Database<string, string>;
-  private readonly windowExpiry: Database<string, string>;
-  private readonly meta: Database<unknown, string>;
+  private h: Handles;
   /** Writes issued and not yet durable in LMDB: reads see them first. */
   private readonly unflushedMessages = new Map<string, TrackedMessage>();
   private readonly unflushedWindows = new Map<string, ConversationWindow>();
   private lastWrite: Promise<unknown> = Promise.resolve();
+  private writesInFlight = 0;
+  private asyncWrites = 0;
+  private remapping = false;
   private closed = false;
 
   private constructor(
@@ -149,18 +175,78 @@ export class TaskStore {
     readonly identity: StoreIdentity,
   ) {
     mkdirSync(dir, { recursive: true });
-    // Async commits run on lmdb's write thread, batched; a kill -9 never tears a transaction
-    // (copy-on-write pages, the meta page is the commit).
-    this.env = open({ path: join(dir, 'store.mdb'), maxDbs: 8, compression: false });
-    const db = <V>(name: string, encoding: 'string' | 'msgpack' | 'binary') => this.env.openDB<V, string>({ name, encoding });
-    // The value bytes as the changelog holds them: a bulk restore copies them without parsing.
-    this.messages = db<Buffer>('messages', 'binary');
-    this.windows = db<string>('windows', 'string');
-    this.requests = db<string>('by-request', 'string');
-    this.recipients = db<string>('by-recipient', 'string');
-    this.messageExpiry = db<string>('message-expiry', 'string');
-    this.windowExpiry = db<string>('window-expiry', 'string');
-    this.meta = db<unknown>('meta', 'msgpack');
+    this.h = openHandles(dir);
+  }
+
+  private get env() {
+    if (this.remapping) throw new Error(`the store of task ${this.identity.task} is being remapped: ask again`);
+    return this.h.env;
+  }
+  private get messages() {
+    if (this.remapping) throw new Error(`the store of task ${this.identity.task} is being remapped: ask again`);
+    return this.h.messages;
+  }
+  private get windows() {
+    if (this.remapping) throw new Error(`the store of task ${this.identity.task} is being remapped: ask again`);
+    return this.h.windows;
+  }
+  private get requests() {
+    if (this.remapping) throw new Error(`the store of task ${this.identity.task} is being remapped: ask again`);
+    return this.h.requests;
+  }
+  private get recipients() {
+    if (this.remapping) throw new Error(`the store of task ${this.identity.task} is being remapped: ask again`);
+    return this.h.recipients;
+  }
+  private get messageExpiry() {
+    return this.h.messageExpiry;
+  }
+  private get windowExpiry() {
+    return this.h.windowExpiry;
+  }
+  private get meta() {
+    if (this.remapping) throw new Error(`the store of task ${this.identity.task} is being remapped: ask again`);
+    return this.h.meta;
+  }
+
+  /**
+   * Unmaps and maps the file again, once no write is in flight: the pages this process touched
+   * leave its resident set (they stay in the OS page cache). LMDB reads through a memory map, so
+   * without this a process's RSS grows towards the size of its stores (README "Memory"). The
+   * caller runs it when nothing else uses the store (the task's own queue): reads in between
+   * throw. Answers false when writes kept coming (try again later).
+   */
+  async remap(): Promise<boolean> {
+    // Writes take a few milliseconds each: a moment with none in flight comes soon, even under load.
+    for (let attempt = 0; attempt < 100 && !this.closed; attempt++) {
+      if (this.writesInFlight === 0) {
+        this.remapping = true;
+        try {
+          // After an async write, lmdb closes the environment only once its write thread is done:
+          // reopening before that would reuse the old mapping.
+          await this.h.env.close();
+          this.h = openHandles(this.dir);
+        } finally {
+          this.remapping = false;
+        }
+        return true;
+      }
+      await this.lastWrite;
+    }
+    return false;
+  }
+
+  /** `remap` for a store that never wrote asynchronously (a restore): synchronous. */
+  remapNow(): boolean {
+    if (this.closed || this.asyncWrites > 0) return false;
+    void this.h.env.close();
+    this.h = openHandles(this.dir);
+    return true;
+  }
+
+  /** True while `remap` runs: the store cannot be read. */
+  isRemapping(): boolean {
+    return this.remapping;
   }
 
   /** Opens (or creates) the store of a task; a directory of another identity is wiped first. */
@@ -231,11 +317,17 @@ export class TaskStore {
     for (const c of change.conversations) this.unflushedWindows.set(c.key, c.window);
     const checkpoint = change.checkpoint ? { ...this.pendingCheckpoint(), ...change.checkpoint } : undefined;
     if (checkpoint) this.nextCheckpoint = checkpoint;
+    this.writesInFlight++;
+    this.asyncWrites++;
     const done = this.env.transaction(() => {
       for (const m of change.messages) this.putMessage(m.id, m.state, m.previous);
       for (const c of change.conversations) this.putWindow(c.key, c.window, c.previous);
       if (checkpoint) this.meta.put('checkpoint', checkpoint);
     });
+    done.then(
+      () => this.writesInFlight--,
+      () => this.writesInFlight--,
+    );
     this.lastWrite = done.then(
       () => {
         for (const m of change.messages) if (this.unflushedMessages.get(m.id) === m.state) this.unflushedMessages.delete(m.id);
@@ -395,14 +487,17 @@ export class TaskStore {
   async close(): Promise<void> {
     if (this.closed) return;
     await this.flushed();
-    this.closeNow();
+    if (this.closed) return;
+    this.closed = true;
+    // Resolves once lmdb really closed it (after its write thread): a later open maps anew.
+    await Promise.resolve(this.h.env.close()).catch(() => undefined);
   }
 
   private closeNow(): void {
     if (this.closed) return;
     this.closed = true;
     try {
-      this.env.close();
+      void this.h.env.close();
     } catch {
       // Already closed by lmdb (process exit): nothing to release.
     }

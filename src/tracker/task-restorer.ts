@@ -23,9 +23,15 @@ export interface TaskRestorerOptions {
 /** Changelog records applied to the store per LMDB transaction during a restore. */
 const CHUNK = 5_000;
 const READ_TIMEOUT_MS = 30 * 60_000;
+const REMAP_EVERY_BYTES = 8 * 1024 * 1024;
+/** Tasks reading their changelogs at once: enough to overlap fetch latency, few enough to bound the fetched bytes in memory. */
+const CONCURRENT_READS = 3;
+const READ_BYTES_PER_PARTITION = 2 * 1024 * 1024;
 
 export class TaskRestorer {
   private clusterId: Promise<string> | undefined;
+  private reading = 0;
+  private readonly waiting: (() => void)[] = [];
 
   constructor(private readonly options: TaskRestorerOptions) {}
 
@@ -69,8 +75,16 @@ export class TaskRestorer {
       }
       const mode = checkpoint ? 'delta' : 'bulk';
       const now = Date.now();
-      const states = await this.read(store, task, 'messageState', checkpoint, now - config.tracker.stateRetentionMs, signal);
-      const windows = await this.read(store, task, 'conversations', checkpoint, now - config.tracker.conversationRetentionMs, signal);
+      await this.turn();
+      let states: { records: number };
+      let windows: { records: number };
+      try {
+        states = await this.read(store, task, 'messageState', checkpoint, now - config.tracker.stateRetentionMs, signal);
+        windows = await this.read(store, task, 'conversations', checkpoint, now - config.tracker.conversationRetentionMs, signal);
+      } finally {
+        this.reading--;
+        this.waiting.shift()?.();
+      }
       const seconds = (performance.now() - started) / 1000;
       const records = states.records + windows.records;
       metrics.restore(seconds, mode, records);
@@ -95,6 +109,12 @@ export class TaskRestorer {
     }
   }
 
+  /** Waits for one of the CONCURRENT_READS slots. */
+  private async turn(): Promise<void> {
+    while (this.reading >= CONCURRENT_READS) await new Promise<void>((resolve) => this.waiting.push(resolve));
+    this.reading++;
+  }
+
   /**
    * One changelog into the store, in chunks of one LMDB transaction each; the checkpoint
    * follows the chunks, so an interrupted bulk restore resumes where it stopped. A bulk read of
@@ -112,12 +132,19 @@ export class TaskRestorer {
     let position: number | undefined;
     // Into an empty store, message states are copied as they are (indexes built later: README "Local store").
     const fast = which === 'messageState' && !checkpoint;
+    // Loading touches every page it writes: unmap them as it goes (README "Memory").
+    let loadedBytes = 0;
     const flush = () => {
       if (others.length > 0) store.applyChangelog(which, others, {}, expireBeforeMs);
       if (chunk.length > 0 || position !== undefined) {
         const reached = position === undefined ? {} : { [which]: position };
         if (fast) store.loadChangelog(chunk, reached);
         else store.applyChangelog(which, chunk, reached, expireBeforeMs);
+        for (const e of chunk) loadedBytes += e.value?.length ?? 0;
+        if (loadedBytes > REMAP_EVERY_BYTES) {
+          store.remapNow();
+          loadedBytes = 0;
+        }
       }
       chunk = [];
       others = [];
@@ -128,6 +155,7 @@ export class TaskRestorer {
       topic,
       signal,
       timeoutMs: READ_TIMEOUT_MS,
+      maxBytesPerPartition: READ_BYTES_PER_PARTITION,
       ...(allPartitions ? {} : { partitions: [task] }),
       ...(checkpoint ? { from: new Map([[task, checkpoint[which]]]) } : {}),
       filter: (r) => r.key !== null && (r.partition === task || logic.ownsConversation(task, r.key.toString())),
@@ -141,6 +169,7 @@ export class TaskRestorer {
       },
     });
     flush();
+    store.remapNow();
     // The end read up to: markers and aborted records past the last delivered one are covered too.
     const end = result.ends.get(task);
     if (end !== undefined) store.applyChangelog(which, [], { [which]: end }, expireBeforeMs);

@@ -123,6 +123,11 @@ export interface TransactionalEngine {
   /** Tasks the group gave this member (some may still be starting). */
   assignedTasks(): number[];
   stats(): EngineStats;
+  /**
+   * Runs `step` in the task's own queue, between its batches (nothing else of the task runs
+   * meanwhile); undefined when this member does not run the task.
+   */
+  runExclusive<T>(task: number, step: () => Promise<T> | T): Promise<T | undefined>;
   /** Leaves the group after the batches in flight, then drops every task (reason 'stopping'). */
   stop(): Promise<void>;
 }
@@ -290,6 +295,17 @@ class TransactionalEngineRuntime {
 
   private checkReady(): void {
     if (!this.readySettled && this.isReady()) this.markReady();
+  }
+
+  async runExclusive<T>(task: number, step: () => Promise<T> | T): Promise<T | undefined> {
+    const rt = this.tasks.get(task);
+    if (!rt || rt.state !== 'active') return undefined;
+    const incarnation = rt.incarnation;
+    let result: T | undefined;
+    await enqueue(rt, async () => {
+      if (rt.incarnation === incarnation && rt.state === 'active') result = await step();
+    });
+    return result;
   }
 
   ownedTasks(): number[] {
@@ -671,6 +687,7 @@ export async function startTransactionalEngine(options: TransactionalEngineOptio
     ownedTasks: () => runtime.ownedTasks(),
     assignedTasks: () => [...runtime.assigned].sort((a, b) => a - b),
     stats: () => ({ ...runtime.stats }),
+    runExclusive: (task, step) => runtime.runExclusive(task, step),
     stop: () => runtime.stop(),
   };
 }
