@@ -199,6 +199,7 @@ for (const H of HISTORIES) {
 
   // Cold start: every task restores in bulk.
   let started = performance.now();
+  const startedAtMs = Date.now();
   let proc = startTrackerProcess(env);
   const coldReady = await readyAfter(proc, started);
   const bulkRates = proc.output.filter((l) => l.includes('restored in bulk')).map((l) => JSON.parse(l) as { changelogRecords: { messageState: number }; ms: number });
@@ -310,7 +311,8 @@ for (const H of HISTORIES) {
   // Lookups by request id answer 503 until the bulk restore's indexes are built.
   const indexDeadline = performance.now() + 600_000;
   while (proc.output.filter((l) => l.includes('indexes built')).length < PARTITIONS && performance.now() < indexDeadline) await sleep(200);
-  const indexedAfter = (performance.now() - started) / 1000;
+  const buildTimes = proc.output.filter((l) => l.includes('indexes built')).map((l) => Date.parse((JSON.parse(l) as { time: string }).time));
+  const indexedAfter = buildTimes.length > 0 ? (Math.max(...buildTimes) - startedAtMs) / 1000 : NaN;
   const byMessage: number[] = [];
   const byRequest: number[] = [];
   for (let i = 0; i < QUERIES; i++) {

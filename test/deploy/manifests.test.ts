@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Ajv2019 } from 'ajv/dist/2019.js';
 import { Namespace, ConfigMap, Secret, Service } from 'kubernetes-models/v1';
-import { Deployment } from 'kubernetes-models/apps/v1';
+import { Deployment, StatefulSet } from 'kubernetes-models/apps/v1';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { describe, expect, it } from 'vitest';
@@ -25,6 +25,7 @@ const models: Record<string, new (data: any) => { validate(): void }> = {
   'v1/Secret': Secret,
   'v1/Service': Service,
   'apps/v1/Deployment': Deployment,
+  'apps/v1/StatefulSet': StatefulSet,
   'autoscaling/v2/HorizontalPodAutoscaler': HorizontalPodAutoscaler,
   'policy/v1/PodDisruptionBudget': PodDisruptionBudget,
 };
@@ -97,9 +98,9 @@ describe('Kubernetes manifests', () => {
     expect(config.sender.ratePerSecond * replicas).toBeLessThanOrEqual(200);
   });
 
-  it('tracker: a Deployment of the tracker role, probes on its port, grace longer than the drain, a Service for the queries', () => {
+  it('tracker: a StatefulSet of the tracker role, probes on its port, grace longer than the drain, a Service for the queries', () => {
     const config = loadConfig({ configFile: configMapFile() });
-    const deployment = find('Deployment', 'msgbridge-tracker');
+    const deployment = find('StatefulSet', 'msgbridge-tracker');
     const pod = deployment.spec.template.spec;
     const container = pod.containers[0];
     expect(roleCommands()).toContain(container.args[0]);
@@ -120,12 +121,34 @@ describe('Kubernetes manifests', () => {
     expect(service.spec.ports[0].targetPort).toBe(container.ports[0].name);
   });
 
+  it('tracker: each pod keeps its stores on its own volume claim under a stable name, and advertises that name for query forwarding', () => {
+    const set = find('StatefulSet', 'msgbridge-tracker');
+    const pod = set.spec.template.spec;
+    const container = pod.containers[0];
+    const env = Object.fromEntries(container.env.map((e: { name: string; value?: string }) => [e.name, e.value]));
+    const claim = set.spec.volumeClaimTemplates[0];
+    const mount = container.volumeMounts.find((m: { name: string }) => m.name === claim.metadata.name);
+    expect(mount).toBeDefined();
+    expect(env.MSGBRIDGE_TRACKER_STATE_DIR.startsWith(`${mount.mountPath}/`)).toBe(true);
+    expect(claim.spec.accessModes).toEqual(['ReadWriteOnce']);
+    expect(pod.securityContext.fsGroup).toBe(pod.securityContext.runAsGroup);
+    expect(container.securityContext.readOnlyRootFilesystem).toBe(true);
+    // The headless Service gives each pod the DNS name it advertises.
+    const members = find('Service', set.spec.serviceName);
+    expect(members.spec.clusterIP).toBe('None');
+    expect(Object.entries(members.spec.selector).every(([k, v]) => set.spec.template.metadata.labels[k] === v)).toBe(true);
+    expect(env.MSGBRIDGE_TRACKER_ADVERTISED_URL).toBe(`http://$(POD_NAME).${set.spec.serviceName}.$(POD_NAMESPACE).svc.cluster.local:${container.ports[0].containerPort}`);
+    const names = container.env.map((e: { name: string }) => e.name);
+    expect(names.indexOf('POD_NAME')).toBeLessThan(names.indexOf('MSGBRIDGE_TRACKER_ADVERTISED_URL'));
+    expect(() => loadConfig({ configFile: configMapFile(), env: { MSGBRIDGE_TRACKER_STATE_DIR: env.MSGBRIDGE_TRACKER_STATE_DIR, MSGBRIDGE_TRACKER_ADVERTISED_URL: 'http://msgbridge-tracker-0.msgbridge-tracker-members.msgbridge.svc.cluster.local:8082' } })).not.toThrow();
+  });
+
   it('tracker: a member owning every task keeps its caches well within its memory limit', () => {
     const config = loadConfig({ configFile: configMapFile() });
-    const container = find('Deployment', 'msgbridge-tracker').spec.template.spec.containers[0];
+    const container = find('StatefulSet', 'msgbridge-tracker').spec.template.spec.containers[0];
     const [, amount, unit] = /^(\d+)(Mi|Gi)$/.exec(container.resources.limits.memory)!;
     const limitMi = Number(amount) * (unit === 'Gi' ? 1024 : 1);
-    // About 600 bytes a cached state (src/tracker/README.md "Memory and restore time"), per task.
+    // About 600 bytes a cached state (src/tracker/README.md "Memory"), per task.
     const cachedMi = (config.kafka.partitions * (config.tracker.maxCachedMessages + config.tracker.maxCachedConversations) * 600) / 2 ** 20;
     expect(cachedMi * 2).toBeLessThan(limitMi);
     const heap = /--max-old-space-size=(\d+)/.exec(container.env.find((e: { name: string }) => e.name === 'NODE_OPTIONS')?.value ?? '');
@@ -136,7 +159,7 @@ describe('Kubernetes manifests', () => {
     expect(() => loadConfig({ configFile: configMapFile() })).not.toThrow();
     const secretKeys = Object.keys(find('Secret', 'msgbridge-secrets').stringData);
     for (const name of ['msgbridge-ingress', 'msgbridge-sender', 'msgbridge-tracker']) {
-      const pod = find('Deployment', name).spec.template.spec;
+      const pod = (find('Deployment', name) ?? find('StatefulSet', name)).spec.template.spec;
       for (const env of pod.containers[0].env) if (env.valueFrom?.secretKeyRef) expect(secretKeys).toContain(env.valueFrom.secretKeyRef.key);
       for (const volume of pod.volumes) if (volume.secret) for (const item of volume.secret.items) expect(secretKeys).toContain(item.key);
       for (const volume of pod.volumes) if (volume.configMap) expect(find('ConfigMap', volume.configMap.name), `${name}: ConfigMap ${volume.configMap.name}`).toBeDefined();
@@ -198,6 +221,10 @@ describe('docker-compose.yml', () => {
     expect(tracker.healthcheck.test.join(' ')).toContain(`http://127.0.0.1:${config.tracker.port}/readyz`);
     expect(tracker.depends_on.kafka.condition).toBe('service_healthy');
     expect(Number(/^(\d+)s$/.exec(tracker.stop_grace_period)![1]) * 1000).toBeGreaterThan(config.tracker.drainGraceMs);
+    // Its stores on a named volume, so a restart finds them.
+    const [volume, path] = (tracker.volumes as string[])[0]!.split(':');
+    expect(compose.volumes).toHaveProperty(volume!);
+    expect(config.tracker.stateDir.startsWith(`${path}/`)).toBe(true);
   });
 
   it('a broken compose file is rejected by the same validator', () => {
