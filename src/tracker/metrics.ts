@@ -33,6 +33,12 @@ export function createTrackerMetrics(registry: Registry, sources: TrackerGaugeSo
   const restores = new Counter({ name: 'msgbridge_tracker_restores_total', help: 'Task starts, by mode: bulk (store rebuilt from the changelogs) or delta (read from the store checkpoint)', labelNames: ['mode'], registers });
   const restoreRecords = new Counter({ name: 'msgbridge_tracker_restore_records_total', help: 'Changelog records read while restoring tasks, by mode', labelNames: ['mode'], registers });
   const expired = new Counter({ name: 'msgbridge_tracker_expired_total', help: 'States dropped from the local stores after tracker.stateRetentionMs (messages) or tracker.conversationRetentionMs (windows)', labelNames: ['kind'], registers });
+  // Every series from the start (a rate over a series that appears later starts wrong).
+  for (const mode of ['bulk', 'delta']) {
+    restores.inc({ mode }, 0);
+    restoreRecords.inc({ mode }, 0);
+  }
+  for (const kind of ['message', 'conversation']) expired.inc({ kind }, 0);
   new Gauge({
     name: 'msgbridge_tracker_store_entries',
     help: 'States in the local store of each owned task, by kind',

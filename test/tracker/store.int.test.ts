@@ -5,6 +5,7 @@ import kafkajs from 'kafkajs';
 import { startTracker, type Tracker } from '../../src/tracker/index.js';
 import { TaskStore, taskStoreDir } from '../../src/tracker/state-store.js';
 import { messageId } from '../ingress/fixtures.js';
+import { runCli } from '../helpers/cli.js';
 import { produce, withAdmin } from '../helpers/kafka.js';
 import { latestByKey, resultRecord, statusRecord, trackerConfig, until, type TrackerTestConfig } from './harness.js';
 
@@ -139,6 +140,20 @@ describe('tracker local stores', () => {
     expect(await get(first.url!, '/messages')).toMatchObject({ status: 400 });
     // The programmatic queries of either member are the same.
     expect(await second.request('fw-3')).toMatchObject({ messageId: ids[3] });
+
+    // msgbridge status asks a running tracker (any member), and reads no topic.
+    const env = { MSGBRIDGE__kafka__topics__messageState: topics.messageState, KAFKA_BROKERS: '127.0.0.1:9' };
+    const byRequest = await runCli(['status', 'fw-21', '--tracker', first.url!], env);
+    expect(byRequest.code).toBe(0);
+    expect(JSON.parse(byRequest.stdout)).toMatchObject({ messageId: ids[21], requestId: 'fw-21' });
+    const byMessage = await runCli(['status', ids[22]!], { ...env, MSGBRIDGE_TRACKER_URL: second.url! });
+    expect(JSON.parse(byMessage.stdout)).toMatchObject({ messageId: ids[22] });
+    const unknown = await runCli(['status', 'fw-none', '--tracker', first.url!], env);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toMatch(/no state for fw-none/);
+    const badUrl = await runCli(['status', 'fw-1', '--tracker', 'ftp://x'], env);
+    expect(badUrl.code).toBe(2);
+    expect(badUrl.stderr).toMatch(/--tracker \/ MSGBRIDGE_TRACKER_URL: expected the http\(s\) address of a tracker/);
   }, 180_000);
 
   it('creates its changelogs compacted and deleted after the retention, with segments that roll', async () => {
