@@ -17,6 +17,8 @@ import { Kafka, logLevel, type Message } from 'kafkajs';
 import { eventIdOf, resultEventId } from '../src/contracts/index.js';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
 import { ensureTopics } from '../src/kafka/topics.js';
+import { loadConfig } from '../src/config/load.js';
+import { changelogTopicConfig } from '../src/tracker/index.js';
 import { statusEvent } from '../test/ingress/fixtures.js';
 
 const { values: args } = parseArgs({ options: { messages: { type: 'string', default: '50000' } } });
@@ -157,6 +159,14 @@ const jobs: Job[] = [
 const rows: string[] = [];
 for (const job of jobs) {
   if (job.name.startsWith('Kafka')) await ensureTopics(admin, [{ topic: job.output, partitions: PARTITIONS, replicationFactor: 1 }]);
+  else {
+    // As the tracker creates them (it finds them there).
+    const config = loadConfig({ env: {} });
+    await ensureTopics(admin, [
+      { topic: job.output, partitions: PARTITIONS, replicationFactor: 1, configEntries: changelogTopicConfig(config, 'messageState') },
+      { topic: `ks-mconv-${id}`, partitions: PARTITIONS, replicationFactor: 1, configEntries: changelogTopicConfig(config, 'conversations') },
+    ]);
+  }
   console.error(`${job.name}: processing ${4 * M} events…`);
   const started = performance.now();
   let child = job.start();

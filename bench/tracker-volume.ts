@@ -36,6 +36,8 @@ const { values: args } = parseArgs({
     late: { type: 'string', default: '20' },
     burst: { type: 'string', default: '20000' },
     queries: { type: 'string', default: '300' },
+    // Start the traffic only once the bulk restore's indexes are built (steady state at H).
+    'after-indexes': { type: 'boolean', default: false },
   },
 });
 const HISTORIES = args.history!.split(',').map(Number);
@@ -206,6 +208,11 @@ for (const H of HISTORIES) {
   const restoredRecords = bulkRates.reduce((n, r) => n + r.changelogRecords.messageState, 0);
   console.error(`[H=${H}] ready after ${coldReady.toFixed(1)} s (${restoredRecords} records restored; task restores took ${bulkRates.map((r) => r.ms).sort((a, b) => a - b).join(', ')} ms)`);
   const url = await proc.url;
+  const indexesBuilt = () => proc.output.filter((l) => l.includes('indexes built')).length >= PARTITIONS;
+  if (args['after-indexes']) {
+    while (!indexesBuilt()) await sleep(500);
+    console.error(`[H=${H}] indexes built ${((performance.now() - started) / 1000).toFixed(1)} s after the start; traffic starts now`);
+  }
 
   // Traffic: fresh messages and late reads; latency to the read state.
   const producer = kafka.producer({ allowAutoTopicCreation: false, idempotent: true, maxInFlightRequests: 1 });

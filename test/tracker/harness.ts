@@ -79,3 +79,27 @@ export async function until(what: string, check: () => Promise<boolean>, timeout
   }
 }
 
+
+/**
+ * Every committed record of a state topic, per key, read until `expected` arrived (90 s at most),
+ * then 2 s more: a record beyond the expected count would show.
+ */
+export async function statesPerKey(topic: string, expected: number): Promise<{ perKey: Map<string, { status: string; events: number }[]>; seen: number }> {
+  const consumer = testKafka('tracker-test-states').consumer({ groupId: `tr-states-${randomUUID()}`, maxWaitTimeInMs: 100, readUncommitted: false });
+  const perKey = new Map<string, { status: string; events: number }[]>();
+  let seen = 0;
+  await consumer.connect();
+  await consumer.subscribe({ topics: [topic], fromBeginning: true });
+  await consumer.run({
+    eachMessage: async ({ message }) => {
+      seen++;
+      const key = message.key!.toString();
+      perKey.set(key, [...(perKey.get(key) ?? []), JSON.parse(message.value!.toString()) as { status: string; events: number }]);
+    },
+  });
+  const deadline = Date.now() + 90_000;
+  while (seen < expected && Date.now() < deadline) await new Promise((r) => setTimeout(r, 250));
+  await new Promise((r) => setTimeout(r, 2000));
+  await consumer.disconnect();
+  return { perKey, seen };
+}

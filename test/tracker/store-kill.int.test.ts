@@ -4,8 +4,8 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { eventIdOf, resultEventId } from '../../src/contracts/index.js';
 import { messageId, statusEvent } from '../ingress/fixtures.js';
-import { createTopics, produce, testKafka } from '../helpers/kafka.js';
-import { trackerEnv } from './harness.js';
+import { createTopics, produce } from '../helpers/kafka.js';
+import { statesPerKey, trackerEnv } from './harness.js';
 
 /**
  * The local store under kill -9 at the three moments that matter (README "Local store"):
@@ -65,22 +65,7 @@ describe('tracker store under kill -9', () => {
     while (!/ready (\S+)/.test(last.output()) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
     const url = /ready (\S+)/.exec(last.output())![1]!;
 
-    const consumer = testKafka('sk-reader').consumer({ groupId: `sk-read-${randomUUID()}`, maxWaitTimeInMs: 100, readUncommitted: false });
-    const perKey = new Map<string, { status: string; events: number }[]>();
-    let seen = 0;
-    await consumer.connect();
-    await consumer.subscribe({ topics: [topics.state], fromBeginning: true });
-    await consumer.run({
-      eachMessage: async ({ message }) => {
-        seen++;
-        const key = message.key!.toString();
-        perKey.set(key, [...(perKey.get(key) ?? []), JSON.parse(message.value!.toString()) as { status: string; events: number }]);
-      },
-    });
-    const readDeadline = Date.now() + 90_000;
-    while (seen < 4 * N && Date.now() < readDeadline) await new Promise((r) => setTimeout(r, 250));
-    await new Promise((r) => setTimeout(r, 2000)); // anything beyond four a key would show now
-    await consumer.disconnect();
+    const { perKey, seen } = await statesPerKey(topics.state, 4 * N);
 
     // What the store answers (the queries read nothing else) equals the topic's last state.
     const wrongInStore: string[] = [];

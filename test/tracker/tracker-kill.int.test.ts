@@ -4,6 +4,7 @@ import { eventIdOf, resultEventId } from '../../src/contracts/index.js';
 import { messageId, statusEvent } from '../ingress/fixtures.js';
 import { startCli } from '../helpers/cli.js';
 import { createTopics, kafkaBrokers, produce, testKafka } from '../helpers/kafka.js';
+import { statesPerKey } from './harness.js';
 
 /**
  * `msgbridge tracker` killed with SIGKILL mid-stream, twice, then restarted: every message ends
@@ -76,22 +77,7 @@ describe('tracker under kill -9', () => {
     const last = startCli(['tracker'], env);
     await last.waitFor(/"tracker":/);
 
-    const consumer = testKafka('tk-reader').consumer({ groupId: `tk-read-${randomUUID()}`, maxWaitTimeInMs: 100, readUncommitted: false });
-    const perKey = new Map<string, { status: string; events: number }[]>();
-    let seen = 0;
-    await consumer.connect();
-    await consumer.subscribe({ topics: [topics.state], fromBeginning: true });
-    await consumer.run({
-      eachMessage: async ({ message }) => {
-        seen++;
-        const key = message.key!.toString();
-        perKey.set(key, [...(perKey.get(key) ?? []), JSON.parse(message.value!.toString()) as { status: string; events: number }]);
-      },
-    });
-    const deadline = Date.now() + 90_000;
-    while (seen < 4 * N && Date.now() < deadline) await new Promise((r) => setTimeout(r, 250));
-    await new Promise((r) => setTimeout(r, 2000)); // anything beyond 4 per key would show now
-    await consumer.disconnect();
+    const { perKey, seen } = await statesPerKey(topics.state, 4 * N);
     expect(await last.stop('SIGTERM')).toBe(0);
 
     const wrongCount = [...perKey].filter(([, states]) => states.length !== 4);
