@@ -3,7 +3,7 @@ import { createKafka } from '../kafka/client.js';
 import { connectingToKafka } from '../kafka/failure.js';
 import { messageStateOf, type MessageState } from '../tracker/message-state.js';
 import { findMessageState, findRequestState } from '../tracker/query.js';
-import { startTracker } from '../tracker/index.js';
+import { checkStateDir, startTracker } from '../tracker/index.js';
 import { MsgbridgeError } from '../errors.js';
 import { commandConfig, operatorBrokers } from './context.js';
 import { runConsumerRole } from './role-runner.js';
@@ -22,6 +22,8 @@ export function registerTrackerCommand(program: Command): void {
     .description('run the tracker: fold send results and delivery statuses into one state per message (message-state), and inbound messages into conversation windows (conversations), exactly once')
     .action(async (_opts: unknown, command: Command) => {
       const config = commandConfig(command);
+      // Before any Kafka: a directory it cannot write is a configuration error.
+      checkStateDir(config.tracker.stateDir);
       await runConsumerRole({
         name: 'tracker',
         config,

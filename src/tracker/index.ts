@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { accessSync, constants, mkdirSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import kafkajs, { type Admin, type Kafka } from 'kafkajs';
 import type { Registry } from 'prom-client';
@@ -60,6 +60,7 @@ export async function startTracker(options: StartTrackerOptions): Promise<Tracke
   const logger = options.logger ?? silentLogger;
   const brokers = options.brokers ?? config.kafka.brokers;
   if (brokers.length === 0) throw new MsgbridgeError('CONFIG_INVALID', 'kafka.brokers: no Kafka brokers (set KAFKA_BROKERS)');
+  checkStateDir(config.tracker.stateDir);
   const kafka = createKafka(config.kafka, { logger, brokers, clientId: `${config.kafka.clientId}-tracker` });
   const topics = trackerTopics(config);
   const partitions = await connectingToKafka(brokers, () => prepareTrackerTopics(kafka, config, topics, logger));
@@ -262,6 +263,16 @@ export async function startTracker(options: StartTrackerOptions): Promise<Tracke
       return draining;
     },
   };
+}
+
+/** The stores' directory exists (created when missing) and is writable: a clear error at start, not a task that fails forever. */
+export function checkStateDir(dir: string): void {
+  try {
+    mkdirSync(dir, { recursive: true });
+    accessSync(dir, constants.W_OK);
+  } catch (error) {
+    throw new MsgbridgeError('CONFIG_INVALID', `tracker.stateDir ${dir}: the tracker cannot write its stores there (${(error as NodeJS.ErrnoException).code ?? (error as Error).message}); set MSGBRIDGE_TRACKER_STATE_DIR to a writable directory on a volume that outlives the process`);
+  }
 }
 
 /** File-backed resident bytes of this process (Linux); undefined where /proc is not there. */

@@ -1,3 +1,6 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { Command } from 'commander';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { buildProgram, main } from '../../src/cli.js';
@@ -83,6 +86,15 @@ describe('msgbridge CLI usage', () => {
     const result = await runCli(['tail', 'messages'], { KAFKA_BROKERS: 'nocolon' });
     expect(result.code).toBe(2);
     expect(result.stderr).toMatch(/kafka\.brokers\.0: expected host:port \(from KAFKA_BROKERS\)/);
+  });
+
+  it('tracker: a state directory it cannot write is refused at start, naming the setting', async () => {
+    // Under a regular file: no directory can be made there.
+    const file = join(mkdtempSync(join(tmpdir(), 'msgbridge-state-')), 'a-file');
+    writeFileSync(file, '');
+    const result = await runCli(['tracker'], { KAFKA_BROKERS: '127.0.0.1:1', MSGBRIDGE_TRACKER_STATE_DIR: `${file}/tracker` });
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain(`tracker.stateDir ${file}/tracker: the tracker cannot write its stores there (ENOTDIR); set MSGBRIDGE_TRACKER_STATE_DIR`);
   });
 
   it('operator commands without any Kafka say how to get one', async () => {
