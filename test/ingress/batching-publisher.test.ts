@@ -10,6 +10,8 @@ import type { ClusterLayout, RecordProducer, TopicRecords } from '../../src/kafk
 class FakeKafka {
   producers: FakeProducer[] = [];
   failConnects = 0;
+  /** When set, connects wait for it (a replacement producer that is not there yet). */
+  holdConnects: Promise<void> | undefined;
   /** When set, producers answer it as their metadata (lanes per leader); else they have none. */
   layout: ClusterLayout | undefined;
   create = (bootstrapFirst?: readonly string[]): RecordProducer => {
@@ -45,6 +47,7 @@ class FakeProducer implements RecordProducer {
   bootstrapFirst: readonly string[] = [];
   constructor(private readonly kafka: FakeKafka) {}
   async connect() {
+    await this.kafka.holdConnects;
     if (this.kafka.failConnects > 0) {
       this.kafka.failConnects--;
       throw new Error('connection refused');
@@ -199,10 +202,15 @@ describe('BatchingPublisher', () => {
 
   it('answers PUBLISH_TIMEOUT for queued and in-flight events past the deadline, and gives up the stuck batch', async () => {
     const { kafka, outcomes, publish, publisher } = await setup({ publishTimeoutMs: 60, sweepIntervalMs: 10 });
+    // No replacement producer until both deadlines passed: the queued event can only time out,
+    // however slowly this machine runs (it was sent on the replacement once, in a loaded CI run).
+    let release: () => void = () => {};
+    kafka.holdConnects = new Promise((resolve) => (release = resolve));
     publish('a', 'inflight');
     await tick();
     publish('b', 'queued');
-    await until(() => outcomes.size === 2, 1000);
+    await until(() => outcomes.size === 2, 5000);
+    release();
     expect(outcomes.get('inflight')).toBe('PUBLISH_TIMEOUT');
     expect(outcomes.get('queued')).toBe('PUBLISH_TIMEOUT');
     // The producer that holds the unanswered request is replaced, not waited for.
