@@ -5,7 +5,7 @@ import { WEBHOOK_TOPICS } from '../contracts/index.js';
 import { startIngress, type Ingress } from '../ingress/index.js';
 import { obtainBrokers, type Brokers } from '../kafka/brokers.js';
 import { createLifecycle } from '../lifecycle.js';
-import { createLogger } from '../observability/logger.js';
+import { roleLoggers } from '../observability/logger.js';
 import { startSender, type Sender } from '../sender/index.js';
 import { startTracker, type Tracker } from '../tracker/index.js';
 import { defaultCacheDir } from '../kafka/local-broker.js';
@@ -59,7 +59,8 @@ function line(text = '') {
 
 async function runDev(config: Config, opts: DevOptions): Promise<void> {
   // Logs go to stderr (warnings and up by default), the screen to stdout.
-  const logger = createLogger({ level: process.env.MSGBRIDGE_LOG_LEVEL ?? 'warn', name: 'dev' });
+  const loggers = roleLoggers(['dev', 'simulator', 'ingress', 'tracker', 'sender'], { level: process.env.MSGBRIDGE_LOG_LEVEL ?? 'warn' });
+  const logger = loggers.dev;
   const started = Date.now();
   let brokers: Brokers | undefined;
   let simulator: RunningSimulator | undefined;
@@ -89,7 +90,7 @@ async function runDev(config: Config, opts: DevOptions): Promise<void> {
   try {
     line('msgbridge dev: starting…');
     brokers = await obtainBrokers(config, logger);
-    simulator = await startSimulator({ ...simulatorOptionsFromConfig(config), logger: logger.child({ role: 'simulator' }) });
+    simulator = await startSimulator({ ...simulatorOptionsFromConfig(config), logger: loggers.simulator });
     // One embedded broker cannot hold three replicas: ask for what it can give.
     const replicationFactor = brokers.local ? 1 : config.kafka.replicationFactor;
     const wired: Config = {
@@ -97,10 +98,10 @@ async function runDev(config: Config, opts: DevOptions): Promise<void> {
       kafka: { ...config.kafka, brokers: brokers.brokers, replicationFactor },
       provider: { ...config.provider, url: simulator.url },
     };
-    ingress = await startIngress({ config: wired, brokers: brokers.brokers, logger: logger.child({ role: 'ingress' }) });
+    ingress = await startIngress({ config: wired, brokers: brokers.brokers, logger: loggers.ingress });
     // The tracker first: it creates the conversations topic the sender reads before it consumes.
-    tracker = await startTracker({ config: wired, brokers: brokers.brokers, logger: logger.child({ role: 'tracker' }) });
-    sender = await startSender({ config: wired, brokers: brokers.brokers, logger: logger.child({ role: 'sender' }) });
+    tracker = await startTracker({ config: wired, brokers: brokers.brokers, logger: loggers.tracker });
+    sender = await startSender({ config: wired, brokers: brokers.brokers, logger: loggers.sender });
     await Promise.all([sender.ready, tracker.ready]);
     for (const business of config.businesses) {
       for (const topic of WEBHOOK_TOPICS) simulator.registerWebhook(business.id, topic, `${ingress.url}/webhooks/${encodeURIComponent(business.id)}/${topic}`);

@@ -31,6 +31,15 @@ export function createLogger(options: { level?: string; name?: string; destinati
   );
 }
 
+/**
+ * Loggers for several roles in one process (`msgbridge dev`): one pino instance each on a shared
+ * destination, so every line has one `role` key (a child logger would add a second).
+ */
+export function roleLoggers<R extends string>(roles: readonly R[], options: { level?: string; destination?: NodeJS.WritableStream } = {}): Record<R, Logger> {
+  const destination = options.destination ?? (pino.destination({ dest: 2, sync: false }) as unknown as NodeJS.WritableStream);
+  return Object.fromEntries(roles.map((role) => [role, createLogger({ ...options, name: role, destination })])) as Record<R, Logger>;
+}
+
 /** First characters of a signature, enough to correlate in logs without revealing it. */
 export function signaturePrefix(signature: string | undefined): string | undefined {
   return signature === undefined ? undefined : `${signature.slice(0, 6)}…`;
