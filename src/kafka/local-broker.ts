@@ -429,7 +429,9 @@ function launchNode(id: number, port: number, nodeDir: string, jvmArgs: string[]
     if (!exited) child.kill('SIGKILL');
   };
   const spawnJvm = () => {
-    child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, CLASSPATH: '' } });
+    // Its own process group: Ctrl-C in a terminal signals the whole foreground group, and the
+    // broker must outlive the roles' drain (whoever started it stops it last).
+    child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, CLASSPATH: '' }, detached: true });
     const log = createWriteStream(logFile, { flags: 'a' });
     child.stdout!.pipe(log);
     child.stderr!.pipe(log);
