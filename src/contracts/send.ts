@@ -84,8 +84,11 @@ export const acceptedSendResultSchema = z.object({
   type: z.enum(['text', 'template']),
   recipient: z.string(),
   attempts: z.number().int().min(1),
-  /** An earlier attempt may have created another message for this request (lost answer). */
-  maybeSent: z.boolean(),
+  /**
+   * An earlier attempt may have created another message for this request (lost answer). Absent
+   * in results of releases before it existed: read as false (they retried only what was answered).
+   */
+  maybeSent: z.boolean().default(false),
   acceptedAt: z.iso.datetime(),
   sentAs: sentAsSchema.optional(),
 });
@@ -104,8 +107,8 @@ export const rejectedSendResultSchema = z.object({
   type: z.enum(['text', 'template']).optional(),
   recipient: z.string().optional(),
   attempts: z.number().int().min(0),
-  /** An attempt may have reached the provider without an answer: the message may exist. */
-  maybeSent: z.boolean(),
+  /** An attempt may have reached the provider without an answer: the message may exist. Absent (earlier releases): false. */
+  maybeSent: z.boolean().default(false),
   rejectedAt: z.iso.datetime().optional(),
   error: sendFailureSchema,
   sentAs: sentAsSchema.optional(),
@@ -118,7 +121,8 @@ export const expiredSendResultSchema = z.object({
   type: z.enum(['text', 'template']),
   recipient: z.string(),
   attempts: z.number().int().min(0),
-  maybeSent: z.boolean(),
+  /** Absent (earlier releases): false. */
+  maybeSent: z.boolean().default(false),
   /** When the request stopped being worth sending. */
   expiresAt: z.iso.datetime(),
   /** What set that time: the request's `expiresAt` or `ttlMs`, or the sender's `maxRequestAgeMs`. */

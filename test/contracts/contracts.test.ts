@@ -175,8 +175,12 @@ describe('send result', () => {
     expect(sendResultSchema.parse(rejected)).toEqual(rejected);
     expect(sendResultSchema.parse(expired)).toEqual(expired);
     expect(sendResultSchema.safeParse({ ...expired, expiredBy: 'whim' }).success).toBe(false);
-    // Every result says whether the provider may hold a message it did not confirm.
-    expect(sendResultSchema.safeParse({ ...rejected, maybeSent: undefined }).success).toBe(false);
+    // The sender writes maybeSent on every result; a result of a release before it existed is
+    // still read (compatibility rule, README "Topic contract"), as false.
+    const { maybeSent: _absent, ...previousRelease } = accepted;
+    expect(sendResultSchema.parse(previousRelease)).toEqual({ ...previousRelease, maybeSent: false });
+    expect(sendResultSchema.parse({ ...rejected, maybeSent: undefined })).toMatchObject({ maybeSent: false });
+    expect(sendResultSchema.safeParse({ ...rejected, maybeSent: 'no' }).success).toBe(false);
     expect(sendResultSchema.safeParse({ ...accepted, attempts: 0 }).success).toBe(false);
     expect(sendResultSchema.safeParse({ ...rejected, error: { ...rejected.error, retriable: undefined } }).success).toBe(false);
     expect(sendResultSchema.safeParse({ ...accepted, outcome: 'maybe' }).success).toBe(false);

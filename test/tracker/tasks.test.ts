@@ -121,6 +121,16 @@ describe('TrackerLogic', () => {
     expect(skipped).toEqual(['not_accepted']);
   });
 
+  it('a send result of the previous release (no maybeSent) is applied, not skipped as invalid', () => {
+    const { l, skipped } = logic();
+    l.startTask(0, new MemoryStore());
+    const old = JSON.stringify({ requestId: 'r-old', businessId: 'biz_1', outcome: 'accepted', messageId: 'm-old', type: 'text', recipient: '+15550002222', attempts: 1, acceptedAt: '2026-11-01T10:00:00.000Z' });
+    const out = l.process(0, l.decodeBatch([record('send-results', 'm-old', old, { 'event-id': resultEventId('biz_1', 'r-old', 'accepted'), 'business-id': 'biz_1' })]));
+    expect(skipped).toEqual([]);
+    expect(out.outputs).toHaveLength(1);
+    expect(JSON.parse(String(out.outputs[0]!.value))).toMatchObject({ messageId: 'm-old', requestId: 'r-old', status: 'accepted' });
+  });
+
   it('a failed store write fails the next batch (the task restarts from its checkpoint)', async () => {
     const { l } = logic();
     const store = new MemoryStore();
