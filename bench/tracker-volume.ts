@@ -15,7 +15,7 @@
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID, createHash } from 'node:crypto';
-import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { appendFileSync, existsSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -121,7 +121,7 @@ function cpuSeconds(pid: number): number {
 }
 
 function startTrackerProcess(env: Record<string, string>): Proc {
-  const child = spawn(process.execPath, [...(process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : []), CLI, 'tracker'], { env: { ...process.env, ...env, MSGBRIDGE_LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [...(process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : []), ...(process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean), CLI, 'tracker'], { env: { ...process.env, ...env, MSGBRIDGE_LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] });
   const output: string[] = [];
   let resolveUrl: (url: string) => void = () => {};
   const url = new Promise<string>((r) => (resolveUrl = r));
@@ -131,6 +131,7 @@ function startTrackerProcess(env: Record<string, string>): Proc {
     const lines = buffers[which].split('\n');
     buffers[which] = lines.pop()!;
     for (const line of lines) {
+      if (process.env.BENCH_GC_LOG && /Mark-Compact|Scavenge/.test(line)) appendFileSync(process.env.BENCH_GC_LOG, `${line}\n`);
       if (line.includes('restored in bulk') || line.includes('stores remapped') || line.includes('indexes built') || line.includes('caught up from its checkpoint') || line.includes('"level":50') || line.includes('"level":40')) output.push(line);
       const m = /"url":"(http[^"]+)"/.exec(line);
       if (m) resolveUrl(m[1]!);
