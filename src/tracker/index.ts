@@ -204,8 +204,8 @@ export async function startTracker(options: StartTrackerOptions): Promise<Tracke
     if (remapping || mapped === undefined || mapped - baselineFileBytes < config.tracker.maxStoreResidentBytes) return;
     remapping = true;
     void (async () => {
-      let remapped = 0;
-      for (const [task, store] of [...stores]) if (await remap(task, store)) remapped++;
+      // Every task at once: each remap waits behind its own task's batches, not behind the others'.
+      const remapped = (await Promise.all([...stores].map(([task, store]) => remap(task, store)))).filter(Boolean).length;
       logger.debug({ before: mapped, after: residentFileBytes(), remapped, stores: stores.size }, 'stores remapped (file-backed resident memory past tracker.maxStoreResidentBytes)');
     })().finally(() => (remapping = false));
   }, 1_000);
