@@ -302,7 +302,10 @@ class RequestProcessor implements Processor {
   private reject(job: SendJob, progress: Progress, outcome: AttemptOutcome, retriable: boolean): SendEnd {
     const error = failureOf(outcome, retriable);
     const { attempts, maybeSent } = progress;
-    this.options.logger.warn({ requestId: job.request.requestId, businessId: job.businessId, attempts, httpStatus: error.httpStatus, code: error.code, retriable, maybeSent }, 'send rejected');
+    // A rejection is an ordinary outcome (the producer reads it on send-results); one that may
+    // have created a message anyway is worth an operator's attention.
+    const log = maybeSent ? this.options.logger.warn.bind(this.options.logger) : this.options.logger.info.bind(this.options.logger);
+    log({ requestId: job.request.requestId, businessId: job.businessId, attempts, httpStatus: error.httpStatus, code: error.code, retriable, maybeSent }, 'send rejected');
     this.options.metrics.outcome('rejected', job.businessId);
     return { result: storedResult(rejectedResult(job, error, attempts, maybeSent, new Date(this.now()))), remember: !retriable };
   }

@@ -3,6 +3,7 @@ import { RecordTooLargeError, type RecordToWrite } from '../../src/kafka/port.js
 import { CircuitBreaker } from '../../src/sender/circuit-breaker.js';
 import { RateLimiter } from '../../src/sender/rate-limiter.js';
 import { Semaphore } from '../../src/sender/semaphore.js';
+import pino from 'pino';
 import { silentLogger } from '../../src/observability/logger.js';
 import type { WorkContext } from '../../src/sender/keyed-runner.js';
 import { noopSenderMetrics } from '../../src/sender/metrics.js';
@@ -145,11 +146,16 @@ describe('processor', () => {
     expect(h.calls.length).toBe(before + 1);
     expect(h.results()[1]).toMatchObject({ outcome: 'accepted' });
     // A permanent rejection is remembered: a resubmission gets the same result, unsent.
-    const permanent = harness([{ kind: 'http-error', status: 400 }]);
+    const levels: string[] = [];
+    const capture = pino({ level: 'debug' }, { write: (line: string) => void levels.push(`${pino.levels.labels[JSON.parse(line).level as number]} ${JSON.parse(line).msg as string}`) });
+    const permanent = harness([{ kind: 'http-error', status: 400 }], { logger: capture });
     await permanent.processor.work(job('r2'), context());
     await permanent.processor.work(job('r2'), context());
     expect(permanent.calls).toHaveLength(1);
     expect(permanent.results().map((r) => r.outcome)).toEqual(['rejected', 'rejected']);
+    // An ordinary outcome: info, not warn (a rejection that may have sent the message is a warning).
+    expect(levels).toContain('info send rejected');
+    expect(levels.filter((l) => l.startsWith('warn'))).toEqual([]);
   });
 
   it('never sends an expired request: before the first attempt and between retries', async () => {
