@@ -38,6 +38,9 @@ const { values: args } = parseArgs({
     queries: { type: 'string', default: '300' },
     // Start the traffic only once the bulk restore's indexes are built (steady state at H).
     'after-indexes': { type: 'boolean', default: false },
+    // After the single-member measurements: a second member joins (its own store), and the
+    // queries are asked again of the first, which forwards what it no longer owns.
+    'second-member': { type: 'boolean', default: false },
   },
 });
 const HISTORIES = args.history!.split(',').map(Number);
@@ -327,6 +330,24 @@ for (const H of HISTORIES) {
     const k = Math.floor(Math.random() * H);
     byMessage.push(await q(`/messages/${histId(k)}`));
     byRequest.push(await q(`/requests/hist-${k}`));
+  }
+  let twoMembers = '';
+  if (args['second-member']) {
+    const second = startTrackerProcess({ ...env, MSGBRIDGE_TRACKER_STATE_DIR: `${stateDir}-b` });
+    await readyAfter(second, performance.now());
+    // The first member gave tasks away and may be rejoining: wait until both are ready and indexed.
+    while (!(await fetch(`${url}/readyz`).then((r) => r.ok, () => false)) || second.output.filter((l) => l.includes('indexes built')).length < second.output.filter((l) => l.includes('restored in bulk')).length) await sleep(200);
+    const forwardedByMessage: number[] = [];
+    const forwardedByRequest: number[] = [];
+    for (let i = 0; i < QUERIES; i++) {
+      const k = Math.floor(Math.random() * H);
+      forwardedByMessage.push(await q(`/messages/${histId(k)}`));
+      forwardedByRequest.push(await q(`/requests/hist-${k}`));
+    }
+    twoMembers = `two members, asked of the first (about half forwarded): GET /messages/{old} p50/p99 ${pct(forwardedByMessage, 50).toFixed(1)} / ${pct(forwardedByMessage, 99).toFixed(1)} ms, GET /requests/{old} (asked of both) ${pct(forwardedByRequest, 50).toFixed(1)} / ${pct(forwardedByRequest, 99).toFixed(1)} ms`;
+    console.error(`[H=${H}] ${twoMembers}`);
+    await stopProcess(second);
+    rmSync(`${stateDir}-b`, { recursive: true, force: true });
   }
   const firstOutput = proc.output;
   const hwm1 = await stopProcess(proc);
