@@ -11,7 +11,7 @@ export default tseslint.config(
   },
   {
     // Pure logic stays framework-free: adapters live at the edge.
-    files: ['src/contracts/**', 'src/config/**', 'src/ingress/verify-signature.ts', 'src/ingress/handle-webhook.ts', 'src/sender/keyed-runner.ts', 'src/sender/retry-policy.ts', 'src/sender/rate-limiter.ts', 'src/sender/circuit-breaker.ts', 'src/kafka/batching-publisher.ts', 'src/tracker/message-state.ts', 'src/tracker/conversation-window.ts', 'src/tracker/state-cache.ts', 'src/tracker/tasks.ts', 'src/sender/conversation-guard.ts', 'src/sender/conversation-table.ts'],
+    files: ['src/contracts/**', 'src/config/**', 'src/ingress/handle-webhook.ts', 'src/sender/keyed-runner.ts', 'src/sender/retry-policy.ts', 'src/sender/rate-limiter.ts', 'src/sender/circuit-breaker.ts', 'src/kafka/batching-publisher.ts', 'src/tracker/state-rules.ts', 'src/tracker/window-rules.ts', 'src/tracker/state-cache.ts', 'src/tracker/tracker-logic.ts', 'src/sender/conversation-guard.ts', 'src/sender/conversation-table.ts'],
     rules: {
       'no-restricted-imports': ['error', { paths: ['uWebSockets.js', 'kafkajs', 'undici'] }],
     },

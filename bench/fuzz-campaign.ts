@@ -7,7 +7,7 @@
 // (test/ingress/fuzz.int.test.ts, a bounded number).
 import { createHash, randomBytes } from 'node:crypto';
 import { connect, type Socket } from 'node:net';
-import { signBody } from '../src/ingress/verify-signature.js';
+import { signBody } from '../src/contracts/signature.js';
 import { Http1ResponseParser } from '../src/simulator/http1-response-parser.js';
 import { KeepAliveConnection } from '../src/simulator/keep-alive-connection.js';
 

@@ -21,7 +21,7 @@ import { loadConfig } from '../src/config/load.js';
 import { startIngress } from '../src/ingress/index.js';
 import { startLocalCluster } from '../src/kafka/local-broker.js';
 import { ensureTopics } from '../src/kafka/topics.js';
-import { createLogger } from '../src/observability/logger.js';
+import { createLogger } from '../src/platform/logger.js';
 import { messageId, signedHeaders, statusEvent } from '../test/ingress/fixtures.js';
 
 const { values: args } = parseArgs({

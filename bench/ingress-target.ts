@@ -14,7 +14,7 @@ import { createWebhookHandler, rulesFromConfig } from '../src/ingress/handle-web
 import { startIngressWorkers } from '../src/ingress/workers.js';
 import { createKafka } from '../src/kafka/client.js';
 import { ensureTopics } from '../src/kafka/topics.js';
-import { createLogger } from '../src/observability/logger.js';
+import { createLogger } from '../src/platform/logger.js';
 
 const mode = process.argv[2] ?? 'kafkajs';
 const [, base = mode, workerSuffix] = /^(.*?)(?:-w(\d+))?$/.exec(mode) ?? [];

@@ -22,10 +22,10 @@ import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js
 import { ensureTopics } from '../src/kafka/topics.js';
 import type { ConsumedRecord } from '../src/kafka/group-consumer.js';
 import { startTracker } from '../src/tracker/index.js';
-import { TrackerLogic } from '../src/tracker/tasks.js';
+import { TrackerLogic } from '../src/tracker/tracker-logic.js';
 import { TaskStore } from '../src/tracker/state-store.js';
 import { messageStateCache } from '../src/tracker/state-cache.js';
-import { applyEvent } from '../src/tracker/message-state.js';
+import { applyEvent } from '../src/tracker/state-rules.js';
 import { messageId, statusEvent } from '../test/ingress/fixtures.js';
 
 const { values: args } = parseArgs({ options: { messages: { type: 'string', default: '50000' }, batch: { type: 'string', default: '500,2000' } } });

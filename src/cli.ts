@@ -12,7 +12,7 @@ import { registerSimulatorCommand } from './commands/simulator.js';
 import { registerTailCommand } from './commands/tail.js';
 import { registerTrackerCommand } from './commands/tracker.js';
 import { registerWebhooksCommand } from './commands/webhooks.js';
-import { isMsgbridgeError } from './errors.js';
+import { isMsgbridgeError } from './platform/errors.js';
 import { describeKafkaFailure, isKafkaClientError } from './kafka/failure.js';
 
 /** Exit codes: 0 ok, 1 runtime failure, 2 bad usage or configuration. */

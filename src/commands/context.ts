@@ -3,7 +3,7 @@ import { dirname, join } from 'node:path';
 import type { Command } from 'commander';
 import { loadConfig } from '../config/load.js';
 import type { Config } from '../config/schema.js';
-import { MsgbridgeError } from '../errors.js';
+import { MsgbridgeError } from '../platform/errors.js';
 import { defaultCacheDir } from '../kafka/local-broker.js';
 
 /** The configuration, honouring the global --config option (which the CLI refuses when empty). */

@@ -4,8 +4,8 @@ import type { Config } from '../config/schema.js';
 import { WEBHOOK_TOPICS } from '../contracts/index.js';
 import { startIngress, type Ingress } from '../ingress/index.js';
 import { obtainBrokers, type Brokers } from '../kafka/brokers.js';
-import { createLifecycle } from '../lifecycle.js';
-import { roleLoggers } from '../observability/logger.js';
+import { createLifecycle } from '../runtime/shutdown.js';
+import { roleLoggers } from '../platform/logger.js';
 import { startSender, type Sender } from '../sender/index.js';
 import { startTracker, type Tracker } from '../tracker/index.js';
 import { defaultCacheDir } from '../kafka/local-broker.js';
@@ -15,7 +15,7 @@ const DEFAULT_STATE_DIR = './state/tracker';
 import { simulatorOptionsFromConfig, startSimulator, type RunningSimulator } from '../simulator/index.js';
 import { commandConfig, writeDevState } from './context.js';
 import { parseIntegerOption } from './options.js';
-import { loopbackHost } from '../net.js';
+import { loopbackHost } from '../platform/net.js';
 
 /** The business `msgbridge dev` runs with when none is configured (local use only). */
 export const DEV_BUSINESS = { id: 'biz_1', signingSecrets: ['dev-signing-secret'], apiKey: 'dev-api-key' } as const;

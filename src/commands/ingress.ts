@@ -1,10 +1,10 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import { ingressWorkersSchema } from '../config/schema.js';
-import { MsgbridgeError } from '../errors.js';
+import { MsgbridgeError } from '../platform/errors.js';
 import { startIngressWorkers } from '../ingress/workers.js';
 import { obtainBrokers } from '../kafka/brokers.js';
-import { createLifecycle } from '../lifecycle.js';
-import { createLogger } from '../observability/logger.js';
+import { createLifecycle } from '../runtime/shutdown.js';
+import { createLogger } from '../platform/logger.js';
 import { commandConfig } from './context.js';
 
 /** --workers: an integer from 1 to 256, or "auto" (as ingress.workers). */

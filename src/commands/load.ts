@@ -1,6 +1,6 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import { readEnvSecret } from '../config/load.js';
-import { MsgbridgeError } from '../errors.js';
+import { MsgbridgeError } from '../platform/errors.js';
 import { runWebhookLoad, type WebhookLoadReport } from '../simulator/load-generator.js';
 import { parseIntegerOption } from './options.js';
 

@@ -3,10 +3,10 @@ import { InvalidArgumentError, type Command } from 'commander';
 import type { Consumer } from 'kafkajs';
 import { sendRequestRecipient, sendRequestSchema, sendResultSchema, deliveryStatusEventSchema, type SendRequest } from '../contracts/index.js';
 import type { Config } from '../config/schema.js';
-import { MsgbridgeError } from '../errors.js';
+import { MsgbridgeError } from '../platform/errors.js';
 import { createKafka } from '../kafka/client.js';
 import { OUTSIDE_WINDOW_CODE } from '../sender/conversation-guard.js';
-import { messageStateSchema, type MessageState } from '../tracker/message-state.js';
+import { messageStateSchema, type MessageState } from '../contracts/message-state.js';
 import { commandConfig, operatorBrokers } from './context.js';
 import { parseIntegerOption } from './options.js';
 

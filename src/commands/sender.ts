@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { commandConfig } from './context.js';
-import { runConsumerRole } from './role-runner.js';
+import { runConsumerRole } from '../runtime/foreground.js';
 import { senderApiKeys, startSender } from '../sender/index.js';
 
 /**

@@ -2,12 +2,12 @@ import { InvalidArgumentError, type Command } from 'commander';
 import { request } from 'undici';
 import { commandConfig } from './context.js';
 import type { Config } from '../config/schema.js';
-import { MsgbridgeError } from '../errors.js';
-import { createLifecycle } from '../lifecycle.js';
-import { createLogger } from '../observability/logger.js';
+import { MsgbridgeError } from '../platform/errors.js';
+import { createLifecycle } from '../runtime/shutdown.js';
+import { createLogger } from '../platform/logger.js';
 import { simulatorOptionsFromConfig, startSimulator } from '../simulator/index.js';
 import { parseIntegerOption } from './options.js';
-import { localUrl } from '../net.js';
+import { localUrl } from '../platform/net.js';
 import { recipientNumber } from '../contracts/common.js';
 
 /**

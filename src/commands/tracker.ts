@@ -1,12 +1,12 @@
 import type { Command } from 'commander';
 import { createKafka } from '../kafka/client.js';
 import { connectingToKafka } from '../kafka/failure.js';
-import { messageStateOf, type MessageState } from '../tracker/message-state.js';
+import { messageStateOf, type MessageState } from '../contracts/message-state.js';
 import { findMessageState, findRequestState } from '../tracker/query.js';
 import { checkStateDir, startTracker } from '../tracker/index.js';
-import { MsgbridgeError } from '../errors.js';
+import { MsgbridgeError } from '../platform/errors.js';
 import { commandConfig, operatorBrokers } from './context.js';
-import { runConsumerRole } from './role-runner.js';
+import { runConsumerRole } from '../runtime/foreground.js';
 
 /**
  * `msgbridge tracker`: one monotonic state per message and the customers' conversation windows,

@@ -2,7 +2,7 @@ import { InvalidArgumentError, type Command } from 'commander';
 import { request } from 'undici';
 import { providerErrorSchema, WEBHOOK_TOPICS, type WebhookTopic } from '../contracts/index.js';
 import type { BusinessConfig, Config } from '../config/schema.js';
-import { MsgbridgeError } from '../errors.js';
+import { MsgbridgeError } from '../platform/errors.js';
 import { commandConfig } from './context.js';
 
 interface WebhookOptions {

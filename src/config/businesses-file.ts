@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { readFileSync, watch, type FSWatcher } from 'node:fs';
 import { basename, dirname } from 'node:path';
-import { MsgbridgeError } from '../errors.js';
+import { MsgbridgeError } from '../platform/errors.js';
 import { businessesSchema, type BusinessConfig } from './schema.js';
 
 /**

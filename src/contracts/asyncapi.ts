@@ -3,8 +3,8 @@ import { providerErrorSchema } from './common.js';
 import { HEADER, SCHEMA_ID } from './headers.js';
 import { sendRequestSchema, sendResultSchema } from './send.js';
 import { deliveryStatusEventSchema, inboundMessageEventSchema } from './webhook-events.js';
-import { conversationWindowSchema } from '../tracker/conversation-window.js';
-import { messageStateSchema } from '../tracker/message-state.js';
+import { conversationWindowSchema } from './conversation-window.js';
+import { messageStateSchema } from './message-state.js';
 
 /**
  * The AsyncAPI 3 document of the relay's public surface — the Kafka topics it reads and

@@ -3,3 +3,7 @@ export * from './webhook-events.js';
 export * from './send.js';
 export * from './provider-api.js';
 export * from './headers.js';
+export * from './message-state.js';
+export * from './conversation-window.js';
+export * from './signature.js';
+export * from './time.js';

@@ -5,8 +5,8 @@ import { sendRequestSchema, sendResultSchema } from './send.js';
 import { webhookRegistrationSchema } from './provider-api.js';
 // The tracker's output values are defined next to the pure rules that produce them (src/tracker);
 // both modules are pure and import only from contracts, so this import adds no cycle.
-import { conversationWindowSchema } from '../tracker/conversation-window.js';
-import { messageStateSchema } from '../tracker/message-state.js';
+import { conversationWindowSchema } from './conversation-window.js';
+import { messageStateSchema } from './message-state.js';
 
 /** The contracts published as JSON Schema files under schemas/ (committed, checked for staleness by a test). */
 export const PUBLISHED_SCHEMAS = {

@@ -1,6 +1,6 @@
 import type { HttpResponse } from 'uWebSockets.js';
-import type { MsgbridgeError } from '../errors.js';
-import type { Logger } from '../observability/logger.js';
+import type { MsgbridgeError } from '../platform/errors.js';
+import type { Logger } from '../platform/logger.js';
 import { ReceivingSet, type ReceivingLimits } from './receiving.js';
 import type { Refusable, Responder } from './responder.js';
 

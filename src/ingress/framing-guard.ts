@@ -1,5 +1,5 @@
 import type { HttpRequest, HttpResponse } from 'uWebSockets.js';
-import type { Logger } from '../observability/logger.js';
+import type { Logger } from '../platform/logger.js';
 import { FramingCheck } from './framing.js';
 import type { IngressMetrics } from './metrics.js';
 import { Responder } from './responder.js';

@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import type { ErrorCode } from '../errors.js';
+import type { ErrorCode } from '../platform/errors.js';
 import { eventIdOf, HEADER, SCHEMA_ID } from '../contracts/headers.js';
 import { detectWebhookTopic, webhookEventSchemas, WEBHOOK_TOPICS, type WebhookTopic } from '../contracts/webhook-events.js';
-import { verifySignature } from './verify-signature.js';
+import { verifySignature } from '../contracts/signature.js';
 
 /**
  * The ingress decision, free of any HTTP server or Kafka client: given the business and topic

@@ -1,4 +1,4 @@
-import type { ErrorCode } from '../errors.js';
+import type { ErrorCode } from '../platform/errors.js';
 
 /**
  * The one place where error codes become HTTP answers of the ingress. Every 503 carries

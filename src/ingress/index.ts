@@ -1,22 +1,22 @@
 import type { Registry } from 'prom-client';
 import type { Config } from '../config/schema.js';
-import { MsgbridgeError } from '../errors.js';
+import { MsgbridgeError } from '../platform/errors.js';
 import { BatchingPublisher } from '../kafka/batching-publisher.js';
 import { createKafka } from '../kafka/client.js';
 import { createKafkajsProducer } from '../kafka/kafkajs-producer.js';
 import { preferBrokers, type ProducerFactory } from '../kafka/port.js';
 import { connectingToKafka, describeKafkaFailure } from '../kafka/failure.js';
 import { checkWrittenTopics, ensureTopics } from '../kafka/topics.js';
-import { silentLogger, type Logger } from '../observability/logger.js';
-import { createMetricsRegistry } from '../observability/metrics.js';
+import { silentLogger, type Logger } from '../platform/logger.js';
+import { createMetricsRegistry } from '../runtime/metrics.js';
 import { createLiveWebhookHandler, rulesFromConfig } from './handle-webhook.js';
-import { watchConfiguredBusinesses } from '../businesses-reload.js';
+import { watchConfiguredBusinesses } from '../runtime/businesses-reload.js';
 import { createIngressMetrics } from './metrics.js';
 import { startIngressServer, type IngressServer } from './server.js';
 
 /** A body in progress younger than this is never closed to make room for another (ms). */
 const RECEIVING_GRACE_MS = 1000;
-import { localUrl } from '../net.js';
+import { localUrl } from '../platform/net.js';
 
 export { createWebhookHandler, rulesFromConfig } from './handle-webhook.js';
 export type { WebhookDecision, WebhookHandler, IngressRules } from './handle-webhook.js';

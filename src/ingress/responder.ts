@@ -1,6 +1,6 @@
 import type { HttpResponse } from 'uWebSockets.js';
-import type { ErrorCode } from '../errors.js';
-import { signaturePrefix, type Logger } from '../observability/logger.js';
+import type { ErrorCode } from '../platform/errors.js';
+import { signaturePrefix, type Logger } from '../platform/logger.js';
 import { isWebhookTopic } from './handle-webhook.js';
 import { httpStatusOf, statusLine } from './http-status.js';
 import type { IngressMetrics, IngressOutcome } from './metrics.js';

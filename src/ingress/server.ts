@@ -1,10 +1,10 @@
 import { performance } from 'node:perf_hooks';
 import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket } from 'uWebSockets.js';
-import { MsgbridgeError } from '../errors.js';
+import { MsgbridgeError } from '../platform/errors.js';
 import { SIGNATURE_HEADER } from '../contracts/headers.js';
 import type { PublishCallback, PublishRecord } from '../kafka/batching-publisher.js';
-import type { Logger } from '../observability/logger.js';
-import { loadUws } from '../uws.js';
+import type { Logger } from '../platform/logger.js';
+import { loadUws } from '../platform/uws.js';
 import { Exchanges, type Exchange } from './exchanges.js';
 import { addressOf, FramingGuard } from './framing-guard.js';
 import { isWebhookTopic, type WebhookDecision, type WebhookHandler } from './handle-webhook.js';

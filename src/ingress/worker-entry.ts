@@ -1,7 +1,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { Registry } from 'prom-client';
-import { isMsgbridgeError } from '../errors.js';
-import { createLogger } from '../observability/logger.js';
+import { isMsgbridgeError } from '../platform/errors.js';
+import { createLogger } from '../platform/logger.js';
 import { startIngressWithControls, type Ingress, type IngressControls } from './index.js';
 import type { FromWorker, IngressWorkerData, ToWorker } from './workers.js';
 

@@ -6,9 +6,9 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { AggregatorRegistry, Registry, type Aggregator, type MetricObjectWithValues, type MetricValue } from 'prom-client';
 import type { Config } from '../config/schema.js';
-import { MsgbridgeError, type ErrorCode } from '../errors.js';
-import { silentLogger, type Logger } from '../observability/logger.js';
-import { localUrl } from '../net.js';
+import { MsgbridgeError, type ErrorCode } from '../platform/errors.js';
+import { silentLogger, type Logger } from '../platform/logger.js';
+import { localUrl } from '../platform/net.js';
 import { startIngress, type Ingress, type IngressState } from './index.js';
 
 /**

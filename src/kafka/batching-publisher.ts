@@ -1,6 +1,6 @@
 import { performance } from 'node:perf_hooks';
-import { Deque } from '../deque.js';
-import { MsgbridgeError, type ErrorCode } from '../errors.js';
+import { Deque } from '../platform/deque.js';
+import { MsgbridgeError, type ErrorCode } from '../platform/errors.js';
 import { javaCompatibleHash } from './partitioner.js';
 import { assertWritable, NotWritableError, type ClusterLayout, type ProducerFactory, type RecordProducer, type RecordToWrite, type TopicRecords } from './port.js';
 

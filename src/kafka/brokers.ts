@@ -1,5 +1,5 @@
 import type { Config } from '../config/schema.js';
-import type { Logger } from '../observability/logger.js';
+import type { Logger } from '../platform/logger.js';
 import { startLocalBroker, type LocalBroker } from './local-broker.js';
 
 export interface Brokers {

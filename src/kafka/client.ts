@@ -1,6 +1,6 @@
 import { Kafka, logLevel, type KafkaConfig as KafkajsConfig, type LogEntry, type SASLOptions } from 'kafkajs';
 import type { KafkaConfig } from '../config/schema.js';
-import type { Logger } from '../observability/logger.js';
+import type { Logger } from '../platform/logger.js';
 import { tlsOptions } from './tls.js';
 
 /**

@@ -1,4 +1,4 @@
-import { MsgbridgeError } from '../errors.js';
+import { MsgbridgeError } from '../platform/errors.js';
 
 /**
  * One line naming why Kafka could not be reached, for either client: the TLS certificate, the

@@ -1,5 +1,5 @@
 import type { Admin, Consumer, EachBatchPayload, Kafka, Offsets } from 'kafkajs';
-import type { Logger } from '../observability/logger.js';
+import type { Logger } from '../platform/logger.js';
 import {
   CommitMetadataTooLargeError,
   RejoinNeededError,

@@ -6,7 +6,7 @@ import { homedir, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Kafka, logLevel } from 'kafkajs';
-import { MsgbridgeError } from '../errors.js';
+import { MsgbridgeError } from '../platform/errors.js';
 
 /**
  * A single-node Apache Kafka (KRaft: broker and controller in one JVM) on free loopback

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import type { ConnectionOptions } from 'node:tls';
 import type { KafkaConfig } from '../config/schema.js';
-import { MsgbridgeError } from '../errors.js';
+import { MsgbridgeError } from '../platform/errors.js';
 
 /**
  * The TLS options of a Kafka connection, for either client: `kafka.ssl` true (the system's

@@ -1,6 +1,6 @@
 import kafkajs, { type Admin } from 'kafkajs';
-import { MsgbridgeError } from '../errors.js';
-import type { Logger } from '../observability/logger.js';
+import { MsgbridgeError } from '../platform/errors.js';
+import type { Logger } from '../platform/logger.js';
 
 export interface TopicSpec {
   topic: string;

@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type { Consumer, Kafka } from 'kafkajs';
-import { MsgbridgeError } from '../errors.js';
-import type { Logger } from '../observability/logger.js';
-import { partitionEnds } from '../tracker/changelog-restore.js';
+import { MsgbridgeError } from '../platform/errors.js';
+import type { Logger } from '../platform/logger.js';
+import { partitionEnds } from '../kafka/changelog-reader.js';
 import { conversationEntry, type ConversationTable } from './conversation-table.js';
 
 /**

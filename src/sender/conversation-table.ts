@@ -1,4 +1,4 @@
-import { conversationWindowSchema } from '../tracker/conversation-window.js';
+import { conversationWindowSchema } from '../contracts/conversation-window.js';
 
 /**
  * The sender's copy of the `conversations` topic (DESIGN §1.6): which customers' 24-hour windows

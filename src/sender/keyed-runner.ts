@@ -1,5 +1,5 @@
 import { setMaxListeners } from 'node:events';
-import { Deque } from '../deque.js';
+import { Deque } from '../platform/deque.js';
 
 /**
  * Runs work items ordered per key and concurrently across keys, and tracks, per partition,

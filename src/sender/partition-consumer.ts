@@ -1,8 +1,8 @@
 import { CommitMetadataTooLargeError, RejoinNeededError, type BatchControl, type ConsumedRecord, type GroupConsumer } from '../kafka/group-consumer.js';
-import type { Logger } from '../observability/logger.js';
+import type { Logger } from '../platform/logger.js';
 import type { KeyedRunner } from './keyed-runner.js';
 import { decodeCompleted, encodeCompleted } from './offset-metadata.js';
-import { sleep } from '../sleep.js';
+import { sleep } from '../platform/sleep.js';
 
 /**
  * The sender's consumer-group member protocol (README "Guarantees"): assignments and

@@ -1,5 +1,5 @@
 import { isRecordTooLarge, type RecordToWrite } from '../kafka/port.js';
-import type { Logger } from '../observability/logger.js';
+import type { Logger } from '../platform/logger.js';
 import type { Admission, CircuitBreaker } from './circuit-breaker.js';
 import { decideConversation, fallbackBody, outsideWindowFailure, type ConversationWindowMode } from './conversation-guard.js';
 import type { WindowLookup } from './conversation-table.js';
@@ -22,7 +22,7 @@ import {
 } from './requests.js';
 import { decide, maybeCreated, providerFailing, type AttemptOutcome, type RetryPolicyOptions } from './retry-policy.js';
 import type { Semaphore } from './semaphore.js';
-import { sleep } from '../sleep.js';
+import { sleep } from '../platform/sleep.js';
 
 /**
  * The work of one request (README "Guarantees"): DLQ records are published with the rejected

@@ -1,4 +1,4 @@
-import { Deque } from '../deque.js';
+import { Deque } from '../platform/deque.js';
 
 /**
  * A token bucket per key (the business): `ratePerSecond` tokens a second, up to `burst`

@@ -6,7 +6,7 @@
  * Pure: time and randomness come in as arguments.
  */
 
-import { parseRetryAfter } from '../retry-after.js';
+import { parseRetryAfter } from '../platform/retry-after.js';
 
 /** The error object of the provider's HTTP error answers (and of `statusUpdate.error`). */
 export interface ProviderErrorBody {

@@ -1,4 +1,4 @@
-import { Deque } from '../deque.js';
+import { Deque } from '../platform/deque.js';
 
 /**
  * At most `permits` holders at once; waiters are served in FIFO order and leave the queue

@@ -2,16 +2,16 @@ import { EventEmitter } from 'node:events';
 import { Pool } from 'undici';
 import type { SimulatorConfig } from '../config/schema.js';
 import { SIGNATURE_HEADER, type DeliveryStatus, type WebhookTopic } from '../contracts/index.js';
-import { signBody } from '../ingress/verify-signature.js';
-import type { Logger } from '../observability/logger.js';
-import { parseRetryAfter } from '../retry-after.js';
+import { signBody } from '../contracts/signature.js';
+import type { Logger } from '../platform/logger.js';
+import { parseRetryAfter } from '../platform/retry-after.js';
 import type { SimEvent } from './events.js';
 import type { Faults } from './faults.js';
 import type { CompiledBusiness } from './options.js';
 import type { Registration, Registrations } from './registrations.js';
 import { RingBuffer } from './ring-buffer.js';
 import { retryDelayMs, withinBudget } from './retry-schedule.js';
-import { Deque } from '../deque.js';
+import { Deque } from '../platform/deque.js';
 
 export interface DeliveryAttempt {
   attempt: number;

@@ -6,7 +6,7 @@ import type { MessageRecord } from './lifecycle.js';
 import { compileSimulatorOptions, type SimulatorOptions } from './options.js';
 import type { Registration } from './registrations.js';
 import { listenSimulator } from './server.js';
-import { localUrl } from '../net.js';
+import { localUrl } from '../platform/net.js';
 
 export type { SimulatorOptions, SimulatorBusiness } from './options.js';
 export { simulatorOptionsFromConfig, simulatorDefaults, NO_FAULTS } from './options.js';

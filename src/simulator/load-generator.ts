@@ -1,8 +1,8 @@
 import { randomBytes, randomInt } from 'node:crypto';
 import { monotonicFactory } from 'ulid';
 import { eventIdOf, SIGNATURE_HEADER, type WebhookTopic } from '../contracts/index.js';
-import { MsgbridgeError } from '../errors.js';
-import { signBody } from '../ingress/verify-signature.js';
+import { MsgbridgeError } from '../platform/errors.js';
+import { signBody } from '../contracts/signature.js';
 import { epochSeconds } from './events.js';
 import { KeepAliveConnection } from './keep-alive-connection.js';
 

@@ -4,8 +4,8 @@ import { z } from 'zod';
 import { recipientNumber } from '../contracts/common.js';
 import { DEFAULT_CONFIG_PATH, deepMerge, type DeepPartial } from '../config/load.js';
 import { simulatorFaultsSchema, simulatorSchema, type Config, type SimulatorConfig, type SimulatorFaults } from '../config/schema.js';
-import { MsgbridgeError } from '../errors.js';
-import { silentLogger, type Logger } from '../observability/logger.js';
+import { MsgbridgeError } from '../platform/errors.js';
+import { silentLogger, type Logger } from '../platform/logger.js';
 
 export interface SimulatorBusiness {
   id: string;

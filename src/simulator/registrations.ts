@@ -3,7 +3,7 @@ import { dirname } from 'node:path';
 import { monotonicFactory } from 'ulid';
 import { z } from 'zod';
 import { webhookRegistrationSchema, webhookTopicSchema, type WebhookTopic } from '../contracts/index.js';
-import { MsgbridgeError } from '../errors.js';
+import { MsgbridgeError } from '../platform/errors.js';
 
 export interface Registration {
   id: string;

@@ -1,8 +1,8 @@
 import { STATUS_CODES } from 'node:http';
 import type { HttpResponse, TemplatedApp, us_listen_socket } from 'uWebSockets.js';
-import { MsgbridgeError } from '../errors.js';
-import type { Logger } from '../observability/logger.js';
-import { loadUws } from '../uws.js';
+import { MsgbridgeError } from '../platform/errors.js';
+import type { Logger } from '../platform/logger.js';
+import { loadUws } from '../platform/uws.js';
 import type { SimRequest, SimResponse } from './api.js';
 import { providerError } from './provider-errors.js';
 

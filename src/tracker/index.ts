@@ -3,22 +3,22 @@ import { hostname } from 'node:os';
 import kafkajs, { type Admin, type Kafka } from 'kafkajs';
 import type { Registry } from 'prom-client';
 import type { Config } from '../config/schema.js';
-import { MsgbridgeError } from '../errors.js';
+import { MsgbridgeError } from '../platform/errors.js';
 import { createKafka } from '../kafka/client.js';
 import { connectingToKafka } from '../kafka/failure.js';
 import { checkWrittenTopics, ensureTopics } from '../kafka/topics.js';
-import { startHealthServer, type HealthServer } from '../observability/health-server.js';
-import { silentLogger, type Logger } from '../observability/logger.js';
-import { createMetricsRegistry } from '../observability/metrics.js';
-import { localUrl } from '../net.js';
-import type { MessageState } from './message-state.js';
+import { startHealthServer, type HealthServer } from '../runtime/health-server.js';
+import { silentLogger, type Logger } from '../platform/logger.js';
+import { createMetricsRegistry } from '../runtime/metrics.js';
+import { localUrl } from '../platform/net.js';
+import type { MessageState } from '../contracts/message-state.js';
 import { createTrackerMetrics } from './metrics.js';
 import { groupDirectory } from './query-router.js';
 import { QueryService } from './query-service.js';
 import { TaskRestorer } from './task-restorer.js';
 import type { TaskStore } from './state-store.js';
-import { TrackerLogic, type TrackerTopics } from './tasks.js';
-import { startTransactionalEngine, type TransactionalEngine, type TransactionEvent } from './transactional-engine.js';
+import { TrackerLogic, type TrackerTopics } from './tracker-logic.js';
+import { startTransactionalEngine, type TransactionalEngine, type TransactionEvent } from '../kafka/transactional-engine.js';
 
 /**
  * The tracker role's composition root (src/tracker/README.md): one consumer group on

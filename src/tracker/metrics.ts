@@ -1,6 +1,6 @@
 import { Counter, Gauge, type Registry } from 'prom-client';
-import type { EngineStats } from './transactional-engine.js';
-import type { TrackerCounters } from './tasks.js';
+import type { EngineStats } from '../kafka/transactional-engine.js';
+import type { TrackerCounters } from './tracker-logic.js';
 
 /** What the gauges read at scrape time. */
 export interface TrackerGaugeSources {

@@ -1,5 +1,5 @@
 import { AssignerProtocol, type Admin } from 'kafkajs';
-import { decodeQueryUrl } from './co-partition-assigner.js';
+import { decodeQueryUrl } from '../kafka/co-partition-assigner.js';
 
 /**
  * Which member answers for which task, read from the group itself: every member publishes its

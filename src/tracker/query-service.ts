@@ -1,7 +1,7 @@
-import { MsgbridgeError } from '../errors.js';
-import { messageStateOf, type MessageState, type TrackedMessage } from './message-state.js';
+import { MsgbridgeError } from '../platform/errors.js';
+import { messageStateOf, type MessageState, type TrackedMessage } from '../contracts/message-state.js';
 import { FORWARDED_HEADER, forwardQuery, type ForwardAnswer, type GroupDirectory } from './query-router.js';
-import type { TrackerLogic } from './tasks.js';
+import type { TrackerLogic } from './tracker-logic.js';
 
 /**
  * The tracker's queries (README "Queries"), answered from the local stores in constant time:

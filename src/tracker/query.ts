@@ -1,7 +1,7 @@
 import type { Kafka } from 'kafkajs';
 import { javaCompatibleHash } from '../kafka/partitioner.js';
-import { readChangelog } from './changelog-restore.js';
-import { messageStateSchema, type TrackedMessage } from './message-state.js';
+import { readChangelog } from '../kafka/changelog-reader.js';
+import { messageStateSchema, type TrackedMessage } from '../contracts/message-state.js';
 
 /**
  * Answers "what is the state of this message / request" from `message-state` itself, for

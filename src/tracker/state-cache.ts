@@ -1,4 +1,4 @@
-import type { TrackedMessage } from './message-state.js';
+import type { TrackedMessage } from '../contracts/message-state.js';
 
 /**
  * A bounded LRU of states: the tracker keeps at most `maxEntries` in memory and re-reads an

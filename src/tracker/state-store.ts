@@ -1,8 +1,8 @@
 import { mkdirSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
-import { conversationWindowSchema, type ConversationWindow } from './conversation-window.js';
-import { messageStateSchema, type TrackedMessage } from './message-state.js';
+import { conversationWindowSchema, type ConversationWindow } from '../contracts/conversation-window.js';
+import { messageStateSchema, type TrackedMessage } from '../contracts/message-state.js';
 
 /**
  * One task's persistent local store (LMDB, one environment per task directory): every live

@@ -1,10 +1,10 @@
 import type { Kafka } from 'kafkajs';
 import type { Config } from '../config/schema.js';
-import type { Logger } from '../observability/logger.js';
-import { partitionEnds, readChangelog, type PartitionEnds } from './changelog-restore.js';
+import type { Logger } from '../platform/logger.js';
+import { partitionEnds, readChangelog, type PartitionEnds } from '../kafka/changelog-reader.js';
 import type { TrackerMetrics } from './metrics.js';
 import { TaskStore, taskStoreDir, type ChangelogEntry, type Checkpoint } from './state-store.js';
-import type { TrackerLogic, TrackerTopics } from './tasks.js';
+import type { TrackerLogic, TrackerTopics } from './tracker-logic.js';
 
 /**
  * Brings a task's local store up to its changelogs before the task takes traffic (README

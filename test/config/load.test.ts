@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config/load.js';
-import { isMsgbridgeError } from '../../src/errors.js';
+import { isMsgbridgeError } from '../../src/platform/errors.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'msgbridge-config-'));
 function file(name: string, content: string): string {

@@ -6,8 +6,8 @@ import pkg from '../../package.json' with { type: 'json' };
 import { z } from 'zod';
 import { buildAsyncApiDocument } from '../../src/contracts/asyncapi.js';
 import { HEADER, SCHEMA_ID } from '../../src/contracts/headers.js';
-import { conversationWindowSchema } from '../../src/tracker/conversation-window.js';
-import { messageStateSchema } from '../../src/tracker/message-state.js';
+import { conversationWindowSchema } from '../../src/contracts/conversation-window.js';
+import { messageStateSchema } from '../../src/contracts/message-state.js';
 
 const file = join(import.meta.dirname, '..', '..', 'docs', 'asyncapi.json');
 

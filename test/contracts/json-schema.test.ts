@@ -3,8 +3,10 @@ import { join } from 'node:path';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import { describe, expect, it } from 'vitest';
 import { renderJsonSchemas } from '../../src/contracts/json-schema.js';
-import { applyInbound, inboundFrom, type ConversationWindow } from '../../src/tracker/conversation-window.js';
-import { applyEvent, messageStateOf, type TrackedMessage, type TrackerEvent } from '../../src/tracker/message-state.js';
+import { applyInbound, inboundFrom } from '../../src/tracker/window-rules.js';
+import { type ConversationWindow } from '../../src/contracts/conversation-window.js';
+import { applyEvent, type TrackerEvent } from '../../src/tracker/state-rules.js';
+import { messageStateOf, type TrackedMessage } from '../../src/contracts/message-state.js';
 
 const dir = join(import.meta.dirname, '..', '..', 'schemas');
 

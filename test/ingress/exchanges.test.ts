@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import type { HttpResponse } from 'uWebSockets.js';
-import { MsgbridgeError, type ErrorCode } from '../../src/errors.js';
+import { MsgbridgeError, type ErrorCode } from '../../src/platform/errors.js';
 import { Exchanges, type Exchange } from '../../src/ingress/exchanges.js';
 import type { Refusable, Responder } from '../../src/ingress/responder.js';
-import { silentLogger } from '../../src/observability/logger.js';
+import { silentLogger } from '../../src/platform/logger.js';
 
 /** A responder that records refusals, and responses that record being closed. */
 function setup(options: { budget?: number; held?: number; admission?: MsgbridgeError; perAddress?: number; maxBody?: number } = {}) {

@@ -4,7 +4,7 @@ import { Pool } from 'undici';
 import { loadConfig, type DeepPartial } from '../../src/config/load.js';
 import type { Config } from '../../src/config/schema.js';
 import { startIngress, type Ingress, type StartIngressOptions } from '../../src/ingress/index.js';
-import { createLogger } from '../../src/observability/logger.js';
+import { createLogger } from '../../src/platform/logger.js';
 import { kafkaBrokers, uniqueTopic } from '../helpers/kafka.js';
 
 export interface TestIngress {

@@ -1,10 +1,10 @@
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { createWebhookHandler } from '../../src/ingress/handle-webhook.js';
-import * as verification from '../../src/ingress/verify-signature.js';
+import * as verification from '../../src/contracts/signature.js';
 import { statusEvent } from './fixtures.js';
 
-vi.mock('../../src/ingress/verify-signature.js', async (importOriginal) => {
-  const actual = await importOriginal<typeof import('../../src/ingress/verify-signature.js')>();
+vi.mock('../../src/contracts/signature.js', async (importOriginal) => {
+  const actual = await importOriginal<typeof import('../../src/contracts/signature.js')>();
   return { ...actual, verifySignature: vi.fn(actual.verifySignature) };
 });
 

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config/load.js';
 import type { Config } from '../../src/config/schema.js';
 import { startIngressWorkers, type IngressWorkers } from '../../src/ingress/workers.js';
-import { createLogger } from '../../src/observability/logger.js';
+import { createLogger } from '../../src/platform/logger.js';
 import { runCli, startCli } from '../helpers/cli.js';
 import { consumeRecords, kafkaBrokers } from '../helpers/kafka.js';
 import { inboundEvent, messageId, signedHeaders, statusEvent } from './fixtures.js';

@@ -5,7 +5,7 @@ import { parseWorkersOption } from '../../src/commands/ingress.js';
 import { createIngressMetrics } from '../../src/ingress/metrics.js';
 import { aggregateWorkerMetrics, aggregationOf, availableCores, cgroupCpuLimit, resolveIngressWorkers } from '../../src/ingress/workers.js';
 import type { PublisherStats } from '../../src/kafka/batching-publisher.js';
-import { createMetricsRegistry } from '../../src/observability/metrics.js';
+import { createMetricsRegistry } from '../../src/runtime/metrics.js';
 
 /** A file system of these files only. */
 const files = (contents: Record<string, string>) => (path: string) => contents[path];

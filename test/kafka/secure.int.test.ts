@@ -7,7 +7,7 @@ import { startIngress } from '../../src/ingress/index.js';
 import { startSender } from '../../src/sender/index.js';
 import { startTracker } from '../../src/tracker/index.js';
 import { startSimulator } from '../../src/simulator/index.js';
-import { isMsgbridgeError } from '../../src/errors.js';
+import { isMsgbridgeError } from '../../src/platform/errors.js';
 import { runCli } from '../helpers/cli.js';
 import { signedHeaders, statusEvent, messageId } from '../ingress/fixtures.js';
 

@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config/load.js';
 import { sendResultSchema } from '../../src/contracts/index.js';
-import { isMsgbridgeError } from '../../src/errors.js';
+import { isMsgbridgeError } from '../../src/platform/errors.js';
 import type { RecordToWrite } from '../../src/kafka/port.js';
-import { silentLogger } from '../../src/observability/logger.js';
+import { silentLogger } from '../../src/platform/logger.js';
 import { CircuitBreaker } from '../../src/sender/circuit-breaker.js';
 import type { WindowLookup } from '../../src/sender/conversation-table.js';
 import type { WorkContext } from '../../src/sender/keyed-runner.js';

@@ -3,7 +3,7 @@ import { createServer } from 'node:net';
 import { Kafka, logLevel } from 'kafkajs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { sendResultSchema, type SendResult } from '../../src/contracts/index.js';
-import { isMsgbridgeError } from '../../src/errors.js';
+import { isMsgbridgeError } from '../../src/platform/errors.js';
 import { ensureTopics } from '../../src/kafka/topics.js';
 import { startSender, type Sender } from '../../src/sender/index.js';
 import { runCli } from '../helpers/cli.js';

@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { Kafka, logLevel } from 'kafkajs';
 import { loadConfig, type DeepPartial } from '../../src/config/load.js';
 import type { Config } from '../../src/config/schema.js';
-import { createLogger, silentLogger, type Logger } from '../../src/observability/logger.js';
+import { createLogger, silentLogger, type Logger } from '../../src/platform/logger.js';
 import { startSender, type Sender, type StartSenderOptions } from '../../src/sender/index.js';
 import { startSimulator, type RunningSimulator, type SendRecord, type SimulatorOptions } from '../../src/simulator/index.js';
 import { ensureTopics } from '../../src/kafka/topics.js';

@@ -9,7 +9,7 @@ import {
   type GroupConsumerHandlers,
   type OffsetToCommit,
 } from '../../src/kafka/group-consumer.js';
-import { silentLogger } from '../../src/observability/logger.js';
+import { silentLogger } from '../../src/platform/logger.js';
 import { KeyedRunner } from '../../src/sender/keyed-runner.js';
 import { encodeCompleted } from '../../src/sender/offset-metadata.js';
 import { PartitionConsumer } from '../../src/sender/partition-consumer.js';

@@ -4,7 +4,7 @@ import { CircuitBreaker } from '../../src/sender/circuit-breaker.js';
 import { RateLimiter } from '../../src/sender/rate-limiter.js';
 import { Semaphore } from '../../src/sender/semaphore.js';
 import pino from 'pino';
-import { silentLogger } from '../../src/observability/logger.js';
+import { silentLogger } from '../../src/platform/logger.js';
 import type { WorkContext } from '../../src/sender/keyed-runner.js';
 import { noopSenderMetrics } from '../../src/sender/metrics.js';
 import { createProcessor, type ProcessorOptions } from '../../src/sender/processor.js';

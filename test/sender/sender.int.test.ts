@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { sendResultSchema } from '../../src/contracts/index.js';
 import { loadConfig } from '../../src/config/load.js';
-import { isMsgbridgeError } from '../../src/errors.js';
+import { isMsgbridgeError } from '../../src/platform/errors.js';
 import { startSender } from '../../src/sender/index.js';
 import { kafkaBrokers } from '../helpers/kafka.js';
 import {

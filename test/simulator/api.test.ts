@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { decodeTime, isValid } from 'ulid';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { providerErrorSchema } from '../../src/contracts/index.js';
-import { isMsgbridgeError } from '../../src/errors.js';
+import { isMsgbridgeError } from '../../src/platform/errors.js';
 import { startSimulator, type RunningSimulator } from '../../src/simulator/index.js';
 import { apiHeaders, BIZ, call, fastOptions, OTHER, register, sendTemplate, withSimulator } from './helpers.js';
 

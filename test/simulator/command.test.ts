@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { main } from '../../src/cli.js';
 import { loadConfig } from '../../src/config/load.js';
-import { isMsgbridgeError } from '../../src/errors.js';
+import { isMsgbridgeError } from '../../src/platform/errors.js';
 import { simulatorOptionsFromConfig, type RunningSimulator } from '../../src/simulator/index.js';
 import { BIZ, call, register, startReceiver, withSimulator, type Receiver } from './helpers.js';
 

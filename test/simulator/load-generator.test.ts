@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { main } from '../../src/cli.js';
 import { deliveryStatusEventSchema, detectWebhookTopic, inboundMessageEventSchema } from '../../src/contracts/index.js';
-import { isMsgbridgeError } from '../../src/errors.js';
+import { isMsgbridgeError } from '../../src/platform/errors.js';
 import { runWebhookLoad } from '../../src/simulator/load-generator.js';
 import { hmacBase64 } from '../helpers/signing.js';
 import { startReceiver, type Receiver } from './helpers.js';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { chunkOutputs, type OutputRecord } from '../../src/tracker/transactional-engine.js';
+import { chunkOutputs, type OutputRecord } from '../../src/kafka/transactional-engine.js';
 
 describe('chunkOutputs (produce requests of bounded size inside one transaction)', () => {
   const record = (n: number, bytes: number): OutputRecord => ({ topic: 't', partition: 0, key: `k${n}`, value: 'v'.repeat(bytes), headers: { 'event-id': 'e'.repeat(64) } });

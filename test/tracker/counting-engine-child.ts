@@ -1,9 +1,9 @@
 import { fileURLToPath } from 'node:url';
 import { Kafka, logLevel } from 'kafkajs';
 import type { ConsumedRecord } from '../../src/kafka/group-consumer.js';
-import { createLogger, type Logger } from '../../src/observability/logger.js';
-import { readChangelogPartition } from '../../src/tracker/changelog-restore.js';
-import { startTransactionalEngine, type TransactionalEngine, type TransactionalEngineOptions } from '../../src/tracker/transactional-engine.js';
+import { createLogger, type Logger } from '../../src/platform/logger.js';
+import { readChangelogPartition } from '../../src/kafka/changelog-reader.js';
+import { startTransactionalEngine, type TransactionalEngine, type TransactionalEngineOptions } from '../../src/kafka/transactional-engine.js';
 
 /**
  * The proof processor of the engine's tests: a running count per key. Each input record

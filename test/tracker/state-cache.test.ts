@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { applyEvent, type StatusEvent, type TrackedMessage } from '../../src/tracker/message-state.js';
+import { applyEvent, type StatusEvent } from '../../src/tracker/state-rules.js';
+import { type TrackedMessage } from '../../src/contracts/message-state.js';
 import { messageStateCache, StateCache } from '../../src/tracker/state-cache.js';
 
 const NOW = new Date('2026-03-01T12:00:00Z');

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { TrackedMessage } from '../../src/tracker/message-state.js';
+import type { TrackedMessage } from '../../src/contracts/message-state.js';
 import { TaskStore, taskStoreDir, type StoreIdentity } from '../../src/tracker/state-store.js';
 
 /** The LMDB store of one task, on a temporary directory: states, indexes, checkpoint, expiry, identity. */

@@ -1,5 +1,5 @@
 import { loadConfig } from '../../src/config/load.js';
-import { createLogger } from '../../src/observability/logger.js';
+import { createLogger } from '../../src/platform/logger.js';
 import { startTracker } from '../../src/tracker/index.js';
 import { TaskStore } from '../../src/tracker/state-store.js';
 

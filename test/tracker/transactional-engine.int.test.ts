@@ -2,12 +2,12 @@ import { appendFileSync } from 'node:fs';
 import { Writable } from 'node:stream';
 import { AssignerProtocol } from 'kafkajs';
 import { afterEach, describe, expect, it } from 'vitest';
-import { isMsgbridgeError } from '../../src/errors.js';
+import { isMsgbridgeError } from '../../src/platform/errors.js';
 import { ensureTopics } from '../../src/kafka/topics.js';
-import { createLogger } from '../../src/observability/logger.js';
-import { partitionEnds, readChangelog, readChangelogPartition } from '../../src/tracker/changelog-restore.js';
-import { checkCoPartitioned, planTasks } from '../../src/tracker/co-partition-assigner.js';
-import { startTransactionalEngine } from '../../src/tracker/transactional-engine.js';
+import { createLogger } from '../../src/platform/logger.js';
+import { partitionEnds, readChangelog, readChangelogPartition } from '../../src/kafka/changelog-reader.js';
+import { checkCoPartitioned, planTasks } from '../../src/kafka/co-partition-assigner.js';
+import { startTransactionalEngine } from '../../src/kafka/transactional-engine.js';
 import { consumeRecords, createTopics, kafkaBrokers, produce, testKafka, uniqueTopic, withAdmin } from '../helpers/kafka.js';
 import { countingProblems, startCountingEngine, type CountingEngineSettings } from './counting-engine-child.js';
 

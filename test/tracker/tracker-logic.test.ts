@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { eventIdOf, resultEventId } from '../../src/contracts/index.js';
 import type { ConsumedRecord } from '../../src/kafka/group-consumer.js';
-import type { ConversationWindow } from '../../src/tracker/conversation-window.js';
-import type { TrackedMessage } from '../../src/tracker/message-state.js';
-import { TrackerLogic, type TaskStateStore } from '../../src/tracker/tasks.js';
+import type { ConversationWindow } from '../../src/contracts/conversation-window.js';
+import type { TrackedMessage } from '../../src/contracts/message-state.js';
+import { TrackerLogic, type TaskStateStore } from '../../src/tracker/tracker-logic.js';
 import { inboundEvent, statusEvent } from '../ingress/fixtures.js';
 import { accepted } from './harness.js';
 

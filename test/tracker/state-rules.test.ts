@@ -1,22 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import type { ProviderError } from '../../src/contracts/common.js';
 import { deliveryStatusEventSchema, type DeliveryStatus } from '../../src/contracts/webhook-events.js';
-import { isMsgbridgeError } from '../../src/errors.js';
-import {
-  applyEvent,
-  isoFromEpochSeconds,
-  MAX_REMEMBERED_EVENT_IDS,
-  messageStateOf,
-  messageStateSchema,
-  resultEventFrom,
-  statusEventFrom,
-  statusRank,
-  type ApplyResult,
-  type ResultEvent,
-  type StatusEvent,
-  type TrackedMessage,
-  type TrackerEvent,
-} from '../../src/tracker/message-state.js';
+import { isMsgbridgeError } from '../../src/platform/errors.js';
+import { applyEvent, MAX_REMEMBERED_EVENT_IDS, resultEventFrom, statusEventFrom, statusRank, type ApplyResult, type ResultEvent, type StatusEvent, type TrackerEvent } from '../../src/tracker/state-rules.js';
+import { isoFromEpochSeconds } from '../../src/contracts/time.js';
+import { messageStateOf, messageStateSchema, type TrackedMessage } from '../../src/contracts/message-state.js';
 
 const NOW = new Date('2026-03-01T12:00:00.000Z');
 const T0 = Date.parse('2026-03-01T10:00:00.000Z');

@@ -1,16 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { inboundMessageEventSchema } from '../../src/contracts/webhook-events.js';
-import { isMsgbridgeError } from '../../src/errors.js';
-import {
-  applyInbound,
-  CONVERSATION_WINDOW_MS,
-  conversationKey,
-  conversationWindowSchema,
-  inboundFrom,
-  isWindowOpen,
-  type ConversationWindow,
-  type InboundEvent,
-} from '../../src/tracker/conversation-window.js';
+import { isMsgbridgeError } from '../../src/platform/errors.js';
+import { applyInbound, inboundFrom, type InboundEvent } from '../../src/tracker/window-rules.js';
+import { CONVERSATION_WINDOW_MS, conversationKey, conversationWindowSchema, isWindowOpen, type ConversationWindow } from '../../src/contracts/conversation-window.js';
 
 const inbound = (at: string): InboundEvent => ({ businessId: 'biz_1', customer: '+15550002222', at });
 

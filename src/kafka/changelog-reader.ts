@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type { Cluster, Kafka, KafkaMessage } from 'kafkajs';
-import { MsgbridgeError } from '../errors.js';
-import type { ConsumedRecord } from '../kafka/group-consumer.js';
-import type { Logger } from '../observability/logger.js';
+import { MsgbridgeError } from '../platform/errors.js';
+import type { ConsumedRecord } from './group-consumer.js';
+import type { Logger } from '../platform/logger.js';
 
 /**
  * Rebuilding state from a compacted output topic (the changelog, as Kafka Streams does): read

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { parseRetryAfter } from '../src/retry-after.js';
+import { parseRetryAfter } from '../../src/platform/retry-after.js';
 
 describe('Retry-After', () => {
   const now = Date.parse('2025-01-01T00:00:00Z');

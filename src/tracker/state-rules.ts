@@ -1,17 +1,15 @@
-import { z } from 'zod';
-import { providerErrorSchema, type ProviderError } from '../contracts/common.js';
+import type { ProviderError } from '../contracts/common.js';
+import type { MessageStatus, TrackedMessage } from '../contracts/message-state.js';
 import type { AcceptedSendResult, SendResult } from '../contracts/send.js';
 import type { DeliveryStatus, DeliveryStatusEvent } from '../contracts/webhook-events.js';
-import { MsgbridgeError } from '../errors.js';
+import { canonicalIso, isoFromEpochSeconds } from '../contracts/time.js';
+import { MsgbridgeError } from '../platform/errors.js';
 
 /**
- * The state of one message (DESIGN §1.5) and the pure rules that fold its events into it.
+ * The pure rules that fold a message's events into its state (contracts/message-state.ts).
  * The rules and why they are what they are: README.md "Message state". Nothing here mutates
  * its inputs; a duplicate returns the very object it was given.
  */
-
-export const MESSAGE_STATUSES = ['accepted', 'sent', 'delivered', 'read', 'delivery_failed'] as const;
-export type MessageStatus = (typeof MESSAGE_STATUSES)[number];
 
 /** delivery_failed ranks above read: it is terminal whatever order the events came in. */
 const RANK: Record<MessageStatus, number> = { accepted: 0, sent: 1, delivered: 2, read: 3, delivery_failed: 4 };
@@ -22,66 +20,6 @@ export function statusRank(status: MessageStatus): number {
 
 /** Event ids a state remembers (most recent last). A message has about five distinct events. */
 export const MAX_REMEMBERED_EVENT_IDS = 32;
-
-/** The public shape of DESIGN §1.5. */
-export interface MessageState {
-  messageId: string;
-  /** Null until the accepted send result is seen; stays null for a message not sent through the relay. */
-  requestId: string | null;
-  businessId: string;
-  recipient: string | null;
-  type: 'text' | 'template' | null;
-  status: MessageStatus;
-  acceptedAt: string | null;
-  sentAt: string | null;
-  deliveredAt: string | null;
-  readAt: string | null;
-  failedAt: string | null;
-  error: ProviderError | null;
-  /** Distinct events that changed this state. */
-  events: number;
-  updatedAt: string;
-}
-
-/**
- * What the tracker keeps and publishes on `message-state`: the public state plus the ids of the
- * events it applied, so that deduplication survives a restore from the compacted topic.
- */
-export interface TrackedMessage extends MessageState {
-  eventIds: string[];
-}
-
-const isoTime = z.iso.datetime({ offset: true });
-const nullableIso = isoTime.nullable();
-
-/** Parses a `message-state` value back (restore). `eventIds` may be absent in values written by others. */
-export const messageStateSchema = z.object({
-  messageId: z.string().min(1),
-  requestId: z.string().min(1).nullable(),
-  businessId: z.string().min(1),
-  recipient: z.string().nullable(),
-  type: z.enum(['text', 'template']).nullable(),
-  status: z.enum(MESSAGE_STATUSES),
-  acceptedAt: nullableIso,
-  sentAt: nullableIso,
-  deliveredAt: nullableIso,
-  readAt: nullableIso,
-  failedAt: nullableIso,
-  error: providerErrorSchema.nullable(),
-  events: z.number().int().min(0),
-  updatedAt: isoTime,
-  eventIds: z.array(z.string().min(1)).default([]),
-});
-
-// Compile-time check that the schema and the interface stay one shape.
-const _sameShape: (v: z.infer<typeof messageStateSchema>) => TrackedMessage = (v) => v;
-void _sameShape;
-
-/** The public state, without the bookkeeping (for query answers). */
-export function messageStateOf(tracked: TrackedMessage): MessageState {
-  const { eventIds: _eventIds, ...state } = tracked;
-  return state;
-}
 
 export interface ResultEvent {
   kind: 'result';
@@ -136,29 +74,6 @@ export function statusEventFrom(event: DeliveryStatusEvent, meta: { eventId: str
     error: update.status === 'delivery_failed' ? (update.error ?? null) : null,
     recipient: event.recipient.id,
   };
-}
-
-/** 9999-12-31T23:59:59Z: later times have no four-digit-year ISO form and would not parse back. */
-export const MAX_EPOCH_MS = 253_402_300_799_000;
-const ISO_SHAPE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/;
-
-/** The provider's `timestamp` (decimal seconds since the epoch) as an ISO time. */
-export function isoFromEpochSeconds(value: string, field = 'timestamp'): string {
-  const seconds = /^\d{1,12}$/.test(value) ? Number(value) : NaN;
-  const ms = seconds * 1000;
-  if (!Number.isFinite(ms) || ms > MAX_EPOCH_MS) {
-    throw invalid(`${field} must be decimal seconds since the Unix epoch, before year 10000 (got ${JSON.stringify(value)})`, field, value);
-  }
-  return new Date(ms).toISOString();
-}
-
-/** An ISO time with a zone, in canonical UTC form (`toISOString`); throws when unparseable. */
-export function canonicalIso(value: string, field: string): string {
-  const ms = ISO_SHAPE.test(value) ? Date.parse(value) : NaN;
-  if (!Number.isFinite(ms) || ms < 0 || ms > MAX_EPOCH_MS) {
-    throw invalid(`${field} must be an ISO 8601 time with a zone, such as 2026-11-23T10:00:00Z (got ${JSON.stringify(value)})`, field, value);
-  }
-  return new Date(ms).toISOString();
 }
 
 export type ApplyOutcome =

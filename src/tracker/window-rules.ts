@@ -1,7 +1,7 @@
-import { z } from 'zod';
 import type { InboundMessageEvent } from '../contracts/webhook-events.js';
-import { MsgbridgeError } from '../errors.js';
-import { canonicalIso, isoFromEpochSeconds, MAX_EPOCH_MS } from './message-state.js';
+import { MsgbridgeError } from '../platform/errors.js';
+import { CONVERSATION_WINDOW_MS, conversationKey, type ConversationWindow } from '../contracts/conversation-window.js';
+import { canonicalIso, isoFromEpochSeconds, MAX_EPOCH_MS } from '../contracts/time.js';
 
 /**
  * The 24-hour customer-service window of one conversation (DESIGN §1.6): free-form text may be
@@ -9,39 +9,11 @@ import { canonicalIso, isoFromEpochSeconds, MAX_EPOCH_MS } from './message-state
  * deduplication: a duplicate or a late event never changes it.
  */
 
-export const CONVERSATION_WINDOW_MS = 24 * 3600 * 1000;
-
-export interface ConversationWindow {
-  businessId: string;
-  customer: string;
-  lastInboundAt: string;
-  /** lastInboundAt + 24 h. */
-  windowOpenUntil: string;
-}
-
 export interface InboundEvent {
   businessId: string;
   customer: string;
   /** ISO time of the inbound message: the webhook's `timestamp`. */
   at: string;
-}
-
-const isoTime = z.iso.datetime({ offset: true });
-
-/** Parses a `conversations` value back (restore). */
-export const conversationWindowSchema = z.object({
-  businessId: z.string().min(1),
-  customer: z.string().min(1),
-  lastInboundAt: isoTime,
-  windowOpenUntil: isoTime,
-});
-
-const _sameShape: (v: z.infer<typeof conversationWindowSchema>) => ConversationWindow = (v) => v;
-void _sameShape;
-
-/** The record key on `conversations`. */
-export function conversationKey(businessId: string, customer: string): string {
-  return `${businessId}:${customer}`;
 }
 
 /**
@@ -77,9 +49,4 @@ export function applyInbound(current: ConversationWindow | undefined, input: Inb
     },
     changed: true,
   };
-}
-
-/** Whether a free-form text may be sent at `now`; closed when the conversation is unknown. */
-export function isWindowOpen(window: ConversationWindow | undefined, now: Date): boolean {
-  return window !== undefined && now.getTime() < Date.parse(window.windowOpenUntil);
 }

@@ -1,6 +1,6 @@
 import { createHmac } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { signBody, verifySignature } from '../../src/ingress/verify-signature.js';
+import { signBody, verifySignature } from '../../src/contracts/signature.js';
 import { hmacBase64 } from '../helpers/signing.js';
 
 const body = Buffer.from('{"topic":"delivery_status","timestamp":"1700000000"}');

@@ -2,10 +2,12 @@ import { createHash } from 'node:crypto';
 import { HEADER, SCHEMA_ID, deliveryStatusEventSchema, eventIdOf, inboundMessageEventSchema, resultEventId, sendResultSchema } from '../contracts/index.js';
 import type { ConsumedRecord } from '../kafka/group-consumer.js';
 import { javaCompatibleHash } from '../kafka/partitioner.js';
-import { applyInbound, conversationKey, inboundFrom, type ConversationWindow, type InboundEvent } from './conversation-window.js';
-import { applyEvent, messageIdOf, resultEventFrom, statusEventFrom, type ApplyOutcome, type TrackedMessage, type TrackerEvent } from './message-state.js';
+import { applyInbound, inboundFrom, type InboundEvent } from './window-rules.js';
+import { conversationKey, customerOfConversationKey, type ConversationWindow } from '../contracts/conversation-window.js';
+import { applyEvent, messageIdOf, resultEventFrom, statusEventFrom, type ApplyOutcome, type TrackerEvent } from './state-rules.js';
+import { type TrackedMessage } from '../contracts/message-state.js';
 import { StateCache, messageStateCache } from './state-cache.js';
-import type { OutputRecord, ProcessResult } from './transactional-engine.js';
+import type { OutputRecord, ProcessResult } from '../kafka/transactional-engine.js';
 
 /**
  * The tracker's work on one task (partition p of `send-results`, `delivery_status` and
@@ -76,10 +78,6 @@ interface TaskState {
 const text = (value: string | Buffer | (string | Buffer)[] | undefined): string | undefined =>
   value === undefined ? undefined : Array.isArray(value) ? text(value[0]) : value.toString();
 
-/** The customer of a `conversations` key (`<businessId>:<customer>`; a business id may hold a colon, a customer's number does not). */
-export function customerOfConversationKey(key: string): string {
-  return key.slice(key.lastIndexOf(':') + 1);
-}
 
 export class TrackerLogic {
   private readonly tasks = new Map<number, TaskState>();

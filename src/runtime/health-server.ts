@@ -1,8 +1,8 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
-import type { Logger } from './logger.js';
-import { localUrl } from '../net.js';
+import type { Logger } from '../platform/logger.js';
+import { localUrl } from '../platform/net.js';
 
 /**
  * `/healthz` (process alive), `/readyz` (200 when ready, 503 with the reason otherwise) and

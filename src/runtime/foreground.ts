@@ -1,7 +1,7 @@
 import { obtainBrokers } from '../kafka/brokers.js';
 import type { Config } from '../config/schema.js';
-import { createLifecycle } from '../lifecycle.js';
-import { createLogger, type Logger } from '../observability/logger.js';
+import { createLifecycle } from './shutdown.js';
+import { createLogger, type Logger } from '../platform/logger.js';
 
 /** A consumer-group role as the CLI runs it (sender, tracker). */
 export interface ConsumerRole {

@@ -1,4 +1,4 @@
-import type { Logger } from './observability/logger.js';
+import type { Logger } from '../platform/logger.js';
 
 /**
  * A role's stop: `drain` runs the role's own drain steps once, bounded by a grace deadline; a

@@ -1,5 +1,5 @@
 import { AssignerProtocol, type GroupMember, type GroupMemberAssignment, type PartitionAssigner } from 'kafkajs';
-import { MsgbridgeError } from '../errors.js';
+import { MsgbridgeError } from '../platform/errors.js';
 
 /**
  * The group protocol name of the assigner below: every member of a transactional engine's group

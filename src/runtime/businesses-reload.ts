@@ -1,7 +1,7 @@
 import { Counter, Gauge, type Registry } from 'prom-client';
-import { watchBusinessesFile, type BusinessesWatch } from './config/businesses-file.js';
-import type { BusinessConfig, Config } from './config/schema.js';
-import type { Logger } from './observability/logger.js';
+import { watchBusinessesFile, type BusinessesWatch } from '../config/businesses-file.js';
+import type { BusinessConfig, Config } from '../config/schema.js';
+import type { Logger } from '../platform/logger.js';
 
 /**
  * A role's side of the live businesses file (src/config/businesses-file.ts): watches it when

@@ -1,8 +1,8 @@
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { describe, expect, it } from 'vitest';
-import { isMsgbridgeError } from '../src/errors.js';
-import { loadUws, uwsBinaryPath, type UwsBuild } from '../src/uws.js';
+import { isMsgbridgeError } from '../../src/platform/errors.js';
+import { loadUws, uwsBinaryPath, type UwsBuild } from '../../src/platform/uws.js';
 
 const require = createRequire(import.meta.url);
 

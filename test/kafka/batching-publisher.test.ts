@@ -2,7 +2,7 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { afterEach, describe, expect, it } from 'vitest';
 import { BatchingPublisher, type BatchingPublisherOptions, type PublishRecord } from '../../src/kafka/batching-publisher.js';
-import type { MsgbridgeError } from '../../src/errors.js';
+import type { MsgbridgeError } from '../../src/platform/errors.js';
 import { javaCompatibleHash } from '../../src/kafka/partitioner.js';
 import type { ClusterLayout, RecordProducer, TopicRecords } from '../../src/kafka/port.js';
 

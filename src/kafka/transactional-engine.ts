@@ -1,7 +1,7 @@
 import { Partitioners, type Admin, type Batch, type Consumer, type Kafka, type Message, type Producer, type TopicMessages } from 'kafkajs';
-import { MsgbridgeError } from '../errors.js';
-import type { ConsumedRecord } from '../kafka/group-consumer.js';
-import { silentLogger, type Logger } from '../observability/logger.js';
+import { MsgbridgeError } from '../platform/errors.js';
+import type { ConsumedRecord } from './group-consumer.js';
+import { silentLogger, type Logger } from '../platform/logger.js';
 import { checkCoPartitioned, coPartitionedAssigner } from './co-partition-assigner.js';
 
 /**

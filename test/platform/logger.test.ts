@@ -1,6 +1,6 @@
 import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
-import { createLogger, roleLoggers } from '../../src/observability/logger.js';
+import { createLogger, roleLoggers } from '../../src/platform/logger.js';
 
 /** Log lines are JSON objects whose keys are unique: log pipelines keep one of two, or reject the line. */
 function capture(): { stream: Writable; lines: () => string[] } {
