@@ -2,15 +2,17 @@ import { performance } from 'node:perf_hooks';
 import { Deque } from '../platform/deque.js';
 import { MsgbridgeError, type ErrorCode } from '../platform/errors.js';
 import { javaCompatibleHash } from './partitioner.js';
-import { assertWritable, NotWritableError, type ClusterLayout, type ProducerFactory, type RecordProducer, type RecordToWrite, type TopicRecords } from './port.js';
+import type { ClusterLayout, ProducerFactory, RecordProducer, RecordToWrite, TopicRecords } from './port.js';
+import { bootstrapAddresses, PublisherLane, SINGLE_LANE, withTimeout, type LaneHost } from './publisher-lane.js';
 
 /**
  * Batching without latency (DESIGN §2), pipelined per partition leader, on the RecordProducer
  * port: one queue per partition, one lane (a producer, one request in flight) per leader
- * broker, at most one batch in flight per partition (per-key order). A lane whose batch fails
- * or hangs past the publish timeout gets a new producer, steered to brokers that answer; a
- * failed producer is never reused. A producer without `layout` (tests' fakes) is one lane for
- * everything. The design argument is in src/kafka/README.md.
+ * broker, at most one batch in flight per partition (per-key order). This file holds the
+ * queues, batching, admission and answers; a lane's producer and health (replacement after a
+ * failure, proof that it takes writes) are in publisher-lane.ts. A batch that fails or hangs
+ * past the publish timeout costs its lane its producer. A producer without `layout` (tests'
+ * fakes) is one lane for everything. The design argument is in src/kafka/README.md.
  */
 
 export interface PublishRecord extends RecordToWrite {
@@ -117,28 +119,7 @@ interface Batch {
   abandoned: boolean;
 }
 
-interface Lane {
-  /** Leader broker id; -1 for the single lane of a producer without layout. */
-  broker: number;
-  producer: RecordProducer | undefined;
-  connected: boolean;
-  /** Kafka proved since the last failure that this lane's partitions take writes (a batch or a probe). */
-  proven: boolean;
-  reconnecting: boolean;
-  batch: Batch | undefined;
-  /** Its producer's metadata may predate the current layout: refreshed before its next batch. */
-  stale: boolean;
-  refreshing: boolean;
-  probing: boolean;
-  /** Its last proof failed (reported once until one succeeds). */
-  unwritable: boolean;
-  /** When it last failed, and the layout it knew then (see failureSuspicionMs). */
-  failedAt: number;
-  failedLayout: string;
-  lastHeardAt: number;
-  sendsStarted: number;
-  cancelBackoff: (() => void) | undefined;
-}
+type Lane = PublisherLane<Batch>;
 
 /** Bytes an event holds in memory and in a produce request: value, key, headers, framing. */
 export function recordBytes(record: RecordToWrite): number {
@@ -154,17 +135,6 @@ function keyOf(record: PublishRecord): string {
 
 const noop = () => {};
 const EMPTY = Buffer.alloc(0);
-const SINGLE_LANE = -1;
-
-function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  return Promise.race([
-    promise,
-    new Promise<never>((_resolve, reject) => {
-      timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms);
-    }),
-  ]).finally(() => clearTimeout(timer));
-}
 
 export class BatchingPublisher {
   private readonly opts: Required<Omit<BatchingPublisherOptions, 'observer' | 'minInsyncReplicas'>> & Pick<BatchingPublisherOptions, 'minInsyncReplicas'> & { observer: PublisherObserver };
@@ -188,6 +158,15 @@ export class BatchingPublisher {
   private refreshTimer: NodeJS.Timeout | undefined;
   private refreshingLayout = false;
   private idleWaiters: (() => void)[] = [];
+  private readonly laneHost: LaneHost = {
+    closed: () => this.closed,
+    layout: () => this.layout,
+    addressesFor: (broker, failed) => this.addressesFor(broker, failed),
+    allConnected: () => this.stats().connected,
+    applyLayout: (layout) => this.applyLayout(layout),
+    refreshLayout: () => this.refreshLayout(),
+    flush: () => this.flush(),
+  };
 
   constructor(options: BatchingPublisherOptions) {
     this.opts = {
@@ -240,13 +219,7 @@ export class BatchingPublisher {
     await Promise.all(
       brokers.map(async (broker, i) => {
         const lane = this.newLane(broker);
-        const producer = i === 0 ? first : this.opts.createProducer(this.addressesFor(broker, false));
-        lane.producer = producer;
-        await producer.connect();
-        lane.connected = true;
-        lane.lastHeardAt = performance.now();
-        // Connected but not writable (NOT_ENOUGH_REPLICAS) is not a start failure: not ready, and asked again.
-        await this.prove(lane, producer).catch(noop);
+        await lane.start(i === 0 ? first : this.opts.createProducer(this.addressesFor(broker, false)));
       }),
     );
     this.opts.observer.connection?.(true);
@@ -257,7 +230,7 @@ export class BatchingPublisher {
    * called exactly once, never synchronously.
    */
   publish(record: PublishRecord, cb: PublishCallback): MsgbridgeError | undefined {
-    if (!this.accepting) return new MsgbridgeError('SHUTTING_DOWN', 'the ingress is shutting down');
+    if (!this.accepting) return new MsgbridgeError('SHUTTING_DOWN', 'the publisher is draining');
     // The key is hashed once: the partition decides both the lane checked and the queue joined.
     const partition = this.partitionOf(record);
     const refused = this.laneRefusal(record.topic, partition);
@@ -278,9 +251,9 @@ export class BatchingPublisher {
 
   /** Why an event would be refused right now, ignoring its size; undefined when it would be admitted. */
   admission(record?: PublishRecord): MsgbridgeError | undefined {
-    if (!this.accepting) return new MsgbridgeError('SHUTTING_DOWN', 'the ingress is shutting down');
+    if (!this.accepting) return new MsgbridgeError('SHUTTING_DOWN', 'the publisher is draining');
     if (record === undefined) {
-      if (![...this.lanes.values()].some((l) => l.connected)) return new MsgbridgeError('KAFKA_UNAVAILABLE', 'Kafka is not reachable');
+      if (![...this.lanes.values()].some((l) => l.isConnected)) return new MsgbridgeError('KAFKA_UNAVAILABLE', 'Kafka is not reachable');
       if (this.queuedEvents + this.inFlightEvents >= this.opts.queueMaxEvents) return new MsgbridgeError('QUEUE_FULL', 'the publish queue is full');
       return undefined;
     }
@@ -291,7 +264,7 @@ export class BatchingPublisher {
   private laneRefusal(topic: string, partition: number | undefined): MsgbridgeError | undefined {
     if (partition === undefined) return new MsgbridgeError('KAFKA_UNAVAILABLE', `topic ${topic} is not known to this publisher`);
     const broker = this.leaderOf(topic, partition);
-    if (this.lanes.get(broker)?.connected) return undefined;
+    if (this.lanes.get(broker)?.isConnected) return undefined;
     const where = broker === SINGLE_LANE ? 'Kafka' : broker < 0 ? `partition ${topic}-${partition} (no leader)` : `Kafka broker ${broker} (leader of ${topic}-${partition})`;
     return new MsgbridgeError('KAFKA_UNAVAILABLE', `${where} is not reachable`);
   }
@@ -325,8 +298,8 @@ export class BatchingPublisher {
     let connected = needed.length > 0;
     for (const broker of needed) {
       const lane = this.lanes.get(broker);
-      if (lane?.connected && lane.proven) lanesReady++;
-      if (!lane?.connected) connected = false;
+      if (lane?.isReady) lanesReady++;
+      if (!lane?.isConnected) connected = false;
     }
     for (const lane of this.lanes.values()) {
       if (lane.batch && now - lane.batch.startedAt > this.opts.publishTimeoutMs) stalled = true;
@@ -354,10 +327,8 @@ export class BatchingPublisher {
     for (const timer of [this.sweepTimer, this.probeTimer, this.refreshTimer]) if (timer) clearInterval(timer);
     const producers: RecordProducer[] = [];
     for (const lane of this.lanes.values()) {
-      lane.cancelBackoff?.();
-      if (lane.producer) producers.push(lane.producer);
-      lane.producer = undefined;
-      lane.connected = false;
+      const producer = lane.close();
+      if (producer) producers.push(producer);
     }
     await Promise.all(producers.map((p) => p.disconnect().catch(noop)));
   }
@@ -410,9 +381,9 @@ export class BatchingPublisher {
     this.layout = layout;
     this.leaders = leaders;
     if (!moved || !this.started) return;
-    for (const lane of this.lanes.values()) lane.stale = true;
+    for (const lane of this.lanes.values()) lane.markStale();
     for (const broker of this.neededBrokers()) {
-      if (broker >= 0 && !this.lanes.has(broker) && this.lanesStarted) void this.reconnect(this.newLane(broker));
+      if (broker >= 0 && !this.lanes.has(broker) && this.lanesStarted) void this.newLane(broker).reconnect();
     }
     this.scheduleFlush();
   }
@@ -423,52 +394,11 @@ export class BatchingPublisher {
 
   /** Addresses to try first for a lane's new producer: its own broker while it answers, else the others that do. */
   private addressesFor(broker: number, failed: boolean): string[] {
-    if (!this.layout) return [];
-    const own = this.layout.brokers.get(broker);
-    const answering = [...this.lanes.values()].filter((l) => l.broker !== broker && l.connected && l.proven).map((l) => this.layout!.brokers.get(l.broker));
-    const others = [...this.layout.brokers].filter(([id]) => id !== broker).map(([, address]) => address);
-    const list = failed ? [...answering, own, ...others] : [own, ...answering, ...others];
-    return [...new Set(list.filter((a): a is string => a !== undefined))];
-  }
-
-  /**
-   * A new producer for a lane. After a failure nobody knows which broker hangs (acks=all makes
-   * every leader wait for a frozen follower), and a client asks the first bootstrap broker that
-   * accepts a connection, which a hung broker still does: so up to three producers connect at
-   * once, each starting from another broker, and the first that gets its producer id wins.
-   */
-  private async connectFirst(broker: number, failed: boolean): Promise<RecordProducer> {
-    const addresses = this.addressesFor(broker, failed);
-    const orders = failed && addresses.length > 1 ? addresses.slice(0, 3).map((first) => [first, ...addresses.filter((a) => a !== first)]) : [addresses];
-    const producers = orders.map((order) => this.opts.createProducer(order));
-    try {
-      const winner = await Promise.any(producers.map((p) => p.connect().then(() => p)));
-      for (const p of producers) if (p !== winner) void p.disconnect().catch(noop);
-      return winner;
-    } catch (err) {
-      for (const p of producers) void p.disconnect().catch(noop);
-      throw err instanceof AggregateError ? (err.errors[0] ?? err) : err;
-    }
+    return bootstrapAddresses(this.layout, this.lanes.values(), broker, failed);
   }
 
   private newLane(broker: number): Lane {
-    const lane: Lane = {
-      broker,
-      producer: undefined,
-      connected: false,
-      proven: false,
-      reconnecting: false,
-      batch: undefined,
-      stale: false,
-      refreshing: false,
-      probing: false,
-      unwritable: false,
-      failedAt: 0,
-      failedLayout: '',
-      lastHeardAt: 0,
-      sendsStarted: 0,
-      cancelBackoff: undefined,
-    };
+    const lane: Lane = new PublisherLane(broker, this.opts, this.laneHost);
     this.lanes.set(broker, lane);
     return lane;
   }
@@ -492,9 +422,9 @@ export class BatchingPublisher {
     for (const pq of this.queues.values()) {
       if (pq.live === 0 || pq.busy) continue;
       const lane = this.lanes.get(this.leaderOf(pq.topic, pq.partition));
-      if (!lane || !lane.connected || lane.batch || lane.refreshing) continue;
+      if (!lane || !lane.isConnected || lane.batch || lane.refreshing) continue;
       if (lane.stale && lane.producer?.layout) {
-        void this.refreshLane(lane);
+        void lane.refresh();
         continue;
       }
       let list = byLane.get(lane);
@@ -536,8 +466,7 @@ export class BatchingPublisher {
     for (const pq of used) pq.busy = true;
     const producer = lane.producer!;
     const batch: Batch = { entries, partitions: used, bytes, startedAt: performance.now(), lane, producer, abandoned: false };
-    lane.batch = batch;
-    lane.sendsStarted++;
+    lane.startBatch(batch);
     this.inFlightEvents += entries.length;
     this.inFlightBytes += bytes;
     let sending: Promise<void>;
@@ -558,15 +487,13 @@ export class BatchingPublisher {
     const ok = error === undefined;
     this.opts.observer.batch?.({ events: batch.entries.length, bytes: batch.bytes, durationMs: performance.now() - batch.startedAt, ok, error });
     if (ok) {
-      batch.lane.lastHeardAt = performance.now();
-      batch.lane.proven = true;
-      batch.lane.failedAt = 0;
+      batch.lane.acknowledged();
       for (const entry of batch.entries) settle(entry, null);
     } else {
       const failure = new MsgbridgeError('KAFKA_UNAVAILABLE', `Kafka did not acknowledge the batch: ${(error as Error)?.message ?? String(error)}`, { cause: error });
       for (const entry of batch.entries) settle(entry, failure);
       this.dropQueuedSharingKeys(batch.entries, batch.partitions, 'KAFKA_UNAVAILABLE');
-      this.replaceProducer(batch.lane, batch.producer, error);
+      batch.lane.replaceProducer(batch.producer, error);
     }
     this.flush();
     this.checkIdle();
@@ -574,7 +501,7 @@ export class BatchingPublisher {
 
   /** The batch no longer holds its lane, its partitions or the in-flight counts. */
   private release(batch: Batch): void {
-    if (batch.lane.batch === batch) batch.lane.batch = undefined;
+    batch.lane.release(batch);
     for (const pq of batch.partitions) pq.busy = false;
     this.inFlightEvents -= batch.entries.length;
     this.inFlightBytes -= batch.bytes;
@@ -606,115 +533,13 @@ export class BatchingPublisher {
     settle(entry, error);
   }
 
-  // ---- lanes: failure, replacement, proof ----
-
-  private replaceProducer(lane: Lane, failed: RecordProducer, error: unknown): void {
-    if (lane.producer !== failed || this.closed) return;
-    lane.connected = false;
-    lane.proven = false;
-    lane.producer = undefined;
-    lane.failedAt = performance.now();
-    lane.failedLayout = this.layout ? layoutSignature(this.layout) : '';
-    this.opts.observer.connection?.(false, error, lane.broker);
-    void failed.disconnect().catch(noop);
-    void this.reconnect(lane, true);
-    // The failure may mean the leader moved: ask where the partitions are now.
-    void this.refreshLayout();
-  }
-
-  private async reconnect(lane: Lane, failed = false): Promise<void> {
-    if (lane.reconnecting) return;
-    lane.reconnecting = true;
-    let delay = this.opts.reconnectBackoffMs.initial;
-    try {
-      while (!this.closed) {
-        let producer: RecordProducer;
-        try {
-          producer = await this.connectFirst(lane.broker, failed);
-          if (this.closed) {
-            await producer.disconnect().catch(noop);
-            return;
-          }
-          lane.producer = producer;
-          lane.connected = true;
-          lane.stale = false;
-          lane.lastHeardAt = performance.now();
-          this.opts.observer.connection?.(this.stats().connected, undefined, lane.broker);
-          // Connected is not writable (NOT_ENOUGH_REPLICAS, a leader elsewhere): proven by a probe or a batch.
-          void this.prove(lane, producer).catch(noop);
-          this.flush();
-          return;
-        } catch (err) {
-          this.opts.observer.connection?.(false, err, lane.broker);
-          await new Promise<void>((resolve) => {
-            const timer = setTimeout(resolve, delay);
-            lane.cancelBackoff = () => {
-              clearTimeout(timer);
-              resolve();
-            };
-          });
-          lane.cancelBackoff = undefined;
-          delay = Math.min(this.opts.reconnectBackoffMs.max, delay * 2);
-        }
-      }
-    } finally {
-      lane.reconnecting = false;
-    }
-  }
-
-  /** Asks this lane's producer for the layout: a fresh answer, and proof that its partitions take writes. */
-  private async prove(lane: Lane, producer: RecordProducer): Promise<void> {
-    const topics = this.opts.probeTopics;
-    if (!producer.layout || topics.length === 0) {
-      lane.proven = true;
-      return;
-    }
-    try {
-      const layout = await withTimeout(producer.layout(topics), this.opts.probeTimeoutMs, `metadata of ${topics.join(', ')}`);
-      if (lane.producer !== producer) return;
-      this.applyLayout(layout);
-      const own = layout.partitions.filter((p) => p.leader === lane.broker || p.leader < 0);
-      assertWritable(topics, own.length > 0 ? own : layout.partitions, this.opts.minInsyncReplicas);
-      const since = performance.now() - lane.failedAt;
-      if (lane.failedAt > 0 && since < this.opts.failureSuspicionMs && layoutSignature(layout) === lane.failedLayout) {
-        throw new NotWritableError(`broker ${lane.broker} failed ${Math.round(since)} ms ago and the cluster's metadata has not changed since: waiting for a write to succeed`);
-      }
-    } catch (err) {
-      if (lane.producer === producer && !lane.unwritable) {
-        lane.unwritable = true;
-        this.opts.observer.writable?.(lane.broker, err);
-      }
-      throw err;
-    }
-    lane.proven = true;
-    lane.lastHeardAt = performance.now();
-    if (lane.unwritable) {
-      lane.unwritable = false;
-      this.opts.observer.writable?.(lane.broker);
-    }
-  }
-
-  /** Before a lane sends after the leaders changed, its producer learns them too (its sends route by its own metadata). */
-  private async refreshLane(lane: Lane): Promise<void> {
-    const producer = lane.producer;
-    if (!producer?.layout || lane.refreshing) return;
-    lane.refreshing = true;
-    try {
-      this.applyLayout(await withTimeout(producer.layout(this.opts.probeTopics), this.opts.probeTimeoutMs, 'metadata refresh'));
-      if (lane.producer === producer) lane.stale = false;
-    } catch (err) {
-      this.replaceProducer(lane, producer, new Error(`metadata refresh failed: ${(err as Error)?.message ?? String(err)}`, { cause: err }));
-    } finally {
-      lane.refreshing = false;
-      this.flush();
-    }
-  }
+  // ---- lanes: where the partitions are, slow batches, probes ----
 
   /** Asks where the partitions are now, through a new client steered to brokers that answer. */
   private async refreshLayout(): Promise<void> {
     if (!this.layout || this.refreshingLayout || this.closed) return;
     this.refreshingLayout = true;
-    const answering = [...this.lanes.values()].filter((l) => l.connected && l.proven).map((l) => this.layout!.brokers.get(l.broker));
+    const answering = [...this.lanes.values()].filter((l) => l.isReady).map((l) => this.layout!.brokers.get(l.broker));
     const client = this.opts.createProducer(answering.filter((a): a is string => a !== undefined));
     try {
       if (client.layout) this.applyLayout(await withTimeout(client.layout(this.opts.probeTopics), this.opts.probeTimeoutMs, 'metadata'));
@@ -731,7 +556,7 @@ export class BatchingPublisher {
     const now = performance.now();
     const unhealthy = this.neededBrokers().some((b) => {
       const lane = this.lanes.get(b);
-      return b < 0 || !lane || !lane.connected || !lane.proven;
+      return b < 0 || !lane || !lane.isReady;
     });
     const slow = [...this.lanes.values()].filter((l) => l.batch && now - l.batch.startedAt > this.opts.layoutRefreshMs);
     if (unhealthy || slow.length > 0) await this.refreshLayout();
@@ -745,7 +570,7 @@ export class BatchingPublisher {
     }
     // A lane that connected but could not prove itself (e.g. NOT_ENOUGH_REPLICAS) asks again.
     for (const lane of this.lanes.values()) {
-      if (lane.connected && !lane.proven && !lane.batch && !lane.probing && lane.producer) void this.probeLane(lane);
+      if (lane.state === 'unproven' && !lane.batch && !lane.probing && lane.producer) void lane.probe();
     }
   }
 
@@ -759,34 +584,9 @@ export class BatchingPublisher {
     for (const entry of batch.entries) settle(entry, failure);
     this.dropQueuedSharingKeys(batch.entries, batch.partitions, 'KAFKA_UNAVAILABLE');
     this.opts.observer.batch?.({ events: batch.entries.length, bytes: batch.bytes, durationMs: performance.now() - batch.startedAt, ok: false, error });
-    this.replaceProducer(batch.lane, batch.producer, error);
+    batch.lane.replaceProducer(batch.producer, error);
     this.flush();
     this.checkIdle();
-  }
-
-  private async probeLane(lane: Lane): Promise<void> {
-    const producer = lane.producer!;
-    lane.probing = true;
-    const sendsBefore = lane.sendsStarted;
-    try {
-      if (producer.layout) await this.prove(lane, producer);
-      else if (producer.probe) {
-        await withTimeout(producer.probe(this.opts.probeTopics), this.opts.probeTimeoutMs, 'probe');
-        lane.lastHeardAt = performance.now();
-      }
-    } catch (err) {
-      // Kafka answered but cannot take writes: the lane stays, not ready, and asks again.
-      if (err instanceof NotWritableError) {
-        lane.proven = false;
-        return;
-      }
-      // A send that started meanwhile settles the question itself (and replaces the producer if it fails).
-      if (lane.sendsStarted === sendsBefore) {
-        this.replaceProducer(lane, producer, new Error(`idle probe of ${this.opts.probeTopics.join(', ')} failed: ${(err as Error)?.message ?? String(err)}`, { cause: err }));
-      }
-    } finally {
-      lane.probing = false;
-    }
   }
 
   /**
@@ -798,10 +598,10 @@ export class BatchingPublisher {
     if (this.opts.idleProbeIntervalMs <= 0 || this.closed) return;
     const probes: Promise<void>[] = [];
     for (const lane of this.lanes.values()) {
-      if (!lane.connected || lane.probing || lane.batch || !lane.producer) continue;
+      if (!lane.isConnected || lane.probing || lane.batch || !lane.producer) continue;
       if (!lane.producer.probe && !lane.producer.layout) continue;
       if (now - lane.lastHeardAt < this.opts.idleProbeIntervalMs || this.hasQueued(lane)) continue;
-      probes.push(this.probeLane(lane));
+      probes.push(lane.probe());
     }
     await Promise.all(probes);
   }
@@ -856,11 +656,6 @@ export class BatchingPublisher {
     this.idleWaiters = [];
     for (const resolve of waiters) resolve();
   }
-}
-
-/** Leaders and in-sync replica counts: what changes when the cluster reacts to a failure. */
-function layoutSignature(layout: ClusterLayout): string {
-  return layout.partitions.map((p) => `${p.topic}/${p.partition}:${p.leader}:${p.isr ?? ''}`).sort().join(',');
 }
 
 function settle(entry: Entry, error: MsgbridgeError | null): void {
