@@ -79,23 +79,71 @@ export interface IngressServer {
   closeAll(): void;
 }
 
+/**
+ * The adapter as a class: one instance per listening app. Its parts (responder, guard,
+ * exchanges) and the handlers uWS calls are fields and methods, so each step of a webhook's
+ * path has a name; startIngressServer is the factory the rest of msgbridge calls.
+ */
 export function startIngressServer(options: IngressServerOptions): Promise<IngressServer> {
-  const uws = loadUws();
-  const { handler, publisher, metrics, logger } = options;
-  const responder = new Responder(metrics, logger, options.retryAfterSeconds);
-  const guard = new FramingGuard(options.chunkedBodies, responder, metrics, logger);
-  const exchanges = new Exchanges({
-    publisher,
-    memoryBudgetBytes: options.memoryBudgetBytes,
-    receiving: options.receiving,
-    bodyTimeoutMs: options.bodyTimeoutMs,
-    maxBodyBytes: handler.maxBodyBytes,
-    responder,
-    logger,
-    addressOf,
-  });
+  return new UwsIngressServer(options).listen();
+}
 
-  const onWebhook = (res: HttpResponse, req: HttpRequest, pathTopic: string | undefined) => {
+class UwsIngressServer {
+  private readonly uws = loadUws();
+  private readonly handler: WebhookHandler;
+  private readonly publisher: PublisherPort;
+  private readonly metrics: IngressMetrics;
+  private readonly logger: Logger;
+  private readonly responder: Responder;
+  private readonly guard: FramingGuard;
+  private readonly exchanges: Exchanges;
+  private readonly app: TemplatedApp;
+  private listenSocket: us_listen_socket | undefined;
+
+  constructor(private readonly options: IngressServerOptions) {
+    const { handler, publisher, metrics, logger } = options;
+    this.handler = handler;
+    this.publisher = publisher;
+    this.metrics = metrics;
+    this.logger = logger;
+    this.responder = new Responder(metrics, logger, options.retryAfterSeconds);
+    this.guard = new FramingGuard(options.chunkedBodies, this.responder, metrics, logger);
+    this.exchanges = new Exchanges({
+      publisher,
+      memoryBudgetBytes: options.memoryBudgetBytes,
+      receiving: options.receiving,
+      bodyTimeoutMs: options.bodyTimeoutMs,
+      maxBodyBytes: handler.maxBodyBytes,
+      responder: this.responder,
+      logger,
+      addressOf,
+    });
+    this.app = this.uws.App();
+    this.routes();
+  }
+
+  /** Every route, each behind the framing guard. */
+  private routes(): void {
+    const route = (r: (res: HttpResponse, req: HttpRequest) => void) => this.guard.wrap(r);
+    const webhookMethodNotAllowed = this.methodNotAllowed('POST');
+    const notFound = (res: HttpResponse, req: HttpRequest) => this.notFound(res, req);
+    this.app
+      .post('/webhooks/:businessId/:topic', route((res, req) => this.onWebhook(res, req, req.getParameter(1))))
+      .post('/webhooks/:businessId', route((res, req) => this.onWebhook(res, req, undefined)))
+      // An address that does not exist is 404 whatever the method, as for POST.
+      .any('/webhooks/:businessId/:topic', route((res, req) => (isWebhookTopic(req.getParameter(1)) ? webhookMethodNotAllowed(res, req) : notFound(res, req))))
+      .any('/webhooks/:businessId', route(webhookMethodNotAllowed))
+      .get('/healthz', route((res) => this.responder.write(Responder.of(res), 200, '{"status":"alive"}')))
+      .get('/readyz', route((res) => this.readyz(res)))
+      .get('/metrics', route((res) => this.metricsRoute(res)))
+      .any('/healthz', route(this.methodNotAllowed('GET')))
+      .any('/readyz', route(this.methodNotAllowed('GET')))
+      .any('/metrics', route(this.methodNotAllowed('GET')))
+      .any('/*', route(notFound));
+  }
+
+  private onWebhook(res: HttpResponse, req: HttpRequest, pathTopic: string | undefined): void {
+    const { exchanges, responder, metrics, logger } = this;
     // Everything from the request is read now: it does not survive this call.
     const ex: Exchange = {
       res,
@@ -113,7 +161,7 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
       answered: false,
       active: false,
     };
-    const early = handler.precheck({ businessId: ex.businessId, pathTopic, contentLength: req.getHeader('content-length'), contentEncoding: ex.contentEncoding });
+    const early = this.handler.precheck({ businessId: ex.businessId, pathTopic, contentLength: req.getHeader('content-length'), contentEncoding: ex.contentEncoding });
     if (early) {
       // Answered before the body is read; uWS discards the rest of a body it was told the
       // length of. An oversized body closes the connection so that none of it is buffered.
@@ -131,7 +179,7 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
       const body = exchanges.receive(ex, chunk, isLast);
       if (body === undefined) return;
       try {
-        decide(ex, body);
+        this.decide(ex, body);
       } catch (err) {
         // A bug must cost one request, not the process (uWS would not survive a throw).
         logger.error({ err, business: ex.businessId }, 'webhook handling failed');
@@ -139,10 +187,12 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
         exchanges.finish(ex);
       }
     });
-  };
+  }
 
-  const decide = (ex: Exchange, body: Buffer) => {
-    const decision: WebhookDecision = handler.handle({
+  /** The whole body is in: the handler's decision, then publish (or refuse). */
+  private decide(ex: Exchange, body: Buffer): void {
+    const { exchanges, responder } = this;
+    const decision: WebhookDecision = this.handler.handle({
       businessId: ex.businessId,
       pathTopic: ex.pathTopic,
       body,
@@ -158,110 +208,109 @@ export function startIngressServer(options: IngressServerOptions): Promise<Ingre
       return;
     }
     const topic = decision.webhookTopic ?? 'unknown';
-    const refused = publisher.publish(decision.record, (err) => {
+    const refused = this.publisher.publish(decision.record, (err) => {
       if (err) responder.refuse(ex, err.code, err.code.toLowerCase(), err.message, { topic, eventId: decision.eventId });
-      else acknowledge(ex, decision, topic);
+      else this.acknowledge(ex, decision, topic);
       exchanges.finish(ex);
     });
     if (refused) {
       responder.refuse(ex, refused.code, refused.code.toLowerCase(), refused.message, { topic, eventId: decision.eventId });
       exchanges.finish(ex);
     }
-  };
+  }
 
   /** Kafka holds it: 200. */
-  const acknowledge = (ex: Exchange, decision: Extract<WebhookDecision, { kind: 'publish' }>, topic: string) => {
+  private acknowledge(ex: Exchange, decision: Extract<WebhookDecision, { kind: 'publish' }>, topic: string): void {
+    const { metrics, responder } = this;
     metrics.publishLatency(decision.destination, (performance.now() - ex.startedAt) / 1000);
     if (decision.destination === 'dlq') {
       metrics.request(topic, 'dead_lettered');
       metrics.deadLetter(decision.deadLetter!.reason);
-      logger.info({ business: ex.businessId, topic, eventId: decision.eventId, reason: decision.deadLetter!.detail }, 'authentic webhook dead-lettered');
+      this.logger.info({ business: ex.businessId, topic, eventId: decision.eventId, reason: decision.deadLetter!.detail }, 'authentic webhook dead-lettered');
       responder.write(ex, 200, JSON.stringify({ status: 'dead-lettered', eventId: decision.eventId, reason: decision.deadLetter!.reason }));
     } else {
       metrics.request(topic, 'published');
       responder.write(ex, 200, `{"status":"accepted","eventId":"${decision.eventId}"}`);
     }
-  };
+  }
 
-  const methodNotAllowed = (allow: string) => (res: HttpResponse, req: HttpRequest) => {
-    logger.warn({ status: 405, method: req.getMethod(), path: req.getUrl() }, 'method not allowed');
-    metrics.request('unknown', 'method_not_allowed');
-    responder.write(Responder.of(res), 405, JSON.stringify({ error: { code: 'METHOD_NOT_ALLOWED', message: `use ${allow}` } }), { allow });
-  };
-  const webhookMethodNotAllowed = methodNotAllowed('POST');
-  const notFound = (res: HttpResponse, req: HttpRequest) => {
-    logger.warn({ status: 404, method: req.getMethod(), path: req.getUrl() }, 'no such route');
-    metrics.request('unknown', 'not_found');
-    responder.write(Responder.of(res), 404, '{"error":{"code":"NOT_FOUND","message":"no such route"}}');
-  };
-  const metricsRoute = (res: HttpResponse) => {
+  private methodNotAllowed(allow: string): (res: HttpResponse, req: HttpRequest) => void {
+    return (res, req) => {
+      this.logger.warn({ status: 405, method: req.getMethod(), path: req.getUrl() }, 'method not allowed');
+      this.metrics.request('unknown', 'method_not_allowed');
+      this.responder.write(Responder.of(res), 405, JSON.stringify({ error: { code: 'METHOD_NOT_ALLOWED', message: `use ${allow}` } }), { allow });
+    };
+  }
+
+  private notFound(res: HttpResponse, req: HttpRequest): void {
+    this.logger.warn({ status: 404, method: req.getMethod(), path: req.getUrl() }, 'no such route');
+    this.metrics.request('unknown', 'not_found');
+    this.responder.write(Responder.of(res), 404, '{"error":{"code":"NOT_FOUND","message":"no such route"}}');
+  }
+
+  private readyz(res: HttpResponse): void {
+    const ready = this.exchanges.isAccepting && this.publisher.ready && this.exchanges.hasRoom() && (this.options.othersReady?.() ?? true);
+    if (!ready) this.logger.debug({ status: 503 }, 'not ready');
+    this.responder.write(Responder.of(res), ready ? 200 : 503, ready ? '{"ready":true}' : '{"ready":false}', { retryAfter: !ready });
+  }
+
+  private metricsRoute(res: HttpResponse): void {
     const ex = Responder.of(res);
     res.onAborted(() => (ex.aborted = true));
-    options.metricsText().then(
+    this.options.metricsText().then(
       ({ contentType, body }) => {
         if (ex.aborted) return;
         ex.answered = true;
         res.cork(() => res.writeStatus('200 OK').writeHeader('content-type', contentType).end(body));
       },
       (err: unknown) => {
-        logger.error({ err }, 'metrics collection failed');
-        responder.write(ex, 500, '{"error":{"code":"INTERNAL","message":"metrics collection failed"}}');
+        this.logger.error({ err }, 'metrics collection failed');
+        this.responder.write(ex, 500, '{"error":{"code":"INTERNAL","message":"metrics collection failed"}}');
       },
     );
-  };
+  }
 
-  const app: TemplatedApp = uws.App();
-  const route = (r: (res: HttpResponse, req: HttpRequest) => void) => guard.wrap(r);
-  app
-    .post('/webhooks/:businessId/:topic', route((res, req) => onWebhook(res, req, req.getParameter(1))))
-    .post('/webhooks/:businessId', route((res, req) => onWebhook(res, req, undefined)))
-    // An address that does not exist is 404 whatever the method, as for POST.
-    .any('/webhooks/:businessId/:topic', route((res, req) => (isWebhookTopic(req.getParameter(1)) ? webhookMethodNotAllowed(res, req) : notFound(res, req))))
-    .any('/webhooks/:businessId', route(webhookMethodNotAllowed))
-    .get('/healthz', route((res) => responder.write(Responder.of(res), 200, '{"status":"alive"}')))
-    .get(
-      '/readyz',
-      route((res) => {
-        const ready = exchanges.isAccepting && publisher.ready && exchanges.hasRoom() && (options.othersReady?.() ?? true);
-        if (!ready) logger.debug({ status: 503 }, 'not ready');
-        responder.write(Responder.of(res), ready ? 200 : 503, ready ? '{"ready":true}' : '{"ready":false}', { retryAfter: !ready });
-      }),
-    )
-    .get('/metrics', route(metricsRoute))
-    .any('/healthz', route(methodNotAllowed('GET')))
-    .any('/readyz', route(methodNotAllowed('GET')))
-    .any('/metrics', route(methodNotAllowed('GET')))
-    .any('/*', route(notFound));
-
-  return new Promise((resolve, reject) => {
-    app.listen(options.host, options.port, (socket: us_listen_socket | false) => {
-      if (!socket) {
-        exchanges.close();
-        reject(new MsgbridgeError('INVALID_ARGUMENT', `the ingress cannot listen on ${options.host}:${options.port} (in use, or not an address of this host)`));
-        return;
-      }
-      const port = uws.us_socket_local_port(socket as never);
-      let listenSocket: us_listen_socket | undefined = socket;
-      const close = () => {
-        exchanges.close();
-        if (listenSocket) uws.us_listen_socket_close(listenSocket);
-        listenSocket = undefined;
-      };
-      resolve({
-        port,
-        get inFlight() {
-          return exchanges.inFlight;
-        },
-        stopAccepting: (bodyDeadlineMs) => exchanges.stopAccepting(bodyDeadlineMs),
-        whenIdle: () => exchanges.whenIdle(),
-        hasRoom: () => exchanges.hasRoom(),
-        close,
-        closeAll() {
-          close();
-          // App.close() is in every build msgbridge loads (src/uws.ts), not in every build's types.
-          (app as TemplatedApp & { close?: () => void }).close?.();
-        },
+  /** Resolves once the app listens, with the IngressServer the rest of the ingress drives. */
+  listen(): Promise<IngressServer> {
+    const { host, port } = this.options;
+    return new Promise((resolve, reject) => {
+      this.app.listen(host, port, (socket: us_listen_socket | false) => {
+        if (!socket) {
+          this.exchanges.close();
+          reject(new MsgbridgeError('INVALID_ARGUMENT', `the ingress cannot listen on ${host}:${port} (in use, or not an address of this host)`));
+          return;
+        }
+        this.listenSocket = socket;
+        resolve(this.view(this.uws.us_socket_local_port(socket as never)));
       });
     });
-  });
+  }
+
+  private close(): void {
+    this.exchanges.close();
+    if (this.listenSocket) this.uws.us_listen_socket_close(this.listenSocket);
+    this.listenSocket = undefined;
+  }
+
+  private closeAll(): void {
+    this.close();
+    // App.close() is in every build msgbridge loads (src/uws.ts), not in every build's types.
+    (this.app as TemplatedApp & { close?: () => void }).close?.();
+  }
+
+  /** What the caller drives: a plain object whose functions need no `this`. */
+  private view(port: number): IngressServer {
+    const { exchanges } = this;
+    return {
+      port,
+      get inFlight() {
+        return exchanges.inFlight;
+      },
+      stopAccepting: (bodyDeadlineMs) => exchanges.stopAccepting(bodyDeadlineMs),
+      whenIdle: () => exchanges.whenIdle(),
+      hasRoom: () => exchanges.hasRoom(),
+      close: () => this.close(),
+      closeAll: () => this.closeAll(),
+    };
+  }
 }
