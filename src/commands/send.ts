@@ -4,7 +4,7 @@ import type { Consumer } from 'kafkajs';
 import { sendRequestRecipient, sendRequestSchema, sendResultSchema, deliveryStatusEventSchema, type SendRequest } from '../contracts/index.js';
 import type { Config } from '../config/schema.js';
 import { MsgbridgeError } from '../platform/errors.js';
-import { createKafka } from '../kafka/client.js';
+import { createConsumer, createKafka } from '../kafka/client.js';
 import { OUTSIDE_WINDOW_CODE } from '../sender/conversation-guard.js';
 import { messageStateSchema, type MessageState } from '../contracts/message-state.js';
 import { commandConfig, operatorBrokers } from './context.js';
@@ -145,8 +145,9 @@ async function follow(kafka: ReturnType<typeof createKafka>, config: Config, req
     await admin.disconnect();
   }
 
-  // read_committed (kafkajs's default): message-state is written in transactions.
-  const consumer = kafka.consumer({ groupId: `msgbridge-send-${randomUUID()}`, maxWaitTimeInMs: 100 });
+  // read_committed (the factory's default): message-state is written in transactions. The
+  // topics were checked to exist above, so no subscription has anything to create.
+  const consumer = createConsumer(kafka, { groupId: `msgbridge-send-${randomUUID()}`, maxWaitTimeInMs: 100 });
   await consumer.connect();
   await consumer.subscribe({ topics: [topics.sendResults, stateTopic ?? topics.deliveryStatus], fromBeginning: false });
   let messageId: string | undefined;

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import type { Cluster, Kafka, KafkaMessage } from 'kafkajs';
+import type { Cluster, Consumer, Kafka, KafkaMessage } from 'kafkajs';
 import { MsgbridgeError } from '../platform/errors.js';
+import { consumedRecord, createConsumer } from './client.js';
 import type { ConsumedRecord } from './group-consumer.js';
 import type { Logger } from '../platform/logger.js';
 
@@ -53,10 +54,9 @@ export interface PartitionEnds {
  */
 export async function partitionEnds(kafka: Kafka, topic: string): Promise<Map<number, PartitionEnds>> {
   let cluster: Cluster | undefined;
-  kafka.consumer({
+  createConsumer(kafka, {
     groupId: 'msgbridge-offsets-probe',
     readUncommitted: true,
-    allowAutoTopicCreation: false,
     partitionAssigners: [
       (config) => {
         cluster = config.cluster;
@@ -88,6 +88,54 @@ export async function partitionEnds(kafka: Kafka, topic: string): Promise<Map<nu
   }
 }
 
+/**
+ * How far a read to the end got: the partitions still below the end they had when the read
+ * began, and the position of each (the reader below and changelog-follower.ts share it).
+ */
+export class EndOfLog {
+  /** Partition → the end still to reach. */
+  readonly pending = new Map<number, number>();
+  private readonly position = new Map<number, number>();
+
+  constructor(private readonly ends: Map<number, PartitionEnds>) {}
+
+  /** Reads `partition` from `from` up to its end (nothing to do when the end is not above `from`). */
+  expect(partition: number, from: number): void {
+    const end = this.ends.get(partition);
+    if (end && end.high > from) this.pending.set(partition, end.high);
+  }
+
+  get done(): boolean {
+    return this.pending.size === 0;
+  }
+
+  /** The next offset of `partition` is `next`; true when this brought it to its end. */
+  reached(partition: number, next: number): boolean {
+    const end = this.pending.get(partition);
+    if (end === undefined) return false;
+    this.position.set(partition, next);
+    if (next < end) return false;
+    this.pending.delete(partition);
+    return true;
+  }
+
+  /** `partition 0 at 12 of 40, ...`: the partitions not yet at their end. */
+  describe(): string {
+    return [...this.pending].map(([p, end]) => `partition ${p} at ${this.position.get(p) ?? this.ends.get(p)?.low ?? 0} of ${end}`).join(', ');
+  }
+}
+
+/**
+ * Calls `next(partition, offset)` after every batch of `topic` the consumer handled, also for
+ * those kafkajs filtered to nothing (transaction markers, aborted records), which never reach
+ * eachBatch: END_BATCH_PROCESS is the one place the position is known exactly.
+ */
+export function onBatchEnd(consumer: Consumer, topic: string, next: (partition: number, offset: number) => void): void {
+  consumer.on(consumer.events.END_BATCH_PROCESS, ({ payload }) => {
+    if (payload.topic === topic) next(payload.partition, Number(payload.lastOffset) + 1);
+  });
+}
+
 /** Partition `partition` of a co-partitioned changelog: the state of one task. */
 export function readChangelogPartition(options: ChangelogReadOptions & { partition: number }): Promise<ChangelogReadResult> {
   return readChangelog({ ...options, partitions: [options.partition] });
@@ -107,7 +155,8 @@ export async function readChangelog(options: ChangelogReadOptions & { partitions
   const ends = await partitionEnds(kafka, topic);
   const wanted = options.partitions ?? [...ends.keys()];
   const target = new Map<number, number>();
-  const pending = new Map<number, number>();
+  const tracker = new EndOfLog(ends);
+  const { pending } = tracker;
   const start = new Map<number, number>();
   for (const partition of wanted) {
     const end = ends.get(partition);
@@ -115,37 +164,24 @@ export async function readChangelog(options: ChangelogReadOptions & { partitions
     target.set(partition, end.high);
     const from = Math.max(end.low, options.from?.get(partition) ?? end.low);
     start.set(partition, from);
-    if (end.high > from) pending.set(partition, end.high);
+    tracker.expect(partition, from);
   }
   let delivered = 0;
   const result = () => ({ delivered, ends: target, durationMs: Date.now() - started });
-  if (pending.size === 0) return result();
+  if (tracker.done) return result();
 
-  const consumer = kafka.consumer({
+  const consumer = createConsumer(kafka, {
     groupId: `${options.groupIdPrefix ?? 'msgbridge-restore'}-${randomUUID()}`,
-    readUncommitted: false,
     maxWaitTimeInMs: 200,
     maxBytesPerPartition: options.maxBytesPerPartition ?? 4 * 1024 * 1024,
-    allowAutoTopicCreation: false,
-    retry: { retries: 5, initialRetryTime: 200, maxRetryTime: 5_000 },
   });
-  const position = new Map<number, number>();
   let finish: (error?: Error) => void = () => {};
   const finished = new Promise<void>((resolve, reject) => (finish = (error) => (error ? reject(error) : resolve())));
 
-  const reached = (partition: number, next: number) => {
-    const end = pending.get(partition);
-    if (end === undefined) return;
-    position.set(partition, next);
-    if (next < end) return;
-    pending.delete(partition);
+  onBatchEnd(consumer, topic, (partition, next) => {
+    if (!tracker.reached(partition, next)) return;
     consumer.pause([{ topic, partitions: [partition] }]);
-    if (pending.size === 0) finish();
-  };
-  // Emitted after every batch, also for those kafkajs filtered to nothing (markers, aborted
-  // records), which never reach eachBatch: the one place the position is known exactly.
-  consumer.on(consumer.events.END_BATCH_PROCESS, ({ payload }) => {
-    if (payload.topic === topic) reached(payload.partition, Number(payload.lastOffset) + 1);
+    if (tracker.done) finish();
   });
   consumer.on(consumer.events.GROUP_JOIN, ({ payload }) => {
     const others = (payload.memberAssignment[topic] ?? []).filter((p) => !pending.has(p));
@@ -167,7 +203,7 @@ export async function readChangelog(options: ChangelogReadOptions & { partitions
     options.signal?.throwIfAborted();
     options.signal?.addEventListener('abort', onAbort, { once: true });
     timer = setTimeout(() => {
-      const stuck = [...pending].map(([p, end]) => `partition ${p} at ${position.get(p) ?? ends.get(p)!.low} of ${end}`).join(', ');
+      const stuck = tracker.describe();
       finish(
         new MsgbridgeError(
           'KAFKA_UNAVAILABLE',
@@ -205,15 +241,7 @@ export async function readChangelog(options: ChangelogReadOptions & { partitions
       // Records written after the read started are not part of the state being restored.
       if (Number(m.offset) >= end) break;
       if (Number(m.offset) < from) continue;
-      const record: ConsumedRecord = {
-        topic,
-        partition,
-        offset: m.offset,
-        timestamp: m.timestamp,
-        key: m.key ?? null,
-        value: m.value ?? null,
-        headers: (m.headers ?? {}) as ConsumedRecord['headers'],
-      };
+      const record = consumedRecord(topic, partition, m);
       if (options.filter && !options.filter(record)) continue;
       options.onRecord(record);
       delivered++;

@@ -1,6 +1,7 @@
-import { Kafka, logLevel, type KafkaConfig as KafkajsConfig, type LogEntry, type SASLOptions } from 'kafkajs';
+import { Kafka, logLevel, type Consumer, type ConsumerConfig, type KafkaConfig as KafkajsConfig, type KafkaMessage, type LogEntry, type SASLOptions } from 'kafkajs';
 import type { KafkaConfig } from '../config/schema.js';
 import type { Logger } from '../platform/logger.js';
+import type { ConsumedRecord } from './group-consumer.js';
 import { tlsOptions } from './tls.js';
 
 /**
@@ -24,6 +25,48 @@ export function createKafka(config: KafkaConfig, options: { logger?: Logger; cli
     kafkaConfig.sasl = { mechanism: config.sasl.mechanism, username: config.sasl.username, password: config.sasl.password } as SASLOptions;
   }
   return new Kafka(kafkaConfig);
+}
+
+/** The client, as a type: modules outside the adapters hand it on without importing kafkajs. */
+export type KafkaClient = Kafka;
+
+/**
+ * The one retry policy of every consumer of the relay. kafkajs uses a consumer's `retry` for
+ * its group runner only (join, sync, fetch, offset commits; broker requests retry with the
+ * client's policy above): a retriable failure is retried in place this long (about 40 s:
+ * 300 ms doubling up to 10 s, 8 times), then the consumer crashes and kafkajs restarts it
+ * (CRASH with `restart: true`); a failure that is not retriable stops it at once, whatever the
+ * policy. The two long-lived group members (the send-requests consumer, the transactional
+ * engine) already had this one, and it is the one that matters: a broker restart or a
+ * coordinator move is ridden out without tearing the member down and rebalancing its group.
+ * The readers of changelogs and the CLI's follow had shorter ones (5 or 10 retries, up to
+ * 5 s), which only made them restart sooner; each has its own deadline (the read's timeout,
+ * the command's `--timeout`), so the longer budget can never make them wait longer.
+ */
+export const CONSUMER_RETRY = Object.freeze({ retries: 8, initialRetryTime: 300, maxRetryTime: 10_000 });
+
+export type ConsumerOptions = Omit<ConsumerConfig, 'retry'>;
+
+/**
+ * Every kafkajs consumer of the relay is built here: the retry policy above, topics never
+ * created by a subscription (`allowAutoTopicCreation: false`; the relay creates its topics with
+ * their settings, see topics.ts), read_committed unless `readUncommitted` says otherwise.
+ */
+export function createConsumer(kafka: Kafka, options: ConsumerOptions): Consumer {
+  return kafka.consumer({ allowAutoTopicCreation: false, readUncommitted: false, ...options, retry: { ...CONSUMER_RETRY } });
+}
+
+/** A fetched kafkajs message as the port's record (group-consumer.ts). */
+export function consumedRecord(topic: string, partition: number, message: KafkaMessage): ConsumedRecord {
+  return {
+    topic,
+    partition,
+    offset: message.offset,
+    timestamp: message.timestamp,
+    key: message.key ?? null,
+    value: message.value ?? null,
+    headers: (message.headers ?? {}) as ConsumedRecord['headers'],
+  };
 }
 
 function kafkajsLogCreator(logger?: Logger) {

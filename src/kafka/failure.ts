@@ -20,7 +20,7 @@ export function describeKafkaFailure(error: unknown): string {
     queue = [...queue, cause, originalError, ...(Array.isArray(errors) ? errors.slice(0, 8) : [])];
   }
   const text = chain.map((e) => `${(e as { name?: string }).name ?? ''} ${(e as { code?: string }).code ?? ''} ${(e as { type?: string }).type ?? ''} ${(e as Error)?.message ?? String(e)}`).join(' | ');
-  const first = ((error as Error)?.message ?? String(error)).split('\n')[0]!.slice(0, 300);
+  const first = firstLine(error);
   if (/SASLAuthentication|SASL_AUTHENTICATION_FAILED|Authentication failed|authentication failed|SaslAuthenticat/i.test(text)) {
     return `authentication failed: check KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD (${first})`;
   }
@@ -47,6 +47,23 @@ export function describeKafkaFailure(error: unknown): string {
     return `unreachable: no broker answered (${first})`;
   }
   return first;
+}
+
+/**
+ * One line for a log field or an error message while running (the transactional engine's
+ * tasks, its group): the error's name, its protocol error type and the first line of its
+ * message, never a stack. Unlike describeKafkaFailure it does not translate the cause into the
+ * setting to look at: a running member's errors are protocol answers (INVALID_PRODUCER_EPOCH,
+ * REBALANCE_IN_PROGRESS...) whose type is the fact worth logging.
+ */
+export function describeKafkaError(error: unknown): string {
+  const e = error as { name?: string; type?: string };
+  return [e?.name && e.name !== 'Error' ? e.name : undefined, e?.type, firstLine(error)].filter(Boolean).join(': ');
+}
+
+/** The first line of an error's message, at most 300 characters. */
+function firstLine(error: unknown): string {
+  return ((error as Error)?.message ?? String(error)).split('\n')[0]!.slice(0, 300);
 }
 
 /** Runs a start-up step that talks to Kafka; a failure becomes one line naming the cause (exit 2 from the CLI). */

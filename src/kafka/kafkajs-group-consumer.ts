@@ -1,5 +1,6 @@
 import type { Admin, Consumer, EachBatchPayload, Kafka, Offsets } from 'kafkajs';
 import type { Logger } from '../platform/logger.js';
+import { consumedRecord, createConsumer } from './client.js';
 import {
   CommitMetadataTooLargeError,
   RejoinNeededError,
@@ -56,7 +57,7 @@ export interface KafkajsGroupConsumerOptions {
  */
 export function createKafkajsGroupConsumer(kafka: Kafka, options: KafkajsGroupConsumerOptions): GroupConsumer {
   const { topic, groupId, logger } = options;
-  const consumer: Consumer = kafka.consumer({
+  const consumer: Consumer = createConsumer(kafka, {
     groupId,
     sessionTimeout: options.sessionTimeoutMs ?? 30_000,
     rebalanceTimeout: options.rebalanceTimeoutMs ?? 60_000,
@@ -64,8 +65,6 @@ export function createKafkajsGroupConsumer(kafka: Kafka, options: KafkajsGroupCo
     maxWaitTimeInMs: options.maxWaitTimeMs ?? 1_000,
     maxBytesPerPartition: options.maxBytesPerPartition ?? 1024 * 1024,
     maxBytes: options.maxBytes ?? 10 * 1024 * 1024,
-    allowAutoTopicCreation: false,
-    retry: { retries: 8, initialRetryTime: 300, maxRetryTime: 10_000 },
   });
   let admin: Admin | undefined;
   let commitFn: EachBatchPayload['commitOffsetsIfNecessary'] | undefined;
@@ -108,15 +107,7 @@ export function createKafkajsGroupConsumer(kafka: Kafka, options: KafkajsGroupCo
         eachBatch: async (payload) => {
           commitFn = payload.commitOffsetsIfNecessary;
           const { batch } = payload;
-          const records: ConsumedRecord[] = batch.messages.map((m) => ({
-            topic: batch.topic,
-            partition: batch.partition,
-            offset: m.offset,
-            timestamp: m.timestamp,
-            key: m.key ?? null,
-            value: m.value ?? null,
-            headers: (m.headers ?? {}) as ConsumedRecord['headers'],
-          }));
+          const records: ConsumedRecord[] = batch.messages.map((m) => consumedRecord(batch.topic, batch.partition, m));
           // kafkajs decides to rejoin from the type of what the handler throws: hand it back its own error.
           await handlers.onBatch(batch.partition, records, {
             resolveOffset: (offset) => payload.resolveOffset(offset),

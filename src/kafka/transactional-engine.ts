@@ -1,4 +1,6 @@
 import { Partitioners, type Admin, type Batch, type Consumer, type Kafka, type Message, type Producer, type TopicMessages } from 'kafkajs';
+import { consumedRecord, createConsumer } from './client.js';
+import { describeKafkaError } from './failure.js';
 import { MsgbridgeError } from '../platform/errors.js';
 import type { ConsumedRecord } from './group-consumer.js';
 import { silentLogger, type Logger } from '../platform/logger.js';
@@ -169,13 +171,6 @@ export function isFencingError(error: unknown): boolean {
   return false;
 }
 
-/** One line, no stack: name, protocol error type and the first line of the message. */
-export function describeError(error: unknown): string {
-  const e = error as { name?: string; type?: string; message?: string };
-  const message = (e?.message ?? String(error)).split('\n')[0]!.slice(0, 300);
-  return [e?.name && e.name !== 'Error' ? e.name : undefined, e?.type, message].filter(Boolean).join(': ');
-}
-
 const CONCURRENT = 'CONCURRENT_TRANSACTIONS';
 
 const isConcurrentTransactions = (error: unknown) => (error as { type?: string })?.type === CONCURRENT;
@@ -203,7 +198,7 @@ async function openInputs(kafka: Kafka, inputTopics: string[]): Promise<{ admin:
   } catch (error) {
     await admin.disconnect().catch(() => undefined);
     if (error instanceof MsgbridgeError) throw error;
-    throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot read the input topics ${inputTopics.join(', ')}: ${describeError(error)}`, { cause: error });
+    throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot read the input topics ${inputTopics.join(', ')}: ${describeKafkaError(error)}`, { cause: error });
   }
 }
 
@@ -271,19 +266,16 @@ class TransactionalEngineRuntime {
       this.failReady = (error) => ((this.readySettled = true), reject(error));
     });
     this.ready.catch(() => undefined);
-    this.consumer = options.kafka.consumer({
+    this.consumer = createConsumer(options.kafka, {
       groupId: this.groupId,
       partitionAssigners: [
         coPartitionedAssigner({ ownedTasks: () => [...this.tasks.values()].filter((rt) => rt.state !== 'down').map((rt) => rt.task), ...(options.queryUrl ? { queryUrl: options.queryUrl } : {}) }),
       ],
-      readUncommitted: false,
       sessionTimeout: this.sessionTimeout,
       rebalanceTimeout: options.rebalanceTimeoutMs ?? 60_000,
       heartbeatInterval: options.heartbeatIntervalMs ?? 3_000,
       maxWaitTimeInMs: options.maxWaitTimeMs ?? 500,
       maxBytesPerPartition: options.maxBytesPerPartition ?? 1024 * 1024,
-      allowAutoTopicCreation: false,
-      retry: { retries: 8, initialRetryTime: 300, maxRetryTime: 10_000 },
     });
     this.consumer.on(this.consumer.events.GROUP_JOIN, ({ payload }) => this.onAssignment(payload.memberAssignment));
     this.consumer.on(this.consumer.events.CRASH, ({ payload }) => this.onCrash(payload));
@@ -320,7 +312,7 @@ class TransactionalEngineRuntime {
     try {
       this.consumer.pause(this.partitionsOf(task));
     } catch (error) {
-      this.logger.warn({ task, error: describeError(error) }, 'pausing a task failed');
+      this.logger.warn({ task, error: describeKafkaError(error) }, 'pausing a task failed');
     }
   }
 
@@ -362,17 +354,17 @@ class TransactionalEngineRuntime {
     } catch (error) {
       await consumer.disconnect().catch(() => undefined);
       await this.admin.disconnect().catch(() => undefined);
-      throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot join consumer group ${this.groupId}: ${describeError(error)}`, { cause: error });
+      throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot join consumer group ${this.groupId}: ${describeKafkaError(error)}`, { cause: error });
     }
   }
 
   private onCrash(payload: { error: Error; restart: boolean }): void {
     if (payload.restart) {
-      this.logger.warn({ error: describeError(payload.error) }, 'the consumer crashed; kafkajs restarts it');
+      this.logger.warn({ error: describeKafkaError(payload.error) }, 'the consumer crashed; kafkajs restarts it');
       return;
     }
     this.fatal = payload.error;
-    this.logger.error({ error: describeError(payload.error) }, 'the consumer stopped for good');
+    this.logger.error({ error: describeKafkaError(payload.error) }, 'the consumer stopped for good');
     if (!this.readySettled) this.failReady(payload.error);
     this.options.onFatal?.(payload.error);
   }
@@ -397,7 +389,7 @@ class TransactionalEngineRuntime {
         try {
           await this.options.onTaskRevoked(rt.task, reason);
         } catch (error) {
-          this.logger.warn({ task: rt.task, error: describeError(error) }, 'onTaskRevoked failed');
+          this.logger.warn({ task: rt.task, error: describeKafkaError(error) }, 'onTaskRevoked failed');
         }
       }
     });
@@ -422,7 +414,7 @@ class TransactionalEngineRuntime {
       this.logger.info({ task: rt.task }, 'task fenced: another member owns it now (or its transaction timed out); dropping it');
     } else {
       rt.failures++;
-      this.logger.warn({ task: rt.task, error: describeError(error), attempt: rt.failures }, 'task failed; starting it again from its committed offsets');
+      this.logger.warn({ task: rt.task, error: describeKafkaError(error), attempt: rt.failures }, 'task failed; starting it again from its committed offsets');
     }
     void this.teardown(rt, fenced ? 'fenced' : 'failed');
     if (this.stopping) return;
@@ -635,7 +627,7 @@ class TransactionalEngineRuntime {
         this.stats.recordsSkipped++;
         continue;
       }
-      records.push({ topic, partition: batch.partition, offset: m.offset, timestamp: m.timestamp, key: m.key ?? null, value: m.value ?? null, headers: (m.headers ?? {}) as ConsumedRecord['headers'] });
+      records.push(consumedRecord(topic, batch.partition, m));
     }
     for (let i = 0; i < records.length; i += this.maxBatch) {
       if (!live()) return;
@@ -663,7 +655,7 @@ class TransactionalEngineRuntime {
     this.stopping = true;
     for (const rt of this.tasks.values()) clearTimeout(rt.retryTimer);
     // Waits for the batches in flight (their transactions end), then leaves the group.
-    await this.consumer.disconnect().catch((error: unknown) => this.logger.warn({ error: describeError(error) }, 'leaving the group failed'));
+    await this.consumer.disconnect().catch((error: unknown) => this.logger.warn({ error: describeKafkaError(error) }, 'leaving the group failed'));
     await Promise.all([...this.tasks.keys()].map((task) => this.dropTask(task, 'stopping')));
     await this.admin.disconnect().catch(() => undefined);
     if (!this.readySettled) this.failReady(new MsgbridgeError('SHUTTING_DOWN', 'the engine stopped before it was ready'));

@@ -1,19 +1,20 @@
-import { randomUUID } from 'node:crypto';
-import type { Consumer, Kafka } from 'kafkajs';
 import { MsgbridgeError } from '../platform/errors.js';
 import type { Logger } from '../platform/logger.js';
-import { partitionEnds } from '../kafka/changelog-reader.js';
+import { followChangelog, type ChangelogFollowStatus } from '../kafka/changelog-follower.js';
+import type { KafkaClient } from '../kafka/client.js';
 import { conversationEntry, type ConversationTable } from './conversation-table.js';
 
 /**
- * The Kafka side of the conversation table (README "Conversation window"): one consumer reads
- * the compacted `conversations` topic from its beginning (read_committed, a private group) and
- * never stops. The table is complete once every partition reached the high watermark it had
- * when the read began (the same end as the tracker's restore, changelog-restore.ts); the same
- * consumer then keeps following, so there is no gap between the full read and the follow.
+ * The Kafka side of the conversation table (README "Conversation window"): the compacted
+ * `conversations` topic read from its beginning (read_committed, a private group) and followed
+ * for good by src/kafka/changelog-follower.ts. The table is complete once every partition
+ * reached the high watermark it had when the read began (the same end as the tracker's restore,
+ * changelog-reader.ts); the same consumer then keeps following, so there is no gap between the
+ * full read and the follow. This file gives the records their meaning, the log lines and the
+ * texts of readiness and errors.
  */
 export interface ConversationFollowerOptions {
-  kafka: Kafka;
+  kafka: KafkaClient;
   topic: string;
   table: ConversationTable;
   /** Businesses this sender sends for: records of others are not kept. */
@@ -47,28 +48,11 @@ export interface ConversationFollower {
 
 /** Starts reading at once; await `loaded` before sending anything that needs the table. */
 export function followConversations(options: ConversationFollowerOptions): ConversationFollower {
-  const { kafka, topic, table, logger } = options;
-  const started = Date.now();
-  let consumer: Consumer | undefined;
-  let stage = `waiting for topic ${topic} (written by the tracker)`;
-  let records = 0;
+  const { topic, table, logger } = options;
   let skipped = 0;
-  let loadedDone = false;
-  let timer: NodeJS.Timeout | undefined;
-  /** Set once the load ended (done, failed, timed out or stopped). */
-  let over = false;
-  let finish: (error?: Error) => void = () => {};
-  const finished = new Promise<void>((resolve, reject) => {
-    finish = (error) => {
-      if (over) return;
-      over = true;
-      clearTimeout(timer);
-      if (error) reject(error);
-      else resolve();
-    };
-  });
-  // Awaited below; this keeps a rejection while nothing awaits it yet from being reported as unhandled.
-  finished.catch(() => undefined);
+  let evictedLogged = 0;
+  let evictedLoggedAt = 0;
+  let entries = 0;
 
   const skip = (reason: string) => {
     skipped += 1;
@@ -77,126 +61,76 @@ export function followConversations(options: ConversationFollowerOptions): Conve
     if (skipped === 1 || skipped % 1000 === 0) logger.warn({ topic, skipped, reason }, 'conversations record skipped: not a conversation window');
   };
 
-  /** Where the partitions still being read are, for the timeout's message. */
-  let progress = (): string => '';
-
-  const load = async (): Promise<ConversationLoad> => {
-    timer = setTimeout(() => {
-      finish(
-        new MsgbridgeError(
-          'KAFKA_UNAVAILABLE',
-          `the conversation table was not ready within sender.conversationTableReadTimeoutMs (${options.timeoutMs} ms): still ${stage}${progress()}. With sender.conversationWindow "reject" the sender consumes no send request before it has read ${topic} to its end: check that the tracker runs (it creates and writes ${topic}) and that Kafka is reachable, raise the timeout for a large topic, or set sender.conversationWindow to "off"`,
-        ),
-      );
-    }, options.timeoutMs);
-    await Promise.race([waitForTopic(), finished]);
-    const ends = await Promise.race([partitionEnds(kafka, topic), finished.then(() => new Map())]);
-    const pending = new Map<number, number>();
-    const position = new Map<number, number>();
-    for (const [partition, { low, high }] of ends) if (high > low) pending.set(partition, high);
-    const total = [...ends.values()].reduce((sum, { low, high }) => sum + (high - low), 0);
-    stage = `reading ${topic} to its end (${total} offsets over ${ends.size} partitions)`;
-    const reached = (partition: number, next: number) => {
-      const end = pending.get(partition);
-      if (end === undefined) return;
-      position.set(partition, next);
-      if (next < end) return;
-      pending.delete(partition);
-      if (pending.size === 0) finish();
-    };
-    if (pending.size === 0) finish();
-    progress = () => `: ${[...pending].map(([p, end]) => `partition ${p} at ${position.get(p) ?? ends.get(p)?.low ?? 0} of ${end}`).join(', ')}; a partition that does not move is held by a transaction left open on it, or Kafka is slow`;
-
-    consumer = kafka.consumer({
-      groupId: `${options.groupIdPrefix}-${randomUUID()}`,
-      readUncommitted: false,
-      maxWaitTimeInMs: 500,
-      maxBytesPerPartition: 4 * 1024 * 1024,
-      allowAutoTopicCreation: false,
-      retry: { retries: 10, initialRetryTime: 200, maxRetryTime: 5_000 },
-    });
-    // After every batch, also one kafkajs filtered to nothing (transaction markers, aborted
-    // records): the one place the position is known exactly (as in changelog-restore.ts).
-    consumer.on(consumer.events.END_BATCH_PROCESS, ({ payload }) => {
-      if (payload.topic === topic) reached(payload.partition, Number(payload.lastOffset) + 1);
-    });
-    consumer.on(consumer.events.CRASH, ({ payload }) => {
-      if (payload.restart) {
-        logger.error({ err: payload.error.message, topic }, 'the conversations consumer crashed; it restarts');
-        return;
-      }
-      if (!loadedDone) {
-        finish(payload.error);
-        return;
-      }
-      table.markIncomplete();
-      stage = `no longer following ${topic}: its consumer stopped for good (${payload.error.message.split('\n')[0]})`;
-      logger.fatal({ err: payload.error.message, topic }, 'the conversations consumer stopped for good: the table no longer follows the topic, so texts to customers without a known open window are sent as they are');
-      options.onFatal?.(payload.error);
-    });
-    await consumer.connect();
-    await consumer.subscribe({ topics: [topic], fromBeginning: true });
-    let evictedLogged = 0;
-    let evictedLoggedAt = 0;
-    await consumer.run({
-      autoCommit: false,
-      eachBatch: async ({ batch }) => {
-        for (const message of batch.messages) {
-          records += 1;
-          const entry = conversationEntry(message.key ?? null, message.value ?? null);
-          if ('invalid' in entry) skip(entry.invalid);
-          else if (options.businesses.has(entry.businessId)) table.apply(entry);
-        }
-        const { evictedOpen, evictedUntil } = table.stats();
-        // At most a line a minute while the table overflows.
-        if (evictedOpen > evictedLogged && Date.now() - evictedLoggedAt >= 60_000) {
-          logger.warn(
-            { topic, entries: table.size, evictedOpen, unknownUntil: new Date(evictedUntil).toISOString() },
-            'conversation table full (sender.conversationTableMaxEntries): open windows were dropped, so texts to customers it does not hold are sent as they are (not refused) until those windows would have closed',
-          );
-          evictedLogged = evictedOpen;
-          evictedLoggedAt = Date.now();
-        }
-      },
-    });
-    await finished;
-    loadedDone = true;
-    table.markComplete();
-    stage = `following ${topic}`;
-    const report = { records, entries: table.size, durationMs: Date.now() - started };
-    logger.debug({ topic, ...report }, 'conversation table complete: every open window of the topic is known; following it from here');
-    return report;
+  /** The readiness text of a stage. */
+  const describe = (status: ChangelogFollowStatus): string => {
+    switch (status.stage) {
+      case 'waiting-for-topic':
+        return `waiting for topic ${topic} (written by the tracker)`;
+      case 'reading':
+        return `reading ${topic} to its end (${status.offsets} offsets over ${status.partitions} partitions)`;
+      case 'following':
+        return `following ${topic}`;
+      case 'stopped':
+        return `no longer following ${topic}: its consumer stopped for good (${status.error.message.split('\n')[0]})`;
+    }
   };
 
-  async function waitForTopic(): Promise<void> {
-    const admin = kafka.admin();
-    await admin.connect();
-    try {
-      for (let logged = false; !over; logged = true) {
-        if ((await admin.listTopics()).includes(topic)) return;
-        if (!logged) logger.warn({ topic }, 'waiting for the conversations topic to exist (the tracker creates it) before consuming send requests');
-        await Promise.race([new Promise((resolve) => setTimeout(resolve, 1000)), finished.catch(() => undefined)]);
+  const changelog = followChangelog({
+    kafka: options.kafka,
+    topic,
+    groupIdPrefix: options.groupIdPrefix,
+    timeoutMs: options.timeoutMs,
+    logger,
+    name: 'conversations',
+    maxWaitTimeMs: 500,
+    maxBytesPerPartition: 4 * 1024 * 1024,
+    onRecords(records) {
+      for (const record of records) {
+        const entry = conversationEntry(record.key, record.value);
+        if ('invalid' in entry) skip(entry.invalid);
+        else if (options.businesses.has(entry.businessId)) table.apply(entry);
       }
-    } finally {
-      await admin.disconnect().catch(() => undefined);
-    }
-  }
-
-  const loaded = load().catch(async (error: unknown) => {
-    clearTimeout(timer);
-    await consumer?.disconnect().catch(() => undefined);
-    throw error instanceof MsgbridgeError ? error : new MsgbridgeError('KAFKA_UNAVAILABLE', `reading ${topic} failed: ${((error as Error)?.message ?? String(error)).split('\n')[0]}`, { cause: error });
+      const { evictedOpen, evictedUntil } = table.stats();
+      // At most a line a minute while the table overflows.
+      if (evictedOpen > evictedLogged && Date.now() - evictedLoggedAt >= 60_000) {
+        logger.warn(
+          { topic, entries: table.size, evictedOpen, unknownUntil: new Date(evictedUntil).toISOString() },
+          'conversation table full (sender.conversationTableMaxEntries): open windows were dropped, so texts to customers it does not hold are sent as they are (not refused) until those windows would have closed',
+        );
+        evictedLogged = evictedOpen;
+        evictedLoggedAt = Date.now();
+      }
+    },
+    onWaitingForTopic() {
+      logger.warn({ topic }, 'waiting for the conversations topic to exist (the tracker creates it) before consuming send requests');
+    },
+    onCaughtUp({ records, durationMs }) {
+      table.markComplete();
+      entries = table.size;
+      logger.debug({ topic, records, entries, durationMs }, 'conversation table complete: every open window of the topic is known; following it from here');
+    },
+    onStopped(error) {
+      table.markIncomplete();
+      logger.fatal({ err: error.message, topic }, 'the conversations consumer stopped for good: the table no longer follows the topic, so texts to customers without a known open window are sent as they are');
+      options.onFatal?.(error);
+    },
+    timeoutError(status) {
+      const progress =
+        status.stage === 'reading' ? `: ${status.progress}; a partition that does not move is held by a transaction left open on it, or Kafka is slow` : '';
+      return new MsgbridgeError(
+        'KAFKA_UNAVAILABLE',
+        `the conversation table was not ready within sender.conversationTableReadTimeoutMs (${options.timeoutMs} ms): still ${describe(status)}${progress}. With sender.conversationWindow "reject" the sender consumes no send request before it has read ${topic} to its end: check that the tracker runs (it creates and writes ${topic}) and that Kafka is reachable, raise the timeout for a large topic, or set sender.conversationWindow to "off"`,
+      );
+    },
   });
+
+  const loaded = changelog.loaded.then(({ records, durationMs }): ConversationLoad => ({ records, entries, durationMs }));
   // The caller awaits `loaded`; this keeps an unawaited rejection from being reported twice.
   loaded.catch(() => undefined);
 
   return {
     loaded,
-    status: () => stage,
-    async stop() {
-      finish(new MsgbridgeError('SHUTTING_DOWN', `reading ${topic} was cancelled`));
-      clearTimeout(timer);
-      await consumer?.disconnect().catch(() => undefined);
-    },
+    status: () => describe(changelog.status()),
+    stop: () => changelog.stop(),
   };
 }
