@@ -1,5 +1,57 @@
 import tseslint from 'typescript-eslint';
 
+// The rooms of src/ and what each may import (DESIGN §7; each folder's README says the same).
+// Roles import contracts, kafka, runtime, config and platform, never another role; only
+// src/kafka knows a Kafka client library.
+const ROLES = ['ingress', 'sender', 'tracker', 'simulator'];
+const KAFKA_CLIENTS = ['kafkajs', '@platformatic/kafka'];
+const ROOMS = {
+  platform: { rooms: [], libraries: KAFKA_CLIENTS },
+  contracts: { rooms: ['platform'], libraries: KAFKA_CLIENTS },
+  config: { rooms: ['platform', 'contracts'], libraries: KAFKA_CLIENTS },
+  kafka: { rooms: ['platform', 'contracts', 'config'], libraries: [] },
+  runtime: { rooms: ['platform', 'contracts', 'config', 'kafka'], libraries: KAFKA_CLIENTS },
+  ingress: { rooms: ['platform', 'contracts', 'config', 'kafka', 'runtime'], libraries: KAFKA_CLIENTS },
+  sender: { rooms: ['platform', 'contracts', 'config', 'kafka', 'runtime'], libraries: KAFKA_CLIENTS },
+  tracker: { rooms: ['platform', 'contracts', 'config', 'kafka', 'runtime'], libraries: KAFKA_CLIENTS },
+  simulator: { rooms: ['platform', 'contracts', 'config', 'runtime'], libraries: KAFKA_CLIENTS },
+  commands: { rooms: ['platform', 'contracts', 'config', 'kafka', 'runtime', ...ROLES], libraries: KAFKA_CLIENTS },
+};
+const ALL_ROOMS = [...Object.keys(ROOMS)];
+
+// Pure logic stays framework-free: adapters live at the edge.
+const PURE = [
+  'src/contracts/**',
+  'src/config/**',
+  'src/ingress/handle-webhook.ts',
+  'src/sender/keyed-runner.ts',
+  'src/sender/retry-policy.ts',
+  'src/sender/rate-limiter.ts',
+  'src/sender/circuit-breaker.ts',
+  'src/sender/conversation-guard.ts',
+  'src/sender/conversation-table.ts',
+  'src/kafka/batching-publisher.ts',
+  'src/tracker/state-rules.ts',
+  'src/tracker/window-rules.ts',
+  'src/tracker/state-cache.ts',
+  'src/tracker/tracker-logic.ts',
+];
+const PURE_LIBRARIES = ['uWebSockets.js', 'kafkajs', '@platformatic/kafka', 'undici'];
+
+/** One no-restricted-imports rule for a room (flat config replaces a rule, so pure files get the union). */
+function boundary(room, pure) {
+  const { rooms, libraries } = ROOMS[room];
+  const forbidden = ALL_ROOMS.filter((r) => r !== room && !rooms.includes(r));
+  const paths = [...new Set([...libraries, ...(pure ? PURE_LIBRARIES : [])])].map((name) => ({
+    name,
+    message: pure ? 'pure logic imports no framework or client library: adapters live at the edge' : 'only src/kafka knows a Kafka client library',
+  }));
+  const patterns = forbidden.length
+    ? [{ group: forbidden.map((r) => `../${r}/**`), message: `src/${room} may import only ${rooms.join(', ') || 'its own files'} (see its README)` }]
+    : [];
+  return ['error', { paths, patterns }];
+}
+
 export default tseslint.config(
   { ignores: ['dist/**', 'node_modules/**', '.cache/**', 'schemas/**'] },
   ...tseslint.configs.recommended,
@@ -9,11 +61,9 @@ export default tseslint.config(
       'no-restricted-imports': 'off',
     },
   },
-  {
-    // Pure logic stays framework-free: adapters live at the edge.
-    files: ['src/contracts/**', 'src/config/**', 'src/ingress/handle-webhook.ts', 'src/sender/keyed-runner.ts', 'src/sender/retry-policy.ts', 'src/sender/rate-limiter.ts', 'src/sender/circuit-breaker.ts', 'src/kafka/batching-publisher.ts', 'src/tracker/state-rules.ts', 'src/tracker/window-rules.ts', 'src/tracker/state-cache.ts', 'src/tracker/tracker-logic.ts', 'src/sender/conversation-guard.ts', 'src/sender/conversation-table.ts'],
-    rules: {
-      'no-restricted-imports': ['error', { paths: ['uWebSockets.js', 'kafkajs', 'undici'] }],
-    },
-  },
+  ...Object.keys(ROOMS).map((room) => ({ files: [`src/${room}/**/*.ts`], rules: { 'no-restricted-imports': boundary(room, false) } })),
+  ...Object.keys(ROOMS).map((room) => ({
+    files: PURE.filter((glob) => glob.startsWith(`src/${room}/`)),
+    rules: { 'no-restricted-imports': boundary(room, true) },
+  })).filter((c) => c.files.length > 0),
 );

@@ -80,7 +80,7 @@ try {
     const nextLine = () => new Promise<string>((resolve) => lines.once('line', resolve));
     await nextLine();
 
-    const pool = new Pool(ingress.url, { connections: 256, pipelining: 1 });
+    const pool = new Pool(ingress.address, { connections: 256, pipelining: 1 });
     const oks: number[] = [];
     let refused = 0;
     let failed = 0;

@@ -99,7 +99,7 @@ if (base === 'naive') {
     brokers,
     unsafeDiscardRecords: base === 'discard',
   });
-  announce(ingress.url);
+  announce(ingress.address);
   process.once('SIGTERM', () => {
     void ingress
       .drain()

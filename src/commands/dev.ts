@@ -4,18 +4,20 @@ import type { Config } from '../config/schema.js';
 import { WEBHOOK_TOPICS } from '../contracts/index.js';
 import { startIngress, type Ingress } from '../ingress/index.js';
 import { obtainBrokers, type Brokers } from '../kafka/brokers.js';
-import { createLifecycle } from '../runtime/shutdown.js';
+import { createShutdown } from '../runtime/shutdown.js';
 import { roleLoggers } from '../platform/logger.js';
+import type { Role } from '../runtime/role.js';
 import { startSender, type Sender } from '../sender/index.js';
 import { startTracker, type Tracker } from '../tracker/index.js';
 import { defaultCacheDir } from '../kafka/local-broker.js';
 import { join } from 'node:path';
 
-const DEFAULT_STATE_DIR = './state/tracker';
 import { simulatorOptionsFromConfig, startSimulator, type RunningSimulator } from '../simulator/index.js';
 import { commandConfig, writeDevState } from './context.js';
 import { parseIntegerOption } from './options.js';
 import { loopbackHost } from '../platform/net.js';
+
+const DEFAULT_STATE_DIR = './state/tracker';
 
 /** The business `msgbridge dev` runs with when none is configured (local use only). */
 export const DEV_BUSINESS = { id: 'biz_1', signingSecrets: ['dev-signing-secret'], apiKey: 'dev-api-key' } as const;
@@ -67,21 +69,21 @@ async function runDev(config: Config, opts: DevOptions): Promise<void> {
   let ingress: Ingress | undefined;
   let sender: Sender | undefined;
   let tracker: Tracker | undefined;
+  // Every role alike, in the order they stop: the edges first, so no new work starts.
+  const roles = (): Role[] => [sender, ingress, tracker].filter((r): r is NonNullable<typeof r> => r !== undefined);
   let removeState: (() => void) | undefined;
   let summary: NodeJS.Timeout | undefined;
 
   const stopAll = async () => {
     clearInterval(summary);
     // Inward first: stop taking work at the edges, then drain, then stop Kafka last.
-    await sender?.drain();
-    await ingress?.drain();
-    await tracker?.drain();
+    for (const role of roles()) await role.drain();
     await simulator?.close();
     await brokers?.local?.stop();
     removeState?.();
   };
 
-  const lifecycle = createLifecycle({ logger, graceMs: Math.max(config.ingress.drainGraceMs, config.sender.drainGraceMs) + config.tracker.drainGraceMs + 15_000, drain: stopAll });
+  const lifecycle = createShutdown({ logger, graceMs: Math.max(config.ingress.drainGraceMs, config.sender.drainGraceMs) + config.tracker.drainGraceMs + 15_000, drain: stopAll });
   lifecycle.handleSignals((code) => {
     line(code === 0 ? 'stopped.' : 'stopped (drain incomplete).');
     process.exit(code);
@@ -102,14 +104,14 @@ async function runDev(config: Config, opts: DevOptions): Promise<void> {
     // The tracker first: it creates the conversations topic the sender reads before it consumes.
     tracker = await startTracker({ config: wired, brokers: brokers.brokers, logger: loggers.tracker });
     sender = await startSender({ config: wired, brokers: brokers.brokers, logger: loggers.sender });
-    await Promise.all([sender.ready, tracker.ready]);
+    await Promise.all(roles().map((role) => role.ready));
     for (const business of config.businesses) {
-      for (const topic of WEBHOOK_TOPICS) simulator.registerWebhook(business.id, topic, `${ingress.url}/webhooks/${encodeURIComponent(business.id)}/${topic}`);
+      for (const topic of WEBHOOK_TOPICS) simulator.registerWebhook(business.id, topic, `${ingress.address}/webhooks/${encodeURIComponent(business.id)}/${topic}`);
     }
     removeState = writeDevState(config, {
       pid: process.pid,
       brokers: brokers.brokers,
-      ingressUrl: ingress.url,
+      ingressUrl: ingress.address,
       simulatorUrl: simulator.url,
       startedAt: new Date().toISOString(),
     });
@@ -120,7 +122,7 @@ async function runDev(config: Config, opts: DevOptions): Promise<void> {
   printScreen(config, { brokers, simulator, ingress, sender, tracker, startupMs: Date.now() - started });
 
   if (!opts.quiet && opts.summaryInterval > 0) {
-    const registries = { ingress: ingress.registry, sender: sender.metrics, tracker: tracker.metrics };
+    const registries = { ingress: ingress.metrics, sender: sender.metrics, tracker: tracker.metrics };
     let last = '';
     summary = setInterval(() => {
       void summarize(registries).then((text) => {
@@ -142,9 +144,9 @@ function printScreen(config: Config, s: { brokers: Brokers; simulator: RunningSi
   line();
   line(`  Kafka       ${kafka}`);
   line(`  simulator   ${s.simulator.url}  (the provider stand-in; /sim/ endpoints for faults and history)`);
-  line(`  ingress     ${s.ingress.url}/webhooks/<business>/{${t.messages},${t.deliveryStatus}}  (registered with the simulator)`);
-  line(`  sender      ${t.sendRequests} → provider → ${t.sendResults}${s.sender.healthUrl ? `  (health ${s.sender.healthUrl})` : ''}`);
-  line(`  tracker     ${t.sendResults} + ${t.deliveryStatus} → ${t.messageState}, ${t.messages} → ${t.conversations}${s.tracker.url ? `  (queries ${s.tracker.url}/messages/<id>)` : ''}`);
+  line(`  ingress     ${s.ingress.address}/webhooks/<business>/{${t.messages},${t.deliveryStatus}}  (registered with the simulator)`);
+  line(`  sender      ${t.sendRequests} → provider → ${t.sendResults}${s.sender.address ? `  (health ${s.sender.address})` : ''}`);
+  line(`  tracker     ${t.sendResults} + ${t.deliveryStatus} → ${t.messageState}, ${t.messages} → ${t.conversations}${s.tracker.address ? `  (queries ${s.tracker.address}/messages/<id>)` : ''}`);
   line(`  businesses  ${config.businesses.map((b) => b.id).join(', ')}`);
   line();
   line('Try it, in another terminal:');

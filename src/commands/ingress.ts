@@ -2,9 +2,7 @@ import { InvalidArgumentError, type Command } from 'commander';
 import { ingressWorkersSchema } from '../config/schema.js';
 import { MsgbridgeError } from '../platform/errors.js';
 import { startIngressWorkers } from '../ingress/workers.js';
-import { obtainBrokers } from '../kafka/brokers.js';
-import { createLifecycle } from '../runtime/shutdown.js';
-import { createLogger } from '../platform/logger.js';
+import { runRole } from '../runtime/foreground.js';
 import { commandConfig } from './context.js';
 
 /** --workers: an integer from 1 to 256, or "auto" (as ingress.workers). */
@@ -37,43 +35,16 @@ export function registerIngressCommand(program: Command): void {
           'no business with a webhook signing secret is configured: set MSGBRIDGE_BUSINESS_ID and MSGBRIDGE_SIGNING_SECRET, or businesses[].signingSecrets in the configuration file',
         );
       }
-      const logger = createLogger({ level: config.log.level, name: 'ingress' });
-      const { brokers, local } = await obtainBrokers(config, logger);
-      // Set once the lifecycle exists (below).
-      const workerFailure: { stop?: () => void } = {};
-      let ingress;
-      try {
-        ingress = await startIngressWorkers(config, { logger, brokers, onWorkerFailure: () => workerFailure.stop?.() });
-      } catch (err) {
-        await local?.stop();
-        throw err;
-      }
-      const lifecycle = createLifecycle({
-        logger,
-        graceMs: config.ingress.drainGraceMs,
-        drain: async () => {
-          await ingress.drain();
-          await local?.stop();
-        },
-      });
-      let exiting = false;
-      const exit = (code: number) => {
-        if (exiting) return;
-        exiting = true;
+      await runRole({
+        name: 'ingress',
+        config,
+        drainGraceMs: config.ingress.drainGraceMs,
+        unfinished: 'requests still in progress at the grace deadline were answered 503 or left unanswered (the provider redelivers them)',
+        // A worker thread that stopped on its own: the others drain, and the exit code says so.
+        start: ({ logger, brokers, onFatal }) => startIngressWorkers(config, { logger, brokers, onWorkerFailure: () => onFatal(new Error('an ingress worker thread stopped')) }),
+        describe: (ingress) => ({ ingress: ingress.address, ...(ingress.workers > 1 ? { workers: ingress.workers } : {}) }),
         // Worker threads closed first (a no-op without them), then the last log lines out.
-        void ingress.terminate().finally(() => {
-          const timer = setTimeout(() => process.exit(code), 1000);
-          logger.flush(() => {
-            clearTimeout(timer);
-            process.exit(code);
-          });
-        });
-      };
-      // A worker thread that stopped on its own: the others drain, and the exit code says so.
-      workerFailure.stop = () => void lifecycle.stop('ingress worker thread stopped').then(() => exit(1));
-      process.stdout.write(`${JSON.stringify({ ingress: ingress.url, brokers, ...(ingress.workers > 1 ? { workers: ingress.workers } : {}) })}\n`);
-      await new Promise<never>(() => {
-        lifecycle.handleSignals(exit);
+        beforeExit: (ingress) => ingress.terminate(),
       });
     });
 }

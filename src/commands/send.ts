@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import { InvalidArgumentError, type Command } from 'commander';
-import type { Consumer } from 'kafkajs';
 import { sendRequestRecipient, sendRequestSchema, sendResultSchema, deliveryStatusEventSchema, type SendRequest } from '../contracts/index.js';
 import type { Config } from '../config/schema.js';
 import { MsgbridgeError } from '../platform/errors.js';
@@ -92,7 +91,7 @@ async function runSend(command: Command, opts: CommonOptions, raw: Record<string
   const kafka = createKafka(config.kafka, { brokers: operatorBrokers(config), clientId: 'msgbridge-send' });
   const topics = config.kafka.topics;
 
-  let consumer: Consumer | undefined;
+  let consumer: ReturnType<typeof createConsumer> | undefined;
   let outcome: Promise<number> | undefined;
   if (opts.follow) {
     ({ consumer, outcome } = await follow(kafka, config, request, opts.timeout));

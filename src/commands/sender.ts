@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { commandConfig } from './context.js';
-import { runConsumerRole } from '../runtime/foreground.js';
+import { runRole } from '../runtime/foreground.js';
 import { senderApiKeys, startSender } from '../sender/index.js';
 
 /**
@@ -19,14 +19,14 @@ export function registerSenderCommand(program: Command): void {
       const config = commandConfig(command);
       // Configuration errors first, before any broker is started.
       senderApiKeys(config);
-      await runConsumerRole({
+      await runRole({
         name: 'sender',
         config,
         // The sender's own drain stays within drainGraceMs.
         drainGraceMs: config.sender.drainGraceMs,
         unfinished: 'requests still in progress at the grace deadline were left to run again elsewhere',
         start: ({ logger, brokers, onFatal }) => startSender({ config, logger, brokers, onFatal }),
-        describe: (sender) => ({ sender: { health: sender.healthUrl ?? null, groupId: config.sender.groupId, topic: config.kafka.topics.sendRequests } }),
+        describe: (sender) => ({ sender: { health: sender.address ?? null, groupId: config.sender.groupId, topic: config.kafka.topics.sendRequests } }),
       });
     });
 }

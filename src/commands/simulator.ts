@@ -3,7 +3,7 @@ import { request } from 'undici';
 import { commandConfig } from './context.js';
 import type { Config } from '../config/schema.js';
 import { MsgbridgeError } from '../platform/errors.js';
-import { createLifecycle } from '../runtime/shutdown.js';
+import { createShutdown } from '../runtime/shutdown.js';
 import { createLogger } from '../platform/logger.js';
 import { simulatorOptionsFromConfig, startSimulator } from '../simulator/index.js';
 import { parseIntegerOption } from './options.js';
@@ -68,7 +68,7 @@ async function runSimulator(command: Command, opts: { host?: string; port?: numb
   if (opts.host !== undefined) options.host = opts.host;
   if (opts.port !== undefined) options.port = opts.port;
   const running = await startSimulator(options);
-  const lifecycle = createLifecycle({ logger, graceMs: 5_000, drain: () => running.close() });
+  const lifecycle = createShutdown({ logger, graceMs: 5_000, drain: () => running.close() });
   lifecycle.handleSignals();
   process.stderr.write(
     `provider simulator at ${running.url} for ${config.businesses.map((b) => b.id).join(', ')}; control endpoints under ${running.url}/sim/. Ctrl-C stops it.\n`,

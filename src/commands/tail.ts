@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Command } from 'commander';
-import { createKafka } from '../kafka/client.js';
+import { createConsumer, createKafka } from '../kafka/client.js';
 import { commandConfig, operatorBrokers } from './context.js';
 import { parseIntegerOption } from './options.js';
 import { decodeValue, headersToStrings } from './render.js';
@@ -33,7 +33,7 @@ export function registerTailCommand(program: Command): void {
         process.exitCode = 2;
         return;
       }
-      const consumer = kafka.consumer({ groupId: `msgbridge-tail-${randomUUID()}`, maxWaitTimeInMs: 200 });
+      const consumer = createConsumer(kafka, { groupId: `msgbridge-tail-${randomUUID()}`, maxWaitTimeInMs: 200 });
       await consumer.connect();
       let seen = 0;
       let finish: () => void = () => {};

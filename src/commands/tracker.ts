@@ -6,7 +6,7 @@ import { findMessageState, findRequestState } from '../tracker/query.js';
 import { checkStateDir, startTracker } from '../tracker/index.js';
 import { MsgbridgeError } from '../platform/errors.js';
 import { commandConfig, operatorBrokers } from './context.js';
-import { runConsumerRole } from '../runtime/foreground.js';
+import { runRole } from '../runtime/foreground.js';
 
 /**
  * `msgbridge tracker`: one monotonic state per message and the customers' conversation windows,
@@ -24,13 +24,13 @@ export function registerTrackerCommand(program: Command): void {
       const config = commandConfig(command);
       // Before any Kafka: a directory it cannot write is a configuration error.
       checkStateDir(config.tracker.stateDir);
-      await runConsumerRole({
+      await runRole({
         name: 'tracker',
         config,
         drainGraceMs: config.tracker.drainGraceMs,
         unfinished: 'the tracker did not leave its group within tracker.drainGraceMs',
         start: ({ logger, brokers, onFatal }) => startTracker({ config, logger, brokers, onFatal }),
-        describe: (tracker) => ({ tracker: { url: tracker.url ?? null, groupId: config.tracker.groupId, topics: [config.kafka.topics.messageState, config.kafka.topics.conversations] } }),
+        describe: (tracker) => ({ tracker: { url: tracker.address ?? null, groupId: config.tracker.groupId, topics: [config.kafka.topics.messageState, config.kafka.topics.conversations] } }),
       });
     });
 

@@ -6,11 +6,13 @@ import { createKafka } from '../kafka/client.js';
 import { createKafkajsProducer } from '../kafka/kafkajs-producer.js';
 import { preferBrokers, type ProducerFactory } from '../kafka/port.js';
 import { connectingToKafka, describeKafkaFailure } from '../kafka/failure.js';
-import { checkWrittenTopics, ensureTopics } from '../kafka/topics.js';
+import { requireBrokers } from '../kafka/brokers.js';
+import { prepareRoleTopics } from '../kafka/topics.js';
 import { silentLogger, type Logger } from '../platform/logger.js';
 import { createMetricsRegistry } from '../runtime/metrics.js';
 import { createLiveWebhookHandler, rulesFromConfig } from './handle-webhook.js';
 import { watchConfiguredBusinesses } from '../runtime/businesses-reload.js';
+import { drainOnce, type Role } from '../runtime/role.js';
 import { createIngressMetrics } from './metrics.js';
 import { startIngressServer, type IngressServer } from './server.js';
 
@@ -59,22 +61,17 @@ export interface IngressControls {
 
 export type IngressState = 'running' | 'draining' | 'stopped';
 
-export interface Ingress {
+export interface Ingress extends Role {
   readonly port: number;
   /** http://host:port, with 127.0.0.1 for a wildcard host. */
-  readonly url: string;
-  /** What /readyz answers: producer connected, queue below its bound, not draining. */
-  readonly ready: boolean;
+  readonly address: string;
   readonly state: IngressState;
-  readonly registry: Registry;
   /**
    * Stops accepting (new webhooks 503, /readyz 503), answers every request already admitted
    * once its batch is acknowledged (or failed), flushes and disconnects the producer, closes
-   * the listening socket. Idempotent. Bound it with a grace period (src/lifecycle.ts).
+   * the listening socket; true when that took less than ingress.drainGraceMs.
    */
-  drain(): Promise<void>;
-  /** Same as drain(). */
-  close(): Promise<void>;
+  drain(): Promise<boolean>;
 }
 
 /** Every ingress topic must hold a whole webhook body and a whole batch in one record batch. */
@@ -114,9 +111,7 @@ export async function startIngressWithControls(options: StartIngressOptions): Pr
     createProducer = () => ({ connect: async () => {}, send: async () => {}, disconnect: async () => {} });
   }
   if (!createProducer) {
-    if (brokers.length === 0) {
-      throw new MsgbridgeError('CONFIG_INVALID', 'kafka.brokers: no Kafka brokers to publish to (set KAFKA_BROKERS)');
-    }
+    requireBrokers(brokers);
     const kafka = createKafka(config.kafka, { logger, brokers });
     minInsyncReplicas = await connectingToKafka(brokers, () => prepareIngressTopics(kafka, config, logger));
     if (config.kafka.client === 'platformatic') {
@@ -201,34 +196,28 @@ export async function startIngressWithControls(options: StartIngressOptions): Pr
   const url = localUrl(ingress.host, server.port);
   logger.info({ url, businesses: config.businesses.map((b) => b.id), topics: config.kafka.topics, kafkaClient: config.kafka.client }, 'ingress listening');
 
-  let draining: Promise<void> | undefined;
-  const drain = () => {
-    draining ??= (async () => {
-      state = 'draining';
-      businessesWatch?.stop();
-      // Half the grace period for bodies still arriving; the rest for their batches, the
-      // producer's flush and disconnect.
-      server.stopAccepting(Math.floor(ingress.drainGraceMs / 2));
-      await server.whenIdle();
-      await publisher.drain();
-      server.close();
-      state = 'stopped';
-    })();
-    return draining;
-  };
+  const drain = drainOnce(ingress.drainGraceMs, async () => {
+    state = 'draining';
+    businessesWatch?.stop();
+    // Half the grace period for bodies still arriving; the rest for their batches, the
+    // producer's flush and disconnect.
+    server.stopAccepting(Math.floor(ingress.drainGraceMs / 2));
+    await server.whenIdle();
+    await publisher.drain();
+    server.close();
+    state = 'stopped';
+  });
 
   return {
     port: server.port,
-    url,
-    get ready() {
-      return isReady();
-    },
+    address: url,
+    ready: Promise.resolve(),
+    isReady,
     get state() {
       return state;
     },
-    registry,
+    metrics: registry,
     drain,
-    close: drain,
     reloadBusinesses: () => businessesWatch?.reload(),
     closeAll: () => server.closeAll(),
   };
@@ -240,7 +229,6 @@ function ingressTopics(config: Config): string[] {
   return [topics.messages, topics.deliveryStatus, topics.webhooksDlq];
 }
 
-/** Creates the ingress topics when configured to, and checks the ones it writes either way. */
 /** Creates or checks the ingress topics; answers their min.insync.replicas (when the cluster says). */
 async function prepareIngressTopics(kafka: ReturnType<typeof createKafka>, config: Config, logger: Logger): Promise<Map<string, number>> {
   const { partitions, replicationFactor } = config.kafka;
@@ -249,10 +237,11 @@ async function prepareIngressTopics(kafka: ReturnType<typeof createKafka>, confi
   const admin = kafka.admin();
   try {
     await admin.connect();
-    if (config.kafka.createTopics) {
-      await ensureTopics(
-        admin,
-        names.map((topic) => ({
+    const written = await prepareRoleTopics(
+      admin,
+      {
+        createTopics: config.kafka.createTopics,
+        create: names.map((topic) => ({
           topic,
           partitions,
           replicationFactor,
@@ -262,10 +251,10 @@ async function prepareIngressTopics(kafka: ReturnType<typeof createKafka>, confi
             ...(topic === config.kafka.topics.webhooksDlq ? [{ name: 'retention.ms', value: String(config.kafka.dlqRetentionMs) }] : []),
           ],
         })),
-        logger,
-      );
-    }
-    const written = await checkWrittenTopics(admin, names, logger);
+        written: names,
+      },
+      logger,
+    );
     // Topics made by an operator keep their settings; say so when one cannot take a full body.
     for (const [name, value] of written.maxMessageBytes) {
       if (value < config.ingress.maxBodyBytes + 4096) {

@@ -78,7 +78,7 @@ const onMessage = (message: ToWorker) => {
   switch (message.type) {
     case 'collect':
       if (!ingress) return;
-      void ingress.registry.getMetricsAsJSON().then(
+      void ingress.metrics.getMetricsAsJSON().then(
         (metrics) => send({ type: 'collected', id: message.id, metrics }),
         (err: unknown) => logger.error({ err }, 'metrics collection failed'),
       );
@@ -130,7 +130,7 @@ try {
 }
 if (ingress) {
   const started = ingress;
-  const publish = () => Atomics.store(slots, data.index, started.ready ? 1 : 0);
+  const publish = () => Atomics.store(slots, data.index, started.isReady() ? 1 : 0);
   publish();
   readiness = setInterval(publish, READINESS_MS);
   send({ type: 'listening', port: started.port });

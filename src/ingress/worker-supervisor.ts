@@ -5,7 +5,7 @@ import type { Config } from '../config/schema.js';
 import { MsgbridgeError, type ErrorCode } from '../platform/errors.js';
 import type { Logger } from '../platform/logger.js';
 import { localUrl } from '../platform/net.js';
-import { drainOnce } from '../runtime/role.js';
+import { once } from '../runtime/role.js';
 import type { Ingress, IngressState } from './index.js';
 import { spawnWorker, type WorkerModule } from './worker-loader.js';
 import { aggregateWorkerMetrics, WorkersRegistry, type Metrics } from './worker-metrics.js';
@@ -147,8 +147,12 @@ export class WorkerSupervisor {
 
   constructor(private readonly options: WorkerSupervisorOptions) {
     this.slots = new Int32Array(new SharedArrayBuffer(4 * options.count));
-    // An incomplete drain is logged as it was when the runner's shutdown saw it throw.
-    this.drain = drainOnce(options.config.ingress.drainGraceMs, () => this.drainAll(), (err) => options.logger.error({ err }, 'drain failed'));
+    // An incomplete drain rejects with what did not finish (every worker has its own grace):
+    // the runner's shutdown logs the reason and exits 1.
+    this.drain = once(async () => {
+      await this.drainAll();
+      return true;
+    });
   }
 
   /** Starts every worker; resolves once all of them listen, else stops those started and rejects. */

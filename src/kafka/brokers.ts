@@ -1,4 +1,5 @@
 import type { Config } from '../config/schema.js';
+import { MsgbridgeError } from '../platform/errors.js';
 import type { Logger } from '../platform/logger.js';
 import { startLocalBroker, type LocalBroker } from './local-broker.js';
 
@@ -21,4 +22,9 @@ export async function obtainBrokers(config: Config, logger: Logger): Promise<Bro
   });
   logger.info({ bootstrap: local.bootstrap, startupMs: local.startupMs }, 'embedded Kafka broker ready');
   return { brokers: [local.bootstrap], local };
+}
+
+/** The one check every role makes before it connects: some broker to talk to. */
+export function requireBrokers(brokers: readonly string[]): void {
+  if (brokers.length === 0) throw new MsgbridgeError('CONFIG_INVALID', 'kafka.brokers: no Kafka brokers (set KAFKA_BROKERS)');
 }

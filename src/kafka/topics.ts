@@ -2,6 +2,9 @@ import kafkajs, { type Admin } from 'kafkajs';
 import { MsgbridgeError } from '../platform/errors.js';
 import type { Logger } from '../platform/logger.js';
 
+/** The admin client, as roles hold it (only src/kafka knows the library). */
+export type KafkaAdmin = Admin;
+
 export interface TopicSpec {
   topic: string;
   partitions: number;
@@ -156,4 +159,33 @@ export async function checkWrittenTopics(admin: Admin, wanted: readonly string[]
     }
   }
   return result;
+}
+
+/** What a role declares of its topics: those it creates (when allowed) and those it writes. */
+export interface RoleTopicsSpec {
+  /** kafka.createTopics: create the missing ones of `create`. */
+  createTopics: boolean;
+  create: TopicSpec[];
+  /** Checked for the acks=all promise and read for their limits (checkWrittenTopics). */
+  written: readonly string[];
+}
+
+/** One topic preparation for every role: create what is declared (when allowed), check what is written. */
+export async function prepareRoleTopics(admin: Admin, spec: RoleTopicsSpec, logger: Logger): Promise<WrittenTopics> {
+  if (spec.createTopics) await ensureTopics(admin, spec.create, logger);
+  return checkWrittenTopics(admin, spec.written, logger);
+}
+
+/** Every setting of each topic as the cluster answers it (DescribeConfigs), per topic. */
+export async function topicSettings(admin: Admin, topics: readonly string[]): Promise<Map<string, Map<string, string>>> {
+  const { resources } = await admin.describeConfigs({ includeSynonyms: false, resources: topics.map((name) => ({ type: kafkajs.ConfigResourceTypes.TOPIC, name })) });
+  return new Map(resources.map((r) => [r.resourceName, new Map(r.configEntries.map((e) => [e.configName, e.configValue]))]));
+}
+
+/** The partition count of each existing topic among `topics` (missing ones are left out). */
+export async function partitionCounts(admin: Admin, topics: readonly string[]): Promise<Map<string, number>> {
+  const existing = new Set(await admin.listTopics());
+  const present = topics.filter((t) => existing.has(t));
+  if (present.length === 0) return new Map();
+  return new Map((await admin.fetchTopicMetadata({ topics: present })).topics.map((t) => [t.name, t.partitions.length]));
 }

@@ -5,14 +5,14 @@ import type { Logger } from '../platform/logger.js';
  * second signal while draining is logged and otherwise ignored, so an impatient Ctrl-C cannot
  * lose acknowledged work.
  */
-export interface Lifecycle {
+export interface Shutdown {
   /** Resolves when stopped; `true` when the drain finished within the grace period. */
   stop(reason: string): Promise<boolean>;
   /** Installs SIGTERM/SIGINT handlers that drain and then exit the process. */
   handleSignals(exit?: (code: number) => void): void;
 }
 
-export function createLifecycle(options: { logger: Logger; graceMs: number; drain: () => Promise<void> }): Lifecycle {
+export function createShutdown(options: { logger: Logger; graceMs: number; drain: () => Promise<void> }): Shutdown {
   let stopping: Promise<boolean> | undefined;
 
   const stop = (reason: string): Promise<boolean> => {

@@ -1,17 +1,18 @@
-import type { Kafka } from 'kafkajs';
 import type { Registry } from 'prom-client';
 import type { Config } from '../config/schema.js';
 import { MsgbridgeError } from '../platform/errors.js';
-import { createKafka } from '../kafka/client.js';
+import { createKafka, type KafkaClient } from '../kafka/client.js';
 import { connectingToKafka } from '../kafka/failure.js';
 import type { ConsumedRecord, GroupConsumer } from '../kafka/group-consumer.js';
 import { createKafkajsGroupConsumer } from '../kafka/kafkajs-group-consumer.js';
 import { createKafkajsProducer } from '../kafka/kafkajs-producer.js';
-import { checkWrittenTopics, ensureTopics } from '../kafka/topics.js';
+import { requireBrokers } from '../kafka/brokers.js';
+import { prepareRoleTopics } from '../kafka/topics.js';
 import { startHealthServer, type HealthServer } from '../runtime/health-server.js';
 import { silentLogger, type Logger } from '../platform/logger.js';
 import { createMetricsRegistry } from '../runtime/metrics.js';
 import { watchConfiguredBusinesses } from '../runtime/businesses-reload.js';
+import { once, type Role } from '../runtime/role.js';
 import { CircuitBreaker } from './circuit-breaker.js';
 import { followConversations, type ConversationFollower } from './conversation-follower.js';
 import { ConversationTable, type ConversationTableStats } from './conversation-table.js';
@@ -46,13 +47,11 @@ export interface StartSenderOptions {
   onFatal?: (error: Error) => void;
 }
 
-export interface Sender {
+export interface Sender extends Role {
   /** Resolves once the member joined the group for the first time. */
   readonly ready: Promise<void>;
-  isReady(): boolean;
-  readonly metrics: Registry;
   /** Base URL of the health server, when one runs. */
-  readonly healthUrl: string | undefined;
+  readonly address: string | undefined;
   /** The runner's counts (`running` includes requests waiting for their circuit or a token), provider calls in flight, remembered request ids, the conversation table (when the guard is on). */
   stats(): RunnerStats & { providerCalls: number; completedRequestIds: number; conversationTable?: ConversationTableStats };
   /**
@@ -61,8 +60,6 @@ export interface Sender {
    * Resolves true when everything in progress finished in time. Idempotent.
    */
   drain(): Promise<boolean>;
-  /** Same as drain(). */
-  close(): Promise<boolean>;
 }
 
 /** business id → API key, or a configuration error naming what is missing. */
@@ -92,7 +89,7 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
   const apiKeys = senderApiKeys(config);
   if (!config.provider.url) throw new MsgbridgeError('CONFIG_INVALID', 'invalid configuration:\n  - provider.url: the sender needs the provider base URL (MSGBRIDGE_PROVIDER_URL)');
   const brokers = options.brokers ?? config.kafka.brokers;
-  if (brokers.length === 0) throw new MsgbridgeError('KAFKA_UNAVAILABLE', 'the sender needs Kafka brokers (KAFKA_BROKERS)');
+  requireBrokers(brokers);
   const s = config.sender;
   const topics = config.kafka.topics;
   const registry = options.registry ?? createMetricsRegistry('sender');
@@ -234,30 +231,26 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
     return abortStart(err);
   });
 
-  let draining: Promise<boolean> | undefined;
-  const drain = (): Promise<boolean> => {
-    draining ??= (async () => {
-      const started = Date.now();
-      const finished = await member.drain(s.drainGraceMs);
-      businesses.stop();
-      await guard?.stop();
-      await publisher.close().catch((err: unknown) => logger.warn({ err }, 'disconnecting the producer failed'));
-      await client.close().catch(() => undefined);
-      await health?.close();
-      logger.info({ finished, durationMs: Date.now() - started }, 'sender stopped');
-      return finished;
-    })();
-    return draining;
-  };
+  // The member bounds its own drain by sender.drainGraceMs; closing after it is bounded by the clients' timeouts.
+  const drain = once(async () => {
+    const started = Date.now();
+    const finished = await member.drain(s.drainGraceMs);
+    businesses.stop();
+    await guard?.stop();
+    await publisher.close().catch((err: unknown) => logger.warn({ err }, 'disconnecting the producer failed'));
+    await client.close().catch(() => undefined);
+    await health?.close();
+    logger.info({ finished, durationMs: Date.now() - started }, 'sender stopped');
+    return finished;
+  });
 
   return {
     ready: member.ready,
     isReady: () => member.isMember() && publisher.publishable && (table === undefined || table.isComplete),
     metrics: registry,
-    healthUrl: health?.url,
+    address: health?.url,
     stats: () => ({ ...runner.stats(), providerCalls: callSlots.inUse, completedRequestIds: processor.completedCount, ...(table ? { conversationTable: table.stats() } : {}) }),
     drain,
-    close: drain,
   };
 }
 
@@ -287,7 +280,7 @@ function followBusinessesFile(config: Config, registry: Registry, logger: Logger
 
 /** The conversation window guard's table, read and then followed (README "Conversation window"), and swept. */
 function startConversationGuard(options: {
-  kafka: Kafka;
+  kafka: KafkaClient;
   config: Config;
   table: ConversationTable;
   businesses: ReadonlySet<string>;
@@ -333,25 +326,26 @@ function orderKey(record: ConsumedRecord, job: Job): string {
  * DLQ topic's max.message.bytes less 16 KiB of framing; the default when the cluster does not
  * say, e.g. DescribeConfigs denied).
  */
-async function prepareTopics(kafka: Kafka, config: Config, logger: Logger): Promise<number> {
+async function prepareTopics(kafka: KafkaClient, config: Config, logger: Logger): Promise<number> {
   const topics = config.kafka.topics;
   const admin = kafka.admin();
   await admin.connect();
   try {
-    if (config.kafka.createTopics) {
-      await ensureTopics(
-        admin,
-        [topics.sendRequests, topics.sendResults, topics.sendRequestsDlq].map((topic) => ({
+    const written = await prepareRoleTopics(
+      admin,
+      {
+        createTopics: config.kafka.createTopics,
+        create: [topics.sendRequests, topics.sendResults, topics.sendRequestsDlq].map((topic) => ({
           topic,
           partitions: config.kafka.partitions,
           replicationFactor: config.kafka.replicationFactor,
           minInsyncReplicas: config.kafka.minInsyncReplicas,
           ...(topic === topics.sendRequestsDlq ? { configEntries: [{ name: 'retention.ms', value: String(config.kafka.dlqRetentionMs) }] } : {}),
         })),
-        logger,
-      );
-    }
-    const written = await checkWrittenTopics(admin, [topics.sendResults, topics.sendRequestsDlq], logger);
+        written: [topics.sendResults, topics.sendRequestsDlq],
+      },
+      logger,
+    );
     // The DLQ topic's limit less room for the batch framing; Kafka's default when it cannot be read.
     const limit = written.maxMessageBytes.get(topics.sendRequestsDlq);
     return limit !== undefined && limit > 32 * 1024 ? limit - 16 * 1024 : 1_000_000;

@@ -1,19 +1,21 @@
 import { accessSync, constants, mkdirSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
-import kafkajs, { type Admin, type Kafka } from 'kafkajs';
 import type { Registry } from 'prom-client';
 import type { Config } from '../config/schema.js';
 import { MsgbridgeError } from '../platform/errors.js';
-import { createKafka } from '../kafka/client.js';
+import { createKafka, type KafkaClient } from '../kafka/client.js';
 import { connectingToKafka } from '../kafka/failure.js';
-import { checkWrittenTopics, ensureTopics } from '../kafka/topics.js';
+import { requireBrokers } from '../kafka/brokers.js';
+import { lagReader } from '../kafka/group-lag.js';
+import { partitionCounts, prepareRoleTopics, topicSettings, type KafkaAdmin } from '../kafka/topics.js';
 import { startHealthServer, type HealthServer } from '../runtime/health-server.js';
 import { silentLogger, type Logger } from '../platform/logger.js';
 import { createMetricsRegistry } from '../runtime/metrics.js';
 import { localUrl } from '../platform/net.js';
+import { once, withinGrace, type Role } from '../runtime/role.js';
 import type { MessageState } from '../contracts/message-state.js';
 import { createTrackerMetrics } from './metrics.js';
-import { groupDirectory } from './query-router.js';
+import { groupDirectory } from '../kafka/group-directory.js';
 import { QueryService } from './query-service.js';
 import { TaskRestorer } from './task-restorer.js';
 import type { TaskStore } from './state-store.js';
@@ -37,12 +39,11 @@ export interface StartTrackerOptions {
   onTransaction?: (event: TransactionEvent) => void;
 }
 
-export interface Tracker {
+export interface Tracker extends Role {
   /** Resolves once the member joined its group and every task it was given is restored. */
   readonly ready: Promise<void>;
-  isReady(): boolean;
-  readonly metrics: Registry;
-  readonly url: string | undefined;
+  /** Base URL of its health, metrics and queries server, when one runs. */
+  readonly address: string | undefined;
   /** The current state of a message (memory, else message-state); undefined when unknown. */
   message(messageId: string): Promise<MessageState | undefined>;
   request(requestId: string): Promise<MessageState | undefined>;
@@ -59,7 +60,7 @@ export async function startTracker(options: StartTrackerOptions): Promise<Tracke
   const { config } = options;
   const logger = options.logger ?? silentLogger;
   const brokers = options.brokers ?? config.kafka.brokers;
-  if (brokers.length === 0) throw new MsgbridgeError('CONFIG_INVALID', 'kafka.brokers: no Kafka brokers (set KAFKA_BROKERS)');
+  requireBrokers(brokers);
   checkStateDir(config.tracker.stateDir);
   const kafka = createKafka(config.kafka, { logger, brokers, clientId: `${config.kafka.clientId}-tracker` });
   const topics = trackerTopics(config);
@@ -234,34 +235,23 @@ export async function startTracker(options: StartTrackerOptions): Promise<Tracke
   };
   const request = async (id: string) => queries.request(id);
 
-  let draining: Promise<boolean> | undefined;
   return {
     ready: engine.ready,
     isReady: () => engine.isReady(),
     metrics: registry,
-    url: health?.url,
+    address: health?.url,
     message,
     request,
-    drain() {
-      draining ??= (async () => {
-        clearInterval(sweep);
-        clearInterval(residency);
-        let timer: NodeJS.Timeout | undefined;
-        const inTime = await Promise.race([
-          engine.stop().then(() => true),
-          new Promise<boolean>((resolve) => {
-            timer = setTimeout(() => resolve(false), config.tracker.drainGraceMs);
-          }),
-        ]);
-        clearTimeout(timer);
-        await Promise.all([...stores.values()].map((store) => store.close().catch(() => undefined)));
-        await lag.close();
-        await directoryAdmin.disconnect().catch(() => undefined);
-        await health?.close();
-        return inTime;
-      })();
-      return draining;
-    },
+    drain: once(async () => {
+      clearInterval(sweep);
+      clearInterval(residency);
+      const inTime = await withinGrace(engine.stop(), config.tracker.drainGraceMs);
+      await Promise.all([...stores.values()].map((store) => store.close().catch(() => undefined)));
+      await lag.close();
+      await directoryAdmin.disconnect().catch(() => undefined);
+      await health?.close();
+      return inTime;
+    }),
   };
 }
 
@@ -295,32 +285,30 @@ function advertisedUrlOf(host: string, port: number): string {
  * outputs can keep acks=all; answers the inputs' partition count, which the outputs must share
  * (message-state is co-partitioned with them: task p writes partition p).
  */
-async function prepareTrackerTopics(kafka: Kafka, config: Config, topics: TrackerTopics, logger: Logger): Promise<number> {
+async function prepareTrackerTopics(kafka: KafkaClient, config: Config, topics: TrackerTopics, logger: Logger): Promise<number> {
   const admin = kafka.admin();
   await admin.connect();
   try {
     const inputs = [topics.sendResults, topics.deliveryStatus, topics.messages];
-    const existing = new Set(await admin.listTopics());
-    const present = inputs.filter((t) => existing.has(t));
-    const counts = present.length > 0 ? (await admin.fetchTopicMetadata({ topics: present })).topics.map((t) => t.partitions.length) : [];
-    const partitions = counts[0] ?? config.kafka.partitions;
-    if (config.kafka.createTopics) {
-      const base = { replicationFactor: config.kafka.replicationFactor, minInsyncReplicas: config.kafka.minInsyncReplicas };
-      await ensureTopics(
-        admin,
-        [
-          ...inputs.map((topic) => ({ topic, partitions, ...base })),
-          ...[topics.messageState, topics.conversations].map((topic) => ({ topic, partitions, ...base, configEntries: changelogTopicConfig(config, topic === topics.messageState ? 'messageState' : 'conversations') })),
+    const counts = await partitionCounts(admin, inputs);
+    const partitions = inputs.map((t) => counts.get(t)).find((n) => n !== undefined) ?? config.kafka.partitions;
+    const base = { partitions, replicationFactor: config.kafka.replicationFactor, minInsyncReplicas: config.kafka.minInsyncReplicas };
+    await prepareRoleTopics(
+      admin,
+      {
+        createTopics: config.kafka.createTopics,
+        create: [
+          ...inputs.map((topic) => ({ topic, ...base })),
+          ...[topics.messageState, topics.conversations].map((topic) => ({ topic, ...base, configEntries: changelogTopicConfig(config, topic === topics.messageState ? 'messageState' : 'conversations') })),
         ],
-        logger,
-      );
-    }
-    const { topics: outputs } = await admin.fetchTopicMetadata({ topics: [topics.messageState] }).catch(() => ({ topics: [] as { partitions: unknown[] }[] }));
-    const outputPartitions = outputs[0]?.partitions.length;
+        written: [topics.messageState, topics.conversations],
+      },
+      logger,
+    );
+    const outputPartitions = (await partitionCounts(admin, [topics.messageState]).catch(() => new Map<string, number>())).get(topics.messageState);
     if (outputPartitions !== undefined && outputPartitions !== partitions) {
       throw new MsgbridgeError('CONFIG_INVALID', `topic ${topics.messageState} has ${outputPartitions} partitions but the tracker's inputs have ${partitions}: they must be co-partitioned (recreate it with ${partitions})`);
     }
-    await checkWrittenTopics(admin, [topics.messageState, topics.conversations], logger);
     await warnUnboundedChangelogs(admin, config, topics, logger);
     return partitions;
   } finally {
@@ -345,11 +333,11 @@ export function changelogTopicConfig(config: Config, which: 'messageState' | 'co
 }
 
 /** Says loudly when an existing changelog keeps more than the configured retention (created before, or by hand). */
-async function warnUnboundedChangelogs(admin: Admin, config: Config, topics: TrackerTopics, logger: Logger): Promise<void> {
+async function warnUnboundedChangelogs(admin: KafkaAdmin, config: Config, topics: TrackerTopics, logger: Logger): Promise<void> {
   try {
-    const { resources } = await admin.describeConfigs({ includeSynonyms: false, resources: [topics.messageState, topics.conversations].map((name) => ({ type: kafkajs.ConfigResourceTypes.TOPIC, name })) });
-    for (const r of resources) {
-      const setting = (name: string) => r.configEntries.find((e) => e.configName === name)?.configValue;
+    for (const [resourceName, settings] of await topicSettings(admin, [topics.messageState, topics.conversations])) {
+      const r = { resourceName };
+      const setting = (name: string) => settings.get(name);
       const wanted = r.resourceName === topics.messageState ? config.tracker.stateRetentionMs : config.tracker.conversationRetentionMs;
       const policy = setting('cleanup.policy') ?? '';
       const retention = Number(setting('retention.ms'));
@@ -365,26 +353,3 @@ async function warnUnboundedChangelogs(admin: Admin, config: Config, topics: Tra
   }
 }
 
-/** The group's lag per input topic, read at most every 5 s (scrapes can be frequent). */
-function lagReader(kafka: Kafka, groupId: string, inputs: string[]): { read(): Promise<Map<string, number>>; close(): Promise<void> } {
-  let admin: Admin | undefined;
-  let last: { at: number; value: Map<string, number> } | undefined;
-  return {
-    async read() {
-      if (last && Date.now() - last.at < 5000) return last.value;
-      admin ??= kafka.admin();
-      await admin.connect();
-      const value = new Map<string, number>();
-      for (const topic of inputs) {
-        const [ends, committed] = await Promise.all([admin.fetchTopicOffsets(topic), admin.fetchOffsets({ groupId, topics: [topic] })]);
-        const done = new Map((committed[0]?.partitions ?? []).map((p) => [p.partition, Number(p.offset)]));
-        value.set(topic, ends.reduce((sum, p) => sum + Math.max(0, Number(p.offset) - Math.max(0, done.get(p.partition) ?? 0)), 0));
-      }
-      last = { at: Date.now(), value };
-      return value;
-    },
-    async close() {
-      await admin?.disconnect().catch(() => undefined);
-    },
-  };
-}

@@ -1,4 +1,4 @@
-import type { Kafka } from 'kafkajs';
+import type { KafkaClient } from '../kafka/client.js';
 import type { Config } from '../config/schema.js';
 import type { Logger } from '../platform/logger.js';
 import { partitionEnds, readChangelog, type PartitionEnds } from '../kafka/changelog-reader.js';
@@ -12,7 +12,7 @@ import type { TrackerLogic, TrackerTopics } from './tracker-logic.js';
  * (a restart reads only what changed), in bulk from the beginning otherwise.
  */
 export interface TaskRestorerOptions {
-  kafka: Kafka;
+  kafka: KafkaClient;
   config: Config;
   topics: TrackerTopics;
   partitions: number;

@@ -160,10 +160,10 @@ describe('observability: alert rules and dashboard', () => {
         startTracker({ config, brokers, logger: testLogger('tracker') }).then((r) => (running.tracker = r)),
       ]);
       await Promise.all([sender.ready, tracker.ready]);
-      const endpoints = { ingress: `${ingress.url}/metrics`, sender: `${sender.healthUrl}/metrics`, tracker: `${tracker.url}/metrics` };
+      const endpoints = { ingress: `${ingress.address}/metrics`, sender: `${sender.address}/metrics`, tracker: `${tracker.address}/metrics` };
 
       // The provider's status webhooks for what the sender sends come back through the ingress.
-      for (const topic of ['delivery_status', 'messages'] as const) simulator.registerWebhook(business.id, topic, `${ingress.url}/webhooks/${business.id}/${topic}`);
+      for (const topic of ['delivery_status', 'messages'] as const) simulator.registerWebhook(business.id, topic, `${ingress.address}/webhooks/${business.id}/${topic}`);
 
       // Sender: the provider fails until the circuit opens (retries, 5xx, circuit changes), then
       // answers: accepted. A template it refuses (rejected, 4xx) and an unreadable request (dlq).
@@ -178,7 +178,7 @@ describe('observability: alert rules and dashboard', () => {
 
       // Ingress: a signed inbound message (published), a signed body that is not JSON
       // (dead-lettered), a bad signature (forbidden).
-      const post = async (path: string, body: string, headers: Record<string, string>) => (await fetch(`${ingress.url}${path}`, { method: 'POST', body, headers })).status;
+      const post = async (path: string, body: string, headers: Record<string, string>) => (await fetch(`${ingress.address}${path}`, { method: 'POST', body, headers })).status;
       const inbound = inboundEvent('+15550009999', 'hi there');
       expect(await post(`/webhooks/${business.id}/messages`, inbound, signedHeaders(business.signingSecret, inbound))).toBe(200);
       expect(await post(`/webhooks/${business.id}/delivery_status`, 'not json', signedHeaders(business.signingSecret, 'not json'))).toBe(200);

@@ -57,7 +57,7 @@ export async function startTestIngress(
   });
   const logger = createLogger({ level: 'debug', name: 'ingress', destination });
   const ingress = await startIngress({ config, logger, ...options.start });
-  const pool = new Pool(ingress.url, { connections: options.connections ?? 16, pipelining: 1 });
+  const pool = new Pool(ingress.address, { connections: options.connections ?? 16, pipelining: 1 });
   const call = async (method: 'GET' | 'POST', path: string, body?: string | Buffer, headers?: Record<string, string>) => {
     const res = await pool.request({ method, path, body, headers });
     const text = await res.body.text();

@@ -212,7 +212,7 @@ describe.each(KAFKA_CLIENTS)('ingress against real Kafka and real HTTP (%s)', (c
     expect((await t.get('/healthz')).status).toBe(200);
     const ready = await t.get('/readyz');
     expect(ready.status).toBe(200);
-    expect(t.ingress.ready).toBe(true);
+    expect(t.ingress.isReady()).toBe(true);
     const metrics = await t.get('/metrics');
     expect(metrics.status).toBe(200);
     expect(metrics.headers['content-type']).toMatch(/^text\/plain/);

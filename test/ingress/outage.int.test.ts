@@ -90,7 +90,7 @@ describe('ingress through a Kafka outage', () => {
         // First the events waiting on the frozen broker: Kafka did not acknowledge in time.
         await until('a refusal for a publish timeout', () => t.logs.some((l) => l.includes('"code":"PUBLISH_TIMEOUT"')), 10_000);
         await until('/readyz to say not ready', async () => (await t.get('/readyz')).status === 503, 30_000);
-        expect(t.ingress.ready).toBe(false);
+        expect(t.ingress.isReady()).toBe(false);
         // A few events may have been acknowledged while the stop took effect, hardly any after.
         const ackedDuringOutage = acknowledged.length - ackedAtStop;
         expect(ackedDuringOutage).toBeLessThan(10);

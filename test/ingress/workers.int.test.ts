@@ -61,7 +61,7 @@ describe('ingress.workers = 2: worker threads on one port (suite Kafka)', () => 
 
   beforeAll(async () => {
     ingress = await startIngressWorkers(workersConfig(topics), { logger, brokers: kafkaBrokers() });
-    pool = new Pool(ingress.url, { connections: 16, pipelining: 1 });
+    pool = new Pool(ingress.address, { connections: 16, pipelining: 1 });
   });
   afterAll(async () => {
     await pool?.close().catch(() => {});
@@ -72,7 +72,7 @@ describe('ingress.workers = 2: worker threads on one port (suite Kafka)', () => 
   it('listens on one port with two threads, ready', async () => {
     expect(ingress.workers).toBe(2);
     expect(ingress.port).toBeGreaterThan(0);
-    expect(ingress.ready).toBe(true);
+    expect(ingress.isReady()).toBe(true);
     expect(logs.some((l) => l.includes('ingress worker threads listening'))).toBe(true);
   });
 
@@ -91,7 +91,7 @@ describe('ingress.workers = 2: worker threads on one port (suite Kafka)', () => 
 
     // Any worker answers /metrics with every worker's counts.
     for (let i = 0; i < 6; i++) {
-      const { status, body: text } = await getFresh(ingress.url, '/metrics');
+      const { status, body: text } = await getFresh(ingress.address, '/metrics');
       expect(status).toBe(200);
       const published = series(text, 'msgbridge_ingress_requests_total', 'topic="messages",outcome="published",role="ingress"') + series(text, 'msgbridge_ingress_requests_total', 'topic="delivery_status",outcome="published",role="ingress"');
       expect(published).toBe(total);
@@ -104,7 +104,7 @@ describe('ingress.workers = 2: worker threads on one port (suite Kafka)', () => 
       expect(series(text, 'msgbridge_ingress_ready', 'role="ingress"')).toBe(1);
       expect(text).toMatch(/^msgbridge_nodejs_heap_size_used_bytes\{role="ingress",worker="2"\} \d+/m);
     }
-    for (let i = 0; i < 6; i++) expect(await getFresh(ingress.url, '/readyz')).toEqual({ status: 200, body: '{"ready":true}' });
+    for (let i = 0; i < 6; i++) expect(await getFresh(ingress.address, '/readyz')).toEqual({ status: 200, body: '{"ready":true}' });
 
     const records = await consumeRecords([topics.messages, topics.deliveryStatus], total, { timeoutMs: 60_000 });
     const stored = new Map(records.map((r) => [r.headers['event-id'], r.topic]));
@@ -132,12 +132,12 @@ describe('ingress.workers = 2: worker threads on one port (suite Kafka)', () => 
     await ingress.drain();
     expect(Date.now() - started).toBeLessThan(15_000);
     expect(ingress.state).toBe('stopped');
-    expect(ingress.ready).toBe(false);
+    expect(ingress.isReady()).toBe(false);
     const outcomes = await Promise.all(inFlight);
     expect(outcomes.every((o) => o === 200 || o === 503 || o === 'refused')).toBe(true);
     expect(outcomes.filter((o) => o === 200).length).toBeGreaterThan(0);
     // The port is closed: both threads are gone.
-    await expect(getFresh(ingress.url, '/healthz')).rejects.toThrow();
+    await expect(getFresh(ingress.address, '/healthz')).rejects.toThrow();
 
     const records = await consumeRecords([topics.messages, topics.deliveryStatus], accepted.size, { timeoutMs: 60_000, settleMs: 500 });
     const stored = new Map(records.map((r) => [r.headers['event-id'], r.topic]));
@@ -160,9 +160,9 @@ describe('a worker thread that fails', () => {
       const deadline = Date.now() + 10_000;
       while (failures.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
       expect(failures.map((e) => e.message)).toEqual([expect.stringMatching(/^ingress worker 2 stopped \(exit code 1\): Error: injected worker failure/)]);
-      expect(ingress.ready).toBe(false);
+      expect(ingress.isReady()).toBe(false);
       // The survivor's /readyz reads the failed worker's slot.
-      for (let i = 0; i < 3; i++) expect((await getFresh(ingress.url, '/readyz')).status).toBe(503);
+      for (let i = 0; i < 3; i++) expect((await getFresh(ingress.address, '/readyz')).status).toBe(503);
       const lines = logs.filter((l) => l.includes('stopped unexpectedly'));
       expect(lines).toHaveLength(1);
       expect(JSON.parse(lines[0]!)).toMatchObject({ level: 50, worker: 2, exitCode: 1, err: 'Error: injected worker failure' });
@@ -186,7 +186,7 @@ describe('a worker thread that fails', () => {
     await ingress.terminate();
     expect(Date.now() - started).toBeLessThan(1500);
     expect(await drained).toBe('ingress drain incomplete: worker 2 did not finish its drain');
-    await expect(getFresh(ingress.url, '/healthz')).rejects.toThrow();
+    await expect(getFresh(ingress.address, '/healthz')).rejects.toThrow();
   });
 });
 

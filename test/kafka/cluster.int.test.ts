@@ -102,7 +102,7 @@ describe('on a 3-node cluster', () => {
       while (running) {
         const body = statusEvent(messageId());
         try {
-          const res = await fetch(`${ingress.url}/webhooks/biz_1/delivery_status`, { method: 'POST', body, headers: signedHeaders(SECRET, body) });
+          const res = await fetch(`${ingress.address}/webhooks/biz_1/delivery_status`, { method: 'POST', body, headers: signedHeaders(SECRET, body) });
           statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
           await res.arrayBuffer();
           if (res.status === 200) acknowledged.set(eventIdOf(body), body);
@@ -171,7 +171,7 @@ describe('on a 3-node cluster', () => {
     const ingress = await startIngress({ config });
     const post = async () => {
       const body = statusEvent(messageId());
-      const res = await fetch(`${ingress.url}/webhooks/biz_1/delivery_status`, { method: 'POST', body, headers: signedHeaders(SECRET, body) });
+      const res = await fetch(`${ingress.address}/webhooks/biz_1/delivery_status`, { method: 'POST', body, headers: signedHeaders(SECRET, body) });
       await res.arrayBuffer();
       return res;
     };
@@ -194,10 +194,10 @@ describe('on a 3-node cluster', () => {
       // it is not ready although its producers connect (the survivor answers metadata).
       for (let i = 0; i < 5; i++) expect((await post()).status).toBe(503);
       const notReadyBy = Date.now() + 10_000;
-      while (ingress.ready && Date.now() < notReadyBy) await new Promise((r) => setTimeout(r, 100));
-      expect(ingress.ready).toBe(false);
+      while (ingress.isReady() && Date.now() < notReadyBy) await new Promise((r) => setTimeout(r, 100));
+      expect(ingress.isReady()).toBe(false);
       await new Promise((r) => setTimeout(r, 2000));
-      expect(ingress.ready).toBe(false);
+      expect(ingress.isReady()).toBe(false);
 
       await Promise.all([a!.start(), b!.start()]);
       const back = Date.now();
@@ -208,8 +208,8 @@ describe('on a 3-node cluster', () => {
       }
       console.log(`[cluster] two brokers down, then back: 200 again ${Date.now() - back} ms after they restarted`);
       expect(ok).toBe(true);
-      while (!ingress.ready && Date.now() - back < 60_000) await new Promise((r) => setTimeout(r, 100));
-      expect(ingress.ready).toBe(true);
+      while (!ingress.isReady() && Date.now() - back < 60_000) await new Promise((r) => setTimeout(r, 100));
+      expect(ingress.isReady()).toBe(true);
     } finally {
       await ingress.drain();
     }
@@ -230,7 +230,7 @@ describe('on a 3-node cluster', () => {
       while (running) {
         const id = messageId();
         const body = statusEvent(id);
-        const res = await fetch(`${ingress.url}/webhooks/biz_1/delivery_status`, { method: 'POST', body, headers: signedHeaders(SECRET, body) }).catch(() => undefined);
+        const res = await fetch(`${ingress.address}/webhooks/biz_1/delivery_status`, { method: 'POST', body, headers: signedHeaders(SECRET, body) }).catch(() => undefined);
         await res?.arrayBuffer();
         if (res?.status === 200) {
           acknowledged.add(eventIdOf(body));

@@ -40,7 +40,7 @@ async function roundTrip(env: Record<string, string>): Promise<void> {
   const ingress = await startIngress({ config });
   try {
     const body = statusEvent(messageId());
-    const res = await fetch(`${ingress.url}/webhooks/biz_1/delivery_status`, { method: 'POST', body, headers: signedHeaders(SECRET, body) });
+    const res = await fetch(`${ingress.address}/webhooks/biz_1/delivery_status`, { method: 'POST', body, headers: signedHeaders(SECRET, body) });
     expect(res.status).toBe(200);
     const consumer = createKafka(config.kafka, { clientId: 'secure-test-reader' }).consumer({ groupId: `secure-${randomUUID()}`, maxWaitTimeInMs: 100 });
     await consumer.connect();

@@ -251,7 +251,7 @@ describe('sender against Kafka and the provider simulator', () => {
     const { f } = await setUp();
     const sender = await f.start({ health: { host: '127.0.0.1', port: 0 } });
     await sender.ready;
-    const base = sender.healthUrl!;
+    const base = sender.address!;
     expect((await fetch(`${base}/healthz`)).status).toBe(200);
     const ready = await fetch(`${base}/readyz`);
     expect(ready.status).toBe(200);

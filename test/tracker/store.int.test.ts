@@ -34,7 +34,7 @@ async function stop(tracker: Tracker): Promise<void> {
 }
 
 async function metric(tracker: Tracker, pattern: RegExp): Promise<number> {
-  const text = await (await fetch(`${tracker.url}/metrics`)).text();
+  const text = await (await fetch(`${tracker.address}/metrics`)).text();
   let sum = 0;
   for (const line of text.split('\n')) {
     const m = pattern.exec(line);
@@ -116,7 +116,7 @@ describe('tracker local stores', () => {
     await produce(topics.sendResults, ids.map((m, i) => resultRecord(`fw-${i}`, m, at(i), i < 30 ? alice : '+15550007002')));
     await until('40 states', async () => (await latestByKey(topics.messageState, 300)).records === 40);
 
-    for (const base of [first.url!, second.url!]) {
+    for (const base of [first.address!, second.address!]) {
       for (const [i, m] of ids.entries()) {
         expect(await get(base, `/messages/${m}`)).toMatchObject({ status: 200, body: { messageId: m, requestId: `fw-${i}` } });
       }
@@ -135,20 +135,20 @@ describe('tracker local stores', () => {
       } while (next);
       expect(seen).toEqual(ids.slice(0, 30).reverse());
     }
-    expect(await get(first.url!, '/messages?recipient=%2B1555&limit=0')).toMatchObject({ status: 400 });
-    expect(await get(first.url!, '/messages?recipient=%2B1555&before=not-a-cursor!')).toMatchObject({ status: 400 });
-    expect(await get(first.url!, '/messages')).toMatchObject({ status: 400 });
+    expect(await get(first.address!, '/messages?recipient=%2B1555&limit=0')).toMatchObject({ status: 400 });
+    expect(await get(first.address!, '/messages?recipient=%2B1555&before=not-a-cursor!')).toMatchObject({ status: 400 });
+    expect(await get(first.address!, '/messages')).toMatchObject({ status: 400 });
     // The programmatic queries of either member are the same.
     expect(await second.request('fw-3')).toMatchObject({ messageId: ids[3] });
 
     // msgbridge status asks a running tracker (any member), and reads no topic.
     const env = { MSGBRIDGE__kafka__topics__messageState: topics.messageState, KAFKA_BROKERS: '127.0.0.1:9' };
-    const byRequest = await runCli(['status', 'fw-21', '--tracker', first.url!], env);
+    const byRequest = await runCli(['status', 'fw-21', '--tracker', first.address!], env);
     expect(byRequest.code).toBe(0);
     expect(JSON.parse(byRequest.stdout)).toMatchObject({ messageId: ids[21], requestId: 'fw-21' });
-    const byMessage = await runCli(['status', ids[22]!], { ...env, MSGBRIDGE_TRACKER_URL: second.url! });
+    const byMessage = await runCli(['status', ids[22]!], { ...env, MSGBRIDGE_TRACKER_URL: second.address! });
     expect(JSON.parse(byMessage.stdout)).toMatchObject({ messageId: ids[22] });
-    const unknown = await runCli(['status', 'fw-none', '--tracker', first.url!], env);
+    const unknown = await runCli(['status', 'fw-none', '--tracker', first.address!], env);
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toMatch(/no state for fw-none/);
     const badUrl = await runCli(['status', 'fw-1', '--tracker', 'ftp://x'], env);

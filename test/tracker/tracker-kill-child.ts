@@ -46,5 +46,5 @@ const tracker = await startTracker({
   },
 });
 await tracker.ready;
-process.stdout.write(`ready ${tracker.url}\n`);
+process.stdout.write(`ready ${tracker.address}\n`);
 process.on('SIGTERM', () => void tracker.drain().then((ok) => process.exit(ok ? 0 : 1)));

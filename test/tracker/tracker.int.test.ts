@@ -83,7 +83,7 @@ describe('tracker', () => {
 
     // Queries: by message id, by request id, unknown, malformed.
     const get = async (path: string) => {
-      const res = await fetch(`${tracker.url}${path}`);
+      const res = await fetch(`${tracker.address}${path}`);
       return { status: res.status, body: (await res.json()) as Record<string, unknown> };
     };
     expect(await get(`/messages/${normal}`)).toMatchObject({ status: 200, body: { messageId: normal, status: 'read' } });
@@ -91,8 +91,8 @@ describe('tracker', () => {
     expect(await get('/requests/req-failed')).toMatchObject({ status: 200, body: { messageId: failed, status: 'delivery_failed' } });
     expect(await get(`/messages/${messageId()}`)).toMatchObject({ status: 404, body: { error: 'NOT_FOUND' } });
     expect(await get('/messages/%E0%A4%A')).toMatchObject({ status: 400, body: { error: 'INVALID_ARGUMENT' } });
-    expect((await fetch(`${tracker.url}/readyz`)).status).toBe(200);
-    const metrics = await (await fetch(`${tracker.url}/metrics`)).text();
+    expect((await fetch(`${tracker.address}/readyz`)).status).toBe(200);
+    const metrics = await (await fetch(`${tracker.address}/metrics`)).text();
     expect(metrics).toMatch(/msgbridge_tracker_events_total\{topic="delivery_status",outcome="duplicate"[^}]*\} 1\n/);
     expect(metrics).toMatch(/msgbridge_tracker_events_total\{topic="delivery_status",outcome="filled_timestamp"[^}]*\} 2\n/);
     expect(metrics).toMatch(/msgbridge_tracker_events_total\{topic="delivery_status",outcome="filled_after_failure"[^}]*\} 1\n/);
@@ -131,7 +131,7 @@ describe('tracker', () => {
     // The duplicates changed nothing; each late "sent" filled its timestamp; each read moved the status up.
     expect(after.records).toBe(600 + 300 + 300);
     for (const m of ids) expect(after.latest.get(m)).toMatchObject({ status: 'read', events: 4, sentAt: new Date(1700000001000).toISOString() });
-    const metrics = await (await fetch(`${tracker.url}/metrics`)).text();
+    const metrics = await (await fetch(`${tracker.address}/metrics`)).text();
     expect(metrics).toMatch(/msgbridge_tracker_events_total\{topic="delivery_status",outcome="duplicate"[^}]*\} 300\n/);
     expect(Number(/msgbridge_tracker_evictions_total\{kind="message"[^}]*\} (\d+)/.exec(metrics)?.[1] ?? 0)).toBeGreaterThan(0);
     expect(await tracker.request('req-7')).toMatchObject({ messageId: ids[7], status: 'read' });
