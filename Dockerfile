@@ -3,7 +3,7 @@
 # Node 24 (LTS) on Debian 13 (glibc 2.41): the uWebSockets.js builds with Node 22/24 binaries
 # need glibc 2.38+. package.json's registry build only has Node 20 binaries, so the image adds
 # @btc-vision/uwebsockets.js (a republication of the official build), pinned by its SHA-512;
-# src/uws.ts picks the build whose binary loads (README, "uWebSockets.js").
+# src/platform/uws.ts picks the build whose binary loads (README, "uWebSockets.js").
 ARG NODE_IMAGE=node:24-trixie-slim
 FROM ${NODE_IMAGE} AS build
 WORKDIR /app
