@@ -46,9 +46,7 @@ function boundary(room, pure) {
     name,
     message: pure ? 'pure logic imports no framework or client library: adapters live at the edge' : 'only src/kafka knows a Kafka client library',
   }));
-  const patterns = forbidden.length
-    ? [{ group: forbidden.map((r) => `../${r}/**`), message: `src/${room} may import only ${rooms.join(', ') || 'its own files'} (see its README)` }]
-    : [];
+  const patterns = forbidden.length ? [{ group: forbidden.map((r) => `../${r}/**`), message: `src/${room} may import only ${rooms.join(', ') || 'its own files'} (see its README)` }] : [];
   return ['error', { paths, patterns }];
 }
 
@@ -62,8 +60,10 @@ export default tseslint.config(
     },
   },
   ...Object.keys(ROOMS).map((room) => ({ files: [`src/${room}/**/*.ts`], rules: { 'no-restricted-imports': boundary(room, false) } })),
-  ...Object.keys(ROOMS).map((room) => ({
-    files: PURE.filter((glob) => glob.startsWith(`src/${room}/`)),
-    rules: { 'no-restricted-imports': boundary(room, true) },
-  })).filter((c) => c.files.length > 0),
+  ...Object.keys(ROOMS)
+    .map((room) => ({
+      files: PURE.filter((glob) => glob.startsWith(`src/${room}/`)),
+      rules: { 'no-restricted-imports': boundary(room, true) },
+    }))
+    .filter((c) => c.files.length > 0),
 );

@@ -109,12 +109,18 @@ interface KindContext {
   random: () => number;
 }
 
-const is = (...answers: string[]) => (answer: string) => answers.includes(answer);
+const is =
+  (...answers: string[]) =>
+  (answer: string) =>
+    answers.includes(answer);
 /** Under load the ingress may also refuse with 503 (+ Retry-After): a defined answer for anything it would read. */
 const orBusy = (...answers: string[]) => is(...answers, '503');
 
 function signedRequest(ctx: KindContext, body: Buffer, extra: string[] = []): Buffer {
-  return Buffer.concat([Buffer.from(head('POST', ctx.path, [`content-length: ${body.length}`, `x-service-hmac-sha256: ${signBody(ctx.secret, body)}`, 'content-type: application/json', ...extra])), body]);
+  return Buffer.concat([
+    Buffer.from(head('POST', ctx.path, [`content-length: ${body.length}`, `x-service-hmac-sha256: ${signBody(ctx.secret, body)}`, 'content-type: application/json', ...extra])),
+    body,
+  ]);
 }
 
 const KINDS: Kind[] = [
@@ -173,7 +179,9 @@ const KINDS: Kind[] = [
     keepAlive: true,
     build: () => {
       const body = randomBytes(1 + Math.floor(Math.random() * 4000));
-      return { bytes: Buffer.concat([Buffer.from(head('POST', '/webhooks/biz_fuzz/messages', [`content-length: ${body.length}`, `x-service-hmac-sha256: ${randomBytes(32).toString('base64')}`])), body]) };
+      return {
+        bytes: Buffer.concat([Buffer.from(head('POST', '/webhooks/biz_fuzz/messages', [`content-length: ${body.length}`, `x-service-hmac-sha256: ${randomBytes(32).toString('base64')}`])), body]),
+      };
     },
     allowed: orBusy('403'),
   },
@@ -182,7 +190,13 @@ const KINDS: Kind[] = [
     weight: 4,
     keepAlive: true,
     build: (ctx) => {
-      const choices = [head('GET', ctx.path, []), head('PUT', ctx.path, ['content-length: 0']), head('POST', `/webhooks/${ctx.businessId}/nope`, ['content-length: 0']), head('GET', `/${randomBytes(6).toString('hex')}`, []), head('DELETE', '/readyz', [])];
+      const choices = [
+        head('GET', ctx.path, []),
+        head('PUT', ctx.path, ['content-length: 0']),
+        head('POST', `/webhooks/${ctx.businessId}/nope`, ['content-length: 0']),
+        head('GET', `/${randomBytes(6).toString('hex')}`, []),
+        head('DELETE', '/readyz', []),
+      ];
       return { bytes: Buffer.from(choices[Math.floor(ctx.random() * choices.length)]!) };
     },
     allowed: is('404', '405'),
@@ -198,7 +212,11 @@ const KINDS: Kind[] = [
     name: 'oversized',
     weight: 3,
     keepAlive: false,
-    build: (ctx) => ({ bytes: Buffer.from(head('POST', ctx.path, [`content-length: ${ctx.maxBodyBytes + 1 + Math.floor(ctx.random() * 1e6)}`, `x-service-hmac-sha256: ${randomBytes(32).toString('base64')}`]) + '{"a":') }),
+    build: (ctx) => ({
+      bytes: Buffer.from(
+        head('POST', ctx.path, [`content-length: ${ctx.maxBodyBytes + 1 + Math.floor(ctx.random() * 1e6)}`, `x-service-hmac-sha256: ${randomBytes(32).toString('base64')}`]) + '{"a":',
+      ),
+    }),
     allowed: is('413'),
   },
   {
@@ -240,7 +258,14 @@ const KINDS: Kind[] = [
     keepAlive: false,
     build: (ctx) => {
       const body = Buffer.from(statusBody());
-      return { bytes: Buffer.concat([Buffer.from(head('POST', ctx.path, [`content-length: ${body.length + 1 + Math.floor(ctx.random() * 5000)}`, `x-service-hmac-sha256: ${signBody(ctx.secret, body)}`])), body]), closeAfterWrite: true, hiddenBody: body };
+      return {
+        bytes: Buffer.concat([
+          Buffer.from(head('POST', ctx.path, [`content-length: ${body.length + 1 + Math.floor(ctx.random() * 5000)}`, `x-service-hmac-sha256: ${signBody(ctx.secret, body)}`])),
+          body,
+        ]),
+        closeAfterWrite: true,
+        hiddenBody: body,
+      };
     },
     allowed: is('none'),
   },
@@ -252,7 +277,11 @@ const KINDS: Kind[] = [
       const body = Buffer.from(statusBody());
       const declared = Math.max(1, body.length - 1 - Math.floor(ctx.random() * 50));
       // The signature is the whole body's: the declared prefix must fail; the rest is garbage.
-      return { bytes: Buffer.concat([Buffer.from(head('POST', ctx.path, [`content-length: ${declared}`, `x-service-hmac-sha256: ${signBody(ctx.secret, body)}`])), body]), hiddenBody: body, answers: 1 };
+      return {
+        bytes: Buffer.concat([Buffer.from(head('POST', ctx.path, [`content-length: ${declared}`, `x-service-hmac-sha256: ${signBody(ctx.secret, body)}`])), body]),
+        hiddenBody: body,
+        answers: 1,
+      };
     },
     allowed: (answer) => answer === '403' || answer === '503' || answer.startsWith('403') || answer === 'none',
   },
@@ -299,7 +328,12 @@ const KINDS: Kind[] = [
     // Random bytes may look like the start of a request that never ends: no answer is the answer.
     timeoutMs: 300,
     build: (ctx) => {
-      const shapes = [randomBytes(1 + Math.floor(ctx.random() * 2000)), Buffer.from(`POST ${ctx.path} HTTP/1.1\r\n${randomBytes(200).toString('latin1')}\r\n\r\n`), Buffer.from(`\u0000\u0001GET / HTTP/9.9\r\n\r\n`), Buffer.from(`POST ${ctx.path} HTTP/1.1\nhost: x\ncontent-length: 2\n\n{}`)];
+      const shapes = [
+        randomBytes(1 + Math.floor(ctx.random() * 2000)),
+        Buffer.from(`POST ${ctx.path} HTTP/1.1\r\n${randomBytes(200).toString('latin1')}\r\n\r\n`),
+        Buffer.from(`\u0000\u0001GET / HTTP/9.9\r\n\r\n`),
+        Buffer.from(`POST ${ctx.path} HTTP/1.1\nhost: x\ncontent-length: 2\n\n{}`),
+      ];
       return { bytes: shapes[Math.floor(ctx.random() * shapes.length)]!, closeAfterWrite: ctx.random() < 0.5 };
     },
     allowed: (answer) => answer === 'none' || answer.split(',').every((a) => Number(a) >= 400 && Number(a) < 500),
@@ -351,7 +385,10 @@ function slowSenders(port: number, count: number, path: string): { stop(): { ope
       if (!(socket as Socket & { stopping?: boolean }).stopping) closedByServer += 1;
     });
     // Half trickle their headers (uWS's own idle timeout), half a body (the body deadline).
-    const text = i % 2 === 0 ? `POST ${path} HTTP/1.1\r\nhost: x\r\nx-slow: ${'a'.repeat(2000)}` : `POST ${path} HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\nx-service-hmac-sha256: ${randomBytes(32).toString('base64')}\r\n\r\n${'b'.repeat(5000)}`;
+    const text =
+      i % 2 === 0
+        ? `POST ${path} HTTP/1.1\r\nhost: x\r\nx-slow: ${'a'.repeat(2000)}`
+        : `POST ${path} HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\nx-service-hmac-sha256: ${randomBytes(32).toString('base64')}\r\n\r\n${'b'.repeat(5000)}`;
     let offset = 0;
     timers.push(
       setInterval(() => {

@@ -116,18 +116,31 @@ async function main() {
 
   const fmt = (n: number) => n.toLocaleString('en-US', { maximumFractionDigits: 0 });
   const out: string[] = [];
-  out.push(`${fmt(report.hostile)} hostile requests and ${fmt(report.legitimate)} signed webhooks in ${(report.durationMs / 1000).toFixed(1)} s (${fmt((report.hostile + report.legitimate) / (report.durationMs / 1000))} requests/s), ${report.slow.opened} slow connections alongside.`);
+  out.push(
+    `${fmt(report.hostile)} hostile requests and ${fmt(report.legitimate)} signed webhooks in ${(report.durationMs / 1000).toFixed(1)} s (${fmt((report.hostile + report.legitimate) / (report.durationMs / 1000))} requests/s), ${report.slow.opened} slow connections alongside.`,
+  );
   out.push('');
   out.push('| kind | sent | answers |');
   out.push('|---|---|---|');
   for (const [name, k] of Object.entries(report.kinds)) {
-    out.push(`| ${name} | ${fmt(k.sent)} | ${Object.entries(k.answers).sort((a, b) => b[1] - a[1]).map(([a, n]) => `${a}: ${fmt(n)}`).join(', ')} |`);
+    out.push(
+      `| ${name} | ${fmt(k.sent)} | ${Object.entries(k.answers)
+        .sort((a, b) => b[1] - a[1])
+        .map(([a, n]) => `${a}: ${fmt(n)}`)
+        .join(', ')} |`,
+    );
   }
-  out.push(`| **signed webhooks (the provider)** | ${fmt(report.legitimate)} | ${Object.entries(report.legitimateAnswers).map(([a, n]) => `${a}: ${fmt(n)}`).join(', ')} |`);
+  out.push(
+    `| **signed webhooks (the provider)** | ${fmt(report.legitimate)} | ${Object.entries(report.legitimateAnswers)
+      .map(([a, n]) => `${a}: ${fmt(n)}`)
+      .join(', ')} |`,
+  );
   out.push('');
   out.push(`- ingress process: ${aliveAfter ? 'alive through the campaign' : `**exited (${exit})**`}; /healthz after: ${healthz}`);
   out.push(`- answers outside what their kind must get: **${report.unexpected.length}**${report.unexpected.length > 0 ? ` (${JSON.stringify(report.unexpected.slice(0, 10))})` : ''}`);
-  out.push(`- signed webhooks answered 200: ${fmt(report.acknowledged.size)} of ${fmt(report.legitimate)} (${((100 * report.acknowledged.size) / report.legitimate).toFixed(2)}%); missing from Kafka: **${kafkaCheck.missing}**`);
+  out.push(
+    `- signed webhooks answered 200: ${fmt(report.acknowledged.size)} of ${fmt(report.legitimate)} (${((100 * report.acknowledged.size) / report.legitimate).toFixed(2)}%); missing from Kafka: **${kafkaCheck.missing}**`,
+  );
   out.push(`- records in Kafka: ${fmt(kafkaCheck.records)}; from an unsigned or mis-signed request: **${kafkaCheck.forged}**`);
   out.push(`- slow connections closed by the ingress: ${report.slow.closedByServer} of ${report.slow.opened}`);
   process.stdout.write(`${out.join('\n')}\n`);

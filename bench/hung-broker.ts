@@ -129,7 +129,9 @@ try {
     const okDuring = oks.filter((t) => t >= frozenAt && t <= thawAt).length;
     const row = `| ${which} (node ${victim.id}) | ${(ingressGap / 1000).toFixed(1)} s | ${(referenceGap / 1000).toFixed(1)} s | ${(ingressGap / referenceGap).toFixed(2)} | ${okDuring} / ${refusedDuring} | ${acked.filter((t) => t >= frozenAt && t <= thawAt).length} |`;
     rows.push(row);
-    console.log(`round ${round + 1}: froze the ${which} broker: ingress gap ${ingressGap} ms, reference gap ${referenceGap} ms; ingress 200s before ${okBefore}, during ${okDuring}, 503s ${refusedDuring}, transport errors ${failed}`);
+    console.log(
+      `round ${round + 1}: froze the ${which} broker: ingress gap ${ingressGap} ms, reference gap ${referenceGap} ms; ingress 200s before ${okBefore}, during ${okDuring}, 503s ${refusedDuring}, transport errors ${failed}`,
+    );
     // Let the cluster settle (the thawed broker catches up and rejoins the ISR) before the next round.
     await new Promise((r) => setTimeout(r, 10_000));
   }
@@ -137,5 +139,7 @@ try {
   await admin.disconnect().catch(() => {});
   await cluster.stop();
 }
-console.log(`\n| frozen broker | ingress: longest gap without a 200 | librdkafka: longest gap without an ack | ratio | ingress 200s / 503s while frozen | librdkafka acks while frozen |\n|---|---|---|---|---|---|\n${rows.join('\n')}`);
+console.log(
+  `\n| frozen broker | ingress: longest gap without a 200 | librdkafka: longest gap without an ack | ratio | ingress 200s / 503s while frozen | librdkafka acks while frozen |\n|---|---|---|---|---|---|\n${rows.join('\n')}`,
+);
 process.exit(0);

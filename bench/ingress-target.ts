@@ -43,7 +43,10 @@ if (base === 'naive') {
   const kafka = createKafka(config.kafka, { logger, brokers });
   const admin = kafka.admin();
   await admin.connect();
-  await ensureTopics(admin, [topics.messages, topics.deliveryStatus, topics.webhooksDlq].map((topic) => ({ topic, partitions: 6, replicationFactor: 1 })));
+  await ensureTopics(
+    admin,
+    [topics.messages, topics.deliveryStatus, topics.webhooksDlq].map((topic) => ({ topic, partitions: 6, replicationFactor: 1 })),
+  );
   await admin.disconnect();
   // The kafkajs default producer: not idempotent, no limit on requests in flight (the most
   // favourable setting for one send per request).

@@ -37,7 +37,10 @@ const durationMs = Number(args['duration-ms']);
 const warmupMs = Number(args['warmup-ms']);
 const connections = Number(args.connections);
 const rounds = Number(args.rounds);
-const modes = args.modes!.split(',').map((m) => m.trim()).filter(Boolean);
+const modes = args
+  .modes!.split(',')
+  .map((m) => m.trim())
+  .filter(Boolean);
 /** The ingress publishing to Kafka, with either client. */
 const INGRESS_CLIENTS = ['kafkajs', 'platformatic'];
 const isIngress = (mode: string) => INGRESS_CLIENTS.some((c) => mode === c || mode.startsWith(`${c}-`));
@@ -325,13 +328,17 @@ async function main() {
   const ceiling = (mode: string) => table.find((t) => t.mode === ceilingOf(mode));
   const naive = table.find((t) => t.mode === 'naive');
   console.log(JSON.stringify({ results, table }, null, 2));
-  console.log('\n| target | events/s (median) | range | p50 ms | p99 ms | p99.9 ms | at half rate: p50 / p99 / p99.9 ms | CPU µs/event | CPU % (range) | mean batch / round trip ms | peak RSS MiB | non-200 | acknowledged missing from Kafka |');
+  console.log(
+    '\n| target | events/s (median) | range | p50 ms | p99 ms | p99.9 ms | at half rate: p50 / p99 / p99.9 ms | CPU µs/event | CPU % (range) | mean batch / round trip ms | peak RSS MiB | non-200 | acknowledged missing from Kafka |',
+  );
   console.log('|---|---|---|---|---|---|---|---|---|---|---|---|---|');
   for (const t of table) {
     const half = t.halfRate !== undefined ? `${t.halfRate}/s: ${t.halfP50} / ${t.halfP99} / ${t.halfP999} (server side ≤ 20 ms: ${t.halfServerWithin20ms}%)` : '—';
     const missing = isDiscard(t.mode) ? '—' : `${t.missing} of ${t.acknowledged}`;
     const batches = t.meanBatch !== undefined ? `${t.meanBatch} / ${t.meanRoundTripMs}` : '—';
-    console.log(`| ${t.mode} | ${t.eventsPerSecond} | ${t.range} | ${t.p50} | ${t.p99} | ${t.p999} | ${half} | ${t.cpuPerEventUs} | ${t.cpuTarget} | ${batches} | ${t.peakRssMb} | ${t.nonOk} | ${missing} |`);
+    console.log(
+      `| ${t.mode} | ${t.eventsPerSecond} | ${t.range} | ${t.p50} | ${t.p99} | ${t.p999} | ${half} | ${t.cpuPerEventUs} | ${t.cpuTarget} | ${batches} | ${t.peakRssMb} | ${t.nonOk} | ${missing} |`,
+    );
   }
   console.log('');
   for (const t of table.filter((x) => isIngress(x.mode))) {

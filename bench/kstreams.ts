@@ -39,7 +39,10 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 const id = randomUUID().slice(0, 8);
 const input = { results: `ks-results-${id}`, status: `ks-status-${id}`, messages: `ks-messages-${id}` };
-await ensureTopics(admin, Object.values(input).map((topic) => ({ topic, partitions: PARTITIONS, replicationFactor: 1 })));
+await ensureTopics(
+  admin,
+  Object.values(input).map((topic) => ({ topic, partitions: PARTITIONS, replicationFactor: 1 })),
+);
 {
   const producer = kafka.producer({ allowAutoTopicCreation: false });
   await producer.connect();
@@ -48,14 +51,30 @@ await ensureTopics(admin, Object.values(input).map((topic) => ({ topic, partitio
     const statuses: Message[] = [];
     for (let i = from; i < Math.min(M, from + 2000); i++) {
       const m = `01KS${id.toUpperCase()}${String(i).padStart(14, '0')}`;
-      const value = JSON.stringify({ requestId: `req-${i}`, businessId: 'biz_1', outcome: 'accepted', messageId: m, type: 'text', recipient: '+15550002222', attempts: 1, acceptedAt: '2026-11-24T10:00:00.000Z', maybeSent: false });
+      const value = JSON.stringify({
+        requestId: `req-${i}`,
+        businessId: 'biz_1',
+        outcome: 'accepted',
+        messageId: m,
+        type: 'text',
+        recipient: '+15550002222',
+        attempts: 1,
+        acceptedAt: '2026-11-24T10:00:00.000Z',
+        maybeSent: false,
+      });
       results.push({ key: m, value, headers: { 'event-id': resultEventId('biz_1', `req-${i}`, 'accepted'), 'business-id': 'biz_1' } });
       ['sent', 'delivered', 'read'].forEach((s, k) => {
         const body = statusEvent(m, s, { timestamp: String(1764000000 + k) });
         statuses.push({ key: m, value: body, headers: { 'event-id': eventIdOf(body), 'business-id': 'biz_1' } });
       });
     }
-    await producer.sendBatch({ acks: -1, topicMessages: [{ topic: input.results, messages: results }, { topic: input.status, messages: statuses }] });
+    await producer.sendBatch({
+      acks: -1,
+      topicMessages: [
+        { topic: input.results, messages: results },
+        { topic: input.status, messages: statuses },
+      ],
+    });
   }
   await producer.disconnect();
 }
@@ -110,9 +129,26 @@ const jobs: Job[] = [
     name: 'Kafka Streams 3.9.1 (exactly_once_v2, RocksDB)',
     output: `ks-out-${id}`,
     start: () =>
-      spawn('java', ['-Xmx512m', '-cp', `${join(KS, 'classes')}:${readdirSync(join(KS, 'lib')).map((f) => join(KS, 'lib', f)).join(':')}`, 'dev.msgbridge.bench.TrackerStreams', brokers.join(','), `ks-app-${id}`, input.results, input.status, `ks-out-${id}`, ksState], {
-        stdio: ['ignore', 'pipe', 'pipe'],
-      }),
+      spawn(
+        'java',
+        [
+          '-Xmx512m',
+          '-cp',
+          `${join(KS, 'classes')}:${readdirSync(join(KS, 'lib'))
+            .map((f) => join(KS, 'lib', f))
+            .join(':')}`,
+          'dev.msgbridge.bench.TrackerStreams',
+          brokers.join(','),
+          `ks-app-${id}`,
+          input.results,
+          input.status,
+          `ks-out-${id}`,
+          ksState,
+        ],
+        {
+          stdio: ['ignore', 'pipe', 'pipe'],
+        },
+      ),
     async ready(child, output) {
       while (!/RUNNING \d+/.test(output())) {
         if (child.exitCode !== null) throw new Error(`Kafka Streams exited: ${output()}`);
@@ -147,7 +183,14 @@ const jobs: Job[] = [
     async ready(child, output) {
       for (;;) {
         const url = /"url":"(http[^"]+)"/.exec(output())?.[1];
-        if (url && (await fetch(`${url}/readyz`).then((r) => r.ok, () => false))) return;
+        if (
+          url &&
+          (await fetch(`${url}/readyz`).then(
+            (r) => r.ok,
+            () => false,
+          ))
+        )
+          return;
         if (child.exitCode !== null) throw new Error(`the tracker exited: ${output()}`);
         await sleep(20);
       }

@@ -221,7 +221,10 @@ async function createTopics(kafka: Kafka, topics: string[], configEntries?: { na
   // The project's bootstrap waits until every leader really hosts its partitions (kafkajs's own
   // waitForLeaders gives up on a busy broker with "does not host this topic-partition").
   try {
-    await ensureTopics(admin, topics.map((topic) => ({ topic, partitions: PARTITIONS, replicationFactor: 1, ...(configEntries ? { configEntries } : {}) })));
+    await ensureTopics(
+      admin,
+      topics.map((topic) => ({ topic, partitions: PARTITIONS, replicationFactor: 1, ...(configEntries ? { configEntries } : {}) })),
+    );
   } finally {
     await admin.disconnect();
   }
@@ -324,9 +327,7 @@ async function runScenario(kafka: Kafka, brokers: string[], simulatorUrl: string
     lastN.set(who, Number(n));
   }
   // Backlog: from the moment the sender took the request; steady: from the moment it was produced.
-  const latencies = [...collected.byRequest]
-    .map(([id, v]) => (scenario.steadyPerSecond === undefined ? v.latencyMs : v.at - producedAt.get(id)!))
-    .sort((a, b) => a - b);
+  const latencies = [...collected.byRequest].map(([id, v]) => (scenario.steadyPerSecond === undefined ? v.latencyMs : v.at - producedAt.get(id)!)).sort((a, b) => a - b);
   const durationS = (collected.lastAt - readyAt) / 1000;
   const sendsPerSecond = scenario.steadyPerSecond ?? scenario.requests / durationS;
   let outage: OutageFigures | undefined;
@@ -628,7 +629,12 @@ async function main() {
   }
   out.push('');
   for (const r of results) out.push(`- ${r.name}: ${ROUNDS} round(s), sends/s ${r.roundsPerSecond?.map((x) => fmt(x)).join(' / ')}; p99 ${r.roundsP99?.map((x) => fmt(x)).join(' / ')} ms`);
-  if (naive) out.splice(out.length - results.length - 1, 0, `| naive baseline (eachMessage, awaited call + publish) | ${fmt(naive.completed)} in ${fmt(naive.seconds, 1)} s | 1/L = ${fmt(1000 / L)}/s | **${fmt(naive.perSecond, 1)}/s** | — | 1× | — | — | — | — | — | — |`);
+  if (naive)
+    out.splice(
+      out.length - results.length - 1,
+      0,
+      `| naive baseline (eachMessage, awaited call + publish) | ${fmt(naive.completed)} in ${fmt(naive.seconds, 1)} s | 1/L = ${fmt(1000 / L)}/s | **${fmt(naive.perSecond, 1)}/s** | — | 1× | — | — | — | — | — | — |`,
+    );
   const outages = results.filter((r) => r.outage);
   if (outages.length > 0) {
     out.push('');
@@ -646,7 +652,9 @@ async function main() {
     out.push('| failover round | N | partitions of the killed member | assigned to the survivor after | first result per partition after | results | duplicate calls |');
     out.push('|---|---|---|---|---|---|---|');
     failovers.forEach((f, i) =>
-      out.push(`| ${i + 1} | ${fmt(f.requests)} | ${f.deadPartitions.join(', ')} | ${fmt(f.assignedAfterMs)} ms | ${f.resumedAfterMs.map((ms) => fmt(ms)).join(' / ')} ms | ${fmt(f.requests - f.missingResults)}/${fmt(f.requests)} | ${f.duplicates} |`),
+      out.push(
+        `| ${i + 1} | ${fmt(f.requests)} | ${f.deadPartitions.join(', ')} | ${fmt(f.assignedAfterMs)} ms | ${f.resumedAfterMs.map((ms) => fmt(ms)).join(' / ')} ms | ${fmt(f.requests - f.missingResults)}/${fmt(f.requests)} | ${f.duplicates} |`,
+      ),
     );
   }
   process.stdout.write(`${out.join('\n')}\n`);

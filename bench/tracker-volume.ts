@@ -94,7 +94,12 @@ async function loadHistory(topic: string, count: number): Promise<number> {
         updatedAt: at,
         eventIds: [hex(`a${i}`), hex(`s${i}`), hex(`d${i}`)],
       };
-      messages.push({ key: id, value: JSON.stringify(state), partition: javaCompatibleHash(Buffer.from(id)) % PARTITIONS, headers: { 'event-id': hex(`st${i}`), 'business-id': 'biz_1', 'content-type': 'application/json', schema: 'message-state/v1' } });
+      messages.push({
+        key: id,
+        value: JSON.stringify(state),
+        partition: javaCompatibleHash(Buffer.from(id)) % PARTITIONS,
+        headers: { 'event-id': hex(`st${i}`), 'business-id': 'biz_1', 'content-type': 'application/json', schema: 'message-state/v1' },
+      });
     }
     inFlight.push(producer.send({ topic, messages, acks: 1 }));
     if (inFlight.length >= 6) await inFlight.shift();
@@ -124,7 +129,11 @@ function cpuSeconds(pid: number): number {
 }
 
 function startTrackerProcess(env: Record<string, string>): Proc {
-  const child = spawn(process.execPath, [...(process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : []), ...(process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean), CLI, 'tracker'], { env: { ...process.env, ...env, MSGBRIDGE_LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(
+    process.execPath,
+    [...(process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : []), ...(process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean), CLI, 'tracker'],
+    { env: { ...process.env, ...env, MSGBRIDGE_LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
   const output: string[] = [];
   let resolveUrl: (url: string) => void = () => {};
   const url = new Promise<string>((r) => (resolveUrl = r));
@@ -135,7 +144,15 @@ function startTrackerProcess(env: Record<string, string>): Proc {
     buffers[which] = lines.pop()!;
     for (const line of lines) {
       if (process.env.BENCH_GC_LOG && /Mark-Compact|Scavenge/.test(line)) appendFileSync(process.env.BENCH_GC_LOG, `${line}\n`);
-      if (line.includes('restored in bulk') || line.includes('stores remapped') || line.includes('indexes built') || line.includes('caught up from its checkpoint') || line.includes('"level":50') || line.includes('"level":40')) output.push(line);
+      if (
+        line.includes('restored in bulk') ||
+        line.includes('stores remapped') ||
+        line.includes('indexes built') ||
+        line.includes('caught up from its checkpoint') ||
+        line.includes('"level":50') ||
+        line.includes('"level":40')
+      )
+        output.push(line);
       const m = /"url":"(http[^"]+)"/.exec(line);
       if (m) resolveUrl(m[1]!);
     }
@@ -159,7 +176,10 @@ function startTrackerProcess(env: Record<string, string>): Proc {
 async function readyAfter(proc: Proc, started: number): Promise<number> {
   const url = await proc.url;
   for (;;) {
-    const ok = await fetch(`${url}/readyz`).then((r) => r.ok, () => false);
+    const ok = await fetch(`${url}/readyz`).then(
+      (r) => r.ok,
+      () => false,
+    );
     if (ok) return (performance.now() - started) / 1000;
     if (proc.child.exitCode !== null) throw new Error(`the tracker exited: ${proc.output.join('\n')}`);
     await sleep(50);
@@ -210,7 +230,12 @@ for (const H of HISTORIES) {
   const coldReady = await readyAfter(proc, started);
   const bulkRates = proc.output.filter((l) => l.includes('restored in bulk')).map((l) => JSON.parse(l) as { changelogRecords: { messageState: number }; ms: number });
   const restoredRecords = bulkRates.reduce((n, r) => n + r.changelogRecords.messageState, 0);
-  console.error(`[H=${H}] ready after ${coldReady.toFixed(1)} s (${restoredRecords} records restored; task restores took ${bulkRates.map((r) => r.ms).sort((a, b) => a - b).join(', ')} ms)`);
+  console.error(
+    `[H=${H}] ready after ${coldReady.toFixed(1)} s (${restoredRecords} records restored; task restores took ${bulkRates
+      .map((r) => r.ms)
+      .sort((a, b) => a - b)
+      .join(', ')} ms)`,
+  );
   const url = await proc.url;
   const indexesBuilt = () => proc.output.filter((l) => l.includes('indexes built')).length >= PARTITIONS;
   if (args['after-indexes']) {
@@ -249,7 +274,17 @@ for (const H of HISTORIES) {
   while (!assigned) await sleep(50);
   await sleep(1000);
   const messageRecords = (m: string, i: number) => {
-    const value = JSON.stringify({ requestId: `live-${id}-${i}`, businessId: 'biz_1', outcome: 'accepted', messageId: m, type: 'text', recipient: '+15550002222', attempts: 1, acceptedAt: new Date().toISOString(), maybeSent: false });
+    const value = JSON.stringify({
+      requestId: `live-${id}-${i}`,
+      businessId: 'biz_1',
+      outcome: 'accepted',
+      messageId: m,
+      type: 'text',
+      recipient: '+15550002222',
+      attempts: 1,
+      acceptedAt: new Date().toISOString(),
+      maybeSent: false,
+    });
     const result = { key: m, value, headers: { 'event-id': resultEventId('biz_1', `live-${id}-${i}`, 'accepted'), 'business-id': 'biz_1' } };
     const statuses = ['sent', 'delivered', 'read'].map((s, k) => {
       const body = statusEvent(m, s, { timestamp: String(Math.floor(Date.now() / 1000) + k) });
@@ -275,7 +310,13 @@ for (const H of HISTORIES) {
       const body = statusEvent(old, 'read', { timestamp: String(Math.floor(Date.now() / 1000)) });
       statuses.push({ key: old, value: body, headers: { 'event-id': eventIdOf(body), 'business-id': 'biz_1' } });
     }
-    await producer.sendBatch({ acks: -1, topicMessages: [{ topic: t.results, messages: results }, { topic: t.status, messages: statuses }] });
+    await producer.sendBatch({
+      acks: -1,
+      topicMessages: [
+        { topic: t.results, messages: results },
+        { topic: t.status, messages: statuses },
+      ],
+    });
     const next = trafficStart + (tick + 1) * 100;
     const wait = next - performance.now();
     if (wait > 0) await sleep(wait);
@@ -289,7 +330,10 @@ for (const H of HISTORIES) {
   }
   console.error(`[H=${H}] fresh-message latency p99 per 5 s: ${[...windows].map(([w, xs]) => `${w * 5}s ${Math.round(pct(xs, 99))}ms`).join(', ')}`);
   const lagText = await fetch(`${url}/metrics`).then((r) => r.text());
-  const lag = lagText.split('\n').filter((l) => l.startsWith('msgbridge_tracker_consumer_lag')).reduce((s, l) => s + Number(l.split(' ').at(-1)), 0);
+  const lag = lagText
+    .split('\n')
+    .filter((l) => l.startsWith('msgbridge_tracker_consumer_lag'))
+    .reduce((s, l) => s + Number(l.split(' ').at(-1)), 0);
 
   // Burst: events/s and CPU per event.
   const burst: { results: Message[]; statuses: Message[] } = { results: [], statuses: [] };
@@ -303,7 +347,13 @@ for (const H of HISTORIES) {
   const cpuBefore = cpuSeconds(proc.child.pid!);
   const burstStart = performance.now();
   for (let i = 0; i < BURST; i += 2000) {
-    await producer.sendBatch({ acks: -1, topicMessages: [{ topic: t.results, messages: burst.results.slice(i, i + 2000) }, { topic: t.status, messages: burst.statuses.slice(3 * i, 3 * (i + 2000)) }] });
+    await producer.sendBatch({
+      acks: -1,
+      topicMessages: [
+        { topic: t.results, messages: burst.results.slice(i, i + 2000) },
+        { topic: t.status, messages: burst.statuses.slice(3 * i, 3 * (i + 2000)) },
+      ],
+    });
   }
   while (burstSeen < BURST && performance.now() - burstStart < 300_000) await sleep(50);
   const burstSeconds = (performance.now() - burstStart) / 1000;
@@ -336,7 +386,14 @@ for (const H of HISTORIES) {
     const second = startTrackerProcess({ ...env, MSGBRIDGE_TRACKER_STATE_DIR: `${stateDir}-b` });
     await readyAfter(second, performance.now());
     // The first member gave tasks away and may be rejoining: wait until both are ready and indexed.
-    while (!(await fetch(`${url}/readyz`).then((r) => r.ok, () => false)) || second.output.filter((l) => l.includes('indexes built')).length < second.output.filter((l) => l.includes('restored in bulk')).length) await sleep(200);
+    while (
+      !(await fetch(`${url}/readyz`).then(
+        (r) => r.ok,
+        () => false,
+      )) ||
+      second.output.filter((l) => l.includes('indexes built')).length < second.output.filter((l) => l.includes('restored in bulk')).length
+    )
+      await sleep(200);
     const forwardedByMessage: number[] = [];
     const forwardedByRequest: number[] = [];
     for (let i = 0; i < QUERIES; i++) {
@@ -368,7 +425,12 @@ for (const H of HISTORIES) {
   rows.push(row);
   rmSync(stateDir, { recursive: true, force: true });
   await admin.deleteTopics({ topics: Object.values(t) }).catch(() => undefined);
-  console.error(firstOutput.filter((l) => l.includes('remapped') || l.includes('indexes built')).slice(0, 30).join('\n'));
+  console.error(
+    firstOutput
+      .filter((l) => l.includes('remapped') || l.includes('indexes built'))
+      .slice(0, 30)
+      .join('\n'),
+  );
   console.error(`[H=${H}] indexes of the bulk restore complete ${indexedAfter.toFixed(1)} s after the start`);
   console.error(`[H=${H}] history loaded at ${f(loadRate)} records/s; ${latencies.length} fresh messages measured`);
 }

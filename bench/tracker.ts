@@ -49,7 +49,17 @@ function events(count: number): Event[] {
   const out: Event[] = [];
   for (let i = 0; i < count; i++) {
     const m = messageId();
-    const value = JSON.stringify({ requestId: `req-${i}`, businessId: 'biz_1', outcome: 'accepted', messageId: m, type: 'text', recipient: '+15550002222', attempts: 1, acceptedAt: '2023-11-14T22:13:00.000Z', maybeSent: false });
+    const value = JSON.stringify({
+      requestId: `req-${i}`,
+      businessId: 'biz_1',
+      outcome: 'accepted',
+      messageId: m,
+      type: 'text',
+      recipient: '+15550002222',
+      attempts: 1,
+      acceptedAt: '2023-11-14T22:13:00.000Z',
+      maybeSent: false,
+    });
     out.push({ topic: 'results', key: m, value, headers: { 'event-id': resultEventId('biz_1', `req-${i}`, 'accepted'), 'business-id': 'biz_1' } });
     ['sent', 'delivered', 'read'].forEach((status, k) => {
       const body = statusEvent(m, status, { timestamp: String(1700000001 + k) });
@@ -71,7 +81,15 @@ const rows: string[] = [];
     let cache: ReturnType<typeof messageStateCache> | undefined = messageStateCache(1_000_000);
     for (const e of sample) {
       const r = JSON.parse(e.value) as { messageId: string; requestId: string; acceptedAt: string };
-      const { state } = applyEvent(undefined, { kind: 'result', eventId: e.headers['event-id']!, result: { requestId: r.requestId, businessId: 'biz_1', messageId: r.messageId, type: 'text', recipient: '+15550002222', acceptedAt: r.acceptedAt } }, now);
+      const { state } = applyEvent(
+        undefined,
+        {
+          kind: 'result',
+          eventId: e.headers['event-id']!,
+          result: { requestId: r.requestId, businessId: 'biz_1', messageId: r.messageId, type: 'text', recipient: '+15550002222', acceptedAt: r.acceptedAt },
+        },
+        now,
+      );
       cache.set(r.messageId, state);
     }
     const size = cache.size;
@@ -81,7 +99,9 @@ const rows: string[] = [];
     cache = undefined;
     gc();
     const perState = (withCache - process.memoryUsage().heapUsed) / size;
-    rows.push(`| memory per cached message state (accepted, one event id; request-id index included) | ${Math.round(perState)} bytes | heap released by dropping ${size.toLocaleString('en')} cached states, after gc |`);
+    rows.push(
+      `| memory per cached message state (accepted, one event id; request-id index included) | ${Math.round(perState)} bytes | heap released by dropping ${size.toLocaleString('en')} cached states, after gc |`,
+    );
   } else rows.push('| memory per cached message state | (run with node --expose-gc) | |');
 }
 
@@ -99,7 +119,15 @@ const rows: string[] = [];
   for (let round = 0; round < 3; round++) {
     const store = TaskStore.open(mkdtempSync(join(tmpdir(), 'bench-store-')), { clusterId: 'bench', task: 0, partitions: 1, messageStateTopic: 'ms', conversationsTopic: 'c' });
     logic.startTask(0, store);
-    const records: ConsumedRecord[] = input.map((e, i) => ({ topic: e.topic === 'results' ? 'r' : 's', partition: 0, offset: String(i), timestamp: '0', key: Buffer.from(e.key), value: Buffer.from(e.value), headers: e.headers }));
+    const records: ConsumedRecord[] = input.map((e, i) => ({
+      topic: e.topic === 'results' ? 'r' : 's',
+      partition: 0,
+      offset: String(i),
+      timestamp: '0',
+      key: Buffer.from(e.key),
+      value: Buffer.from(e.value),
+      headers: e.headers,
+    }));
     const started = performance.now();
     for (let i = 0; i < records.length; i += 500) logic.process(0, logic.decodeBatch(records.slice(i, i + 500))).commit?.(new Map());
     await store.flushed();
@@ -114,7 +142,10 @@ const input = events(M);
 for (const batch of BATCHES) {
   const id = randomUUID().slice(0, 8);
   const t = { results: `bt-results-${id}`, status: `bt-status-${id}`, messages: `bt-messages-${id}`, state: `bt-state-${id}`, conv: `bt-conv-${id}` };
-  await ensureTopics(admin, [t.results, t.status, t.messages].map((topic) => ({ topic, partitions: PARTITIONS, replicationFactor: 1 })));
+  await ensureTopics(
+    admin,
+    [t.results, t.status, t.messages].map((topic) => ({ topic, partitions: PARTITIONS, replicationFactor: 1 })),
+  );
   const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
   await producer.connect();
   for (let i = 0; i < input.length; i += 5000) {
@@ -154,7 +185,9 @@ for (const batch of BATCHES) {
   const cpu = process.cpuUsage(cpuBefore);
   const cpuUs = (cpu.user + cpu.system) / (4 * M);
   await tracker.drain();
-  rows.push(`| end to end, ${batch} records per transaction | ${Math.round((4 * M) / seconds).toLocaleString('en')} events/s | ${(4 * M).toLocaleString('en')} events in ${seconds.toFixed(1)} s, ${cpuUs.toFixed(0)} µs CPU/event in this process |`);
+  rows.push(
+    `| end to end, ${batch} records per transaction | ${Math.round((4 * M) / seconds).toLocaleString('en')} events/s | ${(4 * M).toLocaleString('en')} events in ${seconds.toFixed(1)} s, ${cpuUs.toFixed(0)} µs CPU/event in this process |`,
+  );
 
   if (batch === BATCHES[0]) {
     // 3. Restore: a new group (new transactional ids) rebuilds every task from message-state.
@@ -165,7 +198,9 @@ for (const batch of BATCHES) {
     const restoreSeconds = (performance.now() - restoreStarted) / 1000;
     const states = await sumOffsets(t.state);
     await second.drain();
-    rows.push(`| restore of ${M.toLocaleString('en')} message states (${states.toLocaleString('en')} records before compaction), ${PARTITIONS} tasks | ${restoreSeconds.toFixed(1)} s | ≈ ${((restoreSeconds * 1_000_000) / states).toFixed(0)} s per million records read |`);
+    rows.push(
+      `| restore of ${M.toLocaleString('en')} message states (${states.toLocaleString('en')} records before compaction), ${PARTITIONS} tasks | ${restoreSeconds.toFixed(1)} s | ≈ ${((restoreSeconds * 1_000_000) / states).toFixed(0)} s per million records read |`,
+    );
   }
 }
 

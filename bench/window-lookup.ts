@@ -107,5 +107,7 @@ const applyNs = median(applyRuns);
 console.log(`initial read, parse + apply: ${(applyNs / 1000).toFixed(2)} µs per record (${Math.round(1e9 / applyNs).toLocaleString('en')} records/s)`);
 
 console.log(`memory: ${bytesPerEntry.toFixed(0)} bytes of heap per open window (${ENTRIES.toLocaleString('en')} entries: ${((after - before) / 2 ** 20).toFixed(0)} MiB)`);
-console.log(`budget: at the sender's measured 602 sends/s (docs/benchmarks.md) a request has 1,661 µs; the decision takes ${(decisionNs / 1000).toFixed(2)} µs (${((decisionNs / 1_661_000) * 100).toFixed(3)}%)`);
+console.log(
+  `budget: at the sender's measured 602 sends/s (docs/benchmarks.md) a request has 1,661 µs; the decision takes ${(decisionNs / 1000).toFixed(2)} µs (${((decisionNs / 1_661_000) * 100).toFixed(3)}%)`,
+);
 console.log(`machine: ${cpus().length} × ${cpus()[0]?.model ?? 'cpu'}, Node ${process.version}${sink < 0 ? '' : ''}`);

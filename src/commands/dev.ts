@@ -51,7 +51,11 @@ export function devConfig(config: Config): Config {
     // The tracker runs here, so the sender can know the conversation window: both paths show.
     sender: { ...config.sender, healthHost: loopbackHost(config.sender.healthHost), conversationWindow: 'reject' },
     // The tracker's stores go under the project's cache unless a directory was configured.
-    tracker: { ...config.tracker, host: loopbackHost(config.tracker.host), stateDir: config.tracker.stateDir === DEFAULT_STATE_DIR ? join(defaultCacheDir(), 'dev-state', 'tracker') : config.tracker.stateDir },
+    tracker: {
+      ...config.tracker,
+      host: loopbackHost(config.tracker.host),
+      stateDir: config.tracker.stateDir === DEFAULT_STATE_DIR ? join(defaultCacheDir(), 'dev-state', 'tracker') : config.tracker.stateDir,
+    },
   };
 }
 
@@ -183,7 +187,10 @@ async function summarize(registries: { ingress: Registry; sender: Registry; trac
   const retries = sum(await counter(registries.sender, 'msgbridge_sender_retries_total'));
   const kept = (requests.get('published') ?? 0) + (requests.get('dead_lettered') ?? 0);
   const refused = sum(requests) - kept;
-  const topics = [...byTopic].filter(([k]) => k !== '').map(([k, v]) => `${k} ${v}`).join(', ');
+  const topics = [...byTopic]
+    .filter(([k]) => k !== '')
+    .map(([k, v]) => `${k} ${v}`)
+    .join(', ');
   const outcomes = [...sends].map(([k, v]) => `${k} ${v}`).join(', ');
   const dlq = requests.get('dead_lettered') ?? 0;
   const tracked = sum(await counter(registries.tracker, 'msgbridge_tracker_records_out'));

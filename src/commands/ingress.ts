@@ -25,7 +25,11 @@ export function registerIngressCommand(program: Command): void {
   program
     .command('ingress')
     .description('run the webhook ingress: verify signed provider webhooks and publish them to Kafka')
-    .option('--workers <n>', 'worker threads serving the port, each with its own producer: 1 to 256, or "auto" (the cores this process may use); default ingress.workers (MSGBRIDGE_INGRESS_WORKERS)', parseWorkersOption)
+    .option(
+      '--workers <n>',
+      'worker threads serving the port, each with its own producer: 1 to 256, or "auto" (the cores this process may use); default ingress.workers (MSGBRIDGE_INGRESS_WORKERS)',
+      parseWorkersOption,
+    )
     .action(async (opts: { workers?: number | 'auto' }, command: Command) => {
       const loaded = commandConfig(command);
       const config = opts.workers === undefined ? loaded : { ...loaded, ingress: { ...loaded.ingress, workers: opts.workers } };

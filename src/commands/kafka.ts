@@ -26,7 +26,9 @@ export function registerKafkaCommand(program: Command): void {
         // The exact environment a role or a CLI command needs, ready to paste or `export`.
         for (const [name, value] of Object.entries(broker.client.env)) process.stdout.write(`${name}=${value}\n`);
       }
-      process.stderr.write(`Kafka is ready at ${broker.bootstrap} (started in ${broker.startupMs} ms). Use ${broker.client ? 'the variables above' : `KAFKA_BROKERS=${broker.bootstrap}`}. Ctrl-C stops it.\n`);
+      process.stderr.write(
+        `Kafka is ready at ${broker.bootstrap} (started in ${broker.startupMs} ms). Use ${broker.client ? 'the variables above' : `KAFKA_BROKERS=${broker.bootstrap}`}. Ctrl-C stops it.\n`,
+      );
       await new Promise<void>((resolve) => {
         process.once('SIGINT', resolve);
         process.once('SIGTERM', resolve);

@@ -20,9 +20,7 @@ interface CommonOptions {
 }
 
 export function registerSendCommand(program: Command): void {
-  const send = program
-    .command('send')
-    .description('produce a send request to Kafka and follow it: the created message id, then each delivery status');
+  const send = program.command('send').description('produce a send request to Kafka and follow it: the created message id, then each delivery status');
 
   const common = (command: Command) =>
     command
@@ -203,7 +201,11 @@ async function follow(kafka: ReturnType<typeof createKafka>, config: Config, req
         } else {
           const e = r.error;
           const where =
-            r.attempts > 0 ? `rejected after ${r.attempts} attempt(s)` : e.code === OUTSIDE_WINDOW_CODE ? 'rejected without a send (outside the conversation window)' : 'rejected without a send (dead-lettered)';
+            r.attempts > 0
+              ? `rejected after ${r.attempts} attempt(s)`
+              : e.code === OUTSIDE_WINDOW_CODE
+                ? 'rejected without a send (outside the conversation window)'
+                : 'rejected without a send (dead-lettered)';
           say(`${since()} ${where}: ${e.code} ${e.message}${e.httpStatus ? ` (HTTP ${e.httpStatus})` : ''}`);
           resolve(SEND_EXIT.failed);
         }
@@ -224,8 +226,7 @@ async function follow(kafka: ReturnType<typeof createKafka>, config: Config, req
       // Statuses can overtake the send result (different topics); keep a bounded few.
       if (messageId === undefined) {
         if (early.length < 1000) early.push({ id: update.id, status: update.status, text });
-      }
-      else if (update.id === messageId) onStatus(update.status, text);
+      } else if (update.id === messageId) onStatus(update.status, text);
     },
   });
   await joined;

@@ -70,9 +70,7 @@ async function runSimulator(command: Command, opts: { host?: string; port?: numb
   const running = await startSimulator(options);
   const lifecycle = createShutdown({ logger, graceMs: 5_000, drain: () => running.close() });
   lifecycle.handleSignals();
-  process.stderr.write(
-    `provider simulator at ${running.url} for ${config.businesses.map((b) => b.id).join(', ')}; control endpoints under ${running.url}/sim/. Ctrl-C stops it.\n`,
-  );
+  process.stderr.write(`provider simulator at ${running.url} for ${config.businesses.map((b) => b.id).join(', ')}; control endpoints under ${running.url}/sim/. Ctrl-C stops it.\n`);
 }
 
 function onlyBusiness(config: Config): string {

@@ -29,7 +29,14 @@ export function registerTailCommand(program: Command): void {
       const topics = await admin.listTopics();
       await admin.disconnect();
       if (!topics.includes(topic)) {
-        process.stderr.write(`msgbridge: topic "${topic}" does not exist; topics: ${topics.filter((t) => !t.startsWith('__')).sort().join(', ') || '(none)'}\n`);
+        process.stderr.write(
+          `msgbridge: topic "${topic}" does not exist; topics: ${
+            topics
+              .filter((t) => !t.startsWith('__'))
+              .sort()
+              .join(', ') || '(none)'
+          }\n`,
+        );
         process.exitCode = 2;
         return;
       }

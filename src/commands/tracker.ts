@@ -67,7 +67,10 @@ async function askTracker(base: string, id: string, timeoutMs: number): Promise<
     try {
       response = await fetch(new URL(`/${kind}/${encodeURIComponent(id)}`, url), { signal: AbortSignal.timeout(timeoutMs + 1000) });
     } catch (error) {
-      throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot reach the tracker at ${url.origin}: ${(error as Error)?.cause instanceof Error ? ((error as Error).cause as Error).message : (error as Error).message}`);
+      throw new MsgbridgeError(
+        'KAFKA_UNAVAILABLE',
+        `cannot reach the tracker at ${url.origin}: ${(error as Error)?.cause instanceof Error ? ((error as Error).cause as Error).message : (error as Error).message}`,
+      );
     }
     const body = (await response.json().catch(() => undefined)) as (MessageState & { message?: string }) | undefined;
     if (response.status === 200 && body) return body;
@@ -94,7 +97,13 @@ async function readStateTopic(config: ReturnType<typeof commandConfig>, id: stri
     }
   });
   process.stderr.write(`msgbridge: no tracker to ask (--tracker or MSGBRIDGE_TRACKER_URL): reading ${topic} from Kafka, which takes longer the more history it holds\n`);
-  const query = { kafka, topic, partitions, timeoutMs: config.tracker.queryTimeoutMs, onProgress: (records: number) => process.stderr.write(`msgbridge: ${records.toLocaleString('en')} records of ${topic} read\n`) };
+  const query = {
+    kafka,
+    topic,
+    partitions,
+    timeoutMs: config.tracker.queryTimeoutMs,
+    onProgress: (records: number) => process.stderr.write(`msgbridge: ${records.toLocaleString('en')} records of ${topic} read\n`),
+  };
   const state = (await findMessageState(query, id)) ?? (await findRequestState(query, id));
   return state && messageStateOf(state);
 }

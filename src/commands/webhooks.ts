@@ -77,9 +77,7 @@ export function registerWebhooksCommand(program: Command): void {
         const client = providerClient(config, business, opts);
         const listed = await client.list();
         if (listed === undefined) throw new MsgbridgeError('INVALID_ARGUMENT', 'the provider does not offer listing or deleting registrations');
-        const targets = listed.filter(
-          (r) => opts.topics.includes(r.topic as WebhookTopic) && (opts.all || r.address === addressFor(config, opts, business.id, r.topic as WebhookTopic)),
-        );
+        const targets = listed.filter((r) => opts.topics.includes(r.topic as WebhookTopic) && (opts.all || r.address === addressFor(config, opts, business.id, r.topic as WebhookTopic)));
         if (targets.length === 0) say(`${business.id}: nothing to delete`);
         for (const r of targets) {
           const answer = await client.call('DELETE', `webhooks/${encodeURIComponent(r.id)}`);
@@ -109,7 +107,10 @@ function parseUrl(value: string): string {
 }
 
 function parseTopics(value: string): WebhookTopic[] {
-  const topics = value.split(',').map((t) => t.trim()).filter(Boolean);
+  const topics = value
+    .split(',')
+    .map((t) => t.trim())
+    .filter(Boolean);
   const bad = topics.filter((t) => !(WEBHOOK_TOPICS as readonly string[]).includes(t));
   if (topics.length === 0 || bad.length > 0) throw new InvalidArgumentError(`topics must be among ${WEBHOOK_TOPICS.join(', ')}, got "${value}"`);
   return topics as WebhookTopic[];

@@ -136,7 +136,14 @@ function applyEnv(raw: Json, env: Env, sources: Map<string, string>): void {
 
   const brokers = nonEmpty(env.KAFKA_BROKERS);
   if (brokers !== undefined) {
-    set('kafka.brokers', brokers.split(',').map((b) => b.trim()).filter(Boolean), 'KAFKA_BROKERS');
+    set(
+      'kafka.brokers',
+      brokers
+        .split(',')
+        .map((b) => b.trim())
+        .filter(Boolean),
+      'KAFKA_BROKERS',
+    );
   }
   const clientId = nonEmpty(env.KAFKA_CLIENT_ID);
   if (clientId !== undefined) set('kafka.clientId', clientId, 'KAFKA_CLIENT_ID');
@@ -192,9 +199,14 @@ function applyEnv(raw: Json, env: Env, sources: Map<string, string>): void {
   // The file replaces the configured list. It is reloaded alone while the roles run, so the
   // single-business shorthand cannot be layered on it.
   if (typeof raw.businessesFile === 'string' && raw.businessesFile !== '') {
-    const shorthand = ['MSGBRIDGE_BUSINESS_ID', 'MSGBRIDGE_SIGNING_SECRET', 'MSGBRIDGE_SIGNING_SECRET_FILE', 'MSGBRIDGE_API_KEY', 'MSGBRIDGE_API_KEY_FILE'].filter((name) => nonEmpty(env[name]) !== undefined);
+    const shorthand = ['MSGBRIDGE_BUSINESS_ID', 'MSGBRIDGE_SIGNING_SECRET', 'MSGBRIDGE_SIGNING_SECRET_FILE', 'MSGBRIDGE_API_KEY', 'MSGBRIDGE_API_KEY_FILE'].filter(
+      (name) => nonEmpty(env[name]) !== undefined,
+    );
     if (shorthand.length > 0) {
-      throw new MsgbridgeError('CONFIG_INVALID', `set the businesses either in the businesses file (${raw.businessesFile}) or with ${shorthand.join(', ')}, not both: the file is reloaded while running, the variables are not`);
+      throw new MsgbridgeError(
+        'CONFIG_INVALID',
+        `set the businesses either in the businesses file (${raw.businessesFile}) or with ${shorthand.join(', ')}, not both: the file is reloaded while running, the variables are not`,
+      );
     }
     set('businesses', readBusinessesJson(raw.businessesFile), raw.businessesFile);
   }
@@ -225,14 +237,14 @@ function applySingleBusiness(raw: Json, env: Env, sources: Map<string, string>):
   } else if (list.length === 1) {
     index = 0;
   } else {
-    throw new MsgbridgeError(
-      'CONFIG_INVALID',
-      `MSGBRIDGE_SIGNING_SECRET and MSGBRIDGE_API_KEY need MSGBRIDGE_BUSINESS_ID when ${list.length} businesses are configured`,
-    );
+    throw new MsgbridgeError('CONFIG_INVALID', `MSGBRIDGE_SIGNING_SECRET and MSGBRIDGE_API_KEY need MSGBRIDGE_BUSINESS_ID when ${list.length} businesses are configured`);
   }
   const business = list[index]!;
   if (secrets !== undefined) {
-    business.signingSecrets = secrets.split(',').map((s) => s.trim()).filter(Boolean);
+    business.signingSecrets = secrets
+      .split(',')
+      .map((s) => s.trim())
+      .filter(Boolean);
     sources.set(`businesses.${index}.signingSecrets`, 'MSGBRIDGE_SIGNING_SECRET');
   }
   if (apiKey !== undefined) {
@@ -259,4 +271,3 @@ function sourceOf(path: string, sources: Map<string, string>): string | undefine
   }
   return undefined;
 }
-

@@ -25,56 +25,56 @@ export const kafkaTopicsSchema = z.strictObject({
 
 export const kafkaSchema = z
   .strictObject({
-  /** Empty = the embedded local broker, where a role supports it. */
-  brokers: z.array(z.string().regex(/^[^\s:,]+:\d{1,5}$/, 'expected host:port')),
-  clientId: z.string().min(1),
-  /**
-   * The Kafka client the ingress publishes with, both behind the RecordProducer port:
-   * @platformatic/kafka (the default: measured faster, docs/benchmarks.md) or kafkajs. Topic
-   * creation and the sender use kafkajs either way.
-   */
-  client: z.enum(['kafkajs', 'platformatic']),
-  ssl: z.union([
-    z.boolean(),
-    z
+    /** Empty = the embedded local broker, where a role supports it. */
+    brokers: z.array(z.string().regex(/^[^\s:,]+:\d{1,5}$/, 'expected host:port')),
+    clientId: z.string().min(1),
+    /**
+     * The Kafka client the ingress publishes with, both behind the RecordProducer port:
+     * @platformatic/kafka (the default: measured faster, docs/benchmarks.md) or kafkajs. Topic
+     * creation and the sender use kafkajs either way.
+     */
+    client: z.enum(['kafkajs', 'platformatic']),
+    ssl: z.union([
+      z.boolean(),
+      z
+        .strictObject({
+          rejectUnauthorized: z.boolean().optional(),
+          /** PEM texts... */
+          ca: z.string().optional(),
+          cert: z.string().optional(),
+          key: z.string().optional(),
+          /** ...or files holding them (KAFKA_SSL_CA_FILE, KAFKA_SSL_CERT_FILE, KAFKA_SSL_KEY_FILE). */
+          caFile: z.string().min(1).optional(),
+          certFile: z.string().min(1).optional(),
+          keyFile: z.string().min(1).optional(),
+        })
+        .superRefine((tls, ctx) => {
+          if (tls.ca !== undefined && tls.caFile !== undefined) ctx.addIssue({ code: 'custom', path: ['caFile'], message: 'set either ca or caFile, not both' });
+          if (tls.cert !== undefined && tls.certFile !== undefined) ctx.addIssue({ code: 'custom', path: ['certFile'], message: 'set either cert or certFile, not both' });
+          if (tls.key !== undefined && tls.keyFile !== undefined) ctx.addIssue({ code: 'custom', path: ['keyFile'], message: 'set either key or keyFile, not both' });
+          const hasCert = tls.cert !== undefined || tls.certFile !== undefined;
+          const hasKey = tls.key !== undefined || tls.keyFile !== undefined;
+          if (hasCert !== hasKey) ctx.addIssue({ code: 'custom', path: [hasCert ? 'keyFile' : 'certFile'], message: 'a client certificate needs its key, and a key its certificate (mutual TLS)' });
+        }),
+    ]),
+    sasl: z
       .strictObject({
-        rejectUnauthorized: z.boolean().optional(),
-        /** PEM texts... */
-        ca: z.string().optional(),
-        cert: z.string().optional(),
-        key: z.string().optional(),
-        /** ...or files holding them (KAFKA_SSL_CA_FILE, KAFKA_SSL_CERT_FILE, KAFKA_SSL_KEY_FILE). */
-        caFile: z.string().min(1).optional(),
-        certFile: z.string().min(1).optional(),
-        keyFile: z.string().min(1).optional(),
+        mechanism: z.enum(['plain', 'scram-sha-256', 'scram-sha-512']),
+        username: z.string().min(1),
+        password: secret,
       })
-      .superRefine((tls, ctx) => {
-        if (tls.ca !== undefined && tls.caFile !== undefined) ctx.addIssue({ code: 'custom', path: ['caFile'], message: 'set either ca or caFile, not both' });
-        if (tls.cert !== undefined && tls.certFile !== undefined) ctx.addIssue({ code: 'custom', path: ['certFile'], message: 'set either cert or certFile, not both' });
-        if (tls.key !== undefined && tls.keyFile !== undefined) ctx.addIssue({ code: 'custom', path: ['keyFile'], message: 'set either key or keyFile, not both' });
-        const hasCert = tls.cert !== undefined || tls.certFile !== undefined;
-        const hasKey = tls.key !== undefined || tls.keyFile !== undefined;
-        if (hasCert !== hasKey) ctx.addIssue({ code: 'custom', path: [hasCert ? 'keyFile' : 'certFile'], message: 'a client certificate needs its key, and a key its certificate (mutual TLS)' });
-      }),
-  ]),
-  sasl: z
-    .strictObject({
-      mechanism: z.enum(['plain', 'scram-sha-256', 'scram-sha-512']),
-      username: z.string().min(1),
-      password: secret,
-    })
-    .nullable(),
-  connectionTimeoutMs: positiveInt,
-  requestTimeoutMs: positiveInt,
-  topics: kafkaTopicsSchema,
-  createTopics: z.boolean(),
-  partitions: positiveInt,
-  replicationFactor: positiveInt,
-  /** min.insync.replicas of the topics created here; null = 2 when replicationFactor ≥ 3, else 1. */
-  minInsyncReplicas: positiveInt.nullable(),
-  /** retention.ms of the DLQ topics created here; -1 = kept for ever (an authentic body must be kept). */
-  dlqRetentionMs: z.number().int().min(-1),
-})
+      .nullable(),
+    connectionTimeoutMs: positiveInt,
+    requestTimeoutMs: positiveInt,
+    topics: kafkaTopicsSchema,
+    createTopics: z.boolean(),
+    partitions: positiveInt,
+    replicationFactor: positiveInt,
+    /** min.insync.replicas of the topics created here; null = 2 when replicationFactor ≥ 3, else 1. */
+    minInsyncReplicas: positiveInt.nullable(),
+    /** retention.ms of the DLQ topics created here; -1 = kept for ever (an authentic body must be kept). */
+    dlqRetentionMs: z.number().int().min(-1),
+  })
   .superRefine((k, ctx) => {
     if (k.minInsyncReplicas !== null && k.minInsyncReplicas > k.replicationFactor) {
       ctx.addIssue({ code: 'custom', path: ['minInsyncReplicas'], message: `must not exceed replicationFactor (${k.replicationFactor}): no write could ever be acknowledged` });
@@ -119,7 +119,11 @@ export const ingressWorkersSchema = z.union([z.number(workersError).int(workersE
 export const ingressSchema = z.strictObject({
   host: z.string().min(1),
   port,
-  maxBodyBytes: z.number().int().min(1024).max(64 * 1024 * 1024),
+  maxBodyBytes: z
+    .number()
+    .int()
+    .min(1024)
+    .max(64 * 1024 * 1024),
   publishTimeoutMs: positiveInt,
   queueMaxEvents: positiveInt,
   queueMaxBytes: positiveInt,
@@ -160,50 +164,62 @@ const HOUR = 3_600_000;
 
 export const senderSchema = z
   .strictObject({
-  groupId: z.string().min(1),
-  /** Provider calls in flight at once (all businesses together). */
-  concurrency: positiveInt,
-  maxBufferedRequests: positiveInt,
-  /** How long transient provider failures are retried, from a request's first attempt (src/sender/README.md). */
-  retryBudgetMs: z.number().int().min(1000).max(7 * 24 * HOUR),
-  backoffInitialMs: positiveInt,
-  backoffMaxMs: positiveInt,
-  /** Consecutive failures (no answer, 408, 5xx) that open a business's circuit. */
-  circuitFailureThreshold: z.number().int().min(1).max(1000),
-  /** Longest wait between two probes of an open circuit. */
-  circuitProbeMaxMs: z.number().int().min(100).max(10 * 60_000),
-  /** After an attempt that may have created the message (lost answer): resend (at least once) or reject (at most once). */
-  retryMaybeSent: z.boolean(),
-  /** Requests older than this (by record timestamp) are never sent: their result is `expired`. */
-  maxRequestAgeMs: z.number().int().min(1000).max(365 * 24 * HOUR),
-  /** Per replica: replicas sharing a provider limit divide it between them. */
-  ratePerSecond: positiveInt,
-  callTimeoutMs: positiveInt,
-  completedRequestIdsMax: positiveInt,
-  drainGraceMs: positiveInt,
-  /** Consumer-group session: how long a member killed without leaving holds its partitions. */
-  sessionTimeoutMs: z.number().int().min(3000).max(300_000),
-  heartbeatIntervalMs: z.number().int().min(100).max(60_000),
-  /** Where the sender serves /healthz, /readyz and /metrics; port 0 = any free port. */
-  healthHost: z.string().min(1),
-  healthPort: port,
-  /**
-   * The 24-hour conversation window guard (src/sender/README.md "Conversation window"): `off`
-   * sends every text as it is; `reject` reads the tracker's `conversations` topic before
-   * consuming and refuses a text whose window is known closed (or sends its fallbackTemplate).
-   */
-  conversationWindow: z.enum(['off', 'reject'], { error: 'expected "off" (send every text) or "reject" (refuse a text outside the 24-hour window)' }),
-  /** Open windows kept in memory (about 110 bytes of heap each, README); past it the least recently updated is dropped. */
-  conversationTableMaxEntries: z.number().int().min(1000).max(50_000_000),
-  /** Longest start-up wait for the conversations topic to exist and be read to its end; past it the start fails. */
-  conversationTableReadTimeoutMs: z.number().int().min(1000).max(3_600_000),
-  /**
-   * A text whose window is not known open, from a request younger than this, waits until the
-   * request is this old (re-checking the window) before it is refused: the inbound message that
-   * opens the window may still be on its way through the tracker. 0 = decide at once.
-   */
-  conversationWindowGraceMs: z.number().int().min(0).max(60_000),
-})
+    groupId: z.string().min(1),
+    /** Provider calls in flight at once (all businesses together). */
+    concurrency: positiveInt,
+    maxBufferedRequests: positiveInt,
+    /** How long transient provider failures are retried, from a request's first attempt (src/sender/README.md). */
+    retryBudgetMs: z
+      .number()
+      .int()
+      .min(1000)
+      .max(7 * 24 * HOUR),
+    backoffInitialMs: positiveInt,
+    backoffMaxMs: positiveInt,
+    /** Consecutive failures (no answer, 408, 5xx) that open a business's circuit. */
+    circuitFailureThreshold: z.number().int().min(1).max(1000),
+    /** Longest wait between two probes of an open circuit. */
+    circuitProbeMaxMs: z
+      .number()
+      .int()
+      .min(100)
+      .max(10 * 60_000),
+    /** After an attempt that may have created the message (lost answer): resend (at least once) or reject (at most once). */
+    retryMaybeSent: z.boolean(),
+    /** Requests older than this (by record timestamp) are never sent: their result is `expired`. */
+    maxRequestAgeMs: z
+      .number()
+      .int()
+      .min(1000)
+      .max(365 * 24 * HOUR),
+    /** Per replica: replicas sharing a provider limit divide it between them. */
+    ratePerSecond: positiveInt,
+    callTimeoutMs: positiveInt,
+    completedRequestIdsMax: positiveInt,
+    drainGraceMs: positiveInt,
+    /** Consumer-group session: how long a member killed without leaving holds its partitions. */
+    sessionTimeoutMs: z.number().int().min(3000).max(300_000),
+    heartbeatIntervalMs: z.number().int().min(100).max(60_000),
+    /** Where the sender serves /healthz, /readyz and /metrics; port 0 = any free port. */
+    healthHost: z.string().min(1),
+    healthPort: port,
+    /**
+     * The 24-hour conversation window guard (src/sender/README.md "Conversation window"): `off`
+     * sends every text as it is; `reject` reads the tracker's `conversations` topic before
+     * consuming and refuses a text whose window is known closed (or sends its fallbackTemplate).
+     */
+    conversationWindow: z.enum(['off', 'reject'], { error: 'expected "off" (send every text) or "reject" (refuse a text outside the 24-hour window)' }),
+    /** Open windows kept in memory (about 110 bytes of heap each, README); past it the least recently updated is dropped. */
+    conversationTableMaxEntries: z.number().int().min(1000).max(50_000_000),
+    /** Longest start-up wait for the conversations topic to exist and be read to its end; past it the start fails. */
+    conversationTableReadTimeoutMs: z.number().int().min(1000).max(3_600_000),
+    /**
+     * A text whose window is not known open, from a request younger than this, waits until the
+     * request is this old (re-checking the window) before it is refused: the inbound message that
+     * opens the window may still be on its way through the tracker. 0 = decide at once.
+     */
+    conversationWindowGraceMs: z.number().int().min(0).max(60_000),
+  })
   .superRefine((s, ctx) => {
     if (s.backoffInitialMs > s.backoffMaxMs) ctx.addIssue({ code: 'custom', path: ['backoffInitialMs'], message: `must not exceed backoffMaxMs (${s.backoffMaxMs})` });
     if (s.heartbeatIntervalMs * 3 > s.sessionTimeoutMs) ctx.addIssue({ code: 'custom', path: ['heartbeatIntervalMs'], message: `must be at most a third of sessionTimeoutMs (${s.sessionTimeoutMs})` });
@@ -216,60 +232,70 @@ const phoneNumber = recipientNumber;
 /** Faults the simulator injects on demand (also settable at run time with `PUT /sim/faults`). */
 export const trackerSchema = z
   .strictObject({
-  groupId: z.string().min(1),
-  /** transactional.id of task p is `<prefix>-<p>`: the same on every member and across restarts (src/tracker/README.md). */
-  transactionalIdPrefix: z.string().min(1),
-  /** Message states kept in memory **per task** (above its local store, which holds them all): the recently used ones. */
-  maxCachedMessages: z.number().int().min(100).max(10_000_000),
-  /** Conversation windows kept in memory **per task**, bounded the same way. */
-  maxCachedConversations: z.number().int().min(100).max(10_000_000),
-  /**
-   * Where each task keeps its persistent local store: `<stateDir>/<groupId>/task-<p>/`
-   * (MSGBRIDGE_TRACKER_STATE_DIR). Put it on a volume that outlives the process: a restart
-   * then reads only what changed since (src/tracker/README.md "Local store").
-   */
-  stateDir: z.string().min(1),
-  /**
-   * How long a message state is kept after its last update (default 30 days): message-state gets
-   * `cleanup.policy=compact,delete` with this `retention.ms`, and the stores drop older states. A
-   * status arriving later starts a new state (without its request).
-   */
-  stateRetentionMs: z.number().int().min(3_600_000).max(3650 * 86_400_000),
-  /**
-   * The stores' pages this process may keep mapped (file-backed resident memory) before it
-   * remaps them (default 64 MiB): LMDB reads through a memory map, and without a bound a
-   * member's RSS would grow towards the size of its stores. Per member.
-   */
-  maxStoreResidentBytes: z.number().int().min(8 * 1024 * 1024).max(64 * 1024 ** 3),
-  /** How long a conversation window is kept after its last inbound message (the 24-hour window plus a margin; default 26 h). */
-  conversationRetentionMs: z.number().int().min(86_400_000).max(3650 * 86_400_000),
-  /**
-   * The base URL other members use to forward a query to this one (published through the group
-   * protocol, like Kafka Streams' application.server). Unset: http://<hostname>:<port>.
-   */
-  advertisedUrl: z.url({ protocol: /^https?$/, error: 'expected an http(s) URL other members can reach, e.g. http://tracker-0.tracker:8082' }).optional(),
-  /** Records per transaction. */
-  maxBatchRecords: z.number().int().min(1).max(10_000),
-  /** The coordinator aborts a transaction open longer than this (below the broker's transaction.max.timeout.ms). */
-  transactionTimeoutMs: z.number().int().min(1000).max(900_000),
-  sessionTimeoutMs: z.number().int().min(3000).max(300_000),
-  heartbeatIntervalMs: z.number().int().min(100).max(60_000),
-  /** Longest a query (GET /messages/..., msgbridge status) may read message-state for an answer not in memory. */
-  queryTimeoutMs: z.number().int().min(100).max(120_000),
-  drainGraceMs: positiveInt,
-  /** Where the tracker serves /healthz, /readyz, /metrics and the queries; port 0 = any free port. */
-  host: z.string().min(1),
-  port,
-})
+    groupId: z.string().min(1),
+    /** transactional.id of task p is `<prefix>-<p>`: the same on every member and across restarts (src/tracker/README.md). */
+    transactionalIdPrefix: z.string().min(1),
+    /** Message states kept in memory **per task** (above its local store, which holds them all): the recently used ones. */
+    maxCachedMessages: z.number().int().min(100).max(10_000_000),
+    /** Conversation windows kept in memory **per task**, bounded the same way. */
+    maxCachedConversations: z.number().int().min(100).max(10_000_000),
+    /**
+     * Where each task keeps its persistent local store: `<stateDir>/<groupId>/task-<p>/`
+     * (MSGBRIDGE_TRACKER_STATE_DIR). Put it on a volume that outlives the process: a restart
+     * then reads only what changed since (src/tracker/README.md "Local store").
+     */
+    stateDir: z.string().min(1),
+    /**
+     * How long a message state is kept after its last update (default 30 days): message-state gets
+     * `cleanup.policy=compact,delete` with this `retention.ms`, and the stores drop older states. A
+     * status arriving later starts a new state (without its request).
+     */
+    stateRetentionMs: z
+      .number()
+      .int()
+      .min(3_600_000)
+      .max(3650 * 86_400_000),
+    /**
+     * The stores' pages this process may keep mapped (file-backed resident memory) before it
+     * remaps them (default 64 MiB): LMDB reads through a memory map, and without a bound a
+     * member's RSS would grow towards the size of its stores. Per member.
+     */
+    maxStoreResidentBytes: z
+      .number()
+      .int()
+      .min(8 * 1024 * 1024)
+      .max(64 * 1024 ** 3),
+    /** How long a conversation window is kept after its last inbound message (the 24-hour window plus a margin; default 26 h). */
+    conversationRetentionMs: z
+      .number()
+      .int()
+      .min(86_400_000)
+      .max(3650 * 86_400_000),
+    /**
+     * The base URL other members use to forward a query to this one (published through the group
+     * protocol, like Kafka Streams' application.server). Unset: http://<hostname>:<port>.
+     */
+    advertisedUrl: z.url({ protocol: /^https?$/, error: 'expected an http(s) URL other members can reach, e.g. http://tracker-0.tracker:8082' }).optional(),
+    /** Records per transaction. */
+    maxBatchRecords: z.number().int().min(1).max(10_000),
+    /** The coordinator aborts a transaction open longer than this (below the broker's transaction.max.timeout.ms). */
+    transactionTimeoutMs: z.number().int().min(1000).max(900_000),
+    sessionTimeoutMs: z.number().int().min(3000).max(300_000),
+    heartbeatIntervalMs: z.number().int().min(100).max(60_000),
+    /** Longest a query (GET /messages/..., msgbridge status) may read message-state for an answer not in memory. */
+    queryTimeoutMs: z.number().int().min(100).max(120_000),
+    drainGraceMs: positiveInt,
+    /** Where the tracker serves /healthz, /readyz, /metrics and the queries; port 0 = any free port. */
+    host: z.string().min(1),
+    port,
+  })
   .superRefine((t, ctx) => {
     if (t.heartbeatIntervalMs * 3 > t.sessionTimeoutMs) ctx.addIssue({ code: 'custom', path: ['heartbeatIntervalMs'], message: `must be at most a third of sessionTimeoutMs (${t.sessionTimeoutMs})` });
   });
 
 export const simulatorFaultsSchema = z.strictObject({
   /** Extra latency before every answer of the send endpoints, uniform in [min, max]. */
-  sendLatencyMs: z
-    .strictObject({ min: nonNegativeInt.max(600_000), max: nonNegativeInt.max(600_000) })
-    .refine((r) => r.min <= r.max, { message: 'min must not exceed max' }),
+  sendLatencyMs: z.strictObject({ min: nonNegativeInt.max(600_000), max: nonNegativeInt.max(600_000) }).refine((r) => r.min <= r.max, { message: 'min must not exceed max' }),
   send429Rate: rate,
   /** Retry-After seconds on those 429s; null = no Retry-After header. */
   send429RetryAfterSeconds: nonNegativeInt.max(86_400).nullable(),
@@ -291,7 +317,11 @@ export const simulatorSchema = z.strictObject({
   port,
   /** Where webhook registrations are kept across restarts; null = memory only. */
   registrationsFile: z.string().min(1).nullable(),
-  maxBodyBytes: z.number().int().min(1024).max(64 * 1024 * 1024),
+  maxBodyBytes: z
+    .number()
+    .int()
+    .min(1024)
+    .max(64 * 1024 * 1024),
   /** The WhatsApp number of each business (sender of its status events); a stable one is derived when absent. */
   businessNumbers: z.record(z.string(), phoneNumber),
   /** Approved templates and the variables each declares. */
@@ -345,31 +375,37 @@ export const logSchema = z.strictObject({
   level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']),
 });
 
-export const configSchema = z.strictObject({
-  kafka: kafkaSchema,
-  localKafka: localKafkaSchema,
-  /**
-   * A JSON file of the businesses (`[{id, signingSecrets, apiKey}]`), read at start instead of
-   * `businesses` and watched while running: every role reloads it on change and on SIGHUP
-   * (src/config/businesses-file.ts).
-   */
-  businessesFile: z.string().min(1).nullable(),
-  businesses: businessesSchema,
-  provider: providerSchema,
-  ingress: ingressSchema,
-  sender: senderSchema,
-  tracker: trackerSchema,
-  simulator: simulatorSchema,
-  log: logSchema,
-}).superRefine((c, ctx) => {
-  // A drain waits for what was admitted: at most one publish timeout (a batch unanswered by then
-  // is given up), then each producer's close, bounded by the connection timeout. Less grace
-  // than that, and a drain during a stalled broker would be cut off and exit 1.
-  const needed = c.ingress.publishTimeoutMs + c.kafka.connectionTimeoutMs + 1000;
-  if (c.ingress.drainGraceMs < needed) {
-    ctx.addIssue({ code: 'custom', path: ['ingress', 'drainGraceMs'], message: `must be at least ingress.publishTimeoutMs + kafka.connectionTimeoutMs + 1000 (${needed}): a drain during a stalled broker waits that long` });
-  }
-});
+export const configSchema = z
+  .strictObject({
+    kafka: kafkaSchema,
+    localKafka: localKafkaSchema,
+    /**
+     * A JSON file of the businesses (`[{id, signingSecrets, apiKey}]`), read at start instead of
+     * `businesses` and watched while running: every role reloads it on change and on SIGHUP
+     * (src/config/businesses-file.ts).
+     */
+    businessesFile: z.string().min(1).nullable(),
+    businesses: businessesSchema,
+    provider: providerSchema,
+    ingress: ingressSchema,
+    sender: senderSchema,
+    tracker: trackerSchema,
+    simulator: simulatorSchema,
+    log: logSchema,
+  })
+  .superRefine((c, ctx) => {
+    // A drain waits for what was admitted: at most one publish timeout (a batch unanswered by then
+    // is given up), then each producer's close, bounded by the connection timeout. Less grace
+    // than that, and a drain during a stalled broker would be cut off and exit 1.
+    const needed = c.ingress.publishTimeoutMs + c.kafka.connectionTimeoutMs + 1000;
+    if (c.ingress.drainGraceMs < needed) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['ingress', 'drainGraceMs'],
+        message: `must be at least ingress.publishTimeoutMs + kafka.connectionTimeoutMs + 1000 (${needed}): a drain during a stalled broker waits that long`,
+      });
+    }
+  });
 
 export type Config = z.infer<typeof configSchema>;
 export type KafkaConfig = z.infer<typeof kafkaSchema>;

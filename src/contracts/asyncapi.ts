@@ -56,7 +56,8 @@ function messageStateJsonSchema(): Record<string, unknown> {
   const properties = json.properties as Record<string, Record<string, unknown>>;
   properties.eventIds = {
     ...properties.eventIds,
-    description: 'Bookkeeping of the tracker: the event-ids it applied to this state (the last 32, most recent last), so that deduplication survives a restore. Not part of the public state; the queries leave it out.',
+    description:
+      'Bookkeeping of the tracker: the event-ids it applied to this state (the last 32, most recent last), so that deduplication survives a restore. Not part of the public state; the queries leave it out.',
   };
   return json;
 }
@@ -192,8 +193,12 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
       trackSendResult: { action: 'receive', channel: { $ref: '#/channels/sendResults' }, summary: 'The tracker reads the accepted send results (consumer group tracker.groupId).' },
       trackDeliveryStatus: { action: 'receive', channel: { $ref: '#/channels/deliveryStatus' }, summary: 'The tracker reads the delivery statuses (consumer group tracker.groupId).' },
       trackInboundMessage: { action: 'receive', channel: { $ref: '#/channels/messages' }, summary: 'The tracker reads the inbound messages (consumer group tracker.groupId).' },
-      publishMessageState: { action: 'send', channel: { $ref: '#/channels/messageState' }, summary: 'The tracker publishes a message\'s new state, in the transaction that commits its input offsets.' },
-      publishConversationWindow: { action: 'send', channel: { $ref: '#/channels/conversations' }, summary: 'The tracker publishes a conversation\'s moved window, in the transaction that commits its input offsets.' },
+      publishMessageState: { action: 'send', channel: { $ref: '#/channels/messageState' }, summary: "The tracker publishes a message's new state, in the transaction that commits its input offsets." },
+      publishConversationWindow: {
+        action: 'send',
+        channel: { $ref: '#/channels/conversations' },
+        summary: "The tracker publishes a conversation's moved window, in the transaction that commits its input offsets.",
+      },
     },
     components: {
       schemas: {

@@ -27,6 +27,4 @@ export const providerErrorSchema = z.looseObject({
 export type ProviderError = z.infer<typeof providerErrorSchema>;
 
 /** A phone number in international format, or the opaque numeric form the provider also uses. */
-export const recipientNumber = z
-  .string()
-  .regex(/^\+?[0-9]{5,20}$/, 'expected a phone number in international format (+ and 5-20 digits)');
+export const recipientNumber = z.string().regex(/^\+?[0-9]{5,20}$/, 'expected a phone number in international format (+ and 5-20 digits)');

@@ -68,4 +68,3 @@ export function messageStateOf(tracked: TrackedMessage): MessageState {
   const { eventIds: _eventIds, ...state } = tracked;
   return state;
 }
-

@@ -25,7 +25,6 @@ export function canonicalIso(value: string, field: string): string {
   return new Date(ms).toISOString();
 }
 
-
 function invalid(message: string, field: string, value: unknown): MsgbridgeError {
   return new MsgbridgeError('INVALID_ARGUMENT', message, { details: { field, value } });
 }

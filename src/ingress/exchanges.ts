@@ -49,12 +49,15 @@ export class Exchanges {
     this.receiving = new ReceivingSet<Exchange>(options.receiving, (ex) => options.addressOf(ex.res));
     // uWS closes connections idle for 10 s, but a body trickling in a byte at a time is not
     // idle: every admitted request gets a deadline for its whole body.
-    this.sweep = setInterval(() => {
-      const now = performance.now();
-      for (const ex of [...this.receiving.items()]) {
-        if (now - ex.startedAt > options.bodyTimeoutMs) this.cutOff(ex, 'request body too slow: connection closed');
-      }
-    }, Math.min(1000, options.bodyTimeoutMs));
+    this.sweep = setInterval(
+      () => {
+        const now = performance.now();
+        for (const ex of [...this.receiving.items()]) {
+          if (now - ex.startedAt > options.bodyTimeoutMs) this.cutOff(ex, 'request body too slow: connection closed');
+        }
+      },
+      Math.min(1000, options.bodyTimeoutMs),
+    );
     this.sweep.unref();
   }
 

@@ -51,15 +51,7 @@ export interface RecordDraft {
   headers: Record<string, string>;
 }
 
-export type RejectReason =
-  | 'unknown-topic'
-  | 'empty-business'
-  | 'unsupported-encoding'
-  | 'body-too-large'
-  | 'unknown-business'
-  | 'no-signing-secret'
-  | 'missing-signature'
-  | 'bad-signature';
+export type RejectReason = 'unknown-topic' | 'empty-business' | 'unsupported-encoding' | 'body-too-large' | 'unknown-business' | 'no-signing-secret' | 'missing-signature' | 'bad-signature';
 
 export interface Rejection {
   kind: 'reject';

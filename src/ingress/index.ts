@@ -119,7 +119,8 @@ export async function startIngressWithControls(options: StartIngressOptions): Pr
       const { createPlatformaticProducer } = await import('../kafka/platformatic-producer.js');
       createProducer = (first) => createPlatformaticProducer(config.kafka, { brokers: preferBrokers(brokers, first), timeoutMs: config.kafka.requestTimeoutMs });
     } else {
-      createProducer = (first) => createKafkajsProducer(first?.length ? createKafka(config.kafka, { logger, brokers: preferBrokers(brokers, first) }) : kafka, { idempotent: true, timeoutMs: config.kafka.requestTimeoutMs });
+      createProducer = (first) =>
+        createKafkajsProducer(first?.length ? createKafka(config.kafka, { logger, brokers: preferBrokers(brokers, first) }) : kafka, { idempotent: true, timeoutMs: config.kafka.requestTimeoutMs });
     }
   }
 

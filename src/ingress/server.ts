@@ -128,14 +128,32 @@ class UwsIngressServer {
     const webhookMethodNotAllowed = this.methodNotAllowed('POST');
     const notFound = (res: HttpResponse, req: HttpRequest) => this.notFound(res, req);
     this.app
-      .post('/webhooks/:businessId/:topic', route((res, req) => this.onWebhook(res, req, req.getParameter(1))))
-      .post('/webhooks/:businessId', route((res, req) => this.onWebhook(res, req, undefined)))
+      .post(
+        '/webhooks/:businessId/:topic',
+        route((res, req) => this.onWebhook(res, req, req.getParameter(1))),
+      )
+      .post(
+        '/webhooks/:businessId',
+        route((res, req) => this.onWebhook(res, req, undefined)),
+      )
       // An address that does not exist is 404 whatever the method, as for POST.
-      .any('/webhooks/:businessId/:topic', route((res, req) => (isWebhookTopic(req.getParameter(1)) ? webhookMethodNotAllowed(res, req) : notFound(res, req))))
+      .any(
+        '/webhooks/:businessId/:topic',
+        route((res, req) => (isWebhookTopic(req.getParameter(1)) ? webhookMethodNotAllowed(res, req) : notFound(res, req))),
+      )
       .any('/webhooks/:businessId', route(webhookMethodNotAllowed))
-      .get('/healthz', route((res) => this.responder.write(Responder.of(res), 200, '{"status":"alive"}')))
-      .get('/readyz', route((res) => this.readyz(res)))
-      .get('/metrics', route((res) => this.metricsRoute(res)))
+      .get(
+        '/healthz',
+        route((res) => this.responder.write(Responder.of(res), 200, '{"status":"alive"}')),
+      )
+      .get(
+        '/readyz',
+        route((res) => this.readyz(res)),
+      )
+      .get(
+        '/metrics',
+        route((res) => this.metricsRoute(res)),
+      )
       .any('/healthz', route(this.methodNotAllowed('GET')))
       .any('/readyz', route(this.methodNotAllowed('GET')))
       .any('/metrics', route(this.methodNotAllowed('GET')))

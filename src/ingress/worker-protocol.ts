@@ -8,12 +8,7 @@ import type { Metrics } from './worker-metrics.js';
  */
 
 /** Main thread → worker. */
-export type ToWorker =
-  | { type: 'collect'; id: number }
-  | { type: 'metrics'; id: number; body?: string; error?: string }
-  | { type: 'drain' }
-  | { type: 'reload' }
-  | { type: 'close-now' };
+export type ToWorker = { type: 'collect'; id: number } | { type: 'metrics'; id: number; body?: string; error?: string } | { type: 'drain' } | { type: 'reload' } | { type: 'close-now' };
 
 /** Worker → main thread. */
 export type FromWorker =

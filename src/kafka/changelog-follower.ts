@@ -182,7 +182,9 @@ export function followChangelog(options: ChangelogFollowerOptions): ChangelogFol
   const loaded = load().catch(async (error: unknown) => {
     clearTimeout(timer);
     await consumer?.disconnect().catch(() => undefined);
-    throw error instanceof MsgbridgeError ? error : new MsgbridgeError('KAFKA_UNAVAILABLE', `reading ${topic} failed: ${((error as Error)?.message ?? String(error)).split('\n')[0]}`, { cause: error });
+    throw error instanceof MsgbridgeError
+      ? error
+      : new MsgbridgeError('KAFKA_UNAVAILABLE', `reading ${topic} failed: ${((error as Error)?.message ?? String(error)).split('\n')[0]}`, { cause: error });
   });
   // The caller awaits `loaded`; this keeps an unawaited rejection from being reported twice.
   loaded.catch(() => undefined);

@@ -11,7 +11,7 @@ export function describeKafkaFailure(error: unknown): string {
   // the authentication failure in its `errors`), breadth first and bounded.
   const chain: unknown[] = [];
   const seen = new Set<unknown>();
-  for (let queue: unknown[] = [error]; queue.length > 0 && chain.length < 24; ) {
+  for (let queue: unknown[] = [error]; queue.length > 0 && chain.length < 24;) {
     const e = queue.shift();
     if (!e || seen.has(e)) continue;
     seen.add(e);
@@ -19,12 +19,18 @@ export function describeKafkaFailure(error: unknown): string {
     const { cause, originalError, errors } = e as { cause?: unknown; originalError?: unknown; errors?: unknown[] };
     queue = [...queue, cause, originalError, ...(Array.isArray(errors) ? errors.slice(0, 8) : [])];
   }
-  const text = chain.map((e) => `${(e as { name?: string }).name ?? ''} ${(e as { code?: string }).code ?? ''} ${(e as { type?: string }).type ?? ''} ${(e as Error)?.message ?? String(e)}`).join(' | ');
+  const text = chain
+    .map((e) => `${(e as { name?: string }).name ?? ''} ${(e as { code?: string }).code ?? ''} ${(e as { type?: string }).type ?? ''} ${(e as Error)?.message ?? String(e)}`)
+    .join(' | ');
   const first = firstLine(error);
   if (/SASLAuthentication|SASL_AUTHENTICATION_FAILED|Authentication failed|authentication failed|SaslAuthenticat/i.test(text)) {
     return `authentication failed: check KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD (${first})`;
   }
-  if (/UNABLE_TO_VERIFY_LEAF_SIGNATURE|SELF_SIGNED_CERT_IN_CHAIN|DEPTH_ZERO_SELF_SIGNED_CERT|unable to verify the first certificate|self[- ]signed certificate|unable to get local issuer certificate|CERT_UNTRUSTED/i.test(text)) {
+  if (
+    /UNABLE_TO_VERIFY_LEAF_SIGNATURE|SELF_SIGNED_CERT_IN_CHAIN|DEPTH_ZERO_SELF_SIGNED_CERT|unable to verify the first certificate|self[- ]signed certificate|unable to get local issuer certificate|CERT_UNTRUSTED/i.test(
+      text,
+    )
+  ) {
     return "the broker's TLS certificate is not trusted: set KAFKA_SSL_CA_FILE to the CA that signed it";
   }
   if (/ERR_TLS_CERT_ALTNAME_INVALID|Hostname\/IP does not match/i.test(text)) {

@@ -47,4 +47,3 @@ export function groupDirectory(admin: Admin, groupId: string, inputTopic: string
     invalidate: () => (cached = undefined),
   };
 }
-

@@ -13,7 +13,10 @@ export function lagReader(kafka: Kafka, groupId: string, inputs: string[]): { re
       for (const topic of inputs) {
         const [ends, committed] = await Promise.all([admin.fetchTopicOffsets(topic), admin.fetchOffsets({ groupId, topics: [topic] })]);
         const done = new Map((committed[0]?.partitions ?? []).map((p) => [p.partition, Number(p.offset)]));
-        value.set(topic, ends.reduce((sum, p) => sum + Math.max(0, Number(p.offset) - Math.max(0, done.get(p.partition) ?? 0)), 0));
+        value.set(
+          topic,
+          ends.reduce((sum, p) => sum + Math.max(0, Number(p.offset) - Math.max(0, done.get(p.partition) ?? 0)), 0),
+        );
       }
       last = { at: Date.now(), value };
       return value;

@@ -1,15 +1,7 @@
 import type { Admin, Consumer, EachBatchPayload, Kafka, Offsets } from 'kafkajs';
 import type { Logger } from '../platform/logger.js';
 import { consumedRecord, createConsumer } from './client.js';
-import {
-  CommitMetadataTooLargeError,
-  RejoinNeededError,
-  type CommittedOffset,
-  type ConsumedRecord,
-  type GroupConsumer,
-  type GroupConsumerHandlers,
-  type OffsetToCommit,
-} from './group-consumer.js';
+import { CommitMetadataTooLargeError, RejoinNeededError, type CommittedOffset, type ConsumedRecord, type GroupConsumer, type GroupConsumerHandlers, type OffsetToCommit } from './group-consumer.js';
 
 /** Heartbeat errors after which kafkajs 2.2.4 rejoins the group (runner.js: isRebalancing, UNKNOWN_MEMBER_ID). */
 const REJOIN_ERRORS = new Set(['REBALANCE_IN_PROGRESS', 'NOT_COORDINATOR_FOR_GROUP', 'ILLEGAL_GENERATION', 'UNKNOWN_MEMBER_ID']);
@@ -109,18 +101,20 @@ export function createKafkajsGroupConsumer(kafka: Kafka, options: KafkajsGroupCo
           const { batch } = payload;
           const records: ConsumedRecord[] = batch.messages.map((m) => consumedRecord(batch.topic, batch.partition, m));
           // kafkajs decides to rejoin from the type of what the handler throws: hand it back its own error.
-          await handlers.onBatch(batch.partition, records, {
-            resolveOffset: (offset) => payload.resolveOffset(offset),
-            heartbeat: () =>
-              payload.heartbeat().catch((error: unknown) => {
-                // The original stays the cause: kafkajs needs to see its own error to rejoin.
-                if (REJOIN_ERRORS.has(errorType(error))) throw new RejoinNeededError(`the group is rebalancing (${errorType(error)})`, { cause: error });
-                throw error;
-              }),
-            isActive: () => payload.isRunning() && !payload.isStale(),
-          }).catch((error: unknown) => {
-            throw error instanceof RejoinNeededError && error.cause ? error.cause : error;
-          });
+          await handlers
+            .onBatch(batch.partition, records, {
+              resolveOffset: (offset) => payload.resolveOffset(offset),
+              heartbeat: () =>
+                payload.heartbeat().catch((error: unknown) => {
+                  // The original stays the cause: kafkajs needs to see its own error to rejoin.
+                  if (REJOIN_ERRORS.has(errorType(error))) throw new RejoinNeededError(`the group is rebalancing (${errorType(error)})`, { cause: error });
+                  throw error;
+                }),
+              isActive: () => payload.isRunning() && !payload.isStale(),
+            })
+            .catch((error: unknown) => {
+              throw error instanceof RejoinNeededError && error.cause ? error.cause : error;
+            });
         },
       });
     },
@@ -144,9 +138,7 @@ export function createKafkajsGroupConsumer(kafka: Kafka, options: KafkajsGroupCo
       const result = await client.fetchOffsets({ groupId, topics: [topic] });
       const wanted = new Set(partitions);
       const entry = result.find((t) => t.topic === topic);
-      return (entry?.partitions ?? [])
-        .filter((p) => wanted.has(p.partition))
-        .map((p) => ({ partition: p.partition, offset: Number(p.offset), metadata: p.metadata ?? null }));
+      return (entry?.partitions ?? []).filter((p) => wanted.has(p.partition)).map((p) => ({ partition: p.partition, offset: Number(p.offset), metadata: p.metadata ?? null }));
     },
 
     pauseAll() {

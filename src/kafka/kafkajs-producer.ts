@@ -60,13 +60,13 @@ export function createKafkajsProducer(kafka: Kafka, options: KafkajsProducerOpti
     async send(batches: TopicRecords[]) {
       await producer
         .sendBatch({
-        acks: -1,
-        timeout: options.timeoutMs ?? 30_000,
-        compression: CompressionTypes.None,
-        topicMessages: batches.map((b) => ({
-          topic: b.topic,
-          messages: b.records.map((r) => ({ key: r.key, value: r.value, headers: r.headers, partition: r.partition })),
-        })),
+          acks: -1,
+          timeout: options.timeoutMs ?? 30_000,
+          compression: CompressionTypes.None,
+          topicMessages: batches.map((b) => ({
+            topic: b.topic,
+            messages: b.records.map((r) => ({ key: r.key, value: r.value, headers: r.headers, partition: r.partition })),
+          })),
         })
         .catch((error: unknown) => {
           if (tooLarge(error)) throw new RecordTooLargeError(`Kafka refused a record as too large: ${(error as Error).message}`, { cause: error });

@@ -100,11 +100,11 @@ export function ensureKafkaJars(options: Pick<LocalBrokerOptions, 'cacheDir' | '
   options.onProgress?.(`resolving Apache Kafka ${version} jars from Maven Central into ${libs}`);
   mkdirSync(join(root, `kafka-${version}`), { recursive: true });
   const staging = mkdtempSync(join(root, `kafka-${version}`, 'libs.partial-'));
-  const result = spawnSync(
-    'mvn',
-    ['-q', '-B', '-f', KAFKA_POM, 'dependency:copy-dependencies', `-DoutputDirectory=${staging}`, '-DincludeScope=runtime'],
-    { encoding: 'utf8', timeout: 15 * 60_000, maxBuffer: 16 * 1024 * 1024 },
-  );
+  const result = spawnSync('mvn', ['-q', '-B', '-f', KAFKA_POM, 'dependency:copy-dependencies', `-DoutputDirectory=${staging}`, '-DincludeScope=runtime'], {
+    encoding: 'utf8',
+    timeout: 15 * 60_000,
+    maxBuffer: 16 * 1024 * 1024,
+  });
   if (result.status !== 0 || !readdirSync(staging).some((f) => f.startsWith('kafka_2.13-'))) {
     rmSync(staging, { recursive: true, force: true });
     const output = `${result.stdout ?? ''}${result.stderr ?? ''}`.trim().split('\n').slice(-15).join('\n');
@@ -147,7 +147,14 @@ interface Ports {
   internal: number | undefined;
 }
 
-function serverProperties(dir: string, ports: Ports, partitions: number, secure: LocalBrokerOptions['secure'], tls: ServerTls | undefined, quorum: { nodeId: number; voters: string; nodes: number }): string {
+function serverProperties(
+  dir: string,
+  ports: Ports,
+  partitions: number,
+  secure: LocalBrokerOptions['secure'],
+  tls: ServerTls | undefined,
+  quorum: { nodeId: number; voters: string; nodes: number },
+): string {
   const client = secure === 'scram' ? 'SASL_SSL' : secure === 'mtls' ? 'SSL' : 'PLAINTEXT';
   // PEM stores inline: newlines of a PEM value are escaped for the properties file.
   const inline = (pem: string) => pem.trim().split('\n').join('\\n');
@@ -162,10 +169,7 @@ function serverProperties(dir: string, ports: Ports, partitions: number, secure:
           'ssl.endpoint.identification.algorithm=',
           ...(secure === 'mtls' ? ['ssl.client.auth=required'] : []),
           ...(secure === 'scram'
-            ? [
-                'sasl.enabled.mechanisms=SCRAM-SHA-512',
-                'listener.name.client.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;',
-              ]
+            ? ['sasl.enabled.mechanisms=SCRAM-SHA-512', 'listener.name.client.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;']
             : []),
         ]
       : [];
@@ -204,7 +208,8 @@ function generateTls(dir: string, withClient: boolean): { server: ServerTls; caF
   mkdirSync(dir, { recursive: true });
   const run = (args: string[]) => {
     const result = spawnSync('openssl', args, { cwd: dir, encoding: 'utf8', timeout: 60_000 });
-    if (result.status !== 0) throw new MsgbridgeError('LOCAL_BROKER_FAILED', `openssl ${args[0]} failed (a secure local broker needs openssl): ${`${result.stderr ?? ''}${result.error?.message ?? ''}`.trim()}`);
+    if (result.status !== 0)
+      throw new MsgbridgeError('LOCAL_BROKER_FAILED', `openssl ${args[0]} failed (a secure local broker needs openssl): ${`${result.stderr ?? ''}${result.error?.message ?? ''}`.trim()}`);
   };
   run(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', '/CN=msgbridge local test CA', '-keyout', 'ca.key', '-out', 'ca.crt']);
   const issue = (name: string, subject: string, extension: string) => {
@@ -380,7 +385,11 @@ export async function startLocalCluster(options: LocalBrokerOptions & { nodes: n
   if (count > 1) {
     // Every node registered and unfenced before anyone creates a topic of replication factor N.
     try {
-      await waitForBrokers(ports.map((p) => `127.0.0.1:${p.internal ?? p.client}`), count, deadline);
+      await waitForBrokers(
+        ports.map((p) => `127.0.0.1:${p.internal ?? p.client}`),
+        count,
+        deadline,
+      );
     } catch (err) {
       await stop();
       throw err;
@@ -475,4 +484,3 @@ function launchNode(id: number, port: number, nodeDir: string, jvmArgs: string[]
     },
   };
 }
-

@@ -23,8 +23,7 @@ export interface PlatformaticProducerOptions {
 type Key = string | Buffer | null;
 type Value = string | Buffer;
 
-const toBuffer = (data: string | Buffer | null | undefined): Buffer | undefined =>
-  data === null || data === undefined ? undefined : typeof data === 'string' ? Buffer.from(data) : data;
+const toBuffer = (data: string | Buffer | null | undefined): Buffer | undefined => (data === null || data === undefined ? undefined : typeof data === 'string' ? Buffer.from(data) : data);
 
 /** The producer's options, exported for tests: what is set and why is decided here only. */
 export function platformaticProducerOptions(config: KafkaConfig, options: PlatformaticProducerOptions): ProducerOptions<Key, Value, string, string | Buffer> {

@@ -92,7 +92,10 @@ export function withTimeout<T>(promise: Promise<T>, ms: number, what: string): P
 
 /** Leaders and in-sync replica counts: what changes when the cluster reacts to a failure. */
 function layoutSignature(layout: ClusterLayout): string {
-  return layout.partitions.map((p) => `${p.topic}/${p.partition}:${p.leader}:${p.isr ?? ''}`).sort().join(',');
+  return layout.partitions
+    .map((p) => `${p.topic}/${p.partition}:${p.leader}:${p.isr ?? ''}`)
+    .sort()
+    .join(',');
 }
 
 /** Addresses to try first for a lane's new producer: its own broker while it answers, else the others that do. */

@@ -39,7 +39,7 @@ export async function ensureTopics(admin: Admin, specs: TopicSpec[], logger?: Lo
   let { brokers } = await admin.describeCluster();
   // A broker that just (re)started may not be in every broker's metadata yet: give the
   // cluster a few seconds before concluding that it has fewer brokers than the topics need.
-  for (const deadline = Date.now() + 10_000; brokers.length > 1 && brokers.length < wantedReplicas && Date.now() < deadline; ) {
+  for (const deadline = Date.now() + 10_000; brokers.length > 1 && brokers.length < wantedReplicas && Date.now() < deadline;) {
     await new Promise((r) => setTimeout(r, 500));
     ({ brokers } = await admin.describeCluster());
   }
@@ -62,7 +62,10 @@ export async function ensureTopics(admin: Admin, specs: TopicSpec[], logger?: Lo
   // Another instance may have created some of them concurrently; createTopics then answers
   // false without error, which is fine: the topics exist either way.
   await admin.createTopics({ topics, waitForLeaders: false });
-  await waitForLeaders(admin, topics.map((t) => t.topic));
+  await waitForLeaders(
+    admin,
+    topics.map((t) => t.topic),
+  );
   logger?.info({ topics: topics.map((t) => t.topic) }, 'created missing topics');
   return topics.map((t) => t.topic);
 }
@@ -147,7 +150,10 @@ export async function checkWrittenTopics(admin: Admin, wanted: readonly string[]
       if (Number.isFinite(maxBytes) && maxBytes > 0) result.maxMessageBytes.set(r.resourceName, maxBytes);
     }
   } catch (err) {
-    logger.warn({ topics: result.existing, err: (err as Error).message }, "the cluster does not let this role read topic settings (DescribeConfigs): min.insync.replicas and max.message.bytes are unchecked, Kafka's defaults assumed");
+    logger.warn(
+      { topics: result.existing, err: (err as Error).message },
+      "the cluster does not let this role read topic settings (DescribeConfigs): min.insync.replicas and max.message.bytes are unchecked, Kafka's defaults assumed",
+    );
   }
   for (const topic of result.existing) {
     const r = replicas.get(topic);
@@ -155,7 +161,10 @@ export async function checkWrittenTopics(admin: Admin, wanted: readonly string[]
     const isr = minIsr.get(topic);
     if (r.leaderless > 0) logger.warn({ topic, partitionsWithoutLeader: r.leaderless }, 'topic has partitions without a leader: writes to them fail until one is elected');
     if (r.factor >= 2 && isr !== undefined && isr < 2) {
-      logger.warn({ topic, replicationFactor: r.factor, minInsyncReplicas: isr }, `topic ${topic} has ${r.factor} replicas but min.insync.replicas ${isr}: an acks=all write is acknowledged by a single replica, so a 200 rests on one disk (set min.insync.replicas=2)`);
+      logger.warn(
+        { topic, replicationFactor: r.factor, minInsyncReplicas: isr },
+        `topic ${topic} has ${r.factor} replicas but min.insync.replicas ${isr}: an acks=all write is acknowledged by a single replica, so a 200 rests on one disk (set min.insync.replicas=2)`,
+      );
     }
   }
   return result;

@@ -301,7 +301,10 @@ class TransactionalEngineRuntime {
   }
 
   ownedTasks(): number[] {
-    return [...this.tasks.values()].filter((rt) => rt.state === 'active').map((rt) => rt.task).sort((a, b) => a - b);
+    return [...this.tasks.values()]
+      .filter((rt) => rt.state === 'active')
+      .map((rt) => rt.task)
+      .sort((a, b) => a - b);
   }
 
   private partitionsOf(task: number) {

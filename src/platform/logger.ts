@@ -12,17 +12,7 @@ export function createLogger(options: { level?: string; name?: string; destinati
       level: options.level ?? 'info',
       base: { service: 'msgbridge', ...(options.name ? { role: options.name } : {}) },
       redact: {
-        paths: [
-          'apiKey',
-          '*.apiKey',
-          'signingSecrets',
-          '*.signingSecrets',
-          'password',
-          '*.password',
-          'headers["x-api-key"]',
-          'headers["x-service-hmac-sha256"]',
-          'signature',
-        ],
+        paths: ['apiKey', '*.apiKey', 'signingSecrets', '*.signingSecrets', 'password', '*.password', 'headers["x-api-key"]', 'headers["x-service-hmac-sha256"]', 'signature'],
         censor: '[redacted]',
       },
       timestamp: pino.stdTimeFunctions.isoTime,

@@ -9,17 +9,16 @@ import type { Logger } from '../platform/logger.js';
  * the role's businesses in one step, or throws to refuse), logs one line per change or refusal
  * (ids only, never secrets) and counts them in `msgbridge_config_reloads_total{result}`.
  */
-export function watchConfiguredBusinesses(options: {
-  config: Config;
-  registry: Registry;
-  logger: Logger;
-  apply(businesses: BusinessConfig[]): void;
-  pollMs?: number;
-}): BusinessesWatch | undefined {
+export function watchConfiguredBusinesses(options: { config: Config; registry: Registry; logger: Logger; apply(businesses: BusinessConfig[]): void; pollMs?: number }): BusinessesWatch | undefined {
   const { config, registry, logger } = options;
   const path = config.businessesFile;
   if (path === null) return undefined;
-  const reloads = new Counter({ name: 'msgbridge_config_reloads_total', help: 'Reloads of the businesses file: applied, or refused (the last good set stays)', labelNames: ['result'], registers: [registry] });
+  const reloads = new Counter({
+    name: 'msgbridge_config_reloads_total',
+    help: 'Reloads of the businesses file: applied, or refused (the last good set stays)',
+    labelNames: ['result'],
+    registers: [registry],
+  });
   let count = config.businesses.length;
   new Gauge({
     name: 'msgbridge_config_businesses',

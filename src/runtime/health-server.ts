@@ -38,9 +38,7 @@ export async function startHealthServer(options: HealthServerOptions): Promise<H
     }
     if (path === '/readyz') {
       const reason = options.notReadyReason();
-      res
-        .writeHead(reason === undefined ? 200 : 503, { 'content-type': 'application/json' })
-        .end(JSON.stringify(reason === undefined ? { ready: true } : { ready: false, reason }));
+      res.writeHead(reason === undefined ? 200 : 503, { 'content-type': 'application/json' }).end(JSON.stringify(reason === undefined ? { ready: true } : { ready: false, reason }));
       return;
     }
     if (path === '/metrics') {

@@ -111,12 +111,14 @@ export function followConversations(options: ConversationFollowerOptions): Conve
     },
     onStopped(error) {
       table.markIncomplete();
-      logger.fatal({ err: error.message, topic }, 'the conversations consumer stopped for good: the table no longer follows the topic, so texts to customers without a known open window are sent as they are');
+      logger.fatal(
+        { err: error.message, topic },
+        'the conversations consumer stopped for good: the table no longer follows the topic, so texts to customers without a known open window are sent as they are',
+      );
       options.onFatal?.(error);
     },
     timeoutError(status) {
-      const progress =
-        status.stage === 'reading' ? `: ${status.progress}; a partition that does not move is held by a transaction left open on it, or Kafka is slow` : '';
+      const progress = status.stage === 'reading' ? `: ${status.progress}; a partition that does not move is held by a transaction left open on it, or Kafka is slow` : '';
       return new MsgbridgeError(
         'KAFKA_UNAVAILABLE',
         `the conversation table was not ready within sender.conversationTableReadTimeoutMs (${options.timeoutMs} ms): still ${describe(status)}${progress}. With sender.conversationWindow "reject" the sender consumes no send request before it has read ${topic} to its end: check that the tracker runs (it creates and writes ${topic}) and that Kafka is reachable, raise the timeout for a large topic, or set sender.conversationWindow to "off"`,

@@ -119,7 +119,8 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
     probeMaxMs: s.circuitProbeMaxMs,
     onChange: (business, state, failures) => {
       metrics.circuitChange(business, state);
-      if (state === 'open') logger.warn({ businessId: business, consecutiveFailures: failures }, 'provider circuit open: the provider keeps failing for this business; its requests wait and one probe at a time is sent');
+      if (state === 'open')
+        logger.warn({ businessId: business, consecutiveFailures: failures }, 'provider circuit open: the provider keeps failing for this business; its requests wait and one probe at a time is sent');
       else logger.info({ businessId: business }, 'provider circuit closed: the provider answers again; sending resumes');
     },
   });
@@ -290,7 +291,10 @@ function startConversationGuard(options: {
 }): { follower: ConversationFollower; stop(): Promise<void> } {
   const { config, table, logger } = options;
   const s = config.sender;
-  logger.info({ topic: config.kafka.topics.conversations, timeoutMs: s.conversationTableReadTimeoutMs }, 'conversation window guard on (reject): reading the conversations topic to its end before consuming send requests');
+  logger.info(
+    { topic: config.kafka.topics.conversations, timeoutMs: s.conversationTableReadTimeoutMs },
+    'conversation window guard on (reject): reading the conversations topic to its end before consuming send requests',
+  );
   const follower = followConversations({
     kafka: options.kafka,
     topic: config.kafka.topics.conversations,

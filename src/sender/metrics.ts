@@ -156,7 +156,7 @@ export function createSenderMetrics(registry: Registry, sources: SenderGaugeSour
   if (table) {
     new Gauge({
       name: 'msgbridge_sender_conversation_table_entries',
-      help: 'Open conversation windows in the sender\'s table (bounded by sender.conversationTableMaxEntries)',
+      help: "Open conversation windows in the sender's table (bounded by sender.conversationTableMaxEntries)",
       registers,
       collect() {
         this.set(table().entries);

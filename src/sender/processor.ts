@@ -7,19 +7,7 @@ import type { WorkContext, WorkOutcome } from './keyed-runner.js';
 import type { SenderMetrics } from './metrics.js';
 import type { ProviderClient } from './provider-client.js';
 import type { RateLimiter } from './rate-limiter.js';
-import {
-  acceptedResult,
-  expiredResult,
-  failureOf,
-  fitDlqRecord,
-  rejectedResult,
-  resultHeaders,
-  storedResult,
-  type DlqJob,
-  type Job,
-  type SendJob,
-  type StoredResult,
-} from './requests.js';
+import { acceptedResult, expiredResult, failureOf, fitDlqRecord, rejectedResult, resultHeaders, storedResult, type DlqJob, type Job, type SendJob, type StoredResult } from './requests.js';
 import { decide, maybeCreated, providerFailing, type AttemptOutcome, type RetryPolicyOptions } from './retry-policy.js';
 import type { Semaphore } from './semaphore.js';
 import { sleep } from '../platform/sleep.js';
@@ -239,14 +227,25 @@ class RequestProcessor implements Processor {
           continue;
         case 'fallback': {
           metrics.conversation('fallback', job.businessId);
-          logger.info({ requestId: job.request.requestId, businessId: job.businessId, templateName: decision.template.templateName, windowOpenUntil: decision.window.openUntil && new Date(decision.window.openUntil).toISOString() }, 'conversation window closed: sending the fallback template instead of the text');
+          logger.info(
+            {
+              requestId: job.request.requestId,
+              businessId: job.businessId,
+              templateName: decision.template.templateName,
+              windowOpenUntil: decision.window.openUntil && new Date(decision.window.openUntil).toISOString(),
+            },
+            'conversation window closed: sending the fallback template instead of the text',
+          );
           return { job: { ...job, operation: 'template', body: fallbackBody(job.body, job.recipient, decision.template), sentAs: 'template' } };
         }
         case 'reject': {
           metrics.conversation('rejected', job.businessId);
           metrics.outcome('rejected', job.businessId);
           const error = outsideWindowFailure(decision.window);
-          logger.info({ requestId: job.request.requestId, businessId: job.businessId, code: error.code, windowOpenUntil: error.details.windowOpenUntil }, 'text refused without a provider call: the conversation window is closed');
+          logger.info(
+            { requestId: job.request.requestId, businessId: job.businessId, code: error.code, windowOpenUntil: error.details.windowOpenUntil },
+            'text refused without a provider call: the conversation window is closed',
+          );
           // Not remembered: once the customer writes, the same requestId may be sent.
           return { end: { result: storedResult(rejectedResult(job, error, 0, false, new Date(now))), remember: false } };
         }

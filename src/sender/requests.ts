@@ -65,14 +65,7 @@ export interface SendJob {
 }
 
 /** Why a request can never be sent: the `error.code` of its rejected result. */
-export type DlqCode =
-  | 'RELAY_INVALID_JSON'
-  | 'RELAY_INVALID_REQUEST'
-  | 'RELAY_UNKNOWN_TYPE'
-  | 'RELAY_INVALID_FIELD'
-  | 'RELAY_INVALID_EXPIRY'
-  | 'RELAY_UNKNOWN_BUSINESS'
-  | 'RELAY_AMBIGUOUS_BUSINESS';
+export type DlqCode = 'RELAY_INVALID_JSON' | 'RELAY_INVALID_REQUEST' | 'RELAY_UNKNOWN_TYPE' | 'RELAY_INVALID_FIELD' | 'RELAY_INVALID_EXPIRY' | 'RELAY_UNKNOWN_BUSINESS' | 'RELAY_AMBIGUOUS_BUSINESS';
 
 export interface DlqJob {
   kind: 'dlq';
@@ -208,7 +201,6 @@ export function copyHeaders(headers: RecordHeaders): Record<string, HeaderValue>
   return out;
 }
 
-
 const MAX_REASON = 1000;
 
 function dlqJob(record: IncomingRecord, code: DlqCode, reason: string, claim: Claim, isJson: boolean, receivedAt: number): DlqJob {
@@ -259,7 +251,10 @@ export function fitDlqRecord<R extends { key: string | Buffer | null; value: str
     sourcePartition: Number(headers['source-partition'] ?? -1),
     sourceOffset: String(headers['source-offset'] ?? ''),
   };
-  headers[HEADER.errorReason] = `${String(headers[HEADER.errorReason] ?? '')} (the original ${original} bytes do not fit in the DLQ topic: value replaced by a reference to the source record)`.slice(0, MAX_REASON + 200);
+  headers[HEADER.errorReason] = `${String(headers[HEADER.errorReason] ?? '')} (the original ${original} bytes do not fit in the DLQ topic: value replaced by a reference to the source record)`.slice(
+    0,
+    MAX_REASON + 200,
+  );
   headers[HEADER.contentType] = 'application/json';
   headers['dlq-value'] = 'reference';
   let fitted: OutgoingRecord = { key: record.key, value: Buffer.from(JSON.stringify(reference)), headers };

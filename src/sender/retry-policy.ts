@@ -128,14 +128,7 @@ export function retryReason(outcome: AttemptOutcome): RetryReason {
  * same instant do not return together. No wait goes past the end of the budget; once the
  * budget is spent the request fails as retriable.
  */
-export function decide(
-  outcome: AttemptOutcome,
-  attempt: number,
-  firstAttemptAtMs: number,
-  options: RetryPolicyOptions,
-  nowMs: number,
-  random: () => number = Math.random,
-): RetryDecision {
+export function decide(outcome: AttemptOutcome, attempt: number, firstAttemptAtMs: number, options: RetryPolicyOptions, nowMs: number, random: () => number = Math.random): RetryDecision {
   const classification = classify(outcome);
   if (classification === 'success') return { action: 'succeed' };
   if (classification === 'permanent') return { action: 'fail', retriable: false };

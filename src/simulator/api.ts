@@ -2,15 +2,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { monotonicFactory } from 'ulid';
 import { z } from 'zod';
 import type { SimulatorFaults } from '../config/schema.js';
-import {
-  recipientNumber,
-  SEND_PATH_SEGMENT,
-  sendTemplateBodySchema,
-  sendTextBodySchema,
-  webhookRegistrationSchema,
-  type ProviderError,
-  type SendOperation,
-} from '../contracts/index.js';
+import { recipientNumber, SEND_PATH_SEGMENT, sendTemplateBodySchema, sendTextBodySchema, webhookRegistrationSchema, type ProviderError, type SendOperation } from '../contracts/index.js';
 import { WebhookDeliveries, type DeliveryFilter, type DeliveryRecord } from './deliveries.js';
 import { inboundMessageEvent, type SimEvent } from './events.js';
 import { Faults } from './faults.js';
@@ -71,9 +63,7 @@ const inboundSchema = z.strictObject({
 });
 
 /** The send path's last segment → its operation. */
-const SEND_OPERATIONS: Record<string, SendOperation> = Object.fromEntries(
-  (Object.entries(SEND_PATH_SEGMENT) as [SendOperation, string][]).map(([operation, segment]) => [segment, operation]),
-);
+const SEND_OPERATIONS: Record<string, SendOperation> = Object.fromEntries((Object.entries(SEND_PATH_SEGMENT) as [SendOperation, string][]).map(([operation, segment]) => [segment, operation]));
 
 const MAX_RECORDED_BODY_BYTES = 64 * 1024;
 

@@ -118,15 +118,17 @@ export class WebhookDeliveries {
   }
 
   list(filter: DeliveryFilter = {}): DeliveryRecord[] {
-    const matches = this.log.toArray().filter(
-      (r) =>
-        (filter.businessId === undefined || r.businessId === filter.businessId) &&
-        (filter.messageId === undefined || r.messageId === filter.messageId) &&
-        (filter.eventId === undefined || r.eventId === filter.eventId) &&
-        (filter.topic === undefined || r.topic === filter.topic) &&
-        (filter.state === undefined || r.state === filter.state) &&
-        (filter.address === undefined || r.address === filter.address),
-    );
+    const matches = this.log
+      .toArray()
+      .filter(
+        (r) =>
+          (filter.businessId === undefined || r.businessId === filter.businessId) &&
+          (filter.messageId === undefined || r.messageId === filter.messageId) &&
+          (filter.eventId === undefined || r.eventId === filter.eventId) &&
+          (filter.topic === undefined || r.topic === filter.topic) &&
+          (filter.state === undefined || r.state === filter.state) &&
+          (filter.address === undefined || r.address === filter.address),
+      );
     return filter.limit !== undefined ? matches.slice(-filter.limit) : matches;
   }
 

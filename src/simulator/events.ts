@@ -41,14 +41,7 @@ export function deliveryStatusEvent(input: {
 }
 
 /** An inbound customer message: no `topic` field, as in the spec's example. */
-export function inboundMessageEvent(input: {
-  businessId: string;
-  businessNumber: string;
-  from: string;
-  name?: string | undefined;
-  text: string;
-  at: number;
-}): SimEvent {
+export function inboundMessageEvent(input: { businessId: string; businessNumber: string; from: string; name?: string | undefined; text: string; at: number }): SimEvent {
   const body = JSON.stringify({
     timestamp: epochSeconds(input.at),
     sender: { channelType: 'whatsapp', id: input.from, ...(input.name !== undefined ? { name: input.name } : {}) },

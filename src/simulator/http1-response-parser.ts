@@ -149,7 +149,10 @@ function parseHead(text: string): { status: number; keepAlive: boolean; chunked:
     const colon = line.indexOf(':');
     if (colon <= 0) throw new ResponseParseError(`bad header line "${line.slice(0, 40)}"`);
     const name = line.slice(0, colon).trim().toLowerCase();
-    const value = line.slice(colon + 1).trim().toLowerCase();
+    const value = line
+      .slice(colon + 1)
+      .trim()
+      .toLowerCase();
     if (name === 'content-length') {
       if (!/^\d{1,15}$/.test(value)) throw new ResponseParseError(`bad content-length "${value.slice(0, 20)}"`);
       const n = Number(value);

@@ -4,7 +4,6 @@ import { deliveryStatusEvent, type SimEvent } from './events.js';
 import type { CompiledBusiness } from './options.js';
 import { providerError, type ProviderErrorCode } from './provider-errors.js';
 
-
 export interface StatusChange {
   status: DeliveryStatus;
   at: string;

@@ -33,9 +33,7 @@ export class Registrations {
   private readonly byBusiness = new Map<string, Registration[]>();
   private readonly nextId = monotonicFactory();
 
-  constructor(
-    private readonly options: { file: string | null; maxPerBusiness: number; now: () => number },
-  ) {
+  constructor(private readonly options: { file: string | null; maxPerBusiness: number; now: () => number }) {
     if (options.file !== null) this.load(options.file);
   }
 
@@ -66,7 +64,10 @@ export class Registrations {
     const list = this.byBusiness.get(businessId) ?? [];
     const found = list.find((r) => r.id === id);
     if (!found) return undefined;
-    this.byBusiness.set(businessId, list.filter((r) => r.id !== id));
+    this.byBusiness.set(
+      businessId,
+      list.filter((r) => r.id !== id),
+    );
     this.save();
     return found;
   }

@@ -23,13 +23,7 @@ interface Exchange {
  * body chunks as they arrive, since uWS neuters them after the callback), bounds the body,
  * and writes answers corked. Everything else is the framework-free `handle`.
  */
-export function listenSimulator(options: {
-  host: string;
-  port: number;
-  maxBodyBytes: number;
-  logger: Logger;
-  handle: (req: SimRequest) => Promise<SimResponse>;
-}): Promise<SimHttpServer> {
+export function listenSimulator(options: { host: string; port: number; maxBodyBytes: number; logger: Logger; handle: (req: SimRequest) => Promise<SimResponse> }): Promise<SimHttpServer> {
   const uws = loadUws();
   const app: TemplatedApp = uws.App();
 

@@ -86,7 +86,10 @@ export async function startTracker(options: StartTrackerOptions): Promise<Tracke
     counters: metrics,
     // Part of normal operation (a rejected result carries no state), unlike a malformed record.
     onSkip: (reason, record, detail) =>
-      (reason === 'not_accepted' ? logger.debug.bind(logger) : logger.warn.bind(logger))({ reason, topic: record.topic, partition: record.partition, offset: record.offset, detail }, 'record skipped: it carries no event the tracker can apply'),
+      (reason === 'not_accepted' ? logger.debug.bind(logger) : logger.warn.bind(logger))(
+        { reason, topic: record.topic, partition: record.partition, offset: record.offset, detail },
+        'record skipped: it carries no event the tracker can apply',
+      ),
   });
   const restorer = new TaskRestorer({ kafka, config, topics, partitions, logger, logic });
   // Restores in progress: index building waits for them (a task's restore gates its readiness, its indexes do not).
@@ -261,7 +264,10 @@ export function checkStateDir(dir: string): void {
     mkdirSync(dir, { recursive: true });
     accessSync(dir, constants.W_OK);
   } catch (error) {
-    throw new MsgbridgeError('CONFIG_INVALID', `tracker.stateDir ${dir}: the tracker cannot write its stores there (${(error as NodeJS.ErrnoException).code ?? (error as Error).message}); set MSGBRIDGE_TRACKER_STATE_DIR to a writable directory on a volume that outlives the process`);
+    throw new MsgbridgeError(
+      'CONFIG_INVALID',
+      `tracker.stateDir ${dir}: the tracker cannot write its stores there (${(error as NodeJS.ErrnoException).code ?? (error as Error).message}); set MSGBRIDGE_TRACKER_STATE_DIR to a writable directory on a volume that outlives the process`,
+    );
   }
 }
 
@@ -299,7 +305,11 @@ async function prepareTrackerTopics(kafka: KafkaClient, config: Config, topics: 
         createTopics: config.kafka.createTopics,
         create: [
           ...inputs.map((topic) => ({ topic, ...base })),
-          ...[topics.messageState, topics.conversations].map((topic) => ({ topic, ...base, configEntries: changelogTopicConfig(config, topic === topics.messageState ? 'messageState' : 'conversations') })),
+          ...[topics.messageState, topics.conversations].map((topic) => ({
+            topic,
+            ...base,
+            configEntries: changelogTopicConfig(config, topic === topics.messageState ? 'messageState' : 'conversations'),
+          })),
         ],
         written: [topics.messageState, topics.conversations],
       },
@@ -307,7 +317,10 @@ async function prepareTrackerTopics(kafka: KafkaClient, config: Config, topics: 
     );
     const outputPartitions = (await partitionCounts(admin, [topics.messageState]).catch(() => new Map<string, number>())).get(topics.messageState);
     if (outputPartitions !== undefined && outputPartitions !== partitions) {
-      throw new MsgbridgeError('CONFIG_INVALID', `topic ${topics.messageState} has ${outputPartitions} partitions but the tracker's inputs have ${partitions}: they must be co-partitioned (recreate it with ${partitions})`);
+      throw new MsgbridgeError(
+        'CONFIG_INVALID',
+        `topic ${topics.messageState} has ${outputPartitions} partitions but the tracker's inputs have ${partitions}: they must be co-partitioned (recreate it with ${partitions})`,
+      );
     }
     await warnUnboundedChangelogs(admin, config, topics, logger);
     return partitions;
@@ -352,4 +365,3 @@ async function warnUnboundedChangelogs(admin: KafkaAdmin, config: Config, topics
     logger.warn({ error: (error as Error).message }, 'could not read the settings of the changelog topics');
   }
 }
-

@@ -28,11 +28,26 @@ export function createTrackerMetrics(registry: Registry, sources: TrackerGaugeSo
     registers,
   });
   const skipped = new Counter({ name: 'msgbridge_tracker_records_skipped_total', help: 'Input records that carry no event the tracker applies, by reason', labelNames: ['reason'], registers });
-  const evictions = new Counter({ name: 'msgbridge_tracker_evictions_total', help: 'States dropped from the in-memory cache to stay within its bound (per task; they stay in the local store)', labelNames: ['kind'], registers });
+  const evictions = new Counter({
+    name: 'msgbridge_tracker_evictions_total',
+    help: 'States dropped from the in-memory cache to stay within its bound (per task; they stay in the local store)',
+    labelNames: ['kind'],
+    registers,
+  });
   const restoreSeconds = new Gauge({ name: 'msgbridge_tracker_last_restore_seconds', help: 'How long the last task start took to bring its local store up to its changelogs', registers });
-  const restores = new Counter({ name: 'msgbridge_tracker_restores_total', help: 'Task starts, by mode: bulk (store rebuilt from the changelogs) or delta (read from the store checkpoint)', labelNames: ['mode'], registers });
+  const restores = new Counter({
+    name: 'msgbridge_tracker_restores_total',
+    help: 'Task starts, by mode: bulk (store rebuilt from the changelogs) or delta (read from the store checkpoint)',
+    labelNames: ['mode'],
+    registers,
+  });
   const restoreRecords = new Counter({ name: 'msgbridge_tracker_restore_records_total', help: 'Changelog records read while restoring tasks, by mode', labelNames: ['mode'], registers });
-  const expired = new Counter({ name: 'msgbridge_tracker_expired_total', help: 'States dropped from the local stores after tracker.stateRetentionMs (messages) or tracker.conversationRetentionMs (windows)', labelNames: ['kind'], registers });
+  const expired = new Counter({
+    name: 'msgbridge_tracker_expired_total',
+    help: 'States dropped from the local stores after tracker.stateRetentionMs (messages) or tracker.conversationRetentionMs (windows)',
+    labelNames: ['kind'],
+    registers,
+  });
   // Every series from the start (a rate over a series that appears later starts wrong).
   for (const mode of ['bulk', 'delta']) {
     restores.inc({ mode }, 0);

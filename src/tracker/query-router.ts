@@ -1,4 +1,3 @@
-
 /** Marks a query one member forwarded to another (never forwarded again). */
 export const FORWARDED_HEADER = 'x-msgbridge-forwarded';
 

@@ -143,11 +143,7 @@ function applyResult(current: TrackedMessage | undefined, event: ResultEvent, ev
     acceptedAt: earliest(current.acceptedAt, acceptedAt),
   };
   const same =
-    next.requestId === current.requestId &&
-    next.businessId === current.businessId &&
-    next.recipient === current.recipient &&
-    next.type === current.type &&
-    next.acceptedAt === current.acceptedAt;
+    next.requestId === current.requestId && next.businessId === current.businessId && next.recipient === current.recipient && next.type === current.type && next.acceptedAt === current.acceptedAt;
   if (same) return { state: current, changed: false, outcome: 'redundant' };
   next.updatedAt = updatedAt;
   return { state: record(next, eventId), changed: true, outcome: 'result_merged' };

@@ -75,9 +75,7 @@ interface TaskState {
   broken: Error | undefined;
 }
 
-const text = (value: string | Buffer | (string | Buffer)[] | undefined): string | undefined =>
-  value === undefined ? undefined : Array.isArray(value) ? text(value[0]) : value.toString();
-
+const text = (value: string | Buffer | (string | Buffer)[] | undefined): string | undefined => (value === undefined ? undefined : Array.isArray(value) ? text(value[0]) : value.toString());
 
 export class TrackerLogic {
   private readonly tasks = new Map<number, TaskState>();

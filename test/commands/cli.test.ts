@@ -21,7 +21,23 @@ describe('msgbridge CLI usage', () => {
   it('has --help on every command and subcommand (exit 0)', async () => {
     const commands = allCommands(buildProgram()).filter((p) => p[p.length - 1] !== 'help');
     expect(commands.map((c) => c.join(' '))).toEqual(
-      expect.arrayContaining(['dev', 'ingress', 'sender', 'tracker', 'status', 'simulator', 'kafka', 'send', 'send text', 'send template', 'tail', 'webhooks', 'webhooks register', 'webhooks list', 'webhooks delete']),
+      expect.arrayContaining([
+        'dev',
+        'ingress',
+        'sender',
+        'tracker',
+        'status',
+        'simulator',
+        'kafka',
+        'send',
+        'send text',
+        'send template',
+        'tail',
+        'webhooks',
+        'webhooks register',
+        'webhooks list',
+        'webhooks delete',
+      ]),
     );
     quiet();
     for (const path of commands) expect(await main(['node', 'msgbridge', ...path, '--help']), path.join(' ')).toBe(0);
@@ -104,7 +120,10 @@ describe('msgbridge CLI usage', () => {
   });
 
   it('commands that talk to Kafka fail in one line naming the cause, exit code 2, with either kind of command', async () => {
-    for (const args of [['tail', 'messages'], ['send', 'text', '--to', '+15550001111', '--text', 'hi']]) {
+    for (const args of [
+      ['tail', 'messages'],
+      ['send', 'text', '--to', '+15550001111', '--text', 'hi'],
+    ]) {
       const { code, stderr } = await runCli(args, { KAFKA_BROKERS: '127.0.0.1:1', MSGBRIDGE_BUSINESS_ID: 'biz_1', MSGBRIDGE_API_KEY: 'k' });
       expect(code).toBe(2);
       expect(stderr.trim().split('\n')).toHaveLength(1);
@@ -135,7 +154,12 @@ describe('msgbridge webhooks against the simulator', () => {
       expect(first.code, first.stderr).toBe(0);
       expect(first.stdout).toContain('acme messages: registered → http://ingress.example:8080/webhooks/acme/messages');
       expect(first.stdout).toContain('acme delivery_status: registered → http://ingress.example:8080/webhooks/acme/delivery_status');
-      expect(sim.webhooks('acme').map((r) => r.topic).sort()).toEqual(['delivery_status', 'messages']);
+      expect(
+        sim
+          .webhooks('acme')
+          .map((r) => r.topic)
+          .sort(),
+      ).toEqual(['delivery_status', 'messages']);
 
       const second = await runCli(['webhooks', 'register', ...base], env);
       expect(second.stdout.match(/already registered/g)).toHaveLength(2);

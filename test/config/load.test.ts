@@ -61,7 +61,12 @@ describe('configuration loading', () => {
   it('updates a configured business of the same id and keeps the others', () => {
     const override = file(
       'biz.json',
-      JSON.stringify({ businesses: [{ id: 'a', signingSecrets: ['s-a'], apiKey: 'k-a' }, { id: 'b', signingSecrets: ['s-b'], apiKey: null }] }),
+      JSON.stringify({
+        businesses: [
+          { id: 'a', signingSecrets: ['s-a'], apiKey: 'k-a' },
+          { id: 'b', signingSecrets: ['s-b'], apiKey: null },
+        ],
+      }),
     );
     const config = loadConfig({ env: { MSGBRIDGE_CONFIG: override, MSGBRIDGE_BUSINESS_ID: 'b', MSGBRIDGE_API_KEY: 'k-b' } });
     expect(config.businesses).toEqual([
@@ -139,7 +144,15 @@ describe('configuration loading', () => {
   });
 
   it('rejects duplicate business ids', () => {
-    const dup = file('dup.json', JSON.stringify({ businesses: [{ id: 'a', signingSecrets: [], apiKey: null }, { id: 'a', signingSecrets: [], apiKey: null }] }));
+    const dup = file(
+      'dup.json',
+      JSON.stringify({
+        businesses: [
+          { id: 'a', signingSecrets: [], apiKey: null },
+          { id: 'a', signingSecrets: [], apiKey: null },
+        ],
+      }),
+    );
     expect(configError(() => loadConfig({ env: { MSGBRIDGE_CONFIG: dup } }))).toMatch(/businesses\.1\.id: duplicate business id "a"/);
   });
 
@@ -169,7 +182,9 @@ describe('configuration loading', () => {
     expect(loadConfig({ env: { MSGBRIDGE_INGRESS_WORKERS: 'auto' } }).ingress.workers).toBe('auto');
     expect(loadConfig({ env: { MSGBRIDGE_CONFIG: file('workers.json', JSON.stringify({ ingress: { workers: 'auto' } })) } }).ingress.workers).toBe('auto');
     for (const bad of ['0', '257', '1.5', 'many', 'AUTO']) {
-      expect(configError(() => loadConfig({ env: { MSGBRIDGE_INGRESS_WORKERS: bad } }))).toMatch(/^CONFIG_INVALID: invalid configuration:\n  - ingress\.workers: expected an integer from 1 to 256 or "auto", got .* \(from MSGBRIDGE_INGRESS_WORKERS\)$/);
+      expect(configError(() => loadConfig({ env: { MSGBRIDGE_INGRESS_WORKERS: bad } }))).toMatch(
+        /^CONFIG_INVALID: invalid configuration:\n  - ingress\.workers: expected an integer from 1 to 256 or "auto", got .* \(from MSGBRIDGE_INGRESS_WORKERS\)$/,
+      );
     }
     const inFile = file('workers-bad.json', JSON.stringify({ ingress: { workers: -2 } }));
     expect(configError(() => loadConfig({ env: { MSGBRIDGE_CONFIG: inFile } }))).toContain(`ingress.workers: expected an integer from 1 to 256 or "auto", got -2 (from ${inFile})`);

@@ -22,7 +22,10 @@ describe('AsyncAPI document', () => {
     expect(errors.map((d) => `${d.path.join('.')}: ${d.message}`)).toEqual([]);
     expect(document).toBeDefined();
     expect(document!.version()).toBe('3.0.0');
-    const addresses = document!.channels().all().map((c) => c.address());
+    const addresses = document!
+      .channels()
+      .all()
+      .map((c) => c.address());
     expect(addresses.sort()).toEqual(
       [
         '/webhooks/{businessId}',
@@ -47,7 +50,10 @@ describe('AsyncAPI document', () => {
       { address: 'conversations', schema: SCHEMA_ID.conversations, key: /<businessId>:<customer>/, zod: conversationWindowSchema },
     ];
     for (const c of cases) {
-      const channel = document!.channels().all().find((ch) => ch.address() === c.address)!;
+      const channel = document!
+        .channels()
+        .all()
+        .find((ch) => ch.address() === c.address)!;
       expect(channel, c.address).toBeDefined();
       expect(channel.description()).toMatch(/compacted/i);
       expect(channel.description()).toContain('isolation.level=read_committed');
@@ -62,14 +68,25 @@ describe('AsyncAPI document', () => {
       const json = z.toJSONSchema(c.zod, { target: 'draft-7', io: 'input' }) as { properties: object; required: string[] };
       expect(Object.keys(payload.properties() ?? {}).sort()).toEqual(Object.keys(json.properties).sort());
       expect([...(payload.required() ?? [])].sort()).toEqual([...json.required].sort());
-      const writers = channel.operations().all().filter((o) => o.action() === 'send');
+      const writers = channel
+        .operations()
+        .all()
+        .filter((o) => o.action() === 'send');
       expect(writers.map((o) => o.id())).toHaveLength(1);
     }
     const stateProps = document!.components().schemas().get('MessageState')!.properties()!;
     expect(stateProps.eventIds!.description()).toMatch(/bookkeeping/i);
     for (const input of ['send-results', 'delivery_status', 'messages']) {
-      const ops = document!.channels().all().find((ch) => ch.address() === input)!.operations().all();
-      expect(ops.some((o) => o.action() === 'receive' && o.id()!.startsWith('track')), input).toBe(true);
+      const ops = document!
+        .channels()
+        .all()
+        .find((ch) => ch.address() === input)!
+        .operations()
+        .all();
+      expect(
+        ops.some((o) => o.action() === 'receive' && o.id()!.startsWith('track')),
+        input,
+      ).toBe(true);
     }
   });
 

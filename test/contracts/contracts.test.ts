@@ -1,13 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import {
-  deliveryStatusEventSchema,
-  detectWebhookTopic,
-  inboundMessageEventSchema,
-  partySchema,
-  providerErrorSchema,
-  sendRequestSchema,
-  sendResultSchema,
-} from '../../src/contracts/index.js';
+import { deliveryStatusEventSchema, detectWebhookTopic, inboundMessageEventSchema, partySchema, providerErrorSchema, sendRequestSchema, sendResultSchema } from '../../src/contracts/index.js';
 
 // The example shapes of spec/messaging-api.md, and the extra fields of provider-facts.md.
 const party = { channelType: 'whatsapp', id: '+15550001111' };
@@ -167,8 +159,24 @@ describe('send request', () => {
 
 describe('send result', () => {
   it('accepts the accepted, rejected and expired examples', () => {
-    const accepted = { requestId: 'r', businessId: 'b', outcome: 'accepted', messageId: '01J', type: 'text', recipient: '+15550002222', attempts: 1, maybeSent: false, acceptedAt: new Date().toISOString() };
-    const rejected = { requestId: 'r', outcome: 'rejected', attempts: 3, maybeSent: false, error: { httpStatus: 400, type: 'ERROR_TYPE_INVALID_REQUEST', code: 'ERROR_CODE_X', message: 'm', cntTraceId: '1', retriable: false } };
+    const accepted = {
+      requestId: 'r',
+      businessId: 'b',
+      outcome: 'accepted',
+      messageId: '01J',
+      type: 'text',
+      recipient: '+15550002222',
+      attempts: 1,
+      maybeSent: false,
+      acceptedAt: new Date().toISOString(),
+    };
+    const rejected = {
+      requestId: 'r',
+      outcome: 'rejected',
+      attempts: 3,
+      maybeSent: false,
+      error: { httpStatus: 400, type: 'ERROR_TYPE_INVALID_REQUEST', code: 'ERROR_CODE_X', message: 'm', cntTraceId: '1', retriable: false },
+    };
     const at = new Date().toISOString();
     const expired = { requestId: 'r', businessId: 'b', outcome: 'expired', type: 'text', recipient: '+15550002222', attempts: 0, maybeSent: false, expiresAt: at, expiredBy: 'ttlMs', expiredAt: at };
     expect(sendResultSchema.parse(accepted)).toEqual(accepted);

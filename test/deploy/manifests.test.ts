@@ -140,7 +140,15 @@ describe('Kubernetes manifests', () => {
     expect(env.MSGBRIDGE_TRACKER_ADVERTISED_URL).toBe(`http://$(POD_NAME).${set.spec.serviceName}.$(POD_NAMESPACE).svc.cluster.local:${container.ports[0].containerPort}`);
     const names = container.env.map((e: { name: string }) => e.name);
     expect(names.indexOf('POD_NAME')).toBeLessThan(names.indexOf('MSGBRIDGE_TRACKER_ADVERTISED_URL'));
-    expect(() => loadConfig({ configFile: configMapFile(), env: { MSGBRIDGE_TRACKER_STATE_DIR: env.MSGBRIDGE_TRACKER_STATE_DIR, MSGBRIDGE_TRACKER_ADVERTISED_URL: 'http://msgbridge-tracker-0.msgbridge-tracker-members.msgbridge.svc.cluster.local:8082' } })).not.toThrow();
+    expect(() =>
+      loadConfig({
+        configFile: configMapFile(),
+        env: {
+          MSGBRIDGE_TRACKER_STATE_DIR: env.MSGBRIDGE_TRACKER_STATE_DIR,
+          MSGBRIDGE_TRACKER_ADVERTISED_URL: 'http://msgbridge-tracker-0.msgbridge-tracker-members.msgbridge.svc.cluster.local:8082',
+        },
+      }),
+    ).not.toThrow();
   });
 
   it('tracker: a member owning every task keeps its caches well within its memory limit', () => {

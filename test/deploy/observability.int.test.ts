@@ -77,7 +77,15 @@ describe('observability: alert rules and dashboard', () => {
   it('every rule has a severity, a summary and a runbook_url that names a section of the README', () => {
     const readme = readFileSync(join(dir, 'README.md'), 'utf8');
     // GitHub's anchors: lower case, punctuation dropped, spaces to dashes.
-    const anchors = new Set([...readme.matchAll(/^#+\s+(.+)$/gm)].map((m) => m[1]!.trim().toLowerCase().replace(/[^\w\- ]/g, '').replace(/ /g, '-')));
+    const anchors = new Set(
+      [...readme.matchAll(/^#+\s+(.+)$/gm)].map((m) =>
+        m[1]!
+          .trim()
+          .toLowerCase()
+          .replace(/[^\w\- ]/g, '')
+          .replace(/ /g, '-'),
+      ),
+    );
     expect(rules.length).toBeGreaterThanOrEqual(10);
     for (const rule of rules) {
       expect(rule.alert, JSON.stringify(rule)).toMatch(/^Msgbridge[A-Za-z0-9]+$/);
@@ -213,7 +221,9 @@ describe('observability: alert rules and dashboard', () => {
       const unknown: string[] = [];
       for (const [name, where] of referenced) {
         const base = /_(bucket|sum|count)$/.test(name) ? name.replace(/_(bucket|sum|count)$/, '') : undefined;
-        const exported = scrapes.some((s) => s.types.has(name) || (base !== undefined && ['histogram', 'summary'].includes(s.types.get(base) ?? '') && (name.endsWith('_bucket') ? s.types.get(base) === 'histogram' : true)));
+        const exported = scrapes.some(
+          (s) => s.types.has(name) || (base !== undefined && ['histogram', 'summary'].includes(s.types.get(base) ?? '') && (name.endsWith('_bucket') ? s.types.get(base) === 'histogram' : true)),
+        );
         if (!exported) unknown.push(`${name} (in ${[...new Set(where)].join('; ')})`);
       }
       expect(unknown, `names no process exports:\n${unknown.join('\n')}`).toEqual([]);
@@ -235,7 +245,10 @@ describe('observability: alert rules and dashboard', () => {
         }
         const names = [...q.expr.matchAll(/msgbridge_[a-z0-9_]+/g)].map((m) => m[0]);
         for (const [, list] of q.expr.matchAll(/\b(?:by|without)\s*\(([^)]*)\)/g)) {
-          for (const label of list!.split(',').map((l) => l.trim()).filter(Boolean)) {
+          for (const label of list!
+            .split(',')
+            .map((l) => l.trim())
+            .filter(Boolean)) {
             if (!scrapeLabels.has(label) && !names.some((n) => labelsOf(n).has(label))) badLabels.push(`${q.panel}: none of ${names.join(', ')} has a label ${label}`);
           }
         }

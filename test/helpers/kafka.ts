@@ -31,7 +31,12 @@ export async function withAdmin<T>(fn: (admin: Admin) => Promise<T>, brokers?: s
 
 export async function createTopics(topics: string[], partitions = 1): Promise<void> {
   // Through the project's bootstrap: it waits until every leader really hosts its partitions.
-  await withAdmin((admin) => ensureTopics(admin, topics.map((topic) => ({ topic, partitions, replicationFactor: 1 }))));
+  await withAdmin((admin) =>
+    ensureTopics(
+      admin,
+      topics.map((topic) => ({ topic, partitions, replicationFactor: 1 })),
+    ),
+  );
 }
 
 export interface TestRecord {
@@ -66,11 +71,7 @@ export interface ReadRecord {
  * With `settleMs`, keeps reading that long after the count is reached, to catch extras.
  * `brokers`: another Kafka than the suite's.
  */
-export async function consumeRecords(
-  topics: string | string[],
-  count: number,
-  options: { timeoutMs?: number; settleMs?: number; brokers?: string[] } = {},
-): Promise<ReadRecord[]> {
+export async function consumeRecords(topics: string | string[], count: number, options: { timeoutMs?: number; settleMs?: number; brokers?: string[] } = {}): Promise<ReadRecord[]> {
   const consumer = testKafka('msgbridge-test-consumer', options.brokers).consumer({ groupId: `test-${randomUUID()}`, maxWaitTimeInMs: 100 });
   const records: ReadRecord[] = [];
   await consumer.connect();

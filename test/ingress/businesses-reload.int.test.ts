@@ -59,7 +59,12 @@ describe('live businesses file', () => {
       while (running) steady.push(await post('biz_1', 'old-secret'));
     })();
 
-    publish(businesses([{ id: 'biz_1', secrets: ['new-secret', 'old-secret'] }, { id: 'biz_2', secrets: ['biz2-secret'] }]));
+    publish(
+      businesses([
+        { id: 'biz_1', secrets: ['new-secret', 'old-secret'] },
+        { id: 'biz_2', secrets: ['biz2-secret'] },
+      ]),
+    );
     const swappedAt = Date.now();
     await until('the new secret to be accepted', async () => (await post('biz_1', 'new-secret')) === 200);
     const tookMs = Date.now() - swappedAt;
@@ -69,7 +74,12 @@ describe('live businesses file', () => {
     await stream;
 
     // The provider switched; the old secret is removed.
-    publish(businesses([{ id: 'biz_1', secrets: ['new-secret'] }, { id: 'biz_2', secrets: ['biz2-secret'] }]));
+    publish(
+      businesses([
+        { id: 'biz_1', secrets: ['new-secret'] },
+        { id: 'biz_2', secrets: ['biz2-secret'] },
+      ]),
+    );
     await until('the old secret to be refused', async () => (await post('biz_1', 'old-secret')) === 403);
     expect(await post('biz_1', 'new-secret')).toBe(200);
     console.log(`[businesses] new secret accepted ${tookMs} ms after the swap; ${steady.length} old-secret webhooks around the swap, answers ${[...new Set(steady)].join(',')}`);

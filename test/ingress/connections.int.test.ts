@@ -99,7 +99,9 @@ describe('ingress drain with a body still arriving', () => {
     const stalled = await rawConnection(t.ingress.port);
     try {
       const body = statusEvent(messageId());
-      stalled.socket.write(`POST /webhooks/biz_1/delivery_status HTTP/1.1\r\nhost: x\r\ncontent-length: ${body.length}\r\nx-service-hmac-sha256: ${signedHeaders(SECRET, body)['x-service-hmac-sha256']}\r\n\r\n${body.slice(0, 10)}`);
+      stalled.socket.write(
+        `POST /webhooks/biz_1/delivery_status HTTP/1.1\r\nhost: x\r\ncontent-length: ${body.length}\r\nx-service-hmac-sha256: ${signedHeaders(SECRET, body)['x-service-hmac-sha256']}\r\n\r\n${body.slice(0, 10)}`,
+      );
       await new Promise((r) => setTimeout(r, 300));
       const started = Date.now();
       await t.ingress.drain();
@@ -145,7 +147,9 @@ describe('ingress under connections that promise bodies and never send them', ()
           sent.push(body);
           const c = await rawConnection(t.ingress.port, '127.0.0.2');
           const signature = signedHeaders(SECRET, body)['x-service-hmac-sha256']!;
-          c.socket.write(`POST /webhooks/biz_1/delivery_status HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-service-hmac-sha256: ${signature}\r\nconnection: close\r\n\r\n${body}`);
+          c.socket.write(
+            `POST /webhooks/biz_1/delivery_status HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nx-service-hmac-sha256: ${signature}\r\nconnection: close\r\n\r\n${body}`,
+          );
           await c.closedAfter;
           return c.received();
         }),

@@ -21,7 +21,9 @@ function straddle(url: URL, body: string, headers: Record<string, string>): { fi
   socket.on('data', (d) => (text += d.toString('latin1')));
   const bytes = Buffer.from(body);
   const half = Math.floor(bytes.length / 2);
-  const head = Object.entries({ ...headers, host: url.host, 'content-length': String(bytes.length) }).map(([k, v]) => `${k}: ${v}\r\n`).join('');
+  const head = Object.entries({ ...headers, host: url.host, 'content-length': String(bytes.length) })
+    .map(([k, v]) => `${k}: ${v}\r\n`)
+    .join('');
   socket.write(`POST /webhooks/biz_1 HTTP/1.1\r\n${head}\r\n`);
   socket.write(bytes.subarray(0, half));
   return {
@@ -48,96 +50,100 @@ function straddle(url: URL, body: string, headers: Record<string, string>): { fi
  * event it answered 200 must be in Kafka.
  */
 describe('msgbridge ingress: SIGTERM under load', () => {
-  it.each(KAFKA_CLIENTS)('drains (kafka.client %s): exits 0 and loses no acknowledged event', async (client) => {
-    const topics = ingressTopics();
-    await createTopics([topics.messages, topics.deliveryStatus, topics.webhooksDlq], 3);
-    const child = spawn(process.execPath, ['--import', 'tsx', CLI, 'ingress'], {
-      env: {
-        ...process.env,
-        KAFKA_BROKERS: kafkaBrokers().join(','),
-        MSGBRIDGE_BUSINESS_ID: 'biz_1',
-        MSGBRIDGE_SIGNING_SECRET: SECRET,
-        MSGBRIDGE_INGRESS_PORT: '0',
-        MSGBRIDGE__ingress__host: '127.0.0.1',
-        MSGBRIDGE__ingress__drainGraceMs: '15000',
-        MSGBRIDGE__kafka__client: client,
-        MSGBRIDGE__kafka__topics__messages: topics.messages,
-        MSGBRIDGE__kafka__topics__deliveryStatus: topics.deliveryStatus,
-        MSGBRIDGE__kafka__topics__webhooksDlq: topics.webhooksDlq,
-        MSGBRIDGE_LOG_LEVEL: 'warn',
-        MSGBRIDGE_CONFIG: '',
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stderr = '';
-    child.stderr.on('data', (d) => (stderr += String(d)));
-    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-    try {
-      const firstLine = await Promise.race([
-        new Promise<string>((resolve) => createInterface({ input: child.stdout }).once('line', resolve)),
-        exited.then((code) => {
-          throw new Error(`msgbridge ingress exited with ${code} before listening:\n${stderr}`);
-        }),
-      ]);
-      const { ingress: url } = JSON.parse(firstLine) as { ingress: string };
+  it.each(KAFKA_CLIENTS)(
+    'drains (kafka.client %s): exits 0 and loses no acknowledged event',
+    async (client) => {
+      const topics = ingressTopics();
+      await createTopics([topics.messages, topics.deliveryStatus, topics.webhooksDlq], 3);
+      const child = spawn(process.execPath, ['--import', 'tsx', CLI, 'ingress'], {
+        env: {
+          ...process.env,
+          KAFKA_BROKERS: kafkaBrokers().join(','),
+          MSGBRIDGE_BUSINESS_ID: 'biz_1',
+          MSGBRIDGE_SIGNING_SECRET: SECRET,
+          MSGBRIDGE_INGRESS_PORT: '0',
+          MSGBRIDGE__ingress__host: '127.0.0.1',
+          MSGBRIDGE__ingress__drainGraceMs: '15000',
+          MSGBRIDGE__kafka__client: client,
+          MSGBRIDGE__kafka__topics__messages: topics.messages,
+          MSGBRIDGE__kafka__topics__deliveryStatus: topics.deliveryStatus,
+          MSGBRIDGE__kafka__topics__webhooksDlq: topics.webhooksDlq,
+          MSGBRIDGE_LOG_LEVEL: 'warn',
+          MSGBRIDGE_CONFIG: '',
+        },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let stderr = '';
+      child.stderr.on('data', (d) => (stderr += String(d)));
+      const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+      try {
+        const firstLine = await Promise.race([
+          new Promise<string>((resolve) => createInterface({ input: child.stdout }).once('line', resolve)),
+          exited.then((code) => {
+            throw new Error(`msgbridge ingress exited with ${code} before listening:\n${stderr}`);
+          }),
+        ]);
+        const { ingress: url } = JSON.parse(firstLine) as { ingress: string };
 
-      const pool = new Pool(url, { connections: 24 });
-      const acknowledged = new Map<string, 'messages' | 'delivery_status'>();
-      const answered: Record<string, number> = {};
-      let running = true;
-      let n = 0;
-      const client = async () => {
-        while (running) {
-          const inbound = n++ % 4 === 0;
-          const body = inbound ? inboundEvent(`+1555${String(n).padStart(7, '0')}`) : statusEvent(messageId(), 'delivered');
-          try {
-            const res = await pool.request({ method: 'POST', path: '/webhooks/biz_1', body, headers: signedHeaders(SECRET, body) });
-            await res.body.dump();
-            answered[res.statusCode] = (answered[res.statusCode] ?? 0) + 1;
-            if (res.statusCode === 200) acknowledged.set(sha256(body), inbound ? 'messages' : 'delivery_status');
-          } catch {
-            answered.error = (answered.error ?? 0) + 1;
-            await new Promise((r) => setTimeout(r, 10));
+        const pool = new Pool(url, { connections: 24 });
+        const acknowledged = new Map<string, 'messages' | 'delivery_status'>();
+        const answered: Record<string, number> = {};
+        let running = true;
+        let n = 0;
+        const client = async () => {
+          while (running) {
+            const inbound = n++ % 4 === 0;
+            const body = inbound ? inboundEvent(`+1555${String(n).padStart(7, '0')}`) : statusEvent(messageId(), 'delivered');
+            try {
+              const res = await pool.request({ method: 'POST', path: '/webhooks/biz_1', body, headers: signedHeaders(SECRET, body) });
+              await res.body.dump();
+              answered[res.statusCode] = (answered[res.statusCode] ?? 0) + 1;
+              if (res.statusCode === 200) acknowledged.set(sha256(body), inbound ? 'messages' : 'delivery_status');
+            } catch {
+              answered.error = (answered.error ?? 0) + 1;
+              await new Promise((r) => setTimeout(r, 10));
+            }
           }
-        }
-      };
-      const clients = Array.from({ length: 24 }, client);
+        };
+        const clients = Array.from({ length: 24 }, client);
 
-      while (acknowledged.size < 300) await new Promise((r) => setTimeout(r, 20));
-      // One request certainly in flight when the signal comes: its headers and half its body
-      // are in before the signal, the rest after. (Whether any of the load's requests is in
-      // the ingress at that instant depends on timing: a fast producer often leaves none.)
-      const halfSent = statusEvent(messageId(), 'read');
-      const straddling = straddle(new URL(url), halfSent, signedHeaders(SECRET, halfSent));
-      await new Promise((r) => setTimeout(r, 300));
-      child.kill('SIGTERM');
-      await new Promise((r) => setTimeout(r, 200));
-      const straddled = await straddling.finish();
-      if (straddled.startsWith('HTTP/1.1 200 ')) acknowledged.set(sha256(halfSent), 'delivery_status');
-      const code = await exited;
-      running = false;
-      await Promise.all(clients);
-      await pool.destroy();
+        while (acknowledged.size < 300) await new Promise((r) => setTimeout(r, 20));
+        // One request certainly in flight when the signal comes: its headers and half its body
+        // are in before the signal, the rest after. (Whether any of the load's requests is in
+        // the ingress at that instant depends on timing: a fast producer often leaves none.)
+        const halfSent = statusEvent(messageId(), 'read');
+        const straddling = straddle(new URL(url), halfSent, signedHeaders(SECRET, halfSent));
+        await new Promise((r) => setTimeout(r, 300));
+        child.kill('SIGTERM');
+        await new Promise((r) => setTimeout(r, 200));
+        const straddled = await straddling.finish();
+        if (straddled.startsWith('HTTP/1.1 200 ')) acknowledged.set(sha256(halfSent), 'delivery_status');
+        const code = await exited;
+        running = false;
+        await Promise.all(clients);
+        await pool.destroy();
 
-      expect(code, stderr).toBe(0);
-      // A request in flight when the signal came was finished, not cut off.
-      expect(straddled).toMatch(/^HTTP\/1\.1 200 /);
-      expect(answered['200']).toBeGreaterThanOrEqual(300);
-      const expectedMessages = [...acknowledged.values()].filter((t) => t === 'messages').length;
-      const expectedStatuses = acknowledged.size - expectedMessages;
-      // Nothing is acknowledged that is not written: at least as many records as 200 answers
-      // (a few more are possible: answered 503 by the drain deadline, then written).
-      expect(await countRecords(topics.messages)).toBeGreaterThanOrEqual(expectedMessages);
-      expect(await countRecords(topics.deliveryStatus)).toBeGreaterThanOrEqual(expectedStatuses);
-      const total = (await countRecords(topics.messages)) + (await countRecords(topics.deliveryStatus));
-      const records = await consumeRecords([topics.messages, topics.deliveryStatus], total);
-      const stored = new Set(records.map((r) => r.headers['event-id']));
-      const lost = [...acknowledged.keys()].filter((id) => !stored.has(id));
-      expect(lost).toEqual([]);
-    } finally {
-      if (child.exitCode === null) child.kill('SIGKILL');
-    }
-  }, 120_000);
+        expect(code, stderr).toBe(0);
+        // A request in flight when the signal came was finished, not cut off.
+        expect(straddled).toMatch(/^HTTP\/1\.1 200 /);
+        expect(answered['200']).toBeGreaterThanOrEqual(300);
+        const expectedMessages = [...acknowledged.values()].filter((t) => t === 'messages').length;
+        const expectedStatuses = acknowledged.size - expectedMessages;
+        // Nothing is acknowledged that is not written: at least as many records as 200 answers
+        // (a few more are possible: answered 503 by the drain deadline, then written).
+        expect(await countRecords(topics.messages)).toBeGreaterThanOrEqual(expectedMessages);
+        expect(await countRecords(topics.deliveryStatus)).toBeGreaterThanOrEqual(expectedStatuses);
+        const total = (await countRecords(topics.messages)) + (await countRecords(topics.deliveryStatus));
+        const records = await consumeRecords([topics.messages, topics.deliveryStatus], total);
+        const stored = new Set(records.map((r) => r.headers['event-id']));
+        const lost = [...acknowledged.keys()].filter((id) => !stored.has(id));
+        expect(lost).toEqual([]);
+      } finally {
+        if (child.exitCode === null) child.kill('SIGKILL');
+      }
+    },
+    120_000,
+  );
 
   it('refuses to start, with a message naming what to set, when no business has a signing secret', () => {
     const result = spawnSync(process.execPath, ['--import', 'tsx', CLI, 'ingress'], {

@@ -29,7 +29,23 @@ function setup(options: { budget?: number; held?: number; admission?: MsgbridgeE
   const exchange = (address = '10.0.0.1'): Exchange & { closed: () => boolean } => {
     let closed = false;
     const res = { address, close: () => (closed = true) } as unknown as HttpResponse;
-    return { res, businessId: 'b', pathTopic: 'messages', signature: '', contentType: '', contentEncoding: '', traceparent: '', receivedAt: 0, startedAt: performance.now() - ++n, chunks: undefined, received: 0, aborted: false, answered: false, active: false, closed: () => closed };
+    return {
+      res,
+      businessId: 'b',
+      pathTopic: 'messages',
+      signature: '',
+      contentType: '',
+      contentEncoding: '',
+      traceparent: '',
+      receivedAt: 0,
+      startedAt: performance.now() - ++n,
+      chunks: undefined,
+      received: 0,
+      aborted: false,
+      answered: false,
+      active: false,
+      closed: () => closed,
+    };
   };
   return { exchanges, refusals, exchange, setHeld: (bytes: number) => (held = bytes) };
 }

@@ -46,12 +46,24 @@ describe('ingress refuses ambiguous HTTP framing', () => {
     const cases: { name: string; bytes: string; expect: 'refused' | 'dropped' }[] = [
       // CL 0 then CL n: uWS takes the first; a proxy taking the last would forward the body as this request's.
       { name: 'conflicting Content-Length', bytes: signed(smuggled, ['content-length: 0', `content-length: ${Buffer.byteLength(smuggled)}`]) + smuggled, expect: 'refused' },
-      { name: 'repeated equal Content-Length', bytes: signed(smuggled, [`content-length: ${Buffer.byteLength(smuggled)}`, `content-length: ${Buffer.byteLength(smuggled)}`]) + smuggled, expect: 'refused' },
+      {
+        name: 'repeated equal Content-Length',
+        bytes: signed(smuggled, [`content-length: ${Buffer.byteLength(smuggled)}`, `content-length: ${Buffer.byteLength(smuggled)}`]) + smuggled,
+        expect: 'refused',
+      },
       { name: 'Transfer-Encoding: xchunked', bytes: signed(smuggled, ['transfer-encoding: xchunked']) + chunk(smuggled) + '0\r\n\r\n', expect: 'refused' },
       { name: 'Transfer-Encoding: gzip, chunked', bytes: signed(smuggled, ['transfer-encoding: gzip, chunked']) + chunk(smuggled) + '0\r\n\r\n', expect: 'refused' },
       { name: 'repeated Transfer-Encoding', bytes: signed(smuggled, ['transfer-encoding: chunked', 'transfer-encoding: chunked']) + chunk(smuggled) + '0\r\n\r\n', expect: 'refused' },
-      { name: 'a GET with conflicting lengths hiding a webhook', bytes: `GET /healthz HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\ncontent-length: ${Buffer.byteLength(smuggledRequest)}\r\n\r\n${smuggledRequest}`, expect: 'refused' },
-      { name: 'both Content-Length and Transfer-Encoding', bytes: signed(smuggled, ['transfer-encoding: chunked', `content-length: ${Buffer.byteLength(smuggled)}`]) + chunk(smuggled) + '0\r\n\r\n', expect: 'dropped' },
+      {
+        name: 'a GET with conflicting lengths hiding a webhook',
+        bytes: `GET /healthz HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\ncontent-length: ${Buffer.byteLength(smuggledRequest)}\r\n\r\n${smuggledRequest}`,
+        expect: 'refused',
+      },
+      {
+        name: 'both Content-Length and Transfer-Encoding',
+        bytes: signed(smuggled, ['transfer-encoding: chunked', `content-length: ${Buffer.byteLength(smuggled)}`]) + chunk(smuggled) + '0\r\n\r\n',
+        expect: 'dropped',
+      },
       { name: 'obs-fold', bytes: signed(smuggled, ['x-note: a', ' folded', `content-length: ${Buffer.byteLength(smuggled)}`]) + smuggled, expect: 'dropped' },
       { name: 'a Content-Length list', bytes: signed(smuggled, [`content-length: ${Buffer.byteLength(smuggled)}, ${Buffer.byteLength(smuggled)}`]) + smuggled, expect: 'dropped' },
     ];
@@ -62,7 +74,10 @@ describe('ingress refuses ambiguous HTTP framing', () => {
         // smuggled one) is refused as well: every answer on the connection is a 400.
         expect(answer, c.name).toMatch(/^HTTP\/1\.1 400 /);
         expect(answer, c.name).toContain('"BAD_FRAMING"');
-        expect(answer.match(/HTTP\/1\.1 \d+/g)!.every((line) => line.endsWith('400')), `${c.name}: ${answer}`).toBe(true);
+        expect(
+          answer.match(/HTTP\/1\.1 \d+/g)!.every((line) => line.endsWith('400')),
+          `${c.name}: ${answer}`,
+        ).toBe(true);
       } else {
         expect(answer, c.name).toBe('');
       }

@@ -77,7 +77,6 @@ export async function startTestIngress(
   };
 }
 
-
 /** A raw connection to the ingress, for what a pooled HTTP client cannot do: what arrives, and when it closes. */
 export function rawConnection(port: number, localAddress?: string): Promise<{ socket: Socket; received: () => string; closedAfter: Promise<number> }> {
   return new Promise((resolve, reject) => {

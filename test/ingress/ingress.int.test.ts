@@ -106,8 +106,7 @@ describe.each(KAFKA_CLIENTS)('ingress against real Kafka and real HTTP (%s)', (c
   });
 
   it('refuses every bad request with its status, and nothing of them reaches Kafka', async () => {
-    const counts = async () =>
-      Promise.all([countRecords(t.topics.messages), countRecords(t.topics.deliveryStatus), countRecords(t.topics.webhooksDlq)]);
+    const counts = async () => Promise.all([countRecords(t.topics.messages), countRecords(t.topics.deliveryStatus), countRecords(t.topics.webhooksDlq)]);
     const before = await counts();
     const body = statusEvent(messageId());
     const cases: [string, Promise<{ status: number; headers: Record<string, string>; body: string }>, number][] = [
@@ -138,10 +137,7 @@ describe.each(KAFKA_CLIENTS)('ingress against real Kafka and real HTTP (%s)', (c
   it('answers 413 at once while streaming, without reading the rest, and closes the connection', async () => {
     const before = await countRecords(t.topics.deliveryStatus);
     // Declared too large: answered before any body byte is sent.
-    const declared = await raw(
-      t.ingress.port,
-      `POST /webhooks/biz_1/delivery_status HTTP/1.1\r\nhost: x\r\ncontent-length: 10000000\r\nx-service-hmac-sha256: ${hmacBase64(SECRET, 'x')}\r\n\r\n`,
-    );
+    const declared = await raw(t.ingress.port, `POST /webhooks/biz_1/delivery_status HTTP/1.1\r\nhost: x\r\ncontent-length: 10000000\r\nx-service-hmac-sha256: ${hmacBase64(SECRET, 'x')}\r\n\r\n`);
     expect(declared.text).toMatch(/^HTTP\/1\.1 413 /);
     expect(declared.closed).toBe(true);
     // Chunked, no length: cut off as soon as the streamed total passes the limit.
@@ -226,7 +222,10 @@ describe.each(KAFKA_CLIENTS)('ingress against real Kafka and real HTTP (%s)', (c
     const signature = hmacBase64(OLD_SECRET, body);
     const linesBefore = t.logs.length;
     await t.post('/webhooks/biz_2/delivery_status', body, { 'x-service-hmac-sha256': signature });
-    const refusal = t.logs.slice(linesBefore).map((l) => JSON.parse(l) as Record<string, unknown>).filter((l) => l.status === 403);
+    const refusal = t.logs
+      .slice(linesBefore)
+      .map((l) => JSON.parse(l) as Record<string, unknown>)
+      .filter((l) => l.status === 403);
     expect(refusal).toHaveLength(1);
     expect(refusal[0]).toMatchObject({ status: 403, reason: 'bad-signature', business: 'biz_2', signaturePrefix: `${signature.slice(0, 6)}…` });
     const all = t.logs.join('\n');

@@ -93,7 +93,9 @@ describe('ingress.workers = 2: worker threads on one port (suite Kafka)', () => 
     for (let i = 0; i < 6; i++) {
       const { status, body: text } = await getFresh(ingress.address, '/metrics');
       expect(status).toBe(200);
-      const published = series(text, 'msgbridge_ingress_requests_total', 'topic="messages",outcome="published",role="ingress"') + series(text, 'msgbridge_ingress_requests_total', 'topic="delivery_status",outcome="published",role="ingress"');
+      const published =
+        series(text, 'msgbridge_ingress_requests_total', 'topic="messages",outcome="published",role="ingress"') +
+        series(text, 'msgbridge_ingress_requests_total', 'topic="delivery_status",outcome="published",role="ingress"');
       expect(published).toBe(total);
       const perWorker = ['1', '2'].map((w) => series(text, 'msgbridge_ingress_worker_requests_total', `worker="${w}",role="ingress"`));
       // Both workers served requests, and together all of them.

@@ -82,7 +82,10 @@ describe('on a 3-node cluster', () => {
       const deadline = Date.now() + 15_000;
       while (!(await threeReplicas()) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 250));
       expect(await threeReplicas()).toBe(true);
-      const described = await admin.describeConfigs({ resources: names.map((name) => ({ type: kafkajs.ConfigResourceTypes.TOPIC, name, configNames: ['min.insync.replicas', 'retention.ms'] })), includeSynonyms: false });
+      const described = await admin.describeConfigs({
+        resources: names.map((name) => ({ type: kafkajs.ConfigResourceTypes.TOPIC, name, configNames: ['min.insync.replicas', 'retention.ms'] })),
+        includeSynonyms: false,
+      });
       const setting = (topic: string, name: string) => described.resources.find((r) => r.resourceName === topic)!.configEntries.find((e) => e.configName === name)?.configValue;
       for (const name of names) expect(setting(name, 'min.insync.replicas'), name).toBe('2');
       expect(setting(topics.webhooksDlq, 'retention.ms')).toBe('-1');
@@ -141,7 +144,9 @@ describe('on a 3-node cluster', () => {
       const missing = () => [...acknowledged.keys()].filter((id) => !seen.has(id)).length;
       while (missing() > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 250));
       await consumer.disconnect();
-      console.log(`[cluster] leader ${victimId} killed: 200 more acknowledged ${resumedAfterMs} ms later; ${acknowledged.size} acknowledged in all, answers ${JSON.stringify(Object.fromEntries(statuses))}, missing ${missing()}`);
+      console.log(
+        `[cluster] leader ${victimId} killed: 200 more acknowledged ${resumedAfterMs} ms later; ${acknowledged.size} acknowledged in all, answers ${JSON.stringify(Object.fromEntries(statuses))}, missing ${missing()}`,
+      );
       expect(missing()).toBe(0);
     } finally {
       running = false;
@@ -151,7 +156,10 @@ describe('on a 3-node cluster', () => {
 
   it('with a broker down, a topic is not created with fewer replicas than asked: a clear error instead', async () => {
     expect(cluster.nodes.filter((n) => n.alive)).toHaveLength(2);
-    const alive = cluster.nodes.filter((n) => n.alive).map((n) => `127.0.0.1:${n.port}`).join(',');
+    const alive = cluster.nodes
+      .filter((n) => n.alive)
+      .map((n) => `127.0.0.1:${n.port}`)
+      .join(',');
     // Until the cluster itself no longer counts the dead node (its session has run out).
     await untilBrokers(2);
     const error = await startIngress({ config: ingressConfig(alive) }).then(
@@ -262,7 +270,14 @@ describe('on a 3-node cluster', () => {
       const during = (p: number) => (oks.get(p) ?? []).filter((t) => t >= frozenAt && t < thawAt);
       const firstAfterFreeze = (p: number) => during(p)[0];
       // The longest stretch without any 200 while the broker was frozen.
-      const all = [frozenAt, ...[...oks.values()].flat().filter((t) => t >= frozenAt && t < thawAt).sort((a, b) => a - b), thawAt];
+      const all = [
+        frozenAt,
+        ...[...oks.values()]
+          .flat()
+          .filter((t) => t >= frozenAt && t < thawAt)
+          .sort((a, b) => a - b),
+        thawAt,
+      ];
       const longestGap = Math.max(...all.slice(1).map((t, i) => t - all[i]!));
       const backAfter = frozenPartitions.map((p) => (firstAfterFreeze(p) ?? thawAt) - frozenAt);
       console.log(
@@ -335,7 +350,10 @@ describe('on a 3-node cluster', () => {
       const consumer = kafka.consumer({ groupId: `cluster-results-${randomUUID()}`, maxWaitTimeInMs: 200 });
       await consumer.connect();
       await consumer.subscribe({ topics: [config.kafka.topics.sendResults], fromBeginning: true });
-      await consumer.run({ eachMessage: async ({ message }) => void results.set(JSON.parse(message.value!.toString()).requestId as string, (results.get(JSON.parse(message.value!.toString()).requestId as string) ?? 0) + 1) });
+      await consumer.run({
+        eachMessage: async ({ message }) =>
+          void results.set(JSON.parse(message.value!.toString()).requestId as string, (results.get(JSON.parse(message.value!.toString()).requestId as string) ?? 0) + 1),
+      });
       while (results.size < 300) await new Promise((r) => setTimeout(r, 100));
       const victim = cluster.nodes[0]!;
       process.kill(victim.pid, 'SIGKILL');

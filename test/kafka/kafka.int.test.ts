@@ -50,10 +50,18 @@ describe('Kafka plumbing against the broker the suite started', () => {
     const admin = kafka.admin();
     await admin.connect();
     try {
-      const created = await ensureTopics(admin, [existing, ...fresh].map((topic) => ({ topic, partitions: 5, replicationFactor: 3 })));
+      const created = await ensureTopics(
+        admin,
+        [existing, ...fresh].map((topic) => ({ topic, partitions: 5, replicationFactor: 3 })),
+      );
       expect(created.sort()).toEqual([...fresh].sort());
       // Idempotent: a second call creates nothing.
-      expect(await ensureTopics(admin, fresh.map((topic) => ({ topic, partitions: 5, replicationFactor: 1 })))).toEqual([]);
+      expect(
+        await ensureTopics(
+          admin,
+          fresh.map((topic) => ({ topic, partitions: 5, replicationFactor: 1 })),
+        ),
+      ).toEqual([]);
     } finally {
       await admin.disconnect();
     }

@@ -110,14 +110,19 @@ describe('the @platformatic/kafka producer behind the RecordProducer port', () =
   it('maps TLS and SASL from the configuration, and never retries forever', () => {
     const base = config().kafka;
     const plain = platformaticProducerOptions(base, { brokers: ['b:9092'] });
-    expect(plain).toMatchObject({ clientId: 'msgbridge', bootstrapBrokers: ['b:9092'], idempotent: true, acks: -1, connectTimeout: base.connectionTimeoutMs, requestTimeout: base.requestTimeoutMs, retries: 5 });
+    expect(plain).toMatchObject({
+      clientId: 'msgbridge',
+      bootstrapBrokers: ['b:9092'],
+      idempotent: true,
+      acks: -1,
+      connectTimeout: base.connectionTimeoutMs,
+      requestTimeout: base.requestTimeoutMs,
+      retries: 5,
+    });
     expect(plain.tls).toBeUndefined();
     expect(plain.sasl).toBeUndefined();
     expect(platformaticProducerOptions(base, { brokers: ['b:9092'], retries: 0 }).retries).toBe(2);
-    const secured = platformaticProducerOptions(
-      { ...base, ssl: { rejectUnauthorized: false, ca: 'CA' }, sasl: { mechanism: 'scram-sha-512', username: 'u', password: 'p' } },
-      { brokers: ['b:9093'] },
-    );
+    const secured = platformaticProducerOptions({ ...base, ssl: { rejectUnauthorized: false, ca: 'CA' }, sasl: { mechanism: 'scram-sha-512', username: 'u', password: 'p' } }, { brokers: ['b:9093'] });
     expect(secured.tls).toEqual({ rejectUnauthorized: false, ca: 'CA' });
     expect(secured.tlsServerName).toBe(true);
     expect(secured.sasl).toEqual({ mechanism: 'SCRAM-SHA-512', username: 'u', password: 'p' });

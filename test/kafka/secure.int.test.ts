@@ -93,80 +93,112 @@ describe('secured Kafka from environment variables alone', () => {
     await roundTrip({ ...mtls.client!.env, MSGBRIDGE__kafka__client: client });
   });
 
-  it.each(['scram', 'mtls'] as const)('the sender over %s: a request in, the created id out', async (mode) => {
-    const broker = mode === 'scram' ? scram : mtls;
-    const simulator = await startSimulator({ host: '127.0.0.1', port: 0, businesses: [{ id: 'biz_1', apiKey: 'key-1', signingSecret: SECRET }] });
-    const id = randomUUID().slice(0, 8);
-    const config = envConfig({
-      ...broker.client!.env,
-      MSGBRIDGE_API_KEY: 'key-1',
-      MSGBRIDGE_PROVIDER_URL: simulator.url,
-      MSGBRIDGE__kafka__topics__sendRequests: `sec-req-${id}`,
-      MSGBRIDGE__kafka__topics__sendResults: `sec-res-${id}`,
-      MSGBRIDGE__kafka__topics__sendRequestsDlq: `sec-rdlq-${id}`,
-      MSGBRIDGE__sender__groupId: `sec-sender-${id}`,
-    });
-    const sender = await startSender({ config, health: false });
-    try {
-      await sender.ready;
-      const kafka = createKafka(config.kafka, { clientId: 'secure-test' });
-      const producer = kafka.producer();
-      await producer.connect();
-      await producer.send({ topic: config.kafka.topics.sendRequests, messages: [{ key: '+15550002222', value: JSON.stringify({ requestId: `sec-${id}`, type: 'template', number: '+15550002222', templateName: 'order_update', parameters: [{ name: 'order', value: '1' }] }) }] });
-      await producer.disconnect();
-      const consumer = kafka.consumer({ groupId: `secure-${randomUUID()}`, maxWaitTimeInMs: 100 });
-      const results: Record<string, unknown>[] = [];
-      await consumer.connect();
-      await consumer.subscribe({ topics: [config.kafka.topics.sendResults], fromBeginning: true });
-      await consumer.run({ eachMessage: async ({ message }) => void results.push(JSON.parse(message.value!.toString()) as Record<string, unknown>) });
-      const deadline = Date.now() + 30_000;
-      while (results.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
-      await consumer.disconnect();
-      expect(results).toEqual([expect.objectContaining({ requestId: `sec-${id}`, outcome: 'accepted', messageId: simulator.sends()[0]!.messageId })]);
-    } finally {
-      await sender.drain();
-      await simulator.close();
-    }
-  }, 90_000);
-
-  it.each(['scram', 'mtls'] as const)('the tracker over %s: transactions commit, the state reads back with read_committed', async (mode) => {
-    const broker = mode === 'scram' ? scram : mtls;
-    const id = randomUUID().slice(0, 8);
-    const config = envConfig({
-      ...broker.client!.env,
-      MSGBRIDGE__kafka__topics__sendResults: `sec-tres-${id}`,
-      MSGBRIDGE__kafka__topics__deliveryStatus: `sec-tstatus-${id}`,
-      MSGBRIDGE__kafka__topics__messages: `sec-tmessages-${id}`,
-      MSGBRIDGE__kafka__topics__messageState: `sec-tstate-${id}`,
-      MSGBRIDGE__kafka__topics__conversations: `sec-tconv-${id}`,
-      MSGBRIDGE__tracker__groupId: `sec-tracker-${id}`,
-      MSGBRIDGE__tracker__transactionalIdPrefix: `sec-tracker-${id}`,
-    });
-    const tracker = await startTracker({ config, health: false });
-    try {
-      await tracker.ready;
-      const kafka = createKafka(config.kafka, { clientId: 'secure-test' });
-      const producer = kafka.producer();
-      await producer.connect();
-      const message = `01JSEC${id.toUpperCase()}`;
-      await producer.send({
-        topic: config.kafka.topics.sendResults,
-        messages: [{ key: message, value: JSON.stringify({ requestId: `sec-${id}`, businessId: 'biz_1', outcome: 'accepted', messageId: message, type: 'text', recipient: '+15550002222', attempts: 1, acceptedAt: '2023-11-14T22:13:00.000Z', maybeSent: false }), headers: { 'business-id': 'biz_1' } }],
+  it.each(['scram', 'mtls'] as const)(
+    'the sender over %s: a request in, the created id out',
+    async (mode) => {
+      const broker = mode === 'scram' ? scram : mtls;
+      const simulator = await startSimulator({ host: '127.0.0.1', port: 0, businesses: [{ id: 'biz_1', apiKey: 'key-1', signingSecret: SECRET }] });
+      const id = randomUUID().slice(0, 8);
+      const config = envConfig({
+        ...broker.client!.env,
+        MSGBRIDGE_API_KEY: 'key-1',
+        MSGBRIDGE_PROVIDER_URL: simulator.url,
+        MSGBRIDGE__kafka__topics__sendRequests: `sec-req-${id}`,
+        MSGBRIDGE__kafka__topics__sendResults: `sec-res-${id}`,
+        MSGBRIDGE__kafka__topics__sendRequestsDlq: `sec-rdlq-${id}`,
+        MSGBRIDGE__sender__groupId: `sec-sender-${id}`,
       });
-      await producer.disconnect();
-      const consumer = kafka.consumer({ groupId: `secure-${randomUUID()}`, maxWaitTimeInMs: 100, readUncommitted: false });
-      const states: Record<string, unknown>[] = [];
-      await consumer.connect();
-      await consumer.subscribe({ topics: [config.kafka.topics.messageState], fromBeginning: true });
-      await consumer.run({ eachMessage: async ({ message: m }) => void states.push(JSON.parse(m.value!.toString()) as Record<string, unknown>) });
-      const deadline = Date.now() + 30_000;
-      while (states.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
-      await consumer.disconnect();
-      expect(states).toEqual([expect.objectContaining({ messageId: message, requestId: `sec-${id}`, status: 'accepted' })]);
-    } finally {
-      await tracker.drain();
-    }
-  }, 90_000);
+      const sender = await startSender({ config, health: false });
+      try {
+        await sender.ready;
+        const kafka = createKafka(config.kafka, { clientId: 'secure-test' });
+        const producer = kafka.producer();
+        await producer.connect();
+        await producer.send({
+          topic: config.kafka.topics.sendRequests,
+          messages: [
+            {
+              key: '+15550002222',
+              value: JSON.stringify({ requestId: `sec-${id}`, type: 'template', number: '+15550002222', templateName: 'order_update', parameters: [{ name: 'order', value: '1' }] }),
+            },
+          ],
+        });
+        await producer.disconnect();
+        const consumer = kafka.consumer({ groupId: `secure-${randomUUID()}`, maxWaitTimeInMs: 100 });
+        const results: Record<string, unknown>[] = [];
+        await consumer.connect();
+        await consumer.subscribe({ topics: [config.kafka.topics.sendResults], fromBeginning: true });
+        await consumer.run({ eachMessage: async ({ message }) => void results.push(JSON.parse(message.value!.toString()) as Record<string, unknown>) });
+        const deadline = Date.now() + 30_000;
+        while (results.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+        await consumer.disconnect();
+        expect(results).toEqual([expect.objectContaining({ requestId: `sec-${id}`, outcome: 'accepted', messageId: simulator.sends()[0]!.messageId })]);
+      } finally {
+        await sender.drain();
+        await simulator.close();
+      }
+    },
+    90_000,
+  );
+
+  it.each(['scram', 'mtls'] as const)(
+    'the tracker over %s: transactions commit, the state reads back with read_committed',
+    async (mode) => {
+      const broker = mode === 'scram' ? scram : mtls;
+      const id = randomUUID().slice(0, 8);
+      const config = envConfig({
+        ...broker.client!.env,
+        MSGBRIDGE__kafka__topics__sendResults: `sec-tres-${id}`,
+        MSGBRIDGE__kafka__topics__deliveryStatus: `sec-tstatus-${id}`,
+        MSGBRIDGE__kafka__topics__messages: `sec-tmessages-${id}`,
+        MSGBRIDGE__kafka__topics__messageState: `sec-tstate-${id}`,
+        MSGBRIDGE__kafka__topics__conversations: `sec-tconv-${id}`,
+        MSGBRIDGE__tracker__groupId: `sec-tracker-${id}`,
+        MSGBRIDGE__tracker__transactionalIdPrefix: `sec-tracker-${id}`,
+      });
+      const tracker = await startTracker({ config, health: false });
+      try {
+        await tracker.ready;
+        const kafka = createKafka(config.kafka, { clientId: 'secure-test' });
+        const producer = kafka.producer();
+        await producer.connect();
+        const message = `01JSEC${id.toUpperCase()}`;
+        await producer.send({
+          topic: config.kafka.topics.sendResults,
+          messages: [
+            {
+              key: message,
+              value: JSON.stringify({
+                requestId: `sec-${id}`,
+                businessId: 'biz_1',
+                outcome: 'accepted',
+                messageId: message,
+                type: 'text',
+                recipient: '+15550002222',
+                attempts: 1,
+                acceptedAt: '2023-11-14T22:13:00.000Z',
+                maybeSent: false,
+              }),
+              headers: { 'business-id': 'biz_1' },
+            },
+          ],
+        });
+        await producer.disconnect();
+        const consumer = kafka.consumer({ groupId: `secure-${randomUUID()}`, maxWaitTimeInMs: 100, readUncommitted: false });
+        const states: Record<string, unknown>[] = [];
+        await consumer.connect();
+        await consumer.subscribe({ topics: [config.kafka.topics.messageState], fromBeginning: true });
+        await consumer.run({ eachMessage: async ({ message: m }) => void states.push(JSON.parse(m.value!.toString()) as Record<string, unknown>) });
+        const deadline = Date.now() + 30_000;
+        while (states.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+        await consumer.disconnect();
+        expect(states).toEqual([expect.objectContaining({ messageId: message, requestId: `sec-${id}`, status: 'accepted' })]);
+      } finally {
+        await tracker.drain();
+      }
+    },
+    90_000,
+  );
 
   it('a wrong password, an untrusted CA and a missing client certificate each fail at start with one line naming the cause', async () => {
     const wrongPassword = await startFailure({ ...scram.client!.env, KAFKA_SASL_PASSWORD: 'not-the-password' });
@@ -181,7 +213,16 @@ describe('secured Kafka from environment variables alone', () => {
   }, 120_000);
 
   it('msgbridge ingress with a wrong password: exit 2, one line, no stack trace, no secret', async () => {
-    const env = { ...scram.client!.env, KAFKA_SASL_PASSWORD: 'wrong-secret-value', MSGBRIDGE_BUSINESS_ID: 'biz_1', MSGBRIDGE_SIGNING_SECRET: SECRET, MSGBRIDGE_INGRESS_PORT: '0', MSGBRIDGE__kafka__connectionTimeoutMs: '2000', MSGBRIDGE__kafka__partitions: '1', MSGBRIDGE__kafka__replicationFactor: '1' };
+    const env = {
+      ...scram.client!.env,
+      KAFKA_SASL_PASSWORD: 'wrong-secret-value',
+      MSGBRIDGE_BUSINESS_ID: 'biz_1',
+      MSGBRIDGE_SIGNING_SECRET: SECRET,
+      MSGBRIDGE_INGRESS_PORT: '0',
+      MSGBRIDGE__kafka__connectionTimeoutMs: '2000',
+      MSGBRIDGE__kafka__partitions: '1',
+      MSGBRIDGE__kafka__replicationFactor: '1',
+    };
     const result = await runCli(['ingress'], env, 90_000);
     expect(result.code).toBe(2);
     const lines = result.stderr.split('\n').filter((l) => l.startsWith('msgbridge:'));

@@ -35,7 +35,11 @@ describe('sender with a live businesses file', () => {
     const resultOf = (requestId: string) => results!.values().find((v) => v.requestId === requestId);
     const send = async (requestId: string, businessId: string) => {
       await produceRequests(f.topics.sendRequests, [{ key: '+15550002222', value: templateRequest(requestId, '+15550002222', { businessId }) }]);
-      await waitUntil(() => resultOf(requestId) !== undefined, 30_000, () => `the result of ${requestId}`);
+      await waitUntil(
+        () => resultOf(requestId) !== undefined,
+        30_000,
+        () => `the result of ${requestId}`,
+      );
       return resultOf(requestId)!;
     };
 

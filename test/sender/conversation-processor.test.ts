@@ -20,7 +20,11 @@ function job(requestId: string, extra: Record<string, unknown> = {}, producedAt 
     type === 'text'
       ? { requestId, type, recipient: { channelType: 'whatsapp', id: TO }, message: { text: 'hi' }, callbackData: requestId, ...extra }
       : { requestId, type, number: TO, templateName: 'welcome', parameters: [{ name: 'name', value: 'Ada' }], ...extra };
-  return prepareJob({ topic: 't', partition: 0, offset: '0', key: null, value: Buffer.from(JSON.stringify(value)), headers: {} }, businesses, { receivedAt: Date.now(), producedAt, maxRequestAgeMs: 86_400_000 });
+  return prepareJob({ topic: 't', partition: 0, offset: '0', key: null, value: Buffer.from(JSON.stringify(value)), headers: {} }, businesses, {
+    receivedAt: Date.now(),
+    producedAt,
+    maxRequestAgeMs: 86_400_000,
+  });
 }
 
 function context(): WorkContext & { stopNow: () => void } {

@@ -199,10 +199,14 @@ describe('sender: the conversation window guard on the broker and the simulator'
     const port = await freePort();
     let sender: Sender | undefined;
     const starting = f.start({ health: { host: '127.0.0.1', port } }).then((s) => (sender = s));
-    const waiting = await until(async () => {
-      const answer = await readyz(port).catch(() => undefined);
-      return answer?.body.reason?.includes('reading') ? answer : undefined;
-    }, 30_000, 'the readiness reason of the start-up wait');
+    const waiting = await until(
+      async () => {
+        const answer = await readyz(port).catch(() => undefined);
+        return answer?.body.reason?.includes('reading') ? answer : undefined;
+      },
+      30_000,
+      'the readiness reason of the start-up wait',
+    );
     expect(waiting.status).toBe(503);
     expect(waiting.body.reason).toMatch(new RegExp(`^conversation table not ready: reading ${f.topics.conversations} to its end`));
     await sleep(3000);
@@ -232,7 +236,9 @@ describe('sender: the conversation window guard on the broker and the simulator'
     );
     expect(isMsgbridgeError(error, 'KAFKA_UNAVAILABLE')).toBe(true);
     expect((error as Error).message).toMatch(
-      new RegExp(`within sender\\.conversationTableReadTimeoutMs \\(3000 ms\\): still reading ${f.topics.conversations} to its end \\(2 offsets over 1 partitions\\): partition 0 at 1 of 2; a partition that does not move is held by a transaction left open on it`),
+      new RegExp(
+        `within sender\\.conversationTableReadTimeoutMs \\(3000 ms\\): still reading ${f.topics.conversations} to its end \\(2 offsets over 1 partitions\\): partition 0 at 1 of 2; a partition that does not move is held by a transaction left open on it`,
+      ),
     );
   });
 
@@ -244,7 +250,9 @@ describe('sender: the conversation window guard on the broker and the simulator'
       (err: unknown) => err,
     );
     expect(isMsgbridgeError(error, 'KAFKA_UNAVAILABLE')).toBe(true);
-    expect((error as Error).message).toMatch(new RegExp(`not ready within sender\\.conversationTableReadTimeoutMs \\(2000 ms\\): still waiting for topic ${f.topics.conversations} \\(written by the tracker\\)`));
+    expect((error as Error).message).toMatch(
+      new RegExp(`not ready within sender\\.conversationTableReadTimeoutMs \\(2000 ms\\): still waiting for topic ${f.topics.conversations} \\(written by the tracker\\)`),
+    );
     expect((error as Error).message).toMatch(/set sender\.conversationWindow to "off"/);
     expect(Date.now() - started).toBeLessThan(15_000);
 
@@ -254,10 +262,14 @@ describe('sender: the conversation window guard on the broker and the simulator'
     await produceRequests(f.topics.sendRequests, [text('early-never', NEVER)]);
     const port = await freePort();
     const patient = setUpAgain(f, port);
-    const waiting = await until(async () => {
-      const answer = await readyz(port).catch(() => undefined);
-      return answer?.body.reason?.includes('waiting for topic') ? answer : undefined;
-    }, 30_000, 'the readiness reason while the topic is missing');
+    const waiting = await until(
+      async () => {
+        const answer = await readyz(port).catch(() => undefined);
+        return answer?.body.reason?.includes('waiting for topic') ? answer : undefined;
+      },
+      30_000,
+      'the readiness reason while the topic is missing',
+    );
     expect(waiting).toEqual({ status: 503, body: { ready: false, reason: `conversation table not ready: waiting for topic ${f.topics.conversations} (written by the tracker)` } });
     await sleep(1500);
     expect(results.records).toEqual([]);
@@ -269,7 +281,11 @@ describe('sender: the conversation window guard on the broker and the simulator'
     expect(byRequest(results).get('early-never')).toMatchObject({ outcome: 'rejected', error: { code: 'RELAY_OUTSIDE_CONVERSATION_WINDOW' } });
     // Windows published from now on are followed.
     await produceWindows(f.topics.conversations, [{ customer: OPEN, at: Date.now() }]);
-    await waitUntil(() => sender.stats().conversationTable?.entries === 1, 15_000, () => 'the new window in the table');
+    await waitUntil(
+      () => sender.stats().conversationTable?.entries === 1,
+      15_000,
+      () => 'the new window in the table',
+    );
     await produceRequests(f.topics.sendRequests, [text('now-open', OPEN)]);
     await results.waitFor((r) => r.length >= 2);
     expect(byRequest(results).get('now-open')).toMatchObject({ outcome: 'accepted' });
@@ -317,7 +333,10 @@ describe('sender: the conversation window guard on the broker and the simulator'
     const now = Date.now();
     const customers = Array.from({ length: 1001 }, (_, i) => `+1555100${String(i).padStart(4, '0')}`);
     // customers[0] is the oldest: it is the one dropped when the 1001st arrives.
-    await produceWindows(f.topics.conversations, customers.map((customer, i) => ({ customer, at: now - 1000 + i })));
+    await produceWindows(
+      f.topics.conversations,
+      customers.map((customer, i) => ({ customer, at: now - 1000 + i })),
+    );
     const sender = await f.start();
     await sender.ready;
     expect(sender.stats().conversationTable).toMatchObject({ entries: 1000, complete: true, evictedOpen: 1, evictedUntil: now - 1000 + DAY });
@@ -346,7 +365,9 @@ describe('sender: the conversation window guard on the broker and the simulator'
     const SILENT = '+15550006001';
 
     const rejected = await runCli(['send', 'text', '--to', SILENT, '--text', 'are you there?', '--timeout', '30'], env);
-    expect(`${rejected.stdout}${rejected.stderr}`).toMatch(/rejected without a send \(outside the conversation window\): RELAY_OUTSIDE_CONVERSATION_WINDOW not sent: the customer has no open 24-hour conversation window/);
+    expect(`${rejected.stdout}${rejected.stderr}`).toMatch(
+      /rejected without a send \(outside the conversation window\): RELAY_OUTSIDE_CONVERSATION_WINDOW not sent: the customer has no open 24-hour conversation window/,
+    );
     expect(rejected.code).toBe(1);
     expect(f.simulator.sends()).toEqual([]);
 

@@ -87,7 +87,11 @@ export async function fixture(
   const brokers = options.brokers ?? kafkaBrokers();
   // ensureTopics waits until every partition has a leader (kafkajs's own wait gives up on a busy broker).
   await withAdmin(
-    (admin) => ensureTopics(admin, [topics.sendRequests, topics.sendResults, topics.sendRequestsDlq].map((topic) => ({ topic, partitions, replicationFactor: 1 }))),
+    (admin) =>
+      ensureTopics(
+        admin,
+        [topics.sendRequests, topics.sendResults, topics.sendRequestsDlq].map((topic) => ({ topic, partitions, replicationFactor: 1 })),
+      ),
     brokers,
   );
   const businesses = options.businesses ?? [BIZ];
@@ -226,7 +230,12 @@ export async function collect(topic: string, brokers?: string[]): Promise<Collec
   return {
     records,
     values: () => records.map((r) => JSON.parse(r.value.toString()) as Record<string, unknown>),
-    waitFor: (predicate, timeoutMs = 30_000, what = 'records') => waitUntil(() => predicate(records), timeoutMs, () => `${what}: saw ${records.length} on ${topic}`).then(() => records),
+    waitFor: (predicate, timeoutMs = 30_000, what = 'records') =>
+      waitUntil(
+        () => predicate(records),
+        timeoutMs,
+        () => `${what}: saw ${records.length} on ${topic}`,
+      ).then(() => records),
     stop: () => consumer.disconnect(),
   };
 }
@@ -287,8 +296,13 @@ export function spawnSender(env: Record<string, string>): ChildSender {
     child,
     output: () => out,
     exited,
-    waitForOutput: (pattern, timeoutMs = 60_000) => waitUntil(() => pattern.test(out) || child.exitCode !== null, timeoutMs, () => `${pattern} in the sender output:\n${out}`).then(() => {
-      if (!pattern.test(out)) throw new Error(`the sender exited (${child.exitCode}) before printing ${pattern}:\n${out}`);
-    }),
+    waitForOutput: (pattern, timeoutMs = 60_000) =>
+      waitUntil(
+        () => pattern.test(out) || child.exitCode !== null,
+        timeoutMs,
+        () => `${pattern} in the sender output:\n${out}`,
+      ).then(() => {
+        if (!pattern.test(out)) throw new Error(`the sender exited (${child.exitCode}) before printing ${pattern}:\n${out}`);
+      }),
   };
 }

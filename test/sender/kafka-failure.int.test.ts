@@ -54,8 +54,16 @@ describe('sender through a Kafka stall', () => {
     await new Promise((r) => setTimeout(r, 20_000));
     process.kill(broker.pid, 'SIGCONT');
 
-    await waitUntil(() => new Set(results.values().map((v) => v.requestId)).size >= N, 90_000, () => `a result per request (${new Set(results.values().map((v) => v.requestId)).size}/${N})`);
-    await waitUntil(() => sender.isReady(), 30_000, () => 'ready again');
+    await waitUntil(
+      () => new Set(results.values().map((v) => v.requestId)).size >= N,
+      90_000,
+      () => `a result per request (${new Set(results.values().map((v) => v.requestId)).size}/${N})`,
+    );
+    await waitUntil(
+      () => sender.isReady(),
+      30_000,
+      () => 'ready again',
+    );
     clearInterval(watch);
 
     expect(wasNotReady).toBe(true);

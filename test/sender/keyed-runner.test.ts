@@ -283,6 +283,11 @@ describe('KeyedRunner', () => {
       expect(list).toEqual([...list].sort((a, b) => a - b));
     }
     expect(total).toBe(600);
-    expect(runner.commitPoints().map((p) => p.offset).sort()).toEqual([599, 600]);
+    expect(
+      runner
+        .commitPoints()
+        .map((p) => p.offset)
+        .sort(),
+    ).toEqual([599, 600]);
   });
 });

@@ -134,16 +134,28 @@ describe('sender order, concurrency and hand-overs', () => {
     await produceRequests(f.topics.sendRequests, requests);
     expect(await countRecords(f.topics.sendRequests)).toBe(ids.length);
     const a = await f.start();
-    await waitUntil(() => f.simulator.sends().length >= 100, 60_000, () => 'A to make progress');
+    await waitUntil(
+      () => f.simulator.sends().length >= 100,
+      60_000,
+      () => 'A to make progress',
+    );
     // B joins: the group rebalances and A gives up some partitions while requests are in flight.
     const b = await f.start();
     await b.ready;
-    await waitUntil(() => b.stats().completedRequestIds >= 50, 60_000, () => 'B to make progress');
+    await waitUntil(
+      () => b.stats().completedRequestIds >= 50,
+      60_000,
+      () => 'B to make progress',
+    );
     expect(a.stats().partitions).toBeGreaterThan(0);
     expect(resultIds(results).size).toBeLessThan(ids.length - 200);
     // A leaves with a drain: B takes everything over.
     expect(await a.drain()).toBe(true);
-    await waitUntil(() => resultIds(results).size >= ids.length, 120_000, () => `all results (${resultIds(results).size}/${ids.length})`);
+    await waitUntil(
+      () => resultIds(results).size >= ids.length,
+      120_000,
+      () => `all results (${resultIds(results).size}/${ids.length})`,
+    );
 
     const sends = f.simulator.sends();
     const dups = duplicates(sends);
@@ -175,7 +187,11 @@ describe('sender order, concurrency and hand-overs', () => {
     const first = spawnSender(f.env());
     cleanups.push(async () => first.child.kill('SIGKILL'));
     await first.waitForOutput(/"sender":\{/);
-    await waitUntil(() => f.simulator.sends().length >= 300, 60_000, () => 'the first sender to make progress');
+    await waitUntil(
+      () => f.simulator.sends().length >= 300,
+      60_000,
+      () => 'the first sender to make progress',
+    );
     first.child.kill('SIGKILL');
     expect(await first.exited).toBeNull();
     const atKill = f.simulator.sends().length;
@@ -183,7 +199,11 @@ describe('sender order, concurrency and hand-overs', () => {
     const second: ChildSender = spawnSender(f.env());
     cleanups.push(async () => second.child.kill('SIGKILL'));
     await second.waitForOutput(/"sender":\{/);
-    await waitUntil(() => resultIds(results).size >= ids.length, 120_000, () => `all results (${resultIds(results).size}/${ids.length})`);
+    await waitUntil(
+      () => resultIds(results).size >= ids.length,
+      120_000,
+      () => `all results (${resultIds(results).size}/${ids.length})`,
+    );
     second.child.kill('SIGTERM');
     expect(await second.exited).toBe(0);
 
@@ -221,17 +241,32 @@ describe('sender order, concurrency and hand-overs', () => {
     cleanups.push(async () => b.child.kill('SIGKILL'));
     // Both members hold partitions before one dies.
     const owned = (child: ChildSender): number[] => {
-      const lines = child.output().split('\n').filter((l) => l.includes('"msg":"assignment"'));
+      const lines = child
+        .output()
+        .split('\n')
+        .filter((l) => l.includes('"msg":"assignment"'));
       return lines.length === 0 ? [] : (JSON.parse(lines.at(-1)!) as { partitions: number[] }).partitions;
     };
-    await waitUntil(() => owned(a).length > 0 && owned(b).length > 0 && owned(a).length + owned(b).length === PARTITIONS, 60_000, () => `a split assignment: ${owned(a)} / ${owned(b)}`);
-    await waitUntil(() => resultIds(results).size >= 600, 60_000, () => 'progress');
+    await waitUntil(
+      () => owned(a).length > 0 && owned(b).length > 0 && owned(a).length + owned(b).length === PARTITIONS,
+      60_000,
+      () => `a split assignment: ${owned(a)} / ${owned(b)}`,
+    );
+    await waitUntil(
+      () => resultIds(results).size >= 600,
+      60_000,
+      () => 'progress',
+    );
     const dead = owned(a);
     const killedAt = Date.now();
     a.child.kill('SIGKILL');
     expect(await a.exited).toBeNull();
 
-    await waitUntil(() => resultIds(results).size >= ids.length, 120_000, () => `all results (${resultIds(results).size}/${ids.length})`);
+    await waitUntil(
+      () => resultIds(results).size >= ids.length,
+      120_000,
+      () => `all results (${resultIds(results).size}/${ids.length})`,
+    );
     b.child.kill('SIGTERM');
     expect(await b.exited).toBe(0);
 
@@ -247,7 +282,9 @@ describe('sender order, concurrency and hand-overs', () => {
       .filter((l) => l.includes('"msg":"assignment"'))
       .map((l) => JSON.parse(l) as { time: string; partitions: number[] })
       .find((l) => Date.parse(l.time) > killedAt && dead.every((p) => l.partitions.includes(p)));
-    console.log(`[failover] partitions ${dead.join(',')} of the killed member: assigned to the survivor after ${takeover ? Date.parse(takeover.time) - killedAt : '?'} ms, first results after ${resumedAfter.map((ms) => `${ms} ms`).join(', ')}`);
+    console.log(
+      `[failover] partitions ${dead.join(',')} of the killed member: assigned to the survivor after ${takeover ? Date.parse(takeover.time) - killedAt : '?'} ms, first results after ${resumedAfter.map((ms) => `${ms} ms`).join(', ')}`,
+    );
     expect(takeover).toBeDefined();
     for (const ms of resumedAfter) expect(ms).toBeLessThan(10_000);
     expect(resultIds(results)).toEqual(new Set(ids));
@@ -275,18 +312,30 @@ describe('sender order, concurrency and hand-overs', () => {
     const first = spawnSender(f.env());
     cleanups.push(async () => first.child.kill('SIGKILL'));
     await first.waitForOutput(/"sender":\{/);
-    await waitUntil(() => f.simulator.sends().length >= 150, 60_000, () => 'the first sender to make progress');
+    await waitUntil(
+      () => f.simulator.sends().length >= 150,
+      60_000,
+      () => 'the first sender to make progress',
+    );
     first.child.kill('SIGTERM');
     expect(await first.exited).toBe(0);
     const atStop = f.simulator.sends().length;
     expect(atStop).toBeLessThan(ids.length);
     // Every call the first sender made has its result.
-    await waitUntil(() => resultIds(results).size >= atStop, 10_000, () => 'results of the drained sender');
+    await waitUntil(
+      () => resultIds(results).size >= atStop,
+      10_000,
+      () => 'results of the drained sender',
+    );
 
     const second = spawnSender(f.env());
     cleanups.push(async () => second.child.kill('SIGKILL'));
     await second.waitForOutput(/"sender":\{/);
-    await waitUntil(() => resultIds(results).size >= ids.length, 120_000, () => `all results (${resultIds(results).size}/${ids.length})`);
+    await waitUntil(
+      () => resultIds(results).size >= ids.length,
+      120_000,
+      () => `all results (${resultIds(results).size}/${ids.length})`,
+    );
     second.child.kill('SIGTERM');
     expect(await second.exited).toBe(0);
 

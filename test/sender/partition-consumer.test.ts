@@ -39,7 +39,10 @@ class FakeGroup implements GroupConsumer {
     this.stopped = true;
   }
   lastCommitted(partition: number): OffsetToCommit | undefined {
-    return this.commits.flat().filter((o) => o.partition === partition).at(-1);
+    return this.commits
+      .flat()
+      .filter((o) => o.partition === partition)
+      .at(-1);
   }
 }
 

@@ -13,7 +13,11 @@ import type { AttemptOutcome } from '../../src/sender/retry-policy.js';
 
 function job(requestId: string, text = 'hi', extra: Record<string, unknown> = {}, producedAt = Date.now()): Job {
   const value = { requestId, type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text }, ...extra };
-  return prepareJob({ topic: 't', partition: 0, offset: '0', key: null, value: Buffer.from(JSON.stringify(value)), headers: {} }, new Map([['biz', 'key']]), { receivedAt: Date.now(), producedAt, maxRequestAgeMs: 86_400_000 });
+  return prepareJob({ topic: 't', partition: 0, offset: '0', key: null, value: Buffer.from(JSON.stringify(value)), headers: {} }, new Map([['biz', 'key']]), {
+    receivedAt: Date.now(),
+    producedAt,
+    maxRequestAgeMs: 86_400_000,
+  });
 }
 
 const dropped = { kind: 'network', code: 'UND_ERR_SOCKET', message: 'other side closed', requestWritten: true } as const;
@@ -91,12 +95,20 @@ describe('processor', () => {
 
   it('publishes a DLQ job to the DLQ topic, with its rejected result when the request id is readable', async () => {
     const h = harness([]);
-    const prepare = (value: string) => prepareJob({ topic: 't', partition: 0, offset: '5', key: null, value: Buffer.from(value), headers: {} }, new Map([['biz', 'key']]), { receivedAt: 1, maxRequestAgeMs: 1000 });
+    const prepare = (value: string) =>
+      prepareJob({ topic: 't', partition: 0, offset: '5', key: null, value: Buffer.from(value), headers: {} }, new Map([['biz', 'key']]), { receivedAt: 1, maxRequestAgeMs: 1000 });
     expect(await h.processor.work(prepare('nope'), context())).toBe('done');
     expect(h.published.map((p) => p.topic)).toEqual(['dlq']);
-    expect(await h.processor.work(prepare(JSON.stringify({ requestId: 'r-dlq', businessId: 'other', type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' } })), context())).toBe('done');
+    expect(
+      await h.processor.work(
+        prepare(JSON.stringify({ requestId: 'r-dlq', businessId: 'other', type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' } })),
+        context(),
+      ),
+    ).toBe('done');
     expect(h.published.map((p) => p.topic)).toEqual(['dlq', 'dlq', 'results']);
-    expect(h.results()).toEqual([expect.objectContaining({ requestId: 'r-dlq', outcome: 'rejected', attempts: 0, maybeSent: false, error: expect.objectContaining({ code: 'RELAY_UNKNOWN_BUSINESS' }) })]);
+    expect(h.results()).toEqual([
+      expect.objectContaining({ requestId: 'r-dlq', outcome: 'rejected', attempts: 0, maybeSent: false, error: expect.objectContaining({ code: 'RELAY_UNKNOWN_BUSINESS' }) }),
+    ]);
     expect(h.calls).toHaveLength(0);
   });
 

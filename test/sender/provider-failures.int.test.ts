@@ -55,7 +55,11 @@ describe('sender under provider failures', () => {
     });
     await produceRequests(f.topics.sendRequests, requests('out', N, 120));
     const sender = await f.start();
-    await waitUntil(() => provider.created().length >= 100, 30_000, () => 'the first sends');
+    await waitUntil(
+      () => provider.created().length >= 100,
+      30_000,
+      () => 'the first sends',
+    );
     await provider.stop();
     const createdBefore = provider.created().length;
     let readyThroughout = true;
@@ -94,7 +98,12 @@ describe('sender under provider failures', () => {
       await produceRequests(run.f.topics.sendRequests, requests(prefix, N, 60));
       await run.f.start();
       await run.results.waitFor((r) => r.length >= N, 60_000, 'a result per request');
-      const dropped = new Set(run.provider.calls().filter((c) => c.answer === 'dropped').map((c) => c.requestId));
+      const dropped = new Set(
+        run.provider
+          .calls()
+          .filter((c) => c.answer === 'dropped')
+          .map((c) => c.requestId),
+      );
       expect(dropped.size).toBeGreaterThan(10);
       return { ...run, dropped };
     };

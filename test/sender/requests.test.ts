@@ -1,7 +1,22 @@
 import { describe, expect, it } from 'vitest';
 import { sendResultSchema } from '../../src/contracts/index.js';
 import { decodeCompleted, encodeCompleted } from '../../src/sender/offset-metadata.js';
-import { acceptedResult, expiredResult, expiryOf, failureOf, fitDlqRecord, prepareJob as prepare, rejectedResult, resolveBusiness, resultHeaders, resultRecord, storedResult, type DlqJob, type IncomingRecord, type SendJob } from '../../src/sender/requests.js';
+import {
+  acceptedResult,
+  expiredResult,
+  expiryOf,
+  failureOf,
+  fitDlqRecord,
+  prepareJob as prepare,
+  rejectedResult,
+  resolveBusiness,
+  resultHeaders,
+  resultRecord,
+  storedResult,
+  type DlqJob,
+  type IncomingRecord,
+  type SendJob,
+} from '../../src/sender/requests.js';
 
 const DAY = 86_400_000;
 const prepareJob = (r: IncomingRecord, businesses: ReadonlyMap<string, string>, receivedAt: number, producedAt?: number) => prepare(r, businesses, { receivedAt, producedAt, maxRequestAgeMs: DAY });
@@ -74,16 +89,33 @@ describe('send requests', () => {
   });
 
   it('builds results that match the contract, keyed by message id (request id when rejected)', () => {
-    const job = prepareJob(record({ requestId: 'r1', type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' } }, { traceparent: 'tp', 'correlation-id': 'c' }), one, 5) as SendJob;
+    const job = prepareJob(
+      record({ requestId: 'r1', type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' } }, { traceparent: 'tp', 'correlation-id': 'c' }),
+      one,
+      5,
+    ) as SendJob;
     const accepted = acceptedResult(job, 'm-1', 2, false, new Date(0));
     expect(sendResultSchema.parse(accepted)).toEqual(accepted);
     expect(resultRecord(accepted).key).toBe('m-1');
-    const rejected = rejectedResult(job, failureOf({ kind: 'http-error', status: 400, error: { message: 'bad', type: 'ERROR_TYPE_INVALID_REQUEST', code: 'ERROR_CODE_X', cntTraceId: '9' } }, false), 1, false, new Date(0));
+    const rejected = rejectedResult(
+      job,
+      failureOf({ kind: 'http-error', status: 400, error: { message: 'bad', type: 'ERROR_TYPE_INVALID_REQUEST', code: 'ERROR_CODE_X', cntTraceId: '9' } }, false),
+      1,
+      false,
+      new Date(0),
+    );
     expect(sendResultSchema.parse(rejected)).toEqual(rejected);
     expect(rejected.error).toEqual({ httpStatus: 400, message: 'bad', type: 'ERROR_TYPE_INVALID_REQUEST', code: 'ERROR_CODE_X', cntTraceId: '9', retriable: false });
     expect(resultRecord(rejected).key).toBe('r1');
     const stored = storedResult(accepted);
-    expect(resultHeaders(stored, job.headers, 5)).toMatchObject({ traceparent: 'tp', 'correlation-id': 'c', 'business-id': 'biz_1', schema: 'send-result/v1', 'content-type': 'application/json', 'received-at': '5' });
+    expect(resultHeaders(stored, job.headers, 5)).toMatchObject({
+      traceparent: 'tp',
+      'correlation-id': 'c',
+      'business-id': 'biz_1',
+      schema: 'send-result/v1',
+      'content-type': 'application/json',
+      'received-at': '5',
+    });
     for (const outcome of [
       { kind: 'timeout', message: 't', requestWritten: true },
       { kind: 'network', code: 'ECONNRESET', message: 'reset', requestWritten: false },
@@ -147,7 +179,7 @@ describe('send requests', () => {
     expect((prepareJob(record({ type: 'text' }), one, 7) as DlqJob).result).toBeUndefined();
   });
 
-  it('takes the earliest expiry: the request\'s expiresAt or ttlMs, or the sender\'s age limit, and keeps them from the provider', () => {
+  it("takes the earliest expiry: the request's expiresAt or ttlMs, or the sender's age limit, and keeps them from the provider", () => {
     const base = { requestId: 'r', type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' } };
     expect(expiryOf({}, 1000, DAY)).toEqual({ at: 1000 + DAY, by: 'maxRequestAgeMs' });
     expect(expiryOf({ ttlMs: 5000 }, 1000, DAY)).toEqual({ at: 6000, by: 'ttlMs' });

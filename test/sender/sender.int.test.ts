@@ -4,21 +4,7 @@ import { loadConfig } from '../../src/config/load.js';
 import { isMsgbridgeError } from '../../src/platform/errors.js';
 import { startSender } from '../../src/sender/index.js';
 import { kafkaBrokers } from '../helpers/kafka.js';
-import {
-  BIZ,
-  BIZ2,
-  collect,
-  committedOffsets,
-  endOffsets,
-  fixture,
-  produceRequests,
-  spawnSender,
-  templateRequest,
-  textRequest,
-  waitUntil,
-  type Collector,
-  type Fixture,
-} from './harness.js';
+import { BIZ, BIZ2, collect, committedOffsets, endOffsets, fixture, produceRequests, spawnSender, templateRequest, textRequest, waitUntil, type Collector, type Fixture } from './harness.js';
 
 const cleanups: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
@@ -144,7 +130,11 @@ describe('sender against Kafka and the provider simulator', () => {
     // 429 with Retry-After: 1 second.
     f.simulator.setFaults({ send429Rate: 1, send429RetryAfterSeconds: 1 });
     await produceRequests(f.topics.sendRequests, [{ key: 'a', value: textRequest('r-429-ra', '+15550000001', 'hi') }]);
-    await waitUntil(() => f.simulator.sends().length >= 2, 20_000, () => 'two 429s');
+    await waitUntil(
+      () => f.simulator.sends().length >= 2,
+      20_000,
+      () => 'two 429s',
+    );
     f.simulator.resetFaults();
     await results.waitFor((r) => r.length >= 1);
     let sends = f.simulator.sends();
@@ -163,7 +153,11 @@ describe('sender against Kafka and the provider simulator', () => {
       const before = f.simulator.sends().length;
       f.simulator.setFaults(faults);
       await produceRequests(f.topics.sendRequests, [{ key: id, value: textRequest(id, '+15550000002', 'hi') }]);
-      await waitUntil(() => f.simulator.sends().length >= before + 3, 20_000, () => `three failures for ${id}`);
+      await waitUntil(
+        () => f.simulator.sends().length >= before + 3,
+        20_000,
+        () => `three failures for ${id}`,
+      );
       f.simulator.resetFaults();
       await results.waitFor(() => results.values().some((v) => v.requestId === id));
       sends = f.simulator.sends().slice(before);
@@ -212,7 +206,12 @@ describe('sender against Kafka and the provider simulator', () => {
     await produceRequests(f.topics.sendRequests, [{ key: 'y', value: textRequest('r-timeout', '+15550000001', 'hi', { businessId: BIZ.id }) }]);
     await results.waitFor((r) => r.length >= 2, 30_000);
     // The provider got each attempt and never answered in time: the message may exist.
-    expect(results.values()[1]).toMatchObject({ requestId: 'r-timeout', outcome: 'rejected', maybeSent: true, error: { type: 'RELAY_TRANSPORT_ERROR', code: 'RELAY_TIMEOUT', retriable: true, maybeSent: true } });
+    expect(results.values()[1]).toMatchObject({
+      requestId: 'r-timeout',
+      outcome: 'rejected',
+      maybeSent: true,
+      error: { type: 'RELAY_TRANSPORT_ERROR', code: 'RELAY_TIMEOUT', retriable: true, maybeSent: true },
+    });
     f.simulator.resetFaults();
 
     // Permanent: 400 from the provider (blank text), 401 (wrong API key) — one attempt each.
@@ -267,7 +266,11 @@ describe('sender against Kafka and the provider simulator', () => {
     // Slow the provider so the drain has something in flight, and watch readiness drop.
     f.simulator.setFaults({ sendLatencyMs: { min: 1500, max: 1500 } });
     await produceRequests(f.topics.sendRequests, [{ key: 'a', value: textRequest('slow-1', '+15550000001', 'hi') }]);
-    await waitUntil(() => sender.stats().running > 0, 20_000, () => 'a request in flight');
+    await waitUntil(
+      () => sender.stats().running > 0,
+      20_000,
+      () => 'a request in flight',
+    );
     const draining = sender.drain();
     const during = await fetch(`${base}/readyz`);
     expect(during.status).toBe(503);

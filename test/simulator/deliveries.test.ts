@@ -143,10 +143,12 @@ describe('simulator: webhook delivery', () => {
     const { sim } = await setup(() => ({ status: 200 }));
     await register(sim, 'delivery_status', `${receiver!.url}/status`);
     await inbound(sim, '+15550002222');
-    const { id } = (await call<{ id: string }>(`${sim.url}/v1/businesses/${BIZ.id}/send/messages`, {
-      headers: { 'content-type': 'application/json', 'x-api-key': BIZ.apiKey },
-      body: { recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' } },
-    })).body;
+    const { id } = (
+      await call<{ id: string }>(`${sim.url}/v1/businesses/${BIZ.id}/send/messages`, {
+        headers: { 'content-type': 'application/json', 'x-api-key': BIZ.apiKey },
+        body: { recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' } },
+      })
+    ).body;
     await sim.idle();
     const forMessage = (await call<DeliveryRecord[]>(`${sim.url}/sim/deliveries?messageId=${id}`)).body;
     expect(forMessage.map((d) => d.status)).toEqual(['sent', 'delivered', 'read']);

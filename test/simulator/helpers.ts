@@ -99,10 +99,7 @@ export interface Answer<T = unknown> {
 }
 
 /** One HTTP call with fetch; the body is parsed as JSON when it is JSON. */
-export async function call<T = Record<string, unknown>>(
-  url: string,
-  init: { method?: string; headers?: Record<string, string>; body?: unknown; rawBody?: string } = {},
-): Promise<Answer<T>> {
+export async function call<T = Record<string, unknown>>(url: string, init: { method?: string; headers?: Record<string, string>; body?: unknown; rawBody?: string } = {}): Promise<Answer<T>> {
   const response = await fetch(url, {
     method: init.method ?? (init.body !== undefined || init.rawBody !== undefined ? 'POST' : 'GET'),
     headers: init.headers ?? {},

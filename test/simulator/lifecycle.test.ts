@@ -124,9 +124,7 @@ describe('simulator: delivery status lifecycle', () => {
     await inbound(sim, customer);
     const reopened = ((await sendText(sim, customer)).body as { id: string }).id;
     await settle();
-    expect(statusEvents(late).map((e) => [e.statusUpdate.status, e.statusUpdate.error?.code])).toEqual([
-      ['delivery_failed', 'ERROR_CODE_MESSAGE_OUTSIDE_OF_ELIGIBILITY_WINDOW'],
-    ]);
+    expect(statusEvents(late).map((e) => [e.statusUpdate.status, e.statusUpdate.error?.code])).toEqual([['delivery_failed', 'ERROR_CODE_MESSAGE_OUTSIDE_OF_ELIGIBILITY_WINDOW']]);
     expect(statusEvents(reopened).map((e) => e.statusUpdate.status)).toEqual(['sent', 'delivered', 'read']);
   });
 
@@ -149,9 +147,32 @@ describe('simulator: delivery status lifecycle', () => {
 
   it.each([
     ['a missing variable', [{ name: 'name', value: 'Ana' }], 'missing "date"'],
-    ['an unknown variable', [{ name: 'name', value: 'Ana' }, { name: 'date', value: 'Mon' }, { name: 'room', value: '3' }], 'unknown "room"'],
-    ['a variable given twice', [{ name: 'name', value: 'Ana' }, { name: 'name', value: 'Ben' }, { name: 'date', value: 'Mon' }], 'given twice'],
-    ['an empty value', [{ name: 'name', value: '' }, { name: 'date', value: 'Mon' }], '"name" is empty'],
+    [
+      'an unknown variable',
+      [
+        { name: 'name', value: 'Ana' },
+        { name: 'date', value: 'Mon' },
+        { name: 'room', value: '3' },
+      ],
+      'unknown "room"',
+    ],
+    [
+      'a variable given twice',
+      [
+        { name: 'name', value: 'Ana' },
+        { name: 'name', value: 'Ben' },
+        { name: 'date', value: 'Mon' },
+      ],
+      'given twice',
+    ],
+    [
+      'an empty value',
+      [
+        { name: 'name', value: '' },
+        { name: 'date', value: 'Mon' },
+      ],
+      '"name" is empty',
+    ],
   ])('fails template parameters with %s (TEMPLATE_INPUT_INVALID)', async (_, parameters, reason) => {
     const id = ((await sendTemplate(sim, CUSTOMER, 'appointment', parameters)).body as { id: string }).id;
     await settle();
@@ -161,7 +182,14 @@ describe('simulator: delivery status lifecycle', () => {
   });
 
   it('accepts matching parameters in any order', async () => {
-    const id = ((await sendTemplate(sim, CUSTOMER, 'appointment', [{ name: 'date', value: 'Mon' }, { name: 'name', value: 'Ana' }])).body as { id: string }).id;
+    const id = (
+      (
+        await sendTemplate(sim, CUSTOMER, 'appointment', [
+          { name: 'date', value: 'Mon' },
+          { name: 'name', value: 'Ana' },
+        ])
+      ).body as { id: string }
+    ).id;
     await settle();
     expect(statusEvents(id).map((e) => e.statusUpdate.status)).toEqual(['sent', 'delivered', 'read']);
   });

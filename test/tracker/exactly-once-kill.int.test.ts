@@ -77,7 +77,11 @@ async function countUncommitted(topic: string): Promise<number> {
         last = Date.now();
       },
     });
-    await waitUntil(() => Date.now() - last > 1500, 20_000, () => 'the topic read to its end');
+    await waitUntil(
+      () => Date.now() - last > 1500,
+      20_000,
+      () => 'the topic read to its end',
+    );
     return n;
   } finally {
     await consumer.disconnect();
@@ -107,7 +111,11 @@ describe('exactly once under kill -9', () => {
     );
     const N = 4000;
     const inputs = Array.from({ length: N }, (_, i) => ({ topic: settings.inputTopics[i % 2]!, key: `msg-${i % 60}`, value: `in-${i}` }));
-    for (const topic of settings.inputTopics) await produce(topic, inputs.filter((r) => r.topic === topic));
+    for (const topic of settings.inputTopics)
+      await produce(
+        topic,
+        inputs.filter((r) => r.topic === topic),
+      );
 
     const started = Date.now();
     const killedAt: number[] = [];
@@ -120,7 +128,11 @@ describe('exactly once under kill -9', () => {
       if (kill === 'random') {
         // Under way and past the previous life's commits (a loaded machine can be slow to commit the first).
         const before = killedAt.at(-1) ?? 0;
-        await waitUntil(async () => member.progress() > 0 && (await committedInputs(settings)) > before, 30_000, () => `member ${round} under way`);
+        await waitUntil(
+          async () => member.progress() > 0 && (await committedInputs(settings)) > before,
+          30_000,
+          () => `member ${round} under way`,
+        );
         await new Promise((r) => setTimeout(r, 100 + Math.floor(Math.random() * 900)));
         member.child.kill('SIGKILL');
       }
@@ -134,7 +146,11 @@ describe('exactly once under kill -9', () => {
 
     const last = startMember(settings);
     await last.ready;
-    await waitUntil(async () => (await committedInputs(settings)) >= N, 40_000, () => `every input committed (${last.progress()})`);
+    await waitUntil(
+      async () => (await committedInputs(settings)) >= N,
+      40_000,
+      () => `every input committed (${last.progress()})`,
+    );
     last.child.kill('SIGTERM');
     expect(await last.exited).toBe(0);
 

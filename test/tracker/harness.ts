@@ -79,7 +79,6 @@ export async function until(what: string, check: () => Promise<boolean>, timeout
   }
 }
 
-
 /**
  * Every committed record of a state topic, per key, read until `expected` arrived (90 s at most),
  * then 2 s more: a record beyond the expected count would show.

@@ -2,7 +2,17 @@ import { describe, expect, it } from 'vitest';
 import type { ProviderError } from '../../src/contracts/common.js';
 import { deliveryStatusEventSchema, type DeliveryStatus } from '../../src/contracts/webhook-events.js';
 import { isMsgbridgeError } from '../../src/platform/errors.js';
-import { applyEvent, MAX_REMEMBERED_EVENT_IDS, resultEventFrom, statusEventFrom, statusRank, type ApplyResult, type ResultEvent, type StatusEvent, type TrackerEvent } from '../../src/tracker/state-rules.js';
+import {
+  applyEvent,
+  MAX_REMEMBERED_EVENT_IDS,
+  resultEventFrom,
+  statusEventFrom,
+  statusRank,
+  type ApplyResult,
+  type ResultEvent,
+  type StatusEvent,
+  type TrackerEvent,
+} from '../../src/tracker/state-rules.js';
 import { isoFromEpochSeconds } from '../../src/contracts/time.js';
 import { messageStateOf, messageStateSchema, type TrackedMessage } from '../../src/contracts/message-state.js';
 
@@ -202,7 +212,10 @@ describe('applyEvent: the rules one by one', () => {
     const other: ProviderError = { message: 'opted out', type: 'ERROR_TYPE_INVALID_REQUEST', code: 'ERROR_CODE_MESSAGE_CUSTOMER_OPTED_OUT' };
     const early = status('delivery_failed', 'f-early', 4, FAILURE);
     const late = status('delivery_failed', 'f-late', 9, other);
-    for (const order of [[early, late], [late, early]]) {
+    for (const order of [
+      [early, late],
+      [late, early],
+    ]) {
       expect(fold(order).state).toMatchObject({ failedAt: at(4), error: FAILURE });
     }
   });

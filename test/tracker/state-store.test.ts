@@ -44,7 +44,13 @@ describe('TaskStore', () => {
     expect(store.message('m1')?.status).toBe('accepted');
     await written;
     expect(store.checkpoint()).toEqual({ messageState: 7, conversations: 0 });
-    await store.write({ messages: [], conversations: [{ key: 'biz_1:+1', window: { businessId: 'biz_1', customer: '+1', lastInboundAt: '2026-11-24T10:00:00.000Z', windowOpenUntil: '2026-11-25T10:00:00.000Z' }, previous: undefined }], checkpoint: { conversations: 3 } });
+    await store.write({
+      messages: [],
+      conversations: [
+        { key: 'biz_1:+1', window: { businessId: 'biz_1', customer: '+1', lastInboundAt: '2026-11-24T10:00:00.000Z', windowOpenUntil: '2026-11-25T10:00:00.000Z' }, previous: undefined },
+      ],
+      checkpoint: { conversations: 3 },
+    });
     const dir = store.dir;
     await store.close();
     const again = TaskStore.open(dir, identity);
@@ -112,7 +118,13 @@ describe('TaskStore', () => {
       ],
       { messageState: 4 },
     );
-    store.loadChangelog([{ key: 'm4', value: v(state('m4')) }, { key: 'm4', value: null }], { messageState: 6 });
+    store.loadChangelog(
+      [
+        { key: 'm4', value: v(state('m4')) },
+        { key: 'm4', value: null },
+      ],
+      { messageState: 6 },
+    );
     expect(store.indexesComplete()).toBe(false);
     expect(store.message('m1')?.status).toBe('delivered');
     expect(store.messageIdsOfRequest('r-final')).toEqual([]);
@@ -136,7 +148,9 @@ describe('TaskStore', () => {
     const fresh = state('fresh', { updatedAt: '2026-11-24T00:00:00.000Z' });
     await store.write({
       messages: [old, fresh].map((s) => ({ id: s.messageId, state: s, previous: undefined })),
-      conversations: [{ key: 'biz_1:+2', window: { businessId: 'biz_1', customer: '+2', lastInboundAt: '2026-11-20T00:00:00.000Z', windowOpenUntil: '2026-11-21T00:00:00.000Z' }, previous: undefined }],
+      conversations: [
+        { key: 'biz_1:+2', window: { businessId: 'biz_1', customer: '+2', lastInboundAt: '2026-11-20T00:00:00.000Z', windowOpenUntil: '2026-11-21T00:00:00.000Z' }, previous: undefined },
+      ],
     });
     const gone = store.expire(Date.parse('2026-11-01T00:00:00Z'), Date.parse('2026-11-23T00:00:00Z'), 100);
     expect(gone).toEqual({ messages: 1, conversations: 1 });

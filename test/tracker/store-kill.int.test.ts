@@ -31,13 +31,28 @@ describe('tracker store under kill -9', () => {
   it('after send, after commit and mid store write: every state exact, in the topic and in the store', async () => {
     const id = randomUUID().slice(0, 8);
     const env: Record<string, string> = { ...trackerEnv(id), MSGBRIDGE__tracker__maxBatchRecords: '40' };
-    const topics = { results: env.MSGBRIDGE__kafka__topics__sendResults!, status: env.MSGBRIDGE__kafka__topics__deliveryStatus!, messages: env.MSGBRIDGE__kafka__topics__messages!, state: env.MSGBRIDGE__kafka__topics__messageState! };
+    const topics = {
+      results: env.MSGBRIDGE__kafka__topics__sendResults!,
+      status: env.MSGBRIDGE__kafka__topics__deliveryStatus!,
+      messages: env.MSGBRIDGE__kafka__topics__messages!,
+      state: env.MSGBRIDGE__kafka__topics__messageState!,
+    };
     await createTopics([topics.results, topics.status, topics.messages], 3);
     const N = 900;
     const ids = Array.from({ length: N }, () => messageId());
     const events: { topic: string; key: string; value: string; headers: Record<string, string> }[] = [];
     ids.forEach((m, i) => {
-      const value = JSON.stringify({ requestId: `req-${i}`, businessId: 'biz_1', outcome: 'accepted', messageId: m, type: 'text', recipient: '+15550002222', attempts: 1, acceptedAt: '2023-11-14T22:13:00.000Z', maybeSent: false });
+      const value = JSON.stringify({
+        requestId: `req-${i}`,
+        businessId: 'biz_1',
+        outcome: 'accepted',
+        messageId: m,
+        type: 'text',
+        recipient: '+15550002222',
+        attempts: 1,
+        acceptedAt: '2023-11-14T22:13:00.000Z',
+        maybeSent: false,
+      });
       events.push({ topic: topics.results, key: m, value, headers: { 'event-id': resultEventId('biz_1', `req-${i}`, 'accepted'), 'business-id': 'biz_1' } });
       ['sent', 'delivered', 'read'].forEach((status, k) => {
         const body = statusEvent(m, status, { timestamp: String(1700000001 + k) });
@@ -53,7 +68,11 @@ describe('tracker store under kill -9', () => {
     const outputs: string[] = [];
     for (const [r, killAt] of rounds.entries()) {
       const part = events.slice(r * slice, (r + 1) * slice);
-      for (const topic of [topics.results, topics.status]) await produce(topic, part.filter((e) => e.topic === topic));
+      for (const topic of [topics.results, topics.status])
+        await produce(
+          topic,
+          part.filter((e) => e.topic === topic),
+        );
       const run = runChild({ ...env, KILL_AT: killAt, KILL_AFTER: String(3 + Math.floor(Math.random() * 5)) });
       const exit = await Promise.race([run.exited, new Promise((resolve) => setTimeout(() => resolve('timeout'), 60_000))]);
       outputs.push(run.output());
@@ -79,7 +98,9 @@ describe('tracker store under kill -9', () => {
 
     const all = [...outputs, last.output()].join('\n');
     const restarts = all.split('\n').filter((l) => l.includes('task store caught up from its checkpoint') || l.includes('restored in bulk'));
-    console.log(`[store-kill] ${N} messages, ${events.length} events, kills after send, after commit, mid store write; ${seen} state records (read_committed); task starts: ${restarts.filter((l) => l.includes('caught up')).length} delta, ${restarts.filter((l) => l.includes('bulk')).length} bulk`);
+    console.log(
+      `[store-kill] ${N} messages, ${events.length} events, kills after send, after commit, mid store write; ${seen} state records (read_committed); task starts: ${restarts.filter((l) => l.includes('caught up')).length} delta, ${restarts.filter((l) => l.includes('bulk')).length} bulk`,
+    );
     // Only the first start of each task finds no store: every restart after a kill reused it.
     expect(restarts.filter((l) => l.includes('restored in bulk'))).toHaveLength(3);
     expect(all).not.toMatch(/does not match the changelogs/);

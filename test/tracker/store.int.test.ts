@@ -54,8 +54,14 @@ describe('tracker local stores', () => {
     const config = trackerConfig(id);
     const topics = config.kafka.topics;
     const ids = Array.from({ length: 600 }, () => messageId());
-    await produce(topics.sendResults, ids.map((m, i) => resultRecord(`req-${i}`, m)));
-    await produce(topics.deliveryStatus, ids.map((m) => statusRecord(m, 'delivered', '1700000002')));
+    await produce(
+      topics.sendResults,
+      ids.map((m, i) => resultRecord(`req-${i}`, m)),
+    );
+    await produce(
+      topics.deliveryStatus,
+      ids.map((m) => statusRecord(m, 'delivered', '1700000002')),
+    );
 
     // First start: no store, a bulk restore of empty changelogs; 1,200 state records written.
     let tracker = await start(config);
@@ -67,7 +73,10 @@ describe('tracker local stores', () => {
     cpSync(config.tracker.stateDir, old, { recursive: true });
 
     // Restart with the stores on disk: every task resumes from its checkpoint, reading nothing.
-    await produce(topics.deliveryStatus, ids.slice(0, 20).map((m) => statusRecord(m, 'read', '1700000003')));
+    await produce(
+      topics.deliveryStatus,
+      ids.slice(0, 20).map((m) => statusRecord(m, 'read', '1700000003')),
+    );
     tracker = await start(config);
     expect(await metric(tracker, /^msgbridge_tracker_restores_total\{mode="delta"/)).toBe(3);
     expect(await metric(tracker, /^msgbridge_tracker_restore_records_total\{mode="delta"/)).toBe(0);
@@ -88,7 +97,13 @@ describe('tracker local stores', () => {
     // A store whose position is past the end of its changelog (the topic was recreated): rebuilt in bulk.
     const clusterId = await withAdmin(async (admin) => (await admin.describeCluster()).clusterId);
     const task = 1;
-    const store = TaskStore.open(taskStoreDir(config.tracker.stateDir, config.tracker.groupId, task), { clusterId, task, partitions: 3, messageStateTopic: topics.messageState, conversationsTopic: topics.conversations });
+    const store = TaskStore.open(taskStoreDir(config.tracker.stateDir, config.tracker.groupId, task), {
+      clusterId,
+      task,
+      partitions: 3,
+      messageStateTopic: topics.messageState,
+      conversationsTopic: topics.conversations,
+    });
     store.applyChangelog('messageState', [], { messageState: 1_000_000 }, 0);
     await store.close();
     tracker = await start(config);
@@ -107,13 +122,19 @@ describe('tracker local stores', () => {
     const topics = a.kafka.topics;
     const first = await start(a);
     const second = await start(b);
-    await until('both members own tasks', async () => (await metric(first, /^msgbridge_tracker_tasks[ {]/)) > 0 && (await metric(second, /^msgbridge_tracker_tasks[ {]/)) > 0 && first.isReady() && second.isReady());
+    await until(
+      'both members own tasks',
+      async () => (await metric(first, /^msgbridge_tracker_tasks[ {]/)) > 0 && (await metric(second, /^msgbridge_tracker_tasks[ {]/)) > 0 && first.isReady() && second.isReady(),
+    );
 
     // 30 messages to one recipient (spread over every task), acceptedAt one second apart; 10 to another.
     const alice = '+15550007001';
     const ids = Array.from({ length: 40 }, () => messageId());
     const at = (i: number) => new Date(Date.UTC(2026, 0, 1, 0, 0, i)).toISOString();
-    await produce(topics.sendResults, ids.map((m, i) => resultRecord(`fw-${i}`, m, at(i), i < 30 ? alice : '+15550007002')));
+    await produce(
+      topics.sendResults,
+      ids.map((m, i) => resultRecord(`fw-${i}`, m, at(i), i < 30 ? alice : '+15550007002')),
+    );
     await until('40 states', async () => (await latestByKey(topics.messageState, 300)).records === 40);
 
     for (const base of [first.address!, second.address!]) {
@@ -163,11 +184,19 @@ describe('tracker local stores', () => {
     const settings = await withAdmin(async (admin) => {
       const { resources } = await admin.describeConfigs({
         includeSynonyms: false,
-        resources: [config.kafka.topics.messageState, config.kafka.topics.conversations].map((name) => ({ type: kafkajs.ConfigResourceTypes.TOPIC, name, configNames: ['cleanup.policy', 'retention.ms', 'segment.ms'] })),
+        resources: [config.kafka.topics.messageState, config.kafka.topics.conversations].map((name) => ({
+          type: kafkajs.ConfigResourceTypes.TOPIC,
+          name,
+          configNames: ['cleanup.policy', 'retention.ms', 'segment.ms'],
+        })),
       });
       return Object.fromEntries(resources.map((r) => [r.resourceName, Object.fromEntries(r.configEntries.map((e) => [e.configName, e.configValue]))]));
     });
     expect(settings[config.kafka.topics.messageState]).toEqual({ 'cleanup.policy': 'compact,delete', 'retention.ms': String(7 * 86_400_000), 'segment.ms': String(6 * 3_600_000) });
-    expect(settings[config.kafka.topics.conversations]).toEqual({ 'cleanup.policy': 'compact,delete', 'retention.ms': String(26 * 3_600_000), 'segment.ms': String(Math.floor((26 * 3_600_000) / 10)) });
+    expect(settings[config.kafka.topics.conversations]).toEqual({
+      'cleanup.policy': 'compact,delete',
+      'retention.ms': String(26 * 3_600_000),
+      'segment.ms': String(Math.floor((26 * 3_600_000) / 10)),
+    });
   }, 60_000);
 });

@@ -39,7 +39,17 @@ describe('tracker under kill -9', () => {
     const statuses = ['sent', 'delivered', 'read'] as const;
     const events: { topic: string; key: string; value: string; headers: Record<string, string> }[] = [];
     ids.forEach((m, i) => {
-      const value = JSON.stringify({ requestId: `req-${i}`, businessId: 'biz_1', outcome: 'accepted', messageId: m, type: 'text', recipient: '+15550002222', attempts: 1, acceptedAt: '2023-11-14T22:13:00.000Z', maybeSent: false });
+      const value = JSON.stringify({
+        requestId: `req-${i}`,
+        businessId: 'biz_1',
+        outcome: 'accepted',
+        messageId: m,
+        type: 'text',
+        recipient: '+15550002222',
+        attempts: 1,
+        acceptedAt: '2023-11-14T22:13:00.000Z',
+        maybeSent: false,
+      });
       events.push({ topic: topics.results, key: m, value, headers: { 'event-id': resultEventId('biz_1', `req-${i}`, 'accepted'), 'business-id': 'biz_1' } });
       statuses.forEach((status, k) => {
         const body = statusEvent(m, status, { timestamp: String(1700000001 + k) });
@@ -52,7 +62,11 @@ describe('tracker under kill -9', () => {
       [events[i], events[j]] = [events[j]!, events[i]!];
     }
     const half = events.length / 2;
-    for (const topic of [topics.results, topics.status]) await produce(topic, events.slice(0, half).filter((e) => e.topic === topic));
+    for (const topic of [topics.results, topics.status])
+      await produce(
+        topic,
+        events.slice(0, half).filter((e) => e.topic === topic),
+      );
 
     const countState = async () => {
       const admin = testKafka('tk-admin').admin();
@@ -65,7 +79,12 @@ describe('tracker under kill -9', () => {
     for (let round = 0; round < 2; round++) {
       const tracker = startCli(['tracker'], env);
       await tracker.waitFor(/"tracker":/);
-      if (round === 1) for (const topic of [topics.results, topics.status]) await produce(topic, events.slice(half).filter((e) => e.topic === topic));
+      if (round === 1)
+        for (const topic of [topics.results, topics.status])
+          await produce(
+            topic,
+            events.slice(half).filter((e) => e.topic === topic),
+          );
       // Let it work for a moment, then kill it without warning.
       const before = await countState();
       const deadline = Date.now() + 30_000;

@@ -34,7 +34,10 @@ class MemoryStore implements TaskStateStore {
     return true;
   }
   messagesOfRecipient(recipient: string, limit: number) {
-    return [...this.messages.values()].filter((s) => s.recipient === recipient).map((s) => ({ id: s.messageId, sort: `${s.acceptedAt}\u0000${s.messageId}` })).slice(0, limit);
+    return [...this.messages.values()]
+      .filter((s) => s.recipient === recipient)
+      .map((s) => ({ id: s.messageId, sort: `${s.acceptedAt}\u0000${s.messageId}` }))
+      .slice(0, limit);
   }
   write(change: Write) {
     this.writes.push(change);
@@ -47,7 +50,15 @@ class MemoryStore implements TaskStateStore {
 
 const topics = { sendResults: 'send-results', deliveryStatus: 'delivery_status', messages: 'messages', messageState: 'message-state', conversations: 'conversations' };
 let offset = 0;
-const record = (topic: string, key: string, value: string, headers: Record<string, string>): ConsumedRecord => ({ topic, partition: 0, offset: String(offset++), timestamp: '0', key: Buffer.from(key), value: Buffer.from(value), headers });
+const record = (topic: string, key: string, value: string, headers: Record<string, string>): ConsumedRecord => ({
+  topic,
+  partition: 0,
+  offset: String(offset++),
+  timestamp: '0',
+  key: Buffer.from(key),
+  value: Buffer.from(value),
+  headers,
+});
 const result = (requestId: string, id: string) => record('send-results', id, accepted(requestId, id), { 'event-id': resultEventId('biz_1', requestId, 'accepted'), 'business-id': 'biz_1' });
 const status = (id: string, s: string, ts: string) => {
   const body = statusEvent(id, s, { timestamp: ts });
@@ -85,7 +96,12 @@ describe('TrackerLogic', () => {
     ]);
     expect(l.message('m1')).toBeUndefined();
     expect(store.writes).toHaveLength(0);
-    out.commit!(new Map([['message-state', new Map([[0, 12]])], ['conversations', new Map([[0, 3]])]]));
+    out.commit!(
+      new Map([
+        ['message-state', new Map([[0, 12]])],
+        ['conversations', new Map([[0, 3]])],
+      ]),
+    );
     expect(l.message('m1')).toMatchObject({ status: 'sent', requestId: 'r1', events: 2 });
     expect(store.writes).toHaveLength(1);
     expect(store.writes[0]!.checkpoint).toEqual({ messageState: 12, conversations: 3 });
@@ -114,7 +130,12 @@ describe('TrackerLogic', () => {
   it('a duplicate or a refused event in a batch is no output; a rejected result is skipped quietly', () => {
     const { l, skipped } = logic();
     l.startTask(0, new MemoryStore());
-    const rejected = record('send-results', 'r9', JSON.stringify({ requestId: 'r9', outcome: 'rejected', attempts: 1, maybeSent: false, error: { httpStatus: 400, type: 't', code: 'c', message: 'm', retriable: false } }), { 'business-id': 'biz_1' });
+    const rejected = record(
+      'send-results',
+      'r9',
+      JSON.stringify({ requestId: 'r9', outcome: 'rejected', attempts: 1, maybeSent: false, error: { httpStatus: 400, type: 't', code: 'c', message: 'm', retriable: false } }),
+      { 'business-id': 'biz_1' },
+    );
     const out = l.process(0, l.decodeBatch([status('m1', 'read', '1700000003'), status('m1', 'read', '1700000003'), status('m1', 'sent', '1700000001'), status('m1', 'sent', '1700000005'), rejected]));
     // read, then sent fills its timestamp; the duplicate read and the later sent change nothing.
     expect(out.outputs).toHaveLength(2);
@@ -124,7 +145,16 @@ describe('TrackerLogic', () => {
   it('a send result of the previous release (no maybeSent) is applied, not skipped as invalid', () => {
     const { l, skipped } = logic();
     l.startTask(0, new MemoryStore());
-    const old = JSON.stringify({ requestId: 'r-old', businessId: 'biz_1', outcome: 'accepted', messageId: 'm-old', type: 'text', recipient: '+15550002222', attempts: 1, acceptedAt: '2026-11-01T10:00:00.000Z' });
+    const old = JSON.stringify({
+      requestId: 'r-old',
+      businessId: 'biz_1',
+      outcome: 'accepted',
+      messageId: 'm-old',
+      type: 'text',
+      recipient: '+15550002222',
+      attempts: 1,
+      acceptedAt: '2026-11-01T10:00:00.000Z',
+    });
     const out = l.process(0, l.decodeBatch([record('send-results', 'm-old', old, { 'event-id': resultEventId('biz_1', 'r-old', 'accepted'), 'business-id': 'biz_1' })]));
     expect(skipped).toEqual([]);
     expect(out.outputs).toHaveLength(1);
@@ -146,7 +176,12 @@ describe('TrackerLogic', () => {
     const store = new MemoryStore();
     l.startTask(0, store);
     l.process(0, l.decodeBatch([result('r1', 'm1'), result('r2', 'm2')])).commit!(new Map());
-    expect(l.recipientMessages('+15550002222', 10).map((e) => e.state.messageId).sort()).toEqual(['m1', 'm2']);
+    expect(
+      l
+        .recipientMessages('+15550002222', 10)
+        .map((e) => e.state.messageId)
+        .sort(),
+    ).toEqual(['m1', 'm2']);
     expect(l.ownsTask(0)).toBe(true);
     l.dropTask(0);
     expect(l.ownsTask(0)).toBe(false);

@@ -110,8 +110,14 @@ describe('tracker', () => {
       const m = messageId();
       if (javaCompatibleHash(Buffer.from(m)) % 3 === 0) ids.push(m);
     }
-    await produce(topics.sendResults, ids.map((m, i) => resultRecord(`req-${i}`, m)));
-    await produce(topics.deliveryStatus, ids.map((m) => statusRecord(m, 'delivered', '1700000002')));
+    await produce(
+      topics.sendResults,
+      ids.map((m, i) => resultRecord(`req-${i}`, m)),
+    );
+    await produce(
+      topics.deliveryStatus,
+      ids.map((m) => statusRecord(m, 'delivered', '1700000002')),
+    );
     let tracker = await start(config);
     await until('300 delivered states', async () => [...(await latestByKey(topics.messageState, 300)).latest.values()].filter((s) => s.status === 'delivered').length === 300);
     const before = await latestByKey(topics.messageState);
@@ -137,4 +143,3 @@ describe('tracker', () => {
     expect(await tracker.request('req-7')).toMatchObject({ messageId: ids[7], status: 'read' });
   }, 180_000);
 });
-

@@ -99,8 +99,22 @@ describe('co-partitioned assignment', () => {
   });
 
   it('refuses inputs whose partition counts differ, naming them', () => {
-    expect(() => checkCoPartitioned(new Map([['send-results', 6], ['delivery_status', 3]]))).toThrow(/send-results: 6, delivery_status: 3/);
-    expect(checkCoPartitioned(new Map([['a', 4], ['b', 4]]))).toBe(4);
+    expect(() =>
+      checkCoPartitioned(
+        new Map([
+          ['send-results', 6],
+          ['delivery_status', 3],
+        ]),
+      ),
+    ).toThrow(/send-results: 6, delivery_status: 3/);
+    expect(
+      checkCoPartitioned(
+        new Map([
+          ['a', 4],
+          ['b', 4],
+        ]),
+      ),
+    ).toBe(4);
   });
 
   it('fails at start when the input topics are not co-partitioned', async () => {
@@ -123,7 +137,13 @@ describe('changelog reader', () => {
     await producer.connect();
     cleanups.push(() => producer.disconnect());
     const committed = await producer.transaction();
-    await committed.send({ topic, messages: [{ key: 'k1', value: 'v1', partition: 0 }, { key: 'k2', value: 'v2', partition: 0 }] });
+    await committed.send({
+      topic,
+      messages: [
+        { key: 'k1', value: 'v1', partition: 0 },
+        { key: 'k2', value: 'v2', partition: 0 },
+      ],
+    });
     await committed.commit();
     const aborted = await producer.transaction();
     await aborted.send({ topic, messages: [{ key: 'k1', value: 'ABORTED', partition: 0 }] });
@@ -200,7 +220,11 @@ describe('transactional engine on real Kafka', () => {
     cleanups.push(() => a.engine.stop());
     await a.engine.ready;
     expect(a.engine.ownedTasks()).toEqual([0, 1, 2]);
-    await waitUntil(() => a.engine.stats().recordsIn >= first.length, 40_000, () => `all ${first.length} inputs processed (${a.engine.stats().recordsIn})`);
+    await waitUntil(
+      () => a.engine.stats().recordsIn >= first.length,
+      40_000,
+      () => `all ${first.length} inputs processed (${a.engine.stats().recordsIn})`,
+    );
     await a.engine.stop();
 
     // A restart: counts continue from the changelog, not from zero, and the input is not re-read.
@@ -208,7 +232,11 @@ describe('transactional engine on real Kafka', () => {
     const b = await startCountingEngine(settings);
     cleanups.push(() => b.engine.stop());
     await b.engine.ready;
-    await waitUntil(() => b.engine.stats().recordsIn >= second.length, 30_000, () => `the new inputs processed (${b.engine.stats().recordsIn})`);
+    await waitUntil(
+      () => b.engine.stats().recordsIn >= second.length,
+      30_000,
+      () => `the new inputs processed (${b.engine.stats().recordsIn})`,
+    );
     expect(b.engine.stats().recordsIn).toBe(second.length);
     expect(b.engine.stats().taskStarts).toBeGreaterThanOrEqual(3);
 
@@ -225,12 +253,20 @@ describe('transactional engine on real Kafka', () => {
     const a = await startCountingEngine({ ...settings, delayMs: 10 }, { logger: logger.child({ member: 'a' }), rebalanceTimeoutMs: 10_000 });
     cleanups.push(() => a.engine.stop());
     await a.engine.ready;
-    await waitUntil(() => a.engine.stats().recordsIn >= 200, 30_000, () => 'member a under way');
+    await waitUntil(
+      () => a.engine.stats().recordsIn >= 200,
+      30_000,
+      () => 'member a under way',
+    );
 
     const b = await startCountingEngine({ ...settings, delayMs: 10 }, { logger: logger.child({ member: 'b' }), rebalanceTimeoutMs: 10_000 });
     cleanups.push(() => b.engine.stop());
     await b.engine.ready;
-    await waitUntil(() => a.engine.ownedTasks().length === 2 && b.engine.ownedTasks().length === 2, 30_000, () => `tasks split (a ${a.engine.ownedTasks()}, b ${b.engine.ownedTasks()})`);
+    await waitUntil(
+      () => a.engine.ownedTasks().length === 2 && b.engine.ownedTasks().length === 2,
+      30_000,
+      () => `tasks split (a ${a.engine.ownedTasks()}, b ${b.engine.ownedTasks()})`,
+    );
     expect([...a.engine.ownedTasks(), ...b.engine.ownedTasks()].sort()).toEqual([0, 1, 2, 3]);
 
     // What the group coordinator holds: each member has the same partitions of both inputs.
@@ -246,7 +282,11 @@ describe('transactional engine on real Kafka', () => {
 
     const second = await produceInputs(settings, 800, 800);
     const all = [...first, ...second];
-    await waitUntil(() => a.engine.stats().recordsIn + b.engine.stats().recordsIn >= all.length, 45_000, () => `all inputs processed (${a.engine.stats().recordsIn} + ${b.engine.stats().recordsIn})`);
+    await waitUntil(
+      () => a.engine.stats().recordsIn + b.engine.stats().recordsIn >= all.length,
+      45_000,
+      () => `all inputs processed (${a.engine.stats().recordsIn} + ${b.engine.stats().recordsIn})`,
+    );
     const outputs = await consumeRecords(settings.outputTopic, all.length, { timeoutMs: 20_000, settleMs: 1000 });
     expect(countingProblems(outputs, all)).toEqual([]);
     // Both members did work after the split, and each batch came from the member that owned its task.
@@ -262,7 +302,11 @@ describe('transactional engine on real Kafka', () => {
     const a = await startCountingEngine(settings, { logger: logger.child({ member: 'a' }), rebalanceTimeoutMs: 8_000 });
     cleanups.push(() => a.engine.stop());
     await a.engine.ready;
-    await waitUntil(() => a.engine.stats().recordsIn >= first.length, 30_000, () => 'first inputs processed by a');
+    await waitUntil(
+      () => a.engine.stats().recordsIn >= first.length,
+      30_000,
+      () => 'first inputs processed by a',
+    );
 
     // Hold a's next batch inside process(): no heartbeat, so the group drops it after its session.
     let held: (() => void) | undefined;
@@ -279,11 +323,23 @@ describe('transactional engine on real Kafka', () => {
     const b = await startCountingEngine(settings, { logger: logger.child({ member: 'b' }), rebalanceTimeoutMs: 8_000 });
     cleanups.push(() => b.engine.stop());
     // b owns every task: it fenced a's producers when it started them.
-    await waitUntil(() => b.engine.ownedTasks().length === 2, 40_000, () => `b owns both tasks (${b.engine.ownedTasks()})`);
+    await waitUntil(
+      () => b.engine.ownedTasks().length === 2,
+      40_000,
+      () => `b owns both tasks (${b.engine.ownedTasks()})`,
+    );
     // a may have committed part of the second wave before it stalled; b does the rest, held batch included.
-    await waitUntil(() => a.engine.stats().recordsIn + b.engine.stats().recordsIn >= first.length + second.length, 30_000, () => `b processed the rest (${a.engine.stats().recordsIn} + ${b.engine.stats().recordsIn})`);
+    await waitUntil(
+      () => a.engine.stats().recordsIn + b.engine.stats().recordsIn >= first.length + second.length,
+      30_000,
+      () => `b processed the rest (${a.engine.stats().recordsIn} + ${b.engine.stats().recordsIn})`,
+    );
     held!();
-    await waitUntil(() => a.engine.stats().fenced >= 1, 20_000, () => 'a fenced');
+    await waitUntil(
+      () => a.engine.stats().fenced >= 1,
+      20_000,
+      () => 'a fenced',
+    );
     const fencedLines = lines.filter((l) => l.includes('task fenced'));
     expect(fencedLines.length).toBeGreaterThanOrEqual(1);
     expect(JSON.parse(fencedLines[0]!)).toMatchObject({ level: 30, member: 'a' });
@@ -292,9 +348,12 @@ describe('transactional engine on real Kafka', () => {
     // a rejoins and takes its share back (fencing b in turn); everything stays exact.
     const third = await produceInputs(settings, 400, 300);
     const all = [...first, ...second, ...third];
-    await waitUntil(() => a.engine.stats().recordsIn + b.engine.stats().recordsIn >= all.length, 60_000, () => `all processed (${a.engine.stats().recordsIn} + ${b.engine.stats().recordsIn})`);
+    await waitUntil(
+      () => a.engine.stats().recordsIn + b.engine.stats().recordsIn >= all.length,
+      60_000,
+      () => `all processed (${a.engine.stats().recordsIn} + ${b.engine.stats().recordsIn})`,
+    );
     const outputs = await consumeRecords(settings.outputTopic, all.length, { timeoutMs: 20_000, settleMs: 1500 });
     expect(countingProblems(outputs, all)).toEqual([]);
   }, 150_000);
 });
-
