@@ -14,12 +14,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Kafka, logLevel, type Message } from 'kafkajs';
-import { eventIdOf, resultEventId } from '../src/contracts/index.js';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 import { loadConfig } from '../src/config/load.js';
 import { changelogTopicConfig } from '../src/tracker/index.js';
-import { statusEvent } from '../test/ingress/fixtures.js';
+import { messageLifeRecords } from '../test/tracker/harness.js';
 
 const { values: args } = parseArgs({ options: { messages: { type: 'string', default: '50000' } } });
 const M = Number(args.messages);
@@ -51,22 +50,8 @@ await ensureTopics(
     const statuses: Message[] = [];
     for (let i = from; i < Math.min(M, from + 2000); i++) {
       const m = `01KS${id.toUpperCase()}${String(i).padStart(14, '0')}`;
-      const value = JSON.stringify({
-        requestId: `req-${i}`,
-        businessId: 'biz_1',
-        outcome: 'accepted',
-        messageId: m,
-        type: 'text',
-        recipient: '+15550002222',
-        attempts: 1,
-        acceptedAt: '2026-11-24T10:00:00.000Z',
-        maybeSent: false,
-      });
-      results.push({ key: m, value, headers: { 'event-id': resultEventId('biz_1', `req-${i}`, 'accepted'), 'business-id': 'biz_1' } });
-      ['sent', 'delivered', 'read'].forEach((s, k) => {
-        const body = statusEvent(m, s, { timestamp: String(1764000000 + k) });
-        statuses.push({ key: m, value: body, headers: { 'event-id': eventIdOf(body), 'business-id': 'biz_1' } });
-      });
+      for (const r of messageLifeRecords(`req-${i}`, m, { firstStatusAt: 1764000000, acceptedAt: '2026-11-24T10:00:00.000Z' }))
+        (r.topic === 'results' ? results : statuses).push({ key: r.key, value: r.value, headers: r.headers });
     }
     await producer.sendBatch({
       acks: -1,

@@ -17,7 +17,6 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { Kafka, logLevel } from 'kafkajs';
 import { loadConfig } from '../src/config/load.js';
-import { eventIdOf, resultEventId } from '../src/contracts/index.js';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 import type { ConsumedRecord } from '../src/kafka/group-consumer.js';
@@ -26,7 +25,8 @@ import { TrackerLogic } from '../src/tracker/tracker-logic.js';
 import { TaskStore } from '../src/tracker/state-store.js';
 import { messageStateCache } from '../src/tracker/state-cache.js';
 import { applyEvent } from '../src/tracker/state-rules.js';
-import { messageId, statusEvent } from '../test/ingress/fixtures.js';
+import { messageId } from '../test/ingress/fixtures.js';
+import { messageLifeRecords, type LifeRecord } from '../test/tracker/harness.js';
 
 const { values: args } = parseArgs({ options: { messages: { type: 'string', default: '50000' }, batch: { type: 'string', default: '500,2000' } } });
 const M = Number(args.messages);
@@ -39,34 +39,9 @@ const kafka = new Kafka({ clientId: 'bench-tracker', brokers, logLevel: logLevel
 const admin = kafka.admin();
 await admin.connect();
 
-interface Event {
-  topic: 'results' | 'status';
-  key: string;
-  value: string;
-  headers: Record<string, string>;
-}
+type Event = LifeRecord;
 function events(count: number): Event[] {
-  const out: Event[] = [];
-  for (let i = 0; i < count; i++) {
-    const m = messageId();
-    const value = JSON.stringify({
-      requestId: `req-${i}`,
-      businessId: 'biz_1',
-      outcome: 'accepted',
-      messageId: m,
-      type: 'text',
-      recipient: '+15550002222',
-      attempts: 1,
-      acceptedAt: '2023-11-14T22:13:00.000Z',
-      maybeSent: false,
-    });
-    out.push({ topic: 'results', key: m, value, headers: { 'event-id': resultEventId('biz_1', `req-${i}`, 'accepted'), 'business-id': 'biz_1' } });
-    ['sent', 'delivered', 'read'].forEach((status, k) => {
-      const body = statusEvent(m, status, { timestamp: String(1700000001 + k) });
-      out.push({ topic: 'status', key: m, value: body, headers: { 'event-id': eventIdOf(body), 'business-id': 'biz_1' } });
-    });
-  }
-  return out;
+  return Array.from({ length: count }, (_, i) => messageLifeRecords(`req-${i}`, messageId())).flat();
 }
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const sumOffsets = async (topic: string) => (await admin.fetchTopicOffsets(topic)).reduce((n, p) => n + Number(p.offset), 0);

@@ -232,19 +232,13 @@ export async function startTracker(options: StartTrackerOptions): Promise<Tracke
   }, 60_000);
   sweep.unref();
 
-  const message = async (id: string) => {
-    const state = await queries.message(id);
-    return state;
-  };
-  const request = async (id: string) => queries.request(id);
-
   return {
     ready: engine.ready,
     isReady: () => engine.isReady(),
     metrics: registry,
     address: health?.url,
-    message,
-    request,
+    message: (id) => queries.message(id),
+    request: (id) => queries.request(id),
     drain: once(async () => {
       clearInterval(sweep);
       clearInterval(residency);

@@ -116,16 +116,15 @@ afterEach(async () => {
   publishers = [];
 });
 
+/** The bounds every test publisher shares (tests override what they are about). */
+const BOUNDS = { batchMaxEvents: 100, batchMaxBytes: 1_000_000, queueMaxEvents: 1000, queueMaxBytes: 10_000_000, reconnectBackoffMs: { initial: 5, max: 20 } };
+
 async function setup(overrides: Partial<BatchingPublisherOptions> = {}) {
   const kafka = new FakeKafka();
   const publisher = new BatchingPublisher({
     createProducer: kafka.create,
-    batchMaxEvents: 100,
-    batchMaxBytes: 1_000_000,
-    queueMaxEvents: 1000,
-    queueMaxBytes: 10_000_000,
+    ...BOUNDS,
     publishTimeoutMs: 5000,
-    reconnectBackoffMs: { initial: 5, max: 20 },
     ...overrides,
   });
   publishers.push(publisher);
@@ -424,15 +423,11 @@ describe('BatchingPublisher', () => {
       kafka.layout = layout(leaders);
       const publisher = new BatchingPublisher({
         createProducer: kafka.create,
-        batchMaxEvents: 100,
-        batchMaxBytes: 1_000_000,
-        queueMaxEvents: 1000,
-        queueMaxBytes: 10_000_000,
+        ...BOUNDS,
         publishTimeoutMs: 200,
         sweepIntervalMs: 10,
         layoutRefreshMs: 20,
         probeTopics: [TOPIC],
-        reconnectBackoffMs: { initial: 5, max: 20 },
         ...overrides,
       });
       publishers.push(publisher);

@@ -46,6 +46,23 @@ export function statusRecord(message: string, status: string, timestamp: string)
   return { key: message, value, headers: { 'event-id': eventIdOf(value), 'business-id': 'biz_1' } };
 }
 
+/** An input record of the tracker, with the input topic it goes to. */
+export interface LifeRecord {
+  topic: 'results' | 'status';
+  key: string;
+  value: string;
+  headers: Record<string, string>;
+}
+
+/** One message's whole life as input: its accepted result, then sent, delivered and read one second apart from `firstStatusAt` (epoch seconds). */
+export function messageLifeRecords(requestId: string, message: string, options: { firstStatusAt?: number; acceptedAt?: string } = {}): LifeRecord[] {
+  const first = options.firstStatusAt ?? 1700000001;
+  return [
+    { topic: 'results', ...resultRecord(requestId, message, options.acceptedAt) },
+    ...(['sent', 'delivered', 'read'] as const).map((status, k) => ({ topic: 'status' as const, ...statusRecord(message, status, String(first + k)) })),
+  ];
+}
+
 export function inboundRecord(customer: string, timestamp: string) {
   const value = inboundEvent(customer, 'hi', { timestamp });
   return { key: customer, value, headers: { 'event-id': eventIdOf(value), 'business-id': 'biz_1' } };

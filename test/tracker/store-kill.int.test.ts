@@ -2,10 +2,9 @@ import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { eventIdOf, resultEventId } from '../../src/contracts/index.js';
-import { messageId, statusEvent } from '../ingress/fixtures.js';
+import { messageId } from '../ingress/fixtures.js';
 import { createTopics, produce } from '../helpers/kafka.js';
-import { statesPerKey, trackerEnv } from './harness.js';
+import { messageLifeRecords, statesPerKey, trackerEnv } from './harness.js';
 
 /**
  * The local store under kill -9 at the three moments that matter (README "Local store"):
@@ -40,25 +39,8 @@ describe('tracker store under kill -9', () => {
     await createTopics([topics.results, topics.status, topics.messages], 3);
     const N = 900;
     const ids = Array.from({ length: N }, () => messageId());
-    const events: { topic: string; key: string; value: string; headers: Record<string, string> }[] = [];
-    ids.forEach((m, i) => {
-      const value = JSON.stringify({
-        requestId: `req-${i}`,
-        businessId: 'biz_1',
-        outcome: 'accepted',
-        messageId: m,
-        type: 'text',
-        recipient: '+15550002222',
-        attempts: 1,
-        acceptedAt: '2023-11-14T22:13:00.000Z',
-        maybeSent: false,
-      });
-      events.push({ topic: topics.results, key: m, value, headers: { 'event-id': resultEventId('biz_1', `req-${i}`, 'accepted'), 'business-id': 'biz_1' } });
-      ['sent', 'delivered', 'read'].forEach((status, k) => {
-        const body = statusEvent(m, status, { timestamp: String(1700000001 + k) });
-        events.push({ topic: topics.status, key: m, value: body, headers: { 'event-id': eventIdOf(body), 'business-id': 'biz_1' } });
-      });
-    });
+    const inputTopic = { results: topics.results, status: topics.status };
+    const events = ids.flatMap((m, i) => messageLifeRecords(`req-${i}`, m).map((r) => ({ ...r, topic: inputTopic[r.topic] })));
     for (let i = events.length - 1; i > 0; i--) {
       const j = Math.floor(Math.random() * (i + 1));
       [events[i], events[j]] = [events[j]!, events[i]!];
