@@ -9,12 +9,3 @@ export function decodeValue(value: Buffer | null): unknown {
     return text;
   }
 }
-
-export function headersToStrings(headers: Record<string, Buffer | string | (Buffer | string)[] | undefined> | undefined): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const [name, value] of Object.entries(headers ?? {})) {
-    if (value === undefined) continue;
-    out[name] = Array.isArray(value) ? value.map(String).join(',') : value.toString();
-  }
-  return out;
-}

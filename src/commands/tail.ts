@@ -3,7 +3,8 @@ import type { Command } from 'commander';
 import { createConsumer, createKafka } from '../kafka/client.js';
 import { commandConfig, operatorBrokers } from './context.js';
 import { parseIntegerOption } from './options.js';
-import { decodeValue, headersToStrings } from './render.js';
+import { decodeValue } from './render.js';
+import { headersToStrings } from '../kafka/headers.js';
 
 interface TailOptions {
   fromBeginning?: boolean;

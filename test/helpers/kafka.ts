@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Kafka, logLevel, type Admin } from 'kafkajs';
 import { inject } from 'vitest';
-import { headersToStrings as decodeHeaders } from '../../src/commands/render.js';
+import { headersToStrings as decodeHeaders } from '../../src/kafka/headers.js';
 import { ensureTopics } from '../../src/kafka/topics.js';
 
 /** Brokers of the Kafka the suite started (see test/global-setup.ts). */

@@ -10,7 +10,7 @@ import { startSender, type Sender, type StartSenderOptions } from '../../src/sen
 import { startSimulator, type RunningSimulator, type SendRecord, type SimulatorOptions } from '../../src/simulator/index.js';
 import { ensureTopics } from '../../src/kafka/topics.js';
 import { kafkaBrokers, uniqueTopic, withAdmin, type ReadRecord } from '../helpers/kafka.js';
-import { headersToStrings as decodeHeaders } from '../../src/commands/render.js';
+import { headersToStrings as decodeHeaders } from '../../src/kafka/headers.js';
 
 /** A client that rides out a busy broker (new topics whose leaders are still settling). */
 function patientKafka(clientId: string, brokers = kafkaBrokers()): Kafka {
