@@ -1,22 +1,10 @@
-import {
-  eventIdOf,
-  resultEventId,
-  HEADER,
-  SCHEMA_ID,
-  sendRequestRecipient,
-  sendRequestSchema,
-  type AcceptedSendResult,
-  type ExpiredSendResult,
-  type RejectedSendResult,
-  type SendFailure,
-  type SendOperation,
-  type SendRequest,
-} from '../contracts/index.js';
-import type { AttemptOutcome } from './retry-policy.js';
+import { sendRequestRecipient, sendRequestSchema, type ExpiredSendResult, type SendOperation, type SendRequest } from '../contracts/index.js';
+import { deadLetter, type StoredResult } from './result-records.js';
 
 /**
- * From a `send-requests` record to a provider call, and from an outcome to a `send-results`
- * or `send-requests-dlq` record. Pure: no Kafka, no HTTP.
+ * From a `send-requests` record to a job: a provider call, or a DLQ record for a request that
+ * can never be sent (the records themselves are built in result-records.ts). Pure: no Kafka,
+ * no HTTP.
  */
 
 export type HeaderValue = string | Buffer;
@@ -176,7 +164,8 @@ function readableId(value: unknown, max: number): string | undefined {
   return typeof value === 'string' && value.length > 0 && value.length <= max ? value : undefined;
 }
 
-interface Claim {
+/** The ids a record claims, read even when it is not a valid request. */
+export interface Claim {
   requestId: string | undefined;
   businessId: string | undefined;
 }
@@ -187,209 +176,7 @@ function claimedIds(json: unknown): Claim {
   return { requestId: readableId(value.requestId, 256), businessId: readableId(value.businessId, 128) };
 }
 
-/** Header names the relay sets itself; a request's own copies of them are not carried over. */
-const RELAY_HEADERS = new Set<string>([HEADER.eventId, HEADER.businessId, HEADER.receivedAt, HEADER.contentType, HEADER.schema, HEADER.errorReason]);
-
-/** The request's headers (traceparent, correlation-*, anything else) minus the relay's own names. */
-export function copyHeaders(headers: RecordHeaders): Record<string, HeaderValue> {
-  const out: Record<string, HeaderValue> = {};
-  for (const [name, value] of Object.entries(headers)) {
-    if (value === undefined || RELAY_HEADERS.has(name.toLowerCase())) continue;
-    const first = Array.isArray(value) ? value[0] : value;
-    if (first !== undefined) out[name] = first;
-  }
-  return out;
-}
-
-const MAX_REASON = 1000;
-
 function dlqJob(record: IncomingRecord, code: DlqCode, reason: string, claim: Claim, isJson: boolean, receivedAt: number): DlqJob {
-  const value = record.value ?? Buffer.alloc(0);
-  const shortReason = reason.length > MAX_REASON ? `${reason.slice(0, MAX_REASON)}…` : reason;
-  const headers: Record<string, HeaderValue> = {
-    ...copyHeaders(record.headers),
-    [HEADER.eventId]: eventIdOf(value),
-    [HEADER.receivedAt]: String(receivedAt),
-    [HEADER.contentType]: isJson ? 'application/json' : 'application/octet-stream',
-    [HEADER.schema]: SCHEMA_ID.sendRequestsDlq,
-    [HEADER.errorReason]: shortReason,
-    'error-code': code,
-    'source-topic': record.topic,
-    'source-partition': String(record.partition),
-    'source-offset': record.offset,
-  };
-  if (claim.businessId !== undefined) headers[HEADER.businessId] = claim.businessId;
-  let result: DlqJob['result'];
-  if (claim.requestId !== undefined) {
-    const rejected: RejectedSendResult = {
-      requestId: claim.requestId,
-      ...(claim.businessId !== undefined ? { businessId: claim.businessId } : {}),
-      outcome: 'rejected',
-      attempts: 0,
-      maybeSent: false,
-      rejectedAt: new Date(receivedAt).toISOString(),
-      error: { message: `the request was sent to the dead-letter topic and will never be sent: ${shortReason}`, type: 'RELAY_INVALID_REQUEST', code, retriable: false },
-    };
-    result = storedResult(rejected);
-  }
-  return { kind: 'dlq', reason, code, record: { key: record.key, value, headers }, receivedAt, requestId: claim.requestId, result };
-}
-
-/**
- * The DLQ copy of a request that would not fit in a record (`maxBytes`, the topic's
- * max.message.bytes less room for the batch): its value is replaced by a reference to the
- * original record, which stays in the source topic until retention removes it.
- */
-export function fitDlqRecord<R extends { key: string | Buffer | null; value: string | Buffer; headers: Record<string, HeaderValue> }>(record: R, maxBytes: number): R | OutgoingRecord {
-  if (recordSize(record) <= maxBytes) return record;
-  const headers = { ...record.headers };
-  const original = Buffer.byteLength(record.value);
-  const reference = {
-    truncated: true,
-    originalBytes: original,
-    sourceTopic: String(headers['source-topic'] ?? ''),
-    sourcePartition: Number(headers['source-partition'] ?? -1),
-    sourceOffset: String(headers['source-offset'] ?? ''),
-  };
-  headers[HEADER.errorReason] = `${String(headers[HEADER.errorReason] ?? '')} (the original ${original} bytes do not fit in the DLQ topic: value replaced by a reference to the source record)`.slice(
-    0,
-    MAX_REASON + 200,
-  );
-  headers[HEADER.contentType] = 'application/json';
-  headers['dlq-value'] = 'reference';
-  let fitted: OutgoingRecord = { key: record.key, value: Buffer.from(JSON.stringify(reference)), headers };
-  // Headers copied from the request can be large too: keep only the relay's own.
-  if (recordSize(fitted) > maxBytes) {
-    const own: Record<string, HeaderValue> = {};
-    for (const name of [...RELAY_HEADERS, 'error-code', 'source-topic', 'source-partition', 'source-offset', 'dlq-value']) if (headers[name] !== undefined) own[name] = headers[name];
-    fitted = { key: typeof record.key === 'string' || record.key === null ? record.key : record.key.subarray(0, 1024), value: fitted.value, headers: own };
-  }
-  return fitted;
-}
-
-function recordSize(record: { key: string | Buffer | null; value: string | Buffer; headers: Record<string, HeaderValue> }): number {
-  let size = Buffer.byteLength(record.value) + (record.key === null ? 0 : Buffer.byteLength(record.key)) + 64;
-  for (const [name, value] of Object.entries(record.headers)) size += Buffer.byteLength(name) + Buffer.byteLength(value) + 8;
-  return size;
-}
-
-export function acceptedResult(job: SendJob, messageId: string, attempts: number, maybeSent: boolean, at: Date): AcceptedSendResult {
-  return {
-    requestId: job.request.requestId,
-    businessId: job.businessId,
-    outcome: 'accepted',
-    messageId,
-    type: job.request.type,
-    recipient: job.recipient,
-    attempts,
-    maybeSent,
-    acceptedAt: at.toISOString(),
-    ...sentAs(job),
-  };
-}
-
-export function rejectedResult(job: SendJob, error: SendFailure, attempts: number, maybeSent: boolean, at: Date): RejectedSendResult {
-  return {
-    requestId: job.request.requestId,
-    businessId: job.businessId,
-    outcome: 'rejected',
-    type: job.request.type,
-    recipient: job.recipient,
-    attempts,
-    maybeSent,
-    rejectedAt: at.toISOString(),
-    error: maybeSent ? { ...error, maybeSent: true, message: `${error.message} (an earlier attempt may have created the message: do not resend blindly)` } : error,
-    ...sentAs(job),
-  };
-}
-
-export function expiredResult(job: SendJob, attempts: number, maybeSent: boolean, at: Date): ExpiredSendResult {
-  return {
-    requestId: job.request.requestId,
-    businessId: job.businessId,
-    outcome: 'expired',
-    type: job.request.type,
-    recipient: job.recipient,
-    attempts,
-    maybeSent,
-    expiresAt: new Date(job.expiry.at).toISOString(),
-    expiredBy: job.expiry.by,
-    expiredAt: at.toISOString(),
-    ...sentAs(job),
-  };
-}
-
-function sentAs(job: SendJob): { sentAs?: 'template' } {
-  return job.sentAs ? { sentAs: job.sentAs } : {};
-}
-
-/** The `error` of a rejected result: the provider's error object when it sent one, else the relay's description. */
-export function failureOf(outcome: AttemptOutcome, retriable: boolean): SendFailure {
-  switch (outcome.kind) {
-    case 'http-error':
-      if (outcome.error) {
-        const { message, type, code, userTitle, userMessage, cntTraceId, details } = outcome.error;
-        return dropUndefined({ httpStatus: outcome.status, message, type, code, userTitle, userMessage, cntTraceId, details, retriable });
-      }
-      return dropUndefined({
-        httpStatus: outcome.status,
-        message: `the provider answered HTTP ${outcome.status}${outcome.bodySnippet ? `: ${outcome.bodySnippet}` : ''}`,
-        type: 'RELAY_HTTP_ERROR',
-        code: `RELAY_HTTP_${outcome.status}`,
-        retriable,
-      });
-    case 'invalid-response':
-      return {
-        httpStatus: outcome.status,
-        message: `the provider answered HTTP ${outcome.status} without a message id; the message may or may not exist${outcome.bodySnippet ? `: ${outcome.bodySnippet}` : ''}`,
-        type: 'RELAY_INVALID_RESPONSE',
-        code: 'RELAY_CREATED_WITHOUT_ID',
-        retriable,
-      };
-    case 'timeout':
-      return { message: outcome.message, type: 'RELAY_TRANSPORT_ERROR', code: 'RELAY_TIMEOUT', retriable };
-    case 'network':
-      return { message: `${outcome.code}: ${outcome.message}`, type: 'RELAY_TRANSPORT_ERROR', code: 'RELAY_NETWORK_ERROR', retriable };
-    case 'accepted':
-      throw new Error('an accepted outcome is not a failure');
-  }
-}
-
-function dropUndefined<T extends Record<string, unknown>>(value: T): T {
-  for (const key of Object.keys(value)) if (value[key] === undefined) delete value[key];
-  return value;
-}
-
-/** The `send-results` record: keyed by the message id (the request id when there is none). */
-export function resultRecord(result: AcceptedSendResult | RejectedSendResult | ExpiredSendResult): { key: string; value: Buffer } {
-  const value = Buffer.from(JSON.stringify(result));
-  return { key: result.outcome === 'accepted' ? result.messageId : result.requestId, value };
-}
-
-/** A result ready to publish (and to keep for repeats of its request). */
-export interface StoredResult {
-  key: string;
-  value: Buffer;
-  businessId: string | undefined;
-  eventId: string;
-}
-
-export function storedResult(result: AcceptedSendResult | RejectedSendResult | ExpiredSendResult): StoredResult {
-  return { ...resultRecord(result), businessId: result.businessId, eventId: resultEventId(result.businessId ?? '', result.requestId, result.outcome) };
-}
-
-/**
- * Headers of a result record: the request's headers, then the relay's. `event-id` is derived
- * from (business, request id, outcome), so a result written again carries the same id.
- */
-export function resultHeaders(stored: Pick<StoredResult, 'businessId' | 'eventId'>, requestHeaders: RecordHeaders, receivedAt: number): Record<string, HeaderValue> {
-  const headers: Record<string, HeaderValue> = {
-    ...copyHeaders(requestHeaders),
-    [HEADER.eventId]: stored.eventId,
-    [HEADER.receivedAt]: String(receivedAt),
-    [HEADER.contentType]: 'application/json',
-    [HEADER.schema]: SCHEMA_ID.sendResult,
-  };
-  if (stored.businessId !== undefined) headers[HEADER.businessId] = stored.businessId;
-  return headers;
+  const { record: copy, result } = deadLetter(record, code, reason, claim, isJson, receivedAt);
+  return { kind: 'dlq', reason, code, record: copy, receivedAt, requestId: claim.requestId, result };
 }

@@ -1,22 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { sendResultSchema } from '../../src/contracts/index.js';
-import { decodeCompleted, encodeCompleted } from '../../src/sender/offset-metadata.js';
-import {
-  acceptedResult,
-  expiredResult,
-  expiryOf,
-  failureOf,
-  fitDlqRecord,
-  prepareJob as prepare,
-  rejectedResult,
-  resolveBusiness,
-  resultHeaders,
-  resultRecord,
-  storedResult,
-  type DlqJob,
-  type IncomingRecord,
-  type SendJob,
-} from '../../src/sender/requests.js';
+import { expiryOf, prepareJob as prepare, resolveBusiness, type DlqJob, type IncomingRecord, type SendJob } from '../../src/sender/requests.js';
 
 const DAY = 86_400_000;
 const prepareJob = (r: IncomingRecord, businesses: ReadonlyMap<string, string>, receivedAt: number, producedAt?: number) => prepare(r, businesses, { receivedAt, producedAt, maxRequestAgeMs: DAY });
@@ -88,62 +72,6 @@ describe('send requests', () => {
     expect(invalid.kind === 'dlq' && invalid.record.headers['business-id']).toBe('biz_1');
   });
 
-  it('builds results that match the contract, keyed by message id (request id when rejected)', () => {
-    const job = prepareJob(
-      record({ requestId: 'r1', type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' } }, { traceparent: 'tp', 'correlation-id': 'c' }),
-      one,
-      5,
-    ) as SendJob;
-    const accepted = acceptedResult(job, 'm-1', 2, false, new Date(0));
-    expect(sendResultSchema.parse(accepted)).toEqual(accepted);
-    expect(resultRecord(accepted).key).toBe('m-1');
-    const rejected = rejectedResult(
-      job,
-      failureOf({ kind: 'http-error', status: 400, error: { message: 'bad', type: 'ERROR_TYPE_INVALID_REQUEST', code: 'ERROR_CODE_X', cntTraceId: '9' } }, false),
-      1,
-      false,
-      new Date(0),
-    );
-    expect(sendResultSchema.parse(rejected)).toEqual(rejected);
-    expect(rejected.error).toEqual({ httpStatus: 400, message: 'bad', type: 'ERROR_TYPE_INVALID_REQUEST', code: 'ERROR_CODE_X', cntTraceId: '9', retriable: false });
-    expect(resultRecord(rejected).key).toBe('r1');
-    const stored = storedResult(accepted);
-    expect(resultHeaders(stored, job.headers, 5)).toMatchObject({
-      traceparent: 'tp',
-      'correlation-id': 'c',
-      'business-id': 'biz_1',
-      schema: 'send-result/v1',
-      'content-type': 'application/json',
-      'received-at': '5',
-    });
-    for (const outcome of [
-      { kind: 'timeout', message: 't', requestWritten: true },
-      { kind: 'network', code: 'ECONNRESET', message: 'reset', requestWritten: false },
-      { kind: 'http-error', status: 503, bodySnippet: 'oops' },
-      { kind: 'invalid-response', status: 200 },
-    ] as const) {
-      sendResultSchema.parse(rejectedResult(job, failureOf(outcome, true), 3, false, new Date(0)));
-    }
-    const unsure = rejectedResult(job, failureOf({ kind: 'timeout', message: 'no answer', requestWritten: true }, true), 2, true, new Date(0));
-    expect(unsure).toMatchObject({ maybeSent: true, error: { maybeSent: true, message: expect.stringMatching(/may have created the message/) } });
-    sendResultSchema.parse(unsure);
-    const expired = expiredResult(job, 0, false, new Date(0));
-    expect(sendResultSchema.parse(expired)).toEqual(expired);
-    expect(resultRecord(expired).key).toBe('r1');
-  });
-
-  it('derives the event-id from business, request id and outcome, not from the bytes', () => {
-    const job = prepareJob(record({ requestId: 'r1', type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' } }), one, 5) as SendJob;
-    const first = storedResult(acceptedResult(job, 'm-1', 1, false, new Date(0)));
-    const again = storedResult(acceptedResult(job, 'm-2', 3, true, new Date(99)));
-    expect(again.eventId).toBe(first.eventId);
-    expect(again.value.equals(first.value)).toBe(false);
-    const rejected = storedResult(rejectedResult(job, failureOf({ kind: 'http-error', status: 503 }, true), 1, false, new Date(0)));
-    expect(rejected.eventId).not.toBe(first.eventId);
-    const other = prepareJob(record({ requestId: 'r2', type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' } }), one, 5) as SendJob;
-    expect(storedResult(acceptedResult(other, 'm-1', 1, false, new Date(0))).eventId).not.toBe(first.eventId);
-  });
-
   it('gives every DLQ job with a readable request id its rejected result, with a code per cause', () => {
     const text = (extra: Record<string, unknown>) => ({ requestId: 'r9', type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' }, ...extra });
     const cases: [unknown, string][] = [
@@ -191,44 +119,5 @@ describe('send requests', () => {
     expect(job.body).not.toHaveProperty('expiresAt');
     // No record timestamp: the time the sender took it.
     expect((prepareJob(record({ ...base, ttlMs: 10 }), one, 50_000) as SendJob).expiry).toEqual({ at: 50_010, by: 'ttlMs' });
-  });
-
-  it('fits a DLQ copy that would not fit in the topic by replacing its value with a reference', () => {
-    const big = { key: 'k', value: Buffer.alloc(2_000_000, 'a'), headers: { 'error-reason': 'x', 'source-topic': 't', 'source-partition': '3', 'source-offset': '99', traceparent: 'tp' } };
-    expect(fitDlqRecord({ ...big, value: Buffer.from('small') }, 1_000_000).value.toString()).toBe('small');
-    const fitted = fitDlqRecord(big, 1_000_000);
-    expect(JSON.parse(fitted.value.toString())).toEqual({ truncated: true, originalBytes: 2_000_000, sourceTopic: 't', sourcePartition: 3, sourceOffset: '99' });
-    const headers = fitted.headers as Record<string, unknown>;
-    expect(headers['dlq-value']).toBe('reference');
-    expect(String(headers['error-reason'])).toMatch(/do not fit/);
-    expect(headers.traceparent).toBe('tp');
-  });
-});
-
-describe('commit metadata', () => {
-  it('round-trips the finished offsets above a commit point', () => {
-    const encoded = encodeCompleted(100, [101, 103, 108, 250]);
-    expect(encoded).toMatch(/^mb1:100:[A-Za-z0-9_-]+$/);
-    expect(decodeCompleted(encoded, 100)).toEqual([101, 103, 108, 250]);
-    expect(encodeCompleted(100, [])).toBeNull();
-    expect(encodeCompleted(100, [99, 100])).toBeNull();
-  });
-
-  it('ignores metadata written for another offset or in another format', () => {
-    const encoded = encodeCompleted(100, [101]);
-    expect(decodeCompleted(encoded, 101)).toEqual([]);
-    expect(decodeCompleted('', 100)).toEqual([]);
-    expect(decodeCompleted(null, 100)).toEqual([]);
-    expect(decodeCompleted('something else', 100)).toEqual([]);
-    expect(decodeCompleted('mb1:100:!!', 100)).toEqual([]);
-  });
-
-  it('stays under the size limit by dropping the highest offsets (which then run again, never lost)', () => {
-    const offsets = Array.from({ length: 50_000 }, (_, i) => 1 + i * 2);
-    const encoded = encodeCompleted(0, offsets, 4000)!;
-    expect(encoded.length).toBeLessThanOrEqual(4000);
-    const decoded = decodeCompleted(encoded, 0);
-    expect(decoded.length).toBeGreaterThan(10_000);
-    expect(decoded).toEqual(offsets.slice(0, decoded.length));
   });
 });
