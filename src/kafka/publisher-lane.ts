@@ -1,12 +1,13 @@
 import { performance } from 'node:perf_hooks';
 import { assertWritable, NotWritableError, type ClusterLayout, type ProducerFactory, type RecordProducer } from './port.js';
+import { ReplaceableProducer } from './replaceable-producer.js';
 
 /**
  * One lane of the batching publisher (batching-publisher.ts): one leader broker, its producer,
  * its one produce request in flight, and its health as a small state machine. A lane whose
- * producer fails throws it away and connects a new one (racing up to three, with backoff); it
- * counts as ready only once Kafka proved that its partitions take writes. The states and why
- * are in src/kafka/README.md.
+ * producer fails throws it away (replaceable-producer.ts) and connects a new one (racing up to
+ * three, with backoff); it counts as ready only once Kafka proved that its partitions take
+ * writes. The states and why are in src/kafka/README.md.
  */
 
 /**
@@ -111,7 +112,7 @@ export function bootstrapAddresses(layout: ClusterLayout | undefined, lanes: Ite
 /** One leader broker; `B` is the publisher's batch, of which the lane carries at most one. */
 export class PublisherLane<B> {
   private current: LaneState = 'down';
-  private producerNow: RecordProducer | undefined;
+  private readonly producers = new ReplaceableProducer();
   private inFlight: B | undefined;
   /** Its producer's metadata may predate the current layout: refreshed before its next batch. */
   private staleNow = false;
@@ -147,7 +148,7 @@ export class PublisherLane<B> {
   }
 
   get producer(): RecordProducer | undefined {
-    return this.producerNow;
+    return this.producers.current;
   }
 
   /** The batch in flight, if any. */
@@ -204,7 +205,7 @@ export class PublisherLane<B> {
 
   /** Start: connects this lane's first producer and proves it; rejects when it cannot connect. */
   async start(producer: RecordProducer): Promise<void> {
-    this.producerNow = producer;
+    this.producers.use(producer);
     this.on('connect');
     await producer.connect();
     this.on('connected');
@@ -216,22 +217,20 @@ export class PublisherLane<B> {
   /** The publisher drained: stops connecting; returns the producer to close. */
   close(): RecordProducer | undefined {
     this.cancelBackoff?.();
-    const producer = this.producerNow;
-    this.producerNow = undefined;
+    const producer = this.producers.close();
     this.on('close');
     return producer;
   }
 
   /** Throws a failed producer away (never reused, see README) and connects a new one. */
   replaceProducer(failed: RecordProducer, error: unknown): void {
-    if (this.producerNow !== failed || this.host.closed()) return;
+    if (this.producers.current !== failed || this.host.closed()) return;
     this.on('failed');
-    this.producerNow = undefined;
+    this.producers.discard(failed);
     this.failedAt = performance.now();
     const layout = this.host.layout();
     this.failedLayout = layout ? layoutSignature(layout) : '';
     this.opts.observer.connection?.(false, error, this.broker);
-    void failed.disconnect().catch(noop);
     void this.reconnect(true);
     // The failure may mean the leader moved: ask where the partitions are now.
     void this.host.refreshLayout();
@@ -251,7 +250,7 @@ export class PublisherLane<B> {
             await producer.disconnect().catch(noop);
             return;
           }
-          this.producerNow = producer;
+          this.producers.use(producer);
           this.on('connected');
           this.staleNow = false;
           this.heardAt = performance.now();
@@ -309,7 +308,7 @@ export class PublisherLane<B> {
     }
     try {
       const layout = await withTimeout(producer.layout(topics), this.opts.probeTimeoutMs, `metadata of ${topics.join(', ')}`);
-      if (this.producerNow !== producer) return;
+      if (this.producers.current !== producer) return;
       this.host.applyLayout(layout);
       const own = layout.partitions.filter((p) => p.leader === this.broker || p.leader < 0);
       assertWritable(topics, own.length > 0 ? own : layout.partitions, this.opts.minInsyncReplicas);
@@ -319,7 +318,7 @@ export class PublisherLane<B> {
         throw new NotWritableError(`broker ${this.broker} failed ${Math.round(since)} ms ago and the cluster's metadata has not changed since: waiting for a write to succeed`);
       }
     } catch (err) {
-      if (this.producerNow === producer && !this.unwritable) {
+      if (this.producers.current === producer && !this.unwritable) {
         this.unwritable = true;
         this.opts.observer.writable?.(this.broker, err);
       }
@@ -335,12 +334,12 @@ export class PublisherLane<B> {
 
   /** Before it sends after the leaders changed, its producer learns them too. */
   async refresh(): Promise<void> {
-    const producer = this.producerNow;
+    const producer = this.producers.current;
     if (!producer?.layout || this.refreshingNow) return;
     this.refreshingNow = true;
     try {
       this.host.applyLayout(await withTimeout(producer.layout(this.opts.probeTopics), this.opts.probeTimeoutMs, 'metadata refresh'));
-      if (this.producerNow === producer) this.staleNow = false;
+      if (this.producers.current === producer) this.staleNow = false;
     } catch (err) {
       this.replaceProducer(producer, new Error(`metadata refresh failed: ${(err as Error)?.message ?? String(err)}`, { cause: err }));
     } finally {
@@ -351,7 +350,7 @@ export class PublisherLane<B> {
 
   /** Asks Kafka whether the lane still works (idle, or not yet proven); a producer that does not answer is replaced. */
   async probe(): Promise<void> {
-    const producer = this.producerNow!;
+    const producer = this.producers.current!;
     this.probingNow = true;
     const sendsBefore = this.sendsStarted;
     try {

@@ -23,7 +23,7 @@ import { createProcessor } from './processor.js';
 import { createProviderClient, type ProviderClient } from './provider-client.js';
 import { RateLimiter } from './rate-limiter.js';
 import { prepareJob, type Job } from './requests.js';
-import { ResultPublisher } from './result-publisher.js';
+import { OutcomePublisher } from './outcome-publisher.js';
 import { Semaphore } from './semaphore.js';
 
 /**
@@ -97,7 +97,7 @@ export async function startSender(options: StartSenderOptions): Promise<Sender> 
   const kafka = createKafka(config.kafka, { logger, brokers });
   const dlqMaxBytes = await connectingToKafka(brokers, () => prepareTopics(kafka, config, logger));
 
-  const publisher = new ResultPublisher({
+  const publisher = new OutcomePublisher({
     createProducer: () => createKafkajsProducer(kafka, { timeoutMs: config.kafka.requestTimeoutMs }),
     stallMs: config.kafka.requestTimeoutMs,
     onReplace: (error) => logger.debug({ err: (error as Error)?.message ?? String(error) }, 'a produce of results failed: the producer is replaced, never reused'),

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { RecordProducer, TopicRecords } from '../../src/kafka/port.js';
-import { ResultPublisher } from '../../src/sender/result-publisher.js';
+import { OutcomePublisher } from '../../src/sender/outcome-publisher.js';
 
 /** Producers the test scripts: each fails the sends listed in `failing` (by its own send number). */
 function producers(plan: { connectFails?: boolean; failing?: number[] }[]) {
@@ -31,10 +31,10 @@ function producers(plan: { connectFails?: boolean; failing?: number[] }[]) {
 
 const record = (n: number) => ({ key: `k${n}`, value: `v${n}`, headers: {} });
 
-describe('ResultPublisher', () => {
+describe('OutcomePublisher', () => {
   it('batches what arrives while a produce is in flight (grouped by topic)', async () => {
     const p = producers([{}]);
-    const publisher = new ResultPublisher({ createProducer: p.create });
+    const publisher = new OutcomePublisher({ createProducer: p.create });
     await publisher.start();
     await Promise.all([1, 2, 3, 4].map((n) => publisher.publish(n % 2 ? 'results' : 'dlq', record(n))));
     expect(p.made).toHaveLength(1);
@@ -44,7 +44,7 @@ describe('ResultPublisher', () => {
   it('never reuses a producer after a failed produce: the next batch goes through a new one', async () => {
     const p = producers([{ failing: [2] }, {}]);
     const replaced: unknown[] = [];
-    const publisher = new ResultPublisher({ createProducer: p.create, onReplace: (e) => replaced.push(e) });
+    const publisher = new OutcomePublisher({ createProducer: p.create, onReplace: (e) => replaced.push(e) });
     await publisher.start();
     await publisher.publish('results', record(1));
     await expect(publisher.publish('results', record(2))).rejects.toThrow('producer 0 send 2 failed');
@@ -59,7 +59,7 @@ describe('ResultPublisher', () => {
 
   it('a new producer that cannot connect fails the batch (the callers retry) and stays not publishable', async () => {
     const p = producers([{ failing: [1] }, { connectFails: true }, {}]);
-    const publisher = new ResultPublisher({ createProducer: p.create });
+    const publisher = new OutcomePublisher({ createProducer: p.create });
     await publisher.start();
     await expect(publisher.publish('results', record(1))).rejects.toThrow('send 1 failed');
     await expect(publisher.publish('results', record(1))).rejects.toThrow('connect 1 refused');
@@ -77,7 +77,7 @@ describe('ResultPublisher', () => {
       send: () => new Promise<void>((r) => (release = r)),
       disconnect: async () => undefined,
     };
-    const publisher = new ResultPublisher({ createProducer: () => hanging, stallMs: 50 });
+    const publisher = new OutcomePublisher({ createProducer: () => hanging, stallMs: 50 });
     await publisher.start();
     const pending = publisher.publish('results', record(1));
     expect(publisher.publishable).toBe(true);

@@ -1,19 +1,18 @@
 import type { RecordProducer, RecordToWrite, TopicRecords } from '../kafka/port.js';
+import { ReplaceableProducer } from '../kafka/replaceable-producer.js';
 
 /**
- * Publishes results and DLQ records in batches without adding latency: while one produce
- * request is in flight, new records queue; when it returns, everything queued (up to
- * `maxBatch`) goes out as the next request. Each caller's promise settles with its own batch.
- * The queue needs no bound of its own: every record belongs to a request the keyed runner
- * already counts.
+ * Publishes the outcome of each request, its result and (for an invalid request) its DLQ
+ * record, in batches without adding latency: while one produce request is in flight, new
+ * records queue; when it returns, everything queued (up to `maxBatch`) goes out as the next
+ * request. Each caller's promise settles with its own batch. The queue needs no bound of its
+ * own: every record belongs to a request the keyed runner already counts.
  *
- * A producer is never reused after a failed produce: kafkajs rolls back the sequence numbers
- * of every partition of a failed request, including ones the broker wrote, so the next batch
- * would be dropped as a "duplicate" or refused for ever (OUT_OF_ORDER_SEQUENCE_NUMBER). The
- * failed producer is closed and the next batch connects a new one (a new producer id); the
- * callers retry their records with backoff.
+ * A producer is never reused after a failed produce (src/kafka/README.md, "A failed producer is
+ * never reused"; ReplaceableProducer): the next batch connects a new one, and the callers retry
+ * their records with backoff.
  */
-export interface ResultPublisherOptions {
+export interface OutcomePublisherOptions {
   createProducer: () => RecordProducer;
   maxBatch?: number;
   /** A produce in flight longer than this counts as failing for `publishable` (ms). */
@@ -31,17 +30,16 @@ interface Queued {
   reject: (e: unknown) => void;
 }
 
-export class ResultPublisher {
+export class OutcomePublisher {
   private queue: Queued[] = [];
   private sending = false;
-  private producer: RecordProducer | undefined;
+  private readonly producers = new ReplaceableProducer();
   private failing = false;
   /** When the produce in flight started (performance.now()), if one is. */
   private sendingSince: number | undefined;
-  private closed = false;
   private readonly maxBatch: number;
 
-  constructor(private readonly options: ResultPublisherOptions) {
+  constructor(private readonly options: OutcomePublisherOptions) {
     this.maxBatch = options.maxBatch ?? 1000;
   }
 
@@ -58,7 +56,7 @@ export class ResultPublisher {
   }
 
   publish(topic: string, record: RecordToWrite): Promise<void> {
-    if (this.closed) return Promise.reject(new Error('the result publisher is closed'));
+    if (this.producers.closed) return Promise.reject(new Error('the result publisher is closed'));
     return new Promise((resolve, reject) => {
       this.queue.push({ topic, record, resolve, reject });
       if (!this.sending) void this.flush();
@@ -66,26 +64,12 @@ export class ResultPublisher {
   }
 
   async close(): Promise<void> {
-    this.closed = true;
-    const producer = this.producer;
-    this.producer = undefined;
-    await producer?.disconnect();
+    await this.producers.close()?.disconnect();
   }
 
   private async connected(): Promise<RecordProducer> {
-    if (this.producer) return this.producer;
-    const producer = this.options.createProducer();
-    try {
-      await producer.connect();
-    } catch (error) {
-      await producer.disconnect().catch(() => undefined);
-      throw error;
-    }
-    if (this.closed) {
-      await producer.disconnect().catch(() => undefined);
-      throw new Error('the result publisher is closed');
-    }
-    this.producer = producer;
+    const producer = await this.producers.connected(() => this.options.createProducer());
+    if (!producer) throw new Error('the result publisher is closed');
     return producer;
   }
 
@@ -112,11 +96,7 @@ export class ResultPublisher {
         } catch (error) {
           if (!this.failing) this.options.onHealthChange?.(false, error);
           this.failing = true;
-          if (producer && this.producer === producer) {
-            this.producer = undefined;
-            this.options.onReplace?.(error);
-            void producer.disconnect().catch(() => undefined);
-          }
+          if (producer && this.producers.discard(producer)) this.options.onReplace?.(error);
           for (const item of batch) item.reject(error);
         } finally {
           this.sendingSince = undefined;
