@@ -5,15 +5,18 @@
 //   discard       the same ingress with publishing disabled (the ceiling)
 //   naive         node:http with one kafkajs send per request (the baseline)
 //   <mode>-w<N>   kafkajs, platformatic or discard on N worker threads sharing the port (ingress.workers)
+//   rpconnect     the Redpanda Connect peer (../shared/peers/rpconnect, config.yaml) when its binary
+//                 can be had: delivery statuses of one business only, so with it in the modes every
+//                 target gets the same statuses-only input (also with --statuses-only)
 // Each target runs as its own process (its peak RSS is read from /proc/<pid>/status VmHWM).
 // After each publishing run, every event answered 200 is looked up in Kafka.
 //
 //   npx tsx bench/ingress.ts [--duration-ms 10000] [--connections 64] [--rounds 3]
 //                            [--modes discard,kafkajs,platformatic,naive] [--warmup-ms 8000]
+//                            [--statuses-only]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -21,6 +24,8 @@ import { parseArgs } from 'node:util';
 import { build } from 'esbuild';
 import { Kafka, logLevel } from 'kafkajs';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
+import { ensureTopics } from '../src/kafka/topics.js';
+import { cpuSeconds, freePort, peakRssMb, peerBinary, peerConfig, startRpconnect, track } from './peers.js';
 import { runWebhookLoad, type AcknowledgedEvent, type WebhookLoadReport } from '../src/simulator/load-generator.js';
 
 const { values: args } = parseArgs({
@@ -31,6 +36,7 @@ const { values: args } = parseArgs({
     connections: { type: 'string', default: '64' },
     rounds: { type: 'string', default: '3' },
     modes: { type: 'string', default: 'discard,kafkajs,platformatic,naive' },
+    'statuses-only': { type: 'boolean', default: false },
   },
 });
 const durationMs = Number(args['duration-ms']);
@@ -48,10 +54,13 @@ const isIngress = (mode: string) => INGRESS_CLIENTS.some((c) => mode === c || mo
 const isDiscard = (mode: string) => /^discard(-w\d+)?$/.test(mode);
 /** The ceiling with the same worker threads as `mode`. */
 const ceilingOf = (mode: string) => `discard${/-w\d+$/.exec(mode)?.[0] ?? ''}`;
+const PEER = 'rpconnect';
 for (const mode of modes) {
-  if (!isIngress(mode) && !isDiscard(mode) && mode !== 'naive') throw new Error(`unknown mode ${mode}`);
+  if (!isIngress(mode) && !isDiscard(mode) && mode !== 'naive' && mode !== PEER) throw new Error(`unknown mode ${mode}`);
 }
+const statusesOnly = args['statuses-only'] || modes.includes(PEER);
 const SECRET = 'bench-signing-secret';
+let peer: string | undefined;
 const TARGET_SOURCE = fileURLToPath(new URL('./ingress-target.ts', import.meta.url));
 // The targets run as plain JavaScript, as in production (node dist/cli.js), not through the
 // tsx loader, whose compiler thread would be counted in their memory. .cache/bench/ (ignored
@@ -66,13 +75,26 @@ interface Target {
   topics: { messages: string; deliveryStatus: string; webhooksDlq: string };
 }
 
-/** Targets still running: killed if this driver dies, so that none outlives a failed run. */
-const live = new Set<ChildProcess>();
-process.on('exit', () => {
-  for (const child of live) child.kill('SIGKILL');
-});
+async function startPeer(binary: string, brokers: string[]): Promise<Target> {
+  const topics = { messages: 'delivery_status', deliveryStatus: 'delivery_status', webhooksDlq: 'webhooks-dlq' };
+  const kafka = new Kafka({ clientId: 'bench-peer-topics', brokers, logLevel: logLevel.NOTHING });
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    await ensureTopics(
+      admin,
+      [topics.deliveryStatus, topics.webhooksDlq].map((topic) => ({ topic, partitions: 6, replicationFactor: 1 })),
+    );
+  } finally {
+    await admin.disconnect();
+  }
+  const port = await freePort();
+  const { child, pid } = await startRpconnect(binary, peerConfig('config.yaml'), { PORT: String(port), KAFKA_BROKERS: brokers.join(','), WEBHOOK_SECRET: SECRET });
+  return { child, pid, url: `http://127.0.0.1:${port}`, topics };
+}
 
 async function startTarget(mode: string, brokers: string[]): Promise<Target> {
+  if (mode === PEER) return startPeer(peer!, brokers);
   const id = randomUUID().slice(0, 8);
   const topics = { messages: `bench-messages-${id}`, deliveryStatus: `bench-status-${id}`, webhooksDlq: `bench-dlq-${id}` };
   // BENCH_TARGET_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the target.
@@ -81,8 +103,7 @@ async function startTarget(mode: string, brokers: string[]): Promise<Target> {
     env: { ...process.env, BENCH_BROKERS: brokers.join(','), BENCH_SECRET: SECRET, BENCH_TOPICS: JSON.stringify(topics), MSGBRIDGE_CONFIG: '' },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
-  live.add(child);
-  child.once('exit', () => live.delete(child));
+  track(child);
   const line = await new Promise<string>((resolve, reject) => {
     createInterface({ input: child.stdout! }).once('line', resolve);
     child.once('exit', (code) => reject(new Error(`${mode} target exited with ${code} before listening`)));
@@ -101,32 +122,22 @@ async function stopTarget(target: Target): Promise<number> {
   return peakRssMb;
 }
 
-/** CPU seconds (user + system) a process has used so far; Linux clock ticks are 1/100 s. */
-function cpuSeconds(pid: number): number {
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-    return (Number(fields[11]) + Number(fields[12])) / 100;
-  } catch {
-    return NaN;
-  }
-}
-
-/** Peak resident set (VmHWM) of a live process, in MiB. */
+/** Peak resident set (VmHWM) of a live process, in MiB, to 0.1. */
 function peakRss(pid: number): number {
-  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-  const kb = Number(/^VmHWM:\s+(\d+) kB/m.exec(status)?.[1] ?? 'NaN');
-  return Math.round((kb / 1024) * 10) / 10;
+  return Math.round(peakRssMb(pid) * 10) / 10;
 }
 
-function load(url: string, extra: { durationMs: number; ratePerSecond?: number; connections?: number }): Promise<WebhookLoadReport> {
+function load(target: Target, extra: { durationMs: number; ratePerSecond?: number; connections?: number }): Promise<WebhookLoadReport> {
+  const isPeer = target.topics.messages === target.topics.deliveryStatus;
   return runWebhookLoad({
-    url: `${url}/webhooks/biz_bench`,
+    url: isPeer ? `${target.url}/webhooks/biz1/delivery_status` : `${target.url}/webhooks/biz_bench`,
     signingSecret: SECRET,
     connections: extra.connections ?? connections,
     durationMs: extra.durationMs,
     statusesPerInbound: 3,
     bodyBytes: { min: 300, max: 600 },
-    perTopicPaths: true,
+    perTopicPaths: !isPeer,
+    statusesOnly,
     ...(extra.ratePerSecond ? { ratePerSecond: extra.ratePerSecond } : {}),
   });
 }
@@ -136,7 +147,7 @@ async function verify(brokers: string[], target: Target, acknowledged: Acknowled
   const kafka = new Kafka({ clientId: 'bench-verify', brokers, logLevel: logLevel.NOTHING });
   const admin = kafka.admin();
   await admin.connect();
-  const names = [target.topics.messages, target.topics.deliveryStatus];
+  const names = [...new Set([target.topics.messages, target.topics.deliveryStatus])];
   let stored = 0;
   for (const topic of names) for (const p of await admin.fetchTopicOffsets(topic)) stored += Number(p.high) - Number(p.low);
   await admin.disconnect();
@@ -236,6 +247,8 @@ async function main() {
     packages: 'external',
     logLevel: 'warning',
   });
+  peer = modes.includes(PEER) ? peerBinary(PEER) : undefined;
+  if (modes.includes(PEER) && !peer) modes.splice(modes.indexOf(PEER), 1);
   let local: LocalBroker | undefined;
   let brokers = (process.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);
   if (brokers.length === 0) {
@@ -249,17 +262,17 @@ async function main() {
     const brokerWarmupMs = Number(args['broker-warmup-ms']);
     if (brokerWarmupMs > 0 && modes.some((m) => !isDiscard(m))) {
       const target = await startTarget('kafkajs', brokers);
-      await load(target.url, { durationMs: brokerWarmupMs });
+      await load(target, { durationMs: brokerWarmupMs });
       await stopTarget(target);
     }
     for (let round = 1; round <= rounds; round++) {
       for (const mode of modes) {
         const target = await startTarget(mode, brokers);
         const acknowledged: AcknowledgedEvent[] = [];
-        const warm = await load(target.url, { durationMs: warmupMs });
+        const warm = await load(target, { durationMs: warmupMs });
         for (const a of warm.acknowledged) acknowledged.push(a);
         const cpuBefore = [cpuSeconds(target.pid), cpuSeconds(process.pid), local ? cpuSeconds(local.pid) : NaN];
-        const max = await load(target.url, { durationMs });
+        const max = await load(target, { durationMs });
         const cpuAfter = [cpuSeconds(target.pid), cpuSeconds(process.pid), local ? cpuSeconds(local.pid) : NaN];
         const share = (i: number) => Math.round(((cpuAfter[i]! - cpuBefore[i]!) / (max.durationMs / 1000)) * 100);
         for (const a of max.acknowledged) acknowledged.push(a);
@@ -278,14 +291,14 @@ async function main() {
           // Latency at half the maximum rate, open loop (requests are due on a schedule).
           const rate = Math.max(1, Math.round(result.eventsPerSecond / 2));
           const bucketsBefore = await latencyBuckets(target.url);
-          const half = await load(target.url, { durationMs, ratePerSecond: rate });
+          const half = await load(target, { durationMs, ratePerSecond: rate });
           const bucketsAfter = await latencyBuckets(target.url);
           for (const a of half.acknowledged) acknowledged.push(a);
           const count = (le: string) => (bucketsAfter.get(le) ?? 0) - (bucketsBefore.get(le) ?? 0);
           const serverWithin = Object.fromEntries(['0.005', '0.01', '0.02'].map((le) => [`${Number(le) * 1000}ms`, Math.round((count(le) / count('+Inf')) * 1000) / 10]));
           result.half = { rate, eventsPerSecond: perSecond(half), latency: half.latencyMs, nonOk: half.sent - ok(half) - half.errors, serverWithin };
         }
-        if (mode !== 'naive') result.batches = await batchStats(target.url);
+        if (mode !== 'naive' && mode !== PEER) result.batches = await batchStats(target.url);
         result.peakRssMb = await stopTarget(target);
         if (!isDiscard(mode)) {
           const v = await verify(brokers, target, acknowledged);

@@ -23,6 +23,8 @@ export interface WebhookLoadOptions {
   bodyBytes?: { min: number; max: number };
   /** Post each event to `{url}/{topic}` instead of `{url}`. */
   perTopicPaths?: boolean;
+  /** Delivery statuses only, no inbound messages (for a receiver that accepts only those). */
+  statusesOnly?: boolean;
 }
 
 /** How long one request may wait for its answer before it counts as an error. */
@@ -88,10 +90,12 @@ export class WebhookEventMix {
   private customer = '';
   private messageId = '';
   private unit = 0;
+  private readonly statusesOnly: boolean;
 
-  constructor(options: { statusesPerInbound?: number; bodyBytes?: { min: number; max: number } } = {}) {
+  constructor(options: { statusesPerInbound?: number; bodyBytes?: { min: number; max: number }; statusesOnly?: boolean } = {}) {
     this.statusesPerInbound = options.statusesPerInbound ?? 3;
     this.bodyBytes = options.bodyBytes ?? { min: 300, max: 600 };
+    this.statusesOnly = options.statusesOnly ?? false;
   }
 
   next(): GeneratedEvent {
@@ -102,6 +106,7 @@ export class WebhookEventMix {
     if (position === 0) {
       this.unit += 1;
       this.customer = `+1555${String(randomInt(0, 10_000_000)).padStart(7, '0')}`;
+      if (this.statusesOnly) return this.next();
       const event: Record<string, unknown> = {
         timestamp,
         sender: { channelType: 'whatsapp', id: this.customer, name: `${pick(FIRST_NAMES)} ${String.fromCharCode(65 + randomInt(0, 26))}.` },
@@ -168,6 +173,7 @@ function validate(options: WebhookLoadOptions): URL {
   if (options.statusesPerInbound !== undefined && (!Number.isInteger(options.statusesPerInbound) || options.statusesPerInbound < 0)) {
     problems.push('statusesPerInbound must be a non-negative integer');
   }
+  if (options.statusesOnly && options.statusesPerInbound === 0) problems.push('statusesOnly needs statusesPerInbound above 0');
   const b = options.bodyBytes;
   if (b !== undefined && !(Number.isInteger(b.min) && Number.isInteger(b.max) && b.min > 0 && b.min <= b.max)) problems.push('bodyBytes must be {min, max} with 0 < min <= max');
   if (problems.length > 0 || url === undefined) throw new MsgbridgeError('INVALID_ARGUMENT', `invalid load options: ${problems.join('; ')}`);
@@ -187,6 +193,7 @@ export async function runWebhookLoad(options: WebhookLoadOptions): Promise<Webho
   const mix = new WebhookEventMix({
     ...(options.statusesPerInbound !== undefined ? { statusesPerInbound: options.statusesPerInbound } : {}),
     ...(options.bodyBytes !== undefined ? { bodyBytes: options.bodyBytes } : {}),
+    statusesOnly: options.statusesOnly ?? false,
   });
   const target = {
     protocol: url.protocol as 'http:' | 'https:',

@@ -83,6 +83,20 @@ describe('webhook load generator', () => {
     }
   });
 
+  it('sends delivery statuses only when asked: sent/delivered/read of each message id', async () => {
+    receiver = await verifying();
+    const report = await runWebhookLoad({ url: `${receiver.url}/webhooks/biz_1/delivery_status`, signingSecret: SECRET, connections: 2, totalRequests: 30, statusesOnly: true });
+    expect(report.answered).toEqual({ '200': 30 });
+    const byMessage = new Map<string, string[]>();
+    for (const r of receiver.requests) {
+      expect(r.url).toBe('/webhooks/biz_1/delivery_status');
+      const parsed = deliveryStatusEventSchema.parse(JSON.parse(r.body.toString('utf8')));
+      byMessage.set(parsed.statusUpdate.id, [...(byMessage.get(parsed.statusUpdate.id) ?? []), parsed.statusUpdate.status]);
+    }
+    expect(byMessage.size).toBe(10);
+    for (const statuses of byMessage.values()) expect(statuses.sort()).toEqual(['delivered', 'read', 'sent']);
+  });
+
   it('stops after the duration and reports latency percentiles in order', async () => {
     receiver = await verifying();
     const report = await runWebhookLoad({ url: receiver.url, signingSecret: SECRET, connections: 2, durationMs: 200 });
@@ -124,6 +138,7 @@ describe('webhook load generator', () => {
       [{ url: 'http://127.0.0.1:9', signingSecret: SECRET, connections: 1 }, 'durationMs or totalRequests'],
       [{ url: 'http://127.0.0.1:9', signingSecret: SECRET, connections: 1, totalRequests: 1, bodyBytes: { min: 500, max: 100 } }, 'bodyBytes'],
       [{ url: 'http://127.0.0.1:9', signingSecret: '', connections: 1, totalRequests: 1 }, 'signingSecret'],
+      [{ url: 'http://127.0.0.1:9', signingSecret: SECRET, connections: 1, totalRequests: 1, statusesOnly: true, statusesPerInbound: 0 }, 'statusesOnly'],
     ];
     for (const [options, name] of cases) {
       const error = await runWebhookLoad(options).catch((e: unknown) => e);

@@ -1,0 +1,148 @@
+// The comparison peers of the benchmarks, used as tools (never copied into the project):
+// a pinned Redpanda Connect build and a Go fake provider, both in ../shared/peers/ beside the
+// checkout (override with BENCH_RPCONNECT_BIN / BENCH_FAKEPROVIDER_BIN). A missing binary is
+// built with `go build` when Go and the sources are there; otherwise the peer is skipped.
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const PEERS = fileURLToPath(new URL('../../shared/peers/', import.meta.url));
+
+export type PeerName = 'rpconnect' | 'fakeprovider';
+
+/** The peer's binary, built if needed; undefined (with the reason on stderr) when it cannot be had. */
+export function peerBinary(name: PeerName): string | undefined {
+  const fromEnv = process.env[`BENCH_${name.toUpperCase()}_BIN`];
+  if (fromEnv) return existsSync(fromEnv) ? fromEnv : warn(`${fromEnv} (BENCH_${name.toUpperCase()}_BIN) does not exist`);
+  const dir = join(PEERS, name);
+  const binary = join(dir, name);
+  if (existsSync(binary)) return binary;
+  if (!existsSync(join(dir, 'go.mod'))) return warn(`no ${dir}: the ${name} peer is skipped`);
+  process.stderr.write(`[peers] building ${name} (go build, about a minute the first time)…\n`);
+  // GOSUMDB=off: the checksum database is unreachable here; go.sum still pins every hash.
+  const built = spawnSync('go', ['build', '-o', binary, '.'], { cwd: dir, stdio: 'inherit', env: { ...process.env, GOSUMDB: 'off', GOFLAGS: '-mod=mod' } });
+  return built.status === 0 && existsSync(binary) ? binary : warn(`go build of ${name} failed: the peer is skipped`);
+}
+
+export function peerConfig(name: string): string {
+  return join(PEERS, 'rpconnect', name);
+}
+
+function warn(text: string): undefined {
+  process.stderr.write(`[peers] ${text}\n`);
+  return undefined;
+}
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/** Children still running: killed if the driver dies, so that none outlives a failed run. */
+const live = new Set<ChildProcess>();
+process.on('exit', () => {
+  for (const child of live) child.kill('SIGKILL');
+});
+
+export function track(child: ChildProcess): ChildProcess {
+  live.add(child);
+  child.once('exit', () => live.delete(child));
+  return child;
+}
+
+export async function stopChild(child: ChildProcess, graceMs = 30_000): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+  await exited;
+  clearTimeout(timer);
+}
+
+async function waitForHttp(url: string, child: ChildProcess, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`${url}: the process exited with ${child.exitCode}`);
+    try {
+      if ((await fetch(url)).ok) return;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) throw new Error(`${url} did not answer 200 within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+export interface FakeProviderStats {
+  calls: number;
+  distinct: number;
+  duplicates: number;
+  bad: number;
+  unauthorized: number;
+  outOfOrder: number;
+  maxInFlight: number;
+  connections: number;
+}
+
+export interface FakeProvider {
+  url: string;
+  stats(): Promise<FakeProviderStats>;
+  reset(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** The Go fake provider: answers every valid send after `latencyMs`, counting duplicates and order by the text `rid=… k=… s=…`. */
+export async function startFakeProvider(binary: string, latencyMs: number, apiKey: string): Promise<FakeProvider> {
+  const port = await freePort();
+  const url = `http://127.0.0.1:${port}`;
+  const child = track(spawn(binary, ['-addr', `127.0.0.1:${port}`, '-latency', `${latencyMs}ms`, '-key', apiKey], { stdio: ['ignore', 'ignore', 'inherit'] }));
+  await waitForHttp(`${url}/stats`, child, 10_000);
+  return {
+    url,
+    stats: async () => (await (await fetch(`${url}/stats`)).json()) as FakeProviderStats,
+    reset: async () => void (await fetch(`${url}/reset`, { method: 'POST' })),
+    stop: () => stopChild(child),
+  };
+}
+
+/** Redpanda Connect on one of its configurations; resolves once its /ready answers 200 (input and output connected). */
+export async function startRpconnect(binary: string, config: string, env: Record<string, string>): Promise<{ child: ChildProcess; pid: number }> {
+  const adminPort = await freePort();
+  const child = track(
+    spawn(binary, ['-c', config], {
+      env: { PATH: process.env.PATH, HOME: process.env.HOME, ADMIN_PORT: String(adminPort), LOG_LEVEL: 'WARN', ...env },
+      stdio: ['ignore', 'ignore', 'inherit'],
+    }),
+  );
+  await waitForHttp(`http://127.0.0.1:${adminPort}/ready`, child, 60_000);
+  return { child, pid: child.pid! };
+}
+
+/** CPU seconds (user + system) a live process has used; Linux clock ticks are 1/100 s. */
+export function cpuSeconds(pid: number): number {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return NaN;
+  }
+}
+
+/** Peak resident set (VmHWM) of a live process, in MiB. */
+export function peakRssMb(pid: number): number {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  return Number(/^VmHWM:\s+(\d+) kB/m.exec(status)?.[1] ?? 'NaN') / 1024;
+}
+
+export function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length === 0 ? NaN : s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+}

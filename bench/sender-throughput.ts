@@ -1,0 +1,269 @@
+// Sender throughput, side by side with Redpanda Connect (issue 20). N text requests over K
+// recipients are preloaded into a fresh `send-requests`; the Go fake provider answers every call
+// after L ms (it is never the bottleneck); each target drains the backlog with C calls in flight:
+//   msgbridge            `msgbridge sender` bundled to plain JavaScript (as `node dist/cli.js`
+//                        runs), rate limit lifted, sender.concurrency = C
+//   rpconnect            ../shared/peers/rpconnect sender.yaml, CONCURRENCY = C, stock HTTP
+//                        transport (a new connection for most calls)
+//   rpconnect-keepalive  the same with a keep-alive pool of C connections
+// Figures per run, in the steady window (from 10% to 90% of the results, sampled every 100 ms):
+// results/s, CPU per result (utime + stime of the target from /proc), and over the whole run the
+// peak RSS (VmHWM), results missing, requests sent twice and calls out of recipient order (the
+// provider counts both from the text `rid=… k=… s=…`). Rounds interleave the targets; the
+// summary gives medians and the ratios of the medians.
+//
+//   npx tsx bench/sender-throughput.ts [--requests 20000] [--recipients 2000] [--latency-ms 20]
+//       [--in-flight 128,512] [--rounds 3] [--targets msgbridge,rpconnect,rpconnect-keepalive]
+// KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
+// BENCH_SENDER_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles msgbridge's sender.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { build } from 'esbuild';
+import { Kafka, logLevel } from 'kafkajs';
+import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
+import { ensureTopics } from '../src/kafka/topics.js';
+import { cpuSeconds, median, peakRssMb, peerBinary, peerConfig, startFakeProvider, startRpconnect, stopChild, track, type FakeProvider, type FakeProviderStats } from './peers.js';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const CLI_SOURCE = fileURLToPath(new URL('../src/cli.ts', import.meta.url));
+const CLI_BUNDLE = fileURLToPath(new URL('../.cache/bench/sender-cli.mjs', import.meta.url));
+
+const { values: args } = parseArgs({
+  options: {
+    requests: { type: 'string', default: '20000' },
+    recipients: { type: 'string', default: '2000' },
+    'latency-ms': { type: 'string', default: '20' },
+    'in-flight': { type: 'string', default: '128,512' },
+    rounds: { type: 'string', default: '3' },
+    targets: { type: 'string', default: 'msgbridge,rpconnect,rpconnect-keepalive' },
+    partitions: { type: 'string', default: '12' },
+  },
+});
+const N = Number(args.requests);
+const K = Number(args.recipients);
+const L = Number(args['latency-ms']);
+const IN_FLIGHT = args['in-flight']!.split(',').map(Number);
+const ROUNDS = Number(args.rounds);
+const PARTITIONS = Number(args.partitions);
+const TARGETS = args.targets!.split(',').map((t) => t.trim());
+const BUSINESS = { id: 'biz_bench', apiKey: 'bench-api-key', secret: 'bench-secret' };
+for (const t of TARGETS) if (!['msgbridge', 'rpconnect', 'rpconnect-keepalive'].includes(t)) throw new Error(`unknown target ${t}`);
+
+interface Run {
+  target: string;
+  inFlight: number;
+  round: number;
+  resultsPerSecond: number;
+  cpuPerResultMs: number;
+  /** The target's CPU over the whole run (start-up included) per result. */
+  cpuPerResultWholeMs: number;
+  peakRssMb: number;
+  missing: number;
+  provider: FakeProviderStats;
+}
+
+const log = (text: string) => process.stderr.write(`${text}\n`);
+
+function recipient(k: number): string {
+  return `+1555${String(3_000_000 + k).padStart(7, '0')}`;
+}
+
+/** Recipient k gets its requests s = 0, 1, 2… in produce order (one partition per key keeps it). */
+function requests(run: string) {
+  return Array.from({ length: N }, (_, i) => {
+    const k = i % K;
+    const s = Math.floor(i / K);
+    const requestId = `${run}-${k}-${s}`;
+    const to = recipient(k);
+    return { key: to, value: JSON.stringify({ requestId, type: 'text', recipient: { channelType: 'whatsapp', id: to }, message: { text: `rid=${requestId} k=${to} s=${s} benchmark` } }) };
+  });
+}
+
+async function prepare(kafka: Kafka, run: string) {
+  const topics = { requests: `tp-req-${run}`, results: `tp-res-${run}`, dlq: `tp-dlq-${run}` };
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    await ensureTopics(
+      admin,
+      Object.values(topics).map((topic) => ({ topic, partitions: PARTITIONS, replicationFactor: 1 })),
+    );
+  } finally {
+    await admin.disconnect();
+  }
+  const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+  await producer.connect();
+  const all = requests(run);
+  for (let i = 0; i < all.length; i += 2000) await producer.send({ topic: topics.requests, acks: -1, messages: all.slice(i, i + 2000) });
+  await producer.disconnect();
+  return topics;
+}
+
+/** Counts distinct request ids on the results topic as they arrive. */
+async function collect(kafka: Kafka, topic: string) {
+  const seen = new Set<string>();
+  const consumer = kafka.consumer({ groupId: `tp-collect-${randomUUID()}`, maxWaitTimeInMs: 50, maxBytes: 16 * 1024 * 1024 });
+  await consumer.connect();
+  await consumer.subscribe({ topics: [topic], fromBeginning: true });
+  await consumer.run({
+    eachBatch: async ({ batch }) => {
+      for (const m of batch.messages) seen.add((JSON.parse(m.value!.toString()) as { requestId: string }).requestId);
+    },
+  });
+  return { seen, stop: () => consumer.disconnect() };
+}
+
+async function startMsgbridge(brokers: string[], providerUrl: string, topics: Record<string, string>, inFlight: number, run: string): Promise<ChildProcess> {
+  const nodeArgs = (process.env.BENCH_SENDER_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  const child = track(
+    spawn(process.execPath, [...nodeArgs, CLI_BUNDLE, 'sender'], {
+      cwd: ROOT,
+      env: {
+        PATH: process.env.PATH,
+        HOME: process.env.HOME,
+        KAFKA_BROKERS: brokers.join(','),
+        MSGBRIDGE_BUSINESS_ID: BUSINESS.id,
+        MSGBRIDGE_API_KEY: BUSINESS.apiKey,
+        MSGBRIDGE_PROVIDER_URL: providerUrl,
+        MSGBRIDGE_LOG_LEVEL: 'warn',
+        MSGBRIDGE__kafka__topics__sendRequests: topics.requests!,
+        MSGBRIDGE__kafka__topics__sendResults: topics.results!,
+        MSGBRIDGE__kafka__topics__sendRequestsDlq: topics.dlq!,
+        MSGBRIDGE__kafka__createTopics: 'false',
+        MSGBRIDGE__sender__groupId: `tp-sender-${run}`,
+        MSGBRIDGE__sender__healthPort: '0',
+        MSGBRIDGE__sender__concurrency: String(inFlight),
+        MSGBRIDGE__sender__ratePerSecond: '1000000',
+        MSGBRIDGE__provider__connections: String(inFlight),
+      },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    }),
+  );
+  await new Promise<void>((resolve, reject) => {
+    child.once('exit', (code) => reject(new Error(`msgbridge sender exited with ${code} before it was ready`)));
+    createInterface({ input: child.stdout! }).on('line', (l) => {
+      if (l.startsWith('{"sender"')) resolve();
+    });
+  });
+  return child;
+}
+
+async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, rpconnect: string | undefined, target: string, inFlight: number, round: number): Promise<Run | undefined> {
+  const run = randomUUID().slice(0, 8);
+  log(`[${target} ×${inFlight}] round ${round}: preloading ${N} requests over ${K} recipients…`);
+  const topics = await prepare(kafka, run);
+  await provider.reset();
+  const results = await collect(kafka, topics.results);
+  let child: ChildProcess;
+  if (target === 'msgbridge') child = await startMsgbridge(brokers, provider.url, topics, inFlight, run);
+  else {
+    if (!rpconnect) return undefined;
+    const env: Record<string, string> = {
+      KAFKA_BROKERS: brokers.join(','),
+      PROVIDER_URL: provider.url,
+      BUSINESS_ID: BUSINESS.id,
+      API_KEY: BUSINESS.apiKey,
+      REQUEST_TOPIC: topics.requests,
+      RESULT_TOPIC: topics.results,
+      GROUP: `tp-rpc-${run}`,
+      CONCURRENCY: String(inFlight),
+    };
+    if (target === 'rpconnect-keepalive') env.RPC_HTTP_MAX_IDLE_PER_HOST = String(inFlight);
+    child = (await startRpconnect(rpconnect, peerConfig('sender.yaml'), env)).child;
+  }
+  const pid = child.pid!;
+  const samples: { at: number; count: number; cpu: number }[] = [];
+  const deadline = Date.now() + 10 * 60_000;
+  while (results.seen.size < N) {
+    if (child.exitCode !== null) throw new Error(`${target} exited with ${child.exitCode} after ${results.seen.size} results`);
+    if (Date.now() > deadline) throw new Error(`${target}: ${results.seen.size} of ${N} results after 10 minutes`);
+    samples.push({ at: performance.now(), count: results.seen.size, cpu: cpuSeconds(pid) });
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  samples.push({ at: performance.now(), count: results.seen.size, cpu: cpuSeconds(pid) });
+  const rss = peakRssMb(pid);
+  const whole = cpuSeconds(pid);
+  await stopChild(child);
+  await results.stop();
+  const from = samples.find((s) => s.count >= 0.1 * N)!;
+  const to = samples.find((s) => s.count >= 0.9 * N)!;
+  const done = to.count - from.count;
+  const result: Run = {
+    target,
+    inFlight,
+    round,
+    resultsPerSecond: Math.round(done / ((to.at - from.at) / 1000)),
+    cpuPerResultMs: Math.round(((to.cpu - from.cpu) / done) * 1e5) / 100,
+    cpuPerResultWholeMs: Math.round((whole / N) * 1e5) / 100,
+    peakRssMb: Math.round(rss),
+    missing: N - results.seen.size,
+    provider: await provider.stats(),
+  };
+  log(`[${target} ×${inFlight}] round ${round}: ${JSON.stringify(result)}`);
+  return result;
+}
+
+async function main() {
+  await build({ entryPoints: [CLI_SOURCE], outfile: CLI_BUNDLE, bundle: true, platform: 'node', format: 'esm', target: 'node20', packages: 'external', logLevel: 'warning' });
+  const fake = peerBinary('fakeprovider');
+  if (!fake) throw new Error('the Go fake provider is needed (../shared/peers/fakeprovider, or BENCH_FAKEPROVIDER_BIN)');
+  const rpconnect = TARGETS.some((t) => t.startsWith('rpconnect')) ? peerBinary('rpconnect') : undefined;
+  let local: LocalBroker | undefined;
+  let brokers = (process.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);
+  if (brokers.length === 0) {
+    local = await startLocalBroker({ heapMb: 768, partitions: PARTITIONS, onProgress: (l) => log(`[kafka] ${l}`) });
+    brokers = [local.bootstrap];
+  }
+  const provider = await startFakeProvider(fake, L, BUSINESS.apiKey);
+  const kafka = new Kafka({ clientId: 'bench-sender-throughput', brokers, logLevel: logLevel.NOTHING, retry: { retries: 10 } });
+  const runs: Run[] = [];
+  try {
+    for (let round = 1; round <= ROUNDS; round++)
+      for (const inFlight of IN_FLIGHT)
+        for (const target of TARGETS) {
+          const r = await runOne(kafka, brokers, provider, rpconnect, target, inFlight, round);
+          if (r) runs.push(r);
+        }
+  } finally {
+    await provider.stop();
+    await local?.stop();
+  }
+  console.log(JSON.stringify(runs, null, 2));
+  console.log(`\n${N} requests over ${K} recipients, provider latency ${L} ms, ${ROUNDS} round(s), medians (rounds in brackets)\n`);
+  console.log('| target | in flight | bound/s | results/s | of bound | CPU ms/result (steady) | CPU ms/result (whole run) | peak RSS MiB | missing | sent twice | out of order | connections |');
+  console.log('|---|---|---|---|---|---|---|---|---|---|---|---|');
+  const table = new Map<string, { perSecond: number; cpu: number }>();
+  for (const inFlight of IN_FLIGHT)
+    for (const target of TARGETS) {
+      const rs = runs.filter((r) => r.target === target && r.inFlight === inFlight);
+      if (rs.length === 0) continue;
+      const bound = Math.round(inFlight / (L / 1000));
+      const perSecond = median(rs.map((r) => r.resultsPerSecond));
+      const cpu = median(rs.map((r) => r.cpuPerResultMs));
+      table.set(`${target}@${inFlight}`, { perSecond, cpu });
+      const list = (f: (r: Run) => number) => `${median(rs.map(f))} (${rs.map(f).join(' / ')})`;
+      const sum = (f: (r: Run) => number) => rs.reduce((n, r) => n + f(r), 0);
+      console.log(
+        `| ${target} | ${inFlight} | ${bound} | ${list((r) => r.resultsPerSecond)} | ${Math.round((perSecond / bound) * 100)}% | ${list((r) => r.cpuPerResultMs)} | ${list((r) => r.cpuPerResultWholeMs)} | ${Math.max(...rs.map((r) => r.peakRssMb))} | ${sum((r) => r.missing)} | ${sum((r) => r.provider.duplicates)} | ${sum((r) => r.provider.outOfOrder)} | ${list((r) => r.provider.connections)} |`,
+      );
+    }
+  console.log('');
+  for (const inFlight of IN_FLIGHT) {
+    const own = table.get(`msgbridge@${inFlight}`);
+    for (const peer of ['rpconnect', 'rpconnect-keepalive']) {
+      const other = table.get(`${peer}@${inFlight}`);
+      if (own && other) console.log(`×${inFlight}: msgbridge / ${peer}: ${(own.perSecond / other.perSecond).toFixed(2)}× results/s, ${(own.cpu / other.cpu).toFixed(2)}× CPU per result`);
+    }
+  }
+}
+
+try {
+  await main();
+} catch (err) {
+  console.error(err);
+  process.exitCode = 1;
+}
+process.exit();
