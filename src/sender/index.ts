@@ -1,4 +1,5 @@
 import type { Registry } from 'prom-client';
+import type { BusinessesWatch } from '../config/businesses-file.js';
 import type { Config } from '../config/schema.js';
 import { MsgbridgeError } from '../platform/errors.js';
 import { createKafka, type KafkaClient } from '../kafka/client.js';
@@ -13,13 +14,13 @@ import { silentLogger, type Logger } from '../platform/logger.js';
 import { createMetricsRegistry } from '../runtime/metrics.js';
 import { watchConfiguredBusinesses } from '../runtime/businesses-reload.js';
 import { once, type Role } from '../runtime/role.js';
-import { CircuitBreaker } from './circuit-breaker.js';
+import { CircuitBreaker, type CircuitState } from './circuit-breaker.js';
 import { followConversations, type ConversationFollower } from './conversation-follower.js';
 import { ConversationTable, type ConversationTableStats } from './conversation-table.js';
 import { KeyedRunner, type RunnerStats } from './keyed-runner.js';
-import { createSenderMetrics } from './metrics.js';
+import { createSenderMetrics, type SenderMetrics } from './metrics.js';
 import { PartitionConsumer } from './partition-consumer.js';
-import { createProcessor } from './processor.js';
+import { createProcessor, type Processor } from './processor.js';
 import { createProviderClient, type ProviderClient } from './provider-client.js';
 import { RateLimiter } from './rate-limiter.js';
 import { prepareJob, type Job } from './requests.js';
@@ -47,21 +48,6 @@ export interface StartSenderOptions {
   onFatal?: (error: Error) => void;
 }
 
-export interface Sender extends Role {
-  /** Resolves once the member joined the group for the first time. */
-  readonly ready: Promise<void>;
-  /** Base URL of the health server, when one runs. */
-  readonly address: string | undefined;
-  /** The runner's counts (`running` includes requests waiting for their circuit or a token), provider calls in flight, remembered request ids, the conversation table (when the guard is on). */
-  stats(): RunnerStats & { providerCalls: number; completedRequestIds: number; conversationTable?: ConversationTableStats };
-  /**
-   * Stops taking requests, lets the provider calls in progress finish and their results be
-   * published (within `sender.drainGraceMs`), commits, leaves the group and disconnects.
-   * Resolves true when everything in progress finished in time. Idempotent.
-   */
-  drain(): Promise<boolean>;
-}
-
 /** business id → API key, or a configuration error naming what is missing. */
 export function senderApiKeys(config: Config): Map<string, string> {
   if (config.businesses.length === 0) {
@@ -83,200 +69,338 @@ export function senderApiKeys(config: Config): Map<string, string> {
   return keys;
 }
 
-export async function startSender(options: StartSenderOptions): Promise<Sender> {
-  const { config } = options;
-  const logger = (options.logger ?? silentLogger).child({ component: 'sender' });
-  const apiKeys = senderApiKeys(config);
-  if (!config.provider.url) throw new MsgbridgeError('CONFIG_INVALID', 'invalid configuration:\n  - provider.url: the sender needs the provider base URL (MSGBRIDGE_PROVIDER_URL)');
-  const brokers = options.brokers ?? config.kafka.brokers;
-  requireBrokers(brokers);
-  const s = config.sender;
-  const topics = config.kafka.topics;
-  const registry = options.registry ?? createMetricsRegistry('sender');
-
-  const kafka = createKafka(config.kafka, { logger, brokers });
-  const dlqMaxBytes = await connectingToKafka(brokers, () => prepareTopics(kafka, config, logger));
-
-  const publisher = new OutcomePublisher({
-    createProducer: () => createKafkajsProducer(kafka, { timeoutMs: config.kafka.requestTimeoutMs }),
-    stallMs: config.kafka.requestTimeoutMs,
-    onReplace: (error) => logger.debug({ err: (error as Error)?.message ?? String(error) }, 'a produce of results failed: the producer is replaced, never reused'),
-    onHealthChange: (ok, error) => {
-      if (ok) logger.info('results reach Kafka again');
-      else logger.error({ err: (error as Error)?.message ?? String(error) }, 'results cannot be published to Kafka: retrying with a new producer; /readyz is 503 meanwhile');
-    },
-  });
-  await connectingToKafka(brokers, () => publisher.start());
-  const client: ProviderClient = createProviderClient({
-    baseUrl: config.provider.url,
-    connections: config.provider.connections,
-    callTimeoutMs: s.callTimeoutMs,
-  });
-  const limiter = new RateLimiter({ ratePerSecond: s.ratePerSecond });
-  const circuits = new CircuitBreaker({
-    failureThreshold: s.circuitFailureThreshold,
-    probeInitialMs: s.backoffInitialMs,
-    probeMaxMs: s.circuitProbeMaxMs,
-    onChange: (business, state, failures) => {
-      metrics.circuitChange(business, state);
-      if (state === 'open')
-        logger.warn({ businessId: business, consecutiveFailures: failures }, 'provider circuit open: the provider keeps failing for this business; its requests wait and one probe at a time is sent');
-      else logger.info({ businessId: business }, 'provider circuit closed: the provider answers again; sending resumes');
-    },
-  });
-
-  // The conversation window guard (README "Conversation window"): the table is read in full
-  // before any send request is consumed (below), then followed.
-  const table = s.conversationWindow === 'reject' ? new ConversationTable({ maxEntries: s.conversationTableMaxEntries }) : undefined;
-
-  // The gauges read the runner's stats at scrape time (the runner is created below).
-  const metrics = createSenderMetrics(registry, {
-    stats: () => runner.stats(),
-    openCircuits: () => circuits.openKeys(),
-    slowedRates: () => limiter.slowedDown(),
-    configuredRate: s.ratePerSecond,
-    businesses: [...apiKeys.keys()],
-    publishing: () => publisher.publishable,
-    ...(table ? { conversationTable: () => table.stats() } : {}),
-  });
-  const businesses = followBusinessesFile(config, registry, logger, apiKeys);
-  const callSlots = new Semaphore(s.concurrency);
-  const processor = createProcessor({
-    client,
-    publish: (topic, record) => publisher.publish(topic, record),
-    limiter,
-    circuits,
-    callSlots,
-    apiKeys,
-    topics: { results: topics.sendResults, dlq: topics.sendRequestsDlq },
-    policy: { budgetMs: s.retryBudgetMs, backoffInitialMs: s.backoffInitialMs, backoffMaxMs: s.backoffMaxMs },
-    retryMaybeSent: s.retryMaybeSent,
-    dlqMaxBytes,
-    completedMax: s.completedRequestIdsMax,
-    metrics,
-    logger,
-    ...(table ? { conversations: { mode: s.conversationWindow, graceMs: s.conversationWindowGraceMs, lookup: (business: string, customer: string) => table.lookup(business, customer) } } : {}),
-  });
-  // Every buffered key may be waiting (for its circuit, a token): provider calls in flight are
-  // bounded by the call slots above, so that one business's outage holds none of another's.
-  const runner = new KeyedRunner<Job>({
-    concurrency: s.maxBufferedRequests,
-    maxBuffered: s.maxBufferedRequests,
-    work: (job, context) => processor.work(job, context),
-    onWorkError: (err, partition, offset) => logger.error({ err, partition, offset }, 'processing a request failed unexpectedly; retrying it'),
-  });
-
-  const consumer: GroupConsumer = createKafkajsGroupConsumer(kafka, {
-    groupId: s.groupId,
-    topic: topics.sendRequests,
-    sessionTimeoutMs: s.sessionTimeoutMs,
-    heartbeatIntervalMs: s.heartbeatIntervalMs,
-    // Every owned partition's batch in progress at once: they share the runner's window fairly.
-    partitionsConsumedConcurrently: 64,
-    logger,
-  });
-  const member = new PartitionConsumer<Job>({
-    consumer,
-    runner,
-    prepare: (record) => {
-      const job = prepareJob(record, apiKeys, { receivedAt: Date.now(), producedAt: Number(record.timestamp), maxRequestAgeMs: s.maxRequestAgeMs });
-      return { job, key: orderKey(record, job) };
-    },
-    commitIntervalMs: options.commitIntervalMs ?? 200,
-    logger,
-    onCommit: (result) => metrics.commit(result),
-    onAssignment: () => metrics.rebalance(),
-    ...(options.onFatal ? { onFatal: options.onFatal } : {}),
-  });
-
-  const guard = table && startConversationGuard({ kafka, config, table, businesses: businesses.live, logger, onSkipped: () => metrics.conversationRecordSkipped(), onFatal: options.onFatal });
-  const follower = guard?.follower;
-
-  // Whatever started so far is stopped again when the start fails half-way.
-  const abortStart = async (err: unknown): Promise<never> => {
-    businesses.stop();
-    await guard?.stop();
-    await member.abort();
-    await publisher.close().catch(() => undefined);
-    await client.close().catch(() => undefined);
-    throw err;
-  };
-
-  let health: HealthServer | undefined;
-  if (options.health !== false) {
-    health = await startHealthServer({
-      host: options.health?.host ?? s.healthHost,
-      port: options.health?.port ?? s.healthPort,
-      registry,
-      logger,
-      notReadyReason: () =>
-        (table && follower && !table.isComplete ? `conversation table not ready: ${follower.status()}` : undefined) ??
-        member.notReadyReason() ??
-        (publisher.publishable ? undefined : 'results cannot be published to Kafka (the last produce failed)'),
-    }).catch(abortStart);
-    logger.info({ url: health.url }, 'health and metrics endpoints listening');
-  }
-
-  // The start-up wait: no send request is taken before the table is complete, so that a
-  // customer never seen really means no open window.
-  if (follower) {
-    const loaded = await follower.loaded.catch(async (err: unknown) => {
-      await health?.close();
-      return abortStart(err);
-    });
-    logger.info({ conversations: topics.conversations, ...loaded }, 'conversation table complete (every open window known, followed from here): consuming send requests');
-  }
-
-  await member.start().catch(async (err: unknown) => {
-    await health?.close();
-    return abortStart(err);
-  });
-
-  // The member bounds its own drain by sender.drainGraceMs; closing after it is bounded by the clients' timeouts.
-  const drain = once(async () => {
-    const started = Date.now();
-    const finished = await member.drain(s.drainGraceMs);
-    businesses.stop();
-    await guard?.stop();
-    await publisher.close().catch((err: unknown) => logger.warn({ err }, 'disconnecting the producer failed'));
-    await client.close().catch(() => undefined);
-    await health?.close();
-    logger.info({ finished, durationMs: Date.now() - started }, 'sender stopped');
-    return finished;
-  });
-
-  return {
-    ready: member.ready,
-    isReady: () => member.isMember() && publisher.publishable && (table === undefined || table.isComplete),
-    metrics: registry,
-    address: health?.url,
-    stats: () => ({ ...runner.stats(), providerCalls: callSlots.inUse, completedRequestIds: processor.completedCount, ...(table ? { conversationTable: table.stats() } : {}) }),
-    drain,
-  };
+/** What the start prepared before the sender's parts are built: its configuration checked, the topics ready, results publishable. */
+interface Prepared {
+  options: StartSenderOptions;
+  logger: Logger;
+  apiKeys: Map<string, string>;
+  providerUrl: string;
+  registry: Registry;
+  kafka: KafkaClient;
+  publisher: OutcomePublisher;
+  dlqMaxBytes: number;
 }
 
 /**
- * The live businesses file (src/config/businesses-file.ts): a valid new list replaces the API
- * keys and the businesses whose windows are kept in place, in one synchronous step, so a
- * request sees the old set or the new one. A business without an API key refuses the list.
+ * A running sender (built by `Sender.start`, or `startSender`): its parts, its start-up steps,
+ * the handover of each record from the partition consumer to the runner, the reload of the
+ * businesses, and its drain.
  */
-function followBusinessesFile(config: Config, registry: Registry, logger: Logger, apiKeys: Map<string, string>): { live: Set<string>; stop(): void } {
-  const live = new Set(apiKeys.keys());
-  const watch = watchConfiguredBusinesses({
-    config,
-    registry,
-    logger,
-    apply: (businesses) => {
-      const next = senderApiKeys({ ...config, businesses });
-      apiKeys.clear();
-      live.clear();
-      for (const [id, key] of next) {
-        apiKeys.set(id, key);
-        live.add(id);
-      }
-    },
-  });
-  return { live, stop: () => watch?.stop() };
+export class Sender implements Role {
+  /** Resolves once the member joined the group for the first time. */
+  readonly ready: Promise<void>;
+  readonly metrics: Registry;
+  private readonly options: StartSenderOptions;
+  private readonly config: Config;
+  private readonly settings: Config['sender'];
+  private readonly logger: Logger;
+  private readonly kafka: KafkaClient;
+  private readonly apiKeys: Map<string, string>;
+  /** The businesses whose conversation windows are kept; replaced with the API keys by a reload. */
+  private readonly liveBusinesses: Set<string>;
+  private readonly publisher: OutcomePublisher;
+  private readonly client: ProviderClient;
+  private readonly limiter: RateLimiter;
+  private readonly circuits: CircuitBreaker;
+  /** The conversation window guard's table (README "Conversation window"), when the guard is on. */
+  private readonly table: ConversationTable | undefined;
+  private readonly senderMetrics: SenderMetrics;
+  private readonly callSlots: Semaphore;
+  private readonly processor: Processor;
+  private readonly runner: KeyedRunner<Job>;
+  private readonly member: PartitionConsumer<Job>;
+  private businessesWatch: BusinessesWatch | undefined;
+  private guard: ConversationGuard | undefined;
+  private health: HealthServer | undefined;
+  private readonly drainOnce = once(() => this.stop());
+
+  /**
+   * Checks the configuration (CONFIG_INVALID), prepares the topics and connects the publisher
+   * (KAFKA_UNAVAILABLE), builds the parts, then serves: health, the conversation table
+   * complete (guard on), a member of the group.
+   */
+  static async start(options: StartSenderOptions): Promise<Sender> {
+    const { config } = options;
+    const logger = (options.logger ?? silentLogger).child({ component: 'sender' });
+    const apiKeys = senderApiKeys(config);
+    if (!config.provider.url) throw new MsgbridgeError('CONFIG_INVALID', 'invalid configuration:\n  - provider.url: the sender needs the provider base URL (MSGBRIDGE_PROVIDER_URL)');
+    const brokers = options.brokers ?? config.kafka.brokers;
+    requireBrokers(brokers);
+    const registry = options.registry ?? createMetricsRegistry('sender');
+
+    const kafka = createKafka(config.kafka, { logger, brokers });
+    const dlqMaxBytes = await connectingToKafka(brokers, () => prepareTopics(kafka, config, logger));
+
+    const publisher = new OutcomePublisher({
+      createProducer: () => createKafkajsProducer(kafka, { timeoutMs: config.kafka.requestTimeoutMs }),
+      stallMs: config.kafka.requestTimeoutMs,
+      onReplace: (error) => logger.debug({ err: (error as Error)?.message ?? String(error) }, 'a produce of results failed: the producer is replaced, never reused'),
+      onHealthChange: (ok, error) => {
+        if (ok) logger.info('results reach Kafka again');
+        else logger.error({ err: (error as Error)?.message ?? String(error) }, 'results cannot be published to Kafka: retrying with a new producer; /readyz is 503 meanwhile');
+      },
+    });
+    await connectingToKafka(brokers, () => publisher.start());
+
+    const sender = new Sender({ options, logger, apiKeys, providerUrl: config.provider.url, registry, kafka, publisher, dlqMaxBytes });
+    sender.followBusinesses();
+    sender.startGuard();
+    await sender.serveHealth();
+    await sender.awaitConversationTable();
+    await sender.joinGroup();
+    return sender;
+  }
+
+  private constructor(prepared: Prepared) {
+    const { options, logger, apiKeys, registry, publisher } = prepared;
+    const config = options.config;
+    const s = config.sender;
+    this.options = options;
+    this.config = config;
+    this.settings = s;
+    this.logger = logger;
+    this.kafka = prepared.kafka;
+    this.apiKeys = apiKeys;
+    this.liveBusinesses = new Set(apiKeys.keys());
+    this.metrics = registry;
+    this.publisher = publisher;
+
+    this.client = createProviderClient({
+      baseUrl: prepared.providerUrl,
+      connections: config.provider.connections,
+      callTimeoutMs: s.callTimeoutMs,
+    });
+    this.limiter = new RateLimiter({ ratePerSecond: s.ratePerSecond });
+    this.circuits = new CircuitBreaker({
+      failureThreshold: s.circuitFailureThreshold,
+      probeInitialMs: s.backoffInitialMs,
+      probeMaxMs: s.circuitProbeMaxMs,
+      onChange: (business, state, failures) => this.circuitChanged(business, state, failures),
+    });
+
+    // The conversation window guard (README "Conversation window"): the table is read in full
+    // before any send request is consumed (awaitConversationTable), then followed.
+    const table = s.conversationWindow === 'reject' ? new ConversationTable({ maxEntries: s.conversationTableMaxEntries }) : undefined;
+    this.table = table;
+
+    // The gauges read the runner's stats at scrape time (the runner is created below).
+    this.senderMetrics = createSenderMetrics(registry, {
+      stats: () => this.runner.stats(),
+      openCircuits: () => this.circuits.openKeys(),
+      slowedRates: () => this.limiter.slowedDown(),
+      configuredRate: s.ratePerSecond,
+      businesses: [...apiKeys.keys()],
+      publishing: () => publisher.publishable,
+      ...(table ? { conversationTable: () => table.stats() } : {}),
+    });
+    this.callSlots = new Semaphore(s.concurrency);
+    this.processor = createProcessor({
+      client: this.client,
+      publish: (topic, record) => publisher.publish(topic, record),
+      limiter: this.limiter,
+      circuits: this.circuits,
+      callSlots: this.callSlots,
+      apiKeys,
+      topics: { results: config.kafka.topics.sendResults, dlq: config.kafka.topics.sendRequestsDlq },
+      policy: { budgetMs: s.retryBudgetMs, backoffInitialMs: s.backoffInitialMs, backoffMaxMs: s.backoffMaxMs },
+      retryMaybeSent: s.retryMaybeSent,
+      dlqMaxBytes: prepared.dlqMaxBytes,
+      completedMax: s.completedRequestIdsMax,
+      metrics: this.senderMetrics,
+      logger,
+      ...(table ? { conversations: { mode: s.conversationWindow, graceMs: s.conversationWindowGraceMs, lookup: (business: string, customer: string) => table.lookup(business, customer) } } : {}),
+    });
+    // Every buffered key may be waiting (for its circuit, a token): provider calls in flight are
+    // bounded by the call slots above, so that one business's outage holds none of another's.
+    this.runner = new KeyedRunner<Job>({
+      concurrency: s.maxBufferedRequests,
+      maxBuffered: s.maxBufferedRequests,
+      work: (job, context) => this.processor.work(job, context),
+      onWorkError: (err, partition, offset) => logger.error({ err, partition, offset }, 'processing a request failed unexpectedly; retrying it'),
+    });
+
+    const consumer: GroupConsumer = createKafkajsGroupConsumer(this.kafka, {
+      groupId: s.groupId,
+      topic: config.kafka.topics.sendRequests,
+      sessionTimeoutMs: s.sessionTimeoutMs,
+      heartbeatIntervalMs: s.heartbeatIntervalMs,
+      // Every owned partition's batch in progress at once: they share the runner's window fairly.
+      partitionsConsumedConcurrently: 64,
+      logger,
+    });
+    this.member = new PartitionConsumer<Job>({
+      consumer,
+      runner: this.runner,
+      prepare: (record) => this.handOver(record),
+      commitIntervalMs: options.commitIntervalMs ?? 200,
+      logger,
+      onCommit: (result) => this.senderMetrics.commit(result),
+      onAssignment: () => this.senderMetrics.rebalance(),
+      ...(options.onFatal ? { onFatal: options.onFatal } : {}),
+    });
+    this.ready = this.member.ready;
+  }
+
+  /** Base URL of the health server, when one runs. */
+  get address(): string | undefined {
+    return this.health?.url;
+  }
+
+  isReady(): boolean {
+    return this.member.isMember() && this.publisher.publishable && (this.table === undefined || this.table.isComplete);
+  }
+
+  /** The runner's counts (`running` includes requests waiting for their circuit or a token), provider calls in flight, remembered request ids, the conversation table (when the guard is on). */
+  stats(): RunnerStats & { providerCalls: number; completedRequestIds: number; conversationTable?: ConversationTableStats } {
+    return { ...this.runner.stats(), providerCalls: this.callSlots.inUse, completedRequestIds: this.processor.completedCount, ...(this.table ? { conversationTable: this.table.stats() } : {}) };
+  }
+
+  /**
+   * Stops taking requests, lets the provider calls in progress finish and their results be
+   * published (within `sender.drainGraceMs`), commits, leaves the group and disconnects.
+   * Resolves true when everything in progress finished in time. Idempotent.
+   */
+  drain(): Promise<boolean> {
+    return this.drainOnce();
+  }
+
+  // ---- the start ----
+
+  /**
+   * The live businesses file (src/config/businesses-file.ts), followed from the start; each
+   * valid list is applied by reloadBusinesses.
+   */
+  private followBusinesses(): void {
+    this.businessesWatch = watchConfiguredBusinesses({ config: this.config, registry: this.metrics, logger: this.logger, apply: (businesses) => this.reloadBusinesses(businesses) });
+  }
+
+  /** With the guard on: the conversation table starts being read, then followed. */
+  private startGuard(): void {
+    const table = this.table;
+    if (!table) return;
+    this.guard = startConversationGuard({
+      kafka: this.kafka,
+      config: this.config,
+      table,
+      businesses: this.liveBusinesses,
+      logger: this.logger,
+      onSkipped: () => this.senderMetrics.conversationRecordSkipped(),
+      onFatal: this.options.onFatal,
+    });
+  }
+
+  private async serveHealth(): Promise<void> {
+    const health = this.options.health;
+    if (health === false) return;
+    this.health = await startHealthServer({
+      host: health?.host ?? this.settings.healthHost,
+      port: health?.port ?? this.settings.healthPort,
+      registry: this.metrics,
+      logger: this.logger,
+      notReadyReason: () => this.notReadyReason(),
+    }).catch((err: unknown) => this.abortStart(err));
+    this.logger.info({ url: this.health.url }, 'health and metrics endpoints listening');
+  }
+
+  /**
+   * The start-up wait: no send request is taken before the table is complete, so that a
+   * customer never seen really means no open window.
+   */
+  private async awaitConversationTable(): Promise<void> {
+    const follower = this.guard?.follower;
+    if (!follower) return;
+    const loaded = await follower.loaded.catch(async (err: unknown) => {
+      await this.health?.close();
+      return this.abortStart(err);
+    });
+    this.logger.info({ conversations: this.config.kafka.topics.conversations, ...loaded }, 'conversation table complete (every open window known, followed from here): consuming send requests');
+  }
+
+  private async joinGroup(): Promise<void> {
+    await this.member.start().catch(async (err: unknown) => {
+      await this.health?.close();
+      return this.abortStart(err);
+    });
+  }
+
+  /** Whatever started so far is stopped again when the start fails half-way. */
+  private async abortStart(err: unknown): Promise<never> {
+    this.businessesWatch?.stop();
+    await this.guard?.stop();
+    await this.member.abort();
+    await this.publisher.close().catch(() => undefined);
+    await this.client.close().catch(() => undefined);
+    throw err;
+  }
+
+  // ---- while it runs ----
+
+  /** The partition consumer hands a record over: its job for the runner, and the key it is ordered by. */
+  private handOver(record: ConsumedRecord): { job: Job; key: string } {
+    const job = prepareJob(record, this.apiKeys, { receivedAt: Date.now(), producedAt: Number(record.timestamp), maxRequestAgeMs: this.settings.maxRequestAgeMs });
+    return { job, key: orderKey(record, job) };
+  }
+
+  /**
+   * A valid new businesses list replaces the API keys and the businesses whose windows are
+   * kept in place, in one synchronous step, so a request sees the old set or the new one. A
+   * business without an API key refuses the list (senderApiKeys throws).
+   */
+  private reloadBusinesses(businesses: Config['businesses']): void {
+    const next = senderApiKeys({ ...this.config, businesses });
+    this.apiKeys.clear();
+    this.liveBusinesses.clear();
+    for (const [id, key] of next) {
+      this.apiKeys.set(id, key);
+      this.liveBusinesses.add(id);
+    }
+  }
+
+  private circuitChanged(business: string, state: CircuitState, failures: number): void {
+    this.senderMetrics.circuitChange(business, state);
+    if (state === 'open')
+      this.logger.warn(
+        { businessId: business, consecutiveFailures: failures },
+        'provider circuit open: the provider keeps failing for this business; its requests wait and one probe at a time is sent',
+      );
+    else this.logger.info({ businessId: business }, 'provider circuit closed: the provider answers again; sending resumes');
+  }
+
+  /** What /readyz says while not ready: the conversation table, the group membership, then the publisher. */
+  private notReadyReason(): string | undefined {
+    const follower = this.guard?.follower;
+    return (
+      (this.table && follower && !this.table.isComplete ? `conversation table not ready: ${follower.status()}` : undefined) ??
+      this.member.notReadyReason() ??
+      (this.publisher.publishable ? undefined : 'results cannot be published to Kafka (the last produce failed)')
+    );
+  }
+
+  // ---- the drain ----
+
+  /** The member bounds its own drain by sender.drainGraceMs; closing after it is bounded by the clients' timeouts. */
+  private async stop(): Promise<boolean> {
+    const started = Date.now();
+    const finished = await this.member.drain(this.settings.drainGraceMs);
+    this.businessesWatch?.stop();
+    await this.guard?.stop();
+    await this.publisher.close().catch((err: unknown) => this.logger.warn({ err }, 'disconnecting the producer failed'));
+    await this.client.close().catch(() => undefined);
+    await this.health?.close();
+    this.logger.info({ finished, durationMs: Date.now() - started }, 'sender stopped');
+    return finished;
+  }
+}
+
+/** Starts a sender (see `Sender.start`). */
+export function startSender(options: StartSenderOptions): Promise<Sender> {
+  return Sender.start(options);
+}
+
+/** The conversation table's follower and sweeper, while the guard is on. */
+interface ConversationGuard {
+  follower: ConversationFollower;
+  stop(): Promise<void>;
 }
 
 /** The conversation window guard's table, read and then followed (README "Conversation window"), and swept. */
@@ -288,7 +412,7 @@ function startConversationGuard(options: {
   logger: Logger;
   onSkipped(): void;
   onFatal: ((error: Error) => void) | undefined;
-}): { follower: ConversationFollower; stop(): Promise<void> } {
+}): ConversationGuard {
   const { config, table, logger } = options;
   const s = config.sender;
   logger.info(
