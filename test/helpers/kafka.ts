@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { Kafka, logLevel, type Admin } from 'kafkajs';
+import { Kafka, logLevel, type Admin, type RetryOptions } from 'kafkajs';
 import { inject } from 'vitest';
 import { headersToStrings as decodeHeaders } from '../../src/kafka/headers.js';
 import { ensureTopics } from '../../src/kafka/topics.js';
@@ -9,9 +9,9 @@ export function kafkaBrokers(): string[] {
   return inject('kafkaBrokers').split(',');
 }
 
-/** A client of the suite's Kafka, or of `brokers` (a test that runs its own broker). */
-export function testKafka(clientId = 'msgbridge-test', brokers = kafkaBrokers()): Kafka {
-  return new Kafka({ clientId, brokers, logLevel: logLevel.NOTHING, retry: { retries: 3 } });
+/** A client of the suite's Kafka, or of `brokers` (a test that runs its own broker); `retry`: the client's retry policy. */
+export function testKafka(clientId = 'msgbridge-test', brokers = kafkaBrokers(), retry: RetryOptions = { retries: 3 }): Kafka {
+  return new Kafka({ clientId, brokers, logLevel: logLevel.NOTHING, retry });
 }
 
 /** A topic name no other test uses. */

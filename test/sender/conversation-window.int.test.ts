@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:net';
-import { Kafka, logLevel } from 'kafkajs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { sendResultSchema, type SendResult } from '../../src/contracts/index.js';
 import { isMsgbridgeError } from '../../src/platform/errors.js';
@@ -8,7 +7,7 @@ import { ensureTopics } from '../../src/kafka/topics.js';
 import { startSender, type Sender } from '../../src/sender/index.js';
 import { runCli } from '../helpers/cli.js';
 import { kafkaBrokers, withAdmin } from '../helpers/kafka.js';
-import { BIZ, collect, fixture, produceRequests, sentRequestId, templateRequest, textRequest, waitUntil, type Collector, type Fixture } from './harness.js';
+import { BIZ, collect, fixture, patientKafka, produceRequests, sentRequestId, templateRequest, textRequest, waitUntil, type Collector, type Fixture } from './harness.js';
 
 /**
  * The conversation window guard (sender.conversationWindow "reject", src/sender/README.md
@@ -25,10 +24,6 @@ afterEach(async () => {
 const HOUR = 3_600_000;
 const DAY = 24 * HOUR;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-function kafka(clientId: string): Kafka {
-  return new Kafka({ clientId, brokers: kafkaBrokers(), logLevel: logLevel.NOTHING, retry: { retries: 10, initialRetryTime: 200, maxRetryTime: 3000 } });
-}
 
 interface Inbound {
   customer: string;
@@ -47,7 +42,7 @@ async function createConversations(topic: string, partitions = 3): Promise<void>
 }
 
 async function produceWindows(topic: string, windows: Inbound[], raw: { key: string | null; value: string | null }[] = []): Promise<void> {
-  const producer = kafka('conversations-test').producer({ allowAutoTopicCreation: false, idempotent: true, maxInFlightRequests: 1 });
+  const producer = patientKafka('conversations-test').producer({ allowAutoTopicCreation: false, idempotent: true, maxInFlightRequests: 1 });
   await producer.connect();
   try {
     await producer.send({ topic, acks: -1, messages: [...windows.map(windowRecord), ...raw] });
@@ -58,7 +53,7 @@ async function produceWindows(topic: string, windows: Inbound[], raw: { key: str
 
 /** Windows written in a transaction left open: read_committed readers cannot pass them until commit. */
 async function openTransaction(topic: string, windows: Inbound[]): Promise<{ commit(): Promise<void> }> {
-  const producer = kafka('conversations-tx').producer({ transactionalId: `conv-test-${randomUUID()}`, idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false });
+  const producer = patientKafka('conversations-tx').producer({ transactionalId: `conv-test-${randomUUID()}`, idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false });
   await producer.connect();
   const transaction = await producer.transaction();
   await transaction.send({ topic, acks: -1, messages: windows.map(windowRecord) });

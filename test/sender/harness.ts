@@ -2,19 +2,18 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
-import { Kafka, logLevel } from 'kafkajs';
 import { loadConfig, type DeepPartial } from '../../src/config/load.js';
 import type { Config } from '../../src/config/schema.js';
 import { createLogger, silentLogger, type Logger } from '../../src/platform/logger.js';
 import { startSender, type Sender, type StartSenderOptions } from '../../src/sender/index.js';
 import { startSimulator, type RunningSimulator, type SendRecord, type SimulatorOptions } from '../../src/simulator/index.js';
 import { ensureTopics } from '../../src/kafka/topics.js';
-import { kafkaBrokers, uniqueTopic, withAdmin, type ReadRecord } from '../helpers/kafka.js';
+import { kafkaBrokers, testKafka, uniqueTopic, withAdmin, type ReadRecord } from '../helpers/kafka.js';
 import { headersToStrings as decodeHeaders } from '../../src/kafka/headers.js';
 
 /** A client that rides out a busy broker (new topics whose leaders are still settling). */
-function patientKafka(clientId: string, brokers = kafkaBrokers()): Kafka {
-  return new Kafka({ clientId, brokers, logLevel: logLevel.NOTHING, retry: { retries: 10, initialRetryTime: 200, maxRetryTime: 3000 } });
+export function patientKafka(clientId: string, brokers?: string[]) {
+  return testKafka(clientId, brokers, { retries: 10, initialRetryTime: 200, maxRetryTime: 3000 });
 }
 
 export const BIZ = { id: 'biz_1', apiKey: 'key-biz-1', signingSecret: 'secret-biz-1' };
