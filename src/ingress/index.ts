@@ -1,5 +1,6 @@
 import type { Registry } from 'prom-client';
-import type { Config } from '../config/schema.js';
+import type { BusinessesWatch } from '../config/businesses-file.js';
+import type { BusinessConfig, Config } from '../config/schema.js';
 import { MsgbridgeError } from '../platform/errors.js';
 import { BatchingPublisher } from '../kafka/batching-publisher.js';
 import { createKafka } from '../kafka/client.js';
@@ -9,16 +10,16 @@ import { connectingToKafka, describeKafkaFailure } from '../kafka/failure.js';
 import { requireBrokers } from '../kafka/brokers.js';
 import { prepareRoleTopics } from '../kafka/topics.js';
 import { silentLogger, type Logger } from '../platform/logger.js';
+import { localUrl } from '../platform/net.js';
 import { createMetricsRegistry } from '../runtime/metrics.js';
 import { createLiveWebhookHandler, rulesFromConfig } from './handle-webhook.js';
 import { watchConfiguredBusinesses } from '../runtime/businesses-reload.js';
 import { drainOnce, type Role } from '../runtime/role.js';
-import { createIngressMetrics } from './metrics.js';
+import { createIngressMetrics, type IngressMetrics } from './metrics.js';
 import { startIngressServer, type IngressServer } from './server.js';
 
 /** A body in progress younger than this is never closed to make room for another (ms). */
 const RECEIVING_GRACE_MS = 1000;
-import { localUrl } from '../platform/net.js';
 
 export { createWebhookHandler, rulesFromConfig } from './handle-webhook.js';
 export type { WebhookDecision, WebhookHandler, IngressRules } from './handle-webhook.js';
@@ -89,56 +90,201 @@ export function startIngress(options: StartIngressOptions): Promise<Ingress> {
 
 /** startIngress, with what a worker thread needs (workers.ts). */
 export async function startIngressWithControls(options: StartIngressOptions): Promise<Ingress & IngressControls> {
-  const { config } = options;
   const logger = options.logger ?? silentLogger;
-  const ingress = config.ingress;
+  requireSigningSecrets(options.config, logger);
+  const brokers = options.brokers ?? options.config.kafka.brokers;
+  const kafka = await prepareKafka(options, brokers, logger);
+  const ingress = new ThreadIngress(options, logger, brokers, kafka);
+  await ingress.start();
+  return ingress;
+}
 
+/** Refuses a configuration no webhook could pass; warns about each business that cannot. */
+function requireSigningSecrets(config: Config, logger: Logger): void {
   if (!config.businesses.some((b) => b.signingSecrets.length > 0)) {
     throw new MsgbridgeError(
       'CONFIG_INVALID',
       'the ingress needs at least one business with a webhook signing secret: set MSGBRIDGE_BUSINESS_ID and MSGBRIDGE_SIGNING_SECRET, or businesses[].signingSecrets in the configuration file',
     );
   }
-  for (const b of config.businesses) {
+  warnUnsigned(config.businesses, logger);
+}
+
+function warnUnsigned(businesses: readonly BusinessConfig[], logger: Logger): void {
+  for (const b of businesses) {
     if (b.signingSecrets.length === 0) logger.warn({ business: b.id }, 'business has no signing secret: its webhooks will be refused (403)');
   }
+}
 
-  let createProducer = options.createProducer;
-  let minInsyncReplicas: Map<string, number> | undefined;
-  const brokers = options.brokers ?? config.kafka.brokers;
+/** The publisher's producers, and what the cluster says of the topics. */
+interface KafkaSide {
+  createProducer: ProducerFactory;
+  /** Per topic, when the cluster says. */
+  minInsyncReplicas: Map<string, number> | undefined;
+}
+
+/**
+ * The producers to publish with: none at all for the benchmark ceiling, the caller's (tests), or
+ * the configured client's once the topics exist on the configured Kafka.
+ */
+async function prepareKafka(options: StartIngressOptions, brokers: string[], logger: Logger): Promise<KafkaSide> {
+  const { config } = options;
   if (options.unsafeDiscardRecords) {
     logger.warn('publishing disabled (benchmark ceiling): events are acknowledged without being written to Kafka');
-    createProducer = () => ({ connect: async () => {}, send: async () => {}, disconnect: async () => {} });
+    return { createProducer: () => ({ connect: async () => {}, send: async () => {}, disconnect: async () => {} }), minInsyncReplicas: undefined };
   }
-  if (!createProducer) {
-    requireBrokers(brokers);
-    const kafka = createKafka(config.kafka, { logger, brokers });
-    minInsyncReplicas = await connectingToKafka(brokers, () => prepareIngressTopics(kafka, config, logger));
-    if (config.kafka.client === 'platformatic') {
-      // Loaded only when chosen: importing @platformatic/kafka costs about 30 MiB of memory.
-      const { createPlatformaticProducer } = await import('../kafka/platformatic-producer.js');
-      createProducer = (first) => createPlatformaticProducer(config.kafka, { brokers: preferBrokers(brokers, first), timeoutMs: config.kafka.requestTimeoutMs });
-    } else {
-      createProducer = (first) =>
-        createKafkajsProducer(first?.length ? createKafka(config.kafka, { logger, brokers: preferBrokers(brokers, first) }) : kafka, { idempotent: true, timeoutMs: config.kafka.requestTimeoutMs });
-    }
+  if (options.createProducer) return { createProducer: options.createProducer, minInsyncReplicas: undefined };
+  requireBrokers(brokers);
+  const kafka = createKafka(config.kafka, { logger, brokers });
+  const minInsyncReplicas = await connectingToKafka(brokers, () => prepareIngressTopics(kafka, config, logger));
+  if (config.kafka.client === 'platformatic') {
+    // Loaded only when chosen: importing @platformatic/kafka costs about 30 MiB of memory.
+    const { createPlatformaticProducer } = await import('../kafka/platformatic-producer.js');
+    return {
+      createProducer: (first) => createPlatformaticProducer(config.kafka, { brokers: preferBrokers(brokers, first), timeoutMs: config.kafka.requestTimeoutMs }),
+      minInsyncReplicas,
+    };
+  }
+  return {
+    createProducer: (first) =>
+      createKafkajsProducer(first?.length ? createKafka(config.kafka, { logger, brokers: preferBrokers(brokers, first) }) : kafka, { idempotent: true, timeoutMs: config.kafka.requestTimeoutMs }),
+    minInsyncReplicas,
+  };
+}
+
+/**
+ * One thread's whole ingress (the main thread's, or a worker's of workers.ts): its metrics,
+ * publisher and producers, live webhook rules and uWS server. Built by startIngressWithControls,
+ * which awaits start() before handing it out.
+ */
+class ThreadIngress implements Ingress, IngressControls {
+  readonly ready = Promise.resolve();
+  readonly metrics: Registry;
+  readonly drain: () => Promise<boolean>;
+  private currentState: IngressState = 'running';
+  private readonly config: Config;
+  private readonly ingressMetrics: IngressMetrics;
+  private readonly publisher: BatchingPublisher;
+  private readonly handler: ReturnType<typeof createLiveWebhookHandler>;
+  private businessesWatch: BusinessesWatch | undefined;
+  /** Set by start(), once listening. */
+  private server: IngressServer | undefined;
+
+  constructor(
+    private readonly options: StartIngressOptions,
+    private readonly logger: Logger,
+    private readonly brokers: string[],
+    kafka: KafkaSide,
+  ) {
+    this.config = options.config;
+    this.metrics = options.registry ?? createMetricsRegistry('ingress');
+    // The gauges read the publisher at scrape time, after it exists.
+    this.ingressMetrics = createIngressMetrics(this.metrics, { stats: () => this.publisher.stats(), ready: () => this.isReady() }, { worker: options.worker?.id });
+    this.publisher = createIngressPublisher(this.config, kafka, this.ingressMetrics, logger);
+    this.handler = createLiveWebhookHandler(rulesFromConfig(this.config));
+    this.drain = drainOnce(this.config.ingress.drainGraceMs, () => this.drainSteps());
   }
 
-  const registry = options.registry ?? createMetricsRegistry('ingress');
-  // The gauges read the publisher at scrape time, after it exists.
-  const isReady = () => state === 'running' && publisher.ready && (server?.hasRoom() ?? true);
-  const metrics = createIngressMetrics(registry, { stats: () => publisher.stats(), ready: isReady }, { worker: options.worker?.id });
-  const publisher = new BatchingPublisher({
-    createProducer,
-    batchMaxEvents: ingress.batchMaxEvents,
-    batchMaxBytes: ingress.batchMaxBytes,
-    queueMaxEvents: ingress.queueMaxEvents,
-    queueMaxBytes: ingress.queueMaxBytes,
-    publishTimeoutMs: ingress.publishTimeoutMs,
-    idleProbeIntervalMs: ingress.kafkaProbeIntervalMs,
+  get port(): number {
+    return this.listening.port;
+  }
+
+  get address(): string {
+    return localUrl(this.config.ingress.host, this.listening.port);
+  }
+
+  get state(): IngressState {
+    return this.currentState;
+  }
+
+  isReady(): boolean {
+    return this.currentState === 'running' && this.publisher.ready && (this.server?.hasRoom() ?? true);
+  }
+
+  /** Connects the producer, follows the businesses file, listens; undoes the last two when listening fails. */
+  async start(): Promise<void> {
+    await connectingToKafka(this.brokers, () => this.publisher.start());
+    this.businessesWatch = watchConfiguredBusinesses({ config: this.config, registry: this.metrics, logger: this.logger, apply: (businesses) => this.applyBusinesses(businesses) });
+    try {
+      this.server = await this.listen();
+    } catch (err) {
+      this.businessesWatch?.stop();
+      await this.publisher.drain();
+      throw err;
+    }
+    const { config } = this;
+    this.logger.info({ url: this.address, businesses: config.businesses.map((b) => b.id), topics: config.kafka.topics, kafkaClient: config.kafka.client }, 'ingress listening');
+  }
+
+  reloadBusinesses(): void {
+    this.businessesWatch?.reload();
+  }
+
+  closeAll(): void {
+    this.listening.closeAll();
+  }
+
+  /** A new list from the businesses file: the rules swap in one step. */
+  private applyBusinesses(businesses: BusinessConfig[]): void {
+    warnUnsigned(businesses, this.logger);
+    this.handler.replace(rulesFromConfig({ ...this.config, businesses }));
+  }
+
+  private listen(): Promise<IngressServer> {
+    const settings = this.config.ingress;
+    const registry = this.metrics;
+    return startIngressServer({
+      host: settings.host,
+      port: settings.port,
+      handler: this.handler,
+      publisher: this.publisher,
+      metrics: this.ingressMetrics,
+      metricsText: this.options.worker?.metricsText ?? (async () => ({ contentType: registry.contentType, body: await registry.metrics() })),
+      logger: this.logger,
+      retryAfterSeconds: settings.retryAfterSeconds,
+      bodyTimeoutMs: settings.idleTimeoutSeconds * 1000,
+      memoryBudgetBytes: settings.queueMaxBytes,
+      receiving: { maxTotal: settings.maxReceivingRequests, maxPerAddress: settings.maxReceivingPerAddress, graceMs: RECEIVING_GRACE_MS },
+      chunkedBodies: settings.chunkedBodies,
+      othersReady: this.options.worker?.othersReady,
+    });
+  }
+
+  /** What drain() runs once, within ingress.drainGraceMs. */
+  private async drainSteps(): Promise<void> {
+    const server = this.listening;
+    const graceMs = this.config.ingress.drainGraceMs;
+    this.currentState = 'draining';
+    this.businessesWatch?.stop();
+    // Half the grace period for bodies still arriving; the rest for their batches, the
+    // producer's flush and disconnect.
+    server.stopAccepting(Math.floor(graceMs / 2));
+    await server.whenIdle();
+    await this.publisher.drain();
+    server.close();
+    this.currentState = 'stopped';
+  }
+
+  private get listening(): IngressServer {
+    if (!this.server) throw new Error('the ingress is not listening yet');
+    return this.server;
+  }
+}
+
+/** The publisher, its batches and connections counted in the metrics and logged. */
+function createIngressPublisher(config: Config, kafka: KafkaSide, metrics: IngressMetrics, logger: Logger): BatchingPublisher {
+  const settings = config.ingress;
+  return new BatchingPublisher({
+    createProducer: kafka.createProducer,
+    batchMaxEvents: settings.batchMaxEvents,
+    batchMaxBytes: settings.batchMaxBytes,
+    queueMaxEvents: settings.queueMaxEvents,
+    queueMaxBytes: settings.queueMaxBytes,
+    publishTimeoutMs: settings.publishTimeoutMs,
+    idleProbeIntervalMs: settings.kafkaProbeIntervalMs,
     probeTopics: ingressTopics(config),
-    probeTimeoutMs: Math.min(config.kafka.requestTimeoutMs, ingress.publishTimeoutMs),
-    minInsyncReplicas,
+    probeTimeoutMs: Math.min(config.kafka.requestTimeoutMs, settings.publishTimeoutMs),
+    minInsyncReplicas: kafka.minInsyncReplicas,
     observer: {
       batch: (info) => {
         metrics.batch(info);
@@ -157,71 +303,6 @@ export async function startIngressWithControls(options: StartIngressOptions): Pr
       },
     },
   });
-  await connectingToKafka(brokers, () => publisher.start());
-
-  let state: IngressState = 'running';
-  let server: IngressServer | undefined;
-  const handler = createLiveWebhookHandler(rulesFromConfig(config));
-  const businessesWatch = watchConfiguredBusinesses({
-    config,
-    registry,
-    logger,
-    apply: (businesses) => {
-      for (const b of businesses) {
-        if (b.signingSecrets.length === 0) logger.warn({ business: b.id }, 'business has no signing secret: its webhooks will be refused (403)');
-      }
-      handler.replace(rulesFromConfig({ ...config, businesses }));
-    },
-  });
-  try {
-    server = await startIngressServer({
-      host: ingress.host,
-      port: ingress.port,
-      handler,
-      publisher,
-      metrics,
-      metricsText: options.worker?.metricsText ?? (async () => ({ contentType: registry.contentType, body: await registry.metrics() })),
-      logger,
-      retryAfterSeconds: ingress.retryAfterSeconds,
-      bodyTimeoutMs: ingress.idleTimeoutSeconds * 1000,
-      memoryBudgetBytes: ingress.queueMaxBytes,
-      receiving: { maxTotal: ingress.maxReceivingRequests, maxPerAddress: ingress.maxReceivingPerAddress, graceMs: RECEIVING_GRACE_MS },
-      chunkedBodies: ingress.chunkedBodies,
-      othersReady: options.worker?.othersReady,
-    });
-  } catch (err) {
-    businessesWatch?.stop();
-    await publisher.drain();
-    throw err;
-  }
-  const url = localUrl(ingress.host, server.port);
-  logger.info({ url, businesses: config.businesses.map((b) => b.id), topics: config.kafka.topics, kafkaClient: config.kafka.client }, 'ingress listening');
-
-  const drain = drainOnce(ingress.drainGraceMs, async () => {
-    state = 'draining';
-    businessesWatch?.stop();
-    // Half the grace period for bodies still arriving; the rest for their batches, the
-    // producer's flush and disconnect.
-    server.stopAccepting(Math.floor(ingress.drainGraceMs / 2));
-    await server.whenIdle();
-    await publisher.drain();
-    server.close();
-    state = 'stopped';
-  });
-
-  return {
-    port: server.port,
-    address: url,
-    ready: Promise.resolve(),
-    isReady,
-    get state() {
-      return state;
-    },
-    metrics: registry,
-    drain,
-    reloadBusinesses: () => businessesWatch?.reload(),
-    closeAll: () => server.closeAll(),
-  };
 }
 
 /** The topics the ingress writes to. */

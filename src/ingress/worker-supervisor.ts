@@ -22,6 +22,12 @@ export interface IngressWorkers extends Ingress {
   /** Worker threads serving the port; 1 = the ingress runs in this thread (no worker thread). */
   readonly workers: number;
   /**
+   * With 1 worker, the ingress's own drain. With more, every worker's at once (each within its
+   * own ingress.drainGraceMs): true, or rejects naming the workers that did not finish or had
+   * stopped, never false; the runner's shutdown logs that reason and exits 1.
+   */
+  drain(): Promise<boolean>;
+  /**
    * Closes every worker's sockets and ends the threads now: for a process about to exit, after
    * its drain or when the grace period ran out. (A thread ended while uWS holds sockets aborts
    * the whole process, so process.exit() must not come first.)
@@ -139,16 +145,13 @@ export class WorkerSupervisor {
   private starting = true;
   private failed: Error | undefined;
   private nextId = 0;
-  /**
-   * Drains every worker at once, within ingress.drainGraceMs (once: later calls get the same
-   * answer); false when one did not finish or had failed.
-   */
+  /** Drains every worker at once (once: later calls get the same answer); see IngressWorkers.drain. */
   private readonly drain: () => Promise<boolean>;
 
   constructor(private readonly options: WorkerSupervisorOptions) {
     this.slots = new Int32Array(new SharedArrayBuffer(4 * options.count));
-    // An incomplete drain rejects with what did not finish (every worker has its own grace):
-    // the runner's shutdown logs the reason and exits 1.
+    // An incomplete drain rejects with what did not finish (every worker has its own grace)
+    // rather than answering false: the runner's shutdown logs that reason and exits 1.
     this.drain = once(async () => {
       await this.drainAll();
       return true;
@@ -186,7 +189,7 @@ export class WorkerSupervisor {
       }
       await Promise.all(Array.from({ length: this.options.count - 1 }, (_, i) => this.startWorker(i + 1, port)));
     } catch (err) {
-      await this.stopAll();
+      await this.drainWorkers();
       throw err;
     }
     return port;
@@ -246,7 +249,8 @@ export class WorkerSupervisor {
   /** Signals reach only the main thread: SIGHUP (reload the businesses file) goes to every worker. */
   private readonly onHangup = () => this.handles.forEach((h) => h.post({ type: 'reload' }));
 
-  private stopAll(): Promise<boolean[]> {
+  /** Drains every started worker at once; per worker, whether it finished (each ends either way). */
+  private drainWorkers(): Promise<boolean[]> {
     return Promise.all(this.handles.map((h) => h.drain()));
   }
 
@@ -257,7 +261,7 @@ export class WorkerSupervisor {
   /** The drain's steps: every worker at once; throws when one did not finish or had failed. */
   private async drainAll(): Promise<void> {
     this.state = 'draining';
-    const results = await this.stopAll();
+    const results = await this.drainWorkers();
     process.off('SIGHUP', this.onHangup);
     this.state = 'stopped';
     const unfinished = this.handles.filter((h, i) => !results[i] && !h.failed).map((h) => `worker ${h.label} did not finish its drain`);
