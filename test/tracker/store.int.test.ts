@@ -1,9 +1,9 @@
 import { cpSync, rmSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
-import kafkajs from 'kafkajs';
 import { startTracker, type Tracker } from '../../src/tracker/index.js';
 import { TaskStore, taskStoreDir } from '../../src/tracker/state-store.js';
+import { topicSettings } from '../../src/kafka/topics.js';
 import { messageId } from '../ingress/fixtures.js';
 import { runCli } from '../helpers/cli.js';
 import { produce, withAdmin } from '../helpers/kafka.js';
@@ -182,15 +182,9 @@ describe('tracker local stores', () => {
     const config = trackerConfig(id, { tracker: { stateRetentionMs: 7 * 86_400_000 } });
     await start(config);
     const settings = await withAdmin(async (admin) => {
-      const { resources } = await admin.describeConfigs({
-        includeSynonyms: false,
-        resources: [config.kafka.topics.messageState, config.kafka.topics.conversations].map((name) => ({
-          type: kafkajs.ConfigResourceTypes.TOPIC,
-          name,
-          configNames: ['cleanup.policy', 'retention.ms', 'segment.ms'],
-        })),
-      });
-      return Object.fromEntries(resources.map((r) => [r.resourceName, Object.fromEntries(r.configEntries.map((e) => [e.configName, e.configValue]))]));
+      const described = await topicSettings(admin, [config.kafka.topics.messageState, config.kafka.topics.conversations]);
+      const names = ['cleanup.policy', 'retention.ms', 'segment.ms'];
+      return Object.fromEntries([...described].map(([topic, values]) => [topic, Object.fromEntries(names.map((name) => [name, values.get(name)]))]));
     });
     expect(settings[config.kafka.topics.messageState]).toEqual({ 'cleanup.policy': 'compact,delete', 'retention.ms': String(7 * 86_400_000), 'segment.ms': String(6 * 3_600_000) });
     expect(settings[config.kafka.topics.conversations]).toEqual({
