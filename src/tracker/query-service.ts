@@ -1,6 +1,6 @@
 import { MsgbridgeError } from '../platform/errors.js';
 import { messageStateOf, type MessageState, type TrackedMessage } from '../contracts/message-state.js';
-import { FORWARDED_HEADER, forwardQuery, type ForwardAnswer } from './query-router.js';
+import { FORWARDED_HEADER, forwardQuery, type ForwardAnswer } from './query-forwarding.js';
 import { type GroupDirectory } from '../kafka/group-directory.js';
 import type { TrackerLogic } from './tracker-logic.js';
 

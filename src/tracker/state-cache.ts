@@ -2,7 +2,7 @@ import type { TrackedMessage } from '../contracts/message-state.js';
 
 /**
  * A bounded LRU of states: the tracker keeps at most `maxEntries` in memory and re-reads an
- * evicted one from the compacted topic when its key has news (README "Memory"). A Map keeps
+ * evicted one from the task's local store when its key has news (README "Memory"). A Map keeps
  * insertion order, so re-inserting on access makes its first key the least recently used:
  * get, set and evict are O(1).
  *

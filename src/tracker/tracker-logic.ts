@@ -66,7 +66,8 @@ export interface TaskStateStore {
   }): Promise<void>;
 }
 
-interface TaskState {
+/** A task this member runs: its store, and the recently used committed states above it. */
+interface OpenTask {
   /** Recently used committed states, above the store (tracker.maxCachedMessages per task). */
   messages: StateCache<TrackedMessage>;
   conversations: StateCache<ConversationWindow>;
@@ -78,7 +79,7 @@ interface TaskState {
 const text = (value: string | Buffer | (string | Buffer)[] | undefined): string | undefined => (value === undefined ? undefined : Array.isArray(value) ? text(value[0]) : value.toString());
 
 export class TrackerLogic {
-  private readonly tasks = new Map<number, TaskState>();
+  private readonly tasks = new Map<number, OpenTask>();
   private readonly now: () => Date;
 
   constructor(private readonly opts: TrackerLogicOptions) {
@@ -125,9 +126,9 @@ export class TrackerLogic {
 
   /** Applies one batch of one input partition of a task: the outputs, and the state change for after the commit. */
   process(task: number, events: DecodedEvent[]): ProcessResult {
-    const state = this.tasks.get(task);
-    if (!state) throw new Error(`task ${task} is not started`);
-    if (state.broken) throw state.broken;
+    const openTask = this.tasks.get(task);
+    if (!openTask) throw new Error(`task ${task} is not started`);
+    if (openTask.broken) throw openTask.broken;
     const messages = new Map<string, TrackedMessage>();
     const windows = new Map<string, ConversationWindow>();
     // The committed state each changed key had before this batch (the store replaces its index entries).
@@ -141,7 +142,7 @@ export class TrackerLogic {
         const id = messageIdOf(event);
         let current = messages.get(id) ?? previousMessages.get(id);
         if (current === undefined && !previousMessages.has(id)) {
-          current = this.committedMessage(state, id);
+          current = this.committedMessage(openTask, id);
           previousMessages.set(id, current);
         }
         let result;
@@ -170,7 +171,7 @@ export class TrackerLogic {
         const key = conversationKey(decoded.input.businessId, decoded.input.customer);
         let current = windows.get(key) ?? previousWindows.get(key);
         if (current === undefined && !previousWindows.has(key)) {
-          current = this.committedWindow(state, key);
+          current = this.committedWindow(openTask, key);
           previousWindows.set(key, current);
         }
         const { window, changed } = applyInbound(current, decoded.input);
@@ -195,15 +196,15 @@ export class TrackerLogic {
     return {
       outputs,
       commit: (written) => {
-        for (const [id, tracked] of messages) state.messages.set(id, tracked);
-        for (const [key, window] of windows) state.conversations.set(key, window);
+        for (const [id, tracked] of messages) openTask.messages.set(id, tracked);
+        for (const [key, window] of windows) openTask.conversations.set(key, window);
         if (messages.size === 0 && windows.size === 0) return;
         const checkpoint: { messageState?: number; conversations?: number } = {};
         const ms = written?.get(this.opts.topics.messageState)?.get(task);
         const cv = written?.get(this.opts.topics.conversations)?.get(task);
         if (ms !== undefined) checkpoint.messageState = ms;
         if (cv !== undefined) checkpoint.conversations = cv;
-        state.store
+        openTask.store
           .write({
             messages: [...messages].map(([id, s]) => ({ id, state: s, previous: previousMessages.get(id) })),
             conversations: [...windows].map(([key, w]) => ({ key, window: w, previous: previousWindows.get(key) })),
@@ -212,26 +213,26 @@ export class TrackerLogic {
           .catch((error: unknown) => {
             // The transaction is committed; the store missed it. The next batch fails the task,
             // whose start reads the changelog from the store's checkpoint (README "Local store").
-            state.broken = new Error(`the local store of task ${task} failed a write: ${(error as Error)?.message ?? String(error)}`);
+            openTask.broken = new Error(`the local store of task ${task} failed a write: ${(error as Error)?.message ?? String(error)}`);
           });
       },
     };
   }
 
   /** The committed state of a message of a task: the cache, else the store (then cached). */
-  private committedMessage(state: TaskState, id: string): TrackedMessage | undefined {
-    const cached = state.messages.get(id);
+  private committedMessage(openTask: OpenTask, id: string): TrackedMessage | undefined {
+    const cached = openTask.messages.get(id);
     if (cached !== undefined) return cached;
-    const stored = state.store.message(id);
-    if (stored !== undefined) state.messages.set(id, stored);
+    const stored = openTask.store.message(id);
+    if (stored !== undefined) openTask.messages.set(id, stored);
     return stored;
   }
 
-  private committedWindow(state: TaskState, key: string): ConversationWindow | undefined {
-    const cached = state.conversations.get(key);
+  private committedWindow(openTask: OpenTask, key: string): ConversationWindow | undefined {
+    const cached = openTask.conversations.get(key);
     if (cached !== undefined) return cached;
-    const stored = state.store.conversation(key);
-    if (stored !== undefined) state.conversations.set(key, stored);
+    const stored = openTask.store.conversation(key);
+    if (stored !== undefined) openTask.conversations.set(key, stored);
     return stored;
   }
 
@@ -242,16 +243,16 @@ export class TrackerLogic {
 
   /** A message's state from the task that owns it on this member; undefined when unknown here. */
   message(messageId: string): TrackedMessage | undefined {
-    const state = this.tasks.get(this.taskOf(messageId));
-    return state && (state.messages.peek(messageId) ?? state.store.message(messageId));
+    const openTask = this.tasks.get(this.taskOf(messageId));
+    return openTask && (openTask.messages.peek(messageId) ?? openTask.store.message(messageId));
   }
 
   /** The latest-updated message of a request among this member's tasks (a maybeSent resend can make two). */
   request(requestId: string): TrackedMessage | undefined {
     let latest: TrackedMessage | undefined;
-    for (const state of this.tasks.values()) {
-      for (const id of state.store.messageIdsOfRequest(requestId)) {
-        const found = state.messages.peek(id) ?? state.store.message(id);
+    for (const openTask of this.tasks.values()) {
+      for (const id of openTask.store.messageIdsOfRequest(requestId)) {
+        const found = openTask.messages.peek(id) ?? openTask.store.message(id);
         if (found && found.requestId === requestId && (!latest || found.updatedAt > latest.updatedAt)) latest = found;
       }
     }
@@ -260,16 +261,16 @@ export class TrackerLogic {
 
   /** Whether every owned task's indexes cover all its states (a miss by request id or recipient is then final). */
   indexesComplete(): boolean {
-    for (const state of this.tasks.values()) if (!state.store.indexesComplete()) return false;
+    for (const openTask of this.tasks.values()) if (!openTask.store.indexesComplete()) return false;
     return true;
   }
 
   /** A page of a recipient's messages across this member's tasks, newest first. */
   recipientMessages(recipient: string, limit: number, before?: string): { sort: string; state: TrackedMessage }[] {
     const found: { sort: string; state: TrackedMessage }[] = [];
-    for (const state of this.tasks.values()) {
-      for (const { id, sort } of state.store.messagesOfRecipient(recipient, limit, before)) {
-        const tracked = state.messages.peek(id) ?? state.store.message(id);
+    for (const openTask of this.tasks.values()) {
+      for (const { id, sort } of openTask.store.messagesOfRecipient(recipient, limit, before)) {
+        const tracked = openTask.messages.peek(id) ?? openTask.store.message(id);
         if (tracked) found.push({ sort, state: tracked });
       }
     }
@@ -283,9 +284,9 @@ export class TrackerLogic {
   cachedCounts(): { messages: number; conversations: number } {
     let messages = 0;
     let conversations = 0;
-    for (const state of this.tasks.values()) {
-      messages += state.messages.size;
-      conversations += state.conversations.size;
+    for (const openTask of this.tasks.values()) {
+      messages += openTask.messages.size;
+      conversations += openTask.conversations.size;
     }
     return { messages, conversations };
   }
