@@ -97,10 +97,11 @@ const onMessage = (message: ToWorker) => {
       }
       Atomics.store(slots, data.index, 0);
       clearInterval(readiness);
+      // False: the grace ran out first; the main thread names this worker as unfinished.
       void ingress.drain().then(
-        () => {
-          send({ type: 'drained', ok: true });
-          end(0);
+        (ok) => {
+          send({ type: 'drained', ok });
+          end(ok ? 0 : 1);
         },
         (err: unknown) => {
           send({ type: 'drained', ok: false, error: (err as Error).message });
