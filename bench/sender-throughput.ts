@@ -15,7 +15,8 @@
 //   npx tsx bench/sender-throughput.ts [--requests 20000] [--recipients 2000] [--latency-ms 20]
 //       [--in-flight 128,512] [--rounds 3] [--targets msgbridge,rpconnect,rpconnect-keepalive]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
-// BENCH_SENDER_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles msgbridge's sender.
+// BENCH_SENDER_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles msgbridge's sender;
+// BENCH_SENDER_ENV (a JSON object of environment variables) tries other settings.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { createInterface } from 'node:readline';
@@ -138,6 +139,8 @@ async function startMsgbridge(brokers: string[], providerUrl: string, topics: Re
         MSGBRIDGE__sender__concurrency: String(inFlight),
         MSGBRIDGE__sender__ratePerSecond: '1000000',
         MSGBRIDGE__provider__connections: String(inFlight),
+        // BENCH_SENDER_ENV='{"MSGBRIDGE__sender__maxBufferedRequests":"8000"}' tries a setting.
+        ...(JSON.parse(process.env.BENCH_SENDER_ENV ?? '{}') as Record<string, string>),
       },
       stdio: ['ignore', 'pipe', 'inherit'],
     }),

@@ -29,9 +29,9 @@ export const kafkaSchema = z
     brokers: z.array(z.string().regex(/^[^\s:,]+:\d{1,5}$/, 'expected host:port')),
     clientId: z.string().min(1),
     /**
-     * The Kafka client the ingress publishes with, both behind the RecordProducer port:
-     * @platformatic/kafka (the default: measured faster, docs/benchmarks.md) or kafkajs. Topic
-     * creation and the sender use kafkajs either way.
+     * The Kafka client the ingress and the sender produce with, both behind the RecordProducer
+     * port: @platformatic/kafka (the default: measured faster, docs/benchmarks.md) or kafkajs.
+     * Topic creation and the consumers use kafkajs either way.
      */
     client: z.enum(['kafkajs', 'platformatic']),
     ssl: z.union([
@@ -109,7 +109,8 @@ export const businessesSchema = z.array(businessSchema).superRefine((list, ctx) 
 export const providerSchema = z.strictObject({
   url: z.url({ protocol: /^https?$/ }),
   timeoutMs: positiveInt,
-  connections: positiveInt,
+  /** Keep-alive connections of the sender's pool; null = one per provider call in flight (sender.concurrency). */
+  connections: positiveInt.nullable(),
 });
 
 /** `ingress.workers`: an integer from 1 to 256, or "auto" (the CLI's --workers parses with it too). */

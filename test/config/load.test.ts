@@ -58,6 +58,11 @@ describe('configuration loading', () => {
     expect(config.simulator.port).toBe(9001);
   });
 
+  it('sizes the provider pool by sender.concurrency unless provider.connections is set', () => {
+    expect(loadConfig({ env: {} }).provider.connections).toBeNull();
+    expect(loadConfig({ env: { MSGBRIDGE__provider__connections: '16' } }).provider.connections).toBe(16);
+  });
+
   it('updates a configured business of the same id and keeps the others', () => {
     const override = file(
       'biz.json',
@@ -100,6 +105,7 @@ describe('configuration loading', () => {
     [{ KAFKA_BROKERS: 'localhost' }, /kafka\.brokers\.0: expected host:port \(from KAFKA_BROKERS\)/],
     [{ MSGBRIDGE_PROVIDER_URL: 'not a url' }, /provider\.url: .*\(from MSGBRIDGE_PROVIDER_URL\)/],
     [{ MSGBRIDGE_LOG_LEVEL: 'loud' }, /log\.level: .*\(from MSGBRIDGE_LOG_LEVEL\)/],
+    [{ MSGBRIDGE__provider__connections: '0' }, /provider\.connections: .*\(from MSGBRIDGE__provider__connections\)/],
     [{ MSGBRIDGE_BUSINESS_ID: 'has space' }, /businesses\.0\.id: expected 1-128 letters/],
     [{ KAFKA_SASL_MECHANISM: 'gssapi', KAFKA_SASL_USERNAME: 'u', KAFKA_SASL_PASSWORD: 'p' }, /kafka\.sasl\.mechanism/],
     [{ MSGBRIDGE__ingress__unknownKey: '1' }, /ingress: Unrecognized key.*unknownKey/],
