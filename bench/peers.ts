@@ -3,7 +3,7 @@
 // checkout (override with BENCH_RPCONNECT_BIN / BENCH_FAKEPROVIDER_BIN). A missing binary is
 // built with `go build` when Go and the sources are there; otherwise the peer is skipped.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -134,6 +134,21 @@ export function cpuSeconds(pid: number): number {
   } catch {
     return NaN;
   }
+}
+
+/** CPU seconds of a live process's main thread and of its other threads (GC, compiler, libuv pool: Node names none). */
+export function cpuByThread(pid: number): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const name = Number(tid) === pid ? 'main' : 'others';
+      const fields = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+      out[name] = (out[name] ?? 0) + (Number(fields[11]) + Number(fields[12])) / 100;
+    } catch {
+      // the thread ended meanwhile
+    }
+  }
+  return out;
 }
 
 /** Peak resident set (VmHWM) of a live process, in MiB. */

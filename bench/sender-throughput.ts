@@ -14,6 +14,7 @@
 //
 //   npx tsx bench/sender-throughput.ts [--requests 20000] [--recipients 2000] [--latency-ms 20]
 //       [--in-flight 128,512] [--rounds 3] [--targets msgbridge,rpconnect,rpconnect-keepalive]
+//       [--rate 200]   (msgbridge's sender.ratePerSecond: the cost of a sender that waits on its limit)
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
 // BENCH_SENDER_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles msgbridge's sender;
 // BENCH_SENDER_ENV (a JSON object of environment variables) tries other settings.
@@ -26,7 +27,7 @@ import { build } from 'esbuild';
 import { Kafka, logLevel } from 'kafkajs';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
 import { ensureTopics } from '../src/kafka/topics.js';
-import { cpuSeconds, median, peakRssMb, peerBinary, peerConfig, startFakeProvider, startRpconnect, stopChild, track, type FakeProvider, type FakeProviderStats } from './peers.js';
+import { cpuByThread, cpuSeconds, median, peakRssMb, peerBinary, peerConfig, startFakeProvider, startRpconnect, stopChild, track, type FakeProvider, type FakeProviderStats } from './peers.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CLI_SOURCE = fileURLToPath(new URL('../src/cli.ts', import.meta.url));
@@ -41,6 +42,8 @@ const { values: args } = parseArgs({
     rounds: { type: 'string', default: '3' },
     targets: { type: 'string', default: 'msgbridge,rpconnect,rpconnect-keepalive' },
     partitions: { type: 'string', default: '12' },
+    /** msgbridge's sender.ratePerSecond (default: lifted); the peers have no rate limit. */
+    rate: { type: 'string' },
   },
 });
 const N = Number(args.requests);
@@ -49,6 +52,7 @@ const L = Number(args['latency-ms']);
 const IN_FLIGHT = args['in-flight']!.split(',').map(Number);
 const ROUNDS = Number(args.rounds);
 const PARTITIONS = Number(args.partitions);
+const RATE = args.rate === undefined ? undefined : Number(args.rate);
 const TARGETS = args.targets!.split(',').map((t) => t.trim());
 const BUSINESS = { id: 'biz_bench', apiKey: 'bench-api-key', secret: 'bench-secret' };
 for (const t of TARGETS) if (!['msgbridge', 'rpconnect', 'rpconnect-keepalive'].includes(t)) throw new Error(`unknown target ${t}`);
@@ -64,6 +68,8 @@ interface Run {
   peakRssMb: number;
   missing: number;
   provider: FakeProviderStats;
+  /** CPU seconds of the whole run by thread name. */
+  cpuByThread: Record<string, number>;
 }
 
 const log = (text: string) => process.stderr.write(`${text}\n`);
@@ -137,7 +143,7 @@ async function startMsgbridge(brokers: string[], providerUrl: string, topics: Re
         MSGBRIDGE__sender__groupId: `tp-sender-${run}`,
         MSGBRIDGE__sender__healthPort: '0',
         MSGBRIDGE__sender__concurrency: String(inFlight),
-        MSGBRIDGE__sender__ratePerSecond: '1000000',
+        MSGBRIDGE__sender__ratePerSecond: String(RATE ?? 1_000_000),
         MSGBRIDGE__provider__connections: String(inFlight),
         // BENCH_SENDER_ENV='{"MSGBRIDGE__sender__maxBufferedRequests":"8000"}' tries a setting.
         ...(JSON.parse(process.env.BENCH_SENDER_ENV ?? '{}') as Record<string, string>),
@@ -189,6 +195,7 @@ async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, r
   samples.push({ at: performance.now(), count: results.seen.size, cpu: cpuSeconds(pid) });
   const rss = peakRssMb(pid);
   const whole = cpuSeconds(pid);
+  const threads = cpuByThread(pid);
   await stopChild(child);
   await results.stop();
   const from = samples.find((s) => s.count >= 0.1 * N)!;
@@ -204,6 +211,7 @@ async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, r
     peakRssMb: Math.round(rss),
     missing: N - results.seen.size,
     provider: await provider.stats(),
+    cpuByThread: threads,
   };
   log(`[${target} ×${inFlight}] round ${round}: ${JSON.stringify(result)}`);
   return result;
@@ -243,7 +251,7 @@ async function main() {
     for (const target of TARGETS) {
       const rs = runs.filter((r) => r.target === target && r.inFlight === inFlight);
       if (rs.length === 0) continue;
-      const bound = Math.round(inFlight / (L / 1000));
+      const bound = Math.round(Math.min(inFlight / (L / 1000), target === 'msgbridge' && RATE !== undefined ? RATE : Infinity));
       const perSecond = median(rs.map((r) => r.resultsPerSecond));
       const cpu = median(rs.map((r) => r.cpuPerResultMs));
       table.set(`${target}@${inFlight}`, { perSecond, cpu });

@@ -2,6 +2,7 @@ import { Kafka, logLevel, type Consumer, type ConsumerConfig, type KafkaConfig a
 import type { KafkaConfig } from '../config/schema.js';
 import type { Logger } from '../platform/logger.js';
 import type { ConsumedRecord } from './group-consumer.js';
+import './kafkajs-idle-fix.js';
 import { tlsOptions } from './tls.js';
 
 /**
