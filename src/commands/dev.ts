@@ -81,10 +81,12 @@ async function runDev(config: Config, opts: DevOptions): Promise<void> {
   const stopAll = async () => {
     clearInterval(summary);
     // Inward first: stop taking work at the edges, then drain, then stop Kafka last.
-    for (const role of roles()) await role.drain();
+    let finished = true;
+    for (const role of roles()) finished = (await role.drain()) && finished;
     await simulator?.close();
     await brokers?.local?.stop();
     removeState?.();
+    return finished;
   };
 
   const lifecycle = createShutdown({ logger, graceMs: Math.max(config.ingress.drainGraceMs, config.sender.drainGraceMs) + config.tracker.drainGraceMs + 15_000, drain: stopAll });

@@ -12,7 +12,8 @@ export interface Shutdown {
   handleSignals(exit?: (code: number) => void): void;
 }
 
-export function createShutdown(options: { logger: Logger; graceMs: number; drain: () => Promise<void> }): Shutdown {
+/** `drain` resolving false (a role's drain left work unfinished) counts as an incomplete stop, as a timeout does. */
+export function createShutdown(options: { logger: Logger; graceMs: number; drain: () => Promise<boolean | void> }): Shutdown {
   let stopping: Promise<boolean> | undefined;
 
   const stop = (reason: string): Promise<boolean> => {
@@ -22,7 +23,7 @@ export function createShutdown(options: { logger: Logger; graceMs: number; drain
       let timer: NodeJS.Timeout | undefined;
       const deadline = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), options.graceMs)));
       const drained = options.drain().then(
-        () => true,
+        (finished) => finished !== false,
         (err: unknown) => {
           options.logger.error({ err }, 'drain failed');
           return false;
