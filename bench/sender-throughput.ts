@@ -27,7 +27,21 @@ import { build } from 'esbuild';
 import { Kafka, logLevel } from 'kafkajs';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
 import { ensureTopics } from '../src/kafka/topics.js';
-import { cpuByThread, cpuSeconds, median, peakRssMb, peerBinary, peerConfig, startFakeProvider, startRpconnect, stopChild, track, type FakeProvider, type FakeProviderStats } from './peers.js';
+import {
+  cpuByThread,
+  cpuSeconds,
+  freePort,
+  median,
+  peakRssMb,
+  peerBinary,
+  peerConfig,
+  startFakeProvider,
+  startRpconnect,
+  stopChild,
+  track,
+  type FakeProvider,
+  type FakeProviderStats,
+} from './peers.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CLI_SOURCE = fileURLToPath(new URL('../src/cli.ts', import.meta.url));
@@ -70,6 +84,23 @@ interface Run {
   provider: FakeProviderStats;
   /** CPU seconds of the whole run by thread name. */
   cpuByThread: Record<string, number>;
+  /** msgbridge's metrics in the steady window: provider calls in flight, requests buffered, commit lag, call time as it measures it. */
+  msgbridge?: { meanInFlight: number; meanBuffered: number; meanCommitLag: number; meanCallMs: number };
+}
+
+async function scrape(port: number) {
+  try {
+    const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+    const sum = (name: string) => [...text.matchAll(new RegExp(`^${name}(?:\\{[^}]*\\})? ([0-9.e+-]+)$`, 'gm'))].reduce((n, m) => n + Number(m[1]), 0);
+    return {
+      inFlight: sum('msgbridge_sender_provider_in_flight'),
+      buffered: sum('msgbridge_sender_buffered_requests'),
+      commitLag: sum('msgbridge_sender_commit_lag'),
+      calls: { sum: sum('msgbridge_sender_provider_request_duration_seconds_sum'), count: sum('msgbridge_sender_provider_request_duration_seconds_count') },
+    };
+  } catch {
+    return undefined;
+  }
 }
 
 const log = (text: string) => process.stderr.write(`${text}\n`);
@@ -123,7 +154,7 @@ async function collect(kafka: Kafka, topic: string) {
   return { seen, stop: () => consumer.disconnect() };
 }
 
-async function startMsgbridge(brokers: string[], providerUrl: string, topics: Record<string, string>, inFlight: number, run: string): Promise<ChildProcess> {
+async function startMsgbridge(brokers: string[], providerUrl: string, topics: Record<string, string>, inFlight: number, run: string, healthPort: number): Promise<ChildProcess> {
   const nodeArgs = (process.env.BENCH_SENDER_NODE_ARGS ?? '').split(' ').filter(Boolean);
   const child = track(
     spawn(process.execPath, [...nodeArgs, CLI_BUNDLE, 'sender'], {
@@ -141,7 +172,7 @@ async function startMsgbridge(brokers: string[], providerUrl: string, topics: Re
         MSGBRIDGE__kafka__topics__sendRequestsDlq: topics.dlq!,
         MSGBRIDGE__kafka__createTopics: 'false',
         MSGBRIDGE__sender__groupId: `tp-sender-${run}`,
-        MSGBRIDGE__sender__healthPort: '0',
+        MSGBRIDGE__sender__healthPort: String(healthPort),
         MSGBRIDGE__sender__concurrency: String(inFlight),
         MSGBRIDGE__sender__ratePerSecond: String(RATE ?? 1_000_000),
         MSGBRIDGE__provider__connections: String(inFlight),
@@ -167,7 +198,8 @@ async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, r
   await provider.reset();
   const results = await collect(kafka, topics.results);
   let child: ChildProcess;
-  if (target === 'msgbridge') child = await startMsgbridge(brokers, provider.url, topics, inFlight, run);
+  const healthPort = await freePort();
+  if (target === 'msgbridge') child = await startMsgbridge(brokers, provider.url, topics, inFlight, run, healthPort);
   else {
     if (!rpconnect) return undefined;
     const env: Record<string, string> = {
@@ -185,11 +217,23 @@ async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, r
   }
   const pid = child.pid!;
   const samples: { at: number; count: number; cpu: number }[] = [];
+  // msgbridge's own view, sampled in the steady window: calls in flight, requests buffered, call time.
+  const gauges: { inFlight: number; buffered: number; commitLag: number }[] = [];
+  let calls = { before: { sum: 0, count: 0 }, after: { sum: 0, count: 0 } };
   const deadline = Date.now() + 10 * 60_000;
   while (results.seen.size < N) {
     if (child.exitCode !== null) throw new Error(`${target} exited with ${child.exitCode} after ${results.seen.size} results`);
     if (Date.now() > deadline) throw new Error(`${target}: ${results.seen.size} of ${N} results after 10 minutes`);
     samples.push({ at: performance.now(), count: results.seen.size, cpu: cpuSeconds(pid) });
+    const share = results.seen.size / N;
+    if (target === 'msgbridge' && share >= 0.1 && share < 0.9 && samples.length % 5 === 0) {
+      const m = await scrape(healthPort);
+      if (m) {
+        gauges.push({ inFlight: m.inFlight, buffered: m.buffered, commitLag: m.commitLag });
+        if (calls.before.count === 0) calls.before = m.calls;
+        calls.after = m.calls;
+      }
+    }
     await new Promise((r) => setTimeout(r, 100));
   }
   samples.push({ at: performance.now(), count: results.seen.size, cpu: cpuSeconds(pid) });
@@ -212,6 +256,16 @@ async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, r
     missing: N - results.seen.size,
     provider: await provider.stats(),
     cpuByThread: threads,
+    ...(gauges.length > 0
+      ? {
+          msgbridge: {
+            meanInFlight: Math.round(gauges.reduce((n, g) => n + g.inFlight, 0) / gauges.length),
+            meanBuffered: Math.round(gauges.reduce((n, g) => n + g.buffered, 0) / gauges.length),
+            meanCommitLag: Math.round(gauges.reduce((n, g) => n + g.commitLag, 0) / gauges.length),
+            meanCallMs: Math.round(((calls.after.sum - calls.before.sum) / Math.max(1, calls.after.count - calls.before.count)) * 1e4) / 10,
+          },
+        }
+      : {}),
   };
   log(`[${target} ×${inFlight}] round ${round}: ${JSON.stringify(result)}`);
   return result;

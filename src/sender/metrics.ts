@@ -182,11 +182,28 @@ export function createSenderMetrics(registry: Registry, sources: SenderGaugeSour
       },
     });
   }
+  // Per-request series, each label set resolved once: prom-client hashes a labels object on
+  // every call otherwise (2% of the sender's CPU at 5,000 results/s). Bounded by the label values
+  // (outcomes × configured businesses, operations × result classes).
+  const outcomes = new Map<string, ReturnType<typeof requests.labels>>();
+  const calls = new Map<string, ReturnType<typeof latency.labels>>();
+  const outcomeSeries = (outcome: string, business: string) => {
+    const key = `${outcome}\u0000${business}`;
+    let series = outcomes.get(key);
+    if (!series) outcomes.set(key, (series = requests.labels({ outcome, business })));
+    return series;
+  };
+  const callSeries = (operation: string, result: string) => {
+    const key = `${operation}\u0000${result}`;
+    let series = calls.get(key);
+    if (!series) calls.set(key, (series = latency.labels({ operation, result })));
+    return series;
+  };
   return {
     conversation: (decision, businessId) => conversations.inc({ decision, business: businessId }),
     conversationRecordSkipped: () => skippedRecords.inc(),
-    outcome: (outcome, businessId) => requests.inc({ outcome, business: businessId ?? 'unknown' }),
-    providerCall: (operation, result, seconds) => latency.observe({ operation, result }, seconds),
+    outcome: (outcome, businessId) => outcomeSeries(outcome, businessId ?? 'unknown').inc(),
+    providerCall: (operation, result, seconds) => callSeries(operation, result).observe(seconds),
     retry: (reason) => retries.inc({ reason }),
     inFlight: (delta) => inFlight.inc(delta),
     requestToResult: (seconds) => endToEnd.observe(seconds),
