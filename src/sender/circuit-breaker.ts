@@ -62,6 +62,12 @@ export class CircuitBreaker {
    * as the next probe while open. Resolves undefined when `signal` aborts or `untilMs` (wall
    * clock) comes first.
    */
+  /** The admission of a closed circuit, without a promise (the hot path); undefined = ask `admit`. */
+  tryAdmit(key: string): Admission | undefined {
+    const circuit = this.circuits.get(key);
+    return !circuit || circuit.state === 'closed' ? { key, probe: false } : undefined;
+  }
+
   async admit(key: string, signal?: AbortSignal, untilMs = Infinity): Promise<Admission | undefined> {
     for (;;) {
       if (signal?.aborted) return undefined;

@@ -30,10 +30,11 @@ import { sleep } from '../platform/sleep.js';
 export interface ProcessorOptions {
   client: Pick<ProviderClient, 'send'>;
   publish: (topic: string, record: RecordToWrite) => Promise<void>;
-  limiter: Pick<RateLimiter, 'acquire' | 'slowDown'>;
-  circuits: Pick<CircuitBreaker, 'admit' | 'holds' | 'settle' | 'cancel'>;
+  /** `try*`: the same answer without a promise when it is immediate (optional, for fakes). */
+  limiter: Pick<RateLimiter, 'acquire' | 'slowDown'> & Partial<Pick<RateLimiter, 'tryAcquire'>>;
+  circuits: Pick<CircuitBreaker, 'admit' | 'holds' | 'settle' | 'cancel'> & Partial<Pick<CircuitBreaker, 'tryAdmit'>>;
   /** Bounds the provider calls in flight. */
-  callSlots: Pick<Semaphore, 'acquire' | 'release'>;
+  callSlots: Pick<Semaphore, 'acquire' | 'release'> & Partial<Pick<Semaphore, 'tryAcquire'>>;
   /** business id → API key */
   apiKeys: ReadonlyMap<string, string>;
   topics: { results: string; dlq: string };
@@ -260,16 +261,21 @@ class RequestProcessor implements Processor {
    */
   private async attempt(job: SendJob, apiKey: string, context: WorkContext, untilMs: number): Promise<AttemptOutcome | undefined> {
     const { client, limiter, circuits, callSlots, metrics } = this.options;
-    const admission: Admission | undefined = await circuits.admit(job.businessId, context.stop, untilMs);
+    // Each step answers at once in the common case (closed circuit, a token, a free slot): no promise then.
+    if (context.stop.aborted) return undefined;
+    const admission: Admission | undefined = circuits.tryAdmit?.(job.businessId) ?? (await circuits.admit(job.businessId, context.stop, untilMs));
     if (!admission) return undefined;
     let settled = false;
     try {
-      try {
-        await limiter.acquire(job.businessId, context.stop);
-      } catch {
-        return undefined;
+      if (context.stop.aborted) return undefined;
+      if (!limiter.tryAcquire?.(job.businessId)) {
+        try {
+          await limiter.acquire(job.businessId, context.stop);
+        } catch {
+          return undefined;
+        }
       }
-      if (!(await callSlots.acquire(context.stop))) return undefined;
+      if (context.stop.aborted || !(callSlots.tryAcquire?.() || (await callSlots.acquire(context.stop)))) return undefined;
       try {
         if (this.now() >= untilMs || !circuits.holds(admission)) return undefined;
         metrics.inFlight(1);

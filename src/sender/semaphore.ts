@@ -17,6 +17,13 @@ export class Semaphore {
     return this.held;
   }
 
+  /** A permit at once when one is free and nobody waits (the hot path, no promise); false = ask `acquire`. */
+  tryAcquire(): boolean {
+    if (this.held >= this.permits || this.waiters.length > 0) return false;
+    this.held += 1;
+    return true;
+  }
+
   /** Resolves true with a permit, or false when the signal aborts first. */
   acquire(signal?: AbortSignal): Promise<boolean> {
     if (signal?.aborted) return Promise.resolve(false);
