@@ -86,6 +86,26 @@ describe('RateLimiter (token bucket per business)', () => {
     expect(limiter.slowedDown().size).toBe(0);
   });
 
+  it('grants the tokens of 20 ms at once (four at 200/s), without exceeding the rate', async () => {
+    const limiter = new RateLimiter({ ratePerSecond: 200, now: () => Date.now() });
+    const granted: number[] = [];
+    const waits = Array.from({ length: 60 }, () => limiter.acquire('biz').then(() => granted.push(Date.now())));
+    await vi.advanceTimersByTimeAsync(250);
+    await Promise.all(waits);
+    const start = granted[0]!;
+    const byTime = new Map<number, number>();
+    for (const t of granted.slice(limiter.burst)) byTime.set(t - start, (byTime.get(t - start) ?? 0) + 1);
+    // The first 20 are the burst; then (after the one timer armed while a single waiter waited)
+    // groups of 4, 20 ms apart: 200 tokens a second, 11 timer wakeups for 40 tokens instead of 40.
+    const groups = [...byTime.values()];
+    expect(groups.reduce((a, b) => a + b, 0)).toBe(40);
+    expect(Math.max(...groups)).toBe(4);
+    expect(groups.slice(1, -1).every((g) => g === 4)).toBe(true);
+    expect(groups.length).toBeLessThanOrEqual(11);
+    const times = [...byTime.keys()];
+    for (let i = 2; i < times.length - 1; i++) expect(times[i]! - times[i - 1]!).toBeGreaterThanOrEqual(19);
+  });
+
   it('paces waiters at the lowered rate', async () => {
     const limiter = new RateLimiter({ ratePerSecond: 100, burst: 1, now: () => Date.now() });
     limiter.slowDown('biz');
