@@ -19,18 +19,19 @@ function schemaOf(schema: z.ZodType): Record<string, unknown> {
 
 const stringHeader = (description: string) => ({ type: 'string', description });
 
-const relayHeaders = (extra: Record<string, unknown> = {}, required: string[] = []) => ({
+/** `businessIdAbsent`: when a record of the channel has no business-id header (it is then not required). */
+const relayHeaders = (extra: Record<string, unknown> = {}, required: string[] = [], businessIdAbsent?: string) => ({
   type: 'object',
   properties: {
     [HEADER.eventId]: stringHeader('Stable id of the event: for webhooks the hex SHA-256 of the raw body, the same across provider redeliveries, so consumers can deduplicate.'),
-    [HEADER.businessId]: stringHeader('The business the event belongs to.'),
+    [HEADER.businessId]: stringHeader(businessIdAbsent ? `The business the event belongs to; absent ${businessIdAbsent}.` : 'The business the event belongs to.'),
     [HEADER.receivedAt]: stringHeader('When the relay received it, milliseconds since the epoch (decimal).'),
     [HEADER.contentType]: stringHeader('Media type of the value.'),
     [HEADER.schema]: stringHeader('Schema id of the value, for example delivery_status/v1.'),
     [HEADER.traceparent]: stringHeader('W3C trace context, when one came in.'),
     ...extra,
   },
-  required: [HEADER.eventId, HEADER.businessId, HEADER.receivedAt, HEADER.contentType, HEADER.schema, ...required],
+  required: [HEADER.eventId, ...(businessIdAbsent ? [] : [HEADER.businessId]), HEADER.receivedAt, HEADER.contentType, HEADER.schema, ...required],
 });
 
 /** Headers of the tracker's records: no received-at (a state is derived, not received). */
@@ -241,13 +242,13 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
         sendResultRecord: {
           name: SCHEMA_ID.sendResult,
           contentType: 'application/json',
-          headers: relayHeaders(),
+          headers: relayHeaders({}, [], 'on the rejected result of a dead-lettered request whose businessId could not be read'),
           payload: { $ref: '#/components/schemas/SendResult' },
           bindings: kafkaKey('the created message id; the request id when there is none'),
         },
         sendRequestDlqRecord: {
           name: SCHEMA_ID.sendRequestsDlq,
-          headers: relayHeaders({ [HEADER.errorReason]: stringHeader('Why the request can never be sent.') }, [HEADER.errorReason]),
+          headers: relayHeaders({ [HEADER.errorReason]: stringHeader('Why the request can never be sent.') }, [HEADER.errorReason], 'when the request has no businessId that could be read'),
           payload: { description: 'The original bytes of the request.' },
           bindings: kafkaKey('the original key'),
         },
