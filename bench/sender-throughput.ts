@@ -21,10 +21,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { build } from 'esbuild';
 import { Kafka, logLevel } from 'kafkajs';
+import { bundleCli, CLI_BUNDLE, ROOT } from './cli-bundle.js';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 import {
@@ -42,10 +41,6 @@ import {
   type FakeProvider,
   type FakeProviderStats,
 } from './peers.js';
-
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const CLI_SOURCE = fileURLToPath(new URL('../src/cli.ts', import.meta.url));
-const CLI_BUNDLE = fileURLToPath(new URL('../.cache/bench/sender-cli.mjs', import.meta.url));
 
 const { values: args } = parseArgs({
   options: {
@@ -85,7 +80,7 @@ interface Run {
   /** CPU seconds of the whole run by thread name. */
   cpuByThread: Record<string, number>;
   /** msgbridge's metrics in the steady window: provider calls in flight, requests buffered, commit lag, call time as it measures it. */
-  msgbridge?: { meanInFlight: number; meanBuffered: number; meanCommitLag: number; meanCallMs: number };
+  msgbridge?: { meanInFlight: number; meanBuffered: number; meanCommitLag: number; commitsPerSecond: number; meanCallMs: number };
 }
 
 async function scrape(port: number) {
@@ -97,6 +92,7 @@ async function scrape(port: number) {
       buffered: sum('msgbridge_sender_buffered_requests'),
       commitLag: sum('msgbridge_sender_commit_lag'),
       calls: { sum: sum('msgbridge_sender_provider_request_duration_seconds_sum'), count: sum('msgbridge_sender_provider_request_duration_seconds_count') },
+      commits: sum('msgbridge_sender_commits_total'),
     };
   } catch {
     return undefined;
@@ -219,7 +215,8 @@ async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, r
   const samples: { at: number; count: number; cpu: number }[] = [];
   // msgbridge's own view, sampled in the steady window: calls in flight, requests buffered, call time.
   const gauges: { inFlight: number; buffered: number; commitLag: number }[] = [];
-  let calls = { before: { sum: 0, count: 0 }, after: { sum: 0, count: 0 } };
+  const calls = { before: { sum: 0, count: 0 }, after: { sum: 0, count: 0 } };
+  let commits = { before: 0, after: 0, from: 0, to: 0 };
   const deadline = Date.now() + 10 * 60_000;
   while (results.seen.size < N) {
     if (child.exitCode !== null) throw new Error(`${target} exited with ${child.exitCode} after ${results.seen.size} results`);
@@ -230,8 +227,12 @@ async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, r
       const m = await scrape(healthPort);
       if (m) {
         gauges.push({ inFlight: m.inFlight, buffered: m.buffered, commitLag: m.commitLag });
-        if (calls.before.count === 0) calls.before = m.calls;
+        if (calls.before.count === 0) {
+          calls.before = m.calls;
+          commits = { ...commits, before: m.commits, from: performance.now() };
+        }
         calls.after = m.calls;
+        commits = { ...commits, after: m.commits, to: performance.now() };
       }
     }
     await new Promise((r) => setTimeout(r, 100));
@@ -262,6 +263,7 @@ async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, r
             meanInFlight: Math.round(gauges.reduce((n, g) => n + g.inFlight, 0) / gauges.length),
             meanBuffered: Math.round(gauges.reduce((n, g) => n + g.buffered, 0) / gauges.length),
             meanCommitLag: Math.round(gauges.reduce((n, g) => n + g.commitLag, 0) / gauges.length),
+            commitsPerSecond: Math.round((commits.after - commits.before) / Math.max(0.001, (commits.to - commits.from) / 1000)),
             meanCallMs: Math.round(((calls.after.sum - calls.before.sum) / Math.max(1, calls.after.count - calls.before.count)) * 1e4) / 10,
           },
         }
@@ -272,7 +274,7 @@ async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, r
 }
 
 async function main() {
-  await build({ entryPoints: [CLI_SOURCE], outfile: CLI_BUNDLE, bundle: true, platform: 'node', format: 'esm', target: 'node20', packages: 'external', logLevel: 'warning' });
+  await bundleCli();
   const fake = peerBinary('fakeprovider');
   if (!fake) throw new Error('the Go fake provider is needed (../shared/peers/fakeprovider, or BENCH_FAKEPROVIDER_BIN)');
   const rpconnect = TARGETS.some((t) => t.startsWith('rpconnect')) ? peerBinary('rpconnect') : undefined;

@@ -29,18 +29,12 @@ import { readFileSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { build } from 'esbuild';
 import { Kafka, logLevel, type Consumer } from 'kafkajs';
 import { Pool, request } from 'undici';
+import { bundleCli, CLI_BUNDLE, ROOT } from './cli-bundle.js';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
 import { ensureTopics } from '../src/kafka/topics.js';
-
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const CLI_SOURCE = fileURLToPath(new URL('../src/cli.ts', import.meta.url));
-// .cache/bench/ sits at the same depth as src/<dir>/, so import.meta.url-relative paths hold.
-const CLI_BUNDLE = fileURLToPath(new URL('../.cache/bench/sender-cli.mjs', import.meta.url));
 
 const { values: args } = parseArgs({
   options: {
@@ -504,7 +498,7 @@ async function runNaive(kafka: Kafka, simulatorUrl: string): Promise<{ completed
 }
 
 async function main() {
-  await build({ entryPoints: [CLI_SOURCE], outfile: CLI_BUNDLE, bundle: true, platform: 'node', format: 'esm', target: 'node20', packages: 'external', logLevel: 'warning' });
+  await bundleCli();
   let local: LocalBroker | undefined;
   let brokers = (process.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);
   if (brokers.length === 0) {
