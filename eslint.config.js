@@ -29,6 +29,8 @@ const PURE = [
   'src/sender/rate-limiter.ts',
   'src/sender/circuit-breaker.ts',
   'src/sender/conversation-guard.ts',
+  'src/sender/requests.ts',
+  'src/sender/result-records.ts',
   'src/sender/conversation-table.ts',
   'src/kafka/batching-publisher.ts',
   'src/tracker/state-rules.ts',
