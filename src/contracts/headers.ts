@@ -15,6 +15,27 @@ export const HEADER = {
   errorReason: 'error-reason',
 } as const;
 
+/**
+ * Headers of dead-letter records beyond HEADER (DESIGN §1.2): what a redrive needs, and what a
+ * redriven record carries. `webhook-topic` is the webhook topic the address named (or the body,
+ * when the address named none); `original-topic` the Kafka topic the event was meant for (webhooks,
+ * from 0.2.0; records before derive it from `webhook-topic` or the body); `source-*` where a
+ * dead-lettered send request was read (its key is the DLQ record's key).
+ */
+export const DLQ_HEADER = {
+  errorCode: 'error-code',
+  webhookTopic: 'webhook-topic',
+  originalTopic: 'original-topic',
+  sourceTopic: 'source-topic',
+  sourcePartition: 'source-partition',
+  sourceOffset: 'source-offset',
+  dlqValue: 'dlq-value',
+  /** On a redriven record: `<dlq topic>/<partition>/<offset>` of the dead letter it came from. */
+  redrivenFrom: 'redriven-from',
+  /** On a redriven record: when it was redriven (ms since the epoch). */
+  redrivenAt: 'redriven-at',
+} as const;
+
 /** The `event-id` of a record: hex SHA-256 of its exact value bytes (the webhook body, the send request). */
 export function eventIdOf(bytes: string | Uint8Array): string {
   return createHash('sha256').update(bytes).digest('hex');

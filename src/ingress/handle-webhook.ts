@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { ErrorCode } from '../platform/errors.js';
-import { eventIdOf, HEADER, SCHEMA_ID } from '../contracts/headers.js';
+import { DLQ_HEADER, eventIdOf, HEADER, SCHEMA_ID } from '../contracts/headers.js';
 import { detectWebhookTopic, webhookEventSchemas, WEBHOOK_TOPICS, type WebhookTopic } from '../contracts/webhook-events.js';
 import { verifySignature } from '../contracts/signature.js';
 
@@ -166,7 +166,11 @@ export function createWebhookHandler(rules: IngressRules): WebhookHandler {
         [HEADER.signature]: req.signature!,
         [HEADER.errorReason]: text,
       };
-      if (webhookTopic !== undefined) headers['webhook-topic'] = webhookTopic;
+      // What a redrive needs (msgbridge dlq redrive): the address's topic, and the Kafka topic the event was meant for.
+      if (webhookTopic !== undefined) {
+        headers[DLQ_HEADER.webhookTopic] = webhookTopic;
+        headers[DLQ_HEADER.originalTopic] = kafkaTopicOf[webhookTopic];
+      }
       addTraceparent(headers, req.traceparent);
       return {
         kind: 'publish',
