@@ -3,6 +3,7 @@ import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import { registerDevCommand } from './commands/dev.js';
+import { registerDlqCommand } from './commands/dlq.js';
 import { registerIngressCommand } from './commands/ingress.js';
 import { registerKafkaCommand } from './commands/kafka.js';
 import { registerLoadCommand } from './commands/load.js';
@@ -33,6 +34,7 @@ export function buildProgram(): Command {
   registerSendCommand(program);
   registerTailCommand(program);
   registerWebhooksCommand(program);
+  registerDlqCommand(program);
   return program;
 }
 

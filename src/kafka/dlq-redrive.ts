@@ -1,0 +1,157 @@
+import type { Kafka } from 'kafkajs';
+import type { Logger } from '../platform/logger.js';
+import type { ConsumedRecord } from './group-consumer.js';
+import { startTransactionalEngine, type OutputRecord } from './transactional-engine.js';
+
+/**
+ * The Kafka side of `msgbridge dlq redrive`: a redrive is a consumer group of its own
+ * (`msgbridge-dlq-redrive.<name>`), run by the transactional engine (transactional-engine.ts):
+ * each chunk of dead letters is one Kafka transaction that produces the redriven records AND
+ * commits the group's offsets past the chunk (sendOffsets). A crash (kill -9 included) leaves
+ * either both or neither: the rerun's producer (same transactional id) fences the dead one and
+ * aborts what it left open, then starts from the committed offsets, so no record is produced
+ * twice for read_committed readers, and none is skipped. Why and how: src/commands/README.md.
+ */
+
+export const REDRIVE_GROUP_PREFIX = 'msgbridge-dlq-redrive.';
+
+export function redriveGroupId(name: string): string {
+  return `${REDRIVE_GROUP_PREFIX}${name}`;
+}
+
+/** The group's committed offset per partition of `topic` (partitions without one are absent). */
+export async function committedOffsets(kafka: Kafka, groupId: string, topic: string): Promise<Map<number, number>> {
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    return await committedWith(admin, groupId, topic);
+  } finally {
+    await admin.disconnect().catch(() => undefined);
+  }
+}
+
+async function committedWith(admin: ReturnType<Kafka['admin']>, groupId: string, topic: string): Promise<Map<number, number>> {
+  const answer = await admin.fetchOffsets({ groupId, topics: [topic] });
+  const out = new Map<number, number>();
+  for (const p of answer.find((t) => t.topic === topic)?.partitions ?? []) {
+    const offset = Number(p.offset);
+    if (offset >= 0) out.set(p.partition, offset);
+  }
+  return out;
+}
+
+/** Every redrive that has read `topic`: its name and committed offsets. */
+export async function listRedrives(kafka: Kafka, topic: string): Promise<{ name: string; offsets: Map<number, number> }[]> {
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    const { groups } = await admin.listGroups();
+    const names = groups
+      .map((g) => g.groupId)
+      .filter((id) => id.startsWith(REDRIVE_GROUP_PREFIX))
+      .sort();
+    const out: { name: string; offsets: Map<number, number> }[] = [];
+    for (const groupId of names) {
+      const offsets = await committedWith(admin, groupId, topic);
+      if (offsets.size > 0) out.push({ name: groupId.slice(REDRIVE_GROUP_PREFIX.length), offsets });
+    }
+    return out;
+  } finally {
+    await admin.disconnect().catch(() => undefined);
+  }
+}
+
+/**
+ * Where a redrive that has never committed starts (the first offset at `--since`): written as
+ * the group's offsets before its first transaction. Only when the group has none, so a rerun
+ * after a crash keeps the position its transactions committed.
+ */
+export async function setStartOffsets(kafka: Kafka, groupId: string, topic: string, offsets: Map<number, number>): Promise<void> {
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    if ((await committedWith(admin, groupId, topic)).size > 0) return;
+    await admin.setOffsets({ groupId, topic, partitions: [...offsets].map(([partition, offset]) => ({ partition, offset: String(offset) })) });
+  } finally {
+    await admin.disconnect().catch(() => undefined);
+  }
+}
+
+export interface RedriveChunk {
+  outputs: OutputRecord[];
+  /** Applied once the chunk's transaction committed (counters), never otherwise. */
+  committed?(): void;
+}
+
+export interface RedriveRunOptions {
+  kafka: Kafka;
+  topic: string;
+  groupId: string;
+  /** Partition → offset the redrive must reach (the end when it began); it stops once every partition is there. */
+  ends: Map<number, number>;
+  /** Partition → where it starts when the group has no committed offset (the log start). */
+  starts: Map<number, number>;
+  /** One chunk of dead letters (offset order, one partition) → the records to produce. */
+  process(records: ConsumedRecord[]): Promise<RedriveChunk> | RedriveChunk;
+  /** After each committed chunk: the committed position of every partition. */
+  onCommitted?(positions: Map<number, number>): void;
+  /** Records per transaction (default 500). */
+  maxBatchRecords?: number;
+  logger?: Logger;
+  /** Rejects the run (the chunk in progress is aborted by the coordinator or the next run). */
+  signal?: AbortSignal;
+}
+
+/** Runs the redrive to the ends; resolves with the committed positions. */
+export async function runRedrive(options: RedriveRunOptions): Promise<Map<number, number>> {
+  const { kafka, topic, groupId, ends } = options;
+  const positions = new Map<number, number>();
+  let settle: (error?: Error) => void = () => {};
+  const done = new Promise<void>((resolve, reject) => (settle = (error) => (error ? reject(error) : resolve())));
+  const check = () => {
+    for (const [partition, end] of ends) if ((positions.get(partition) ?? -1) < end) return;
+    settle();
+  };
+  const engine = await startTransactionalEngine({
+    kafka,
+    groupId,
+    inputTopics: [topic],
+    // The same on every run of this redrive: a rerun fences a crashed one and aborts what it left open.
+    transactionalIdPrefix: groupId,
+    fromBeginning: true,
+    maxBatchRecords: options.maxBatchRecords ?? 500,
+    partitionsConsumedConcurrently: 1,
+    sessionTimeoutMs: 10_000,
+    heartbeatIntervalMs: 1_000,
+    logger: options.logger,
+    // Called after the fence: the committed offsets are final, so a partition already at its end is known done.
+    onTaskAssigned: async (task) => {
+      const committed = await committedOffsets(kafka, groupId, topic);
+      positions.set(task, Math.max(positions.get(task) ?? -1, committed.get(task) ?? options.starts.get(task) ?? 0));
+      check();
+    },
+    process: async (task, records) => {
+      const chunk = await options.process(records);
+      const next = Number(records[records.length - 1]!.offset) + 1;
+      return {
+        outputs: chunk.outputs,
+        commit: () => {
+          positions.set(task, Math.max(positions.get(task) ?? -1, next));
+          chunk.committed?.();
+          options.onCommitted?.(new Map(positions));
+          check();
+        },
+      };
+    },
+    onFatal: (error) => settle(error),
+  });
+  const onAbort = () => settle(new Error('the redrive was interrupted'));
+  options.signal?.addEventListener('abort', onAbort, { once: true });
+  try {
+    await done;
+  } finally {
+    options.signal?.removeEventListener('abort', onAbort);
+    await engine.stop();
+  }
+  return positions;
+}
