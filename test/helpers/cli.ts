@@ -1,5 +1,6 @@
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { join } from 'node:path';
+import { assertUniqueLogKeys } from './log-lines.js';
 
 const root = join(import.meta.dirname, '..', '..');
 
@@ -16,9 +17,12 @@ function spawnCli(args: string[], env: Record<string, string>): ChildProcessWith
   });
 }
 
-/** Runs `msgbridge <args>` as a real process to completion (killed after timeoutMs). */
+/**
+ * Runs `msgbridge <args>` as a real process to completion (killed after timeoutMs). Every log
+ * line it printed must carry each key once (rejects otherwise), as every process of the suite.
+ */
 export function runCli(args: string[], env: Record<string, string> = {}, timeoutMs = 60_000): Promise<CliResult> {
-  return new Promise((resolve) => {
+  return new Promise((resolve, reject) => {
     const child = spawnCli(args, env);
     let stdout = '';
     let stderr = '';
@@ -27,12 +31,19 @@ export function runCli(args: string[], env: Record<string, string> = {}, timeout
     const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
     child.on('close', (code) => {
       clearTimeout(timer);
+      try {
+        assertUniqueLogKeys(stdout);
+        assertUniqueLogKeys(stderr);
+      } catch (error) {
+        reject(error as Error);
+        return;
+      }
       resolve({ code, stdout, stderr });
     });
   });
 }
 
-/** A long-running `msgbridge <args>` (dev, a role): wait for output, then stop it with a signal. */
+/** A long-running `msgbridge <args>` (dev, a role): wait for output, then stop it with a signal (its log lines checked as runCli's). */
 export function startCli(args: string[], env: Record<string, string> = {}) {
   const child = spawnCli(args, env);
   let stdout = '';
@@ -58,6 +69,8 @@ export function startCli(args: string[], env: Record<string, string> = {}) {
       const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
       const code = await exited;
       clearTimeout(timer);
+      assertUniqueLogKeys(stdout);
+      assertUniqueLogKeys(stderr);
       return code;
     },
   };
