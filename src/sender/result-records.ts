@@ -191,16 +191,22 @@ export function resultRecord(result: AcceptedSendResult | RejectedSendResult | E
   return { key: result.outcome === 'accepted' ? result.messageId : result.requestId, value };
 }
 
-/** A result ready to publish (and to keep for repeats of its request). */
+/**
+ * A result ready to publish (and to keep for repeats of its request, up to
+ * completedRequestIdsMax). The value is kept as a string: a small Buffer is a slice of a shared
+ * 8 KiB pool and keeps the whole pool alive, which made 100,000 kept results cost 139 MiB
+ * instead of 88 MiB (the producer encodes the string as the same UTF-8 bytes).
+ */
 export interface StoredResult {
   key: string;
-  value: Buffer;
+  value: string;
   businessId: string | undefined;
   eventId: string;
 }
 
 export function storedResult(result: AcceptedSendResult | RejectedSendResult | ExpiredSendResult): StoredResult {
-  return { ...resultRecord(result), businessId: result.businessId, eventId: resultEventId(result.businessId ?? '', result.requestId, result.outcome) };
+  const key = result.outcome === 'accepted' ? result.messageId : result.requestId;
+  return { key, value: JSON.stringify(result), businessId: result.businessId, eventId: resultEventId(result.businessId ?? '', result.requestId, result.outcome) };
 }
 
 /**

@@ -69,7 +69,7 @@ describe('result records', () => {
     const first = storedResult(acceptedResult(job, 'm-1', 1, false, new Date(0)));
     const again = storedResult(acceptedResult(job, 'm-2', 3, true, new Date(99)));
     expect(again.eventId).toBe(first.eventId);
-    expect(again.value.equals(first.value)).toBe(false);
+    expect(again.value).not.toBe(first.value);
     const rejected = storedResult(rejectedResult(job, failureOf({ kind: 'http-error', status: 503 }, true), 1, false, new Date(0)));
     expect(rejected.eventId).not.toBe(first.eventId);
     const other = prepareJob(record({ requestId: 'r2', type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' } }), one, 5) as SendJob;
