@@ -181,8 +181,8 @@ export type OutcomeInput =
   | { kind: 'outside-window'; openUntil: number | null }
   | { kind: 'expired'; attempts: number; maybeSent: boolean };
 
-/** What `msgbridge send` produces: the parsed request (defaults filled), content-type and traceparent. */
-const cliHeaders = { 'content-type': 'application/json', traceparent: TRACEPARENT };
+/** What `msgbridge send` produces: the parsed request (defaults filled), content-type, schema and traceparent. */
+const cliHeaders = { 'content-type': 'application/json', schema: 'send-request/v1', traceparent: TRACEPARENT };
 
 /** Send requests as producers write them, each with the outcome the provider gave it. */
 export const REQUEST_INPUTS: RequestInput[] = [

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { InvalidArgumentError, type Command } from 'commander';
-import { sendRequestRecipient, sendRequestSchema, sendResultSchema, deliveryStatusEventSchema, type SendRequest } from '../contracts/index.js';
+import { HEADER, SCHEMA_ID, sendRequestRecipient, sendRequestSchema, sendResultSchema, deliveryStatusEventSchema, type SendRequest } from '../contracts/index.js';
 import type { Config } from '../config/schema.js';
 import { MsgbridgeError } from '../platform/errors.js';
 import { createConsumer, createKafka } from '../kafka/client.js';
@@ -99,7 +99,9 @@ async function runSend(command: Command, opts: CommonOptions, raw: Record<string
   await producer.send({
     topic: topics.sendRequests,
     acks: -1,
-    messages: [{ key: sendRequestRecipient(request), value: JSON.stringify(request), headers: { 'content-type': 'application/json', traceparent: traceparent() } }],
+    messages: [
+      { key: sendRequestRecipient(request), value: JSON.stringify(request), headers: { 'content-type': 'application/json', [HEADER.schema]: SCHEMA_ID.sendRequest, traceparent: traceparent() } },
+    ],
   });
   await producer.disconnect();
   say(`request ${request.requestId} → ${topics.sendRequests} (to ${sendRequestRecipient(request)})`);

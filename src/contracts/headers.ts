@@ -55,6 +55,8 @@ export const SCHEMA_ID = {
   delivery_status: 'delivery_status/v1',
   webhooksDlq: 'webhooks-dlq/v1',
   sendResult: 'send-result/v1',
+  /** Written by `msgbridge send`; other producers of send requests may leave the header out. */
+  sendRequest: 'send-request/v1',
   sendRequestsDlq: 'send-requests-dlq/v1',
   messageState: 'message-state/v1',
   conversations: 'conversations/v1',
