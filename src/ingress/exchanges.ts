@@ -1,6 +1,8 @@
 import type { HttpResponse } from 'uWebSockets.js';
 import type { MsgbridgeError } from '../platform/errors.js';
 import type { Logger } from '../platform/logger.js';
+import type { TraceSpan } from '../platform/tracing.js';
+import { httpStatusOf } from './http-status.js';
 import { ReceivingSet, type ReceivingLimits } from './receiving.js';
 import type { Refusable, Responder } from './responder.js';
 
@@ -16,6 +18,8 @@ export interface Exchange extends Refusable {
   received: number;
   /** Admitted and not yet finished: counted in `inFlight`. */
   active: boolean;
+  /** Its server span when tracing is on (server.ts), ended by the time the exchange finishes. */
+  span?: TraceSpan;
 }
 
 export interface ExchangesOptions {
@@ -142,6 +146,7 @@ export class Exchanges {
   finish(ex: Exchange): void {
     if (!ex.active) return;
     ex.active = false;
+    ex.span?.end();
     this.receiving.delete(ex);
     this.active--;
     if (this.active === 0 && this.idleWaiters.length > 0) {
@@ -180,6 +185,7 @@ export class Exchanges {
   private cutShort(ex: Exchange, code: 'BODY_TOO_LARGE' | 'QUEUE_FULL', reason: string, message: string): void {
     ex.chunks = undefined;
     this.options.responder.refuse(ex, code, reason, message, { close: true });
+    ex.span?.setAttribute('http.response.status_code', httpStatusOf(code));
     this.finish(ex);
   }
 

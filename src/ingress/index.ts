@@ -11,6 +11,7 @@ import { requireBrokers } from '../kafka/brokers.js';
 import { prepareRoleTopics } from '../kafka/topics.js';
 import { silentLogger, type Logger } from '../platform/logger.js';
 import { localUrl } from '../platform/net.js';
+import { startTracing, TRACING_FLUSH_MS, type Tracer } from '../platform/tracing.js';
 import { createMetricsRegistry } from '../runtime/metrics.js';
 import { createLiveWebhookHandler, rulesFromConfig } from './handle-webhook.js';
 import { watchConfiguredBusinesses } from '../runtime/businesses-reload.js';
@@ -40,6 +41,8 @@ export interface StartIngressOptions {
   unsafeDiscardRecords?: boolean;
   /** Set by the worker threads of startIngressWorkers (workers.ts) only. */
   worker?: IngressWorkerHooks;
+  /** Where the OTEL_* variables are read (src/platform/README.md, "Tracing"); default process.env. */
+  tracingEnv?: Record<string, string | undefined>;
 }
 
 /** What a worker thread of workers.ts adds to its ingress. */
@@ -94,8 +97,14 @@ export async function startIngressWithControls(options: StartIngressOptions): Pr
   requireSigningSecrets(options.config, logger);
   const brokers = options.brokers ?? options.config.kafka.brokers;
   const kafka = await prepareKafka(options, brokers, logger);
-  const ingress = new ThreadIngress(options, logger, brokers, kafka);
-  await ingress.start();
+  const tracer = await startTracing({ role: 'ingress', env: options.tracingEnv, logger });
+  const ingress = new ThreadIngress(options, logger, brokers, kafka, tracer);
+  try {
+    await ingress.start();
+  } catch (err) {
+    await tracer.shutdown(TRACING_FLUSH_MS);
+    throw err;
+  }
   return ingress;
 }
 
@@ -175,6 +184,7 @@ class ThreadIngress implements Ingress, IngressControls {
     private readonly logger: Logger,
     private readonly brokers: string[],
     kafka: KafkaSide,
+    private readonly tracer: Tracer,
   ) {
     this.config = options.config;
     this.metrics = options.registry ?? createMetricsRegistry('ingress');
@@ -247,6 +257,7 @@ class ThreadIngress implements Ingress, IngressControls {
       receiving: { maxTotal: settings.maxReceivingRequests, maxPerAddress: settings.maxReceivingPerAddress, graceMs: RECEIVING_GRACE_MS },
       chunkedBodies: settings.chunkedBodies,
       othersReady: this.options.worker?.othersReady,
+      tracer: this.tracer,
     });
   }
 
@@ -262,6 +273,8 @@ class ThreadIngress implements Ingress, IngressControls {
     await server.whenIdle();
     await this.publisher.drain();
     server.close();
+    // The spans of the last answers are exported before the process ends (bounded).
+    await this.tracer.shutdown(TRACING_FLUSH_MS);
     this.currentState = 'stopped';
   }
 

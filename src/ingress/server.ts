@@ -1,13 +1,15 @@
 import { performance } from 'node:perf_hooks';
 import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket } from 'uWebSockets.js';
 import { MsgbridgeError } from '../platform/errors.js';
-import { SIGNATURE_HEADER } from '../contracts/headers.js';
+import { HEADER, SIGNATURE_HEADER } from '../contracts/headers.js';
 import type { PublishCallback, PublishRecord } from '../kafka/batching-publisher.js';
 import type { Logger } from '../platform/logger.js';
+import { NOOP_TRACER, startKafkaSendSpan, type TraceSpan, type Tracer } from '../platform/tracing.js';
 import { loadUws } from '../platform/uws.js';
 import { Exchanges, type Exchange } from './exchanges.js';
 import { addressOf, FramingGuard } from './framing-guard.js';
 import { isWebhookTopic, type WebhookDecision, type WebhookHandler } from './handle-webhook.js';
+import { httpStatusOf } from './http-status.js';
 import type { IngressMetrics } from './metrics.js';
 import type { ReceivingLimits } from './receiving.js';
 import { Responder } from './responder.js';
@@ -53,6 +55,8 @@ export interface IngressServerOptions {
   chunkedBodies: boolean;
   /** With worker threads (workers.ts): /readyz is 200 only when this says the other workers are ready too. */
   othersReady?: () => boolean;
+  /** OpenTelemetry (src/platform/README.md, "Tracing"); default off. */
+  tracer?: Tracer;
 }
 
 export interface IngressServer {
@@ -79,6 +83,20 @@ export interface IngressServer {
   closeAll(): void;
 }
 
+/** Ends a webhook's server span with its answer's status (a 5xx marks it failed). */
+function endWebhookSpan(ex: Exchange, status: number): void {
+  const span = ex.span!;
+  span.setAttribute('http.response.status_code', status);
+  if (status >= 500) span.fail(String(status));
+  span.end();
+}
+
+function endSendSpans(ex: Exchange, send: TraceSpan, errorCode: string | undefined, status: number): void {
+  if (errorCode !== undefined) send.fail(errorCode);
+  send.end();
+  endWebhookSpan(ex, status);
+}
+
 /**
  * The adapter as a class: one instance per listening app. Its parts (responder, guard,
  * exchanges) and the handlers uWS calls are fields and methods, so each step of a webhook's
@@ -98,6 +116,7 @@ class UwsIngressServer {
   private readonly guard: FramingGuard;
   private readonly exchanges: Exchanges;
   private readonly app: TemplatedApp;
+  private readonly tracer: Tracer;
   private listenSocket: us_listen_socket | undefined;
 
   constructor(private readonly options: IngressServerOptions) {
@@ -118,6 +137,7 @@ class UwsIngressServer {
       logger,
       addressOf,
     });
+    this.tracer = options.tracer ?? NOOP_TRACER;
     this.app = this.uws.App();
     this.routes();
   }
@@ -178,17 +198,29 @@ class UwsIngressServer {
       aborted: false,
       answered: false,
       active: false,
+      span: undefined,
     };
+    // Off, tracing costs this one test: the traceparent above passes through as it came.
+    if (this.tracer.enabled) this.startWebhookSpan(ex, req);
     const early = this.handler.precheck({ businessId: ex.businessId, pathTopic, contentLength: req.getHeader('content-length'), contentEncoding: ex.contentEncoding });
     if (early) {
       // Answered before the body is read; uWS discards the rest of a body it was told the
       // length of. An oversized body closes the connection so that none of it is buffered.
       responder.refuse(ex, early.code, early.reason, early.message, { close: early.code === 'BODY_TOO_LARGE' });
+      if (ex.span) endWebhookSpan(ex, httpStatusOf(early.code));
       return;
     }
-    if (!exchanges.admit(ex)) return;
+    if (!exchanges.admit(ex)) {
+      // Every refusal of admission is a 503 (draining, Kafka, memory, room).
+      if (ex.span) endWebhookSpan(ex, 503);
+      return;
+    }
     res.onAborted(() => {
       ex.aborted = true;
+      if (ex.span && !ex.answered) {
+        ex.span.fail('aborted', 'the client went away before the answer');
+        ex.span.end();
+      }
       if (!ex.answered) metrics.request(ex.pathTopic ?? 'unknown', 'aborted');
       exchanges.finish(ex);
     });
@@ -202,6 +234,7 @@ class UwsIngressServer {
         // A bug must cost one request, not the process (uWS would not survive a throw).
         logger.error({ err, business: ex.businessId }, 'webhook handling failed');
         responder.write(ex, 500, '{"error":{"code":"INTERNAL","message":"internal error"}}');
+        if (ex.span) endWebhookSpan(ex, 500);
         exchanges.finish(ex);
       }
     });
@@ -222,19 +255,60 @@ class UwsIngressServer {
     });
     if (decision.kind === 'reject') {
       responder.refuse(ex, decision.code, decision.reason, decision.message);
+      if (ex.span) {
+        ex.span.setAttribute('msgbridge.refusal', decision.reason);
+        endWebhookSpan(ex, httpStatusOf(decision.code));
+      }
       exchanges.finish(ex);
       return;
     }
     const topic = decision.webhookTopic ?? 'unknown';
+    const send = ex.span ? this.startSendSpan(ex, decision) : undefined;
     const refused = this.publisher.publish(decision.record, (err) => {
       if (err) responder.refuse(ex, err.code, err.code.toLowerCase(), err.message, { topic, eventId: decision.eventId });
       else this.acknowledge(ex, decision, topic);
+      if (send) endSendSpans(ex, send, err?.code, err ? httpStatusOf(err.code) : 200);
       exchanges.finish(ex);
     });
     if (refused) {
       responder.refuse(ex, refused.code, refused.code.toLowerCase(), refused.message, { topic, eventId: decision.eventId });
+      if (send) endSendSpans(ex, send, refused.code, httpStatusOf(refused.code));
       exchanges.finish(ex);
     }
+  }
+
+  /**
+   * The webhook's server span (src/platform/README.md, "Tracing"): a child of the provider's
+   * `traceparent` when it sent a valid one, else the root of a new trace.
+   */
+  private startWebhookSpan(ex: Exchange, req: HttpRequest): void {
+    const tracestate = req.getHeader('tracestate');
+    const route = ex.pathTopic === undefined ? '/webhooks/{businessId}' : '/webhooks/{businessId}/{topic}';
+    ex.span = this.tracer.startSpan(`POST ${route}`, 'server', {
+      parent: ex.traceparent === '' ? undefined : ex.traceparent,
+      tracestate: tracestate === '' ? undefined : tracestate,
+      attributes: {
+        'http.request.method': 'POST',
+        'http.route': route,
+        'url.scheme': 'http',
+        'msgbridge.business_id': ex.businessId.length > 128 ? `${ex.businessId.slice(0, 128)}…` : ex.businessId,
+      },
+    });
+  }
+
+  /**
+   * The record's producer span, a child of the webhook's: its `traceparent` replaces the one the
+   * decision copied from the request, so the record continues this trace (the provider's one,
+   * or the new one).
+   */
+  private startSendSpan(ex: Exchange, decision: Extract<WebhookDecision, { kind: 'publish' }>): TraceSpan {
+    const span = ex.span!;
+    span.addEvent(decision.destination === 'dlq' ? 'signature verified; dead-lettered' : 'signature verified');
+    if (decision.webhookTopic) span.setAttribute('msgbridge.webhook_topic', decision.webhookTopic);
+    span.setAttribute('msgbridge.event_id', decision.eventId);
+    const send = startKafkaSendSpan(this.tracer, span, decision.record.topic, decision.record.key);
+    decision.record.headers[HEADER.traceparent] = send.traceparent;
+    return send;
   }
 
   /** Kafka holds it: 200. */

@@ -2,8 +2,8 @@ import { MsgbridgeError } from './errors.js';
 import type { Logger } from './logger.js';
 
 /**
- * OpenTelemetry tracing, off unless the standard OTEL_* variables ask for it (README
- * "Tracing"). This file is what the roles see: the settings read from the environment, and a
+ * OpenTelemetry tracing, off unless the standard OTEL_* variables ask for it (the variables:
+ * the main README; the spans: README.md beside this file, "Tracing"). This file is what the roles see: the settings read from the environment, and a
  * tiny tracer interface whose spans are continued and propagated as W3C `traceparent` strings,
  * so that no role (and no pure file) imports @opentelemetry. The SDK itself lives in
  * tracing-sdk.ts and is imported only when tracing is on: off, nothing of it is loaded, and a
@@ -236,15 +236,19 @@ export function startKafkaSendSpan(tracer: Tracer, parent: TraceSpan | string | 
   });
 }
 
-/** A Kafka consumer span of one record (`process <topic>`, kind consumer), continuing and linking its `traceparent`. */
+/**
+ * A Kafka consumer span of one record (`process <topic>`, kind consumer), continuing and linking
+ * its `traceparent`; `alsoCausedBy`: the traceparents of other records it links to.
+ */
 export function startKafkaProcessSpan(
   tracer: Tracer,
   record: { topic: string; partition: number; offset: string; traceparent: string | undefined; key?: string | undefined },
   groupId: string,
+  alsoCausedBy?: readonly (string | undefined)[],
 ): TraceSpan {
   return tracer.startSpan(`process ${record.topic}`, 'consumer', {
     parent: record.traceparent,
-    links: [record.traceparent],
+    links: alsoCausedBy ? [record.traceparent, ...alsoCausedBy] : [record.traceparent],
     attributes: {
       'messaging.system': 'kafka',
       'messaging.operation.type': 'process',
