@@ -23,6 +23,7 @@ import { createSenderMetrics, type SenderMetrics } from './metrics.js';
 import { PartitionConsumer } from './partition-consumer.js';
 import { createProcessor, type Processor } from './processor.js';
 import { createProviderClient, type ProviderClient } from './provider-client.js';
+import { startTracing, TRACING_FLUSH_MS, type Tracer } from '../platform/tracing.js';
 import { RateLimiter } from './rate-limiter.js';
 import { prepareJob, type Job } from './requests.js';
 import { OutcomePublisher } from './outcome-publisher.js';
@@ -47,6 +48,8 @@ export interface StartSenderOptions {
   commitIntervalMs?: number;
   /** Called when the Kafka client gave up for good (the process should drain and exit non-zero). */
   onFatal?: (error: Error) => void;
+  /** Where the OTEL_* variables are read (src/platform/README.md, "Tracing"); default process.env. */
+  tracingEnv?: Record<string, string | undefined>;
 }
 
 /** business id → API key, or a configuration error naming what is missing. */
@@ -80,6 +83,7 @@ interface Prepared {
   kafka: KafkaClient;
   publisher: OutcomePublisher;
   dlqMaxBytes: number;
+  tracer: Tracer;
 }
 
 /**
@@ -100,6 +104,7 @@ export class Sender implements Role {
   /** The businesses whose conversation windows are kept; replaced with the API keys by a reload. */
   private readonly liveBusinesses: Set<string>;
   private readonly publisher: OutcomePublisher;
+  private readonly tracer: Tracer;
   private readonly client: ProviderClient;
   private readonly limiter: RateLimiter;
   private readonly circuits: CircuitBreaker;
@@ -128,7 +133,20 @@ export class Sender implements Role {
     const brokers = options.brokers ?? config.kafka.brokers;
     requireBrokers(brokers);
     const registry = options.registry ?? createMetricsRegistry('sender');
+    const tracer = await startTracing({ role: 'sender', env: options.tracingEnv, logger });
+    try {
+      return await Sender.startWith(options, { logger, apiKeys, brokers, registry, tracer });
+    } catch (err) {
+      await tracer.shutdown(TRACING_FLUSH_MS);
+      throw err;
+    }
+  }
 
+  private static async startWith(
+    options: StartSenderOptions,
+    { logger, apiKeys, brokers, registry, tracer }: { logger: Logger; apiKeys: Map<string, string>; brokers: string[]; registry: Registry; tracer: Tracer },
+  ): Promise<Sender> {
+    const { config } = options;
     const kafka = createKafka(config.kafka, { logger, brokers });
     const dlqMaxBytes = await connectingToKafka(brokers, () => prepareTopics(kafka, config, logger));
 
@@ -147,7 +165,7 @@ export class Sender implements Role {
     });
     await connectingToKafka(brokers, () => publisher.start());
 
-    const sender = new Sender({ options, logger, apiKeys, providerUrl: config.provider.url, registry, kafka, publisher, dlqMaxBytes });
+    const sender = new Sender({ options, logger, apiKeys, providerUrl: config.provider.url!, registry, kafka, publisher, dlqMaxBytes, tracer });
     sender.followBusinesses();
     sender.startGuard();
     await sender.serveHealth();
@@ -169,11 +187,13 @@ export class Sender implements Role {
     this.liveBusinesses = new Set(apiKeys.keys());
     this.metrics = registry;
     this.publisher = publisher;
+    this.tracer = prepared.tracer;
 
     this.client = createProviderClient({
       baseUrl: prepared.providerUrl,
       connections: config.provider.connections ?? s.concurrency,
       callTimeoutMs: s.callTimeoutMs,
+      tracer: this.tracer,
     });
     this.limiter = new RateLimiter({ ratePerSecond: s.ratePerSecond });
     this.circuits = new CircuitBreaker({
@@ -213,6 +233,7 @@ export class Sender implements Role {
       completedMax: s.completedRequestIdsMax,
       metrics: this.senderMetrics,
       logger,
+      tracing: { tracer: this.tracer, requestsTopic: config.kafka.topics.sendRequests, groupId: s.groupId },
       ...(table ? { conversations: { mode: s.conversationWindow, graceMs: s.conversationWindowGraceMs, lookup: (business: string, customer: string) => table.lookup(business, customer) } } : {}),
     });
     // Every buffered key may be waiting (for its circuit, a token): provider calls in flight are
@@ -392,6 +413,8 @@ export class Sender implements Role {
     await this.publisher.close().catch((err: unknown) => this.logger.warn({ err }, 'disconnecting the producer failed'));
     await this.client.close().catch(() => undefined);
     await this.health?.close();
+    // The spans of the last requests are exported before the process ends (bounded).
+    await this.tracer.shutdown(TRACING_FLUSH_MS);
     this.logger.info({ finished, durationMs: Date.now() - started }, 'sender stopped');
     return finished;
   }

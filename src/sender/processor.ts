@@ -1,5 +1,7 @@
 import { isRecordTooLarge, type RecordToWrite } from '../kafka/port.js';
 import type { Logger } from '../platform/logger.js';
+import { HEADER } from '../contracts/headers.js';
+import { headerText, NOOP_TRACER, startKafkaProcessSpan, startKafkaSendSpan, type TraceSpan, type Tracer } from '../platform/tracing.js';
 import type { Admission, CircuitBreaker } from './circuit-breaker.js';
 import { decideConversation, fallbackBody, outsideWindowFailure, type ConversationWindowMode } from './conversation-guard.js';
 import type { WindowLookup } from './conversation-table.js';
@@ -28,6 +30,7 @@ import { sleep } from '../platform/sleep.js';
  * (`completedMax`). A duplicate arriving while the first is still in flight waits for it.
  */
 export interface ProcessorOptions {
+  /** `parent`: the request's span, which the provider call's HTTP client span continues (tracing on). */
   client: Pick<ProviderClient, 'send'>;
   publish: (topic: string, record: RecordToWrite) => Promise<void>;
   /** `try*`: the same answer without a promise when it is immediate (optional, for fakes). */
@@ -51,6 +54,13 @@ export interface ProcessorOptions {
   now?: () => number;
   /** The conversation window guard (README "Conversation window"); absent = `off`. */
   conversations?: ConversationGuardOptions;
+  /**
+   * OpenTelemetry (src/platform/README.md, "Tracing"; default off): a consumer span per
+   * request continuing its `traceparent`, the provider calls as its children, a producer span
+   * per result whose `traceparent` the result carries. `requestsTopic` and `groupId` name the
+   * consumer side.
+   */
+  tracing?: { tracer: Tracer; requestsTopic: string; groupId: string };
 }
 
 export interface ConversationGuardOptions {
@@ -103,10 +113,12 @@ class RequestProcessor implements Processor {
   /** (business, requestId) → its final result, least recently used first. */
   private readonly completed = new Map<string, StoredResult>();
   private readonly inFlight = new Map<string, Promise<void>>();
+  private readonly tracer: Tracer;
 
   constructor(private readonly options: ProcessorOptions) {
     this.random = options.random ?? Math.random;
     this.now = options.now ?? Date.now;
+    this.tracer = options.tracing?.tracer ?? NOOP_TRACER;
   }
 
   get completedCount(): number {
@@ -114,7 +126,41 @@ class RequestProcessor implements Processor {
   }
 
   async work(job: Job, context: WorkContext): Promise<WorkOutcome> {
-    if (job.kind === 'dlq') return this.dead(job, context);
+    // Off, tracing costs this one test.
+    if (!this.tracer.enabled) return this.workOn(job, context, undefined);
+    const span = this.startProcessSpan(job, context);
+    try {
+      const outcome = await this.workOn(job, context, span);
+      if (outcome === 'abandoned') span.fail('abandoned', 'stopped before its result was published (it will be processed again)');
+      return outcome;
+    } catch (err) {
+      span.fail((err as Error)?.name ?? 'Error', (err as Error)?.message);
+      throw err;
+    } finally {
+      span.end();
+    }
+  }
+
+  /** The request's consumer span: a child of its record's `traceparent` (src/platform/README.md, "Tracing"). */
+  private startProcessSpan(job: Job, context: WorkContext): TraceSpan {
+    const tracing = this.options.tracing!;
+    const headers = job.kind === 'send' ? job.headers : job.record.headers;
+    const span = startKafkaProcessSpan(
+      this.tracer,
+      { topic: tracing.requestsTopic, partition: Number(context.partition), offset: String(context.offset), traceparent: headerText(headers[HEADER.traceparent]) },
+      tracing.groupId,
+    );
+    if (job.kind === 'send') {
+      span.setAttribute('msgbridge.request_id', job.request.requestId);
+      span.setAttribute('msgbridge.business_id', job.businessId);
+    } else {
+      span.setAttribute('msgbridge.dlq_code', job.code);
+    }
+    return span;
+  }
+
+  private async workOn(job: Job, context: WorkContext, span: TraceSpan | undefined): Promise<WorkOutcome> {
+    if (job.kind === 'dlq') return this.dead(job, context, span);
     const { logger, metrics } = this.options;
     const id = `${job.businessId}\u0000${job.request.requestId}`;
     for (;;) {
@@ -123,7 +169,8 @@ class RequestProcessor implements Processor {
         this.remember(id, stored);
         logger.info({ requestId: job.request.requestId, businessId: job.businessId }, 'requestId already completed in this process: publishing its result again instead of sending');
         metrics.outcome('duplicate', job.businessId);
-        return (await this.publishSendResult(stored, job, context)) ? 'done' : 'abandoned';
+        span?.addEvent('requestId already completed in this process: its result is published again');
+        return (await this.publishSendResult(stored, job, context, span)) ? 'done' : 'abandoned';
       }
       const running = this.inFlight.get(id);
       if (!running) break;
@@ -134,14 +181,14 @@ class RequestProcessor implements Processor {
     this.inFlight.set(id, new Promise<void>((resolve) => (release = resolve)));
     let end: SendEnd;
     try {
-      end = await this.send(job, context);
+      end = await this.send(job, context, span);
       if (end?.remember) this.remember(id, end.result);
     } finally {
       this.inFlight.delete(id);
       release();
     }
     if (!end) return 'abandoned';
-    return (await this.publishSendResult(end.result, job, context)) ? 'done' : 'abandoned';
+    return (await this.publishSendResult(end.result, job, context, span)) ? 'done' : 'abandoned';
   }
 
   private remember(id: string, stored: StoredResult): void {
@@ -154,11 +201,11 @@ class RequestProcessor implements Processor {
   }
 
   /** The DLQ copy and, when the request id was readable, its rejected result. */
-  private async dead(job: DlqJob, context: WorkContext): Promise<WorkOutcome> {
+  private async dead(job: DlqJob, context: WorkContext, span: TraceSpan | undefined): Promise<WorkOutcome> {
     const { options } = this;
     const record = fitDlqRecord(job.record, options.dlqMaxBytes);
     const writes = [this.publishDurably(options.topics.dlq, record, context, (r) => fitDlqRecord(r, 0))];
-    if (job.result) writes.push(this.publishResult(job.result, job.record.headers, job.receivedAt, context));
+    if (job.result) writes.push(this.publishResult(job.result, job.record.headers, job.receivedAt, context, span));
     if (!(await Promise.all(writes)).every(Boolean)) return 'abandoned';
     options.logger.warn({ reason: job.reason, code: job.code, requestId: job.requestId, partition: context.partition, offset: context.offset }, 'request sent to the DLQ');
     options.metrics.outcome('dlq', job.record.headers['business-id']?.toString());
@@ -166,7 +213,7 @@ class RequestProcessor implements Processor {
   }
 
   /** Sends with retries until a terminal result, or undefined when told to stop first. */
-  private async send(requested: SendJob, context: WorkContext): Promise<SendEnd> {
+  private async send(requested: SendJob, context: WorkContext, span: TraceSpan | undefined): Promise<SendEnd> {
     const { options, now } = this;
     const apiKey = options.apiKeys.get(requested.businessId);
     if (apiKey === undefined) throw new Error(`no API key for business ${requested.businessId}`);
@@ -180,7 +227,7 @@ class RequestProcessor implements Processor {
       const budgetEnd = progress.firstAttemptAt === undefined ? Infinity : progress.firstAttemptAt + options.policy.budgetMs;
       if (progress.last && now() >= budgetEnd) return this.reject(job, progress, progress.last, true);
       const startedAt = now();
-      const outcome = await this.attempt(job, apiKey, context, Math.min(job.expiry.at, budgetEnd));
+      const outcome = await this.attempt(job, apiKey, context, Math.min(job.expiry.at, budgetEnd), span);
       if (!outcome) continue;
       progress.attempts += 1;
       progress.firstAttemptAt ??= startedAt;
@@ -259,7 +306,7 @@ class RequestProcessor implements Processor {
    * One attempt through the circuit, the token bucket and a call slot; undefined when stopped,
    * out of time, or the circuit opened while it waited for a token (the caller loops back).
    */
-  private async attempt(job: SendJob, apiKey: string, context: WorkContext, untilMs: number): Promise<AttemptOutcome | undefined> {
+  private async attempt(job: SendJob, apiKey: string, context: WorkContext, untilMs: number, span: TraceSpan | undefined): Promise<AttemptOutcome | undefined> {
     const { client, limiter, circuits, callSlots, metrics } = this.options;
     // Each step answers at once in the common case (closed circuit, a token, a free slot): no promise then.
     if (context.stop.aborted) return undefined;
@@ -282,7 +329,7 @@ class RequestProcessor implements Processor {
         const started = performance.now();
         let outcome: AttemptOutcome;
         try {
-          outcome = await client.send(job.operation, job.businessId, apiKey, job.body, context.abort);
+          outcome = await client.send(job.operation, job.businessId, apiKey, job.body, context.abort, span);
         } finally {
           metrics.inFlight(-1);
         }
@@ -351,12 +398,21 @@ class RequestProcessor implements Processor {
     }
   }
 
-  private publishResult(stored: StoredResult, headers: SendJob['headers'], receivedAt: number, context: WorkContext): Promise<boolean> {
-    return this.publishDurably(this.options.topics.results, { key: stored.key, value: stored.value, headers: resultHeaders(stored, headers, receivedAt) }, context);
+  private async publishResult(stored: StoredResult, headers: SendJob['headers'], receivedAt: number, context: WorkContext, span?: TraceSpan): Promise<boolean> {
+    const topic = this.options.topics.results;
+    const record = { key: stored.key, value: stored.value, headers: resultHeaders(stored, headers, receivedAt) };
+    if (!span) return this.publishDurably(topic, record, context);
+    // The result continues the request's trace: its traceparent is its producer span's, not the request's.
+    const send = startKafkaSendSpan(this.tracer, span, topic, stored.key);
+    record.headers[HEADER.traceparent] = send.traceparent;
+    const ok = await this.publishDurably(topic, record, context);
+    if (!ok) send.fail('abandoned');
+    send.end();
+    return ok;
   }
 
-  private async publishSendResult(stored: StoredResult, job: SendJob, context: WorkContext): Promise<boolean> {
-    const ok = await this.publishResult(stored, job.headers, job.receivedAt, context);
+  private async publishSendResult(stored: StoredResult, job: SendJob, context: WorkContext, span: TraceSpan | undefined): Promise<boolean> {
+    const ok = await this.publishResult(stored, job.headers, job.receivedAt, context, span);
     if (ok && job.producedAt !== undefined) this.options.metrics.requestToResult(Math.max(0, this.now() - job.producedAt) / 1000);
     return ok;
   }

@@ -1,5 +1,6 @@
 import { Pool, type Dispatcher } from 'undici';
 import { providerErrorSchema, SEND_PATH_SEGMENT, type SendOperation } from '../contracts/index.js';
+import { NOOP_TRACER, type TraceSpan, type Tracer } from '../platform/tracing.js';
 import type { AttemptOutcome, ProviderErrorBody } from './retry-policy.js';
 
 /**
@@ -21,10 +22,13 @@ export interface ProviderClientOptions {
   /** Largest answer body read (default 64 KiB); the rest is discarded. */
   maxResponseBytes?: number;
   userAgent?: string;
+  /** OpenTelemetry (src/platform/README.md, "Tracing"): each call with a parent span is an HTTP client span; default off. */
+  tracer?: Tracer;
 }
 
 export interface ProviderClient {
-  send(operation: SendOperation, businessId: string, apiKey: string, body: unknown, signal?: AbortSignal): Promise<AttemptOutcome>;
+  /** `parent` (tracing on): the call is its child HTTP client span, and carries that span's `traceparent`. */
+  send(operation: SendOperation, businessId: string, apiKey: string, body: unknown, signal?: AbortSignal, parent?: TraceSpan): Promise<AttemptOutcome>;
   close(): Promise<void>;
 }
 
@@ -46,19 +50,23 @@ export function createProviderClient(options: ProviderClientOptions): ProviderCl
   const settings: CallSettings = { maxResponseBytes: options.maxResponseBytes ?? 64 * 1024, callTimeoutMs: options.callTimeoutMs };
   const userAgent = options.userAgent ?? 'msgbridge-sender';
   const stops = new StopSignals();
+  const tracer = options.tracer ?? NOOP_TRACER;
   return {
-    send(operation, businessId, apiKey, body, signal) {
+    send(operation, businessId, apiKey, body, signal, parent) {
       if (signal?.aborted) return Promise.resolve(failure(signal.reason, false));
-      const call = new Call(settings, stops, signal);
-      pool.dispatch(
-        {
-          method: 'POST',
-          path: sendPath(prefix, operation, businessId),
-          headers: { Accept: 'application/json', 'Content-Type': 'application/json', 'X-API-Key': apiKey, 'User-Agent': userAgent },
-          body: JSON.stringify(body),
-        },
-        call,
-      );
+      const path = sendPath(prefix, operation, businessId);
+      const headers: Record<string, string> = { Accept: 'application/json', 'Content-Type': 'application/json', 'X-API-Key': apiKey, 'User-Agent': userAgent };
+      let span: TraceSpan | undefined;
+      if (parent && tracer.enabled) {
+        // url.full has no secret: the API key travels in a header, never in the URL.
+        span = tracer.startSpan('POST', 'client', {
+          parent,
+          attributes: { 'http.request.method': 'POST', 'url.full': `${url.origin}${path}`, 'server.address': url.hostname, 'server.port': serverPort(url) },
+        });
+        headers.traceparent = span.traceparent;
+      }
+      const call = new Call(settings, stops, signal, span);
+      pool.dispatch({ method: 'POST', path, headers, body: JSON.stringify(body) }, call);
       return call.outcome;
     },
     async close() {
@@ -96,6 +104,7 @@ class Call implements Dispatcher.DispatchHandler {
     private readonly settings: CallSettings,
     private readonly stops: StopSignals,
     private readonly signal: AbortSignal | undefined,
+    private readonly span: TraceSpan | undefined = undefined,
   ) {
     this.outcome = new Promise((resolve) => (this.resolve = resolve));
     this.timer = setTimeout(() => this.stop({ kind: 'timeout', message: `no complete answer within ${settings.callTimeoutMs} ms`, requestWritten: this.written }), settings.callTimeoutMs);
@@ -148,8 +157,35 @@ class Call implements Dispatcher.DispatchHandler {
     this.settled = true;
     clearTimeout(this.timer);
     if (this.signal) this.stops.remove(this.signal, this);
+    if (this.span) endCallSpan(this.span, outcome);
     this.resolve(outcome);
   }
+}
+
+function serverPort(url: URL): number {
+  return url.port !== '' ? Number(url.port) : url.protocol === 'https:' ? 443 : 80;
+}
+
+/** The HTTP client span's end (semantic conventions: a 4xx or 5xx, or no answer, is an error of a client span). */
+function endCallSpan(span: TraceSpan, outcome: AttemptOutcome): void {
+  switch (outcome.kind) {
+    case 'accepted':
+    case 'invalid-response':
+      span.setAttribute('http.response.status_code', outcome.status);
+      if (outcome.kind === 'invalid-response') span.fail('invalid_response', 'a 2xx answer without a message id');
+      break;
+    case 'http-error':
+      span.setAttribute('http.response.status_code', outcome.status);
+      span.fail(String(outcome.status), outcome.error?.message);
+      break;
+    case 'timeout':
+      span.fail('timeout', outcome.message);
+      break;
+    case 'network':
+      span.fail(outcome.code, outcome.message);
+      break;
+  }
+  span.end();
 }
 
 /** One abort listener per caller signal (a partition's), however many of its calls are in flight. */
