@@ -21,7 +21,10 @@ import { TaskRestorer } from './task-restorer.js';
 import type { TaskStore } from './state-store.js';
 import { TrackerLogic, type TrackerTopics } from './tracker-logic.js';
 import { prepareTrackerTopics, trackerTopics } from './tracker-topics.js';
-import { startTransactionalEngine, type TransactionalEngine, type TransactionEvent } from '../kafka/transactional-engine.js';
+import { startTransactionalEngine, type ProcessResult, type TransactionalEngine, type TransactionEvent } from '../kafka/transactional-engine.js';
+import type { ConsumedRecord } from '../kafka/group-consumer.js';
+import { headerText, NOOP_TRACER, startKafkaProcessSpan, startTracing, TRACING_FLUSH_MS, type TraceSpan, type Tracer } from '../platform/tracing.js';
+import { HEADER } from '../contracts/headers.js';
 
 export { changelogTopicConfig, trackerTopics } from './tracker-topics.js';
 
@@ -35,7 +38,12 @@ export interface StartTrackerOptions {
   onFatal?: (error: Error) => void;
   /** Each step of each transaction (sent, committed, aborted), synchronously; must not throw. */
   onTransaction?: (event: TransactionEvent) => void;
+  /** Where the OTEL_* variables are read (src/platform/README.md, "Tracing"); default process.env. */
+  tracingEnv?: Record<string, string | undefined>;
 }
+
+/** Results whose traceparent is remembered for the links of their statuses (about 200 bytes each). */
+const RESULT_TRACES_MAX = 100_000;
 
 /** Engine statistics before the engine runs (the gauges may be read before: a shared registry). */
 const NO_ENGINE_STATS = { transactions: 0, failedTransactions: 0, recordsIn: 0, recordsOut: 0, recordsSkipped: 0, fenced: 0, taskStarts: 0, lastTaskStartMs: 0 };
@@ -76,6 +84,9 @@ export class Tracker implements Role {
   private directoryAdmin: KafkaAdmin | undefined;
   private residencyTimer: NodeJS.Timeout | undefined;
   private expiryTimer: NodeJS.Timeout | undefined;
+  private tracer: Tracer = NOOP_TRACER;
+  /** Tracing on: message id → the `traceparent` of its accepted result, most recent last (bounded). */
+  private readonly resultTraces = new Map<string, string>();
 
   /** Checks the settings and the topics, then runs the tracker: ready once `ready` resolves. */
   static async start(options: StartTrackerOptions): Promise<Tracker> {
@@ -84,20 +95,27 @@ export class Tracker implements Role {
     const brokers = options.brokers ?? config.kafka.brokers;
     requireBrokers(brokers);
     checkStateDir(config.tracker.stateDir);
-    const kafka = createKafka(config.kafka, { logger, brokers, clientId: `${config.kafka.clientId}-tracker` });
-    const topics = trackerTopics(config);
-    const partitions = await connectingToKafka(brokers, () => prepareTrackerTopics(kafka, config, topics, logger));
-    const tracker = new Tracker(options, logger, kafka, topics, partitions);
-    // The query server starts first: its address is published to the group (query forwarding).
-    await tracker.serveQueries();
+    const tracer = await startTracing({ role: 'tracker', env: options.tracingEnv, logger });
     try {
-      await tracker.joinGroup(partitions);
+      const kafka = createKafka(config.kafka, { logger, brokers, clientId: `${config.kafka.clientId}-tracker` });
+      const topics = trackerTopics(config);
+      const partitions = await connectingToKafka(brokers, () => prepareTrackerTopics(kafka, config, topics, logger));
+      const tracker = new Tracker(options, logger, kafka, topics, partitions);
+      tracker.tracer = tracer;
+      // The query server starts first: its address is published to the group (query forwarding).
+      await tracker.serveQueries();
+      try {
+        await tracker.joinGroup(partitions);
+      } catch (error) {
+        await tracker.health?.close();
+        throw error;
+      }
+      tracker.startHousekeeping();
+      return tracker;
     } catch (error) {
-      await tracker.health?.close();
+      await tracer.shutdown(TRACING_FLUSH_MS);
       throw error;
     }
-    tracker.startHousekeeping();
-    return tracker;
   }
 
   private constructor(
@@ -208,11 +226,65 @@ export class Tracker implements Role {
       ...(options.onTransaction ? { onTransaction: options.onTransaction } : {}),
       onTaskAssigned: (task, { signal }) => this.openTask(task, signal),
       onTaskRevoked: (task) => this.closeTask(task),
-      process: (task, records) => this.logic.process(task, this.logic.decodeBatch(records)),
+      process: (task, records) => this.process(task, records),
     });
     const directoryAdmin = this.kafka.admin();
     this.directoryAdmin = directoryAdmin;
     this.queries.attach(this.engine, groupDirectory(directoryAdmin, config.tracker.groupId, topics.sendResults), this.queryUrl, async () => directoryAdmin.connect());
+  }
+
+  /** One batch of a task through the logic; with tracing on, a span per state change. */
+  private process(task: number, records: ConsumedRecord[]): ProcessResult {
+    const result = this.logic.process(task, this.logic.decodeBatch(records));
+    if (!this.tracer.enabled || result.outputs.length === 0) return result;
+    return this.traceStateChanges(result);
+  }
+
+  /**
+   * A consumer span per state change (src/platform/README.md, "Tracing"), continuing and
+   * linking the `traceparent` of the record that caused it; the state's record carries the
+   * span's own `traceparent`. The spans end when the transaction commits: one that aborts did
+   * not happen, and its spans are never exported (the batch runs again).
+   */
+  private traceStateChanges(result: ReturnType<TrackerLogic['process']>): ProcessResult {
+    const spans: TraceSpan[] = [];
+    const groupId = this.config.tracker.groupId;
+    result.outputs.forEach((output, i) => {
+      const cause = result.causes[i]!;
+      const traceparent = headerText(cause.headers[HEADER.traceparent]);
+      const also = output.topic === this.topics.messageState && typeof output.key === 'string' ? this.resultTrace(output.key, cause.topic, traceparent) : undefined;
+      const span = startKafkaProcessSpan(this.tracer, { topic: cause.topic, partition: cause.partition, offset: cause.offset, traceparent, key: cause.key?.toString() }, groupId, also);
+      span.setAttribute('msgbridge.state_topic', output.topic);
+      if (typeof output.key === 'string') span.setAttribute('msgbridge.state_key', output.key);
+      output.headers = { ...output.headers, [HEADER.traceparent]: span.traceparent };
+      spans.push(span);
+    });
+    return {
+      outputs: result.outputs,
+      commit: (written) => {
+        for (const span of spans) span.end();
+        result.commit?.(written);
+      },
+    };
+  }
+
+  /**
+   * A status's state change also links to the message's accepted result, whose trace is the
+   * send's: a provider that does not propagate `traceparent` in its webhooks starts a new trace
+   * for each status, and this link is what still ties it to the send (src/platform/README.md,
+   * "Tracing"). Kept in memory only, for the most recent results (a restart forgets them: the
+   * link is then missing).
+   */
+  private resultTrace(messageId: string, causeTopic: string, traceparent: string | undefined): string[] | undefined {
+    if (causeTopic === this.topics.sendResults) {
+      if (traceparent === undefined) return undefined;
+      this.resultTraces.delete(messageId);
+      this.resultTraces.set(messageId, traceparent);
+      if (this.resultTraces.size > RESULT_TRACES_MAX) this.resultTraces.delete(this.resultTraces.keys().next().value as string);
+      return undefined;
+    }
+    const result = this.resultTraces.get(messageId);
+    return result === undefined || result === traceparent ? undefined : [result];
   }
 
   /** A task given to this member: its store restored, then the logic runs on it; its indexes follow when missing. */
@@ -324,6 +396,8 @@ export class Tracker implements Role {
     await this.lag.close();
     await this.directoryAdmin?.disconnect().catch(() => undefined);
     await this.health?.close();
+    // The spans of the last state changes are exported before the process ends (bounded).
+    await this.tracer.shutdown(TRACING_FLUSH_MS);
     return inTime;
   }
 }

@@ -43,6 +43,9 @@ export interface TrackerLogicOptions {
   now?: () => Date;
 }
 
+/** A batch's outputs, each with the input record that caused it (`causes[i]` caused `outputs[i]`: the tracing's span links). */
+export type TrackerProcessResult = ProcessResult & { causes: ConsumedRecord[] };
+
 /** A record of a batch and the event it carries (parsed once: `decodeBatch`). */
 export type DecodedEvent = ({ kind: 'message'; event: TrackerEvent } | { kind: 'conversation'; input: InboundEvent }) & { record: ConsumedRecord };
 
@@ -125,7 +128,7 @@ export class TrackerLogic {
   }
 
   /** Applies one batch of one input partition of a task: the outputs, and the state change for after the commit. */
-  process(task: number, events: DecodedEvent[]): ProcessResult {
+  process(task: number, events: DecodedEvent[]): TrackerProcessResult {
     const openTask = this.tasks.get(task);
     if (!openTask) throw new Error(`task ${task} is not started`);
     if (openTask.broken) throw openTask.broken;
@@ -135,6 +138,7 @@ export class TrackerLogic {
     const previousMessages = new Map<string, TrackedMessage | undefined>();
     const previousWindows = new Map<string, ConversationWindow | undefined>();
     const outputs: OutputRecord[] = [];
+    const causes: ConsumedRecord[] = [];
     const now = this.now();
     for (const decoded of events) {
       if (decoded.kind === 'message') {
@@ -155,6 +159,7 @@ export class TrackerLogic {
         this.opts.counters.event(event.kind === 'result' ? 'send-results' : 'delivery_status', result.outcome);
         if (!result.changed) continue;
         messages.set(id, result.state);
+        causes.push(record);
         outputs.push({
           topic: this.opts.topics.messageState,
           partition: task,
@@ -178,6 +183,7 @@ export class TrackerLogic {
         this.opts.counters.event('messages', changed ? 'window_moved' : 'window_unchanged');
         if (!changed) continue;
         windows.set(key, window);
+        causes.push(decoded.record);
         outputs.push({
           topic: this.opts.topics.conversations,
           // The task's own partition (like message-state): a task restores its windows from one partition.
@@ -195,6 +201,7 @@ export class TrackerLogic {
     }
     return {
       outputs,
+      causes,
       commit: (written) => {
         for (const [id, tracked] of messages) openTask.messages.set(id, tracked);
         for (const [key, window] of windows) openTask.conversations.set(key, window);
