@@ -1,3 +1,5 @@
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { isMsgbridgeError } from '../../src/platform/errors.js';
 import { NOOP_TRACER, readTracingSettings, startTracing } from '../../src/platform/tracing.js';
@@ -112,5 +114,29 @@ describe('tracing settings from the OTEL_* variables', () => {
     span.end();
     fresh.end();
     await tracer.shutdown(1000);
+  });
+
+  it('exports over OTLP/HTTP with protobuf by default, with the configured headers, at shutdown', async () => {
+    const received: { path: string | undefined; type: string | undefined; team: string | undefined; bytes: number }[] = [];
+    const server = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        received.push({ path: req.url, type: req.headers['content-type'], team: req.headers['x-team'] as string | undefined, bytes: Buffer.concat(chunks).length });
+        res.writeHead(200, { 'content-type': 'application/x-protobuf' }).end();
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const port = (server.address() as AddressInfo).port;
+      const tracer = await startTracing({ role: 'tracker', env: { OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${port}`, OTEL_EXPORTER_OTLP_HEADERS: 'x-team=relay' } });
+      tracer.startSpan('process t', 'consumer').end();
+      await tracer.shutdown(5000);
+      expect(received).toHaveLength(1);
+      expect(received[0]).toMatchObject({ path: '/v1/traces', type: 'application/x-protobuf', team: 'relay' });
+      expect(received[0]!.bytes).toBeGreaterThan(50);
+    } finally {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
   });
 });
