@@ -6,7 +6,8 @@
 //   discard                the same ingress with publishing disabled: the ceiling
 //   naive                  node:http, one kafkajs send (acks=all) per request: the baseline
 //   <mode>-w<N>            kafkajs, platformatic or discard on N worker threads (ingress.workers: N)
-// Environment: BENCH_BROKERS, BENCH_SECRET, BENCH_TOPICS (JSON {messages, deliveryStatus, webhooksDlq}).
+// Environment: BENCH_BROKERS, BENCH_SECRET, BENCH_TOPICS (JSON {messages, deliveryStatus, webhooksDlq}),
+// and the OTEL_* variables, read by the ingress itself (bench/ingress.ts sets them for its +otel modes).
 // Prints {"url","pid"} on stdout once listening; SIGTERM drains and exits.
 import { createServer } from 'node:http';
 import { loadConfig } from '../src/config/load.js';

@@ -5,6 +5,10 @@
 //   discard       the same ingress with publishing disabled (the ceiling)
 //   naive         node:http with one kafkajs send per request (the baseline)
 //   <mode>-w<N>   kafkajs, platformatic or discard on N worker threads sharing the port (ingress.workers)
+//   <mode>+otel<P> the same with OpenTelemetry tracing on, sampling P% of the webhooks (P from 0 to
+//                 100; parentbased_traceidratio), exporting OTLP/HTTP protobuf to a loopback sink
+//                 (a process of its own that reads and acknowledges every export); compared with
+//                 <mode> itself in the ratios
 //   rpconnect     the Redpanda Connect peer (../shared/peers/rpconnect, config.yaml) when its binary
 //                 can be had: delivery statuses of one business only, so with it in the modes every
 //                 target gets the same statuses-only input (also with --statuses-only)
@@ -47,16 +51,24 @@ const modes = args
   .modes!.split(',')
   .map((m) => m.trim())
   .filter(Boolean);
+/** A mode without its tracing suffix (`discard+otel1` → `discard`), and its sampling percentage. */
+const untraced = (mode: string) => mode.replace(/\+otel\d+(\.\d+)?$/, '');
+const otelPercent = (mode: string): number | undefined => {
+  const m = /\+otel(\d+(?:\.\d+)?)$/.exec(mode);
+  return m ? Number(m[1]) : undefined;
+};
 /** The ingress publishing to Kafka, with either client. */
 const INGRESS_CLIENTS = ['kafkajs', 'platformatic'];
-const isIngress = (mode: string) => INGRESS_CLIENTS.some((c) => mode === c || mode.startsWith(`${c}-`));
+const isIngress = (mode: string) => INGRESS_CLIENTS.some((c) => untraced(mode) === c || untraced(mode).startsWith(`${c}-`));
 /** The ceiling, on one thread or on N worker threads (discard-wN). */
-const isDiscard = (mode: string) => /^discard(-w\d+)?$/.test(mode);
-/** The ceiling with the same worker threads as `mode`. */
-const ceilingOf = (mode: string) => `discard${/-w\d+$/.exec(mode)?.[0] ?? ''}`;
+const isDiscard = (mode: string) => /^discard(-w\d+)?$/.test(untraced(mode));
+/** The ceiling with the same worker threads as `mode` (a traced mode's is the untraced mode). */
+const ceilingOf = (mode: string) => (otelPercent(mode) !== undefined ? untraced(mode) : `discard${/-w\d+$/.exec(mode)?.[0] ?? ''}`);
 const PEER = 'rpconnect';
 for (const mode of modes) {
   if (!isIngress(mode) && !isDiscard(mode) && mode !== 'naive' && mode !== PEER) throw new Error(`unknown mode ${mode}`);
+  const p = otelPercent(mode);
+  if (p !== undefined && !(p >= 0 && p <= 100)) throw new Error(`${mode}: the sampling percentage is from 0 to 100`);
 }
 const statusesOnly = args['statuses-only'] || modes.includes(PEER);
 const SECRET = 'bench-signing-secret';
@@ -93,14 +105,53 @@ async function startPeer(binary: string, brokers: string[]): Promise<Target> {
   return { child, pid, url: `http://127.0.0.1:${port}`, topics };
 }
 
+/**
+ * The loopback OTLP/HTTP sink of the traced modes: its own process (its CPU is neither the
+ * target's nor the load generator's), reading every export and answering 200. Prints its port.
+ */
+const SINK_SOURCE = `
+const http = require('node:http');
+let requests = 0, bytes = 0;
+const server = http.createServer((req, res) => {
+  req.on('data', (c) => (bytes += c.length));
+  req.on('end', () => { requests++; res.writeHead(200, { 'content-type': 'application/x-protobuf' }).end(); });
+});
+server.keepAliveTimeout = 60000;
+server.listen(0, '127.0.0.1', () => console.log(server.address().port));
+process.on('SIGTERM', () => { console.error('[otlp-sink] ' + requests + ' exports, ' + Math.round(bytes / 1048576) + ' MiB'); process.exit(0); });
+`;
+let sink: { child: ChildProcess; url: string } | undefined;
+
+async function otlpSink(): Promise<string> {
+  if (!sink) {
+    const child = spawn(process.execPath, ['-e', SINK_SOURCE], { stdio: ['ignore', 'pipe', 'inherit'] });
+    track(child);
+    const port = await new Promise<string>((resolve, reject) => {
+      createInterface({ input: child.stdout! }).once('line', resolve);
+      child.once('exit', (code) => reject(new Error(`the OTLP sink exited with ${code}`)));
+    });
+    sink = { child, url: `http://127.0.0.1:${port.trim()}` };
+  }
+  return sink.url;
+}
+
+/** The target's OTEL_* variables: tracing off (none at all), or on at the mode's sampling. */
+async function tracingEnv(mode: string): Promise<Record<string, string>> {
+  const percent = otelPercent(mode);
+  if (percent === undefined) return {};
+  return { OTEL_EXPORTER_OTLP_ENDPOINT: await otlpSink(), OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: String(percent / 100) };
+}
+
 async function startTarget(mode: string, brokers: string[]): Promise<Target> {
   if (mode === PEER) return startPeer(peer!, brokers);
   const id = randomUUID().slice(0, 8);
   const topics = { messages: `bench-messages-${id}`, deliveryStatus: `bench-status-${id}`, webhooksDlq: `bench-dlq-${id}` };
   // BENCH_TARGET_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the target.
   const nodeArgs = (process.env.BENCH_TARGET_NODE_ARGS ?? '').split(' ').filter(Boolean);
-  const child = spawn(process.execPath, [...nodeArgs, TARGET, mode], {
-    env: { ...process.env, BENCH_BROKERS: brokers.join(','), BENCH_SECRET: SECRET, BENCH_TOPICS: JSON.stringify(topics), MSGBRIDGE_CONFIG: '' },
+  // Untraced targets get no OTEL_* variable at all, whatever the bench's own environment holds.
+  const env: NodeJS.ProcessEnv = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('OTEL_')));
+  const child = spawn(process.execPath, [...nodeArgs, TARGET, untraced(mode)], {
+    env: { ...env, ...(await tracingEnv(mode)), BENCH_BROKERS: brokers.join(','), BENCH_SECRET: SECRET, BENCH_TOPICS: JSON.stringify(topics), MSGBRIDGE_CONFIG: '' },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   track(child);
@@ -309,6 +360,7 @@ async function main() {
       }
     }
   } finally {
+    sink?.child.kill('SIGTERM');
     await local?.stop();
   }
 
@@ -354,7 +406,7 @@ async function main() {
     );
   }
   console.log('');
-  for (const t of table.filter((x) => isIngress(x.mode))) {
+  for (const t of table.filter((x) => isIngress(x.mode) || (isDiscard(x.mode) && otelPercent(x.mode) !== undefined))) {
     const discard = ceiling(t.mode);
     const ratios = [
       discard ? `${Math.round((t.eventsPerSecond / discard.eventsPerSecond) * 100)}% of the ceiling (${discard.mode})` : undefined,
