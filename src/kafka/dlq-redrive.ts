@@ -10,7 +10,7 @@ import { startTransactionalEngine, type OutputRecord } from './transactional-eng
  * commits the group's offsets past the chunk (sendOffsets). A crash (kill -9 included) leaves
  * either both or neither: the rerun's producer (same transactional id) fences the dead one and
  * aborts what it left open, then starts from the committed offsets, so no record is produced
- * twice for read_committed readers, and none is skipped. Why and how: src/commands/README.md.
+ * twice for read_committed readers, and none is skipped (README, Operations, "Dead letters").
  */
 
 export const REDRIVE_GROUP_PREFIX = 'msgbridge-dlq-redrive.';
