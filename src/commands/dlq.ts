@@ -210,7 +210,7 @@ async function endOffsets(session: Session, topic: string, until: number | undef
 
 const countRecords = (from: Map<number, number>, to: Map<number, number>) => [...from].reduce((n, [p, o]) => n + Math.max(0, (to.get(p) ?? o) - o), 0);
 
-function progressPrinter(label: string, total: number): { tick(done: number, extra?: string): void; stop(): void } {
+function progressPrinter(label: string, total: number): { tick(done: number, extra?: string): void; stop(how?: string): void } {
   let last = 0;
   let printed = false;
   const started = Date.now();
@@ -223,8 +223,8 @@ function progressPrinter(label: string, total: number): { tick(done: number, ext
       const rate = Math.round(done / ((now - started) / 1000));
       note(`${label}: ${fmt(done)} of ${fmt(total)} records (${total > 0 ? Math.floor((done / total) * 100) : 100}%)${extra ? ` · ${extra}` : ''} · ${fmt(rate)}/s`);
     },
-    stop() {
-      if (printed) note(`${label}: done in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+    stop(how = 'done') {
+      if (printed) note(`${label}: ${how} after ${((Date.now() - started) / 1000).toFixed(1)} s`);
     },
   };
 }
@@ -412,6 +412,9 @@ export function defaultRedriveName(topic: string, opts: FilterOptions): string {
   return `${base}.${createHash('sha256').update(filters.join('\n')).digest('hex').slice(0, 10)}`;
 }
 
+/** A redrive that commits no chunk for this long stops with a clear message instead of hanging. */
+const STALL_MS = 120_000;
+
 interface Tally {
   selected: number;
   outside: number;
@@ -524,6 +527,14 @@ async function redrive(command: Command, topic: string, opts: RedriveOptions): P
   const interrupt = () => abort.abort();
   process.once('SIGINT', interrupt);
   process.once('SIGTERM', interrupt);
+  // Never a silent hang: a run that commits nothing for STALL_MS stops (what it committed stays).
+  let lastProgress = Date.now();
+  let stalled = false;
+  const watchdog = setInterval(() => {
+    if (Date.now() - lastProgress <= STALL_MS) return;
+    stalled = true;
+    abort.abort();
+  }, 1_000);
   try {
     await runRedrive({
       kafka: session.kafka,
@@ -535,6 +546,7 @@ async function redrive(command: Command, topic: string, opts: RedriveOptions): P
       signal: abort.signal,
       process: async (records) => {
         const at = Date.now();
+        lastProgress = at;
         const outputs: OutputRecord[] = [];
         const chunk = newTally();
         const lines: string[] = [];
@@ -562,6 +574,7 @@ async function redrive(command: Command, topic: string, opts: RedriveOptions): P
         return {
           outputs,
           committed: () => {
+            lastProgress = Date.now();
             done.selected += chunk.selected;
             done.outside += chunk.outside;
             for (const [t, n] of chunk.produced) bump(done.produced, t, n);
@@ -573,14 +586,21 @@ async function redrive(command: Command, topic: string, opts: RedriveOptions): P
       },
     });
   } catch (error) {
-    run.stop();
+    run.stop('stopped');
     if (abort.signal.aborted) {
-      note(`interrupted: ${fmt(sum(done.produced))} records produced and committed so far; run the same command again to continue where it stopped.`);
-      process.exitCode = 130;
+      const sofar = `${fmt(sum(done.produced))} records produced and committed so far; run the same command again to continue where it stopped`;
+      if (stalled) {
+        note(`msgbridge: the redrive made no progress for ${STALL_MS / 1000} s (Kafka slow or unreachable, or the topic ends in transaction markers): ${sofar}.`);
+        process.exitCode = 1;
+      } else {
+        note(`interrupted: ${sofar}.`);
+        process.exitCode = 130;
+      }
       return;
     }
     throw error;
   } finally {
+    clearInterval(watchdog);
     process.removeListener('SIGINT', interrupt);
     process.removeListener('SIGTERM', interrupt);
   }
