@@ -1,4 +1,4 @@
-import { eventIdOf, resultEventId, HEADER, SCHEMA_ID, type AcceptedSendResult, type ExpiredSendResult, type RejectedSendResult, type SendFailure } from '../contracts/index.js';
+import { DLQ_HEADER, eventIdOf, resultEventId, HEADER, SCHEMA_ID, type AcceptedSendResult, type ExpiredSendResult, type RejectedSendResult, type SendFailure } from '../contracts/index.js';
 import type { Claim, DlqCode, HeaderValue, IncomingRecord, OutgoingRecord, RecordHeaders, SendJob } from './requests.js';
 import type { AttemptOutcome } from './retry-policy.js';
 
@@ -38,10 +38,11 @@ export function deadLetter(record: IncomingRecord, code: DlqCode, reason: string
     [HEADER.contentType]: isJson ? 'application/json' : 'application/octet-stream',
     [HEADER.schema]: SCHEMA_ID.sendRequestsDlq,
     [HEADER.errorReason]: shortReason,
-    'error-code': code,
-    'source-topic': record.topic,
-    'source-partition': String(record.partition),
-    'source-offset': record.offset,
+    // What a redrive needs (msgbridge dlq redrive): the source topic; the key is the record's own.
+    [DLQ_HEADER.errorCode]: code,
+    [DLQ_HEADER.sourceTopic]: record.topic,
+    [DLQ_HEADER.sourcePartition]: String(record.partition),
+    [DLQ_HEADER.sourceOffset]: record.offset,
   };
   if (claim.businessId !== undefined) headers[HEADER.businessId] = claim.businessId;
   let result: StoredResult | undefined;
