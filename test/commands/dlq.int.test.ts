@@ -1,3 +1,4 @@
+import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -25,6 +26,8 @@ interface Golden {
 }
 const golden = (version: string, topic: string): Golden[] => (JSON.parse(readFileSync(join(FIXTURES, version, `${topic}.json`), 'utf8')) as { records: Golden[] }).records;
 const GOLDEN_SECRET = 'golden-records-signing-secret';
+/** util-linux `script` gives the command a terminal (for the confirmation prompt). */
+const scriptCommand = spawnSync('script', ['--version']).status === 0;
 
 function topicsEnv(topics: Record<string, string>): Record<string, string> {
   return { KAFKA_BROKERS: kafkaBrokers().join(','), MSGBRIDGE__kafka__topics: JSON.stringify(topics) };
@@ -200,6 +203,28 @@ describe('msgbridge dlq: webhooks, golden records of 0.1.0, list and stats', () 
       'would fail again, not produced: 7 (RELAY_INVALID_JSON 1, RELAY_INVALID_FIELD 1, RELAY_UNKNOWN_TYPE 1, not-json 1, schema 1, topic-mismatch 1, topic-undetectable 1)',
     );
   }, 60_000);
+
+  it.runIf(scriptCommand)(
+    'asks before writing when stdin is a terminal: any answer but yes writes nothing (exit 1)',
+    async () => {
+      // The 0.1.0 records of the previous test are in this DLQ: one would be produced.
+      const command = ['node', '--import', 'tsx', 'src/cli.ts', 'dlq', 'redrive', topics.sendRequestsDlq, '--name', 'prompt-test'].join(' ');
+      const result = await new Promise<{ code: number | null; out: string }>((resolve) => {
+        const child = spawn('script', ['-qec', command, '/dev/null'], { cwd: join(import.meta.dirname, '..', '..'), env: { ...process.env, ...env() } });
+        let out = '';
+        child.stdout.on('data', (d: Buffer) => {
+          out += d.toString();
+          if (/Type yes to go on: /.test(out) && !child.stdin.writableEnded) child.stdin.end('no\n');
+        });
+        child.on('close', (code) => resolve({ code, out }));
+      });
+      expect(result.out).toMatch(/Produce 1 records to send-requests on \S+\? Type yes to go on: /);
+      expect(result.out).toContain('not confirmed: nothing was written.');
+      expect(result.code).toBe(1);
+      expect([...(await committedOffsets('msgbridge-dlq-redrive.prompt-test', topics.sendRequestsDlq)).values()].every((c) => c.offset === -1)).toBe(true);
+    },
+    60_000,
+  );
 
   it('list: one line a record, --since found by timestamp, pages that join up; stats: counts by code and business', async () => {
     const dlq = uniqueTopic('list-dlq');

@@ -291,16 +291,18 @@ describe('dlq arguments', () => {
   });
 
   it('an unreachable Kafka is one line naming the cause, exit code 2, for every dlq command', async () => {
-    for (const args of [
+    const commands = [
       ['dlq', 'stats', 'webhooks-dlq'],
       ['dlq', 'list', 'send-requests-dlq'],
       ['dlq', 'redrive', 'send-requests-dlq', '--yes'],
-    ]) {
-      const { code, stderr } = await runCli(args, { KAFKA_BROKERS: '127.0.0.1:1', MSGBRIDGE_BUSINESS_ID: 'biz_1', MSGBRIDGE_API_KEY: 'k' });
-      expect(code, args.join(' ')).toBe(2);
+    ];
+    // Side by side: each waits for its client's retries to give up.
+    const results = await Promise.all(commands.map((args) => runCli(args, { KAFKA_BROKERS: '127.0.0.1:1', MSGBRIDGE_BUSINESS_ID: 'biz_1', MSGBRIDGE_API_KEY: 'k' })));
+    results.forEach(({ code, stderr }, i) => {
+      expect(code, commands[i]!.join(' ')).toBe(2);
       expect(stderr.trim().split('\n')).toHaveLength(1);
       expect(stderr).toMatch(/^msgbridge: cannot use Kafka at 127\.0\.0\.1:1: unreachable: no broker answered/);
       expect(stderr).not.toMatch(/\n\s+at /);
-    }
+    });
   });
 });
