@@ -96,16 +96,17 @@ export async function startIngressWithControls(options: StartIngressOptions): Pr
   const logger = options.logger ?? silentLogger;
   requireSigningSecrets(options.config, logger);
   const brokers = options.brokers ?? options.config.kafka.brokers;
-  const kafka = await prepareKafka(options, brokers, logger);
+  // A bad OTEL_* variable is a configuration error: said before Kafka is even tried.
   const tracer = await startTracing({ role: 'ingress', env: options.tracingEnv, logger });
-  const ingress = new ThreadIngress(options, logger, brokers, kafka, tracer);
   try {
+    const kafka = await prepareKafka(options, brokers, logger);
+    const ingress = new ThreadIngress(options, logger, brokers, kafka, tracer);
     await ingress.start();
+    return ingress;
   } catch (err) {
     await tracer.shutdown(TRACING_FLUSH_MS);
     throw err;
   }
-  return ingress;
 }
 
 /** Refuses a configuration no webhook could pass; warns about each business that cannot. */

@@ -209,6 +209,9 @@ describe('tracing across the roles', () => {
     const providerCall = parts(proxy.traceparents[0]!);
     expect(providerCall.traceId).toBe(trace);
 
+    // The tracker has the accepted result before any status (a status first is merged later, and has no result to link to yet).
+    await until('the accepted state', async () => (await latestByKey(topics.messageState, 300)).latest.get(accepted.messageId)?.requestId === 'tc-1');
+
     // A provider that propagates the trace context of the send into its status webhook, and one that does not.
     const delivered = statusEvent(accepted.messageId, 'delivered', { timestamp: '1700000002' });
     const read = statusEvent(accepted.messageId, 'read', { timestamp: '1700000003' });
