@@ -233,6 +233,7 @@ const SENDER_DLQ_HEADERS = new Set<string>([
 function recheckSendRequest(letter: DeadLetter, context: RecheckContext): Recheck {
   const h = letter.headers;
   if (h[DLQ_HEADER.dlqValue] === 'reference') {
+    // The command replaces a reference by its source record first (withSource); unresolved here.
     return fails(
       'RELAY_DLQ_REFERENCE',
       `the dead letter holds a reference, not the request (too large for the DLQ topic): the original is ${h[DLQ_HEADER.sourceTopic] ?? '?'}/${h[DLQ_HEADER.sourcePartition] ?? '?'}/${h[DLQ_HEADER.sourceOffset] ?? '?'}, while retention keeps it`,
@@ -260,6 +261,41 @@ function recheckSendRequest(letter: DeadLetter, context: RecheckContext): Rechec
     derived = 'key derived: the recipient (the dead letter had none)';
   }
   return { kind: 'redrive', topic: target, key, value: letter.value ?? Buffer.alloc(0), headers, ...(derived ? { derived } : {}) };
+}
+
+/** A send-request dead letter whose value is a reference to its source record (it was too large for the DLQ topic). */
+export function isReference(letter: DeadLetter): boolean {
+  return letter.role === 'send-requests' && letter.headers[DLQ_HEADER.dlqValue] === 'reference';
+}
+
+/** Where the source record of a reference is: topic, partition, offset (undefined when the headers do not say). */
+export function referenceSource(letter: DeadLetter): { topic: string; partition: number; offset: number } | undefined {
+  const topic = letter.headers[DLQ_HEADER.sourceTopic];
+  const partition = Number(letter.headers[DLQ_HEADER.sourcePartition]);
+  const offset = Number(letter.headers[DLQ_HEADER.sourceOffset]);
+  if (!topic || !Number.isInteger(partition) || partition < 0 || !Number.isSafeInteger(offset) || offset < 0) return undefined;
+  return { topic, partition, offset };
+}
+
+/**
+ * The dead letter with the request itself in place of the reference: the source record's key,
+ * bytes and headers (the request's own), with the dead letter's `event-id` and source; or why it
+ * cannot be (the source record is gone: retention).
+ */
+export function withSource(letter: DeadLetter, source: ConsumedRecord | undefined): DeadLetter | StillFailing {
+  const where = `${letter.headers[DLQ_HEADER.sourceTopic] ?? '?'}/${letter.headers[DLQ_HEADER.sourcePartition] ?? '?'}/${letter.headers[DLQ_HEADER.sourceOffset] ?? '?'}`;
+  if (source === undefined || source.value === null) {
+    return fails(
+      'RELAY_DLQ_REFERENCE',
+      `the dead letter holds a reference (the request was too large for the DLQ topic) and the source record ${where} is no longer in its topic (retention): nothing to redrive`,
+    );
+  }
+  const headers: Record<string, string> = { ...headersToStrings(source.headers) };
+  for (const name of [HEADER.eventId, DLQ_HEADER.sourceTopic, DLQ_HEADER.sourcePartition, DLQ_HEADER.sourceOffset]) {
+    const value = letter.headers[name];
+    if (value !== undefined) headers[name] = value;
+  }
+  return { ...letter, key: source.key ?? letter.key, value: source.value, headers };
 }
 
 /** The headers a redriven record adds (DESIGN §1.2): where it came from, and when. */

@@ -9,7 +9,24 @@ import { connectingToKafka } from '../kafka/failure.js';
 import type { OutputRecord } from '../kafka/transactional-engine.js';
 import { MsgbridgeError } from '../platform/errors.js';
 import { commandConfig, operatorBrokers } from './context.js';
-import { configuredDlqs, deadLetterOf, excerpt, matches, recheck, recheckContext, redriveHeaders, type DeadLetter, type DlqRole, type Filters } from './dlq-rules.js';
+import {
+  configuredDlqs,
+  deadLetterOf,
+  excerpt,
+  isReference,
+  matches,
+  recheck,
+  recheckContext,
+  redriveHeaders,
+  referenceSource,
+  withSource,
+  type DeadLetter,
+  type DlqRole,
+  type Filters,
+  type Recheck,
+  type StillFailing,
+} from './dlq-rules.js';
+import type { ConsumedRecord } from '../kafka/group-consumer.js';
 import { parseIntegerOption } from './options.js';
 
 /**
@@ -464,6 +481,16 @@ async function redrive(command: Command, topic: string, opts: RedriveOptions): P
   const derived = new Map<string, number>();
   const total = countRecords(starts, ends);
   const progress = progressPrinter(`checking ${topic}`, total);
+  const references: DeadLetter[] = [];
+  const tallyPlan = (letter: DeadLetter, decision: Recheck) => {
+    if (decision.kind === 'fails') {
+      bump(plan.failing, decision.code);
+      if (failures.length < 20) failures.push(failureLine(letter, decision.code, decision.reason));
+    } else {
+      bump(plan.produced, decision.topic);
+      if (decision.derived) bump(derived, decision.derived);
+    }
+  };
   let read = 0;
   await readRange({
     kafka: session.kafka,
@@ -479,18 +506,20 @@ async function redrive(command: Command, topic: string, opts: RedriveOptions): P
         return 'continue';
       }
       plan.selected++;
-      const decision = recheck(letter, context);
-      if (decision.kind === 'fails') {
-        bump(plan.failing, decision.code);
-        if (failures.length < 20) failures.push(failureLine(letter, decision.code, decision.reason));
-      } else {
-        bump(plan.produced, decision.topic);
-        if (decision.derived) bump(derived, decision.derived);
+      if (isReference(letter)) {
+        references.push(letter);
+        return 'continue';
       }
+      tallyPlan(letter, recheck(letter, context));
       return 'continue';
     },
   });
   progress.stop();
+  // Dead letters too large for the DLQ hold a reference: their request is read from its source record.
+  for (const letter of references) {
+    const resolved = await resolveReference(session.kafka, letter);
+    tallyPlan(letter, 'kind' in resolved ? resolved : recheck(resolved, context));
+  }
   const toProduce = sum(plan.produced);
   out(`  selected ${fmt(plan.selected)} of ${fmt(plan.selected + plan.outside)} records`);
   out(`  would produce ${fmt(toProduce)}${toProduce ? `: ${[...plan.produced].map(([t, n]) => `${fmt(n)} → ${t}`).join(', ')}` : ''}`);
@@ -557,7 +586,8 @@ async function redrive(command: Command, topic: string, opts: RedriveOptions): P
             continue;
           }
           chunk.selected++;
-          const decision = recheck(letter, context);
+          const resolved = isReference(letter) ? await resolveReference(session.kafka, letter) : letter;
+          const decision = 'kind' in resolved ? resolved : recheck(resolved, context);
           if (decision.kind === 'fails') {
             bump(chunk.failing, decision.code);
             lines.push(failureLine(letter, decision.code, decision.reason));
@@ -612,6 +642,28 @@ async function redrive(command: Command, topic: string, opts: RedriveOptions): P
   if (sum(done.failing) > 0) {
     out(`  the records still failing are behind this redrive now: once their cause is fixed, redrive them again under a new name (--name ${name}.2).`);
   }
+}
+
+/** A reference's source record (one record read by offset), or why it cannot be had. */
+async function resolveReference(kafka: KafkaClient, letter: DeadLetter): Promise<DeadLetter | StillFailing> {
+  const source = referenceSource(letter);
+  if (!source) return withSource(letter, undefined);
+  const ends = await topicEnds(kafka, source.topic).catch(() => undefined);
+  const end = ends?.get(source.partition);
+  if (!end || source.offset < end.low || source.offset >= end.high) return withSource(letter, undefined);
+  let found: ConsumedRecord | undefined;
+  await readRange({
+    kafka,
+    topic: source.topic,
+    from: new Map([[source.partition, source.offset]]),
+    to: new Map([[source.partition, source.offset + 1]]),
+    timeoutMs: 60_000,
+    onRecord: (record) => {
+      found = record;
+      return 'stop';
+    },
+  });
+  return withSource(letter, found);
 }
 
 function failureLine(letter: DeadLetter, code: string, reason: string): string {

@@ -6,6 +6,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config/load.js';
 import { createWebhookHandler, rulesFromConfig } from '../../src/ingress/handle-webhook.js';
 import type { Sender } from '../../src/sender/index.js';
+import { deadLetter, fitDlqRecord } from '../../src/sender/result-records.js';
 import { runCli } from '../helpers/cli.js';
 import { consumeRecords, createTopics, kafkaBrokers, produce, uniqueTopic } from '../helpers/kafka.js';
 import { hmacBase64 } from '../helpers/signing.js';
@@ -202,6 +203,42 @@ describe('msgbridge dlq: webhooks, golden records of 0.1.0, list and stats', () 
     expect(result.stdout).toContain(
       'would fail again, not produced: 7 (RELAY_INVALID_JSON 1, RELAY_INVALID_FIELD 1, RELAY_UNKNOWN_TYPE 1, not-json 1, schema 1, topic-mismatch 1, topic-undetectable 1)',
     );
+  }, 60_000);
+
+  it('a dead letter too large for the DLQ (a reference) is redriven from its source record; one whose source is gone is refused; --allow-any-topic', async () => {
+    const refDlq = uniqueTopic('ref-dlq');
+    await createTopics([refDlq], 1);
+    const big = JSON.stringify({ requestId: 'big-1', businessId: 'biz_9', type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'x'.repeat(5000) } });
+    await produce(topics.sendRequests, [{ key: '+15550002222', value: big, headers: { 'correlation-id': 'big' }, partition: 1 }]);
+    const [source] = await consumeRecords(topics.sendRequests, 1);
+    const dead = (offset: string) => {
+      const { record } = deadLetter(
+        { topic: topics.sendRequests, partition: 1, offset, key: Buffer.from('+15550002222'), value: Buffer.from(big), headers: { 'correlation-id': 'big' } },
+        'RELAY_UNKNOWN_BUSINESS',
+        'unknown business "biz_9"',
+        { requestId: 'big-1', businessId: 'biz_9' },
+        true,
+        Date.now(),
+      );
+      const fitted = fitDlqRecord(record, 0);
+      return { key: fitted.key as Buffer, value: fitted.value, headers: fitted.headers as Record<string, string> };
+    };
+    const reference = dead(source!.offset);
+    expect(reference.headers['dlq-value']).toBe('reference');
+    await produce(refDlq, [reference, dead('999')]);
+
+    const refused = await runCli(['dlq', 'redrive', refDlq, '--yes'], env());
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toMatch(/is not a configured DLQ topic .* pass --allow-any-topic/);
+    const result = await runCli(['dlq', 'redrive', refDlq, '--yes', '--allow-any-topic'], env());
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stdout).toMatch(/0\/1 {2}biz_9 {2}RELAY_DLQ_REFERENCE: .*source record .*\/1\/999 is no longer in its topic \(retention\)/);
+    expect(result.stdout).toMatch(new RegExp(`done: produced 1 \\(${topics.sendRequests} 1\\), 1 still failing`));
+    const records = await consumeRecords(topics.sendRequests, 2, { settleMs: 500 });
+    const redriven = records.find((r) => r.headers['redriven-from'])!;
+    expect(redriven.value.toString()).toBe(big);
+    expect(redriven.key).toBe('+15550002222');
+    expect(redriven.headers).toMatchObject({ 'correlation-id': 'big', 'event-id': reference.headers['event-id'], 'redriven-from': `${refDlq}/0/0` });
   }, 60_000);
 
   it.runIf(scriptCommand)(
