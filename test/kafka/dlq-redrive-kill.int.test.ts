@@ -1,6 +1,7 @@
+import { randomUUID } from 'node:crypto';
 import { afterAll, describe, expect, it } from 'vitest';
 import { runCli, startCli } from '../helpers/cli.js';
-import { consumeRecords, createTopics, kafkaBrokers, uniqueTopic, withAdmin } from '../helpers/kafka.js';
+import { consumeRecords, createTopics, kafkaBrokers, testKafka, uniqueTopic, withAdmin } from '../helpers/kafka.js';
 import { produceRequests } from '../sender/harness.js';
 
 /**
@@ -11,6 +12,28 @@ import { produceRequests } from '../sender/harness.js';
  */
 
 const RECORDS = 10_000;
+
+/** Every record in the topic, aborted ones included (a read_uncommitted reader, until 2 s pass without one). */
+async function countUncommitted(topic: string): Promise<number> {
+  const consumer = testKafka('dlq-kill-uncommitted').consumer({ groupId: `uncommitted-${randomUUID()}`, readUncommitted: true, maxWaitTimeInMs: 100 });
+  let count = 0;
+  let last = Date.now();
+  await consumer.connect();
+  try {
+    await consumer.subscribe({ topics: [topic], fromBeginning: true });
+    await consumer.run({
+      eachBatch: async ({ batch }) => {
+        count += batch.messages.length;
+        last = Date.now();
+      },
+    });
+    const started = Date.now();
+    while (Date.now() - last < 2_000 || (count === 0 && Date.now() - started < 30_000)) await new Promise((r) => setTimeout(r, 100));
+    return count;
+  } finally {
+    await consumer.disconnect();
+  }
+}
 const PARTITIONS = 3;
 
 describe('dlq redrive under kill -9', () => {
@@ -50,11 +73,12 @@ describe('dlq redrive under kill -9', () => {
         };
       }),
     );
-    const args = ['dlq', 'redrive', topics.sendRequestsDlq, '--yes', '--rate', '2000', '--name', 'kill-test'];
+    // No --rate: chunks follow each other, so the process is inside a transaction most of the time.
+    const args = ['dlq', 'redrive', topics.sendRequestsDlq, '--yes', '--name', 'kill-test'];
 
     const first = startCli(args, env);
     running.push(first);
-    // Killed once it reported committed chunks, well before the end (2,000 a second: about 5 s of work).
+    // Killed once it reported committed chunks (the first report comes after a second), before the end.
     const deadline = Date.now() + 60_000;
     let producedAtKill = 0;
     for (;;) {
@@ -64,6 +88,8 @@ describe('dlq redrive under kill -9', () => {
       if (first.child.exitCode !== null || Date.now() > deadline) throw new Error(`no progress before the kill:\n${first.output().stdout}\n${first.output().stderr}`);
       await new Promise((r) => setTimeout(r, 50));
     }
+    // A few ms after a commit: most likely within the next chunk's transaction.
+    await new Promise((r) => setTimeout(r, 40));
     first.child.kill('SIGKILL');
     await new Promise<void>((resolve) => first.child.once('close', () => resolve()));
     const committedAtKill = await withAdmin(async (admin) => {
@@ -81,9 +107,12 @@ describe('dlq redrive under kill -9', () => {
     const records = await consumeRecords(topics.sendRequests, RECORDS, { timeoutMs: 60_000, settleMs: 2_000 });
     const origins = new Set(records.map((r) => r.headers['redriven-from']));
     const requestIds = new Set(records.map((r) => (JSON.parse(r.value.toString()) as { requestId: string }).requestId));
+    // Records of a transaction the kill left open are in the log, aborted: a read_uncommitted reader sees them.
+    const uncommitted = await countUncommitted(topics.sendRequests);
     console.log(
-      `[dlq kill -9] killed after ${producedAtKill} reported produced (${committedAtKill} offsets committed); the rerun produced ${producedByRerun}; the target holds ${records.length} records (read_committed), ${origins.size} distinct origins`,
+      `[dlq kill -9] killed after ${producedAtKill} reported produced (${committedAtKill} offsets committed); the rerun produced ${producedByRerun}; the target holds ${records.length} records read_committed (${origins.size} distinct origins), ${uncommitted} read_uncommitted (${uncommitted - RECORDS} of an aborted transaction)`,
     );
+    expect(uncommitted).toBeGreaterThanOrEqual(RECORDS);
     expect(records).toHaveLength(RECORDS);
     expect(origins.size).toBe(RECORDS);
     expect(requestIds.size).toBe(RECORDS);
@@ -93,4 +122,36 @@ describe('dlq redrive under kill -9', () => {
     // Keys and bytes as they were: partitioned by the recipient like the originals.
     expect(records.every((r) => r.key?.startsWith('+1555'))).toBe(true);
   }, 180_000);
+
+  it('a transaction a dead run left open (records and offsets sent, no commit) is aborted by the next run, which redoes its chunk', async () => {
+    const dlq = uniqueTopic('zombie-dlq');
+    const target = uniqueTopic('zombie-target');
+    await createTopics([dlq, target], 1);
+    const count = 300;
+    await produceRequests(
+      dlq,
+      Array.from({ length: count }, (_, i) => ({
+        key: '+15550002222',
+        value: { requestId: `zombie-${i}`, businessId: 'biz_1', type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' } },
+        headers: { schema: 'send-requests-dlq/v1', 'error-code': 'RELAY_UNKNOWN_BUSINESS', 'error-reason': 'unknown business', 'source-topic': target },
+      })),
+    );
+    // The dead run: the redrive's transactional id for partition 0, a chunk of 50 sent with its offsets, never committed.
+    const zombie = testKafka('dlq-zombie').producer({ transactionalId: 'msgbridge-dlq-redrive.zombie-test-0', idempotent: true, maxInFlightRequests: 1 });
+    await zombie.connect();
+    const tx = await zombie.transaction();
+    await tx.sendOffsets({ consumerGroupId: 'msgbridge-dlq-redrive.zombie-test', topics: [{ topic: dlq, partitions: [{ partition: 0, offset: '50' }] }] });
+    await tx.send({ topic: target, messages: Array.from({ length: 50 }, (_, i) => ({ key: '+15550002222', value: `{"requestId":"zombie-${i}"}`, headers: { 'redriven-from': `${dlq}/0/${i}` } })) });
+    await zombie.disconnect();
+
+    const result = await runCli(['dlq', 'redrive', dlq, '--yes', '--allow-any-topic', '--name', 'zombie-test'], env, 120_000);
+    expect(result.code, `${result.stdout}\n${result.stderr}`).toBe(0);
+    expect(result.stdout).toContain(`done: produced ${count} (${target} ${count})`);
+    const records = await consumeRecords(target, count, { timeoutMs: 30_000, settleMs: 1_000 });
+    expect(records).toHaveLength(count);
+    expect(new Set(records.map((r) => r.headers['redriven-from'])).size).toBe(count);
+    const uncommitted = await countUncommitted(target);
+    console.log(`[dlq zombie] the dead run's open transaction held 50 records; after the next run: ${records.length} read_committed, ${uncommitted} read_uncommitted (the 50 aborted)`);
+    expect(uncommitted).toBe(count + 50);
+  }, 120_000);
 });
