@@ -527,7 +527,7 @@ async function redrive(command: Command, topic: string, opts: RedriveOptions): P
   const failing = sum(plan.failing);
   out(`  would fail again, not produced: ${fmt(failing)}${failing ? ` (${[...plan.failing].map(([c, n]) => `${c} ${fmt(n)}`).join(', ')})` : ''}`);
   for (const line of failures) out(`    ${line}`);
-  if (failing > failures.length) out(`    … and ${fmt(failing - failures.length)} more (msgbridge dlq list ${topic} to see them)`);
+  if (failing > failures.length) out(`    … and ${fmt(failing - failures.length)} more (the run lists each one as it passes it)`);
 
   if (opts.dryRun) {
     out('dry run: nothing was written (no record produced, no offset committed).');
