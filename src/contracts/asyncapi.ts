@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { providerErrorSchema } from './common.js';
-import { HEADER, SCHEMA_ID } from './headers.js';
+import { DLQ_HEADER, HEADER, SCHEMA_ID } from './headers.js';
 import { sendRequestSchema, sendResultSchema } from './send.js';
 import { deliveryStatusEventSchema, inboundMessageEventSchema } from './webhook-events.js';
 import { conversationWindowSchema } from './conversation-window.js';
@@ -63,8 +63,14 @@ function messageStateJsonSchema(): Record<string, unknown> {
   return json;
 }
 
+/** On a record `msgbridge dlq redrive` produced from a dead letter (absent otherwise). */
+const redriveHeaders = {
+  [DLQ_HEADER.redrivenFrom]: stringHeader('On a redriven record: <dlq topic>/<partition>/<offset> of the dead letter it came from.'),
+  [DLQ_HEADER.redrivenAt]: stringHeader('On a redriven record: when it was redriven, milliseconds since the epoch (decimal).'),
+};
+
 const webhookHeaders = {
-  ...relayHeaders({ [HEADER.signature]: stringHeader('The provider signature header as received, so a consumer can re-verify the bytes.') }, [HEADER.signature]),
+  ...relayHeaders({ [HEADER.signature]: stringHeader('The provider signature header as received, so a consumer can re-verify the bytes.'), ...redriveHeaders }, [HEADER.signature]),
 };
 
 const kafkaKey = (description: string) => ({ kafka: { key: { type: 'string', description }, bindingVersion: '0.5.0' } });
@@ -229,13 +235,31 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
         webhookDlqRecord: {
           name: SCHEMA_ID.webhooksDlq,
           contentType: 'application/octet-stream',
-          headers: relayHeaders({ [HEADER.errorReason]: stringHeader('Why the body was rejected.'), [HEADER.signature]: stringHeader('The signature as received.') }, [HEADER.errorReason]),
+          headers: relayHeaders(
+            {
+              [HEADER.errorReason]: stringHeader('Why the body was rejected.'),
+              [HEADER.signature]: stringHeader('The signature as received.'),
+              [DLQ_HEADER.errorCode]: stringHeader('The reason as a code (for example SCHEMA_INVALID); absent on records of 0.1.0.'),
+              [DLQ_HEADER.webhookTopic]: stringHeader('The topic of the webhook address the body was posted to, when it named one.'),
+              [DLQ_HEADER.originalTopic]: stringHeader('The Kafka topic the event was meant for, when it could be told; absent on records of 0.1.0.'),
+            },
+            [HEADER.errorReason],
+          ),
           payload: { description: 'The raw webhook body, byte for byte.' },
           bindings: kafkaKey('business id'),
         },
         sendRequestRecord: {
-          name: 'send-request/v1',
+          name: SCHEMA_ID.sendRequest,
           contentType: 'application/json',
+          headers: {
+            type: 'object',
+            properties: {
+              [HEADER.contentType]: stringHeader('Media type of the value: application/json.'),
+              [HEADER.schema]: stringHeader('send-request/v1 when msgbridge send wrote it; other producers may leave it out.'),
+              [HEADER.traceparent]: stringHeader('W3C trace context; the sender continues it.'),
+              ...redriveHeaders,
+            },
+          },
           payload: { $ref: '#/components/schemas/SendRequest' },
           bindings: kafkaKey('the recipient'),
         },
@@ -248,7 +272,18 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
         },
         sendRequestDlqRecord: {
           name: SCHEMA_ID.sendRequestsDlq,
-          headers: relayHeaders({ [HEADER.errorReason]: stringHeader('Why the request can never be sent.') }, [HEADER.errorReason], 'when the request has no businessId that could be read'),
+          headers: relayHeaders(
+            {
+              [HEADER.errorReason]: stringHeader('Why the request can never be sent.'),
+              [DLQ_HEADER.errorCode]: stringHeader('The reason as a code (for example RELAY_UNKNOWN_BUSINESS).'),
+              [DLQ_HEADER.sourceTopic]: stringHeader('The topic the request was read from.'),
+              [DLQ_HEADER.sourcePartition]: stringHeader('Its partition.'),
+              [DLQ_HEADER.sourceOffset]: stringHeader('Its offset.'),
+              [DLQ_HEADER.dlqValue]: stringHeader('"reference" when the request was too large for the DLQ topic and the value only points to the source record.'),
+            },
+            [HEADER.errorReason],
+            'when the request has no businessId that could be read',
+          ),
           payload: { description: 'The original bytes of the request.' },
           bindings: kafkaKey('the original key'),
         },
