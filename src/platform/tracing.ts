@@ -179,6 +179,11 @@ const NOOP_SPAN: TraceSpan = {
   end() {},
 };
 
+/** A span the sampler left out, standing for its parent's trace: nothing but its traceparent. */
+function unsampled(traceparent: string): TraceSpan {
+  return { ...NOOP_SPAN, traceparent };
+}
+
 /** Tracing off. */
 export const NOOP_TRACER: Tracer = {
   enabled: false,
@@ -224,6 +229,10 @@ export async function startTracing(options: StartTracingOptions): Promise<Tracer
  * tracing is on.
  */
 export function startKafkaSendSpan(tracer: Tracer, parent: TraceSpan | string | undefined, topic: string, key: string | undefined): TraceSpan {
+  // Every sampler offered decides a child as its parent (parent-based, or by the trace id it
+  // shares): a span left out has children left out too, so none is made; the record carries the
+  // parent's traceparent (unsampled), which is all the next role needs.
+  if (typeof parent === 'object' && !parent.recording) return unsampled(parent.traceparent);
   return tracer.startSpan(`send ${topic}`, 'producer', {
     parent,
     attributes: {

@@ -2,7 +2,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { isMsgbridgeError } from '../../src/platform/errors.js';
-import { NOOP_TRACER, readTracingSettings, startTracing } from '../../src/platform/tracing.js';
+import { NOOP_TRACER, readTracingSettings, startKafkaSendSpan, startTracing } from '../../src/platform/tracing.js';
 
 const read = (env: Record<string, string>) => readTracingSettings(env, 'msgbridge-ingress');
 
@@ -109,6 +109,8 @@ describe('tracing settings from the OTEL_* variables', () => {
     const span = tracer.startSpan('x', 'consumer', { parent: incoming, links: [incoming, 'garbage', undefined] });
     expect(span.recording).toBe(false);
     expect(span.traceparent).toMatch(/^00-0af7651916cd43dd8448eb211c80319c-[0-9a-f]{16}-00$/);
+    // A record's producer span under a span left out is none at all: the record carries the parent's traceparent.
+    expect(startKafkaSendSpan(tracer, span, 'topic', 'key').traceparent).toBe(span.traceparent);
     const fresh = tracer.startSpan('y', 'server', { parent: '00-00000000000000000000000000000000-b7ad6b7169203331-01' });
     expect(fresh.traceparent).not.toContain('00000000000000000000000000000000');
     span.end();
