@@ -57,7 +57,10 @@ export function createProviderClient(options: ProviderClientOptions): ProviderCl
       const path = sendPath(prefix, operation, businessId);
       const headers: Record<string, string> = { Accept: 'application/json', 'Content-Type': 'application/json', 'X-API-Key': apiKey, 'User-Agent': userAgent };
       let span: TraceSpan | undefined;
-      if (parent && tracer.enabled) {
+      if (parent && tracer.enabled && !parent.recording) {
+        // Left out by the sampler, so is its child (src/platform/tracing.ts, startKafkaSendSpan): the trace goes on, unsampled.
+        headers.traceparent = parent.traceparent;
+      } else if (parent && tracer.enabled) {
         // url.full has no secret: the API key travels in a header, never in the URL.
         span = tracer.startSpan('POST', 'client', {
           parent,
