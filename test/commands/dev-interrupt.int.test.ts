@@ -3,6 +3,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { runCli } from '../helpers/cli.js';
 import { uniqueTopic } from '../helpers/kafka.js';
 
 /**
@@ -11,7 +12,7 @@ import { uniqueTopic } from '../helpers/kafka.js';
  * line, no stack trace, exit 0. (Its own broker: KAFKA_BROKERS unset.)
  */
 describe('msgbridge dev interrupted like Ctrl-C', () => {
-  it('stops the roles before its embedded broker: exit 0, no line at error level, no stack', async () => {
+  it('after a send went through every role, stops them before its embedded broker: exit 0, no line at error level, no stack', async () => {
     const suffix = uniqueTopic('devint');
     const root = join(import.meta.dirname, '..', '..');
     const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'dev', '--summary-interval', '0'], {
@@ -40,6 +41,14 @@ describe('msgbridge dev interrupted like Ctrl-C', () => {
     const deadline = Date.now() + 120_000;
     while (!/tracker\s+\S+ \+ \S+ →/.test(stdout) && child.exitCode === null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
     expect(stdout).toMatch(/ingress\s+http:/);
+    // Traffic through every role first, as a user tries it: the customer writes, a send follows to read.
+    const brokers = /Kafka\s+(\S+)/.exec(stdout)![1]!;
+    const simulator = /simulator\s+(http:\/\/\S+)/.exec(stdout)![1]!;
+    const business = /businesses\s+([^,\s]+)/.exec(stdout)![1]!;
+    const inbound = await runCli(['simulator', 'inbound', '--business', business, '--from', '+15550002222', '--text', 'Hi!', '--url', simulator]);
+    expect(inbound.code, inbound.stdout + inbound.stderr).toBe(0);
+    const sent = await runCli(['send', 'text', '--business', business, '--to', '+15550002222', '--text', 'Hello', '--timeout', '60'], { KAFKA_BROKERS: brokers }, 90_000);
+    expect(sent.code, sent.stdout + sent.stderr).toBe(0);
     process.kill(-child.pid!, 'SIGINT');
     const timer = setTimeout(() => process.kill(-child.pid!, 'SIGKILL'), 90_000);
     const code = await exited;
@@ -48,5 +57,5 @@ describe('msgbridge dev interrupted like Ctrl-C', () => {
     expect(errors, errors.join('\n')).toEqual([]);
     expect(code).toBe(0);
     expect(stdout).toMatch(/stopped\.\n$/);
-  }, 240_000);
+  }, 360_000);
 });
