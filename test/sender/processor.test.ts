@@ -147,7 +147,10 @@ describe('processor', () => {
 
   it('rejects as retriable once the time budget is spent, and does not remember it: a resubmission is sent', async () => {
     const failures = Array.from({ length: 1000 }, () => ({ kind: 'http-error', status: 503 }) as const);
-    const h = harness(failures, { policy: { budgetMs: 60, backoffInitialMs: 5, backoffMaxMs: 10 } });
+    // The budget runs on a clock of the calls made (25 ms each), not on the machine's speed.
+    let made: unknown[] = [];
+    const h = harness(failures, { policy: { budgetMs: 60, backoffInitialMs: 5, backoffMaxMs: 10 }, now: () => made.length * 25 });
+    made = h.calls;
     await h.processor.work(job('r1'), context());
     const [rejected] = h.results();
     expect(rejected).toMatchObject({ outcome: 'rejected', maybeSent: false, error: { retriable: true, httpStatus: 503 } });
