@@ -18,12 +18,12 @@
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
 // BENCH_SENDER_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles msgbridge's sender;
 // BENCH_SENDER_ENV (a JSON object of environment variables) tries other settings.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
 import { Kafka, logLevel } from 'kafkajs';
-import { bundleCli, CLI_BUNDLE, ROOT } from './cli-bundle.js';
+import { bundleCli, spawnSenderBundle } from './cli-bundle.js';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 import {
@@ -151,13 +151,9 @@ async function collect(kafka: Kafka, topic: string) {
 }
 
 async function startMsgbridge(brokers: string[], providerUrl: string, topics: Record<string, string>, inFlight: number, run: string, healthPort: number): Promise<ChildProcess> {
-  const nodeArgs = (process.env.BENCH_SENDER_NODE_ARGS ?? '').split(' ').filter(Boolean);
   const child = track(
-    spawn(process.execPath, [...nodeArgs, CLI_BUNDLE, 'sender'], {
-      cwd: ROOT,
-      env: {
-        PATH: process.env.PATH,
-        HOME: process.env.HOME,
+    spawnSenderBundle(
+      {
         KAFKA_BROKERS: brokers.join(','),
         MSGBRIDGE_BUSINESS_ID: BUSINESS.id,
         MSGBRIDGE_API_KEY: BUSINESS.apiKey,
@@ -175,8 +171,8 @@ async function startMsgbridge(brokers: string[], providerUrl: string, topics: Re
         // BENCH_SENDER_ENV='{"MSGBRIDGE__sender__maxBufferedRequests":"8000"}' tries a setting.
         ...(JSON.parse(process.env.BENCH_SENDER_ENV ?? '{}') as Record<string, string>),
       },
-      stdio: ['ignore', 'pipe', 'inherit'],
-    }),
+      ['ignore', 'pipe', 'inherit'],
+    ),
   );
   await new Promise<void>((resolve, reject) => {
     child.once('exit', (code) => reject(new Error(`msgbridge sender exited with ${code} before it was ready`)));

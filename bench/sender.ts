@@ -32,7 +32,7 @@ import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
 import { Kafka, logLevel, type Consumer } from 'kafkajs';
 import { Pool, request } from 'undici';
-import { bundleCli, CLI_BUNDLE, ROOT } from './cli-bundle.js';
+import { bundleCli, ROOT, spawnSenderBundle } from './cli-bundle.js';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 
@@ -375,12 +375,8 @@ interface FailoverResult {
 
 /** Spawns `msgbridge sender` (the bundle) on the given topics and group; its assignments are kept (log level info). */
 function spawnBenchSender(brokers: string[], simulatorUrl: string, topics: Record<string, string>, groupId: string, extraEnv: Record<string, string> = {}) {
-  const nodeArgs = (process.env.BENCH_SENDER_NODE_ARGS ?? '').split(' ').filter(Boolean);
-  const child = spawn(process.execPath, [...nodeArgs, CLI_BUNDLE, 'sender'], {
-    cwd: ROOT,
-    env: {
-      PATH: process.env.PATH,
-      HOME: process.env.HOME,
+  const child = spawnSenderBundle(
+    {
       KAFKA_BROKERS: brokers.join(','),
       MSGBRIDGE_BUSINESS_ID: BUSINESS.id,
       MSGBRIDGE_API_KEY: BUSINESS.apiKey,
@@ -395,8 +391,8 @@ function spawnBenchSender(brokers: string[], simulatorUrl: string, topics: Recor
       MSGBRIDGE__sender__healthPort: '0',
       ...extraEnv,
     },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+    ['ignore', 'pipe', 'pipe'],
+  );
   const assignments: { at: number; partitions: number[] }[] = [];
   for (const stream of [child.stdout!, child.stderr!]) {
     createInterface({ input: stream }).on('line', (l) => {
