@@ -107,7 +107,7 @@ async function main(): Promise<void> {
   const { engine } = await startCountingEngine(settings, { logger, onFatal: () => process.exit(3) });
   await engine.ready;
   process.stdout.write('ready\n');
-  const progress = setInterval(() => process.stdout.write(`progress ${engine.stats().recordsIn}\n`), 200);
+  const progress = setInterval(() => process.stdout.write(`progress ${engine.stats().recordsIn}\n`), 50);
   process.once('SIGTERM', () => {
     clearInterval(progress);
     void engine.stop().then(() => process.exit(0));
