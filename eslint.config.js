@@ -37,6 +37,7 @@ const PURE = [
   'src/tracker/window-rules.ts',
   'src/tracker/state-cache.ts',
   'src/tracker/tracker-logic.ts',
+  'src/tracker/access.ts',
 ];
 // Tracing reaches pure logic only as src/platform/tracing.ts's interface (README "Tracing").
 const OTEL = [

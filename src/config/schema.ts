@@ -230,6 +230,27 @@ const nonNegativeInt = z.number().int().min(0);
 const rate = z.number().min(0).max(1);
 const phoneNumber = recipientNumber;
 
+/** One credential of the tracker's queries and console (DESIGN §1.7): its name (logged), its role, the hex SHA-256 of the token. */
+export const accessTokenSchema = z.strictObject({
+  name: z.string().regex(/^[A-Za-z0-9._@-]{1,100}$/, 'expected 1-100 letters, digits, ".", "_", "@" or "-" (it names the holder in logs)'),
+  role: z.enum(['read', 'operator'], { error: 'expected "read" or "operator"' }),
+  sha256: z
+    .string()
+    .regex(/^[0-9a-fA-F]{64}$/, 'expected the hex SHA-256 of the token (64 hex digits: printf %s "$TOKEN" | sha256sum), never the token itself')
+    .transform((h) => h.toLowerCase()),
+});
+
+function uniqueTokenNames(tokens: { name: string }[], ctx: z.RefinementCtx): void {
+  const seen = new Set<string>();
+  tokens.forEach((t, i) => {
+    if (seen.has(t.name)) ctx.addIssue({ code: 'custom', path: [i, 'name'], message: `"${t.name}" names two tokens: each holder needs its own name (redrives are logged by it)` });
+    seen.add(t.name);
+  });
+}
+
+/** The tokens file (MSGBRIDGE_TRACKER_TOKENS_FILE): a JSON array of access tokens. */
+export const accessTokensFileSchema = z.array(accessTokenSchema).superRefine(uniqueTokenNames);
+
 /** Faults the simulator injects on demand (also settable at run time with `PUT /sim/faults`). */
 export const trackerSchema = z
   .strictObject({
@@ -289,6 +310,27 @@ export const trackerSchema = z
     /** Where the tracker serves /healthz, /readyz, /metrics and the queries; port 0 = any free port. */
     host: z.string().min(1),
     port,
+    /**
+     * Who may query the tracker and open its console (DESIGN §1.7, src/tracker/README.md "Console
+     * and access"): the SHA-256 of each token, never the token. Merged with the tokens file.
+     */
+    accessTokens: z.array(accessTokenSchema).superRefine(uniqueTokenNames),
+    /** A JSON file of more tokens in the same shape, reloaded live (MSGBRIDGE_TRACKER_TOKENS_FILE); null = none. */
+    accessTokensFile: z.string().min(1).nullable(),
+    /**
+     * The request header a trusted SSO proxy (oauth2-proxy and the like) sets to the signed-in
+     * user, e.g. `x-forwarded-user`; null = off. Only behind a proxy that strips the header from
+     * every client request: anyone who can reach the port directly could otherwise claim any user.
+     */
+    trustedUserHeader: z
+      .string()
+      .regex(/^[A-Za-z0-9-]{1,100}$/, 'expected an HTTP header name, e.g. x-forwarded-user')
+      .transform((h) => h.toLowerCase())
+      .nullable(),
+    /** Users (as the trusted header names them) with the operator role; every other user of the header reads only. */
+    trustedUserOperators: z.array(z.string().min(1)),
+    /** Phone numbers masked (last 4 digits kept) in every answer to the read-only role. */
+    maskRecipients: z.boolean(),
   })
   .superRefine((t, ctx) => {
     if (t.heartbeatIntervalMs * 3 > t.sessionTimeoutMs) ctx.addIssue({ code: 'custom', path: ['heartbeatIntervalMs'], message: `must be at most a third of sessionTimeoutMs (${t.sessionTimeoutMs})` });
@@ -413,4 +455,5 @@ export type KafkaConfig = z.infer<typeof kafkaSchema>;
 export type BusinessConfig = z.infer<typeof businessSchema>;
 export type SimulatorConfig = z.infer<typeof simulatorSchema>;
 export type TrackerConfig = z.infer<typeof trackerSchema>;
+export type AccessTokenConfig = z.infer<typeof accessTokenSchema>;
 export type SimulatorFaults = z.infer<typeof simulatorFaultsSchema>;
