@@ -12,6 +12,7 @@ RUN npm ci --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
 COPY config ./config
+COPY scripts/copy-console.ts ./scripts/
 RUN npm run build && npm prune --omit=dev
 ARG UWS_BUILD=btc-vision-uwebsockets.js-20.57.0.tgz
 ARG UWS_BUILD_SHA512=4ae3e912348a67b3f9f0bff6ec15d7b2b1ac3302e63eea5f627cbca09b0e985678fb35fb09af7b9c13ed6779e029b7de0d9cd3ca2eeb5eb8bbe083467ab86e82

@@ -1,47 +1,40 @@
-import { createHash } from 'node:crypto';
 import { createInterface } from 'node:readline/promises';
 import { InvalidArgumentError, Option, type Command } from 'commander';
-import type { Config } from '../config/schema.js';
-import { createKafka, type KafkaClient } from '../kafka/client.js';
-import { offsetsAtTime, readRange, topicEnds, type PartitionEnds } from '../kafka/dlq-reader.js';
-import { committedOffsets, listRedrives, redriveGroupId, runRedrive, setStartOffsets } from '../kafka/dlq-redrive.js';
-import { connectingToKafka } from '../kafka/failure.js';
-import type { OutputRecord } from '../kafka/transactional-engine.js';
 import { MsgbridgeError } from '../platform/errors.js';
 import { commandConfig, operatorBrokers } from './context.js';
+import { excerpt } from './dlq-rules.js';
 import {
-  configuredDlqs,
-  deadLetterOf,
-  excerpt,
-  isReference,
-  matches,
-  recheck,
-  recheckContext,
-  redriveHeaders,
-  referenceSource,
-  withSource,
-  type DeadLetter,
-  type DlqRole,
-  type Filters,
-  type Recheck,
-  type StillFailing,
-} from './dlq-rules.js';
-import type { ConsumedRecord } from '../kafka/group-consumer.js';
+  checkRedriveTopic,
+  countRecords,
+  defaultRedriveName,
+  dlqList,
+  dlqStats,
+  executeRedrive,
+  filtersOf,
+  iso,
+  jsonRecord,
+  openDlq,
+  planRedrive,
+  STALL_MS,
+  sum,
+  type DlqSession,
+  type FilterArgs,
+  type TimeArg,
+} from './dlq-ops.js';
 import { parseIntegerOption } from './options.js';
+
+export { defaultRedriveName } from './dlq-ops.js';
 
 /**
  * `msgbridge dlq stats|list|redrive <topic>`: what is in a dead-letter topic, grouped by why, and
  * sending it back once the cause is fixed. The rules (which role, which code, the re-check) are
  * in dlq-rules.ts; reading and the transactions in src/kafka/dlq-*.ts. The operator's walk
  * through an incident is in the README ("Dead letters") and deploy/observability/README.md.
+ * The work itself is in dlq-ops.ts (the tracker's console calls the same functions); this file
+ * parses the arguments and prints.
  */
 
-interface FilterOptions {
-  code?: string;
-  business?: string;
-  since?: TimeArg;
-  until?: TimeArg;
-}
+type FilterOptions = FilterArgs;
 
 interface ListOptions extends FilterOptions {
   max: number;
@@ -57,16 +50,9 @@ interface RedriveOptions extends FilterOptions {
   allowAnyTopic?: boolean;
 }
 
-/** A time argument: the text as given (part of a redrive's default name) and the instant. */
-interface TimeArg {
-  text: string;
-  ms: number;
-}
-
 const out = (line = '') => process.stdout.write(`${line}\n`);
 const note = (line: string) => process.stderr.write(`${line}\n`);
 const fmt = (n: number) => n.toLocaleString('en-US');
-const iso = (ms: number) => (Number.isFinite(ms) ? new Date(ms).toISOString() : '?');
 
 // ---- argument parsers (commander: a refused value exits 2 with the message) ----
 
@@ -132,13 +118,6 @@ function addFilterOptions(command: Command): Command {
     .option('--until <time>', 'only records written at or before this time', parseTimeArg('--until'));
 }
 
-function filtersOf(opts: FilterOptions): Filters {
-  if (opts.since && opts.until && opts.until.ms < opts.since.ms) {
-    throw new MsgbridgeError('INVALID_ARGUMENT', `--until (${iso(opts.until.ms)}) is before --since (${iso(opts.since.ms)})`);
-  }
-  return { code: opts.code, business: opts.business, since: opts.since?.ms, until: opts.until?.ms };
-}
-
 export function registerDlqCommand(program: Command): void {
   const dlq = program.command('dlq').description('inspect and redrive the dead-letter topics (webhooks-dlq, send-requests-dlq)');
 
@@ -180,52 +159,11 @@ export function registerDlqCommand(program: Command): void {
 
 // ---- shared steps ----
 
-interface Session {
-  config: Config;
-  brokers: string[];
-  kafka: KafkaClient;
-  dlqs: Map<string, DlqRole>;
-  ends: Map<number, PartitionEnds>;
-}
-
 /** Config, brokers, and the topic's partitions; a missing topic or an unreachable Kafka ends here (exit 2). */
-async function open(command: Command, topic: string): Promise<Session> {
+async function open(command: Command, topic: string): Promise<DlqSession> {
   const config = commandConfig(command);
-  const brokers = operatorBrokers(config);
-  const kafka = createKafka(config.kafka, { brokers, clientId: 'msgbridge-dlq' });
-  const topics = await connectingToKafka(brokers, async () => {
-    const admin = kafka.admin();
-    await admin.connect();
-    try {
-      return await admin.listTopics();
-    } finally {
-      await admin.disconnect().catch(() => undefined);
-    }
-  });
-  if (!topics.includes(topic)) {
-    const dlqs = [...configuredDlqs(config).keys()].filter((t) => topics.includes(t));
-    throw new MsgbridgeError('INVALID_ARGUMENT', `topic "${topic}" does not exist on ${brokers.join(',')}; the configured DLQ topics there: ${dlqs.join(', ') || '(none yet)'}`);
-  }
-  const ends = await connectingToKafka(brokers, () => topicEnds(kafka, topic));
-  return { config, brokers, kafka, dlqs: configuredDlqs(config), ends };
+  return openDlq(config, operatorBrokers(config), topic);
 }
-
-/** Where a read starts: `--since` through the time index, else the log start; never before the log start. */
-async function startOffsets(session: Session, topic: string, since: number | undefined): Promise<Map<number, number>> {
-  if (since === undefined) return new Map([...session.ends].map(([p, e]) => [p, e.low]));
-  return offsetsAtTime(session.kafka, topic, since, session.ends);
-}
-
-/** Where a read ends: past `--until` through the time index (records are still filtered by time), else the high watermark. */
-async function endOffsets(session: Session, topic: string, until: number | undefined): Promise<Map<number, number>> {
-  const high = new Map([...session.ends].map(([p, e]) => [p, e.high]));
-  if (until === undefined) return high;
-  // Timestamps within a partition may go back a little (producer clocks): a margin past --until.
-  const after = await offsetsAtTime(session.kafka, topic, until + 60_000, session.ends);
-  return new Map([...high].map(([p, h]) => [p, Math.min(h, after.get(p) ?? h)]));
-}
-
-const countRecords = (from: Map<number, number>, to: Map<number, number>) => [...from].reduce((n, [p, o]) => n + Math.max(0, (to.get(p) ?? o) - o), 0);
 
 function progressPrinter(label: string, total: number): { tick(done: number, extra?: string): void; stop(how?: string): void } {
   let last = 0;
@@ -248,102 +186,49 @@ function progressPrinter(label: string, total: number): { tick(done: number, ext
 
 // ---- stats ----
 
-interface Group {
-  count: number;
-  businesses: Map<string, number>;
-}
-
 async function stats(command: Command, topic: string, opts: { json?: boolean }): Promise<void> {
   const session = await open(command, topic);
-  const from = new Map([...session.ends].map(([p, e]) => [p, e.low]));
-  const to = new Map([...session.ends].map(([p, e]) => [p, e.high]));
-  const total = countRecords(from, to);
-  const redrives = await connectingToKafka(session.brokers, () => listRedrives(session.kafka, topic));
-  // A record is behind a redrive when that redrive's committed position on its partition is past it.
-  const furthest = new Map<number, number>();
-  for (const r of redrives) for (const [p, o] of r.offsets) furthest.set(p, Math.max(furthest.get(p) ?? 0, o));
-  const byCode = new Map<string, Group>();
-  const byBusiness = new Map<string, number>();
-  const byRole = new Map<string, number>();
-  let oldest = Infinity;
-  let newest = -Infinity;
-  let records = 0;
-  let behind = 0;
+  const total = countRecords(new Map([...session.ends].map(([p, e]) => [p, e.low])), new Map([...session.ends].map(([p, e]) => [p, e.high])));
   const progress = progressPrinter(`reading ${topic}`, total);
-  await readRange({
-    kafka: session.kafka,
-    topic,
-    from,
-    to,
-    timeoutMs: 30 * 60_000,
-    onRecord: (record) => {
-      const letter = deadLetterOf(record, session.dlqs);
-      records++;
-      const business = letter.business ?? '(none)';
-      const group = byCode.get(letter.code) ?? { count: 0, businesses: new Map() };
-      group.count++;
-      group.businesses.set(business, (group.businesses.get(business) ?? 0) + 1);
-      byCode.set(letter.code, group);
-      byBusiness.set(business, (byBusiness.get(business) ?? 0) + 1);
-      byRole.set(letter.role ?? 'unknown', (byRole.get(letter.role ?? 'unknown') ?? 0) + 1);
-      oldest = Math.min(oldest, letter.timestamp);
-      newest = Math.max(newest, letter.timestamp);
-      if (Number(letter.offset) < (furthest.get(letter.partition) ?? 0)) behind++;
-      progress.tick(records);
-      return 'continue';
-    },
-  });
+  const s = await dlqStats(session, topic, (done) => progress.tick(done));
   progress.stop();
-  const sorted = <T>(map: Map<string, T>, count: (v: T) => number) => [...map].sort((a, b) => count(b[1]) - count(a[1]) || a[0].localeCompare(b[0]));
-  const redriveLines = redrives.map((r) => {
-    const passed = [...r.offsets].reduce((n, [p, o]) => n + Math.max(0, Math.min(o, session.ends.get(p)?.high ?? o) - (session.ends.get(p)?.low ?? 0)), 0);
-    return { name: r.name, group: redriveGroupId(r.name), passed, offsets: Object.fromEntries(r.offsets) };
-  });
   if (opts.json) {
-    out(
-      JSON.stringify({
-        topic,
-        brokers: session.brokers,
-        records,
-        partitions: session.ends.size,
-        oldest: records ? iso(oldest) : null,
-        newest: records ? iso(newest) : null,
-        byCode: Object.fromEntries(sorted(byCode, (g) => g.count).map(([code, g]) => [code, { count: g.count, businesses: Object.fromEntries(g.businesses) }])),
-        byBusiness: Object.fromEntries(sorted(byBusiness, (n) => n)),
-        behindARedrive: behind,
-        redrives: redriveLines,
-      }),
-    );
+    const { byRole: _byRole, ...json } = s;
+    out(JSON.stringify(json));
     return;
   }
+  const { records } = s;
+  const byRole = Object.entries(s.byRole);
   out(
-    `${topic} on ${session.brokers.join(',')}: ${fmt(records)} records in ${session.ends.size} partition${session.ends.size === 1 ? '' : 's'}${records ? `, ${[...byRole].map(([r, n]) => `${fmt(n)} ${r}`).join(', ')}` : ''}`,
+    `${topic} on ${session.brokers.join(',')}: ${fmt(records)} records in ${s.partitions} partition${s.partitions === 1 ? '' : 's'}${records ? `, ${byRole.map(([r, n]) => `${fmt(n)} ${r}`).join(', ')}` : ''}`,
   );
   if (records === 0) {
     out('nothing dead-lettered (or retention removed it).');
     return;
   }
-  out(`oldest ${iso(oldest)}   newest ${iso(newest)}`);
+  out(`oldest ${s.oldest}   newest ${s.newest}`);
   out('');
   out('by code:');
-  const width = Math.max(...[...byCode.keys()].map((c) => c.length), 4);
-  for (const [code, g] of sorted(byCode, (v) => v.count)) {
-    const businesses = sorted(g.businesses, (n) => n)
+  const width = Math.max(...Object.keys(s.byCode).map((c) => c.length), 4);
+  for (const [code, g] of Object.entries(s.byCode)) {
+    const all = Object.entries(g.businesses);
+    const businesses = all
       .slice(0, 5)
       .map(([b, n]) => `${b} ${fmt(n)}`)
       .join(', ');
-    out(`  ${code.padEnd(width)}  ${fmt(g.count).padStart(9)}   ${businesses}${g.businesses.size > 5 ? `, +${g.businesses.size - 5} more` : ''}`);
+    out(`  ${code.padEnd(width)}  ${fmt(g.count).padStart(9)}   ${businesses}${all.length > 5 ? `, +${all.length - 5} more` : ''}`);
   }
   out('');
   out('by business:');
-  for (const [business, n] of sorted(byBusiness, (v) => v).slice(0, 20)) out(`  ${business.padEnd(width)}  ${fmt(n).padStart(9)}`);
-  if (byBusiness.size > 20) out(`  (+${byBusiness.size - 20} more)`);
+  const byBusiness = Object.entries(s.byBusiness);
+  for (const [business, n] of byBusiness.slice(0, 20)) out(`  ${business.padEnd(width)}  ${fmt(n).padStart(9)}`);
+  if (byBusiness.length > 20) out(`  (+${byBusiness.length - 20} more)`);
   out('');
-  if (redriveLines.length === 0) {
+  if (s.redrives.length === 0) {
     out('redrives: none yet (msgbridge dlq redrive)');
   } else {
-    out(`already behind a redrive: ${fmt(behind)} of ${fmt(records)} (each was produced again, or re-checked and left failing, or outside that redrive's filters)`);
-    for (const r of redriveLines) out(`  redrive ${r.name}: passed ${fmt(r.passed)} records (consumer group ${r.group})`);
+    out(`already behind a redrive: ${fmt(s.behindARedrive)} of ${fmt(records)} (each was produced again, or re-checked and left failing, or outside that redrive's filters)`);
+    for (const r of s.redrives) out(`  redrive ${r.name}: passed ${fmt(r.passed)} records (consumer group ${r.group})`);
   }
 }
 
@@ -352,29 +237,8 @@ async function stats(command: Command, topic: string, opts: { json?: boolean }):
 async function list(command: Command, topic: string, opts: ListOptions): Promise<void> {
   const filters = filtersOf(opts);
   const session = await open(command, topic);
-  let from = await startOffsets(session, topic, filters.since);
-  if (opts.from) {
-    for (const p of opts.from.keys()) {
-      if (!session.ends.has(p)) throw new MsgbridgeError('INVALID_ARGUMENT', `--from names partition ${p}, but ${topic} has partitions 0-${session.ends.size - 1}`);
-    }
-    from = new Map([...from].map(([p, o]) => [p, Math.max(o, opts.from!.get(p) ?? o)]));
-  }
-  const to = await endOffsets(session, topic, filters.until);
-  const shown: DeadLetter[] = [];
-  const result = await readRange({
-    kafka: session.kafka,
-    topic,
-    from,
-    to,
-    timeoutMs: 10 * 60_000,
-    onRecord: (record) => {
-      const letter = deadLetterOf(record, session.dlqs);
-      if (!matches(letter, filters)) return 'continue';
-      shown.push(letter);
-      return shown.length >= opts.max ? 'stop' : 'continue';
-    },
-  });
-  shown.sort((a, b) => a.timestamp - b.timestamp || a.partition - b.partition || Number(a.offset) - Number(b.offset));
+  const page = await dlqList(session, topic, filters, { max: opts.max, from: opts.from });
+  const shown = page.letters;
   if (opts.json) {
     for (const l of shown) out(JSON.stringify(jsonRecord(l)));
   } else {
@@ -385,28 +249,9 @@ async function list(command: Command, topic: string, opts: ListOptions): Promise
       out(`${`${l.partition}/${l.offset}`.padEnd(12)}  ${iso(l.timestamp).padEnd(24)}  ${(l.business ?? '-').padEnd(bw)}  ${l.code.padEnd(cw)}  ${excerpt(l.value)}`);
     }
   }
-  const cursor = [...result.next].map(([p, o]) => `${p}:${o}`).join(',');
-  if (result.stopped) note(`${shown.length} shown (--max ${opts.max}); next page: msgbridge dlq list ${topic} ${filterArgs(opts)}--from ${cursor}`);
+  const cursor = [...page.next].map(([p, o]) => `${p}:${o}`).join(',');
+  if (page.stopped) note(`${shown.length} shown (--max ${opts.max}); next page: msgbridge dlq list ${topic} ${filterArgs(opts)}--from ${cursor}`);
   else note(`${shown.length} shown; end of ${topic}${filters.until !== undefined ? ' up to --until' : ''}`);
-}
-
-function jsonRecord(l: DeadLetter): Record<string, unknown> {
-  const value = l.value;
-  const text = value?.toString('utf8');
-  const utf8 = value !== null && Buffer.from(text!, 'utf8').equals(value);
-  return {
-    topic: l.topic,
-    partition: l.partition,
-    offset: l.offset,
-    timestamp: iso(l.timestamp),
-    key: l.key?.toString('utf8') ?? null,
-    role: l.role ?? null,
-    business: l.business ?? null,
-    code: l.code,
-    reason: l.reason,
-    headers: l.headers,
-    ...(value === null ? { value: null } : utf8 ? { value: text } : { valueBase64: value.toString('base64') }),
-  };
 }
 
 function filterArgs(opts: FilterOptions): string {
@@ -421,52 +266,22 @@ function filterArgs(opts: FilterOptions): string {
 
 // ---- redrive ----
 
-/** The default name: the topic and the filters as typed, so the same command resumes the same redrive. */
-export function defaultRedriveName(topic: string, opts: FilterOptions): string {
-  const filters = [opts.code && `code=${opts.code}`, opts.business && `business=${opts.business}`, opts.since && `since=${opts.since.text}`, opts.until && `until=${opts.until.text}`].filter(Boolean);
-  const base = topic.replace(/[^A-Za-z0-9._-]/g, '_').slice(0, 60);
-  if (filters.length === 0) return `${base}.all`;
-  return `${base}.${createHash('sha256').update(filters.join('\n')).digest('hex').slice(0, 10)}`;
-}
-
-/** A redrive that commits no chunk for this long stops with a clear message instead of hanging. */
-const STALL_MS = 120_000;
-
-interface Tally {
-  selected: number;
-  outside: number;
-  produced: Map<string, number>;
-  failing: Map<string, number>;
-}
-
-const newTally = (): Tally => ({ selected: 0, outside: 0, produced: new Map(), failing: new Map() });
-const sum = (m: Map<string, number>) => [...m.values()].reduce((a, b) => a + b, 0);
-const bump = (m: Map<string, number>, k: string, n = 1) => m.set(k, (m.get(k) ?? 0) + n);
-
 async function redrive(command: Command, topic: string, opts: RedriveOptions): Promise<void> {
   const filters = filtersOf(opts);
   const config = commandConfig(command);
-  const dlqs = configuredDlqs(config);
-  if (!dlqs.has(topic) && !opts.allowAnyTopic) {
-    throw new MsgbridgeError(
-      'INVALID_ARGUMENT',
-      `"${topic}" is not a configured DLQ topic (${[...dlqs.keys()].join(', ')}): refusing to redrive it; pass --allow-any-topic if you mean it (each record's role is then read from its schema header)`,
-    );
-  }
+  checkRedriveTopic(config, topic, opts.allowAnyTopic);
   if (!opts.yes && !opts.dryRun && !process.stdin.isTTY) {
     throw new MsgbridgeError('INVALID_ARGUMENT', 'a redrive asks for confirmation, but stdin is not a terminal: pass --yes to redrive without asking (or --dry-run to only look)');
   }
   const session = await open(command, topic);
   const name = opts.name ?? defaultRedriveName(topic, opts);
-  const groupId = redriveGroupId(name);
-  const committed = await connectingToKafka(session.brokers, () => committedOffsets(session.kafka, groupId, topic));
-  const since = await startOffsets(session, topic, filters.since);
-  const starts = new Map([...session.ends].map(([p, e]) => [p, Math.max(e.low, committed.get(p) ?? since.get(p) ?? e.low)]));
-  const ends = new Map([...session.ends].map(([p, e]) => [p, e.high]));
-  const context = recheckContext(config);
 
+  let progress: ReturnType<typeof progressPrinter> | undefined;
+  const plan = await planRedrive(session, topic, filters, name, (done, total) => (progress ??= progressPrinter(`checking ${topic}`, total)).tick(done));
+  progress?.stop();
+  const { starts, ends, groupId } = plan;
   out(`redrive of ${topic} on Kafka ${session.brokers.join(',')}`);
-  out(`  name ${name} (consumer group and transactional ids ${groupId}); ${committed.size > 0 ? 'resuming where it stopped' : 'a new redrive'}`);
+  out(`  name ${name} (consumer group and transactional ids ${groupId}); ${plan.resuming ? 'resuming where it stopped' : 'a new redrive'}`);
   const filterText = filterArgs(opts).trim();
   out(
     `  records ${[...starts]
@@ -474,60 +289,14 @@ async function redrive(command: Command, topic: string, opts: RedriveOptions): P
       .map(([p, o]) => `${p}:${o}-${ends.get(p)}`)
       .join(' ')} (partition:from-to)${filterText ? `, filters ${filterText}` : ''}`,
   );
-
-  // The plan: every record of the range read and re-checked, nothing written.
-  const plan = newTally();
-  const failures: string[] = [];
-  const derived = new Map<string, number>();
-  const total = countRecords(starts, ends);
-  const progress = progressPrinter(`checking ${topic}`, total);
-  const references: DeadLetter[] = [];
-  const tallyPlan = (letter: DeadLetter, decision: Recheck) => {
-    if (decision.kind === 'fails') {
-      bump(plan.failing, decision.code);
-      if (failures.length < 20) failures.push(failureLine(letter, decision.code, decision.reason));
-    } else {
-      bump(plan.produced, decision.topic);
-      if (decision.derived) bump(derived, decision.derived);
-    }
-  };
-  let read = 0;
-  await readRange({
-    kafka: session.kafka,
-    topic,
-    from: starts,
-    to: ends,
-    timeoutMs: 60 * 60_000,
-    onRecord: (record) => {
-      progress.tick(++read);
-      const letter = deadLetterOf(record, dlqs);
-      if (!matches(letter, filters)) {
-        plan.outside++;
-        return 'continue';
-      }
-      plan.selected++;
-      if (isReference(letter)) {
-        references.push(letter);
-        return 'continue';
-      }
-      tallyPlan(letter, recheck(letter, context));
-      return 'continue';
-    },
-  });
-  progress.stop();
-  // Dead letters too large for the DLQ hold a reference: their request is read from its source record.
-  for (const letter of references) {
-    const resolved = await resolveReference(session.kafka, letter);
-    tallyPlan(letter, 'kind' in resolved ? resolved : recheck(resolved, context));
-  }
-  const toProduce = sum(plan.produced);
-  out(`  selected ${fmt(plan.selected)} of ${fmt(plan.selected + plan.outside)} records`);
-  out(`  would produce ${fmt(toProduce)}${toProduce ? `: ${[...plan.produced].map(([t, n]) => `${fmt(n)} → ${t}`).join(', ')}` : ''}`);
-  for (const [how, n] of derived) out(`    ${fmt(n)} of them: ${how}`);
-  const failing = sum(plan.failing);
-  out(`  would fail again, not produced: ${fmt(failing)}${failing ? ` (${[...plan.failing].map(([c, n]) => `${c} ${fmt(n)}`).join(', ')})` : ''}`);
-  for (const line of failures) out(`    ${line}`);
-  if (failing > failures.length) out(`    … and ${fmt(failing - failures.length)} more (the run lists each one as it passes it)`);
+  const toProduce = sum(plan.tally.produced);
+  out(`  selected ${fmt(plan.tally.selected)} of ${fmt(plan.tally.selected + plan.tally.outside)} records`);
+  out(`  would produce ${fmt(toProduce)}${toProduce ? `: ${[...plan.tally.produced].map(([t, n]) => `${fmt(n)} → ${t}`).join(', ')}` : ''}`);
+  for (const [how, n] of plan.derived) out(`    ${fmt(n)} of them: ${how}`);
+  const failing = sum(plan.tally.failing);
+  out(`  would fail again, not produced: ${fmt(failing)}${failing ? ` (${[...plan.tally.failing].map(([c, n]) => `${c} ${fmt(n)}`).join(', ')})` : ''}`);
+  for (const line of plan.failures) out(`    ${line}`);
+  if (failing > plan.failures.length) out(`    … and ${fmt(failing - plan.failures.length)} more (the run lists each one as it passes it)`);
 
   if (opts.dryRun) {
     out('dry run: nothing was written (no record produced, no offset committed).');
@@ -538,136 +307,54 @@ async function redrive(command: Command, topic: string, opts: RedriveOptions): P
     return;
   }
   if (!opts.yes) {
-    const answer = await ask(`Produce ${fmt(toProduce)} records to ${[...plan.produced.keys()].join(', ')} on ${session.brokers.join(',')}? Type yes to go on: `);
+    const answer = await ask(`Produce ${fmt(toProduce)} records to ${[...plan.tally.produced.keys()].join(', ')} on ${session.brokers.join(',')}? Type yes to go on: `);
     if (answer.trim().toLowerCase() !== 'yes') {
       out('not confirmed: nothing was written.');
       process.exitCode = 1;
       return;
     }
   }
-  if (committed.size === 0 && filters.since !== undefined) await setStartOffsets(session.kafka, groupId, topic, starts);
 
-  const done = newTally();
-  const rate = opts.rate;
-  const started = Date.now();
-  let scheduled = 0;
-  const run = progressPrinter(`redriving ${topic}`, total);
+  const run = progressPrinter(`redriving ${topic}`, countRecords(starts, ends));
   const abort = new AbortController();
   const interrupt = () => abort.abort();
   process.once('SIGINT', interrupt);
   process.once('SIGTERM', interrupt);
-  // Never a silent hang: a run that commits nothing for STALL_MS stops (what it committed stays).
-  let lastProgress = Date.now();
-  let stalled = false;
-  const watchdog = setInterval(() => {
-    if (Date.now() - lastProgress <= STALL_MS) return;
-    stalled = true;
-    abort.abort();
-  }, 1_000);
+  let outcome;
   try {
-    await runRedrive({
-      kafka: session.kafka,
-      topic,
-      groupId,
-      ends,
-      starts,
-      maxBatchRecords: rate ? Math.min(500, rate) : 500,
+    outcome = await executeRedrive(session, plan, {
+      rate: opts.rate,
       signal: abort.signal,
-      process: async (records) => {
-        const at = Date.now();
-        lastProgress = at;
-        const outputs: OutputRecord[] = [];
-        const chunk = newTally();
-        const lines: string[] = [];
-        for (const record of records) {
-          const letter = deadLetterOf(record, dlqs);
-          if (!matches(letter, filters)) {
-            chunk.outside++;
-            continue;
-          }
-          chunk.selected++;
-          const resolved = isReference(letter) ? await resolveReference(session.kafka, letter) : letter;
-          const decision = 'kind' in resolved ? resolved : recheck(resolved, context);
-          if (decision.kind === 'fails') {
-            bump(chunk.failing, decision.code);
-            lines.push(failureLine(letter, decision.code, decision.reason));
-            continue;
-          }
-          bump(chunk.produced, decision.topic);
-          outputs.push({ topic: decision.topic, key: decision.key, value: decision.value, headers: { ...decision.headers, ...redriveHeaders(letter, at) } });
-        }
-        if (rate && outputs.length > 0) {
-          scheduled += outputs.length;
-          const due = started + (scheduled / rate) * 1000;
-          if (due > Date.now()) await new Promise((r) => setTimeout(r, due - Date.now()));
-        }
-        return {
-          outputs,
-          committed: () => {
-            lastProgress = Date.now();
-            done.selected += chunk.selected;
-            done.outside += chunk.outside;
-            for (const [t, n] of chunk.produced) bump(done.produced, t, n);
-            for (const [c, n] of chunk.failing) bump(done.failing, c, n);
-            for (const line of lines) note(`still failing: ${line}`);
-            run.tick(done.selected + done.outside, `${fmt(sum(done.produced))} produced, ${fmt(sum(done.failing))} failing again`);
-          },
-        };
+      onCommitted: (done, stillFailing) => {
+        for (const line of stillFailing) note(`still failing: ${line}`);
+        run.tick(done.selected + done.outside, `${fmt(sum(done.produced))} produced, ${fmt(sum(done.failing))} failing again`);
       },
     });
-  } catch (error) {
-    run.stop('stopped');
-    if (abort.signal.aborted) {
-      const sofar = `${fmt(sum(done.produced))} records produced and committed so far; run the same command again to continue where it stopped`;
-      if (stalled) {
-        note(`msgbridge: the redrive made no progress for ${STALL_MS / 1000} s (Kafka slow or unreachable, or the topic ends in transaction markers): ${sofar}.`);
-        process.exitCode = 1;
-      } else {
-        note(`interrupted: ${sofar}.`);
-        process.exitCode = 130;
-      }
-      return;
-    }
-    throw error;
   } finally {
-    clearInterval(watchdog);
     process.removeListener('SIGINT', interrupt);
     process.removeListener('SIGTERM', interrupt);
+  }
+  const { done } = outcome;
+  if (outcome.stopped) {
+    run.stop('stopped');
+    const sofar = `${fmt(sum(done.produced))} records produced and committed so far; run the same command again to continue where it stopped`;
+    if (outcome.stopped === 'stalled') {
+      note(`msgbridge: the redrive made no progress for ${STALL_MS / 1000} s (Kafka slow or unreachable, or the topic ends in transaction markers): ${sofar}.`);
+      process.exitCode = 1;
+    } else {
+      note(`interrupted: ${sofar}.`);
+      process.exitCode = 130;
+    }
+    return;
   }
   run.stop();
   const produced = sum(done.produced);
   out(
-    `done: produced ${fmt(produced)}${produced ? ` (${[...done.produced].map(([t, n]) => `${t} ${fmt(n)}`).join(', ')})` : ''}, ${fmt(sum(done.failing))} still failing, ${fmt(done.outside)} outside the filters, in ${((Date.now() - started) / 1000).toFixed(1)} s.`,
+    `done: produced ${fmt(produced)}${produced ? ` (${[...done.produced].map(([t, n]) => `${t} ${fmt(n)}`).join(', ')})` : ''}, ${fmt(sum(done.failing))} still failing, ${fmt(done.outside)} outside the filters, in ${(outcome.ms / 1000).toFixed(1)} s.`,
   );
   if (sum(done.failing) > 0) {
     out(`  the records still failing are behind this redrive now: once their cause is fixed, redrive them again under a new name (--name ${name}.2).`);
   }
-}
-
-/** A reference's source record (one record read by offset), or why it cannot be had. */
-async function resolveReference(kafka: KafkaClient, letter: DeadLetter): Promise<DeadLetter | StillFailing> {
-  const source = referenceSource(letter);
-  if (!source) return withSource(letter, undefined);
-  const ends = await topicEnds(kafka, source.topic).catch(() => undefined);
-  const end = ends?.get(source.partition);
-  if (!end || source.offset < end.low || source.offset >= end.high) return withSource(letter, undefined);
-  let found: ConsumedRecord | undefined;
-  await readRange({
-    kafka,
-    topic: source.topic,
-    from: new Map([[source.partition, source.offset]]),
-    to: new Map([[source.partition, source.offset + 1]]),
-    timeoutMs: 60_000,
-    onRecord: (record) => {
-      found = record;
-      return 'stop';
-    },
-  });
-  return withSource(letter, found);
-}
-
-function failureLine(letter: DeadLetter, code: string, reason: string): string {
-  return `${letter.partition}/${letter.offset}  ${letter.business ?? '-'}  ${code}: ${reason.length > 200 ? `${reason.slice(0, 199)}…` : reason}`;
 }
 
 async function ask(question: string): Promise<string> {

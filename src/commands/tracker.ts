@@ -7,6 +7,7 @@ import { checkStateDir, startTracker } from '../tracker/index.js';
 import { MsgbridgeError } from '../platform/errors.js';
 import { commandConfig, operatorBrokers } from './context.js';
 import { runRole } from '../runtime/foreground.js';
+import { createDlqPort } from './dlq-console.js';
 
 /**
  * `msgbridge tracker`: one monotonic state per message and the customers' conversation windows,
@@ -14,7 +15,8 @@ import { runRole } from '../runtime/foreground.js';
  * it left its group within tracker.drainGraceMs, 1 otherwise or when the Kafka client gives up.
  *
  * `msgbridge status <messageId|requestId>`: the current state, asked of a running tracker
- * (`--tracker`, MSGBRIDGE_TRACKER_URL), else read from message-state; exit 1 when unknown.
+ * (`--tracker`, MSGBRIDGE_TRACKER_URL, with the token of `--token` or MSGBRIDGE_TRACKER_TOKEN),
+ * else read from message-state; exit 1 when unknown.
  */
 export function registerTrackerCommand(program: Command): void {
   program
@@ -29,7 +31,8 @@ export function registerTrackerCommand(program: Command): void {
         config,
         drainGraceMs: config.tracker.drainGraceMs,
         unfinished: 'the tracker did not leave its group within tracker.drainGraceMs',
-        start: ({ logger, brokers, onFatal }) => startTracker({ config, logger, brokers, onFatal }),
+        // The console's dead-letter page runs `msgbridge dlq`'s code (src/tracker/dlq-port.ts).
+        start: ({ logger, brokers, onFatal }) => startTracker({ config, logger, brokers, onFatal, dlq: createDlqPort(config, brokers, logger) }),
         describe: (tracker) => ({ tracker: { url: tracker.address ?? null, groupId: config.tracker.groupId, topics: [config.kafka.topics.messageState, config.kafka.topics.conversations] } }),
       });
     });
@@ -39,11 +42,13 @@ export function registerTrackerCommand(program: Command): void {
     .description('print the current state of a message (by message id or request id): asked of a running tracker (--tracker or MSGBRIDGE_TRACKER_URL), else read from the message-state topic')
     .argument('<id>', 'a message id, or the requestId of a send request')
     .option('--tracker <url>', 'a tracker member to ask (any member answers; default $MSGBRIDGE_TRACKER_URL)')
-    .action(async (id: string, opts: { tracker?: string }, command: Command) => {
+    .option('--token <token>', "the tracker's access token (default $MSGBRIDGE_TRACKER_TOKEN; prefer the variable: a flag shows in the process list)")
+    .action(async (id: string, opts: { tracker?: string; token?: string }, command: Command) => {
       const config = commandConfig(command);
       if (id.trim() === '' || id.length > 512) throw new MsgbridgeError('INVALID_ARGUMENT', 'expected a message id or a request id (1 to 512 characters)');
       const trackerUrl = opts.tracker ?? (process.env.MSGBRIDGE_TRACKER_URL?.trim() || undefined);
-      const state = trackerUrl ? await askTracker(trackerUrl, id, config.tracker.queryTimeoutMs) : await readStateTopic(config, id);
+      const token = opts.token ?? (process.env.MSGBRIDGE_TRACKER_TOKEN?.trim() || undefined);
+      const state = trackerUrl ? await askTracker(trackerUrl, id, config.tracker.queryTimeoutMs, token) : await readStateTopic(config, id);
       if (!state) {
         process.stderr.write(`msgbridge: no state for ${id} (neither a message id nor a request id the tracker has seen)\n`);
         process.exitCode = 1;
@@ -54,7 +59,7 @@ export function registerTrackerCommand(program: Command): void {
 }
 
 /** The state from a running tracker: by message id, then by request id; undefined when both are 404. */
-async function askTracker(base: string, id: string, timeoutMs: number): Promise<MessageState | undefined> {
+async function askTracker(base: string, id: string, timeoutMs: number, token: string | undefined): Promise<MessageState | undefined> {
   let url: URL;
   try {
     url = new URL(base);
@@ -65,7 +70,10 @@ async function askTracker(base: string, id: string, timeoutMs: number): Promise<
   for (const kind of ['messages', 'requests']) {
     let response: Response;
     try {
-      response = await fetch(new URL(`/${kind}/${encodeURIComponent(id)}`, url), { signal: AbortSignal.timeout(timeoutMs + 1000) });
+      response = await fetch(new URL(`/${kind}/${encodeURIComponent(id)}`, url), {
+        headers: token === undefined ? {} : { authorization: `Bearer ${token}` },
+        signal: AbortSignal.timeout(timeoutMs + 1000),
+      });
     } catch (error) {
       throw new MsgbridgeError(
         'KAFKA_UNAVAILABLE',
@@ -74,6 +82,12 @@ async function askTracker(base: string, id: string, timeoutMs: number): Promise<
     }
     const body = (await response.json().catch(() => undefined)) as (MessageState & { message?: string }) | undefined;
     if (response.status === 200 && body) return body;
+    if (response.status === 401) {
+      throw new MsgbridgeError(
+        'UNAUTHENTICATED',
+        `the tracker at ${url.origin} wants a credential: ${token === undefined ? 'set MSGBRIDGE_TRACKER_TOKEN (or --token) to a token it knows' : 'the token given is not one it knows'} (${body?.message ?? 'no details'})`,
+      );
+    }
     if (response.status !== 404) throw new MsgbridgeError('KAFKA_UNAVAILABLE', `the tracker at ${url.origin} answered ${response.status}: ${body?.message ?? 'no details'}`);
   }
   return undefined;

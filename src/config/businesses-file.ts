@@ -61,6 +61,20 @@ export interface BusinessesWatch {
   stop(): void;
 }
 
+export function watchBusinessesFile(options: BusinessesWatchOptions): BusinessesWatch {
+  return watchValidatedFile({ ...options, read: readBusinessesFile });
+}
+
+export interface ValidatedFileWatchOptions<T> {
+  path: string;
+  /** Reads and validates the file; throws (naming the file and field, never a secret) when it is not valid. */
+  read(path: string): T;
+  apply(value: T): void;
+  onError(error: Error): void;
+  onApplied?(value: T): void;
+  pollMs?: number;
+}
+
 const digest = (path: string): string | undefined => {
   try {
     return createHash('sha256').update(readFileSync(path)).digest('hex');
@@ -69,7 +83,12 @@ const digest = (path: string): string | undefined => {
   }
 };
 
-export function watchBusinessesFile(options: BusinessesWatchOptions): BusinessesWatch {
+/**
+ * Any live file read the same way (the businesses file, the tracker's tokens file): a change of
+ * content, a swapped symlink or `reload()` reads it; an invalid one is reported once and the
+ * last good value stays.
+ */
+export function watchValidatedFile<T>(options: ValidatedFileWatchOptions<T>): BusinessesWatch {
   const { path } = options;
   let last = digest(path);
   /** The content last refused: reported once, not at every poll. */
@@ -78,11 +97,11 @@ export function watchBusinessesFile(options: BusinessesWatchOptions): Businesses
     const now = digest(path);
     if (!force && (now === last || now === refused)) return;
     try {
-      const businesses = readBusinessesFile(path);
-      options.apply(businesses);
+      const value = options.read(path);
+      options.apply(value);
       last = now;
       refused = undefined;
-      options.onApplied?.(businesses);
+      options.onApplied?.(value);
     } catch (err) {
       if (now !== refused || force) options.onError(err as Error);
       refused = now;

@@ -23,7 +23,9 @@ export type ErrorCode =
   | 'BAD_FRAMING'
   | 'UNSUPPORTED_ENCODING'
   | 'NOT_FOUND'
-  | 'METHOD_NOT_ALLOWED';
+  | 'METHOD_NOT_ALLOWED'
+  | 'UNAUTHENTICATED'
+  | 'FORBIDDEN';
 
 export class MsgbridgeError extends Error {
   readonly code: ErrorCode;

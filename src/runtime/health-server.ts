@@ -1,4 +1,4 @@
-import { createServer, type Server } from 'node:http';
+import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import type { Logger } from '../platform/logger.js';
@@ -15,9 +15,29 @@ export interface HealthServerOptions {
   /** Undefined when ready; otherwise why not. */
   notReadyReason: () => string | undefined;
   logger?: Logger;
-  /** More GET routes (the tracker's queries): an answer, or undefined for 404. */
-  route?: (path: string, query: URLSearchParams, headers: Record<string, string | string[] | undefined>) => Promise<{ status: number; body: unknown } | undefined>;
+  /** More routes (the tracker's queries and console): an answer, or undefined for 404. GET, HEAD and POST reach it. */
+  route?: (request: HttpRequest) => Promise<HttpAnswer | undefined>;
 }
+
+/** A request for `route`; a POST's body is read first, bounded by MAX_BODY_BYTES. */
+export interface HttpRequest {
+  method: 'GET' | 'HEAD' | 'POST';
+  path: string;
+  query: URLSearchParams;
+  headers: IncomingHttpHeaders;
+  body: Buffer;
+}
+
+/** A JSON `body`, or `raw` bytes with their own content-type in `headers`. */
+export interface HttpAnswer {
+  status: number;
+  body?: unknown;
+  raw?: Buffer | string;
+  headers?: Record<string, string>;
+}
+
+/** The largest POST body `route` is handed (the console's operator actions are small JSON). */
+const MAX_BODY_BYTES = 64 * 1024;
 
 export interface HealthServer {
   readonly url: string;
@@ -28,8 +48,9 @@ export interface HealthServer {
 export async function startHealthServer(options: HealthServerOptions): Promise<HealthServer> {
   const server: Server = createServer((req, res) => {
     const [path, search] = (req.url ?? '/').split('?', 2) as [string, string | undefined];
-    if (req.method !== 'GET' && req.method !== 'HEAD') {
-      res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'text/plain' }).end('method not allowed\n');
+    const method = req.method;
+    if (method !== 'GET' && method !== 'HEAD' && !(method === 'POST' && options.route)) {
+      res.writeHead(405, { allow: options.route ? 'GET, HEAD, POST' : 'GET, HEAD', 'content-type': 'text/plain' }).end('method not allowed\n');
       return;
     }
     if (path === '/healthz') {
@@ -52,16 +73,30 @@ export async function startHealthServer(options: HealthServerOptions): Promise<H
       return;
     }
     if (options.route) {
-      options.route(path, new URLSearchParams(search ?? ''), req.headers).then(
-        (answer) => {
-          if (answer) res.writeHead(answer.status, { 'content-type': 'application/json' }).end(`${JSON.stringify(answer.body)}\n`);
-          else res.writeHead(404, { 'content-type': 'text/plain' }).end('not found\n');
-        },
-        (err: unknown) => {
-          options.logger?.warn({ err: (err as Error)?.message ?? String(err), path }, 'query failed');
-          res.writeHead(503, { 'content-type': 'application/json' }).end(`${JSON.stringify({ error: 'UNAVAILABLE', message: (err as Error)?.message ?? String(err) })}\n`);
-        },
-      );
+      const route = options.route;
+      const fail = (err: unknown) => {
+        options.logger?.warn({ err: (err as Error)?.message ?? String(err), path }, 'query failed');
+        if (!res.headersSent) res.writeHead(503, { 'content-type': 'application/json' }).end(`${JSON.stringify({ error: 'UNAVAILABLE', message: (err as Error)?.message ?? String(err) })}\n`);
+      };
+      readBody(req, method === 'POST' ? MAX_BODY_BYTES : 0)
+        .then((body) => {
+          if (body === undefined) {
+            res
+              .writeHead(413, { 'content-type': 'application/json', connection: 'close' })
+              .end(`${JSON.stringify({ error: 'INVALID_ARGUMENT', message: `the body is larger than ${MAX_BODY_BYTES} bytes` })}\n`);
+            return;
+          }
+          return route({ method: method as HttpRequest['method'], path, query: new URLSearchParams(search ?? ''), headers: req.headers, body }).then((answer) => {
+            if (!answer) {
+              res.writeHead(404, { 'content-type': 'text/plain' }).end('not found\n');
+              return;
+            }
+            const payload = answer.raw ?? `${JSON.stringify(answer.body)}\n`;
+            res.writeHead(answer.status, { ...(answer.raw === undefined ? { 'content-type': 'application/json' } : {}), ...answer.headers });
+            res.end(method === 'HEAD' ? undefined : payload);
+          });
+        }, fail)
+        .catch(fail);
       return;
     }
     res.writeHead(404, { 'content-type': 'text/plain' }).end('not found\n');
@@ -84,4 +119,24 @@ export async function startHealthServer(options: HealthServerOptions): Promise<H
         server.closeAllConnections();
       }),
   };
+}
+
+/** A request's body up to `max` bytes; undefined past it (nothing more is read). */
+function readBody(req: import('node:http').IncomingMessage, max: number): Promise<Buffer | undefined> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > max) {
+        req.removeAllListeners('data');
+        req.resume();
+        resolve(undefined);
+        return;
+      }
+      chunks.push(chunk);
+    });
+    req.on('end', () => resolve(Buffer.concat(chunks)));
+    req.on('error', reject);
+  });
 }

@@ -25,6 +25,10 @@ import { startTransactionalEngine, type ProcessResult, type TransactionalEngine,
 import type { ConsumedRecord } from '../kafka/group-consumer.js';
 import { headerText, NOOP_TRACER, startKafkaProcessSpan, startTracing, TRACING_FLUSH_MS, type TraceSpan, type Tracer } from '../platform/tracing.js';
 import { HEADER } from '../contracts/headers.js';
+import { AccessGuard } from './access-guard.js';
+import { ConsoleAssets } from './console-assets.js';
+import type { DlqPort } from './dlq-port.js';
+import { trackerRoutes } from './http-api.js';
 
 export { changelogTopicConfig, trackerTopics } from './tracker-topics.js';
 
@@ -40,6 +44,8 @@ export interface StartTrackerOptions {
   onTransaction?: (event: TransactionEvent) => void;
   /** Where the OTEL_* variables are read (src/platform/README.md, "Tracing"); default process.env. */
   tracingEnv?: Record<string, string | undefined>;
+  /** The console's dead-letter page (README "Console and access"); without it the page says to use `msgbridge dlq`. */
+  dlq?: DlqPort;
 }
 
 /** Results whose traceparent is remembered for the links of their statuses (about 200 bytes each). */
@@ -72,6 +78,7 @@ export class Tracker implements Role {
   private readonly logic: TrackerLogic;
   private readonly restorer: TaskRestorer;
   private readonly queries: QueryService;
+  private readonly guard: AccessGuard;
   /** Task restores in progress: index building waits for them (a restore gates readiness, indexes do not). */
   private restoresRunning = 0;
   /** The index builds, one after another. */
@@ -103,10 +110,11 @@ export class Tracker implements Role {
       const tracker = new Tracker(options, logger, kafka, topics, partitions);
       tracker.tracer = tracer;
       // The query server starts first: its address is published to the group (query forwarding).
-      await tracker.serveQueries();
       try {
+        await tracker.serveQueries();
         await tracker.joinGroup(partitions);
       } catch (error) {
+        tracker.guard.stop();
         await tracker.health?.close();
         throw error;
       }
@@ -153,6 +161,7 @@ export class Tracker implements Role {
     });
     this.restorer = new TaskRestorer({ kafka, config, topics, partitions, logger, logic: this.logic });
     this.queries = new QueryService(this.logic, config.tracker.queryTimeoutMs);
+    this.guard = new AccessGuard(config.tracker, logger, this.metrics);
   }
 
   /** Resolves once the member joined its group and every task it was given is restored. */
@@ -190,15 +199,17 @@ export class Tracker implements Role {
     const { tracker } = this.config;
     if (health !== false) {
       const host = health?.host ?? tracker.host;
+      this.guard.start();
+      const routes = trackerRoutes({ queries: this.queries, guard: this.guard, assets: new ConsoleAssets(), dlq: this.options.dlq, logger: this.logger });
       this.health = await startHealthServer({
         host,
         port: health?.port ?? tracker.port,
         registry: this.metrics,
         logger: this.logger,
         notReadyReason: () => (this.engine?.isReady() ? undefined : 'restoring its tasks from the compacted topics, or not in its group'),
-        route: (path, query, headers) => this.queries.route(path, query, headers),
+        route: routes,
       });
-      this.logger.info({ url: this.health.url }, 'tracker health, metrics and queries listening');
+      this.logger.info({ url: this.health.url, console: `${this.health.url}/console/` }, 'tracker health, metrics, queries and console listening');
       this.queryUrl = tracker.advertisedUrl ?? advertisedUrlOf(host, this.health.port);
     } else {
       this.queryUrl = tracker.advertisedUrl;
@@ -395,6 +406,7 @@ export class Tracker implements Role {
     await Promise.all([...this.stores.values()].map((store) => store.close().catch(() => undefined)));
     await this.lag.close();
     await this.directoryAdmin?.disconnect().catch(() => undefined);
+    this.guard.stop();
     await this.health?.close();
     // The spans of the last state changes are exported before the process ends (bounded).
     await this.tracer.shutdown(TRACING_FLUSH_MS);

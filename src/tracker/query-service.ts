@@ -1,5 +1,6 @@
 import { MsgbridgeError } from '../platform/errors.js';
 import { messageStateOf, type MessageState, type TrackedMessage } from '../contracts/message-state.js';
+import { conversationKey, type ConversationWindow } from '../contracts/conversation-window.js';
 import { FORWARDED_HEADER, forwardQuery, type ForwardAnswer } from './query-forwarding.js';
 import { type GroupDirectory } from '../kafka/group-directory.js';
 import type { TrackerLogic } from './tracker-logic.js';
@@ -8,12 +9,15 @@ import type { TrackerLogic } from './tracker-logic.js';
  * The tracker's queries (README "Queries"), answered from the local stores in constant time:
  * a message id names its task, and the member that owns the task answers (another member
  * forwards to it); a request id or a recipient is looked up in every member's indexes at once.
- * No query reads a topic.
+ * No query reads a topic. A forwarded query carries the caller's credential (`credentials`):
+ * every member checks it again, and the forwarded mark only stops a second forward.
  */
 const MAX_ID_LENGTH = 512;
 const MAX_PAGE = 100;
 
 type Answer = { status: number; body: unknown };
+/** The caller's credential headers, passed along to the member a query is forwarded to. */
+type Credentials = Record<string, string>;
 
 const notFound = (what: string, id: string): Answer => ({ status: 404, body: { error: 'NOT_FOUND', message: `no state for ${what} ${id}` } });
 const badRequest = (message: string): Answer => ({ status: 400, body: { error: 'INVALID_ARGUMENT', message } });
@@ -54,23 +58,33 @@ export class QueryService {
     this.connect = connect().catch(() => undefined);
   }
 
-  async route(path: string, query: URLSearchParams, headers: Record<string, string | string[] | undefined>): Promise<Answer | undefined> {
+  async route(path: string, query: URLSearchParams, headers: Record<string, string | string[] | undefined>, credentials: Credentials = {}): Promise<Answer | undefined> {
     const forwarded = headers[FORWARDED_HEADER] !== undefined;
     if (path === '/messages') {
+      const of = query.get('recipientOf');
+      if (of !== null) return this.validId(of) ?? this.recipientOfAnswer(of, query, forwarded, credentials);
       const recipient = query.get('recipient');
-      if (recipient === null) return badRequest('search messages with ?recipient=<phone number>');
-      return this.recipientAnswer(recipient, query, forwarded);
+      if (recipient === null) return badRequest('search messages with ?recipient=<phone number> (or ?recipientOf=<message id>)');
+      return this.recipientAnswer(recipient, query, forwarded, credentials);
     }
-    const match = /^\/(messages|requests)\/([^/]+)$/.exec(path);
-    if (!match) return undefined;
-    let id: string;
-    try {
-      id = decodeURIComponent(match[2]!);
-    } catch {
-      return badRequest('the id is not valid percent-encoding');
+    const conversation = /^\/conversations\/([^/]+)\/([^/]+)$/.exec(path);
+    if (conversation) {
+      const [businessId, customer] = [decode(conversation[1]!), decode(conversation[2]!)];
+      if (businessId === undefined || customer === undefined) return badRequest('the business id or the customer is not valid percent-encoding');
+      return this.validId(businessId) ?? this.validId(customer) ?? this.conversationAnswer(businessId, customer, forwarded, credentials);
     }
-    if (id.length === 0 || id.length > MAX_ID_LENGTH) return badRequest(`an id has 1 to ${MAX_ID_LENGTH} characters`);
-    return match[1] === 'messages' ? this.messageAnswer(id, forwarded) : this.requestAnswer(id, forwarded);
+    const match = /^\/(messages|requests)\/([^/]+)(\/conversation)?$/.exec(path);
+    if (!match || (match[3] && match[1] !== 'messages')) return undefined;
+    const id = decode(match[2]!);
+    if (id === undefined) return badRequest('the id is not valid percent-encoding');
+    const invalid = this.validId(id);
+    if (invalid) return invalid;
+    if (match[3]) return this.conversationOfAnswer(id, forwarded, credentials);
+    return match[1] === 'messages' ? this.messageAnswer(id, forwarded, credentials) : this.requestAnswer(id, forwarded, credentials);
+  }
+
+  private validId(id: string): Answer | undefined {
+    return id.length === 0 || id.length > MAX_ID_LENGTH ? badRequest(`an id has 1 to ${MAX_ID_LENGTH} characters`) : undefined;
   }
 
   /** The state of a message, wherever it lives; undefined when unknown. Throws when the owner cannot be asked. */
@@ -95,7 +109,58 @@ export class QueryService {
     throw new MsgbridgeError('KAFKA_UNAVAILABLE', (answer.body as { message?: string }).message ?? `query failed with ${answer.status}`);
   }
 
-  private async messageAnswer(id: string, forwarded: boolean): Promise<Answer> {
+  /**
+   * The other messages of a message's recipient: asked of the member that owns the message (it
+   * reads the number from its own store), so a caller that sees numbers masked can still follow
+   * the link.
+   */
+  private async recipientOfAnswer(id: string, query: URLSearchParams, forwarded: boolean, credentials: Credentials): Promise<Answer> {
+    const task = this.logic.taskOf(id);
+    if (this.ownsActive(task)) {
+      const state = this.logic.message(id);
+      if (!state) return notFound('message', id);
+      if (state.recipient === null) return { status: 200, body: { recipient: null, messages: [], next: null } };
+      return this.recipientAnswer(state.recipient, query, false, credentials);
+    }
+    if (forwarded) return unavailable(`this member does not run task ${task} (now): ask again`);
+    const owner = (await this.owners())?.get(task);
+    if (!owner || owner === this.selfUrl) return unavailable(`task ${task} is being restored or moved between members: ask again in a few seconds`);
+    const rest = new URLSearchParams(query);
+    rest.set('recipientOf', id);
+    return this.forward(owner, `/messages?${rest.toString()}`, credentials);
+  }
+
+  /** A customer's conversation window (DESIGN §1.6), from the member that owns the customer's task. */
+  private async conversationAnswer(businessId: string, customer: string, forwarded: boolean, credentials: Credentials): Promise<Answer> {
+    const task = this.logic.taskOf(customer);
+    if (this.ownsActive(task)) {
+      const window = this.logic.conversation(conversationKey(businessId, customer));
+      return window
+        ? { status: 200, body: window satisfies ConversationWindow }
+        : { status: 404, body: { error: 'NOT_FOUND', message: `no inbound message from ${customer} to ${businessId} is known: no conversation window is open` } };
+    }
+    if (forwarded) return unavailable(`this member does not run task ${task} (now): ask again`);
+    const owner = (await this.owners())?.get(task);
+    if (!owner || owner === this.selfUrl) return unavailable(`task ${task} is being restored or moved between members: ask again in a few seconds`);
+    return this.forward(owner, `/conversations/${encodeURIComponent(businessId)}/${encodeURIComponent(customer)}`, credentials);
+  }
+
+  /** The conversation window of a message's recipient, asked of the member that owns the message. */
+  private async conversationOfAnswer(id: string, forwarded: boolean, credentials: Credentials): Promise<Answer> {
+    const task = this.logic.taskOf(id);
+    if (this.ownsActive(task)) {
+      const state = this.logic.message(id);
+      if (!state) return notFound('message', id);
+      if (state.recipient === null) return { status: 404, body: { error: 'NOT_FOUND', message: `message ${id} has no known recipient yet` } };
+      return this.conversationAnswer(state.businessId, state.recipient, false, credentials);
+    }
+    if (forwarded) return unavailable(`this member does not run task ${task} (now): ask again`);
+    const owner = (await this.owners())?.get(task);
+    if (!owner || owner === this.selfUrl) return unavailable(`task ${task} is being restored or moved between members: ask again in a few seconds`);
+    return this.forward(owner, `/messages/${encodeURIComponent(id)}/conversation`, credentials);
+  }
+
+  private async messageAnswer(id: string, forwarded: boolean, credentials: Credentials = {}): Promise<Answer> {
     const task = this.logic.taskOf(id);
     if (this.ownsActive(task)) {
       const state = this.logic.message(id);
@@ -104,16 +169,16 @@ export class QueryService {
     if (forwarded) return unavailable(`this member does not run task ${task} (now): ask again`);
     const owner = (await this.owners())?.get(task);
     if (!owner || owner === this.selfUrl) return unavailable(`task ${task} is being restored or moved between members: ask again in a few seconds`);
-    return this.forward(owner, `/messages/${encodeURIComponent(id)}`);
+    return this.forward(owner, `/messages/${encodeURIComponent(id)}`, credentials);
   }
 
-  private async requestAnswer(id: string, forwarded: boolean): Promise<Answer> {
+  private async requestAnswer(id: string, forwarded: boolean, credentials: Credentials = {}): Promise<Answer> {
     if (!this.engine) return unavailable('the tracker is starting');
     const local = this.logic.request(id);
     if (local) return { status: 200, body: messageStateOf(local) };
     if (!this.logic.indexesComplete()) return unavailable(`this member is still indexing a restored task: request ${id} may be there; ask again in a moment`);
     if (forwarded) return notFound('request', id);
-    const answers = await this.fanOut(`/requests/${encodeURIComponent(id)}`);
+    const answers = await this.fanOut(`/requests/${encodeURIComponent(id)}`, credentials);
     const found = answers.filter((a) => a.status === 200).map((a) => a.body as TrackedMessage);
     if (found.length > 0) return { status: 200, body: found.sort((a, b) => b.updatedAt.localeCompare(a.updatedAt))[0] };
     const failed = answers.filter((a) => a.status !== 404);
@@ -121,7 +186,7 @@ export class QueryService {
     return notFound('request', id);
   }
 
-  private async recipientAnswer(recipient: string, query: URLSearchParams, forwarded: boolean): Promise<Answer> {
+  private async recipientAnswer(recipient: string, query: URLSearchParams, forwarded: boolean, credentials: Credentials = {}): Promise<Answer> {
     if (recipient.length === 0 || recipient.length > MAX_ID_LENGTH) return badRequest(`a recipient has 1 to ${MAX_ID_LENGTH} characters`);
     const limit = query.get('limit') === null ? 20 : Number(query.get('limit'));
     if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE) return badRequest(`limit must be an integer from 1 to ${MAX_PAGE}`);
@@ -132,7 +197,7 @@ export class QueryService {
     if (!this.logic.indexesComplete()) return unavailable('this member is still indexing a restored task: ask again in a moment');
     const local: Sorted[] = this.logic.recipientMessages(recipient, limit, cursor).map(({ sort, state }) => ({ sort, state: messageStateOf(state) }));
     if (forwarded) return { status: 200, body: { recipient, items: local.map((l) => ({ sort: encodeCursor(l.sort), state: l.state })) } };
-    const remote = await this.fanOut(`/messages?${new URLSearchParams({ recipient, limit: String(limit), ...(before ? { before } : {}) }).toString()}`);
+    const remote = await this.fanOut(`/messages?${new URLSearchParams({ recipient, limit: String(limit), ...(before ? { before } : {}) }).toString()}`, credentials);
     if (remote.some((a) => a.status !== 200)) return unavailable('some members could not be asked for their part of the list (rebalancing?): ask again');
     const all = [...local];
     // A source that filled its page may hold more: then so may the merged list.
@@ -165,20 +230,31 @@ export class QueryService {
   }
 
   /** The same query to every other member, each answering from its own tasks. */
-  private async fanOut(pathAndQuery: string): Promise<ForwardAnswer[]> {
+  private async fanOut(pathAndQuery: string, credentials: Credentials): Promise<ForwardAnswer[]> {
     if (!this.directory) return [];
     await this.connect;
     const members = (await this.directory.members().catch(() => [] as string[])).filter((url) => url !== this.selfUrl);
-    return Promise.all(members.map((url) => this.forward(url, pathAndQuery)));
+    return Promise.all(members.map((url) => this.forward(url, pathAndQuery, credentials)));
   }
 
-  private async forward(url: string, pathAndQuery: string): Promise<Answer> {
+  private async forward(url: string, pathAndQuery: string, credentials: Credentials): Promise<Answer> {
     try {
-      return await forwardQuery(url, pathAndQuery, this.timeoutMs);
+      const answer = await forwardQuery(url, pathAndQuery, this.timeoutMs, credentials);
+      // The members disagree on the credentials (a tokens file not yet rolled out everywhere): say so, not "unknown".
+      if (answer.status === 401 || answer.status === 403) return unavailable(`member ${url} refused the credential this member accepted (are the tracker's tokens the same on every member?)`);
+      return answer;
     } catch (error) {
       this.directory?.invalidate();
       return unavailable(`member ${url} did not answer: ${(error as Error)?.message ?? String(error)}`);
     }
+  }
+}
+
+function decode(text: string): string | undefined {
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    return undefined;
   }
 }
 

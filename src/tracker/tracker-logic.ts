@@ -254,6 +254,12 @@ export class TrackerLogic {
     return openTask && (openTask.messages.peek(messageId) ?? openTask.store.message(messageId));
   }
 
+  /** A conversation window from the task of its customer on this member; undefined when unknown here. */
+  conversation(key: string): ConversationWindow | undefined {
+    const openTask = this.tasks.get(this.taskOf(customerOfConversationKey(key)));
+    return openTask && (openTask.conversations.peek(key) ?? openTask.store.conversation(key));
+  }
+
   /** The latest-updated message of a request among this member's tasks (a maybeSent resend can make two). */
   request(requestId: string): TrackedMessage | undefined {
     let latest: TrackedMessage | undefined;

@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadConfig } from '../../src/config/load.js';
@@ -6,7 +6,26 @@ import { eventIdOf, resultEventId } from '../../src/contracts/index.js';
 import { inboundEvent, statusEvent } from '../ingress/fixtures.js';
 import { kafkaBrokers, testKafka } from '../helpers/kafka.js';
 
-/** The tracker tests' shared pieces: a configuration on unique topics, input records, readers. */
+/** The tracker tests' shared pieces: a configuration on unique topics, input records, readers, credentials. */
+
+/** The tokens every test tracker knows (DESIGN §1.7): the queries need one. */
+export const TEST_TOKENS = { operator: 'test-operator-token', read: 'test-read-token' } as const;
+const sha256 = (token: string) => createHash('sha256').update(token).digest('hex');
+export const TEST_ACCESS_TOKENS = [
+  { name: 'test-operator', role: 'operator', sha256: sha256(TEST_TOKENS.operator) },
+  { name: 'test-reader', role: 'read', sha256: sha256(TEST_TOKENS.read) },
+];
+
+/** The Authorization header of a test token. */
+export function authHeaders(role: keyof typeof TEST_TOKENS = 'operator'): Record<string, string> {
+  return { authorization: `Bearer ${TEST_TOKENS[role]}` };
+}
+
+/** A GET of a tracker query with a test token: the status and the JSON body. */
+export async function getJson(base: string, path: string, role: keyof typeof TEST_TOKENS = 'operator'): Promise<{ status: number; body: Record<string, unknown> }> {
+  const res = await fetch(`${base}${path}`, { headers: authHeaders(role) });
+  return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+}
 
 /** The environment of a tracker on unique topics (3 partitions) with its stores in a temporary directory. */
 export function trackerEnv(id: string): Record<string, string> {
@@ -25,6 +44,7 @@ export function trackerEnv(id: string): Record<string, string> {
     MSGBRIDGE__tracker__port: '0',
     MSGBRIDGE__tracker__sessionTimeoutMs: '6000',
     MSGBRIDGE_TRACKER_STATE_DIR: join(tmpdir(), 'msgbridge-test-state', id),
+    MSGBRIDGE__tracker__accessTokens: JSON.stringify(TEST_ACCESS_TOKENS),
   };
 }
 

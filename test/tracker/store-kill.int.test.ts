@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { messageId } from '../ingress/fixtures.js';
 import { createTopics, produce } from '../helpers/kafka.js';
-import { messageLifeRecords, statesPerKey, trackerEnv } from './harness.js';
+import { authHeaders, messageLifeRecords, statesPerKey, trackerEnv } from './harness.js';
 
 /**
  * The local store under kill -9 at the three moments that matter (README "Local store"):
@@ -71,7 +71,7 @@ describe('tracker store under kill -9', () => {
     // What the store answers (the queries read nothing else) equals the topic's last state.
     const wrongInStore: string[] = [];
     for (const m of ids) {
-      const res = await fetch(`${url}/messages/${m}`);
+      const res = await fetch(`${url}/messages/${m}`, { headers: authHeaders('read') });
       const body = (await res.json()) as { status?: string; events?: number };
       if (res.status !== 200 || body.status !== 'read' || body.events !== 4) wrongInStore.push(`${m}: ${res.status} ${JSON.stringify(body)}`);
     }

@@ -7,7 +7,7 @@ import { topicSettings } from '../../src/kafka/topics.js';
 import { messageId } from '../ingress/fixtures.js';
 import { runCli } from '../helpers/cli.js';
 import { produce, withAdmin } from '../helpers/kafka.js';
-import { latestByKey, resultRecord, statusRecord, trackerConfig, until, type TrackerTestConfig } from './harness.js';
+import { getJson, latestByKey, resultRecord, statusRecord, TEST_TOKENS, trackerConfig, until, type TrackerTestConfig } from './harness.js';
 
 /**
  * The tracker's local stores on the suite's broker: a restart reads only what the changelog
@@ -43,10 +43,7 @@ async function metric(tracker: Tracker, pattern: RegExp): Promise<number> {
   return sum;
 }
 
-const get = async (base: string, path: string) => {
-  const res = await fetch(`${base}${path}`);
-  return { status: res.status, body: (await res.json()) as Record<string, unknown> };
-};
+const get = (base: string, path: string) => getJson(base, path);
 
 describe('tracker local stores', () => {
   it('a restart reads only the delta; an older store is caught up; a store whose offsets do not match is rebuilt', async () => {
@@ -162,8 +159,13 @@ describe('tracker local stores', () => {
     // The programmatic queries of either member are the same.
     expect(await second.request('fw-3')).toMatchObject({ messageId: ids[3] });
 
-    // msgbridge status asks a running tracker (any member), and reads no topic.
-    const env = { MSGBRIDGE__kafka__topics__messageState: topics.messageState, KAFKA_BROKERS: '127.0.0.1:9' };
+    // msgbridge status asks a running tracker (any member) with its token, and reads no topic.
+    const env = { MSGBRIDGE__kafka__topics__messageState: topics.messageState, KAFKA_BROKERS: '127.0.0.1:9', MSGBRIDGE_TRACKER_TOKEN: TEST_TOKENS.read };
+    const noToken = await runCli(['status', 'fw-21', '--tracker', first.address!], { ...env, MSGBRIDGE_TRACKER_TOKEN: '' });
+    expect(noToken.code).toBe(1);
+    expect(noToken.stderr).toMatch(/wants a credential: set MSGBRIDGE_TRACKER_TOKEN/);
+    const byFlag = await runCli(['status', 'fw-21', '--tracker', first.address!, '--token', TEST_TOKENS.operator], { ...env, MSGBRIDGE_TRACKER_TOKEN: 'wrong' });
+    expect(byFlag.code, byFlag.stderr).toBe(0);
     const byRequest = await runCli(['status', 'fw-21', '--tracker', first.address!], env);
     expect(byRequest.code).toBe(0);
     expect(JSON.parse(byRequest.stdout)).toMatchObject({ messageId: ids[21], requestId: 'fw-21' });

@@ -4,7 +4,7 @@ import { startTracker, type Tracker } from '../../src/tracker/index.js';
 import { javaCompatibleHash } from '../../src/kafka/partitioner.js';
 import { messageId } from '../ingress/fixtures.js';
 import { produce } from '../helpers/kafka.js';
-import { inboundRecord, latestByKey, resultRecord, statusRecord, trackerConfig, until, type TrackerTestConfig as Config } from './harness.js';
+import { getJson, inboundRecord, latestByKey, resultRecord, statusRecord, trackerConfig, until, type TrackerTestConfig as Config } from './harness.js';
 
 /**
  * The tracker role on the suite's broker: send results and delivery statuses in every order,
@@ -82,10 +82,7 @@ describe('tracker', () => {
     expect(windows.records).toBe(1); // the earlier inbound message moved nothing
 
     // Queries: by message id, by request id, unknown, malformed.
-    const get = async (path: string) => {
-      const res = await fetch(`${tracker.address}${path}`);
-      return { status: res.status, body: (await res.json()) as Record<string, unknown> };
-    };
+    const get = (path: string) => getJson(tracker.address!, path);
     expect(await get(`/messages/${normal}`)).toMatchObject({ status: 200, body: { messageId: normal, status: 'read' } });
     expect((await get(`/messages/${normal}`)).body).not.toHaveProperty('eventIds');
     expect(await get('/requests/req-failed')).toMatchObject({ status: 200, body: { messageId: failed, status: 'delivery_failed' } });

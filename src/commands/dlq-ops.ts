@@ -1,0 +1,455 @@
+import { createHash } from 'node:crypto';
+import type { Config } from '../config/schema.js';
+import { createKafka, type KafkaClient } from '../kafka/client.js';
+import { offsetsAtTime, readRange, topicEnds, type PartitionEnds } from '../kafka/dlq-reader.js';
+import { committedOffsets, listRedrives, redriveGroupId, runRedrive, setStartOffsets } from '../kafka/dlq-redrive.js';
+import { connectingToKafka } from '../kafka/failure.js';
+import type { OutputRecord } from '../kafka/transactional-engine.js';
+import type { ConsumedRecord } from '../kafka/group-consumer.js';
+import { MsgbridgeError } from '../platform/errors.js';
+import {
+  configuredDlqs,
+  deadLetterOf,
+  isReference,
+  matches,
+  recheck,
+  recheckContext,
+  redriveHeaders,
+  referenceSource,
+  withSource,
+  type DeadLetter,
+  type DlqRole,
+  type Filters,
+  type Recheck,
+  type StillFailing,
+} from './dlq-rules.js';
+
+/**
+ * The work of `msgbridge dlq stats|list|redrive` without the terminal: the commands (dlq.ts)
+ * print it, the tracker's console calls it through its DLQ port (dlq-console.ts). One code path,
+ * so the console's redrive is the command's redrive: same re-check, same consumer group per
+ * name, same exactly-once transactions, resumable either way.
+ */
+
+export interface DlqSession {
+  config: Config;
+  brokers: string[];
+  kafka: KafkaClient;
+  dlqs: Map<string, DlqRole>;
+  ends: Map<number, PartitionEnds>;
+}
+
+/** Time filters as typed (their text is part of a redrive's default name) and the instant. */
+export interface TimeArg {
+  text: string;
+  ms: number;
+}
+
+export interface FilterArgs {
+  code?: string | undefined;
+  business?: string | undefined;
+  since?: TimeArg | undefined;
+  until?: TimeArg | undefined;
+}
+
+export const iso = (ms: number) => (Number.isFinite(ms) ? new Date(ms).toISOString() : '?');
+
+export function filtersOf(opts: FilterArgs): Filters {
+  if (opts.since && opts.until && opts.until.ms < opts.since.ms) {
+    throw new MsgbridgeError('INVALID_ARGUMENT', `--until (${iso(opts.until.ms)}) is before --since (${iso(opts.since.ms)})`);
+  }
+  return { code: opts.code, business: opts.business, since: opts.since?.ms, until: opts.until?.ms };
+}
+
+/** Brokers and the topic's partitions; a missing topic or an unreachable Kafka ends here. */
+export async function openDlq(config: Config, brokers: string[], topic: string): Promise<DlqSession> {
+  const kafka = createKafka(config.kafka, { brokers, clientId: 'msgbridge-dlq' });
+  const topics = await connectingToKafka(brokers, async () => {
+    const admin = kafka.admin();
+    await admin.connect();
+    try {
+      return await admin.listTopics();
+    } finally {
+      await admin.disconnect().catch(() => undefined);
+    }
+  });
+  if (!topics.includes(topic)) {
+    const dlqs = [...configuredDlqs(config).keys()].filter((t) => topics.includes(t));
+    throw new MsgbridgeError('INVALID_ARGUMENT', `topic "${topic}" does not exist on ${brokers.join(',')}; the configured DLQ topics there: ${dlqs.join(', ') || '(none yet)'}`);
+  }
+  const ends = await connectingToKafka(brokers, () => topicEnds(kafka, topic));
+  return { config, brokers, kafka, dlqs: configuredDlqs(config), ends };
+}
+
+/** Where a read starts: `since` through the time index, else the log start; never before the log start. */
+async function startOffsets(session: DlqSession, topic: string, since: number | undefined): Promise<Map<number, number>> {
+  if (since === undefined) return new Map([...session.ends].map(([p, e]) => [p, e.low]));
+  return offsetsAtTime(session.kafka, topic, since, session.ends);
+}
+
+/** Where a read ends: past `until` through the time index (records are still filtered by time), else the high watermark. */
+async function endOffsets(session: DlqSession, topic: string, until: number | undefined): Promise<Map<number, number>> {
+  const high = new Map([...session.ends].map(([p, e]) => [p, e.high]));
+  if (until === undefined) return high;
+  // Timestamps within a partition may go back a little (producer clocks): a margin past --until.
+  const after = await offsetsAtTime(session.kafka, topic, until + 60_000, session.ends);
+  return new Map([...high].map(([p, h]) => [p, Math.min(h, after.get(p) ?? h)]));
+}
+
+export const countRecords = (from: Map<number, number>, to: Map<number, number>) => [...from].reduce((n, [p, o]) => n + Math.max(0, (to.get(p) ?? o) - o), 0);
+
+// ---- stats ----
+
+export interface DlqStats {
+  topic: string;
+  brokers: string[];
+  records: number;
+  partitions: number;
+  oldest: string | null;
+  newest: string | null;
+  byCode: Record<string, { count: number; businesses: Record<string, number> }>;
+  byBusiness: Record<string, number>;
+  byRole: Record<string, number>;
+  behindARedrive: number;
+  redrives: { name: string; group: string; passed: number; offsets: Record<string, number> }[];
+}
+
+/** Counts by code, business and role, oldest and newest, and how far each redrive got (sorted by count). */
+export async function dlqStats(session: DlqSession, topic: string, onProgress?: (done: number, total: number) => void): Promise<DlqStats> {
+  const from = new Map([...session.ends].map(([p, e]) => [p, e.low]));
+  const to = new Map([...session.ends].map(([p, e]) => [p, e.high]));
+  const total = countRecords(from, to);
+  const redrives = await connectingToKafka(session.brokers, () => listRedrives(session.kafka, topic));
+  // A record is behind a redrive when that redrive's committed position on its partition is past it.
+  const furthest = new Map<number, number>();
+  for (const r of redrives) for (const [p, o] of r.offsets) furthest.set(p, Math.max(furthest.get(p) ?? 0, o));
+  const byCode = new Map<string, { count: number; businesses: Map<string, number> }>();
+  const byBusiness = new Map<string, number>();
+  const byRole = new Map<string, number>();
+  let oldest = Infinity;
+  let newest = -Infinity;
+  let records = 0;
+  let behind = 0;
+  await readRange({
+    kafka: session.kafka,
+    topic,
+    from,
+    to,
+    timeoutMs: 30 * 60_000,
+    onRecord: (record) => {
+      const letter = deadLetterOf(record, session.dlqs);
+      records++;
+      const business = letter.business ?? '(none)';
+      const group = byCode.get(letter.code) ?? { count: 0, businesses: new Map() };
+      group.count++;
+      group.businesses.set(business, (group.businesses.get(business) ?? 0) + 1);
+      byCode.set(letter.code, group);
+      byBusiness.set(business, (byBusiness.get(business) ?? 0) + 1);
+      byRole.set(letter.role ?? 'unknown', (byRole.get(letter.role ?? 'unknown') ?? 0) + 1);
+      oldest = Math.min(oldest, letter.timestamp);
+      newest = Math.max(newest, letter.timestamp);
+      if (Number(letter.offset) < (furthest.get(letter.partition) ?? 0)) behind++;
+      onProgress?.(records, total);
+      return 'continue';
+    },
+  });
+  const sorted = <T>(map: Map<string, T>, count: (v: T) => number) => [...map].sort((a, b) => count(b[1]) - count(a[1]) || a[0].localeCompare(b[0]));
+  return {
+    topic,
+    brokers: session.brokers,
+    records,
+    partitions: session.ends.size,
+    oldest: records ? iso(oldest) : null,
+    newest: records ? iso(newest) : null,
+    byCode: Object.fromEntries(sorted(byCode, (g) => g.count).map(([code, g]) => [code, { count: g.count, businesses: Object.fromEntries(sorted(g.businesses, (n) => n)) }])),
+    byBusiness: Object.fromEntries(sorted(byBusiness, (n) => n)),
+    byRole: Object.fromEntries(byRole),
+    behindARedrive: behind,
+    redrives: redrives.map((r) => {
+      const passed = [...r.offsets].reduce((n, [p, o]) => n + Math.max(0, Math.min(o, session.ends.get(p)?.high ?? o) - (session.ends.get(p)?.low ?? 0)), 0);
+      return { name: r.name, group: redriveGroupId(r.name), passed, offsets: Object.fromEntries(r.offsets) };
+    }),
+  };
+}
+
+// ---- list ----
+
+export interface DlqPage {
+  letters: DeadLetter[];
+  /** Per partition, where the next page starts. */
+  next: Map<number, number>;
+  /** The page filled before the end of the range. */
+  stopped: boolean;
+}
+
+/** A page of the records that pass the filters, oldest first; `from` continues a previous page. */
+export async function dlqList(session: DlqSession, topic: string, filters: Filters, page: { max: number; from?: Map<number, number> | undefined }): Promise<DlqPage> {
+  let from = await startOffsets(session, topic, filters.since);
+  if (page.from) {
+    for (const p of page.from.keys()) {
+      if (!session.ends.has(p)) throw new MsgbridgeError('INVALID_ARGUMENT', `--from names partition ${p}, but ${topic} has partitions 0-${session.ends.size - 1}`);
+    }
+    from = new Map([...from].map(([p, o]) => [p, Math.max(o, page.from!.get(p) ?? o)]));
+  }
+  const to = await endOffsets(session, topic, filters.until);
+  const letters: DeadLetter[] = [];
+  const result = await readRange({
+    kafka: session.kafka,
+    topic,
+    from,
+    to,
+    timeoutMs: 10 * 60_000,
+    onRecord: (record) => {
+      const letter = deadLetterOf(record, session.dlqs);
+      if (!matches(letter, filters)) return 'continue';
+      letters.push(letter);
+      return letters.length >= page.max ? 'stop' : 'continue';
+    },
+  });
+  letters.sort((a, b) => a.timestamp - b.timestamp || a.partition - b.partition || Number(a.offset) - Number(b.offset));
+  return { letters, next: result.next, stopped: result.stopped };
+}
+
+/** A record as `dlq list --json` prints it (and the console shows it): the value as text when it is UTF-8, else base64. */
+export function jsonRecord(l: DeadLetter): Record<string, unknown> {
+  const value = l.value;
+  const text = value?.toString('utf8');
+  const utf8 = value !== null && Buffer.from(text!, 'utf8').equals(value);
+  return {
+    topic: l.topic,
+    partition: l.partition,
+    offset: l.offset,
+    timestamp: iso(l.timestamp),
+    key: l.key?.toString('utf8') ?? null,
+    role: l.role ?? null,
+    business: l.business ?? null,
+    code: l.code,
+    reason: l.reason,
+    headers: l.headers,
+    ...(value === null ? { value: null } : utf8 ? { value: text } : { valueBase64: value.toString('base64') }),
+  };
+}
+
+// ---- redrive ----
+
+/** The default name: the topic and the filters as typed, so the same selection resumes the same redrive. */
+export function defaultRedriveName(topic: string, opts: FilterArgs): string {
+  const filters = [opts.code && `code=${opts.code}`, opts.business && `business=${opts.business}`, opts.since && `since=${opts.since.text}`, opts.until && `until=${opts.until.text}`].filter(Boolean);
+  const base = topic.replace(/[^A-Za-z0-9._-]/g, '_').slice(0, 60);
+  if (filters.length === 0) return `${base}.all`;
+  return `${base}.${createHash('sha256').update(filters.join('\n')).digest('hex').slice(0, 10)}`;
+}
+
+/** A redrive that commits no chunk for this long stops with a clear message instead of hanging. */
+export const STALL_MS = 120_000;
+
+export interface Tally {
+  selected: number;
+  outside: number;
+  produced: Map<string, number>;
+  failing: Map<string, number>;
+}
+
+export const newTally = (): Tally => ({ selected: 0, outside: 0, produced: new Map(), failing: new Map() });
+export const sum = (m: Map<string, number>) => [...m.values()].reduce((a, b) => a + b, 0);
+const bump = (m: Map<string, number>, k: string, n = 1) => m.set(k, (m.get(k) ?? 0) + n);
+
+/** What a redrive would do: every record of its range read and re-checked, nothing written. */
+export interface RedrivePlan {
+  topic: string;
+  name: string;
+  groupId: string;
+  filters: Filters;
+  /** The redrive's consumer group has committed positions: it resumes. */
+  resuming: boolean;
+  starts: Map<number, number>;
+  ends: Map<number, number>;
+  tally: Tally;
+  /** How many records of the plan were made redrivable by a derivation (e.g. an expiry dropped), by how. */
+  derived: Map<string, number>;
+  /** The first 20 records that would fail again, one line each. */
+  failures: string[];
+}
+
+export function failureLine(letter: DeadLetter, code: string, reason: string): string {
+  return `${letter.partition}/${letter.offset}  ${letter.business ?? '-'}  ${code}: ${reason.length > 200 ? `${reason.slice(0, 199)}…` : reason}`;
+}
+
+/** Refuses a topic that is not a configured DLQ unless allowed (each record's role is then read from its schema header). */
+export function checkRedriveTopic(config: Config, topic: string, allowAnyTopic: boolean | undefined): void {
+  const dlqs = configuredDlqs(config);
+  if (!dlqs.has(topic) && !allowAnyTopic) {
+    throw new MsgbridgeError(
+      'INVALID_ARGUMENT',
+      `"${topic}" is not a configured DLQ topic (${[...dlqs.keys()].join(', ')}): refusing to redrive it; pass --allow-any-topic if you mean it (each record's role is then read from its schema header)`,
+    );
+  }
+}
+
+export async function planRedrive(session: DlqSession, topic: string, filters: Filters, name: string, onProgress?: (done: number, total: number) => void): Promise<RedrivePlan> {
+  const groupId = redriveGroupId(name);
+  const committed = await connectingToKafka(session.brokers, () => committedOffsets(session.kafka, groupId, topic));
+  const since = await startOffsets(session, topic, filters.since);
+  const starts = new Map([...session.ends].map(([p, e]) => [p, Math.max(e.low, committed.get(p) ?? since.get(p) ?? e.low)]));
+  const ends = new Map([...session.ends].map(([p, e]) => [p, e.high]));
+  const context = recheckContext(session.config);
+  const plan: RedrivePlan = { topic, name, groupId, filters, resuming: committed.size > 0, starts, ends, tally: newTally(), derived: new Map(), failures: [] };
+  const tallyPlan = (letter: DeadLetter, decision: Recheck) => {
+    if (decision.kind === 'fails') {
+      bump(plan.tally.failing, decision.code);
+      if (plan.failures.length < 20) plan.failures.push(failureLine(letter, decision.code, decision.reason));
+    } else {
+      bump(plan.tally.produced, decision.topic);
+      if (decision.derived) bump(plan.derived, decision.derived);
+    }
+  };
+  const total = countRecords(starts, ends);
+  const references: DeadLetter[] = [];
+  let read = 0;
+  await readRange({
+    kafka: session.kafka,
+    topic,
+    from: starts,
+    to: ends,
+    timeoutMs: 60 * 60_000,
+    onRecord: (record) => {
+      onProgress?.(++read, total);
+      const letter = deadLetterOf(record, session.dlqs);
+      if (!matches(letter, filters)) {
+        plan.tally.outside++;
+        return 'continue';
+      }
+      plan.tally.selected++;
+      if (isReference(letter)) {
+        references.push(letter);
+        return 'continue';
+      }
+      tallyPlan(letter, recheck(letter, context));
+      return 'continue';
+    },
+  });
+  // Dead letters too large for the DLQ hold a reference: their request is read from its source record.
+  for (const letter of references) {
+    const resolved = await resolveReference(session.kafka, letter);
+    tallyPlan(letter, 'kind' in resolved ? resolved : recheck(resolved, context));
+  }
+  return plan;
+}
+
+export interface RedriveRun {
+  /** Records produced per second at most. */
+  rate?: number | undefined;
+  /** Stops the run between chunks (what it committed stays; the same name resumes). */
+  signal?: AbortSignal;
+  /** After each committed chunk: the running totals and the lines of the records that still fail. */
+  onCommitted?(done: Tally, stillFailing: string[]): void;
+}
+
+export interface RedriveOutcome {
+  done: Tally;
+  /** Ended before the range's end: interrupted by the signal, or stalled (no commit for STALL_MS). */
+  stopped: 'interrupted' | 'stalled' | undefined;
+  ms: number;
+}
+
+/** The redrive itself: exactly once from the plan's positions to its ends, through the consumer group of its name. */
+export async function executeRedrive(session: DlqSession, plan: RedrivePlan, options: RedriveRun = {}): Promise<RedriveOutcome> {
+  const { topic, filters, groupId } = plan;
+  const context = recheckContext(session.config);
+  if (!plan.resuming && filters.since !== undefined) await setStartOffsets(session.kafka, groupId, topic, plan.starts);
+  const done = newTally();
+  const rate = options.rate;
+  const started = Date.now();
+  let scheduled = 0;
+  const abort = new AbortController();
+  const onAbort = () => abort.abort();
+  options.signal?.addEventListener('abort', onAbort, { once: true });
+  // Never a silent hang: a run that commits nothing for STALL_MS stops (what it committed stays).
+  let lastProgress = Date.now();
+  let stalled = false;
+  const watchdog = setInterval(() => {
+    if (Date.now() - lastProgress <= STALL_MS) return;
+    stalled = true;
+    abort.abort();
+  }, 1_000);
+  try {
+    await runRedrive({
+      kafka: session.kafka,
+      topic,
+      groupId,
+      ends: plan.ends,
+      starts: plan.starts,
+      maxBatchRecords: rate ? Math.min(500, rate) : 500,
+      signal: abort.signal,
+      process: async (records) => {
+        const at = Date.now();
+        lastProgress = at;
+        const outputs: OutputRecord[] = [];
+        const chunk = newTally();
+        const lines: string[] = [];
+        for (const record of records) {
+          const letter = deadLetterOf(record, session.dlqs);
+          if (!matches(letter, filters)) {
+            chunk.outside++;
+            continue;
+          }
+          chunk.selected++;
+          const resolved = isReference(letter) ? await resolveReference(session.kafka, letter) : letter;
+          const decision = 'kind' in resolved ? resolved : recheck(resolved, context);
+          if (decision.kind === 'fails') {
+            bump(chunk.failing, decision.code);
+            lines.push(failureLine(letter, decision.code, decision.reason));
+            continue;
+          }
+          bump(chunk.produced, decision.topic);
+          outputs.push({ topic: decision.topic, key: decision.key, value: decision.value, headers: { ...decision.headers, ...redriveHeaders(letter, at) } });
+        }
+        if (rate && outputs.length > 0) {
+          scheduled += outputs.length;
+          const due = started + (scheduled / rate) * 1000;
+          if (due > Date.now()) await new Promise((r) => setTimeout(r, due - Date.now()));
+        }
+        return {
+          outputs,
+          committed: () => {
+            lastProgress = Date.now();
+            done.selected += chunk.selected;
+            done.outside += chunk.outside;
+            for (const [t, n] of chunk.produced) bump(done.produced, t, n);
+            for (const [c, n] of chunk.failing) bump(done.failing, c, n);
+            options.onCommitted?.(done, lines);
+          },
+        };
+      },
+    });
+  } catch (error) {
+    if (abort.signal.aborted) return { done, stopped: stalled ? 'stalled' : 'interrupted', ms: Date.now() - started };
+    throw error;
+  } finally {
+    clearInterval(watchdog);
+    options.signal?.removeEventListener('abort', onAbort);
+  }
+  return { done, stopped: undefined, ms: Date.now() - started };
+}
+
+/** A reference's source record (one record read by offset), or why it cannot be had. */
+async function resolveReference(kafka: KafkaClient, letter: DeadLetter): Promise<DeadLetter | StillFailing> {
+  const source = referenceSource(letter);
+  if (!source) return withSource(letter, undefined);
+  const ends = await topicEnds(kafka, source.topic).catch(() => undefined);
+  const end = ends?.get(source.partition);
+  if (!end || source.offset < end.low || source.offset >= end.high) return withSource(letter, undefined);
+  let found: ConsumedRecord | undefined;
+  await readRange({
+    kafka,
+    topic: source.topic,
+    from: new Map([[source.partition, source.offset]]),
+    to: new Map([[source.partition, source.offset + 1]]),
+    timeoutMs: 60_000,
+    onRecord: (record) => {
+      found = record;
+      return 'stop';
+    },
+  });
+  return withSource(letter, found);
+}

@@ -1,0 +1,628 @@
+// The msgbridge support console (src/tracker/README.md, "Console and access"): one ES module,
+// no framework, no build step. Every view is an address (/console/?q=…, ?message=…, ?dlq=…),
+// loaded whole; data comes from the tracker's own queries with the token kept in sessionStorage
+// (a `#token=` fragment is moved there and cleared, so it never reaches a server log).
+
+const TOKEN_KEY = 'msgbridge.trackerToken';
+const STEPS = [
+  ['acceptedAt', 'accepted', 'the provider accepted the send'],
+  ['sentAt', 'sent', 'the provider sent it to WhatsApp'],
+  ['deliveredAt', 'delivered', "it reached the customer's phone"],
+  ['readAt', 'read', 'the customer opened it'],
+  ['failedAt', 'delivery_failed', 'the provider reports it failed'],
+];
+const PAGE = 25;
+
+const main = document.getElementById('main');
+const live = document.getElementById('live');
+const params = new URLSearchParams(location.search);
+let me;
+
+// ---- small helpers ----
+
+/** An element: h('p', { class: 'x' }, 'text', child). Text is always text (never HTML). */
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs ?? {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const c of children.flat()) if (c !== undefined && c !== null && c !== false) el.append(c instanceof Node ? c : String(c));
+  return el;
+}
+
+const link = (href, text, attrs = {}) => h('a', { href, ...attrs }, text);
+const consoleUrl = (query) => `/console/?${new URLSearchParams(Object.entries(query).filter(([, v]) => v !== undefined && v !== null && v !== '')).toString()}`;
+
+function say(text) {
+  live.textContent = '';
+  setTimeout(() => (live.textContent = text), 50);
+}
+
+/** Replaces the main content, gives the page a title, and moves focus there (screen readers hear the new view). */
+function show(title, ...content) {
+  document.title = `${title} · msgbridge console`;
+  main.replaceChildren(h('h1', { id: 'view-title' }, title), ...content);
+  main.focus({ preventScroll: true });
+  say(title);
+}
+
+/** A time in the viewer's zone, with UTC on hover (and for screen readers in the datetime attribute). */
+function time(iso) {
+  if (!iso) return h('span', { class: 'muted' }, '—');
+  const d = new Date(iso);
+  return h('time', { datetime: iso, title: `${d.toISOString().replace('T', ' ').replace('.000Z', 'Z')} UTC` }, d.toLocaleString(undefined, { dateStyle: 'medium', timeStyle: 'medium' }));
+}
+
+function duration(ms) {
+  if (!Number.isFinite(ms)) return '';
+  const sign = ms < 0 ? '−' : '+';
+  let s = Math.abs(ms) / 1000;
+  if (s < 1) return `${sign}${Math.round(Math.abs(ms))} ms`;
+  if (s < 60) return `${sign}${s.toFixed(s < 10 ? 1 : 0)} s`;
+  const parts = [];
+  for (const [unit, size] of [
+    ['d', 86400],
+    ['h', 3600],
+    ['min', 60],
+    ['s', 1],
+  ]) {
+    const n = Math.floor(s / size);
+    if (n > 0 && parts.length < 2) parts.push(`${n} ${unit}`);
+    s -= n * size;
+  }
+  return `${sign}${parts.join(' ')}`;
+}
+
+const statusBadge = (status) => h('span', { class: `badge status-${status}` }, status === 'delivery_failed' ? 'failed' : status);
+
+function copyButton(text, label) {
+  return h(
+    'button',
+    {
+      type: 'button',
+      class: 'small',
+      'aria-label': label,
+      onclick: async (e) => {
+        try {
+          await navigator.clipboard.writeText(text);
+          e.target.textContent = 'Copied';
+          say('Copied');
+        } catch {
+          e.target.textContent = 'Select and copy';
+        }
+      },
+    },
+    'Copy',
+  );
+}
+
+// ---- the credential ----
+
+function takeTokenFromFragment() {
+  const m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
+  if (!m) return;
+  sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1]));
+  history.replaceState(null, '', location.pathname + location.search);
+}
+
+const token = () => sessionStorage.getItem(TOKEN_KEY);
+
+class ApiError extends Error {
+  constructor(status, body) {
+    super(body?.message ?? `the tracker answered ${status}`);
+    this.status = status;
+    this.body = body;
+  }
+}
+
+/** A tracker query with the credential: the JSON body, or an ApiError (401, 403, 404, 503…). */
+async function api(path, options = {}) {
+  const headers = { accept: 'application/json' };
+  if (token()) headers.authorization = `Bearer ${token()}`;
+  if (options.body !== undefined) headers['content-type'] = 'application/json';
+  let res;
+  try {
+    res = await fetch(path, { method: options.method ?? 'GET', headers, body: options.body === undefined ? undefined : JSON.stringify(options.body), cache: 'no-store' });
+  } catch {
+    throw new ApiError(0, { error: 'NETWORK', message: 'the tracker cannot be reached (is it running? is the network up?)' });
+  }
+  const body = await res.json().catch(() => undefined);
+  if (!res.ok) throw new ApiError(res.status, body);
+  return body;
+}
+
+function signIn(reason) {
+  document.getElementById('who').hidden = true;
+  const input = h('input', { id: 'token', type: 'password', autocomplete: 'off', spellcheck: 'false', required: true, 'aria-describedby': 'token-help' });
+  const form = h(
+    'form',
+    {
+      class: 'card signin',
+      onsubmit: (e) => {
+        e.preventDefault();
+        sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+        location.reload();
+      },
+    },
+    h('label', { for: 'token' }, 'Access token'),
+    input,
+    h(
+      'p',
+      { id: 'token-help', class: 'muted' },
+      'Ask your msgbridge operator for a token of the read role (support) or the operator role (redrives). ',
+      'With msgbridge dev, open the console link it prints. The token stays in this browser tab only.',
+    ),
+    h('button', { type: 'submit' }, 'Sign in'),
+  );
+  show('Sign in', h('p', { class: 'notice warn' }, reason), form);
+  input.focus();
+}
+
+/** Says what went wrong and what to do; 401 asks for a token. */
+function failure(error, what) {
+  if (error.status === 401) return signIn(`${error.message}.`);
+  const advice = {
+    403: 'Your token does not allow this: ask for a token of the operator role.',
+    404: 'Nothing is known under this name.',
+    400: 'Check what you typed.',
+    503: 'The tracker is busy starting, restoring or rebalancing: try again in a few seconds.',
+    0: 'Check that the tracker is running, then try again.',
+  }[error.status];
+  show(
+    what,
+    h('p', { class: 'notice error', role: 'alert' }, error.message),
+    advice ? h('p', {}, advice) : null,
+    error.status === 503 || error.status === 0 || !error.status ? h('button', { type: 'button', onclick: () => location.reload() }, 'Try again') : null,
+  );
+}
+
+// ---- search ----
+
+const looksLikePhone = (q) => /^\+?[\d\s().-]{5,30}$/.test(q) && (q.match(/\d/g) ?? []).length >= 5;
+const phoneOf = (q) => q.replace(/[^\d+]/g, '');
+
+async function search(q, business, before) {
+  if (looksLikePhone(q)) {
+    let number = phoneOf(q);
+    let page = await api(`/messages?${new URLSearchParams({ recipient: number, limit: String(PAGE), ...(before ? { before } : {}) })}`);
+    // Numbers are stored as the sender recorded them, usually with "+": try that too.
+    if (page.messages.length === 0 && !number.startsWith('+') && !before) {
+      number = `+${number}`;
+      page = await api(`/messages?${new URLSearchParams({ recipient: number, limit: String(PAGE) })}`);
+    }
+    return renderList(`Messages to ${page.recipient ?? q}`, page, { q, business }, 'recipient');
+  }
+  for (const kind of ['messages', 'requests']) {
+    try {
+      const state = await api(`/${kind}/${encodeURIComponent(q)}`);
+      return renderMessage(state, kind === 'requests' ? `found by request id ${q}` : undefined);
+    } catch (error) {
+      if (error.status !== 404) throw error;
+    }
+  }
+  show(
+    'Nothing found',
+    h('p', {}, 'No message id, request id or phone number matches ', h('strong', {}, q), '.'),
+    h(
+      'ul',
+      {},
+      h('li', {}, 'A phone number is searched as typed and with a leading +: use the international format (+15550002222).'),
+      h('li', {}, 'A request id is the requestId the producing system put in its send request.'),
+      h('li', {}, 'The tracker keeps messages updated in the last tracker.stateRetentionMs (30 days by default); a request that was rejected before sending has no message (see Dead letters).'),
+    ),
+  );
+}
+
+async function recipientOf(id, business, before) {
+  const page = await api(`/messages?${new URLSearchParams({ recipientOf: id, limit: String(PAGE), ...(before ? { before } : {}) })}`);
+  return renderList(`Messages to ${page.recipient ?? 'this customer'}`, page, { recipientOf: id, business }, 'recipient');
+}
+
+function renderList(title, page, query, _kind) {
+  const business = query.business;
+  const rows = business ? page.messages.filter((m) => m.businessId === business) : page.messages;
+  const table = h(
+    'table',
+    {},
+    h('caption', { class: 'visually-hidden' }, `${title}, newest first`),
+    h(
+      'thead',
+      {},
+      h(
+        'tr',
+        {},
+        h('th', { scope: 'col' }, 'Last update'),
+        h('th', { scope: 'col' }, 'Status'),
+        h('th', { scope: 'col' }, 'Message'),
+        h('th', { scope: 'col' }, 'Request'),
+        h('th', { scope: 'col' }, 'Business'),
+        h('th', { scope: 'col' }, 'Type'),
+      ),
+    ),
+    h(
+      'tbody',
+      {},
+      rows.map((m) =>
+        h(
+          'tr',
+          {},
+          h('td', {}, time(m.updatedAt)),
+          h('td', {}, statusBadge(m.status)),
+          h('td', { class: 'id' }, link(consoleUrl({ message: m.messageId }), m.messageId)),
+          h('td', { class: 'id' }, m.requestId ? link(consoleUrl({ q: m.requestId }), m.requestId) : h('span', { class: 'muted' }, 'not sent by msgbridge')),
+          h('td', {}, m.businessId),
+          h('td', {}, m.type ?? '—'),
+        ),
+      ),
+    ),
+  );
+  const note = business ? h('p', { class: 'muted' }, `${rows.length} of the ${page.messages.length} messages of this page are of business ${business}.`) : null;
+  const older = page.next ? h('p', {}, link(consoleUrl({ ...query, before: page.next }), 'Older messages →', { class: 'button' })) : null;
+  const newest = params.get('before') ? h('p', {}, link(consoleUrl({ ...query, before: undefined }), '← Newest')) : null;
+  if (rows.length === 0) {
+    return show(
+      title,
+      note,
+      h('p', { class: 'notice' }, page.messages.length === 0 ? 'No message to this number is known to the tracker.' : 'None on this page: look at older messages.'),
+      older,
+      newest,
+    );
+  }
+  show(title, note, h('div', { class: 'scroll' }, table), older, newest);
+}
+
+// ---- a message ----
+
+async function message(id, foundBy) {
+  const state = await api(`/messages/${encodeURIComponent(id)}`);
+  return renderMessage(state, foundBy);
+}
+
+function timeline(state) {
+  const steps = STEPS.filter(([field]) => state[field]).map(([field, status, meaning]) => ({ field, status, meaning, at: state[field], ms: Date.parse(state[field]) }));
+  steps.sort((a, b) => a.ms - b.ms);
+  const failedMs = state.failedAt ? Date.parse(state.failedAt) : undefined;
+  let previous;
+  const items = steps.map((step) => {
+    const late = failedMs !== undefined && step.status !== 'delivery_failed' && (step.status === 'delivered' || step.status === 'read') && step.ms > failedMs;
+    const item = h(
+      'li',
+      { class: `step status-${step.status}${late ? ' late' : ''}` },
+      h('span', { class: 'step-name' }, step.status === 'delivery_failed' ? 'failed' : step.status),
+      ' ',
+      time(step.at),
+      previous ? h('span', { class: 'delta', title: `time since ${previous.status}` }, ` ${duration(step.ms - previous.ms)}`) : null,
+      h('span', { class: 'meaning' }, step.meaning),
+      late ? h('span', { class: 'late-note' }, 'Late event: reported after the failure. Recorded, not applied: the message stays failed.') : null,
+    );
+    previous = step;
+    return item;
+  });
+  return h('ol', { class: 'timeline', 'aria-label': 'Status timeline, oldest first' }, items);
+}
+
+function errorBlock(error) {
+  if (!error) return null;
+  const rows = [
+    ['Code', error.code],
+    ['Type', error.type],
+    ['Message', error.message],
+    ['For the user', [error.userTitle, error.userMessage].filter(Boolean).join(': ')],
+    ['Details', error.details ? JSON.stringify(error.details) : undefined],
+  ].filter(([, v]) => v !== undefined && v !== null && v !== '');
+  return h(
+    'section',
+    { class: 'card error-card', 'aria-labelledby': 'error-title' },
+    h('h2', { id: 'error-title' }, 'Error from the provider'),
+    h(
+      'dl',
+      {},
+      rows.map(([k, v]) => [h('dt', {}, k), h('dd', {}, String(v))]),
+    ),
+    error.cntTraceId
+      ? h('p', { class: 'trace' }, 'Quote this trace id to the provider: ', h('code', { id: 'trace-id' }, error.cntTraceId), ' ', copyButton(error.cntTraceId, 'Copy the trace id'))
+      : h('p', { class: 'muted' }, 'The provider gave no trace id.'),
+  );
+}
+
+async function windowBlock(state) {
+  const section = h('section', { class: 'card', 'aria-labelledby': 'window-title' }, h('h2', { id: 'window-title' }, 'Conversation window'));
+  try {
+    const w = await api(`/messages/${encodeURIComponent(state.messageId)}/conversation`);
+    const open = Date.parse(w.windowOpenUntil) > Date.now();
+    section.append(
+      h(
+        'p',
+        {},
+        open ? h('span', { class: 'badge status-read' }, 'open') : h('span', { class: 'badge status-neutral' }, 'closed'),
+        ' ',
+        open ? 'Free-form text can be sent until ' : 'Closed since ',
+        time(w.windowOpenUntil),
+        '.',
+      ),
+      h('p', { class: 'muted' }, 'The customer last wrote ', time(w.lastInboundAt), '. Outside the window only templates can be sent.'),
+    );
+  } catch (error) {
+    if (error.status === 404) section.append(h('p', {}, h('span', { class: 'badge status-neutral' }, 'closed'), ' No message from this customer is known: only templates can be sent.'));
+    else section.append(h('p', { class: 'notice error' }, `The window could not be read: ${error.message}`));
+  }
+  return section;
+}
+
+async function renderMessage(state, foundBy) {
+  const summary = h(
+    'dl',
+    { class: 'summary' },
+    h('dt', {}, 'Status'),
+    h('dd', {}, statusBadge(state.status)),
+    h('dt', {}, 'Business'),
+    h('dd', {}, state.businessId),
+    h('dt', {}, 'Recipient'),
+    h('dd', {}, state.recipient ?? '—', state.recipient ? [' · ', link(consoleUrl({ recipientOf: state.messageId }), "this customer's other messages")] : null),
+    h('dt', {}, 'Type'),
+    h('dd', {}, state.type ?? '—'),
+    h('dt', {}, 'Request id'),
+    h('dd', { class: 'id' }, state.requestId ? link(consoleUrl({ q: state.requestId }), state.requestId) : 'none: not sent through msgbridge (or its send result was not seen)'),
+    h('dt', {}, 'Message id'),
+    h('dd', { class: 'id' }, state.messageId, ' ', copyButton(state.messageId, 'Copy the message id')),
+    h('dt', {}, 'Events'),
+    h('dd', {}, String(state.events), ' applied · last update ', time(state.updatedAt)),
+  );
+  const win = await windowBlock(state);
+  show(
+    `Message ${state.status === 'delivery_failed' ? 'failed' : state.status}`,
+    foundBy ? h('p', { class: 'muted' }, foundBy) : null,
+    h('section', { class: 'card', 'aria-labelledby': 'summary-title' }, h('h2', { id: 'summary-title', class: 'visually-hidden' }, 'Summary'), summary),
+    errorBlock(state.error),
+    h('section', { class: 'card', 'aria-labelledby': 'timeline-title' }, h('h2', { id: 'timeline-title' }, 'Timeline'), timeline(state)),
+    win,
+    h(
+      'p',
+      { class: 'muted' },
+      "Not shown: the request's text or template and parameters, and the send attempts: the tracker keeps the state of a message, not the request (the producing system and the send-results topic hold them).",
+    ),
+  );
+}
+
+// ---- dead letters ----
+
+async function dlqPage(topic) {
+  const info = await api('/dlq');
+  if (!info.available) return show('Dead letters', h('p', { class: 'notice' }, info.message));
+  if (!topic) topic = info.topics[0];
+  const tabs = h(
+    'nav',
+    { 'aria-label': 'Dead-letter topics', class: 'tabs' },
+    h(
+      'ul',
+      {},
+      info.topics.map((t) => h('li', {}, link(consoleUrl({ dlq: t }), t, t === topic ? { 'aria-current': 'page' } : {}))),
+    ),
+  );
+  const filter = { code: params.get('code') ?? '', business: params.get('business') ?? '', since: params.get('since') ?? '', until: params.get('until') ?? '' };
+  const [stats, page] = await Promise.all([
+    api(`/dlq/${encodeURIComponent(topic)}/stats`),
+    api(`/dlq/${encodeURIComponent(topic)}/records?${new URLSearchParams(Object.entries({ ...filter, max: '50', from: params.get('from') ?? '' }).filter(([, v]) => v !== ''))}`),
+  ]);
+  show(`Dead letters: ${topic}`, tabs, statsBlock(topic, stats), filterForm(topic, filter, stats), recordsBlock(topic, filter, page), redriveBlock(topic, filter));
+}
+
+function countTable(caption, entries, onePerRow) {
+  return h(
+    'table',
+    { class: 'counts' },
+    h('caption', {}, caption),
+    h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, onePerRow[0]), h('th', { scope: 'col', class: 'num' }, 'Records'), onePerRow[1] ? h('th', { scope: 'col' }, onePerRow[1]) : null)),
+    h(
+      'tbody',
+      {},
+      entries.map(([name, count, extra]) => h('tr', {}, h('th', { scope: 'row' }, name), h('td', { class: 'num' }, count.toLocaleString()), extra !== undefined ? h('td', {}, extra) : null)),
+    ),
+  );
+}
+
+function statsBlock(topic, stats) {
+  if (stats.records === 0) return h('p', { class: 'notice' }, `Nothing is dead-lettered on ${topic} (or retention removed it).`);
+  const byCode = Object.entries(stats.byCode).map(([code, g]) => [
+    code,
+    g.count,
+    Object.entries(g.businesses)
+      .slice(0, 5)
+      .map(([b, n]) => `${b} ${n}`)
+      .join(', '),
+  ]);
+  const byBusiness = Object.entries(stats.byBusiness).map(([b, n]) => [b, n]);
+  return h(
+    'section',
+    { class: 'card', 'aria-labelledby': 'stats-title' },
+    h('h2', { id: 'stats-title' }, 'Counts'),
+    h('p', {}, `${stats.records.toLocaleString()} records in ${stats.partitions} partitions, oldest `, time(stats.oldest), ', newest ', time(stats.newest), '.'),
+    h('div', { class: 'two' }, countTable('By code', byCode, ['Code', 'Businesses']), countTable('By business', byBusiness, ['Business'])),
+    stats.redrives.length
+      ? h('p', { class: 'muted' }, `Already behind a redrive: ${stats.behindARedrive.toLocaleString()}. Redrives: ${stats.redrives.map((r) => `${r.name} (${r.passed} passed)`).join(', ')}.`)
+      : h('p', { class: 'muted' }, 'No redrive yet.'),
+  );
+}
+
+function filterForm(topic, filter, stats) {
+  const select = (name, label, values) =>
+    h(
+      'div',
+      { class: 'field' },
+      h('label', { for: `f-${name}` }, label),
+      h(
+        'select',
+        { id: `f-${name}`, name },
+        h('option', { value: '' }, 'any'),
+        values.map((v) => h('option', { value: v, selected: v === filter[name] }, v)),
+      ),
+    );
+  const dt = (name, label) =>
+    h(
+      'div',
+      { class: 'field' },
+      h('label', { for: `f-${name}` }, label),
+      h('input', { id: `f-${name}`, name, type: 'text', value: filter[name], placeholder: '2026-11-20T10:00:00Z', pattern: '\\d{4}-\\d{2}-\\d{2}.*' }),
+    );
+  return h(
+    'form',
+    { class: 'card filters', method: 'get', action: '/console/', 'aria-label': 'Select dead letters' },
+    h('input', { type: 'hidden', name: 'dlq', value: topic }),
+    select('code', 'Code', Object.keys(stats.byCode ?? {})),
+    select(
+      'business',
+      'Business',
+      Object.keys(stats.byBusiness ?? {}).filter((b) => b !== '(none)'),
+    ),
+    dt('since', 'Since (ISO time)'),
+    dt('until', 'Until (ISO time)'),
+    h('div', { class: 'field' }, h('button', { type: 'submit' }, 'Select')),
+  );
+}
+
+function recordsBlock(topic, filter, page) {
+  if (page.records.length === 0) return h('p', { class: 'notice' }, 'No record matches this selection.');
+  const value = (r) => r.value ?? (r.valueBase64 !== undefined ? `(binary, ${r.valueBase64.length} base64 characters)` : '(empty)');
+  const rows = page.records.map((r) =>
+    h(
+      'tr',
+      {},
+      h('td', {}, time(r.timestamp)),
+      h('td', { class: 'id' }, `${r.partition}/${r.offset}`),
+      h('td', {}, r.business ?? '—'),
+      h('td', {}, h('code', {}, r.code)),
+      h('td', { class: 'reason' }, r.reason, h('details', {}, h('summary', {}, 'Record'), h('pre', {}, value(r)), h('pre', {}, JSON.stringify(r.headers, null, 2)))),
+    ),
+  );
+  return h(
+    'section',
+    { class: 'card', 'aria-labelledby': 'records-title' },
+    h('h2', { id: 'records-title' }, 'Records'),
+    h(
+      'div',
+      { class: 'scroll' },
+      h(
+        'table',
+        {},
+        h(
+          'thead',
+          {},
+          h(
+            'tr',
+            {},
+            ['Written', 'Partition/offset', 'Business', 'Code', 'Reason'].map((c) => h('th', { scope: 'col' }, c)),
+          ),
+        ),
+        h('tbody', {}, rows),
+      ),
+    ),
+    page.next ? h('p', {}, link(consoleUrl({ dlq: topic, ...filter, from: page.next }), 'Next records →', { class: 'button' })) : h('p', { class: 'muted' }, 'End of the topic.'),
+  );
+}
+
+function planText(plan) {
+  const produced = Object.entries(plan.produced);
+  const failing = Object.entries(plan.failing);
+  return [
+    h(
+      'p',
+      {},
+      `${plan.dryRun ? 'Would produce' : 'Produced'} ${produced.reduce((n, [, c]) => n + c, 0).toLocaleString()} of ${plan.selected.toLocaleString()} selected records${produced.length ? `: ${produced.map(([t, n]) => `${n} → ${t}`).join(', ')}` : ''}.`,
+    ),
+    h(
+      'p',
+      {},
+      `${plan.dryRun ? 'Would fail again' : 'Still failing'}: ${failing.reduce((n, [, c]) => n + c, 0).toLocaleString()}${failing.length ? ` (${failing.map(([c, n]) => `${c} ${n}`).join(', ')})` : ''}.`,
+    ),
+    plan.failures.length ? h('details', {}, h('summary', {}, 'Records that would fail again'), h('pre', {}, plan.failures.join('\n'))) : null,
+    h('p', { class: 'muted' }, `Redrive name ${plan.name}${plan.resuming ? ' (resumes where it stopped)' : ''}: msgbridge dlq redrive with the same selection continues it.`),
+  ];
+}
+
+function redriveBlock(topic, filter) {
+  const section = h('section', { class: 'card', 'aria-labelledby': 'redrive-title' }, h('h2', { id: 'redrive-title' }, 'Redrive this selection'));
+  if (me?.role !== 'operator') {
+    section.append(h('p', { class: 'muted' }, 'A redrive needs a token of the operator role. You can read the records; ask an operator to redrive them.'));
+    return section;
+  }
+  const out = h('div', { 'aria-live': 'polite' });
+  const run = async (dryRun, button) => {
+    button.disabled = true;
+    out.replaceChildren(h('p', { class: 'notice' }, dryRun ? 'Checking each selected record as its role would now…' : 'Redriving…'));
+    try {
+      const plan = await api(`/dlq/${encodeURIComponent(topic)}/redrive`, { method: 'POST', body: { filter, dryRun } });
+      const produce = Object.values(plan.produced).reduce((n, c) => n + c, 0);
+      const confirm =
+        dryRun && produce > 0
+          ? h(
+              'button',
+              { type: 'button', class: 'danger', onclick: (e) => run(false, e.target) },
+              `Redrive ${produce.toLocaleString()} record${produce === 1 ? '' : 's'} to ${Object.keys(plan.produced).join(', ')}`,
+            )
+          : null;
+      out.replaceChildren(
+        h('h3', {}, dryRun ? 'Dry run: nothing written' : plan.stopped ? `Stopped (${plan.stopped}): what was committed stays` : 'Done'),
+        ...planText(plan),
+        dryRun && produce === 0 ? h('p', {}, 'Nothing to produce.') : null,
+        confirm,
+      );
+      (confirm ?? out).focus?.();
+    } catch (error) {
+      out.replaceChildren(h('p', { class: 'notice error', role: 'alert' }, error.status === 403 ? 'Your token does not allow a redrive (operator role needed).' : error.message));
+    } finally {
+      button.disabled = false;
+    }
+  };
+  section.append(
+    h('p', {}, 'Each selected record is checked again as the ingress or the sender would check it now; those that pass go back to their original topic, exactly once. A dry run comes first.'),
+    h('button', { type: 'button', onclick: (e) => run(true, e.target) }, 'Dry run'),
+    out,
+  );
+  return section;
+}
+
+// ---- start ----
+
+async function whoAmI() {
+  me = await api('/me');
+  document.getElementById('who-name').textContent = `${me.name} · ${me.role === 'operator' ? 'operator' : 'read only'}${me.masked ? ' · numbers masked' : ''}`;
+  document.getElementById('who').hidden = false;
+}
+
+async function route() {
+  const q = params.get('q')?.trim();
+  const business = params.get('business')?.trim() || undefined;
+  document.getElementById('q').value = q ?? '';
+  document.getElementById('business').value = business ?? '';
+  const section = params.has('dlq') ? 'dlq' : 'search';
+  for (const a of document.querySelectorAll('[data-section]')) {
+    if (a.dataset.section === section) a.setAttribute('aria-current', 'page');
+    else a.removeAttribute('aria-current');
+  }
+  document.getElementById('search').hidden = section === 'dlq';
+  const what = section === 'dlq' ? 'Dead letters' : 'Search';
+  try {
+    await whoAmI();
+    if (params.has('dlq')) return await dlqPage(params.get('dlq'));
+    if (params.get('message')) return await message(params.get('message'));
+    if (params.get('recipientOf')) return await recipientOf(params.get('recipientOf'), business, params.get('before') ?? undefined);
+    if (q) return await search(q, business, params.get('before') ?? undefined);
+    show(
+      'Find a message',
+      h('p', {}, 'Type a message id, the request id your system sent, or the phone number of the customer, then Search.'),
+      h('ul', { class: 'muted' }, h('li', {}, 'Every page has its own address: copy it to share what you see.'), h('li', {}, 'Times are in your time zone; hover one for UTC.')),
+    );
+    document.getElementById('q').focus();
+  } catch (error) {
+    failure(error, what);
+  }
+}
+
+document.getElementById('sign-out').addEventListener('click', () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  location.reload();
+});
+takeTokenFromFragment();
+route();
