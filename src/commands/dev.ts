@@ -1,3 +1,4 @@
+import { createHash, randomBytes } from 'node:crypto';
 import type { Command } from 'commander';
 import type { Registry } from 'prom-client';
 import type { Config } from '../config/schema.js';
@@ -16,11 +17,22 @@ import { simulatorOptionsFromConfig, startSimulator, type RunningSimulator } fro
 import { commandConfig, writeDevState } from './context.js';
 import { parseIntegerOption } from './options.js';
 import { loopbackHost } from '../platform/net.js';
+import { createDlqPort } from './dlq-console.js';
 
 const DEFAULT_STATE_DIR = './state/tracker';
 
 /** The business `msgbridge dev` runs with when none is configured (local use only). */
 export const DEV_BUSINESS = { id: 'biz_1', signingSecrets: ['dev-signing-secret'], apiKey: 'dev-api-key' } as const;
+
+/**
+ * A fresh operator token for this run of `msgbridge dev`, added to the configured ones: the
+ * console link it prints carries it in the URL fragment (never sent to a server, so never in a
+ * log); the page moves it to sessionStorage. It dies with the process.
+ */
+export function devAccessToken(): { token: string; entry: { name: string; role: 'operator'; sha256: string } } {
+  const token = randomBytes(24).toString('base64url');
+  return { token, entry: { name: 'dev', role: 'operator', sha256: createHash('sha256').update(token).digest('hex') } };
+}
 
 interface DevOptions {
   summaryInterval: number;
@@ -34,7 +46,11 @@ export function registerDevCommand(program: Command): void {
     .option('--summary-interval <seconds>', 'seconds between live summary lines (0 = none)', parseIntegerOption('--summary-interval', 0, 3600), 5)
     .option('--quiet', 'no live summary')
     .action(async (opts: DevOptions, command: Command) => {
-      await runDev(devConfig(commandConfig(command)), opts);
+      const access = devAccessToken();
+      const config = devConfig(commandConfig(command));
+      // A configured token named "dev" gives way to this run's.
+      const tokens = [...config.tracker.accessTokens.filter((t) => t.name !== 'dev'), access.entry];
+      await runDev({ ...config, tracker: { ...config.tracker, accessTokens: tokens } }, opts, access.token);
     });
 }
 
@@ -63,7 +79,7 @@ function line(text = '') {
   process.stdout.write(`${text}\n`);
 }
 
-async function runDev(config: Config, opts: DevOptions): Promise<void> {
+async function runDev(config: Config, opts: DevOptions, devToken: string): Promise<void> {
   // Logs go to stderr (warnings and up by default), the screen to stdout.
   const loggers = roleLoggers(['dev', 'simulator', 'ingress', 'tracker', 'sender'], { level: process.env.MSGBRIDGE_LOG_LEVEL ?? 'warn' });
   const logger = loggers.dev;
@@ -108,7 +124,7 @@ async function runDev(config: Config, opts: DevOptions): Promise<void> {
     };
     ingress = await startIngress({ config: wired, brokers: brokers.brokers, logger: loggers.ingress });
     // The tracker first: it creates the conversations topic the sender reads before it consumes.
-    tracker = await startTracker({ config: wired, brokers: brokers.brokers, logger: loggers.tracker });
+    tracker = await startTracker({ config: wired, brokers: brokers.brokers, logger: loggers.tracker, dlq: createDlqPort(wired, brokers.brokers, loggers.tracker) });
     sender = await startSender({ config: wired, brokers: brokers.brokers, logger: loggers.sender });
     await Promise.all(roles().map((role) => role.ready));
     for (const business of config.businesses) {
@@ -125,7 +141,7 @@ async function runDev(config: Config, opts: DevOptions): Promise<void> {
     await lifecycle.stop('start-up failed');
     throw err;
   }
-  printScreen(config, { brokers, simulator, ingress, sender, tracker, startupMs: Date.now() - started });
+  printScreen(config, { brokers, simulator, ingress, sender, tracker, startupMs: Date.now() - started, devToken });
 
   if (!opts.quiet && opts.summaryInterval > 0) {
     const registries = { ingress: ingress.metrics, sender: sender.metrics, tracker: tracker.metrics };
@@ -141,7 +157,7 @@ async function runDev(config: Config, opts: DevOptions): Promise<void> {
   await new Promise(() => {}); // runs until a signal drains and exits
 }
 
-function printScreen(config: Config, s: { brokers: Brokers; simulator: RunningSimulator; ingress: Ingress; sender: Sender; tracker: Tracker; startupMs: number }) {
+function printScreen(config: Config, s: { brokers: Brokers; simulator: RunningSimulator; ingress: Ingress; sender: Sender; tracker: Tracker; startupMs: number; devToken: string }) {
   const biz = config.businesses[0]!.id;
   const t = config.kafka.topics;
   const kafka = s.brokers.local ? `${s.brokers.brokers.join(',')}  (embedded Apache Kafka, KRaft)` : `${s.brokers.brokers.join(',')}  (KAFKA_BROKERS)`;
@@ -154,6 +170,7 @@ function printScreen(config: Config, s: { brokers: Brokers; simulator: RunningSi
   line(`  sender      ${t.sendRequests} → provider → ${t.sendResults}${s.sender.address ? `  (health ${s.sender.address})` : ''}`);
   line(`  tracker     ${t.sendResults} + ${t.deliveryStatus} → ${t.messageState}, ${t.messages} → ${t.conversations}${s.tracker.address ? `  (queries ${s.tracker.address}/messages/<id>)` : ''}`);
   line(`  businesses  ${config.businesses.map((b) => b.id).join(', ')}`);
+  if (s.tracker.address) line(`  console     ${s.tracker.address}/console/#token=${s.devToken}  (a dev operator token, valid while this runs)`);
   line();
   line('Try it, in another terminal:');
   line(`  npx msgbridge simulator inbound --business ${biz} --from +15550002222 --text "Hi!" --url ${s.simulator.url}   # the customer writes first`);
@@ -163,6 +180,7 @@ function printScreen(config: Config, s: { brokers: Brokers; simulator: RunningSi
   line(`  npx msgbridge send template --business ${biz} --to +15550009999 --template order_update --param order=42`);
   line(`  npx msgbridge tail ${t.deliveryStatus} --from-beginning`);
   line(`  npx msgbridge status <messageId or requestId>                                                                # one state per message, never going back`);
+  if (s.tracker.address) line(`  MSGBRIDGE_TRACKER_TOKEN=${s.devToken} npx msgbridge status --tracker ${s.tracker.address} <id>   # asked of the tracker`);
   line(`The operator commands find this Kafka by themselves; elsewhere: export KAFKA_BROKERS=${s.brokers.brokers.join(',')}`);
   line();
 }

@@ -111,6 +111,8 @@ export function unauthenticatedMessage(reason: Exclude<Authentication, { ok: tru
 
 /** `+15550002222` → `+1555•••2222`: the country code and area stay readable, the rest but the last 4 digits hidden. */
 export function maskPhone(phone: string): string {
+  // Already masked (an answer forwarded from another member is masked there): unchanged.
+  if (phone.includes('•')) return phone;
   const m = /^(\+?)(\d+)$/.exec(phone.trim());
   if (!m) return phone.length > 4 ? `•••${phone.slice(-4)}` : '•••';
   const digits = m[2]!;

@@ -62,6 +62,17 @@ describe('msgbridge dev, end to end', () => {
     expect(stdout).toMatch(/tracker\s+\S+send-results \+ \S+delivery_status → \S+message-state/);
   });
 
+  it('prints a console link with a dev operator token in its fragment: the token opens the queries, nothing else does', async () => {
+    const m = /console\s+(http:\/\/\S+)\/console\/#token=([A-Za-z0-9_-]{20,})/.exec(dev.output().stdout);
+    expect(m, dev.output().stdout).not.toBeNull();
+    const [, base, token] = m!;
+    expect((await fetch(`${base}/console/`)).headers.get('content-type')).toMatch(/^text\/html/);
+    const me = await fetch(`${base}/me`, { headers: { authorization: `Bearer ${token}` } });
+    expect(await me.json()).toMatchObject({ name: 'dev', role: 'operator', dlq: true });
+    expect((await fetch(`${base}/messages/any`)).status).toBe(401);
+    expect((await fetch(`${base}/messages/any`, { headers: { authorization: 'Bearer not-the-token' } })).status).toBe(401);
+  });
+
   it('a text to a customer who wrote first: accepted → sent, delivered, read, having travelled simulator → ingress → Kafka', async () => {
     const inbound = await runCli(['simulator', 'inbound', '--business', 'biz_1', '--from', '+15550002222', '--text', 'hi', '--url', simulatorUrl], env);
     expect(inbound.code, inbound.stderr).toBe(0);

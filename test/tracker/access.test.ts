@@ -58,6 +58,9 @@ describe('tracker access (pure)', () => {
     expect(maskPhone('+4412345')).toBe('+•••2345');
     expect(maskPhone('+123')).toBe('+•••');
     expect(maskPhone('not-a-number')).toBe('•••mber');
+    // Idempotent: another member's masked answer is masked again on the way out.
+    expect(maskPhone(maskPhone('+15550002222'))).toBe('+1555•••2222');
+    expect(maskJson(maskJson({ recipient: '+15550002222', note: 'to +15550002222' }))).toEqual({ recipient: '+1555•••2222', note: 'to +1555•••2222' });
   });
 
   it('masks every phone number of an answer: known fields, parties, and numbers in text; ids and times stay', () => {
