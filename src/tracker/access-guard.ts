@@ -101,7 +101,7 @@ export class AccessGuard {
     }
     if (!allows(result.caller.role, needed)) {
       this.refusals.inc({ reason: 'role' });
-      this.logger.warn({ caller: result.caller.name, role: result.caller.role, action: what }, 'tracker access refused: the operator role is needed');
+      this.logger.warn({ caller: result.caller.name, callerRole: result.caller.role, action: what }, 'tracker access refused: the operator role is needed');
       return {
         ok: false,
         answer: {

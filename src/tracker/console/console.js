@@ -28,10 +28,12 @@ function h(tag, attrs, ...children) {
     if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
     else el.setAttribute(k, v === true ? '' : String(v));
   }
-  for (const c of children.flat()) if (c !== undefined && c !== null && c !== false) el.append(c instanceof Node ? c : String(c));
+  for (const c of children.flat(Infinity)) if (c !== undefined && c !== null && c !== false) el.append(c instanceof Node ? c : String(c));
   return el;
 }
 
+/** Replaces an element's children, leaving out the absent ones. */
+const fill = (el, ...children) => el.replaceChildren(...children.flat(Infinity).filter((c) => c !== undefined && c !== null && c !== false));
 const link = (href, text, attrs = {}) => h('a', { href, ...attrs }, text);
 const consoleUrl = (query) => `/console/?${new URLSearchParams(Object.entries(query).filter(([, v]) => v !== undefined && v !== null && v !== '')).toString()}`;
 
@@ -43,7 +45,7 @@ function say(text) {
 /** Replaces the main content, gives the page a title, and moves focus there (screen readers hear the new view). */
 function show(title, ...content) {
   document.title = `${title} · msgbridge console`;
-  main.replaceChildren(h('h1', { id: 'view-title' }, title), ...content);
+  fill(main, h('h1', { id: 'view-title' }, title), content);
   main.focus({ preventScroll: true });
   say(title);
 }
@@ -280,20 +282,28 @@ async function message(id, foundBy) {
   return renderMessage(state, foundBy);
 }
 
+/**
+ * The steps in the order they happened. The provider's statuses carry whole seconds and the
+ * accepted time milliseconds, so times are compared by the second, and a tie keeps the
+ * lifecycle's order (a "sent" in the same second as "accepted" comes after it).
+ */
 function timeline(state) {
-  const steps = STEPS.filter(([field]) => state[field]).map(([field, status, meaning]) => ({ field, status, meaning, at: state[field], ms: Date.parse(state[field]) }));
-  steps.sort((a, b) => a.ms - b.ms);
+  const steps = STEPS.map(([field, status, meaning], rank) => ({ field, status, meaning, rank, at: state[field], ms: Date.parse(state[field]) })).filter((s) => s.at);
+  steps.sort((a, b) => Math.floor(a.ms / 1000) - Math.floor(b.ms / 1000) || a.rank - b.rank);
   const failedMs = state.failedAt ? Date.parse(state.failedAt) : undefined;
   let previous;
   const items = steps.map((step) => {
-    const late = failedMs !== undefined && step.status !== 'delivery_failed' && (step.status === 'delivered' || step.status === 'read') && step.ms > failedMs;
+    const late = failedMs !== undefined && (step.status === 'delivered' || step.status === 'read') && step.ms > failedMs;
+    const delta = previous ? step.ms - previous.ms : undefined;
     const item = h(
       'li',
       { class: `step status-${step.status}${late ? ' late' : ''}` },
       h('span', { class: 'step-name' }, step.status === 'delivery_failed' ? 'failed' : step.status),
       ' ',
       time(step.at),
-      previous ? h('span', { class: 'delta', title: `time since ${previous.status}` }, ` ${duration(step.ms - previous.ms)}`) : null,
+      delta !== undefined
+        ? h('span', { class: 'delta', title: `time since ${previous.status === 'delivery_failed' ? 'failed' : previous.status}` }, ` ${Math.abs(delta) < 1000 ? '<1 s' : duration(delta)}`)
+        : null,
       h('span', { class: 'meaning' }, step.meaning),
       late ? h('span', { class: 'late-note' }, 'Late event: reported after the failure. Recorded, not applied: the message stays failed.') : null,
     );
@@ -310,7 +320,7 @@ function errorBlock(error) {
     ['Type', error.type],
     ['Message', error.message],
     ['For the user', [error.userTitle, error.userMessage].filter(Boolean).join(': ')],
-    ['Details', error.details ? JSON.stringify(error.details) : undefined],
+    ['Details', error.details && Object.keys(error.details).length > 0 ? JSON.stringify(error.details) : undefined],
   ].filter(([, v]) => v !== undefined && v !== null && v !== '');
   return h(
     'section',
@@ -438,7 +448,15 @@ function statsBlock(topic, stats) {
     'section',
     { class: 'card', 'aria-labelledby': 'stats-title' },
     h('h2', { id: 'stats-title' }, 'Counts'),
-    h('p', {}, `${stats.records.toLocaleString()} records in ${stats.partitions} partitions, oldest `, time(stats.oldest), ', newest ', time(stats.newest), '.'),
+    h(
+      'p',
+      {},
+      `${stats.records.toLocaleString()} record${stats.records === 1 ? '' : 's'} in ${stats.partitions} partition${stats.partitions === 1 ? '' : 's'}, oldest `,
+      time(stats.oldest),
+      ', newest ',
+      time(stats.newest),
+      '.',
+    ),
     h('div', { class: 'two' }, countTable('By code', byCode, ['Code', 'Businesses']), countTable('By business', byBusiness, ['Business'])),
     stats.redrives.length
       ? h('p', { class: 'muted' }, `Already behind a redrive: ${stats.behindARedrive.toLocaleString()}. Redrives: ${stats.redrives.map((r) => `${r.name} (${r.passed} passed)`).join(', ')}.`)
@@ -550,7 +568,7 @@ function redriveBlock(topic, filter) {
   const out = h('div', { 'aria-live': 'polite' });
   const run = async (dryRun, button) => {
     button.disabled = true;
-    out.replaceChildren(h('p', { class: 'notice' }, dryRun ? 'Checking each selected record as its role would now…' : 'Redriving…'));
+    fill(out, h('p', { class: 'notice' }, dryRun ? 'Checking each selected record as its role would now…' : 'Redriving…'));
     try {
       const plan = await api(`/dlq/${encodeURIComponent(topic)}/redrive`, { method: 'POST', body: { filter, dryRun } });
       const produce = Object.values(plan.produced).reduce((n, c) => n + c, 0);
@@ -562,7 +580,8 @@ function redriveBlock(topic, filter) {
               `Redrive ${produce.toLocaleString()} record${produce === 1 ? '' : 's'} to ${Object.keys(plan.produced).join(', ')}`,
             )
           : null;
-      out.replaceChildren(
+      fill(
+        out,
         h('h3', {}, dryRun ? 'Dry run: nothing written' : plan.stopped ? `Stopped (${plan.stopped}): what was committed stays` : 'Done'),
         ...planText(plan),
         dryRun && produce === 0 ? h('p', {}, 'Nothing to produce.') : null,
@@ -570,7 +589,7 @@ function redriveBlock(topic, filter) {
       );
       (confirm ?? out).focus?.();
     } catch (error) {
-      out.replaceChildren(h('p', { class: 'notice error', role: 'alert' }, error.status === 403 ? 'Your token does not allow a redrive (operator role needed).' : error.message));
+      fill(out, h('p', { class: 'notice error', role: 'alert' }, error.status === 403 ? 'Your token does not allow a redrive (operator role needed).' : error.message));
     } finally {
       button.disabled = false;
     }

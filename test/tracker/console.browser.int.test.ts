@@ -1,0 +1,211 @@
+import { existsSync, mkdirSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { kafkaBrokers, produce, uniqueTopic } from '../helpers/kafka.js';
+import { runCli, startCli } from '../helpers/cli.js';
+import { TEST_ACCESS_TOKENS, TEST_TOKENS } from './harness.js';
+
+/**
+ * The support console in a real browser (Debian's Chromium driven by playwright-core, never a
+ * downloaded browser) against `msgbridge dev` on the suite's Kafka: the simulator, ingress,
+ * sender and tracker of one process. A message sent through the simulator is found by its phone
+ * number and shows `read` with its timeline; a failed one shows its error and trace id; without
+ * a credential no data reaches the page; a read-only user sees no redrive and is refused one.
+ * With MSGBRIDGE_CONSOLE_SCREENSHOTS=1 the main pages are written to docs/console/*.png.
+ */
+const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+const SHOTS = process.env.MSGBRIDGE_CONSOLE_SCREENSHOTS === '1' ? join(import.meta.dirname, '..', '..', 'docs', 'console') : undefined;
+const suffix = uniqueTopic('console');
+const CUSTOMER = '+15550002222';
+const FAILING = '+15550000404';
+const env: Record<string, string> = {
+  KAFKA_BROKERS: '',
+  MSGBRIDGE_INGRESS_PORT: '0',
+  MSGBRIDGE_SIMULATOR_PORT: '0',
+  MSGBRIDGE__sender__healthPort: '0',
+  MSGBRIDGE__sender__groupId: `${suffix}-sender`,
+  MSGBRIDGE__localKafka__cacheDir: JSON.stringify(mkdtempSync(join(tmpdir(), 'msgbridge-console-'))),
+  MSGBRIDGE__kafka__topics__messages: `${suffix}-messages`,
+  MSGBRIDGE__kafka__topics__deliveryStatus: `${suffix}-delivery_status`,
+  MSGBRIDGE__kafka__topics__webhooksDlq: `${suffix}-webhooks-dlq`,
+  MSGBRIDGE__kafka__topics__sendRequests: `${suffix}-send-requests`,
+  MSGBRIDGE__kafka__topics__sendResults: `${suffix}-send-results`,
+  MSGBRIDGE__kafka__topics__sendRequestsDlq: `${suffix}-send-requests-dlq`,
+  MSGBRIDGE__kafka__topics__messageState: `${suffix}-message-state`,
+  MSGBRIDGE__kafka__topics__conversations: `${suffix}-conversations`,
+  MSGBRIDGE_TRACKER_PORT: '0',
+  MSGBRIDGE_TRACKER_STATE_DIR: mkdtempSync(join(tmpdir(), 'msgbridge-console-state-')),
+  MSGBRIDGE__tracker__groupId: `${suffix}-tracker`,
+  MSGBRIDGE__tracker__transactionalIdPrefix: `${suffix}-tracker`,
+  // The suite's read-only token beside the operator token dev makes for itself.
+  MSGBRIDGE__tracker__accessTokens: JSON.stringify(TEST_ACCESS_TOKENS),
+};
+
+let dev: ReturnType<typeof startCli>;
+let browser: Browser;
+let base: string;
+let devToken: string;
+let readMessageId: string;
+let failedMessageId: string;
+
+async function newPage(width = 1280, height = 900): Promise<Page> {
+  const page = await browser.newPage({ viewport: { width, height }, locale: 'en-US', timezoneId: 'Europe/Berlin' });
+  page.on('pageerror', (error) => {
+    throw error;
+  });
+  return page;
+}
+
+/** A page signed in with a token: the way the dev link does it, through the URL fragment. */
+async function signedIn(token: string, path: string, width?: number): Promise<Page> {
+  const page = await newPage(width);
+  await page.goto(`${base}/console/#token=${token}`);
+  await page.waitForSelector('#who:not([hidden])');
+  await page.goto(`${base}${path}`);
+  return page;
+}
+
+async function shot(page: Page, name: string) {
+  if (!SHOTS) return;
+  mkdirSync(SHOTS, { recursive: true });
+  await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
+}
+
+beforeAll(async () => {
+  if (!existsSync(CHROMIUM)) throw new Error(`no Chromium at ${CHROMIUM}: apt-get install chromium (.ci/run does)`);
+  env.KAFKA_BROKERS = kafkaBrokers().join(',');
+  dev = startCli(['dev', '--quiet'], env);
+  const link = await dev.waitFor(/console\s+(http:\/\/\S+)\/console\/#token=(\S+)/);
+  [, base, devToken] = link as unknown as [string, string, string];
+  const simulatorUrl = (await dev.waitFor(/simulator\s+(http:\/\/\S+)/))[1]!;
+  browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'] });
+
+  // The customer writes first, then a text goes out and is read; a template to a number not on WhatsApp fails.
+  const inbound = await runCli(['simulator', 'inbound', '--business', 'biz_1', '--from', CUSTOMER, '--text', 'hi', '--url', simulatorUrl], env);
+  expect(inbound.code, inbound.stderr).toBe(0);
+  const sent = await runCli(['send', 'text', '--business', 'biz_1', '--to', CUSTOMER, '--text', 'Your order shipped', '--request-id', `${suffix}-ok`, '--timeout', '45'], env, 90_000);
+  expect(sent.code, `${sent.stdout}\n${sent.stderr}`).toBe(0);
+  const failed = await runCli(
+    ['send', 'template', '--business', 'biz_1', '--to', FAILING, '--template', 'order_update', '--param', 'order=42', '--request-id', `${suffix}-fail`, '--timeout', '45'],
+    env,
+    90_000,
+  );
+  expect(failed.code, `${failed.stdout}\n${failed.stderr}`).not.toBeNull();
+  // A dead letter for the dead-letter page.
+  await produce(`${suffix}-send-requests-dlq`, [{ key: 'r1', value: '{"not":"a request"', headers: { 'error-reason': 'not valid JSON', 'error-code': 'RELAY_INVALID_JSON', 'business-id': 'biz_1' } }]);
+
+  const ask = async (requestId: string) => {
+    const res = await fetch(`${base}/requests/${requestId}`, { headers: { authorization: `Bearer ${devToken}` } });
+    return res.status === 200 ? ((await res.json()) as { messageId: string; status: string }) : undefined;
+  };
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const [ok, bad] = [await ask(`${suffix}-ok`), await ask(`${suffix}-fail`)];
+    if (ok?.status === 'read' && bad?.status === 'delivery_failed') {
+      readMessageId = ok.messageId;
+      failedMessageId = bad.messageId;
+      break;
+    }
+    if (Date.now() > deadline) throw new Error(`the messages did not reach read and delivery_failed: ${JSON.stringify([ok, bad])}`);
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}, 240_000);
+
+afterAll(async () => {
+  await browser?.close();
+  expect(await dev?.stop('SIGINT')).toBe(0);
+});
+
+describe('the support console in Chromium', () => {
+  it('finds a message by phone number, opens it, and shows read with its timeline, window and links', async () => {
+    const page = await signedIn(devToken, '/console/');
+    await shot(page, 'start');
+    await page.fill('#q', CUSTOMER);
+    await page.press('#q', 'Enter');
+    await page.waitForSelector('table tbody tr');
+    expect(new URL(page.url()).searchParams.get('q')).toBe(CUSTOMER);
+    expect(await page.textContent('h1')).toBe(`Messages to ${CUSTOMER}`);
+    const row = page.locator('tbody tr', { hasText: readMessageId });
+    expect(await row.locator('.badge').textContent()).toBe('read');
+    await shot(page, 'search');
+    await row.getByRole('link', { name: readMessageId }).click();
+    await page.waitForSelector('.timeline');
+    expect(new URL(page.url()).searchParams.get('message')).toBe(readMessageId);
+    expect(await page.textContent('h1')).toBe('Message read');
+    const steps = await page.locator('.timeline .step-name').allTextContents();
+    expect(steps).toEqual(['accepted', 'sent', 'delivered', 'read']);
+    // Times in the viewer's zone, UTC on hover; the time between steps.
+    const first = page.locator('.timeline time').first();
+    expect(await first.getAttribute('title')).toMatch(/^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(\.\d+)?Z UTC$/);
+    expect(await page.locator('.timeline .delta').count()).toBe(3);
+    expect(await page.textContent('#window-title + p')).toMatch(/open/);
+    expect(await page.getByRole('link', { name: `${suffix}-ok` }).count()).toBe(1);
+    expect(await page.getByRole('link', { name: "this customer's other messages" }).count()).toBe(1);
+    await shot(page, 'message');
+    // The same page at a phone's width: nothing wider than the screen.
+    await page.setViewportSize({ width: 390, height: 844 });
+    expect(await page.evaluate('document.documentElement.scrollWidth')).toBeLessThanOrEqual(390);
+    await shot(page, 'message-phone');
+    await page.close();
+  });
+
+  it('a failed message shows its error with the trace id to quote to the provider', async () => {
+    const page = await signedIn(devToken, `/console/?q=${encodeURIComponent(`${suffix}-fail`)}`);
+    await page.waitForSelector('.error-card');
+    expect(await page.textContent('h1')).toBe('Message failed');
+    expect(await page.textContent('main')).toContain(failedMessageId);
+    expect(await page.textContent('.error-card')).toContain('ERROR_CODE_PHONE_NUMBER_NOT_ON_WHATSAPP');
+    expect(await page.locator('#trace-id').count()).toBe(1);
+    expect(await page.locator('.timeline .step-name').allTextContents()).toEqual(['accepted', 'failed']);
+    await shot(page, 'failed');
+    await page.close();
+  });
+
+  it('without a credential the page gets no data and says how to get a token; keyboard reaches the sign-in', async () => {
+    const page = await newPage();
+    const answers: number[] = [];
+    page.on('response', (r) => {
+      if (!r.url().includes('/console/')) answers.push(r.status());
+    });
+    await page.goto(`${base}/console/?q=${encodeURIComponent(CUSTOMER)}`);
+    await page.waitForSelector('#token');
+    expect(await page.textContent('h1')).toBe('Sign in');
+    expect(await page.textContent('main')).toMatch(/Ask your msgbridge operator for a token/);
+    expect(await page.textContent('body')).not.toContain(readMessageId);
+    expect(answers.length).toBeGreaterThan(0);
+    expect(answers.every((s) => s === 401)).toBe(true);
+    // The field is labelled and focused.
+    expect(await page.evaluate('document.activeElement?.id')).toBe('token');
+    expect(await page.locator('label[for="token"]').textContent()).toBe('Access token');
+    await page.close();
+  });
+
+  it('a read-only user reads the dead letters but has no redrive, and is refused one', async () => {
+    const page = await signedIn(TEST_TOKENS.read, `/console/?dlq=${encodeURIComponent(`${suffix}-send-requests-dlq`)}`);
+    await page.waitForSelector('#records-title');
+    expect(await page.textContent('#who-name')).toContain('read only');
+    expect(await page.textContent('.counts')).toContain('RELAY_INVALID_JSON');
+    expect(await page.getByRole('button', { name: 'Dry run' }).count()).toBe(0);
+    expect(await page.textContent('main')).toMatch(/A redrive needs a token of the operator role/);
+    // What a user could try from the browser's console: the server refuses it.
+    const status = await page.evaluate(`(async () => {
+      const token = sessionStorage.getItem('msgbridge.trackerToken');
+      const res = await fetch('/dlq/${suffix}-send-requests-dlq/redrive', { method: 'POST', headers: { authorization: 'Bearer ' + token, 'content-type': 'application/json' }, body: JSON.stringify({ dryRun: false }) });
+      return res.status;
+    })()`);
+    expect(status).toBe(403);
+    await page.close();
+  });
+
+  it('an operator runs the dry run first, then sees what a redrive would do', async () => {
+    const page = await signedIn(devToken, `/console/?dlq=${encodeURIComponent(`${suffix}-send-requests-dlq`)}`);
+    await page.waitForSelector('#records-title');
+    await page.getByRole('button', { name: 'Dry run' }).click();
+    await page.waitForSelector('text=Dry run: nothing written');
+    expect(await page.textContent('main')).toMatch(/Would fail again: 1 \(RELAY_INVALID_JSON 1\)/);
+    await shot(page, 'dead-letters');
+    await page.close();
+  });
+});
