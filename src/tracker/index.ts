@@ -178,13 +178,17 @@ export class Tracker implements Role {
     return this.runningEngine().isReady();
   }
 
-  /** The current state of a message (memory, else message-state); undefined when unknown. */
-  message(messageId: string): Promise<MessageState | undefined> {
-    return this.queries.message(messageId);
+  /**
+   * The current state of a message, from this member's store or its owner's; undefined when
+   * unknown. A query forwarded to another member carries `credentials` (e.g. `{ authorization:
+   * 'Bearer <token>' }`): the other member checks them like any caller's.
+   */
+  message(messageId: string, credentials?: Record<string, string>): Promise<MessageState | undefined> {
+    return this.queries.message(messageId, credentials);
   }
 
-  request(requestId: string): Promise<MessageState | undefined> {
-    return this.queries.request(requestId);
+  request(requestId: string, credentials?: Record<string, string>): Promise<MessageState | undefined> {
+    return this.queries.request(requestId, credentials);
   }
 
   /** Set by `start` before the instance is handed out. */

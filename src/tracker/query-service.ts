@@ -87,18 +87,22 @@ export class QueryService {
     return id.length === 0 || id.length > MAX_ID_LENGTH ? badRequest(`an id has 1 to ${MAX_ID_LENGTH} characters`) : undefined;
   }
 
-  /** The state of a message, wherever it lives; undefined when unknown. Throws when the owner cannot be asked. */
-  async message(id: string): Promise<MessageState | undefined> {
-    return this.unwrap(await this.messageAnswer(id, false));
+  /**
+   * The state of a message, wherever it lives; undefined when unknown. Throws when the owner
+   * cannot be asked. Another member checks `credentials` (the headers of a token it knows), as
+   * for any forwarded query: without them only this member's own tasks can answer.
+   */
+  async message(id: string, credentials: Credentials = {}): Promise<MessageState | undefined> {
+    return this.unwrap(await this.messageAnswer(id, false, credentials));
   }
 
-  async request(id: string): Promise<MessageState | undefined> {
-    return this.unwrap(await this.requestAnswer(id, false));
+  async request(id: string, credentials: Credentials = {}): Promise<MessageState | undefined> {
+    return this.unwrap(await this.requestAnswer(id, false, credentials));
   }
 
-  async recipient(recipient: string, limit = 20, before?: string): Promise<RecipientPage> {
+  async recipient(recipient: string, limit = 20, before?: string, credentials: Credentials = {}): Promise<RecipientPage> {
     const query = new URLSearchParams({ limit: String(limit), ...(before ? { before } : {}) });
-    const answer = await this.recipientAnswer(recipient, query, false);
+    const answer = await this.recipientAnswer(recipient, query, false, credentials);
     if (answer.status !== 200) throw new MsgbridgeError('KAFKA_UNAVAILABLE', (answer.body as { message?: string }).message ?? 'query failed');
     return answer.body as RecipientPage;
   }

@@ -7,7 +7,7 @@ import { topicSettings } from '../../src/kafka/topics.js';
 import { messageId } from '../ingress/fixtures.js';
 import { runCli } from '../helpers/cli.js';
 import { produce, withAdmin } from '../helpers/kafka.js';
-import { getJson, latestByKey, resultRecord, statusRecord, TEST_TOKENS, trackerConfig, until, type TrackerTestConfig } from './harness.js';
+import { authHeaders, getJson, latestByKey, resultRecord, statusRecord, TEST_TOKENS, trackerConfig, until, type TrackerTestConfig } from './harness.js';
 
 /**
  * The tracker's local stores on the suite's broker: a restart reads only what the changelog
@@ -156,8 +156,9 @@ describe('tracker local stores', () => {
     expect(await get(first.address!, '/messages?recipient=%2B1555&limit=0')).toMatchObject({ status: 400 });
     expect(await get(first.address!, '/messages?recipient=%2B1555&before=not-a-cursor!')).toMatchObject({ status: 400 });
     expect(await get(first.address!, '/messages')).toMatchObject({ status: 400 });
-    // The programmatic queries of either member are the same.
-    expect(await second.request('fw-3')).toMatchObject({ messageId: ids[3] });
+    // The programmatic queries of either member are the same (forwarded with a credential).
+    for (const i of [3, 4, 5, 6]) expect(await second.request(`fw-${i}`, authHeaders())).toMatchObject({ messageId: ids[i] });
+    for (const i of [3, 4, 5, 6]) expect(await first.message(ids[i]!, authHeaders())).toMatchObject({ requestId: `fw-${i}` });
 
     // msgbridge status asks a running tracker (any member) with its token, and reads no topic.
     const env = { MSGBRIDGE__kafka__topics__messageState: topics.messageState, KAFKA_BROKERS: '127.0.0.1:9', MSGBRIDGE_TRACKER_TOKEN: TEST_TOKENS.read };
