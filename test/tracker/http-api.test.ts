@@ -1,0 +1,115 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Registry } from 'prom-client';
+import { startHealthServer, type HealthServer } from '../../src/runtime/health-server.js';
+import { loadConfig } from '../../src/config/load.js';
+import { silentLogger } from '../../src/platform/logger.js';
+import { AccessGuard } from '../../src/tracker/access-guard.js';
+import { ConsoleAssets, CONSOLE_CSP } from '../../src/tracker/console-assets.js';
+import { trackerRoutes } from '../../src/tracker/http-api.js';
+import type { DlqPort } from '../../src/tracker/dlq-port.js';
+import type { QueryService } from '../../src/tracker/query-service.js';
+import { authHeaders, TEST_ACCESS_TOKENS } from './harness.js';
+
+/**
+ * The tracker's HTTP edge on a real server on port 0, without Kafka: a stub QueryService and
+ * DLQ port behind the real guard, routes, assets and health server (methods, body bound,
+ * HEAD, content types, caching, the redrive's checks, masking of every answer).
+ */
+let server: HealthServer;
+let base: string;
+const redrives: { topic: string; dryRun: boolean; by: string }[] = [];
+const forwardedCredentials: Record<string, string>[] = [];
+
+const queries = {
+  async route(path: string, _query: URLSearchParams, _headers: unknown, credentials: Record<string, string>) {
+    forwardedCredentials.push(credentials);
+    if (path === '/messages/m1') return { status: 200, body: { messageId: 'm1', recipient: '+15550002222', error: { message: 'to +15550002222' } } };
+    return undefined;
+  },
+} as unknown as QueryService;
+
+const dlq: DlqPort = {
+  topics: () => ['send-requests-dlq'],
+  stats: async (topic) => ({ topic, records: 0, partitions: 1, oldest: null, newest: null, byCode: {}, byBusiness: {}, behindARedrive: 0, redrives: [] }),
+  list: async () => ({ records: [{ topic: 't', partition: 0, offset: '0', timestamp: '', key: null, role: null, business: null, code: 'c', reason: 'r', headers: {}, value: '{"to":"+15550003333"}' }], next: null }),
+  redrive: async (topic, _filter, options) => {
+    redrives.push({ topic, ...options });
+    return { topic, name: 'n', dryRun: options.dryRun, resuming: false, selected: 0, outside: 0, produced: {}, failing: {}, failures: [], stopped: null, ms: 0 };
+  },
+};
+
+beforeAll(async () => {
+  const config = loadConfig({ env: {}, overrides: { tracker: { accessTokens: TEST_ACCESS_TOKENS as never, maskRecipients: true } } });
+  const registry = new Registry();
+  const guard = new AccessGuard(config.tracker, silentLogger, registry);
+  guard.start();
+  server = await startHealthServer({
+    host: '127.0.0.1',
+    port: 0,
+    registry,
+    notReadyReason: () => undefined,
+    route: trackerRoutes({ queries, guard, assets: new ConsoleAssets(), dlq, logger: silentLogger }),
+  });
+  base = server.url;
+});
+
+afterAll(async () => {
+  await server.close();
+});
+
+const post = (path: string, body: string, headers: Record<string, string> = {}) => fetch(`${base}${path}`, { method: 'POST', body, headers: { 'content-type': 'application/json', ...authHeaders('operator'), ...headers } });
+
+describe('tracker HTTP routes', () => {
+  it('serves the console with its content types, a strict CSP and revalidation; /console redirects; nothing outside it', async () => {
+    const page = await fetch(`${base}/console/`);
+    expect(page.headers.get('content-type')).toBe('text/html; charset=utf-8');
+    expect(page.headers.get('content-security-policy')).toBe(CONSOLE_CSP);
+    expect(page.headers.get('x-frame-options')).toBe('DENY');
+    expect(await page.text()).toContain('<script type="module" src="/console/console.js">');
+    // A view's address (any query) is the same page.
+    expect((await fetch(`${base}/console/?q=%2B15550002222`)).headers.get('content-type')).toBe('text/html; charset=utf-8');
+    const css = await fetch(`${base}/console/console.css`);
+    expect(css.headers.get('content-type')).toBe('text/css; charset=utf-8');
+    expect(css.headers.get('cache-control')).toMatch(/max-age=\d+, must-revalidate/);
+    expect((await fetch(`${base}/console`, { redirect: 'manual' })).headers.get('location')).toBe('/console/');
+    expect((await fetch(`${base}/`, { redirect: 'manual' })).headers.get('location')).toBe('/console/');
+    for (const path of ['/console/nope.js', '/console/x/console.js', '/console/%2e%2e/access.ts']) expect((await fetch(`${base}${path}`)).status, path).toBe(404);
+    const head = await fetch(`${base}/console/console.js`, { method: 'HEAD' });
+    expect(head.status).toBe(200);
+    expect(await head.text()).toBe('');
+    expect((await fetch(`${base}/console/`, { method: 'POST', body: '{}' })).status).toBe(405);
+  });
+
+  it('masks the answers of a read-only caller, passes the credential on to forwarded queries, never lets a browser cache data', async () => {
+    const read = await fetch(`${base}/messages/m1`, { headers: authHeaders('read') });
+    expect(await read.json()).toEqual({ messageId: 'm1', recipient: '+1555•••2222', error: { message: 'to +1555•••2222' } });
+    expect(read.headers.get('cache-control')).toBe('no-store');
+    expect(forwardedCredentials.at(-1)).toEqual(authHeaders('read'));
+    expect(((await (await fetch(`${base}/messages/m1`, { headers: authHeaders('operator') })).json()) as { recipient: string }).recipient).toBe('+15550002222');
+    const records = (await (await fetch(`${base}/dlq/send-requests-dlq/records`, { headers: authHeaders('read') })).json()) as { records: { value: string }[] };
+    expect(records.records[0]!.value).toBe('{"to":"+1555•••3333"}');
+    expect((await fetch(`${base}/messages/unknown`, { headers: authHeaders('read') })).status).toBe(404);
+    expect((await fetch(`${base}/elsewhere`, { headers: authHeaders('read') })).status).toBe(404);
+  });
+
+  it('a redrive: POST only, JSON only, from the same site only, operators only; every refusal before the port is called', async () => {
+    expect((await fetch(`${base}/dlq/send-requests-dlq/redrive`, { headers: authHeaders('operator') })).status).toBe(405);
+    expect((await post('/dlq/send-requests-dlq/redrive', '{"dryRun":true}', { 'content-type': 'text/plain' })).status).toBe(415);
+    expect((await post('/dlq/send-requests-dlq/redrive', '{"dryRun":true}', { 'sec-fetch-site': 'cross-site' })).status).toBe(403);
+    expect((await post('/dlq/send-requests-dlq/redrive', '{"dryRun":true}', authHeaders('read'))).status).toBe(403);
+    expect((await post('/dlq/send-requests-dlq/redrive', 'not json')).status).toBe(400);
+    expect((await post('/dlq/send-requests-dlq/redrive', '{"dryRun":true,"filter":{"since":"yesterday"}}')).status).toBe(400);
+    expect(redrives).toEqual([]);
+    const plan = await post('/dlq/send-requests-dlq/redrive', '{"dryRun":true,"filter":{"code":"X"}}', { 'sec-fetch-site': 'same-origin' });
+    expect(plan.status).toBe(200);
+    expect(redrives).toEqual([{ topic: 'send-requests-dlq', dryRun: true, by: 'test-operator' }]);
+  });
+
+  it('the server: POST bodies are bounded, other methods refused, the health endpoints open', async () => {
+    expect((await post('/dlq/send-requests-dlq/redrive', JSON.stringify({ dryRun: true, pad: 'x'.repeat(70_000) }))).status).toBe(413);
+    expect((await fetch(`${base}/messages/m1`, { method: 'PUT', body: '' })).status).toBe(405);
+    expect((await fetch(`${base}/messages/m1`, { method: 'PUT', body: '' })).headers.get('allow')).toBe('GET, HEAD, POST');
+    expect((await fetch(`${base}/healthz`)).status).toBe(200);
+    expect((await fetch(`${base}/metrics`)).status).toBe(200);
+  });
+});
