@@ -31,7 +31,10 @@ const queries = {
 const dlq: DlqPort = {
   topics: () => ['send-requests-dlq'],
   stats: async (topic) => ({ topic, records: 0, partitions: 1, oldest: null, newest: null, byCode: {}, byBusiness: {}, behindARedrive: 0, redrives: [] }),
-  list: async () => ({ records: [{ topic: 't', partition: 0, offset: '0', timestamp: '', key: null, role: null, business: null, code: 'c', reason: 'r', headers: {}, value: '{"to":"+15550003333"}' }], next: null }),
+  list: async () => ({
+    records: [{ topic: 't', partition: 0, offset: '0', timestamp: '', key: null, role: null, business: null, code: 'c', reason: 'r', headers: {}, value: '{"to":"+15550003333"}' }],
+    next: null,
+  }),
   redrive: async (topic, _filter, options) => {
     redrives.push({ topic, ...options });
     return { topic, name: 'n', dryRun: options.dryRun, resuming: false, selected: 0, outside: 0, produced: {}, failing: {}, failures: [], stopped: null, ms: 0 };
@@ -57,7 +60,8 @@ afterAll(async () => {
   await server.close();
 });
 
-const post = (path: string, body: string, headers: Record<string, string> = {}) => fetch(`${base}${path}`, { method: 'POST', body, headers: { 'content-type': 'application/json', ...authHeaders('operator'), ...headers } });
+const post = (path: string, body: string, headers: Record<string, string> = {}) =>
+  fetch(`${base}${path}`, { method: 'POST', body, headers: { 'content-type': 'application/json', ...authHeaders('operator'), ...headers } });
 
 describe('tracker HTTP routes', () => {
   it('serves the console with its content types, a strict CSP and revalidation; /console redirects; nothing outside it', async () => {
