@@ -1,6 +1,6 @@
 import type { Config } from '../config/schema.js';
 import type { Logger } from '../platform/logger.js';
-import { MsgbridgeError } from '../platform/errors.js';
+import { isMsgbridgeError, MsgbridgeError } from '../platform/errors.js';
 import type { DlqFilter, DlqPort, DlqRedriveAnswer } from '../tracker/dlq-port.js';
 import { configuredDlqs } from './dlq-rules.js';
 import { checkRedriveTopic, defaultRedriveName, dlqList, dlqStats, executeRedrive, filtersOf, jsonRecord, openDlq, planRedrive, sum, type FilterArgs, type RedrivePlan } from './dlq-ops.js';
@@ -19,16 +19,27 @@ export function createDlqPort(config: Config, brokers: string[], logger: Logger)
   const known = (topic: string) => {
     if (!topics.includes(topic)) throw new MsgbridgeError('NOT_FOUND', `"${topic}" is not a configured dead-letter topic (${topics.join(', ')})`);
   };
+  /** A configured DLQ topic nothing was ever written to may not exist yet: then it is empty. */
+  const missing = (error: unknown) => isMsgbridgeError(error, 'INVALID_ARGUMENT') && error.details?.missingTopic !== undefined;
   return {
     topics: () => topics,
     async stats(topic) {
       known(topic);
-      const s = await dlqStats(await openDlq(config, brokers, topic), topic);
+      const session = await openDlq(config, brokers, topic).catch((error: unknown) => {
+        if (missing(error)) return undefined;
+        throw error;
+      });
+      if (!session) return { topic, records: 0, partitions: 0, oldest: null, newest: null, byCode: {}, byBusiness: {}, behindARedrive: 0, redrives: [] };
+      const s = await dlqStats(session, topic);
       return { ...s, redrives: s.redrives.map((r) => ({ name: r.name, passed: r.passed })) };
     },
     async list(topic, filter, page) {
       known(topic);
-      const session = await openDlq(config, brokers, topic);
+      const session = await openDlq(config, brokers, topic).catch((error: unknown) => {
+        if (missing(error)) return undefined;
+        throw error;
+      });
+      if (!session) return { records: [], next: null };
       const result = await dlqList(session, topic, filtersOf(filterArgs(filter)), { max: page.max, from: page.from === undefined ? undefined : cursorOf(page.from) });
       return { records: result.letters.map((l) => jsonRecord(l) as unknown as DlqRecord), next: result.stopped ? [...result.next].map(([p, o]) => `${p}:${o}`).join(',') : null };
     },

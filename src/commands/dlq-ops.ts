@@ -75,7 +75,9 @@ export async function openDlq(config: Config, brokers: string[], topic: string):
   });
   if (!topics.includes(topic)) {
     const dlqs = [...configuredDlqs(config).keys()].filter((t) => topics.includes(t));
-    throw new MsgbridgeError('INVALID_ARGUMENT', `topic "${topic}" does not exist on ${brokers.join(',')}; the configured DLQ topics there: ${dlqs.join(', ') || '(none yet)'}`);
+    throw new MsgbridgeError('INVALID_ARGUMENT', `topic "${topic}" does not exist on ${brokers.join(',')}; the configured DLQ topics there: ${dlqs.join(', ') || '(none yet)'}`, {
+      details: { missingTopic: topic },
+    });
   }
   const ends = await connectingToKafka(brokers, () => topicEnds(kafka, topic));
   return { config, brokers, kafka, dlqs: configuredDlqs(config), ends };

@@ -204,6 +204,7 @@ describe('the support console in Chromium', () => {
     await page.waitForSelector('#records-title');
     await page.getByRole('button', { name: 'Dry run' }).click();
     await page.waitForSelector('text=Dry run: nothing written');
+    await page.waitForSelector('.counts');
     expect(await page.textContent('main')).toMatch(/Would fail again: 1 \(RELAY_INVALID_JSON 1\)/);
     await shot(page, 'dead-letters');
     await page.close();

@@ -412,11 +412,27 @@ async function dlqPage(topic) {
     ),
   );
   const filter = { code: params.get('code') ?? '', business: params.get('business') ?? '', since: params.get('since') ?? '', until: params.get('until') ?? '' };
-  const [stats, page] = await Promise.all([
-    api(`/dlq/${encodeURIComponent(topic)}/stats`),
-    api(`/dlq/${encodeURIComponent(topic)}/records?${new URLSearchParams(Object.entries({ ...filter, max: '50', from: params.get('from') ?? '' }).filter(([, v]) => v !== ''))}`),
-  ]);
-  show(`Dead letters: ${topic}`, tabs, statsBlock(topic, stats), filterForm(topic, filter, stats), recordsBlock(topic, filter, page), redriveBlock(topic, filter));
+  const page = await api(`/dlq/${encodeURIComponent(topic)}/records?${new URLSearchParams(Object.entries({ ...filter, max: '50', from: params.get('from') ?? '' }).filter(([, v]) => v !== ''))}`);
+  // The counts read the whole topic (a large one takes a while): the records show first.
+  const counts = h('div', { 'aria-live': 'polite' }, h('p', { class: 'notice' }, `Counting the records of ${topic}…`));
+  const form = filterForm(topic, filter);
+  show(`Dead letters: ${topic}`, tabs, counts, form, recordsBlock(topic, filter, page), redriveBlock(topic, filter));
+  api(`/dlq/${encodeURIComponent(topic)}/stats`).then(
+    (stats) => {
+      fill(counts, statsBlock(topic, stats));
+      fill(
+        form.querySelector('#codes'),
+        Object.keys(stats.byCode).map((v) => h('option', { value: v })),
+      );
+      fill(
+        form.querySelector('#businesses'),
+        Object.keys(stats.byBusiness)
+          .filter((b) => b !== '(none)')
+          .map((v) => h('option', { value: v })),
+      );
+    },
+    (error) => fill(counts, h('p', { class: 'notice error' }, `The counts could not be read: ${error.message}. Reload to try again.`)),
+  );
 }
 
 function countTable(caption, entries, onePerRow) {
@@ -464,38 +480,20 @@ function statsBlock(topic, stats) {
   );
 }
 
-function filterForm(topic, filter, stats) {
-  const select = (name, label, values) =>
-    h(
-      'div',
-      { class: 'field' },
-      h('label', { for: `f-${name}` }, label),
-      h(
-        'select',
-        { id: `f-${name}`, name },
-        h('option', { value: '' }, 'any'),
-        values.map((v) => h('option', { value: v, selected: v === filter[name] }, v)),
-      ),
-    );
-  const dt = (name, label) =>
-    h(
-      'div',
-      { class: 'field' },
-      h('label', { for: `f-${name}` }, label),
-      h('input', { id: `f-${name}`, name, type: 'text', value: filter[name], placeholder: '2026-11-20T10:00:00Z', pattern: '\\d{4}-\\d{2}-\\d{2}.*' }),
-    );
+function filterForm(topic, filter) {
+  const field = (name, label, attrs) =>
+    h('div', { class: 'field' }, h('label', { for: `f-${name}` }, label), h('input', { id: `f-${name}`, name, type: 'text', value: filter[name], autocomplete: 'off', spellcheck: 'false', ...attrs }));
+  const iso = { placeholder: '2026-11-20T10:00:00Z', pattern: '\\d{4}-\\d{2}-\\d{2}.*', title: 'an ISO time, e.g. 2026-11-20T10:00:00Z' };
   return h(
     'form',
     { class: 'card filters', method: 'get', action: '/console/', 'aria-label': 'Select dead letters' },
     h('input', { type: 'hidden', name: 'dlq', value: topic }),
-    select('code', 'Code', Object.keys(stats.byCode ?? {})),
-    select(
-      'business',
-      'Business',
-      Object.keys(stats.byBusiness ?? {}).filter((b) => b !== '(none)'),
-    ),
-    dt('since', 'Since (ISO time)'),
-    dt('until', 'Until (ISO time)'),
+    field('code', 'Code', { list: 'codes', placeholder: 'any' }),
+    h('datalist', { id: 'codes' }),
+    field('business', 'Business', { list: 'businesses', placeholder: 'any' }),
+    h('datalist', { id: 'businesses' }),
+    field('since', 'Since (ISO time)', iso),
+    field('until', 'Until (ISO time)', iso),
     h('div', { class: 'field' }, h('button', { type: 'submit' }, 'Select')),
   );
 }
