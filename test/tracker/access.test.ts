@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { allows, authenticate, bearerToken, maskJson, maskPhone, matchToken, sha256Hex, type AccessToken } from '../../src/tracker/access.js';
 import { accessTokensFileSchema } from '../../src/config/schema.js';
+import { loadConfig } from '../../src/config/load.js';
 
 const tokens: AccessToken[] = [
   { name: 'support-1', role: 'read', sha256: sha256Hex('read-secret') },
@@ -85,5 +86,16 @@ describe('tracker access (pure)', () => {
     const plain = accessTokensFileSchema.safeParse([{ name: 'a', role: 'read', sha256: 'my-token' }]);
     expect(plain.error?.issues[0]?.message).toMatch(/never the token itself/);
     expect(accessTokensFileSchema.safeParse([{ name: 'a', role: 'admin', sha256: sha256Hex('x') }]).success).toBe(false);
+  });
+
+  it('the configuration: defaults closed, a token configured as itself is refused naming the field, the tokens file from its variable', () => {
+    const defaults = loadConfig({ env: {} }).tracker;
+    expect(defaults).toMatchObject({ accessTokens: [], accessTokensFile: null, trustedUserHeader: null, trustedUserOperators: [], maskRecipients: false });
+    expect(() => loadConfig({ env: { MSGBRIDGE__tracker__accessTokens: JSON.stringify([{ name: 'a', role: 'read', sha256: 'my-secret-token' }]) } })).toThrow(
+      /tracker\.accessTokens\.0\.sha256: expected the hex SHA-256 of the token/,
+    );
+    expect(() => loadConfig({ env: { MSGBRIDGE__tracker__accessTokens: JSON.stringify([{ name: 'a', role: 'read', sha256: 'my-secret-token' }]) } })).not.toThrow(/my-secret-token/);
+    expect(loadConfig({ env: { MSGBRIDGE_TRACKER_TOKENS_FILE: '/etc/msgbridge/tokens.json' } }).tracker.accessTokensFile).toBe('/etc/msgbridge/tokens.json');
+    expect(loadConfig({ env: { MSGBRIDGE__tracker__trustedUserHeader: 'X-Forwarded-User' } }).tracker.trustedUserHeader).toBe('x-forwarded-user');
   });
 });

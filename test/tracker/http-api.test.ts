@@ -1,4 +1,6 @@
+import { PassThrough } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLogger } from '../../src/platform/logger.js';
 import { Registry } from 'prom-client';
 import { startHealthServer, type HealthServer } from '../../src/runtime/health-server.js';
 import { loadConfig } from '../../src/config/load.js';
@@ -115,5 +117,65 @@ describe('tracker HTTP routes', () => {
     expect((await fetch(`${base}/messages/m1`, { method: 'PUT', body: '' })).headers.get('allow')).toBe('GET, HEAD, POST');
     expect((await fetch(`${base}/healthz`)).status).toBe(200);
     expect((await fetch(`${base}/metrics`)).status).toBe(200);
+  });
+});
+
+describe('tracker access without tokens, and behind a trusted SSO proxy', () => {
+  async function serve(tracker: Record<string, unknown>) {
+    let logs = '';
+    const destination = new PassThrough();
+    destination.on('data', (d: Buffer) => (logs += d.toString()));
+    const config = loadConfig({ env: {}, overrides: { tracker } });
+    const registry = new Registry();
+    const guard = new AccessGuard(config.tracker, createLogger({ level: 'info', destination }), registry);
+    guard.start();
+    const started = await startHealthServer({
+      host: '127.0.0.1',
+      port: 0,
+      registry,
+      notReadyReason: () => undefined,
+      route: trackerRoutes({ queries, guard, assets: undefined, dlq: undefined, logger: silentLogger }),
+    });
+    return { url: started.url, logs: () => logs, close: () => started.close() };
+  }
+
+  it('with no credential configured every query answers 401 saying how to configure one, and the start says so once', async () => {
+    const s = await serve({});
+    try {
+      const answer = await fetch(`${s.url}/messages/m1`, { headers: { 'x-forwarded-user': 'alice' } });
+      expect(answer.status).toBe(401);
+      expect(((await answer.json()) as { message: string }).message).toMatch(/no credential is configured on this tracker: add a token to tracker.accessTokens/);
+      expect(
+        s
+          .logs()
+          .split('\n')
+          .filter((l) => l.includes('no credential is configured')),
+      ).toHaveLength(1);
+      expect(s.logs()).toMatch(/"level":40/);
+      // Without a console the tracker says so; the health endpoints stay open.
+      expect((await fetch(`${s.url}/console/`)).status).toBe(404);
+      expect((await fetch(`${s.url}/healthz`)).status).toBe(200);
+    } finally {
+      await s.close();
+    }
+  });
+
+  it('the trusted header names the user when configured: operators by name, everyone else reads; a redrive needs an operator', async () => {
+    const s = await serve({ trustedUserHeader: 'X-Forwarded-User', trustedUserOperators: ['bob'], maskRecipients: true });
+    try {
+      const me = async (user: string) => (await fetch(`${s.url}/me`, { headers: { 'x-forwarded-user': user } })).json();
+      expect(await me('alice')).toMatchObject({ name: 'alice', role: 'read', via: 'proxy', masked: true, dlq: false });
+      expect(await me('bob')).toMatchObject({ name: 'bob', role: 'operator', via: 'proxy', masked: false });
+      expect((await fetch(`${s.url}/me`)).status).toBe(401);
+      const redrive = (user: string) => fetch(`${s.url}/dlq/t/redrive`, { method: 'POST', headers: { 'x-forwarded-user': user, 'content-type': 'application/json' }, body: '{"dryRun":true}' });
+      expect((await redrive('alice')).status).toBe(403);
+      // An operator, but this tracker was given no DLQ port: it says so.
+      expect(await (await redrive('bob')).json()).toMatchObject({ error: 'NOT_FOUND', message: expect.stringMatching(/no access to the dead-letter topics/) });
+      // The header is passed on when a query is forwarded.
+      await fetch(`${s.url}/messages/m1`, { headers: { 'x-forwarded-user': 'alice' } });
+      expect(forwardedCredentials.at(-1)).toEqual({ 'x-forwarded-user': 'alice' });
+    } finally {
+      await s.close();
+    }
   });
 });
