@@ -9,6 +9,7 @@
 //                 100; parentbased_traceidratio), exporting OTLP/HTTP protobuf to a loopback sink
 //                 (a process of its own that reads and acknowledges every export); compared with
 //                 <mode> itself in the ratios
+//   <mode>@K=V,.. the same target with these environment variables (A/B of a setting in one run)
 //   rpconnect     the Redpanda Connect peer (../shared/peers/rpconnect, config.yaml) when its binary
 //                 can be had: delivery statuses of one business only, so with it in the modes every
 //                 target gets the same statuses-only input (also with --statuses-only)
@@ -52,9 +53,17 @@ const modes = args
   .map((m) => m.trim())
   .filter(Boolean);
 /** A mode without its tracing suffix (`discard+otel1` → `discard`), and its sampling percentage. */
-const untraced = (mode: string) => mode.replace(/\+otel\d+(\.\d+)?$/, '');
+const untraced = (mode: string) => mode.split('@')[0]!.replace(/\+otel\d+(\.\d+)?$/, '');
+/** `<mode>@NAME=value,NAME=value`: the same target with these environment variables (an A/B of a setting in one run). */
+const variantEnv = (mode: string): Record<string, string> =>
+  Object.fromEntries(
+    (mode.split('@')[1] ?? '')
+      .split(',')
+      .filter(Boolean)
+      .map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)]),
+  );
 const otelPercent = (mode: string): number | undefined => {
-  const m = /\+otel(\d+(?:\.\d+)?)$/.exec(mode);
+  const m = /\+otel(\d+(?:\.\d+)?)$/.exec(mode.split('@')[0]!);
   return m ? Number(m[1]) : undefined;
 };
 /** The ingress publishing to Kafka, with either client. */
@@ -66,11 +75,12 @@ const isDiscard = (mode: string) => /^discard(-w\d+)?$/.test(untraced(mode));
 const ceilingOf = (mode: string) => (otelPercent(mode) !== undefined ? untraced(mode) : `discard${/-w\d+$/.exec(mode)?.[0] ?? ''}`);
 const PEER = 'rpconnect';
 for (const mode of modes) {
-  if (!isIngress(mode) && !isDiscard(mode) && mode !== 'naive' && mode !== PEER) throw new Error(`unknown mode ${mode}`);
+  if (!isIngress(mode) && !isDiscard(mode) && untraced(mode) !== 'naive' && untraced(mode) !== PEER) throw new Error(`unknown mode ${mode}`);
   const p = otelPercent(mode);
   if (p !== undefined && !(p >= 0 && p <= 100)) throw new Error(`${mode}: the sampling percentage is from 0 to 100`);
 }
-const statusesOnly = args['statuses-only'] || modes.includes(PEER);
+const isPeerMode = (mode: string) => untraced(mode) === PEER;
+const statusesOnly = args['statuses-only'] || modes.some(isPeerMode);
 const SECRET = 'bench-signing-secret';
 let peer: string | undefined;
 const TARGET_SOURCE = fileURLToPath(new URL('./ingress-target.ts', import.meta.url));
@@ -87,7 +97,7 @@ interface Target {
   topics: { messages: string; deliveryStatus: string; webhooksDlq: string };
 }
 
-async function startPeer(binary: string, brokers: string[]): Promise<Target> {
+async function startPeer(binary: string, brokers: string[], env: Record<string, string>): Promise<Target> {
   const topics = { messages: 'delivery_status', deliveryStatus: 'delivery_status', webhooksDlq: 'webhooks-dlq' };
   const kafka = new Kafka({ clientId: 'bench-peer-topics', brokers, logLevel: logLevel.NOTHING });
   const admin = kafka.admin();
@@ -101,7 +111,7 @@ async function startPeer(binary: string, brokers: string[]): Promise<Target> {
     await admin.disconnect();
   }
   const port = await freePort();
-  const { child, pid } = await startRpconnect(binary, peerConfig('config.yaml'), { PORT: String(port), KAFKA_BROKERS: brokers.join(','), WEBHOOK_SECRET: SECRET });
+  const { child, pid } = await startRpconnect(binary, peerConfig('config.yaml'), { PORT: String(port), KAFKA_BROKERS: brokers.join(','), WEBHOOK_SECRET: SECRET, ...env });
   return { child, pid, url: `http://127.0.0.1:${port}`, topics };
 }
 
@@ -143,7 +153,7 @@ async function tracingEnv(mode: string): Promise<Record<string, string>> {
 }
 
 async function startTarget(mode: string, brokers: string[]): Promise<Target> {
-  if (mode === PEER) return startPeer(peer!, brokers);
+  if (isPeerMode(mode)) return startPeer(peer!, brokers, variantEnv(mode));
   const id = randomUUID().slice(0, 8);
   const topics = { messages: `bench-messages-${id}`, deliveryStatus: `bench-status-${id}`, webhooksDlq: `bench-dlq-${id}` };
   // BENCH_TARGET_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the target.
@@ -151,7 +161,7 @@ async function startTarget(mode: string, brokers: string[]): Promise<Target> {
   // Untraced targets get no OTEL_* variable at all, whatever the bench's own environment holds.
   const env: NodeJS.ProcessEnv = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('OTEL_')));
   const child = spawn(process.execPath, [...nodeArgs, TARGET, untraced(mode)], {
-    env: { ...env, ...(await tracingEnv(mode)), BENCH_BROKERS: brokers.join(','), BENCH_SECRET: SECRET, BENCH_TOPICS: JSON.stringify(topics), MSGBRIDGE_CONFIG: '' },
+    env: { ...env, ...(await tracingEnv(mode)), ...variantEnv(mode), BENCH_BROKERS: brokers.join(','), BENCH_SECRET: SECRET, BENCH_TOPICS: JSON.stringify(topics), MSGBRIDGE_CONFIG: '' },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   track(child);
@@ -298,8 +308,8 @@ async function main() {
     packages: 'external',
     logLevel: 'warning',
   });
-  peer = modes.includes(PEER) ? peerBinary(PEER) : undefined;
-  if (modes.includes(PEER) && !peer) modes.splice(modes.indexOf(PEER), 1);
+  peer = modes.some(isPeerMode) ? peerBinary(PEER) : undefined;
+  if (!peer) for (const m of modes.filter(isPeerMode)) modes.splice(modes.indexOf(m), 1);
   let local: LocalBroker | undefined;
   let brokers = (process.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);
   if (brokers.length === 0) {
@@ -349,7 +359,7 @@ async function main() {
           const serverWithin = Object.fromEntries(['0.005', '0.01', '0.02'].map((le) => [`${Number(le) * 1000}ms`, Math.round((count(le) / count('+Inf')) * 1000) / 10]));
           result.half = { rate, eventsPerSecond: perSecond(half), latency: half.latencyMs, nonOk: half.sent - ok(half) - half.errors, serverWithin };
         }
-        if (mode !== 'naive' && mode !== PEER) result.batches = await batchStats(target.url);
+        if (untraced(mode) !== 'naive' && !isPeerMode(mode)) result.batches = await batchStats(target.url);
         result.peakRssMb = await stopTarget(target);
         if (!isDiscard(mode)) {
           const v = await verify(brokers, target, acknowledged);
@@ -421,6 +431,17 @@ async function main() {
       return `${c ? `${Math.round((own / c) * 100)}%` : '—'} / ${n ? `${(own / n).toFixed(2)}×` : '—'}`;
     });
     console.log(`${t.mode}: ${ratios.join(', ')} (per round, ceiling / naive: ${perRound.join('; ')})`);
+    // Against the peer (issue 20's goals: ≥ 2.5× its events/s and ≤ 0.4× its CPU per event, in every round).
+    for (const p of table.filter((x) => isPeerMode(x.mode))) {
+      const rounds = [...new Set(results.map((r) => r.round))].map((round) => {
+        const own = results.find((r) => r.round === round && r.mode === t.mode);
+        const other = results.find((r) => r.round === round && r.mode === p.mode);
+        return own && other ? `${(own.eventsPerSecond / other.eventsPerSecond).toFixed(2)}× / ${(own.cpuPerEventUs / other.cpuPerEventUs).toFixed(2)}×` : '—';
+      });
+      console.log(
+        `${t.mode} vs ${p.mode}: ${(t.eventsPerSecond / p.eventsPerSecond).toFixed(2)}× the events/s, ${(t.cpuPerEventUs / p.cpuPerEventUs).toFixed(2)}× the CPU per event (per round: ${rounds.join('; ')})`,
+      );
+    }
   }
 }
 
