@@ -29,6 +29,9 @@ export interface CountingEngineSettings {
   padBytes?: number;
   /** The process kills itself (SIGKILL) at this step of its `after`-th transaction: a kill at an exact point. */
   selfKill?: { phase: 'sent' | 'committed'; after: number };
+  /** Once this many records went through process(), this life holds its next batch for ever: a kill
+   * from outside always finds work left, however late a loaded machine lets the test send it. */
+  holdAfterRecords?: number;
 }
 
 export interface CountingEngine {
@@ -47,6 +50,7 @@ export async function startCountingEngine(settings: CountingEngineSettings, extr
   const processed: CountingEngine['processed'] = [];
   const pad = settings.padBytes ? 'p'.repeat(settings.padBytes) : undefined;
   let transactions = 0;
+  let seen = 0;
   const engine = await startTransactionalEngine({
     kafka,
     groupId: settings.groupId,
@@ -81,6 +85,8 @@ export async function startCountingEngine(settings: CountingEngineSettings, extr
       const state = counts.get(task);
       if (!state) throw new Error(`task ${task} has no state`);
       await gate.beforeProcess?.(task, records);
+      if (settings.holdAfterRecords !== undefined && seen >= settings.holdAfterRecords) await new Promise(() => {});
+      seen += records.length;
       if (settings.delayMs) await new Promise((r) => setTimeout(r, settings.delayMs));
       const pending = new Map<string, number>();
       const outputs = records.map((r) => {
