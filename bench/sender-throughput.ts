@@ -80,7 +80,7 @@ interface Run {
   /** CPU seconds of the whole run by thread name. */
   cpuByThread: Record<string, number>;
   /** msgbridge's metrics in the steady window: provider calls in flight, requests buffered, commit lag, call time as it measures it. */
-  msgbridge?: { meanInFlight: number; meanBuffered: number; meanCommitLag: number; commitsPerSecond: number; meanCallMs: number };
+  msgbridge?: { meanInFlight: number; meanBuffered: number; meanCommitLag: number; commitsPerSecond: number; meanCallMs: number; eventLoopLagP99Ms: number; eventLoopLagMaxMs: number };
 }
 
 async function scrape(port: number) {
@@ -93,6 +93,9 @@ async function scrape(port: number) {
       commitLag: sum('msgbridge_sender_commit_lag'),
       calls: { sum: sum('msgbridge_sender_provider_request_duration_seconds_sum'), count: sum('msgbridge_sender_provider_request_duration_seconds_count') },
       commits: sum('msgbridge_sender_commits_total'),
+      // prom-client's event-loop delay since the previous scrape (monitorEventLoopDelay, reset at each collect).
+      lagP99Ms: sum('msgbridge_nodejs_eventloop_lag_p99_seconds') * 1000,
+      lagMaxMs: sum('msgbridge_nodejs_eventloop_lag_max_seconds') * 1000,
     };
   } catch {
     return undefined;
@@ -210,7 +213,7 @@ async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, r
   const pid = child.pid!;
   const samples: { at: number; count: number; cpu: number }[] = [];
   // msgbridge's own view, sampled in the steady window: calls in flight, requests buffered, call time.
-  const gauges: { inFlight: number; buffered: number; commitLag: number }[] = [];
+  const gauges: { inFlight: number; buffered: number; commitLag: number; lagP99Ms: number; lagMaxMs: number }[] = [];
   const calls = { before: { sum: 0, count: 0 }, after: { sum: 0, count: 0 } };
   let commits = { before: 0, after: 0, from: 0, to: 0 };
   const deadline = Date.now() + 10 * 60_000;
@@ -222,7 +225,7 @@ async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, r
     if (target === 'msgbridge' && share >= 0.1 && share < 0.9 && samples.length % 5 === 0) {
       const m = await scrape(healthPort);
       if (m) {
-        gauges.push({ inFlight: m.inFlight, buffered: m.buffered, commitLag: m.commitLag });
+        gauges.push({ inFlight: m.inFlight, buffered: m.buffered, commitLag: m.commitLag, lagP99Ms: m.lagP99Ms, lagMaxMs: m.lagMaxMs });
         if (calls.before.count === 0) {
           calls.before = m.calls;
           commits = { ...commits, before: m.commits, from: performance.now() };
@@ -261,6 +264,8 @@ async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, r
             meanCommitLag: Math.round(gauges.reduce((n, g) => n + g.commitLag, 0) / gauges.length),
             commitsPerSecond: Math.round((commits.after - commits.before) / Math.max(0.001, (commits.to - commits.from) / 1000)),
             meanCallMs: Math.round(((calls.after.sum - calls.before.sum) / Math.max(1, calls.after.count - calls.before.count)) * 1e4) / 10,
+            eventLoopLagP99Ms: median(gauges.map((g) => Math.round(g.lagP99Ms * 10) / 10)),
+            eventLoopLagMaxMs: Math.round(Math.max(...gauges.map((g) => g.lagMaxMs)) * 10) / 10,
           },
         }
       : {}),

@@ -7,6 +7,11 @@ export class Deque<T> {
     return this.items.length - this.head;
   }
 
+  /** The item `index` places from the front (undefined past the end). */
+  at(index: number): T | undefined {
+    return index >= 0 && index < this.length ? this.items[this.head + index] : undefined;
+  }
+
   push(item: T): void {
     this.items.push(item);
   }

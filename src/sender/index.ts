@@ -242,6 +242,7 @@ export class Sender implements Role {
       concurrency: s.maxBufferedRequests,
       maxBuffered: s.maxBufferedRequests,
       work: (job, context) => this.processor.work(job, context),
+      onCommitWorthwhile: () => void this.member.commitOnce(),
       onWorkError: (err, partition, offset) => logger.error({ err, partition, offset }, 'processing a request failed unexpectedly; retrying it'),
     });
 

@@ -16,6 +16,10 @@ import { Deque } from '../platform/deque.js';
  *   finished ones included: what a crash can make run again, and what `completedAbove` has to
  *   describe. `hasCapacity()` / `whenCapacity()` let the caller stop fetching instead of
  *   growing a queue.
+ * - The window is shared fairly between partitions: while another partition under its share
+ *   (`maxUncommitted` / partitions) waits for room, a partition at or over its share takes
+ *   nothing. Without it, the first batch of a fetch fills the window alone and its few keys
+ *   bound the concurrency (README, "Throughput").
  *
  * Pure logic: no Kafka, no HTTP. Offsets are JavaScript numbers (exact up to 2^53).
  */
@@ -46,6 +50,14 @@ export interface KeyedRunnerOptions<T> {
   /** An item whose work threw or was abandoned while its partition was still owned is retried after this delay (default 1000 ms). */
   retryAbandonedAfterMs?: number;
   onWorkError?: (error: unknown, partition: string, offset: number) => void;
+  /**
+   * Called while an intake waits for room and a commit made now would release at least
+   * `commitWorthwhileAt` items (default: a tenth of maxUncommitted): the window frees up only as
+   * commits are confirmed, and one commit per finished item would cost a round trip each to a
+   * sender working through a backlog at its rate limit.
+   */
+  onCommitWorthwhile?: () => void;
+  commitWorthwhileAt?: number;
 }
 
 export interface CommitPoint {
@@ -96,6 +108,8 @@ interface Track {
   readonly stop: AbortController;
   /** Entries from the committed offset to the newest, in offset order. */
   readonly pending: Deque<Entry<unknown>>;
+  /** How many entries at the front of `pending` are done: what a commit now would release. */
+  releasable: number;
   readonly keyQueues: Set<KeyQueue<unknown>>;
   /** Offset after the highest submitted one; undefined until the first submission. */
   nextOffset: number | undefined;
@@ -108,7 +122,7 @@ interface Track {
 }
 
 export class KeyedRunner<T> {
-  private readonly options: Required<Omit<KeyedRunnerOptions<T>, 'onWorkError'>> & Pick<KeyedRunnerOptions<T>, 'onWorkError'>;
+  private readonly options: Required<Omit<KeyedRunnerOptions<T>, 'onWorkError' | 'onCommitWorthwhile'>> & Pick<KeyedRunnerOptions<T>, 'onWorkError' | 'onCommitWorthwhile'>;
   private readonly tracks = new Map<string, Track>();
   private readonly keys = new Map<string, KeyQueue<T>>();
   private readonly ready = new Deque<KeyQueue<T>>();
@@ -118,7 +132,7 @@ export class KeyedRunner<T> {
   private runningCount = 0;
   private uncommittedCount = 0;
   private halted = false;
-  private capacityWaiters: (() => void)[] = [];
+  private capacityWaiters: { partition: string | undefined; resolve: () => void }[] = [];
   private idleWaiters: (() => void)[] = [];
 
   constructor(options: KeyedRunnerOptions<T>) {
@@ -127,10 +141,16 @@ export class KeyedRunner<T> {
     this.options = {
       maxUncommitted: options.maxUncommitted ?? options.maxBuffered,
       retryAbandonedAfterMs: options.retryAbandonedAfterMs ?? 1000,
+      commitWorthwhileAt: options.commitWorthwhileAt ?? Math.max(1, Math.floor((options.maxUncommitted ?? options.maxBuffered) / 10)),
       ...options,
     } as typeof this.options;
     setMaxListeners(0, this.hard.signal);
     if (this.options.maxUncommitted < options.maxBuffered) throw new RangeError('maxUncommitted must be at least maxBuffered');
+  }
+
+  /** The bound on uncommitted items (`maxUncommitted`). */
+  get windowSize(): number {
+    return this.options.maxUncommitted;
   }
 
   /** Starts tracking a partition (idempotent while it stays assigned). Returns its epoch. */
@@ -145,6 +165,7 @@ export class KeyedRunner<T> {
       epoch: ++this.epochs,
       stop,
       pending: new Deque(),
+      releasable: 0,
       keyQueues: new Set(),
       nextOffset: undefined,
       committedOffset: undefined,
@@ -221,6 +242,7 @@ export class KeyedRunner<T> {
       track.pending.push({ track, offset, payload: undefined, state: 'done' });
       this.uncommittedCount += 1;
       track.version += 1;
+      this.advanceReleasable(track);
       return 'skipped';
     }
 
@@ -242,15 +264,32 @@ export class KeyedRunner<T> {
     return 'queued';
   }
 
-  /** Room for one more item within both bounds. */
-  hasCapacity(): boolean {
-    return this.bufferedCount < this.options.maxBuffered && this.uncommittedCount < this.options.maxUncommitted;
+  /**
+   * Room for one more item within both bounds; for `partition`, also within its fair share of
+   * the window while another partition waits for room.
+   */
+  hasCapacity(partition?: string): boolean {
+    if (this.bufferedCount >= this.options.maxBuffered || this.uncommittedCount >= this.options.maxUncommitted) return false;
+    if (partition === undefined || this.capacityWaiters.length === 0) return true;
+    const share = this.fairShare();
+    if (this.underShare(partition, share)) return true;
+    // At or over its share: only when no other waiting partition is under its own.
+    return !this.capacityWaiters.some((w) => w.partition !== undefined && w.partition !== partition && this.tracks.has(w.partition) && this.underShare(w.partition, share));
   }
 
-  /** Resolves once `hasCapacity()` holds (at once when it already does). */
-  whenCapacity(): Promise<void> {
-    if (this.hasCapacity()) return Promise.resolve();
-    return new Promise((resolve) => this.capacityWaiters.push(resolve));
+  /** Resolves once `hasCapacity(partition)` holds (at once when it already does). */
+  whenCapacity(partition?: string): Promise<void> {
+    if (this.hasCapacity(partition)) return Promise.resolve();
+    const waiting = new Promise<void>((resolve) => this.capacityWaiters.push({ partition, resolve }));
+    this.wantCommitIfWorthwhile();
+    return waiting;
+  }
+
+  /** Items a commit made now would release from the window: the finished items at the bottom of each partition. */
+  releasable(): number {
+    let count = 0;
+    for (const track of this.tracks.values()) count += track.releasable;
+    return count;
   }
 
   /** Resolves once nothing is running (after `halt()`, nothing starts again). */
@@ -313,6 +352,7 @@ export class KeyedRunner<T> {
     while ((track.pending.peek()?.offset ?? Infinity) < track.committedOffset) {
       track.pending.shift();
       this.uncommittedCount -= 1;
+      if (track.releasable > 0) track.releasable -= 1;
     }
     this.notify();
   }
@@ -389,7 +429,10 @@ export class KeyedRunner<T> {
       entry.state = 'done';
       kq.entries.shift();
       this.bufferedCount -= 1;
-      if (!track.revoked) track.version += 1;
+      if (!track.revoked) {
+        track.version += 1;
+        this.advanceReleasable(track);
+      }
     } else if (track.revoked || this.halted) {
       // Left unfinished on purpose: its offset is not committed, so whoever reads the
       // partition next runs it again.
@@ -415,13 +458,34 @@ export class KeyedRunner<T> {
     }
     this.pump();
     this.notify();
+    this.wantCommitIfWorthwhile();
+  }
+
+  private advanceReleasable(track: Track): void {
+    while (track.pending.at(track.releasable)?.state === 'done') track.releasable += 1;
+  }
+
+  private wantCommitIfWorthwhile(): void {
+    if (this.capacityWaiters.length > 0 && this.options.onCommitWorthwhile && this.releasable() >= this.options.commitWorthwhileAt) this.options.onCommitWorthwhile();
+  }
+
+  private underShare(partition: string, share: number): boolean {
+    const track = this.tracks.get(partition);
+    return !track || track.pending.length < share;
+  }
+
+  /** Each partition's share of the window while others wait for room. */
+  private fairShare(): number {
+    return Math.max(1, Math.ceil(this.options.maxUncommitted / Math.max(1, this.tracks.size)));
   }
 
   private notify(): void {
     if (this.capacityWaiters.length > 0 && this.hasCapacity()) {
+      // Partitions under their share first: each woken waiter checks hasCapacity(partition) again.
       const waiters = this.capacityWaiters;
-      this.capacityWaiters = [];
-      for (const resolve of waiters) resolve();
+      const woken = waiters.filter((w) => this.hasCapacity(w.partition));
+      this.capacityWaiters = waiters.filter((w) => !woken.includes(w));
+      for (const w of woken) w.resolve();
     }
     if (this.idleWaiters.length > 0 && this.runningCount === 0 && (this.halted || this.bufferedCount === 0)) {
       const waiters = this.idleWaiters;

@@ -256,10 +256,10 @@ export class PartitionConsumer<J> {
       if (!this.active(control) || runner.epochOf(p) === undefined) return;
       // Other partitions' batches run concurrently: the check and the submit must not be
       // separated by an await, or together they would overfill the window.
-      while (!runner.hasCapacity()) {
-        // The window frees up as commits are confirmed: commit now rather than at the next tick.
-        void this.commitOnce();
-        if (!(await this.waitKeepingAlive(runner.whenCapacity(), control))) return;
+      // The window frees up as commits are confirmed: the runner asks for an early commit
+      // (onCommitWorthwhile) once one would release enough of it; else the periodic one does.
+      while (!runner.hasCapacity(p)) {
+        if (!(await this.waitKeepingAlive(runner.whenCapacity(p), control))) return;
         if (runner.epochOf(p) === undefined) return;
       }
       const { job, key } = this.options.prepare(record);

@@ -160,6 +160,68 @@ describe('KeyedRunner', () => {
     expect(runner.stats()).toMatchObject({ buffered: 0, uncommitted: 0 });
   });
 
+  it('shares the window fairly: a partition at its share waits while another under its share waits for room', async () => {
+    const c = controllable();
+    const runner = new KeyedRunner<Job>({ concurrency: 8, maxBuffered: 4, maxUncommitted: 4, work: c.work });
+    runner.assign('p0');
+    runner.assign('p1');
+    // One partition's batch fills the whole window (no one else was waiting).
+    for (let i = 0; i < 4; i++) runner.submit('p0', i, `k${i}`, { key: `k${i}`, id: `p0-${i}` });
+    await tick();
+    expect(runner.hasCapacity('p0')).toBe(false);
+    const woke: string[] = [];
+    void runner.whenCapacity('p0').then(() => woke.push('p0'));
+    void runner.whenCapacity('p1').then(() => woke.push('p1'));
+    c.finish('p0-0');
+    await tick();
+    runner.markCommitted(runner.commitPoints()[0]!);
+    await tick();
+    // One slot free: p1 (0 of its share of 2) gets it, p0 (3, over its share) does not.
+    expect(woke).toEqual(['p1']);
+    runner.submit('p1', 0, 'q0', { key: 'q0', id: 'p1-0' });
+    expect(runner.hasCapacity('p0')).toBe(false);
+    c.finish('p0-1');
+    await tick();
+    runner.markCommitted(runner.commitPoints().find((p) => p.partition === 'p0')!);
+    await tick();
+    // No partition under its share waits any more: p0 takes the free slot.
+    expect(woke).toEqual(['p1', 'p0']);
+    for (const id of ['p0-2', 'p0-3', 'p1-0']) c.finish(id);
+    await runner.whenIdle();
+  });
+
+  it('asks for a commit while an intake waits and enough finished items sit at the bottom of the window', async () => {
+    const c = controllable();
+    let asked = 0;
+    const runner = new KeyedRunner<Job>({ concurrency: 10, maxBuffered: 10, maxUncommitted: 10, commitWorthwhileAt: 2, work: c.work, onCommitWorthwhile: () => (asked += 1) });
+    runner.assign('p0');
+    for (let i = 0; i < 10; i++) runner.submit('p0', i, `k${i}`, { key: `k${i}`, id: `i${i}` });
+    await tick();
+    // Finished above an unfinished item: a commit would release nothing.
+    c.finish('i5');
+    c.finish('i1');
+    await tick();
+    expect(runner.releasable()).toBe(0);
+    void runner.whenCapacity('p0');
+    expect(asked).toBe(0);
+    c.finish('i0');
+    await tick();
+    // i0 and i1 (i5 waits behind i2): two releasable, the threshold.
+    expect(runner.releasable()).toBe(2);
+    expect(asked).toBe(1);
+    runner.markCommitted(runner.commitPoints()[0]!);
+    await tick();
+    expect(runner.releasable()).toBe(0);
+    expect(runner.stats()).toMatchObject({ uncommitted: 8 });
+    // Nobody waits for room now: no request for a commit, however many finish.
+    for (const id of ['i2', 'i3', 'i4']) c.finish(id);
+    await tick();
+    expect(runner.releasable()).toBe(4);
+    expect(asked).toBe(1);
+    for (const id of ['i6', 'i7', 'i8', 'i9']) c.finish(id);
+    await runner.whenIdle();
+  });
+
   it('on revoke drops queued items, stops running ones and never reports the partition again', async () => {
     const c = controllable();
     const runner = new KeyedRunner<Job>({ concurrency: 1, maxBuffered: 100, work: c.work });
