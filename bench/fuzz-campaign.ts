@@ -8,7 +8,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { connect, type Socket } from 'node:net';
 import { signBody } from '../src/contracts/signature.js';
-import { Http1ResponseParser } from '../src/simulator/http1-response-parser.js';
+import { Http1ResponseParser } from '../src/platform/http1-response-parser.js';
 import { KeepAliveConnection } from '../src/simulator/keep-alive-connection.js';
 
 /**

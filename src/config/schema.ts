@@ -94,7 +94,8 @@ export const businessSchema = z.strictObject({
   id: z.string().regex(/^[A-Za-z0-9_.-]{1,128}$/, 'expected 1-128 letters, digits, _ . or -'),
   /** Every active webhook signing secret; several during a rotation. */
   signingSecrets: z.array(secret),
-  apiKey: secret.nullable(),
+  /** Sent as the `X-API-Key` header: no control character (a line break would end the header). */
+  apiKey: secret.refine((key) => !/[\x00-\x08\x0a-\x1f\x7f]/.test(key), 'an API key is sent as an HTTP header: it cannot hold a control character (line break, NUL…)').nullable(),
 });
 
 /** The businesses, ids unique: the configuration's list and the live businesses file alike. */

@@ -1,13 +1,15 @@
-import { Pool, type Dispatcher } from 'undici';
 import { providerErrorSchema, SEND_PATH_SEGMENT, type SendOperation } from '../contracts/index.js';
+import { Http1Pool, type Http1Error, type Http1Exchange, type Http1Request } from '../platform/http1-pool.js';
+import type { ParsedResponse } from '../platform/http1-response-parser.js';
 import { NOOP_TRACER, type TraceSpan, type Tracer } from '../platform/tracing.js';
 import type { AttemptOutcome, ProviderErrorBody } from './retry-policy.js';
 
 /**
- * The provider's two send operations over a keep-alive connection pool (undici). Every call
- * carries `Accept: application/json`, `Content-Type: application/json` and `X-API-Key`, has a
- * deadline of its own, and ends in an `AttemptOutcome`: it never throws, so the retry policy
- * sees every failure the same way.
+ * The provider's two send operations over a keep-alive HTTP/1.1 connection pool
+ * (src/platform/http1-pool.ts; README "Provider calls"). Every call carries
+ * `Accept: application/json`, `Content-Type: application/json` and `X-API-Key`, has a deadline
+ * of its own, and ends in an `AttemptOutcome`: it never throws, so the retry policy sees every
+ * failure the same way.
  */
 
 export interface ProviderClientOptions {
@@ -21,9 +23,13 @@ export interface ProviderClientOptions {
   connectTimeoutMs?: number;
   /** Largest answer body read (default 64 KiB); the rest is discarded. */
   maxResponseBytes?: number;
+  /** Longest idle time of a kept connection when the provider names none (default 30 s). */
+  keepAliveTimeoutMs?: number;
   userAgent?: string;
   /** OpenTelemetry (src/platform/README.md, "Tracing"): each call with a parent span is an HTTP client span; default off. */
   tracer?: Tracer;
+  /** https: trust settings beyond the system's certificate authorities (tests). */
+  tls?: { ca?: string | Buffer; rejectUnauthorized?: boolean };
 }
 
 export interface ProviderClient {
@@ -36,40 +42,51 @@ export function sendPath(prefix: string, operation: SendOperation, businessId: s
   return `${prefix}/v1/businesses/${encodeURIComponent(businessId)}/send/${SEND_PATH_SEGMENT[operation]}`;
 }
 
+/** A header value may hold no control character (no CR or LF: they would end the header). */
+const SAFE_HEADER_VALUE = /^[^\x00-\x08\x0a-\x1f\x7f]*$/;
+
 export function createProviderClient(options: ProviderClientOptions): ProviderClient {
   const url = new URL(options.baseUrl);
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error(`the provider URL must be http or https, not ${url.protocol}`);
   const prefix = url.pathname.replace(/\/+$/, '');
-  const pool = new Pool(url.origin, {
-    connections: options.connections,
-    pipelining: 1,
-    keepAliveTimeout: 30_000,
-    connectTimeout: options.connectTimeoutMs ?? options.callTimeoutMs,
-    headersTimeout: options.callTimeoutMs,
-    bodyTimeout: options.callTimeoutMs,
-  });
-  const settings: CallSettings = { maxResponseBytes: options.maxResponseBytes ?? 64 * 1024, callTimeoutMs: options.callTimeoutMs };
   const userAgent = options.userAgent ?? 'msgbridge-sender';
+  if (!SAFE_HEADER_VALUE.test(userAgent)) throw new Error('the user agent holds a control character');
+  const pool = new Http1Pool({
+    protocol: url.protocol,
+    host: url.hostname.replace(/^\[(.*)\]$/, '$1'),
+    port: Number(url.port || (url.protocol === 'https:' ? 443 : 80)),
+    connections: options.connections,
+    connectTimeoutMs: options.connectTimeoutMs ?? options.callTimeoutMs,
+    keepAliveTimeoutMs: options.keepAliveTimeoutMs ?? 30_000,
+    maxResponseBytes: options.maxResponseBytes ?? 64 * 1024,
+    ...(options.tls ? { tls: options.tls } : {}),
+  });
+  const heads = new RequestHeads(pool.hostHeader, prefix, userAgent);
   const stops = new StopSignals();
   const tracer = options.tracer ?? NOOP_TRACER;
   return {
     send(operation, businessId, apiKey, body, signal, parent) {
       if (signal?.aborted) return Promise.resolve(failure(signal.reason, false));
-      const path = sendPath(prefix, operation, businessId);
-      const headers: Record<string, string> = { Accept: 'application/json', 'Content-Type': 'application/json', 'X-API-Key': apiKey, 'User-Agent': userAgent };
+      const head = heads.of(operation, businessId, apiKey);
+      if (head === undefined)
+        return Promise.resolve({ kind: 'network', code: 'INVALID_API_KEY', message: 'the API key holds a control character: it cannot be sent as a header', requestWritten: false });
+      let traceparent = '';
       let span: TraceSpan | undefined;
       if (parent && tracer.enabled && !parent.recording) {
         // Left out by the sampler, so is its child (src/platform/tracing.ts, startKafkaSendSpan): the trace goes on, unsampled.
-        headers.traceparent = parent.traceparent;
+        traceparent = parent.traceparent;
       } else if (parent && tracer.enabled) {
         // url.full has no secret: the API key travels in a header, never in the URL.
         span = tracer.startSpan('POST', 'client', {
           parent,
-          attributes: { 'http.request.method': 'POST', 'url.full': `${url.origin}${path}`, 'server.address': url.hostname, 'server.port': serverPort(url) },
+          attributes: { 'http.request.method': 'POST', 'url.full': `${url.origin}${sendPath(prefix, operation, businessId)}`, 'server.address': url.hostname, 'server.port': serverPort(url) },
         });
-        headers.traceparent = span.traceparent;
+        traceparent = span.traceparent;
       }
-      const call = new Call(settings, stops, signal, span);
-      pool.dispatch({ method: 'POST', path, headers, body: JSON.stringify(body) }, call);
+      const json = JSON.stringify(body);
+      const payload = `${head}${traceparent === '' ? '' : `traceparent: ${traceparent}\r\n`}Content-Length: ${Buffer.byteLength(json)}\r\n\r\n${json}`;
+      const call = new Call(options.callTimeoutMs, stops, signal, span);
+      call.start(pool.request(payload, call));
       return call.outcome;
     },
     async close() {
@@ -78,80 +95,84 @@ export function createProviderClient(options: ProviderClientOptions): ProviderCl
   };
 }
 
-interface CallSettings {
-  maxResponseBytes: number;
-  callTimeoutMs: number;
+/**
+ * The constant part of each request's head, per operation, business and API key: built once,
+ * not per call. Bounded: the set is cleared past 1,024 (keys rotate, businesses come and go).
+ */
+class RequestHeads {
+  private readonly heads = new Map<string, string>();
+
+  constructor(
+    private readonly host: string,
+    private readonly prefix: string,
+    private readonly userAgent: string,
+  ) {}
+
+  /** Undefined when the API key cannot be a header value. */
+  of(operation: SendOperation, businessId: string, apiKey: string): string | undefined {
+    const id = `${operation}\u0000${businessId}\u0000${apiKey}`;
+    let head = this.heads.get(id);
+    if (head === undefined) {
+      if (!SAFE_HEADER_VALUE.test(apiKey)) return undefined;
+      if (this.heads.size >= 1024) this.heads.clear();
+      head = `POST ${sendPath(this.prefix, operation, businessId)} HTTP/1.1\r\nHost: ${this.host}\r\nAccept: application/json\r\nContent-Type: application/json\r\nX-API-Key: ${apiKey}\r\nUser-Agent: ${this.userAgent}\r\n`;
+      this.heads.set(id, head);
+    }
+    return head;
+  }
 }
 
 /**
- * One call, as undici's dispatch handler: no stream, no AbortController and no listener of its
- * own (they were a tenth of the sender's CPU per call). It knows whether the request reached a
- * connected socket (undici starts writing right after onRequestStart): only then may the
- * provider have created a message when no answer comes. At the deadline, or when the caller's
- * signal aborts, the outcome is settled at once; a call still queued for a connection is
- * aborted when it gets one, before anything is written.
+ * One call: the pool's exchange, a deadline, and the caller's signal. It knows whether the
+ * request reached a connected socket: only then may the provider have created a message when
+ * no answer comes. At the deadline, or when the caller's signal aborts, the outcome is settled
+ * at once and the request is cancelled wherever it is (a connection it was written on is closed).
  */
-class Call implements Dispatcher.DispatchHandler {
+class Call implements Http1Exchange {
   readonly outcome: Promise<AttemptOutcome>;
   private resolve!: (outcome: AttemptOutcome) => void;
-  private controller: Dispatcher.DispatchController | undefined;
+  private request: Http1Request | undefined;
   private written = false;
   private settled = false;
-  private status = 0;
-  private retryAfter: string | undefined;
-  private readonly chunks: Buffer[] = [];
-  private size = 0;
   private readonly timer: NodeJS.Timeout;
 
   constructor(
-    private readonly settings: CallSettings,
+    private readonly callTimeoutMs: number,
     private readonly stops: StopSignals,
     private readonly signal: AbortSignal | undefined,
     private readonly span: TraceSpan | undefined = undefined,
   ) {
     this.outcome = new Promise((resolve) => (this.resolve = resolve));
-    this.timer = setTimeout(() => this.stop({ kind: 'timeout', message: `no complete answer within ${settings.callTimeoutMs} ms`, requestWritten: this.written }), settings.callTimeoutMs);
+    this.timer = setTimeout(() => this.stop({ kind: 'timeout', message: `no complete answer within ${callTimeoutMs} ms`, requestWritten: this.written }), callTimeoutMs);
     if (signal) stops.add(signal, this);
   }
 
-  /** Ends the call now with `outcome`, aborting the request if it is (or when it gets) on a socket. */
+  start(request: Http1Request): void {
+    this.request = request;
+    // The pool may have failed it at once (closed, queue full): it is then settled already.
+    if (this.settled) request.cancel();
+  }
+
+  /** Ends the call now with `outcome`, cancelling the request wherever it is. */
   stop(outcome: AttemptOutcome): void {
     if (this.settled) return;
     this.settle(outcome);
-    this.controller?.abort(new Error('call ended by the sender'));
+    this.request?.cancel();
   }
 
   stopped(reason: unknown): void {
     this.stop(failure(reason, this.written));
   }
 
-  onRequestStart(controller: Dispatcher.DispatchController): void {
-    this.controller = controller;
-    if (this.settled) {
-      controller.abort(new Error('call ended before it was written'));
-      return;
-    }
+  onWritten(): void {
     this.written = true;
   }
 
-  onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number, headers: Record<string, string | string[] | undefined>): void {
-    this.status = statusCode;
-    const value = headers['retry-after'];
-    this.retryAfter = Array.isArray(value) ? value[0] : value;
+  onResponse(response: ParsedResponse): void {
+    this.settle(interpret(response.status, response.retryAfter, response.body.toString('utf8')));
   }
 
-  onResponseData(_controller: Dispatcher.DispatchController, chunk: Buffer): void {
-    const room = this.settings.maxResponseBytes - this.size;
-    if (room > 0) this.chunks.push(chunk.length <= room ? chunk : chunk.subarray(0, room));
-    this.size += chunk.length;
-  }
-
-  onResponseEnd(): void {
-    const text = this.chunks.length === 1 ? this.chunks[0]!.toString('utf8') : Buffer.concat(this.chunks).toString('utf8');
-    this.settle(interpret(this.status, this.retryAfter, text));
-  }
-
-  onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
+  onError(error: Http1Error): void {
     this.settle(failure(error, this.written));
   }
 
@@ -251,7 +272,7 @@ export function interpret(status: number, retryAfter: string | undefined, text: 
   };
 }
 
-const TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'ETIMEDOUT']);
+const TIMEOUT_CODES = new Set(['CONNECT_TIMEOUT', 'ETIMEDOUT']);
 
 function failure(error: unknown, requestWritten: boolean): AttemptOutcome {
   const err = error as { code?: unknown; message?: unknown; cause?: { code?: unknown } };

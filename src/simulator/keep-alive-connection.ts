@@ -1,6 +1,6 @@
 import { connect as connectTcp, isIP, type Socket } from 'node:net';
 import { connect as connectTls, type ConnectionOptions } from 'node:tls';
-import { Http1ResponseParser, type ParsedResponse } from './http1-response-parser.js';
+import { Http1ResponseParser, type ParsedResponse } from '../platform/http1-response-parser.js';
 
 export interface ConnectionTarget {
   protocol: 'http:' | 'https:';

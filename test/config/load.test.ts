@@ -162,6 +162,13 @@ describe('configuration loading', () => {
     expect(configError(() => loadConfig({ env: { MSGBRIDGE_CONFIG: dup } }))).toMatch(/businesses\.1\.id: duplicate business id "a"/);
   });
 
+  it('rejects an API key holding a control character (it is sent as a header), without printing it', () => {
+    const bad = file('crlf-key.json', JSON.stringify({ businesses: [{ id: 'b', signingSecrets: ['s'], apiKey: 'key-part\r\nX-Injected: 1' }] }));
+    const message = configError(() => loadConfig({ env: { MSGBRIDGE_CONFIG: bad } }));
+    expect(message).toMatch(/businesses\.0\.apiKey: an API key is sent as an HTTP header: it cannot hold a control character/);
+    expect(message).not.toContain('key-part');
+  });
+
   it('never puts secret values in its error messages', () => {
     const message = configError(() => loadConfig({ env: { MSGBRIDGE_BUSINESS_ID: 'b', MSGBRIDGE_SIGNING_SECRET: 'topsecret', MSGBRIDGE_INGRESS_PORT: 'x' } }));
     expect(message).not.toContain('topsecret');

@@ -49,7 +49,7 @@ function client(url: string, options: Partial<Parameters<typeof createProviderCl
   return c;
 }
 
-describe('provider client (undici pool against a real server)', () => {
+describe('provider client (keep-alive HTTP/1.1 pool against a real server)', () => {
   it('posts JSON to the operation path with Accept, Content-Type and X-API-Key exactly, over kept-alive connections', async () => {
     const s = await server((_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{"id":"01JABCDEFGHJKMNPQRSTVWXYZ0"}'));
     closers.push(s.close);
@@ -70,9 +70,9 @@ describe('provider client (undici pool against a real server)', () => {
     expect(header('Content-Type')).toBe('application/json');
     expect(header('X-API-Key')).toBe('secret-key');
     expect(JSON.parse(first.body)).toEqual(body);
-    // Six sequential calls over kept-alive connections (undici may alternate between two).
+    // Six sequential calls over kept-alive connections (last-in first-out reuse: one connection).
     expect(s.seen).toHaveLength(6);
-    expect(s.connections()).toBeLessThanOrEqual(2);
+    expect(s.connections()).toBe(1);
   });
 
   it('treats any 2xx with an id as success, and a 2xx without one as an invalid response', async () => {
@@ -102,5 +102,25 @@ describe('provider client (undici pool against a real server)', () => {
     expect(outcome).toMatchObject({ kind: 'timeout' });
     const refused = await client('http://127.0.0.1:9', { callTimeoutMs: 1000 }).send('text', 'biz', 'k', {});
     expect(refused).toMatchObject({ kind: 'network', code: 'ECONNREFUSED' });
+  });
+  it('holds concurrent calls to its connections, and refuses an API key that cannot be a header without calling', async () => {
+    let inFlight = 0;
+    let maxInFlight = 0;
+    const s = await server((_req, res) => {
+      inFlight += 1;
+      maxInFlight = Math.max(maxInFlight, inFlight);
+      setTimeout(() => {
+        inFlight -= 1;
+        res.writeHead(200, { 'content-type': 'application/json' }).end('{"id":"m"}');
+      }, 10);
+    });
+    closers.push(s.close);
+    const c = client(s.url, { connections: 4 });
+    const outcomes = await Promise.all(Array.from({ length: 40 }, (_, i) => c.send('text', 'biz', 'k', { i })));
+    expect(outcomes.every((o) => o.kind === 'accepted')).toBe(true);
+    expect(maxInFlight).toBe(4);
+    expect(s.connections()).toBe(4);
+    expect(await c.send('text', 'biz', 'k\r\nX-Injected: 1', {})).toMatchObject({ kind: 'network', code: 'INVALID_API_KEY', requestWritten: false });
+    expect(s.seen).toHaveLength(40);
   });
 });
