@@ -75,7 +75,11 @@ function kafkajsLogCreator(logger?: Logger) {
     ({ level, log }: LogEntry) => {
       if (!logger) return;
       const { message, ...extra } = log;
-      const fields = { component: 'kafkajs', ...pickSafe(extra) };
+      // A key the logger already binds (a role's `component`, an engine's `groupId`) would appear twice in the line.
+      const bound = logger.bindings();
+      const fields: Record<string, unknown> = {};
+      for (const [key, value] of Object.entries({ component: 'kafkajs', ...pickSafe(extra) })) if (!(key in bound)) fields[key] = value;
+      if ('component' in bound) fields.library = 'kafkajs';
       if (isExpectedNoise(message, extra.error)) logger.debug(fields, message);
       else if (level === logLevel.ERROR) logger.error(fields, message);
       else if (level === logLevel.WARN) logger.warn(fields, message);
