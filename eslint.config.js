@@ -33,6 +33,8 @@ const PURE = [
   'src/sender/result-records.ts',
   'src/sender/conversation-table.ts',
   'src/kafka/batching-publisher.ts',
+  'src/kafka/publisher-lane.ts',
+  'src/kafka/replaceable-producer.ts',
   'src/tracker/state-rules.ts',
   'src/tracker/window-rules.ts',
   'src/tracker/state-cache.ts',
@@ -60,7 +62,21 @@ function boundary(room, pure) {
     message: pure ? 'pure logic imports no framework or client library: adapters live at the edge' : 'only src/kafka knows a Kafka client library',
   }));
   const patterns = forbidden.length ? [{ group: forbidden.map((r) => `../${r}/**`), message: `src/${room} may import only ${rooms.join(', ') || 'its own files'} (see its README)` }] : [];
+  // A library's own files (`kafkajs/src/...`) are the library too.
+  const deep = paths.map((p) => `${p.name}/**`);
+  if (deep.length) patterns.push({ group: deep, message: paths[0].message });
   return ['error', { paths, patterns }];
+}
+
+/** The same boundary for `import('...')` expressions, which no-restricted-imports does not see. */
+function dynamicBoundary(room, pure) {
+  const { rooms, libraries } = ROOMS[room];
+  const forbidden = ALL_ROOMS.filter((r) => r !== room && !rooms.includes(r));
+  const names = [...new Set([...libraries, ...(pure ? PURE_LIBRARIES : [])])].map((n) => n.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&'));
+  // esquery ends a selector's regular expression at any '/': \\x2F stands for it.
+  const alternatives = [...names.map((n) => `${n}(/.*)?`), ...forbidden.map((r) => `\\.\\./${r}/.*`)].map((a) => a.replace(/\\?\//g, '\\x2F'));
+  if (alternatives.length === 0) return ['off'];
+  return ['error', { selector: `ImportExpression[source.value=/^(${alternatives.join('|')})$/]`, message: `src/${room} may not import this dynamically either (see its README)` }];
 }
 
 export default tseslint.config(
@@ -72,11 +88,11 @@ export default tseslint.config(
       'no-restricted-imports': 'off',
     },
   },
-  ...Object.keys(ROOMS).map((room) => ({ files: [`src/${room}/**/*.ts`], rules: { 'no-restricted-imports': boundary(room, false) } })),
+  ...Object.keys(ROOMS).map((room) => ({ files: [`src/${room}/**/*.ts`], rules: { 'no-restricted-imports': boundary(room, false), 'no-restricted-syntax': dynamicBoundary(room, false) } })),
   ...Object.keys(ROOMS)
     .map((room) => ({
       files: PURE.filter((glob) => glob.startsWith(`src/${room}/`)),
-      rules: { 'no-restricted-imports': boundary(room, true) },
+      rules: { 'no-restricted-imports': boundary(room, true), 'no-restricted-syntax': dynamicBoundary(room, true) },
     }))
     .filter((c) => c.files.length > 0),
 );
