@@ -57,17 +57,17 @@ export class CircuitBreaker {
     return [...this.circuits].filter(([, c]) => c.state === 'open').map(([key]) => key);
   }
 
-  /**
-   * Resolves with an admission once an attempt for `key` may start: at once while closed,
-   * as the next probe while open. Resolves undefined when `signal` aborts or `untilMs` (wall
-   * clock) comes first.
-   */
   /** The admission of a closed circuit, without a promise (the hot path); undefined = ask `admit`. */
   tryAdmit(key: string): Admission | undefined {
     const circuit = this.circuits.get(key);
     return !circuit || circuit.state === 'closed' ? { key, probe: false } : undefined;
   }
 
+  /**
+   * Resolves with an admission once an attempt for `key` may start: at once while closed,
+   * as the next probe while open. Resolves undefined when `signal` aborts or `untilMs` (wall
+   * clock) comes first.
+   */
   async admit(key: string, signal?: AbortSignal, untilMs = Infinity): Promise<Admission | undefined> {
     for (;;) {
       if (signal?.aborted) return undefined;
