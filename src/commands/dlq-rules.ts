@@ -1,6 +1,7 @@
 import type { Config } from '../config/schema.js';
 import { DLQ_HEADER, HEADER, SCHEMA_ID, SIGNATURE_HEADER } from '../contracts/headers.js';
 import type { WebhookTopic } from '../contracts/webhook-events.js';
+import { REDRIVE_REFUSAL_CODE, type DlqCode } from '../contracts/relay-errors.js';
 import { createWebhookHandler, isWebhookTopic, rulesFromConfig, type RejectReason, type WebhookHandler } from '../ingress/handle-webhook.js';
 import { prepareJob, type RecordHeaders } from '../sender/requests.js';
 import type { ConsumedRecord } from '../kafka/group-consumer.js';
@@ -88,19 +89,21 @@ export function codeFromReason(role: DlqRole | undefined, reason: string): strin
     const category = reason.split(':')[0]!.trim();
     return WEBHOOK_CODES.has(category) ? category : 'unknown';
   }
-  if (role === 'send-requests') {
-    if (reason.startsWith('not valid JSON')) return 'RELAY_INVALID_JSON';
-    if (reason.startsWith('unknown business')) return 'RELAY_UNKNOWN_BUSINESS';
-    if (reason.startsWith('businessId is missing')) return 'RELAY_AMBIGUOUS_BUSINESS';
-    const field = /^not a valid send request: ([^.:;]*)/.exec(reason)?.[1];
-    if (field !== undefined) {
-      if (field === 'type') return 'RELAY_UNKNOWN_TYPE';
-      if (field === 'expiresAt' || field === 'ttlMs') return 'RELAY_INVALID_EXPIRY';
-      if (field === '(root)') return 'RELAY_INVALID_REQUEST';
-      return 'RELAY_INVALID_FIELD';
-    }
-  }
+  if (role === 'send-requests') return sendRequestCode(reason) ?? 'unknown';
   return 'unknown';
+}
+
+/** The code of a sender dead letter written before the `error-code` header, from its reason's wording. */
+function sendRequestCode(reason: string): DlqCode | undefined {
+  if (reason.startsWith('not valid JSON')) return 'RELAY_INVALID_JSON';
+  if (reason.startsWith('unknown business')) return 'RELAY_UNKNOWN_BUSINESS';
+  if (reason.startsWith('businessId is missing')) return 'RELAY_AMBIGUOUS_BUSINESS';
+  const field = /^not a valid send request: ([^.:;]*)/.exec(reason)?.[1];
+  if (field === undefined) return undefined;
+  if (field === 'type') return 'RELAY_UNKNOWN_TYPE';
+  if (field === 'expiresAt' || field === 'ttlMs') return 'RELAY_INVALID_EXPIRY';
+  if (field === '(root)') return 'RELAY_INVALID_REQUEST';
+  return 'RELAY_INVALID_FIELD';
 }
 
 export function matches(letter: DeadLetter, filters: Filters): boolean {
@@ -235,7 +238,7 @@ function recheckSendRequest(letter: DeadLetter, context: RecheckContext): Rechec
   if (h[DLQ_HEADER.dlqValue] === 'reference') {
     // The command replaces a reference by its source record first (withSource); unresolved here.
     return fails(
-      'RELAY_DLQ_REFERENCE',
+      REDRIVE_REFUSAL_CODE.reference,
       `the dead letter holds a reference, not the request (too large for the DLQ topic): the original is ${h[DLQ_HEADER.sourceTopic] ?? '?'}/${h[DLQ_HEADER.sourcePartition] ?? '?'}/${h[DLQ_HEADER.sourceOffset] ?? '?'}, while retention keeps it`,
     );
   }
@@ -252,7 +255,7 @@ function recheckSendRequest(letter: DeadLetter, context: RecheckContext): Rechec
   );
   if (job.kind === 'dlq') return fails(job.code, job.reason);
   if (job.expiry.at <= now) {
-    return fails('RELAY_EXPIRED', `it expired at ${new Date(job.expiry.at).toISOString()} (${job.expiry.by}): the sender would answer expired and not send it`);
+    return fails(REDRIVE_REFUSAL_CODE.expired, `it expired at ${new Date(job.expiry.at).toISOString()} (${job.expiry.by}): the sender would answer expired and not send it`);
   }
   let key: Buffer | string | null = letter.key;
   let derived: string | undefined;
@@ -286,7 +289,7 @@ export function withSource(letter: DeadLetter, source: ConsumedRecord | undefine
   const where = `${letter.headers[DLQ_HEADER.sourceTopic] ?? '?'}/${letter.headers[DLQ_HEADER.sourcePartition] ?? '?'}/${letter.headers[DLQ_HEADER.sourceOffset] ?? '?'}`;
   if (source === undefined || source.value === null) {
     return fails(
-      'RELAY_DLQ_REFERENCE',
+      REDRIVE_REFUSAL_CODE.reference,
       `the dead letter holds a reference (the request was too large for the DLQ topic) and the source record ${where} is no longer in its topic (retention): nothing to redrive`,
     );
   }

@@ -1,10 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { InvalidArgumentError, type Command } from 'commander';
-import { HEADER, SCHEMA_ID, sendRequestRecipient, sendRequestSchema, sendResultSchema, deliveryStatusEventSchema, type SendRequest } from '../contracts/index.js';
+import { HEADER, RELAY_RESULT_CODE, SCHEMA_ID, sendRequestRecipient, sendRequestSchema, sendResultSchema, deliveryStatusEventSchema, type SendRequest } from '../contracts/index.js';
 import type { Config } from '../config/schema.js';
 import { MsgbridgeError } from '../platform/errors.js';
 import { createConsumer, createKafka } from '../kafka/client.js';
-import { OUTSIDE_WINDOW_CODE } from '../sender/conversation-guard.js';
 import { messageStateSchema, type MessageState } from '../contracts/message-state.js';
 import { commandConfig, operatorBrokers } from './context.js';
 import { parseIntegerOption } from './options.js';
@@ -205,7 +204,7 @@ async function follow(kafka: ReturnType<typeof createKafka>, config: Config, req
           const where =
             r.attempts > 0
               ? `rejected after ${r.attempts} attempt(s)`
-              : e.code === OUTSIDE_WINDOW_CODE
+              : e.code === RELAY_RESULT_CODE.outsideConversationWindow
                 ? 'rejected without a send (outside the conversation window)'
                 : 'rejected without a send (dead-lettered)';
           say(`${since()} ${where}: ${e.code} ${e.message}${e.httpStatus ? ` (HTTP ${e.httpStatus})` : ''}`);

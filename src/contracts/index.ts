@@ -7,3 +7,4 @@ export * from './message-state.js';
 export * from './conversation-window.js';
 export * from './signature.js';
 export * from './time.js';
+export * from './relay-errors.js';

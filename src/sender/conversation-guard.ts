@@ -1,4 +1,4 @@
-import type { FallbackTemplate, SendRequest } from '../contracts/index.js';
+import { RELAY_ERROR_TYPE, RELAY_RESULT_CODE, type FallbackTemplate, type SendRequest } from '../contracts/index.js';
 import type { WindowLookup } from './conversation-table.js';
 
 /**
@@ -14,7 +14,7 @@ export type ConversationWindowMode = 'off' | 'reject';
 export const CONVERSATION_WINDOW_MODES: readonly ConversationWindowMode[] = ['off', 'reject'];
 
 /** The `error.code` of a text refused because the customer's window is closed. */
-export const OUTSIDE_WINDOW_CODE = 'RELAY_OUTSIDE_CONVERSATION_WINDOW';
+export const OUTSIDE_WINDOW_CODE = RELAY_RESULT_CODE.outsideConversationWindow;
 
 export type GuardDecision =
   /** Sent as it is. `why` says which rule let it through (a metric label). */
@@ -70,7 +70,7 @@ export function outsideWindowFailure(window: Extract<WindowLookup, { state: 'clo
       closedAt === null
         ? 'not sent: the customer has no open 24-hour conversation window (no message from them in the last 24 hours is known), so a free-form text would fail; send a template (fallbackTemplate), or wait until the customer writes'
         : `not sent: the customer's 24-hour conversation window closed at ${closedAt}, so a free-form text would fail; send a template (fallbackTemplate), or wait until the customer writes again`,
-    type: 'RELAY_CONVERSATION_WINDOW',
+    type: RELAY_ERROR_TYPE.conversationWindow,
     code: OUTSIDE_WINDOW_CODE,
     retriable: false,
     details: { windowOpenUntil: closedAt },

@@ -1,4 +1,4 @@
-import { sendRequestRecipient, sendRequestSchema, type ExpiredSendResult, type SendOperation, type SendRequest } from '../contracts/index.js';
+import { sendRequestRecipient, sendRequestSchema, type DlqCode, type ExpiredSendResult, type SendOperation, type SendRequest } from '../contracts/index.js';
 import { deadLetter, type StoredResult } from './result-records.js';
 
 /**
@@ -52,8 +52,8 @@ export interface SendJob {
   sentAs?: 'template';
 }
 
-/** Why a request can never be sent: the `error.code` of its rejected result. */
-export type DlqCode = 'RELAY_INVALID_JSON' | 'RELAY_INVALID_REQUEST' | 'RELAY_UNKNOWN_TYPE' | 'RELAY_INVALID_FIELD' | 'RELAY_INVALID_EXPIRY' | 'RELAY_UNKNOWN_BUSINESS' | 'RELAY_AMBIGUOUS_BUSINESS';
+/** Why a request can never be sent: the `error.code` of its rejected result (src/contracts/relay-errors.ts). */
+export type { DlqCode };
 
 export interface DlqJob {
   kind: 'dlq';

@@ -1,5 +1,6 @@
+import { RELAY_ERROR_TYPE, RELAY_RESULT_CODE, type DlqCode } from '../contracts/index.js';
 import { DLQ_HEADER, eventIdOf, resultEventId, HEADER, SCHEMA_ID, type AcceptedSendResult, type ExpiredSendResult, type RejectedSendResult, type SendFailure } from '../contracts/index.js';
-import type { Claim, DlqCode, HeaderValue, IncomingRecord, OutgoingRecord, RecordHeaders, SendJob } from './requests.js';
+import type { Claim, HeaderValue, IncomingRecord, OutgoingRecord, RecordHeaders, SendJob } from './requests.js';
 import type { AttemptOutcome } from './retry-policy.js';
 
 /**
@@ -54,7 +55,7 @@ export function deadLetter(record: IncomingRecord, code: DlqCode, reason: string
       attempts: 0,
       maybeSent: false,
       rejectedAt: new Date(receivedAt).toISOString(),
-      error: { message: `the request was sent to the dead-letter topic and will never be sent: ${shortReason}`, type: 'RELAY_INVALID_REQUEST', code, retriable: false },
+      error: { message: `the request was sent to the dead-letter topic and will never be sent: ${shortReason}`, type: RELAY_ERROR_TYPE.invalidRequest, code, retriable: false },
     };
     result = storedResult(rejected);
   }
@@ -160,7 +161,7 @@ export function failureOf(outcome: AttemptOutcome, retriable: boolean): SendFail
       return dropUndefined({
         httpStatus: outcome.status,
         message: `the provider answered HTTP ${outcome.status}${outcome.bodySnippet ? `: ${outcome.bodySnippet}` : ''}`,
-        type: 'RELAY_HTTP_ERROR',
+        type: RELAY_ERROR_TYPE.httpError,
         code: `RELAY_HTTP_${outcome.status}`,
         retriable,
       });
@@ -168,14 +169,14 @@ export function failureOf(outcome: AttemptOutcome, retriable: boolean): SendFail
       return {
         httpStatus: outcome.status,
         message: `the provider answered HTTP ${outcome.status} without a message id; the message may or may not exist${outcome.bodySnippet ? `: ${outcome.bodySnippet}` : ''}`,
-        type: 'RELAY_INVALID_RESPONSE',
-        code: 'RELAY_CREATED_WITHOUT_ID',
+        type: RELAY_ERROR_TYPE.invalidResponse,
+        code: RELAY_RESULT_CODE.createdWithoutId,
         retriable,
       };
     case 'timeout':
-      return { message: outcome.message, type: 'RELAY_TRANSPORT_ERROR', code: 'RELAY_TIMEOUT', retriable };
+      return { message: outcome.message, type: RELAY_ERROR_TYPE.transportError, code: RELAY_RESULT_CODE.timeout, retriable };
     case 'network':
-      return { message: `${outcome.code}: ${outcome.message}`, type: 'RELAY_TRANSPORT_ERROR', code: 'RELAY_NETWORK_ERROR', retriable };
+      return { message: `${outcome.code}: ${outcome.message}`, type: RELAY_ERROR_TYPE.transportError, code: RELAY_RESULT_CODE.networkError, retriable };
     case 'accepted':
       throw new Error('an accepted outcome is not a failure');
   }
