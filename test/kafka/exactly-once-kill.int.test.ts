@@ -150,9 +150,11 @@ describe('exactly once under kill -9', () => {
       expect(member.child.signalCode).toBe('SIGKILL');
       killedAt.push(await committedInputs(settings));
     }
-    // Killed while work remained, and each life committed some.
+    // Killed while work remained, and each life committed some; except the one killed at its
+    // third 'sent': the tasks' transactions run concurrently, so all three may precede any commit.
     expect(killedAt[killedAt.length - 1]).toBeLessThan(N);
-    expect(killedAt.every((n, i) => n > (killedAt[i - 1] ?? 0))).toBe(true);
+    const progressed = killedAt.map((n, i) => (rounds[i] !== 'random' && rounds[i]!.phase === 'sent' ? n >= (killedAt[i - 1] ?? 0) : n > (killedAt[i - 1] ?? 0)));
+    expect(progressed, `committed inputs after each kill: ${killedAt.join(', ')}`).toEqual(rounds.map(() => true));
 
     const last = startMember(settings);
     await last.ready;
