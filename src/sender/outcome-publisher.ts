@@ -15,6 +15,12 @@ import { ReplaceableProducer } from '../kafka/replaceable-producer.js';
 export interface OutcomePublisherOptions {
   createProducer: () => RecordProducer;
   maxBatch?: number;
+  /**
+   * How long the first record after an idle moment waits for others before it is produced (ms,
+   * default 0). While a produce is in flight records queue anyway; this groups those of a sender
+   * working below its capacity (the results of one rate-limit grant), at a produce request each.
+   */
+  lingerMs?: number;
   /** A produce in flight longer than this counts as failing for `publishable` (ms). */
   stallMs?: number;
   /** Called when a producer is dropped after a failure. */
@@ -38,9 +44,11 @@ export class OutcomePublisher {
   /** When the produce in flight started (performance.now()), if one is. */
   private sendingSince: number | undefined;
   private readonly maxBatch: number;
+  private readonly lingerMs: number;
 
   constructor(private readonly options: OutcomePublisherOptions) {
     this.maxBatch = options.maxBatch ?? 1000;
+    this.lingerMs = options.lingerMs ?? 0;
   }
 
   /** Connects the first producer (a start-up failure is the caller's to report). */
@@ -59,7 +67,10 @@ export class OutcomePublisher {
     if (this.producers.closed) return Promise.reject(new Error('the result publisher is closed'));
     return new Promise((resolve, reject) => {
       this.queue.push({ topic, record, resolve, reject });
-      if (!this.sending) void this.flush();
+      if (this.sending) return;
+      this.sending = true;
+      if (this.lingerMs > 0) setTimeout(() => void this.flush(), this.lingerMs);
+      else void this.flush();
     });
   }
 
@@ -73,8 +84,8 @@ export class OutcomePublisher {
     return producer;
   }
 
+  /** Produces what is queued, batch after batch; `sending` is already true (set by publish). */
   private async flush(): Promise<void> {
-    this.sending = true;
     try {
       while (this.queue.length > 0) {
         const batch = this.queue.splice(0, this.maxBatch);

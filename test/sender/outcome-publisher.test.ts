@@ -41,6 +41,20 @@ describe('OutcomePublisher', () => {
     expect(p.made[0]!.sent.map((b) => b.flatMap((t) => t.records.map((r) => r.key)))).toEqual([['k1'], ['k2', 'k4', 'k3']]);
   });
 
+  it('with lingerMs, the first record after an idle moment waits for the others of that moment: one produce', async () => {
+    const p = producers([{}]);
+    const publisher = new OutcomePublisher({ createProducer: p.create, lingerMs: 30 });
+    await publisher.start();
+    const first = publisher.publish('results', record(1));
+    await new Promise((r) => setTimeout(r, 10));
+    expect(p.made[0]!.sent).toHaveLength(0);
+    await Promise.all([first, publisher.publish('results', record(2)), publisher.publish('dlq', record(3))]);
+    expect(p.made[0]!.sent.map((b) => b.flatMap((t) => t.records.map((r) => r.key)))).toEqual([['k1', 'k2', 'k3']]);
+    // Idle again: the next record lingers again, alone.
+    await publisher.publish('results', record(4));
+    expect(p.made[0]!.sent).toHaveLength(2);
+  });
+
   it('never reuses a producer after a failed produce: the next batch goes through a new one', async () => {
     const p = producers([{ failing: [2] }, {}]);
     const replaced: unknown[] = [];
