@@ -29,7 +29,7 @@ export function createDlqPort(config: Config, brokers: string[], logger: Logger)
         if (missing(error)) return undefined;
         throw error;
       });
-      if (!session) return { topic, records: 0, partitions: 0, oldest: null, newest: null, byCode: {}, byBusiness: {}, behindARedrive: 0, redrives: [] };
+      if (!session) return { topic, records: 0, partitions: 0, oldest: null, newest: null, byCode: {}, byBusiness: {}, redriven: 0, redrives: [] };
       const s = await dlqStats(session, topic);
       return { ...s, redrives: s.redrives.map((r) => ({ name: r.name, passed: r.passed })) };
     },

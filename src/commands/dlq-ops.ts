@@ -2,7 +2,17 @@ import { createHash } from 'node:crypto';
 import type { Config } from '../config/schema.js';
 import { createKafka, type KafkaClient } from '../kafka/client.js';
 import { offsetsAtTime, readRange, topicEnds, type PartitionEnds } from '../kafka/dlq-reader.js';
-import { committedOffsets, listRedrives, redriveGroupId, runRedrive, setStartOffsets } from '../kafka/dlq-redrive.js';
+import {
+  committedOffsets,
+  ensureRedriveLedger,
+  ledgerEntry,
+  ledgerKey,
+  listRedrives,
+  readRedriveLedger,
+  redriveGroupId,
+  runRedrive,
+  setStartOffsets,
+} from '../kafka/dlq-redrive.js';
 import { connectingToKafka } from '../kafka/failure.js';
 import type { OutputRecord } from '../kafka/transactional-engine.js';
 import type { ConsumedRecord } from '../kafka/group-consumer.js';
@@ -112,7 +122,7 @@ export interface DlqStats {
   byCode: Record<string, { count: number; businesses: Record<string, number> }>;
   byBusiness: Record<string, number>;
   byRole: Record<string, number>;
-  behindARedrive: number;
+  redriven: number;
   redrives: { name: string; group: string; passed: number; offsets: Record<string, number> }[];
 }
 
@@ -122,16 +132,14 @@ export async function dlqStats(session: DlqSession, topic: string, onProgress?: 
   const to = new Map([...session.ends].map(([p, e]) => [p, e.high]));
   const total = countRecords(from, to);
   const redrives = await connectingToKafka(session.brokers, () => listRedrives(session.kafka, topic));
-  // A record is behind a redrive when that redrive's committed position on its partition is past it.
-  const furthest = new Map<number, number>();
-  for (const r of redrives) for (const [p, o] of r.offsets) furthest.set(p, Math.max(furthest.get(p) ?? 0, o));
+  const ledger = await connectingToKafka(session.brokers, () => readRedriveLedger(session.kafka, topic));
   const byCode = new Map<string, { count: number; businesses: Map<string, number> }>();
   const byBusiness = new Map<string, number>();
   const byRole = new Map<string, number>();
   let oldest = Infinity;
   let newest = -Infinity;
   let records = 0;
-  let behind = 0;
+  let redriven = 0;
   await readRange({
     kafka: session.kafka,
     topic,
@@ -150,7 +158,7 @@ export async function dlqStats(session: DlqSession, topic: string, onProgress?: 
       byRole.set(letter.role ?? 'unknown', (byRole.get(letter.role ?? 'unknown') ?? 0) + 1);
       oldest = Math.min(oldest, letter.timestamp);
       newest = Math.max(newest, letter.timestamp);
-      if (Number(letter.offset) < (furthest.get(letter.partition) ?? 0)) behind++;
+      if (ledger.has(ledgerKey(letter.partition, letter.offset))) redriven++;
       onProgress?.(records, total);
       return 'continue';
     },
@@ -166,7 +174,7 @@ export async function dlqStats(session: DlqSession, topic: string, onProgress?: 
     byCode: Object.fromEntries(sorted(byCode, (g) => g.count).map(([code, g]) => [code, { count: g.count, businesses: Object.fromEntries(sorted(g.businesses, (n) => n)) }])),
     byBusiness: Object.fromEntries(sorted(byBusiness, (n) => n)),
     byRole: Object.fromEntries(byRole),
-    behindARedrive: behind,
+    redriven,
     redrives: redrives.map((r) => {
       const passed = [...r.offsets].reduce((n, [p, o]) => n + Math.max(0, Math.min(o, session.ends.get(p)?.high ?? o) - (session.ends.get(p)?.low ?? 0)), 0);
       return { name: r.name, group: redriveGroupId(r.name), passed, offsets: Object.fromEntries(r.offsets) };
@@ -248,11 +256,13 @@ export const STALL_MS = 120_000;
 export interface Tally {
   selected: number;
   outside: number;
+  /** Selected, but produced again already (by this redrive or another): in the topic's ledger, skipped. */
+  redriven: number;
   produced: Map<string, number>;
   failing: Map<string, number>;
 }
 
-export const newTally = (): Tally => ({ selected: 0, outside: 0, produced: new Map(), failing: new Map() });
+export const newTally = (): Tally => ({ selected: 0, outside: 0, redriven: 0, produced: new Map(), failing: new Map() });
 export const sum = (m: Map<string, number>) => [...m.values()].reduce((a, b) => a + b, 0);
 const bump = (m: Map<string, number>, k: string, n = 1) => m.set(k, (m.get(k) ?? 0) + n);
 
@@ -295,6 +305,7 @@ export async function planRedrive(session: DlqSession, topic: string, filters: F
   const starts = new Map([...session.ends].map(([p, e]) => [p, Math.max(e.low, committed.get(p) ?? since.get(p) ?? e.low)]));
   const ends = new Map([...session.ends].map(([p, e]) => [p, e.high]));
   const context = recheckContext(session.config);
+  const ledger = await connectingToKafka(session.brokers, () => readRedriveLedger(session.kafka, topic));
   const plan: RedrivePlan = { topic, name, groupId, filters, resuming: committed.size > 0, starts, ends, tally: newTally(), derived: new Map(), failures: [] };
   const tallyPlan = (letter: DeadLetter, decision: Recheck) => {
     if (decision.kind === 'fails') {
@@ -322,6 +333,10 @@ export async function planRedrive(session: DlqSession, topic: string, filters: F
         return 'continue';
       }
       plan.tally.selected++;
+      if (ledger.has(ledgerKey(letter.partition, letter.offset))) {
+        plan.tally.redriven++;
+        return 'continue';
+      }
       if (isReference(letter)) {
         references.push(letter);
         return 'continue';
@@ -359,6 +374,9 @@ export async function executeRedrive(session: DlqSession, plan: RedrivePlan, opt
   const { topic, filters, groupId } = plan;
   const context = recheckContext(session.config);
   if (!plan.resuming && filters.since !== undefined) await setStartOffsets(session.kafka, groupId, topic, plan.starts);
+  await connectingToKafka(session.brokers, () => ensureRedriveLedger(session.kafka, topic, session.config.kafka.replicationFactor));
+  // Read after any earlier run ended: what it produced is either in the ledger or was aborted with its transaction.
+  const ledger = await connectingToKafka(session.brokers, () => readRedriveLedger(session.kafka, topic));
   const done = newTally();
   const rate = options.rate;
   const started = Date.now();
@@ -396,6 +414,10 @@ export async function executeRedrive(session: DlqSession, plan: RedrivePlan, opt
             continue;
           }
           chunk.selected++;
+          if (ledger.has(ledgerKey(letter.partition, letter.offset))) {
+            chunk.redriven++;
+            continue;
+          }
           const resolved = isReference(letter) ? await resolveReference(session.kafka, letter) : letter;
           const decision = 'kind' in resolved ? resolved : recheck(resolved, context);
           if (decision.kind === 'fails') {
@@ -405,9 +427,11 @@ export async function executeRedrive(session: DlqSession, plan: RedrivePlan, opt
           }
           bump(chunk.produced, decision.topic);
           outputs.push({ topic: decision.topic, key: decision.key, value: decision.value, headers: { ...decision.headers, ...redriveHeaders(letter, at) } });
+          outputs.push(ledgerEntry(topic, letter.partition, letter.offset, { redrive: plan.name, at, to: decision.topic }));
         }
-        if (rate && outputs.length > 0) {
-          scheduled += outputs.length;
+        const producing = sum(chunk.produced);
+        if (rate && producing > 0) {
+          scheduled += producing;
           const due = started + (scheduled / rate) * 1000;
           if (due > Date.now()) await new Promise((r) => setTimeout(r, due - Date.now()));
         }
@@ -417,6 +441,7 @@ export async function executeRedrive(session: DlqSession, plan: RedrivePlan, opt
             lastProgress = Date.now();
             done.selected += chunk.selected;
             done.outside += chunk.outside;
+            done.redriven += chunk.redriven;
             for (const [t, n] of chunk.produced) bump(done.produced, t, n);
             for (const [c, n] of chunk.failing) bump(done.failing, c, n);
             options.onCommitted?.(done, lines);

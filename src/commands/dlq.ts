@@ -22,6 +22,7 @@ import {
   type TimeArg,
 } from './dlq-ops.js';
 import { parseIntegerOption } from './options.js';
+import { redriveLedgerTopic } from '../kafka/dlq-redrive.js';
 
 export { defaultRedriveName } from './dlq-ops.js';
 
@@ -227,7 +228,7 @@ async function stats(command: Command, topic: string, opts: { json?: boolean }):
   if (s.redrives.length === 0) {
     out('redrives: none yet (msgbridge dlq redrive)');
   } else {
-    out(`already behind a redrive: ${fmt(s.behindARedrive)} of ${fmt(records)} (each was produced again, or re-checked and left failing, or outside that redrive's filters)`);
+    out(`already redriven: ${fmt(s.redriven)} of ${fmt(records)} (produced again once; every redrive skips them: ledger ${redriveLedgerTopic(s.topic)})`);
     for (const r of s.redrives) out(`  redrive ${r.name}: passed ${fmt(r.passed)} records (consumer group ${r.group})`);
   }
 }
@@ -293,6 +294,7 @@ async function redrive(command: Command, topic: string, opts: RedriveOptions): P
   out(`  selected ${fmt(plan.tally.selected)} of ${fmt(plan.tally.selected + plan.tally.outside)} records`);
   out(`  would produce ${fmt(toProduce)}${toProduce ? `: ${[...plan.tally.produced].map(([t, n]) => `${fmt(n)} → ${t}`).join(', ')}` : ''}`);
   for (const [how, n] of plan.derived) out(`    ${fmt(n)} of them: ${how}`);
+  if (plan.tally.redriven > 0) out(`  already redriven, skipped: ${fmt(plan.tally.redriven)} (ledger ${redriveLedgerTopic(plan.topic)})`);
   const failing = sum(plan.tally.failing);
   out(`  would fail again, not produced: ${fmt(failing)}${failing ? ` (${[...plan.tally.failing].map(([c, n]) => `${c} ${fmt(n)}`).join(', ')})` : ''}`);
   for (const line of plan.failures) out(`    ${line}`);
@@ -350,7 +352,7 @@ async function redrive(command: Command, topic: string, opts: RedriveOptions): P
   run.stop();
   const produced = sum(done.produced);
   out(
-    `done: produced ${fmt(produced)}${produced ? ` (${[...done.produced].map(([t, n]) => `${t} ${fmt(n)}`).join(', ')})` : ''}, ${fmt(sum(done.failing))} still failing, ${fmt(done.outside)} outside the filters, in ${(outcome.ms / 1000).toFixed(1)} s.`,
+    `done: produced ${fmt(produced)}${produced ? ` (${[...done.produced].map(([t, n]) => `${t} ${fmt(n)}`).join(', ')})` : ''}, ${fmt(sum(done.failing))} still failing, ${fmt(done.redriven)} already redriven (skipped), ${fmt(done.outside)} outside the filters, in ${(outcome.ms / 1000).toFixed(1)} s.`,
   );
   if (sum(done.failing) > 0) {
     out(`  the records still failing are behind this redrive now: once their cause is fixed, redrive them again under a new name (--name ${name}.2).`);

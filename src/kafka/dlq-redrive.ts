@@ -1,6 +1,8 @@
 import type { Kafka } from 'kafkajs';
 import type { Logger } from '../platform/logger.js';
+import { readRange, topicEnds } from './dlq-reader.js';
 import type { ConsumedRecord } from './group-consumer.js';
+import { ensureTopics } from './topics.js';
 import { startTransactionalEngine, type OutputRecord } from './transactional-engine.js';
 
 /**
@@ -14,6 +16,61 @@ import { startTransactionalEngine, type OutputRecord } from './transactional-eng
  */
 
 export const REDRIVE_GROUP_PREFIX = 'msgbridge-dlq-redrive.';
+
+/**
+ * The redrive ledger of a DLQ topic, `<topic>.redriven` (compacted): one record per dead letter
+ * produced again, keyed `<partition>/<offset>`, written in the same transaction as the record it
+ * produced. Every redrive, whatever its name and filters, skips what the ledger holds: a dead
+ * letter is produced again once, ever (README, Operations, "Dead letters"). Two redrives of one
+ * topic running at the same moment do not see each other's ledger entries: run one at a time.
+ */
+export function redriveLedgerTopic(dlqTopic: string): string {
+  return `${dlqTopic}.redriven`;
+}
+
+export const ledgerKey = (partition: number, offset: string | number) => `${partition}/${offset}`;
+
+/** The ledger entry of one dead letter produced again (an output of its chunk's transaction). */
+export function ledgerEntry(dlqTopic: string, partition: number, offset: string, entry: { redrive: string; at: number; to: string }): OutputRecord {
+  return { topic: redriveLedgerTopic(dlqTopic), key: ledgerKey(partition, offset), value: JSON.stringify({ redrive: entry.redrive, at: new Date(entry.at).toISOString(), to: entry.to }), headers: {} };
+}
+
+/** The ledger's keys (committed entries only); empty when no redrive of the topic ever produced anything. */
+export async function readRedriveLedger(kafka: Kafka, dlqTopic: string): Promise<Set<string>> {
+  const topic = redriveLedgerTopic(dlqTopic);
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    if (!(await admin.listTopics()).includes(topic)) return new Set();
+  } finally {
+    await admin.disconnect().catch(() => undefined);
+  }
+  const ends = await topicEnds(kafka, topic);
+  const keys = new Set<string>();
+  await readRange({
+    kafka,
+    topic,
+    from: new Map([...ends].map(([p, e]) => [p, e.low])),
+    to: new Map([...ends].map(([p, e]) => [p, e.high])),
+    timeoutMs: 10 * 60_000,
+    onRecord: (record) => {
+      if (record.key !== null && record.value !== null) keys.add(record.key.toString());
+      return 'continue';
+    },
+  });
+  return keys;
+}
+
+/** Creates the ledger topic if it is missing (compacted, one partition, the roles' replication). */
+export async function ensureRedriveLedger(kafka: Kafka, dlqTopic: string, replicationFactor: number, logger?: Logger): Promise<void> {
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    await ensureTopics(admin, [{ topic: redriveLedgerTopic(dlqTopic), partitions: 1, replicationFactor, configEntries: [{ name: 'cleanup.policy', value: 'compact' }] }], logger);
+  } finally {
+    await admin.disconnect().catch(() => undefined);
+  }
+}
 
 export function redriveGroupId(name: string): string {
   return `${REDRIVE_GROUP_PREFIX}${name}`;

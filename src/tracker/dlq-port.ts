@@ -22,7 +22,7 @@ export interface DlqTopicStats {
   newest: string | null;
   byCode: Record<string, { count: number; businesses: Record<string, number> }>;
   byBusiness: Record<string, number>;
-  behindARedrive: number;
+  redriven: number;
   redrives: { name: string; passed: number }[];
 }
 

@@ -104,6 +104,7 @@ describe('msgbridge dlq redrive: send requests, end to end with the sender', () 
     expect(Number(redriven!.headers['redriven-at'])).toBeGreaterThan(Date.now() - 60_000);
 
     // A second redrive (the same command) produces nothing.
+    const afterRedrive = await endOffsets(f.topics.sendRequests);
     const again = await runCli([...args, '--yes'], env);
     expect(again.code, again.stderr).toBe(0);
     expect(again.stdout).toContain('resuming where it stopped');
@@ -112,10 +113,19 @@ describe('msgbridge dlq redrive: send requests, end to end with the sender', () 
     expect(f.simulator.sends().filter((s) => sentRequestId(s) === 'redrive-me')).toHaveLength(1);
     expect(resultsOf('redrive-me').filter((r) => r.outcome === 'accepted')).toHaveLength(1);
 
+    // Under another name (all codes: a consumer group of its own, from the log start): the
+    // topic's ledger says it was produced again already, so nothing is.
+    const other = await runCli(['dlq', 'redrive', f.topics.sendRequestsDlq, '--yes'], env);
+    expect(other.code, other.stderr).toBe(0);
+    expect(other.stdout).not.toContain('resuming where it stopped');
+    expect(other.stdout).toContain(`already redriven, skipped: 1 (ledger ${f.topics.sendRequestsDlq}.redriven)`);
+    expect(other.stdout).toContain('nothing to produce: nothing was written.');
+    expect(await endOffsets(f.topics.sendRequests)).toEqual(afterRedrive);
+
     const stats = await runCli(['dlq', 'stats', f.topics.sendRequestsDlq], env);
     expect(stats.code, stats.stderr).toBe(0);
     expect(stats.stdout).toMatch(/RELAY_UNKNOWN_BUSINESS\s+1\s+biz_2 1/);
-    expect(stats.stdout).toContain('already behind a redrive: 1 of 1');
+    expect(stats.stdout).toContain(`already redriven: 1 of 1 (produced again once; every redrive skips them: ledger ${f.topics.sendRequestsDlq}.redriven)`);
   }, 120_000);
 });
 
@@ -314,7 +324,7 @@ describe('msgbridge dlq: webhooks, golden records of 0.1.0, list and stats', () 
         RELAY_UNKNOWN_TYPE: { count: 2 },
         RELAY_UNKNOWN_BUSINESS: { count: 2, businesses: { biz_9: 2 } },
       },
-      behindARedrive: 0,
+      redriven: 0,
       redrives: [],
     });
     const missing = await runCli(['dlq', 'stats', 'no-such-dlq'], env());

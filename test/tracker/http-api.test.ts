@@ -32,7 +32,7 @@ const queries = {
 
 const dlq: DlqPort = {
   topics: () => ['send-requests-dlq'],
-  stats: async (topic) => ({ topic, records: 0, partitions: 1, oldest: null, newest: null, byCode: {}, byBusiness: {}, behindARedrive: 0, redrives: [] }),
+  stats: async (topic) => ({ topic, records: 0, partitions: 1, oldest: null, newest: null, byCode: {}, byBusiness: {}, redriven: 0, redrives: [] }),
   list: async () => ({
     records: [{ topic: 't', partition: 0, offset: '0', timestamp: '', key: null, role: null, business: null, code: 'c', reason: 'r', headers: {}, value: '{"to":"+15550003333"}' }],
     next: null,

@@ -475,7 +475,11 @@ function statsBlock(topic, stats) {
     ),
     h('div', { class: 'two' }, countTable('By code', byCode, ['Code', 'Businesses']), countTable('By business', byBusiness, ['Business'])),
     stats.redrives.length
-      ? h('p', { class: 'muted' }, `Already behind a redrive: ${stats.behindARedrive.toLocaleString()}. Redrives: ${stats.redrives.map((r) => `${r.name} (${r.passed} passed)`).join(', ')}.`)
+      ? h(
+          'p',
+          { class: 'muted' },
+          `Already redriven (produced again once, skipped by every redrive): ${stats.redriven.toLocaleString()}. Redrives: ${stats.redrives.map((r) => `${r.name} (${r.passed} passed)`).join(', ')}.`,
+        )
       : h('p', { class: 'muted' }, 'No redrive yet.'),
   );
 }
