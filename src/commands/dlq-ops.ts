@@ -2,17 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Config } from '../config/schema.js';
 import { createKafka, type KafkaClient } from '../kafka/client.js';
 import { offsetsAtTime, readRange, topicEnds, type PartitionEnds } from '../kafka/dlq-reader.js';
-import {
-  committedOffsets,
-  ensureRedriveLedger,
-  ledgerEntry,
-  ledgerKey,
-  listRedrives,
-  readRedriveLedger,
-  redriveGroupId,
-  runRedrive,
-  setStartOffsets,
-} from '../kafka/dlq-redrive.js';
+import { committedOffsets, ensureRedriveLedger, ledgerEntry, ledgerKey, listRedrives, readRedriveLedger, redriveGroupId, runRedrive, setStartOffsets } from '../kafka/dlq-redrive.js';
 import { connectingToKafka } from '../kafka/failure.js';
 import type { OutputRecord } from '../kafka/transactional-engine.js';
 import type { ConsumedRecord } from '../kafka/group-consumer.js';
