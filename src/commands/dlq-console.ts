@@ -78,6 +78,7 @@ function answer(plan: RedrivePlan, dryRun: boolean, stopped: 'interrupted' | 'st
     resuming: plan.resuming,
     selected: plan.tally.selected,
     outside: plan.tally.outside,
+    redriven: plan.tally.redriven,
     produced: Object.fromEntries(plan.tally.produced),
     failing: Object.fromEntries(plan.tally.failing),
     failures: plan.failures,

@@ -56,6 +56,8 @@ export interface DlqRedriveAnswer {
   resuming: boolean;
   selected: number;
   outside: number;
+  /** Selected but produced again already, by any redrive (the topic's ledger): skipped. */
+  redriven: number;
   /** Records produced (or that would be), by target topic. */
   produced: Record<string, number>;
   /** Records that fail the re-check again (not produced), by code. */

@@ -12,8 +12,9 @@ import { TEST_ACCESS_TOKENS, TEST_TOKENS } from './harness.js';
  * downloaded browser) against `msgbridge dev` on the suite's Kafka: the simulator, ingress,
  * sender and tracker of one process. A message sent through the simulator is found by its phone
  * number and shows `read` with its timeline; a failed one shows its error and trace id; without
- * a credential no data reaches the page; a read-only user sees no redrive and is refused one.
- * With MSGBRIDGE_CONSOLE_SCREENSHOTS=1 the main pages are written to docs/console/*.png.
+ * a credential no data reaches the page; a read-only user sees no redrive and is refused one;
+ * an operator's confirmed redrive sends a dead-lettered request once, and no later redrive (any
+ * selection) produces it again. With MSGBRIDGE_CONSOLE_SCREENSHOTS=1 the main pages are written to docs/console/*.png.
  */
 const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const SHOTS = process.env.MSGBRIDGE_CONSOLE_SCREENSHOTS === '1' ? join(import.meta.dirname, '..', '..', 'docs', 'console') : undefined;
@@ -93,8 +94,21 @@ beforeAll(async () => {
     90_000,
   );
   expect(failed.code, `${failed.stdout}\n${failed.stderr}`).not.toBeNull();
-  // A dead letter for the dead-letter page.
-  await produce(`${suffix}-send-requests-dlq`, [{ key: 'r1', value: '{"not":"a request"', headers: { 'error-reason': 'not valid JSON', 'error-code': 'RELAY_INVALID_JSON', 'business-id': 'biz_1' } }]);
+  // Dead letters for the dead-letter page: one that fails again, and one a redrive sends (the
+  // sender had not known biz_1 then; it does now).
+  await produce(`${suffix}-send-requests-dlq`, [
+    { key: 'r1', value: '{"not":"a request"', headers: { 'error-reason': 'not valid JSON', 'error-code': 'RELAY_INVALID_JSON', 'business-id': 'biz_1' } },
+    {
+      key: CUSTOMER,
+      value: JSON.stringify({ requestId: `${suffix}-redriven`, businessId: 'biz_1', type: 'text', recipient: { channelType: 'whatsapp', id: CUSTOMER }, message: { text: 'Sent again' } }),
+      headers: {
+        'error-reason': 'unknown business "biz_1": it is not configured in this sender',
+        'error-code': 'RELAY_UNKNOWN_BUSINESS',
+        'business-id': 'biz_1',
+        'source-topic': `${suffix}-send-requests`,
+      },
+    },
+  ]);
 
   const ask = async (requestId: string) => {
     const res = await fetch(`${base}/requests/${requestId}`, { headers: { authorization: `Bearer ${devToken}` } });
@@ -199,14 +213,35 @@ describe('the support console in Chromium', () => {
     await page.close();
   });
 
-  it('an operator runs the dry run first, then sees what a redrive would do', async () => {
+  it('an operator runs the dry run, then the redrive: the request goes back once and is sent; no later redrive produces it again', async () => {
     const page = await signedIn(devToken, `/console/?dlq=${encodeURIComponent(`${suffix}-send-requests-dlq`)}`);
     await page.waitForSelector('#records-title');
     await page.getByRole('button', { name: 'Dry run' }).click();
     await page.waitForSelector('text=Dry run: nothing written');
     await page.waitForSelector('.counts');
     expect(await page.textContent('main')).toMatch(/Would fail again: 1 \(RELAY_INVALID_JSON 1\)/);
+    expect(await page.textContent('main')).toMatch(/Would produce 1 of 2 selected records: 1 → .*-send-requests\./);
     await shot(page, 'dead-letters');
+    // Confirmed: the request goes back to send-requests once, and the sender sends it.
+    await page.getByRole('button', { name: /^Redrive 1 record to / }).click();
+    await page.waitForSelector('h3:text("Done")');
+    expect(await page.textContent('main')).toMatch(/Produced 1 of 2 selected records/);
+    const deadline = Date.now() + 45_000;
+    for (;;) {
+      const res = await fetch(`${base}/requests/${suffix}-redriven`, { headers: { authorization: `Bearer ${devToken}` } });
+      if (res.status === 200) break;
+      if (Date.now() > deadline) throw new Error(`the redriven request was not sent (last answer ${res.status})`);
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    // The same selection again resumes past it; another selection (another redrive name, read
+    // from the start) finds it in the topic's ledger. Either way: nothing to produce.
+    await page.getByRole('button', { name: 'Dry run' }).click();
+    await page.waitForSelector('text=(resumes where it stopped)');
+    expect(await page.textContent('main')).toContain('Nothing to produce.');
+    await page.goto(`${base}/console/?dlq=${encodeURIComponent(`${suffix}-send-requests-dlq`)}&code=RELAY_UNKNOWN_BUSINESS`);
+    await page.getByRole('button', { name: 'Dry run' }).click();
+    await page.waitForSelector('text=Already redriven, skipped: 1');
+    expect(await page.textContent('main')).toContain('Nothing to produce.');
     await page.close();
   });
 });

@@ -39,7 +39,7 @@ const dlq: DlqPort = {
   }),
   redrive: async (topic, _filter, options) => {
     redrives.push({ topic, ...options });
-    return { topic, name: 'n', dryRun: options.dryRun, resuming: false, selected: 0, outside: 0, produced: {}, failing: {}, failures: [], stopped: null, ms: 0 };
+    return { topic, name: 'n', dryRun: options.dryRun, resuming: false, selected: 0, outside: 0, redriven: 0, produced: {}, failing: {}, failures: [], stopped: null, ms: 0 };
   },
 };
 

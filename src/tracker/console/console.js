@@ -557,6 +557,7 @@ function planText(plan) {
       `${plan.dryRun ? 'Would fail again' : 'Still failing'}: ${failing.reduce((n, [, c]) => n + c, 0).toLocaleString()}${failing.length ? ` (${failing.map(([c, n]) => `${c} ${n}`).join(', ')})` : ''}.`,
     ),
     plan.failures.length ? h('details', {}, h('summary', {}, 'Records that would fail again'), h('pre', {}, plan.failures.join('\n'))) : null,
+    plan.redriven ? h('p', {}, `Already redriven, skipped: ${plan.redriven.toLocaleString()} (each dead letter goes back once, whatever the selection).`) : null,
     h('p', { class: 'muted' }, `Redrive name ${plan.name}${plan.resuming ? ' (resumes where it stopped)' : ''}: msgbridge dlq redrive with the same selection continues it.`),
   ];
 }
