@@ -12,7 +12,8 @@ import { TEST_ACCESS_TOKENS, TEST_TOKENS } from './harness.js';
  * downloaded browser) against `msgbridge dev` on the suite's Kafka: the simulator, ingress,
  * sender and tracker of one process. A message sent through the simulator is found by its phone
  * number and shows `read` with its timeline; a failed one shows its error and trace id; without
- * a credential no data reaches the page; a read-only user sees no redrive and is refused one;
+ * a credential no data reaches the page; a read-only user sees phone numbers masked on every
+ * page (tracker.maskRecipients), no redrive, and is refused one;
  * an operator's confirmed redrive sends a dead-lettered request once, and no later redrive (any
  * selection) produces it again. With MSGBRIDGE_CONSOLE_SCREENSHOTS=1 the main pages are written to docs/console/*.png.
  */
@@ -42,6 +43,8 @@ const env: Record<string, string> = {
   MSGBRIDGE__tracker__transactionalIdPrefix: `${suffix}-tracker`,
   // The suite's read-only token beside the operator token dev makes for itself.
   MSGBRIDGE__tracker__accessTokens: JSON.stringify(TEST_ACCESS_TOKENS),
+  // Phone numbers masked for the read-only role (operators see them whole).
+  MSGBRIDGE__tracker__maskRecipients: 'true',
 };
 
 let dev: ReturnType<typeof startCli>;
@@ -193,6 +196,24 @@ describe('the support console in Chromium', () => {
     // The field is labelled and focused.
     expect(await page.evaluate('document.activeElement?.id')).toBe('token');
     expect(await page.locator('label[for="token"]').textContent()).toBe('Access token');
+    await page.close();
+  });
+
+  it('a read-only user finds the customer by phone number but sees the number masked everywhere', async () => {
+    const masked = `${CUSTOMER.slice(0, 5)}•••${CUSTOMER.slice(-4)}`;
+    const page = await signedIn(TEST_TOKENS.read, `/console/?q=${encodeURIComponent(CUSTOMER)}`);
+    await page.waitForSelector('table tbody tr');
+    expect(await page.textContent('#who-name')).toContain('read only');
+    expect(await page.textContent('main')).toContain(masked);
+    expect(await page.textContent('body')).not.toContain(CUSTOMER);
+    await page.locator('tbody tr', { hasText: readMessageId }).getByRole('link', { name: readMessageId }).click();
+    await page.waitForSelector('.timeline');
+    expect(await page.textContent('main')).toContain(masked);
+    expect(await page.textContent('body')).not.toContain(CUSTOMER);
+    // The dead letters too (the redriven request's key and body hold the number).
+    await page.goto(`${base}/console/?dlq=${encodeURIComponent(`${suffix}-send-requests-dlq`)}`);
+    await page.waitForSelector('#records-title');
+    expect(await page.textContent('body')).not.toContain(CUSTOMER);
     await page.close();
   });
 
