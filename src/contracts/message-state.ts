@@ -9,7 +9,18 @@ import { providerErrorSchema, type ProviderError } from './common.js';
 export const MESSAGE_STATUSES = ['accepted', 'sent', 'delivered', 'read', 'delivery_failed'] as const;
 export type MessageStatus = (typeof MESSAGE_STATUSES)[number];
 
-/** The public shape of DESIGN §1.5. */
+/**
+ * How the relay sent it, from the accepted send result: the attempts it took, whether an earlier
+ * attempt may have created another message (`maybeSent`), and the type the request asked for
+ * (`type` is what went out: a text sent as its fallback template says `template` there).
+ */
+export interface SendSummary {
+  attempts: number;
+  maybeSent: boolean;
+  requestedType: 'text' | 'template';
+}
+
+/** The public shape of DESIGN §1.5, plus `send` (optional on read: null in states written before it). */
 export interface MessageState {
   messageId: string;
   /** Null until the accepted send result is seen; stays null for a message not sent through the relay. */
@@ -27,6 +38,8 @@ export interface MessageState {
   /** Distinct events that changed this state. */
   events: number;
   updatedAt: string;
+  /** Null until the accepted send result is seen, and in states written before this field. */
+  send: SendSummary | null;
 }
 
 /**
@@ -56,6 +69,10 @@ export const messageStateSchema = z.object({
   error: providerErrorSchema.nullable(),
   events: z.number().int().min(0),
   updatedAt: isoTime,
+  send: z
+    .object({ attempts: z.number().int().min(1), maybeSent: z.boolean(), requestedType: z.enum(['text', 'template']) })
+    .nullable()
+    .default(null),
   eventIds: z.array(z.string().min(1)).default([]),
 });
 

@@ -1,5 +1,5 @@
 import type { ProviderError } from '../contracts/common.js';
-import type { MessageStatus, TrackedMessage } from '../contracts/message-state.js';
+import type { MessageStatus, SendSummary, TrackedMessage } from '../contracts/message-state.js';
 import type { AcceptedSendResult, SendResult } from '../contracts/send.js';
 import type { DeliveryStatus, DeliveryStatusEvent } from '../contracts/webhook-events.js';
 import { canonicalIso, isoFromEpochSeconds } from '../contracts/time.js';
@@ -24,7 +24,7 @@ export const MAX_REMEMBERED_EVENT_IDS = 32;
 export interface ResultEvent {
   kind: 'result';
   eventId: string;
-  result: Pick<AcceptedSendResult, 'requestId' | 'businessId' | 'messageId' | 'type' | 'recipient' | 'acceptedAt'>;
+  result: Pick<AcceptedSendResult, 'requestId' | 'businessId' | 'messageId' | 'type' | 'recipient' | 'acceptedAt'> & { send?: SendSummary };
 }
 
 export interface StatusEvent {
@@ -55,7 +55,8 @@ export function resultEventFrom(result: SendResult, eventId: string): ResultEven
   const { requestId, businessId, messageId, recipient, acceptedAt } = result;
   // What went out: a text whose window was closed may have been sent as its fallback template.
   const type = result.sentAs ?? result.type;
-  return { kind: 'result', eventId: requireId(eventId, 'eventId'), result: { requestId, businessId, messageId, type, recipient, acceptedAt } };
+  const send: SendSummary = { attempts: result.attempts, maybeSent: result.maybeSent ?? false, requestedType: result.type };
+  return { kind: 'result', eventId: requireId(eventId, 'eventId'), result: { requestId, businessId, messageId, type, recipient, acceptedAt, send } };
 }
 
 /**
@@ -132,6 +133,7 @@ function applyResult(current: TrackedMessage | undefined, event: ResultEvent, ev
     state.recipient = r.recipient;
     state.type = r.type;
     state.acceptedAt = acceptedAt;
+    state.send = r.send ?? null;
     return { state: record(state, eventId), changed: true, outcome: 'applied' };
   }
   const next: TrackedMessage = {
@@ -141,9 +143,15 @@ function applyResult(current: TrackedMessage | undefined, event: ResultEvent, ev
     recipient: r.recipient,
     type: r.type,
     acceptedAt: earliest(current.acceptedAt, acceptedAt),
+    send: r.send ?? current.send,
   };
   const same =
-    next.requestId === current.requestId && next.businessId === current.businessId && next.recipient === current.recipient && next.type === current.type && next.acceptedAt === current.acceptedAt;
+    next.requestId === current.requestId &&
+    next.businessId === current.businessId &&
+    next.recipient === current.recipient &&
+    next.type === current.type &&
+    next.acceptedAt === current.acceptedAt &&
+    sameSend(next.send, current.send);
   if (same) return { state: current, changed: false, outcome: 'redundant' };
   next.updatedAt = updatedAt;
   return { state: record(next, eventId), changed: true, outcome: 'result_merged' };
@@ -194,8 +202,13 @@ function blank(messageId: string, businessId: string, updatedAt: string): Tracke
     error: null,
     events: 0,
     updatedAt,
+    send: null,
     eventIds: [],
   };
+}
+
+function sameSend(a: SendSummary | null, b: SendSummary | null): boolean {
+  return a === b || (a !== null && b !== null && a.attempts === b.attempts && a.maybeSent === b.maybeSent && a.requestedType === b.requestedType);
 }
 
 /** Counts the event and remembers its id, dropping the oldest beyond the bound. */

@@ -151,6 +151,7 @@ describe('the support console in Chromium', () => {
     await page.waitForSelector('.timeline');
     expect(new URL(page.url()).searchParams.get('message')).toBe(readMessageId);
     expect(await page.textContent('h1')).toBe('Message read');
+    expect(await page.textContent('.send-summary')).toBe('1 attempt');
     const steps = await page.locator('.timeline .step-name').allTextContents();
     expect(steps).toEqual(['accepted', 'sent', 'delivered', 'read']);
     // Times in the viewer's zone, UTC on hover; the time between steps.

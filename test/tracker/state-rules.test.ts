@@ -15,16 +15,18 @@ import {
 } from '../../src/tracker/state-rules.js';
 import { isoFromEpochSeconds } from '../../src/contracts/time.js';
 import { messageStateOf, messageStateSchema, type TrackedMessage } from '../../src/contracts/message-state.js';
+import type { SendResult } from '../../src/contracts/send.js';
 
 const NOW = new Date('2026-03-01T12:00:00.000Z');
 const T0 = Date.parse('2026-03-01T10:00:00.000Z');
 const at = (seconds: number) => new Date(T0 + seconds * 1000).toISOString();
 const FAILURE: ProviderError = { message: 'not on WhatsApp', type: 'ERROR_TYPE_INVALID_REQUEST', code: 'ERROR_CODE_PHONE_NUMBER_BAD_FORMAT', cntTraceId: '123' };
 
+const SENT_ONCE = { attempts: 1, maybeSent: false, requestedType: 'text' } as const;
 const result = (eventId = 'e-result', acceptedAt = at(0)): ResultEvent => ({
   kind: 'result',
   eventId,
-  result: { requestId: 'order-42', businessId: 'biz_1', messageId: 'm1', type: 'text', recipient: '+15550002222', acceptedAt },
+  result: { requestId: 'order-42', businessId: 'biz_1', messageId: 'm1', type: 'text', recipient: '+15550002222', acceptedAt, send: SENT_ONCE },
 });
 
 const OFFSET: Record<DeliveryStatus, number> = { sent: 1, delivered: 2, read: 3, delivery_failed: 4 };
@@ -125,6 +127,7 @@ describe('applyEvent: the final state does not depend on arrival order', () => {
         error: FAILURE,
         events: 5,
         updatedAt: NOW.toISOString(),
+        send: SENT_ONCE,
       });
     }
   });
@@ -254,6 +257,7 @@ describe('applyEvent: the rules one by one', () => {
       error: null,
       events: 1,
       updatedAt: NOW.toISOString(),
+      send: null,
     });
   });
 
@@ -286,6 +290,29 @@ describe('restore from message-state', () => {
     const restored = messageStateSchema.parse(JSON.parse(JSON.stringify(state)));
     expect(restored).toEqual(state);
     expect(applyEvent(restored, status('sent'), NOW)).toMatchObject({ changed: false, outcome: 'duplicate' });
+  });
+
+  it('send defaults to null in a state written before it existed; a result brings attempts, maybeSent and the requested type', () => {
+    const { send: _send, ...older } = fold([status('read')]).state!;
+    expect(messageStateSchema.parse(older).send).toBeNull();
+    const accepted = {
+      requestId: 'order-42',
+      businessId: 'biz_1',
+      messageId: 'm1',
+      recipient: '+15550002222',
+      acceptedAt: at(0),
+      outcome: 'accepted',
+      attempts: 3,
+      maybeSent: true,
+      type: 'text',
+      sentAs: 'template',
+    } as const;
+    const event = resultEventFrom(accepted as unknown as SendResult, 'e-r')!;
+    const state = applyEvent(messageStateSchema.parse(older), event, NOW).state;
+    expect(state).toMatchObject({ type: 'template', status: 'read', send: { attempts: 3, maybeSent: true, requestedType: 'text' } });
+    // The same result again under another id changes nothing; one with other attempts does.
+    expect(applyEvent(state, { ...event, eventId: 'e-r2' }, NOW)).toMatchObject({ changed: false, outcome: 'redundant' });
+    expect(applyEvent(state, { ...event, eventId: 'e-r3', result: { ...event.result, send: { attempts: 1, maybeSent: false, requestedType: 'text' } } }, NOW)).toMatchObject({ changed: true });
   });
 
   it('eventIds defaults to none; a bad status or time is rejected', () => {

@@ -32,6 +32,7 @@ function state(id: string, over: Partial<TrackedMessage> = {}): TrackedMessage {
     error: null,
     events: 1,
     updatedAt: '2026-11-24T10:00:00.000Z',
+    send: null,
     eventIds: ['e1'],
     ...over,
   };

@@ -361,6 +361,12 @@ async function windowBlock(state) {
   return section;
 }
 
+/** How the relay sent it: attempts, and whether an earlier attempt may have created another message. */
+function sendText(send) {
+  const attempts = `${send.attempts} attempt${send.attempts === 1 ? '' : 's'}`;
+  return send.maybeSent ? `${attempts}; an earlier attempt got no answer and may have created another message (maybeSent): the customer may have received it twice` : attempts;
+}
+
 async function renderMessage(state, foundBy) {
   const summary = h(
     'dl',
@@ -372,7 +378,14 @@ async function renderMessage(state, foundBy) {
     h('dt', {}, 'Recipient'),
     h('dd', {}, state.recipient ?? '—', state.recipient ? [' · ', link(consoleUrl({ recipientOf: state.messageId }), "this customer's other messages")] : null),
     h('dt', {}, 'Type'),
-    h('dd', {}, state.type ?? '—'),
+    h(
+      'dd',
+      {},
+      state.type ?? '—',
+      state.send && state.type && state.send.requestedType !== state.type ? ` (requested as ${state.send.requestedType}: sent as its fallback template, the conversation window was closed)` : null,
+    ),
+    state.send ? h('dt', {}, 'Sent') : null,
+    state.send ? h('dd', { class: 'send-summary' }, sendText(state.send)) : null,
     h('dt', {}, 'Request id'),
     h('dd', { class: 'id' }, state.requestId ? link(consoleUrl({ q: state.requestId }), state.requestId) : 'none: not sent through msgbridge (or its send result was not seen)'),
     h('dt', {}, 'Message id'),
