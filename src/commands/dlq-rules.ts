@@ -131,6 +131,8 @@ export interface RecheckContext {
   /** Businesses the sender would send for (business id → API key). */
   senderBusinesses: ReadonlyMap<string, string>;
   sendRequestsTopic: string;
+  /** The configured send-requests DLQ: its dead letters go back to where the sender reads now. */
+  sendRequestsDlqTopic: string;
   maxRequestAgeMs: number;
   now(): number;
 }
@@ -143,6 +145,7 @@ export function recheckContext(config: Config, now: () => number = Date.now): Re
     webhookTopics: { messages: config.kafka.topics.messages, delivery_status: config.kafka.topics.deliveryStatus },
     senderBusinesses,
     sendRequestsTopic: config.kafka.topics.sendRequests,
+    sendRequestsDlqTopic: config.kafka.topics.sendRequestsDlq,
     maxRequestAgeMs: config.sender.maxRequestAgeMs,
     now,
   };
@@ -244,7 +247,15 @@ function recheckSendRequest(letter: DeadLetter, context: RecheckContext): Rechec
   }
   const headers: Record<string, string> = {};
   for (const [name, value] of Object.entries(h)) if (!SENDER_DLQ_HEADERS.has(name)) headers[name] = value;
-  const target = h[DLQ_HEADER.sourceTopic] ?? context.sendRequestsTopic;
+  // A dead letter of the configured DLQ goes back where the sender reads now; one taken from
+  // another topic (renamed since) is refused rather than sent where nobody reads (the webhooks'
+  // rule, topic-changed). Another DLQ (--allow-any-topic) goes back to its recorded topic.
+  const source = h[DLQ_HEADER.sourceTopic];
+  const configured = letter.topic === context.sendRequestsDlqTopic;
+  const target = configured ? context.sendRequestsTopic : (source ?? context.sendRequestsTopic);
+  if (configured && source !== undefined && source !== target) {
+    return fails('topic-changed', `it was taken from topic ${source}, but the sender now reads ${target}: redrive it by hand if that is right`);
+  }
   const now = context.now();
   const job = prepareJob(
     { topic: target, partition: letter.partition, offset: letter.offset, key: letter.key, value: letter.value, headers: headers as RecordHeaders },

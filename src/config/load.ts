@@ -121,8 +121,13 @@ function applyEnv(raw: Json, env: Env, sources: Map<string, string>): void {
   };
 
   // Generic form for any key: MSGBRIDGE__ingress__maxBodyBytes=2097152 (JSON values accepted).
-  for (const [name, value] of Object.entries(env)) {
-    if (!name.startsWith('MSGBRIDGE__') || value === undefined) continue;
+  // Whole sections first, then deeper keys: the more specific variable wins whatever the order of
+  // the environment (MSGBRIDGE__kafka__topics__sendRequests over MSGBRIDGE__kafka__topics).
+  const generic = Object.entries(env)
+    .filter(([name]) => name.startsWith('MSGBRIDGE__'))
+    .sort(([a], [b]) => a.split('__').length - b.split('__').length);
+  for (const [name, value] of generic) {
+    if (value === undefined) continue;
     const path = name.slice('MSGBRIDGE__'.length).split('__').filter(Boolean);
     if (path.length === 0) continue;
     let parsed: unknown;

@@ -205,8 +205,14 @@ describe('msgbridge dlq: webhooks, golden records of 0.1.0, list and stats', () 
       topics.sendRequestsDlq,
       records.map((r) => ({ key: r.key, value: r.value, headers: r.headers, partition: 0 })),
     );
-    // Their source-topic is the default send-requests: redrive with a configuration whose DLQ this is.
-    const result = await runCli(['dlq', 'redrive', topics.sendRequestsDlq, '--dry-run'], env());
+    // Their source-topic is the default send-requests: with this suite's topic names the sender
+    // reads another one, so the one that would pass is refused (never sent where nobody reads)…
+    const elsewhere = await runCli(['dlq', 'redrive', topics.sendRequestsDlq, '--dry-run'], env());
+    expect(elsewhere.code, elsewhere.stderr).toBe(0);
+    expect(elsewhere.stdout).toContain('would produce 0');
+    expect(elsewhere.stdout).toContain(`topic-changed: it was taken from topic send-requests, but the sender now reads ${topics.sendRequests}`);
+    // …and with a configuration whose send-requests topic is the default, it is redriven.
+    const result = await runCli(['dlq', 'redrive', topics.sendRequestsDlq, '--dry-run'], { ...env(), MSGBRIDGE__kafka__topics__sendRequests: 'send-requests' });
     expect(result.code, result.stderr).toBe(0);
     expect(result.stdout).toContain('selected 8 of 8 records');
     expect(result.stdout).toContain('would produce 1: 1 → send-requests');
@@ -257,7 +263,11 @@ describe('msgbridge dlq: webhooks, golden records of 0.1.0, list and stats', () 
       // The 0.1.0 records of the previous test are in this DLQ: one would be produced.
       const command = ['node', '--import', 'tsx', 'src/cli.ts', 'dlq', 'redrive', topics.sendRequestsDlq, '--name', 'prompt-test'].join(' ');
       const result = await new Promise<{ code: number | null; out: string }>((resolve) => {
-        const child = spawn('script', ['-qec', command, '/dev/null'], { cwd: join(import.meta.dirname, '..', '..'), env: { ...process.env, ...env() } });
+        const child = spawn('script', ['-qec', command, '/dev/null'], {
+          cwd: join(import.meta.dirname, '..', '..'),
+          // The sender of this configuration reads the default send-requests, where the record came from.
+          env: { ...process.env, ...env(), MSGBRIDGE__kafka__topics__sendRequests: 'send-requests' },
+        });
         let out = '';
         child.stdout.on('data', (d: Buffer) => {
           out += d.toString();

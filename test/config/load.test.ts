@@ -169,6 +169,19 @@ describe('configuration loading', () => {
     expect(message).not.toContain('key-part');
   });
 
+  it('a deeper MSGBRIDGE__ key wins over a whole section whatever the order of the environment', () => {
+    const section = { MSGBRIDGE__kafka__topics: JSON.stringify({ ...loadConfig({ env: {} }).kafka.topics, sendRequests: 'from-section', sendResults: 'results-x' }) };
+    const key = { MSGBRIDGE__kafka__topics__sendRequests: 'from-key' };
+    for (const env of [
+      { ...section, ...key },
+      { ...key, ...section },
+    ]) {
+      const topics = loadConfig({ env }).kafka.topics;
+      expect(topics.sendRequests).toBe('from-key');
+      expect(topics.sendResults).toBe('results-x');
+    }
+  });
+
   it('never puts secret values in its error messages', () => {
     const message = configError(() => loadConfig({ env: { MSGBRIDGE_BUSINESS_ID: 'b', MSGBRIDGE_SIGNING_SECRET: 'topsecret', MSGBRIDGE_INGRESS_PORT: 'x' } }));
     expect(message).not.toContain('topsecret');
