@@ -37,6 +37,8 @@ export interface DlqSession {
   kafka: KafkaClient;
   dlqs: Map<string, DlqRole>;
   ends: Map<number, PartitionEnds>;
+  /** The cluster's id (its brokers may be reached through names shared by several clusters). */
+  clusterId: string;
 }
 
 /** Time filters as typed (their text is part of a redrive's default name) and the instant. */
@@ -64,11 +66,11 @@ export function filtersOf(opts: FilterArgs): Filters {
 /** Brokers and the topic's partitions; a missing topic or an unreachable Kafka ends here. */
 export async function openDlq(config: Config, brokers: string[], topic: string): Promise<DlqSession> {
   const kafka = createKafka(config.kafka, { brokers, clientId: 'msgbridge-dlq' });
-  const topics = await connectingToKafka(brokers, async () => {
+  const { topics, clusterId } = await connectingToKafka(brokers, async () => {
     const admin = kafka.admin();
     await admin.connect();
     try {
-      return await admin.listTopics();
+      return { topics: await admin.listTopics(), clusterId: (await admin.describeCluster()).clusterId };
     } finally {
       await admin.disconnect().catch(() => undefined);
     }
@@ -80,7 +82,7 @@ export async function openDlq(config: Config, brokers: string[], topic: string):
     });
   }
   const ends = await connectingToKafka(brokers, () => topicEnds(kafka, topic));
-  return { config, brokers, kafka, dlqs: configuredDlqs(config), ends };
+  return { config, brokers, kafka, dlqs: configuredDlqs(config), ends, clusterId };
 }
 
 /** Where a read starts: `since` through the time index, else the log start; never before the log start. */

@@ -281,7 +281,7 @@ async function redrive(command: Command, topic: string, opts: RedriveOptions): P
   const plan = await planRedrive(session, topic, filters, name, (done, total) => (progress ??= progressPrinter(`checking ${topic}`, total)).tick(done));
   progress?.stop();
   const { starts, ends, groupId } = plan;
-  out(`redrive of ${topic} on Kafka ${session.brokers.join(',')}`);
+  out(`redrive of ${topic} on Kafka ${session.brokers.join(',')} (cluster ${session.clusterId})`);
   out(`  name ${name} (consumer group and transactional ids ${groupId}); ${plan.resuming ? 'resuming where it stopped' : 'a new redrive'}`);
   const filterText = filterArgs(opts).trim();
   out(
