@@ -338,8 +338,9 @@ export async function planRedrive(session: DlqSession, topic: string, filters: F
     },
   });
   // Dead letters too large for the DLQ hold a reference: their request is read from its source record.
+  const sources = await resolveReferences(session.kafka, references);
   for (const letter of references) {
-    const resolved = await resolveReference(session.kafka, letter);
+    const resolved = sources.get(letter)!;
     tallyPlan(letter, 'kind' in resolved ? resolved : recheck(resolved, context));
   }
   return plan;
@@ -399,8 +400,13 @@ export async function executeRedrive(session: DlqSession, plan: RedrivePlan, opt
         const outputs: OutputRecord[] = [];
         const chunk = newTally();
         const lines: string[] = [];
-        for (const record of records) {
-          const letter = deadLetterOf(record, session.dlqs);
+        const letters = records.map((record) => deadLetterOf(record, session.dlqs));
+        // The chunk's references resolved together: one read per source topic, not one each.
+        const sources = await resolveReferences(
+          session.kafka,
+          letters.filter((l) => matches(l, filters) && !ledger.has(ledgerKey(l.partition, l.offset)) && isReference(l)),
+        );
+        for (const letter of letters) {
           if (!matches(letter, filters)) {
             chunk.outside++;
             continue;
@@ -410,7 +416,7 @@ export async function executeRedrive(session: DlqSession, plan: RedrivePlan, opt
             chunk.redriven++;
             continue;
           }
-          const resolved = isReference(letter) ? await resolveReference(session.kafka, letter) : letter;
+          const resolved = sources.get(letter) ?? letter;
           const decision = 'kind' in resolved ? resolved : recheck(resolved, context);
           if (decision.kind === 'fails') {
             bump(chunk.failing, decision.code);
@@ -451,24 +457,46 @@ export async function executeRedrive(session: DlqSession, plan: RedrivePlan, opt
   return { done, stopped: undefined, ms: Date.now() - started };
 }
 
-/** A reference's source record (one record read by offset), or why it cannot be had. */
-async function resolveReference(kafka: KafkaClient, letter: DeadLetter): Promise<DeadLetter | StillFailing> {
-  const source = referenceSource(letter);
-  if (!source) return withSource(letter, undefined);
-  const ends = await topicEnds(kafka, source.topic).catch(() => undefined);
-  const end = ends?.get(source.partition);
-  if (!end || source.offset < end.low || source.offset >= end.high) return withSource(letter, undefined);
-  let found: ConsumedRecord | undefined;
-  await readRange({
-    kafka,
-    topic: source.topic,
-    from: new Map([[source.partition, source.offset]]),
-    to: new Map([[source.partition, source.offset + 1]]),
-    timeoutMs: 60_000,
-    onRecord: (record) => {
-      found = record;
-      return 'stop';
-    },
-  });
-  return withSource(letter, found);
+/**
+ * The source records of references (dead letters too large for the DLQ), or why each cannot be
+ * had: one read per source topic over the span of the wanted offsets of each partition (a read
+ * is a private group join, ~3 s: one per record made a large redrive crawl).
+ */
+async function resolveReferences(kafka: KafkaClient, letters: DeadLetter[]): Promise<Map<DeadLetter, DeadLetter | StillFailing>> {
+  const out = new Map<DeadLetter, DeadLetter | StillFailing>();
+  const byTopic = new Map<string, { letter: DeadLetter; partition: number; offset: number }[]>();
+  for (const letter of letters) {
+    const source = referenceSource(letter);
+    if (!source) out.set(letter, withSource(letter, undefined));
+    else byTopic.set(source.topic, [...(byTopic.get(source.topic) ?? []), { letter, partition: source.partition, offset: source.offset }]);
+  }
+  for (const [topic, wanted] of byTopic) {
+    const ends = await topicEnds(kafka, topic).catch(() => undefined);
+    const from = new Map<number, number>();
+    const to = new Map<number, number>();
+    for (const w of wanted) {
+      const end = ends?.get(w.partition);
+      if (!end || w.offset < end.low || w.offset >= end.high) continue;
+      from.set(w.partition, Math.min(from.get(w.partition) ?? Infinity, w.offset));
+      to.set(w.partition, Math.max(to.get(w.partition) ?? -1, w.offset + 1));
+    }
+    const found = new Map<string, ConsumedRecord>();
+    const need = new Set(wanted.map((w) => `${w.partition}/${w.offset}`));
+    if (from.size > 0) {
+      await readRange({
+        kafka,
+        topic,
+        from,
+        to,
+        timeoutMs: 10 * 60_000,
+        onRecord: (record) => {
+          const at = `${record.partition}/${record.offset}`;
+          if (need.has(at)) found.set(at, record);
+          return found.size === need.size ? 'stop' : 'continue';
+        },
+      });
+    }
+    for (const w of wanted) out.set(w.letter, withSource(w.letter, found.get(`${w.partition}/${w.offset}`)));
+  }
+  return out;
 }
