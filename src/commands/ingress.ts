@@ -1,6 +1,6 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import { ingressWorkersSchema } from '../config/schema.js';
-import { MsgbridgeError } from '../platform/errors.js';
+import { assertIngressConfigUsable } from '../ingress/index.js';
 import { startIngressWorkers } from '../ingress/workers.js';
 import { runRole } from '../runtime/foreground.js';
 import { commandConfig } from './context.js';
@@ -33,12 +33,8 @@ export function registerIngressCommand(program: Command): void {
     .action(async (opts: { workers?: number | 'auto' }, command: Command) => {
       const loaded = commandConfig(command);
       const config = opts.workers === undefined ? loaded : { ...loaded, ingress: { ...loaded.ingress, workers: opts.workers } };
-      if (!config.businesses.some((b) => b.signingSecrets.length > 0)) {
-        throw new MsgbridgeError(
-          'CONFIG_INVALID',
-          'no business with a webhook signing secret is configured: set MSGBRIDGE_BUSINESS_ID and MSGBRIDGE_SIGNING_SECRET, or businesses[].signingSecrets in the configuration file',
-        );
-      }
+      // Before an embedded broker or worker threads start for nothing.
+      assertIngressConfigUsable(config);
       await runRole({
         name: 'ingress',
         config,

@@ -109,14 +109,19 @@ export async function startIngressWithControls(options: StartIngressOptions): Pr
   }
 }
 
-/** Refuses a configuration no webhook could pass; warns about each business that cannot. */
-function requireSigningSecrets(config: Config, logger: Logger): void {
+/** Refuses a configuration no webhook could pass (also before `msgbridge ingress` starts a broker or threads). */
+export function assertIngressConfigUsable(config: Pick<Config, 'businesses'>): void {
   if (!config.businesses.some((b) => b.signingSecrets.length > 0)) {
     throw new MsgbridgeError(
       'CONFIG_INVALID',
       'the ingress needs at least one business with a webhook signing secret: set MSGBRIDGE_BUSINESS_ID and MSGBRIDGE_SIGNING_SECRET, or businesses[].signingSecrets in the configuration file',
     );
   }
+}
+
+/** Refuses a configuration no webhook could pass; warns about each business that cannot. */
+function requireSigningSecrets(config: Config, logger: Logger): void {
+  assertIngressConfigUsable(config);
   warnUnsigned(config.businesses, logger);
 }
 
