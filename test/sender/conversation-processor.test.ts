@@ -167,7 +167,7 @@ describe('processor with the conversation window guard', () => {
     const started = Date.now();
     await h.processor.work(job('r1', {}, Date.now()), context());
     expect(Date.now() - started).toBeGreaterThanOrEqual(250);
-    expect(Date.now() - started).toBeLessThan(1500);
+    // Sent as the text it is, before the grace ran out (a wait to the end would reject it).
     expect(h.calls.map((c) => c.operation)).toEqual(['text']);
     expect(h.decisions).toEqual(['open']);
   });
@@ -178,10 +178,11 @@ describe('processor with the conversation window guard', () => {
     await h.processor.work(job('r1', {}, produced), context());
     expect(Date.now() - produced).toBeGreaterThanOrEqual(390);
     expect(h.results()[0]).toMatchObject({ outcome: 'rejected', error: { code: 'RELAY_OUTSIDE_CONVERSATION_WINDOW' } });
-    // An old request is decided at once.
+    // An old request is decided at once: without waiting out the grace (a loaded machine may take
+    // tens of milliseconds, never the 400).
     const old = Date.now();
     await h.processor.work(job('r2', {}, Date.now() - 5000), context());
-    expect(Date.now() - old).toBeLessThan(100);
+    expect(Date.now() - old).toBeLessThan(390);
   });
 
   it('a stop while waiting abandons the request (it runs again at the next owner); an expiry during the wait expires it', async () => {

@@ -278,7 +278,11 @@ describe('processor', () => {
     });
     const ctx = context();
     const pending = never.processor.work(job('r2'), ctx);
-    await new Promise((r) => setTimeout(r, 50));
+    // Stopped once the send happened and publishing is failing (the event, not a delay).
+    for (const deadline = Date.now() + 10_000; never.calls.length === 0;) {
+      if (Date.now() > deadline) throw new Error('the request was never sent');
+      await new Promise((r) => setTimeout(r, 5));
+    }
     ctx.abortNow();
     expect(await pending).toBe('abandoned');
     // The send happened: a later duplicate in this process republishes instead of sending.
