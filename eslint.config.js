@@ -53,11 +53,16 @@ const OTEL = [
 ];
 const PURE_LIBRARIES = ['uWebSockets.js', 'kafkajs', '@platformatic/kafka', 'undici', ...OTEL];
 
+/** What a room may not import: other rooms, and libraries (more of them for pure files). */
+function restricted(room, pure) {
+  const { rooms, libraries } = ROOMS[room];
+  return { rooms, forbidden: ALL_ROOMS.filter((r) => r !== room && !rooms.includes(r)), libraries: [...new Set([...libraries, ...(pure ? PURE_LIBRARIES : [])])] };
+}
+
 /** One no-restricted-imports rule for a room (flat config replaces a rule, so pure files get the union). */
 function boundary(room, pure) {
-  const { rooms, libraries } = ROOMS[room];
-  const forbidden = ALL_ROOMS.filter((r) => r !== room && !rooms.includes(r));
-  const paths = [...new Set([...libraries, ...(pure ? PURE_LIBRARIES : [])])].map((name) => ({
+  const { rooms, forbidden, libraries } = restricted(room, pure);
+  const paths = libraries.map((name) => ({
     name,
     message: pure ? 'pure logic imports no framework or client library: adapters live at the edge' : 'only src/kafka knows a Kafka client library',
   }));
@@ -70,9 +75,8 @@ function boundary(room, pure) {
 
 /** The same boundary for `import('...')` expressions, which no-restricted-imports does not see. */
 function dynamicBoundary(room, pure) {
-  const { rooms, libraries } = ROOMS[room];
-  const forbidden = ALL_ROOMS.filter((r) => r !== room && !rooms.includes(r));
-  const names = [...new Set([...libraries, ...(pure ? PURE_LIBRARIES : [])])].map((n) => n.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&'));
+  const { forbidden, libraries } = restricted(room, pure);
+  const names = libraries.map((n) => n.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&'));
   // esquery ends a selector's regular expression at any '/': \\x2F stands for it.
   const alternatives = [...names.map((n) => `${n}(/.*)?`), ...forbidden.map((r) => `\\.\\./${r}/.*`)].map((a) => a.replace(/\\?\//g, '\\x2F'));
   if (alternatives.length === 0) return ['off'];

@@ -468,7 +468,11 @@ async function resolveReferences(kafka: KafkaClient, letters: DeadLetter[]): Pro
   for (const letter of letters) {
     const source = referenceSource(letter);
     if (!source) out.set(letter, withSource(letter, undefined));
-    else byTopic.set(source.topic, [...(byTopic.get(source.topic) ?? []), { letter, partition: source.partition, offset: source.offset }]);
+    else {
+      const list = byTopic.get(source.topic) ?? [];
+      list.push({ letter, partition: source.partition, offset: source.offset });
+      byTopic.set(source.topic, list);
+    }
   }
   for (const [topic, wanted] of byTopic) {
     const ends = await topicEnds(kafka, topic).catch(() => undefined);

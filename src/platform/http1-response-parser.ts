@@ -99,12 +99,15 @@ export class Http1ResponseParser {
           }
           break;
         }
-        case 'length': {
+        case 'length':
+        case 'chunk-data': {
           const take = Math.min(state.remaining, data.length - offset);
           this.keep(data, offset, take);
           offset += take;
           state.remaining -= take;
-          if (state.remaining === 0) done.push(this.finish());
+          if (state.remaining > 0) break;
+          if (state.kind === 'length') done.push(this.finish());
+          else this.state = { kind: 'chunk-data-end' };
           break;
         }
         case 'chunk-size':
@@ -129,14 +132,6 @@ export class Http1ResponseParser {
             const n = Number.parseInt(size[1]!, 16);
             this.state = n === 0 ? { kind: 'trailers' } : { kind: 'chunk-data', remaining: n };
           }
-          break;
-        }
-        case 'chunk-data': {
-          const take = Math.min(state.remaining, data.length - offset);
-          this.keep(data, offset, take);
-          offset += take;
-          state.remaining -= take;
-          if (state.remaining === 0) this.state = { kind: 'chunk-data-end' };
           break;
         }
         case 'until-close':

@@ -16,10 +16,8 @@ import { Deque } from '../platform/deque.js';
  *   finished ones included: what a crash can make run again, and what `completedAbove` has to
  *   describe. `hasCapacity()` / `whenCapacity()` let the caller stop fetching instead of
  *   growing a queue.
- * - The window is shared fairly between partitions: while another partition under its share
- *   (`maxUncommitted` / partitions) waits for room, a partition at or over its share takes
- *   nothing. Without it, the first batch of a fetch fills the window alone and its few keys
- *   bound the concurrency (README, "Throughput").
+ * - The window is shared fairly between partitions (`maxUncommitted` / partitions each while
+ *   others wait for room; why: README, "Throughput").
  *
  * Pure logic: no Kafka, no HTTP. Offsets are JavaScript numbers (exact up to 2^53).
  */
@@ -148,11 +146,6 @@ export class KeyedRunner<T> {
     if (this.options.maxUncommitted < options.maxBuffered) throw new RangeError('maxUncommitted must be at least maxBuffered');
   }
 
-  /** The bound on uncommitted items (`maxUncommitted`). */
-  get windowSize(): number {
-    return this.options.maxUncommitted;
-  }
-
   /** Starts tracking a partition (idempotent while it stays assigned). Returns its epoch. */
   assign(partition: string): number {
     const existing = this.tracks.get(partition);
@@ -272,9 +265,7 @@ export class KeyedRunner<T> {
     if (this.bufferedCount >= this.options.maxBuffered || this.uncommittedCount >= this.options.maxUncommitted) return false;
     if (partition === undefined || this.capacityWaiters.length === 0) return true;
     const share = this.fairShare();
-    if (this.underShare(partition, share)) return true;
-    // At or over its share: only when no other waiting partition is under its own.
-    return !this.capacityWaiters.some((w) => w.partition !== undefined && w.partition !== partition && this.tracks.has(w.partition) && this.underShare(w.partition, share));
+    return this.mayTake(partition, share, this.anyWaitingUnderShare(share));
   }
 
   /** Resolves once `hasCapacity(partition)` holds (at once when it already does). */
@@ -469,6 +460,18 @@ export class KeyedRunner<T> {
     if (this.capacityWaiters.length > 0 && this.options.onCommitWorthwhile && this.releasable() >= this.options.commitWorthwhileAt) this.options.onCommitWorthwhile();
   }
 
+  /**
+   * Whether `partition` may take an item while others wait: under its share, or at or over it
+   * when no waiting partition is under its own (a partition over its share is never among those).
+   */
+  private mayTake(partition: string | undefined, share: number, anyUnder: boolean): boolean {
+    return partition === undefined || this.underShare(partition, share) || !anyUnder;
+  }
+
+  private anyWaitingUnderShare(share: number): boolean {
+    return this.capacityWaiters.some((w) => w.partition !== undefined && this.tracks.has(w.partition) && this.underShare(w.partition, share));
+  }
+
   private underShare(partition: string, share: number): boolean {
     const track = this.tracks.get(partition);
     return !track || track.pending.length < share;
@@ -482,10 +485,16 @@ export class KeyedRunner<T> {
   private notify(): void {
     if (this.capacityWaiters.length > 0 && this.hasCapacity()) {
       // Partitions under their share first: each woken waiter checks hasCapacity(partition) again.
-      const waiters = this.capacityWaiters;
-      const woken = waiters.filter((w) => this.hasCapacity(w.partition));
-      this.capacityWaiters = waiters.filter((w) => !woken.includes(w));
-      for (const w of woken) w.resolve();
+      const share = this.fairShare();
+      const anyUnder = this.anyWaitingUnderShare(share);
+      const woken: (() => void)[] = [];
+      const kept: typeof this.capacityWaiters = [];
+      for (const w of this.capacityWaiters) {
+        if (this.mayTake(w.partition, share, anyUnder)) woken.push(w.resolve);
+        else kept.push(w);
+      }
+      this.capacityWaiters = kept;
+      for (const resolve of woken) resolve();
     }
     if (this.idleWaiters.length > 0 && this.runningCount === 0 && (this.halted || this.bufferedCount === 0)) {
       const waiters = this.idleWaiters;

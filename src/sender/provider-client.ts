@@ -54,7 +54,7 @@ export function createProviderClient(options: ProviderClientOptions): ProviderCl
   const pool = new Http1Pool({
     protocol: url.protocol,
     host: url.hostname.replace(/^\[(.*)\]$/, '$1'),
-    port: Number(url.port || (url.protocol === 'https:' ? 443 : 80)),
+    port: serverPort(url),
     connections: options.connections,
     connectTimeoutMs: options.connectTimeoutMs ?? options.callTimeoutMs,
     keepAliveTimeoutMs: options.keepAliveTimeoutMs ?? 30_000,
