@@ -1,9 +1,8 @@
-import { describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { CircuitBreaker, type CircuitState } from '../../src/sender/circuit-breaker.js';
 import { Semaphore } from '../../src/sender/semaphore.js';
 
-const tick = (ms = 1) => new Promise((r) => setTimeout(r, ms));
-
+// random: () => 1 makes each probe delay its full step: 20 ms, then 40 (the cap).
 function breaker(threshold = 3) {
   const changes: [string, CircuitState, number][] = [];
   const circuits = new CircuitBreaker({ failureThreshold: threshold, probeInitialMs: 20, probeMaxMs: 40, random: () => 1, onChange: (k, s, f) => changes.push([k, s, f]) });
@@ -11,6 +10,13 @@ function breaker(threshold = 3) {
 }
 
 describe('CircuitBreaker (one per business)', () => {
+  beforeEach(() => {
+    vi.useFakeTimers({ now: 0 });
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
   it('opens after consecutive failures only; any answer resets the count', async () => {
     const { circuits, changes } = breaker(3);
     for (const failing of [true, true, false, true, true]) circuits.settle((await circuits.admit('a'))!, failing);
@@ -34,24 +40,25 @@ describe('CircuitBreaker (one per business)', () => {
         return a!;
       }),
     );
-    const until = async (n: number) => {
-      while (admitted.length < n) await tick(2);
-    };
-    await until(1);
-    expect(admitted[0]!.probe).toBe(true);
-    expect(admitted[0]!.at - opened).toBeGreaterThanOrEqual(15);
-    // Nobody else goes while the probe is out.
-    await tick(60);
+    await vi.advanceTimersByTimeAsync(19);
+    expect(admitted).toEqual([]);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(admitted).toEqual([{ probe: true, at: opened + 20 }]);
+    // Nobody else goes while the probe is out, however long it takes.
+    await vi.advanceTimersByTimeAsync(1_000);
     expect(admitted).toHaveLength(1);
     circuits.settle({ key: 'a', probe: true }, true);
-    await until(2);
-    expect(admitted[1]!.probe).toBe(true);
-    expect(admitted[1]!.at - admitted[0]!.at).toBeGreaterThanOrEqual(75);
+    const failedAt = Date.now();
+    await vi.advanceTimersByTimeAsync(39);
+    expect(admitted).toHaveLength(1);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(admitted[1]).toEqual({ probe: true, at: failedAt + 40 });
     // The second probe succeeds: the circuit closes and every waiter goes at once.
     circuits.settle({ key: 'a', probe: true }, false);
     const all = await Promise.all(waiters);
     expect(all.filter((a) => a.probe)).toHaveLength(2);
     expect(all.filter((a) => !a.probe)).toHaveLength(3);
+    expect(admitted.map((a) => a.at)).toEqual([opened + 20, failedAt + 40, failedAt + 40, failedAt + 40, failedAt + 40]);
     expect(circuits.state('a')).toBe('closed');
     expect(changes.map(([, s]) => s)).toEqual(['open', 'closed']);
   });
@@ -63,8 +70,12 @@ describe('CircuitBreaker (one per business)', () => {
     const waiting = circuits.admit('a', stop.signal);
     stop.abort();
     expect(await waiting).toBeUndefined();
-    expect(await circuits.admit('a', undefined, Date.now() + 5)).toBeUndefined();
-    const probe = (await circuits.admit('a'))!;
+    const beforeProbe = circuits.admit('a', undefined, Date.now() + 5);
+    await vi.advanceTimersByTimeAsync(5);
+    expect(await beforeProbe).toBeUndefined();
+    const first = circuits.admit('a');
+    await vi.advanceTimersByTimeAsync(15);
+    const probe = (await first)!;
     expect(probe.probe).toBe(true);
     const next = circuits.admit('a');
     circuits.cancel(probe);

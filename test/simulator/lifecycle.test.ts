@@ -17,11 +17,16 @@ const CUSTOMER = '+15550002222';
 describe('simulator: delivery status lifecycle', () => {
   let sim: RunningSimulator;
   let receiver: Receiver;
+  // The simulator's clock: real time plus a jump the window test makes, so that no test races
+  // the conversation window on a slow machine (the status delays stay real: settle waits on them).
+  let jumpedMs = 0;
+  const WINDOW_MS = 60_000;
 
   beforeAll(async () => {
     receiver = await startReceiver();
     sim = await withSimulator({
-      lifecycle: { sentDelayMs: 10, deliveredDelayMs: 20, readDelayMs: 30, conversationWindowMs: 150 },
+      lifecycle: { sentDelayMs: 10, deliveredDelayMs: 20, readDelayMs: 30, conversationWindowMs: WINDOW_MS },
+      now: () => Date.now() + jumpedMs,
       recipients: { notOnWhatsapp: ['+15550000404'], optedOut: ['+15550000403'], neverReads: ['+15550000202'], blocked: ['+15550000410'] },
       templates: { order_update: { variables: ['order'] }, appointment: { variables: ['name', 'date'] } },
     });
@@ -119,8 +124,9 @@ describe('simulator: delivery status lifecycle', () => {
   it('fails a text once the window has closed (OUTSIDE_OF_ELIGIBILITY_WINDOW); a new inbound message reopens it', async () => {
     const customer = '+15550004444';
     await inbound(sim, customer);
-    await sleep(200);
+    jumpedMs = WINDOW_MS + 1;
     const late = ((await sendText(sim, customer)).body as { id: string }).id;
+    jumpedMs = 0;
     await inbound(sim, customer);
     const reopened = ((await sendText(sim, customer)).body as { id: string }).id;
     await settle();
