@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { Config } from '../config/schema.js';
-import { createKafka, type KafkaClient } from '../kafka/client.js';
+import { createKafka, withAdmin, type KafkaClient } from '../kafka/client.js';
 import { offsetsAtTime, readRange, topicEnds, type PartitionEnds } from '../kafka/dlq-reader.js';
 import { committedOffsets, ensureRedriveLedger, ledgerEntry, ledgerKey, listRedrives, readRedriveLedger, redriveGroupId, runRedrive, setStartOffsets } from '../kafka/dlq-redrive.js';
 import { connectingToKafka } from '../kafka/failure.js';
@@ -66,15 +66,7 @@ export function filtersOf(opts: FilterArgs): Filters {
 /** Brokers and the topic's partitions; a missing topic or an unreachable Kafka ends here. */
 export async function openDlq(config: Config, brokers: string[], topic: string): Promise<DlqSession> {
   const kafka = createKafka(config.kafka, { brokers, clientId: 'msgbridge-dlq' });
-  const { topics, clusterId } = await connectingToKafka(brokers, async () => {
-    const admin = kafka.admin();
-    await admin.connect();
-    try {
-      return { topics: await admin.listTopics(), clusterId: (await admin.describeCluster()).clusterId };
-    } finally {
-      await admin.disconnect().catch(() => undefined);
-    }
-  });
+  const { topics, clusterId } = await connectingToKafka(brokers, () => withAdmin(kafka, async (admin) => ({ topics: await admin.listTopics(), clusterId: (await admin.describeCluster()).clusterId })));
   if (!topics.includes(topic)) {
     const dlqs = [...configuredDlqs(config).keys()].filter((t) => topics.includes(t));
     throw new MsgbridgeError('INVALID_ARGUMENT', `topic "${topic}" does not exist on ${brokers.join(',')}; the configured DLQ topics there: ${dlqs.join(', ') || '(none yet)'}`, {

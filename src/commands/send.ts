@@ -3,7 +3,7 @@ import { InvalidArgumentError, type Command } from 'commander';
 import { HEADER, RELAY_RESULT_CODE, SCHEMA_ID, sendRequestRecipient, sendRequestSchema, sendResultSchema, deliveryStatusEventSchema, type SendRequest } from '../contracts/index.js';
 import type { Config } from '../config/schema.js';
 import { MsgbridgeError } from '../platform/errors.js';
-import { createConsumer, createKafka } from '../kafka/client.js';
+import { createConsumer, createKafka, withAdmin } from '../kafka/client.js';
 import { messageStateSchema, type MessageState } from '../contracts/message-state.js';
 import { commandConfig, operatorBrokers } from './context.js';
 import { parseIntegerOption } from './options.js';
@@ -128,20 +128,16 @@ function traceparent(): string {
  */
 async function follow(kafka: ReturnType<typeof createKafka>, config: Config, request: SendRequest, timeoutSeconds: number) {
   const topics = config.kafka.topics;
-  const admin = kafka.admin();
-  await admin.connect();
   const ends = new Map<string, { partition: number; offset: string }[]>();
-  let stateTopic: string | undefined;
-  try {
+  const stateTopic = await withAdmin(kafka, async (admin) => {
     const existing = new Set(await admin.listTopics());
     for (const topic of [topics.sendRequests, topics.sendResults, topics.deliveryStatus]) {
       if (!existing.has(topic)) throw new MsgbridgeError('INVALID_ARGUMENT', `topic "${topic}" does not exist: is the relay (sender, ingress) running against this Kafka?`);
     }
-    stateTopic = existing.has(topics.messageState) ? topics.messageState : undefined;
-    for (const topic of [topics.sendResults, stateTopic ?? topics.deliveryStatus]) ends.set(topic, await admin.fetchTopicOffsets(topic));
-  } finally {
-    await admin.disconnect();
-  }
+    const state = existing.has(topics.messageState) ? topics.messageState : undefined;
+    for (const topic of [topics.sendResults, state ?? topics.deliveryStatus]) ends.set(topic, await admin.fetchTopicOffsets(topic));
+    return state;
+  });
 
   // read_committed (the factory's default): message-state is written in transactions. The
   // topics were checked to exist above, so no subscription has anything to create.

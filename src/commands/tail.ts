@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Command } from 'commander';
-import { createConsumer, createKafka } from '../kafka/client.js';
+import { createConsumer, createKafka, withAdmin } from '../kafka/client.js';
 import { commandConfig, operatorBrokers } from './context.js';
 import { parseIntegerOption } from './options.js';
 import { decodeValue } from './render.js';
@@ -25,10 +25,7 @@ export function registerTailCommand(program: Command): void {
     .action(async (topic: string, opts: TailOptions, command: Command) => {
       const config = commandConfig(command);
       const kafka = createKafka(config.kafka, { brokers: operatorBrokers(config), clientId: 'msgbridge-tail' });
-      const admin = kafka.admin();
-      await admin.connect();
-      const topics = await admin.listTopics();
-      await admin.disconnect();
+      const topics = await withAdmin(kafka, (admin) => admin.listTopics());
       if (!topics.includes(topic)) {
         process.stderr.write(
           `msgbridge: topic "${topic}" does not exist; topics: ${

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { createKafka } from '../kafka/client.js';
+import { createKafka, withAdmin } from '../kafka/client.js';
 import { connectingToKafka } from '../kafka/failure.js';
 import { messageStateOf, type MessageState } from '../contracts/message-state.js';
 import { findMessageState, findRequestState } from '../tracker/query.js';
@@ -98,18 +98,16 @@ async function readStateTopic(config: ReturnType<typeof commandConfig>, id: stri
   const brokers = operatorBrokers(config);
   const kafka = createKafka(config.kafka, { brokers });
   const topic = config.kafka.topics.messageState;
-  const partitions = await connectingToKafka(brokers, async () => {
-    const admin = kafka.admin();
-    await admin.connect();
-    try {
-      const { topics } = await admin.fetchTopicMetadata({ topics: [topic] });
-      return topics[0]?.partitions.length ?? 0;
-    } catch {
-      throw new MsgbridgeError('INVALID_ARGUMENT', `topic ${topic} does not exist: is a tracker running (msgbridge tracker)?`);
-    } finally {
-      await admin.disconnect();
-    }
-  });
+  const partitions = await connectingToKafka(brokers, () =>
+    withAdmin(kafka, async (admin) => {
+      try {
+        const { topics } = await admin.fetchTopicMetadata({ topics: [topic] });
+        return topics[0]?.partitions.length ?? 0;
+      } catch {
+        throw new MsgbridgeError('INVALID_ARGUMENT', `topic ${topic} does not exist: is a tracker running (msgbridge tracker)?`);
+      }
+    }),
+  );
   process.stderr.write(`msgbridge: no tracker to ask (--tracker or MSGBRIDGE_TRACKER_URL): reading ${topic} from Kafka, which takes longer the more history it holds\n`);
   const query = {
     kafka,

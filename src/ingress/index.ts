@@ -3,7 +3,7 @@ import type { BusinessesWatch } from '../config/businesses-file.js';
 import type { BusinessConfig, Config } from '../config/schema.js';
 import { MsgbridgeError } from '../platform/errors.js';
 import { BatchingPublisher } from '../kafka/batching-publisher.js';
-import { createKafka } from '../kafka/client.js';
+import { createKafka, withAdmin } from '../kafka/client.js';
 import { createKafkajsProducer } from '../kafka/kafkajs-producer.js';
 import { preferBrokers, type ProducerFactory } from '../kafka/port.js';
 import { connectingToKafka, describeKafkaFailure } from '../kafka/failure.js';
@@ -335,26 +335,26 @@ async function prepareIngressTopics(kafka: ReturnType<typeof createKafka>, confi
   const { partitions, replicationFactor } = config.kafka;
   const maxMessageBytes = String(ingressTopicMaxMessageBytes(config));
   const names = ingressTopics(config);
-  const admin = kafka.admin();
   try {
-    await admin.connect();
-    const written = await prepareRoleTopics(
-      admin,
-      {
-        createTopics: config.kafka.createTopics,
-        create: names.map((topic) => ({
-          topic,
-          partitions,
-          replicationFactor,
-          minInsyncReplicas: config.kafka.minInsyncReplicas,
-          configEntries: [
-            { name: 'max.message.bytes', value: maxMessageBytes },
-            ...(topic === config.kafka.topics.webhooksDlq ? [{ name: 'retention.ms', value: String(config.kafka.dlqRetentionMs) }] : []),
-          ],
-        })),
-        written: names,
-      },
-      logger,
+    const written = await withAdmin(kafka, (admin) =>
+      prepareRoleTopics(
+        admin,
+        {
+          createTopics: config.kafka.createTopics,
+          create: names.map((topic) => ({
+            topic,
+            partitions,
+            replicationFactor,
+            minInsyncReplicas: config.kafka.minInsyncReplicas,
+            configEntries: [
+              { name: 'max.message.bytes', value: maxMessageBytes },
+              ...(topic === config.kafka.topics.webhooksDlq ? [{ name: 'retention.ms', value: String(config.kafka.dlqRetentionMs) }] : []),
+            ],
+          })),
+          written: names,
+        },
+        logger,
+      ),
     );
     // Topics made by an operator keep their settings; say so when one cannot take a full body.
     for (const [name, value] of written.maxMessageBytes) {
@@ -369,7 +369,5 @@ async function prepareIngressTopics(kafka: ReturnType<typeof createKafka>, confi
   } catch (err) {
     if (err instanceof MsgbridgeError) throw err;
     throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot prepare the ingress topics ${names.join(', ')}: ${(err as Error).message}`, { cause: err });
-  } finally {
-    await admin.disconnect().catch(() => {});
   }
 }

@@ -3,7 +3,7 @@ import type { Consumer } from 'kafkajs';
 import { MsgbridgeError } from '../platform/errors.js';
 import type { Logger } from '../platform/logger.js';
 import { EndOfLog, onBatchEnd, partitionEnds } from './changelog-reader.js';
-import { consumedRecord, createConsumer, type KafkaClient } from './client.js';
+import { consumedRecord, createConsumer, withAdmin, type KafkaClient } from './client.js';
 import type { ConsumedRecord } from './group-consumer.js';
 
 /**
@@ -166,17 +166,13 @@ export function followChangelog(options: ChangelogFollowerOptions): ChangelogFol
   };
 
   async function waitForTopic(): Promise<void> {
-    const admin = kafka.admin();
-    await admin.connect();
-    try {
+    await withAdmin(kafka, async (admin) => {
       for (let told = false; !over; told = true) {
         if ((await admin.listTopics()).includes(topic)) return;
         if (!told) options.onWaitingForTopic?.();
         await Promise.race([new Promise((resolve) => setTimeout(resolve, 1000)), finished.catch(() => undefined)]);
       }
-    } finally {
-      await admin.disconnect().catch(() => undefined);
-    }
+    });
   }
 
   const loaded = load().catch(async (error: unknown) => {

@@ -1,4 +1,4 @@
-import { Kafka, logLevel, type Consumer, type ConsumerConfig, type KafkaConfig as KafkajsConfig, type KafkaMessage, type LogEntry, type SASLOptions } from 'kafkajs';
+import { Kafka, logLevel, type Admin, type Consumer, type ConsumerConfig, type KafkaConfig as KafkajsConfig, type KafkaMessage, type LogEntry, type SASLOptions } from 'kafkajs';
 import type { KafkaConfig } from '../config/schema.js';
 import type { Logger } from '../platform/logger.js';
 import type { ConsumedRecord } from './group-consumer.js';
@@ -30,6 +30,20 @@ export function createKafka(config: KafkaConfig, options: { logger?: Logger; cli
 
 /** The client, as a type: modules outside the adapters hand it on without importing kafkajs. */
 export type KafkaClient = Kafka;
+
+/**
+ * Runs `use` on a connected admin client and disconnects it whatever happens. A failed
+ * disconnect is not the caller's failure: its answer (or its error) stands.
+ */
+export async function withAdmin<T>(kafka: Kafka, use: (admin: Admin) => Promise<T>): Promise<T> {
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    return await use(admin);
+  } finally {
+    await admin.disconnect().catch(() => undefined);
+  }
+}
 
 /**
  * The one retry policy of every consumer of the relay. kafkajs uses a consumer's `retry` for

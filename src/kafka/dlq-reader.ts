@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Kafka, KafkaMessage } from 'kafkajs';
 import { MsgbridgeError } from '../platform/errors.js';
-import { consumedRecord, createConsumer } from './client.js';
+import { consumedRecord, createConsumer, withAdmin } from './client.js';
 import { EndOfLog, onBatchEnd, partitionEnds, type PartitionEnds } from './changelog-reader.js';
 import type { ConsumedRecord } from './group-consumer.js';
 
@@ -26,19 +26,13 @@ export function topicEnds(kafka: Kafka, topic: string): Promise<Map<number, Part
  * broker's time index); a partition with no such record answers its high watermark.
  */
 export async function offsetsAtTime(kafka: Kafka, topic: string, timestampMs: number, ends: Map<number, PartitionEnds>): Promise<Map<number, number>> {
-  const admin = kafka.admin();
-  await admin.connect();
-  try {
-    const answer = await admin.fetchTopicOffsetsByTimestamp(topic, timestampMs);
-    const offsets = new Map<number, number>();
-    for (const [partition, end] of ends) {
-      const found = Number(answer.find((p) => p.partition === partition)?.offset ?? -1);
-      offsets.set(partition, found >= 0 ? Math.min(Math.max(found, end.low), end.high) : end.high);
-    }
-    return offsets;
-  } finally {
-    await admin.disconnect().catch(() => undefined);
+  const answer = await withAdmin(kafka, (admin) => admin.fetchTopicOffsetsByTimestamp(topic, timestampMs));
+  const offsets = new Map<number, number>();
+  for (const [partition, end] of ends) {
+    const found = Number(answer.find((p) => p.partition === partition)?.offset ?? -1);
+    offsets.set(partition, found >= 0 ? Math.min(Math.max(found, end.low), end.high) : end.high);
   }
+  return offsets;
 }
 
 export interface RangeReadOptions {

@@ -1,5 +1,6 @@
 import type { Kafka } from 'kafkajs';
 import type { Logger } from '../platform/logger.js';
+import { withAdmin } from './client.js';
 import { readRange, topicEnds } from './dlq-reader.js';
 import type { ConsumedRecord } from './group-consumer.js';
 import { ensureTopics } from './topics.js';
@@ -38,13 +39,7 @@ export function ledgerEntry(dlqTopic: string, partition: number, offset: string,
 /** The ledger's keys (committed entries only); empty when no redrive of the topic ever produced anything. */
 export async function readRedriveLedger(kafka: Kafka, dlqTopic: string): Promise<Set<string>> {
   const topic = redriveLedgerTopic(dlqTopic);
-  const admin = kafka.admin();
-  await admin.connect();
-  try {
-    if (!(await admin.listTopics()).includes(topic)) return new Set();
-  } finally {
-    await admin.disconnect().catch(() => undefined);
-  }
+  if (!(await withAdmin(kafka, (admin) => admin.listTopics())).includes(topic)) return new Set();
   const ends = await topicEnds(kafka, topic);
   const keys = new Set<string>();
   await readRange({
@@ -63,13 +58,9 @@ export async function readRedriveLedger(kafka: Kafka, dlqTopic: string): Promise
 
 /** Creates the ledger topic if it is missing (compacted, one partition, the roles' replication). */
 export async function ensureRedriveLedger(kafka: Kafka, dlqTopic: string, replicationFactor: number, logger?: Logger): Promise<void> {
-  const admin = kafka.admin();
-  await admin.connect();
-  try {
-    await ensureTopics(admin, [{ topic: redriveLedgerTopic(dlqTopic), partitions: 1, replicationFactor, configEntries: [{ name: 'cleanup.policy', value: 'compact' }] }], logger);
-  } finally {
-    await admin.disconnect().catch(() => undefined);
-  }
+  await withAdmin(kafka, (admin) =>
+    ensureTopics(admin, [{ topic: redriveLedgerTopic(dlqTopic), partitions: 1, replicationFactor, configEntries: [{ name: 'cleanup.policy', value: 'compact' }] }], logger),
+  );
 }
 
 export function redriveGroupId(name: string): string {
@@ -78,13 +69,7 @@ export function redriveGroupId(name: string): string {
 
 /** The group's committed offset per partition of `topic` (partitions without one are absent). */
 export async function committedOffsets(kafka: Kafka, groupId: string, topic: string): Promise<Map<number, number>> {
-  const admin = kafka.admin();
-  await admin.connect();
-  try {
-    return await committedWith(admin, groupId, topic);
-  } finally {
-    await admin.disconnect().catch(() => undefined);
-  }
+  return withAdmin(kafka, (admin) => committedWith(admin, groupId, topic));
 }
 
 async function committedWith(admin: ReturnType<Kafka['admin']>, groupId: string, topic: string): Promise<Map<number, number>> {
@@ -99,9 +84,7 @@ async function committedWith(admin: ReturnType<Kafka['admin']>, groupId: string,
 
 /** Every redrive that has read `topic`: its name and committed offsets. */
 export async function listRedrives(kafka: Kafka, topic: string): Promise<{ name: string; offsets: Map<number, number> }[]> {
-  const admin = kafka.admin();
-  await admin.connect();
-  try {
+  return withAdmin(kafka, async (admin) => {
     const { groups } = await admin.listGroups();
     const names = groups
       .map((g) => g.groupId)
@@ -113,9 +96,7 @@ export async function listRedrives(kafka: Kafka, topic: string): Promise<{ name:
       if (offsets.size > 0) out.push({ name: groupId.slice(REDRIVE_GROUP_PREFIX.length), offsets });
     }
     return out;
-  } finally {
-    await admin.disconnect().catch(() => undefined);
-  }
+  });
 }
 
 /**
@@ -124,14 +105,10 @@ export async function listRedrives(kafka: Kafka, topic: string): Promise<{ name:
  * after a crash keeps the position its transactions committed.
  */
 export async function setStartOffsets(kafka: Kafka, groupId: string, topic: string, offsets: Map<number, number>): Promise<void> {
-  const admin = kafka.admin();
-  await admin.connect();
-  try {
+  await withAdmin(kafka, async (admin) => {
     if ((await committedWith(admin, groupId, topic)).size > 0) return;
     await admin.setOffsets({ groupId, topic, partitions: [...offsets].map(([partition, offset]) => ({ partition, offset: String(offset) })) });
-  } finally {
-    await admin.disconnect().catch(() => undefined);
-  }
+  });
 }
 
 export interface RedriveChunk {

@@ -2,7 +2,7 @@ import type { Registry } from 'prom-client';
 import type { BusinessesWatch } from '../config/businesses-file.js';
 import type { Config } from '../config/schema.js';
 import { MsgbridgeError } from '../platform/errors.js';
-import { createKafka, type KafkaClient } from '../kafka/client.js';
+import { createKafka, withAdmin, type KafkaClient } from '../kafka/client.js';
 import { connectingToKafka } from '../kafka/failure.js';
 import type { ConsumedRecord, GroupConsumer } from '../kafka/group-consumer.js';
 import { createKafkajsGroupConsumer } from '../kafka/kafkajs-group-consumer.js';
@@ -487,10 +487,8 @@ function orderKey(record: ConsumedRecord, job: Job): string {
  */
 async function prepareTopics(kafka: KafkaClient, config: Config, logger: Logger): Promise<number> {
   const topics = config.kafka.topics;
-  const admin = kafka.admin();
-  await admin.connect();
-  try {
-    const written = await prepareRoleTopics(
+  const written = await withAdmin(kafka, (admin) =>
+    prepareRoleTopics(
       admin,
       {
         createTopics: config.kafka.createTopics,
@@ -504,11 +502,9 @@ async function prepareTopics(kafka: KafkaClient, config: Config, logger: Logger)
         written: [topics.sendResults, topics.sendRequestsDlq],
       },
       logger,
-    );
-    // The DLQ topic's limit less room for the batch framing; Kafka's default when it cannot be read.
-    const limit = written.maxMessageBytes.get(topics.sendRequestsDlq);
-    return limit !== undefined && limit > 32 * 1024 ? limit - 16 * 1024 : 1_000_000;
-  } finally {
-    await admin.disconnect();
-  }
+    ),
+  );
+  // The DLQ topic's limit less room for the batch framing; Kafka's default when it cannot be read.
+  const limit = written.maxMessageBytes.get(topics.sendRequestsDlq);
+  return limit !== undefined && limit > 32 * 1024 ? limit - 16 * 1024 : 1_000_000;
 }
