@@ -424,7 +424,7 @@ class MemoryStore implements TaskStateStore {
   conversation = (key: string) => this.windows.get(key);
   messageIdsOfRequest = () => [];
   indexesComplete = () => true;
-  messagesOfRecipient = () => [];
+  listedMessages = () => [];
   write(change: Parameters<TaskStateStore['write']>[0]): Promise<void> {
     for (const m of change.messages) this.messages.set(m.id, m.state);
     for (const c of change.conversations) this.windows.set(c.key, c.window);

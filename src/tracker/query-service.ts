@@ -3,7 +3,7 @@ import { messageStateOf, type MessageState, type TrackedMessage } from '../contr
 import { conversationKey, type ConversationWindow } from '../contracts/conversation-window.js';
 import { FORWARDED_HEADER, forwardQuery, type ForwardAnswer } from './query-forwarding.js';
 import { type GroupDirectory } from '../kafka/group-directory.js';
-import type { TrackerLogic } from './tracker-logic.js';
+import type { MessageList, TrackerLogic } from './tracker-logic.js';
 
 /**
  * The tracker's queries (README "Queries"), answered from the local stores in constant time:
@@ -27,12 +27,11 @@ interface Engine {
   ownedTasks(): number[];
 }
 
-/** A page of a recipient's messages, newest first; `next` is the cursor of the following page. */
-export interface RecipientPage {
-  recipient: string;
+/** A page of a recipient's or a business's messages, newest first; `next` is the cursor of the following page. */
+export type MessagePage = ({ recipient: string } | { business: string }) & {
   messages: MessageState[];
   next: string | null;
-}
+};
 
 interface Sorted {
   sort: string;
@@ -64,8 +63,10 @@ export class QueryService {
       const of = query.get('recipientOf');
       if (of !== null) return this.validId(of) ?? this.recipientOfAnswer(of, query, forwarded, credentials);
       const recipient = query.get('recipient');
-      if (recipient === null) return badRequest('search messages with ?recipient=<phone number> (or ?recipientOf=<message id>)');
-      return this.recipientAnswer(recipient, query, forwarded, credentials);
+      if (recipient !== null) return this.listAnswer('recipient', recipient, query, forwarded, credentials);
+      const business = query.get('business');
+      if (business !== null) return this.listAnswer('business', business, query, forwarded, credentials);
+      return badRequest('search messages with ?recipient=<phone number> or ?business=<business id> (or ?recipientOf=<message id>)');
     }
     const conversation = /^\/conversations\/([^/]+)\/([^/]+)$/.exec(path);
     if (conversation) {
@@ -100,13 +101,6 @@ export class QueryService {
     return this.unwrap(await this.requestAnswer(id, false, credentials));
   }
 
-  async recipient(recipient: string, limit = 20, before?: string, credentials: Credentials = {}): Promise<RecipientPage> {
-    const query = new URLSearchParams({ limit: String(limit), ...(before ? { before } : {}) });
-    const answer = await this.recipientAnswer(recipient, query, false, credentials);
-    if (answer.status !== 200) throw new MsgbridgeError('KAFKA_UNAVAILABLE', (answer.body as { message?: string }).message ?? 'query failed');
-    return answer.body as RecipientPage;
-  }
-
   private unwrap(answer: Answer): MessageState | undefined {
     if (answer.status === 200) return answer.body as MessageState;
     if (answer.status === 404) return undefined;
@@ -124,7 +118,7 @@ export class QueryService {
       const state = this.logic.message(id);
       if (!state) return notFound('message', id);
       if (state.recipient === null) return { status: 200, body: { recipient: null, messages: [], next: null } };
-      return this.recipientAnswer(state.recipient, query, false, credentials);
+      return this.listAnswer('recipient', state.recipient, query, false, credentials);
     }
     if (forwarded) return unavailable(`this member does not run task ${task} (now): ask again`);
     const owner = (await this.owners())?.get(task);
@@ -190,8 +184,9 @@ export class QueryService {
     return notFound('request', id);
   }
 
-  private async recipientAnswer(recipient: string, query: URLSearchParams, forwarded: boolean, credentials: Credentials = {}): Promise<Answer> {
-    if (recipient.length === 0 || recipient.length > MAX_ID_LENGTH) return badRequest(`a recipient has 1 to ${MAX_ID_LENGTH} characters`);
+  /** A page of a recipient's or a business's messages, merged from every member's tasks. */
+  private async listAnswer(list: MessageList, value: string, query: URLSearchParams, forwarded: boolean, credentials: Credentials = {}): Promise<Answer> {
+    if (value.length === 0 || value.length > MAX_ID_LENGTH) return badRequest(`a ${list} has 1 to ${MAX_ID_LENGTH} characters`);
     const limit = query.get('limit') === null ? 20 : Number(query.get('limit'));
     if (!Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE) return badRequest(`limit must be an integer from 1 to ${MAX_PAGE}`);
     const before = query.get('before') ?? undefined;
@@ -199,9 +194,9 @@ export class QueryService {
     if (before !== undefined && cursor === undefined) return badRequest('before is not a cursor this tracker gave (take `next` of the previous page)');
     if (!this.engine) return unavailable('the tracker is starting');
     if (!this.logic.indexesComplete()) return unavailable('this member is still indexing a restored task: ask again in a moment');
-    const local: Sorted[] = this.logic.recipientMessages(recipient, limit, cursor).map(({ sort, state }) => ({ sort, state: messageStateOf(state) }));
-    if (forwarded) return { status: 200, body: { recipient, items: local.map((l) => ({ sort: encodeCursor(l.sort), state: l.state })) } };
-    const remote = await this.fanOut(`/messages?${new URLSearchParams({ recipient, limit: String(limit), ...(before ? { before } : {}) }).toString()}`, credentials);
+    const local: Sorted[] = this.logic.listedMessages(list, value, limit, cursor).map(({ sort, state }) => ({ sort, state: messageStateOf(state) }));
+    if (forwarded) return { status: 200, body: { [list]: value, items: local.map((l) => ({ sort: encodeCursor(l.sort), state: l.state })) } };
+    const remote = await this.fanOut(`/messages?${new URLSearchParams({ [list]: value, limit: String(limit), ...(before ? { before } : {}) }).toString()}`, credentials);
     if (remote.some((a) => a.status !== 200)) return unavailable('some members could not be asked for their part of the list (rebalancing?): ask again');
     const all = [...local];
     // A source that filled its page may hold more: then so may the merged list.
@@ -214,7 +209,7 @@ export class QueryService {
     all.sort((a, b) => (a.sort < b.sort ? 1 : a.sort > b.sort ? -1 : 0));
     const page = all.slice(0, limit);
     const next = page.length === limit && (mayHaveMore || all.length > limit) ? encodeCursor(page[page.length - 1]!.sort) : null;
-    return { status: 200, body: { recipient, messages: page.map((p) => p.state), next } satisfies RecipientPage };
+    return { status: 200, body: { [list]: value, messages: page.map((p) => p.state), next } as MessagePage };
   }
 
   private ownsActive(task: number): boolean {

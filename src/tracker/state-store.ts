@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import { conversationWindowSchema, type ConversationWindow } from '../contracts/conversation-window.js';
 import { messageStateSchema, type TrackedMessage } from '../contracts/message-state.js';
+import type { MessageList } from './tracker-logic.js';
 
 /**
  * One task's persistent local store (LMDB, one environment per task directory): every live
@@ -62,18 +63,25 @@ export function firstSeenMs(state: TrackedMessage): number {
 }
 
 const requestKey = (requestId: string, messageId: string) => `${requestId}${SEP}${messageId}`;
-const recipientKey = (s: TrackedMessage) => `${s.recipient}${SEP}${pad(firstSeenMs(s))}${SEP}${s.messageId}`;
+const listKey = (value: string, s: TrackedMessage) => `${value}${SEP}${pad(firstSeenMs(s))}${SEP}${s.messageId}`;
 const messageExpiryKey = (s: TrackedMessage) => `${pad(Date.parse(s.updatedAt))}${SEP}${s.messageId}`;
 const windowExpiryKey = (w: ConversationWindow, key: string) => `${pad(Date.parse(w.lastInboundAt))}${SEP}${key}`;
 
 /** The index entries of one state: removed and added as a set when it changes. */
-function messageIndexKeys(s: TrackedMessage): { request?: string; recipient?: string; expiry: string } {
+function messageIndexKeys(s: TrackedMessage): { request?: string; recipient?: string; business?: string; expiry: string } {
   return {
     ...(s.requestId ? { request: requestKey(s.requestId, s.messageId) } : {}),
-    ...(s.recipient ? { recipient: recipientKey(s) } : {}),
+    ...(s.recipient ? { recipient: listKey(s.recipient, s) } : {}),
+    ...(s.businessId ? { business: listKey(s.businessId, s) } : {}),
     expiry: messageExpiryKey(s),
   };
 }
+
+/**
+ * The indexes a store of this release keeps. A store written by an earlier release (before the
+ * business index: no format) has its indexes rebuilt in the background, as after a bulk restore.
+ */
+const INDEX_FORMAT = 2;
 
 /** A store value parsed back; undefined when it is not a state the tracker wrote (never trusted blindly). */
 function parseMessage(bytes: Buffer | undefined): TrackedMessage | undefined {
@@ -136,6 +144,7 @@ interface Handles {
   windows: Database<string, string>;
   requests: Database<string, string>;
   recipients: Database<string, string>;
+  businesses: Database<string, string>;
   messageExpiry: Database<string, string>;
   windowExpiry: Database<string, string>;
   meta: Database<unknown, string>;
@@ -144,7 +153,7 @@ interface Handles {
 function openHandles(dir: string): Handles {
   // Async commits run on lmdb's write thread, batched; a kill -9 never tears a transaction
   // (copy-on-write pages, the meta page is the commit).
-  const env = open({ path: join(dir, 'store.mdb'), maxDbs: 8, compression: false });
+  const env = open({ path: join(dir, 'store.mdb'), maxDbs: 16, compression: false });
   const db = <V>(name: string, encoding: 'string' | 'msgpack' | 'binary') => env.openDB<V, string>({ name, encoding });
   return {
     env,
@@ -153,6 +162,7 @@ function openHandles(dir: string): Handles {
     windows: db<string>('windows', 'string'),
     requests: db<string>('by-request', 'string'),
     recipients: db<string>('by-recipient', 'string'),
+    businesses: db<string>('by-business', 'string'),
     messageExpiry: db<string>('message-expiry', 'string'),
     windowExpiry: db<string>('window-expiry', 'string'),
     meta: db<unknown>('meta', 'msgpack'),
@@ -194,9 +204,9 @@ export class TaskStore {
     if (this.remapping) throw new Error(`the store of task ${this.identity.task} is being remapped: ask again`);
     return this.h.requests;
   }
-  private get recipients() {
+  private list(list: MessageList) {
     if (this.remapping) throw new Error(`the store of task ${this.identity.task} is being remapped: ask again`);
-    return this.h.recipients;
+    return list === 'recipient' ? this.h.recipients : this.h.businesses;
   }
   private get messageExpiry() {
     return this.h.messageExpiry;
@@ -259,6 +269,12 @@ export class TaskStore {
       store = new TaskStore(dir, identity);
     }
     if (!existing) store.meta.putSync('identity', identity);
+    if (store.meta.get('indexFormat') !== INDEX_FORMAT) {
+      store.env.transactionSync(() => {
+        if (existing && store.meta.get('indexing') === undefined) store.meta.putSync('indexing', { after: null });
+        store.meta.putSync('indexFormat', INDEX_FORMAT);
+      });
+    }
     return store;
   }
 
@@ -291,14 +307,14 @@ export class TaskStore {
   }
 
   /**
-   * The recipient's messages, newest first (by when each was first known to happen), at most
-   * `limit`, strictly older than the `before` sort key of an earlier page.
+   * The messages of a recipient or a business, newest first (by when each was first known to
+   * happen), at most `limit`, strictly older than the `before` sort key of an earlier page.
    */
-  messagesOfRecipient(recipient: string, limit: number, before?: string): { id: string; sort: string }[] {
-    const prefix = `${recipient}${SEP}`;
-    const start = before !== undefined ? `${prefix}${before}` : `${recipient}\u0001`;
+  listedMessages(list: MessageList, value: string, limit: number, before?: string): { id: string; sort: string }[] {
+    const prefix = `${value}${SEP}`;
+    const start = before !== undefined ? `${prefix}${before}` : `${value}\u0001`;
     const found: { id: string; sort: string }[] = [];
-    for (const key of this.recipients.getKeys({ start, end: prefix, reverse: true, limit: limit + 1 })) {
+    for (const key of this.list(list).getKeys({ start, end: prefix, reverse: true, limit: limit + 1 })) {
       if (key === start) continue;
       const sort = key.slice(prefix.length);
       found.push({ id: sort.slice(sort.indexOf(SEP) + 1), sort });
@@ -404,7 +420,7 @@ export class TaskStore {
     this.nextCheckpoint = next;
   }
 
-  /** Whether the request, recipient and expiry indexes cover every state (false while a bulk restore's are being built). */
+  /** Whether the request, recipient, business and expiry indexes cover every state (false while a bulk restore's are being built). */
   indexesComplete(): boolean {
     return this.meta.get('indexing') === undefined;
   }
@@ -433,7 +449,8 @@ export class TaskStore {
         }
         const keys = messageIndexKeys(state);
         if (keys.request) this.requests.putSync(keys.request, '');
-        if (keys.recipient) this.recipients.putSync(keys.recipient, '');
+        if (keys.recipient) this.h.recipients.putSync(keys.recipient, '');
+        if (keys.business) this.h.businesses.putSync(keys.business, '');
         this.messageExpiry.putSync(keys.expiry, '');
       }
       if (last === undefined) this.meta.removeSync('indexing');
@@ -512,12 +529,14 @@ export class TaskStore {
     if (previous) {
       const old = messageIndexKeys(previous);
       if (old.request && old.request !== next.request) this.requests.remove(old.request);
-      if (old.recipient && old.recipient !== next.recipient) this.recipients.remove(old.recipient);
+      if (old.recipient && old.recipient !== next.recipient) this.h.recipients.remove(old.recipient);
+      if (old.business && old.business !== next.business) this.h.businesses.remove(old.business);
       if (old.expiry !== next.expiry) this.messageExpiry.remove(old.expiry);
     }
     this.messages.put(id, Buffer.from(JSON.stringify(state)));
     if (next.request) this.requests.put(next.request, '');
-    if (next.recipient) this.recipients.put(next.recipient, '');
+    if (next.recipient) this.h.recipients.put(next.recipient, '');
+    if (next.business) this.h.businesses.put(next.business, '');
     this.messageExpiry.put(next.expiry, '');
   }
 
@@ -525,7 +544,8 @@ export class TaskStore {
     const old = messageIndexKeys(previous);
     this.messages.remove(id);
     if (old.request) this.requests.remove(old.request);
-    if (old.recipient) this.recipients.remove(old.recipient);
+    if (old.recipient) this.h.recipients.remove(old.recipient);
+    if (old.business) this.h.businesses.remove(old.business);
     this.messageExpiry.remove(old.expiry);
   }
 

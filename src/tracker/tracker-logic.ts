@@ -9,6 +9,9 @@ import { type TrackedMessage } from '../contracts/message-state.js';
 import { StateCache, messageStateCache } from './state-cache.js';
 import type { OutputRecord, ProcessResult } from '../kafka/transactional-engine.js';
 
+/** A list a message is found in, newest first: its recipient's messages, its business's messages. */
+export type MessageList = 'recipient' | 'business';
+
 /**
  * The tracker's work on one task (partition p of `send-results`, `delivery_status` and
  * `messages`), free of Kafka clients: records in, output records and a state change out. The
@@ -58,10 +61,10 @@ export interface TaskStateStore {
   message(id: string): TrackedMessage | undefined;
   conversation(key: string): ConversationWindow | undefined;
   messageIdsOfRequest(requestId: string): string[];
-  /** False while the indexes of a bulk restore are being built (a lookup by request or recipient may miss). */
+  /** False while the indexes of a bulk restore are being built (a lookup by request, recipient or business may miss). */
   indexesComplete(): boolean;
-  /** The recipient's messages, newest first, older than the `before` sort key. */
-  messagesOfRecipient(recipient: string, limit: number, before?: string): { id: string; sort: string }[];
+  /** A recipient's or a business's messages, newest first, older than the `before` sort key. */
+  listedMessages(list: MessageList, value: string, limit: number, before?: string): { id: string; sort: string }[];
   write(change: {
     messages: { id: string; state: TrackedMessage; previous: TrackedMessage | undefined }[];
     conversations: { key: string; window: ConversationWindow; previous: ConversationWindow | undefined }[];
@@ -272,17 +275,17 @@ export class TrackerLogic {
     return latest;
   }
 
-  /** Whether every owned task's indexes cover all its states (a miss by request id or recipient is then final). */
+  /** Whether every owned task's indexes cover all its states (a miss by request id, recipient or business is then final). */
   indexesComplete(): boolean {
     for (const openTask of this.tasks.values()) if (!openTask.store.indexesComplete()) return false;
     return true;
   }
 
-  /** A page of a recipient's messages across this member's tasks, newest first. */
-  recipientMessages(recipient: string, limit: number, before?: string): { sort: string; state: TrackedMessage }[] {
+  /** A page of a recipient's or a business's messages across this member's tasks, newest first. */
+  listedMessages(list: MessageList, value: string, limit: number, before?: string): { sort: string; state: TrackedMessage }[] {
     const found: { sort: string; state: TrackedMessage }[] = [];
     for (const openTask of this.tasks.values()) {
-      for (const { id, sort } of openTask.store.messagesOfRecipient(recipient, limit, before)) {
+      for (const { id, sort } of openTask.store.listedMessages(list, value, limit, before)) {
         const tracked = openTask.messages.peek(id) ?? openTask.store.message(id);
         if (tracked) found.push({ sort, state: tracked });
       }

@@ -336,7 +336,7 @@ describe.each(versions)('the tracker on the records of %s', (version) => {
       conversation: () => undefined,
       messageIdsOfRequest: () => [],
       indexesComplete: () => true,
-      messagesOfRecipient: () => [],
+      listedMessages: () => [],
       write: (change) => {
         for (const m of change.messages) states.set(m.id, m.state);
         return Promise.resolve();

@@ -181,6 +181,23 @@ describe('the support console in Chromium', () => {
     await page.close();
   });
 
+  it("lists a business's messages from its id alone, and links there from a message", async () => {
+    const page = await signedIn(devToken, '/console/');
+    await page.fill('#business', 'biz_1');
+    await page.press('#business', 'Enter');
+    await page.waitForSelector('table tbody tr');
+    expect(new URL(page.url()).searchParams.get('business')).toBe('biz_1');
+    expect(await page.textContent('h1')).toBe('Messages of business biz_1');
+    expect(await page.locator('tbody tr', { hasText: readMessageId }).locator('.badge').textContent()).toBe('read');
+    expect(await page.locator('tbody tr', { hasText: failedMessageId }).locator('.badge').textContent()).toBe('failed');
+    await page.goto(`${base}/console/?message=${encodeURIComponent(readMessageId)}`);
+    await page.waitForSelector('.timeline');
+    await page.getByRole('link', { name: 'biz_1', exact: true }).click();
+    await page.waitForSelector('table tbody tr');
+    expect(await page.textContent('h1')).toBe('Messages of business biz_1');
+    await page.close();
+  });
+
   it('without a credential the page gets no data and says how to get a token; keyboard reaches the sign-in', async () => {
     const page = await newPage();
     const answers: number[] = [];

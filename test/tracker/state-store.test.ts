@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { open as lmdbOpen } from 'lmdb';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { TrackedMessage } from '../../src/contracts/message-state.js';
 import { TaskStore, taskStoreDir, type StoreIdentity } from '../../src/tracker/state-store.js';
@@ -73,11 +74,59 @@ describe('TaskStore', () => {
     expect(store.messageIdsOfRequest('req-a')).toEqual(['a']);
     expect(store.messageIdsOfRequest('shared').sort()).toEqual(['b', 'c']);
     expect(store.messageIdsOfRequest('nobody')).toEqual([]);
-    const first = store.messagesOfRecipient('+15550001111', 2);
+    const first = store.listedMessages('recipient', '+15550001111', 2);
     expect(first.map((e) => e.id)).toEqual(['c', 'b']);
-    expect(store.messagesOfRecipient('+15550001111', 2, first[1]!.sort).map((e) => e.id)).toEqual(['a']);
-    expect(store.messagesOfRecipient('+15550001112', 5)).toEqual([]);
+    expect(store.listedMessages('recipient', '+15550001111', 2, first[1]!.sort).map((e) => e.id)).toEqual(['a']);
+    expect(store.listedMessages('recipient', '+15550001112', 5)).toEqual([]);
     await store.close();
+  });
+
+  it("keeps a business's messages, newest first, paged; a state whose business changes moves list", async () => {
+    const store = open();
+    const states = [
+      state('a', { acceptedAt: '2026-11-24T10:00:01.000Z' }),
+      state('b', { acceptedAt: '2026-11-24T10:00:02.000Z', recipient: '+15550009999' }),
+      state('c', { acceptedAt: '2026-11-24T10:00:03.000Z', businessId: 'biz_2' }),
+      // A status before its result, of a business the webhook did not name yet: in no business list.
+      state('d', { requestId: null, acceptedAt: null, businessId: '', sentAt: '2026-11-24T10:00:04.000Z', status: 'sent' }),
+    ];
+    await store.write({ messages: states.map((s) => ({ id: s.messageId, state: s, previous: undefined })), conversations: [] });
+    const first = store.listedMessages('business', 'biz_1', 1);
+    expect(first.map((e) => e.id)).toEqual(['b']);
+    expect(store.listedMessages('business', 'biz_1', 5, first[0]!.sort).map((e) => e.id)).toEqual(['a']);
+    expect(store.listedMessages('business', 'biz_2', 5).map((e) => e.id)).toEqual(['c']);
+    const dMerged = { ...states[3]!, businessId: 'biz_2', requestId: 'req-d', acceptedAt: '2026-11-24T10:00:00.500Z' };
+    await store.write({ messages: [{ id: 'd', state: dMerged, previous: states[3] }], conversations: [] });
+    expect(store.listedMessages('business', 'biz_2', 5).map((e) => e.id)).toEqual(['c', 'd']);
+    expect(store.listedMessages('business', 'biz_1', 5).map((e) => e.id)).toEqual(['b', 'a']);
+    await store.close();
+  });
+
+  it('a store written before the business index (no index format) rebuilds its indexes, then lists by business', async () => {
+    const store = open();
+    const states = [state('a', { acceptedAt: '2026-11-24T10:00:01.000Z' }), state('b', { acceptedAt: '2026-11-24T10:00:02.000Z' })];
+    await store.write({ messages: states.map((s) => ({ id: s.messageId, state: s, previous: undefined })), conversations: [] });
+    expect(store.indexesComplete()).toBe(true);
+    const dir = store.dir;
+    await store.close();
+    // What the previous release left: the same databases without by-business, no format mark.
+    const env = lmdbOpen({ path: join(dir, 'store.mdb'), maxDbs: 16 });
+    await env.openDB({ name: 'by-business', encoding: 'string' }).drop();
+    await env.openDB({ name: 'meta', encoding: 'msgpack' }).remove('indexFormat');
+    await env.close();
+    const old = TaskStore.open(dir, identity);
+    expect(old.indexesComplete()).toBe(false);
+    expect(old.buildIndexes(1, 0)).toEqual({ indexed: 1, done: false });
+    expect(old.buildIndexes(10, 0)).toEqual({ indexed: 1, done: false });
+    expect(old.buildIndexes(10, 0)).toEqual({ indexed: 0, done: true });
+    expect(old.indexesComplete()).toBe(true);
+    expect(old.listedMessages('business', 'biz_1', 5).map((e) => e.id)).toEqual(['b', 'a']);
+    expect(old.listedMessages('recipient', '+15550001111', 5).map((e) => e.id)).toEqual(['b', 'a']);
+    await old.close();
+    // Marked: the next open does not rebuild again.
+    const again = TaskStore.open(dir, identity);
+    expect(again.indexesComplete()).toBe(true);
+    await again.close();
   });
 
   it('applies changelog records in order: later wins, a tombstone or a foreign value deletes, an expired state is not kept', async () => {
@@ -157,7 +206,8 @@ describe('TaskStore', () => {
     expect(gone).toEqual({ messages: 1, conversations: 1 });
     expect(store.message('old')).toBeUndefined();
     expect(store.messageIdsOfRequest('req-old')).toEqual([]);
-    expect(store.messagesOfRecipient('+15550001111', 10).map((e) => e.id)).toEqual(['fresh']);
+    expect(store.listedMessages('recipient', '+15550001111', 10).map((e) => e.id)).toEqual(['fresh']);
+    expect(store.listedMessages('business', 'biz_1', 10).map((e) => e.id)).toEqual(['fresh']);
     expect(store.conversation('biz_1:+2')).toBeUndefined();
     // An update moves a state's expiry: the old entry goes with it.
     const updated = { ...fresh, updatedAt: '2026-11-24T01:00:00.000Z', status: 'sent' as const };

@@ -112,7 +112,7 @@ describe('tracker local stores', () => {
     rmSync(old, { recursive: true, force: true });
   }, 180_000);
 
-  it('any member answers: a message id is forwarded to its owner, a request id and a recipient are asked of every member; nothing reads a topic', async () => {
+  it('any member answers: a message id is forwarded to its owner, a request id, a recipient and a business are asked of every member; nothing reads a topic', async () => {
     const id = randomUUID().slice(0, 8);
     const a = trackerConfig(id);
     const b = trackerConfig(id, {}, { MSGBRIDGE_TRACKER_STATE_DIR: `${a.tracker.stateDir}-b` });
@@ -152,6 +152,18 @@ describe('tracker local stores', () => {
         next = page.body.next as string | null;
       } while (next);
       expect(seen).toEqual(ids.slice(0, 30).reverse());
+      // A business's messages (all 40 are biz_1's), the same way.
+      const ofBusiness: string[] = [];
+      next = null;
+      do {
+        const page = await get(base, `/messages?business=biz_1&limit=9${next ? `&before=${next}` : ''}`);
+        expect(page.status).toBe(200);
+        expect(page.body.business).toBe('biz_1');
+        ofBusiness.push(...(page.body.messages as { messageId: string }[]).map((s) => s.messageId));
+        next = page.body.next as string | null;
+      } while (next);
+      expect(ofBusiness).toEqual([...ids].reverse());
+      expect(await get(base, '/messages?business=biz_none')).toMatchObject({ status: 200, body: { business: 'biz_none', messages: [], next: null } });
     }
     expect(await get(first.address!, '/messages?recipient=%2B1555&limit=0')).toMatchObject({ status: 400 });
     expect(await get(first.address!, '/messages?recipient=%2B1555&before=not-a-cursor!')).toMatchObject({ status: 400 });

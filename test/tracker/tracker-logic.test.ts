@@ -33,9 +33,9 @@ class MemoryStore implements TaskStateStore {
   indexesComplete() {
     return true;
   }
-  messagesOfRecipient(recipient: string, limit: number) {
+  listedMessages(list: 'recipient' | 'business', value: string, limit: number) {
     return [...this.messages.values()]
-      .filter((s) => s.recipient === recipient)
+      .filter((s) => (list === 'recipient' ? s.recipient : s.businessId) === value)
       .map((s) => ({ id: s.messageId, sort: `${s.acceptedAt}\u0000${s.messageId}` }))
       .slice(0, limit);
   }
@@ -178,7 +178,7 @@ describe('TrackerLogic', () => {
     l.process(0, l.decodeBatch([result('r1', 'm1'), result('r2', 'm2')])).commit!(new Map());
     expect(
       l
-        .recipientMessages('+15550002222', 10)
+        .listedMessages('recipient', '+15550002222', 10)
         .map((e) => e.state.messageId)
         .sort(),
     ).toEqual(['m1', 'm2']);

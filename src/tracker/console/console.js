@@ -217,13 +217,19 @@ async function search(q, business, before) {
   );
 }
 
+async function businessMessages(business, before) {
+  const page = await api(`/messages?${new URLSearchParams({ business, limit: String(PAGE), ...(before ? { before } : {}) })}`);
+  return renderList(`Messages of business ${business}`, page, { business }, 'business');
+}
+
 async function recipientOf(id, business, before) {
   const page = await api(`/messages?${new URLSearchParams({ recipientOf: id, limit: String(PAGE), ...(before ? { before } : {}) })}`);
   return renderList(`Messages to ${page.recipient ?? 'this customer'}`, page, { recipientOf: id, business }, 'recipient');
 }
 
-function renderList(title, page, query, _kind) {
-  const business = query.business;
+function renderList(title, page, query, kind) {
+  // A customer's list narrowed to one business (the business's own list needs no narrowing).
+  const business = kind === 'recipient' ? query.business : undefined;
   const rows = business ? page.messages.filter((m) => m.businessId === business) : page.messages;
   const table = h(
     'table',
@@ -254,7 +260,7 @@ function renderList(title, page, query, _kind) {
           h('td', {}, statusBadge(m.status)),
           h('td', { class: 'id' }, link(consoleUrl({ message: m.messageId }), m.messageId)),
           h('td', { class: 'id' }, m.requestId ? link(consoleUrl({ q: m.requestId }), m.requestId) : h('span', { class: 'muted' }, 'not sent by msgbridge')),
-          h('td', {}, m.businessId),
+          h('td', {}, m.businessId ? link(consoleUrl({ business: m.businessId }), m.businessId) : '—'),
           h('td', {}, m.type ?? '—'),
         ),
       ),
@@ -267,7 +273,15 @@ function renderList(title, page, query, _kind) {
     return show(
       title,
       note,
-      h('p', { class: 'notice' }, page.messages.length === 0 ? 'No message to this number is known to the tracker.' : 'None on this page: look at older messages.'),
+      h(
+        'p',
+        { class: 'notice' },
+        page.messages.length > 0
+          ? 'None on this page: look at older messages.'
+          : kind === 'business'
+            ? 'No message of this business is known to the tracker (it keeps messages updated in the last tracker.stateRetentionMs). Check the business id: it is the one of the send requests.'
+            : 'No message to this number is known to the tracker.',
+      ),
       older,
       newest,
     );
@@ -374,7 +388,7 @@ async function renderMessage(state, foundBy) {
     h('dt', {}, 'Status'),
     h('dd', {}, statusBadge(state.status)),
     h('dt', {}, 'Business'),
-    h('dd', {}, state.businessId),
+    h('dd', {}, state.businessId ? link(consoleUrl({ business: state.businessId }), state.businessId) : '—'),
     h('dt', {}, 'Recipient'),
     h('dd', {}, state.recipient ?? '—', state.recipient ? [' · ', link(consoleUrl({ recipientOf: state.messageId }), "this customer's other messages")] : null),
     h('dt', {}, 'Type'),
@@ -644,9 +658,10 @@ async function route() {
     if (params.get('message')) return await message(params.get('message'));
     if (params.get('recipientOf')) return await recipientOf(params.get('recipientOf'), business, params.get('before') ?? undefined);
     if (q) return await search(q, business, params.get('before') ?? undefined);
+    if (business) return await businessMessages(business, params.get('before') ?? undefined);
     show(
       'Find a message',
-      h('p', {}, 'Type a message id, the request id your system sent, or the phone number of the customer, then Search.'),
+      h('p', {}, "Type a message id, the request id your system sent, or the phone number of the customer, then Search. A business id alone lists that business's messages."),
       h('ul', { class: 'muted' }, h('li', {}, 'Every page has its own address: copy it to share what you see.'), h('li', {}, 'Times are in your time zone; hover one for UTC.')),
     );
     document.getElementById('q').focus();
