@@ -221,6 +221,8 @@ describe.each(BROWSERS)('the support console in %s', (name) => {
     // The field is labelled and focused.
     expect(await page.evaluate('document.activeElement?.id')).toBe('token');
     expect(await page.locator('label[for="token"]').textContent()).toBe('Access token');
+    // Nobody is signed in: no "Sign out".
+    expect(await page.getByRole('button', { name: 'Sign out' }).count()).toBe(0);
     await page.close();
   });
 
