@@ -34,8 +34,14 @@ export interface TestResponse {
   status(): number;
 }
 
+/** As Playwright's: elements with this text somewhere inside, or with an element the inner locator finds inside. */
+export interface LocatorOptions {
+  hasText?: string | RegExp;
+  has?: TestLocator;
+}
+
 export interface TestLocator {
-  locator(selector: string, options?: { hasText?: string | RegExp }): TestLocator;
+  locator(selector: string, options?: LocatorOptions): TestLocator;
   getByRole(role: 'link' | 'button', options?: { name?: string | RegExp; exact?: boolean }): TestLocator;
   first(): TestLocator;
   count(): Promise<number>;
@@ -52,7 +58,7 @@ export interface TestPage {
   fill(selector: string, value: string): Promise<void>;
   press(selector: string, key: string): Promise<void>;
   textContent(selector: string): Promise<string | null>;
-  locator(selector: string, options?: { hasText?: string | RegExp }): TestLocator;
+  locator(selector: string, options?: LocatorOptions): TestLocator;
   getByRole(role: 'link' | 'button', options?: { name?: string | RegExp; exact?: boolean }): TestLocator;
   /** A JavaScript expression (the test files have no DOM types); a promise is awaited. */
   evaluate(expression: string): Promise<unknown>;
@@ -117,16 +123,17 @@ async function launchFirefox(executablePath: string): Promise<TestBrowser> {
 // ---- Playwright's selectors and locators, in Firefox ----
 
 type TextMatch = { text: string; exact?: boolean } | { regexp: { source: string; flags: string } };
-type Step = { css: string; hasText?: TextMatch } | { role: 'link' | 'button'; name?: TextMatch } | { nth: number };
+type Step = { css: string; hasText?: TextMatch; has?: Step[] } | { role: 'link' | 'button'; name?: TextMatch } | { nth: number };
 
 const textMatch = (m: string | RegExp, exact = false): TextMatch => (typeof m === 'string' ? { text: m, exact } : { regexp: { source: m.source, flags: m.flags } });
 
 /**
- * In the page: the elements a chain of steps finds. Text and names match as Playwright's do
- * (whitespace collapsed; a string is a case-insensitive substring, or with exact the whole
- * case-sensitive text); a role finds the elements of
- * that implicit or explicit role that are not hidden, by accessible name (aria-labelledby,
- * aria-label, an input's value, the text, the title: what the console uses).
+ * In the page: the elements a chain of steps finds from the document. Text and names match as
+ * Playwright's do (whitespace collapsed; a string is a case-insensitive substring, or with exact
+ * the whole case-sensitive text); a role finds the elements of that implicit or explicit role
+ * that are not hidden, by accessible name (aria-labelledby, aria-label, an input's value, the
+ * text, the title: what the console uses); `has` keeps the elements inside which its own steps
+ * find something.
  */
 const RESOLVE = `(steps) => {
   const norm = (s) => (s ?? '').replace(/\\s+/g, ' ').trim();
@@ -147,53 +154,68 @@ const RESOLVE = `(steps) => {
     if (el instanceof HTMLInputElement) return norm(el.value);
     return norm(el.textContent) || norm(el.getAttribute('title'));
   };
-  let scope = [document];
-  for (const step of steps) {
-    if ('nth' in step) {
-      scope = scope.slice(step.nth, step.nth + 1);
-      continue;
-    }
-    const found = [];
-    for (const root of scope) {
-      for (const el of root.querySelectorAll('css' in step ? step.css : ROLES[step.role])) {
-        if (found.includes(el)) continue;
-        if ('css' in step && step.hasText && !matches(norm(el.textContent), step.hasText)) continue;
-        if ('role' in step) {
-          const explicit = el.getAttribute('role');
-          if ((explicit && explicit !== step.role) || hidden(el)) continue;
-          if (step.name && !matches(accessibleName(el), step.name)) continue;
-        }
-        found.push(el);
+  const resolve = (steps, start) => {
+    let scope = start;
+    for (const step of steps) {
+      if ('nth' in step) {
+        scope = scope.slice(step.nth, step.nth + 1);
+        continue;
       }
+      const found = [];
+      for (const root of scope) {
+        for (const el of root.querySelectorAll('css' in step ? step.css : ROLES[step.role])) {
+          if (found.includes(el)) continue;
+          if ('css' in step && step.hasText && !matches(norm(el.textContent), step.hasText)) continue;
+          if ('css' in step && step.has && resolve(step.has, [el]).length === 0) continue;
+          if ('role' in step) {
+            const explicit = el.getAttribute('role');
+            if ((explicit && explicit !== step.role) || hidden(el)) continue;
+            if (step.name && !matches(accessibleName(el), step.name)) continue;
+          }
+          found.push(el);
+        }
+      }
+      scope = found;
     }
-    scope = found;
-  }
-  return scope;
+    return scope;
+  };
+  return resolve(steps, [document]);
 }`;
 
 const found = (steps: Step[]) => `(${RESOLVE})(${JSON.stringify(steps)})`;
 
+/** A selector that is CSS, not one of Playwright's own engines. */
+function css(selector: string): string {
+  if (/^[a-z-]+=|>>|:(has-)?text\(|:visible|:nth-match\(/.test(selector)) throw new Error(`the Firefox pages take CSS here, not ${selector}`);
+  return selector;
+}
+
 /**
- * Playwright's text selectors as puppeteer's: `text=Done` and `h3:text("Done")` (a substring of
- * the text; puppeteer's is case-sensitive); any other selector is CSS.
+ * For puppeteer's own waits: Playwright's text selectors as puppeteer's, `text=Done` and
+ * `h3:text("Done")` (a substring of the text; puppeteer's is case-sensitive), or CSS.
  */
-function cssOf(selector: string): string {
+function puppeteerSelector(selector: string): string {
   const text = /^text=(.+)$/.exec(selector);
   if (text) return `::-p-text(${JSON.stringify(text[1])})`;
   const scoped = /^([^:]*):text\("(.+)"\)$/.exec(selector);
   if (scoped) return `${scoped[1]}::-p-text(${JSON.stringify(scoped[2])})`;
-  if (/(^|[^\\])(>>|:has-text|:text|internal:)/.test(selector)) throw new Error(`the Firefox pages take CSS and text= selectors, not ${selector}`);
-  return selector;
+  return css(selector);
 }
 
 class FirefoxLocator implements TestLocator {
   constructor(
     private readonly page: PuppeteerPage,
-    private readonly steps: Step[],
+    readonly steps: Step[],
   ) {}
 
-  locator(selector: string, options?: { hasText?: string | RegExp }): TestLocator {
-    return new FirefoxLocator(this.page, [...this.steps, { css: selector, ...(options?.hasText !== undefined ? { hasText: textMatch(options.hasText) } : {}) }]);
+  locator(selector: string, options?: LocatorOptions): TestLocator {
+    const step: Step = { css: css(selector) };
+    if (options?.hasText !== undefined) step.hasText = textMatch(options.hasText);
+    if (options?.has !== undefined) {
+      if (!(options.has instanceof FirefoxLocator)) throw new Error('has: takes a locator of the same page');
+      step.has = options.has.steps;
+    }
+    return new FirefoxLocator(this.page, [...this.steps, step]);
   }
 
   getByRole(role: 'link' | 'button', options?: { name?: string | RegExp; exact?: boolean }): TestLocator {
@@ -262,25 +284,25 @@ class FirefoxPage implements TestPage {
 
   /** Playwright's default: until the element is there and visible. */
   waitForSelector(selector: string): Promise<unknown> {
-    return this.page.waitForSelector(cssOf(selector), { visible: true });
+    return this.page.waitForSelector(puppeteerSelector(selector), { visible: true });
   }
 
   async fill(selector: string, value: string): Promise<void> {
-    await this.page.locator(cssOf(selector)).fill(value);
+    await this.page.locator(puppeteerSelector(selector)).fill(value);
   }
 
   async press(selector: string, key: string): Promise<void> {
-    const el = await this.page.waitForSelector(cssOf(selector));
+    const el = await this.page.waitForSelector(puppeteerSelector(selector));
     await el!.press(key as never);
   }
 
   /** The first match's text, once there is one (not strict, as Playwright's page.textContent). */
   textContent(selector: string): Promise<string | null> {
-    return new FirefoxLocator(this.page, [{ css: cssOf(selector) }, { nth: 0 }]).textContent();
+    return new FirefoxLocator(this.page, []).locator(selector).first().textContent();
   }
 
-  locator(selector: string, options?: { hasText?: string | RegExp }): TestLocator {
-    return new FirefoxLocator(this.page, []).locator(cssOf(selector), options);
+  locator(selector: string, options?: LocatorOptions): TestLocator {
+    return new FirefoxLocator(this.page, []).locator(selector, options);
   }
 
   getByRole(role: 'link' | 'button', options?: { name?: string | RegExp; exact?: boolean }): TestLocator {
