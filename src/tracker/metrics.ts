@@ -16,14 +16,14 @@ export interface TrackerGaugeSources {
 export interface TrackerMetrics extends TrackerCounters {
   /** A task's store caught up with its changelogs: `mode` bulk (no usable store) or delta (from its checkpoint). */
   restore(seconds: number, mode: 'bulk' | 'delta', records: number): void;
-  expired(kind: 'message' | 'conversation', count: number): void;
+  expired(kind: 'message' | 'conversation' | 'request_outcome', count: number): void;
 }
 
 export function createTrackerMetrics(registry: Registry, sources: TrackerGaugeSources): TrackerMetrics {
   const registers = [registry];
   const events = new Counter({
     name: 'msgbridge_tracker_events_total',
-    help: 'Input events applied, by topic and outcome (applied, result_merged, filled_timestamp, filled_after_failure, regression_refused, redundant, duplicate, window_moved, window_unchanged)',
+    help: 'Input events applied, by topic and outcome (applied, result_merged, filled_timestamp, filled_after_failure, regression_refused, redundant, duplicate, window_moved, window_unchanged, outcome_recorded, outcome_unchanged)',
     labelNames: ['topic', 'outcome'],
     registers,
   });
@@ -53,7 +53,7 @@ export function createTrackerMetrics(registry: Registry, sources: TrackerGaugeSo
     restores.inc({ mode }, 0);
     restoreRecords.inc({ mode }, 0);
   }
-  for (const kind of ['message', 'conversation']) expired.inc({ kind }, 0);
+  for (const kind of ['message', 'conversation', 'request_outcome']) expired.inc({ kind }, 0);
   new Gauge({
     name: 'msgbridge_tracker_store_entries',
     help: 'States in the local store of each owned task, by kind',

@@ -7,7 +7,7 @@ import { topicSettings } from '../../src/kafka/topics.js';
 import { messageId } from '../ingress/fixtures.js';
 import { runCli } from '../helpers/cli.js';
 import { produce, withAdmin } from '../helpers/kafka.js';
-import { authHeaders, getJson, latestByKey, resultRecord, statusRecord, TEST_TOKENS, trackerConfig, until, type TrackerTestConfig } from './harness.js';
+import { authHeaders, getJson, latestByKey, rejectedRecord, resultRecord, statusRecord, TEST_TOKENS, trackerConfig, until, type TrackerTestConfig } from './harness.js';
 
 /**
  * The tracker's local stores on the suite's broker: a restart reads only what the changelog
@@ -100,6 +100,7 @@ describe('tracker local stores', () => {
       partitions: 3,
       messageStateTopic: topics.messageState,
       conversationsTopic: topics.conversations,
+      requestOutcomesTopic: topics.requestOutcomes,
     });
     store.applyChangelog('messageState', [], { messageState: 1_000_000 }, 0);
     await store.close();
@@ -133,6 +134,13 @@ describe('tracker local stores', () => {
       ids.map((m, i) => resultRecord(`fw-${i}`, m, at(i), i < 30 ? alice : '+15550007002')),
     );
     await until('40 states', async () => (await latestByKey(topics.messageState, 300)).records === 40);
+    // Rejected requests (keyed by request id, over every task): any member finds each.
+    const rejections = Array.from({ length: 9 }, (_, i) => `fw-rejected-${i}`);
+    await produce(
+      topics.sendResults,
+      rejections.map((r) => rejectedRecord(r)),
+    );
+    await until('9 outcomes', async () => (await latestByKey(topics.requestOutcomes, 300)).records === 9);
 
     for (const base of [first.address!, second.address!]) {
       for (const [i, m] of ids.entries()) {
@@ -140,6 +148,7 @@ describe('tracker local stores', () => {
       }
       expect(await get(base, '/requests/fw-17')).toMatchObject({ status: 200, body: { messageId: ids[17] } });
       expect(await get(base, '/requests/fw-none')).toMatchObject({ status: 404, body: { error: 'NOT_FOUND' } });
+      for (const r of rejections) expect(await get(base, `/requests/${r}`)).toMatchObject({ status: 200, body: { requestId: r, outcome: 'rejected', error: { cntTraceId: `trace-${r}` } } });
       expect(await get(base, `/messages/${messageId()}`)).toMatchObject({ status: 404 });
 
       // Newest first, in pages of 7, across both members' stores.
@@ -185,11 +194,13 @@ describe('tracker local stores', () => {
     const config = trackerConfig(id, { tracker: { stateRetentionMs: 7 * 86_400_000 } });
     await start(config);
     const settings = await withAdmin(async (admin) => {
-      const described = await topicSettings(admin, [config.kafka.topics.messageState, config.kafka.topics.conversations]);
+      const described = await topicSettings(admin, [config.kafka.topics.messageState, config.kafka.topics.conversations, config.kafka.topics.requestOutcomes]);
       const names = ['cleanup.policy', 'retention.ms', 'segment.ms'];
       return Object.fromEntries([...described].map(([topic, values]) => [topic, Object.fromEntries(names.map((name) => [name, values.get(name)]))]));
     });
     expect(settings[config.kafka.topics.messageState]).toEqual({ 'cleanup.policy': 'compact,delete', 'retention.ms': String(7 * 86_400_000), 'segment.ms': String(6 * 3_600_000) });
+    // Request outcomes are kept as long as message states.
+    expect(settings[config.kafka.topics.requestOutcomes]).toEqual(settings[config.kafka.topics.messageState]);
     expect(settings[config.kafka.topics.conversations]).toEqual({
       'cleanup.policy': 'compact,delete',
       'retention.ms': String(26 * 3_600_000),

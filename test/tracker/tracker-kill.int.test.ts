@@ -23,6 +23,7 @@ describe('tracker under kill -9', () => {
       MSGBRIDGE__kafka__topics__messages: topics.messages,
       MSGBRIDGE__kafka__topics__messageState: topics.state,
       MSGBRIDGE__kafka__topics__conversations: topics.conv,
+      MSGBRIDGE__kafka__topics__requestOutcomes: `${topics.conv}-outcomes`,
       MSGBRIDGE__kafka__partitions: '3',
       MSGBRIDGE__kafka__replicationFactor: '1',
       MSGBRIDGE__tracker__groupId: `tk-group-${id}`,

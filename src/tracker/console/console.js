@@ -367,6 +367,52 @@ function sendText(send) {
   return send.maybeSent ? `${attempts}; an earlier attempt got no answer and may have created another message (maybeSent): the customer may have received it twice` : attempts;
 }
 
+/** A template's name and parameters as a list. */
+function templateRows(name, parameters) {
+  return [
+    h('dt', {}, 'Template'),
+    h('dd', { class: 'id' }, name),
+    h('dt', {}, 'Parameters'),
+    h(
+      'dd',
+      {},
+      parameters.length === 0
+        ? h('span', { class: 'muted' }, 'none')
+        : h(
+            'ul',
+            { class: 'parameters' },
+            parameters.map((p) => h('li', {}, h('span', { class: 'param-name' }, p.name), ': ', h('span', { class: 'param-value' }, p.value))),
+          ),
+    ),
+  ];
+}
+
+/**
+ * What the request asked to send, as the send result recorded it (bounded by the sender: a cut
+ * text ends with "…"); absent when a release before 0.2.0 sent it or the request could not be read.
+ */
+function requestBlock(content, requestedType) {
+  const section = h('section', { class: 'card', 'aria-labelledby': 'request-title' }, h('h2', { id: 'request-title' }, 'Request'));
+  if (!content) {
+    section.append(h('p', { class: 'muted', id: 'request-content' }, "The request's content was not recorded: it was sent by a release before 0.2.0, or it could not be read."));
+    return section;
+  }
+  const rows = [h('dt', {}, 'Type'), h('dd', {}, requestedType ?? (content.text !== undefined ? 'text' : 'template'))];
+  if (content.text !== undefined) rows.push(h('dt', {}, 'Text'), h('dd', {}, h('p', { class: 'request-text' }, content.text)));
+  if (content.templateName !== undefined) rows.push(...templateRows(content.templateName, content.parameters ?? []));
+  if (content.fallbackTemplate)
+    rows.push(
+      h('dt', {}, 'Fallback'),
+      h('dd', {}, 'if the conversation window is closed, this template instead:'),
+      ...templateRows(content.fallbackTemplate.templateName, content.fallbackTemplate.parameters ?? []),
+    );
+  section.append(
+    h('dl', { class: 'summary', id: 'request-content' }, rows),
+    content.truncated ? h('p', { class: 'muted' }, 'Cut to the limits a send result keeps (text 1,000 characters, 20 parameters of 256): the producing system has the whole request.') : null,
+  );
+  return section;
+}
+
 async function renderMessage(state, foundBy) {
   const summary = h(
     'dl',
@@ -400,12 +446,9 @@ async function renderMessage(state, foundBy) {
     h('section', { class: 'card', 'aria-labelledby': 'summary-title' }, h('h2', { id: 'summary-title', class: 'visually-hidden' }, 'Summary'), summary),
     errorBlock(state.error),
     h('section', { class: 'card', 'aria-labelledby': 'timeline-title' }, h('h2', { id: 'timeline-title' }, 'Timeline'), timeline(state)),
+    state.send ? requestBlock(state.send.content, state.send.requestedType) : null,
     win,
-    h(
-      'p',
-      { class: 'muted' },
-      "Not shown: the request's text or template and parameters, and the send attempts: the tracker keeps the state of a message, not the request (the producing system and the send-results topic hold them).",
-    ),
+    h('p', { class: 'muted' }, 'Not shown: events the tracker refused (a duplicate, a lower status with nothing new): they change nothing and are only counted.'),
   );
 }
 
