@@ -33,7 +33,13 @@ export function registerTrackerCommand(program: Command): void {
         unfinished: 'the tracker did not leave its group within tracker.drainGraceMs',
         // The console's dead-letter page runs `msgbridge dlq`'s code (src/tracker/dlq-port.ts).
         start: ({ logger, brokers, onFatal }) => startTracker({ config, logger, brokers, onFatal, dlq: createDlqPort(config, brokers, logger) }),
-        describe: (tracker) => ({ tracker: { url: tracker.address ?? null, groupId: config.tracker.groupId, topics: [config.kafka.topics.messageState, config.kafka.topics.conversations] } }),
+        describe: (tracker) => ({
+          tracker: {
+            url: tracker.address ?? null,
+            groupId: config.tracker.groupId,
+            topics: [config.kafka.topics.messageState, config.kafka.topics.conversations, config.kafka.topics.requestOutcomes],
+          },
+        }),
       });
     });
 
