@@ -241,6 +241,7 @@ describe('the support console in Chromium', () => {
     await page.waitForSelector('#request-content');
     expect(await page.textContent('#request-title')).toBe('Request');
     expect(await page.textContent('#request-content .request-text')).toBe('Your order shipped');
+    expect(await page.locator('section', { has: page.locator('#request-title') }).textContent()).toBe('RequestTypetextTextYour order shipped');
     // The failed template's page shows its name and parameters.
     await page.goto(`${base}/console/?message=${encodeURIComponent(failedMessageId)}`);
     await page.waitForSelector('#request-content');
@@ -274,6 +275,8 @@ describe('the support console in Chromium', () => {
     expect(await page.textContent('.send-summary')).toBe('1 attempt');
     expect(await page.textContent('main')).toContain('No message was created');
     expect(await page.textContent('#request-content .request-text')).toBe('   ');
+    expect(await page.textContent('#request-content')).toContain('3 blank characters, nothing else');
+    await shot(page, 'rejected');
     // The search box leads there too.
     await page.goto(`${base}/console/`);
     await page.fill('#q', requestId);
@@ -281,6 +284,12 @@ describe('the support console in Chromium', () => {
     await page.waitForSelector('.error-card');
     expect(new URL(page.url()).searchParams.get('q')).toBe(requestId);
     await page.close();
+    // A read-only user sees the same page with the number masked.
+    const reader = await signedIn(TEST_TOKENS.read, `/console/?q=${encodeURIComponent(requestId)}`);
+    await reader.waitForSelector('.error-card');
+    expect(await reader.textContent('main')).toContain(`${CUSTOMER.slice(0, 5)}•••${CUSTOMER.slice(-4)}`);
+    expect(await reader.textContent('body')).not.toContain(CUSTOMER);
+    await reader.close();
   });
 
   it('an operator runs the dry run, then the redrive: the request goes back once and is sent; no later redrive produces it again', async () => {

@@ -403,7 +403,10 @@ function requestBlock(content, requestedType) {
     return section;
   }
   const rows = [h('dt', {}, 'Type'), h('dd', {}, requestedType ?? (content.text !== undefined ? 'text' : 'template'))];
-  if (content.text !== undefined) rows.push(h('dt', {}, 'Text'), h('dd', {}, h('p', { class: 'request-text' }, content.text)));
+  if (content.text !== undefined) {
+    const blank = content.text.trim() === '' ? h('span', { class: 'muted' }, ` (${content.text.length} blank character${content.text.length === 1 ? '' : 's'}, nothing else)`) : null;
+    rows.push(h('dt', {}, 'Text'), h('dd', {}, h('p', { class: 'request-text' }, content.text), blank));
+  }
   if (content.templateName !== undefined) rows.push(...templateRows(content.templateName, content.parameters ?? []));
   if (content.fallbackTemplate)
     rows.push(
@@ -411,10 +414,11 @@ function requestBlock(content, requestedType) {
       h('dd', {}, 'if the conversation window is closed, this template instead:'),
       ...templateRows(content.fallbackTemplate.templateName, content.fallbackTemplate.parameters ?? []),
     );
-  section.append(
-    h('dl', { class: 'summary', id: 'request-content' }, rows),
-    content.truncated ? h('p', { class: 'muted' }, 'Cut to the limits a send result keeps (text 1,000 characters, 20 parameters of 256): the producing system has the whole request.') : null,
-  );
+  // append() would write null as text: only what is there.
+  const truncated = content.truncated
+    ? h('p', { class: 'muted' }, 'Cut to the limits a send result keeps (text 1,000 characters, 20 parameters of 256): the producing system has the whole request.')
+    : undefined;
+  section.append(...[h('dl', { class: 'summary', id: 'request-content' }, rows), truncated].filter(Boolean));
   return section;
 }
 
