@@ -273,6 +273,7 @@ describe('the support console in Chromium', () => {
     expect(await page.textContent('.error-card')).toContain('400');
     expect(await page.locator('#trace-id').textContent()).toMatch(/\S+/);
     expect(await page.textContent('.send-summary')).toBe('1 attempt');
+    expect(await page.textContent('.maybe-sent')).toMatch(/^no: /);
     expect(await page.textContent('main')).toContain('No message was created');
     expect(await page.textContent('#request-content .request-text')).toBe('   ');
     expect(await page.textContent('#request-content')).toContain('3 blank characters, nothing else');
