@@ -134,13 +134,11 @@ describe('tracker local stores', () => {
       ids.map((m, i) => resultRecord(`fw-${i}`, m, at(i), i < 30 ? alice : '+15550007002')),
     );
     await until('40 states', async () => (await latestByKey(topics.messageState, 300)).records === 40);
-    // Rejected requests (keyed by request id, over every task): any member finds each.
+    // Rejected requests (keyed by request id, over every task): any member finds each. fw-17 was
+    // also accepted (on its message's task, maybe on the other member): its message wins.
     const rejections = Array.from({ length: 9 }, (_, i) => `fw-rejected-${i}`);
-    await produce(
-      topics.sendResults,
-      rejections.map((r) => rejectedRecord(r)),
-    );
-    await until('9 outcomes', async () => (await latestByKey(topics.requestOutcomes, 300)).records === 9);
+    await produce(topics.sendResults, [...rejections.map((r) => rejectedRecord(r)), rejectedRecord('fw-17')]);
+    await until('10 outcomes', async () => (await latestByKey(topics.requestOutcomes, 300)).records === 10);
 
     for (const base of [first.address!, second.address!]) {
       for (const [i, m] of ids.entries()) {
