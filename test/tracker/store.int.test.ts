@@ -177,6 +177,9 @@ describe('tracker local stores', () => {
     const byRequest = await runCli(['status', 'fw-21', '--tracker', first.address!], env);
     expect(byRequest.code).toBe(0);
     expect(JSON.parse(byRequest.stdout)).toMatchObject({ messageId: ids[21], requestId: 'fw-21' });
+    const byRejectedRequest = await runCli(['status', 'fw-rejected-2', '--tracker', second.address!], env);
+    expect(byRejectedRequest.code, byRejectedRequest.stderr).toBe(0);
+    expect(JSON.parse(byRejectedRequest.stdout)).toMatchObject({ requestId: 'fw-rejected-2', outcome: 'rejected', error: { cntTraceId: 'trace-fw-rejected-2' } });
     const byMessage = await runCli(['status', ids[22]!], { ...env, MSGBRIDGE_TRACKER_URL: second.address! });
     expect(JSON.parse(byMessage.stdout)).toMatchObject({ messageId: ids[22] });
     const unknown = await runCli(['status', 'fw-none', '--tracker', first.address!], env);
