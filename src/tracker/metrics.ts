@@ -8,7 +8,7 @@ export interface TrackerGaugeSources {
   ownedTasks: () => number;
   cached: () => { messages: number; conversations: number };
   /** Per owned task: entries and bytes of its local store (read at scrape time). */
-  stores: () => { task: number; messages: number; conversations: number; bytes: number }[];
+  stores: () => { task: number; messages: number; conversations: number; outcomes: number; bytes: number }[];
   /** Records not yet processed per input topic (high watermark − committed offset of the group), refreshed at scrape time. */
   lag: () => Promise<Map<string, number>>;
 }
@@ -44,7 +44,7 @@ export function createTrackerMetrics(registry: Registry, sources: TrackerGaugeSo
   const restoreRecords = new Counter({ name: 'msgbridge_tracker_restore_records_total', help: 'Changelog records read while restoring tasks, by mode', labelNames: ['mode'], registers });
   const expired = new Counter({
     name: 'msgbridge_tracker_expired_total',
-    help: 'States dropped from the local stores after tracker.stateRetentionMs (messages) or tracker.conversationRetentionMs (windows)',
+    help: 'States dropped from the local stores after tracker.stateRetentionMs (messages, request outcomes) or tracker.conversationRetentionMs (windows)',
     labelNames: ['kind'],
     registers,
   });
@@ -64,6 +64,7 @@ export function createTrackerMetrics(registry: Registry, sources: TrackerGaugeSo
       for (const s of sources.stores()) {
         this.set({ task: String(s.task), kind: 'message' }, s.messages);
         this.set({ task: String(s.task), kind: 'conversation' }, s.conversations);
+        this.set({ task: String(s.task), kind: 'request_outcome' }, s.outcomes);
       }
     },
   });

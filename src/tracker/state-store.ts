@@ -151,6 +151,7 @@ function isWindow(json: unknown): json is ConversationWindow {
 export interface StoreStats {
   messages: number;
   conversations: number;
+  outcomes: number;
   /** Bytes the task's directory takes on disk. */
   bytes: number;
 }
@@ -544,7 +545,7 @@ export class TaskStore {
 
   stats(): StoreStats {
     const entries = (db: { getStats(): unknown }) => (db.getStats() as { entryCount: number }).entryCount;
-    return { messages: entries(this.messages), conversations: entries(this.windows), bytes: directoryBytes(this.dir) };
+    return { messages: entries(this.messages), conversations: entries(this.windows), outcomes: entries(this.outcomes), bytes: directoryBytes(this.dir) };
   }
 
   /** Every write issued so far is durable. */

@@ -107,7 +107,7 @@ export class TaskRestorer {
           from: checkpoint ?? null,
           changelogRecords: { messageState: states.records, conversations: windows.records, requestOutcomes: outcomes.records },
           recordsPerSecond: seconds > 0 ? Math.round(records / seconds) : null,
-          storeEntries: { messages: stats.messages, conversations: stats.conversations },
+          storeEntries: { messages: stats.messages, conversations: stats.conversations, requestOutcomes: stats.outcomes },
           storeBytes: stats.bytes,
           ms: Math.round(seconds * 1000),
         },

@@ -170,6 +170,8 @@ describe('tracker', () => {
     expect(await ask('rej-none')).toMatchObject({ status: 404 });
     const metrics = await (await fetch(`${tracker.address}/metrics`)).text();
     expect(metrics).toMatch(/msgbridge_tracker_events_total\{topic="send-results",outcome="outcome_unchanged"[^}]*\} 25\n/);
+    const stored = [...metrics.matchAll(/msgbridge_tracker_store_entries\{[^}]*kind="request_outcome"[^}]*\} (\d+)/g)].reduce((n, m) => n + Number(m[1]), 0);
+    expect(stored).toBe(26);
 
     // A restart reads the outcomes it has not got (none: delta); redelivered results change nothing.
     await tracker.drain();
