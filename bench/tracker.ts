@@ -84,7 +84,7 @@ const rows: string[] = [];
 {
   const input = events(20_000);
   const logic = new TrackerLogic({
-    topics: { sendResults: 'r', deliveryStatus: 's', messages: 'm', messageState: 'ms', conversations: 'c' },
+    topics: { sendResults: 'r', deliveryStatus: 's', messages: 'm', messageState: 'ms', conversations: 'c', requestOutcomes: 'ro' },
     partitions: 1,
     maxCachedMessages: 1_000_000,
     maxCachedConversations: 1000,
@@ -92,7 +92,14 @@ const rows: string[] = [];
   });
   const rates: number[] = [];
   for (let round = 0; round < 3; round++) {
-    const store = TaskStore.open(mkdtempSync(join(tmpdir(), 'bench-store-')), { clusterId: 'bench', task: 0, partitions: 1, messageStateTopic: 'ms', conversationsTopic: 'c' });
+    const store = TaskStore.open(mkdtempSync(join(tmpdir(), 'bench-store-')), {
+      clusterId: 'bench',
+      task: 0,
+      partitions: 1,
+      messageStateTopic: 'ms',
+      conversationsTopic: 'c',
+      requestOutcomesTopic: 'ro',
+    });
     logic.startTask(0, store);
     const records: ConsumedRecord[] = input.map((e, i) => ({
       topic: e.topic === 'results' ? 'r' : 's',

@@ -20,6 +20,7 @@ import type { AttemptOutcome } from '../src/sender/retry-policy.js';
 import { TrackerLogic, type TaskStateStore } from '../src/tracker/tracker-logic.js';
 import type { TrackedMessage } from '../src/contracts/message-state.js';
 import type { ConversationWindow } from '../src/contracts/conversation-window.js';
+import type { RequestOutcome } from '../src/contracts/request-outcome.js';
 import type { OutputRecord } from '../src/kafka/transactional-engine.js';
 
 /** The version whose records the code writes now (the next release; package.json names the last one). */
@@ -28,7 +29,7 @@ export const CURRENT_CONTRACT_VERSION = '0.2.0';
 export const FIXTURES_DIR = join(import.meta.dirname, '..', 'test', 'fixtures', 'contracts');
 
 /** Every topic the relay reads or writes, by its default name (kafka.topics.*): one file each. */
-export const CONTRACT_TOPICS = ['messages', 'delivery_status', 'webhooks-dlq', 'send-requests', 'send-results', 'send-requests-dlq', 'message-state', 'conversations'] as const;
+export const CONTRACT_TOPICS = ['messages', 'delivery_status', 'webhooks-dlq', 'send-requests', 'send-results', 'send-requests-dlq', 'message-state', 'conversations', 'request-outcomes'] as const;
 export type ContractTopic = (typeof CONTRACT_TOPICS)[number];
 
 /** One record as a consumer reads it: the key, the headers as strings, the value's exact text. */
@@ -420,21 +421,31 @@ function senderRecords(): Record<'send-requests' | 'send-results' | 'send-reques
 class MemoryStore implements TaskStateStore {
   private readonly messages = new Map<string, TrackedMessage>();
   private readonly windows = new Map<string, ConversationWindow>();
+  private readonly outcomes = new Map<string, RequestOutcome>();
   message = (id: string) => this.messages.get(id);
   conversation = (key: string) => this.windows.get(key);
+  requestOutcome = (id: string) => this.outcomes.get(id);
   messageIdsOfRequest = () => [];
   indexesComplete = () => true;
   listedMessages = () => [];
   write(change: Parameters<TaskStateStore['write']>[0]): Promise<void> {
     for (const m of change.messages) this.messages.set(m.id, m.state);
     for (const c of change.conversations) this.windows.set(c.key, c.window);
+    for (const o of change.outcomes ?? []) this.outcomes.set(o.requestId, o.outcome);
     return Promise.resolve();
   }
 }
 
 /** The tracker's records: its logic run over this version's results, statuses and inbound messages. */
-function trackerRecords(inputs: { results: GoldenRecord[]; statuses: GoldenRecord[]; inbound: GoldenRecord[] }): Record<'message-state' | 'conversations', GoldenRecord[]> {
-  const topics = { sendResults: 'send-results', deliveryStatus: 'delivery_status', messages: 'messages', messageState: 'message-state', conversations: 'conversations' };
+function trackerRecords(inputs: { results: GoldenRecord[]; statuses: GoldenRecord[]; inbound: GoldenRecord[] }): Record<'message-state' | 'conversations' | 'request-outcomes', GoldenRecord[]> {
+  const topics = {
+    sendResults: 'send-results',
+    deliveryStatus: 'delivery_status',
+    messages: 'messages',
+    messageState: 'message-state',
+    conversations: 'conversations',
+    requestOutcomes: 'request-outcomes',
+  };
   const logic = new TrackerLogic({
     topics,
     partitions: 1,
@@ -470,6 +481,8 @@ function trackerRecords(inputs: { results: GoldenRecord[]; statuses: GoldenRecor
     ...results.filter((r) => r.key !== MESSAGE_IDS.confirmation).map((r) => consumed(topics.sendResults, r)),
     ...inputs.statuses.filter((r) => r.key !== MESSAGE_IDS.confirmation).map((r) => consumed(topics.deliveryStatus, r)),
     ...inputs.inbound.map((r) => consumed(topics.messages, r)),
+    // The results that created no message: kept as their requests' outcomes.
+    ...inputs.results.filter((r) => (JSON.parse(r.value) as { outcome: string }).outcome !== 'accepted').map((r) => consumed(topics.sendResults, r)),
   ];
   const outputs: OutputRecord[] = [];
   for (const record of order) {
@@ -477,11 +490,16 @@ function trackerRecords(inputs: { results: GoldenRecord[]; statuses: GoldenRecor
     processed.commit?.(new Map());
     outputs.push(...processed.outputs);
   }
-  const out = { 'message-state': [] as GoldenRecord[], conversations: [] as GoldenRecord[] };
+  const out = { 'message-state': [] as GoldenRecord[], conversations: [] as GoldenRecord[], 'request-outcomes': [] as GoldenRecord[] };
   for (const o of outputs) {
     if (o.value === null) throw new Error('the tracker wrote a tombstone');
-    const value = JSON.parse(o.value.toString()) as { status?: string; requestId?: string | null; customer?: string; lastInboundAt?: string };
-    const note = o.topic === topics.messageState ? `${value.status}${value.requestId === null ? ', no send result (yet)' : ''}` : `window of ${value.customer} from ${value.lastInboundAt}`;
+    const value = JSON.parse(o.value.toString()) as { status?: string; requestId?: string | null; customer?: string; lastInboundAt?: string; outcome?: string; error?: { code?: string } | null };
+    const note =
+      o.topic === topics.messageState
+        ? `${value.status}${value.requestId === null ? ', no send result (yet)' : ''}`
+        : o.topic === topics.requestOutcomes
+          ? `${value.outcome} request ${value.requestId}${value.error?.code ? ` (${value.error.code})` : ''}`
+          : `window of ${value.customer} from ${value.lastInboundAt}`;
     out[o.topic as keyof typeof out].push(golden(note, { key: o.key, value: o.value, headers: o.headers ?? {} }));
   }
   return out;

@@ -168,7 +168,9 @@ function printScreen(config: Config, s: { brokers: Brokers; simulator: RunningSi
   line(`  simulator   ${s.simulator.url}  (the provider stand-in; /sim/ endpoints for faults and history)`);
   line(`  ingress     ${s.ingress.address}/webhooks/<business>/{${t.messages},${t.deliveryStatus}}  (registered with the simulator)`);
   line(`  sender      ${t.sendRequests} → provider → ${t.sendResults}${s.sender.address ? `  (health ${s.sender.address})` : ''}`);
-  line(`  tracker     ${t.sendResults} + ${t.deliveryStatus} → ${t.messageState}, ${t.messages} → ${t.conversations}${s.tracker.address ? `  (queries ${s.tracker.address}/messages/<id>)` : ''}`);
+  line(
+    `  tracker     ${t.sendResults} + ${t.deliveryStatus} → ${t.messageState}, ${t.requestOutcomes}; ${t.messages} → ${t.conversations}${s.tracker.address ? `  (queries ${s.tracker.address}/messages/<id>)` : ''}`,
+  );
   line(`  businesses  ${config.businesses.map((b) => b.id).join(', ')}`);
   if (s.tracker.address) line(`  console     ${s.tracker.address}/console/#token=${s.devToken}  (a dev operator token, valid while this runs)`);
   line();

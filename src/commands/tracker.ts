@@ -33,13 +33,21 @@ export function registerTrackerCommand(program: Command): void {
         unfinished: 'the tracker did not leave its group within tracker.drainGraceMs',
         // The console's dead-letter page runs `msgbridge dlq`'s code (src/tracker/dlq-port.ts).
         start: ({ logger, brokers, onFatal }) => startTracker({ config, logger, brokers, onFatal, dlq: createDlqPort(config, brokers, logger) }),
-        describe: (tracker) => ({ tracker: { url: tracker.address ?? null, groupId: config.tracker.groupId, topics: [config.kafka.topics.messageState, config.kafka.topics.conversations] } }),
+        describe: (tracker) => ({
+          tracker: {
+            url: tracker.address ?? null,
+            groupId: config.tracker.groupId,
+            topics: [config.kafka.topics.messageState, config.kafka.topics.conversations, config.kafka.topics.requestOutcomes],
+          },
+        }),
       });
     });
 
   program
     .command('status')
-    .description('print the current state of a message (by message id or request id): asked of a running tracker (--tracker or MSGBRIDGE_TRACKER_URL), else read from the message-state topic')
+    .description(
+      'print the current state of a message (by message id or request id; a request that created no message: its rejected or expired outcome, from a tracker): asked of a running tracker (--tracker or MSGBRIDGE_TRACKER_URL), else read from the message-state topic',
+    )
     .argument('<id>', 'a message id, or the requestId of a send request')
     .option('--tracker <url>', 'a tracker member to ask (any member answers; default $MSGBRIDGE_TRACKER_URL)')
     .option('--token <token>', "the tracker's access token (default $MSGBRIDGE_TRACKER_TOKEN; prefer the variable: a flag shows in the process list)")

@@ -21,6 +21,8 @@ export const kafkaTopicsSchema = z.strictObject({
   messageState: z.string().min(1),
   /** Compacted, written by the tracker: one window per business and customer (DESIGN §1.6). */
   conversations: z.string().min(1),
+  /** Compacted, written by the tracker: the last rejected or expired result per request id (README "Topic contract"). */
+  requestOutcomes: z.string().min(1),
 });
 
 export const kafkaSchema = z

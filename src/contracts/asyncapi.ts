@@ -5,6 +5,7 @@ import { sendRequestSchema, sendResultSchema } from './send.js';
 import { deliveryStatusEventSchema, inboundMessageEventSchema } from './webhook-events.js';
 import { conversationWindowSchema } from './conversation-window.js';
 import { messageStateSchema } from './message-state.js';
+import { requestOutcomeSchema } from './request-outcome.js';
 
 /**
  * The AsyncAPI 3 document of the relay's public surface — the Kafka topics it reads and
@@ -35,15 +36,15 @@ const relayHeaders = (extra: Record<string, unknown> = {}, required: string[] = 
 });
 
 /** Headers of the tracker's records: no received-at (a state is derived, not received). */
-const trackerHeaders = (eventId: string) => ({
+const trackerHeaders = (eventId: string, businessIdAbsent?: string) => ({
   type: 'object',
   properties: {
     [HEADER.eventId]: stringHeader(eventId),
-    [HEADER.businessId]: stringHeader('The business the state belongs to.'),
+    [HEADER.businessId]: stringHeader(businessIdAbsent ? `The business the state belongs to; absent ${businessIdAbsent}.` : 'The business the state belongs to.'),
     [HEADER.contentType]: stringHeader('Media type of the value: application/json.'),
     [HEADER.schema]: stringHeader('Schema id of the value.'),
   },
-  required: [HEADER.eventId, HEADER.businessId, HEADER.contentType, HEADER.schema],
+  required: [HEADER.eventId, ...(businessIdAbsent ? [] : [HEADER.businessId]), HEADER.contentType, HEADER.schema],
 });
 
 const readCommitted =
@@ -92,7 +93,7 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
       title: 'msgbridge',
       version,
       description:
-        'Relay between a WhatsApp/SMS messaging provider and Apache Kafka. The ingress receives signed provider webhooks and publishes them to Kafka, answering 200 only once Kafka holds them (acks=all); the sender consumes send requests, calls the provider and publishes results; the tracker folds send results and delivery statuses into one state per message (message-state) and inbound messages into conversation windows (conversations), exactly once, on compacted topics.',
+        'Relay between a WhatsApp/SMS messaging provider and Apache Kafka. The ingress receives signed provider webhooks and publishes them to Kafka, answering 200 only once Kafka holds them (acks=all); the sender consumes send requests, calls the provider and publishes results; the tracker folds send results and delivery statuses into one state per message (message-state), keeps the outcome of requests that created no message (request-outcomes), and folds inbound messages into conversation windows (conversations), exactly once, on compacted topics.',
       license: { name: 'Apache-2.0' },
     },
     defaultContentType: 'application/json',
@@ -151,6 +152,13 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
         messages: { conversationWindow: { $ref: '#/components/messages/conversationWindowRecord' } },
         bindings: compacted,
       },
+      requestOutcomes: {
+        address: 'request-outcomes',
+        servers: [{ $ref: '#/servers/kafka' }],
+        description: `Compacted, and deleted after tracker.stateRetentionMs (default 30 days) without an update: the last rejected or expired result of each request, keyed by the request id, in the partition of the send-results record it came from. Written by the tracker from send-results (the results that created no message), so that such a request can be found by its id; an accepted request is on message-state instead. The tracker's changelog of these outcomes. ${readCommitted}`,
+        messages: { requestOutcome: { $ref: '#/components/messages/requestOutcomeRecord' } },
+        bindings: compacted,
+      },
       webhookMessagesEndpoint: {
         address: '/webhooks/{businessId}/messages',
         servers: [{ $ref: '#/servers/ingress' }],
@@ -197,10 +205,19 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
       consumeSendRequest: { action: 'receive', channel: { $ref: '#/channels/sendRequests' } },
       publishSendResult: { action: 'send', channel: { $ref: '#/channels/sendResults' } },
       publishInvalidSendRequest: { action: 'send', channel: { $ref: '#/channels/sendRequestsDlq' } },
-      trackSendResult: { action: 'receive', channel: { $ref: '#/channels/sendResults' }, summary: 'The tracker reads the accepted send results (consumer group tracker.groupId).' },
+      trackSendResult: {
+        action: 'receive',
+        channel: { $ref: '#/channels/sendResults' },
+        summary: 'The tracker reads the send results (consumer group tracker.groupId): accepted ones into message-state, the others into request-outcomes.',
+      },
       trackDeliveryStatus: { action: 'receive', channel: { $ref: '#/channels/deliveryStatus' }, summary: 'The tracker reads the delivery statuses (consumer group tracker.groupId).' },
       trackInboundMessage: { action: 'receive', channel: { $ref: '#/channels/messages' }, summary: 'The tracker reads the inbound messages (consumer group tracker.groupId).' },
       publishMessageState: { action: 'send', channel: { $ref: '#/channels/messageState' }, summary: "The tracker publishes a message's new state, in the transaction that commits its input offsets." },
+      publishRequestOutcome: {
+        action: 'send',
+        channel: { $ref: '#/channels/requestOutcomes' },
+        summary: "The tracker publishes a request's rejected or expired outcome, in the transaction that commits its input offsets.",
+      },
       publishConversationWindow: {
         action: 'send',
         channel: { $ref: '#/channels/conversations' },
@@ -216,6 +233,7 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
         ProviderError: schemaOf(providerErrorSchema),
         MessageState: messageStateJsonSchema(),
         ConversationWindow: schemaOf(conversationWindowSchema),
+        RequestOutcome: schemaOf(requestOutcomeSchema),
       },
       messages: {
         inboundMessageRecord: {
@@ -300,6 +318,16 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
           headers: trackerHeaders('Id of this version of the window: hex SHA-256 of the key and lastInboundAt.'),
           payload: { $ref: '#/components/schemas/ConversationWindow' },
           bindings: kafkaKey('<businessId>:<customer>, the customer being the sender.id of the inbound messages'),
+        },
+        requestOutcomeRecord: {
+          name: SCHEMA_ID.requestOutcomes,
+          contentType: 'application/json',
+          headers: trackerHeaders(
+            'Id of this version of the outcome: hex SHA-256 of the request id, outcome and time.',
+            'when the result named no business (a dead letter whose business could not be read)',
+          ),
+          payload: { $ref: '#/components/schemas/RequestOutcome' },
+          bindings: kafkaKey('the request id'),
         },
         inboundMessageWebhook: {
           name: 'inbound-message-webhook',

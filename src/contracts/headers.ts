@@ -61,4 +61,5 @@ export const SCHEMA_ID = {
   sendRequestsDlq: 'send-requests-dlq/v1',
   messageState: 'message-state/v1',
   conversations: 'conversations/v1',
+  requestOutcomes: 'request-outcome/v1',
 } as const;

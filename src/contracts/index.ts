@@ -5,6 +5,7 @@ export * from './provider-api.js';
 export * from './headers.js';
 export * from './message-state.js';
 export * from './conversation-window.js';
+export * from './request-outcome.js';
 export * from './signature.js';
 export * from './time.js';
 export * from './relay-errors.js';

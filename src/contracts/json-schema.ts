@@ -7,6 +7,7 @@ import { webhookRegistrationSchema } from './provider-api.js';
 // both modules are pure and import only from contracts, so this import adds no cycle.
 import { conversationWindowSchema } from './conversation-window.js';
 import { messageStateSchema } from './message-state.js';
+import { requestOutcomeSchema } from './request-outcome.js';
 
 /** The contracts published as JSON Schema files under schemas/ (committed, checked for staleness by a test). */
 export const PUBLISHED_SCHEMAS = {
@@ -19,6 +20,7 @@ export const PUBLISHED_SCHEMAS = {
   'webhook-registration.schema.json': { schema: webhookRegistrationSchema, title: 'Webhook registration' },
   'message-state.schema.json': { schema: messageStateSchema, title: 'Message state (compacted topic message-state, key = message id)' },
   'conversation-window.schema.json': { schema: conversationWindowSchema, title: 'Conversation window (compacted topic conversations, key = <businessId>:<customer>)' },
+  'request-outcome.schema.json': { schema: requestOutcomeSchema, title: 'Request outcome (compacted topic request-outcomes, key = request id)' },
 } as const;
 
 export function renderJsonSchemas(): Record<string, string> {

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { providerErrorSchema, type ProviderError } from './common.js';
+import { requestContentSchema, type RequestContent } from './send.js';
 
 /**
  * The value on `message-state` (DESIGN §1.5): one message's current state, published whole on
@@ -18,6 +19,11 @@ export interface SendSummary {
   attempts: number;
   maybeSent: boolean;
   requestedType: 'text' | 'template';
+  /**
+   * What the request asked to send, bounded (contracts/send.ts `REQUEST_CONTENT_LIMITS`). Absent:
+   * not recorded (a result or a state written by a release before it).
+   */
+  content?: RequestContent;
 }
 
 /** The public shape of DESIGN §1.5, plus `send` (optional on read: null in states written before it). */
@@ -70,7 +76,7 @@ export const messageStateSchema = z.object({
   events: z.number().int().min(0),
   updatedAt: isoTime,
   send: z
-    .object({ attempts: z.number().int().min(1), maybeSent: z.boolean(), requestedType: z.enum(['text', 'template']) })
+    .object({ attempts: z.number().int().min(1), maybeSent: z.boolean(), requestedType: z.enum(['text', 'template']), content: requestContentSchema.optional() })
     .nullable()
     .default(null),
   eventIds: z.array(z.string().min(1)).default([]),

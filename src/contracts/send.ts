@@ -70,6 +70,60 @@ export function sendRequestRecipient(request: SendRequest): string {
 }
 
 /**
+ * What a request asked to send, as its result carries it (`content`): the text, or the
+ * template's name and parameters, and for a text its fallback template. Bounded by the writer
+ * (`REQUEST_CONTENT_LIMITS`, `requestContentOf`) so that a result stays small: `truncated` says
+ * something was cut. Absent in results of releases before it existed, and in the rejected result
+ * of a request that could not be read: "not recorded". Read leniently (no length checks): a
+ * later release may keep more.
+ */
+export const REQUEST_CONTENT_LIMITS = { textChars: 1000, templateNameChars: 256, parameters: 20, parameterNameChars: 64, parameterValueChars: 256 } as const;
+
+const contentParameterSchema = z.object({ name: z.string(), value: z.string() });
+const contentTemplateSchema = z.object({ templateName: z.string(), parameters: z.array(contentParameterSchema).default([]) });
+
+export const requestContentSchema = z.object({
+  text: z.string().optional(),
+  templateName: z.string().optional(),
+  parameters: z.array(contentParameterSchema).optional(),
+  fallbackTemplate: contentTemplateSchema.optional(),
+  /** True when the writer cut something to its limits (a text, a value, the list of parameters). */
+  truncated: z.boolean().optional(),
+});
+export type RequestContent = z.infer<typeof requestContentSchema>;
+
+/** A request's content within REQUEST_CONTENT_LIMITS (idempotent: a bounded content comes back equal). */
+export function requestContentOf(request: SendRequest): RequestContent {
+  if (request.type === 'template') return boundedContent({ templateName: request.templateName, parameters: request.parameters });
+  const fallback = request.fallbackTemplate;
+  return boundedContent({ text: request.message.text, ...(fallback ? { fallbackTemplate: { templateName: fallback.templateName, parameters: fallback.parameters } } : {}) });
+}
+
+/** Cuts a content to REQUEST_CONTENT_LIMITS, marking it `truncated` when anything was cut. */
+export function boundedContent(content: RequestContent): RequestContent {
+  const L = REQUEST_CONTENT_LIMITS;
+  let truncated = content.truncated === true;
+  const cut = (text: string, max: number) => {
+    if (text.length <= max) return text;
+    truncated = true;
+    return `${text.slice(0, max - 1)}…`;
+  };
+  const params = (list: { name: string; value: string }[]) => {
+    if (list.length > L.parameters) truncated = true;
+    return list.slice(0, L.parameters).map((p) => ({ name: cut(String(p.name), L.parameterNameChars), value: cut(String(p.value), L.parameterValueChars) }));
+  };
+  const out: RequestContent = {};
+  if (content.text !== undefined) out.text = cut(content.text, L.textChars);
+  if (content.templateName !== undefined) out.templateName = cut(content.templateName, L.templateNameChars);
+  if (content.parameters !== undefined) out.parameters = params(content.parameters);
+  if (content.fallbackTemplate !== undefined) {
+    out.fallbackTemplate = { templateName: cut(content.fallbackTemplate.templateName, L.templateNameChars), parameters: params(content.fallbackTemplate.parameters ?? []) };
+  }
+  if (truncated) out.truncated = true;
+  return out;
+}
+
+/**
  * What went out when it was not what the request asked for: `"template"` when a text request's
  * `fallbackTemplate` was sent instead, its customer's conversation window being closed. Absent
  * when the request was sent as it is.
@@ -91,6 +145,7 @@ export const acceptedSendResultSchema = z.object({
   maybeSent: z.boolean().default(false),
   acceptedAt: z.iso.datetime(),
   sentAs: sentAsSchema.optional(),
+  content: requestContentSchema.optional(),
 });
 
 export const sendFailureSchema = providerErrorSchema.extend({
@@ -112,6 +167,8 @@ export const rejectedSendResultSchema = z.object({
   rejectedAt: z.iso.datetime().optional(),
   error: sendFailureSchema,
   sentAs: sentAsSchema.optional(),
+  /** Absent when the request could not be read (a dead letter), or in results of earlier releases. */
+  content: requestContentSchema.optional(),
 });
 
 export const expiredSendResultSchema = z.object({
@@ -129,6 +186,7 @@ export const expiredSendResultSchema = z.object({
   expiredBy: z.enum(['expiresAt', 'ttlMs', 'maxRequestAgeMs']),
   expiredAt: z.iso.datetime(),
   sentAs: sentAsSchema.optional(),
+  content: requestContentSchema.optional(),
 });
 
 export const sendResultSchema = z.discriminatedUnion('outcome', [acceptedSendResultSchema, rejectedSendResultSchema, expiredSendResultSchema]);

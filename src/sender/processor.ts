@@ -10,7 +10,7 @@ import type { SenderMetrics } from './metrics.js';
 import type { ProviderClient } from './provider-client.js';
 import type { RateLimiter } from './rate-limiter.js';
 import type { DlqJob, Job, SendJob } from './requests.js';
-import { acceptedResult, expiredResult, failureOf, fitDlqRecord, rejectedResult, resultHeaders, storedResult, type StoredResult } from './result-records.js';
+import { acceptedResult, expiredResult, failureOf, fitDlqRecord, forRepeats, rejectedResult, resultHeaders, storedResult, type StoredResult } from './result-records.js';
 import { decide, maybeCreated, providerFailing, type AttemptOutcome, type RetryPolicyOptions } from './retry-policy.js';
 import type { Semaphore } from './semaphore.js';
 import { sleep } from '../platform/sleep.js';
@@ -196,7 +196,7 @@ class RequestProcessor implements Processor {
 
   private remember(id: string, stored: StoredResult): void {
     this.completed.delete(id);
-    this.completed.set(id, stored);
+    this.completed.set(id, forRepeats(stored));
     while (this.completed.size > this.options.completedMax) {
       const oldest = this.completed.keys().next().value as string;
       this.completed.delete(oldest);

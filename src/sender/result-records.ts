@@ -1,5 +1,16 @@
 import { RELAY_ERROR_TYPE, RELAY_RESULT_CODE, type DlqCode } from '../contracts/index.js';
-import { DLQ_HEADER, eventIdOf, resultEventId, HEADER, SCHEMA_ID, type AcceptedSendResult, type ExpiredSendResult, type RejectedSendResult, type SendFailure } from '../contracts/index.js';
+import {
+  DLQ_HEADER,
+  eventIdOf,
+  requestContentOf,
+  resultEventId,
+  HEADER,
+  SCHEMA_ID,
+  type AcceptedSendResult,
+  type ExpiredSendResult,
+  type RejectedSendResult,
+  type SendFailure,
+} from '../contracts/index.js';
 import type { Claim, HeaderValue, IncomingRecord, OutgoingRecord, RecordHeaders, SendJob } from './requests.js';
 import type { AttemptOutcome } from './retry-policy.js';
 
@@ -112,6 +123,7 @@ export function acceptedResult(job: SendJob, messageId: string, attempts: number
     maybeSent,
     acceptedAt: at.toISOString(),
     ...sentAs(job),
+    content: requestContentOf(job.request),
   };
 }
 
@@ -127,6 +139,7 @@ export function rejectedResult(job: SendJob, error: SendFailure, attempts: numbe
     rejectedAt: at.toISOString(),
     error: maybeSent ? { ...error, maybeSent: true, message: `${error.message} (an earlier attempt may have created the message: do not resend blindly)` } : error,
     ...sentAs(job),
+    content: requestContentOf(job.request),
   };
 }
 
@@ -143,6 +156,7 @@ export function expiredResult(job: SendJob, attempts: number, maybeSent: boolean
     expiredBy: job.expiry.by,
     expiredAt: at.toISOString(),
     ...sentAs(job),
+    content: requestContentOf(job.request),
   };
 }
 
@@ -209,6 +223,17 @@ export interface StoredResult {
 export function storedResult(result: AcceptedSendResult | RejectedSendResult | ExpiredSendResult): StoredResult {
   const key = result.outcome === 'accepted' ? result.messageId : result.requestId;
   return { key, value: JSON.stringify(result), businessId: result.businessId, eventId: resultEventId(result.businessId ?? '', result.requestId, result.outcome) };
+}
+
+/**
+ * The copy of a result kept for repeats of its request (completedRequestIdsMax of them): without
+ * its `content`, which could make each kept result up to ~30 times larger (src/sender/README.md,
+ * "Duplicates"). A repeat's result therefore says "not recorded" for the content; the first has it.
+ */
+export function forRepeats(stored: StoredResult): StoredResult {
+  if (!stored.value.includes('"content":')) return stored;
+  const { content: _content, ...rest } = JSON.parse(stored.value) as Record<string, unknown>;
+  return { ...stored, value: JSON.stringify(rest) };
 }
 
 /**

@@ -132,10 +132,27 @@ export function maskText(text: string): string {
   return text.replace(PHONE_IN_TEXT, (n) => maskPhone(n));
 }
 
+/**
+ * A template parameter's value that is a phone number by itself (9-20 digits, so that a date's 8
+ * are not; optional `+`, spaces, dashes, dots, brackets): masked whole, `+` or not. A request's content (README
+ * "Console and access") is otherwise shown, with `+digits` in its text masked like any text.
+ */
+const PHONE_LIKE_VALUE = /^\+?[\d\s().-]{9,30}$/;
+const isPhoneLike = (value: string) => PHONE_LIKE_VALUE.test(value.trim()) && /^\d{9,20}$/.test(value.replace(/\D/g, ''));
+
+function maskParameters(list: unknown[]): unknown[] {
+  return list.map((item) => {
+    const masked = maskJson(item);
+    if (masked === null || typeof masked !== 'object' || Array.isArray(masked)) return masked;
+    const value = (item as Record<string, unknown>).value;
+    return typeof value === 'string' && isPhoneLike(value) ? { ...masked, value: maskPhone(value.replace(/[^\d+]/g, '')) } : masked;
+  });
+}
+
 /** A copy of a JSON value with every phone number masked: known fields whole, others where `+digits` appears in text. */
 export function maskJson(value: unknown, key?: string): unknown {
   if (typeof value === 'string') return key !== undefined && PHONE_KEYS.has(key) ? maskPhone(value) : maskText(value);
-  if (Array.isArray(value)) return value.map((v) => maskJson(v));
+  if (Array.isArray(value)) return key === 'parameters' ? maskParameters(value) : value.map((v) => maskJson(v));
   if (value !== null && typeof value === 'object') {
     const out: Record<string, unknown> = {};
     for (const [k, v] of Object.entries(value)) {

@@ -14,6 +14,7 @@ import { createMetricsRegistry } from '../runtime/metrics.js';
 import { localUrl } from '../platform/net.js';
 import { once, withinGrace, type Role } from '../runtime/role.js';
 import type { MessageState } from '../contracts/message-state.js';
+import type { RequestOutcome } from '../contracts/request-outcome.js';
 import { createTrackerMetrics, type TrackerMetrics } from './metrics.js';
 import { groupDirectory } from '../kafka/group-directory.js';
 import { QueryService } from './query-service.js';
@@ -152,12 +153,8 @@ export class Tracker implements Role {
       maxCachedMessages: config.tracker.maxCachedMessages,
       maxCachedConversations: config.tracker.maxCachedConversations,
       counters: this.trackerMetrics,
-      // Part of normal operation (a rejected result carries no state), unlike a malformed record.
       onSkip: (reason, record, detail) =>
-        (reason === 'not_accepted' ? logger.debug.bind(logger) : logger.warn.bind(logger))(
-          { reason, topic: record.topic, partition: record.partition, offset: record.offset, detail },
-          'record skipped: it carries no event the tracker can apply',
-        ),
+        logger.warn({ reason, topic: record.topic, partition: record.partition, offset: record.offset, detail }, 'record skipped: it carries no event the tracker can apply'),
     });
     this.restorer = new TaskRestorer({ kafka, config, topics, partitions, logger, logic: this.logic });
     this.queries = new QueryService(this.logic, config.tracker.queryTimeoutMs);
@@ -187,7 +184,8 @@ export class Tracker implements Role {
     return this.queries.message(messageId, credentials);
   }
 
-  request(requestId: string, credentials?: Record<string, string>): Promise<MessageState | undefined> {
+  /** The message a request created, else its rejected or expired outcome (it has an `outcome` field); undefined when unknown. */
+  request(requestId: string, credentials?: Record<string, string>): Promise<MessageState | RequestOutcome | undefined> {
     return this.queries.request(requestId, credentials);
   }
 
@@ -396,6 +394,7 @@ export class Tracker implements Role {
         const gone = store.expire(now - this.config.tracker.stateRetentionMs, now - this.config.tracker.conversationRetentionMs, 10_000);
         if (gone.messages > 0) this.trackerMetrics.expired('message', gone.messages);
         if (gone.conversations > 0) this.trackerMetrics.expired('conversation', gone.conversations);
+        if (gone.outcomes > 0) this.trackerMetrics.expired('request_outcome', gone.outcomes);
       } catch (error) {
         this.logger.warn({ task, error: (error as Error).message }, 'dropping expired states from the local store failed; trying again at the next sweep');
       }

@@ -1,6 +1,7 @@
 import { MsgbridgeError } from '../platform/errors.js';
 import { messageStateOf, type MessageState, type TrackedMessage } from '../contracts/message-state.js';
 import { conversationKey, type ConversationWindow } from '../contracts/conversation-window.js';
+import type { RequestOutcome } from '../contracts/request-outcome.js';
 import { FORWARDED_HEADER, forwardQuery, type ForwardAnswer } from './query-forwarding.js';
 import { type GroupDirectory } from '../kafka/group-directory.js';
 import type { MessageList, TrackerLogic } from './tracker-logic.js';
@@ -97,12 +98,13 @@ export class QueryService {
     return this.unwrap(await this.messageAnswer(id, false, credentials));
   }
 
-  async request(id: string, credentials: Credentials = {}): Promise<MessageState | undefined> {
+  /** The message a request created, else its rejected or expired outcome (README "Queries"); undefined when unknown. */
+  async request(id: string, credentials: Credentials = {}): Promise<MessageState | RequestOutcome | undefined> {
     return this.unwrap(await this.requestAnswer(id, false, credentials));
   }
 
-  private unwrap(answer: Answer): MessageState | undefined {
-    if (answer.status === 200) return answer.body as MessageState;
+  private unwrap<T = MessageState>(answer: Answer): T | undefined {
+    if (answer.status === 200) return answer.body as T;
     if (answer.status === 404) return undefined;
     throw new MsgbridgeError('KAFKA_UNAVAILABLE', (answer.body as { message?: string }).message ?? `query failed with ${answer.status}`);
   }
@@ -170,17 +172,27 @@ export class QueryService {
     return this.forward(owner, `/messages/${encodeURIComponent(id)}`, credentials);
   }
 
+  /**
+   * A request's message, wherever it lives (the latest updated when a maybeSent resend made
+   * two); a request that created none answers its rejected or expired outcome, the latest of
+   * those. A message wins over an outcome: a request rejected once and accepted when resubmitted
+   * has its message. An outcome is told from a state by its `outcome` field.
+   */
   private async requestAnswer(id: string, forwarded: boolean, credentials: Credentials = {}): Promise<Answer> {
     if (!this.engine) return unavailable('the tracker is starting');
     const local = this.logic.request(id);
     if (local) return { status: 200, body: messageStateOf(local) };
     if (!this.logic.indexesComplete()) return unavailable(`this member is still indexing a restored task: request ${id} may be there; ask again in a moment`);
-    if (forwarded) return notFound('request', id);
+    const localOutcome = this.logic.requestOutcome(id);
+    if (forwarded) return localOutcome ? { status: 200, body: localOutcome } : notFound('request', id);
     const answers = await this.fanOut(`/requests/${encodeURIComponent(id)}`, credentials);
-    const found = answers.filter((a) => a.status === 200).map((a) => a.body as TrackedMessage);
-    if (found.length > 0) return { status: 200, body: found.sort((a, b) => b.updatedAt.localeCompare(a.updatedAt))[0] };
-    const failed = answers.filter((a) => a.status !== 404);
+    const bodies = answers.filter((a) => a.status === 200).map((a) => a.body as TrackedMessage | RequestOutcome);
+    const states = bodies.filter((b): b is TrackedMessage => !('outcome' in b));
+    if (states.length > 0) return { status: 200, body: states.sort((a, b) => b.updatedAt.localeCompare(a.updatedAt))[0] };
+    const failed = answers.filter((a) => a.status !== 404 && a.status !== 200);
     if (failed.length > 0 || !(await this.everyTaskServed())) return unavailable(`request ${id} is not on the members that answered, and some could not be asked (rebalancing?): ask again`);
+    const outcomes = [...(localOutcome ? [localOutcome] : []), ...bodies.filter((b): b is RequestOutcome => 'outcome' in b)];
+    if (outcomes.length > 0) return { status: 200, body: outcomes.sort((a, b) => b.at.localeCompare(a.at))[0] };
     return notFound('request', id);
   }
 

@@ -3,6 +3,7 @@ import type { MessageStatus, SendSummary, TrackedMessage } from '../contracts/me
 import type { AcceptedSendResult, SendResult } from '../contracts/send.js';
 import type { DeliveryStatus, DeliveryStatusEvent } from '../contracts/webhook-events.js';
 import { canonicalIso, isoFromEpochSeconds } from '../contracts/time.js';
+import { boundedContent } from '../contracts/send.js';
 import { MsgbridgeError } from '../platform/errors.js';
 
 /**
@@ -55,7 +56,8 @@ export function resultEventFrom(result: SendResult, eventId: string): ResultEven
   const { requestId, businessId, messageId, recipient, acceptedAt } = result;
   // What went out: a text whose window was closed may have been sent as its fallback template.
   const type = result.sentAs ?? result.type;
-  const send: SendSummary = { attempts: result.attempts, maybeSent: result.maybeSent ?? false, requestedType: result.type };
+  // Bounded again: the tracker keeps its own limit whatever a producer of results wrote.
+  const send: SendSummary = { attempts: result.attempts, maybeSent: result.maybeSent ?? false, requestedType: result.type, ...(result.content ? { content: boundedContent(result.content) } : {}) };
   return { kind: 'result', eventId: requireId(eventId, 'eventId'), result: { requestId, businessId, messageId, type, recipient, acceptedAt, send } };
 }
 
@@ -143,7 +145,7 @@ function applyResult(current: TrackedMessage | undefined, event: ResultEvent, ev
     recipient: r.recipient,
     type: r.type,
     acceptedAt: earliest(current.acceptedAt, acceptedAt),
-    send: r.send ?? current.send,
+    send: mergeSend(r.send, current.send),
   };
   const same =
     next.requestId === current.requestId &&
@@ -207,8 +209,16 @@ function blank(messageId: string, businessId: string, updatedAt: string): Tracke
   };
 }
 
+/** The result's summary wins; a result without content (a repeat's: src/sender/README.md) keeps the content known. */
+function mergeSend(next: SendSummary | undefined, current: SendSummary | null): SendSummary | null {
+  if (!next) return current;
+  return next.content === undefined && current?.content !== undefined ? { ...next, content: current.content } : next;
+}
+
 function sameSend(a: SendSummary | null, b: SendSummary | null): boolean {
-  return a === b || (a !== null && b !== null && a.attempts === b.attempts && a.maybeSent === b.maybeSent && a.requestedType === b.requestedType);
+  return (
+    a === b || (a !== null && b !== null && a.attempts === b.attempts && a.maybeSent === b.maybeSent && a.requestedType === b.requestedType && JSON.stringify(a.content) === JSON.stringify(b.content))
+  );
 }
 
 /** Counts the event and remembers its id, dropping the oldest beyond the bound. */

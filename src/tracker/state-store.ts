@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import { conversationWindowSchema, type ConversationWindow } from '../contracts/conversation-window.js';
 import { messageStateSchema, type TrackedMessage } from '../contracts/message-state.js';
+import { requestOutcomeSchema, type RequestOutcome } from '../contracts/request-outcome.js';
 import type { MessageList } from './tracker-logic.js';
 
 /**
@@ -16,6 +17,8 @@ import type { MessageList } from './tracker-logic.js';
 export interface Checkpoint {
   messageState: number;
   conversations: number;
+  /** Absent in a store written before request outcomes were kept: that changelog is read from its start. */
+  requestOutcomes?: number;
 }
 
 /** What the store belongs to: a directory left by another configuration is not reused. */
@@ -25,6 +28,7 @@ export interface StoreIdentity {
   partitions: number;
   messageStateTopic: string;
   conversationsTopic: string;
+  requestOutcomesTopic: string;
 }
 
 export interface MessageChange {
@@ -40,9 +44,16 @@ export interface ConversationChange {
   previous: ConversationWindow | undefined;
 }
 
+export interface OutcomeChange {
+  requestId: string;
+  outcome: RequestOutcome;
+  previous: RequestOutcome | undefined;
+}
+
 export interface StoreChange {
   messages: MessageChange[];
   conversations: ConversationChange[];
+  outcomes?: OutcomeChange[];
   /** Positions reached by this change; a field left out keeps its stored value. */
   checkpoint?: Partial<Checkpoint>;
 }
@@ -66,6 +77,7 @@ const requestKey = (requestId: string, messageId: string) => `${requestId}${SEP}
 const listKey = (value: string, s: TrackedMessage) => `${value}${SEP}${pad(firstSeenMs(s))}${SEP}${s.messageId}`;
 const messageExpiryKey = (s: TrackedMessage) => `${pad(Date.parse(s.updatedAt))}${SEP}${s.messageId}`;
 const windowExpiryKey = (w: ConversationWindow, key: string) => `${pad(Date.parse(w.lastInboundAt))}${SEP}${key}`;
+const outcomeExpiryKey = (o: RequestOutcome) => `${pad(Date.parse(o.updatedAt))}${SEP}${o.requestId}`;
 
 /** The index entries of one state: removed and added as a set when it changes. */
 function messageIndexKeys(s: TrackedMessage): { request?: string; recipient?: string; business?: string; expiry: string } {
@@ -125,6 +137,20 @@ function rawState(bytes: Buffer | undefined, key: string): TrackedMessage | unde
   }
 }
 
+function parseOutcome(json: unknown, key: string): RequestOutcome | undefined {
+  const parsed = requestOutcomeSchema.safeParse(json);
+  return parsed.success && parsed.data.requestId === key ? parsed.data : undefined;
+}
+
+function parseOutcomeText(text: string | undefined, key: string): RequestOutcome | undefined {
+  if (text === undefined) return undefined;
+  try {
+    return parseOutcome(JSON.parse(text), key);
+  } catch {
+    return undefined;
+  }
+}
+
 function isWindow(json: unknown): json is ConversationWindow {
   const w = json as Partial<ConversationWindow> | null;
   return !!w && typeof w === 'object' && typeof w.businessId === 'string' && typeof w.customer === 'string' && typeof w.lastInboundAt === 'string' && !Number.isNaN(Date.parse(w.lastInboundAt));
@@ -133,6 +159,7 @@ function isWindow(json: unknown): json is ConversationWindow {
 export interface StoreStats {
   messages: number;
   conversations: number;
+  outcomes: number;
   /** Bytes the task's directory takes on disk. */
   bytes: number;
 }
@@ -147,6 +174,8 @@ interface Handles {
   businesses: Database<string, string>;
   messageExpiry: Database<string, string>;
   windowExpiry: Database<string, string>;
+  outcomes: Database<string, string>;
+  outcomeExpiry: Database<string, string>;
   meta: Database<unknown, string>;
 }
 
@@ -165,6 +194,8 @@ function openHandles(dir: string): Handles {
     businesses: db<string>('by-business', 'string'),
     messageExpiry: db<string>('message-expiry', 'string'),
     windowExpiry: db<string>('window-expiry', 'string'),
+    outcomes: db<string>('request-outcomes', 'string'),
+    outcomeExpiry: db<string>('outcome-expiry', 'string'),
     meta: db<unknown>('meta', 'msgpack'),
   };
 }
@@ -174,6 +205,7 @@ export class TaskStore {
   /** Writes issued and not yet durable in LMDB: reads see them first. */
   private readonly unflushedMessages = new Map<string, TrackedMessage>();
   private readonly unflushedWindows = new Map<string, ConversationWindow>();
+  private readonly unflushedOutcomes = new Map<string, RequestOutcome>();
   private lastWrite: Promise<unknown> = Promise.resolve();
   private writesInFlight = 0;
   private asyncWrites = 0;
@@ -213,6 +245,13 @@ export class TaskStore {
   }
   private get windowExpiry() {
     return this.h.windowExpiry;
+  }
+  private get outcomes() {
+    if (this.remapping) throw new Error(`the store of task ${this.identity.task} is being remapped: ask again`);
+    return this.h.outcomes;
+  }
+  private get outcomeExpiry() {
+    return this.h.outcomeExpiry;
   }
   private get meta() {
     if (this.remapping) throw new Error(`the store of task ${this.identity.task} is being remapped: ask again`);
@@ -262,15 +301,23 @@ export class TaskStore {
   /** Opens (or creates) the store of a task; a directory of another identity is wiped first. */
   static open(dir: string, identity: StoreIdentity): TaskStore {
     let store = new TaskStore(dir, identity);
-    const existing = store.meta.get('identity') as StoreIdentity | undefined;
+    let existing = store.meta.get('identity') as StoreIdentity | undefined;
+    // A store of an earlier release has no request outcomes yet: it is kept, and gains them
+    // (its checkpoint has no position there, so that changelog is read from its start).
+    if (existing && existing.requestOutcomesTopic === undefined) {
+      existing = { ...existing, requestOutcomesTopic: identity.requestOutcomesTopic };
+      if (JSON.stringify(existing) === JSON.stringify(identity)) store.meta.putSync('identity', identity);
+    }
     if (existing && JSON.stringify(existing) !== JSON.stringify(identity)) {
       store.closeNow();
       rmSync(dir, { recursive: true, force: true });
       store = new TaskStore(dir, identity);
+      existing = undefined;
     }
     if (!existing) store.meta.putSync('identity', identity);
     if (store.meta.get('indexFormat') !== INDEX_FORMAT) {
       store.env.transactionSync(() => {
+        // States kept from an earlier release lack the newer indexes; an empty store has none to build.
         if (existing && store.meta.get('indexing') === undefined) store.meta.putSync('indexing', { after: null });
         store.meta.putSync('indexFormat', INDEX_FORMAT);
       });
@@ -296,6 +343,11 @@ export class TaskStore {
 
   conversation(key: string): ConversationWindow | undefined {
     return this.unflushedWindows.get(key) ?? parseWindow(this.windows.get(key));
+  }
+
+  /** The rejected or expired outcome kept for a request id, when its result was on this task's partition. */
+  requestOutcome(requestId: string): RequestOutcome | undefined {
+    return this.unflushedOutcomes.get(requestId) ?? parseOutcomeText(this.outcomes.get(requestId), requestId);
   }
 
   /** Message ids recorded for a request id (a maybeSent resend can make two). */
@@ -331,6 +383,7 @@ export class TaskStore {
     this.assertOpen();
     for (const m of change.messages) this.unflushedMessages.set(m.id, m.state);
     for (const c of change.conversations) this.unflushedWindows.set(c.key, c.window);
+    for (const o of change.outcomes ?? []) this.unflushedOutcomes.set(o.requestId, o.outcome);
     const checkpoint = change.checkpoint ? { ...this.pendingCheckpoint(), ...change.checkpoint } : undefined;
     if (checkpoint) this.nextCheckpoint = checkpoint;
     this.writesInFlight++;
@@ -338,6 +391,7 @@ export class TaskStore {
     const done = this.env.transaction(() => {
       for (const m of change.messages) this.putMessage(m.id, m.state, m.previous);
       for (const c of change.conversations) this.putWindow(c.key, c.window, c.previous);
+      for (const o of change.outcomes ?? []) this.putOutcome(o.outcome, o.previous);
       if (checkpoint) this.meta.put('checkpoint', checkpoint);
     });
     done.then(
@@ -348,6 +402,7 @@ export class TaskStore {
       () => {
         for (const m of change.messages) if (this.unflushedMessages.get(m.id) === m.state) this.unflushedMessages.delete(m.id);
         for (const c of change.conversations) if (this.unflushedWindows.get(c.key) === c.window) this.unflushedWindows.delete(c.key);
+        for (const o of change.outcomes ?? []) if (this.unflushedOutcomes.get(o.requestId) === o.outcome) this.unflushedOutcomes.delete(o.requestId);
       },
       () => undefined,
     );
@@ -365,7 +420,7 @@ export class TaskStore {
    * tracker did not write deletes, a state older than `expireBeforeMs` is not kept. Answers the
    * states kept.
    */
-  applyChangelog(topic: 'messageState' | 'conversations', entries: ChangelogEntry[], checkpoint: Partial<Checkpoint>, expireBeforeMs: number): number {
+  applyChangelog(topic: 'messageState' | 'conversations' | 'requestOutcomes', entries: ChangelogEntry[], checkpoint: Partial<Checkpoint>, expireBeforeMs: number): number {
     this.assertOpen();
     let kept = 0;
     const next = { ...this.pendingCheckpoint(), ...checkpoint };
@@ -384,6 +439,13 @@ export class TaskStore {
             this.putMessage(key, state, prevState);
             kept++;
           } else if (prevState) this.deleteMessage(key, prevState);
+        } else if (topic === 'requestOutcomes') {
+          const previous = parseOutcomeText(this.outcomes.get(key), key);
+          const outcome = json === null ? undefined : parseOutcome(json, key);
+          if (outcome && Date.parse(outcome.updatedAt) >= expireBeforeMs) {
+            this.putOutcome(outcome, previous);
+            kept++;
+          } else if (previous) this.deleteOutcome(previous);
         } else {
           const previous = parseWindow(this.windows.get(key));
           if (isWindow(json) && Date.parse(json.lastInboundAt) >= expireBeforeMs) {
@@ -463,12 +525,14 @@ export class TaskStore {
    * Drops message states not updated since `messagesBeforeMs` and windows whose last inbound
    * message is older than `windowsBeforeMs` (at most `max` of each); answers how many went.
    */
-  expire(messagesBeforeMs: number, windowsBeforeMs: number, max: number): { messages: number; conversations: number } {
+  expire(messagesBeforeMs: number, windowsBeforeMs: number, max: number): { messages: number; conversations: number; outcomes: number } {
     this.assertOpen();
-    const result = { messages: 0, conversations: 0 };
+    const result = { messages: 0, conversations: 0, outcomes: 0 };
     const oldMessages = [...this.messageExpiry.getKeys({ end: `${pad(messagesBeforeMs)}${SEP}`, limit: max })];
     const oldWindows = [...this.windowExpiry.getKeys({ end: `${pad(windowsBeforeMs)}${SEP}`, limit: max })];
-    if (oldMessages.length === 0 && oldWindows.length === 0) return result;
+    // Outcomes follow the message states' retention (tracker.stateRetentionMs).
+    const oldOutcomes = [...this.outcomeExpiry.getKeys({ end: `${pad(messagesBeforeMs)}${SEP}`, limit: max })];
+    if (oldMessages.length === 0 && oldWindows.length === 0 && oldOutcomes.length === 0) return result;
     this.env.transactionSync(() => {
       for (const key of oldMessages) {
         const id = key.slice(key.indexOf(SEP) + 1);
@@ -486,13 +550,21 @@ export class TaskStore {
           result.conversations++;
         } else if (!window || windowExpiryKey(window, k) !== key) this.windowExpiry.removeSync(key);
       }
+      for (const key of oldOutcomes) {
+        const id = key.slice(key.indexOf(SEP) + 1);
+        const outcome = parseOutcomeText(this.outcomes.get(id), id);
+        if (outcome && outcomeExpiryKey(outcome) === key && !this.unflushedOutcomes.has(id)) {
+          this.deleteOutcome(outcome);
+          result.outcomes++;
+        } else if (!outcome || outcomeExpiryKey(outcome) !== key) this.outcomeExpiry.removeSync(key);
+      }
     });
     return result;
   }
 
   stats(): StoreStats {
     const entries = (db: { getStats(): unknown }) => (db.getStats() as { entryCount: number }).entryCount;
-    return { messages: entries(this.messages), conversations: entries(this.windows), bytes: directoryBytes(this.dir) };
+    return { messages: entries(this.messages), conversations: entries(this.windows), outcomes: entries(this.outcomes), bytes: directoryBytes(this.dir) };
   }
 
   /** Every write issued so far is durable. */
@@ -558,6 +630,17 @@ export class TaskStore {
   private deleteWindow(key: string, previous: ConversationWindow): void {
     this.windows.remove(key);
     this.windowExpiry.remove(windowExpiryKey(previous, key));
+  }
+
+  private putOutcome(outcome: RequestOutcome, previous: RequestOutcome | undefined): void {
+    if (previous && outcomeExpiryKey(previous) !== outcomeExpiryKey(outcome)) this.outcomeExpiry.remove(outcomeExpiryKey(previous));
+    this.outcomes.put(outcome.requestId, JSON.stringify(outcome));
+    this.outcomeExpiry.put(outcomeExpiryKey(outcome), '');
+  }
+
+  private deleteOutcome(previous: RequestOutcome): void {
+    this.outcomes.remove(previous.requestId);
+    this.outcomeExpiry.remove(outcomeExpiryKey(previous));
   }
 }
 

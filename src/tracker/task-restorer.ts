@@ -63,11 +63,20 @@ export class TaskRestorer {
       partitions,
       messageStateTopic: topics.messageState,
       conversationsTopic: topics.conversations,
+      requestOutcomesTopic: topics.requestOutcomes,
     });
     try {
-      const [stateEnds, windowEnds] = await Promise.all([partitionEnds(this.options.kafka, topics.messageState), partitionEnds(this.options.kafka, topics.conversations)]);
+      const [stateEnds, windowEnds, outcomeEnds] = await Promise.all([
+        partitionEnds(this.options.kafka, topics.messageState),
+        partitionEnds(this.options.kafka, topics.conversations),
+        partitionEnds(this.options.kafka, topics.requestOutcomes),
+      ]);
       let checkpoint = store.checkpoint();
-      const inconsistency = checkpoint && (why(checkpoint.messageState, stateEnds.get(task)) ?? why(checkpoint.conversations, windowEnds.get(task)));
+      const inconsistency =
+        checkpoint &&
+        (why(checkpoint.messageState, stateEnds.get(task)) ??
+          why(checkpoint.conversations, windowEnds.get(task)) ??
+          (checkpoint.requestOutcomes === undefined ? undefined : why(checkpoint.requestOutcomes, outcomeEnds.get(task))));
       if (checkpoint && inconsistency) {
         logger.warn({ task, dir: store.dir, checkpoint, reason: inconsistency }, 'the local store does not match the changelogs; rebuilding it from them');
         store = TaskStore.rebuild(store);
@@ -78,15 +87,17 @@ export class TaskRestorer {
       await this.turn();
       let states: { records: number };
       let windows: { records: number };
+      let outcomes: { records: number };
       try {
         states = await this.read(store, task, 'messageState', checkpoint, now - config.tracker.stateRetentionMs, signal);
         windows = await this.read(store, task, 'conversations', checkpoint, now - config.tracker.conversationRetentionMs, signal);
+        outcomes = await this.read(store, task, 'requestOutcomes', checkpoint, now - config.tracker.stateRetentionMs, signal);
       } finally {
         this.reading--;
         this.waiting.shift()?.();
       }
       const seconds = (performance.now() - started) / 1000;
-      const records = states.records + windows.records;
+      const records = states.records + windows.records + outcomes.records;
       metrics.restore(seconds, mode, records);
       const stats = store.stats();
       logger.info(
@@ -94,9 +105,9 @@ export class TaskRestorer {
           task,
           mode,
           from: checkpoint ?? null,
-          changelogRecords: { messageState: states.records, conversations: windows.records },
+          changelogRecords: { messageState: states.records, conversations: windows.records, requestOutcomes: outcomes.records },
           recordsPerSecond: seconds > 0 ? Math.round(records / seconds) : null,
-          storeEntries: { messages: stats.messages, conversations: stats.conversations },
+          storeEntries: { messages: stats.messages, conversations: stats.conversations, requestOutcomes: stats.outcomes },
           storeBytes: stats.bytes,
           ms: Math.round(seconds * 1000),
         },
@@ -123,7 +134,9 @@ export class TaskRestorer {
    */
   private async read(store: TaskStore, task: number, which: keyof Checkpoint, checkpoint: Checkpoint | undefined, expireBeforeMs: number, signal: AbortSignal): Promise<{ records: number }> {
     const { kafka, topics, logic } = this.options;
-    const topic = which === 'messageState' ? topics.messageState : topics.conversations;
+    const topic = which === 'messageState' ? topics.messageState : which === 'conversations' ? topics.conversations : topics.requestOutcomes;
+    // Absent in a store of an earlier release (no outcomes kept yet): that changelog from its start.
+    const from = checkpoint?.[which];
     const allPartitions = which === 'conversations' && !checkpoint;
     let chunk: ChangelogEntry[] = [];
     // Records of other partitions: applied beside the task's own (a window is a max, order does
@@ -157,7 +170,7 @@ export class TaskRestorer {
       timeoutMs: READ_TIMEOUT_MS,
       maxBytesPerPartition: READ_BYTES_PER_PARTITION,
       ...(allPartitions ? {} : { partitions: [task] }),
-      ...(checkpoint ? { from: new Map([[task, checkpoint[which]]]) } : {}),
+      ...(from !== undefined ? { from: new Map([[task, from]]) } : {}),
       filter: (r) => r.key !== null && (r.partition === task || logic.ownsConversation(task, r.key.toString())),
       onRecord: (r) => {
         if (r.partition !== task) others.push({ key: r.key!.toString(), value: r.value });

@@ -6,6 +6,8 @@ import { applyInbound, inboundFrom, type InboundEvent } from './window-rules.js'
 import { conversationKey, customerOfConversationKey, type ConversationWindow } from '../contracts/conversation-window.js';
 import { applyEvent, messageIdOf, resultEventFrom, statusEventFrom, type ApplyOutcome, type TrackerEvent } from './state-rules.js';
 import { type TrackedMessage } from '../contracts/message-state.js';
+import type { RequestOutcome } from '../contracts/request-outcome.js';
+import { applyOutcome, outcomeEventFrom, type OutcomeEvent } from './request-outcome-rules.js';
 import { StateCache, messageStateCache } from './state-cache.js';
 import type { OutputRecord, ProcessResult } from '../kafka/transactional-engine.js';
 
@@ -24,12 +26,14 @@ export interface TrackerTopics {
   messages: string;
   messageState: string;
   conversations: string;
+  /** Compacted: the last rejected or expired result per request id (task p writes partition p). */
+  requestOutcomes: string;
 }
 
-export type SkipReason = 'invalid_json' | 'invalid_event' | 'missing_business' | 'not_accepted';
+export type SkipReason = 'invalid_json' | 'invalid_event' | 'missing_business';
 
 export interface TrackerCounters {
-  event(topic: 'send-results' | 'delivery_status' | 'messages', outcome: ApplyOutcome | 'window_moved' | 'window_unchanged'): void;
+  event(topic: 'send-results' | 'delivery_status' | 'messages', outcome: ApplyOutcome | 'window_moved' | 'window_unchanged' | 'outcome_recorded' | 'outcome_unchanged'): void;
   skipped(reason: SkipReason): void;
   evicted(kind: 'message' | 'conversation'): void;
 }
@@ -50,7 +54,7 @@ export interface TrackerLogicOptions {
 export type TrackerProcessResult = ProcessResult & { causes: ConsumedRecord[] };
 
 /** A record of a batch and the event it carries (parsed once: `decodeBatch`). */
-export type DecodedEvent = ({ kind: 'message'; event: TrackerEvent } | { kind: 'conversation'; input: InboundEvent }) & { record: ConsumedRecord };
+export type DecodedEvent = ({ kind: 'message'; event: TrackerEvent } | { kind: 'conversation'; input: InboundEvent } | { kind: 'outcome'; event: OutcomeEvent }) & { record: ConsumedRecord };
 
 /**
  * A task's persistent store as the logic sees it (state-store.ts is the LMDB adapter): every
@@ -60,6 +64,7 @@ export type DecodedEvent = ({ kind: 'message'; event: TrackerEvent } | { kind: '
 export interface TaskStateStore {
   message(id: string): TrackedMessage | undefined;
   conversation(key: string): ConversationWindow | undefined;
+  requestOutcome(requestId: string): RequestOutcome | undefined;
   messageIdsOfRequest(requestId: string): string[];
   /** False while the indexes of a bulk restore are being built (a lookup by request, recipient or business may miss). */
   indexesComplete(): boolean;
@@ -68,7 +73,8 @@ export interface TaskStateStore {
   write(change: {
     messages: { id: string; state: TrackedMessage; previous: TrackedMessage | undefined }[];
     conversations: { key: string; window: ConversationWindow; previous: ConversationWindow | undefined }[];
-    checkpoint?: { messageState?: number; conversations?: number };
+    outcomes?: { requestId: string; outcome: RequestOutcome; previous: RequestOutcome | undefined }[];
+    checkpoint?: { messageState?: number; conversations?: number; requestOutcomes?: number };
   }): Promise<void>;
 }
 
@@ -140,6 +146,9 @@ export class TrackerLogic {
     // The committed state each changed key had before this batch (the store replaces its index entries).
     const previousMessages = new Map<string, TrackedMessage | undefined>();
     const previousWindows = new Map<string, ConversationWindow | undefined>();
+    // Request outcomes are few and small, and read once per result: no cache above the store.
+    const outcomes = new Map<string, RequestOutcome>();
+    const previousOutcomes = new Map<string, RequestOutcome | undefined>();
     const outputs: OutputRecord[] = [];
     const causes: ConsumedRecord[] = [];
     const now = this.now();
@@ -175,6 +184,27 @@ export class TrackerLogic {
             [HEADER.schema]: SCHEMA_ID.messageState,
           },
         });
+      } else if (decoded.kind === 'outcome') {
+        const { event, record } = decoded;
+        const id = event.requestId;
+        if (!previousOutcomes.has(id)) previousOutcomes.set(id, openTask.store.requestOutcome(id));
+        const { outcome, changed } = applyOutcome(outcomes.get(id) ?? previousOutcomes.get(id), event, now);
+        this.opts.counters.event('send-results', changed ? 'outcome_recorded' : 'outcome_unchanged');
+        if (!changed) continue;
+        outcomes.set(id, outcome);
+        causes.push(record);
+        outputs.push({
+          topic: this.opts.topics.requestOutcomes,
+          partition: task,
+          key: id,
+          value: JSON.stringify(outcome),
+          headers: {
+            [HEADER.eventId]: createHash('sha256').update(`request-outcome\n${id}\n${outcome.outcome}\n${outcome.at}`).digest('hex'),
+            ...(outcome.businessId !== null ? { [HEADER.businessId]: outcome.businessId } : {}),
+            [HEADER.contentType]: 'application/json',
+            [HEADER.schema]: SCHEMA_ID.requestOutcomes,
+          },
+        });
       } else {
         const key = conversationKey(decoded.input.businessId, decoded.input.customer);
         let current = windows.get(key) ?? previousWindows.get(key);
@@ -208,16 +238,19 @@ export class TrackerLogic {
       commit: (written) => {
         for (const [id, tracked] of messages) openTask.messages.set(id, tracked);
         for (const [key, window] of windows) openTask.conversations.set(key, window);
-        if (messages.size === 0 && windows.size === 0) return;
-        const checkpoint: { messageState?: number; conversations?: number } = {};
+        if (messages.size === 0 && windows.size === 0 && outcomes.size === 0) return;
+        const checkpoint: { messageState?: number; conversations?: number; requestOutcomes?: number } = {};
         const ms = written?.get(this.opts.topics.messageState)?.get(task);
         const cv = written?.get(this.opts.topics.conversations)?.get(task);
+        const ro = written?.get(this.opts.topics.requestOutcomes)?.get(task);
         if (ms !== undefined) checkpoint.messageState = ms;
         if (cv !== undefined) checkpoint.conversations = cv;
+        if (ro !== undefined) checkpoint.requestOutcomes = ro;
         openTask.store
           .write({
             messages: [...messages].map(([id, s]) => ({ id, state: s, previous: previousMessages.get(id) })),
             conversations: [...windows].map(([key, w]) => ({ key, window: w, previous: previousWindows.get(key) })),
+            outcomes: [...outcomes].map(([requestId, o]) => ({ requestId, outcome: o, previous: previousOutcomes.get(requestId) })),
             checkpoint,
           })
           .catch((error: unknown) => {
@@ -271,6 +304,19 @@ export class TrackerLogic {
         const found = openTask.messages.peek(id) ?? openTask.store.message(id);
         if (found && found.requestId === requestId && (!latest || found.updatedAt > latest.updatedAt)) latest = found;
       }
+    }
+    return latest;
+  }
+
+  /**
+   * The rejected or expired outcome of a request among this member's tasks (the task of the
+   * send-results partition its result was on: one lookup per task), the latest when several.
+   */
+  requestOutcome(requestId: string): RequestOutcome | undefined {
+    let latest: RequestOutcome | undefined;
+    for (const openTask of this.tasks.values()) {
+      const found = openTask.store.requestOutcome(requestId);
+      if (found && (!latest || found.at > latest.at)) latest = found;
     }
     return latest;
   }
@@ -332,8 +378,10 @@ export class TrackerLogic {
         const parsed = sendResultSchema.safeParse(json);
         if (!parsed.success) return skip('invalid_event', parsed.error.issues[0]?.message ?? 'not a send result');
         const result = parsed.data;
-        const event = resultEventFrom(result, eventId ?? resultEventId(result.businessId ?? business ?? '', result.requestId, result.outcome));
-        return event ? { kind: 'message', event, record } : skip('not_accepted', result.outcome);
+        // A result that created no message is kept as its request's outcome (README "Request outcomes").
+        if (result.outcome !== 'accepted') return { kind: 'outcome', event: outcomeEventFrom(result, Number(record.timestamp)), record };
+        const event = resultEventFrom(result, eventId ?? resultEventId(result.businessId ?? business ?? '', result.requestId, result.outcome))!;
+        return { kind: 'message', event, record };
       }
       if (business === undefined || business === '') return skip('missing_business', `no ${HEADER.businessId} header`);
       if (record.topic === this.opts.topics.deliveryStatus) {

@@ -8,7 +8,14 @@ import type { TrackerTopics } from './tracker-logic.js';
 /** The tracker's topics as the configuration names them. */
 export function trackerTopics(config: Config): TrackerTopics {
   const t = config.kafka.topics;
-  return { sendResults: t.sendResults, deliveryStatus: t.deliveryStatus, messages: t.messages, messageState: t.messageState, conversations: t.conversations };
+  return {
+    sendResults: t.sendResults,
+    deliveryStatus: t.deliveryStatus,
+    messages: t.messages,
+    messageState: t.messageState,
+    conversations: t.conversations,
+    requestOutcomes: t.requestOutcomes,
+  };
 }
 
 /**
@@ -30,22 +37,26 @@ export async function prepareTrackerTopics(kafka: KafkaClient, config: Config, t
         createTopics: config.kafka.createTopics,
         create: [
           ...inputs.map((topic) => ({ topic, ...base })),
-          ...[topics.messageState, topics.conversations].map((topic) => ({
+          ...[topics.messageState, topics.conversations, topics.requestOutcomes].map((topic) => ({
             topic,
             ...base,
-            configEntries: changelogTopicConfig(config, topic === topics.messageState ? 'messageState' : 'conversations'),
+            configEntries: changelogTopicConfig(config, topic === topics.conversations ? 'conversations' : 'messageState'),
           })),
         ],
-        written: [topics.messageState, topics.conversations],
+        written: [topics.messageState, topics.conversations, topics.requestOutcomes],
       },
       logger,
     );
-    const outputPartitions = (await partitionCounts(admin, [topics.messageState]).catch(() => new Map<string, number>())).get(topics.messageState);
-    if (outputPartitions !== undefined && outputPartitions !== partitions) {
-      throw new MsgbridgeError(
-        'CONFIG_INVALID',
-        `topic ${topics.messageState} has ${outputPartitions} partitions but the tracker's inputs have ${partitions}: they must be co-partitioned (recreate it with ${partitions})`,
-      );
+    // Task p writes partition p of message-state and request-outcomes, and restores from it.
+    const outputCounts = await partitionCounts(admin, [topics.messageState, topics.requestOutcomes]).catch(() => new Map<string, number>());
+    for (const topic of [topics.messageState, topics.requestOutcomes]) {
+      const outputPartitions = outputCounts.get(topic);
+      if (outputPartitions !== undefined && outputPartitions !== partitions) {
+        throw new MsgbridgeError(
+          'CONFIG_INVALID',
+          `topic ${topic} has ${outputPartitions} partitions but the tracker's inputs have ${partitions}: they must be co-partitioned (recreate it with ${partitions})`,
+        );
+      }
     }
     await warnUnboundedChangelogs(admin, config, topics, logger);
     return partitions;
@@ -55,7 +66,7 @@ export async function prepareTrackerTopics(kafka: KafkaClient, config: Config, t
 }
 
 /**
- * The changelogs' topic settings: compacted (one record per key) and deleted after the
+ * The changelogs' topic settings (`messageState` also stands for request-outcomes, kept as long): compacted (one record per key) and deleted after the
  * retention (bounded history), with segments that roll so that compaction and deletion run.
  */
 export function changelogTopicConfig(config: Config, which: 'messageState' | 'conversations'): { name: string; value: string }[] {
@@ -73,9 +84,9 @@ export function changelogTopicConfig(config: Config, which: 'messageState' | 'co
 /** Says loudly when an existing changelog keeps more than the configured retention (created before, or by hand). */
 async function warnUnboundedChangelogs(admin: KafkaAdmin, config: Config, topics: TrackerTopics, logger: Logger): Promise<void> {
   try {
-    for (const [topic, settings] of await topicSettings(admin, [topics.messageState, topics.conversations])) {
+    for (const [topic, settings] of await topicSettings(admin, [topics.messageState, topics.conversations, topics.requestOutcomes])) {
       const setting = (name: string) => settings.get(name);
-      const wanted = topic === topics.messageState ? config.tracker.stateRetentionMs : config.tracker.conversationRetentionMs;
+      const wanted = topic === topics.conversations ? config.tracker.conversationRetentionMs : config.tracker.stateRetentionMs;
       const policy = setting('cleanup.policy') ?? '';
       const retention = Number(setting('retention.ms'));
       if (!policy.includes('delete') || retention < 0 || retention > wanted) {

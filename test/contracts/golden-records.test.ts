@@ -20,6 +20,7 @@ import {
 import { conversationKey } from '../../src/contracts/conversation-window.js';
 import { eventIdOf, HEADER, SCHEMA_ID } from '../../src/contracts/headers.js';
 import { messageStateOf, messageStateSchema } from '../../src/contracts/message-state.js';
+import { requestOutcomeSchema, type RequestOutcome } from '../../src/contracts/request-outcome.js';
 import { sendRequestSchema, sendResultSchema } from '../../src/contracts/send.js';
 import { verifySignature } from '../../src/contracts/signature.js';
 import { deliveryStatusEventSchema, inboundMessageEventSchema } from '../../src/contracts/webhook-events.js';
@@ -64,6 +65,7 @@ const SCHEMA_OF: Record<ContractTopic, string | undefined> = {
   'send-requests-dlq': SCHEMA_ID.sendRequestsDlq,
   'message-state': SCHEMA_ID.messageState,
   conversations: SCHEMA_ID.conversations,
+  'request-outcomes': SCHEMA_ID.requestOutcomes,
 };
 
 /** The published JSON Schema of each topic's value (the DLQs hold raw bytes: none). */
@@ -74,9 +76,17 @@ const JSON_SCHEMA_OF: Partial<Record<ContractTopic, string>> = {
   'send-results': 'send-result.schema.json',
   'message-state': 'message-state.schema.json',
   conversations: 'conversation-window.schema.json',
+  'request-outcomes': 'request-outcome.schema.json',
 };
 
-const TOPICS = { sendResults: 'send-results', deliveryStatus: 'delivery_status', messages: 'messages', messageState: 'message-state', conversations: 'conversations' };
+const TOPICS = {
+  sendResults: 'send-results',
+  deliveryStatus: 'delivery_status',
+  messages: 'messages',
+  messageState: 'message-state',
+  conversations: 'conversations',
+  requestOutcomes: 'request-outcomes',
+};
 
 /** The tracker's decoding of consumed records (TrackerLogic.decodeBatch), with what it skipped and why. */
 function trackerDecode(topic: string, records: GoldenRecord[]): { events: DecodedEvent[]; skipped: { reason: SkipReason; detail: string }[] } {
@@ -148,7 +158,7 @@ let store: TaskStore;
 let storeDir: string;
 beforeAll(() => {
   storeDir = mkdtempSync(join(tmpdir(), 'golden-store-'));
-  store = TaskStore.open(storeDir, { clusterId: 'golden', task: 0, partitions: 1, messageStateTopic: 'message-state', conversationsTopic: 'conversations' });
+  store = TaskStore.open(storeDir, { clusterId: 'golden', task: 0, partitions: 1, messageStateTopic: 'message-state', conversationsTopic: 'conversations', requestOutcomesTopic: 'request-outcomes' });
 });
 afterAll(async () => {
   await store.close();
@@ -285,9 +295,12 @@ describe.each(cases)('$name', ({ topic, record }) => {
           },
         });
       } else {
-        // Rejected and expired results created no message: skipped as such, never as invalid.
-        expect(events).toEqual([]);
-        expect(skipped).toEqual([{ reason: 'not_accepted', detail: result.outcome }]);
+        // Rejected and expired results created no message: kept as their requests' outcomes, never skipped.
+        expect(skipped).toEqual([]);
+        expect(events[0]).toMatchObject({
+          kind: 'outcome',
+          event: { requestId: result.requestId, outcome: result.outcome, attempts: result.attempts, maybeSent: result.maybeSent ?? false, error: result.outcome === 'rejected' ? result.error : null },
+        });
       }
     });
 
@@ -321,24 +334,35 @@ describe.each(cases)('$name', ({ topic, record }) => {
       store.applyChangelog('conversations', [{ key: record.key!, value: Buffer.from(record.value) }], {}, 0);
       expect(store.conversation(record.key!)).toEqual(window);
     });
+
+  if (topic === 'request-outcomes')
+    it('is restored by the tracker, as the outcome of the request its key names', () => {
+      const outcome = requestOutcomeSchema.parse(json(record));
+      expect(record.key).toBe(outcome.requestId);
+      store.applyChangelog('requestOutcomes', [{ key: record.key!, value: Buffer.from(record.value) }], {}, 0);
+      expect(store.requestOutcome(record.key!)).toEqual(outcome);
+    });
 });
 
 describe.each(versions)('the tracker on the records of %s', (version) => {
-  it('folds every result and status into states that carry their requests, skipping only what created no message', () => {
+  it('folds every result and status into states that carry their requests, and keeps the outcome of each request that created no message', () => {
     const results = recordsOf(version, 'send-results');
     const statuses = recordsOf(version, 'delivery_status');
     const inbound = recordsOf(version, 'messages');
     const skipped: SkipReason[] = [];
     const logic = trackerLogic((reason) => skipped.push(reason));
     const states = new Map<string, ReturnType<typeof messageStateSchema.parse>>();
+    const outcomes = new Map<string, RequestOutcome>();
     logic.startTask(0, {
       message: (id) => states.get(id),
       conversation: () => undefined,
+      requestOutcome: (id) => outcomes.get(id),
       messageIdsOfRequest: () => [],
       indexesComplete: () => true,
       listedMessages: () => [],
       write: (change) => {
         for (const m of change.messages) states.set(m.id, m.state);
+        for (const o of change.outcomes ?? []) outcomes.set(o.requestId, o.outcome);
         return Promise.resolve();
       },
     });
@@ -350,15 +374,12 @@ describe.each(versions)('the tracker on the records of %s', (version) => {
     };
     const outputs = [...batch(TOPICS.sendResults, results), ...batch(TOPICS.deliveryStatus, statuses), ...batch(TOPICS.messages, inbound)];
     const accepted = results.map(json).filter((r) => r.outcome === 'accepted');
-    expect(skipped).toEqual(
-      results
-        .map(json)
-        .filter((r) => r.outcome !== 'accepted')
-        .map(() => 'not_accepted'),
-    );
+    expect(skipped).toEqual([]);
+    for (const r of results.map(json).filter((r) => r.outcome !== 'accepted')) expect(outcomes.get(r.requestId as string)?.outcome, `outcome of ${String(r.requestId)}`).toBeDefined();
     for (const r of accepted) expect(states.get(r.messageId as string)?.requestId, `state of ${String(r.messageId)}`).toBe(r.requestId);
     expect(outputs.filter((o) => o.topic === TOPICS.conversations).length).toBeGreaterThan(0);
     // What it writes is read back as this version's states are.
     for (const o of outputs.filter((o) => o.topic === TOPICS.messageState)) expect(messageStateSchema.safeParse(JSON.parse(String(o.value))).success).toBe(true);
+    for (const o of outputs.filter((o) => o.topic === TOPICS.requestOutcomes)) expect(requestOutcomeSchema.safeParse(JSON.parse(String(o.value))).success).toBe(true);
   });
 });

@@ -46,6 +46,7 @@ describe('dlq redrive under kill -9', () => {
     sendRequestsDlq: uniqueTopic('kill-send-dlq'),
     messageState: uniqueTopic('message-state'),
     conversations: uniqueTopic('conversations'),
+    requestOutcomes: uniqueTopic('request-outcomes'),
   };
   const env = {
     KAFKA_BROKERS: kafkaBrokers().join(','),

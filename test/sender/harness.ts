@@ -31,6 +31,7 @@ export function senderTopics() {
     sendRequestsDlq: uniqueTopic('send-dlq'),
     /** Not created by the fixture: the tests of the conversation window guard create it (compacted) when they need it. */
     conversations: uniqueTopic('conversations'),
+    requestOutcomes: uniqueTopic('request-outcomes'),
   };
 }
 

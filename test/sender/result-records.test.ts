@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { sendResultSchema } from '../../src/contracts/index.js';
 import { prepareJob as prepare, type IncomingRecord, type SendJob } from '../../src/sender/requests.js';
-import { acceptedResult, expiredResult, failureOf, fitDlqRecord, rejectedResult, resultHeaders, resultRecord, storedResult } from '../../src/sender/result-records.js';
+import { acceptedResult, expiredResult, failureOf, fitDlqRecord, forRepeats, rejectedResult, resultHeaders, resultRecord, storedResult } from '../../src/sender/result-records.js';
+import { REQUEST_CONTENT_LIMITS, requestContentOf, boundedContent } from '../../src/contracts/send.js';
 
 const DAY = 86_400_000;
 const prepareJob = (r: IncomingRecord, businesses: ReadonlyMap<string, string>, receivedAt: number, producedAt?: number) => prepare(r, businesses, { receivedAt, producedAt, maxRequestAgeMs: DAY });
@@ -20,6 +21,31 @@ function record(value: unknown, headers: IncomingRecord['headers'] = {}): Incomi
 }
 
 describe('result records', () => {
+  it("carries the request's content, bounded, in every outcome; the copy kept for repeats leaves it out", () => {
+    const long = 'x'.repeat(REQUEST_CONTENT_LIMITS.textChars + 50);
+    const text = prepareJob(record({ requestId: 'r1', type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: long } }), one, 5) as SendJob;
+    const accepted = acceptedResult(text, 'm-1', 1, false, new Date(0));
+    expect(accepted.content!.text).toHaveLength(REQUEST_CONTENT_LIMITS.textChars);
+    expect(accepted.content!.text!.endsWith('…')).toBe(true);
+    expect(accepted.content!.truncated).toBe(true);
+    expect(sendResultSchema.parse(accepted)).toEqual(accepted);
+    const template = prepareJob(
+      record({ requestId: 'r2', type: 'template', number: '+15550002222', templateName: 'order_update', parameters: [{ name: 'order', value: '42', extra: 1 }] }),
+      one,
+      5,
+    ) as SendJob;
+    const content = { templateName: 'order_update', parameters: [{ name: 'order', value: '42' }] };
+    expect(rejectedResult(template, { message: 'bad', type: 't', code: 'c', retriable: false }, 1, false, new Date(0)).content).toEqual(content);
+    expect(expiredResult(template, 0, false, new Date(0)).content).toEqual(content);
+    expect(boundedContent(accepted.content!)).toEqual(accepted.content);
+    expect(requestContentOf(text.request)).toEqual(accepted.content);
+    const stored = storedResult(accepted);
+    const kept = forRepeats(stored);
+    expect(JSON.parse(kept.value)).toEqual({ ...JSON.parse(stored.value), content: undefined });
+    expect(kept.value.length).toBeLessThan(stored.value.length - REQUEST_CONTENT_LIMITS.textChars);
+    expect(kept.eventId).toBe(stored.eventId);
+  });
+
   it('builds results that match the contract, keyed by message id (request id when rejected)', () => {
     const job = prepareJob(
       record({ requestId: 'r1', type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' } }, { traceparent: 'tp', 'correlation-id': 'c' }),

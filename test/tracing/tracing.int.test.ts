@@ -137,6 +137,7 @@ describe('tracing across the roles', () => {
     sendRequestsDlq: uniqueTopic('tc-rdlq'),
     messageState: uniqueTopic('tc-state'),
     conversations: uniqueTopic('tc-conv'),
+    requestOutcomes: uniqueTopic('tc-outcomes'),
   };
   let receiver: Awaited<ReturnType<typeof startOtlpReceiver>>;
   let simulator: RunningSimulator;

@@ -75,6 +75,34 @@ describe('tracker access (pure)', () => {
     expect(maskJson({ messages: [{ recipient: null }], next: null })).toEqual({ messages: [{ recipient: null }], next: null });
   });
 
+  it("a request's content: +digits in its text masked like any text, a parameter whose value is a phone number masked whole; other values stay", () => {
+    const content = {
+      text: 'Call us back on +15550009999, order 42',
+      templateName: 'callback',
+      parameters: [
+        { name: 'phone', value: '15550002222' },
+        { name: 'spaced', value: '+1 555 000 3333' },
+        { name: 'order', value: '42' },
+        { name: 'when', value: '2026-11-26' },
+      ],
+    };
+    expect(maskJson({ send: { content } })).toEqual({
+      send: {
+        content: {
+          text: 'Call us back on +1555•••9999, order 42',
+          templateName: 'callback',
+          parameters: [
+            { name: 'phone', value: '1555•••2222' },
+            { name: 'spaced', value: '+1555•••3333' },
+            { name: 'order', value: '42' },
+            { name: 'when', value: '2026-11-26' },
+          ],
+        },
+      },
+    });
+    expect(maskJson(maskJson({ parameters: content.parameters }))).toEqual(maskJson({ parameters: content.parameters }));
+  });
+
   it('the tokens file: names unique, digests not tokens', () => {
     expect(accessTokensFileSchema.safeParse([{ name: 'a', role: 'read', sha256: sha256Hex('x').toUpperCase() }])).toMatchObject({ success: true, data: [{ sha256: sha256Hex('x') }] });
     const twice = accessTokensFileSchema.safeParse([

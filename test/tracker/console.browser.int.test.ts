@@ -39,6 +39,7 @@ const env: Record<string, string> = {
   MSGBRIDGE__kafka__topics__sendRequestsDlq: `${suffix}-send-requests-dlq`,
   MSGBRIDGE__kafka__topics__messageState: `${suffix}-message-state`,
   MSGBRIDGE__kafka__topics__conversations: `${suffix}-conversations`,
+  MSGBRIDGE__kafka__topics__requestOutcomes: `${suffix}-request-outcomes`,
   MSGBRIDGE_TRACKER_PORT: '0',
   MSGBRIDGE_TRACKER_STATE_DIR: mkdtempSync(join(tmpdir(), 'msgbridge-console-state-')),
   MSGBRIDGE__tracker__groupId: `${suffix}-tracker`,
@@ -279,6 +280,63 @@ describe.each(BROWSERS)('the support console in %s', (name) => {
     })()`);
     expect(status).toBe(403);
     await page.close();
+  });
+
+  it("the message page shows the request's text as it was sent", async () => {
+    const page = await signedIn(devToken, `/console/?message=${encodeURIComponent(readMessageId)}`);
+    await page.waitForSelector('#request-content');
+    expect(await page.textContent('#request-title')).toBe('Request');
+    expect(await page.textContent('#request-content .request-text')).toBe('Your order shipped');
+    expect(await page.locator('section', { has: page.locator('#request-title') }).textContent()).toBe('RequestTypetextTextYour order shipped');
+    // The failed template's page shows its name and parameters.
+    await page.goto(`${base}/console/?message=${encodeURIComponent(failedMessageId)}`);
+    await page.waitForSelector('#request-content');
+    expect(await page.textContent('#request-content')).toContain('order_update');
+    expect(await page.locator('#request-content .parameters li').allTextContents()).toEqual(['order: 42']);
+    await page.close();
+  });
+
+  it('a request the provider rejected is found by its request id and shows its error, attempts and maybeSent', async () => {
+    // A text of blanks: the relay's schema takes it, the provider refuses it (400, not retriable).
+    const requestId = `${suffix}-rejected`;
+    await produce(`${suffix}-send-requests`, [
+      { key: CUSTOMER, value: JSON.stringify({ requestId, businessId: 'biz_1', type: 'text', recipient: { channelType: 'whatsapp', id: CUSTOMER }, message: { text: '   ' } }) },
+    ]);
+    const deadline = Date.now() + 45_000;
+    for (;;) {
+      const res = await fetch(`${base}/requests/${requestId}`, { headers: { authorization: `Bearer ${devToken}` } });
+      if (res.status === 200) {
+        expect(await res.json()).toMatchObject({ requestId, outcome: 'rejected', attempts: 1, maybeSent: false, error: { code: 'ERROR_CODE_MESSAGE_TEXT_EMPTY' } });
+        break;
+      }
+      if (Date.now() > deadline) throw new Error(`the rejected request was not found (last answer ${res.status})`);
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    const page = await signedIn(devToken, `/console/?q=${encodeURIComponent(requestId)}`);
+    await page.waitForSelector('.error-card');
+    expect(await page.textContent('h1')).toBe('Request rejected');
+    expect(await page.textContent('.error-card')).toContain('ERROR_CODE_MESSAGE_TEXT_EMPTY');
+    expect(await page.textContent('.error-card')).toContain('400');
+    expect(await page.locator('#trace-id').textContent()).toMatch(/\S+/);
+    expect(await page.textContent('.send-summary')).toBe('1 attempt');
+    expect(await page.textContent('.maybe-sent')).toMatch(/^no: /);
+    expect(await page.textContent('main')).toContain('No message was created');
+    expect(await page.textContent('#request-content .request-text')).toBe('   ');
+    expect(await page.textContent('#request-content')).toContain('3 blank characters, nothing else');
+    await shot(page, 'rejected');
+    // The search box leads there too.
+    await page.goto(`${base}/console/`);
+    await page.fill('#q', requestId);
+    await page.press('#q', 'Enter');
+    await page.waitForSelector('.error-card');
+    expect(new URL(page.url()).searchParams.get('q')).toBe(requestId);
+    await page.close();
+    // A read-only user sees the same page with the number masked.
+    const reader = await signedIn(TEST_TOKENS.read, `/console/?q=${encodeURIComponent(requestId)}`);
+    await reader.waitForSelector('.error-card');
+    expect(await reader.textContent('main')).toContain(`${CUSTOMER.slice(0, 5)}•••${CUSTOMER.slice(-4)}`);
+    expect(await reader.textContent('body')).not.toContain(CUSTOMER);
+    await reader.close();
   });
 
   // The redrive sends its dead letter once per process: one browser does it.

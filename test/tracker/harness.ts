@@ -36,6 +36,7 @@ export function trackerEnv(id: string): Record<string, string> {
     MSGBRIDGE__kafka__topics__messages: `tr-messages-${id}`,
     MSGBRIDGE__kafka__topics__messageState: `tr-state-${id}`,
     MSGBRIDGE__kafka__topics__conversations: `tr-conv-${id}`,
+    MSGBRIDGE__kafka__topics__requestOutcomes: `tr-outcomes-${id}`,
     MSGBRIDGE__kafka__partitions: '3',
     MSGBRIDGE__kafka__replicationFactor: '1',
     MSGBRIDGE__tracker__groupId: `tr-group-${id}`,
@@ -59,6 +60,41 @@ export const accepted = (requestId: string, message: string, at = '2023-11-14T22
 
 export function resultRecord(requestId: string, message: string, at?: string, recipient?: string) {
   return { key: message, value: accepted(requestId, message, at, recipient), headers: { 'event-id': resultEventId('biz_1', requestId, 'accepted'), 'business-id': 'biz_1' } };
+}
+
+/** A rejected result on send-results, keyed by its request id as the sender writes it (no message was created). */
+export function rejectedRecord(requestId: string, rejectedAt = '2026-11-24T10:00:00.000Z', code = 'ERROR_CODE_MESSAGE_TEXT_EMPTY') {
+  const value = JSON.stringify({
+    requestId,
+    businessId: 'biz_1',
+    outcome: 'rejected',
+    type: 'text',
+    recipient: '+15550002222',
+    attempts: 1,
+    maybeSent: false,
+    rejectedAt,
+    error: { httpStatus: 400, type: 'ERROR_TYPE_INVALID_REQUEST', code, message: 'message.text: the message text is empty', cntTraceId: `trace-${requestId}`, retriable: false },
+    content: { text: ' ' },
+  });
+  return { key: requestId, value, headers: { 'event-id': resultEventId('biz_1', requestId, 'rejected'), 'business-id': 'biz_1' } };
+}
+
+/** An expired result on send-results, keyed by its request id. */
+export function expiredRecord(requestId: string, expiredAt = '2026-11-24T10:00:00.000Z') {
+  const value = JSON.stringify({
+    requestId,
+    businessId: 'biz_1',
+    outcome: 'expired',
+    type: 'template',
+    recipient: '+15550002222',
+    attempts: 0,
+    maybeSent: false,
+    expiresAt: '2026-11-24T09:59:00.000Z',
+    expiredBy: 'ttlMs',
+    expiredAt,
+    content: { templateName: 'order_update', parameters: [{ name: 'order', value: '42' }] },
+  });
+  return { key: requestId, value, headers: { 'event-id': resultEventId('biz_1', requestId, 'expired'), 'business-id': 'biz_1' } };
 }
 
 export function statusRecord(message: string, status: string, timestamp: string) {

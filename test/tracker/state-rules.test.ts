@@ -315,6 +315,34 @@ describe('restore from message-state', () => {
     expect(applyEvent(state, { ...event, eventId: 'e-r3', result: { ...event.result, send: { attempts: 1, maybeSent: false, requestedType: 'text' } } }, NOW)).toMatchObject({ changed: true });
   });
 
+  it("keeps the request's content from the result, bounded; a later result without content (a repeat's) keeps it", () => {
+    const base = {
+      requestId: 'order-42',
+      businessId: 'biz_1',
+      messageId: 'm1',
+      recipient: '+15550002222',
+      acceptedAt: at(0),
+      outcome: 'accepted',
+      attempts: 1,
+      maybeSent: false,
+      type: 'template',
+    } as const;
+    const parameters = Array.from({ length: 30 }, (_, i) => ({ name: `p${i}`, value: 'v'.repeat(300) }));
+    const event = resultEventFrom({ ...base, content: { templateName: 'order_update', parameters } } as SendResult, 'e-r')!;
+    const state = applyEvent(undefined, event, NOW).state;
+    const content = state.send!.content!;
+    expect(content).toMatchObject({ templateName: 'order_update', truncated: true });
+    expect(content.parameters).toHaveLength(20);
+    expect(content.parameters![0]!.value).toHaveLength(256);
+    expect(messageStateSchema.parse(JSON.parse(JSON.stringify(state))).send!.content).toEqual(content);
+    const repeat = resultEventFrom(base as SendResult, 'e-r2')!;
+    expect(repeat.result.send!.content).toBeUndefined();
+    expect(applyEvent(state, repeat, NOW)).toMatchObject({ changed: false, outcome: 'redundant' });
+    // Absent in states written before it: "not recorded".
+    const { content: _c, ...older } = state.send!;
+    expect(messageStateSchema.parse({ ...state, send: older }).send!.content).toBeUndefined();
+  });
+
   it('eventIds defaults to none; a bad status or time is rejected', () => {
     const { eventIds: _ids, ...published } = fold([status('read')]).state!;
     expect(messageStateSchema.parse(published).eventIds).toEqual([]);

@@ -4,10 +4,11 @@ import { join } from 'node:path';
 import { open as lmdbOpen } from 'lmdb';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { TrackedMessage } from '../../src/contracts/message-state.js';
+import type { RequestOutcome } from '../../src/contracts/request-outcome.js';
 import { TaskStore, taskStoreDir, type StoreIdentity } from '../../src/tracker/state-store.js';
 
 /** The LMDB store of one task, on a temporary directory: states, indexes, checkpoint, expiry, identity. */
-const identity: StoreIdentity = { clusterId: 'c1', task: 2, partitions: 12, messageStateTopic: 'message-state', conversationsTopic: 'conversations' };
+const identity: StoreIdentity = { clusterId: 'c1', task: 2, partitions: 12, messageStateTopic: 'message-state', conversationsTopic: 'conversations', requestOutcomesTopic: 'request-outcomes' };
 const dirs: string[] = [];
 const open = (id: StoreIdentity = identity, dir = mkdtempSync(join(tmpdir(), 'store-test-'))) => {
   dirs.push(dir);
@@ -203,7 +204,7 @@ describe('TaskStore', () => {
       ],
     });
     const gone = store.expire(Date.parse('2026-11-01T00:00:00Z'), Date.parse('2026-11-23T00:00:00Z'), 100);
-    expect(gone).toEqual({ messages: 1, conversations: 1 });
+    expect(gone).toEqual({ messages: 1, conversations: 1, outcomes: 0 });
     expect(store.message('old')).toBeUndefined();
     expect(store.messageIdsOfRequest('req-old')).toEqual([]);
     expect(store.listedMessages('recipient', '+15550001111', 10).map((e) => e.id)).toEqual(['fresh']);
@@ -212,9 +213,76 @@ describe('TaskStore', () => {
     // An update moves a state's expiry: the old entry goes with it.
     const updated = { ...fresh, updatedAt: '2026-11-24T01:00:00.000Z', status: 'sent' as const };
     await store.write({ messages: [{ id: 'fresh', state: updated, previous: fresh }], conversations: [] });
-    expect(store.expire(Date.parse('2026-11-24T00:30:00Z'), 0, 100)).toEqual({ messages: 0, conversations: 0 });
+    expect(store.expire(Date.parse('2026-11-24T00:30:00Z'), 0, 100)).toEqual({ messages: 0, conversations: 0, outcomes: 0 });
     expect(store.message('fresh')?.status).toBe('sent');
     await store.close();
+  });
+
+  it('keeps request outcomes: read at once and after a reopen, restored from the changelog (a tombstone deletes), expired with the states', async () => {
+    const outcome = (requestId: string, updatedAt: string): RequestOutcome => ({
+      requestId,
+      businessId: 'biz_1',
+      outcome: 'rejected',
+      type: 'text',
+      recipient: '+15550001111',
+      attempts: 2,
+      maybeSent: true,
+      error: { httpStatus: 400, type: 't', code: 'c', message: 'm', cntTraceId: 'x', retriable: false },
+      expiresAt: null,
+      expiredBy: null,
+      at: updatedAt,
+      content: { text: 'hello' },
+      updatedAt,
+    });
+    const store = open();
+    const written = store.write({
+      messages: [],
+      conversations: [],
+      outcomes: [{ requestId: 'r1', outcome: outcome('r1', '2026-10-01T00:00:00.000Z'), previous: undefined }],
+      checkpoint: { requestOutcomes: 3 },
+    });
+    expect(store.requestOutcome('r1')?.maybeSent).toBe(true);
+    await written;
+    store.applyChangelog(
+      'requestOutcomes',
+      [
+        { key: 'r2', value: Buffer.from(JSON.stringify(outcome('r2', '2026-11-24T00:00:00.000Z'))) },
+        { key: 'r3', value: Buffer.from(JSON.stringify(outcome('r3', '2026-11-24T00:00:00.000Z'))) },
+        { key: 'r3', value: null },
+        { key: 'r4', value: Buffer.from('{"not":"an outcome"}') },
+      ],
+      { requestOutcomes: 9 },
+      0,
+    );
+    expect(store.requestOutcome('r2')?.content).toEqual({ text: 'hello' });
+    expect(store.requestOutcome('r3')).toBeUndefined();
+    expect(store.requestOutcome('r4')).toBeUndefined();
+    const dir = store.dir;
+    await store.close();
+    const again = TaskStore.open(dir, identity);
+    expect(again.requestOutcome('r1')).toEqual(outcome('r1', '2026-10-01T00:00:00.000Z'));
+    expect(again.checkpoint()).toEqual({ messageState: 0, conversations: 0, requestOutcomes: 9 });
+    expect(again.expire(Date.parse('2026-11-01T00:00:00Z'), 0, 100)).toEqual({ messages: 0, conversations: 0, outcomes: 1 });
+    expect(again.requestOutcome('r1')).toBeUndefined();
+    expect(again.requestOutcome('r2')).toBeDefined();
+    await again.close();
+  });
+
+  it('a store of the release before request outcomes is kept (not wiped): it gains them, its checkpoint without their position', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'store-test-'));
+    const { requestOutcomesTopic: _t, ...older } = identity;
+    const store = open(older as StoreIdentity, dir);
+    await store.write({ messages: [{ id: 'm1', state: state('m1'), previous: undefined }], conversations: [], checkpoint: { messageState: 5 } });
+    await store.close();
+    const upgraded = open(identity, dir);
+    expect(upgraded.message('m1')).toEqual(state('m1'));
+    expect(upgraded.checkpoint()).toEqual({ messageState: 5, conversations: 0 });
+    expect(upgraded.checkpoint()?.requestOutcomes).toBeUndefined();
+    await upgraded.close();
+    // Once upgraded it is of this identity: another outcomes topic is another store.
+    const other = open({ ...identity, requestOutcomesTopic: 'elsewhere' }, dir);
+    expect(other.message('m1')).toBeUndefined();
+    await other.close();
   });
 
   it('a directory left by another cluster, topic or partition count is wiped, not reused', async () => {
@@ -225,7 +293,15 @@ describe('TaskStore', () => {
     const other = open({ ...identity, clusterId: 'c2' }, dir);
     expect(other.message('m1')).toBeUndefined();
     expect(other.checkpoint()).toBeUndefined();
+    // Empty, with nothing to index; and it is the new identity's store from now on.
+    expect(other.indexesComplete()).toBe(true);
     await other.close();
+    const again = open({ ...identity, clusterId: 'c2' }, dir);
+    await again.write({ messages: [{ id: 'm2', state: state('m2'), previous: undefined }], conversations: [], checkpoint: { messageState: 1 } });
+    await again.close();
+    const third = open({ ...identity, clusterId: 'c2' }, dir);
+    expect(third.message('m2')).toBeDefined();
+    await third.close();
   });
 
   it('names one directory per group and task', () => {

@@ -7,7 +7,7 @@ import { topicSettings } from '../../src/kafka/topics.js';
 import { messageId } from '../ingress/fixtures.js';
 import { runCli } from '../helpers/cli.js';
 import { produce, withAdmin } from '../helpers/kafka.js';
-import { authHeaders, getJson, latestByKey, resultRecord, statusRecord, TEST_TOKENS, trackerConfig, until, type TrackerTestConfig } from './harness.js';
+import { authHeaders, getJson, latestByKey, rejectedRecord, resultRecord, statusRecord, TEST_TOKENS, trackerConfig, until, type TrackerTestConfig } from './harness.js';
 
 /**
  * The tracker's local stores on the suite's broker: a restart reads only what the changelog
@@ -100,6 +100,7 @@ describe('tracker local stores', () => {
       partitions: 3,
       messageStateTopic: topics.messageState,
       conversationsTopic: topics.conversations,
+      requestOutcomesTopic: topics.requestOutcomes,
     });
     store.applyChangelog('messageState', [], { messageState: 1_000_000 }, 0);
     await store.close();
@@ -133,6 +134,11 @@ describe('tracker local stores', () => {
       ids.map((m, i) => resultRecord(`fw-${i}`, m, at(i), i < 30 ? alice : '+15550007002')),
     );
     await until('40 states', async () => (await latestByKey(topics.messageState, 300)).records === 40);
+    // Rejected requests (keyed by request id, over every task): any member finds each. fw-17 was
+    // also accepted (on its message's task, maybe on the other member): its message wins.
+    const rejections = Array.from({ length: 9 }, (_, i) => `fw-rejected-${i}`);
+    await produce(topics.sendResults, [...rejections.map((r) => rejectedRecord(r)), rejectedRecord('fw-17')]);
+    await until('10 outcomes', async () => (await latestByKey(topics.requestOutcomes, 300)).records === 10);
 
     for (const base of [first.address!, second.address!]) {
       for (const [i, m] of ids.entries()) {
@@ -140,6 +146,7 @@ describe('tracker local stores', () => {
       }
       expect(await get(base, '/requests/fw-17')).toMatchObject({ status: 200, body: { messageId: ids[17] } });
       expect(await get(base, '/requests/fw-none')).toMatchObject({ status: 404, body: { error: 'NOT_FOUND' } });
+      for (const r of rejections) expect(await get(base, `/requests/${r}`)).toMatchObject({ status: 200, body: { requestId: r, outcome: 'rejected', error: { cntTraceId: `trace-${r}` } } });
       expect(await get(base, `/messages/${messageId()}`)).toMatchObject({ status: 404 });
 
       // Newest first, in pages of 7, across both members' stores.
@@ -182,6 +189,9 @@ describe('tracker local stores', () => {
     const byRequest = await runCli(['status', 'fw-21', '--tracker', first.address!], env);
     expect(byRequest.code).toBe(0);
     expect(JSON.parse(byRequest.stdout)).toMatchObject({ messageId: ids[21], requestId: 'fw-21' });
+    const byRejectedRequest = await runCli(['status', 'fw-rejected-2', '--tracker', second.address!], env);
+    expect(byRejectedRequest.code, byRejectedRequest.stderr).toBe(0);
+    expect(JSON.parse(byRejectedRequest.stdout)).toMatchObject({ requestId: 'fw-rejected-2', outcome: 'rejected', error: { cntTraceId: 'trace-fw-rejected-2' } });
     const byMessage = await runCli(['status', ids[22]!], { ...env, MSGBRIDGE_TRACKER_URL: second.address! });
     expect(JSON.parse(byMessage.stdout)).toMatchObject({ messageId: ids[22] });
     const unknown = await runCli(['status', 'fw-none', '--tracker', first.address!], env);
@@ -197,11 +207,13 @@ describe('tracker local stores', () => {
     const config = trackerConfig(id, { tracker: { stateRetentionMs: 7 * 86_400_000 } });
     await start(config);
     const settings = await withAdmin(async (admin) => {
-      const described = await topicSettings(admin, [config.kafka.topics.messageState, config.kafka.topics.conversations]);
+      const described = await topicSettings(admin, [config.kafka.topics.messageState, config.kafka.topics.conversations, config.kafka.topics.requestOutcomes]);
       const names = ['cleanup.policy', 'retention.ms', 'segment.ms'];
       return Object.fromEntries([...described].map(([topic, values]) => [topic, Object.fromEntries(names.map((name) => [name, values.get(name)]))]));
     });
     expect(settings[config.kafka.topics.messageState]).toEqual({ 'cleanup.policy': 'compact,delete', 'retention.ms': String(7 * 86_400_000), 'segment.ms': String(6 * 3_600_000) });
+    // Request outcomes are kept as long as message states.
+    expect(settings[config.kafka.topics.requestOutcomes]).toEqual(settings[config.kafka.topics.messageState]);
     expect(settings[config.kafka.topics.conversations]).toEqual({
       'cleanup.policy': 'compact,delete',
       'retention.ms': String(26 * 3_600_000),

@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { messageId } from '../ingress/fixtures.js';
 import { startCli } from '../helpers/cli.js';
 import { createTopics, kafkaBrokers, produce, testKafka } from '../helpers/kafka.js';
-import { messageLifeRecords, statesPerKey } from './harness.js';
+import { getJson, messageLifeRecords, rejectedRecord, statesPerKey, TEST_ACCESS_TOKENS } from './harness.js';
 
 /**
  * `msgbridge tracker` killed with SIGKILL mid-stream, twice, then restarted: every message ends
@@ -11,6 +11,8 @@ import { messageLifeRecords, statesPerKey } from './harness.js';
  * change — none lost, none published twice. Each message gets an accepted result and three
  * statuses in a shuffled order; whatever the order, each of the four events changes the state
  * once (a status move, a timestamp filled or the result merged), so exactly four records a key.
+ * Rejected results among them (keyed by request id) make exactly one request-outcomes record
+ * each, and every one is found by its request id at the end.
  */
 describe('tracker under kill -9', () => {
   it('loses no state change and publishes none twice across two kill -9 and restarts', async () => {
@@ -23,6 +25,8 @@ describe('tracker under kill -9', () => {
       MSGBRIDGE__kafka__topics__messages: topics.messages,
       MSGBRIDGE__kafka__topics__messageState: topics.state,
       MSGBRIDGE__kafka__topics__conversations: topics.conv,
+      MSGBRIDGE__kafka__topics__requestOutcomes: `${topics.conv}-outcomes`,
+      MSGBRIDGE__tracker__accessTokens: JSON.stringify(TEST_ACCESS_TOKENS),
       MSGBRIDGE__kafka__partitions: '3',
       MSGBRIDGE__kafka__replicationFactor: '1',
       MSGBRIDGE__tracker__groupId: `tk-group-${id}`,
@@ -36,7 +40,11 @@ describe('tracker under kill -9', () => {
     const N = 1500;
     const ids = Array.from({ length: N }, () => messageId());
     const inputTopic = { results: topics.results, status: topics.status };
-    const events = ids.flatMap((m, i) => messageLifeRecords(`req-${i}`, m).map((r) => ({ ...r, topic: inputTopic[r.topic] })));
+    const R = 300;
+    const events = [
+      ...ids.flatMap((m, i) => messageLifeRecords(`req-${i}`, m).map((r) => ({ ...r, topic: inputTopic[r.topic] }))),
+      ...Array.from({ length: R }, (_, i) => ({ ...rejectedRecord(`rej-${i}`), topic: topics.results })),
+    ];
     // Shuffled: statuses before their result, read before delivered...
     for (let i = events.length - 1; i > 0; i--) {
       const j = Math.floor(Math.random() * (i + 1));
@@ -75,14 +83,22 @@ describe('tracker under kill -9', () => {
       kills.push(await countState());
     }
     const last = startCli(['tracker'], env);
-    await last.waitFor(/"tracker":/);
+    const url = (await last.waitFor(/"url":"(http:[^"]+)"/))[1]!;
 
     const { perKey, seen } = await statesPerKey(topics.state, 4 * N);
+    const outcomes = await statesPerKey(`${topics.conv}-outcomes`, R);
+    const unknown: string[] = [];
+    for (let i = 0; i < R; i++) if ((await getJson(url, `/requests/rej-${i}`, 'read')).status !== 200) unknown.push(`rej-${i}`);
     expect(await last.stop('SIGTERM')).toBe(0);
+    expect(outcomes.perKey.size).toBe(R);
+    expect(outcomes.seen).toBe(R);
+    expect(unknown.slice(0, 3)).toEqual([]);
 
     const wrongCount = [...perKey].filter(([, states]) => states.length !== 4);
     const wrongFinal = [...perKey].filter(([, states]) => states.at(-1)!.status !== 'read' || states.at(-1)!.events !== 4);
-    console.log(`[tracker-kill] ${N} messages, ${events.length} events; killed at ${kills.join(' and ')} state records; ${seen} state records in all (read_committed), ${perKey.size} messages`);
+    console.log(
+      `[tracker-kill] ${N} messages, ${events.length} events; killed at ${kills.join(' and ')} state records; ${seen} state records in all (read_committed), ${perKey.size} messages; ${outcomes.seen} request outcomes for ${R} rejected requests`,
+    );
     expect(perKey.size).toBe(N);
     expect(wrongCount.slice(0, 3)).toEqual([]);
     expect(wrongFinal.slice(0, 3)).toEqual([]);

@@ -3,6 +3,7 @@ import { eventIdOf, resultEventId } from '../../src/contracts/index.js';
 import type { ConsumedRecord } from '../../src/kafka/group-consumer.js';
 import type { ConversationWindow } from '../../src/contracts/conversation-window.js';
 import type { TrackedMessage } from '../../src/contracts/message-state.js';
+import type { RequestOutcome } from '../../src/contracts/request-outcome.js';
 import { TrackerLogic, type TaskStateStore } from '../../src/tracker/tracker-logic.js';
 import { inboundEvent, statusEvent } from '../ingress/fixtures.js';
 import { accepted } from './harness.js';
@@ -17,6 +18,7 @@ type Write = Parameters<TaskStateStore['write']>[0];
 class MemoryStore implements TaskStateStore {
   messages = new Map<string, TrackedMessage>();
   windows = new Map<string, ConversationWindow>();
+  outcomes = new Map<string, RequestOutcome>();
   writes: Write[] = [];
   reads = 0;
   fail: Error | undefined;
@@ -26,6 +28,9 @@ class MemoryStore implements TaskStateStore {
   }
   conversation(key: string) {
     return this.windows.get(key);
+  }
+  requestOutcome(requestId: string) {
+    return this.outcomes.get(requestId);
   }
   messageIdsOfRequest(requestId: string) {
     return [...this.messages.values()].filter((s) => s.requestId === requestId).map((s) => s.messageId);
@@ -44,11 +49,19 @@ class MemoryStore implements TaskStateStore {
     if (this.fail) return Promise.reject(this.fail);
     for (const m of change.messages) this.messages.set(m.id, m.state);
     for (const c of change.conversations) this.windows.set(c.key, c.window);
+    for (const o of change.outcomes ?? []) this.outcomes.set(o.requestId, o.outcome);
     return Promise.resolve();
   }
 }
 
-const topics = { sendResults: 'send-results', deliveryStatus: 'delivery_status', messages: 'messages', messageState: 'message-state', conversations: 'conversations' };
+const topics = {
+  sendResults: 'send-results',
+  deliveryStatus: 'delivery_status',
+  messages: 'messages',
+  messageState: 'message-state',
+  conversations: 'conversations',
+  requestOutcomes: 'request-outcomes',
+};
 let offset = 0;
 const record = (topic: string, key: string, value: string, headers: Record<string, string>): ConsumedRecord => ({
   topic,
@@ -127,19 +140,64 @@ describe('TrackerLogic', () => {
     expect(written[0]!.state).toMatchObject({ status: 'read', events: 3, requestId: 'r0' });
   });
 
-  it('a duplicate or a refused event in a batch is no output; a rejected result is skipped quietly', () => {
+  it('a duplicate or a refused event in a batch is no output', () => {
     const { l, skipped } = logic();
     l.startTask(0, new MemoryStore());
-    const rejected = record(
-      'send-results',
-      'r9',
-      JSON.stringify({ requestId: 'r9', outcome: 'rejected', attempts: 1, maybeSent: false, error: { httpStatus: 400, type: 't', code: 'c', message: 'm', retriable: false } }),
-      { 'business-id': 'biz_1' },
-    );
-    const out = l.process(0, l.decodeBatch([status('m1', 'read', '1700000003'), status('m1', 'read', '1700000003'), status('m1', 'sent', '1700000001'), status('m1', 'sent', '1700000005'), rejected]));
+    const out = l.process(0, l.decodeBatch([status('m1', 'read', '1700000003'), status('m1', 'read', '1700000003'), status('m1', 'sent', '1700000001'), status('m1', 'sent', '1700000005')]));
     // read, then sent fills its timestamp; the duplicate read and the later sent change nothing.
     expect(out.outputs).toHaveLength(2);
-    expect(skipped).toEqual(['not_accepted']);
+    expect(skipped).toEqual([]);
+  });
+
+  it("keeps a rejected or expired result as its request's outcome: keyed by request id on the task's partition, the latest kept, a replay no output, written with its position", () => {
+    const { l, skipped } = logic();
+    const store = new MemoryStore();
+    l.startTask(0, store);
+    const rejected = (at: string, code = 'ERROR_CODE_MESSAGE_TEXT_EMPTY') =>
+      record(
+        'send-results',
+        'r9',
+        JSON.stringify({
+          requestId: 'r9',
+          businessId: 'biz_1',
+          outcome: 'rejected',
+          type: 'text',
+          recipient: '+15550002222',
+          attempts: 1,
+          maybeSent: false,
+          rejectedAt: at,
+          error: { httpStatus: 400, type: 'ERROR_TYPE_INVALID_REQUEST', code, message: 'm', cntTraceId: 'trace-9', retriable: false },
+          content: { text: ' ' },
+        }),
+        { 'event-id': resultEventId('biz_1', 'r9', 'rejected'), 'business-id': 'biz_1' },
+      );
+    const first = l.process(0, l.decodeBatch([rejected('2026-11-24T10:00:00.000Z'), rejected('2026-11-24T10:00:00.000Z')]));
+    expect(skipped).toEqual([]);
+    expect(first.outputs.map((o) => [o.topic, o.partition, o.key, o.headers?.schema])).toEqual([['request-outcomes', 0, 'r9', 'request-outcome/v1']]);
+    expect(l.requestOutcome('r9')).toBeUndefined();
+    first.commit!(new Map([['request-outcomes', new Map([[0, 4]])]]));
+    expect(store.writes[0]!.checkpoint).toEqual({ requestOutcomes: 4 });
+    expect(store.writes[0]!.outcomes).toHaveLength(1);
+    expect(l.requestOutcome('r9')).toMatchObject({
+      requestId: 'r9',
+      outcome: 'rejected',
+      attempts: 1,
+      maybeSent: false,
+      error: { code: 'ERROR_CODE_MESSAGE_TEXT_EMPTY', cntTraceId: 'trace-9' },
+      expiresAt: null,
+      at: '2026-11-24T10:00:00.000Z',
+      content: { text: ' ' },
+      updatedAt: '2026-11-24T12:00:00.000Z',
+    });
+    // The same result again (a redelivery, a repeat) and an earlier one change nothing; a later one replaces it.
+    expect(l.process(0, l.decodeBatch([rejected('2026-11-24T10:00:00.000Z'), rejected('2026-11-24T09:00:00.000Z', 'OLDER')])).outputs).toHaveLength(0);
+    const later = l.process(0, l.decodeBatch([rejected('2026-11-24T11:00:00.000Z', 'LATER')]));
+    expect(later.outputs).toHaveLength(1);
+    later.commit!(new Map());
+    expect(l.requestOutcome('r9')?.error?.code).toBe('LATER');
+    expect(store.writes.at(-1)!.outcomes![0]!.previous?.error?.code).toBe('ERROR_CODE_MESSAGE_TEXT_EMPTY');
+    // A request with a message answers as its message; the outcome stays for the request without one.
+    expect(l.request('r9')).toBeUndefined();
   });
 
   it('a send result of the previous release (no maybeSent) is applied, not skipped as invalid', () => {

@@ -4,7 +4,8 @@ import { startTracker, type Tracker } from '../../src/tracker/index.js';
 import { javaCompatibleHash } from '../../src/kafka/partitioner.js';
 import { messageId } from '../ingress/fixtures.js';
 import { produce } from '../helpers/kafka.js';
-import { getJson, inboundRecord, latestByKey, resultRecord, statusRecord, trackerConfig, until, type TrackerTestConfig as Config } from './harness.js';
+import { rmSync } from 'node:fs';
+import { expiredRecord, getJson, inboundRecord, latestByKey, rejectedRecord, resultRecord, statusRecord, trackerConfig, until, type TrackerTestConfig as Config } from './harness.js';
 
 /**
  * The tracker role on the suite's broker: send results and delivery statuses in every order,
@@ -138,5 +139,56 @@ describe('tracker', () => {
     expect(metrics).toMatch(/msgbridge_tracker_events_total\{topic="delivery_status",outcome="duplicate"[^}]*\} 300\n/);
     expect(Number(/msgbridge_tracker_evictions_total\{kind="message"[^}]*\} (\d+)/.exec(metrics)?.[1] ?? 0)).toBeGreaterThan(0);
     expect(await tracker.request('req-7')).toMatchObject({ messageId: ids[7], status: 'read' });
+  }, 180_000);
+
+  it('keeps each rejected or expired request once, found by its request id, and restores it from request-outcomes (delta, and bulk into an empty store)', async () => {
+    const id = randomUUID().slice(0, 8);
+    const config = trackerConfig(id);
+    const topics = config.kafka.topics;
+    const rejectedIds = Array.from({ length: 20 }, (_, i) => `rej-${i}`);
+    const expiredIds = Array.from({ length: 5 }, (_, i) => `exp-${i}`);
+    const inputs = [...rejectedIds.map((r) => rejectedRecord(r)), ...expiredIds.map((r) => expiredRecord(r))];
+    // Each twice (a redelivery), and a request rejected, then accepted when resubmitted.
+    const resubmitted = messageId();
+    await produce(topics.sendResults, [...inputs, ...inputs, rejectedRecord('req-resubmitted'), resultRecord('req-resubmitted', resubmitted)]);
+    let tracker = await start(config);
+    await until('26 outcomes', async () => (await latestByKey(topics.requestOutcomes, 300)).latest.size === 26);
+    const before = await latestByKey(topics.requestOutcomes);
+    expect(before.records).toBe(26);
+    expect(before.latest.get('rej-3')).toMatchObject({ requestId: 'rej-3', outcome: 'rejected', error: { code: 'ERROR_CODE_MESSAGE_TEXT_EMPTY', cntTraceId: 'trace-rej-3' }, content: { text: ' ' } });
+
+    const ask = async (requestId: string) => getJson(tracker.address!, `/requests/${requestId}`);
+    const rejected = await ask('rej-3');
+    expect(rejected).toMatchObject({
+      status: 200,
+      body: { requestId: 'rej-3', outcome: 'rejected', attempts: 1, maybeSent: false, error: { httpStatus: 400, cntTraceId: 'trace-rej-3' }, expiresAt: null, at: '2026-11-24T10:00:00.000Z' },
+    });
+    expect(rejected.body).not.toHaveProperty('messageId');
+    expect(await ask('exp-2')).toMatchObject({ status: 200, body: { outcome: 'expired', expiresAt: '2026-11-24T09:59:00.000Z', expiredBy: 'ttlMs', content: { templateName: 'order_update' } } });
+    // A request with a message answers as its message.
+    expect(await ask('req-resubmitted')).toMatchObject({ status: 200, body: { messageId: resubmitted, requestId: 'req-resubmitted' } });
+    expect(await ask('rej-none')).toMatchObject({ status: 404 });
+    const metrics = await (await fetch(`${tracker.address}/metrics`)).text();
+    expect(metrics).toMatch(/msgbridge_tracker_events_total\{topic="send-results",outcome="outcome_unchanged"[^}]*\} 25\n/);
+    const stored = [...metrics.matchAll(/msgbridge_tracker_store_entries\{[^}]*kind="request_outcome"[^}]*\} (\d+)/g)].reduce((n, m) => n + Number(m[1]), 0);
+    expect(stored).toBe(26);
+
+    // A restart reads the outcomes it has not got (none: delta); redelivered results change nothing.
+    await tracker.drain();
+    running = running.filter((t) => t !== tracker);
+    await produce(topics.sendResults, inputs);
+    tracker = await start(config);
+    expect(await ask('rej-7')).toMatchObject({ status: 200, body: { outcome: 'rejected', error: { cntTraceId: 'trace-rej-7' } } });
+    // Into an empty store (a new member, a lost volume): restored in bulk from request-outcomes.
+    await tracker.drain();
+    running = running.filter((t) => t !== tracker);
+    rmSync(config.tracker.stateDir, { recursive: true, force: true });
+    tracker = await start(config);
+    // 503 until the restored states' indexes are built (a message of the request could be among them).
+    await until('the indexes of the bulk restore', async () => (await ask('rej-0')).status !== 503);
+    for (const r of [...rejectedIds, ...expiredIds]) expect((await ask(r)).status, r).toBe(200);
+    expect(await ask('exp-4')).toMatchObject({ status: 200, body: { outcome: 'expired', content: { parameters: [{ name: 'order', value: '42' }] } } });
+    await new Promise((r) => setTimeout(r, 1000));
+    expect((await latestByKey(topics.requestOutcomes)).records).toBe(26);
   }, 180_000);
 });

@@ -199,6 +199,8 @@ async function search(q, business, before) {
   for (const kind of ['messages', 'requests']) {
     try {
       const state = await api(`/${kind}/${encodeURIComponent(q)}`);
+      // A request that created no message answers its rejected or expired outcome.
+      if (kind === 'requests' && state.outcome) return renderOutcome(state);
       return renderMessage(state, kind === 'requests' ? `found by request id ${q}` : undefined);
     } catch (error) {
       if (error.status !== 404) throw error;
@@ -212,7 +214,7 @@ async function search(q, business, before) {
       {},
       h('li', {}, 'A phone number is searched as typed and with a leading +: use the international format (+15550002222).'),
       h('li', {}, 'A request id is the requestId the producing system put in its send request.'),
-      h('li', {}, 'The tracker keeps messages updated in the last tracker.stateRetentionMs (30 days by default); a request that was rejected before sending has no message (see Dead letters).'),
+      h('li', {}, 'The tracker keeps messages and rejected or expired requests updated in the last tracker.stateRetentionMs (30 days by default); a request still being sent is not known yet.'),
     ),
   );
 }
@@ -327,10 +329,13 @@ function timeline(state) {
   return h('ol', { class: 'timeline', 'aria-label': 'Status timeline, oldest first' }, items);
 }
 
+/** An error object: the provider's (with its trace id), or msgbridge's own (`RELAY_*` codes: refused without a call, or a dead letter). */
 function errorBlock(error) {
   if (!error) return null;
+  const own = typeof error.code === 'string' && error.code.startsWith('RELAY_');
   const rows = [
     ['Code', error.code],
+    ['HTTP status', error.httpStatus],
     ['Type', error.type],
     ['Message', error.message],
     ['For the user', [error.userTitle, error.userMessage].filter(Boolean).join(': ')],
@@ -339,7 +344,7 @@ function errorBlock(error) {
   return h(
     'section',
     { class: 'card error-card', 'aria-labelledby': 'error-title' },
-    h('h2', { id: 'error-title' }, 'Error from the provider'),
+    h('h2', { id: 'error-title' }, own ? 'Why msgbridge did not send it' : 'Error from the provider'),
     h(
       'dl',
       {},
@@ -347,7 +352,7 @@ function errorBlock(error) {
     ),
     error.cntTraceId
       ? h('p', { class: 'trace' }, 'Quote this trace id to the provider: ', h('code', { id: 'trace-id' }, error.cntTraceId), ' ', copyButton(error.cntTraceId, 'Copy the trace id'))
-      : h('p', { class: 'muted' }, 'The provider gave no trace id.'),
+      : h('p', { class: 'muted' }, own ? 'msgbridge decided this itself: there is no provider trace id.' : 'The provider gave no trace id.'),
   );
 }
 
@@ -379,6 +384,56 @@ async function windowBlock(state) {
 function sendText(send) {
   const attempts = `${send.attempts} attempt${send.attempts === 1 ? '' : 's'}`;
   return send.maybeSent ? `${attempts}; an earlier attempt got no answer and may have created another message (maybeSent): the customer may have received it twice` : attempts;
+}
+
+/** A template's name and parameters as a list. */
+function templateRows(name, parameters) {
+  return [
+    h('dt', {}, 'Template'),
+    h('dd', { class: 'id' }, name),
+    h('dt', {}, 'Parameters'),
+    h(
+      'dd',
+      {},
+      parameters.length === 0
+        ? h('span', { class: 'muted' }, 'none')
+        : h(
+            'ul',
+            { class: 'parameters' },
+            parameters.map((p) => h('li', {}, h('span', { class: 'param-name' }, p.name), ': ', h('span', { class: 'param-value' }, p.value))),
+          ),
+    ),
+  ];
+}
+
+/**
+ * What the request asked to send, as the send result recorded it (bounded by the sender: a cut
+ * text ends with "…"); absent when a release before 0.2.0 sent it or the request could not be read.
+ */
+function requestBlock(content, requestedType) {
+  const section = h('section', { class: 'card', 'aria-labelledby': 'request-title' }, h('h2', { id: 'request-title' }, 'Request'));
+  if (!content) {
+    section.append(h('p', { class: 'muted', id: 'request-content' }, "The request's content was not recorded: it was sent by a release before 0.2.0, or it could not be read."));
+    return section;
+  }
+  const rows = [h('dt', {}, 'Type'), h('dd', {}, requestedType ?? (content.text !== undefined ? 'text' : 'template'))];
+  if (content.text !== undefined) {
+    const blank = content.text.trim() === '' ? h('span', { class: 'muted' }, ` (${content.text.length} blank character${content.text.length === 1 ? '' : 's'}, nothing else)`) : null;
+    rows.push(h('dt', {}, 'Text'), h('dd', {}, h('p', { class: 'request-text' }, content.text), blank));
+  }
+  if (content.templateName !== undefined) rows.push(...templateRows(content.templateName, content.parameters ?? []));
+  if (content.fallbackTemplate)
+    rows.push(
+      h('dt', {}, 'Fallback'),
+      h('dd', {}, 'if the conversation window is closed, this template instead:'),
+      ...templateRows(content.fallbackTemplate.templateName, content.fallbackTemplate.parameters ?? []),
+    );
+  // append() would write null as text: only what is there.
+  const truncated = content.truncated
+    ? h('p', { class: 'muted' }, 'Cut to the limits a send result keeps (text 1,000 characters, 20 parameters of 256): the producing system has the whole request.')
+    : undefined;
+  section.append(...[h('dl', { class: 'summary', id: 'request-content' }, rows), truncated].filter(Boolean));
+  return section;
 }
 
 async function renderMessage(state, foundBy) {
@@ -414,12 +469,52 @@ async function renderMessage(state, foundBy) {
     h('section', { class: 'card', 'aria-labelledby': 'summary-title' }, h('h2', { id: 'summary-title', class: 'visually-hidden' }, 'Summary'), summary),
     errorBlock(state.error),
     h('section', { class: 'card', 'aria-labelledby': 'timeline-title' }, h('h2', { id: 'timeline-title' }, 'Timeline'), timeline(state)),
+    state.send ? requestBlock(state.send.content, state.send.requestedType) : null,
     win,
+    h('p', { class: 'muted' }, 'Not shown: events the tracker refused (a duplicate, a lower status with nothing new): they change nothing and are only counted.'),
+  );
+}
+
+// ---- a request that created no message ----
+
+/** A rejected or expired request (GET /requests/{id} answers its outcome when it has no message). */
+function renderOutcome(o) {
+  const rejected = o.outcome === 'rejected';
+  const summary = h(
+    'dl',
+    { class: 'summary' },
+    h('dt', {}, 'Outcome'),
+    h('dd', {}, h('span', { class: `badge outcome-${o.outcome}` }, o.outcome), ' ', time(o.at)),
+    h('dt', {}, 'Business'),
+    h('dd', {}, o.businessId ?? '—'),
+    h('dt', {}, 'Recipient'),
+    h('dd', {}, o.recipient ?? '—'),
+    h('dt', {}, 'Type'),
+    h('dd', {}, o.type ?? '—'),
+    h('dt', {}, 'Attempts'),
+    h('dd', { class: 'send-summary' }, o.attempts === 0 ? '0: the provider was not called' : `${o.attempts} attempt${o.attempts === 1 ? '' : 's'}`),
+    h('dt', {}, 'Maybe sent'),
+    h('dd', { class: 'maybe-sent' }, o.maybeSent ? 'yes: an attempt got no answer and may have created a message' : 'no: no attempt can have created a message'),
+    rejected ? null : [h('dt', {}, 'Expired'), h('dd', {}, 'at ', time(o.expiresAt), o.expiredBy ? ` (set by ${o.expiredBy})` : '')],
+    h('dt', {}, 'Request id'),
+    h('dd', { class: 'id' }, o.requestId, ' ', copyButton(o.requestId, 'Copy the request id')),
+  );
+  const deadLetter = rejected && o.attempts === 0 && o.error?.code?.startsWith('RELAY_') && o.error.code !== 'RELAY_OUTSIDE_CONVERSATION_WINDOW';
+  show(
+    `Request ${o.outcome}`,
     h(
       'p',
-      { class: 'muted' },
-      "Not shown: the request's text or template and parameters, and the send attempts: the tracker keeps the state of a message, not the request (the producing system and the send-results topic hold them).",
+      { class: o.maybeSent ? 'notice warn' : 'muted' },
+      o.maybeSent
+        ? 'No message was confirmed, but an attempt got no answer and may have created one (maybeSent): do not resend blindly; ask the provider with the recipient and the time.'
+        : rejected
+          ? 'No message was created: the request was rejected for good or for now. Resubmitting the same request id sends it again when the reason was temporary.'
+          : 'No message was created: the request was past its time to live before it could be sent.',
     ),
+    h('section', { class: 'card', 'aria-labelledby': 'summary-title' }, h('h2', { id: 'summary-title', class: 'visually-hidden' }, 'Summary'), summary),
+    errorBlock(o.error),
+    deadLetter ? h('p', {}, 'The request itself is on the dead-letter page: ', link('/console/?dlq=', 'Dead letters'), '.') : null,
+    requestBlock(o.content, o.type),
   );
 }
 
