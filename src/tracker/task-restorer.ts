@@ -1,4 +1,4 @@
-import type { KafkaClient } from '../kafka/client.js';
+import { withAdmin, type KafkaClient } from '../kafka/client.js';
 import type { Config } from '../config/schema.js';
 import type { Logger } from '../platform/logger.js';
 import { partitionEnds, readChangelog, type PartitionEnds } from '../kafka/changelog-reader.js';
@@ -37,15 +37,7 @@ export class TaskRestorer {
 
   /** The cluster's id: a store written against another cluster (a new local broker) is not reused. */
   private cluster(): Promise<string> {
-    this.clusterId ??= (async () => {
-      const admin = this.options.kafka.admin();
-      await admin.connect();
-      try {
-        return (await admin.describeCluster()).clusterId;
-      } finally {
-        await admin.disconnect().catch(() => undefined);
-      }
-    })().catch((error: unknown) => {
+    this.clusterId ??= withAdmin(this.options.kafka, async (admin) => (await admin.describeCluster()).clusterId).catch((error: unknown) => {
       this.clusterId = undefined;
       throw error;
     });

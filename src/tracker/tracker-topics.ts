@@ -1,6 +1,6 @@
 import type { Config } from '../config/schema.js';
 import { MsgbridgeError } from '../platform/errors.js';
-import type { KafkaClient } from '../kafka/client.js';
+import { withAdmin, type KafkaClient } from '../kafka/client.js';
 import { partitionCounts, prepareRoleTopics, topicSettings, type KafkaAdmin } from '../kafka/topics.js';
 import type { Logger } from '../platform/logger.js';
 import type { TrackerTopics } from './tracker-logic.js';
@@ -24,9 +24,7 @@ export function trackerTopics(config: Config): TrackerTopics {
  * (message-state is co-partitioned with them: task p writes partition p).
  */
 export async function prepareTrackerTopics(kafka: KafkaClient, config: Config, topics: TrackerTopics, logger: Logger): Promise<number> {
-  const admin = kafka.admin();
-  await admin.connect();
-  try {
+  return withAdmin(kafka, async (admin) => {
     const inputs = [topics.sendResults, topics.deliveryStatus, topics.messages];
     const counts = await partitionCounts(admin, inputs);
     const partitions = inputs.map((t) => counts.get(t)).find((n) => n !== undefined) ?? config.kafka.partitions;
@@ -60,9 +58,7 @@ export async function prepareTrackerTopics(kafka: KafkaClient, config: Config, t
     }
     await warnUnboundedChangelogs(admin, config, topics, logger);
     return partitions;
-  } finally {
-    await admin.disconnect().catch(() => undefined);
-  }
+  });
 }
 
 /**
