@@ -428,6 +428,7 @@ class MemoryStore implements TaskStateStore {
   messageIdsOfRequest = () => [];
   indexesComplete = () => true;
   listedMessages = () => [];
+  outcomesOfRecipient = () => [];
   write(change: Parameters<TaskStateStore['write']>[0]): Promise<void> {
     for (const m of change.messages) this.messages.set(m.id, m.state);
     for (const c of change.conversations) this.windows.set(c.key, c.window);

@@ -4,7 +4,7 @@ import { conversationKey, type ConversationWindow } from '../contracts/conversat
 import type { RequestOutcome } from '../contracts/request-outcome.js';
 import { FORWARDED_HEADER, forwardQuery, type ForwardAnswer } from './query-forwarding.js';
 import { type GroupDirectory } from '../kafka/group-directory.js';
-import type { MessageList, TrackerLogic } from './tracker-logic.js';
+import { newestOutcomesFirst, type MessageList, type TrackerLogic } from './tracker-logic.js';
 
 /**
  * The tracker's queries (README "Queries"), answered from the local stores in constant time:
@@ -32,6 +32,8 @@ interface Engine {
 export type MessagePage = ({ recipient: string } | { business: string }) & {
   messages: MessageState[];
   next: string | null;
+  /** On a recipient's first page: its rejected or expired requests, newest first (at most the page size). */
+  requests?: RequestOutcome[];
 };
 
 interface Sorted {
@@ -207,7 +209,10 @@ export class QueryService {
     if (!this.engine) return unavailable('the tracker is starting');
     if (!this.logic.indexesComplete()) return unavailable('this member is still indexing a restored task: ask again in a moment');
     const local: Sorted[] = this.logic.listedMessages(list, value, limit, cursor).map(({ sort, state }) => ({ sort, state: messageStateOf(state) }));
-    if (forwarded) return { status: 200, body: { [list]: value, items: local.map((l) => ({ sort: encodeCursor(l.sort), state: l.state })) } };
+    // A recipient's first page also names its requests that never became a message (rejected, expired).
+    const withRequests = list === 'recipient' && before === undefined;
+    const requests = withRequests ? this.logic.recipientOutcomes(value, limit) : [];
+    if (forwarded) return { status: 200, body: { [list]: value, items: local.map((l) => ({ sort: encodeCursor(l.sort), state: l.state })), ...(withRequests ? { requests } : {}) } };
     const remote = await this.fanOut(`/messages?${new URLSearchParams({ [list]: value, limit: String(limit), ...(before ? { before } : {}) }).toString()}`, credentials);
     if (remote.some((a) => a.status !== 200)) return unavailable('some members could not be asked for their part of the list (rebalancing?): ask again');
     const all = [...local];
@@ -217,11 +222,13 @@ export class QueryService {
       const items = (a.body as { items?: { sort: string; state: MessageState }[] }).items ?? [];
       if (items.length === limit) mayHaveMore = true;
       for (const item of items) all.push({ sort: decodeCursor(item.sort) ?? '', state: item.state });
+      requests.push(...((a.body as { requests?: RequestOutcome[] }).requests ?? []));
     }
     all.sort((a, b) => (a.sort < b.sort ? 1 : a.sort > b.sort ? -1 : 0));
     const page = all.slice(0, limit);
     const next = page.length === limit && (mayHaveMore || all.length > limit) ? encodeCursor(page[page.length - 1]!.sort) : null;
-    return { status: 200, body: { [list]: value, messages: page.map((p) => p.state), next } as MessagePage };
+    const body = { [list]: value, messages: page.map((p) => p.state), next, ...(withRequests ? { requests: newestOutcomesFirst(requests).slice(0, limit) } : {}) };
+    return { status: 200, body: body as MessagePage };
   }
 
   private ownsActive(task: number): boolean {

@@ -78,6 +78,7 @@ const listKey = (value: string, s: TrackedMessage) => `${value}${SEP}${pad(first
 const messageExpiryKey = (s: TrackedMessage) => `${pad(Date.parse(s.updatedAt))}${SEP}${s.messageId}`;
 const windowExpiryKey = (w: ConversationWindow, key: string) => `${pad(Date.parse(w.lastInboundAt))}${SEP}${key}`;
 const outcomeExpiryKey = (o: RequestOutcome) => `${pad(Date.parse(o.updatedAt))}${SEP}${o.requestId}`;
+const outcomeRecipientKey = (o: RequestOutcome) => (o.recipient ? `${o.recipient}${SEP}${pad(Date.parse(o.at))}${SEP}${o.requestId}` : undefined);
 
 /** The index entries of one state: removed and added as a set when it changes. */
 function messageIndexKeys(s: TrackedMessage): { request?: string; recipient?: string; business?: string; expiry: string } {
@@ -176,6 +177,7 @@ interface Handles {
   windowExpiry: Database<string, string>;
   outcomes: Database<string, string>;
   outcomeExpiry: Database<string, string>;
+  outcomesByRecipient: Database<string, string>;
   meta: Database<unknown, string>;
 }
 
@@ -196,6 +198,7 @@ function openHandles(dir: string): Handles {
     windowExpiry: db<string>('window-expiry', 'string'),
     outcomes: db<string>('request-outcomes', 'string'),
     outcomeExpiry: db<string>('outcome-expiry', 'string'),
+    outcomesByRecipient: db<string>('outcomes-by-recipient', 'string'),
     meta: db<unknown>('meta', 'msgpack'),
   };
 }
@@ -363,10 +366,20 @@ export class TaskStore {
    * happen), at most `limit`, strictly older than the `before` sort key of an earlier page.
    */
   listedMessages(list: MessageList, value: string, limit: number, before?: string): { id: string; sort: string }[] {
+    return this.newestFirst(this.list(list), value, limit, before);
+  }
+
+  /** The request ids of a recipient's rejected or expired requests, newest first (by when they ended), at most `limit`. */
+  outcomesOfRecipient(recipient: string, limit: number): string[] {
+    if (this.remapping) throw new Error(`the store of task ${this.identity.task} is being remapped: ask again`);
+    return this.newestFirst(this.h.outcomesByRecipient, recipient, limit).map((e) => e.id);
+  }
+
+  private newestFirst(db: Database<string, string>, value: string, limit: number, before?: string): { id: string; sort: string }[] {
     const prefix = `${value}${SEP}`;
     const start = before !== undefined ? `${prefix}${before}` : `${value}\u0001`;
     const found: { id: string; sort: string }[] = [];
-    for (const key of this.list(list).getKeys({ start, end: prefix, reverse: true, limit: limit + 1 })) {
+    for (const key of db.getKeys({ start, end: prefix, reverse: true, limit: limit + 1 })) {
       if (key === start) continue;
       const sort = key.slice(prefix.length);
       found.push({ id: sort.slice(sort.indexOf(SEP) + 1), sort });
@@ -634,13 +647,18 @@ export class TaskStore {
 
   private putOutcome(outcome: RequestOutcome, previous: RequestOutcome | undefined): void {
     if (previous && outcomeExpiryKey(previous) !== outcomeExpiryKey(outcome)) this.outcomeExpiry.remove(outcomeExpiryKey(previous));
+    const [before, after] = [previous && outcomeRecipientKey(previous), outcomeRecipientKey(outcome)];
+    if (before && before !== after) this.h.outcomesByRecipient.remove(before);
     this.outcomes.put(outcome.requestId, JSON.stringify(outcome));
     this.outcomeExpiry.put(outcomeExpiryKey(outcome), '');
+    if (after) this.h.outcomesByRecipient.put(after, '');
   }
 
   private deleteOutcome(previous: RequestOutcome): void {
     this.outcomes.remove(previous.requestId);
     this.outcomeExpiry.remove(outcomeExpiryKey(previous));
+    const byRecipient = outcomeRecipientKey(previous);
+    if (byRecipient) this.h.outcomesByRecipient.remove(byRecipient);
   }
 }
 

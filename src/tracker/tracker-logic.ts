@@ -70,6 +70,8 @@ export interface TaskStateStore {
   indexesComplete(): boolean;
   /** A recipient's or a business's messages, newest first, older than the `before` sort key. */
   listedMessages(list: MessageList, value: string, limit: number, before?: string): { id: string; sort: string }[];
+  /** The request ids of a recipient's rejected or expired requests, newest first. */
+  outcomesOfRecipient(recipient: string, limit: number): string[];
   write(change: {
     messages: { id: string; state: TrackedMessage; previous: TrackedMessage | undefined }[];
     conversations: { key: string; window: ConversationWindow; previous: ConversationWindow | undefined }[];
@@ -339,6 +341,18 @@ export class TrackerLogic {
     return found.sort((a, b) => (a.sort < b.sort ? 1 : a.sort > b.sort ? -1 : 0)).slice(0, limit);
   }
 
+  /** A recipient's rejected or expired requests across this member's tasks, newest first (by when they ended). */
+  recipientOutcomes(recipient: string, limit: number): RequestOutcome[] {
+    const found: RequestOutcome[] = [];
+    for (const openTask of this.tasks.values()) {
+      for (const id of openTask.store.outcomesOfRecipient(recipient, limit)) {
+        const outcome = openTask.store.requestOutcome(id);
+        if (outcome) found.push(outcome);
+      }
+    }
+    return newestOutcomesFirst(found).slice(0, limit);
+  }
+
   get taskCount(): number {
     return this.opts.partitions;
   }
@@ -401,4 +415,9 @@ export class TrackerLogic {
 /** The `event-id` of a published state: the same for the same version of a message's state. */
 function stateEventId(messageId: string, events: number, updatedAt: string): string {
   return createHash('sha256').update(`message-state\n${messageId}\n${events}\n${updatedAt}`).digest('hex');
+}
+
+/** Outcomes newest first by when they ended, then by request id: the same order on every member. */
+export function newestOutcomesFirst(outcomes: RequestOutcome[]): RequestOutcome[] {
+  return outcomes.sort((a, b) => (a.at !== b.at ? (a.at < b.at ? 1 : -1) : a.requestId < b.requestId ? 1 : a.requestId > b.requestId ? -1 : 0));
 }

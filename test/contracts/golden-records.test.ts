@@ -360,6 +360,7 @@ describe.each(versions)('the tracker on the records of %s', (version) => {
       messageIdsOfRequest: () => [],
       indexesComplete: () => true,
       listedMessages: () => [],
+      outcomesOfRecipient: () => [],
       write: (change) => {
         for (const m of change.messages) states.set(m.id, m.state);
         for (const o of change.outcomes ?? []) outcomes.set(o.requestId, o.outcome);

@@ -330,6 +330,14 @@ describe.each(BROWSERS)('the support console in %s', (name) => {
     await page.press('#q', 'Enter');
     await page.waitForSelector('.error-card');
     expect(new URL(page.url()).searchParams.get('q')).toBe(requestId);
+    // So does the customer's phone number: its page lists the requests that did not become a message.
+    await page.goto(`${base}/console/?q=${encodeURIComponent(CUSTOMER)}`);
+    await page.waitForSelector('#requests-title');
+    const row = page.locator('section.requests tbody tr', { hasText: requestId });
+    expect(await row.textContent()).toContain('ERROR_CODE_MESSAGE_TEXT_EMPTY');
+    await row.getByRole('link', { name: requestId }).click();
+    await page.waitForSelector('.error-card');
+    expect(await page.textContent('h1')).toBe('Request rejected');
     await page.close();
     // A read-only user sees the same page with the number masked.
     const reader = await signedIn(TEST_TOKENS.read, `/console/?q=${encodeURIComponent(requestId)}`);

@@ -257,6 +257,9 @@ describe('TaskStore', () => {
     expect(store.requestOutcome('r2')?.content).toEqual({ text: 'hello' });
     expect(store.requestOutcome('r3')).toBeUndefined();
     expect(store.requestOutcome('r4')).toBeUndefined();
+    // The recipient's outcomes, newest first; the deleted one is gone from that index too.
+    expect(store.outcomesOfRecipient('+15550001111', 10)).toEqual(['r2', 'r1']);
+    expect(store.outcomesOfRecipient('+15550001111', 1)).toEqual(['r2']);
     const dir = store.dir;
     await store.close();
     const again = TaskStore.open(dir, identity);
@@ -265,6 +268,7 @@ describe('TaskStore', () => {
     expect(again.expire(Date.parse('2026-11-01T00:00:00Z'), 0, 100)).toEqual({ messages: 0, conversations: 0, outcomes: 1 });
     expect(again.requestOutcome('r1')).toBeUndefined();
     expect(again.requestOutcome('r2')).toBeDefined();
+    expect(again.outcomesOfRecipient('+15550001111', 10)).toEqual(['r2']);
     await again.close();
   });
 

@@ -148,6 +148,12 @@ describe('tracker local stores', () => {
       expect(await get(base, '/requests/fw-none')).toMatchObject({ status: 404, body: { error: 'NOT_FOUND' } });
       for (const r of rejections) expect(await get(base, `/requests/${r}`)).toMatchObject({ status: 200, body: { requestId: r, outcome: 'rejected', error: { cntTraceId: `trace-${r}` } } });
       expect(await get(base, `/messages/${messageId()}`)).toMatchObject({ status: 404 });
+      // The rejected requests' recipient (no message of theirs): its page names them, from both members, the same order everywhere.
+      const customer = await get(base, `/messages?recipient=${encodeURIComponent('+15550002222')}`);
+      expect(customer.body.messages).toEqual([]);
+      expect((customer.body.requests as { requestId: string; outcome: string }[]).map((r) => r.requestId)).toEqual([...rejections, 'fw-17'].sort().reverse());
+      const top3 = await get(base, `/messages?recipient=${encodeURIComponent('+15550002222')}&limit=3`);
+      expect((top3.body.requests as { requestId: string }[]).map((r) => r.requestId)).toEqual([...rejections, 'fw-17'].sort().reverse().slice(0, 3));
 
       // Newest first, in pages of 7, across both members' stores.
       const seen: string[] = [];

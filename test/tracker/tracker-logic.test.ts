@@ -44,6 +44,12 @@ class MemoryStore implements TaskStateStore {
       .map((s) => ({ id: s.messageId, sort: `${s.acceptedAt}\u0000${s.messageId}` }))
       .slice(0, limit);
   }
+  outcomesOfRecipient(recipient: string, limit: number) {
+    return [...this.outcomes.values()]
+      .filter((o) => o.recipient === recipient)
+      .map((o) => o.requestId)
+      .slice(0, limit);
+  }
   write(change: Write) {
     this.writes.push(change);
     if (this.fail) return Promise.reject(this.fail);
@@ -195,6 +201,9 @@ describe('TrackerLogic', () => {
     expect(later.outputs).toHaveLength(1);
     later.commit!(new Map());
     expect(l.requestOutcome('r9')?.error?.code).toBe('LATER');
+    // The recipient's requests without a message list it, as it is now.
+    expect(l.recipientOutcomes('+15550002222', 5).map((o) => [o.requestId, o.error?.code])).toEqual([['r9', 'LATER']]);
+    expect(l.recipientOutcomes('+15550009999', 5)).toEqual([]);
     expect(store.writes.at(-1)!.outcomes![0]!.previous?.error?.code).toBe('ERROR_CODE_MESSAGE_TEXT_EMPTY');
     // A request with a message answers as its message; the outcome stays for the request without one.
     expect(l.request('r9')).toBeUndefined();

@@ -269,6 +269,7 @@ function renderList(title, page, query, kind) {
     ),
   );
   const note = business ? h('p', { class: 'muted' }, `${rows.length} of the ${page.messages.length} messages of this page are of business ${business}.`) : null;
+  const requests = kind === 'recipient' ? requestsBlock(page.requests ?? [], business) : null;
   const older = page.next ? h('p', {}, link(consoleUrl({ ...query, before: page.next }), 'Older messages →', { class: 'button' })) : null;
   const newest = params.get('before') ? h('p', {}, link(consoleUrl({ ...query, before: undefined }), '← Newest')) : null;
   if (rows.length === 0) {
@@ -286,9 +287,60 @@ function renderList(title, page, query, kind) {
       ),
       older,
       newest,
+      requests,
     );
   }
-  show(title, note, h('div', { class: 'scroll' }, table), older, newest);
+  show(title, note, h('div', { class: 'scroll' }, table), older, newest, requests);
+}
+
+/** A customer's requests that never became a message (rejected or expired), on the first page of their messages. */
+function requestsBlock(requests, business) {
+  const rows = business ? requests.filter((r) => r.businessId === business) : requests;
+  if (rows.length === 0) return null;
+  const reason = (r) => (r.outcome === 'rejected' ? (r.error?.code ?? 'rejected') : `past ${r.expiredBy ?? 'its expiry'}`);
+  return h(
+    'section',
+    { 'aria-labelledby': 'requests-title', class: 'requests' },
+    h('h2', { id: 'requests-title' }, 'Requests that did not become a message'),
+    h('p', { class: 'muted' }, 'Rejected or expired before the provider created a message, newest first. Open one for its error and content.'),
+    h(
+      'div',
+      { class: 'scroll' },
+      h(
+        'table',
+        {},
+        h('caption', { class: 'visually-hidden' }, 'Rejected or expired requests to this customer, newest first'),
+        h(
+          'thead',
+          {},
+          h(
+            'tr',
+            {},
+            h('th', { scope: 'col' }, 'When'),
+            h('th', { scope: 'col' }, 'Outcome'),
+            h('th', { scope: 'col' }, 'Request'),
+            h('th', { scope: 'col' }, 'Business'),
+            h('th', { scope: 'col' }, 'Why'),
+          ),
+        ),
+        h(
+          'tbody',
+          {},
+          rows.map((r) =>
+            h(
+              'tr',
+              {},
+              h('td', {}, time(r.at)),
+              h('td', {}, h('span', { class: `badge outcome-${r.outcome}` }, r.outcome)),
+              h('td', { class: 'id' }, link(consoleUrl({ q: r.requestId }), r.requestId)),
+              h('td', {}, r.businessId ? link(consoleUrl({ business: r.businessId }), r.businessId) : '—'),
+              h('td', { class: 'id' }, reason(r)),
+            ),
+          ),
+        ),
+      ),
+    ),
+  );
 }
 
 // ---- a message ----
