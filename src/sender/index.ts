@@ -7,7 +7,6 @@ import { connectingToKafka } from '../kafka/failure.js';
 import type { ConsumedRecord, GroupConsumer } from '../kafka/group-consumer.js';
 import { createKafkajsGroupConsumer } from '../kafka/kafkajs-group-consumer.js';
 import { createKafkajsProducer } from '../kafka/kafkajs-producer.js';
-import { createPlatformaticProducer } from '../kafka/platformatic-producer.js';
 import { requireBrokers } from '../kafka/brokers.js';
 import { prepareRoleTopics } from '../kafka/topics.js';
 import { startHealthServer, type HealthServer } from '../runtime/health-server.js';
@@ -149,12 +148,14 @@ export class Sender implements Role {
     const { config } = options;
     const kafka = createKafka(config.kafka, { logger, brokers });
     const dlqMaxBytes = await connectingToKafka(brokers, () => prepareTopics(kafka, config, logger));
+    // kafka.client, as the ingress: @platformatic/kafka encodes a batch at a fraction of kafkajs's
+    // CPU, and weighs about 45 MiB of memory once loaded: loaded only when chosen (docs/benchmarks.md).
+    const platformatic = config.kafka.client === 'platformatic' ? await import('../kafka/platformatic-producer.js') : undefined;
 
     const publisher = new OutcomePublisher({
-      // kafka.client, as the ingress: @platformatic/kafka encodes a batch at a fraction of kafkajs's CPU (docs/benchmarks.md).
       createProducer: () =>
-        config.kafka.client === 'platformatic'
-          ? createPlatformaticProducer(config.kafka, { brokers, timeoutMs: config.kafka.requestTimeoutMs })
+        platformatic
+          ? platformatic.createPlatformaticProducer(config.kafka, { brokers, timeoutMs: config.kafka.requestTimeoutMs })
           : createKafkajsProducer(kafka, { timeoutMs: config.kafka.requestTimeoutMs }),
       stallMs: config.kafka.requestTimeoutMs,
       // The results of one rate-limit grant (20 ms of tokens) in one produce request (README, "Throughput").
