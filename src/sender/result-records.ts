@@ -218,11 +218,13 @@ export interface StoredResult {
   value: string;
   businessId: string | undefined;
   eventId: string;
+  /** The result itself while it is being published: `forRepeats` copies it without parsing `value`. Never kept. */
+  readonly result?: AcceptedSendResult | RejectedSendResult | ExpiredSendResult;
 }
 
 export function storedResult(result: AcceptedSendResult | RejectedSendResult | ExpiredSendResult): StoredResult {
   const key = result.outcome === 'accepted' ? result.messageId : result.requestId;
-  return { key, value: JSON.stringify(result), businessId: result.businessId, eventId: resultEventId(result.businessId ?? '', result.requestId, result.outcome) };
+  return { key, value: JSON.stringify(result), businessId: result.businessId, eventId: resultEventId(result.businessId ?? '', result.requestId, result.outcome), result };
 }
 
 /**
@@ -231,9 +233,11 @@ export function storedResult(result: AcceptedSendResult | RejectedSendResult | E
  * "Duplicates"). A repeat's result therefore says "not recorded" for the content; the first has it.
  */
 export function forRepeats(stored: StoredResult): StoredResult {
-  if (!stored.value.includes('"content":')) return stored;
-  const { content: _content, ...rest } = JSON.parse(stored.value) as Record<string, unknown>;
-  return { ...stored, value: JSON.stringify(rest) };
+  const { key, businessId, eventId } = stored;
+  const source = stored.result ?? (stored.value.includes('"content":') ? (JSON.parse(stored.value) as { content?: unknown }) : undefined);
+  if (source?.content === undefined) return { key, value: stored.value, businessId, eventId };
+  const { content: _content, ...rest } = source;
+  return { key, value: JSON.stringify(rest), businessId, eventId };
 }
 
 /**
