@@ -74,7 +74,7 @@ export function firstSeenMs(state: TrackedMessage): number {
 }
 
 const requestKey = (requestId: string, messageId: string) => `${requestId}${SEP}${messageId}`;
-const listKey = (value: string, s: TrackedMessage) => `${value}${SEP}${pad(firstSeenMs(s))}${SEP}${s.messageId}`;
+const listKey = (value: string, firstSeen: string, s: TrackedMessage) => `${value}${SEP}${firstSeen}${SEP}${s.messageId}`;
 const messageExpiryKey = (s: TrackedMessage) => `${pad(Date.parse(s.updatedAt))}${SEP}${s.messageId}`;
 const windowExpiryKey = (w: ConversationWindow, key: string) => `${pad(Date.parse(w.lastInboundAt))}${SEP}${key}`;
 const outcomeExpiryKey = (o: RequestOutcome) => `${pad(Date.parse(o.updatedAt))}${SEP}${o.requestId}`;
@@ -82,10 +82,11 @@ const outcomeRecipientKey = (o: RequestOutcome) => (o.recipient ? `${o.recipient
 
 /** The index entries of one state: removed and added as a set when it changes. */
 function messageIndexKeys(s: TrackedMessage): { request?: string; recipient?: string; business?: string; expiry: string } {
+  const firstSeen = pad(firstSeenMs(s));
   return {
     ...(s.requestId ? { request: requestKey(s.requestId, s.messageId) } : {}),
-    ...(s.recipient ? { recipient: listKey(s.recipient, s) } : {}),
-    ...(s.businessId ? { business: listKey(s.businessId, s) } : {}),
+    ...(s.recipient ? { recipient: listKey(s.recipient, firstSeen, s) } : {}),
+    ...(s.businessId ? { business: listKey(s.businessId, firstSeen, s) } : {}),
     expiry: messageExpiryKey(s),
   };
 }
@@ -223,25 +224,25 @@ export class TaskStore {
     this.h = openHandles(dir);
   }
 
-  private get env() {
+  /** The open handles; reads and writes throw while `remap` replaces them. */
+  private get live(): Handles {
     if (this.remapping) throw new Error(`the store of task ${this.identity.task} is being remapped: ask again`);
-    return this.h.env;
+    return this.h;
+  }
+  private get env() {
+    return this.live.env;
   }
   private get messages() {
-    if (this.remapping) throw new Error(`the store of task ${this.identity.task} is being remapped: ask again`);
-    return this.h.messages;
+    return this.live.messages;
   }
   private get windows() {
-    if (this.remapping) throw new Error(`the store of task ${this.identity.task} is being remapped: ask again`);
-    return this.h.windows;
+    return this.live.windows;
   }
   private get requests() {
-    if (this.remapping) throw new Error(`the store of task ${this.identity.task} is being remapped: ask again`);
-    return this.h.requests;
+    return this.live.requests;
   }
   private list(list: MessageList) {
-    if (this.remapping) throw new Error(`the store of task ${this.identity.task} is being remapped: ask again`);
-    return list === 'recipient' ? this.h.recipients : this.h.businesses;
+    return list === 'recipient' ? this.live.recipients : this.live.businesses;
   }
   private get messageExpiry() {
     return this.h.messageExpiry;
@@ -250,15 +251,13 @@ export class TaskStore {
     return this.h.windowExpiry;
   }
   private get outcomes() {
-    if (this.remapping) throw new Error(`the store of task ${this.identity.task} is being remapped: ask again`);
-    return this.h.outcomes;
+    return this.live.outcomes;
   }
   private get outcomeExpiry() {
     return this.h.outcomeExpiry;
   }
   private get meta() {
-    if (this.remapping) throw new Error(`the store of task ${this.identity.task} is being remapped: ask again`);
-    return this.h.meta;
+    return this.live.meta;
   }
 
   /**
@@ -371,8 +370,7 @@ export class TaskStore {
 
   /** The request ids of a recipient's rejected or expired requests, newest first (by when they ended), at most `limit`. */
   outcomesOfRecipient(recipient: string, limit: number): string[] {
-    if (this.remapping) throw new Error(`the store of task ${this.identity.task} is being remapped: ask again`);
-    return this.newestFirst(this.h.outcomesByRecipient, recipient, limit).map((e) => e.id);
+    return this.newestFirst(this.live.outcomesByRecipient, recipient, limit).map((e) => e.id);
   }
 
   private newestFirst(db: Database<string, string>, value: string, limit: number, before?: string): { id: string; sort: string }[] {

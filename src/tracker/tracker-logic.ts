@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import { HEADER, SCHEMA_ID, deliveryStatusEventSchema, eventIdOf, inboundMessageEventSchema, resultEventId, sendResultSchema } from '../contracts/index.js';
 import type { ConsumedRecord } from '../kafka/group-consumer.js';
 import { javaCompatibleHash } from '../kafka/partitioner.js';
@@ -201,7 +200,7 @@ export class TrackerLogic {
           key: id,
           value: JSON.stringify(outcome),
           headers: {
-            [HEADER.eventId]: createHash('sha256').update(`request-outcome\n${id}\n${outcome.outcome}\n${outcome.at}`).digest('hex'),
+            [HEADER.eventId]: eventIdOf(`request-outcome\n${id}\n${outcome.outcome}\n${outcome.at}`),
             ...(outcome.businessId !== null ? { [HEADER.businessId]: outcome.businessId } : {}),
             [HEADER.contentType]: 'application/json',
             [HEADER.schema]: SCHEMA_ID.requestOutcomes,
@@ -414,7 +413,7 @@ export class TrackerLogic {
 
 /** The `event-id` of a published state: the same for the same version of a message's state. */
 function stateEventId(messageId: string, events: number, updatedAt: string): string {
-  return createHash('sha256').update(`message-state\n${messageId}\n${events}\n${updatedAt}`).digest('hex');
+  return eventIdOf(`message-state\n${messageId}\n${events}\n${updatedAt}`);
 }
 
 /** Outcomes newest first by when they ended, then by request id: the same order on every member. */
