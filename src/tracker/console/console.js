@@ -77,6 +77,27 @@ function duration(ms) {
   return `${sign}${parts.join(' ')}`;
 }
 
+/** A table of rows under column headings; the caption, when given, is for screen readers. */
+const dataTable = (caption, headings, rows) =>
+  h(
+    'table',
+    {},
+    caption ? h('caption', { class: 'visually-hidden' }, caption) : null,
+    h(
+      'thead',
+      {},
+      h(
+        'tr',
+        {},
+        headings.map((c) => h('th', { scope: 'col' }, c)),
+      ),
+    ),
+    h('tbody', {}, rows),
+  );
+
+/** A business id as a link to its messages ('—' when there is none). */
+const businessLink = (id) => (id ? link(consoleUrl({ business: id }), id) : '—');
+
 const statusBadge = (status) => h('span', { class: `badge status-${status}` }, status === 'delivery_failed' ? 'failed' : status);
 
 function copyButton(text, label) {
@@ -185,14 +206,17 @@ function failure(error, what) {
 const looksLikePhone = (q) => /^\+?[\d\s().-]{5,30}$/.test(q) && (q.match(/\d/g) ?? []).length >= 5;
 const phoneOf = (q) => q.replace(/[^\d+]/g, '');
 
+/** A page of messages (GET /messages with `query`), older than the `before` cursor when given. */
+const messagesPage = (query, before) => api(`/messages?${new URLSearchParams({ ...query, limit: String(PAGE), ...(before ? { before } : {}) })}`);
+
 async function search(q, business, before) {
   if (looksLikePhone(q)) {
     let number = phoneOf(q);
-    let page = await api(`/messages?${new URLSearchParams({ recipient: number, limit: String(PAGE), ...(before ? { before } : {}) })}`);
+    let page = await messagesPage({ recipient: number }, before);
     // Numbers are stored as the sender recorded them, usually with "+": try that too.
     if (page.messages.length === 0 && !number.startsWith('+') && !before) {
       number = `+${number}`;
-      page = await api(`/messages?${new URLSearchParams({ recipient: number, limit: String(PAGE) })}`);
+      page = await messagesPage({ recipient: number });
     }
     return renderList(`Messages to ${page.recipient ?? q}`, page, { q, business }, 'recipient');
   }
@@ -220,12 +244,12 @@ async function search(q, business, before) {
 }
 
 async function businessMessages(business, before) {
-  const page = await api(`/messages?${new URLSearchParams({ business, limit: String(PAGE), ...(before ? { before } : {}) })}`);
+  const page = await messagesPage({ business }, before);
   return renderList(`Messages of business ${business}`, page, { business }, 'business');
 }
 
 async function recipientOf(id, business, before) {
-  const page = await api(`/messages?${new URLSearchParams({ recipientOf: id, limit: String(PAGE), ...(before ? { before } : {}) })}`);
+  const page = await messagesPage({ recipientOf: id }, before);
   return renderList(`Messages to ${page.recipient ?? 'this customer'}`, page, { recipientOf: id, business }, 'recipient');
 }
 
@@ -233,38 +257,19 @@ function renderList(title, page, query, kind) {
   // A customer's list narrowed to one business (the business's own list needs no narrowing).
   const business = kind === 'recipient' ? query.business : undefined;
   const rows = business ? page.messages.filter((m) => m.businessId === business) : page.messages;
-  const table = h(
-    'table',
-    {},
-    h('caption', { class: 'visually-hidden' }, `${title}, newest first`),
-    h(
-      'thead',
-      {},
+  const table = dataTable(
+    `${title}, newest first`,
+    ['Last update', 'Status', 'Message', 'Request', 'Business', 'Type'],
+    rows.map((m) =>
       h(
         'tr',
         {},
-        h('th', { scope: 'col' }, 'Last update'),
-        h('th', { scope: 'col' }, 'Status'),
-        h('th', { scope: 'col' }, 'Message'),
-        h('th', { scope: 'col' }, 'Request'),
-        h('th', { scope: 'col' }, 'Business'),
-        h('th', { scope: 'col' }, 'Type'),
-      ),
-    ),
-    h(
-      'tbody',
-      {},
-      rows.map((m) =>
-        h(
-          'tr',
-          {},
-          h('td', {}, time(m.updatedAt)),
-          h('td', {}, statusBadge(m.status)),
-          h('td', { class: 'id' }, link(consoleUrl({ message: m.messageId }), m.messageId)),
-          h('td', { class: 'id' }, m.requestId ? link(consoleUrl({ q: m.requestId }), m.requestId) : h('span', { class: 'muted' }, 'not sent by msgbridge')),
-          h('td', {}, m.businessId ? link(consoleUrl({ business: m.businessId }), m.businessId) : '—'),
-          h('td', {}, m.type ?? '—'),
-        ),
+        h('td', {}, time(m.updatedAt)),
+        h('td', {}, statusBadge(m.status)),
+        h('td', { class: 'id' }, link(consoleUrl({ message: m.messageId }), m.messageId)),
+        h('td', { class: 'id' }, m.requestId ? link(consoleUrl({ q: m.requestId }), m.requestId) : h('span', { class: 'muted' }, 'not sent by msgbridge')),
+        h('td', {}, businessLink(m.businessId)),
+        h('td', {}, m.type ?? '—'),
       ),
     ),
   );
@@ -306,36 +311,18 @@ function requestsBlock(requests, business) {
     h(
       'div',
       { class: 'scroll' },
-      h(
-        'table',
-        {},
-        h('caption', { class: 'visually-hidden' }, 'Rejected or expired requests to this customer, newest first'),
-        h(
-          'thead',
-          {},
+      dataTable(
+        'Rejected or expired requests to this customer, newest first',
+        ['When', 'Outcome', 'Request', 'Business', 'Why'],
+        rows.map((r) =>
           h(
             'tr',
             {},
-            h('th', { scope: 'col' }, 'When'),
-            h('th', { scope: 'col' }, 'Outcome'),
-            h('th', { scope: 'col' }, 'Request'),
-            h('th', { scope: 'col' }, 'Business'),
-            h('th', { scope: 'col' }, 'Why'),
-          ),
-        ),
-        h(
-          'tbody',
-          {},
-          rows.map((r) =>
-            h(
-              'tr',
-              {},
-              h('td', {}, time(r.at)),
-              h('td', {}, h('span', { class: `badge outcome-${r.outcome}` }, r.outcome)),
-              h('td', { class: 'id' }, link(consoleUrl({ q: r.requestId }), r.requestId)),
-              h('td', {}, r.businessId ? link(consoleUrl({ business: r.businessId }), r.businessId) : '—'),
-              h('td', { class: 'id' }, reason(r)),
-            ),
+            h('td', {}, time(r.at)),
+            h('td', {}, h('span', { class: `badge outcome-${r.outcome}` }, r.outcome)),
+            h('td', { class: 'id' }, link(consoleUrl({ q: r.requestId }), r.requestId)),
+            h('td', {}, businessLink(r.businessId)),
+            h('td', { class: 'id' }, reason(r)),
           ),
         ),
       ),
@@ -495,7 +482,7 @@ async function renderMessage(state, foundBy) {
     h('dt', {}, 'Status'),
     h('dd', {}, statusBadge(state.status)),
     h('dt', {}, 'Business'),
-    h('dd', {}, state.businessId ? link(consoleUrl({ business: state.businessId }), state.businessId) : '—'),
+    h('dd', {}, businessLink(state.businessId)),
     h('dt', {}, 'Recipient'),
     h('dd', {}, state.recipient ?? '—', state.recipient ? [' · ', link(consoleUrl({ recipientOf: state.messageId }), "this customer's other messages")] : null),
     h('dt', {}, 'Type'),
@@ -694,24 +681,7 @@ function recordsBlock(topic, filter, page) {
     'section',
     { class: 'card', 'aria-labelledby': 'records-title' },
     h('h2', { id: 'records-title' }, 'Records'),
-    h(
-      'div',
-      { class: 'scroll' },
-      h(
-        'table',
-        {},
-        h(
-          'thead',
-          {},
-          h(
-            'tr',
-            {},
-            ['Written', 'Partition/offset', 'Business', 'Code', 'Reason'].map((c) => h('th', { scope: 'col' }, c)),
-          ),
-        ),
-        h('tbody', {}, rows),
-      ),
-    ),
+    h('div', { class: 'scroll' }, dataTable(undefined, ['Written', 'Partition/offset', 'Business', 'Code', 'Reason'], rows)),
     page.next ? h('p', {}, link(consoleUrl({ dlq: topic, ...filter, from: page.next }), 'Next records →', { class: 'button' })) : h('p', { class: 'muted' }, 'End of the topic.'),
   );
 }
