@@ -22,6 +22,8 @@ import type { TrackedMessage } from '../src/contracts/message-state.js';
 import type { ConversationWindow } from '../src/contracts/conversation-window.js';
 import type { RequestOutcome } from '../src/contracts/request-outcome.js';
 import type { OutputRecord } from '../src/kafka/transactional-engine.js';
+import { loadConfig } from '../src/config/load.js';
+import { trackerTopics } from '../src/tracker/tracker-topics.js';
 
 /** The version whose records the code writes now (the next release; package.json names the last one). */
 export const CURRENT_CONTRACT_VERSION = '0.2.0';
@@ -439,14 +441,7 @@ class MemoryStore implements TaskStateStore {
 
 /** The tracker's records: its logic run over this version's results, statuses and inbound messages. */
 function trackerRecords(inputs: { results: GoldenRecord[]; statuses: GoldenRecord[]; inbound: GoldenRecord[] }): Record<'message-state' | 'conversations' | 'request-outcomes', GoldenRecord[]> {
-  const topics = {
-    sendResults: 'send-results',
-    deliveryStatus: 'delivery_status',
-    messages: 'messages',
-    messageState: 'message-state',
-    conversations: 'conversations',
-    requestOutcomes: 'request-outcomes',
-  };
+  const topics = trackerTopics(loadConfig({ env: {} })); // the default topic names
   const logic = new TrackerLogic({
     topics,
     partitions: 1,

@@ -31,6 +31,8 @@ import { conversationEntry } from '../../src/sender/conversation-table.js';
 import { prepareJob } from '../../src/sender/requests.js';
 import { TaskStore } from '../../src/tracker/state-store.js';
 import { TrackerLogic, type DecodedEvent, type SkipReason } from '../../src/tracker/tracker-logic.js';
+import { loadConfig } from '../../src/config/load.js';
+import { trackerTopics } from '../../src/tracker/tracker-topics.js';
 
 /**
  * Every reader in the project accepts every golden record of every release (test/fixtures/contracts/),
@@ -79,14 +81,7 @@ const JSON_SCHEMA_OF: Partial<Record<ContractTopic, string>> = {
   'request-outcomes': 'request-outcome.schema.json',
 };
 
-const TOPICS = {
-  sendResults: 'send-results',
-  deliveryStatus: 'delivery_status',
-  messages: 'messages',
-  messageState: 'message-state',
-  conversations: 'conversations',
-  requestOutcomes: 'request-outcomes',
-};
+const TOPICS = trackerTopics(loadConfig({ env: {} })); // the default topic names
 
 /** The tracker's decoding of consumed records (TrackerLogic.decodeBatch), with what it skipped and why. */
 function trackerDecode(topic: string, records: GoldenRecord[]): { events: DecodedEvent[]; skipped: { reason: SkipReason; detail: string }[] } {

@@ -7,6 +7,8 @@ import type { RequestOutcome } from '../../src/contracts/request-outcome.js';
 import { TrackerLogic, type TaskStateStore } from '../../src/tracker/tracker-logic.js';
 import { inboundEvent, statusEvent } from '../ingress/fixtures.js';
 import { accepted } from './harness.js';
+import { loadConfig } from '../../src/config/load.js';
+import { trackerTopics } from '../../src/tracker/tracker-topics.js';
 
 /**
  * TrackerLogic's rules without Kafka or disk: a batch reads committed states through the cache
@@ -60,14 +62,7 @@ class MemoryStore implements TaskStateStore {
   }
 }
 
-const topics = {
-  sendResults: 'send-results',
-  deliveryStatus: 'delivery_status',
-  messages: 'messages',
-  messageState: 'message-state',
-  conversations: 'conversations',
-  requestOutcomes: 'request-outcomes',
-};
+const topics = trackerTopics(loadConfig({ env: {} })); // the default topic names
 let offset = 0;
 const record = (topic: string, key: string, value: string, headers: Record<string, string>): ConsumedRecord => ({
   topic,
