@@ -153,7 +153,7 @@ async function prepareKafka(options: StartIngressOptions, brokers: string[], log
   const kafka = createKafka(config.kafka, { logger, brokers });
   const minInsyncReplicas = await connectingToKafka(brokers, () => prepareIngressTopics(kafka, config, logger));
   if (config.kafka.client === 'platformatic') {
-    // Loaded only when chosen: importing @platformatic/kafka costs about 30 MiB of memory.
+    // Loaded only when chosen: importing @platformatic/kafka costs about 45 MiB of memory (docs/benchmarks.md).
     const { createPlatformaticProducer } = await import('../kafka/platformatic-producer.js');
     return {
       createProducer: (first) => createPlatformaticProducer(config.kafka, { brokers: preferBrokers(brokers, first), timeoutMs: config.kafka.requestTimeoutMs }),
