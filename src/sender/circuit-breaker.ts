@@ -1,4 +1,5 @@
 import { backoffDelay } from './retry-policy.js';
+import { onAbort } from '../platform/on-abort.js';
 
 /**
  * A circuit per business (README "Provider outages"). Closed: every attempt goes. After
@@ -153,12 +154,12 @@ export class CircuitBreaker {
       const done = () => {
         clearTimeout(timer);
         circuit.waiters.delete(done);
-        signal?.removeEventListener('abort', done);
+        unregister?.();
         resolve();
       };
       const timer = setTimeout(done, Math.max(1, Math.min(ms, 2 ** 31 - 1)));
       circuit.waiters.add(done);
-      signal?.addEventListener('abort', done, { once: true });
+      const unregister = signal && !signal.aborted ? onAbort(signal, done) : undefined;
     });
   }
 }

@@ -2,6 +2,7 @@ import { providerErrorSchema, SEND_PATH_SEGMENT, type SendOperation } from '../c
 import { Http1Pool, type Http1Error, type Http1Exchange, type Http1Request } from '../platform/http1-pool.js';
 import type { ParsedResponse } from '../platform/http1-response-parser.js';
 import { NOOP_TRACER, type TraceSpan, type Tracer } from '../platform/tracing.js';
+import { onAbort } from '../platform/on-abort.js';
 import type { AttemptOutcome, ProviderErrorBody } from './retry-policy.js';
 
 /**
@@ -62,7 +63,6 @@ export function createProviderClient(options: ProviderClientOptions): ProviderCl
     ...(options.tls ? { tls: options.tls } : {}),
   });
   const heads = new RequestHeads(pool.hostHeader, prefix, userAgent);
-  const stops = new StopSignals();
   const tracer = options.tracer ?? NOOP_TRACER;
   return {
     send(operation, businessId, apiKey, body, signal, parent) {
@@ -85,7 +85,7 @@ export function createProviderClient(options: ProviderClientOptions): ProviderCl
       }
       const json = JSON.stringify(body);
       const payload = `${head}${traceparent === '' ? '' : `traceparent: ${traceparent}\r\n`}Content-Length: ${Buffer.byteLength(json)}\r\n\r\n${json}`;
-      const call = new Call(options.callTimeoutMs, stops, signal, span);
+      const call = new Call(options.callTimeoutMs, signal, span);
       call.start(pool.request(payload, call));
       return call.outcome;
     },
@@ -135,16 +135,17 @@ class Call implements Http1Exchange {
   private written = false;
   private settled = false;
   private readonly timer: NodeJS.Timeout;
+  private unregister: (() => void) | undefined;
 
   constructor(
     private readonly callTimeoutMs: number,
-    private readonly stops: StopSignals,
-    private readonly signal: AbortSignal | undefined,
+    signal: AbortSignal | undefined,
     private readonly span: TraceSpan | undefined = undefined,
   ) {
     this.outcome = new Promise((resolve) => (this.resolve = resolve));
     this.timer = setTimeout(() => this.stop({ kind: 'timeout', message: `no complete answer within ${callTimeoutMs} ms`, requestWritten: this.written }), callTimeoutMs);
-    if (signal) stops.add(signal, this);
+    // One listener per partition's signal, however many of its calls are in flight (on-abort.ts).
+    if (signal) this.unregister = onAbort(signal, () => this.stopped(signal.reason));
   }
 
   start(request: Http1Request): void {
@@ -180,7 +181,7 @@ class Call implements Http1Exchange {
     if (this.settled) return;
     this.settled = true;
     clearTimeout(this.timer);
-    if (this.signal) this.stops.remove(this.signal, this);
+    this.unregister?.();
     if (this.span) endCallSpan(this.span, outcome);
     this.resolve(outcome);
   }
@@ -210,37 +211,6 @@ function endCallSpan(span: TraceSpan, outcome: AttemptOutcome): void {
       break;
   }
   span.end();
-}
-
-/** One abort listener per caller signal (a partition's), however many of its calls are in flight. */
-class StopSignals {
-  private readonly calls = new Map<AbortSignal, { calls: Set<Call>; listener: () => void }>();
-
-  add(signal: AbortSignal, call: Call): void {
-    let entry = this.calls.get(signal);
-    if (!entry) {
-      const calls = new Set<Call>();
-      const listener = () => {
-        this.calls.delete(signal);
-        signal.removeEventListener('abort', listener);
-        for (const c of calls) c.stopped(signal.reason);
-      };
-      entry = { calls, listener };
-      this.calls.set(signal, entry);
-      signal.addEventListener('abort', listener);
-    }
-    entry.calls.add(call);
-  }
-
-  remove(signal: AbortSignal, call: Call): void {
-    const entry = this.calls.get(signal);
-    if (!entry) return;
-    entry.calls.delete(call);
-    if (entry.calls.size === 0) {
-      this.calls.delete(signal);
-      signal.removeEventListener('abort', entry.listener);
-    }
-  }
 }
 
 function parseJson(text: string): unknown {

@@ -1,4 +1,5 @@
 import { Deque } from '../platform/deque.js';
+import { onAbort } from '../platform/on-abort.js';
 
 /**
  * At most `permits` holders at once; waiters are served in FIFO order and leave the queue
@@ -35,15 +36,16 @@ export class Semaphore {
       const waiter = {
         cancelled: false,
         grant: () => {
-          signal?.removeEventListener('abort', onAbort);
+          unregister?.();
           resolve(true);
         },
       };
-      const onAbort = () => {
-        waiter.cancelled = true;
-        resolve(false);
-      };
-      signal?.addEventListener('abort', onAbort, { once: true });
+      const unregister = signal
+        ? onAbort(signal, () => {
+            waiter.cancelled = true;
+            resolve(false);
+          })
+        : undefined;
       this.waiters.push(waiter);
     });
   }

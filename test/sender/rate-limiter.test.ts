@@ -86,24 +86,36 @@ describe('RateLimiter (token bucket per business)', () => {
     expect(limiter.slowedDown().size).toBe(0);
   });
 
-  it('grants the tokens of 20 ms at once (four at 200/s), without exceeding the rate', async () => {
+  it('grants the tokens of 100 ms at once (twenty at 200/s, its burst), without exceeding the rate', async () => {
     const limiter = new RateLimiter({ ratePerSecond: 200, now: () => Date.now() });
     const granted: number[] = [];
-    const waits = Array.from({ length: 60 }, () => limiter.acquire('biz').then(() => granted.push(Date.now())));
-    await vi.advanceTimersByTimeAsync(250);
+    const waits = Array.from({ length: 80 }, () => limiter.acquire('biz').then(() => granted.push(Date.now())));
+    await vi.advanceTimersByTimeAsync(400);
     await Promise.all(waits);
     const start = granted[0]!;
     const byTime = new Map<number, number>();
     for (const t of granted.slice(limiter.burst)) byTime.set(t - start, (byTime.get(t - start) ?? 0) + 1);
     // The first 20 are the burst; then (after the one timer armed while a single waiter waited)
-    // groups of 4, 20 ms apart: 200 tokens a second, 11 timer wakeups for 40 tokens instead of 40.
+    // groups of 20, 100 ms apart: 200 tokens a second, 4 timer wakeups for 60 tokens instead of 60.
     const groups = [...byTime.values()];
-    expect(groups.reduce((a, b) => a + b, 0)).toBe(40);
-    expect(Math.max(...groups)).toBe(4);
-    expect(groups.slice(1, -1).every((g) => g === 4)).toBe(true);
-    expect(groups.length).toBeLessThanOrEqual(11);
+    expect(groups.reduce((a, b) => a + b, 0)).toBe(60);
+    expect(Math.max(...groups)).toBe(20);
+    expect(groups.slice(1, -1).every((g) => g === 20)).toBe(true);
+    expect(groups.length).toBeLessThanOrEqual(4);
     const times = [...byTime.keys()];
-    for (let i = 2; i < times.length - 1; i++) expect(times[i]! - times[i - 1]!).toBeGreaterThanOrEqual(19);
+    for (let i = 1; i < times.length; i++) expect((times[i]! - times[i - 1]!) / groups[i]!).toBeGreaterThanOrEqual(4.9);
+  });
+
+  it('grants smaller groups when the burst is smaller than 100 ms of tokens', async () => {
+    const limiter = new RateLimiter({ ratePerSecond: 200, burst: 5, now: () => Date.now() });
+    const granted: number[] = [];
+    const waits = Array.from({ length: 45 }, () => limiter.acquire('biz').then(() => granted.push(Date.now())));
+    await vi.advanceTimersByTimeAsync(250);
+    await Promise.all(waits);
+    const byTime = new Map<number, number>();
+    for (const t of granted.slice(5)) byTime.set(t, (byTime.get(t) ?? 0) + 1);
+    expect(Math.max(...byTime.values())).toBe(5);
+    expect(granted.length).toBe(45);
   });
 
   it('paces waiters at the lowered rate', async () => {
