@@ -1,4 +1,4 @@
-import { createHash, hash } from 'node:crypto';
+import { hash } from 'node:crypto';
 
 /** The provider's signature header on webhook calls. */
 export const SIGNATURE_HEADER = 'x-service-hmac-sha256';
@@ -48,7 +48,7 @@ export function eventIdOf(bytes: string | Uint8Array): string {
  * a replay) carries the same id even when its attempts, times or message id differ.
  */
 export function resultEventId(businessId: string, requestId: string, outcome: string): string {
-  return createHash('sha256').update(`send-result\n${businessId}\n${requestId}\n${outcome}`).digest('hex');
+  return hash('sha256', `send-result\n${businessId}\n${requestId}\n${outcome}`, 'hex');
 }
 
 export const SCHEMA_ID = {
