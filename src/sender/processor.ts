@@ -10,7 +10,7 @@ import type { SenderMetrics } from './metrics.js';
 import type { ProviderClient } from './provider-client.js';
 import type { RateLimiter } from './rate-limiter.js';
 import type { DlqJob, Job, SendJob } from './requests.js';
-import { acceptedResult, expiredResult, failureOf, fitDlqRecord, forRepeats, rejectedResult, resultHeaders, storedResult, type StoredResult } from './result-records.js';
+import { acceptedResult, expiredResult, failureOf, fitDlqRecord, fromRepeat, rejectedResult, repeatValue, resultHeaders, storedResult, type StoredResult } from './result-records.js';
 import { decide, maybeCreated, providerFailing, type AttemptOutcome, type RetryPolicyOptions } from './retry-policy.js';
 import type { Semaphore } from './semaphore.js';
 import { sleep } from '../platform/sleep.js';
@@ -111,7 +111,8 @@ class RequestProcessor implements Processor {
   private readonly random: () => number;
   private readonly now: () => number;
   /** (business, requestId) → its final result, least recently used first. */
-  private readonly completed = new Map<string, StoredResult>();
+  /** Results kept for repeats, by business and request id, oldest first (`repeatValue`). */
+  private readonly completed = new Map<string, string>();
   private readonly inFlight = new Map<string, Promise<void>>();
   private readonly tracer: Tracer;
 
@@ -167,9 +168,10 @@ class RequestProcessor implements Processor {
     const { logger, metrics } = this.options;
     const id = `${job.businessId}\u0000${job.request.requestId}`;
     for (;;) {
-      const stored = this.completed.get(id);
-      if (stored) {
-        this.remember(id, stored);
+      const kept = this.completed.get(id);
+      if (kept !== undefined) {
+        this.keep(id, kept);
+        const stored = fromRepeat(kept);
         logger.info({ requestId: job.request.requestId, businessId: job.businessId }, 'requestId already completed in this process: publishing its result again instead of sending');
         metrics.outcome('duplicate', job.businessId);
         span?.addEvent('requestId already completed in this process: its result is published again');
@@ -195,8 +197,13 @@ class RequestProcessor implements Processor {
   }
 
   private remember(id: string, stored: StoredResult): void {
+    this.keep(id, repeatValue(stored));
+  }
+
+  /** Keeps `value` as the newest entry, dropping the oldest beyond completedMax. */
+  private keep(id: string, value: string): void {
     this.completed.delete(id);
-    this.completed.set(id, forRepeats(stored));
+    this.completed.set(id, value);
     while (this.completed.size > this.options.completedMax) {
       const oldest = this.completed.keys().next().value as string;
       this.completed.delete(oldest);

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { sendResultSchema } from '../../src/contracts/index.js';
 import { prepareJob as prepare, type IncomingRecord, type SendJob } from '../../src/sender/requests.js';
-import { acceptedResult, expiredResult, failureOf, fitDlqRecord, forRepeats, rejectedResult, resultHeaders, resultRecord, storedResult } from '../../src/sender/result-records.js';
+import { acceptedResult, expiredResult, failureOf, fitDlqRecord, fromRepeat, rejectedResult, repeatValue, resultHeaders, resultRecord, storedResult } from '../../src/sender/result-records.js';
 import { REQUEST_CONTENT_LIMITS, requestContentOf, boundedContent } from '../../src/contracts/send.js';
 
 const DAY = 86_400_000;
@@ -40,10 +40,18 @@ describe('result records', () => {
     expect(boundedContent(accepted.content!)).toEqual(accepted.content);
     expect(requestContentOf(text.request)).toEqual(accepted.content);
     const stored = storedResult(accepted);
-    const kept = forRepeats(stored);
+    const kept = fromRepeat(repeatValue(stored));
     expect(JSON.parse(kept.value)).toEqual({ ...JSON.parse(stored.value), content: undefined });
     expect(kept.value.length).toBeLessThan(stored.value.length - REQUEST_CONTENT_LIMITS.textChars);
     expect(kept.eventId).toBe(stored.eventId);
+    expect(kept.key).toBe(stored.key);
+    expect(kept.businessId).toBe(stored.businessId);
+    const rejected = storedResult(rejectedResult(template, { message: 'bad', type: 't', code: 'c', retriable: false }, 1, false, new Date(0)));
+    const keptRejected = fromRepeat(repeatValue(rejected));
+    expect({ key: keptRejected.key, eventId: keptRejected.eventId, businessId: keptRejected.businessId }).toEqual({ key: 'r2', eventId: rejected.eventId, businessId: rejected.businessId });
+    const expired = storedResult(expiredResult(template, 0, false, new Date(0)));
+    expect(fromRepeat(repeatValue(expired)).eventId).toBe(expired.eventId);
+    expect(fromRepeat(repeatValue(expired)).eventId).not.toBe(rejected.eventId);
   });
 
   it('builds results that match the contract, keyed by message id (request id when rejected)', () => {
