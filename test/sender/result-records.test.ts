@@ -54,6 +54,32 @@ describe('result records', () => {
     expect(fromRepeat(repeatValue(expired)).eventId).not.toBe(rejected.eventId);
   });
 
+  it('keeps for repeats exactly JSON.stringify of the result without its content, whatever the content holds', () => {
+    const withoutContent = (result: object) => {
+      const { content: _content, ...rest } = result as { content?: unknown };
+      return JSON.stringify(rest);
+    };
+    const tricky = ['hi', ',"content":{"text":"x"}}', 'quote " backslash \\ ,"content": \u2028 ünïcödé 😀', 'x'.repeat(REQUEST_CONTENT_LIMITS.textChars + 10)];
+    const results: object[] = [];
+    for (const [i, t] of tricky.entries()) {
+      const job = prepareJob(record({ requestId: `r${i}`, type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: t } }), one, 5) as SendJob;
+      results.push(acceptedResult(job, `m-${i}`, 1, false, new Date(0)));
+      results.push(rejectedResult(job, { message: ',"content":"no"', type: 't', code: 'c', retriable: false }, 2, true, new Date(0)));
+      results.push(expiredResult(job, 0, false, new Date(0)));
+    }
+    const template = prepareJob(
+      record({ requestId: 't1', type: 'template', number: '+15550002222', templateName: 'content', parameters: [{ name: ',"content":', value: '"content"' }] }),
+      one,
+      5,
+    ) as SendJob;
+    results.push(acceptedResult(template, 'm-t', 1, false, new Date(0)), { ...acceptedResult(template, 'm-u', 1, false, new Date(0)), content: undefined });
+    for (const result of results) {
+      const value = repeatValue(storedResult(result as Parameters<typeof storedResult>[0]));
+      expect(value).toBe(withoutContent(result));
+      expect(JSON.parse(value)).not.toHaveProperty('content');
+    }
+  });
+
   it('builds results that match the contract, keyed by message id (request id when rejected)', () => {
     const job = prepareJob(
       record({ requestId: 'r1', type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' } }, { traceparent: 'tp', 'correlation-id': 'c' }),
