@@ -217,12 +217,17 @@ async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, r
   const calls = { before: { sum: 0, count: 0 }, after: { sum: 0, count: 0 } };
   let commits = { before: 0, after: 0, from: 0, to: 0 };
   const deadline = Date.now() + 10 * 60_000;
+  // About twenty scrapes of msgbridge's /metrics per run, at least 0.5 s apart: each costs the
+  // sender about a millisecond of CPU, which twice a second was 5% of its cost at 200/s (a
+  // Prometheus scrapes every 15 s or more; the peer is not scraped at all).
+  const expectedSeconds = N / Math.min(inFlight / (L / 1000), target === 'msgbridge' && RATE !== undefined ? RATE : Infinity);
+  const scrapeEvery = Math.max(5, Math.round(expectedSeconds / 2));
   while (results.seen.size < N) {
     if (child.exitCode !== null) throw new Error(`${target} exited with ${child.exitCode} after ${results.seen.size} results`);
     if (Date.now() > deadline) throw new Error(`${target}: ${results.seen.size} of ${N} results after 10 minutes`);
     samples.push({ at: performance.now(), count: results.seen.size, cpu: cpuSeconds(pid) });
     const share = results.seen.size / N;
-    if (target === 'msgbridge' && share >= 0.1 && share < 0.9 && samples.length % 5 === 0) {
+    if (target === 'msgbridge' && share >= 0.1 && share < 0.9 && samples.length % scrapeEvery === 0) {
       const m = await scrape(healthPort);
       if (m) {
         gauges.push({ inFlight: m.inFlight, buffered: m.buffered, commitLag: m.commitLag, lagP99Ms: m.lagP99Ms, lagMaxMs: m.lagMaxMs });
