@@ -110,8 +110,7 @@ export function createProcessor(options: ProcessorOptions): Processor {
 class RequestProcessor implements Processor {
   private readonly random: () => number;
   private readonly now: () => number;
-  /** (business, requestId) → its final result, least recently used first. */
-  /** Results kept for repeats, by business and request id, oldest first (`repeatValue`). */
+  /** (business, requestId) → its final result as kept for repeats (`repeatValue`), least recently used first. */
   private readonly completed = new Map<string, string>();
   private readonly inFlight = new Map<string, Promise<void>>();
   private readonly tracer: Tracer;
