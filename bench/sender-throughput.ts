@@ -15,6 +15,8 @@
 //   npx tsx bench/sender-throughput.ts [--requests 20000] [--recipients 2000] [--latency-ms 20]
 //       [--in-flight 128,512] [--rounds 3] [--targets msgbridge,rpconnect,rpconnect-keepalive]
 //       [--rate 200]   (msgbridge's sender.ratePerSecond: the cost of a sender that waits on its limit)
+//       [--warmup 20000]  (requests worked before the measured N, every target alike; whole-run
+//                         figures include them)
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
 // BENCH_SENDER_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles msgbridge's sender;
 // BENCH_SENDER_ENV (a JSON object of environment variables) tries other settings.
@@ -53,9 +55,15 @@ const { values: args } = parseArgs({
     partitions: { type: 'string', default: '12' },
     /** msgbridge's sender.ratePerSecond (default: lifted); the peers have no rate limit. */
     rate: { type: 'string' },
+    /** Requests each target works before the measured ones (its JIT warmed up, as a running relay's is). */
+    warmup: { type: 'string', default: '0' },
   },
 });
 const N = Number(args.requests);
+const W = Number(args.warmup);
+if (!Number.isInteger(W) || W < 0) throw new Error(`--warmup must be a whole number of requests, not ${args.warmup}`);
+/** Requests preloaded per run: the warm-up ones, then the N measured. */
+const TOTAL = W + N;
 const K = Number(args.recipients);
 const L = Number(args['latency-ms']);
 const IN_FLIGHT = args['in-flight']!.split(',').map(Number);
@@ -110,7 +118,7 @@ function recipient(k: number): string {
 
 /** Recipient k gets its requests s = 0, 1, 2… in produce order (one partition per key keeps it). */
 function requests(run: string) {
-  return Array.from({ length: N }, (_, i) => {
+  return Array.from({ length: TOTAL }, (_, i) => {
     const k = i % K;
     const s = Math.floor(i / K);
     const requestId = `${run}-${k}-${s}`;
@@ -188,7 +196,7 @@ async function startMsgbridge(brokers: string[], providerUrl: string, topics: Re
 
 async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, rpconnect: string | undefined, target: string, inFlight: number, round: number): Promise<Run | undefined> {
   const run = randomUUID().slice(0, 8);
-  log(`[${target} ×${inFlight}] round ${round}: preloading ${N} requests over ${K} recipients…`);
+  log(`[${target} ×${inFlight}] round ${round}: preloading ${TOTAL} requests over ${K} recipients${W > 0 ? ` (the first ${W} to warm up)` : ''}…`);
   const topics = await prepare(kafka, run);
   await provider.reset();
   const results = await collect(kafka, topics.results);
@@ -220,13 +228,13 @@ async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, r
   // About twenty scrapes of msgbridge's /metrics per run, at least 0.5 s apart: each costs the
   // sender about a millisecond of CPU, which twice a second was 5% of its cost at 200/s (a
   // Prometheus scrapes every 15 s or more; the peer is not scraped at all).
-  const expectedSeconds = N / Math.min(inFlight / (L / 1000), target === 'msgbridge' && RATE !== undefined ? RATE : Infinity);
+  const expectedSeconds = TOTAL / Math.min(inFlight / (L / 1000), target === 'msgbridge' && RATE !== undefined ? RATE : Infinity);
   const scrapeEvery = Math.max(5, Math.round(expectedSeconds / 2));
-  while (results.seen.size < N) {
+  while (results.seen.size < TOTAL) {
     if (child.exitCode !== null) throw new Error(`${target} exited with ${child.exitCode} after ${results.seen.size} results`);
-    if (Date.now() > deadline) throw new Error(`${target}: ${results.seen.size} of ${N} results after 10 minutes`);
+    if (Date.now() > deadline) throw new Error(`${target}: ${results.seen.size} of ${TOTAL} results after 10 minutes`);
     samples.push({ at: performance.now(), count: results.seen.size, cpu: cpuSeconds(pid) });
-    const share = results.seen.size / N;
+    const share = (results.seen.size - W) / N;
     if (target === 'msgbridge' && share >= 0.1 && share < 0.9 && samples.length % scrapeEvery === 0) {
       const m = await scrape(healthPort);
       if (m) {
@@ -247,8 +255,8 @@ async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, r
   const threads = cpuByThread(pid);
   await stopChild(child);
   await results.stop();
-  const from = samples.find((s) => s.count >= 0.1 * N)!;
-  const to = samples.find((s) => s.count >= 0.9 * N)!;
+  const from = samples.find((s) => s.count >= W + 0.1 * N)!;
+  const to = samples.find((s) => s.count >= W + 0.9 * N)!;
   const done = to.count - from.count;
   const result: Run = {
     target,
@@ -256,9 +264,9 @@ async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, r
     round,
     resultsPerSecond: Math.round(done / ((to.at - from.at) / 1000)),
     cpuPerResultMs: Math.round(((to.cpu - from.cpu) / done) * 1e5) / 100,
-    cpuPerResultWholeMs: Math.round((whole / N) * 1e5) / 100,
+    cpuPerResultWholeMs: Math.round((whole / TOTAL) * 1e5) / 100,
     peakRssMb: Math.round(rss),
-    missing: N - results.seen.size,
+    missing: TOTAL - results.seen.size,
     provider: await provider.stats(),
     cpuByThread: threads,
     ...(gauges.length > 0
@@ -305,7 +313,7 @@ async function main() {
     await local?.stop();
   }
   console.log(JSON.stringify(runs, null, 2));
-  console.log(`\n${N} requests over ${K} recipients, provider latency ${L} ms, ${ROUNDS} round(s), medians (rounds in brackets)\n`);
+  console.log(`\n${N} requests${W > 0 ? ` after ${W} to warm up` : ''} over ${K} recipients, provider latency ${L} ms, ${ROUNDS} round(s), medians (rounds in brackets)\n`);
   console.log('| target | in flight | bound/s | results/s | of bound | CPU ms/result (steady) | CPU ms/result (whole run) | peak RSS MiB | missing | sent twice | out of order | connections |');
   console.log('|---|---|---|---|---|---|---|---|---|---|---|---|');
   const table = new Map<string, { perSecond: number; cpu: number }>();
