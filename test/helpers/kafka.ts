@@ -47,7 +47,10 @@ export interface TestRecord {
 }
 
 export async function produce(topic: string, records: TestRecord[]): Promise<void> {
-  const producer = testKafka('msgbridge-test-producer').producer({ allowAutoTopicCreation: true });
+  // Idempotent: a send that kafkajs retries after an error on one partition (a topic being
+  // auto-created has no leader yet) re-sends every partition of the request, and without it the
+  // partitions already written get their records twice, which a test counting events then sees.
+  const producer = testKafka('msgbridge-test-producer').producer({ allowAutoTopicCreation: true, idempotent: true, maxInFlightRequests: 1, retry: { retries: 3 } });
   await producer.connect();
   try {
     await producer.send({ topic, acks: -1, messages: records.map((r) => ({ key: r.key ?? null, value: r.value, headers: r.headers, partition: r.partition })) });
