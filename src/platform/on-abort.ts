@@ -9,22 +9,23 @@
 const callbacksBySignal = new WeakMap<AbortSignal, Set<() => void>>();
 
 export function onAbort(signal: AbortSignal, callback: () => void): () => void {
-  let callbacks = callbacksBySignal.get(signal);
-  if (!callbacks) {
-    const registered = new Set<() => void>();
-    callbacks = registered;
-    callbacksBySignal.set(signal, registered);
-    signal.addEventListener(
-      'abort',
-      () => {
-        callbacksBySignal.delete(signal);
-        for (const run of registered) run();
-        registered.clear();
-      },
-      { once: true },
-    );
-  }
-  const set = callbacks;
-  set.add(callback);
-  return () => void set.delete(callback);
+  const callbacks = callbacksBySignal.get(signal) ?? listen(signal);
+  callbacks.add(callback);
+  return () => void callbacks.delete(callback);
+}
+
+/** The signal's one listener, running the callbacks registered when it aborts. */
+function listen(signal: AbortSignal): Set<() => void> {
+  const callbacks = new Set<() => void>();
+  callbacksBySignal.set(signal, callbacks);
+  signal.addEventListener(
+    'abort',
+    () => {
+      callbacksBySignal.delete(signal);
+      for (const run of callbacks) run();
+      callbacks.clear();
+    },
+    { once: true },
+  );
+  return callbacks;
 }
