@@ -110,6 +110,11 @@ async function scrape(port: number) {
   }
 }
 
+/** Results a second a target cannot exceed: its calls in flight over the provider's latency, and msgbridge's rate limit. */
+function boundPerSecond(target: string, inFlight: number): number {
+  return Math.min(inFlight / (L / 1000), target === 'msgbridge' && RATE !== undefined ? RATE : Infinity);
+}
+
 const log = (text: string) => process.stderr.write(`${text}\n`);
 
 function recipient(k: number): string {
@@ -228,7 +233,7 @@ async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, r
   // About twenty scrapes of msgbridge's /metrics per run, at least 0.5 s apart: each costs the
   // sender about a millisecond of CPU, which twice a second was 5% of its cost at 200/s (a
   // Prometheus scrapes every 15 s or more; the peer is not scraped at all).
-  const expectedSeconds = TOTAL / Math.min(inFlight / (L / 1000), target === 'msgbridge' && RATE !== undefined ? RATE : Infinity);
+  const expectedSeconds = TOTAL / boundPerSecond(target, inFlight);
   const scrapeEvery = Math.max(5, Math.round(expectedSeconds / 2));
   while (results.seen.size < TOTAL) {
     if (child.exitCode !== null) throw new Error(`${target} exited with ${child.exitCode} after ${results.seen.size} results`);
@@ -321,7 +326,7 @@ async function main() {
     for (const target of TARGETS) {
       const rs = runs.filter((r) => r.target === target && r.inFlight === inFlight);
       if (rs.length === 0) continue;
-      const bound = Math.round(Math.min(inFlight / (L / 1000), target === 'msgbridge' && RATE !== undefined ? RATE : Infinity));
+      const bound = Math.round(boundPerSecond(target, inFlight));
       const perSecond = median(rs.map((r) => r.resultsPerSecond));
       const cpu = median(rs.map((r) => r.cpuPerResultMs));
       table.set(`${target}@${inFlight}`, { perSecond, cpu });
