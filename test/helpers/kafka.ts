@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Kafka, logLevel, type Admin, type RetryOptions } from 'kafkajs';
 import { inject } from 'vitest';
+import { withAdmin as withClientAdmin } from '../../src/kafka/client.js';
 import { headersToStrings as decodeHeaders } from '../../src/kafka/headers.js';
 import { ensureTopics } from '../../src/kafka/topics.js';
 
@@ -19,14 +20,8 @@ export function uniqueTopic(prefix = 't'): string {
   return `${prefix}-${randomUUID().slice(0, 8)}`;
 }
 
-export async function withAdmin<T>(fn: (admin: Admin) => Promise<T>, brokers?: string[]): Promise<T> {
-  const admin = testKafka('msgbridge-test-admin', brokers).admin();
-  await admin.connect();
-  try {
-    return await fn(admin);
-  } finally {
-    await admin.disconnect();
-  }
+export function withAdmin<T>(fn: (admin: Admin) => Promise<T>, brokers?: string[]): Promise<T> {
+  return withClientAdmin(testKafka('msgbridge-test-admin', brokers), fn);
 }
 
 export async function createTopics(topics: string[], partitions = 1): Promise<void> {
