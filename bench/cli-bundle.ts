@@ -1,8 +1,11 @@
 // `msgbridge` bundled to plain JavaScript for the benchmarks' child processes, as `node
 // dist/cli.js` runs in production (not through the tsx loader, whose compiler would be counted
 // in their CPU and memory). .cache/bench/ sits at the same depth as src/<dir>/, so the bundle's
-// import.meta.url-relative paths (config/) hold.
+// import.meta.url-relative paths (config/) hold. Split into chunks, as the CLI's dynamic imports
+// keep each role's modules apart: `msgbridge sender` loads none of the other roles' packages.
 import { spawn, type ChildProcess, type StdioOptions } from 'node:child_process';
+import { mkdirSync, readdirSync, rmSync } from 'node:fs';
+import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
 
@@ -11,7 +14,22 @@ export const CLI_BUNDLE = fileURLToPath(new URL('../.cache/bench/sender-cli.mjs'
 
 export async function bundleCli(): Promise<void> {
   const entry = fileURLToPath(new URL('../src/cli.ts', import.meta.url));
-  await build({ entryPoints: [entry], outfile: CLI_BUNDLE, bundle: true, platform: 'node', format: 'esm', target: 'node20', packages: 'external', logLevel: 'warning' });
+  const outdir = dirname(CLI_BUNDLE);
+  mkdirSync(outdir, { recursive: true });
+  for (const file of readdirSync(outdir, { withFileTypes: true }).filter((f) => f.name.startsWith('sender-cli'))) rmSync(`${outdir}/${file.name}`, { force: true });
+  await build({
+    entryPoints: { 'sender-cli': entry },
+    outdir,
+    splitting: true,
+    chunkNames: 'sender-cli-chunk-[hash]',
+    outExtension: { '.js': '.mjs' },
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    packages: 'external',
+    logLevel: 'warning',
+  });
 }
 
 /** `msgbridge sender` from the bundle, with BENCH_SENDER_NODE_ARGS (e.g. --cpu-prof) and `env` over PATH and HOME only. */

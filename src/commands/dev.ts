@@ -3,21 +3,20 @@ import type { Command } from 'commander';
 import type { Registry } from 'prom-client';
 import type { Config } from '../config/schema.js';
 import { WEBHOOK_TOPICS } from '../contracts/index.js';
-import { startIngress, type Ingress } from '../ingress/index.js';
-import { obtainBrokers, type Brokers } from '../kafka/brokers.js';
+import type { Ingress } from '../ingress/index.js';
+import type { Brokers } from '../kafka/brokers.js';
 import { createShutdown } from '../runtime/shutdown.js';
 import { roleLoggers } from '../platform/logger.js';
 import type { Role } from '../runtime/role.js';
-import { startSender, type Sender } from '../sender/index.js';
-import { startTracker, type Tracker } from '../tracker/index.js';
+import type { Sender } from '../sender/index.js';
+import type { Tracker } from '../tracker/index.js';
 import { defaultCacheDir } from '../kafka/local-broker.js';
 import { join } from 'node:path';
 
-import { simulatorOptionsFromConfig, startSimulator, type RunningSimulator } from '../simulator/index.js';
+import type { RunningSimulator } from '../simulator/index.js';
 import { commandConfig, writeDevState } from './context.js';
 import { parseIntegerOption } from './options.js';
 import { loopbackHost } from '../platform/net.js';
-import { createDlqPort } from './dlq-console.js';
 
 const DEFAULT_STATE_DIR = './state/tracker';
 
@@ -80,6 +79,15 @@ function line(text = '') {
 }
 
 async function runDev(config: Config, opts: DevOptions, devToken: string): Promise<void> {
+  // Loaded here, not at the CLI's start: `msgbridge sender` loads none of the other roles (src/commands/README.md).
+  const [{ obtainBrokers }, { startSimulator, simulatorOptionsFromConfig }, { startIngress }, { startTracker }, { startSender }, { createDlqPort }] = await Promise.all([
+    import('../kafka/brokers.js'),
+    import('../simulator/index.js'),
+    import('../ingress/index.js'),
+    import('../tracker/index.js'),
+    import('../sender/index.js'),
+    import('./dlq-console.js'),
+  ]);
   // Logs go to stderr (warnings and up by default), the screen to stdout.
   const loggers = roleLoggers(['dev', 'simulator', 'ingress', 'tracker', 'sender'], { level: process.env.MSGBRIDGE_LOG_LEVEL ?? 'warn' });
   const logger = loggers.dev;

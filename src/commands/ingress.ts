@@ -1,7 +1,5 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import { ingressWorkersSchema } from '../config/schema.js';
-import { assertIngressConfigUsable } from '../ingress/index.js';
-import { startIngressWorkers } from '../ingress/workers.js';
 import { runRole } from '../runtime/foreground.js';
 import { commandConfig } from './context.js';
 
@@ -32,6 +30,7 @@ export function registerIngressCommand(program: Command): void {
     )
     .action(async (opts: { workers?: number | 'auto' }, command: Command) => {
       const loaded = commandConfig(command);
+      const [{ assertIngressConfigUsable }, { startIngressWorkers }] = await Promise.all([import('../ingress/index.js'), import('../ingress/workers.js')]);
       const config = opts.workers === undefined ? loaded : { ...loaded, ingress: { ...loaded.ingress, workers: opts.workers } };
       // Before an embedded broker or worker threads start for nothing.
       assertIngressConfigUsable(config);

@@ -1,7 +1,6 @@
 import type { Command } from 'commander';
 import { commandConfig } from './context.js';
 import { runRole } from '../runtime/foreground.js';
-import { senderApiKeys, startSender } from '../sender/index.js';
 
 /**
  * `msgbridge sender`: send requests from Kafka to the provider, results back to Kafka.
@@ -17,6 +16,7 @@ export function registerSenderCommand(program: Command): void {
     .description('run the sender: consume send requests from Kafka, call the provider, publish the created message ids (or the errors) to Kafka')
     .action(async (_opts: unknown, command: Command) => {
       const config = commandConfig(command);
+      const { senderApiKeys, startSender } = await import('../sender/index.js');
       // Configuration errors first, before any broker is started.
       senderApiKeys(config);
       await runRole({

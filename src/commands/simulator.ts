@@ -1,11 +1,9 @@
 import { InvalidArgumentError, type Command } from 'commander';
-import { request } from 'undici';
 import { commandConfig } from './context.js';
 import type { Config } from '../config/schema.js';
 import { MsgbridgeError } from '../platform/errors.js';
 import { createShutdown } from '../runtime/shutdown.js';
 import { createLogger } from '../platform/logger.js';
-import { simulatorOptionsFromConfig, startSimulator } from '../simulator/index.js';
 import { parseIntegerOption } from './options.js';
 import { localUrl } from '../platform/net.js';
 import { recipientNumber } from '../contracts/common.js';
@@ -64,6 +62,7 @@ export function registerSimulatorCommand(program: Command): void {
 async function runSimulator(command: Command, opts: { host?: string; port?: number }): Promise<void> {
   const config = commandConfig(command);
   const logger = createLogger({ level: config.log.level, name: 'simulator' });
+  const { simulatorOptionsFromConfig, startSimulator } = await import('../simulator/index.js');
   const options = simulatorOptionsFromConfig(config, { logger });
   if (opts.host !== undefined) options.host = opts.host;
   if (opts.port !== undefined) options.port = opts.port;
@@ -86,6 +85,7 @@ function simulatorUrl(config: Config): string {
 }
 
 async function callSimulator(base: string, method: 'GET' | 'POST' | 'PUT' | 'DELETE', path: string, body?: unknown): Promise<unknown> {
+  const { request } = await import('undici');
   let response;
   try {
     response = await request(new URL(path, base), {

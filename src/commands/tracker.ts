@@ -3,11 +3,9 @@ import { createKafka, withAdmin } from '../kafka/client.js';
 import { connectingToKafka } from '../kafka/failure.js';
 import { messageStateOf, type MessageState } from '../contracts/message-state.js';
 import { findMessageState, findRequestState } from '../tracker/query.js';
-import { checkStateDir, startTracker } from '../tracker/index.js';
 import { MsgbridgeError } from '../platform/errors.js';
 import { commandConfig, operatorBrokers } from './context.js';
 import { runRole } from '../runtime/foreground.js';
-import { createDlqPort } from './dlq-console.js';
 
 /**
  * `msgbridge tracker`: one monotonic state per message and the customers' conversation windows,
@@ -24,6 +22,7 @@ export function registerTrackerCommand(program: Command): void {
     .description('run the tracker: fold send results and delivery statuses into one state per message (message-state), and inbound messages into conversation windows (conversations), exactly once')
     .action(async (_opts: unknown, command: Command) => {
       const config = commandConfig(command);
+      const [{ checkStateDir, startTracker }, { createDlqPort }] = await Promise.all([import('../tracker/index.js'), import('./dlq-console.js')]);
       // Before any Kafka: a directory it cannot write is a configuration error.
       checkStateDir(config.tracker.stateDir);
       await runRole({

@@ -1,5 +1,4 @@
 import { InvalidArgumentError, type Command } from 'commander';
-import { request } from 'undici';
 import { providerErrorSchema, WEBHOOK_TOPICS, type WebhookTopic } from '../contracts/index.js';
 import type { BusinessConfig, Config } from '../config/schema.js';
 import { MsgbridgeError } from '../platform/errors.js';
@@ -141,6 +140,7 @@ function addressFor(config: Config, opts: WebhookOptions, businessId: string, to
 function providerClient(config: Config, business: BusinessConfig, opts: WebhookOptions) {
   const base = `${opts.providerUrl ?? config.provider.url.replace(/\/+$/, '')}/v1/businesses/${encodeURIComponent(business.id)}`;
   const call = async (method: 'GET' | 'POST' | 'DELETE', path: string, body?: unknown): Promise<{ ok: boolean; status: number; body: unknown; message: string }> => {
+    const { request } = await import('undici');
     let status: number;
     let text: string;
     try {

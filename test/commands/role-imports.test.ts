@@ -1,0 +1,69 @@
+import { relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { build } from 'esbuild';
+import { describe, expect, it } from 'vitest';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+/** The packages a module loads before any of its code runs: its static imports, followed through the project's files. */
+async function packagesLoadedBy(entries: string[]): Promise<Set<string>> {
+  const result = await build({
+    entryPoints: entries.map((e) => `${ROOT}/${e}`),
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    packages: 'external',
+    write: false,
+    metafile: true,
+    logLevel: 'silent',
+    outdir: '/nowhere',
+    absWorkingDir: ROOT,
+  });
+  const { inputs } = result.metafile;
+  const seen = new Set<string>();
+  const packages = new Set<string>();
+  const pending = entries.map((e) => relative(ROOT, `${ROOT}/${e}`));
+  while (pending.length > 0) {
+    const file = pending.pop()!;
+    if (seen.has(file)) continue;
+    seen.add(file);
+    for (const i of inputs[file]?.imports ?? []) {
+      if (i.kind !== 'import-statement') continue;
+      if (!i.external) pending.push(i.path);
+      else if (!i.path.startsWith('node:'))
+        packages.add(
+          i.path
+            .split('/')
+            .slice(0, i.path.startsWith('@') ? 2 : 1)
+            .join('/'),
+        );
+    }
+  }
+  expect(seen.size).toBeGreaterThan(entries.length);
+  return packages;
+}
+
+// Each role's modules are imported when its command runs (src/commands/README.md): a sender
+// process holds none of the tracker's LMDB, the ingress's uWebSockets.js or the simulator's
+// undici, and `msgbridge --help` starts without any of them.
+describe('what each command loads', () => {
+  it('the CLI itself loads no role and none of their packages', async () => {
+    const packages = await packagesLoadedBy(['src/cli.ts']);
+    expect(packages).toContain('commander');
+    for (const heavy of ['lmdb', 'uWebSockets.js', 'undici', '@platformatic/kafka', 'prom-client']) expect(packages, heavy).not.toContain(heavy);
+  });
+
+  it('msgbridge sender loads the sender and none of the other roles’ packages', async () => {
+    const packages = await packagesLoadedBy(['src/cli.ts', 'src/sender/index.ts']);
+    expect(packages).toContain('kafkajs');
+    expect(packages).toContain('prom-client');
+    for (const other of ['lmdb', 'uWebSockets.js', 'undici']) expect(packages, other).not.toContain(other);
+  });
+
+  it('msgbridge tracker loads LMDB, and the ingress and simulator packages only when their roles run', async () => {
+    expect(await packagesLoadedBy(['src/tracker/index.ts'])).toContain('lmdb');
+    const tracker = await packagesLoadedBy(['src/cli.ts', 'src/tracker/index.ts', 'src/commands/dlq-console.ts']);
+    for (const other of ['uWebSockets.js', 'undici']) expect(tracker, other).not.toContain(other);
+    expect(await packagesLoadedBy(['src/simulator/index.ts'])).toContain('undici');
+  });
+});
