@@ -19,7 +19,7 @@ import { followConversations, type ConversationFollower } from './conversation-f
 import { ConversationTable, type ConversationTableStats } from './conversation-table.js';
 import { KeyedRunner, type RunnerStats } from './keyed-runner.js';
 import { createSenderMetrics, type SenderMetrics } from './metrics.js';
-import { PartitionConsumer } from './partition-consumer.js';
+import { fetchBytesPerPartition, PartitionConsumer } from './partition-consumer.js';
 import { createProcessor, type Processor } from './processor.js';
 import { createProviderClient, type ProviderClient } from './provider-client.js';
 import { startTracing, TRACING_FLUSH_MS, type Tracer } from '../platform/tracing.js';
@@ -256,6 +256,7 @@ export class Sender implements Role {
       heartbeatIntervalMs: s.heartbeatIntervalMs,
       // Every owned partition's batch in progress at once: they share the runner's window fairly.
       partitionsConsumedConcurrently: 64,
+      maxBytesPerPartition: fetchBytesPerPartition(s.maxBufferedRequests),
       logger,
     });
     this.member = new PartitionConsumer<Job>({

@@ -12,7 +12,7 @@ import {
 import { silentLogger } from '../../src/platform/logger.js';
 import { KeyedRunner } from '../../src/sender/keyed-runner.js';
 import { encodeCompleted } from '../../src/sender/offset-metadata.js';
-import { PartitionConsumer } from '../../src/sender/partition-consumer.js';
+import { fetchBytesPerPartition, PartitionConsumer } from '../../src/sender/partition-consumer.js';
 
 /** A GroupConsumer the test drives: it calls the handlers itself and records what the member does. */
 class FakeGroup implements GroupConsumer {
@@ -215,5 +215,14 @@ describe('PartitionConsumer (the sender member protocol, on a fake group)', () =
     expect(member.notReadyReason()).toMatch(/stopped/);
     expect(fatal.map((e) => e.message)).toEqual(['gone']);
     await member.abort();
+  });
+});
+
+describe('fetchBytesPerPartition (what a fetch decodes ahead of the window)', () => {
+  it('asks each partition for an eighth of the window at 512 bytes a request, within 64 KiB and 1 MiB', () => {
+    expect(fetchBytesPerPartition(2000)).toBe(128_000);
+    expect(fetchBytesPerPartition(4000)).toBe(256_000);
+    expect(fetchBytesPerPartition(10)).toBe(64 * 1024);
+    expect(fetchBytesPerPartition(1_000_000)).toBe(1024 * 1024);
   });
 });
