@@ -1,3 +1,5 @@
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
 import { sendResultSchema } from '../../src/contracts/index.js';
 import { prepareJob as prepare, type IncomingRecord, type SendJob } from '../../src/sender/requests.js';
@@ -74,10 +76,36 @@ describe('result records', () => {
     ) as SendJob;
     results.push(acceptedResult(template, 'm-t', 1, false, new Date(0)), { ...acceptedResult(template, 'm-u', 1, false, new Date(0)), content: undefined });
     for (const result of results) {
-      const value = repeatValue(storedResult(result as Parameters<typeof storedResult>[0]));
+      const stored = storedResult(result as Parameters<typeof storedResult>[0]);
+      expect(stored.value).toBe(JSON.stringify(result));
+      const value = repeatValue(stored);
       expect(value).toBe(withoutContent(result));
       expect(JSON.parse(value)).not.toHaveProperty('content');
     }
+  });
+
+  it('keeps for repeats a string that does not hold the content alive', () => {
+    // A slice of the whole JSON would keep its parent, content and all: 2,000 kept results of a
+    // template at the content limits (about 6.5 KB of content each) would then hold 13 MB.
+    setFlagsFromString('--expose-gc');
+    const gc = runInNewContext('gc') as () => void;
+    const parameters = Array.from({ length: REQUEST_CONTENT_LIMITS.parameters }, (_, i) => ({
+      name: `${i}`.padEnd(REQUEST_CONTENT_LIMITS.parameterNameChars, 'n'),
+      value: 'v'.repeat(REQUEST_CONTENT_LIMITS.parameterValueChars),
+    }));
+    const templateName = 't'.repeat(REQUEST_CONTENT_LIMITS.templateNameChars);
+    const kept: string[] = [];
+    gc();
+    const before = process.memoryUsage().heapUsed;
+    for (let i = 0; i < 2000; i++) {
+      const job = prepareJob(record({ requestId: `big-${i}`, type: 'template', number: '+15550002222', templateName, parameters }), one, 5) as SendJob;
+      const stored = storedResult(acceptedResult(job, `m-${i}`, 1, false, new Date(0)));
+      expect(stored.value.length).toBeGreaterThan(6000);
+      kept.push(repeatValue(stored));
+    }
+    gc();
+    const perEntry = (process.memoryUsage().heapUsed - before) / kept.length;
+    expect(perEntry).toBeLessThan(1500);
   });
 
   it('builds results that match the contract, keyed by message id (request id when rejected)', () => {
