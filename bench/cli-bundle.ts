@@ -13,15 +13,22 @@ export const ROOT = fileURLToPath(new URL('..', import.meta.url));
 export const CLI_BUNDLE = fileURLToPath(new URL('../.cache/bench/sender-cli.mjs', import.meta.url));
 
 export async function bundleCli(): Promise<void> {
-  const entry = fileURLToPath(new URL('../src/cli.ts', import.meta.url));
   const outdir = dirname(CLI_BUNDLE);
   mkdirSync(outdir, { recursive: true });
   for (const file of readdirSync(outdir, { withFileTypes: true }).filter((f) => f.name.startsWith('sender-cli'))) rmSync(`${outdir}/${file.name}`, { force: true });
+  await bundleSplit({ 'sender-cli': fileURLToPath(new URL('../src/cli.ts', import.meta.url)) }, outdir, 'sender-cli-chunk-[hash]');
+}
+
+/**
+ * Entry points bundled for Node as `.mjs`, split at dynamic imports as Node loads the unbundled
+ * code: a package imported only by a role that does not run is not loaded.
+ */
+export async function bundleSplit(entryPoints: Record<string, string>, outdir: string, chunkNames = 'chunk-[hash]'): Promise<void> {
   await build({
-    entryPoints: { 'sender-cli': entry },
+    entryPoints,
     outdir,
     splitting: true,
-    chunkNames: 'sender-cli-chunk-[hash]',
+    chunkNames,
     outExtension: { '.js': '.mjs' },
     bundle: true,
     platform: 'node',

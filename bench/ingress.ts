@@ -26,7 +26,7 @@ import { dirname } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { build } from 'esbuild';
+import { bundleSplit } from './cli-bundle.js';
 import { Kafka, logLevel } from 'kafkajs';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
 import { ensureTopics } from '../src/kafka/topics.js';
@@ -295,19 +295,8 @@ interface RunResult {
 async function main() {
   // Split at dynamic imports, as Node loads the unbundled code: @platformatic/kafka (about
   // 30 MiB) is then loaded only by the target that uses it, not by every target's memory.
-  await build({
-    // The worker threads' module (ingress.workers) beside it: workers.ts looks for it there.
-    entryPoints: { 'ingress-target': TARGET_SOURCE, 'worker-entry': fileURLToPath(new URL('../src/ingress/worker-entry.ts', import.meta.url)) },
-    outdir: dirname(TARGET),
-    outExtension: { '.js': '.mjs' },
-    splitting: true,
-    bundle: true,
-    platform: 'node',
-    format: 'esm',
-    target: 'node20',
-    packages: 'external',
-    logLevel: 'warning',
-  });
+  // The worker threads' module (ingress.workers) beside it: workers.ts looks for it there.
+  await bundleSplit({ 'ingress-target': TARGET_SOURCE, 'worker-entry': fileURLToPath(new URL('../src/ingress/worker-entry.ts', import.meta.url)) }, dirname(TARGET));
   peer = modes.some(isPeerMode) ? peerBinary(PEER) : undefined;
   if (!peer) for (const m of modes.filter(isPeerMode)) modes.splice(modes.indexOf(m), 1);
   let local: LocalBroker | undefined;
