@@ -1,0 +1,78 @@
+// What an idle `msgbridge sender` holds: the bench's CLI bundle (as `node dist/cli.js` runs) is
+// started STARTS times against the embedded broker, with no request to send; each start prints
+// the time to ready, VmRSS and VmHWM from /proc after IDLE_MS of idling, and V8's heap spaces
+// from the sender's own /metrics.
+//   npx tsx bench/sender-idle.ts [--starts 3] [--idle-ms 10000]
+// KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
+import { readFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+import { parseArgs } from 'node:util';
+import { bundleCli, spawnSenderBundle } from './cli-bundle.js';
+import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
+
+const { values: args } = parseArgs({ options: { starts: { type: 'string', default: '3' }, 'idle-ms': { type: 'string', default: '10000' } } });
+const STARTS = Number(args.starts);
+const IDLE_MS = Number(args['idle-ms']);
+if (!Number.isInteger(STARTS) || STARTS < 1) throw new Error(`--starts must be a positive whole number, not ${args.starts}`);
+if (!Number.isInteger(IDLE_MS) || IDLE_MS < 0) throw new Error(`--idle-ms must be a whole number of milliseconds, not ${args['idle-ms']}`);
+
+const mib = (kb: string) => Math.round(Number.parseInt(kb, 10) / 1024);
+function memory(pid: number): { rssMiB: number; peakMiB: number } {
+  const fields = Object.fromEntries(
+    readFileSync(`/proc/${pid}/status`, 'utf8')
+      .split('\n')
+      .map((l) => l.split(/:\s+/)),
+  ) as Record<string, string>;
+  return { rssMiB: mib(fields.VmRSS!), peakMiB: mib(fields.VmHWM!) };
+}
+
+async function heapSpaces(health: string): Promise<Record<string, number>> {
+  const text = await (await fetch(`${health}/metrics`)).text();
+  const spaces: Record<string, number> = {};
+  for (const m of text.matchAll(/^msgbridge_nodejs_heap_space_size_total_bytes\{space="([a-z_]+)"[^}]*\} ([0-9.e+]+)$/gm)) if (Number(m[2]) > 0) spaces[m[1]!] = Math.round(Number(m[2]) / 1048576);
+  const external = /^msgbridge_nodejs_external_memory_bytes(?:\{[^}]*\})? ([0-9.e+]+)$/m.exec(text);
+  if (external) spaces.external = Math.round(Number(external[1]) / 1048576);
+  return spaces;
+}
+
+async function main() {
+  await bundleCli();
+  let local: LocalBroker | undefined;
+  let brokers = process.env.KAFKA_BROKERS ?? '';
+  if (brokers === '') {
+    local = await startLocalBroker({ heapMb: 512 });
+    brokers = local.bootstrap;
+  }
+  try {
+    for (let i = 1; i <= STARTS; i++) {
+      const started = performance.now();
+      const child = spawnSenderBundle(
+        {
+          KAFKA_BROKERS: brokers,
+          MSGBRIDGE_BUSINESS_ID: 'biz_idle',
+          MSGBRIDGE_API_KEY: 'idle-api-key',
+          MSGBRIDGE_PROVIDER_URL: 'http://127.0.0.1:9',
+          MSGBRIDGE_LOG_LEVEL: 'warn',
+          MSGBRIDGE__sender__groupId: `idle-${Date.now()}-${i}`,
+          MSGBRIDGE__sender__healthPort: '0',
+        },
+        ['ignore', 'pipe', 'inherit'],
+      );
+      const health = await new Promise<string>((resolve, reject) => {
+        child.once('exit', (code) => reject(new Error(`msgbridge sender exited with ${code} before it was ready`)));
+        createInterface({ input: child.stdout! }).on('line', (l) => {
+          if (l.startsWith('{"sender"')) resolve((JSON.parse(l) as { sender: { health: string } }).sender.health);
+        });
+      });
+      const readyMs = Math.round(performance.now() - started);
+      await new Promise((r) => setTimeout(r, IDLE_MS));
+      console.log(JSON.stringify({ start: i, readyMs, ...memory(child.pid!), heapSpacesMiB: await heapSpaces(health) }));
+      child.kill('SIGTERM');
+      await new Promise((r) => child.once('exit', r));
+    }
+  } finally {
+    await local?.stop();
+  }
+}
+
+await main();
