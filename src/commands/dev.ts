@@ -79,15 +79,6 @@ function line(text = '') {
 }
 
 async function runDev(config: Config, opts: DevOptions, devToken: string): Promise<void> {
-  // Loaded here, not at the CLI's start: `msgbridge sender` loads none of the other roles (src/commands/README.md).
-  const [{ obtainBrokers }, { startSimulator, simulatorOptionsFromConfig }, { startIngress }, { startTracker }, { startSender }, { createDlqPort }] = await Promise.all([
-    import('../kafka/brokers.js'),
-    import('../simulator/index.js'),
-    import('../ingress/index.js'),
-    import('../tracker/index.js'),
-    import('../sender/index.js'),
-    import('./dlq-console.js'),
-  ]);
   // Logs go to stderr (warnings and up by default), the screen to stdout.
   const loggers = roleLoggers(['dev', 'simulator', 'ingress', 'tracker', 'sender'], { level: process.env.MSGBRIDGE_LOG_LEVEL ?? 'warn' });
   const logger = loggers.dev;
@@ -121,6 +112,15 @@ async function runDev(config: Config, opts: DevOptions, devToken: string): Promi
 
   try {
     line('msgbridge dev: starting…');
+    // Loaded here, not at the CLI's start: `msgbridge sender` loads none of the other roles (src/commands/README.md).
+    const [{ obtainBrokers }, { startSimulator, simulatorOptionsFromConfig }, { startIngress }, { startTracker }, { startSender }, { createDlqPort }] = await Promise.all([
+      import('../kafka/brokers.js'),
+      import('../simulator/index.js'),
+      import('../ingress/index.js'),
+      import('../tracker/index.js'),
+      import('../sender/index.js'),
+      import('./dlq-console.js'),
+    ]);
     brokers = await obtainBrokers(config, logger);
     simulator = await startSimulator({ ...simulatorOptionsFromConfig(config), logger: loggers.simulator });
     // One embedded broker cannot hold three replicas: ask for what it can give.

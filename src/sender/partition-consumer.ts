@@ -5,15 +5,9 @@ import { decodeCompleted, encodeCompleted } from './offset-metadata.js';
 import { sleep } from '../platform/sleep.js';
 
 /**
- * The sender's consumer-group member protocol (README "Guarantees"): assignments and
- * revocations fed to the keyed runner, batches taken while the runner's window has room (the
- * member heartbeats while it waits), the commit loop (lowest unfinished offset plus the
- * finished ones above it, in the commit metadata), and the drain. It knows the group only
- * through the GroupConsumer port.
- */
-/**
  * The bytes a fetch asks of each partition: about what the window takes, shared by eight
- * partitions (512 bytes a request), from 64 KiB to kafkajs's 1 MiB. kafkajs decodes a whole
+ * partitions (512 bytes a request; 125 KiB at the default window of 2,000), from 64 KiB to
+ * kafkajs's 1 MiB. kafkajs decodes a whole
  * fetch and holds it until every record is in the window: at 1 MiB a partition, a backlog on 12
  * partitions kept 20,000 decoded requests alive for a window of 2,000 (README "Bounded"). The
  * fetch's total stays 10 MiB: kafkajs asks for the partitions in the same order every time, so a
@@ -23,6 +17,13 @@ export function fetchBytesPerPartition(maxBufferedRequests: number): number {
   return Math.min(1024 * 1024, Math.max(64 * 1024, Math.ceil((maxBufferedRequests * 512) / 8)));
 }
 
+/**
+ * The sender's consumer-group member protocol (README "Guarantees"): assignments and
+ * revocations fed to the keyed runner, batches taken while the runner's window has room (the
+ * member heartbeats while it waits), the commit loop (lowest unfinished offset plus the
+ * finished ones above it, in the commit metadata), and the drain. It knows the group only
+ * through the GroupConsumer port.
+ */
 export type MemberState = 'starting' | 'running' | 'draining' | 'stopped' | 'failed';
 
 export interface PartitionConsumerOptions<J> {

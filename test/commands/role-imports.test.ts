@@ -5,8 +5,7 @@ import { describe, expect, it } from 'vitest';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
-/** The packages a module loads before any of its code runs: its static imports, followed through the project's files. */
-async function packagesLoadedBy(entries: string[]): Promise<Set<string>> {
+async function metafileOf(entries: string[]) {
   const result = await build({
     entryPoints: entries.map((e) => `${ROOT}/${e}`),
     bundle: true,
@@ -19,7 +18,18 @@ async function packagesLoadedBy(entries: string[]): Promise<Set<string>> {
     outdir: '/nowhere',
     absWorkingDir: ROOT,
   });
-  const { inputs } = result.metafile;
+  return result.metafile.inputs;
+}
+
+const packageOf = (path: string) =>
+  path
+    .split('/')
+    .slice(0, path.startsWith('@') ? 2 : 1)
+    .join('/');
+
+/** The packages a module loads before any of its code runs: its static imports, followed through the project's files. */
+async function packagesLoadedBy(entries: string[]): Promise<Set<string>> {
+  const inputs = await metafileOf(entries);
   const seen = new Set<string>();
   const packages = new Set<string>();
   const pending = entries.map((e) => relative(ROOT, `${ROOT}/${e}`));
@@ -30,13 +40,7 @@ async function packagesLoadedBy(entries: string[]): Promise<Set<string>> {
     for (const i of inputs[file]?.imports ?? []) {
       if (i.kind !== 'import-statement') continue;
       if (!i.external) pending.push(i.path);
-      else if (!i.path.startsWith('node:'))
-        packages.add(
-          i.path
-            .split('/')
-            .slice(0, i.path.startsWith('@') ? 2 : 1)
-            .join('/'),
-        );
+      else if (!i.path.startsWith('node:')) packages.add(packageOf(i.path));
     }
   }
   expect(seen.size).toBeGreaterThan(entries.length);
@@ -65,5 +69,32 @@ describe('what each command loads', () => {
     const tracker = await packagesLoadedBy(['src/cli.ts', 'src/tracker/index.ts', 'src/commands/dlq-console.ts']);
     for (const other of ['uWebSockets.js', 'undici']) expect(tracker, other).not.toContain(other);
     expect(await packagesLoadedBy(['src/simulator/index.ts'])).toContain('undici');
+  });
+
+  it('msgbridge ingress loads neither LMDB nor undici', async () => {
+    const packages = await packagesLoadedBy(['src/cli.ts', 'src/ingress/index.ts', 'src/ingress/workers.ts']);
+    for (const other of ['lmdb', 'undici']) expect(packages, other).not.toContain(other);
+  });
+
+  it('each command imports, when it runs, only what its action needs', async () => {
+    const inputs = await metafileOf(['src/cli.ts']);
+    const dynamic = (file: string) =>
+      (inputs[file]?.imports ?? [])
+        .filter((i) => i.kind === 'dynamic-import')
+        .map((i) => (i.external ? packageOf(i.path) : i.path))
+        .sort();
+    expect(dynamic('src/commands/sender.ts')).toEqual(['src/sender/index.ts']);
+    expect(dynamic('src/commands/tracker.ts')).toEqual(['src/commands/dlq-console.ts', 'src/tracker/index.ts']);
+    expect(dynamic('src/commands/ingress.ts')).toEqual(['src/ingress/index.ts', 'src/ingress/workers.ts']);
+    expect(dynamic('src/commands/simulator.ts')).toEqual(['src/simulator/index.ts', 'undici']);
+    expect(dynamic('src/commands/webhooks.ts')).toEqual(['undici']);
+    expect(dynamic('src/commands/dev.ts')).toEqual([
+      'src/commands/dlq-console.ts',
+      'src/ingress/index.ts',
+      'src/kafka/brokers.ts',
+      'src/sender/index.ts',
+      'src/simulator/index.ts',
+      'src/tracker/index.ts',
+    ]);
   });
 });
