@@ -8,6 +8,8 @@ export default defineConfig({
     hookTimeout: 120_000,
     pool: 'forks',
     maxWorkers: 2,
+    // globalThis.gc for the tests that measure what a structure keeps alive (test/sender/result-records.test.ts).
+    execArgv: ['--expose-gc'],
     reporters: ['default'],
   },
 });
