@@ -7,11 +7,10 @@ import { sleep } from '../platform/sleep.js';
 /**
  * The bytes a fetch asks of each partition: about what the window takes, shared by eight
  * partitions (512 bytes a request; 125 KiB at the default window of 2,000), from 64 KiB to
- * kafkajs's 1 MiB. kafkajs decodes a whole
- * fetch and holds it until every record is in the window: at 1 MiB a partition, a backlog on 12
- * partitions kept 20,000 decoded requests alive for a window of 2,000 (README "Bounded"). The
- * fetch's total stays 10 MiB: kafkajs asks for the partitions in the same order every time, so a
- * total below their sum would starve the last ones.
+ * kafkajs's 1 MiB. kafkajs decodes a whole fetch and holds it until every record is in the
+ * window: at 1 MiB a partition, a backlog on 12 partitions kept 20,000 decoded requests alive
+ * for a window of 2,000 (README "Bounded"). The fetch's total stays 10 MiB: kafkajs asks for the
+ * partitions in the same order every time, so a total below their sum would starve the last ones.
  */
 export function fetchBytesPerPartition(maxBufferedRequests: number): number {
   return Math.min(1024 * 1024, Math.max(64 * 1024, Math.ceil((maxBufferedRequests * 512) / 8)));

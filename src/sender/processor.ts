@@ -10,7 +10,7 @@ import type { SenderMetrics } from './metrics.js';
 import type { ProviderClient } from './provider-client.js';
 import type { RateLimiter } from './rate-limiter.js';
 import type { DlqJob, Job, SendJob } from './requests.js';
-import { acceptedResult, expiredResult, failureOf, fitDlqRecord, fromRepeat, rejectedResult, repeatValue, resultHeaders, storedResult, type StoredResult } from './result-records.js';
+import { acceptedResult, expiredResult, failureOf, fitDlqRecord, fromRepeat, rejectedResult, resultHeaders, storedResult, type StoredResult } from './result-records.js';
 import { decide, maybeCreated, providerFailing, type AttemptOutcome, type RetryPolicyOptions } from './retry-policy.js';
 import type { Semaphore } from './semaphore.js';
 import { sleep } from '../platform/sleep.js';
@@ -110,7 +110,7 @@ export function createProcessor(options: ProcessorOptions): Processor {
 class RequestProcessor implements Processor {
   private readonly random: () => number;
   private readonly now: () => number;
-  /** (business, requestId) → its final result as kept for repeats (`repeatValue`), least recently used first. */
+  /** (business, requestId) → its final result as kept for repeats (`withoutContent`), least recently used first. */
   private readonly completed = new Map<string, string>();
   private readonly inFlight = new Map<string, Promise<void>>();
   private readonly tracer: Tracer;
@@ -186,17 +186,13 @@ class RequestProcessor implements Processor {
     let end: SendEnd;
     try {
       end = await this.send(job, context, span);
-      if (end?.remember) this.remember(id, end.result);
+      if (end?.remember) this.keep(id, end.result.withoutContent);
     } finally {
       this.inFlight.delete(id);
       release();
     }
     if (!end) return 'abandoned';
     return (await this.publishSendResult(end.result, job, context, span)) ? 'done' : 'abandoned';
-  }
-
-  private remember(id: string, stored: StoredResult): void {
-    this.keep(id, repeatValue(stored));
   }
 
   /** Keeps `value` as the newest entry, dropping the oldest beyond completedMax. */

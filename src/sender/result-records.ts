@@ -216,7 +216,13 @@ export function resultRecord(result: AcceptedSendResult | RejectedSendResult | E
 export interface StoredResult {
   key: string;
   value: string;
-  /** `value` without its `content`: what is kept for repeats (`repeatValue`). */
+  /**
+   * `value` without its `content`: what is kept for repeats (completedRequestIdsMax of them), as
+   * the content could make each kept result up to ~30 times larger (src/sender/README.md,
+   * "Duplicates"). A repeat's result therefore says "not recorded" for the content; the first
+   * has it. Only this string is kept: `fromRepeat` reads the key, business and event id back
+   * from it when a request is repeated, which is rare (about 180 bytes less per entry).
+   */
   withoutContent: string;
   businessId: string | undefined;
   eventId: string;
@@ -236,18 +242,7 @@ export function storedResult(result: AcceptedSendResult | RejectedSendResult | E
   return { key, value, withoutContent, businessId: result.businessId, eventId: resultEventId(result.businessId ?? '', result.requestId, result.outcome) };
 }
 
-/**
- * What is kept for repeats (completedRequestIdsMax of them): the result's JSON without its
- * `content`, which could make each kept result up to ~30 times larger (src/sender/README.md,
- * "Duplicates"). A repeat's result therefore says "not recorded" for the content; the first has
- * it. Only the string is kept: its key, business and event id are read back from it by
- * `fromRepeat` when a request is repeated, which is rare (about 170 bytes less per entry).
- */
-export function repeatValue(stored: StoredResult): string {
-  return stored.withoutContent;
-}
-
-/** A kept result (`repeatValue`) as a result to publish again. */
+/** A kept result (`withoutContent`) as a result to publish again. */
 export function fromRepeat(value: string): StoredResult {
   const result = JSON.parse(value) as { outcome: string; requestId: string; businessId?: string; messageId?: string };
   const key = result.outcome === 'accepted' && result.messageId !== undefined ? result.messageId : result.requestId;

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { sendResultSchema } from '../../src/contracts/index.js';
 import { prepareJob as prepare, type IncomingRecord, type SendJob } from '../../src/sender/requests.js';
-import { acceptedResult, expiredResult, failureOf, fitDlqRecord, fromRepeat, rejectedResult, repeatValue, resultHeaders, resultRecord, storedResult } from '../../src/sender/result-records.js';
+import { acceptedResult, expiredResult, failureOf, fitDlqRecord, fromRepeat, rejectedResult, resultHeaders, resultRecord, storedResult } from '../../src/sender/result-records.js';
 import { REQUEST_CONTENT_LIMITS, requestContentOf, boundedContent } from '../../src/contracts/send.js';
 
 const DAY = 86_400_000;
@@ -40,18 +40,18 @@ describe('result records', () => {
     expect(boundedContent(accepted.content!)).toEqual(accepted.content);
     expect(requestContentOf(text.request)).toEqual(accepted.content);
     const stored = storedResult(accepted);
-    const kept = fromRepeat(repeatValue(stored));
+    const kept = fromRepeat(stored.withoutContent);
     expect(JSON.parse(kept.value)).toEqual({ ...JSON.parse(stored.value), content: undefined });
     expect(kept.value.length).toBeLessThan(stored.value.length - REQUEST_CONTENT_LIMITS.textChars);
     expect(kept.eventId).toBe(stored.eventId);
     expect(kept.key).toBe(stored.key);
     expect(kept.businessId).toBe(stored.businessId);
     const rejected = storedResult(rejectedResult(template, { message: 'bad', type: 't', code: 'c', retriable: false }, 1, false, new Date(0)));
-    const keptRejected = fromRepeat(repeatValue(rejected));
+    const keptRejected = fromRepeat(rejected.withoutContent);
     expect({ key: keptRejected.key, eventId: keptRejected.eventId, businessId: keptRejected.businessId }).toEqual({ key: 'r2', eventId: rejected.eventId, businessId: rejected.businessId });
     const expired = storedResult(expiredResult(template, 0, false, new Date(0)));
-    expect(fromRepeat(repeatValue(expired)).eventId).toBe(expired.eventId);
-    expect(fromRepeat(repeatValue(expired)).eventId).not.toBe(rejected.eventId);
+    expect(fromRepeat(expired.withoutContent).eventId).toBe(expired.eventId);
+    expect(fromRepeat(expired.withoutContent).eventId).not.toBe(rejected.eventId);
   });
 
   it('keeps for repeats exactly JSON.stringify of the result without its content, whatever the content holds', () => {
@@ -76,7 +76,7 @@ describe('result records', () => {
     for (const result of results) {
       const stored = storedResult(result as Parameters<typeof storedResult>[0]);
       expect(stored.value).toBe(JSON.stringify(result));
-      const value = repeatValue(stored);
+      const value = stored.withoutContent;
       expect(value).toBe(withoutContent(result));
       expect(JSON.parse(value)).not.toHaveProperty('content');
     }
@@ -99,7 +99,7 @@ describe('result records', () => {
       const job = prepareJob(record({ requestId: `big-${i}`, type: 'template', number: '+15550002222', templateName, parameters }), one, 5) as SendJob;
       const stored = storedResult(acceptedResult(job, `m-${i}`, 1, false, new Date(0)));
       expect(stored.value.length).toBeGreaterThan(6000);
-      kept.push(repeatValue(stored));
+      kept.push(stored.withoutContent);
     }
     gc();
     const perEntry = (process.memoryUsage().heapUsed - before) / kept.length;
