@@ -8,6 +8,7 @@ import { mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
+import { firstLine } from './peers.js';
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url));
 export const CLI_BUNDLE = fileURLToPath(new URL('../.cache/bench/sender-cli.mjs', import.meta.url));
@@ -43,4 +44,9 @@ export async function bundleSplit(entryPoints: Record<string, string>, outdir: s
 export function spawnSenderBundle(env: Record<string, string | undefined>, stdio: StdioOptions): ChildProcess {
   const nodeArgs = (process.env.BENCH_SENDER_NODE_ARGS ?? '').split(' ').filter(Boolean);
   return spawn(process.execPath, [...nodeArgs, CLI_BUNDLE, 'sender'], { cwd: ROOT, env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env }, stdio });
+}
+
+/** Waits for `msgbridge sender`'s ready line; its health server's address. */
+export async function senderReady(child: ChildProcess): Promise<string> {
+  return (JSON.parse(await firstLine(child, (l) => l.startsWith('{"sender"'))) as { sender: { health: string } }).sender.health;
 }

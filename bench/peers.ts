@@ -6,6 +6,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
+import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
 const PEERS = fileURLToPath(new URL('../../shared/peers/', import.meta.url));
@@ -56,6 +57,21 @@ export function track(child: ChildProcess): ChildProcess {
   live.add(child);
   child.once('exit', () => live.delete(child));
   return child;
+}
+
+/** The first line of a child's output that `match`es; the stream keeps being read after it, so the child never blocks on a full pipe. */
+export function firstLine(child: ChildProcess, match: (line: string) => boolean, stream: 'stdout' | 'stderr' = 'stdout', timeoutMs = 120_000): Promise<string> {
+  const lines = createInterface({ input: child[stream]! });
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('timed out waiting for the child to start')), timeoutMs);
+    child.once('exit', (code) => reject(new Error(`child exited with ${code} before it was ready`)));
+    lines.on('line', (l) => {
+      if (match(l)) {
+        clearTimeout(timer);
+        resolve(l);
+      }
+    });
+  });
 }
 
 export async function stopChild(child: ChildProcess, graceMs = 30_000): Promise<void> {

@@ -5,9 +5,8 @@
 //   npx tsx bench/sender-idle.ts [--starts 3] [--idle-ms 10000]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
 import { readFileSync } from 'node:fs';
-import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
-import { bundleCli, spawnSenderBundle } from './cli-bundle.js';
+import { bundleCli, senderReady, spawnSenderBundle } from './cli-bundle.js';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
 
 const { values: args } = parseArgs({ options: { starts: { type: 'string', default: '3' }, 'idle-ms': { type: 'string', default: '10000' } } });
@@ -58,12 +57,7 @@ async function main() {
         },
         ['ignore', 'pipe', 'inherit'],
       );
-      const health = await new Promise<string>((resolve, reject) => {
-        child.once('exit', (code) => reject(new Error(`msgbridge sender exited with ${code} before it was ready`)));
-        createInterface({ input: child.stdout! }).on('line', (l) => {
-          if (l.startsWith('{"sender"')) resolve((JSON.parse(l) as { sender: { health: string } }).sender.health);
-        });
-      });
+      const health = await senderReady(child);
       const readyMs = Math.round(performance.now() - started);
       await new Promise((r) => setTimeout(r, IDLE_MS));
       console.log(JSON.stringify({ start: i, readyMs, ...memory(child.pid!), heapSpacesMiB: await heapSpaces(health) }));

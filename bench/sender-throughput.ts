@@ -22,10 +22,9 @@
 // BENCH_SENDER_ENV (a JSON object of environment variables) tries other settings.
 import { type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
 import { Kafka, logLevel } from 'kafkajs';
-import { bundleCli, spawnSenderBundle } from './cli-bundle.js';
+import { bundleCli, senderReady, spawnSenderBundle } from './cli-bundle.js';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 import {
@@ -190,12 +189,7 @@ async function startMsgbridge(brokers: string[], providerUrl: string, topics: Re
       ['ignore', 'pipe', 'inherit'],
     ),
   );
-  await new Promise<void>((resolve, reject) => {
-    child.once('exit', (code) => reject(new Error(`msgbridge sender exited with ${code} before it was ready`)));
-    createInterface({ input: child.stdout! }).on('line', (l) => {
-      if (l.startsWith('{"sender"')) resolve();
-    });
-  });
+  await senderReady(child);
   return child;
 }
 

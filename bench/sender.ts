@@ -23,7 +23,7 @@
 //                           [--concurrent-requests 12000] [--naive-seconds 20] [--outage-seconds 20]
 //                           [--only <scenario name part> | failover | naive]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { readFileSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
@@ -32,7 +32,8 @@ import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
 import { Kafka, logLevel, type Consumer } from 'kafkajs';
 import { Pool, request } from 'undici';
-import { bundleCli, ROOT, spawnSenderBundle } from './cli-bundle.js';
+import { bundleCli, ROOT, senderReady, spawnSenderBundle } from './cli-bundle.js';
+import { firstLine } from './peers.js';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 
@@ -109,20 +110,6 @@ interface ScenarioResult {
 
 function line(text: string): void {
   process.stderr.write(`${text}\n`);
-}
-
-async function firstLine(child: ChildProcess, match: (line: string) => boolean, stream: 'stdout' | 'stderr' = 'stdout', timeoutMs = 120_000): Promise<string> {
-  const rl = createInterface({ input: child[stream]! });
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('timed out waiting for the child to start')), timeoutMs);
-    child.once('exit', (code) => reject(new Error(`child exited with ${code} before it was ready`)));
-    rl.on('line', (l) => {
-      if (match(l)) {
-        clearTimeout(timer);
-        resolve(l);
-      }
-    });
-  });
 }
 
 function recipient(k: number): string {
@@ -265,7 +252,7 @@ async function runScenario(kafka: Kafka, brokers: string[], simulatorUrl: string
     MSGBRIDGE__sender__maxBufferedRequests: String(scenario.sender.maxBufferedRequests),
     ...guardEnv,
   });
-  await firstLine(child, (l) => l.startsWith('{"sender"'));
+  await senderReady(child);
   const readyAt = Date.now();
   const pid = child.pid!;
   const producedAt = new Map<string, number>();

@@ -8,14 +8,14 @@
 // The simulator and the receiver each run as their own process; this process is the client.
 //
 //   npx tsx bench/simulator.ts [--duration-ms 5000] [--connections 32] [--rounds 3] [--messages 5000]
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Pool, request } from 'undici';
+import { firstLine } from './peers.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const { values: args } = parseArgs({
@@ -229,16 +229,6 @@ async function api(base: string, method: 'GET' | 'POST', path: string, body?: un
   const text = await response.body.text();
   if (response.statusCode !== 200) throw new Error(`${method} ${path}: ${response.statusCode} ${text}`);
   return JSON.parse(text);
-}
-
-function firstLine(child: ChildProcess, match: (line: string) => boolean, stream: 'stdout' | 'stderr' = 'stdout'): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const lines = createInterface({ input: child[stream]! });
-    lines.on('line', (line) => {
-      if (match(line)) resolve(line);
-    });
-    child.once('exit', (code) => reject(new Error(`child exited (${code}) before it was ready`)));
-  });
 }
 
 function quantile(sorted: number[], q: number): number {
