@@ -110,6 +110,7 @@ export interface FakeProviderStats {
 
 export interface FakeProvider {
   url: string;
+  pid: number;
   stats(): Promise<FakeProviderStats>;
   reset(): Promise<void>;
   stop(): Promise<void>;
@@ -123,6 +124,7 @@ export async function startFakeProvider(binary: string, latencyMs: number, apiKe
   await waitForHttp(`${url}/stats`, child, 10_000);
   return {
     url,
+    pid: child.pid!,
     stats: async () => (await (await fetch(`${url}/stats`)).json()) as FakeProviderStats,
     reset: async () => void (await fetch(`${url}/reset`, { method: 'POST' })),
     stop: () => stopChild(child),
@@ -150,6 +152,13 @@ export function cpuSeconds(pid: number): number {
   } catch {
     return NaN;
   }
+}
+
+/** The machine's CPU time so far, all cores, in clock ticks: busy (everything but idle and iowait) and total. */
+export function machineTicks(): { busy: number; total: number } {
+  const fields = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!.trim().split(/\s+/).slice(1, 9).map(Number);
+  const total = fields.reduce((a, b) => a + b, 0);
+  return { busy: total - fields[3]! - fields[4]!, total };
 }
 
 /** CPU seconds of a live process's main thread and of its other threads (GC, compiler, libuv pool: Node names none). */

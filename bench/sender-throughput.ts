@@ -9,7 +9,9 @@
 // Figures per run, in the steady window (from 10% to 90% of the results, sampled every 100 ms):
 // results/s, CPU per result (utime + stime of the target from /proc), and over the whole run the
 // peak RSS (VmHWM), results missing, requests sent twice and calls out of recipient order (the
-// provider counts both from the text `rid=… k=… s=…`). Rounds interleave the targets; the
+// provider counts both from the text `rid=… k=… s=…`). Also in the steady window: how busy the
+// whole machine was and the cores each process used (target, broker, provider, this bench
+// reading results), since they all share the machine. Rounds interleave the targets; the
 // summary gives medians and the ratios of the medians.
 //
 //   npx tsx bench/sender-throughput.ts [--requests 20000] [--recipients 2000] [--latency-ms 20]
@@ -31,6 +33,7 @@ import {
   cpuByThread,
   cpuSeconds,
   freePort,
+  machineTicks,
   median,
   peakRssMb,
   peerBinary,
@@ -86,6 +89,10 @@ interface Run {
   provider: FakeProviderStats;
   /** CPU seconds of the whole run by thread name. */
   cpuByThread: Record<string, number>;
+  /** Share of the machine's CPU (all cores, every process: broker, provider, reader, target) busy in the steady window. */
+  machineBusyPct: number;
+  /** Cores each process used in the steady window: the target, the broker (when the bench started it), the Go provider, this bench (the result reader). */
+  cores: { target: number; broker?: number; provider: number; reader: number };
   /** msgbridge's metrics in the steady window: provider calls in flight, requests buffered, commit lag, call time as it measures it. */
   msgbridge?: { meanInFlight: number; meanBuffered: number; meanCommitLag: number; commitsPerSecond: number; meanCallMs: number; eventLoopLagP99Ms: number; eventLoopLagMaxMs: number };
 }
@@ -100,7 +107,7 @@ async function scrape(port: number) {
       commitLag: sum('msgbridge_sender_commit_lag'),
       calls: { sum: sum('msgbridge_sender_provider_request_duration_seconds_sum'), count: sum('msgbridge_sender_provider_request_duration_seconds_count') },
       commits: sum('msgbridge_sender_commits_total'),
-      // prom-client's event-loop delay since the previous scrape (monitorEventLoopDelay, reset at each collect).
+      // How late the sender's 100 ms timer fired since the previous scrape (src/runtime/event-loop-delay.ts).
       lagP99Ms: sum('msgbridge_nodejs_eventloop_lag_p99_seconds') * 1000,
       lagMaxMs: sum('msgbridge_nodejs_eventloop_lag_max_seconds') * 1000,
     };
@@ -151,13 +158,19 @@ async function prepare(kafka: Kafka, run: string) {
   return topics;
 }
 
-/** Counts distinct request ids on the results topic as they arrive. */
+/**
+ * Counts distinct request ids on the results topic as they arrive. It shares the machine with
+ * the target, so it fetches at most every 50 ms (minBytes) and never commits: answering at
+ * the first byte, and committing after every batch, cost the broker and this reader a third
+ * of a core at 4,000 results/s.
+ */
 async function collect(kafka: Kafka, topic: string) {
   const seen = new Set<string>();
-  const consumer = kafka.consumer({ groupId: `tp-collect-${randomUUID()}`, maxWaitTimeInMs: 50, maxBytes: 16 * 1024 * 1024 });
+  const consumer = kafka.consumer({ groupId: `tp-collect-${randomUUID()}`, maxWaitTimeInMs: 50, minBytes: 1024 * 1024, maxBytes: 16 * 1024 * 1024 });
   await consumer.connect();
   await consumer.subscribe({ topics: [topic], fromBeginning: true });
   await consumer.run({
+    autoCommit: false,
     eachBatch: async ({ batch }) => {
       for (const m of batch.messages) seen.add((JSON.parse(m.value!.toString()) as { requestId: string }).requestId);
     },
@@ -193,7 +206,16 @@ async function startMsgbridge(brokers: string[], providerUrl: string, topics: Re
   return child;
 }
 
-async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, rpconnect: string | undefined, target: string, inFlight: number, round: number): Promise<Run | undefined> {
+async function runOne(
+  kafka: Kafka,
+  brokers: string[],
+  brokerPid: number | undefined,
+  provider: FakeProvider,
+  rpconnect: string | undefined,
+  target: string,
+  inFlight: number,
+  round: number,
+): Promise<Run | undefined> {
   const run = randomUUID().slice(0, 8);
   log(`[${target} ×${inFlight}] round ${round}: preloading ${TOTAL} requests over ${K} recipients${W > 0 ? ` (the first ${W} to warm up)` : ''}…`);
   const topics = await prepare(kafka, run);
@@ -218,7 +240,11 @@ async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, r
     child = (await startRpconnect(rpconnect, peerConfig('sender.yaml'), env)).child;
   }
   const pid = child.pid!;
-  const samples: { at: number; count: number; cpu: number }[] = [];
+  const samples: { at: number; count: number; cpu: number; machine: { busy: number; total: number }; others: { broker: number; provider: number; reader: number } }[] = [];
+  const others = () => {
+    const own = process.cpuUsage();
+    return { broker: brokerPid === undefined ? NaN : cpuSeconds(brokerPid), provider: cpuSeconds(provider.pid), reader: (own.user + own.system) / 1e6 };
+  };
   // msgbridge's own view, sampled in the steady window: calls in flight, requests buffered, call time.
   const gauges: { inFlight: number; buffered: number; commitLag: number; lagP99Ms: number; lagMaxMs: number }[] = [];
   const calls = { before: { sum: 0, count: 0 }, after: { sum: 0, count: 0 } };
@@ -232,13 +258,15 @@ async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, r
   while (results.seen.size < TOTAL) {
     if (child.exitCode !== null) throw new Error(`${target} exited with ${child.exitCode} after ${results.seen.size} results`);
     if (Date.now() > deadline) throw new Error(`${target}: ${results.seen.size} of ${TOTAL} results after 10 minutes`);
-    samples.push({ at: performance.now(), count: results.seen.size, cpu: cpuSeconds(pid) });
+    samples.push({ at: performance.now(), count: results.seen.size, cpu: cpuSeconds(pid), machine: machineTicks(), others: others() });
     const share = (results.seen.size - W) / N;
     if (target === 'msgbridge' && share >= 0.1 && share < 0.9 && samples.length % scrapeEvery === 0) {
       const m = await scrape(healthPort);
       if (m) {
-        gauges.push({ inFlight: m.inFlight, buffered: m.buffered, commitLag: m.commitLag, lagP99Ms: m.lagP99Ms, lagMaxMs: m.lagMaxMs });
-        if (calls.before.count === 0) {
+        // The first scrape's event-loop figures cover the sender's start (loading, compiling).
+        const first = calls.before.count === 0;
+        gauges.push({ inFlight: m.inFlight, buffered: m.buffered, commitLag: m.commitLag, lagP99Ms: first ? NaN : m.lagP99Ms, lagMaxMs: first ? NaN : m.lagMaxMs });
+        if (first) {
           calls.before = m.calls;
           commits = { ...commits, before: m.commits, from: performance.now() };
         }
@@ -248,7 +276,7 @@ async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, r
     }
     await new Promise((r) => setTimeout(r, 100));
   }
-  samples.push({ at: performance.now(), count: results.seen.size, cpu: cpuSeconds(pid) });
+  samples.push({ at: performance.now(), count: results.seen.size, cpu: cpuSeconds(pid), machine: machineTicks(), others: others() });
   const rss = peakRssMb(pid);
   const whole = cpuSeconds(pid);
   const threads = cpuByThread(pid);
@@ -257,6 +285,7 @@ async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, r
   const from = samples.find((s) => s.count >= W + 0.1 * N)!;
   const to = samples.find((s) => s.count >= W + 0.9 * N)!;
   const done = to.count - from.count;
+  const cores = (seconds: number) => Math.round((seconds / ((to.at - from.at) / 1000)) * 100) / 100;
   const result: Run = {
     target,
     inFlight,
@@ -268,6 +297,13 @@ async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, r
     missing: TOTAL - results.seen.size,
     provider: await provider.stats(),
     cpuByThread: threads,
+    cores: {
+      target: cores(to.cpu - from.cpu),
+      ...(brokerPid === undefined ? {} : { broker: cores(to.others.broker - from.others.broker) }),
+      provider: cores(to.others.provider - from.others.provider),
+      reader: cores(to.others.reader - from.others.reader),
+    },
+    machineBusyPct: Math.round(((to.machine.busy - from.machine.busy) / Math.max(1, to.machine.total - from.machine.total)) * 100),
     ...(gauges.length > 0
       ? {
           msgbridge: {
@@ -276,8 +312,8 @@ async function runOne(kafka: Kafka, brokers: string[], provider: FakeProvider, r
             meanCommitLag: Math.round(gauges.reduce((n, g) => n + g.commitLag, 0) / gauges.length),
             commitsPerSecond: Math.round((commits.after - commits.before) / Math.max(0.001, (commits.to - commits.from) / 1000)),
             meanCallMs: Math.round(((calls.after.sum - calls.before.sum) / Math.max(1, calls.after.count - calls.before.count)) * 1e4) / 10,
-            eventLoopLagP99Ms: median(gauges.map((g) => Math.round(g.lagP99Ms * 10) / 10)),
-            eventLoopLagMaxMs: Math.round(Math.max(...gauges.map((g) => g.lagMaxMs)) * 10) / 10,
+            eventLoopLagP99Ms: median(gauges.filter((g) => !Number.isNaN(g.lagP99Ms)).map((g) => Math.round(g.lagP99Ms * 10) / 10)),
+            eventLoopLagMaxMs: Math.round(Math.max(...gauges.filter((g) => !Number.isNaN(g.lagMaxMs)).map((g) => g.lagMaxMs)) * 10) / 10,
           },
         }
       : {}),
@@ -304,7 +340,7 @@ async function main() {
     for (let round = 1; round <= ROUNDS; round++)
       for (const inFlight of IN_FLIGHT)
         for (const target of TARGETS) {
-          const r = await runOne(kafka, brokers, provider, rpconnect, target, inFlight, round);
+          const r = await runOne(kafka, brokers, local?.pid, provider, rpconnect, target, inFlight, round);
           if (r) runs.push(r);
         }
   } finally {
@@ -313,8 +349,10 @@ async function main() {
   }
   console.log(JSON.stringify(runs, null, 2));
   console.log(`\n${N} requests${W > 0 ? ` after ${W} to warm up` : ''} over ${K} recipients, provider latency ${L} ms, ${ROUNDS} round(s), medians (rounds in brackets)\n`);
-  console.log('| target | in flight | bound/s | results/s | of bound | CPU ms/result (steady) | CPU ms/result (whole run) | peak RSS MiB | missing | sent twice | out of order | connections |');
-  console.log('|---|---|---|---|---|---|---|---|---|---|---|---|');
+  console.log(
+    '| target | in flight | bound/s | results/s | of bound | CPU ms/result (steady) | CPU ms/result (whole run) | peak RSS MiB | machine busy % | missing | sent twice | out of order | connections |',
+  );
+  console.log('|---|---|---|---|---|---|---|---|---|---|---|---|---|');
   const table = new Map<string, { perSecond: number; cpu: number }>();
   for (const inFlight of IN_FLIGHT)
     for (const target of TARGETS) {
@@ -327,7 +365,19 @@ async function main() {
       const list = (f: (r: Run) => number) => `${median(rs.map(f))} (${rs.map(f).join(' / ')})`;
       const sum = (f: (r: Run) => number) => rs.reduce((n, r) => n + f(r), 0);
       console.log(
-        `| ${target} | ${inFlight} | ${bound} | ${list((r) => r.resultsPerSecond)} | ${Math.round((perSecond / bound) * 100)}% | ${list((r) => r.cpuPerResultMs)} | ${list((r) => r.cpuPerResultWholeMs)} | ${Math.max(...rs.map((r) => r.peakRssMb))} | ${sum((r) => r.missing)} | ${sum((r) => r.provider.duplicates)} | ${sum((r) => r.provider.outOfOrder)} | ${list((r) => r.provider.connections)} |`,
+        `| ${target} | ${inFlight} | ${bound} | ${list((r) => r.resultsPerSecond)} | ${Math.round((perSecond / bound) * 100)}% | ${list((r) => r.cpuPerResultMs)} | ${list((r) => r.cpuPerResultWholeMs)} | ${Math.max(...rs.map((r) => r.peakRssMb))} | ${list((r) => r.machineBusyPct)} | ${sum((r) => r.missing)} | ${sum((r) => r.provider.duplicates)} | ${sum((r) => r.provider.outOfOrder)} | ${list((r) => r.provider.connections)} |`,
+      );
+    }
+  console.log('\nWhere the 2 cores went in the steady window (cores, median of the rounds):\n');
+  console.log('| target | in flight | target | broker | Go provider | result reader (the bench) | machine busy % |');
+  console.log('|---|---|---|---|---|---|---|');
+  for (const inFlight of IN_FLIGHT)
+    for (const target of TARGETS) {
+      const rs = runs.filter((r) => r.target === target && r.inFlight === inFlight);
+      if (rs.length === 0) continue;
+      const m = (f: (r: Run) => number | undefined) => median(rs.map((r) => f(r) ?? NaN));
+      console.log(
+        `| ${target} | ${inFlight} | ${m((r) => r.cores.target)} | ${m((r) => r.cores.broker)} | ${m((r) => r.cores.provider)} | ${m((r) => r.cores.reader)} | ${m((r) => r.machineBusyPct)} |`,
       );
     }
   console.log('');
