@@ -94,7 +94,7 @@ interface Run {
   /** Cores each process used in the steady window: the target, the broker (when the bench started it), the Go provider, this bench (the result reader). */
   cores: { target: number; broker?: number; provider: number; reader: number };
   /** msgbridge's metrics in the steady window: provider calls in flight, requests buffered, commit lag, call time as it measures it. */
-  msgbridge?: { meanInFlight: number; meanBuffered: number; meanCommitLag: number; commitsPerSecond: number; meanCallMs: number; eventLoopLagP99Ms: number; eventLoopLagMaxMs: number };
+  msgbridge?: { meanInFlight: number; meanBuffered: number; meanCommitLag: number; commitsPerSecond: number; meanCallMs: number; eventLoopLagP99Ms?: number; eventLoopLagMaxMs?: number };
 }
 
 async function scrape(port: number) {
@@ -160,7 +160,7 @@ async function prepare(kafka: Kafka, run: string) {
 
 /**
  * Counts distinct request ids on the results topic as they arrive. It shares the machine with
- * the target, so it fetches at most every 50 ms (minBytes) and never commits: fetching at
+ * the target, so its fetches wait up to 50 ms for 1 MiB (minBytes), and it never commits: fetching at
  * the first byte and committing after every batch, it used 0.24–0.28 cores at 4,000 results/s
  * (0.10–0.14 now).
  */
@@ -285,12 +285,16 @@ async function runOne(
   const from = samples.find((s) => s.count >= W + 0.1 * N)!;
   const to = samples.find((s) => s.count >= W + 0.9 * N)!;
   const done = to.count - from.count;
-  const cores = (seconds: number) => Math.round((seconds / ((to.at - from.at) / 1000)) * 100) / 100;
+  const steadySeconds = (to.at - from.at) / 1000;
+  const cores = (seconds: number) => Math.round((seconds / steadySeconds) * 100) / 100;
+  // The first scrape's event-loop figures (the sender's start) are NaN: left out.
+  const lagP99 = gauges.map((g) => g.lagP99Ms).filter((v) => !Number.isNaN(v));
+  const lagMax = gauges.map((g) => g.lagMaxMs).filter((v) => !Number.isNaN(v));
   const result: Run = {
     target,
     inFlight,
     round,
-    resultsPerSecond: Math.round(done / ((to.at - from.at) / 1000)),
+    resultsPerSecond: Math.round(done / steadySeconds),
     cpuPerResultMs: Math.round(((to.cpu - from.cpu) / done) * 1e5) / 100,
     cpuPerResultWholeMs: Math.round((whole / TOTAL) * 1e5) / 100,
     peakRssMb: Math.round(rss),
@@ -312,8 +316,7 @@ async function runOne(
             meanCommitLag: Math.round(gauges.reduce((n, g) => n + g.commitLag, 0) / gauges.length),
             commitsPerSecond: Math.round((commits.after - commits.before) / Math.max(0.001, (commits.to - commits.from) / 1000)),
             meanCallMs: Math.round(((calls.after.sum - calls.before.sum) / Math.max(1, calls.after.count - calls.before.count)) * 1e4) / 10,
-            eventLoopLagP99Ms: median(gauges.filter((g) => !Number.isNaN(g.lagP99Ms)).map((g) => Math.round(g.lagP99Ms * 10) / 10)),
-            eventLoopLagMaxMs: Math.round(Math.max(...gauges.filter((g) => !Number.isNaN(g.lagMaxMs)).map((g) => g.lagMaxMs)) * 10) / 10,
+            ...(lagP99.length > 0 ? { eventLoopLagP99Ms: Math.round(median(lagP99) * 10) / 10, eventLoopLagMaxMs: Math.round(Math.max(...lagMax) * 10) / 10 } : {}),
           },
         }
       : {}),
@@ -369,13 +372,13 @@ async function main() {
       );
     }
   console.log('\nWhere the 2 cores went in the steady window (cores, median of the rounds):\n');
-  console.log('| target | in flight | target | broker | Go provider | result reader (the bench) | machine busy % |');
+  console.log('| target | in flight | target | broker (when the bench started it) | Go provider | the bench (result reader, /proc sampling, scrapes) | machine busy % |');
   console.log('|---|---|---|---|---|---|---|');
   for (const inFlight of IN_FLIGHT)
     for (const target of TARGETS) {
       const rs = runs.filter((r) => r.target === target && r.inFlight === inFlight);
       if (rs.length === 0) continue;
-      const m = (f: (r: Run) => number | undefined) => median(rs.map((r) => f(r) ?? NaN));
+      const m = (f: (r: Run) => number | undefined) => (rs.some((r) => f(r) === undefined) ? '–' : median(rs.map((r) => f(r)!)));
       console.log(
         `| ${target} | ${inFlight} | ${m((r) => r.cores.target)} | ${m((r) => r.cores.broker)} | ${m((r) => r.cores.provider)} | ${m((r) => r.cores.reader)} | ${m((r) => r.machineBusyPct)} |`,
       );

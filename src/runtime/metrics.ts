@@ -8,7 +8,7 @@ const PREFIX = 'msgbridge_';
 const DELAY_PERIOD_MS = 100;
 // prom-client's own delay gauges read its timer's period as delay (see event-loop-delay.ts), so
 // they are replaced; collectDefaultMetrics cannot leave out their histogram, whose timer is left
-// to tick once in about 24 days.
+// to tick every 24.8 days.
 const UNUSED_TIMER_MS = 2 ** 31 - 1;
 
 /** One registry per role process, with the process metrics (RSS, event loop delay, GC). */

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { delayFigures, type DelayHistogram } from '../../src/runtime/event-loop-delay.js';
+import { delayFigures, EVENT_LOOP_DELAY_GAUGES, type DelayHistogram } from '../../src/runtime/event-loop-delay.js';
 import { createMetricsRegistry } from '../../src/runtime/metrics.js';
 
 const MS = 1e6;
@@ -43,8 +43,8 @@ describe('event loop delay', () => {
     const registry = createMetricsRegistry('test');
     await new Promise((r) => setTimeout(r, 650));
     const idle = await delays(registry);
-    // Every name once: prom-client's own gauges of the same names are gone.
-    expect(Object.keys(idle).sort()).toEqual(['', '_max', '_mean', '_min', '_p50', '_p90', '_p99', '_stddev'].map((s) => `msgbridge_nodejs_eventloop_lag${s}_seconds`).sort());
+    // prom-client's setImmediate gauge stays; the seven others are this module's.
+    expect(Object.keys(idle).sort()).toEqual(['msgbridge_nodejs_eventloop_lag_seconds', ...Object.values(EVENT_LOOP_DELAY_GAUGES).map(([name]) => `msgbridge_${name}`)].sort());
     for (const values of Object.values(idle)) expect(values).toHaveLength(1);
     // prom-client's gauges read their timer's 100 ms period here.
     expect(idle.msgbridge_nodejs_eventloop_lag_p50_seconds![0]).toBeLessThan(0.06);
@@ -58,6 +58,6 @@ describe('event loop delay', () => {
     await new Promise((r) => setTimeout(r, 250));
     const stalled = await delays(registry);
     expect(stalled.msgbridge_nodejs_eventloop_lag_max_seconds![0]).toBeGreaterThan(0.15);
-    expect(stalled.msgbridge_nodejs_eventloop_lag_max_seconds![0]).toBeLessThan(0.6);
+    expect(stalled.msgbridge_nodejs_eventloop_lag_max_seconds![0]).toBeLessThan(3);
   });
 });
