@@ -6,6 +6,8 @@
 //   rpconnect            ../shared/peers/rpconnect sender.yaml, CONCURRENCY = C, stock HTTP
 //                        transport (a new connection for most calls)
 //   rpconnect-keepalive  the same with a keep-alive pool of C connections
+//   msgbridge-xN         N sender processes in one consumer group (2 ≤ N ≤ 8), C/N calls in
+//                        flight and the rate limit / N each: replicas, the way to more cores
 // Figures per run, in the steady window (from 10% to 90% of the results, sampled every 100 ms):
 // results/s, CPU per result (utime + stime of the target from /proc), and over the whole run the
 // peak RSS (VmHWM), results missing, requests sent twice and calls out of recipient order (the
@@ -74,7 +76,8 @@ const PARTITIONS = Number(args.partitions);
 const RATE = args.rate === undefined ? undefined : Number(args.rate);
 const TARGETS = args.targets!.split(',').map((t) => t.trim());
 const BUSINESS = { id: 'biz_bench', apiKey: 'bench-api-key', secret: 'bench-secret' };
-for (const t of TARGETS) if (!['msgbridge', 'rpconnect', 'rpconnect-keepalive'].includes(t)) throw new Error(`unknown target ${t}`);
+for (const t of TARGETS)
+  if (senderProcesses(t) === 0 && !['rpconnect', 'rpconnect-keepalive'].includes(t)) throw new Error(`unknown target ${t} (msgbridge, msgbridge-x2 … msgbridge-x8, rpconnect, rpconnect-keepalive)`);
 
 interface Run {
   target: string;
@@ -116,9 +119,37 @@ async function scrape(port: number) {
   }
 }
 
+type Scrape = NonNullable<Awaited<ReturnType<typeof scrape>>>;
+
+/** The members' metrics as one sender's: counts summed, event-loop figures the worst member's. */
+function combine(scrapes: (Scrape | undefined)[]): Scrape | undefined {
+  if (scrapes.some((m) => m === undefined)) return undefined;
+  const all = scrapes as Scrape[];
+  const sum = (f: (m: Scrape) => number) => all.reduce((n, m) => n + f(m), 0);
+  return {
+    inFlight: sum((m) => m.inFlight),
+    buffered: sum((m) => m.buffered),
+    commitLag: sum((m) => m.commitLag),
+    calls: { sum: sum((m) => m.calls.sum), count: sum((m) => m.calls.count) },
+    commits: sum((m) => m.commits),
+    lagP99Ms: Math.max(...all.map((m) => m.lagP99Ms)),
+    lagMaxMs: Math.max(...all.map((m) => m.lagMaxMs)),
+  };
+}
+
 /** Results a second a target cannot exceed: its calls in flight over the provider's latency, and msgbridge's rate limit. */
+/** A median as printed: three decimals at most (0.115, not 0.11499999999999999). */
+const tidy = (x: number) => Math.round(x * 1000) / 1000;
+
+/** How many msgbridge sender processes a target runs: 1 for `msgbridge`, n for `msgbridge-xN`, 0 for a peer. */
+function senderProcesses(target: string): number {
+  if (target === 'msgbridge') return 1;
+  const n = /^msgbridge-x([2-8])$/.exec(target)?.[1];
+  return n === undefined ? 0 : Number(n);
+}
+
 function boundPerSecond(target: string, inFlight: number): number {
-  return Math.min(inFlight / (L / 1000), target === 'msgbridge' && RATE !== undefined ? RATE : Infinity);
+  return Math.min(inFlight / (L / 1000), senderProcesses(target) > 0 && RATE !== undefined ? RATE : Infinity);
 }
 
 const log = (text: string) => process.stderr.write(`${text}\n`);
@@ -150,12 +181,32 @@ async function prepare(kafka: Kafka, run: string) {
   } finally {
     await admin.disconnect();
   }
+  return topics;
+}
+
+async function preload(kafka: Kafka, run: string, topic: string) {
   const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
   await producer.connect();
   const all = requests(run);
-  for (let i = 0; i < all.length; i += 2000) await producer.send({ topic: topics.requests, acks: -1, messages: all.slice(i, i + 2000) });
+  for (let i = 0; i < all.length; i += 2000) await producer.send({ topic, acks: -1, messages: all.slice(i, i + 2000) });
   await producer.disconnect();
-  return topics;
+}
+
+/** Waits until the group is stable with `members` members: several senders then start together. */
+async function groupFormed(kafka: Kafka, groupId: string, members: number) {
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    const deadline = Date.now() + 120_000;
+    for (;;) {
+      const { groups } = await admin.describeGroups([groupId]);
+      if (groups[0]?.state === 'Stable' && groups[0].members.length === members) return;
+      if (Date.now() > deadline) throw new Error(`group ${groupId}: not ${members} stable members after 2 minutes`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  } finally {
+    await admin.disconnect();
+  }
 }
 
 /**
@@ -178,7 +229,7 @@ async function collect(kafka: Kafka, topic: string) {
   return { seen, stop: () => consumer.disconnect() };
 }
 
-async function startMsgbridge(brokers: string[], providerUrl: string, topics: Record<string, string>, inFlight: number, run: string, healthPort: number): Promise<ChildProcess> {
+async function startMsgbridge(brokers: string[], providerUrl: string, topics: Record<string, string>, inFlight: number, run: string, healthPort: number, members = 1): Promise<ChildProcess> {
   const child = track(
     spawnSenderBundle(
       {
@@ -194,7 +245,7 @@ async function startMsgbridge(brokers: string[], providerUrl: string, topics: Re
         MSGBRIDGE__sender__groupId: `tp-sender-${run}`,
         MSGBRIDGE__sender__healthPort: String(healthPort),
         MSGBRIDGE__sender__concurrency: String(inFlight),
-        MSGBRIDGE__sender__ratePerSecond: String(RATE ?? 1_000_000),
+        MSGBRIDGE__sender__ratePerSecond: String(RATE === undefined ? 1_000_000 : RATE / members),
         MSGBRIDGE__provider__connections: String(inFlight),
         // BENCH_SENDER_ENV='{"MSGBRIDGE__sender__maxBufferedRequests":"8000"}' tries a setting.
         ...(JSON.parse(process.env.BENCH_SENDER_ENV ?? '{}') as Record<string, string>),
@@ -219,12 +270,22 @@ async function runOne(
   const run = randomUUID().slice(0, 8);
   log(`[${target} ×${inFlight}] round ${round}: preloading ${TOTAL} requests over ${K} recipients${W > 0 ? ` (the first ${W} to warm up)` : ''}…`);
   const topics = await prepare(kafka, run);
+  const processes = senderProcesses(target);
+  // Several senders join first and find the backlog together; one target finds it preloaded.
+  if (processes <= 1) await preload(kafka, run, topics.requests);
   await provider.reset();
   const results = await collect(kafka, topics.results);
-  let child: ChildProcess;
-  const healthPort = await freePort();
-  if (target === 'msgbridge') child = await startMsgbridge(brokers, provider.url, topics, inFlight, run, healthPort);
-  else {
+  const children: ChildProcess[] = [];
+  const healthPorts: number[] = [];
+  if (processes > 0) {
+    // Members of one group, the calls in flight split between them (the operator's way to use more cores).
+    for (let i = 0; i < processes; i++) healthPorts.push(await freePort());
+    children.push(...(await Promise.all(healthPorts.map((port) => startMsgbridge(brokers, provider.url, topics, Math.ceil(inFlight / processes), run, port, processes)))));
+    if (processes > 1) {
+      await groupFormed(kafka, `tp-sender-${run}`, processes);
+      await preload(kafka, run, topics.requests);
+    }
+  } else {
     if (!rpconnect) return undefined;
     const env: Record<string, string> = {
       KAFKA_BROKERS: brokers.join(','),
@@ -237,9 +298,10 @@ async function runOne(
       CONCURRENCY: String(inFlight),
     };
     if (target === 'rpconnect-keepalive') env.RPC_HTTP_MAX_IDLE_PER_HOST = String(inFlight);
-    child = (await startRpconnect(rpconnect, peerConfig('sender.yaml'), env)).child;
+    children.push((await startRpconnect(rpconnect, peerConfig('sender.yaml'), env)).child);
   }
-  const pid = child.pid!;
+  const pids = children.map((c) => c.pid!);
+  const cpuOfTarget = () => pids.reduce((n, pid) => n + cpuSeconds(pid), 0);
   const samples: { at: number; count: number; cpu: number; machine: { busy: number; total: number }; others: { broker: number; provider: number; reader: number } }[] = [];
   const others = () => {
     const own = process.cpuUsage();
@@ -256,12 +318,13 @@ async function runOne(
   const expectedSeconds = TOTAL / boundPerSecond(target, inFlight);
   const scrapeEvery = Math.max(5, Math.round(expectedSeconds / 2));
   while (results.seen.size < TOTAL) {
-    if (child.exitCode !== null) throw new Error(`${target} exited with ${child.exitCode} after ${results.seen.size} results`);
+    const exited = children.find((c) => c.exitCode !== null);
+    if (exited) throw new Error(`${target} exited with ${exited.exitCode} after ${results.seen.size} results`);
     if (Date.now() > deadline) throw new Error(`${target}: ${results.seen.size} of ${TOTAL} results after 10 minutes`);
-    samples.push({ at: performance.now(), count: results.seen.size, cpu: cpuSeconds(pid), machine: machineTicks(), others: others() });
+    samples.push({ at: performance.now(), count: results.seen.size, cpu: cpuOfTarget(), machine: machineTicks(), others: others() });
     const share = (results.seen.size - W) / N;
-    if (target === 'msgbridge' && share >= 0.1 && share < 0.9 && samples.length % scrapeEvery === 0) {
-      const m = await scrape(healthPort);
+    if (processes > 0 && share >= 0.1 && share < 0.9 && samples.length % scrapeEvery === 0) {
+      const m = combine(await Promise.all(healthPorts.map(scrape)));
       if (m) {
         // The first scrape's event-loop figures cover the sender's start (loading, compiling).
         const first = calls.before.count === 0;
@@ -276,11 +339,13 @@ async function runOne(
     }
     await new Promise((r) => setTimeout(r, 100));
   }
-  samples.push({ at: performance.now(), count: results.seen.size, cpu: cpuSeconds(pid), machine: machineTicks(), others: others() });
-  const rss = peakRssMb(pid);
-  const whole = cpuSeconds(pid);
-  const threads = cpuByThread(pid);
-  await stopChild(child);
+  samples.push({ at: performance.now(), count: results.seen.size, cpu: cpuOfTarget(), machine: machineTicks(), others: others() });
+  // Several processes: the sum of their peaks (an upper bound of what they held at once).
+  const rss = pids.reduce((n, pid) => n + peakRssMb(pid), 0);
+  const whole = cpuOfTarget();
+  const threads: Record<string, number> = {};
+  for (const pid of pids) for (const [name, seconds] of Object.entries(cpuByThread(pid))) threads[name] = (threads[name] ?? 0) + seconds;
+  await Promise.all(children.map((c) => stopChild(c)));
   await results.stop();
   const from = samples.find((s) => s.count >= W + 0.1 * N)!;
   const to = samples.find((s) => s.count >= W + 0.9 * N)!;
@@ -365,7 +430,7 @@ async function main() {
       const perSecond = median(rs.map((r) => r.resultsPerSecond));
       const cpu = median(rs.map((r) => r.cpuPerResultMs));
       table.set(`${target}@${inFlight}`, { perSecond, cpu });
-      const list = (f: (r: Run) => number) => `${median(rs.map(f))} (${rs.map(f).join(' / ')})`;
+      const list = (f: (r: Run) => number) => `${tidy(median(rs.map(f)))} (${rs.map(f).join(' / ')})`;
       const sum = (f: (r: Run) => number) => rs.reduce((n, r) => n + f(r), 0);
       console.log(
         `| ${target} | ${inFlight} | ${bound} | ${list((r) => r.resultsPerSecond)} | ${Math.round((perSecond / bound) * 100)}% | ${list((r) => r.cpuPerResultMs)} | ${list((r) => r.cpuPerResultWholeMs)} | ${Math.max(...rs.map((r) => r.peakRssMb))} | ${list((r) => r.machineBusyPct)} | ${sum((r) => r.missing)} | ${sum((r) => r.provider.duplicates)} | ${sum((r) => r.provider.outOfOrder)} | ${list((r) => r.provider.connections)} |`,
@@ -378,19 +443,20 @@ async function main() {
     for (const target of TARGETS) {
       const rs = runs.filter((r) => r.target === target && r.inFlight === inFlight);
       if (rs.length === 0) continue;
-      const m = (f: (r: Run) => number | undefined) => (rs.some((r) => f(r) === undefined) ? '–' : median(rs.map((r) => f(r)!)));
+      const m = (f: (r: Run) => number | undefined) => (rs.some((r) => f(r) === undefined) ? '–' : tidy(median(rs.map((r) => f(r)!))));
       console.log(
         `| ${target} | ${inFlight} | ${m((r) => r.cores.target)} | ${m((r) => r.cores.broker)} | ${m((r) => r.cores.provider)} | ${m((r) => r.cores.reader)} | ${m((r) => r.machineBusyPct)} |`,
       );
     }
   console.log('');
-  for (const inFlight of IN_FLIGHT) {
-    const own = table.get(`msgbridge@${inFlight}`);
-    for (const peer of ['rpconnect', 'rpconnect-keepalive']) {
-      const other = table.get(`${peer}@${inFlight}`);
-      if (own && other) console.log(`×${inFlight}: msgbridge / ${peer}: ${(own.perSecond / other.perSecond).toFixed(2)}× results/s, ${(own.cpu / other.cpu).toFixed(2)}× CPU per result`);
+  for (const inFlight of IN_FLIGHT)
+    for (const mine of TARGETS.filter((t) => senderProcesses(t) > 0)) {
+      const own = table.get(`${mine}@${inFlight}`);
+      for (const peer of ['rpconnect', 'rpconnect-keepalive']) {
+        const other = table.get(`${peer}@${inFlight}`);
+        if (own && other) console.log(`×${inFlight}: ${mine} / ${peer}: ${(own.perSecond / other.perSecond).toFixed(2)}× results/s, ${(own.cpu / other.cpu).toFixed(2)}× CPU per result`);
+      }
     }
-  }
 }
 
 try {
