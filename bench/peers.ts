@@ -177,9 +177,19 @@ export function cpuByThread(pid: number): Record<string, number> {
 }
 
 /** Peak resident set (VmHWM) of a live process, in MiB. */
+/** A live process's peak resident memory (VmHWM), MiB. */
 export function peakRssMb(pid: number): number {
+  return statusMb(pid, 'VmHWM');
+}
+
+/** A live process's resident memory now (VmRSS), MiB. */
+export function rssMb(pid: number): number {
+  return statusMb(pid, 'VmRSS');
+}
+
+function statusMb(pid: number, field: 'VmHWM' | 'VmRSS'): number {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-  return Number(/^VmHWM:\s+(\d+) kB/m.exec(status)?.[1] ?? 'NaN') / 1024;
+  return Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? 'NaN') / 1024;
 }
 
 export function median(xs: number[]): number {

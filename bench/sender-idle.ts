@@ -5,11 +5,10 @@
 // sender's own /metrics.
 //   npx tsx bench/sender-idle.ts [--starts 3] [--idle-ms 10000]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
-import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { bundleCli, senderReady, spawnSenderBundle } from './cli-bundle.js';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
-import { cpuSeconds } from './peers.js';
+import { cpuSeconds, peakRssMb, rssMb } from './peers.js';
 
 const { values: args } = parseArgs({ options: { starts: { type: 'string', default: '3' }, 'idle-ms': { type: 'string', default: '10000' } } });
 const STARTS = Number(args.starts);
@@ -17,15 +16,7 @@ const IDLE_MS = Number(args['idle-ms']);
 if (!Number.isInteger(STARTS) || STARTS < 1) throw new Error(`--starts must be a positive whole number, not ${args.starts}`);
 if (!Number.isInteger(IDLE_MS) || IDLE_MS < 0) throw new Error(`--idle-ms must be a whole number of milliseconds, not ${args['idle-ms']}`);
 
-const mib = (kb: string) => Math.round(Number.parseInt(kb, 10) / 1024);
-function memory(pid: number): { rssMiB: number; peakMiB: number } {
-  const fields = Object.fromEntries(
-    readFileSync(`/proc/${pid}/status`, 'utf8')
-      .split('\n')
-      .map((l) => l.split(/:\s+/)),
-  ) as Record<string, string>;
-  return { rssMiB: mib(fields.VmRSS!), peakMiB: mib(fields.VmHWM!) };
-}
+const memory = (pid: number) => ({ rssMiB: Math.round(rssMb(pid)), peakMiB: Math.round(peakRssMb(pid)) });
 
 async function heapSpaces(health: string): Promise<Record<string, number>> {
   const text = await (await fetch(`${health}/metrics`)).text();

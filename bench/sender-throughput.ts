@@ -30,6 +30,7 @@ import { parseArgs } from 'node:util';
 import { Kafka, logLevel } from 'kafkajs';
 import { bundleCli, senderReady, spawnSenderBundle } from './cli-bundle.js';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
+import { withAdmin } from '../src/kafka/client.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 import {
   cpuByThread,
@@ -137,7 +138,6 @@ function combine(scrapes: (Scrape | undefined)[]): Scrape | undefined {
   };
 }
 
-/** Results a second a target cannot exceed: its calls in flight over the provider's latency, and msgbridge's rate limit. */
 /** A median as printed: three decimals at most (0.115, not 0.11499999999999999). */
 const tidy = (x: number) => Math.round(x * 1000) / 1000;
 
@@ -148,6 +148,7 @@ function senderProcesses(target: string): number {
   return n === undefined ? 0 : Number(n);
 }
 
+/** Results a second a target cannot exceed: its calls in flight over the provider's latency, and msgbridge's rate limit. */
 function boundPerSecond(target: string, inFlight: number): number {
   return Math.min(inFlight / (L / 1000), senderProcesses(target) > 0 && RATE !== undefined ? RATE : Infinity);
 }
@@ -171,16 +172,12 @@ function requests(run: string) {
 
 async function prepare(kafka: Kafka, run: string) {
   const topics = { requests: `tp-req-${run}`, results: `tp-res-${run}`, dlq: `tp-dlq-${run}` };
-  const admin = kafka.admin();
-  await admin.connect();
-  try {
-    await ensureTopics(
+  await withAdmin(kafka, (admin) =>
+    ensureTopics(
       admin,
       Object.values(topics).map((topic) => ({ topic, partitions: PARTITIONS, replicationFactor: 1 })),
-    );
-  } finally {
-    await admin.disconnect();
-  }
+    ),
+  );
   return topics;
 }
 
@@ -194,9 +191,7 @@ async function preload(kafka: Kafka, run: string, topic: string) {
 
 /** Waits until the group is stable with `members` members: several senders then start together. */
 async function groupFormed(kafka: Kafka, groupId: string, members: number) {
-  const admin = kafka.admin();
-  await admin.connect();
-  try {
+  await withAdmin(kafka, async (admin) => {
     const deadline = Date.now() + 120_000;
     for (;;) {
       const { groups } = await admin.describeGroups([groupId]);
@@ -204,9 +199,7 @@ async function groupFormed(kafka: Kafka, groupId: string, members: number) {
       if (Date.now() > deadline) throw new Error(`group ${groupId}: not ${members} stable members after 2 minutes`);
       await new Promise((r) => setTimeout(r, 200));
     }
-  } finally {
-    await admin.disconnect();
-  }
+  });
 }
 
 /**
