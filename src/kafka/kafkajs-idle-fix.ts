@@ -1,20 +1,46 @@
 import { createRequire } from 'node:module';
 
 /**
- * kafkajs 2.2.4 (its last release) keeps a 1 ms timer loop running on every broker connection
- * while nothing is queued: `scheduleCheckPendingRequests` schedules a check even with no pending
- * request and no throttle (a negative delay, so 1 ms), and each check schedules the next
- * (kafkajs issues 1556 and 1704). An idle sender woke about 900 times a second for it
- * (docs/benchmarks.md). This is the fix proposed upstream: with nothing pending and no throttle,
- * schedule nothing; a request that has to wait schedules its own check when it is queued, and a
- * finished request checks the queue as before.
+ * Two timers kafkajs 2.2.4 (its last release) keeps running on every broker connection, idle or
+ * not, replaced here (docs/benchmarks.md has the figures):
+ *
+ * - `scheduleCheckPendingRequests` schedules a check even with no pending request and no
+ *   throttle (a negative delay, so 1 ms), and each check schedules the next: a 1 ms loop
+ *   (kafkajs issues 1556 and 1704). The fix proposed upstream: with nothing pending and no
+ *   throttle, schedule nothing; a request that has to wait schedules its own check when it is
+ *   queued, and a finished request checks the queue as before.
+ * - `scheduleRequestTimeoutCheck` starts a 100 ms interval per connection for as long as it is
+ *   connected, to time out requests sent more than their timeout ago: 10 wake-ups a second per
+ *   connection with nothing in flight, and for a fetch that waits a second for records.
+ *   Instead, one timer per connection is set for the earliest deadline of the requests in
+ *   flight: set when a request is sent with an earlier deadline than the timer's, and on firing
+ *   it times out what is overdue (the same test as kafkajs's) and is set again for the next
+ *   deadline, or not at all. Requests time out on time instead of up to 100 ms late.
  */
+interface InflightRequest {
+  correlationId: number;
+  sentAt: number | null;
+  requestTimeout: number;
+  timeoutRequest(): void;
+}
+
 interface RequestQueue {
   pending: unknown[];
+  inflight: Map<number, InflightRequest>;
   throttledUntil: number;
   throttleCheckTimeoutId: NodeJS.Timeout | null;
+  enforceRequestTimeout: boolean;
+  requestTimeoutIntervalId?: NodeJS.Timeout;
+  isConnected(): boolean;
   checkPendingRequests(): void;
   scheduleCheckPendingRequests(): void;
+  scheduleRequestTimeoutCheck(): void;
+  sendSocketRequest(request: InflightRequest): void;
+  destroy(): void;
+  /** Whether requests are timed out: from the connection's connect until `destroy`. */
+  timeoutsArmed?: boolean;
+  /** When the timer in `requestTimeoutIntervalId` fires. */
+  timeoutCheckAt?: number;
 }
 
 /** kafkajs's own interval for a queue that waits on a marginal throttle. */
@@ -32,7 +58,59 @@ export function scheduleCheckPendingRequests(this: RequestQueue): void {
   }, delay);
 }
 
+/** A request is overdue once more than its timeout has passed since it was sent (kafkajs's test). */
+const isOverdue = (request: InflightRequest, now: number): boolean => request.sentAt !== null && now - request.sentAt > request.requestTimeout;
+const deadlineOf = (request: InflightRequest): number => (request.sentAt ?? Date.now()) + request.requestTimeout + 1;
+
+function armTimeoutCheck(queue: RequestQueue, at: number): void {
+  clearTimeout(queue.requestTimeoutIntervalId);
+  queue.timeoutCheckAt = at;
+  queue.requestTimeoutIntervalId = setTimeout(() => checkRequestTimeouts(queue), Math.max(0, at - Date.now()));
+}
+
+function checkRequestTimeouts(queue: RequestQueue): void {
+  queue.requestTimeoutIntervalId = undefined;
+  queue.timeoutCheckAt = undefined;
+  if (!queue.isConnected()) {
+    queue.destroy();
+    return;
+  }
+  const now = Date.now();
+  // A timed-out request leaves `inflight` and may send a pending one (which can set the timer).
+  for (const request of [...queue.inflight.values()]) if (isOverdue(request, now)) request.timeoutRequest();
+  let next = Infinity;
+  for (const request of queue.inflight.values()) next = Math.min(next, deadlineOf(request));
+  if (queue.timeoutsArmed && next < (queue.timeoutCheckAt ?? Infinity)) armTimeoutCheck(queue, next);
+}
+
+export function scheduleRequestTimeoutCheck(this: RequestQueue): void {
+  if (!this.enforceRequestTimeout) return;
+  this.destroy();
+  this.timeoutsArmed = true;
+  checkRequestTimeouts(this);
+}
+
+export function sendSocketRequest(this: RequestQueue, request: InflightRequest): void {
+  original.sendSocketRequest.call(this, request);
+  if (!this.timeoutsArmed || !this.inflight.has(request.correlationId)) return;
+  const deadline = deadlineOf(request);
+  if (deadline < (this.timeoutCheckAt ?? Infinity)) armTimeoutCheck(this, deadline);
+}
+
+export function destroy(this: RequestQueue): void {
+  this.timeoutsArmed = false;
+  clearTimeout(this.requestTimeoutIntervalId);
+  this.requestTimeoutIntervalId = undefined;
+  this.timeoutCheckAt = undefined;
+  original.destroy.call(this);
+}
+
 const require = createRequire(import.meta.url);
 /** kafkajs's RequestQueue class, the one every kafkajs connection of this process uses. */
 export const KafkajsRequestQueue = require('kafkajs/src/network/requestQueue/index.js') as { prototype: RequestQueue } & (new (options: Record<string, unknown>) => RequestQueue);
-KafkajsRequestQueue.prototype.scheduleCheckPendingRequests = scheduleCheckPendingRequests;
+// kafkajs's own methods, kept once per process: a second copy of this module (a test runner's
+// fresh module graph) must not wrap the wrappers.
+const ORIGINAL = Symbol.for('msgbridge.kafkajs.requestQueue.original');
+const prototype = KafkajsRequestQueue.prototype as RequestQueue & { [ORIGINAL]?: Pick<RequestQueue, 'sendSocketRequest' | 'destroy'> };
+const original = (prototype[ORIGINAL] ??= { sendSocketRequest: prototype.sendSocketRequest, destroy: prototype.destroy });
+Object.assign(prototype, { scheduleCheckPendingRequests, scheduleRequestTimeoutCheck, sendSocketRequest, destroy });
