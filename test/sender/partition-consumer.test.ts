@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import {
   CommitMetadataTooLargeError,
   RejoinNeededError,
@@ -20,6 +20,7 @@ class FakeGroup implements GroupConsumer {
   commits: OffsetToCommit[][] = [];
   committed: CommittedOffset[] = [];
   refuseMetadata = false;
+  failNextCommits = 0;
   paused = false;
   stopped = false;
   async start(handlers: GroupConsumerHandlers) {
@@ -27,6 +28,7 @@ class FakeGroup implements GroupConsumer {
   }
   async commit(offsets: OffsetToCommit[]) {
     if (this.refuseMetadata && offsets.some((o) => o.metadata !== null)) throw new CommitMetadataTooLargeError('too large');
+    if (this.failNextCommits > 0 && this.failNextCommits--) throw new Error('coordinator not available');
     this.commits.push(offsets);
   }
   async fetchCommitted(partitions: number[]) {
@@ -195,6 +197,75 @@ describe('PartitionConsumer (the sender member protocol, on a fake group)', () =
     expect(group.lastCommitted(0)?.offset).toBe(8);
     expect(group.stopped).toBe(true);
     expect(member.state).toBe('stopped');
+  });
+
+  describe('the periodic commit runs only while there is something to commit', () => {
+    afterEach(() => vi.restoreAllMocks());
+
+    /** The member's commit intervals (10 ms in `setup`) started and not yet cleared. */
+    function watchCommitTimers() {
+      const live = new Set<unknown>();
+      let started = 0;
+      const setInterval = globalThis.setInterval;
+      const clearInterval = globalThis.clearInterval;
+      vi.spyOn(globalThis, 'setInterval').mockImplementation(((fn: () => void, ms: number) => {
+        const timer = setInterval(fn, ms);
+        if (ms === 10) {
+          live.add(timer);
+          started++;
+        }
+        return timer;
+      }) as typeof globalThis.setInterval);
+      vi.spyOn(globalThis, 'clearInterval').mockImplementation(((timer: NodeJS.Timeout) => {
+        live.delete(timer);
+        clearInterval(timer);
+      }) as typeof globalThis.clearInterval);
+      return { live: () => live.size, started: () => started };
+    }
+
+    it('an idle member stops its commit timer, and the next batch starts it and is committed', async () => {
+      const timers = watchCommitTimers();
+      const { group, member } = setup();
+      await member.start();
+      group.handlers.onAssignment([0], 'm1');
+      expect(timers.live()).toBe(1);
+      await group.handlers.onBatch(0, records(0, 10, 3), control());
+      await until(() => group.lastCommitted(0)?.offset === 13);
+      await until(() => timers.live() === 0);
+      const commits = group.commits.length;
+      await new Promise((r) => setTimeout(r, 60));
+      expect(group.commits.length).toBe(commits);
+      await group.handlers.onBatch(0, records(0, 13, 2), control());
+      expect(timers.live()).toBe(1);
+      expect(timers.started()).toBe(2);
+      await until(() => group.lastCommitted(0)?.offset === 15);
+      await member.drain(1000);
+      expect(timers.live()).toBe(0);
+    });
+
+    it('a failed commit keeps the timer running until a commit succeeds, with no new batch', async () => {
+      const timers = watchCommitTimers();
+      const { group, member } = setup();
+      await member.start();
+      group.handlers.onAssignment([0], 'm1');
+      group.failNextCommits = 3;
+      await group.handlers.onBatch(0, records(0, 20, 2), control());
+      await until(() => group.lastCommitted(0)?.offset === 22);
+      expect(group.failNextCommits).toBe(0);
+      await until(() => timers.live() === 0);
+      await member.drain(1000);
+    });
+
+    it('a drained member does not start it again', async () => {
+      const timers = watchCommitTimers();
+      const { group, member } = setup();
+      await member.start();
+      group.handlers.onAssignment([0], 'm1');
+      await member.drain(1000);
+      expect(timers.live()).toBe(0);
+      await group.handlers.onBatch(0, records(0, 0, 2), control());
+      expect(timers.live()).toBe(0);
+    });
   });
 
   it('reports a consumer that stopped for good', async () => {
