@@ -48,7 +48,7 @@ export interface BatchingPublisherOptions {
   /** From admission to acknowledgement; past it the caller is told PUBLISH_TIMEOUT and the batch is given up. */
   publishTimeoutMs: number;
   reconnectBackoffMs?: { initial: number; max: number };
-  /** How often deadlines are checked (one timer for all events, not one per event). */
+  /** How often deadlines are checked while events are pending (one timer for all events, not one per event). */
   sweepIntervalMs?: number;
   /**
    * An outage shows at the next send; with no traffic there is none. A lane that has heard
@@ -201,8 +201,6 @@ export class BatchingPublisher {
       void first.disconnect().catch(noop);
       throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot connect the Kafka producer: ${(err as Error).message}`, { cause: err });
     }
-    this.sweepTimer = setInterval(() => this.sweep(), this.opts.sweepIntervalMs);
-    this.sweepTimer.unref();
     this.refreshTimer = setInterval(() => void this.refreshIfUnhealthy(), this.opts.layoutRefreshMs);
     this.refreshTimer.unref();
     if (this.opts.idleProbeIntervalMs > 0) {
@@ -246,7 +244,24 @@ export class BatchingPublisher {
     this.queuedEvents++;
     this.queuedBytes += bytes;
     this.scheduleFlush();
+    if (this.sweepTimer === undefined) this.keepSweeping();
     return undefined;
+  }
+
+  /**
+   * Deadlines are checked only while something is queued or in flight: an idle publisher wakes
+   * nobody (10 times a second fewer for each ingress thread). Events enter only through
+   * `publish`, which starts the sweep; a tick that finds nothing left stops it.
+   */
+  private keepSweeping(): void {
+    this.sweepTimer = setInterval(() => {
+      this.sweep();
+      if (this.idle() && this.sweepTimer !== undefined) {
+        clearInterval(this.sweepTimer);
+        this.sweepTimer = undefined;
+      }
+    }, this.opts.sweepIntervalMs);
+    this.sweepTimer.unref();
   }
 
   /** Why an event would be refused right now, ignoring its size; undefined when it would be admitted. */
