@@ -176,7 +176,24 @@ export function cpuByThread(pid: number): Record<string, number> {
   return out;
 }
 
-/** Peak resident set (VmHWM) of a live process, in MiB. */
+/**
+ * How often a live process's threads went to sleep so far (voluntary context switches, from
+ * /proc): each is a wake-up later. The main thread's count is its event loop's wake-ups.
+ */
+export function sleepsSoFar(pid: number): { main: number; all: number } {
+  const out = { main: 0, all: 0 };
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const n = Number(/^voluntary_ctxt_switches:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/task/${tid}/status`, 'utf8'))?.[1] ?? 0);
+      out.all += n;
+      if (Number(tid) === pid) out.main += n;
+    } catch {
+      // the thread ended meanwhile
+    }
+  }
+  return out;
+}
+
 /** A live process's peak resident memory (VmHWM), MiB. */
 export function peakRssMb(pid: number): number {
   return statusMb(pid, 'VmHWM');

@@ -1,14 +1,15 @@
 // What an idle `msgbridge sender` holds: the bench's CLI bundle (as `node dist/cli.js` runs) is
 // started STARTS times against the embedded broker, with no request to send; each start prints
-// the time to ready, its CPU per second over the second half of IDLE_MS (ms of CPU a second,
-// /proc), VmRSS and VmHWM from /proc after IDLE_MS of idling, and V8's heap spaces from the
-// sender's own /metrics.
+// the time to ready; over the second half of IDLE_MS, its CPU per second (ms of CPU a second)
+// and its wake-ups a second (the main thread's and all threads', voluntary context switches),
+// both from /proc; VmRSS and VmHWM from /proc after IDLE_MS of idling; and V8's heap spaces from
+// the sender's own /metrics.
 //   npx tsx bench/sender-idle.ts [--starts 3] [--idle-ms 10000]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
 import { parseArgs } from 'node:util';
 import { bundleCli, senderReady, spawnSenderBundle } from './cli-bundle.js';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
-import { cpuSeconds, peakRssMb, rssMb } from './peers.js';
+import { cpuSeconds, peakRssMb, rssMb, sleepsSoFar } from './peers.js';
 
 const { values: args } = parseArgs({ options: { starts: { type: 'string', default: '3' }, 'idle-ms': { type: 'string', default: '10000' } } });
 const STARTS = Number(args.starts);
@@ -55,9 +56,13 @@ async function main() {
       // CPU while idle, over the second half of the idle time (start-up's compiling and GC settled).
       await new Promise((r) => setTimeout(r, IDLE_MS / 2));
       const cpuFrom = cpuSeconds(child.pid!);
+      const sleepsFrom = sleepsSoFar(child.pid!);
       await new Promise((r) => setTimeout(r, IDLE_MS / 2));
-      const idleCpuMsPerSecond = Math.round(((cpuSeconds(child.pid!) - cpuFrom) / (IDLE_MS / 2 / 1000)) * 10000) / 10;
-      console.log(JSON.stringify({ start: i, readyMs, idleCpuMsPerSecond, ...memory(child.pid!), heapSpacesMiB: await heapSpaces(health) }));
+      const seconds = IDLE_MS / 2 / 1000;
+      const idleCpuMsPerSecond = Math.round(((cpuSeconds(child.pid!) - cpuFrom) / seconds) * 10000) / 10;
+      const sleeps = sleepsSoFar(child.pid!);
+      const wakeUpsPerSecond = { main: Math.round((sleeps.main - sleepsFrom.main) / seconds), allThreads: Math.round((sleeps.all - sleepsFrom.all) / seconds) };
+      console.log(JSON.stringify({ start: i, readyMs, idleCpuMsPerSecond, wakeUpsPerSecond, ...memory(child.pid!), heapSpacesMiB: await heapSpaces(health) }));
       child.kill('SIGTERM');
       await new Promise((r) => child.once('exit', r));
     }

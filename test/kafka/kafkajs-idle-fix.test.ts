@@ -69,7 +69,14 @@ describe('kafkajs request queue (request timeouts on one timer per connection)',
   function send(q: InstanceType<typeof KafkajsRequestQueue>, requestTimeout?: number) {
     const outcome: Outcome = {};
     const correlationId = ++correlation;
-    const entry = { apiKey: 1, apiName: 'Fetch', apiVersion: 11, correlationId, resolve: () => (outcome.settled = 'resolved'), reject: (error: Error) => Object.assign(outcome, { settled: 'rejected', error }) };
+    const entry = {
+      apiKey: 1,
+      apiName: 'Fetch',
+      apiVersion: 11,
+      correlationId,
+      resolve: () => (outcome.settled = 'resolved'),
+      reject: (error: Error) => Object.assign(outcome, { settled: 'rejected', error }),
+    };
     (q as unknown as { push(r: object): void }).push({ entry, expectResponse: true, requestTimeout, sendRequest: () => undefined });
     return { outcome, correlationId };
   }
