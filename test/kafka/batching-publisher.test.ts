@@ -1,6 +1,7 @@
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { watchIntervals } from '../helpers/intervals.js';
 import { BatchingPublisher, type BatchingPublisherOptions, type PublishRecord } from '../../src/kafka/batching-publisher.js';
 import type { MsgbridgeError } from '../../src/platform/errors.js';
 import { javaCompatibleHash } from '../../src/kafka/partitioner.js';
@@ -227,31 +228,20 @@ describe('BatchingPublisher', () => {
 
   it('checks deadlines only while events are pending: idle, no timer; the next event still times out', async () => {
     // The sweep interval (13 ms) tells the publisher's timer from any other.
-    const live = new Set<unknown>();
-    const realSet = globalThis.setInterval;
-    const realClear = globalThis.clearInterval;
-    vi.spyOn(globalThis, 'setInterval').mockImplementation(((fn: () => void, ms: number) => {
-      const timer = realSet(fn, ms);
-      if (ms === 13) live.add(timer);
-      return timer;
-    }) as typeof globalThis.setInterval);
-    vi.spyOn(globalThis, 'clearInterval').mockImplementation(((timer: NodeJS.Timeout) => {
-      live.delete(timer);
-      realClear(timer);
-    }) as typeof globalThis.clearInterval);
+    const sweeps = watchIntervals(13);
     try {
       const { kafka, outcomes, publish } = await setup({ publishTimeoutMs: 60, sweepIntervalMs: 13 });
-      expect(live.size).toBe(0);
+      expect(sweeps.live()).toBe(0);
       publish('a', 'acked');
-      expect(live.size).toBe(1);
+      expect(sweeps.live()).toBe(1);
       await until(() => kafka.pending.length === 1);
       kafka.pending[0]!.ack();
       await until(() => outcomes.get('acked') === 'ok');
-      await until(() => live.size === 0);
+      await until(() => sweeps.live() === 0);
       // Idle now; the next event's deadline is checked again.
       kafka.holdConnects = new Promise(() => {});
       publish('b', 'unanswered');
-      expect(live.size).toBe(1);
+      expect(sweeps.live()).toBe(1);
       await until(() => outcomes.get('unanswered') === 'PUBLISH_TIMEOUT', 5000);
     } finally {
       vi.restoreAllMocks();

@@ -10,6 +10,7 @@ import {
   type OffsetToCommit,
 } from '../../src/kafka/group-consumer.js';
 import { silentLogger } from '../../src/platform/logger.js';
+import { watchIntervals } from '../helpers/intervals.js';
 import { KeyedRunner } from '../../src/sender/keyed-runner.js';
 import { encodeCompleted } from '../../src/sender/offset-metadata.js';
 import { fetchBytesPerPartition, PartitionConsumer } from '../../src/sender/partition-consumer.js';
@@ -202,26 +203,8 @@ describe('PartitionConsumer (the sender member protocol, on a fake group)', () =
   describe('the periodic commit runs only while there is something to commit', () => {
     afterEach(() => vi.restoreAllMocks());
 
-    /** The member's commit intervals (10 ms in `setup`) started and not yet cleared. */
-    function watchCommitTimers() {
-      const live = new Set<unknown>();
-      let started = 0;
-      const setInterval = globalThis.setInterval;
-      const clearInterval = globalThis.clearInterval;
-      vi.spyOn(globalThis, 'setInterval').mockImplementation(((fn: () => void, ms: number) => {
-        const timer = setInterval(fn, ms);
-        if (ms === 10) {
-          live.add(timer);
-          started++;
-        }
-        return timer;
-      }) as typeof globalThis.setInterval);
-      vi.spyOn(globalThis, 'clearInterval').mockImplementation(((timer: NodeJS.Timeout) => {
-        live.delete(timer);
-        clearInterval(timer);
-      }) as typeof globalThis.clearInterval);
-      return { live: () => live.size, started: () => started };
-    }
+    /** The member's commit intervals: 10 ms in `setup`. */
+    const watchCommitTimers = () => watchIntervals(10);
 
     it('an idle member stops its commit timer, and the next batch starts it and is committed', async () => {
       const timers = watchCommitTimers();
