@@ -178,7 +178,8 @@ export function cpuByThread(pid: number): Record<string, number> {
 
 /**
  * How often a live process's threads went to sleep so far (voluntary context switches, from
- * /proc): each is a wake-up later. The main thread's count is its event loop's wake-ups.
+ * /proc): each is a wake-up later, so they stand in for wake-ups. The main thread's count is its
+ * event loop's. A thread that ends between two readings takes its count out of `all`.
  */
 export function sleepsSoFar(pid: number): { main: number; all: number } {
   const out = { main: 0, all: 0 };

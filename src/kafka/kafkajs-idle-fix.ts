@@ -58,26 +58,31 @@ export function scheduleCheckPendingRequests(this: RequestQueue): void {
   }, delay);
 }
 
-/** A request is overdue once more than its timeout has passed since it was sent (kafkajs's test). */
-const isOverdue = (request: InflightRequest, now: number): boolean => request.sentAt !== null && now - request.sentAt > request.requestTimeout;
-const deadlineOf = (request: InflightRequest): number => (request.sentAt ?? Date.now()) + request.requestTimeout + 1;
+/**
+ * A request is overdue once more than its timeout has passed since it was sent (kafkajs's test,
+ * in which a request whose socket write threw, never sent, is overdue at once).
+ */
+const isOverdue = (request: InflightRequest, now: number): boolean => request.sentAt === null || now - request.sentAt > request.requestTimeout;
+const deadlineOf = (request: InflightRequest): number => (request.sentAt === null ? Date.now() : request.sentAt + request.requestTimeout + 1);
+/** Node's longest timer; a longer delay would become 1 ms. */
+const MAX_DELAY_MS = 2 ** 31 - 1;
 
 function armTimeoutCheck(queue: RequestQueue, at: number): void {
   clearTimeout(queue.requestTimeoutIntervalId);
   queue.timeoutCheckAt = at;
-  queue.requestTimeoutIntervalId = setTimeout(() => checkRequestTimeouts(queue), Math.max(0, at - Date.now()));
+  queue.requestTimeoutIntervalId = setTimeout(() => checkRequestTimeouts(queue), Math.min(MAX_DELAY_MS, Math.max(0, at - Date.now())));
 }
 
 function checkRequestTimeouts(queue: RequestQueue): void {
   queue.requestTimeoutIntervalId = undefined;
   queue.timeoutCheckAt = undefined;
+  const now = Date.now();
+  // A timed-out request leaves `inflight` and may send a pending one (which can set the timer).
+  for (const request of [...queue.inflight.values()]) if (isOverdue(request, now)) request.timeoutRequest();
   if (!queue.isConnected()) {
     queue.destroy();
     return;
   }
-  const now = Date.now();
-  // A timed-out request leaves `inflight` and may send a pending one (which can set the timer).
-  for (const request of [...queue.inflight.values()]) if (isOverdue(request, now)) request.timeoutRequest();
   let next = Infinity;
   for (const request of queue.inflight.values()) next = Math.min(next, deadlineOf(request));
   if (queue.timeoutsArmed && next < (queue.timeoutCheckAt ?? Infinity)) armTimeoutCheck(queue, next);
@@ -91,10 +96,15 @@ export function scheduleRequestTimeoutCheck(this: RequestQueue): void {
 }
 
 export function sendSocketRequest(this: RequestQueue, request: InflightRequest): void {
-  original.sendSocketRequest.call(this, request);
-  if (!this.timeoutsArmed || !this.inflight.has(request.correlationId)) return;
-  const deadline = deadlineOf(request);
-  if (deadline < (this.timeoutCheckAt ?? Infinity)) armTimeoutCheck(this, deadline);
+  try {
+    original.sendSocketRequest.call(this, request);
+  } finally {
+    // Also when the socket write threw: the request stays in flight, and kafkajs times it out.
+    if (this.timeoutsArmed && this.inflight.has(request.correlationId)) {
+      const deadline = deadlineOf(request);
+      if (deadline < (this.timeoutCheckAt ?? Infinity)) armTimeoutCheck(this, deadline);
+    }
+  }
 }
 
 export function destroy(this: RequestQueue): void {

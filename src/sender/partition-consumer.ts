@@ -149,6 +149,7 @@ export class PartitionConsumer<J> {
 
   /** Stops without draining (a start that failed half-way). */
   async abort(): Promise<void> {
+    this.memberState = 'stopped';
     this.stopCommitting();
     this.options.runner.abort();
     await this.options.consumer.stop().catch(() => undefined);

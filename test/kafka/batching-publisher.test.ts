@@ -230,7 +230,7 @@ describe('BatchingPublisher', () => {
     // The sweep interval (13 ms) tells the publisher's timer from any other.
     const sweeps = watchIntervals(13);
     try {
-      const { kafka, outcomes, publish } = await setup({ publishTimeoutMs: 60, sweepIntervalMs: 13 });
+      const { kafka, outcomes, publish } = await setup({ publishTimeoutMs: 1000, sweepIntervalMs: 13 });
       expect(sweeps.live()).toBe(0);
       publish('a', 'acked');
       expect(sweeps.live()).toBe(1);

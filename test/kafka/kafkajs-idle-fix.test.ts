@@ -59,14 +59,14 @@ describe('kafkajs request queue (request timeouts on one timer per connection)',
     vi.useRealTimers();
   });
 
-  function connectedQueue(requestTimeout = 1000) {
-    const q = new KafkajsRequestQueue({ maxInFlightRequests: null, requestTimeout, enforceRequestTimeout: true, clientId: 'test', broker: 'b:1', logger: silent, isConnected: () => connected });
+  function connectedQueue(requestTimeout = 1000, maxInFlightRequests: number | null = null) {
+    const q = new KafkajsRequestQueue({ maxInFlightRequests, requestTimeout, enforceRequestTimeout: true, clientId: 'test', broker: 'b:1', logger: silent, isConnected: () => connected });
     live.push(q);
     q.scheduleRequestTimeoutCheck();
     return q;
   }
 
-  function send(q: InstanceType<typeof KafkajsRequestQueue>, requestTimeout?: number) {
+  function send(q: InstanceType<typeof KafkajsRequestQueue>, requestTimeout?: number, options: { expectResponse?: boolean; write?: () => void } = {}) {
     const outcome: Outcome = {};
     const correlationId = ++correlation;
     const entry = {
@@ -77,7 +77,7 @@ describe('kafkajs request queue (request timeouts on one timer per connection)',
       resolve: () => (outcome.settled = 'resolved'),
       reject: (error: Error) => Object.assign(outcome, { settled: 'rejected', error }),
     };
-    (q as unknown as { push(r: object): void }).push({ entry, expectResponse: true, requestTimeout, sendRequest: () => undefined });
+    (q as unknown as { push(r: object): void }).push({ entry, expectResponse: options.expectResponse ?? true, requestTimeout, sendRequest: options.write ?? (() => undefined) });
     return { outcome, correlationId };
   }
 
@@ -139,6 +139,48 @@ describe('kafkajs request queue (request timeouts on one timer per connection)',
     expect(second.outcome.settled).toBe('rejected');
   });
 
+  it('a request sent because another timed out (one in flight at a time) times out at its own deadline', () => {
+    const q = connectedQueue(1000, 1);
+    const first = send(q);
+    vi.advanceTimersByTime(500);
+    const waiting = send(q);
+    expect(q.pending).toHaveLength(1);
+    vi.advanceTimersByTime(501);
+    expect(first.outcome.settled).toBe('rejected');
+    expect(q.pending).toHaveLength(0);
+    vi.advanceTimersByTime(1000);
+    expect(waiting.outcome.settled).toBeUndefined();
+    vi.advanceTimersByTime(1);
+    expect(waiting.outcome.settled).toBe('rejected');
+    expect(timers()).toBe(0);
+  });
+
+  it('a request that expects no answer sets no timer', () => {
+    const q = connectedQueue(1000);
+    const { outcome } = send(q, undefined, { expectResponse: false });
+    expect(outcome.settled).toBe('resolved');
+    expect(timers()).toBe(0);
+  });
+
+  it('a request whose socket write threw is timed out at once, as kafkajs does, not kept in flight', () => {
+    const q = connectedQueue(1000);
+    let thrown: unknown;
+    try {
+      send(q, undefined, {
+        write: () => {
+          throw new Error('write EPIPE');
+        },
+      });
+    } catch (err) {
+      thrown = err;
+    }
+    expect((thrown as Error).message).toBe('write EPIPE');
+    expect(q.inflight.size).toBe(1);
+    vi.advanceTimersByTime(0);
+    expect(q.inflight.size).toBe(0);
+    expect(timers()).toBe(0);
+  });
+
   it('destroy (a disconnect) stops timing out, as kafkajs does, until the next connect arms it again', () => {
     const q = connectedQueue(1000);
     const before = send(q);
@@ -153,13 +195,18 @@ describe('kafkajs request queue (request timeouts on one timer per connection)',
     expect(after.outcome.settled).toBe('rejected');
   });
 
-  it('a connection found closed when the timer fires stops its timer, as kafkajs does', () => {
+  it('a connection found closed when the timer fires: what is overdue times out, then the timer stops, as in kafkajs', () => {
     const q = connectedQueue(1000);
-    const request = send(q);
+    const overdue = send(q);
+    vi.advanceTimersByTime(500);
+    const later = send(q);
     connected = false;
-    vi.advanceTimersByTime(2000);
-    expect(request.outcome.settled).toBeUndefined();
+    vi.advanceTimersByTime(501);
+    expect(overdue.outcome.settled).toBe('rejected');
     expect(timers()).toBe(0);
+    // kafkajs's destroyed queue times out nothing more; the closed connection rejects the rest.
+    vi.advanceTimersByTime(5000);
+    expect(later.outcome.settled).toBeUndefined();
   });
 
   it('a queue without enforced timeouts keeps no timer and times nothing out', () => {
