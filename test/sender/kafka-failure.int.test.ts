@@ -1,5 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { createKafka } from '../../src/kafka/client.js';
 import { startLocalBroker, type LocalBroker } from '../../src/kafka/local-broker.js';
+import { loadConfig } from '../../src/config/load.js';
 import { collect, committedOffsets, endOffsets, fixture, produceRequests, textRequest, waitUntil } from './harness.js';
 
 /**
@@ -89,4 +91,26 @@ describe('sender through a Kafka stall', () => {
       await new Promise((r) => setTimeout(r, 200));
     }
   }, 180_000);
+
+  // The sender's consumer is kafkajs; its request timeouts run on one timer per connection
+  // (src/kafka/kafkajs-idle-fix.ts) instead of kafkajs's 100 ms interval.
+  it('a kafkajs request to the frozen broker times out at kafka.requestTimeoutMs: not before, and not never', async () => {
+    const kafka = createKafka({ ...loadConfig({ env: {} }).kafka, brokers: [broker.bootstrap], requestTimeoutMs: 1500 });
+    const admin = kafka.admin({ retry: { retries: 0 } });
+    await admin.connect();
+    cleanups.push(() => admin.disconnect());
+    await admin.fetchTopicMetadata({ topics: [] });
+    process.kill(broker.pid, 'SIGSTOP');
+    const started = Date.now();
+    const error = (await admin.fetchTopicMetadata({ topics: [] }).then(
+      () => undefined,
+      (err: unknown) => err,
+    )) as (Error & { originalError?: Error }) | undefined;
+    const waitedMs = Date.now() - started;
+    process.kill(broker.pid, 'SIGCONT');
+    expect(error).toBeDefined();
+    expect([error!.name, error!.originalError?.name]).toContain('KafkaJSRequestTimeoutError');
+    expect(waitedMs).toBeGreaterThanOrEqual(1500);
+    expect(waitedMs).toBeLessThan(15_000);
+  }, 60_000);
 });
