@@ -38,6 +38,9 @@ function manifests(): Doc[] {
 
 const find = (kind: string, name: string) => manifests().find((d) => d.kind === kind && d.metadata.name === name) as any; // eslint-disable-line @typescript-eslint/no-explicit-any
 const roleCommands = () => buildProgram().commands.map((c) => c.name());
+/** The Dockerfile's ENTRYPOINT, and the sender's: the same with V8's GC on one thread (docs/benchmarks.md). */
+const imageEntrypoint = (): string[] => JSON.parse(/^ENTRYPOINT (\[.*\])$/m.exec(readFileSync(join(root, 'Dockerfile'), 'utf8'))![1]!);
+const senderEntrypoint = (): string[] => imageEntrypoint().flatMap((part) => (part === 'dist/cli.js' ? ['--single-threaded-gc', part] : [part]));
 
 describe('Kubernetes manifests', () => {
   it('every document validates against the Kubernetes API schemas', () => {
@@ -86,6 +89,8 @@ describe('Kubernetes manifests', () => {
     const config = loadConfig({ configFile: configMapFile() });
     const container = find('Deployment', 'msgbridge-sender').spec.template.spec.containers[0];
     expect(container.args[0]).toBe('sender');
+    expect(senderEntrypoint()).toContain('--single-threaded-gc');
+    expect(container.command).toEqual(senderEntrypoint());
     expect(container.ports[0].containerPort).toBe(config.sender.healthPort);
     expect(container.readinessProbe.httpGet.path).toBe('/readyz');
     expect(container.livenessProbe.httpGet.path).toBe('/healthz');
@@ -233,6 +238,11 @@ describe('docker-compose.yml', () => {
     const [volume, path] = (tracker.volumes as string[])[0]!.split(':');
     expect(compose.volumes).toHaveProperty(volume!);
     expect(config.tracker.stateDir.startsWith(`${path}/`)).toBe(true);
+  });
+
+  it('sender: the image entrypoint with V8 GC on one thread, as in Kubernetes; the other roles keep the image entrypoint', () => {
+    expect(compose.services.sender.entrypoint).toEqual(senderEntrypoint());
+    for (const name of ['simulator', 'ingress', 'tracker', 'register-webhooks']) expect(compose.services[name].entrypoint, name).toBeUndefined();
   });
 
   it('a broken compose file is rejected by the same validator', () => {
