@@ -83,6 +83,14 @@ describe('kafkajs request queue (request timeouts on one timer per connection)',
 
   const timers = () => vi.getTimerCount();
 
+  /** The request is still unanswered 1 ms before `ms` from now, and timed out at `ms`. */
+  function timesOutIn(outcome: Outcome, ms: number) {
+    vi.advanceTimersByTime(ms - 1);
+    expect(outcome.settled).toBeUndefined();
+    vi.advanceTimersByTime(1);
+    expect(outcome.settled).toBe('rejected');
+  }
+
   it('a connected queue with nothing in flight keeps no timer: no wake-ups while idle', () => {
     connectedQueue();
     expect(timers()).toBe(0);
@@ -94,10 +102,7 @@ describe('kafkajs request queue (request timeouts on one timer per connection)',
     const q = connectedQueue(1000);
     const { outcome } = send(q);
     expect(timers()).toBe(1);
-    vi.advanceTimersByTime(1000);
-    expect(outcome.settled).toBeUndefined();
-    vi.advanceTimersByTime(1);
-    expect(outcome.settled).toBe('rejected');
+    timesOutIn(outcome, 1001);
     expect(outcome.error?.name).toBe('KafkaJSRequestTimeoutError');
     expect(q.inflight.size).toBe(0);
     expect(timers()).toBe(0);
@@ -122,10 +127,7 @@ describe('kafkajs request queue (request timeouts on one timer per connection)',
     expect(short.outcome.settled).toBe('rejected');
     expect(long.outcome.settled).toBeUndefined();
     expect(timers()).toBe(1);
-    vi.advanceTimersByTime(5000 - 1101);
-    expect(long.outcome.settled).toBeUndefined();
-    vi.advanceTimersByTime(1);
-    expect(long.outcome.settled).toBe('rejected');
+    timesOutIn(long.outcome, 5000 - 1100);
     expect(timers()).toBe(0);
   });
 
@@ -148,10 +150,7 @@ describe('kafkajs request queue (request timeouts on one timer per connection)',
     vi.advanceTimersByTime(501);
     expect(first.outcome.settled).toBe('rejected');
     expect(q.pending).toHaveLength(0);
-    vi.advanceTimersByTime(1000);
-    expect(waiting.outcome.settled).toBeUndefined();
-    vi.advanceTimersByTime(1);
-    expect(waiting.outcome.settled).toBe('rejected');
+    timesOutIn(waiting.outcome, 1001);
     expect(timers()).toBe(0);
   });
 
