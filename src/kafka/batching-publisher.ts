@@ -1,5 +1,6 @@
 import { performance } from 'node:perf_hooks';
 import { Deque } from '../platform/deque.js';
+import { WorkInterval } from '../platform/work-interval.js';
 import { MsgbridgeError, type ErrorCode } from '../platform/errors.js';
 import { javaCompatibleHash } from './partitioner.js';
 import type { ClusterLayout, ProducerFactory, RecordProducer, RecordToWrite, TopicRecords } from './port.js';
@@ -153,7 +154,8 @@ export class BatchingPublisher {
   private inFlightBytes = 0;
 
   private flushScheduled = false;
-  private sweepTimer: NodeJS.Timeout | undefined;
+  /** Deadlines are checked only while events are pending: `publish` starts it, an idle tick ends it. */
+  private readonly sweeper: WorkInterval;
   private probeTimer: NodeJS.Timeout | undefined;
   private refreshTimer: NodeJS.Timeout | undefined;
   private refreshingLayout = false;
@@ -180,6 +182,10 @@ export class BatchingPublisher {
       observer: {},
       ...options,
     };
+    this.sweeper = new WorkInterval(this.opts.sweepIntervalMs, () => {
+      this.sweep();
+      return !this.idle();
+    });
   }
 
   /**
@@ -244,24 +250,8 @@ export class BatchingPublisher {
     this.queuedEvents++;
     this.queuedBytes += bytes;
     this.scheduleFlush();
-    if (this.sweepTimer === undefined) this.keepSweeping();
+    this.sweeper.start();
     return undefined;
-  }
-
-  /**
-   * Deadlines are checked only while something is queued or in flight: an idle publisher wakes
-   * nobody (10 times a second fewer for each ingress thread). Events enter only through
-   * `publish`, which starts the sweep; a tick that finds nothing left stops it.
-   */
-  private keepSweeping(): void {
-    this.sweepTimer = setInterval(() => {
-      this.sweep();
-      if (this.idle() && this.sweepTimer !== undefined) {
-        clearInterval(this.sweepTimer);
-        this.sweepTimer = undefined;
-      }
-    }, this.opts.sweepIntervalMs);
-    this.sweepTimer.unref();
   }
 
   /** Why an event would be refused right now, ignoring its size; undefined when it would be admitted. */
@@ -339,7 +329,8 @@ export class BatchingPublisher {
     this.accepting = false;
     if (!this.idle()) await new Promise<void>((resolve) => this.idleWaiters.push(resolve));
     this.closed = true;
-    for (const timer of [this.sweepTimer, this.probeTimer, this.refreshTimer]) if (timer) clearInterval(timer);
+    this.sweeper.stop();
+    for (const timer of [this.probeTimer, this.refreshTimer]) if (timer) clearInterval(timer);
     const producers: RecordProducer[] = [];
     for (const lane of this.lanes.values()) {
       const producer = lane.close();

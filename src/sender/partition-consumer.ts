@@ -3,6 +3,7 @@ import type { Logger } from '../platform/logger.js';
 import type { KeyedRunner } from './keyed-runner.js';
 import { decodeCompleted, encodeCompleted } from './offset-metadata.js';
 import { sleep } from '../platform/sleep.js';
+import { WorkInterval } from '../platform/work-interval.js';
 
 /**
  * The bytes a fetch asks of each partition: about what the window takes, shared by eight
@@ -50,12 +51,15 @@ export class PartitionConsumer<J> {
   private readonly gates = new Map<string, Promise<void>>();
   private metadataEnabled = true;
   private committing: Promise<void> | undefined;
-  private commitTimer: ReturnType<typeof setInterval> | undefined;
+  /** The periodic commit (see keepCommitting). */
+  private readonly commitTimer: WorkInterval;
   private markReady!: () => void;
   /** Resolves once the member joined the group for the first time (or stops trying). */
   readonly ready = new Promise<void>((resolve) => (this.markReady = resolve));
 
-  constructor(private readonly options: PartitionConsumerOptions<J>) {}
+  constructor(private readonly options: PartitionConsumerOptions<J>) {
+    this.commitTimer = new WorkInterval(options.commitIntervalMs, () => this.commitTick());
+  }
 
   get state(): MemberState {
     return this.memberState;
@@ -86,7 +90,7 @@ export class PartitionConsumer<J> {
         onCrash: (error, restarting) => this.onCrash(error, restarting),
       });
     } catch (error) {
-      this.stopCommitting();
+      this.commitTimer.stop();
       throw error;
     }
   }
@@ -98,20 +102,15 @@ export class PartitionConsumer<J> {
    * so the tick that stops the timer cannot strand anything.
    */
   private keepCommitting(): void {
-    if (this.commitTimer !== undefined || this.memberState === 'draining' || this.memberState === 'stopped') return;
-    this.commitTimer = setInterval(() => this.commitTick(), this.options.commitIntervalMs);
-    this.commitTimer.unref();
+    if (this.memberState !== 'draining' && this.memberState !== 'stopped') this.commitTimer.start();
   }
 
-  private stopCommitting(): void {
-    clearInterval(this.commitTimer);
-    this.commitTimer = undefined;
-  }
-
-  private commitTick(): void {
+  /** One periodic commit; false (the timer stops) when there is nothing to commit and nothing in progress. */
+  private commitTick(): boolean {
     const { runner } = this.options;
-    if (this.committing === undefined && runner.stats().buffered === 0 && runner.commitPoints().length === 0) this.stopCommitting();
-    else void this.commitOnce();
+    if (this.committing === undefined && runner.stats().buffered === 0 && runner.commitPoints().length === 0) return false;
+    void this.commitOnce();
+    return true;
   }
 
   /**
@@ -135,7 +134,7 @@ export class PartitionConsumer<J> {
       await Promise.race([runner.whenIdle(), sleep(Math.floor(graceMs * 0.1))]);
       finished = false;
     }
-    this.stopCommitting();
+    this.commitTimer.stop();
     await this.committing;
     await this.commitOnce();
     try {
@@ -150,7 +149,7 @@ export class PartitionConsumer<J> {
   /** Stops without draining (a start that failed half-way). */
   async abort(): Promise<void> {
     this.memberState = 'stopped';
-    this.stopCommitting();
+    this.commitTimer.stop();
     this.options.runner.abort();
     await this.options.consumer.stop().catch(() => undefined);
   }
