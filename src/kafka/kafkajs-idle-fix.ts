@@ -1,21 +1,10 @@
 import { createRequire } from 'node:module';
 
 /**
- * Two timers kafkajs 2.2.4 (its last release) keeps running on every broker connection, idle or
- * not, replaced here (docs/benchmarks.md has the figures):
- *
- * - `scheduleCheckPendingRequests` schedules a check even with no pending request and no
- *   throttle (a negative delay, so 1 ms), and each check schedules the next: a 1 ms loop
- *   (kafkajs issues 1556 and 1704). The fix proposed upstream: with nothing pending and no
- *   throttle, schedule nothing; a request that has to wait schedules its own check when it is
- *   queued, and a finished request checks the queue as before.
- * - `scheduleRequestTimeoutCheck` starts a 100 ms interval per connection for as long as it is
- *   connected, to time out requests sent more than their timeout ago: 10 wake-ups a second per
- *   connection with nothing in flight, and for a fetch that waits a second for records.
- *   Instead, one timer per connection is set for the earliest deadline of the requests in
- *   flight: set when a request is sent with an earlier deadline than the timer's, and on firing
- *   it times out what is overdue (the same test as kafkajs's) and is set again for the next
- *   deadline, or not at all. Requests time out on time instead of up to 100 ms late.
+ * Replaces two kafkajs 2.2.4 timers that run on every broker connection, idle or not: a 1 ms
+ * loop over an empty request queue (kafkajs issues 1556 and 1704), and a 100 ms interval looking
+ * for timed-out requests, here one timer per connection set for the earliest deadline in flight.
+ * Why and how: src/kafka/README.md, "kafkajs's per-connection timers".
  */
 interface InflightRequest {
   correlationId: number;
