@@ -161,19 +161,29 @@ export function machineTicks(): { busy: number; total: number } {
   return { busy: total - fields[3]! - fields[4]!, total };
 }
 
-/** CPU seconds of a live process's main thread and of its other threads (GC, compiler, libuv pool: Node names none). */
-export function cpuByThread(pid: number): Record<string, number> {
-  const out: Record<string, number> = {};
+/**
+ * A figure read from each thread's file under /proc/<pid>/task, summed for the main thread and
+ * for the others (GC, compiler, libuv pool: Node names none); a thread that ends meanwhile is
+ * left out.
+ */
+function perThread(pid: number, file: 'stat' | 'status', read: (text: string) => number): { main: number; others: number } {
+  const out = { main: 0, others: 0 };
   for (const tid of readdirSync(`/proc/${pid}/task`)) {
     try {
-      const name = Number(tid) === pid ? 'main' : 'others';
-      const fields = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-      out[name] = (out[name] ?? 0) + (Number(fields[11]) + Number(fields[12])) / 100;
+      out[Number(tid) === pid ? 'main' : 'others'] += read(readFileSync(`/proc/${pid}/task/${tid}/${file}`, 'utf8'));
     } catch {
       // the thread ended meanwhile
     }
   }
   return out;
+}
+
+/** CPU seconds of a live process's main thread and of its other threads. */
+export function cpuByThread(pid: number): Record<string, number> {
+  return perThread(pid, 'stat', (text) => {
+    const fields = text.split(') ')[1]!.split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  });
 }
 
 /**
@@ -182,17 +192,8 @@ export function cpuByThread(pid: number): Record<string, number> {
  * event loop's. A thread that ends between two readings takes its count out of `all`.
  */
 export function sleepsSoFar(pid: number): { main: number; all: number } {
-  const out = { main: 0, all: 0 };
-  for (const tid of readdirSync(`/proc/${pid}/task`)) {
-    try {
-      const n = Number(/^voluntary_ctxt_switches:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/task/${tid}/status`, 'utf8'))?.[1] ?? 0);
-      out.all += n;
-      if (Number(tid) === pid) out.main += n;
-    } catch {
-      // the thread ended meanwhile
-    }
-  }
-  return out;
+  const { main, others } = perThread(pid, 'status', (text) => Number(/^voluntary_ctxt_switches:\s+(\d+)/m.exec(text)?.[1] ?? 0));
+  return { main, all: main + others };
 }
 
 /** A live process's peak resident memory (VmHWM), MiB. */
