@@ -4,7 +4,7 @@
 // import.meta.url-relative paths (config/) hold. Split into chunks, as the CLI's dynamic imports
 // keep each role's modules apart: `msgbridge sender` loads none of the other roles' packages.
 import { spawn, type ChildProcess, type StdioOptions } from 'node:child_process';
-import { mkdirSync, readdirSync, rmSync } from 'node:fs';
+import { createWriteStream, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
@@ -40,10 +40,17 @@ export async function bundleSplit(entryPoints: Record<string, string>, outdir: s
   });
 }
 
-/** `msgbridge sender` from the bundle, with BENCH_SENDER_NODE_ARGS (e.g. --cpu-prof) and `env` over PATH and HOME only. */
+/**
+ * `msgbridge sender` from the bundle, with BENCH_SENDER_NODE_ARGS (e.g. --cpu-prof) and `env`
+ * over PATH and HOME only. BENCH_SENDER_STDOUT=<file> appends its piped stdout there too (what
+ * V8's --trace-gc prints).
+ */
 export function spawnSenderBundle(env: Record<string, string | undefined>, stdio: StdioOptions): ChildProcess {
   const nodeArgs = (process.env.BENCH_SENDER_NODE_ARGS ?? '').split(' ').filter(Boolean);
-  return spawn(process.execPath, [...nodeArgs, CLI_BUNDLE, 'sender'], { cwd: ROOT, env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env }, stdio });
+  const child = spawn(process.execPath, [...nodeArgs, CLI_BUNDLE, 'sender'], { cwd: ROOT, env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env }, stdio });
+  const copy = process.env.BENCH_SENDER_STDOUT;
+  if (copy && child.stdout) child.stdout.pipe(createWriteStream(copy, { flags: 'a' }));
+  return child;
 }
 
 /** Waits for `msgbridge sender`'s ready line; its health server's address. */

@@ -23,6 +23,7 @@
 //                         figures include them)
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
 // BENCH_SENDER_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles msgbridge's sender;
+// with "--trace-gc", BENCH_SENDER_STDOUT=/tmp/gc.log keeps what V8 prints;
 // BENCH_SENDER_ENV (a JSON object of environment variables) tries other settings.
 import { type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
