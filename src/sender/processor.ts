@@ -13,6 +13,7 @@ import type { DlqJob, Job, SendJob } from './requests.js';
 import { acceptedResult, expiredResult, failureOf, fitDlqRecord, fromRepeat, rejectedResult, resultHeaders, storedResult, type StoredResult } from './result-records.js';
 import { decide, maybeCreated, providerFailing, type AttemptOutcome, type RetryPolicyOptions } from './retry-policy.js';
 import type { Semaphore } from './semaphore.js';
+import { CompletedResults } from './completed-results.js';
 import { sleep } from '../platform/sleep.js';
 
 /**
@@ -110,8 +111,8 @@ export function createProcessor(options: ProcessorOptions): Processor {
 class RequestProcessor implements Processor {
   private readonly random: () => number;
   private readonly now: () => number;
-  /** (business, requestId) → its final result as kept for repeats (`withoutContent`), least recently used first. */
-  private readonly completed = new Map<string, string>();
+  /** (business, requestId) → its final result as kept for repeats (`withoutContent`), off the heap. */
+  private readonly completed: CompletedResults;
   private readonly inFlight = new Map<string, Promise<void>>();
   private readonly tracer: Tracer;
 
@@ -119,6 +120,7 @@ class RequestProcessor implements Processor {
     this.random = options.random ?? Math.random;
     this.now = options.now ?? Date.now;
     this.tracer = options.tracing?.tracer ?? NOOP_TRACER;
+    this.completed = new CompletedResults({ maxEntries: options.completedMax });
   }
 
   get completedCount(): number {
@@ -169,7 +171,7 @@ class RequestProcessor implements Processor {
     for (;;) {
       const kept = this.completed.get(id);
       if (kept !== undefined) {
-        this.keep(id, kept);
+        this.completed.keep(id, kept);
         const stored = fromRepeat(kept);
         logger.info({ requestId: job.request.requestId, businessId: job.businessId }, 'requestId already completed in this process: publishing its result again instead of sending');
         metrics.outcome('duplicate', job.businessId);
@@ -186,23 +188,13 @@ class RequestProcessor implements Processor {
     let end: SendEnd;
     try {
       end = await this.send(job, context, span);
-      if (end?.remember) this.keep(id, end.result.withoutContent);
+      if (end?.remember) this.completed.keep(id, end.result.withoutContent);
     } finally {
       this.inFlight.delete(id);
       release();
     }
     if (!end) return 'abandoned';
     return (await this.publishSendResult(end.result, job, context, span)) ? 'done' : 'abandoned';
-  }
-
-  /** Keeps `value` as the newest entry, dropping the oldest beyond completedMax. */
-  private keep(id: string, value: string): void {
-    this.completed.delete(id);
-    this.completed.set(id, value);
-    while (this.completed.size > this.options.completedMax) {
-      const oldest = this.completed.keys().next().value as string;
-      this.completed.delete(oldest);
-    }
   }
 
   /** The DLQ copy and, when the request id was readable, its rejected result. */

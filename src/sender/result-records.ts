@@ -208,10 +208,9 @@ export function resultRecord(result: AcceptedSendResult | RejectedSendResult | E
 }
 
 /**
- * A result ready to publish (and to keep for repeats of its request, up to
- * completedRequestIdsMax). The value is kept as a string: a small Buffer is a slice of a shared
- * 8 KiB pool and keeps the whole pool alive, which made 100,000 kept results cost 139 MiB
- * instead of 88 MiB (the producer encodes the string as the same UTF-8 bytes).
+ * A result ready to publish; `withoutContent` is what completed-results.ts copies for repeats
+ * of its request. The value is a string, not a Buffer: the producer encodes it as the same
+ * UTF-8 bytes, and a small Buffer would be a slice of a shared 8 KiB pool.
  */
 export interface StoredResult {
   key: string;
