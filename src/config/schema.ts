@@ -199,7 +199,8 @@ export const senderSchema = z
     /** Per replica: replicas sharing a provider limit divide it between them. */
     ratePerSecond: positiveInt,
     callTimeoutMs: positiveInt,
-    completedRequestIdsMax: positiveInt,
+    /** Kept off the heap, about 470 bytes each (src/sender/completed-results.ts). */
+    completedRequestIdsMax: positiveInt.max(10_000_000),
     drainGraceMs: positiveInt,
     /** Consumer-group session: how long a member killed without leaving holds its partitions. */
     sessionTimeoutMs: z.number().int().min(3000).max(300_000),
