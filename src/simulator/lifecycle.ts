@@ -1,4 +1,5 @@
 import type { SimulatorConfig } from '../config/schema.js';
+import { EvictionCursor } from '../platform/eviction-cursor.js';
 import type { DeliveryStatus, ProviderError, SendOperation } from '../contracts/index.js';
 import { deliveryStatusEvent, type SimEvent } from './events.js';
 import type { CompiledBusiness } from './options.js';
@@ -57,8 +58,10 @@ export interface CreateMessageInput {
  */
 export class MessageLifecycle {
   private readonly messages = new Map<string, TrackedMessage>();
+  private readonly oldestMessage = new EvictionCursor(this.messages);
   /** `${businessId} ${customer}` → time of the customer's last inbound message, oldest first. */
   private readonly conversations = new Map<string, number>();
+  private readonly oldestConversation = new EvictionCursor(this.conversations);
   private readonly recipients: Record<keyof SimulatorConfig['recipients'], Set<string>>;
   private activeTimers = 0;
   private closed = false;
@@ -88,7 +91,7 @@ export class MessageLifecycle {
     this.conversations.delete(key);
     this.conversations.set(key, this.options.now());
     if (this.conversations.size > this.options.history.conversations) {
-      const oldest = this.conversations.keys().next().value;
+      const oldest = this.oldestConversation.next();
       if (oldest !== undefined) this.conversations.delete(oldest);
     }
   }
@@ -133,8 +136,8 @@ export class MessageLifecycle {
     const tracked: TrackedMessage = { record, business: input.business, steps, callbackData: input.callbackData, timer: undefined };
     this.messages.set(record.id, tracked);
     if (this.messages.size > this.options.history.messages) {
-      const oldest = this.messages.values().next().value;
-      if (oldest) this.forget(oldest);
+      const oldest = this.oldestMessage.next();
+      if (oldest !== undefined) this.forget(this.messages.get(oldest)!);
     }
     this.scheduleNext(tracked);
     return record;

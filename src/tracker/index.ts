@@ -27,6 +27,7 @@ import type { ConsumedRecord } from '../kafka/group-consumer.js';
 import { headerText, NOOP_TRACER, startKafkaProcessSpan, startTracing, TRACING_FLUSH_MS, type TraceSpan, type Tracer } from '../platform/tracing.js';
 import { HEADER } from '../contracts/headers.js';
 import { AccessGuard } from './access-guard.js';
+import { EvictionCursor } from '../platform/eviction-cursor.js';
 import { ConsoleAssets } from './console-assets.js';
 import type { DlqPort } from './dlq-port.js';
 import { trackerRoutes } from './http-api.js';
@@ -95,6 +96,7 @@ export class Tracker implements Role {
   private tracer: Tracer = NOOP_TRACER;
   /** Tracing on: message id → the `traceparent` of its accepted result, most recent last (bounded). */
   private readonly resultTraces = new Map<string, string>();
+  private readonly oldestResultTrace = new EvictionCursor(this.resultTraces);
 
   /** Checks the settings and the topics, then runs the tracker: ready once `ready` resolves. */
   static async start(options: StartTrackerOptions): Promise<Tracker> {
@@ -293,7 +295,7 @@ export class Tracker implements Role {
       if (traceparent === undefined) return undefined;
       this.resultTraces.delete(messageId);
       this.resultTraces.set(messageId, traceparent);
-      if (this.resultTraces.size > RESULT_TRACES_MAX) this.resultTraces.delete(this.resultTraces.keys().next().value as string);
+      if (this.resultTraces.size > RESULT_TRACES_MAX) this.resultTraces.delete(this.oldestResultTrace.next()!);
       return undefined;
     }
     const result = this.resultTraces.get(messageId);

@@ -1,10 +1,12 @@
 import type { TrackedMessage } from '../contracts/message-state.js';
+import { EvictionCursor } from '../platform/eviction-cursor.js';
 
 /**
  * A bounded LRU of states: the tracker keeps at most `maxEntries` in memory and re-reads an
  * evicted one from the task's local store when its key has news (README "Memory"). A Map keeps
  * insertion order, so re-inserting on access makes its first key the least recently used:
- * get, set and evict are O(1).
+ * get, set and evict are O(1), the evicted key found by an EvictionCursor (`keys().next()` is
+ * not O(1) on a Map that deletes).
  *
  * An optional secondary key (a message's requestId) gets an index that always points at a
  * cached entry: it goes when its entry is evicted, deleted or re-keyed.
@@ -19,6 +21,7 @@ export interface StateCacheOptions<V> {
 
 export class StateCache<V> {
   private readonly entries = new Map<string, V>();
+  private readonly oldest = new EvictionCursor(this.entries);
   private readonly index = new Map<string, string>();
   private evicted = 0;
   readonly maxEntries: number;
@@ -77,12 +80,12 @@ export class StateCache<V> {
     const secondary = this.options.secondaryKey?.(value);
     if (secondary !== null && secondary !== undefined) this.index.set(secondary, key);
     while (this.entries.size > this.maxEntries) {
-      const oldest = this.entries.keys().next();
-      if (oldest.done) break;
-      const oldestValue = this.entries.get(oldest.value) as V;
-      this.remove(oldest.value, oldestValue);
+      const oldest = this.oldest.next();
+      if (oldest === undefined) break;
+      const oldestValue = this.entries.get(oldest) as V;
+      this.remove(oldest, oldestValue);
       this.evicted += 1;
-      this.options.onEvict?.(oldest.value, oldestValue);
+      this.options.onEvict?.(oldest, oldestValue);
     }
   }
 
