@@ -199,7 +199,7 @@ export const senderSchema = z
     /** Per replica: replicas sharing a provider limit divide it between them. */
     ratePerSecond: positiveInt,
     callTimeoutMs: positiveInt,
-    /** Kept off the heap, about 470 bytes each (src/sender/completed-results.ts). */
+    /** Kept off the heap, about 500 bytes each (src/sender/completed-results.ts). */
     completedRequestIdsMax: positiveInt.max(10_000_000),
     drainGraceMs: positiveInt,
     /** Consumer-group session: how long a member killed without leaving holds its partitions. */

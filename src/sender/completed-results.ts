@@ -4,13 +4,15 @@
  * remembers costs its bytes and nothing more: no promotion, no marking, no heap grown by a
  * multiple of it (src/sender/README.md, "Duplicates").
  *
- * Records [u32 length][u32 id hash][u16 id bytes][id][value] are appended to a log of byte
- * segments; keeping an id again appends a new copy and the old one is dead. The index is an
- * open-addressing table (linear probing, at most half full) of record locations and id hashes:
- * an id's slot is found by its hash and confirmed by comparing its bytes in the log. Eviction reads records
- * from the oldest; a record still indexed is its id's newest copy and leaves the index
- * (backward-shift deletion, no tombstones); a segment left behind is released. Bounds:
- * `maxEntries` ids, `2 × maxEntries` records (dead copies included), SEGMENT_SLOTS segments.
+ * Records [u32 length][u32 id hash][u16 id bytes][id, UTF-16][value, UTF-8] are appended to a
+ * log of byte segments; keeping an id again appends a new copy and the old one is dead. Values
+ * are JSON, which JSON.stringify keeps well-formed, so UTF-8 returns them as they were. The
+ * index is an open-addressing table (linear probing, at most half full) of record locations and
+ * id hashes: an id's slot is found by its hash and confirmed by comparing its bytes in the log.
+ * Eviction reads records from the oldest; a record still indexed is its id's newest copy and
+ * leaves the index (backward-shift deletion, no tombstones); a segment left behind is reused.
+ * Bounds: `maxEntries` ids, `2 × maxEntries` records (dead copies included), SEGMENT_SLOTS
+ * segments.
  */
 export interface CompletedResultsOptions {
   maxEntries: number;
@@ -57,7 +59,9 @@ export class CompletedResults {
     this.segmentBytes = options.segmentBytes ?? 256 * 1024;
     const bytes = this.segmentBytes;
     if (!(Number.isInteger(bytes) && bytes >= 64 && bytes <= 2 ** 18 && (bytes & (bytes - 1)) === 0)) throw new RangeError('segmentBytes must be a power of two from 64 to 256 KiB');
-    const slots = 2 ** Math.ceil(Math.log2(2 * options.maxEntries));
+    // At most half full, and never without an empty slot: a keep holds maxEntries + 1 entries
+    // until it evicts, and a probe stops only at an empty slot.
+    const slots = 2 ** Math.ceil(Math.log2(2 * options.maxEntries + 1));
     this.table = new Int32Array(slots);
     this.hashes = new Int32Array(slots);
     this.mask = slots - 1;
@@ -115,12 +119,14 @@ export class CompletedResults {
     return true;
   }
 
-  /** Writes `id` into the scratch buffer; its byte length, or -1 when too long to keep. */
+  /**
+   * Writes `id` into the scratch buffer as UTF-16, which keeps every string apart (UTF-8 would
+   * turn each lone surrogate into the same U+FFFD); its byte length, or -1 when too long to keep.
+   */
   private encode(id: string): number {
-    if (id.length > MAX_ID_BYTES) return -1;
-    const idBytes = Buffer.byteLength(id);
+    const idBytes = 2 * id.length;
     if (idBytes > MAX_ID_BYTES) return -1;
-    this.scratch.write(id, 0, idBytes, 'utf8');
+    this.scratch.write(id, 0, idBytes, 'utf16le');
     return idBytes;
   }
 

@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { CompletedResults } from '../../src/sender/completed-results.js';
 
 /** The plain LRU the store replaces: what it must answer while no bound but maxEntries applies. */
@@ -63,8 +63,9 @@ describe('CompletedResults', () => {
     }
     expect(store.size).toBe(300);
     for (const [k, v] of reference.map) expect(store.get(k)).toBe(v);
-    // Old segments were released: about what 300 live and their dead copies need, not 30,000.
-    expect(store.bytes - new CompletedResults({ maxEntries: 300, segmentBytes: 1024 }).bytes).toBeLessThan(300 * 2 * 200);
+    // Old segments were released: at most 2 × 300 records of under 500 bytes and two partial
+    // segments, where the 30,000 kept would take about 7 MB.
+    expect(store.bytes - new CompletedResults({ maxEntries: 300, segmentBytes: 1024 }).bytes).toBeLessThan(2 * 300 * 500 + 2 * 1024);
   });
 
   it('bounds the dead copies a flood of repeats leaves: never more than 2 × maxEntries records, and never an id the plain LRU would not remember', () => {
@@ -98,6 +99,37 @@ describe('CompletedResults', () => {
     expect([store.get(first), store.get(second)]).toEqual(['one', 'two']);
     store.keep('other', 'three'); // evicts the first, which sits ahead of the second in its probe run
     expect([store.get(first), store.get(second), store.get('other')]).toEqual([undefined, 'two', 'three']);
+  });
+
+  it('keeps apart ids that differ only in lone surrogates (found by a review: the same UTF-8 bytes and the same hash)', () => {
+    const x = 'biz_1\u0000req-\udc61-\ud878-\ude0f-\udbd8-';
+    const y = 'biz_1\u0000req-\udf72-\udd49-\udaec-\udb81-';
+    const store = new CompletedResults({ maxEntries: 10 });
+    store.keep(x, 'result-of-x');
+    expect(store.get(y)).toBeUndefined();
+    store.keep(y, 'result-of-y');
+    expect([store.get(x), store.get(y), store.size]).toEqual(['result-of-x', 'result-of-y', 2]);
+  });
+
+  it('remembers one id, repeats included (a table of two slots had none empty during a keep)', () => {
+    const store = new CompletedResults({ maxEntries: 1 });
+    store.keep('a', '1');
+    store.keep('a', '1');
+    store.keep('b', '2');
+    expect([store.get('a'), store.get('b'), store.size]).toEqual([undefined, '2', 1]);
+  });
+
+  it('reuses a released segment for the next one instead of allocating', () => {
+    const allocate = vi.spyOn(Buffer, 'allocUnsafeSlow');
+    try {
+      const store = new CompletedResults({ maxEntries: 10, segmentBytes: 64 });
+      for (let i = 0; i < 10_000; i++) store.keep(`id-${i}`, 'v'.repeat(20));
+      expect(store.get('id-9999')).toBe('v'.repeat(20));
+      // The scratch buffer, then at most the segments 10 live records span and one spare.
+      expect(allocate.mock.calls.length).toBeLessThanOrEqual(1 + 10 + 1);
+    } finally {
+      allocate.mockRestore();
+    }
   });
 
   it('keeps nothing for a record larger than a segment, and forgets an older copy of that id', () => {
