@@ -27,7 +27,7 @@ import type { ConsumedRecord } from '../kafka/group-consumer.js';
 import { headerText, NOOP_TRACER, startKafkaProcessSpan, startTracing, TRACING_FLUSH_MS, type TraceSpan, type Tracer } from '../platform/tracing.js';
 import { HEADER } from '../contracts/headers.js';
 import { AccessGuard } from './access-guard.js';
-import { EvictionCursor } from '../platform/eviction-cursor.js';
+import { StateCache } from './state-cache.js';
 import { ConsoleAssets } from './console-assets.js';
 import type { DlqPort } from './dlq-port.js';
 import { trackerRoutes } from './http-api.js';
@@ -95,8 +95,7 @@ export class Tracker implements Role {
   private expiryTimer: NodeJS.Timeout | undefined;
   private tracer: Tracer = NOOP_TRACER;
   /** Tracing on: message id → the `traceparent` of its accepted result, most recent last (bounded). */
-  private readonly resultTraces = new Map<string, string>();
-  private readonly oldestResultTrace = new EvictionCursor(this.resultTraces);
+  private readonly resultTraces = new StateCache<string>({ maxEntries: RESULT_TRACES_MAX });
 
   /** Checks the settings and the topics, then runs the tracker: ready once `ready` resolves. */
   static async start(options: StartTrackerOptions): Promise<Tracker> {
@@ -293,12 +292,10 @@ export class Tracker implements Role {
   private resultTrace(messageId: string, causeTopic: string, traceparent: string | undefined): string[] | undefined {
     if (causeTopic === this.topics.sendResults) {
       if (traceparent === undefined) return undefined;
-      this.resultTraces.delete(messageId);
       this.resultTraces.set(messageId, traceparent);
-      if (this.resultTraces.size > RESULT_TRACES_MAX) this.resultTraces.delete(this.oldestResultTrace.next()!);
       return undefined;
     }
-    const result = this.resultTraces.get(messageId);
+    const result = this.resultTraces.peek(messageId);
     return result === undefined || result === traceparent ? undefined : [result];
   }
 
