@@ -1,18 +1,10 @@
+import { Deque } from '../platform/deque.js';
+
 /**
- * The results kept for repeated request ids (README "Duplicates"): up to `maxEntries` ids, the
- * least recently kept evicted first, held entirely outside V8's heap so that what a sender
- * remembers costs its bytes and nothing more: no promotion, no marking, no heap grown by a
- * multiple of it (src/sender/README.md, "Duplicates").
- *
- * Records [u32 length][u32 id hash][u16 id bytes][id, UTF-16][value, UTF-8] are appended to a
- * log of byte segments; keeping an id again appends a new copy and the old one is dead. Values
- * are JSON, which JSON.stringify keeps well-formed, so UTF-8 returns them as they were. The
- * index is an open-addressing table (linear probing, at most half full) of record locations and
- * id hashes: an id's slot is found by its hash and confirmed by comparing its bytes in the log.
- * Eviction reads records from the oldest; a record still indexed is its id's newest copy and
- * leaves the index (backward-shift deletion, no tombstones); a segment left behind is reused.
- * Bounds: `maxEntries` ids, `2 × maxEntries` records (dead copies included), SEGMENT_SLOTS
- * segments.
+ * The results kept for repeated request ids: up to `maxEntries` ids, the least recently kept
+ * evicted first, held outside V8's heap in a log of byte segments with an open-addressing index
+ * in typed arrays. The layout, the eviction and the bounds are in src/sender/README.md,
+ * "Duplicates, within a process".
  */
 export interface CompletedResultsOptions {
   maxEntries: number;
@@ -43,14 +35,14 @@ export class CompletedResults {
   private readonly mask: number;
   private entries = 0;
   /** Oldest first; the last one is written to. */
-  private readonly segments: Segment[] = [];
-  /** Where the oldest record not evicted starts, in segments[0]. */
+  private readonly segments = new Deque<Segment>();
+  /** Where the oldest record not evicted starts, in the first segment. */
   private oldest = 0;
   private records = 0;
   private serial = 0;
   /** The last released segment's bytes, for the next segment: no allocation, nothing left for the GC to free. */
   private spare: Buffer | undefined;
-  /** The id being looked up, as UTF-8. */
+  /** The id being looked up or kept, as UTF-16. */
   private readonly scratch = Buffer.allocUnsafeSlow(MAX_ID_BYTES);
 
   constructor(options: CompletedResultsOptions) {
@@ -90,14 +82,13 @@ export class CompletedResults {
 
   /** Keeps `value` as `id`'s newest entry; false (nothing kept, an older copy forgotten) for a record over a segment. */
   keep(id: string, value: string): boolean {
-    const hash = hashOf(id);
     const idBytes = this.encode(id);
+    if (idBytes < 0) return false;
+    const hash = hashOf(id);
     const length = HEAD_BYTES + idBytes + Buffer.byteLength(value);
-    if (idBytes < 0 || length > this.segmentBytes) {
-      if (idBytes >= 0) {
-        const slot = this.find(hash, idBytes);
-        if (this.table[slot] !== 0) this.remove(slot);
-      }
+    if (length > this.segmentBytes) {
+      const slot = this.find(hash, idBytes);
+      if (this.table[slot] !== 0) this.remove(slot);
       return false;
     }
     const segment = this.writable(length);
@@ -113,7 +104,7 @@ export class CompletedResults {
     // Found after the write: making room for it may have moved slots.
     const slot = this.find(hash, idBytes);
     if (this.table[slot] === 0) this.entries += 1;
-    this.table[slot] = segment.slot * this.segmentBytes + offset + 1;
+    this.table[slot] = this.locationOf(segment, offset) + 1;
     this.hashes[slot] = hash;
     while (this.entries > this.maxEntries || this.records > 2 * this.maxEntries) this.evictOldest();
     return true;
@@ -162,12 +153,12 @@ export class CompletedResults {
   }
 
   private writable(length: number): Segment {
-    const last = this.segments[this.segments.length - 1];
+    const last = this.segments.at(this.segments.length - 1);
     if (last && this.segmentBytes - last.used >= length) return last;
     // Every slot in use: make room by evicting what the oldest segment still holds.
     while (this.segments.length >= SEGMENT_SLOTS) {
-      const first = this.segments[0]!;
-      while (this.segments[0] === first) this.evictOldest();
+      const first = this.segments.peek();
+      while (this.segments.peek() === first) this.evictOldest();
     }
     const segment: Segment = { bytes: this.spare ?? Buffer.allocUnsafeSlow(this.segmentBytes), used: 0, slot: this.serial++ % SEGMENT_SLOTS };
     this.spare = undefined;
@@ -177,9 +168,9 @@ export class CompletedResults {
 
   /** Drops the oldest record (from the index if it is its id's newest copy) and a segment left behind. */
   private evictOldest(): void {
-    const first = this.segments[0]!;
+    const first = this.segments.peek()!;
     const at = this.oldest;
-    const location = first.slot * this.segmentBytes + at;
+    const location = this.locationOf(first, at);
     for (let slot = first.bytes.readInt32LE(at + 4) & this.mask; this.table[slot] !== 0; slot = (slot + 1) & this.mask) {
       if (this.table[slot] === location + 1) {
         this.remove(slot);
@@ -195,10 +186,14 @@ export class CompletedResults {
     else first.used = 0;
   }
 
+  private locationOf(segment: Segment, offset: number): number {
+    return segment.slot * this.segmentBytes + offset;
+  }
+
   /** The segment of a location (its offset within is `location & (segmentBytes - 1)`). */
   private segmentAt(location: number): Segment {
     const slot = Math.floor(location / this.segmentBytes);
-    return this.segments[(slot - this.segments[0]!.slot + SEGMENT_SLOTS) % SEGMENT_SLOTS]!;
+    return this.segments.at((slot - this.segments.peek()!.slot + SEGMENT_SLOTS) % SEGMENT_SLOTS)!;
   }
 }
 
