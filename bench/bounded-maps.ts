@@ -1,15 +1,24 @@
-// Bounded Maps once full: the tracker's state cache (src/tracker/state-cache.ts), which evicts with
-// an EvictionCursor, against the same LRU evicting with `keys().next()`, as it did before.
-//   npx tsx bench/bounded-maps.ts [--max 5000,100000] [--inserts 600000]
-// µs per insert of a new key (plus a get of a recent one, as the tracker reads the state it
-// updates), in windows of 50,000 inserts; * marks windows after the bound was reached.
+// Bounded Maps once full (both on a RecencyMap, src/platform/recency-map.ts):
+// - the tracker's state cache (src/tracker/state-cache.ts) against the same LRU on a Map that
+//   evicts with `keys().next()`, as it did before;
+// - the sender's conversation table (src/sender/conversation-table.ts), every window open, so
+//   each new one past the bound evicts the least recently updated.
+//   npx tsx bench/bounded-maps.ts [--max 5000,100000] [--table-max 500000] [--inserts 600000]
+// µs per insert of a new key (plus a get or lookup of a recent one), in windows of 50,000
+// inserts; * marks windows after the bound was reached.
 import { parseArgs } from 'node:util';
+import { ConversationTable } from '../src/sender/conversation-table.js';
 import { StateCache } from '../src/tracker/state-cache.js';
 
-const { values: args } = parseArgs({ options: { max: { type: 'string', default: '5000,100000' }, inserts: { type: 'string', default: '600000' } } });
+const { values: args } = parseArgs({
+  options: { max: { type: 'string', default: '5000,100000' }, 'table-max': { type: 'string', default: '500000' }, inserts: { type: 'string', default: '600000' } },
+});
 const INSERTS = Number(args.inserts);
 const bounds = args.max.split(',').map(Number);
-if (!Number.isInteger(INSERTS) || INSERTS < 50_000 || bounds.some((b) => !Number.isInteger(b) || b < 1)) throw new Error('--max takes whole numbers, --inserts at least 50000');
+const tableBound = Number(args['table-max']);
+if (!Number.isInteger(INSERTS) || INSERTS < 50_000 || [...bounds, tableBound].some((b) => !Number.isInteger(b) || b < 1)) {
+  throw new Error('--max and --table-max take whole numbers, --inserts at least 50000');
+}
 
 interface Lru {
   get(key: string): unknown;
@@ -36,10 +45,10 @@ function freshIteratorLru(max: number): Lru {
 }
 
 const keys = Array.from({ length: INSERTS }, (_, i) => `wamid.HBgLMTU1NTMwMDAwMDEVAgARGBI${i}`);
-function run(name: string, max: number, lru: Lru): void {
+function run(name: string, max: number, lru: Lru, inserts = INSERTS): void {
   const windows: string[] = [];
   let t = performance.now();
-  for (let i = 0; i < INSERTS; i++) {
+  for (let i = 0; i < inserts; i++) {
     lru.set(keys[i]!, { i });
     if (i >= 5) lru.get(keys[i - 5]!);
     if ((i + 1) % 50_000 === 0) {
@@ -47,10 +56,27 @@ function run(name: string, max: number, lru: Lru): void {
       t = performance.now();
     }
   }
-  console.log(`bound ${max.toLocaleString('en')}, ${name.padEnd(20)} µs per insert by 50,000: ${windows.join(' ')}`);
+  console.log(`bound ${max.toLocaleString('en')}, ${name.padEnd(17)} µs per insert by 50,000: ${windows.join(' ')}`);
 }
 
 for (const max of bounds) {
   run('keys().next()', max, freshIteratorLru(max));
-  run('StateCache (cursor)', max, new StateCache<object>({ maxEntries: max }));
+  run('StateCache', max, new StateCache<object>({ maxEntries: max }));
 }
+
+/** The conversation table: a window for every key, each open a day, the clock a millisecond a record. */
+function conversationTable(max: number): Lru {
+  let now = Date.parse('2026-11-01T00:00:00Z');
+  const table = new ConversationTable({ maxEntries: max, now: () => now });
+  table.markComplete();
+  return {
+    get: (key) => table.lookup('biz_1', key),
+    set: (key) => {
+      now += 1;
+      table.apply({ key: `biz_1:${key}`, businessId: 'biz_1', openUntil: now + 86_400_000 });
+    },
+  };
+}
+const tableInserts = Math.max(INSERTS, tableBound + 300_000);
+if (keys.length < tableInserts) for (let i = keys.length; i < tableInserts; i++) keys.push(`wamid.HBgLMTU1NTMwMDAwMDEVAgARGBI${i}`);
+run('ConversationTable', tableBound, conversationTable(tableBound), tableInserts);

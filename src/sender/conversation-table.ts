@@ -1,4 +1,5 @@
 import { conversationWindowSchema } from '../contracts/conversation-window.js';
+import { RecencyMap } from '../platform/recency-map.js';
 
 /**
  * The sender's copy of the `conversations` topic (DESIGN §1.6): which customers' 24-hour windows
@@ -8,7 +9,7 @@ import { conversationWindowSchema } from '../contracts/conversation-window.js';
  * Only open windows are kept: once the table is complete, a closed window and an unknown
  * customer mean the same (closed), so a window that closes is dropped and memory follows the
  * customers who wrote in the last 24 hours, not the topic's history. Entries are kept in the
- * order they were last updated (Map insertion order), which is close to the order they close.
+ * order they were last updated (a RecencyMap), which is close to the order they close.
  */
 
 /** What the table knows of one customer's window at a given time. */
@@ -84,7 +85,7 @@ export function conversationEntry(key: Buffer | string | null, value: Buffer | s
 
 export class ConversationTable {
   /** key → windowOpenUntil (ms), least recently updated first. */
-  private readonly windows = new Map<string, number>();
+  private readonly windows = new RecencyMap<string, number>();
   private readonly maxEntries: number;
   private readonly now: () => number;
   private complete = false;
@@ -123,7 +124,7 @@ export class ConversationTable {
    * (and a stored one it replaces is dropped); a tombstone removes the entry.
    */
   apply(entry: Exclude<ConversationEntry, { invalid: string }>): boolean {
-    const current = this.windows.get(entry.key);
+    const current = this.windows.peek(entry.key);
     if (entry.openUntil === null) {
       if (current === undefined) return this.count(false);
       this.windows.delete(entry.key);
@@ -136,8 +137,7 @@ export class ConversationTable {
       this.windows.delete(entry.key);
       return this.count(true);
     }
-    if (current !== undefined) this.windows.delete(entry.key);
-    else if (this.windows.size >= this.maxEntries) this.makeRoom(now);
+    if (current === undefined && this.windows.size >= this.maxEntries) this.makeRoom(now);
     this.windows.set(entry.key, entry.openUntil);
     return this.count(true);
   }
@@ -145,7 +145,7 @@ export class ConversationTable {
   /** What is known of the window of `customer` at `now` (default the table's clock). */
   lookup(businessId: string, customer: string, now = this.now()): WindowLookup {
     const key = tableKey(businessId, customer);
-    const openUntil = this.windows.get(key);
+    const openUntil = this.windows.peek(key);
     if (openUntil !== undefined) {
       if (now < openUntil) return { state: 'open', openUntil };
       // Closed: the entry carries nothing an absent one does not (once complete).
@@ -164,8 +164,8 @@ export class ConversationTable {
    */
   sweep(now = this.now()): number {
     let dropped = 0;
-    for (const [key, openUntil] of this.windows) {
-      if (openUntil > now) break;
+    for (let key = this.windows.oldest(); key !== undefined; key = this.windows.oldest()) {
+      if (this.windows.peek(key)! > now) break;
       this.windows.delete(key);
       dropped += 1;
     }
@@ -183,9 +183,9 @@ export class ConversationTable {
    */
   private makeRoom(now: number): void {
     if (this.sweep(now) > 0) return;
-    const oldest = this.windows.entries().next();
-    if (oldest.done) return;
-    const [key, openUntil] = oldest.value;
+    const key = this.windows.oldest();
+    if (key === undefined) return;
+    const openUntil = this.windows.peek(key)!;
     this.windows.delete(key);
     if (openUntil > now) {
       this.evictedOpen += 1;

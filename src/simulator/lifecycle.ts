@@ -1,5 +1,5 @@
 import type { SimulatorConfig } from '../config/schema.js';
-import { EvictionCursor } from '../platform/eviction-cursor.js';
+import { RecencyMap } from '../platform/recency-map.js';
 import type { DeliveryStatus, ProviderError, SendOperation } from '../contracts/index.js';
 import { deliveryStatusEvent, type SimEvent } from './events.js';
 import type { CompiledBusiness } from './options.js';
@@ -57,11 +57,10 @@ export interface CreateMessageInput {
  * bounded: the oldest messages and conversations are forgotten first.
  */
 export class MessageLifecycle {
-  private readonly messages = new Map<string, TrackedMessage>();
-  private readonly oldestMessage = new EvictionCursor(this.messages);
+  /** Oldest created first (read with peek: a lookup does not make a message recent). */
+  private readonly messages = new RecencyMap<string, TrackedMessage>();
   /** `${businessId} ${customer}` → time of the customer's last inbound message, oldest first. */
-  private readonly conversations = new Map<string, number>();
-  private readonly oldestConversation = new EvictionCursor(this.conversations);
+  private readonly conversations = new RecencyMap<string, number>();
   private readonly recipients: Record<keyof SimulatorConfig['recipients'], Set<string>>;
   private activeTimers = 0;
   private closed = false;
@@ -88,12 +87,8 @@ export class MessageLifecycle {
   /** An inbound message from `customer` opens (or reopens) the window for texts. */
   recordInbound(businessId: string, customer: string): void {
     const key = `${businessId} ${customer}`;
-    this.conversations.delete(key);
     this.conversations.set(key, this.options.now());
-    if (this.conversations.size > this.options.history.conversations) {
-      const oldest = this.oldestConversation.next();
-      if (oldest !== undefined) this.conversations.delete(oldest);
-    }
+    if (this.conversations.size > this.options.history.conversations) this.conversations.delete(this.conversations.oldest()!);
   }
 
   create(input: CreateMessageInput): MessageRecord {
@@ -136,15 +131,14 @@ export class MessageLifecycle {
     const tracked: TrackedMessage = { record, business: input.business, steps, callbackData: input.callbackData, timer: undefined };
     this.messages.set(record.id, tracked);
     if (this.messages.size > this.options.history.messages) {
-      const oldest = this.oldestMessage.next();
-      if (oldest !== undefined) this.forget(this.messages.get(oldest)!);
+      this.forget(this.messages.peek(this.messages.oldest()!)!);
     }
     this.scheduleNext(tracked);
     return record;
   }
 
   get(id: string): MessageRecord | undefined {
-    return this.messages.get(id)?.record;
+    return this.messages.peek(id)?.record;
   }
 
   recent(limit: number): MessageRecord[] {
@@ -174,7 +168,7 @@ export class MessageLifecycle {
     if (this.recipients.notOnWhatsapp.has(input.recipient)) return fail('ERROR_CODE_PHONE_NUMBER_NOT_ON_WHATSAPP', `${input.recipient} is not on WhatsApp`);
     if (this.recipients.optedOut.has(input.recipient)) return fail('ERROR_CODE_MESSAGE_CUSTOMER_OPTED_OUT');
     if (input.operation === 'text') {
-      const last = this.conversations.get(`${input.business.id} ${input.recipient}`);
+      const last = this.conversations.peek(`${input.business.id} ${input.recipient}`);
       if (last === undefined) return fail('ERROR_CODE_MESSAGE_CUSTOMER_NO_CONVERSATION_INITIATION');
       if (this.options.now() - last > this.options.lifecycle.conversationWindowMs) return fail('ERROR_CODE_MESSAGE_OUTSIDE_OF_ELIGIBILITY_WINDOW');
     }

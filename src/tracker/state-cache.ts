@@ -1,12 +1,10 @@
 import type { TrackedMessage } from '../contracts/message-state.js';
-import { EvictionCursor } from '../platform/eviction-cursor.js';
+import { RecencyMap } from '../platform/recency-map.js';
 
 /**
  * A bounded LRU of states: the tracker keeps at most `maxEntries` in memory and re-reads an
- * evicted one from the task's local store when its key has news (README "Memory"). A Map keeps
- * insertion order, so re-inserting on access makes its first key the least recently used:
- * get, set and evict are O(1), the evicted key found by an EvictionCursor (`keys().next()` is
- * not O(1) on a Map that deletes).
+ * evicted one from the task's local store when its key has news (README "Memory"). get, set and
+ * evict are O(1) (a RecencyMap).
  *
  * An optional secondary key (a message's requestId) gets an index that always points at a
  * cached entry: it goes when its entry is evicted, deleted or re-keyed.
@@ -20,8 +18,7 @@ export interface StateCacheOptions<V> {
 }
 
 export class StateCache<V> {
-  private readonly entries = new Map<string, V>();
-  private readonly oldest = new EvictionCursor(this.entries);
+  private readonly entries = new RecencyMap<string, V>();
   private readonly index = new Map<string, string>();
   private evicted = 0;
   readonly maxEntries: number;
@@ -42,16 +39,12 @@ export class StateCache<V> {
 
   /** The value, marked most recently used. */
   get(key: string): V | undefined {
-    const value = this.entries.get(key);
-    if (value === undefined) return undefined;
-    this.entries.delete(key);
-    this.entries.set(key, value);
-    return value;
+    return this.entries.get(key);
   }
 
   /** The value, recency untouched. */
   peek(key: string): V | undefined {
-    return this.entries.get(key);
+    return this.entries.peek(key);
   }
 
   has(key: string): boolean {
@@ -71,18 +64,14 @@ export class StateCache<V> {
 
   /** Stores `value` as the most recently used entry, evicting the least recently used beyond the bound. */
   set(key: string, value: V): void {
-    const previous = this.entries.get(key);
-    if (previous !== undefined) {
-      this.entries.delete(key);
-      this.unindex(key, previous);
-    }
+    const previous = this.entries.peek(key);
+    if (previous !== undefined) this.unindex(key, previous);
     this.entries.set(key, value);
     const secondary = this.options.secondaryKey?.(value);
     if (secondary !== null && secondary !== undefined) this.index.set(secondary, key);
     while (this.entries.size > this.maxEntries) {
-      const oldest = this.oldest.next();
-      if (oldest === undefined) break;
-      const oldestValue = this.entries.get(oldest) as V;
+      const oldest = this.entries.oldest() as string;
+      const oldestValue = this.entries.peek(oldest) as V;
       this.remove(oldest, oldestValue);
       this.evicted += 1;
       this.options.onEvict?.(oldest, oldestValue);
@@ -90,7 +79,7 @@ export class StateCache<V> {
   }
 
   delete(key: string): boolean {
-    const value = this.entries.get(key);
+    const value = this.entries.peek(key);
     if (value === undefined) return false;
     this.remove(key, value);
     return true;

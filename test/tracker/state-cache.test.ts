@@ -14,6 +14,14 @@ function state(messageId: string, requestId: string | null): TrackedMessage {
   return applyEvent(undefined, { kind: 'result', eventId: `r-${messageId}`, result }, NOW).state;
 }
 
+function heapAfterGc(): number {
+  const gc = (globalThis as { gc?: () => void }).gc;
+  if (!gc) throw new Error('run with --expose-gc (vitest.config.ts passes it to the test workers)');
+  gc();
+  gc();
+  return process.memoryUsage().heapUsed;
+}
+
 describe('StateCache (bounded LRU)', () => {
   it('keeps at most maxEntries, evicting the least recently used and counting evictions', () => {
     const evicted: string[] = [];
@@ -97,5 +105,19 @@ describe('messageStateCache (request id index)', () => {
     cache.clear();
     expect(cache.size).toBe(0);
     expect(cache.keyOf('req-1')).toBeUndefined();
+  });
+
+  it('holds no more after a million touches of the same entries than before them (below its bound)', () => {
+    const cache = new StateCache<{ i: number }>({ maxEntries: 5_000 });
+    for (let i = 0; i < 4_000; i++) cache.set(`wamid.${i}`, { i });
+    const before = heapAfterGc();
+    for (let j = 0; j < 1_000_000; j++) {
+      const key = `wamid.${j % 4_000}`;
+      if (j % 2 === 0) cache.get(key);
+      else cache.set(key, { i: j });
+    }
+    const grown = heapAfterGc() - before;
+    expect(cache.size).toBe(4_000);
+    expect(grown).toBeLessThan(4 * 1024 * 1024);
   });
 });

@@ -1,0 +1,125 @@
+import { describe, expect, it } from 'vitest';
+import { RecencyMap } from '../../src/platform/recency-map.js';
+
+function random(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s * 1664525 + 1013904223) >>> 0;
+    return s / 2 ** 32;
+  };
+}
+
+function heapAfterGc(): number {
+  const gc = (globalThis as { gc?: () => void }).gc;
+  if (!gc) throw new Error('run with --expose-gc (vitest.config.ts passes it to the test workers)');
+  gc();
+  gc();
+  return process.memoryUsage().heapUsed;
+}
+
+describe('RecencyMap', () => {
+  it('starts empty', () => {
+    const map = new RecencyMap<string, number>();
+    expect(map.size).toBe(0);
+    expect(map.oldest()).toBeUndefined();
+    expect(map.get('a')).toBeUndefined();
+    expect(map.delete('a')).toBe(false);
+    expect([...map]).toEqual([]);
+  });
+
+  it('keeps the order of last set or get, and peek moves nothing', () => {
+    const map = new RecencyMap<string, number>();
+    map.set('a', 1);
+    map.set('b', 2);
+    map.set('c', 3);
+    expect(map.oldest()).toBe('a');
+    expect(map.peek('a')).toBe(1);
+    expect(map.oldest()).toBe('a');
+    expect(map.get('a')).toBe(1);
+    expect([...map.entries()]).toEqual([
+      ['b', 2],
+      ['c', 3],
+      ['a', 1],
+    ]);
+    map.set('b', 20);
+    expect([...map.values()]).toEqual([3, 1, 20]);
+    expect(map.delete('a')).toBe(true);
+    expect(map.has('a')).toBe(false);
+    expect(map.oldest()).toBe('c');
+    map.clear();
+    expect(map.size).toBe(0);
+    map.set('d', 4);
+    expect([...map]).toEqual([['d', 4]]);
+  });
+
+  it('agrees with a reference model through sets, touches, peeks, deletes, evictions and clears, across growth and slot reuse', () => {
+    const next = random(11);
+    const map = new RecencyMap<number, number>();
+    let order: number[] = [];
+    const values = new Map<number, number>();
+    let fresh = 0;
+    const moveToEnd = (key: number): void => {
+      order = order.filter((k) => k !== key);
+      order.push(key);
+    };
+    for (let step = 0; step < 40_000; step++) {
+      const r = next();
+      const some = order.length > 0 ? order[Math.floor(next() * order.length)]! : undefined;
+      if (r < 0.4 || some === undefined) {
+        map.set(fresh, step);
+        values.set(fresh, step);
+        order.push(fresh++);
+      } else if (r < 0.5) {
+        map.set(some, step);
+        values.set(some, step);
+        moveToEnd(some);
+      } else if (r < 0.6) {
+        expect(map.get(some)).toBe(values.get(some));
+        moveToEnd(some);
+      } else if (r < 0.7) {
+        expect(map.peek(some)).toBe(values.get(some));
+      } else if (r < 0.8) {
+        expect(map.delete(some)).toBe(true);
+        values.delete(some);
+        order = order.filter((k) => k !== some);
+      } else if (r < 0.9995) {
+        const oldest = map.oldest();
+        expect(oldest).toBe(order[0]);
+        if (oldest !== undefined) {
+          map.delete(oldest);
+          values.delete(oldest);
+          order.shift();
+        }
+      } else {
+        map.clear();
+        values.clear();
+        order = [];
+      }
+      expect(map.size).toBe(order.length);
+    }
+    expect([...map.entries()]).toEqual(order.map((k) => [k, values.get(k)]));
+  });
+
+  it('holds nothing more after a million moves of the same entries (a kept Map iterator held every outgrown table: 100 MB)', () => {
+    const map = new RecencyMap<string, { i: number }>();
+    for (let i = 0; i < 4_000; i++) map.set(`wamid.${i}`, { i });
+    const before = heapAfterGc();
+    for (let j = 0; j < 1_000_000; j++) {
+      const key = `wamid.${j % 4_000}`;
+      if (j % 2 === 0) map.get(key);
+      else map.set(key, { i: j });
+    }
+    expect(map.size).toBe(4_000);
+    expect(heapAfterGc() - before).toBeLessThan(1024 * 1024);
+  });
+
+  it('keeps no object per entry: 100,000 entries of small-integer values cost under 80 bytes each', () => {
+    const keys = Array.from({ length: 100_000 }, (_, i) => `k${i}`);
+    const before = heapAfterGc();
+    const map = new RecencyMap<string, number>();
+    for (let i = 0; i < keys.length; i++) map.set(keys[i]!, i);
+    const perEntry = (heapAfterGc() - before) / keys.length;
+    expect(map.size).toBe(100_000);
+    expect(perEntry).toBeLessThan(80);
+  });
+});
