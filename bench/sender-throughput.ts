@@ -89,6 +89,8 @@ interface Run {
   cpuPerResultMs: number;
   /** The target's CPU over the whole run (start-up included) per result. */
   cpuPerResultWholeMs: number;
+  /** CPU per result over each tenth of the measured requests, in order. */
+  cpuPerResultByTenthMs: number[];
   peakRssMb: number;
   missing: number;
   provider: FakeProviderStats;
@@ -305,16 +307,17 @@ async function runOne(
   const gauges: { inFlight: number; buffered: number; commitLag: number; lagP99Ms: number; lagMaxMs: number }[] = [];
   const calls = { before: { sum: 0, count: 0 }, after: { sum: 0, count: 0 } };
   let commits = { before: 0, after: 0, from: 0, to: 0 };
-  const deadline = Date.now() + 10 * 60_000;
   // About twenty scrapes of msgbridge's /metrics per run, at least 0.5 s apart: each costs the
   // sender about a millisecond of CPU, which twice a second was 5% of its cost at 200/s (a
   // Prometheus scrapes every 15 s or more; the peer is not scraped at all).
   const expectedSeconds = TOTAL / boundPerSecond(target, inFlight);
   const scrapeEvery = Math.max(5, Math.round(expectedSeconds / 2));
+  const allowedMinutes = Math.max(10, Math.ceil((3 * expectedSeconds) / 60));
+  const deadline = Date.now() + allowedMinutes * 60_000;
   while (results.seen.size < TOTAL) {
     const exited = children.find((c) => c.exitCode !== null);
     if (exited) throw new Error(`${target} exited with ${exited.exitCode} after ${results.seen.size} results`);
-    if (Date.now() > deadline) throw new Error(`${target}: ${results.seen.size} of ${TOTAL} results after 10 minutes`);
+    if (Date.now() > deadline) throw new Error(`${target}: ${results.seen.size} of ${TOTAL} results after ${allowedMinutes} minutes`);
     samples.push({ at: performance.now(), count: results.seen.size, cpu: cpuOfTarget(), machine: machineTicks(), others: others() });
     const share = (results.seen.size - W) / N;
     if (processes > 0 && share >= 0.1 && share < 0.9 && samples.length % scrapeEvery === 0) {
@@ -349,6 +352,12 @@ async function runOne(
   // The first scrape's event-loop figures (the sender's start) are NaN: left out.
   const lagP99 = gauges.map((g) => g.lagP99Ms).filter((v) => !Number.isNaN(v));
   const lagMax = gauges.map((g) => g.lagMaxMs).filter((v) => !Number.isNaN(v));
+  // How the cost moves through the run (a JIT warming up, a bound reached): each tenth of N.
+  const tenths = Array.from({ length: 10 }, (_, i) => {
+    const a = samples.find((x) => x.count >= W + (i / 10) * N)!;
+    const b = samples.find((x) => x.count >= W + ((i + 1) / 10) * N)!;
+    return b.count > a.count ? Math.round(((b.cpu - a.cpu) / (b.count - a.count)) * 1e5) / 100 : NaN;
+  });
   const result: Run = {
     target,
     inFlight,
@@ -356,6 +365,7 @@ async function runOne(
     resultsPerSecond: Math.round(done / steadySeconds),
     cpuPerResultMs: Math.round(((to.cpu - from.cpu) / done) * 1e5) / 100,
     cpuPerResultWholeMs: Math.round((whole / TOTAL) * 1e5) / 100,
+    cpuPerResultByTenthMs: tenths,
     peakRssMb: Math.round(rss),
     missing: TOTAL - results.seen.size,
     provider: await provider.stats(),
