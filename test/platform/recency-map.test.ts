@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { RecencyMap } from '../../src/platform/recency-map.js';
+import { heapAfterGc } from '../helpers/heap.js';
 
 function random(seed: number): () => number {
   let s = seed >>> 0;
@@ -7,14 +8,6 @@ function random(seed: number): () => number {
     s = (s * 1664525 + 1013904223) >>> 0;
     return s / 2 ** 32;
   };
-}
-
-function heapAfterGc(): number {
-  const gc = (globalThis as { gc?: () => void }).gc;
-  if (!gc) throw new Error('run with --expose-gc (vitest.config.ts passes it to the test workers)');
-  gc();
-  gc();
-  return process.memoryUsage().heapUsed;
 }
 
 describe('RecencyMap', () => {

@@ -1,5 +1,6 @@
 import { describe, expect, it, vi } from 'vitest';
 import { CompletedResults } from '../../src/sender/completed-results.js';
+import { heapAfterGc } from '../helpers/heap.js';
 
 /** The plain LRU the store replaces: what it must answer while no bound but maxEntries applies. */
 class ReferenceLru {
@@ -168,15 +169,11 @@ describe('CompletedResults', () => {
   });
 
   it('holds what it keeps outside the heap, ids and index included: 20,000 results add almost nothing to the heap (a Map of strings: about 470 bytes each)', () => {
-    const gc = (globalThis as { gc?: () => void }).gc;
-    if (!gc) throw new Error('run with --expose-gc (vitest.config.ts passes it to the test workers)');
     const store = new CompletedResults({ maxEntries: 20_000 });
     const values = Array.from({ length: 20_000 }, (_, i) => resultJson(i, 0) + ' '.repeat(300));
-    gc();
-    const before = process.memoryUsage().heapUsed;
+    const before = heapAfterGc();
     for (let i = 0; i < values.length; i++) store.keep(`biz_1\u0000req-${i}`, values[i]!);
-    gc();
-    const perEntry = (process.memoryUsage().heapUsed - before) / values.length;
+    const perEntry = (heapAfterGc() - before) / values.length;
     expect(store.size).toBe(20_000);
     expect(perEntry).toBeLessThan(32);
   });

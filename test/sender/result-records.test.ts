@@ -3,6 +3,7 @@ import { sendResultSchema } from '../../src/contracts/index.js';
 import { prepareJob as prepare, type IncomingRecord, type SendJob } from '../../src/sender/requests.js';
 import { acceptedResult, expiredResult, failureOf, fitDlqRecord, fromRepeat, rejectedResult, resultHeaders, resultRecord, storedResult } from '../../src/sender/result-records.js';
 import { REQUEST_CONTENT_LIMITS, requestContentOf, boundedContent } from '../../src/contracts/send.js';
+import { heapAfterGc } from '../helpers/heap.js';
 
 const DAY = 86_400_000;
 const prepareJob = (r: IncomingRecord, businesses: ReadonlyMap<string, string>, receivedAt: number, producedAt?: number) => prepare(r, businesses, { receivedAt, producedAt, maxRequestAgeMs: DAY });
@@ -85,24 +86,20 @@ describe('result records', () => {
   it('keeps for repeats a string that does not hold the content alive', () => {
     // A slice of the whole JSON would keep its parent, content and all: 2,000 kept results of a
     // template at the content limits (about 6.5 KB of content each) would then hold 13 MB.
-    const gc = (globalThis as { gc?: () => void }).gc;
-    if (!gc) throw new Error('run with --expose-gc (vitest.config.ts passes it to the test workers)');
     const parameters = Array.from({ length: REQUEST_CONTENT_LIMITS.parameters }, (_, i) => ({
       name: `${i}`.padEnd(REQUEST_CONTENT_LIMITS.parameterNameChars, 'n'),
       value: 'v'.repeat(REQUEST_CONTENT_LIMITS.parameterValueChars),
     }));
     const templateName = 't'.repeat(REQUEST_CONTENT_LIMITS.templateNameChars);
     const kept: string[] = [];
-    gc();
-    const before = process.memoryUsage().heapUsed;
+    const before = heapAfterGc();
     for (let i = 0; i < 2000; i++) {
       const job = prepareJob(record({ requestId: `big-${i}`, type: 'template', number: '+15550002222', templateName, parameters }), one, 5) as SendJob;
       const stored = storedResult(acceptedResult(job, `m-${i}`, 1, false, new Date(0)));
       expect(stored.value.length).toBeGreaterThan(6000);
       kept.push(stored.withoutContent);
     }
-    gc();
-    const perEntry = (process.memoryUsage().heapUsed - before) / kept.length;
+    const perEntry = (heapAfterGc() - before) / kept.length;
     expect(perEntry).toBeLessThan(1500);
   });
 
