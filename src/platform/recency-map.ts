@@ -18,6 +18,8 @@ export class RecencyMap<K, V> {
   private oldestSlot = -1;
   private newestSlot = -1;
   private freeSlot = -1;
+  /** Bumped by every change of the order: an iteration that sees it move throws. */
+  private changes = 0;
 
   get size(): number {
     return this.slotOf.size;
@@ -46,6 +48,7 @@ export class RecencyMap<K, V> {
     let slot = this.slotOf.get(key);
     if (slot === undefined) {
       slot = this.allocate();
+      this.changes += 1;
       this.keyAt[slot] = key;
       this.slotOf.set(key, slot);
       this.append(slot);
@@ -58,6 +61,7 @@ export class RecencyMap<K, V> {
   delete(key: K): boolean {
     const slot = this.slotOf.get(key);
     if (slot === undefined) return false;
+    this.changes += 1;
     this.slotOf.delete(key);
     this.unlink(slot);
     this.keyAt[slot] = undefined;
@@ -73,6 +77,7 @@ export class RecencyMap<K, V> {
   }
 
   clear(): void {
+    this.changes += 1;
     this.slotOf.clear();
     this.keyAt = [];
     this.valueAt = [];
@@ -81,17 +86,28 @@ export class RecencyMap<K, V> {
     this.oldestSlot = this.newestSlot = this.freeSlot = -1;
   }
 
-  /** Least recent first. Changing the map while iterating is not supported. */
+  /**
+   * Least recent first. Unlike a Map's, an iteration throws once the map is changed (a set, a
+   * get that moves, a delete, a clear): copy the entries first to change it while going through them.
+   */
   *entries(): IterableIterator<[K, V]> {
-    for (let slot = this.oldestSlot; slot >= 0; slot = this.newer[slot]!) yield [this.keyAt[slot] as K, this.valueAt[slot] as V];
+    for (const slot of this.slots()) yield [this.keyAt[slot] as K, this.valueAt[slot] as V];
   }
 
   *values(): IterableIterator<V> {
-    for (let slot = this.oldestSlot; slot >= 0; slot = this.newer[slot]!) yield this.valueAt[slot] as V;
+    for (const slot of this.slots()) yield this.valueAt[slot] as V;
   }
 
   [Symbol.iterator](): IterableIterator<[K, V]> {
     return this.entries();
+  }
+
+  private *slots(): IterableIterator<number> {
+    const changes = this.changes;
+    for (let slot = this.oldestSlot; slot >= 0; slot = this.newer[slot]!) {
+      yield slot;
+      if (this.changes !== changes) throw new Error('RecencyMap changed while it was being iterated');
+    }
   }
 
   private allocate(): number {
@@ -110,6 +126,7 @@ export class RecencyMap<K, V> {
 
   private moveToNewest(slot: number): void {
     if (slot === this.newestSlot) return;
+    this.changes += 1;
     this.unlink(slot);
     this.append(slot);
   }

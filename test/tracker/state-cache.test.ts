@@ -111,7 +111,7 @@ describe('messageStateCache (request id index)', () => {
       else if (j % 3 === 1) cache.get(s.messageId);
       else cache.set(s.messageId, s);
     }
-    // Before RecencyMap, the iterator kept for evictions pinned every table the Map outgrew: 100 MB.
+    // Before RecencyMap, the iterator kept for evictions pinned every table the Map outgrew: 55 MB here.
     expect(heapAfterGc() - before).toBeLessThan(4 * 1024 * 1024);
     expect(cache.size).toBe(2_000);
     expect(cache.keyOf('req-7')).toBe('wamid.7');
