@@ -6,19 +6,18 @@
 //   npx tsx bench/bounded-maps.ts [--max 5000,100000] [--table-max 500000] [--inserts 600000]
 // µs per insert of a new key (plus a get or lookup of a recent one), in windows of 50,000
 // inserts; * marks windows after the bound was reached.
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { ConversationTable } from '../src/sender/conversation-table.js';
 import { StateCache } from '../src/tracker/state-cache.js';
 
-const { values: args } = parseArgs({
-  options: { max: { type: 'string', default: '5000,100000' }, 'table-max': { type: 'string', default: '500000' }, inserts: { type: 'string', default: '600000' } },
+const args = benchArgs(import.meta.url, {
+  max: { type: 'string', default: '5000,100000' },
+  'table-max': { type: 'string', default: '500000' },
+  inserts: { type: 'string', default: '600000' },
 });
-const INSERTS = Number(args.inserts);
-const bounds = args.max.split(',').map(Number);
-const tableBound = Number(args['table-max']);
-if (!Number.isInteger(INSERTS) || INSERTS < 50_000 || [...bounds, tableBound].some((b) => !Number.isInteger(b) || b < 1)) {
-  throw new Error('--max and --table-max take whole numbers, --inserts at least 50000');
-}
+const INSERTS = args.wholeNumber('inserts', 50_000);
+const bounds = args.wholeNumbers('max');
+const tableBound = args.wholeNumber('table-max', 1);
 
 interface Lru {
   get(key: string): unknown;

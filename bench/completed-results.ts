@@ -3,13 +3,12 @@
 //   node --expose-gc --import tsx bench/completed-results.ts [--max 100000] [--keeps 600000]
 // For each: µs per keep (a lookup that misses, then keep, as a new request does) in windows of
 // 50,000 keeps, before and after the bound is reached; heap used once it is full.
-import { parseArgs } from 'node:util';
+import { benchArgs } from './args.js';
 import { CompletedResults } from '../src/sender/completed-results.js';
 
-const { values: args } = parseArgs({ options: { max: { type: 'string', default: '100000' }, keeps: { type: 'string', default: '600000' } } });
-const MAX = Number(args.max);
-const KEEPS = Number(args.keeps);
-if (!Number.isInteger(MAX) || MAX < 1 || !Number.isInteger(KEEPS) || KEEPS < MAX) throw new Error('--max and --keeps must be whole numbers, --keeps at least --max');
+const args = benchArgs(import.meta.url, { max: { type: 'string', default: '100000' }, keeps: { type: 'string', default: '600000' } });
+const MAX = args.wholeNumber('max', 1);
+const KEEPS = args.wholeNumber('keeps', MAX);
 
 interface Store {
   get(id: string): string | undefined;

@@ -10,19 +10,21 @@ import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
 import { Kafka, logLevel } from 'kafkajs';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
+import { benchArgs } from './args.js';
 import { checkKafka, runFuzzCampaign, type FuzzReport } from './fuzz-campaign.js';
 
-const { values: args } = parseArgs({
-  options: {
-    requests: { type: 'string', default: '100000' },
-    concurrency: { type: 'string', default: '48' },
-    slow: { type: 'string', default: '100' },
-    seed: { type: 'string', default: '1' },
-  },
+const args = benchArgs(import.meta.url, {
+  requests: { type: 'string', default: '100000' },
+  concurrency: { type: 'string', default: '48' },
+  slow: { type: 'string', default: '100' },
+  seed: { type: 'string', default: '1' },
 });
+const REQUESTS = args.wholeNumber('requests', 1);
+const CONCURRENCY = args.wholeNumber('concurrency', 1);
+const SLOW = args.wholeNumber('slow');
+const SEED = args.wholeNumber('seed');
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const BUSINESS = 'biz_fuzz';
 const SECRET = 'fuzz-signing-secret';
@@ -85,7 +87,7 @@ async function main() {
     });
   });
   const port = Number(new URL(url).port);
-  process.stderr.write(`[fuzz] ingress at ${url}; ${args.requests} hostile requests…\n`);
+  process.stderr.write(`[fuzz] ingress at ${url}; ${REQUESTS} hostile requests…\n`);
 
   let report: FuzzReport;
   let healthz = 0;
@@ -96,12 +98,12 @@ async function main() {
       port,
       businessId: BUSINESS,
       secret: SECRET,
-      requests: Number(args.requests),
+      requests: REQUESTS,
       legitimateEvery: 10,
-      concurrency: Number(args.concurrency),
-      slowConnections: Number(args.slow),
+      concurrency: CONCURRENCY,
+      slowConnections: SLOW,
       maxBodyBytes: MAX_BODY,
-      seed: Number(args.seed),
+      seed: SEED,
       onProgress: (n) => process.stderr.write(`[fuzz] ${n} sent\n`),
     });
     healthz = (await fetch(`${url}/healthz`)).status;

@@ -14,7 +14,6 @@ import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
 import { Kafka, logLevel } from 'kafkajs';
 import { Pool } from 'undici';
 import { loadConfig } from '../src/config/load.js';
@@ -23,17 +22,16 @@ import { startLocalCluster } from '../src/kafka/local-broker.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 import { createLogger } from '../src/platform/logger.js';
 import { messageId, signedHeaders, statusEvent } from '../test/ingress/fixtures.js';
+import { benchArgs } from './args.js';
 
-const { values: args } = parseArgs({
-  options: {
-    rate: { type: 'string', default: '400' },
-    'freeze-seconds': { type: 'string', default: '45' },
-    rounds: { type: 'string', default: '2' },
-  },
+const args = benchArgs(import.meta.url, {
+  rate: { type: 'string', default: '400' },
+  'freeze-seconds': { type: 'string', default: '45' },
+  rounds: { type: 'string', default: '2' },
 });
-const RATE = Number(args.rate);
-const FREEZE_MS = Number(args['freeze-seconds']) * 1000;
-const ROUNDS = Number(args.rounds);
+const RATE = args.wholeNumber('rate', 1);
+const FREEZE_MS = args.wholeNumber('freeze-seconds', 1) * 1000;
+const ROUNDS = args.wholeNumber('rounds', 1);
 const SECRET = 'hung-broker-secret';
 const VENV = fileURLToPath(new URL('../.cache/bench/venv', import.meta.url));
 const PYTHON = `${VENV}/bin/python`;

@@ -25,31 +25,30 @@ import { randomUUID } from 'node:crypto';
 import { dirname } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
 import { bundleSplit } from './cli-bundle.js';
 import { Kafka, logLevel } from 'kafkajs';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 import { cpuSeconds, freePort, peakRssMb, peerBinary, peerConfig, startRpconnect, track } from './peers.js';
 import { runWebhookLoad, type AcknowledgedEvent, type WebhookLoadReport } from '../src/simulator/load-generator.js';
+import { benchArgs } from './args.js';
 
-const { values: args } = parseArgs({
-  options: {
-    'duration-ms': { type: 'string', default: '10000' },
-    'warmup-ms': { type: 'string', default: '8000' },
-    'broker-warmup-ms': { type: 'string', default: '8000' },
-    connections: { type: 'string', default: '64' },
-    rounds: { type: 'string', default: '3' },
-    modes: { type: 'string', default: 'discard,kafkajs,platformatic,naive' },
-    'statuses-only': { type: 'boolean', default: false },
-  },
+const args = benchArgs(import.meta.url, {
+  'duration-ms': { type: 'string', default: '10000' },
+  'warmup-ms': { type: 'string', default: '8000' },
+  'broker-warmup-ms': { type: 'string', default: '8000' },
+  connections: { type: 'string', default: '64' },
+  rounds: { type: 'string', default: '3' },
+  modes: { type: 'string', default: 'discard,kafkajs,platformatic,naive' },
+  'statuses-only': { type: 'boolean', default: false },
 });
-const durationMs = Number(args['duration-ms']);
-const warmupMs = Number(args['warmup-ms']);
-const connections = Number(args.connections);
-const rounds = Number(args.rounds);
-const modes = args
-  .modes!.split(',')
+const durationMs = args.wholeNumber('duration-ms', 1);
+const warmupMs = args.wholeNumber('warmup-ms');
+const brokerWarmupMs = args.wholeNumber('broker-warmup-ms');
+const connections = args.wholeNumber('connections', 1);
+const rounds = args.wholeNumber('rounds', 1);
+const modes = args.values.modes
+  .split(',')
   .map((m) => m.trim())
   .filter(Boolean);
 /** A mode without its tracing suffix (`discard+otel1` → `discard`), and its sampling percentage. */
@@ -75,12 +74,12 @@ const isDiscard = (mode: string) => /^discard(-w\d+)?$/.test(untraced(mode));
 const ceilingOf = (mode: string) => (otelPercent(mode) !== undefined ? untraced(mode) : `discard${/-w\d+$/.exec(mode)?.[0] ?? ''}`);
 const PEER = 'rpconnect';
 for (const mode of modes) {
-  if (!isIngress(mode) && !isDiscard(mode) && untraced(mode) !== 'naive' && untraced(mode) !== PEER) throw new Error(`unknown mode ${mode}`);
+  if (!isIngress(mode) && !isDiscard(mode) && untraced(mode) !== 'naive' && untraced(mode) !== PEER) args.fail(`unknown mode ${mode}`);
   const p = otelPercent(mode);
-  if (p !== undefined && !(p >= 0 && p <= 100)) throw new Error(`${mode}: the sampling percentage is from 0 to 100`);
+  if (p !== undefined && !(p >= 0 && p <= 100)) args.fail(`${mode}: the sampling percentage is from 0 to 100`);
 }
 const isPeerMode = (mode: string) => untraced(mode) === PEER;
-const statusesOnly = args['statuses-only'] || modes.some(isPeerMode);
+const statusesOnly = args.values['statuses-only'] || modes.some(isPeerMode);
 const SECRET = 'bench-signing-secret';
 let peer: string | undefined;
 const TARGET_SOURCE = fileURLToPath(new URL('./ingress-target.ts', import.meta.url));
@@ -309,7 +308,6 @@ async function main() {
   const results: RunResult[] = [];
   try {
     // A fresh JVM is slow until its JIT has seen traffic: warm the broker up once, unmeasured.
-    const brokerWarmupMs = Number(args['broker-warmup-ms']);
     if (brokerWarmupMs > 0 && modes.some((m) => !isDiscard(m))) {
       const target = await startTarget('kafkajs', brokers);
       await load(target, { durationMs: brokerWarmupMs });

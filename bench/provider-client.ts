@@ -9,23 +9,24 @@
 // the medians and their ratio.
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
 import { createProviderClient } from '../src/sender/provider-client.js';
+import { benchArgs } from './args.js';
 import { peerBinary, startFakeProvider } from './peers.js';
 
-const { values: args } = parseArgs({
-  options: {
-    calls: { type: 'string', default: '40000' },
-    'in-flight': { type: 'string', default: '128' },
-    'latency-ms': { type: 'string', default: '0' },
-    rounds: { type: 'string', default: '3' },
-    child: { type: 'string' },
-    url: { type: 'string' },
-  },
+const args = benchArgs(import.meta.url, {
+  calls: { type: 'string', default: '40000' },
+  'in-flight': { type: 'string', default: '128' },
+  'latency-ms': { type: 'string', default: '0' },
+  rounds: { type: 'string', default: '3' },
+  // Internal: a round's client runs in a child started with these.
+  child: { type: 'string' },
+  url: { type: 'string' },
 });
-const CALLS = Number(args.calls);
-const IN_FLIGHT = Number(args['in-flight']);
+const CALLS = args.wholeNumber('calls', 1);
+const IN_FLIGHT = args.wholeNumber('in-flight', 1);
+const LATENCY_MS = args.wholeNumber('latency-ms');
+const ROUNDS = args.wholeNumber('rounds', 1);
 const API_KEY = 'bench-api-key';
 const BODY = { recipient: { channelType: 'whatsapp', id: '+15550001111' }, message: { text: 'Your order 1234 has shipped and will arrive tomorrow.' } };
 
@@ -89,13 +90,13 @@ function once(client: string, url: string): Promise<Result> {
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 async function main(): Promise<void> {
-  if (args.child) return runChild(args.child, args.url!);
+  if (args.values.child) return runChild(args.values.child, args.values.url!);
   const binary = peerBinary('fakeprovider');
   if (!binary) throw new Error('the Go fake provider is needed (../shared/peers/fakeprovider, or BENCH_FAKEPROVIDER_BIN)');
-  const provider = await startFakeProvider(binary, Number(args['latency-ms']), API_KEY);
+  const provider = await startFakeProvider(binary, LATENCY_MS, API_KEY);
   const results: Result[] = [];
   try {
-    for (let round = 1; round <= Number(args.rounds); round++)
+    for (let round = 1; round <= ROUNDS; round++)
       for (const client of round % 2 === 1 ? ['undici', 'msgbridge'] : ['msgbridge', 'undici']) {
         const r = await once(client, provider.url);
         results.push(r);

@@ -6,16 +6,14 @@
 // the sender's own /metrics.
 //   npx tsx bench/sender-idle.ts [--starts 3] [--idle-ms 10000]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
-import { parseArgs } from 'node:util';
 import { bundleCli, senderReady, spawnSenderBundle } from './cli-bundle.js';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
+import { benchArgs } from './args.js';
 import { cpuSeconds, peakRssMb, rssMb, sleepsSoFar } from './peers.js';
 
-const { values: args } = parseArgs({ options: { starts: { type: 'string', default: '3' }, 'idle-ms': { type: 'string', default: '10000' } } });
-const STARTS = Number(args.starts);
-const IDLE_MS = Number(args['idle-ms']);
-if (!Number.isInteger(STARTS) || STARTS < 1) throw new Error(`--starts must be a positive whole number, not ${args.starts}`);
-if (!Number.isInteger(IDLE_MS) || IDLE_MS < 0) throw new Error(`--idle-ms must be a whole number of milliseconds, not ${args['idle-ms']}`);
+const args = benchArgs(import.meta.url, { starts: { type: 'string', default: '3' }, 'idle-ms': { type: 'string', default: '10000' } });
+const STARTS = args.wholeNumber('starts', 1);
+const IDLE_MS = args.wholeNumber('idle-ms');
 
 const memory = (pid: number) => ({ rssMiB: Math.round(rssMb(pid)), peakMiB: Math.round(peakRssMb(pid)) });
 

@@ -27,8 +27,8 @@
 // BENCH_SENDER_ENV (a JSON object of environment variables) tries other settings.
 import { type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { parseArgs } from 'node:util';
 import { Kafka, logLevel } from 'kafkajs';
+import { benchArgs } from './args.js';
 import { bundleCli, senderReady, spawnSenderBundle } from './cli-bundle.js';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
 import { withAdmin } from '../src/kafka/client.js';
@@ -50,36 +50,33 @@ import {
   type FakeProviderStats,
 } from './peers.js';
 
-const { values: args } = parseArgs({
-  options: {
-    requests: { type: 'string', default: '20000' },
-    recipients: { type: 'string', default: '2000' },
-    'latency-ms': { type: 'string', default: '20' },
-    'in-flight': { type: 'string', default: '128,512' },
-    rounds: { type: 'string', default: '3' },
-    targets: { type: 'string', default: 'msgbridge,rpconnect,rpconnect-keepalive' },
-    partitions: { type: 'string', default: '12' },
-    /** msgbridge's sender.ratePerSecond (default: lifted); the peers have no rate limit. */
-    rate: { type: 'string' },
-    /** Requests each target works before the measured ones (its JIT warmed up, as a running relay's is). */
-    warmup: { type: 'string', default: '0' },
-  },
+const args = benchArgs(import.meta.url, {
+  requests: { type: 'string', default: '20000' },
+  recipients: { type: 'string', default: '2000' },
+  'latency-ms': { type: 'string', default: '20' },
+  'in-flight': { type: 'string', default: '128,512' },
+  rounds: { type: 'string', default: '3' },
+  targets: { type: 'string', default: 'msgbridge,rpconnect,rpconnect-keepalive' },
+  partitions: { type: 'string', default: '12' },
+  /** msgbridge's sender.ratePerSecond (default: lifted); the peers have no rate limit. */
+  rate: { type: 'string' },
+  /** Requests each target works before the measured ones (its JIT warmed up, as a running relay's is). */
+  warmup: { type: 'string', default: '0' },
 });
-const N = Number(args.requests);
-const W = Number(args.warmup);
-if (!Number.isInteger(W) || W < 0) throw new Error(`--warmup must be a whole number of requests, not ${args.warmup}`);
+const N = args.wholeNumber('requests', 10);
+const W = args.wholeNumber('warmup');
 /** Requests preloaded per run: the warm-up ones, then the N measured. */
 const TOTAL = W + N;
-const K = Number(args.recipients);
-const L = Number(args['latency-ms']);
-const IN_FLIGHT = args['in-flight']!.split(',').map(Number);
-const ROUNDS = Number(args.rounds);
-const PARTITIONS = Number(args.partitions);
-const RATE = args.rate === undefined ? undefined : Number(args.rate);
-const TARGETS = args.targets!.split(',').map((t) => t.trim());
+const K = args.wholeNumber('recipients', 1);
+const L = args.wholeNumber('latency-ms');
+const IN_FLIGHT = args.wholeNumbers('in-flight');
+const ROUNDS = args.wholeNumber('rounds', 1);
+const PARTITIONS = args.wholeNumber('partitions', 1);
+const RATE = args.values.rate === undefined ? undefined : args.decimal('rate');
+const TARGETS = args.values.targets.split(',').map((t) => t.trim());
 const BUSINESS = { id: 'biz_bench', apiKey: 'bench-api-key', secret: 'bench-secret' };
 for (const t of TARGETS)
-  if (senderProcesses(t) === 0 && !['rpconnect', 'rpconnect-keepalive'].includes(t)) throw new Error(`unknown target ${t} (msgbridge, msgbridge-x2 … msgbridge-x8, rpconnect, rpconnect-keepalive)`);
+  if (senderProcesses(t) === 0 && !['rpconnect', 'rpconnect-keepalive'].includes(t)) args.fail(`unknown target ${t} (msgbridge, msgbridge-x2 … msgbridge-x8, rpconnect, rpconnect-keepalive)`);
 
 interface Run {
   target: string;

@@ -29,36 +29,34 @@ import { readFileSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { parseArgs } from 'node:util';
 import { Kafka, logLevel, type Consumer } from 'kafkajs';
 import { Pool, request } from 'undici';
+import { benchArgs } from './args.js';
 import { bundleCli, ROOT, senderReady, spawnSenderBundle } from './cli-bundle.js';
 import { firstLine } from './peers.js';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 
-const { values: args } = parseArgs({
-  options: {
-    requests: { type: 'string', default: '6000' },
-    recipients: { type: 'string', default: '1000' },
-    'latency-ms': { type: 'string', default: '100' },
-    'concurrent-requests': { type: 'string', default: '12000' },
-    'naive-seconds': { type: 'string', default: '20' },
-    partitions: { type: 'string', default: '12' },
-    rounds: { type: 'string', default: '1' },
-    'outage-seconds': { type: 'string', default: '20' },
-    /** Only the scenarios whose name contains this; `failover` or `naive` for those alone. */
-    only: { type: 'string' },
-  },
+const args = benchArgs(import.meta.url, {
+  requests: { type: 'string', default: '6000' },
+  recipients: { type: 'string', default: '1000' },
+  'latency-ms': { type: 'string', default: '100' },
+  'concurrent-requests': { type: 'string', default: '12000' },
+  'naive-seconds': { type: 'string', default: '20' },
+  partitions: { type: 'string', default: '12' },
+  rounds: { type: 'string', default: '1' },
+  'outage-seconds': { type: 'string', default: '20' },
+  /** Only the scenarios whose name contains this; `failover` or `naive` for those alone. */
+  only: { type: 'string' },
 });
-const N = Number(args.requests);
-const K = Number(args.recipients);
-const L = Number(args['latency-ms']);
-const N_CONCURRENCY = Number(args['concurrent-requests']);
-const NAIVE_SECONDS = Number(args['naive-seconds']);
-const PARTITIONS = Number(args.partitions);
-const ROUNDS = Number(args.rounds);
-const OUTAGE_SECONDS = Number(args['outage-seconds']);
+const N = args.wholeNumber('requests', 1);
+const K = args.wholeNumber('recipients', 1);
+const L = args.wholeNumber('latency-ms');
+const N_CONCURRENCY = args.wholeNumber('concurrent-requests', 1);
+const NAIVE_SECONDS = args.wholeNumber('naive-seconds', 1);
+const PARTITIONS = args.wholeNumber('partitions', 1);
+const ROUNDS = args.wholeNumber('rounds', 1);
+const OUTAGE_SECONDS = args.wholeNumber('outage-seconds', 1);
 const STEADY_REQUESTS = 1500;
 const BUSINESS = { id: 'biz_bench', apiKey: 'bench-api-key', secret: 'bench-secret' };
 
@@ -541,7 +539,7 @@ async function main() {
         outage: { afterResults: Math.floor(N / 4), seconds: OUTAGE_SECONDS },
       },
     ];
-    const only = args.only;
+    const only = args.values.only;
     if (only) scenarios.splice(0, scenarios.length, ...scenarios.filter((sc) => sc.name.includes(only)));
     // Rounds interleave the scenarios, so that a noisy neighbour hits them alike; each
     // scenario reports its median round (by throughput, by p99 for the steady one).

@@ -13,23 +13,21 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
 import { Pool, request } from 'undici';
+import { benchArgs } from './args.js';
 import { firstLine } from './peers.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const { values: args } = parseArgs({
-  options: {
-    'duration-ms': { type: 'string', default: '5000' },
-    connections: { type: 'string', default: '32' },
-    rounds: { type: 'string', default: '3' },
-    messages: { type: 'string', default: '5000' },
-  },
+const args = benchArgs(import.meta.url, {
+  'duration-ms': { type: 'string', default: '5000' },
+  connections: { type: 'string', default: '32' },
+  rounds: { type: 'string', default: '3' },
+  messages: { type: 'string', default: '5000' },
 });
-const DURATION_MS = Number(args['duration-ms']);
-const CONNECTIONS = Number(args.connections);
-const ROUNDS = Number(args.rounds);
-const MESSAGES = Number(args.messages);
+const DURATION_MS = args.wholeNumber('duration-ms', 1);
+const CONNECTIONS = args.wholeNumber('connections', 1);
+const ROUNDS = args.wholeNumber('rounds', 1);
+const MESSAGES = args.wholeNumber('messages', 1);
 const RELEASE_DELAY_MS = 3000;
 const BUSINESS = { id: 'biz_bench', apiKey: 'bench-api-key', secret: 'bench-secret' };
 

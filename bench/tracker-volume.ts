@@ -18,7 +18,6 @@ import { randomUUID, createHash } from 'node:crypto';
 import { appendFileSync, existsSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
 import { Kafka, logLevel, type Message } from 'kafkajs';
 import { loadConfig } from '../src/config/load.js';
 import { eventIdOf, resultEventId } from '../src/contracts/index.js';
@@ -27,28 +26,27 @@ import { javaCompatibleHash } from '../src/kafka/partitioner.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 import { changelogTopicConfig } from '../src/tracker/index.js';
 import { statusEvent } from '../test/ingress/fixtures.js';
+import { benchArgs } from './args.js';
 
-const { values: args } = parseArgs({
-  options: {
-    history: { type: 'string', default: '50000,1000000' },
-    seconds: { type: 'string', default: '60' },
-    rate: { type: 'string', default: '200' },
-    late: { type: 'string', default: '20' },
-    burst: { type: 'string', default: '20000' },
-    queries: { type: 'string', default: '300' },
-    // Start the traffic only once the bulk restore's indexes are built (steady state at H).
-    'after-indexes': { type: 'boolean', default: false },
-    // After the single-member measurements: a second member joins (its own store), and the
-    // queries are asked again of the first, which forwards what it no longer owns.
-    'second-member': { type: 'boolean', default: false },
-  },
+const args = benchArgs(import.meta.url, {
+  history: { type: 'string', default: '50000,1000000' },
+  seconds: { type: 'string', default: '60' },
+  rate: { type: 'string', default: '200' },
+  late: { type: 'string', default: '20' },
+  burst: { type: 'string', default: '20000' },
+  queries: { type: 'string', default: '300' },
+  // Start the traffic only once the bulk restore's indexes are built (steady state at H).
+  'after-indexes': { type: 'boolean', default: false },
+  // After the single-member measurements: a second member joins (its own store), and the
+  // queries are asked again of the first, which forwards what it no longer owns.
+  'second-member': { type: 'boolean', default: false },
 });
-const HISTORIES = args.history!.split(',').map(Number);
-const SECONDS = Number(args.seconds);
-const RATE = Number(args.rate);
-const LATE = Number(args.late);
-const BURST = Number(args.burst);
-const QUERIES = Number(args.queries);
+const HISTORIES = args.wholeNumbers('history');
+const SECONDS = args.wholeNumber('seconds', 1);
+const RATE = args.wholeNumber('rate', 1);
+const LATE = args.wholeNumber('late');
+const BURST = args.wholeNumber('burst', 1);
+const QUERIES = args.wholeNumber('queries', 1);
 const PARTITIONS = 12;
 const CLI = join(import.meta.dirname, '..', 'dist', 'cli.js');
 if (!existsSync(CLI)) throw new Error('run `npm run build` first: the tracker under test is dist/cli.js');
@@ -238,7 +236,7 @@ for (const H of HISTORIES) {
   );
   const url = await proc.url;
   const indexesBuilt = () => proc.output.filter((l) => l.includes('indexes built')).length >= PARTITIONS;
-  if (args['after-indexes']) {
+  if (args.values['after-indexes']) {
     while (!indexesBuilt()) await sleep(500);
     console.error(`[H=${H}] indexes built ${((performance.now() - started) / 1000).toFixed(1)} s after the start; traffic starts now`);
   }
@@ -382,7 +380,7 @@ for (const H of HISTORIES) {
     byRequest.push(await q(`/requests/hist-${k}`));
   }
   let twoMembers = '';
-  if (args['second-member']) {
+  if (args.values['second-member']) {
     const second = startTrackerProcess({ ...env, MSGBRIDGE_TRACKER_STATE_DIR: `${stateDir}-b` });
     await readyAfter(second, performance.now());
     // The first member gave tasks away and may be rejoining: wait until both are ready and indexed.

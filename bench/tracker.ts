@@ -14,7 +14,6 @@ import { randomUUID } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
 import { Kafka, logLevel } from 'kafkajs';
 import { loadConfig } from '../src/config/load.js';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
@@ -27,10 +26,11 @@ import { messageStateCache } from '../src/tracker/state-cache.js';
 import { applyEvent } from '../src/tracker/state-rules.js';
 import { messageId } from '../test/ingress/fixtures.js';
 import { messageLifeRecords, type LifeRecord } from '../test/tracker/harness.js';
+import { benchArgs } from './args.js';
 
-const { values: args } = parseArgs({ options: { messages: { type: 'string', default: '50000' }, batch: { type: 'string', default: '500,2000' } } });
-const M = Number(args.messages);
-const BATCHES = args.batch!.split(',').map(Number);
+const args = benchArgs(import.meta.url, { messages: { type: 'string', default: '50000' }, batch: { type: 'string', default: '500,2000' } });
+const M = args.wholeNumber('messages', 1);
+const BATCHES = args.wholeNumbers('batch');
 const PARTITIONS = 6;
 
 let local: LocalBroker | undefined;

@@ -9,21 +9,19 @@
 //      CPU the start-up wait spends per record beyond Kafka's own fetch.
 //
 //   node --expose-gc --import tsx bench/window-lookup.ts [--entries 1000000] [--lookups 5000000] [--rounds 5]
-import { parseArgs } from 'node:util';
 import { cpus } from 'node:os';
 import { decideConversation } from '../src/sender/conversation-guard.js';
 import { ConversationTable, conversationEntry } from '../src/sender/conversation-table.js';
+import { benchArgs } from './args.js';
 
-const { values: args } = parseArgs({
-  options: {
-    entries: { type: 'string', default: '1000000' },
-    lookups: { type: 'string', default: '5000000' },
-    rounds: { type: 'string', default: '5' },
-  },
+const args = benchArgs(import.meta.url, {
+  entries: { type: 'string', default: '1000000' },
+  lookups: { type: 'string', default: '5000000' },
+  rounds: { type: 'string', default: '5' },
 });
-const ENTRIES = Number(args.entries);
-const LOOKUPS = Number(args.lookups);
-const ROUNDS = Number(args.rounds);
+const ENTRIES = args.wholeNumber('entries', 1);
+const LOOKUPS = args.wholeNumber('lookups', 1);
+const ROUNDS = args.wholeNumber('rounds', 1);
 
 const gc = (globalThis as { gc?: () => void }).gc;
 if (!gc) {
