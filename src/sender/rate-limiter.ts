@@ -5,7 +5,7 @@ import { onAbort } from '../platform/on-abort.js';
  * A token bucket per key (the business): `ratePerSecond` tokens a second, up to `burst`
  * stored. Callers wait in FIFO order for a token; a waiter whose signal aborts leaves the
  * queue. One timer per bucket, armed only while someone waits, granting the tokens of up to
- * 100 ms at once (the default burst). Pure: the clock is injectable.
+ * 200 ms at once (the default burst). Pure: the clock is injectable.
  *
  * Adaptive (AIMD): `slowDown(key)` (a 429) halves that key's rate, at most once a second and
  * never below `minRatePerSecond`; the rate then climbs back linearly, by a twentieth of
@@ -16,14 +16,14 @@ export interface RateLimiterOptions {
   ratePerSecond: number;
   /** Floor of the adaptive rate (default a twentieth of ratePerSecond, at least 1). */
   minRatePerSecond?: number;
-  /** Tokens a bucket can hold (default: a tenth of a second's worth, at least 1). */
+  /** Tokens a bucket can hold (default: a fifth of a second's worth, at least 1). */
   burst?: number;
   /** Milliseconds from a monotonic clock (default performance.now). */
   now?: () => number;
 }
 
 /** How long a waiter may wait beyond its token so that several are granted at once. */
-const GRANT_TICK_MS = 100;
+const GRANT_TICK_MS = 200;
 
 interface Waiter {
   resolve: () => void;
@@ -51,7 +51,7 @@ export class RateLimiter {
   constructor(options: RateLimiterOptions) {
     if (!(options.ratePerSecond > 0)) throw new RangeError('ratePerSecond must be positive');
     this.ratePerSecond = options.ratePerSecond;
-    this.burst = Math.max(1, options.burst ?? Math.ceil(options.ratePerSecond / 10));
+    this.burst = Math.max(1, options.burst ?? Math.ceil((options.ratePerSecond * GRANT_TICK_MS) / 1000));
     this.minRatePerSecond = Math.min(this.ratePerSecond, options.minRatePerSecond ?? Math.max(1, this.ratePerSecond / 20));
     this.now = options.now ?? (() => performance.now());
   }
@@ -162,9 +162,11 @@ export class RateLimiter {
     this.refill(bucket);
     // Waiters are served in groups of what accrues in GRANT_TICK_MS (never more than the burst
     // or the waiters): one timer wakeup, one round of calls and one produce of results per group
-    // instead of per token. No burst beyond the bucket's own: after 100 ms of quiet a caller may
-    // take the whole burst at once anyway. 20 ms groups cost 0.48 ms of CPU per result at 200/s,
-    // 100 ms groups 0.30 (docs/benchmarks.md).
+    // instead of per token. No burst beyond the bucket's own: after 200 ms of quiet a caller may
+    // take the whole burst at once anyway. Each group costs about 2 ms of CPU whatever its
+    // size: at 200/s, 20 ms groups cost 0.48 ms per result, 100 ms groups 0.28–0.30, 200 ms
+    // groups 0.24 (docs/benchmarks.md). A fifth of a second's tokens at once stays within a
+    // limit counted per second, as the provider's is (about 200 a second).
     const group = Math.max(1, Math.min(this.burst, bucket.waiters.length, Math.floor((bucket.rate * GRANT_TICK_MS) / 1000)));
     const missing = Math.max(0, group - bucket.tokens);
     const delay = Math.max(1, Math.ceil((missing * 1000) / bucket.rate));

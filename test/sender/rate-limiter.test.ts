@@ -21,8 +21,9 @@ describe('RateLimiter (token bucket per business)', () => {
     await vi.advanceTimersByTimeAsync(1000);
     await Promise.all(all);
     expect(granted.map(([i]) => i)).toEqual([0, 1, 2, 3, 4, 5]);
-    // One token every 100 ms after the burst.
-    expect(granted.slice(2).map(([, t]) => t)).toEqual([100, 200, 300, 400]);
+    // A token every 100 ms after the burst, the tokens of 200 ms granted together once several
+    // wait: the first alone (it waited alone), then two at 300 ms, then the last one.
+    expect(granted.slice(2).map(([, t]) => t)).toEqual([100, 300, 300, 400]);
   });
 
   it('keeps businesses independent', async () => {
@@ -36,12 +37,12 @@ describe('RateLimiter (token bucket per business)', () => {
 
   it('never exceeds the rate over a window', async () => {
     const limiter = new RateLimiter({ ratePerSecond: 200, now: () => Date.now() });
-    expect(limiter.burst).toBe(20);
+    expect(limiter.burst).toBe(40);
     let count = 0;
     const waits = Array.from({ length: 1000 }, () => limiter.acquire('biz').then(() => (count += 1)));
     await vi.advanceTimersByTimeAsync(1000);
     // burst + one second at the rate
-    expect(count).toBeLessThanOrEqual(220);
+    expect(count).toBeLessThanOrEqual(240);
     expect(count).toBeGreaterThanOrEqual(200);
     await vi.advanceTimersByTimeAsync(5000);
     await Promise.all(waits);
@@ -86,27 +87,27 @@ describe('RateLimiter (token bucket per business)', () => {
     expect(limiter.slowedDown().size).toBe(0);
   });
 
-  it('grants the tokens of 100 ms at once (twenty at 200/s, its burst), without exceeding the rate', async () => {
+  it('grants the tokens of 200 ms at once (forty at 200/s, its burst), without exceeding the rate', async () => {
     const limiter = new RateLimiter({ ratePerSecond: 200, now: () => Date.now() });
     const granted: number[] = [];
-    const waits = Array.from({ length: 80 }, () => limiter.acquire('biz').then(() => granted.push(Date.now())));
-    await vi.advanceTimersByTimeAsync(400);
+    const waits = Array.from({ length: 160 }, () => limiter.acquire('biz').then(() => granted.push(Date.now())));
+    await vi.advanceTimersByTimeAsync(800);
     await Promise.all(waits);
     const start = granted[0]!;
     const byTime = new Map<number, number>();
     for (const t of granted.slice(limiter.burst)) byTime.set(t - start, (byTime.get(t - start) ?? 0) + 1);
-    // The first 20 are the burst; then (after the one timer armed while a single waiter waited)
-    // groups of 20, 100 ms apart: 200 tokens a second, 4 timer wakeups for 60 tokens instead of 60.
+    // The first 40 are the burst; then (after the one timer armed while a single waiter waited)
+    // groups of 40, 200 ms apart: 200 tokens a second, 4 timer wakeups for 120 tokens instead of 120.
     const groups = [...byTime.values()];
-    expect(groups.reduce((a, b) => a + b, 0)).toBe(60);
-    expect(Math.max(...groups)).toBe(20);
-    expect(groups.slice(1, -1).every((g) => g === 20)).toBe(true);
+    expect(groups.reduce((a, b) => a + b, 0)).toBe(120);
+    expect(Math.max(...groups)).toBe(40);
+    expect(groups.slice(1, -1).every((g) => g === 40)).toBe(true);
     expect(groups.length).toBeLessThanOrEqual(4);
     const times = [...byTime.keys()];
     for (let i = 1; i < times.length; i++) expect((times[i]! - times[i - 1]!) / groups[i]!).toBeGreaterThanOrEqual(4.9);
   });
 
-  it('grants smaller groups when the burst is smaller than 100 ms of tokens', async () => {
+  it('grants smaller groups when the burst is smaller than 200 ms of tokens', async () => {
     const limiter = new RateLimiter({ ratePerSecond: 200, burst: 5, now: () => Date.now() });
     const granted: number[] = [];
     const waits = Array.from({ length: 45 }, () => limiter.acquire('biz').then(() => granted.push(Date.now())));
