@@ -1,6 +1,6 @@
 // Command-line options of the benches, read the way the CLI reads its own: `--help` prints the
-// bench's header comment (its usage), and an unknown option or a bad value is one line on stderr
-// and exit code 2, not a stack trace or a run on NaN.
+// bench's header comment and its options with their defaults, and an unknown option or a bad
+// value is one line on stderr and exit code 2, not a stack trace or a run on NaN.
 import { readFileSync } from 'node:fs';
 import { basename } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -17,6 +17,15 @@ export function headerComment(source: string): string {
     lines.push(line.replace(/^\/\/ ?/, ''));
   }
   return lines.join('\n') + '\n';
+}
+
+/** What `--help` prints: the bench's header comment, then every option it reads with its default. */
+export function usage(source: string, options: Options): string {
+  const lines = Object.entries(options).map(([name, option]) => {
+    const form = option.type === 'boolean' ? `--${name}` : `--${name} <value>`;
+    return `  ${form.padEnd(28)} ${option.default === undefined ? '' : `default ${String(option.default)}`}`.trimEnd();
+  });
+  return `${headerComment(source)}\noptions:\n${lines.join('\n')}\n`;
 }
 
 /**
@@ -55,7 +64,7 @@ export function benchArgs<const O extends Options>(entry: string, options: O) {
     fail(bench, (error as Error).message);
   }
   if (parsed.help) {
-    process.stdout.write(headerComment(readFileSync(file, 'utf8')));
+    process.stdout.write(usage(readFileSync(file, 'utf8'), options));
     process.exit(0);
   }
   const values = parsed as Values<O>;

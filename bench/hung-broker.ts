@@ -29,8 +29,8 @@ const args = benchArgs(import.meta.url, {
   'freeze-seconds': { type: 'string', default: '45' },
   rounds: { type: 'string', default: '2' },
 });
-const RATE = args.wholeNumber('rate', 1);
-const FREEZE_MS = args.wholeNumber('freeze-seconds', 1) * 1000;
+const RATE = args.decimal('rate');
+const FREEZE_MS = args.decimal('freeze-seconds') * 1000;
 const ROUNDS = args.wholeNumber('rounds', 1);
 const SECRET = 'hung-broker-secret';
 const VENV = fileURLToPath(new URL('../.cache/bench/venv', import.meta.url));

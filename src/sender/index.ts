@@ -158,7 +158,7 @@ export class Sender implements Role {
           ? platformatic.createPlatformaticProducer(config.kafka, { brokers, timeoutMs: config.kafka.requestTimeoutMs })
           : createKafkajsProducer(kafka, { timeoutMs: config.kafka.requestTimeoutMs }),
       stallMs: config.kafka.requestTimeoutMs,
-      // The results of one rate-limit grant (up to 100 ms of tokens) in one produce request (README, "Throughput").
+      // The results of one rate-limit grant (up to 200 ms of tokens) in one produce request (README, "Throughput").
       lingerMs: 5,
       onReplace: (error) => logger.debug({ err: (error as Error)?.message ?? String(error) }, 'a produce of results failed: the producer is replaced, never reused'),
       onHealthChange: (ok, error) => {

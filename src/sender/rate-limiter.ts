@@ -163,10 +163,11 @@ export class RateLimiter {
     // Waiters are served in groups of what accrues in GRANT_TICK_MS (never more than the burst
     // or the waiters): one timer wakeup, one round of calls and one produce of results per group
     // instead of per token. No burst beyond the bucket's own: after 200 ms of quiet a caller may
-    // take the whole burst at once anyway. Each group costs about 2 ms of CPU whatever its
-    // size: at 200/s, 20 ms groups cost 0.48 ms per result, 100 ms groups 0.28–0.30, 200 ms
-    // groups 0.24 (docs/benchmarks.md). A fifth of a second's tokens at once stays within a
-    // limit counted per second, as the provider's is (about 200 a second).
+    // take the whole burst at once anyway. A group costs CPU of its own, beyond its calls': at
+    // 200/s, 20 ms groups cost 0.48 ms per result, 100 ms groups 0.28–0.30, 200 ms groups
+    // 0.21–0.24 (docs/benchmarks.md). The price: the busiest second after a quiet moment holds
+    // the burst plus the rate (240 calls at 200/s, 220 with 100 ms groups), and a 429 halves
+    // the rate.
     const group = Math.max(1, Math.min(this.burst, bucket.waiters.length, Math.floor((bucket.rate * GRANT_TICK_MS) / 1000)));
     const missing = Math.max(0, group - bucket.tokens);
     const delay = Math.max(1, Math.ceil((missing * 1000) / bucket.rate));

@@ -1,17 +1,19 @@
 import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
-import { decimal, headerComment, wholeNumber } from '../../bench/args.js';
+import { decimal, headerComment, usage, wholeNumber } from '../../bench/args.js';
 
 const run = promisify(execFile);
+const ROOT = join(import.meta.dirname, '..', '..');
 
 /** Each bench with one of its numeric options: `--help`, an unknown option and a bad value are answered before any work starts. */
 const BENCHES: [file: string, numericOption: string][] = [
   ['bounded-maps', 'inserts'],
   ['completed-results', 'max'],
   ['fuzz', 'requests'],
-  ['hung-broker', 'rate'],
+  ['hung-broker', 'rounds'],
   ['ingress', 'connections'],
   ['kstreams', 'messages'],
   ['provider-client', 'calls'],
@@ -26,11 +28,12 @@ const BENCHES: [file: string, numericOption: string][] = [
 
 async function bench(file: string, args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   try {
-    const { stdout, stderr } = await run(process.execPath, ['--import', 'tsx', `bench/${file}.ts`, ...args], { timeout: 30_000 });
+    const { stdout, stderr } = await run(process.execPath, ['--import', 'tsx', `bench/${file}.ts`, ...args], { cwd: ROOT, timeout: 60_000 });
     return { code: 0, stdout, stderr };
   } catch (error) {
-    const e = error as { code: number; stdout: string; stderr: string };
-    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+    // A spawn that failed outright has no output: its message stands in for stderr.
+    const e = error as { code?: number; stdout?: string; stderr?: string; message: string };
+    return { code: e.code ?? -1, stdout: e.stdout ?? '', stderr: e.stderr ?? e.message };
   }
 }
 
@@ -54,6 +57,11 @@ describe('bench options (bench/args.ts)', () => {
     expect(headerComment('import x;\n')).toBe('\n');
   });
 
+  it('lists every option with its default after the usage', () => {
+    const text = usage('// run me\nimport x;\n', { rounds: { type: 'string', default: '3' }, rate: { type: 'string' }, quick: { type: 'boolean', default: false } });
+    expect(text).toBe(['run me', '', 'options:', `  ${'--rounds <value>'.padEnd(28)} default 3`, '  --rate <value>', `  ${'--quick'.padEnd(28)} default false`, ''].join('\n'));
+  });
+
   // Spawned benches: a few at a time, each a Node process with the tsx loader.
   it('answers --help, an unknown option and a bad value of every bench before starting anything', { timeout: 180_000 }, async () => {
     const failures: string[] = [];
@@ -62,7 +70,8 @@ describe('bench options (bench/args.ts)', () => {
       for (let next = queue.shift(); next; next = queue.shift()) {
         const [file, option] = next;
         const help = await bench(file, ['--help']);
-        if (help.code !== 0 || help.stdout !== headerComment(readFileSync(`bench/${file}.ts`, 'utf8')) || help.stdout.trim() === '')
+        const header = headerComment(readFileSync(join(ROOT, 'bench', `${file}.ts`), 'utf8'));
+        if (help.code !== 0 || header.trim() === '' || !help.stdout.startsWith(`${header}\noptions:\n`) || !help.stdout.includes(`  --${option} <value>`))
           failures.push(`${file} --help: exit ${help.code}, ${JSON.stringify(help.stdout.slice(0, 80))}`);
         const unknown = await bench(file, ['--no-such-option']);
         if (unknown.code !== 2 || unknown.stderr !== `bench/${file}.ts: Unknown option '--no-such-option' (--help lists the options)\n`)
