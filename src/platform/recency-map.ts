@@ -76,6 +76,11 @@ export class RecencyMap<K, V> {
     return this.oldestSlot < 0 ? undefined : this.keyAt[this.oldestSlot];
   }
 
+  /** The least recent key's value (undefined when empty), without a lookup by key; nothing is moved. */
+  oldestValue(): V | undefined {
+    return this.oldestSlot < 0 ? undefined : this.valueAt[this.oldestSlot];
+  }
+
   clear(): void {
     this.changes += 1;
     this.slotOf.clear();

@@ -164,9 +164,8 @@ export class ConversationTable {
    */
   sweep(now = this.now()): number {
     let dropped = 0;
-    for (let key = this.windows.oldest(); key !== undefined; key = this.windows.oldest()) {
-      if (this.windows.peek(key)! > now) break;
-      this.windows.delete(key);
+    while (this.windows.size > 0 && this.windows.oldestValue()! <= now) {
+      this.windows.delete(this.windows.oldest()!);
       dropped += 1;
     }
     return dropped;
@@ -185,7 +184,7 @@ export class ConversationTable {
     if (this.sweep(now) > 0) return;
     const key = this.windows.oldest();
     if (key === undefined) return;
-    const openUntil = this.windows.peek(key)!;
+    const openUntil = this.windows.oldestValue()!;
     this.windows.delete(key);
     if (openUntil > now) {
       this.evictedOpen += 1;

@@ -131,7 +131,7 @@ export class MessageLifecycle {
     const tracked: TrackedMessage = { record, business: input.business, steps, callbackData: input.callbackData, timer: undefined };
     this.messages.set(record.id, tracked);
     if (this.messages.size > this.options.history.messages) {
-      this.forget(this.messages.peek(this.messages.oldest()!)!);
+      this.forget(this.messages.oldestValue()!);
     }
     this.scheduleNext(tracked);
     return record;

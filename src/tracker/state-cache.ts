@@ -71,7 +71,7 @@ export class StateCache<V> {
     if (secondary !== null && secondary !== undefined) this.index.set(secondary, key);
     while (this.entries.size > this.maxEntries) {
       const oldest = this.entries.oldest() as string;
-      const oldestValue = this.entries.peek(oldest) as V;
+      const oldestValue = this.entries.oldestValue() as V;
       this.remove(oldest, oldestValue);
       this.evicted += 1;
       this.options.onEvict?.(oldest, oldestValue);

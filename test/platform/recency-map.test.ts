@@ -15,6 +15,7 @@ describe('RecencyMap', () => {
     const map = new RecencyMap<string, number>();
     expect(map.size).toBe(0);
     expect(map.oldest()).toBeUndefined();
+    expect(map.oldestValue()).toBeUndefined();
     expect(map.get('a')).toBeUndefined();
     expect(map.delete('a')).toBe(false);
     expect([...map]).toEqual([]);
@@ -83,6 +84,7 @@ describe('RecencyMap', () => {
         } else if (r < 0.9995) {
           const oldest = map.oldest();
           expect(oldest).toBe(order[0]);
+          expect(map.oldestValue()).toBe(oldest === undefined ? undefined : values.get(oldest));
           if (oldest !== undefined) {
             map.delete(oldest);
             values.delete(oldest);
