@@ -3,6 +3,7 @@ import type { KafkaConfig } from '../config/schema.js';
 import type { Logger } from '../platform/logger.js';
 import type { ConsumedRecord } from './group-consumer.js';
 import './kafkajs-idle-fix.js';
+import './kafkajs-failover-fix.js';
 import { tlsOptions } from './tls.js';
 
 /**
@@ -52,8 +53,8 @@ export async function withAdmin<T>(kafka: Kafka, use: (admin: Admin) => Promise<
  * 300 ms doubling up to 10 s, 8 times), then the consumer crashes and kafkajs restarts it
  * (CRASH with `restart: true`); a failure that is not retriable stops it at once, whatever the
  * policy. The two long-lived group members (the send-requests consumer, the transactional
- * engine) already had this one, and it is the one that matters: a broker restart or a
- * coordinator move is ridden out without tearing the member down and rebalancing its group.
+ * engine) already had this one. A lost broker or coordinator no longer reaches this retry at
+ * all (kafkajs-failover-fix.ts: README "Losing a broker"); it is for what is left.
  * The readers of changelogs and the CLI's follow had shorter ones (5 or 10 retries, up to
  * 5 s), which only made them restart sooner; each has its own deadline (the read's timeout,
  * the command's `--timeout`), so the longer budget can never make them wait longer.
@@ -85,6 +86,7 @@ export function consumedRecord(topic: string, partition: number, message: KafkaM
 }
 
 function kafkajsLogCreator(logger?: Logger) {
+  const transient = new TransientBrokerErrors();
   return () =>
     ({ level, log }: LogEntry) => {
       if (!logger) return;
@@ -95,7 +97,16 @@ function kafkajsLogCreator(logger?: Logger) {
       for (const [key, value] of Object.entries({ component: 'kafkajs', ...pickSafe(extra) })) if (!(key in bound)) fields[key] = value;
       if ('component' in bound) fields.library = 'kafkajs';
       if (isExpectedNoise(message, extra.error)) logger.debug(fields, message);
-      else if (level === logLevel.ERROR) logger.error(fields, message);
+      else if ((level === logLevel.ERROR || level === logLevel.WARN) && isTransientBrokerError(message, extra.error)) {
+        const broker = typeof extra.broker === 'string' ? extra.broker : 'unknown';
+        delete fields.stack;
+        if (transient.firstIn(broker, Date.now())) {
+          logger.warn(
+            { ...fields, cause: transientCause(message, extra.error) },
+            `Kafka broker ${broker} does not answer: retrying, and following partition leaders and the group coordinator elsewhere (repeats for ${TRANSIENT_LOG_EVERY_MS / 1000} s at debug level)`,
+          );
+        } else logger.debug(fields, message);
+      } else if (level === logLevel.ERROR) logger.error(fields, message);
       else if (level === logLevel.WARN) logger.warn(fields, message);
       else if (level === logLevel.INFO) logger.info(fields, message);
       else logger.debug(fields, message);
@@ -119,6 +130,36 @@ const EXPECTED = [
   /^Limiting retries for the idempotent producer/,
   /switched default partitioner/,
 ];
+
+/**
+ * A broker that is down or frozen makes kafkajs log an error for every connection attempt and
+ * every timed-out request, several a second per client, while the consumer (see
+ * kafkajs-failover-fix.ts) and the producers ride it out. One warning per broker every half
+ * minute says what is happening; the repeats go to debug.
+ */
+const TRANSIENT = /ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|EHOSTUNREACH|Connection error|Connection timeout|Connection closed|request timed out|write after end/i;
+const TRANSIENT_LOG_EVERY_MS = 30_000;
+
+export function isTransientBrokerError(message: string, error: unknown): boolean {
+  return TRANSIENT.test(message) || (typeof error === 'string' && TRANSIENT.test(error));
+}
+
+function transientCause(message: string, error: unknown): string {
+  const text = typeof error === 'string' && error.length > 0 ? error : message;
+  return text.length > 200 ? `${text.slice(0, 200)}…` : text;
+}
+
+/** When each broker's last warning was logged; bounded by the brokers a client talks to. */
+class TransientBrokerErrors {
+  private readonly lastWarned = new Map<string, number>();
+  firstIn(broker: string, now: number): boolean {
+    const last = this.lastWarned.get(broker);
+    if (last !== undefined && now - last < TRANSIENT_LOG_EVERY_MS) return false;
+    if (this.lastWarned.size >= 1000) this.lastWarned.clear();
+    this.lastWarned.set(broker, now);
+    return true;
+  }
+}
 
 function isExpectedNoise(message: string, error: unknown): boolean {
   return EXPECTED.some((re) => re.test(message) || (typeof error === 'string' && re.test(error)));

@@ -114,3 +114,18 @@ export async function countRecords(topics: string | string[], brokers?: string[]
     return n;
   }, brokers);
 }
+
+/** Java's String.hashCode, as Kafka places a group on a partition of __consumer_offsets. */
+function javaStringHash(text: string): number {
+  let h = 0;
+  for (let i = 0; i < text.length; i++) h = (Math.imul(31, h) + text.charCodeAt(i)) | 0;
+  return h;
+}
+
+/** The node id of a consumer group's coordinator: the leader of its __consumer_offsets partition. */
+export async function groupCoordinator(admin: Admin, groupId: string): Promise<number> {
+  const metadata = await admin.fetchTopicMetadata({ topics: ['__consumer_offsets'] });
+  const partitions = metadata.topics[0]!.partitions;
+  const wanted = (javaStringHash(groupId) & 0x7fffffff) % partitions.length;
+  return partitions.find((p) => p.partitionId === wanted)!.leader;
+}

@@ -16,15 +16,41 @@ describe('kafkajs log lines', () => {
     });
     const logger = createLogger({ level: 'debug', name: 'sender', destination }).child({ component: 'sender', groupId: 'msgbridge-sender' });
     const kafka = createKafka(loadConfig({ env: {} }).kafka, { logger, brokers: ['127.0.0.1:9'] });
-    kafka.logger().error('Connection error', { broker: '127.0.0.1:9', groupId: 'msgbridge-sender', retryCount: 2 });
+    kafka.logger().error('Offset commit refused', { broker: '127.0.0.1:9', groupId: 'msgbridge-sender', retryCount: 2 });
     expect(lines).toHaveLength(1);
     expect(repeatedKeys(lines[0]!)).toEqual([]);
-    expect(JSON.parse(lines[0]!)).toMatchObject({ component: 'sender', library: 'kafkajs', groupId: 'msgbridge-sender', broker: '127.0.0.1:9', retryCount: 2, msg: 'Connection error' });
+    expect(JSON.parse(lines[0]!)).toMatchObject({ component: 'sender', library: 'kafkajs', groupId: 'msgbridge-sender', broker: '127.0.0.1:9', retryCount: 2, msg: 'Offset commit refused' });
     // A logger that binds nothing: the line says it comes from kafkajs.
     const plain = createLogger({ level: 'debug', name: 'x', destination });
     createKafka(loadConfig({ env: {} }).kafka, { logger: plain, brokers: ['127.0.0.1:9'] })
       .logger()
       .warn('slow', { broker: 'b' });
     expect(JSON.parse(lines[1]!)).toMatchObject({ component: 'kafkajs', broker: 'b' });
+  });
+});
+
+describe('a broker that does not answer', () => {
+  it('is one warning per broker every 30 s, naming the cause; the retries are debug lines', () => {
+    const lines: Record<string, unknown>[] = [];
+    const destination = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        for (const text of chunk.toString().split('\n').filter(Boolean)) lines.push(JSON.parse(text) as Record<string, unknown>);
+        done();
+      },
+    });
+    const logger = createLogger({ level: 'debug', name: 'sender', destination }).child({ component: 'sender' });
+    const log = createKafka(loadConfig({ env: {} }).kafka, { logger, brokers: ['127.0.0.1:9'] }).logger();
+    for (let i = 0; i < 5; i++) log.error('Connection error: connect ECONNREFUSED 127.0.0.1:9', { broker: '127.0.0.1:9', stack: 'Error: connect ECONNREFUSED\n    at x' });
+    log.error('Response OffsetCommit(key: 8, version: 5)', { broker: '127.0.0.1:10', error: 'The request timed out' });
+    log.error('Response Heartbeat(key: 12, version: 3)', { broker: '127.0.0.1:9', error: 'The coordinator is not aware of this member' });
+    const warnings = lines.filter((l) => l.level === 40);
+    expect(warnings.map((l) => [l.broker, l.cause])).toEqual([
+      ['127.0.0.1:9', 'Connection error: connect ECONNREFUSED 127.0.0.1:9'],
+      ['127.0.0.1:10', 'The request timed out'],
+    ]);
+    expect(warnings.every((l) => l.stack === undefined)).toBe(true);
+    expect(lines.filter((l) => l.level === 20)).toHaveLength(4);
+    // Not a broker that is away: an answer the member must act on stays an error.
+    expect(lines.filter((l) => l.level === 50).map((l) => l.msg)).toEqual(['Response Heartbeat(key: 12, version: 3)']);
   });
 });

@@ -1,0 +1,142 @@
+import { createRequire } from 'node:module';
+
+/**
+ * Lets a kafkajs 2.2.4 consumer-group member ride out the loss or freeze of one broker without
+ * crashing, restarting or rebalancing its group, as the Java client does. Why and what was
+ * measured: src/kafka/README.md, "Losing a broker".
+ *
+ * - A fetch from an unreachable leader (refused, reset, timed out) stops only that broker's
+ *   fetcher for a moment: the metadata is refreshed (at most once a second) and the fetch returns
+ *   nothing, so the partitions of the other brokers keep flowing, heartbeats keep going, and the
+ *   moved partitions are fetched from their new leaders. kafkajs threw it instead: every fetcher
+ *   stopped, the runner retried with backoff and no heartbeat (the member was evicted after its
+ *   session), and once the retries were spent the consumer crashed and rejoined as a new member.
+ * - A leader that moved (NOT_LEADER_OR_FOLLOWER, a fenced epoch) refreshes the metadata; kafkajs
+ *   also rejoined the group, and a rejoining group leader rebalances the whole group.
+ * - A coordinator that is unreachable, or answers that it no longer is the coordinator, is looked
+ *   up again (FindCoordinator on any live broker) and the heartbeat tried there; membership ends
+ *   only when the coordinator says so (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION), never because a
+ *   broker went away. kafkajs kept asking the dead broker, or rejoined.
+ */
+
+interface KafkaError extends Error {
+  type?: string;
+  code?: string;
+  retriable?: boolean;
+  originalError?: KafkaError;
+}
+
+interface Cluster {
+  refreshMetadata(): Promise<void>;
+  findGroupCoordinator(options: { groupId: string }): Promise<unknown>;
+}
+
+interface ConsumerGroupInstance {
+  groupId: string;
+  memberId: string | null;
+  cluster: Cluster;
+  coordinator: unknown;
+  offsetManager: { coordinator: unknown } | null;
+  maxWaitTime: number;
+  logger: { debug(message: string, extra?: object): void; warn(message: string, extra?: object): void };
+  recoverFromFetch(error: KafkaError): Promise<void>;
+  heartbeat(options: { interval: number }): Promise<void>;
+  commitOffsets(offsets?: unknown): Promise<void>;
+  /** When the metadata was last refreshed because of an unreachable broker (ms). */
+  failoverRefreshAt?: number;
+  /** The coordinator lookup in progress, shared by every caller. */
+  coordinatorLookup?: Promise<void>;
+}
+
+/** The broker could not be reached or did not answer: another broker may lead now. */
+export function isUnreachable(error: KafkaError | undefined): boolean {
+  for (let e = error, depth = 0; e && depth < 4; e = e.originalError, depth++) {
+    if (e.name === 'KafkaJSConnectionError' || e.name === 'KafkaJSConnectionClosedError' || e.name === 'KafkaJSRequestTimeoutError' || e.name === 'KafkaJSBrokerNotFound') return true;
+    if (e.code === 'ECONNREFUSED' || e.code === 'ECONNRESET' || e.code === 'ETIMEDOUT' || e.code === 'EPIPE') return true;
+  }
+  return false;
+}
+
+/** The partition's leadership moved: a metadata refresh is enough, the assignment still holds. */
+const LEADER_MOVED = new Set(['LEADER_NOT_AVAILABLE', 'NOT_LEADER_FOR_PARTITION', 'FENCED_LEADER_EPOCH', 'UNKNOWN_LEADER_EPOCH']);
+
+/** The coordinator moved or is loading the group elsewhere: look it up again, keep the membership. */
+const COORDINATOR_MOVED = new Set(['NOT_COORDINATOR_FOR_GROUP', 'GROUP_COORDINATOR_NOT_AVAILABLE', 'GROUP_LOAD_IN_PROGRESS']);
+
+export function coordinatorLost(error: KafkaError | undefined): boolean {
+  return isUnreachable(error) || (error?.type !== undefined && COORDINATOR_MOVED.has(error.type)) || error?.name === 'KafkaJSGroupCoordinatorNotFound';
+}
+
+const REFRESH_EVERY_MS = 1000;
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+async function refreshThrottled(group: ConsumerGroupInstance): Promise<void> {
+  const now = Date.now();
+  if (group.failoverRefreshAt !== undefined && now - group.failoverRefreshAt < REFRESH_EVERY_MS) return;
+  group.failoverRefreshAt = now;
+  await group.cluster.refreshMetadata().catch(() => undefined);
+}
+
+/** Finds the group's coordinator again; the offset manager commits there too. One lookup at a time. */
+function lookUpCoordinator(group: ConsumerGroupInstance): Promise<void> {
+  group.coordinatorLookup ??= (async () => {
+    try {
+      await group.cluster.refreshMetadata().catch(() => undefined);
+      const coordinator = await group.cluster.findGroupCoordinator({ groupId: group.groupId });
+      group.coordinator = coordinator;
+      if (group.offsetManager) group.offsetManager.coordinator = coordinator;
+    } finally {
+      group.coordinatorLookup = undefined;
+    }
+  })();
+  return group.coordinatorLookup;
+}
+
+const requireFromHere = createRequire(import.meta.url);
+const ConsumerGroup = requireFromHere('kafkajs/src/consumer/consumerGroup.js') as { prototype: ConsumerGroupInstance & { failoverFixed?: boolean } };
+
+if (!ConsumerGroup.prototype.failoverFixed) {
+  ConsumerGroup.prototype.failoverFixed = true;
+  const recoverFromFetch = ConsumerGroup.prototype.recoverFromFetch;
+  ConsumerGroup.prototype.recoverFromFetch = async function (this: ConsumerGroupInstance, error: KafkaError): Promise<void> {
+    if (isUnreachable(error)) {
+      this.logger.debug('Fetch from an unreachable broker: refreshing metadata, other brokers keep being fetched', { groupId: this.groupId, error: error.message });
+      await refreshThrottled(this);
+      // A refused connection fails at once: without a pause this fetcher would spin.
+      await sleep(Math.min(this.maxWaitTime, REFRESH_EVERY_MS));
+      return;
+    }
+    if (error.type !== undefined && LEADER_MOVED.has(error.type)) {
+      this.logger.debug('A partition leader moved: refreshing metadata (no rejoin)', { groupId: this.groupId, error: error.message });
+      await refreshThrottled(this);
+      return;
+    }
+    return recoverFromFetch.call(this, error);
+  };
+
+  const heartbeat = ConsumerGroup.prototype.heartbeat;
+  ConsumerGroup.prototype.heartbeat = async function (this: ConsumerGroupInstance, options: { interval: number }): Promise<void> {
+    try {
+      await heartbeat.call(this, options);
+    } catch (error) {
+      if (!coordinatorLost(error as KafkaError)) throw error;
+      // The membership stands until the (new) coordinator says otherwise: look it up and try there.
+      this.logger.debug('Group coordinator lost: looking it up again', { groupId: this.groupId, error: (error as Error).message });
+      await lookUpCoordinator(this).catch(() => undefined);
+      await heartbeat.call(this, { interval: 0 }).catch((again: unknown) => {
+        if (!coordinatorLost(again as KafkaError)) throw again;
+      });
+    }
+  };
+
+  const commitOffsets = ConsumerGroup.prototype.commitOffsets;
+  ConsumerGroup.prototype.commitOffsets = async function (this: ConsumerGroupInstance, offsets?: unknown): Promise<void> {
+    try {
+      await commitOffsets.call(this, offsets);
+    } catch (error) {
+      // The commit fails (the caller commits again later), and the next one goes to the new coordinator.
+      if (coordinatorLost(error as KafkaError)) void lookUpCoordinator(this).catch(() => undefined);
+      throw error;
+    }
+  };
+}

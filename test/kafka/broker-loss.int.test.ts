@@ -1,0 +1,173 @@
+import { randomUUID } from 'node:crypto';
+import { Writable } from 'node:stream';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Kafka, logLevel, type Admin } from 'kafkajs';
+import { loadConfig } from '../../src/config/load.js';
+import { startLocalCluster, type LocalCluster, type LocalNode } from '../../src/kafka/local-broker.js';
+import { createLogger } from '../../src/platform/logger.js';
+import { startSender, type Sender } from '../../src/sender/index.js';
+import { startSimulator, type RunningSimulator as Simulator } from '../../src/simulator/index.js';
+import { groupCoordinator } from '../helpers/kafka.js';
+
+/**
+ * Two live senders and one broker of three killed (-9) or frozen (SIGSTOP): neither member
+ * crashes, restarts or rejoins, the group never rebalances, and every request is sent exactly
+ * once (the provider counts the messages it created). src/kafka/README.md, "Losing a broker".
+ */
+describe('one broker of three lost under two live senders', () => {
+  let cluster: LocalCluster;
+  let admin: Admin;
+  let simulator: Simulator;
+
+  const untilBrokers = async (n: number) => {
+    const deadline = Date.now() + 90_000;
+    for (;;) {
+      const count = await admin
+        .describeCluster()
+        .then((c) => c.brokers.length)
+        .catch(() => -1);
+      if (count === n) return;
+      if (Date.now() > deadline) throw new Error(`the cluster counts ${count} brokers, not ${n}`);
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  };
+
+  beforeAll(async () => {
+    cluster = await startLocalCluster({ nodes: 3, heapMb: 320, partitions: 3 });
+    admin = new Kafka({ clientId: 'broker-loss-test', brokers: cluster.bootstrap.split(','), logLevel: logLevel.NOTHING, retry: { retries: 10 } }).admin();
+    await admin.connect();
+    simulator = await startSimulator({ host: '127.0.0.1', port: 0, businesses: [{ id: 'biz_1', apiKey: 'key-1', signingSecret: 's' }], history: { sends: 50_000 } });
+  }, 240_000);
+  afterAll(async () => {
+    await simulator?.close();
+    await admin?.disconnect().catch(() => undefined);
+    await cluster?.stop();
+  });
+
+  /**
+   * Runs N requests through two rate-limited senders, applies `fault` to the broker `pick` names
+   * once a fifth are done, and answers what the members logged and what the provider saw.
+   */
+  async function run(pick: (coordinator: number, leaders: number[]) => number, fault: (node: LocalNode) => Promise<void>) {
+    await Promise.all(cluster.nodes.filter((n) => !n.alive).map((n) => n.start()));
+    await untilBrokers(3);
+    const id = randomUUID().slice(0, 8);
+    const config = loadConfig({
+      env: {
+        KAFKA_BROKERS: cluster.bootstrap,
+        MSGBRIDGE_BUSINESS_ID: 'biz_1',
+        MSGBRIDGE_API_KEY: 'key-1',
+        MSGBRIDGE_PROVIDER_URL: simulator.url,
+        MSGBRIDGE__kafka__topics__sendRequests: `bl-req-${id}`,
+        MSGBRIDGE__kafka__topics__sendResults: `bl-res-${id}`,
+        MSGBRIDGE__kafka__topics__sendRequestsDlq: `bl-rdlq-${id}`,
+        MSGBRIDGE__kafka__partitions: '6',
+        MSGBRIDGE__kafka__replicationFactor: '3',
+        MSGBRIDGE__sender__groupId: `bl-sender-${id}`,
+        MSGBRIDGE__sender__ratePerSecond: '60',
+      },
+    });
+    const lines: { t: number; line: Record<string, unknown> }[] = [];
+    const destination = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        for (const text of chunk.toString().split('\n').filter(Boolean)) lines.push({ t: Date.now(), line: JSON.parse(text) as Record<string, unknown> });
+        done();
+      },
+    });
+    const logger = createLogger({ level: 'info', name: 'sender', destination });
+    const before = simulator.sends().length;
+    const senders: Sender[] = [];
+    senders.push(await startSender({ config, health: false, logger: logger.child({ member: 'A' }) }));
+    senders.push(await startSender({ config, health: false, logger: logger.child({ member: 'B' }) }));
+    const N = 2400;
+    try {
+      await Promise.all(senders.map((s) => s.ready));
+      const kafka = new Kafka({ clientId: 'broker-loss-producer', brokers: cluster.bootstrap.split(','), logLevel: logLevel.NOTHING, retry: { retries: 10 } });
+      const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+      await producer.connect();
+      for (let i = 0; i < N; i += 400) {
+        await producer.send({
+          topic: config.kafka.topics.sendRequests,
+          acks: -1,
+          messages: Array.from({ length: 400 }, (_, k) => {
+            const n = i + k;
+            const to = `+1555${String(4_000_000 + (n % 300)).padStart(7, '0')}`;
+            return { key: to, value: JSON.stringify({ requestId: `bl-${id}-${n}`, type: 'template', number: to, templateName: 'order_update', parameters: [{ name: 'n', value: `${id}-${n}` }] }) };
+          }),
+        });
+      }
+      await producer.disconnect();
+      const calls = () =>
+        simulator
+          .sends()
+          .slice(before)
+          .filter((s) => s.messageId !== null && JSON.stringify(s.body).includes(`"${id}-`));
+      while (calls().length < N / 5) await new Promise((r) => setTimeout(r, 100));
+      const metadata = await admin.fetchTopicMetadata({ topics: [config.kafka.topics.sendRequests] });
+      const coordinator = await groupCoordinator(admin, config.sender.groupId);
+      const victim = cluster.nodes.find(
+        (n) =>
+          n.id ===
+          pick(
+            coordinator,
+            metadata.topics[0]!.partitions.map((p) => p.leader),
+          ),
+      )!;
+      const faultAt = Date.now();
+      await fault(victim);
+      const deadline = Date.now() + 150_000;
+      const distinct = () => new Set(calls().map((s) => JSON.stringify(s.body))).size;
+      while (distinct() < N && Date.now() < deadline) await new Promise((r) => setTimeout(r, 250));
+      await new Promise((r) => setTimeout(r, 2000));
+      const perRequest = new Map<string, number>();
+      for (const s of calls()) {
+        const n = String((s.body as { parameters: { value: string }[] }).parameters[0]!.value);
+        perRequest.set(n, (perRequest.get(n) ?? 0) + 1);
+      }
+      const after = lines.filter((l) => l.t >= faultAt).map((l) => l.line);
+      const summary = new Map<string, number>();
+      for (const l of after) summary.set(`${String(l.level)} ${String(l.msg).slice(0, 120)}`, (summary.get(`${String(l.level)} ${String(l.msg).slice(0, 120)}`) ?? 0) + 1);
+      console.log(
+        `[broker-loss] ${perRequest.size}/${N} requests called, ${[...perRequest.values()].filter((c) => c > 1).length} twice; log after the fault:\n${[...summary].map(([k, v]) => `  ${v} x ${k}`).join('\n')}`,
+      );
+      return { perRequest, after, N };
+    } finally {
+      await Promise.all(senders.map((s) => s.drain()));
+    }
+  }
+
+  function expectRiddenOut({ perRequest, after, N }: Awaited<ReturnType<typeof run>>) {
+    expect(perRequest.size).toBe(N);
+    expect([...perRequest.values()].filter((c) => c > 1)).toEqual([]);
+    // No rebalance, no crash, no new membership: the members kept their partitions.
+    expect(after.filter((l) => /joined the consumer group|crashed|stopped for good|rebalancing/.test(String(l.msg)))).toEqual([]);
+    // A dead broker is one warning per member and broker, not an error per retry.
+    const kafkaErrors = after.filter((l) => l.library === 'kafkajs' && Number(l.level) >= 50);
+    expect(kafkaErrors).toEqual([]);
+  }
+
+  it('kill -9 of the group coordinator: no crash, no rebalance, each request sent once', async () => {
+    const outcome = await run(
+      (coordinator) => coordinator,
+      async (node) => void process.kill(node.pid, 'SIGKILL'),
+    );
+    expectRiddenOut(outcome);
+  }, 300_000);
+
+  it('a partition leader frozen 15 s (SIGSTOP): no crash, no rebalance, each request sent once', async () => {
+    let frozen: LocalNode | undefined;
+    try {
+      const outcome = await run(
+        (coordinator, leaders) => leaders.find((l) => l !== coordinator) ?? leaders[0]!,
+        async (node) => {
+          frozen = node;
+          process.kill(node.pid, 'SIGSTOP');
+          setTimeout(() => process.kill(node.pid, 'SIGCONT'), 15_000).unref();
+        },
+      );
+      expectRiddenOut(outcome);
+    } finally {
+      if (frozen) process.kill(frozen.pid, 'SIGCONT');
+    }
+  }, 300_000);
+});
