@@ -1,6 +1,5 @@
-import { mkdirSync, readdirSync, rmSync, statSync } from 'node:fs';
-import { join } from 'node:path';
-import { open, type Database, type RootDatabase } from 'lmdb';
+import type { Database, RootDatabase } from 'lmdb';
+import { LocalStore, localStoreDir, sortableTime, type ChangelogEntry } from '../platform/local-store.js';
 import { conversationWindowSchema, type ConversationWindow } from '../contracts/conversation-window.js';
 import { messageStateSchema, type TrackedMessage } from '../contracts/message-state.js';
 import { requestOutcomeSchema, type RequestOutcome } from '../contracts/request-outcome.js';
@@ -14,7 +13,7 @@ import type { MessageList } from './tracker-logic.js';
  */
 
 /** Next offsets to read in partition p of each changelog: everything before is in the store. */
-export interface Checkpoint {
+export interface Checkpoint extends Record<string, number | undefined> {
   messageState: number;
   conversations: number;
   /** Absent in a store written before request outcomes were kept: that changelog is read from its start. */
@@ -58,14 +57,10 @@ export interface StoreChange {
   checkpoint?: Partial<Checkpoint>;
 }
 
-/** A changelog record as the restore hands it over: raw bytes, parsed here once. */
-export interface ChangelogEntry {
-  key: string;
-  value: Buffer | null;
-}
+export type { ChangelogEntry };
 
 const SEP = '\u0000';
-const pad = (ms: number) => String(Math.max(0, Math.floor(ms))).padStart(15, '0');
+const pad = sortableTime;
 
 /** The time a message is listed under for its recipient: when it was first known to happen. */
 export function firstSeenMs(state: TrackedMessage): number {
@@ -182,10 +177,7 @@ interface Handles {
   meta: Database<unknown, string>;
 }
 
-function openHandles(dir: string): Handles {
-  // Async commits run on lmdb's write thread, batched; a kill -9 never tears a transaction
-  // (copy-on-write pages, the meta page is the commit).
-  const env = open({ path: join(dir, 'store.mdb'), maxDbs: 16, compression: false });
+function openHandles(env: RootDatabase): Handles {
   const db = <V>(name: string, encoding: 'string' | 'msgpack' | 'binary') => env.openDB<V, string>({ name, encoding });
   return {
     env,
@@ -204,34 +196,19 @@ function openHandles(dir: string): Handles {
   };
 }
 
-export class TaskStore {
-  private h: Handles;
+const EMPTY_CHECKPOINT: Checkpoint = { messageState: 0, conversations: 0 };
+
+/** The tracker's task store on the shared LMDB base (src/platform/local-store.ts). */
+export class TaskStore extends LocalStore<Handles, Checkpoint, StoreIdentity> {
   /** Writes issued and not yet durable in LMDB: reads see them first. */
   private readonly unflushedMessages = new Map<string, TrackedMessage>();
   private readonly unflushedWindows = new Map<string, ConversationWindow>();
   private readonly unflushedOutcomes = new Map<string, RequestOutcome>();
-  private lastWrite: Promise<unknown> = Promise.resolve();
-  private writesInFlight = 0;
-  private asyncWrites = 0;
-  private remapping = false;
-  private closed = false;
 
-  private constructor(
-    readonly dir: string,
-    readonly identity: StoreIdentity,
-  ) {
-    mkdirSync(dir, { recursive: true });
-    this.h = openHandles(dir);
+  private constructor(dir: string, identity: StoreIdentity) {
+    super(dir, identity, openHandles);
   }
 
-  /** The open handles; reads and writes throw while `remap` replaces them. */
-  private get live(): Handles {
-    if (this.remapping) throw new Error(`the store of task ${this.identity.task} is being remapped: ask again`);
-    return this.h;
-  }
-  private get env() {
-    return this.live.env;
-  }
   private get messages() {
     return this.live.messages;
   }
@@ -256,71 +233,16 @@ export class TaskStore {
   private get outcomeExpiry() {
     return this.h.outcomeExpiry;
   }
-  private get meta() {
-    return this.live.meta;
-  }
-
-  /**
-   * Unmaps and maps the file again, once no write is in flight: the pages this process touched
-   * leave its resident set (they stay in the OS page cache). LMDB reads through a memory map, so
-   * without this a process's RSS grows towards the size of its stores (README "Memory"). The
-   * caller runs it when nothing else uses the store (the task's own queue): reads in between
-   * throw. Answers false when writes kept coming (try again later).
-   */
-  async remap(): Promise<boolean> {
-    // Writes take a few milliseconds each: a moment with none in flight comes soon, even under load.
-    for (let attempt = 0; attempt < 100 && !this.closed; attempt++) {
-      if (this.writesInFlight === 0) {
-        this.remapping = true;
-        try {
-          // After an async write, lmdb closes the environment only once its write thread is done:
-          // reopening before that would reuse the old mapping.
-          await this.h.env.close();
-          this.h = openHandles(this.dir);
-        } finally {
-          this.remapping = false;
-        }
-        return true;
-      }
-      await this.lastWrite;
-    }
-    return false;
-  }
-
-  /** `remap` for a store that never wrote asynchronously (a restore): synchronous. */
-  remapNow(): boolean {
-    if (this.closed || this.asyncWrites > 0) return false;
-    void this.h.env.close();
-    this.h = openHandles(this.dir);
-    return true;
-  }
-
-  /** True while `remap` runs: the store cannot be read. */
-  isRemapping(): boolean {
-    return this.remapping;
-  }
-
   /** Opens (or creates) the store of a task; a directory of another identity is wiped first. */
   static open(dir: string, identity: StoreIdentity): TaskStore {
-    let store = new TaskStore(dir, identity);
-    let existing = store.meta.get('identity') as StoreIdentity | undefined;
+    const store = new TaskStore(dir, identity);
     // A store of an earlier release has no request outcomes yet: it is kept, and gains them
     // (its checkpoint has no position there, so that changelog is read from its start).
-    if (existing && existing.requestOutcomesTopic === undefined) {
-      existing = { ...existing, requestOutcomesTopic: identity.requestOutcomesTopic };
-      if (JSON.stringify(existing) === JSON.stringify(identity)) store.meta.putSync('identity', identity);
-    }
-    if (existing && JSON.stringify(existing) !== JSON.stringify(identity)) {
-      store.closeNow();
-      rmSync(dir, { recursive: true, force: true });
-      store = new TaskStore(dir, identity);
-      existing = undefined;
-    }
-    if (!existing) store.meta.putSync('identity', identity);
+    const kept = store.claim((stored) => (stored.requestOutcomesTopic === undefined ? { ...stored, requestOutcomesTopic: identity.requestOutcomesTopic } : stored));
     if (store.meta.get('indexFormat') !== INDEX_FORMAT) {
       store.env.transactionSync(() => {
         // States kept from an earlier release lack the newer indexes; an empty store has none to build.
-        if (existing && store.meta.get('indexing') === undefined) store.meta.putSync('indexing', { after: null });
+        if (kept && store.meta.get('indexing') === undefined) store.meta.putSync('indexing', { after: null });
         store.meta.putSync('indexFormat', INDEX_FORMAT);
       });
     }
@@ -329,14 +251,8 @@ export class TaskStore {
 
   /** Wipes the store (its offsets are inconsistent with the changelog) and opens it empty. */
   static rebuild(store: TaskStore): TaskStore {
-    const { dir, identity } = store;
-    store.closeNow();
-    rmSync(dir, { recursive: true, force: true });
-    return TaskStore.open(dir, identity);
-  }
-
-  checkpoint(): Checkpoint | undefined {
-    return this.meta.get('checkpoint') as Checkpoint | undefined;
+    store.wipe();
+    return TaskStore.open(store.dir, store.identity);
   }
 
   message(id: string): TrackedMessage | undefined {
@@ -395,34 +311,21 @@ export class TaskStore {
     for (const m of change.messages) this.unflushedMessages.set(m.id, m.state);
     for (const c of change.conversations) this.unflushedWindows.set(c.key, c.window);
     for (const o of change.outcomes ?? []) this.unflushedOutcomes.set(o.requestId, o.outcome);
-    const checkpoint = change.checkpoint ? { ...this.pendingCheckpoint(), ...change.checkpoint } : undefined;
-    if (checkpoint) this.nextCheckpoint = checkpoint;
-    this.writesInFlight++;
-    this.asyncWrites++;
-    const done = this.env.transaction(() => {
-      for (const m of change.messages) this.putMessage(m.id, m.state, m.previous);
-      for (const c of change.conversations) this.putWindow(c.key, c.window, c.previous);
-      for (const o of change.outcomes ?? []) this.putOutcome(o.outcome, o.previous);
-      if (checkpoint) this.meta.put('checkpoint', checkpoint);
-    });
-    done.then(
-      () => this.writesInFlight--,
-      () => this.writesInFlight--,
-    );
-    this.lastWrite = done.then(
+    const checkpoint = change.checkpoint ? { ...this.pendingCheckpoint(EMPTY_CHECKPOINT), ...change.checkpoint } : undefined;
+    if (checkpoint) this.advanceCheckpoint(checkpoint);
+    return this.writeAsync(
+      () => {
+        for (const m of change.messages) this.putMessage(m.id, m.state, m.previous);
+        for (const c of change.conversations) this.putWindow(c.key, c.window, c.previous);
+        for (const o of change.outcomes ?? []) this.putOutcome(o.outcome, o.previous);
+        if (checkpoint) this.meta.put('checkpoint', checkpoint);
+      },
       () => {
         for (const m of change.messages) if (this.unflushedMessages.get(m.id) === m.state) this.unflushedMessages.delete(m.id);
         for (const c of change.conversations) if (this.unflushedWindows.get(c.key) === c.window) this.unflushedWindows.delete(c.key);
         for (const o of change.outcomes ?? []) if (this.unflushedOutcomes.get(o.requestId) === o.outcome) this.unflushedOutcomes.delete(o.requestId);
       },
-      () => undefined,
     );
-    return done.then(() => undefined);
-  }
-
-  private nextCheckpoint: Checkpoint | undefined;
-  private pendingCheckpoint(): Checkpoint {
-    return this.nextCheckpoint ?? this.checkpoint() ?? { messageState: 0, conversations: 0 };
   }
 
   /**
@@ -434,7 +337,7 @@ export class TaskStore {
   applyChangelog(topic: 'messageState' | 'conversations' | 'requestOutcomes', entries: ChangelogEntry[], checkpoint: Partial<Checkpoint>, expireBeforeMs: number): number {
     this.assertOpen();
     let kept = 0;
-    const next = { ...this.pendingCheckpoint(), ...checkpoint };
+    const next = { ...this.pendingCheckpoint(EMPTY_CHECKPOINT), ...checkpoint };
     this.env.transactionSync(() => {
       for (const { key, value } of entries) {
         let json: unknown;
@@ -469,7 +372,7 @@ export class TaskStore {
       }
       this.meta.putSync('checkpoint', next);
     });
-    this.nextCheckpoint = next;
+    this.advanceCheckpoint(next);
     return kept;
   }
 
@@ -481,7 +384,7 @@ export class TaskStore {
    */
   loadChangelog(entries: ChangelogEntry[], checkpoint: Partial<Checkpoint>): void {
     this.assertOpen();
-    const next = { ...this.pendingCheckpoint(), ...checkpoint };
+    const next = { ...this.pendingCheckpoint(EMPTY_CHECKPOINT), ...checkpoint };
     this.env.transactionSync(() => {
       if (this.meta.get('indexing') === undefined) this.meta.putSync('indexing', { after: null });
       for (const { key, value } of entries) {
@@ -490,7 +393,7 @@ export class TaskStore {
       }
       this.meta.putSync('checkpoint', next);
     });
-    this.nextCheckpoint = next;
+    this.advanceCheckpoint(next);
   }
 
   /** Whether the request, recipient, business and expiry indexes cover every state (false while a bulk restore's are being built). */
@@ -574,37 +477,7 @@ export class TaskStore {
   }
 
   stats(): StoreStats {
-    const entries = (db: { getStats(): unknown }) => (db.getStats() as { entryCount: number }).entryCount;
-    return { messages: entries(this.messages), conversations: entries(this.windows), outcomes: entries(this.outcomes), bytes: directoryBytes(this.dir) };
-  }
-
-  /** Every write issued so far is durable. */
-  async flushed(): Promise<void> {
-    await this.lastWrite;
-  }
-
-  /** Waits for the writes in flight, then closes the environment (the directory stays for a later start). */
-  async close(): Promise<void> {
-    if (this.closed) return;
-    await this.flushed();
-    if (this.closed) return;
-    this.closed = true;
-    // Resolves once lmdb really closed it (after its write thread): a later open maps anew.
-    await Promise.resolve(this.h.env.close()).catch(() => undefined);
-  }
-
-  private closeNow(): void {
-    if (this.closed) return;
-    this.closed = true;
-    try {
-      void this.h.env.close();
-    } catch {
-      // Already closed by lmdb (process exit): nothing to release.
-    }
-  }
-
-  private assertOpen(): void {
-    if (this.closed) throw new Error(`the store of task ${this.identity.task} is closed`);
+    return { messages: this.entries(this.messages), conversations: this.entries(this.windows), outcomes: this.entries(this.outcomes), bytes: this.bytes() };
   }
 
   private putMessage(id: string, state: TrackedMessage, previous: TrackedMessage | undefined): void {
@@ -660,17 +533,7 @@ export class TaskStore {
   }
 }
 
-function directoryBytes(dir: string): number {
-  let total = 0;
-  try {
-    for (const name of readdirSync(dir)) total += statSync(join(dir, name)).size;
-  } catch {
-    return 0;
-  }
-  return total;
-}
-
 /** The directory of a task's store: `<stateDir>/<groupId>/task-<p>`. */
 export function taskStoreDir(stateDir: string, groupId: string, task: number): string {
-  return join(stateDir, groupId.replace(/[^A-Za-z0-9._-]/g, '_'), `task-${task}`);
+  return localStoreDir(stateDir, groupId, `task-${task}`);
 }

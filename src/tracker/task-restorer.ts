@@ -1,15 +1,18 @@
-import { withAdmin, type KafkaClient } from '../kafka/client.js';
+import type { KafkaClient } from '../kafka/client.js';
 import type { Config } from '../config/schema.js';
 import type { Logger } from '../platform/logger.js';
-import { partitionEnds, readChangelog, type PartitionEnds } from '../kafka/changelog-reader.js';
+import { ChangelogRestorer } from '../kafka/changelog-restore.js';
 import type { TrackerMetrics } from './metrics.js';
-import { TaskStore, taskStoreDir, type ChangelogEntry, type Checkpoint } from './state-store.js';
+import { TaskStore, taskStoreDir, type Checkpoint } from './state-store.js';
 import type { TrackerLogic, TrackerTopics } from './tracker-logic.js';
+
+type ChangelogName = 'messageState' | 'conversations' | 'requestOutcomes';
 
 /**
  * Brings a task's local store up to its changelogs before the task takes traffic (README
  * "Local store"): from the store's checkpoint when the directory holds a consistent store
- * (a restart reads only what changed), in bulk from the beginning otherwise.
+ * (a restart reads only what changed), in bulk from the beginning otherwise. The reading itself
+ * is src/kafka/changelog-restore.ts, shared with the sender's request ledger.
  */
 export interface TaskRestorerOptions {
   kafka: KafkaClient;
@@ -24,31 +27,20 @@ export interface TaskRestorerOptions {
 const CHUNK = 5_000;
 const READ_TIMEOUT_MS = 30 * 60_000;
 const REMAP_EVERY_BYTES = 8 * 1024 * 1024;
-/** Tasks reading their changelogs at once: enough to overlap fetch latency, few enough to bound the fetched bytes in memory. */
-const CONCURRENT_READS = 3;
 const READ_BYTES_PER_PARTITION = 2 * 1024 * 1024;
 
 export class TaskRestorer {
-  private clusterId: Promise<string> | undefined;
-  private reading = 0;
-  private readonly waiting: (() => void)[] = [];
+  private readonly changelogs: ChangelogRestorer;
 
-  constructor(private readonly options: TaskRestorerOptions) {}
-
-  /** The cluster's id: a store written against another cluster (a new local broker) is not reused. */
-  private cluster(): Promise<string> {
-    this.clusterId ??= withAdmin(this.options.kafka, async (admin) => (await admin.describeCluster()).clusterId).catch((error: unknown) => {
-      this.clusterId = undefined;
-      throw error;
-    });
-    return this.clusterId;
+  constructor(private readonly options: TaskRestorerOptions) {
+    this.changelogs = new ChangelogRestorer(options.kafka);
   }
 
   /** The task's store, open and caught up with both changelogs (as of when the read began). */
   async restore(task: number, signal: AbortSignal, metrics: TrackerMetrics): Promise<TaskStore> {
     const { config, topics, partitions, logger } = this.options;
     const started = performance.now();
-    const clusterId = await this.cluster();
+    const clusterId = await this.changelogs.clusterId();
     let store = TaskStore.open(taskStoreDir(config.tracker.stateDir, config.tracker.groupId, task), {
       clusterId,
       task,
@@ -58,17 +50,15 @@ export class TaskRestorer {
       requestOutcomesTopic: topics.requestOutcomes,
     });
     try {
-      const [stateEnds, windowEnds, outcomeEnds] = await Promise.all([
-        partitionEnds(this.options.kafka, topics.messageState),
-        partitionEnds(this.options.kafka, topics.conversations),
-        partitionEnds(this.options.kafka, topics.requestOutcomes),
-      ]);
       let checkpoint = store.checkpoint();
       const inconsistency =
         checkpoint &&
-        (why(checkpoint.messageState, stateEnds.get(task)) ??
-          why(checkpoint.conversations, windowEnds.get(task)) ??
-          (checkpoint.requestOutcomes === undefined ? undefined : why(checkpoint.requestOutcomes, outcomeEnds.get(task))));
+        (await this.changelogs.inconsistency([
+          { topic: topics.messageState, partition: task, position: checkpoint.messageState },
+          { topic: topics.conversations, partition: task, position: checkpoint.conversations },
+          // Absent in a store of an earlier release (no outcomes kept yet): read from its start.
+          { topic: topics.requestOutcomes, partition: task, position: checkpoint.requestOutcomes },
+        ]));
       if (checkpoint && inconsistency) {
         logger.warn({ task, dir: store.dir, checkpoint, reason: inconsistency }, 'the local store does not match the changelogs; rebuilding it from them');
         store = TaskStore.rebuild(store);
@@ -76,18 +66,11 @@ export class TaskRestorer {
       }
       const mode = checkpoint ? 'delta' : 'bulk';
       const now = Date.now();
-      await this.turn();
-      let states: { records: number };
-      let windows: { records: number };
-      let outcomes: { records: number };
-      try {
-        states = await this.read(store, task, 'messageState', checkpoint, now - config.tracker.stateRetentionMs, signal);
-        windows = await this.read(store, task, 'conversations', checkpoint, now - config.tracker.conversationRetentionMs, signal);
-        outcomes = await this.read(store, task, 'requestOutcomes', checkpoint, now - config.tracker.stateRetentionMs, signal);
-      } finally {
-        this.reading--;
-        this.waiting.shift()?.();
-      }
+      const [states, windows, outcomes] = await this.changelogs.inTurn(async () => [
+        await this.read(store, task, 'messageState', checkpoint, now - config.tracker.stateRetentionMs, signal),
+        await this.read(store, task, 'conversations', checkpoint, now - config.tracker.conversationRetentionMs, signal),
+        await this.read(store, task, 'requestOutcomes', checkpoint, now - config.tracker.stateRetentionMs, signal),
+      ]);
       const seconds = (performance.now() - started) / 1000;
       const records = states.records + windows.records + outcomes.records;
       metrics.restore(seconds, mode, records);
@@ -112,80 +95,45 @@ export class TaskRestorer {
     }
   }
 
-  /** Waits for one of the CONCURRENT_READS slots. */
-  private async turn(): Promise<void> {
-    while (this.reading >= CONCURRENT_READS) await new Promise<void>((resolve) => this.waiting.push(resolve));
-    this.reading++;
-  }
-
   /**
    * One changelog into the store, in chunks of one LMDB transaction each; the checkpoint
    * follows the chunks, so an interrupted bulk restore resumes where it stopped. A bulk read of
    * `conversations` also reads the other partitions for this task's customers: windows written
    * before they moved to the task's own partition.
    */
-  private async read(store: TaskStore, task: number, which: keyof Checkpoint, checkpoint: Checkpoint | undefined, expireBeforeMs: number, signal: AbortSignal): Promise<{ records: number }> {
-    const { kafka, topics, logic } = this.options;
+  private async read(store: TaskStore, task: number, which: ChangelogName, checkpoint: Checkpoint | undefined, expireBeforeMs: number, signal: AbortSignal): Promise<{ records: number }> {
+    const { topics, logic } = this.options;
     const topic = which === 'messageState' ? topics.messageState : which === 'conversations' ? topics.conversations : topics.requestOutcomes;
-    // Absent in a store of an earlier release (no outcomes kept yet): that changelog from its start.
     const from = checkpoint?.[which];
-    const allPartitions = which === 'conversations' && !checkpoint;
-    let chunk: ChangelogEntry[] = [];
-    // Records of other partitions: applied beside the task's own (a window is a max, order does
-    // not matter), never moving the task's position.
-    let others: ChangelogEntry[] = [];
-    let position: number | undefined;
     // Into an empty store, message states are copied as they are (indexes built later: README "Local store").
     const fast = which === 'messageState' && !checkpoint;
     // Loading touches every page it writes: unmap them as it goes (README "Memory").
     let loadedBytes = 0;
-    const flush = () => {
-      if (others.length > 0) store.applyChangelog(which, others, {}, expireBeforeMs);
-      if (chunk.length > 0 || position !== undefined) {
-        const reached = position === undefined ? {} : { [which]: position };
-        if (fast) store.loadChangelog(chunk, reached);
-        else store.applyChangelog(which, chunk, reached, expireBeforeMs);
-        for (const e of chunk) loadedBytes += e.value?.length ?? 0;
+    const result = await this.changelogs.read({
+      topic,
+      partition: task,
+      // Records of other partitions: applied beside the task's own (a window is a max, order does
+      // not matter), never moving the task's position.
+      allPartitions: which === 'conversations' && !checkpoint,
+      ...(from !== undefined ? { from } : {}),
+      filter: (r) => r.partition === task || logic.ownsConversation(task, r.key!.toString()),
+      chunkSize: CHUNK,
+      signal,
+      timeoutMs: READ_TIMEOUT_MS,
+      maxBytesPerPartition: READ_BYTES_PER_PARTITION,
+      apply: (own, others, reached) => {
+        if (others.length > 0) store.applyChangelog(which, others, {}, expireBeforeMs);
+        const position = reached === undefined ? {} : { [which]: reached };
+        if (fast && own.length > 0) store.loadChangelog(own, position);
+        else store.applyChangelog(which, own, position, expireBeforeMs);
+        for (const e of own) loadedBytes += e.value?.length ?? 0;
         if (loadedBytes > REMAP_EVERY_BYTES) {
           store.remapNow();
           loadedBytes = 0;
         }
-      }
-      chunk = [];
-      others = [];
-      position = undefined;
-    };
-    const result = await readChangelog({
-      kafka,
-      topic,
-      signal,
-      timeoutMs: READ_TIMEOUT_MS,
-      maxBytesPerPartition: READ_BYTES_PER_PARTITION,
-      ...(allPartitions ? {} : { partitions: [task] }),
-      ...(from !== undefined ? { from: new Map([[task, from]]) } : {}),
-      filter: (r) => r.key !== null && (r.partition === task || logic.ownsConversation(task, r.key.toString())),
-      onRecord: (r) => {
-        if (r.partition !== task) others.push({ key: r.key!.toString(), value: r.value });
-        else {
-          chunk.push({ key: r.key!.toString(), value: r.value });
-          position = Number(r.offset) + 1;
-        }
-        if (chunk.length + others.length >= CHUNK) flush();
       },
     });
-    flush();
     store.remapNow();
-    // The end read up to: markers and aborted records past the last delivered one are covered too.
-    const end = result.ends.get(task);
-    if (end !== undefined) store.applyChangelog(which, [], { [which]: end }, expireBeforeMs);
-    return { records: result.delivered };
+    return { records: result.records };
   }
-}
-
-/** Why a stored position cannot be continued from the changelog partition; undefined when it can. */
-function why(position: number, ends: PartitionEnds | undefined): string | undefined {
-  if (!ends) return 'the changelog partition does not exist';
-  if (position > ends.high) return `its position ${position} is past the end of the changelog (${ends.high}): the topic was recreated or truncated`;
-  if (position < ends.low) return `its position ${position} is before the start of the changelog (${ends.low}): records it never read were deleted`;
-  return undefined;
 }
