@@ -30,10 +30,11 @@ COPY --from=build --chown=root:root /app/dist ./dist
 COPY --chown=root:root package.json ./
 COPY --chown=root:root config ./config
 COPY --chown=root:root schemas ./schemas
-# The tracker's stores (a volume in Compose and Kubernetes), writable by the runtime user.
+# The tracker's stores and the sender's request ledger (volumes in Compose and Kubernetes), writable by the runtime user.
 RUN mkdir -p /var/lib/msgbridge && chown node:node /var/lib/msgbridge
 VOLUME /var/lib/msgbridge
 ENV MSGBRIDGE_TRACKER_STATE_DIR=/var/lib/msgbridge/tracker
+ENV MSGBRIDGE_SENDER_STATE_DIR=/var/lib/msgbridge/sender
 # Unprivileged user from the base image; the code and config are read-only to it.
 USER node
 EXPOSE 8080 8081 8082 8090

@@ -19,6 +19,7 @@ import { parseIntegerOption } from './options.js';
 import { loopbackHost } from '../platform/net.js';
 
 const DEFAULT_STATE_DIR = './state/tracker';
+const DEFAULT_SENDER_STATE_DIR = './state/sender';
 
 /** The business `msgbridge dev` runs with when none is configured (local use only). */
 export const DEV_BUSINESS = { id: 'biz_1', signingSecrets: ['dev-signing-secret'], apiKey: 'dev-api-key' } as const;
@@ -64,7 +65,13 @@ export function devConfig(config: Config): Config {
     businesses,
     ingress: { ...config.ingress, host: loopbackHost(config.ingress.host) },
     // The tracker runs here, so the sender can know the conversation window: both paths show.
-    sender: { ...config.sender, healthHost: loopbackHost(config.sender.healthHost), conversationWindow: 'reject' },
+    sender: {
+      ...config.sender,
+      healthHost: loopbackHost(config.sender.healthHost),
+      conversationWindow: 'reject',
+      // Its request ledger beside the tracker's stores unless a directory was configured.
+      stateDir: config.sender.stateDir === DEFAULT_SENDER_STATE_DIR ? join(defaultCacheDir(), 'dev-state', 'sender') : config.sender.stateDir,
+    },
     // The tracker's stores go under the project's cache unless a directory was configured.
     tracker: {
       ...config.tracker,

@@ -190,11 +190,12 @@ function applyEnv(raw: Json, env: Env, sources: Map<string, string>): void {
     ['MSGBRIDGE_SIMULATOR_PORT', 'simulator.port'],
     ['MSGBRIDGE_TRACKER_PORT', 'tracker.port'],
     ['MSGBRIDGE_TRACKER_STATE_DIR', 'tracker.stateDir'],
+    ['MSGBRIDGE_SENDER_STATE_DIR', 'sender.stateDir'],
     ['MSGBRIDGE_TRACKER_ADVERTISED_URL', 'tracker.advertisedUrl'],
     ['MSGBRIDGE_TRACKER_TOKENS_FILE', 'tracker.accessTokensFile'],
     ['MSGBRIDGE_LOG_LEVEL', 'log.level'],
   ];
-  const verbatim = new Set(['provider.url', 'log.level', 'tracker.stateDir', 'tracker.advertisedUrl', 'tracker.accessTokensFile']);
+  const verbatim = new Set(['provider.url', 'log.level', 'tracker.stateDir', 'sender.stateDir', 'tracker.advertisedUrl', 'tracker.accessTokensFile']);
   for (const [name, path] of simple) {
     const value = nonEmpty(env[name]);
     if (value !== undefined) set(path, verbatim.has(path) ? value.trim() : scalar(value), name);

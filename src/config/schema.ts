@@ -23,6 +23,11 @@ export const kafkaTopicsSchema = z.strictObject({
   conversations: z.string().min(1),
   /** Compacted, written by the tracker: the last rejected or expired result per request id (README "Topic contract"). */
   requestOutcomes: z.string().min(1),
+  /**
+   * Compacted, written by the sender, co-partitioned with send-requests: the calls started and
+   * the outcomes of the requests of each partition, its durable memory (src/sender/README.md "Sent once").
+   */
+  sendLedger: z.string().min(1),
 });
 
 export const kafkaSchema = z
@@ -199,8 +204,19 @@ export const senderSchema = z
     /** Per replica: replicas sharing a provider limit divide it between them. */
     ratePerSecond: positiveInt,
     callTimeoutMs: positiveInt,
-    /** Kept off the heap, about 500 bytes each (src/sender/completed-results.ts). */
-    completedRequestIdsMax: positiveInt.max(10_000_000),
+    /**
+     * Outcomes remembered on disk per member (src/sender/README.md "Sent once"), about 500 bytes
+     * each; a partition's store keeps its share (this over the partitions of send-requests).
+     */
+    completedRequestIdsMax: positiveInt.max(100_000_000),
+    /** A request id produced again within this time of its outcome gets that outcome again, never a second call. */
+    idempotencyWindowMs: z
+      .number()
+      .int()
+      .min(60_000)
+      .max(30 * 24 * HOUR),
+    /** Where each owned partition keeps its request ledger: `<stateDir>/<groupId>/partition-<p>/`. */
+    stateDir: z.string().min(1),
     drainGraceMs: positiveInt,
     /** Consumer-group session: how long a member killed without leaving holds its partitions. */
     sessionTimeoutMs: z.number().int().min(3000).max(300_000),

@@ -34,6 +34,8 @@ export interface ChunkedRead {
   maxBytesPerPartition: number;
 }
 
+export type { PartitionEnds };
+
 export class ChangelogRestorer {
   private clusterIdRead: Promise<string> | undefined;
   private reading = 0;
@@ -67,6 +69,11 @@ export class ChangelogRestorer {
       if (problem) return `${p.topic}: ${problem}`;
     }
     return undefined;
+  }
+
+  /** Each partition's low and high watermarks (read_uncommitted). */
+  ends(topic: string): Promise<Map<number, PartitionEnds>> {
+    return partitionEnds(this.kafka, topic);
   }
 
   /** Runs `read` once one of the concurrent read slots is free. */

@@ -50,6 +50,11 @@ export interface GroupConsumerHandlers {
    * while the current generation is still in force (the last moment to commit with it).
    */
   onRebalancing?(): void;
+  /**
+   * The member is about to rejoin a rebalancing group, still in its generation: the rebalance
+   * waits for this (keep it well under the rebalance timeout). Not called after an eviction.
+   */
+  beforeRejoin?(): Promise<void>;
   /** The client gave up (`restarting` says whether it rejoins on its own). */
   onCrash?(error: Error, restarting: boolean): void;
 }

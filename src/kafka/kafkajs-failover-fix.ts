@@ -17,6 +17,10 @@ import { createRequire } from 'node:module';
  *   up again (FindCoordinator on any live broker) and the heartbeat tried there; membership ends
  *   only when the coordinator says so (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION), never because a
  *   broker went away. kafkajs kept asking the dead broker, or rejoined.
+ *
+ * It also gives a member a moment before it rejoins (`beforeRejoin`), as the Java client's
+ * onPartitionsRevoked does: the group's rebalance waits for it, so that what the member was
+ * doing with its partitions ends before another member gets them (src/sender/README.md, "Sent once").
  */
 
 interface KafkaError extends Error {
@@ -42,6 +46,7 @@ interface ConsumerGroupInstance {
   recoverFromFetch(error: KafkaError): Promise<void>;
   heartbeat(options: { interval: number }): Promise<void>;
   commitOffsets(offsets?: unknown): Promise<void>;
+  joinAndSync(): Promise<void>;
   /** When the metadata was last refreshed because of an unreachable broker (ms). */
   failoverRefreshAt?: number;
   /** The coordinator lookup in progress, shared by every caller. */
@@ -68,6 +73,21 @@ export function coordinatorLost(error: KafkaError | undefined): boolean {
 }
 
 const REFRESH_EVERY_MS = 1000;
+
+/** `<groupId>\0<memberId>` → what the member does before it rejoins (see `beforeRejoin`). */
+const rejoinHooks = new Map<string, () => Promise<void>>();
+
+/**
+ * Runs `hook` before the member `memberId` of `groupId` rejoins its group (a rebalance it was
+ * told of, still in its generation), not after it was evicted; returns the unregistration.
+ */
+export function beforeRejoin(groupId: string, memberId: string, hook: () => Promise<void>): () => void {
+  const key = `${groupId}\u0000${memberId}`;
+  rejoinHooks.set(key, hook);
+  return () => {
+    if (rejoinHooks.get(key) === hook) rejoinHooks.delete(key);
+  };
+}
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 async function refreshThrottled(group: ConsumerGroupInstance): Promise<void> {
@@ -127,6 +147,13 @@ if (!ConsumerGroup.prototype.failoverFixed) {
         if (!coordinatorLost(again as KafkaError)) throw again;
       });
     }
+  };
+
+  const joinAndSync = ConsumerGroup.prototype.joinAndSync;
+  ConsumerGroup.prototype.joinAndSync = async function (this: ConsumerGroupInstance): Promise<void> {
+    const hook = this.memberId ? rejoinHooks.get(`${this.groupId}\u0000${this.memberId}`) : undefined;
+    if (hook) await hook().catch((error: unknown) => this.logger.warn('Before rejoining: the member hook failed', { groupId: this.groupId, error: (error as Error)?.message }));
+    return joinAndSync.call(this);
   };
 
   const commitOffsets = ConsumerGroup.prototype.commitOffsets;

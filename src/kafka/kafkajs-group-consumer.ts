@@ -1,6 +1,7 @@
 import type { Admin, Consumer, EachBatchPayload, Kafka, Offsets } from 'kafkajs';
 import type { Logger } from '../platform/logger.js';
 import { consumedRecord, createConsumer } from './client.js';
+import { beforeRejoin } from './kafkajs-failover-fix.js';
 import { CommitMetadataTooLargeError, RejoinNeededError, type CommittedOffset, type ConsumedRecord, type GroupConsumer, type GroupConsumerHandlers, type OffsetToCommit } from './group-consumer.js';
 
 /** Heartbeat errors after which kafkajs 2.2.4 rejoins the group (runner.js: isRebalancing, UNKNOWN_MEMBER_ID). */
@@ -61,6 +62,7 @@ export function createKafkajsGroupConsumer(kafka: Kafka, options: KafkajsGroupCo
   let admin: Admin | undefined;
   let commitFn: EachBatchPayload['commitOffsetsIfNecessary'] | undefined;
   let started = false;
+  let unregister: (() => void) | undefined;
 
   const adminClient = async (): Promise<Admin> => {
     if (!admin) {
@@ -76,6 +78,10 @@ export function createKafkajsGroupConsumer(kafka: Kafka, options: KafkajsGroupCo
       if (started) throw new Error('the consumer is already started');
       started = true;
       consumer.on(consumer.events.GROUP_JOIN, (event) => {
+        if (handlers.beforeRejoin) {
+          unregister?.();
+          unregister = beforeRejoin(groupId, event.payload.memberId, handlers.beforeRejoin);
+        }
         const partitions = [...(event.payload.memberAssignment[topic] ?? [])].sort((a, b) => a - b);
         logger?.info({ groupId, memberId: event.payload.memberId, partitions, durationMs: event.payload.duration }, 'joined the consumer group');
         handlers.onAssignment(partitions, event.payload.memberId);
@@ -150,6 +156,7 @@ export function createKafkajsGroupConsumer(kafka: Kafka, options: KafkajsGroupCo
     },
 
     async stop() {
+      unregister?.();
       try {
         await consumer.disconnect();
       } finally {

@@ -1,4 +1,5 @@
-import { mkdirSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { accessSync, constants, mkdirSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { MsgbridgeError } from './errors.js';
 import { join } from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
 
@@ -223,3 +224,19 @@ export function localStoreDir(stateDir: string, groupId: string, name: string): 
 
 /** A time as a sortable key part (expiry indexes): 15 digits of milliseconds. */
 export const sortableTime = (ms: number): string => String(Math.max(0, Math.floor(ms))).padStart(15, '0');
+
+/**
+ * A role's stores' directory exists (created when missing) and is writable: a clear error at
+ * start (naming the setting and its variable), not a store that fails forever.
+ */
+export function checkLocalStoreDir(dir: string, setting: string, envName: string, role: string): void {
+  try {
+    mkdirSync(dir, { recursive: true });
+    accessSync(dir, constants.W_OK);
+  } catch (error) {
+    throw new MsgbridgeError(
+      'CONFIG_INVALID',
+      `${setting} ${dir}: ${role} cannot write its stores there (${(error as NodeJS.ErrnoException).code ?? (error as Error).message}); set ${envName} to a writable directory on a volume that outlives the process`,
+    );
+  }
+}

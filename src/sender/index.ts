@@ -27,6 +27,14 @@ import { RateLimiter } from './rate-limiter.js';
 import { prepareJob, type Job } from './requests.js';
 import { OutcomePublisher } from './outcome-publisher.js';
 import { Semaphore } from './semaphore.js';
+import { randomUUID } from 'node:crypto';
+import { hostname } from 'node:os';
+import { ChangelogRestorer } from '../kafka/changelog-restore.js';
+import { partitionCounts } from '../kafka/topics.js';
+import { checkLocalStoreDir } from '../platform/local-store.js';
+import { sleep } from '../platform/sleep.js';
+import { WorkInterval } from '../platform/work-interval.js';
+import { RequestLedger } from './request-ledger.js';
 
 /**
  * The sender role's composition root: a consumer-group member on `send-requests` that sends
@@ -82,6 +90,8 @@ interface Prepared {
   kafka: KafkaClient;
   publisher: OutcomePublisher;
   dlqMaxBytes: number;
+  /** Partitions of send-requests, which the ledger shares. */
+  partitions: number;
   tracer: Tracer;
 }
 
@@ -112,6 +122,11 @@ export class Sender implements Role {
   private readonly senderMetrics: SenderMetrics;
   private readonly callSlots: Semaphore;
   private readonly processor: Processor;
+  /** The durable memory of the requests of the owned partitions (README "Sent once"). */
+  private readonly ledger: RequestLedger;
+  /** Ledger restores in progress, per partition: aborted when the partition moves away. */
+  private readonly ledgerRestores = new Map<number, AbortController>();
+  private readonly ledgerUpkeep: WorkInterval;
   private readonly runner: KeyedRunner<Job>;
   private readonly member: PartitionConsumer<Job>;
   private businessesWatch: BusinessesWatch | undefined;
@@ -146,8 +161,9 @@ export class Sender implements Role {
     { logger, apiKeys, brokers, registry, tracer }: { logger: Logger; apiKeys: Map<string, string>; brokers: string[]; registry: Registry; tracer: Tracer },
   ): Promise<Sender> {
     const { config } = options;
+    checkLocalStoreDir(config.sender.stateDir, 'sender.stateDir', 'MSGBRIDGE_SENDER_STATE_DIR', 'the sender');
     const kafka = createKafka(config.kafka, { logger, brokers });
-    const dlqMaxBytes = await connectingToKafka(brokers, () => prepareTopics(kafka, config, logger));
+    const { dlqMaxBytes, partitions } = await connectingToKafka(brokers, () => prepareTopics(kafka, config, logger));
     // kafka.client, as the ingress: @platformatic/kafka encodes a batch at a fraction of kafkajs's
     // CPU, and weighs about 45 MiB of memory once loaded: loaded only when chosen (docs/benchmarks.md).
     const platformatic = config.kafka.client === 'platformatic' ? await import('../kafka/platformatic-producer.js') : undefined;
@@ -168,7 +184,7 @@ export class Sender implements Role {
     });
     await connectingToKafka(brokers, () => publisher.start());
 
-    const sender = new Sender({ options, logger, apiKeys, providerUrl: config.provider.url!, registry, kafka, publisher, dlqMaxBytes, tracer });
+    const sender = new Sender({ options, logger, apiKeys, providerUrl: config.provider.url!, registry, kafka, publisher, dlqMaxBytes, partitions, tracer });
     sender.followBusinesses();
     sender.startGuard();
     await sender.serveHealth();
@@ -222,6 +238,22 @@ export class Sender implements Role {
       ...(table ? { conversationTable: () => table.stats() } : {}),
     });
     this.callSlots = new Semaphore(s.concurrency);
+    const ledger = new RequestLedger({
+      changelogs: new ChangelogRestorer(this.kafka),
+      topic: config.kafka.topics.sendLedger,
+      partitions: prepared.partitions,
+      stateDir: s.stateDir,
+      groupId: s.groupId,
+      windowMs: s.idempotencyWindowMs,
+      maxEntries: s.completedRequestIdsMax,
+      logger,
+    });
+    this.ledger = ledger;
+    this.ledgerUpkeep = new WorkInterval(LEDGER_UPKEEP_MS, () => {
+      void ledger.tick();
+      return true;
+    });
+    const owner = `${hostname()}/${process.pid}/${randomUUID().slice(0, 8)}`;
     this.processor = createProcessor({
       client: this.client,
       publish: (topic, record) => publisher.publish(topic, record),
@@ -233,7 +265,17 @@ export class Sender implements Role {
       policy: { budgetMs: s.retryBudgetMs, backoffInitialMs: s.backoffInitialMs, backoffMaxMs: s.backoffMaxMs },
       retryMaybeSent: s.retryMaybeSent,
       dlqMaxBytes: prepared.dlqMaxBytes,
-      completedMax: s.completedRequestIdsMax,
+      ledger: {
+        topic: config.kafka.topics.sendLedger,
+        owner,
+        // A call's deadline, then the time to publish its outcome (README "Sent once").
+        graceMs: s.callTimeoutMs + LEDGER_PUBLISH_GRACE_MS,
+        hold: (partition) => ledger.hold(partition),
+        release: (partition) => ledger.release(partition),
+        lookup: (partition, key) => ledger.lookup(partition, key),
+        write: (partition, key, entry, publish) => ledger.write(partition, key, entry, publish),
+        refresh: (partition, key, signal) => ledger.refresh(partition, key, signal),
+      },
       metrics: this.senderMetrics,
       logger,
       tracing: { tracer: this.tracer, requestsTopic: config.kafka.topics.sendRequests, groupId: s.groupId },
@@ -267,6 +309,20 @@ export class Sender implements Role {
       logger,
       onCommit: (result) => this.senderMetrics.commit(result),
       onAssignment: () => this.senderMetrics.rebalance(),
+      preparePartitions: (partitions) => Promise.all(partitions.map((p) => this.restoreLedger(p))).then(() => undefined),
+      releasePartitions: (partitions) => {
+        for (const p of partitions) {
+          this.ledgerRestores.get(p)?.abort();
+          this.ledgerRestores.delete(p);
+          this.ledger.revoke(p);
+        }
+      },
+      // The calls in flight end and are recorded before another member can own their partitions.
+      beforeRejoin: async () => {
+        const settled = await this.processor.pauseCalls(s.callTimeoutMs + LEDGER_PUBLISH_GRACE_MS);
+        if (!settled) logger.warn({ unsettled: this.processor.unsettledCalls }, 'rejoining the group with provider calls whose outcome is not yet recorded: their next owner waits for it');
+      },
+      afterAssignment: () => this.processor.resumeCalls(),
       ...(options.onFatal ? { onFatal: options.onFatal } : {}),
     });
     this.ready = this.member.ready;
@@ -282,8 +338,37 @@ export class Sender implements Role {
   }
 
   /** The runner's counts (`running` includes requests waiting for their circuit or a token), provider calls in flight, remembered request ids, the conversation table (when the guard is on). */
-  stats(): RunnerStats & { providerCalls: number; completedRequestIds: number; conversationTable?: ConversationTableStats } {
-    return { ...this.runner.stats(), providerCalls: this.callSlots.inUse, completedRequestIds: this.processor.completedCount, ...(this.table ? { conversationTable: this.table.stats() } : {}) };
+  stats(): RunnerStats & { providerCalls: number; completedRequestIds: number; unsettledCalls: number; conversationTable?: ConversationTableStats } {
+    return {
+      ...this.runner.stats(),
+      providerCalls: this.callSlots.inUse,
+      completedRequestIds: this.ledger.stats().entries,
+      unsettledCalls: this.processor.unsettledCalls,
+      ...(this.table ? { conversationTable: this.table.stats() } : {}),
+    };
+  }
+
+  /**
+   * Partition p's request ledger, restored before its requests are worked; retried with backoff
+   * while Kafka cannot be read, until it works or the partition moves away.
+   */
+  private async restoreLedger(partition: number): Promise<void> {
+    this.ledgerRestores.get(partition)?.abort();
+    const abort = new AbortController();
+    this.ledgerRestores.set(partition, abort);
+    this.ledgerUpkeep.start();
+    for (let attempt = 1; !abort.signal.aborted; attempt++) {
+      try {
+        await this.ledger.assign(partition, abort.signal);
+        break;
+      } catch (error) {
+        if (abort.signal.aborted) break;
+        const delayMs = Math.min(10_000, 250 * 2 ** Math.min(attempt, 6));
+        this.logger.warn({ partition, err: (error as Error)?.message ?? String(error), retryInMs: delayMs }, 'restoring the request ledger failed: the partition waits for it');
+        await sleep(delayMs, abort.signal);
+      }
+    }
+    if (this.ledgerRestores.get(partition) === abort) this.ledgerRestores.delete(partition);
   }
 
   /**
@@ -359,6 +444,8 @@ export class Sender implements Role {
     this.businessesWatch?.stop();
     await this.guard?.stop();
     await this.member.abort();
+    this.ledgerUpkeep.stop();
+    await this.ledger.close();
     await this.publisher.close().catch(() => undefined);
     await this.client.close().catch(() => undefined);
     throw err;
@@ -413,6 +500,11 @@ export class Sender implements Role {
   private async stop(): Promise<boolean> {
     const started = Date.now();
     const finished = await this.member.drain(this.settings.drainGraceMs);
+    this.ledgerUpkeep.stop();
+    for (const restore of this.ledgerRestores.values()) restore.abort();
+    // Everything finished is in Kafka: the checkpoints move to the end, so a restart reads nothing.
+    await this.ledger.tick();
+    await this.ledger.close();
     this.businessesWatch?.stop();
     await this.guard?.stop();
     await this.publisher.close().catch((err: unknown) => this.logger.warn({ err }, 'disconnecting the producer failed'));
@@ -487,26 +579,60 @@ function orderKey(record: ConsumedRecord, job: Job): string {
  * DLQ topic's max.message.bytes less 16 KiB of framing; the default when the cluster does not
  * say, e.g. DescribeConfigs denied).
  */
-async function prepareTopics(kafka: KafkaClient, config: Config, logger: Logger): Promise<number> {
+/**
+ * Creates the sender's topics when missing (`kafka.createTopics`), the request ledger with as
+ * many partitions as send-requests (partition p of one is the memory of partition p of the
+ * other), and answers the DLQ's record limit and the partition count.
+ */
+async function prepareTopics(kafka: KafkaClient, config: Config, logger: Logger): Promise<{ dlqMaxBytes: number; partitions: number }> {
   const topics = config.kafka.topics;
-  const written = await withAdmin(kafka, (admin) =>
-    prepareRoleTopics(
+  const s = config.sender;
+  return withAdmin(kafka, async (admin) => {
+    const partitions = (await partitionCounts(admin, [topics.sendRequests])).get(topics.sendRequests) ?? config.kafka.partitions;
+    const base = { replicationFactor: config.kafka.replicationFactor, minInsyncReplicas: config.kafka.minInsyncReplicas };
+    // Kept a little longer than the window: a restore still finds an outcome written near its end.
+    const ledgerRetentionMs = s.idempotencyWindowMs + 3_600_000;
+    const written = await prepareRoleTopics(
       admin,
       {
         createTopics: config.kafka.createTopics,
-        create: [topics.sendRequests, topics.sendResults, topics.sendRequestsDlq].map((topic) => ({
-          topic,
-          partitions: config.kafka.partitions,
-          replicationFactor: config.kafka.replicationFactor,
-          minInsyncReplicas: config.kafka.minInsyncReplicas,
-          ...(topic === topics.sendRequestsDlq ? { configEntries: [{ name: 'retention.ms', value: String(config.kafka.dlqRetentionMs) }] } : {}),
-        })),
-        written: [topics.sendResults, topics.sendRequestsDlq],
+        create: [
+          ...[topics.sendRequests, topics.sendResults, topics.sendRequestsDlq].map((topic) => ({
+            topic,
+            partitions: topic === topics.sendRequests ? partitions : config.kafka.partitions,
+            ...base,
+            ...(topic === topics.sendRequestsDlq ? { configEntries: [{ name: 'retention.ms', value: String(config.kafka.dlqRetentionMs) }] } : {}),
+          })),
+          {
+            topic: topics.sendLedger,
+            partitions,
+            ...base,
+            configEntries: [
+              { name: 'cleanup.policy', value: 'compact,delete' },
+              { name: 'retention.ms', value: String(ledgerRetentionMs) },
+              // The active segment is never compacted: roll it at a tenth of the retention, at most 6 h.
+              { name: 'segment.ms', value: String(Math.min(6 * 3_600_000, Math.floor(ledgerRetentionMs / 10))) },
+            ],
+          },
+        ],
+        written: [topics.sendResults, topics.sendRequestsDlq, topics.sendLedger],
       },
       logger,
-    ),
-  );
-  // The DLQ topic's limit less room for the batch framing; Kafka's default when it cannot be read.
-  const limit = written.maxMessageBytes.get(topics.sendRequestsDlq);
-  return limit !== undefined && limit > 32 * 1024 ? limit - 16 * 1024 : 1_000_000;
+    );
+    const ledgerPartitions = (await partitionCounts(admin, [topics.sendLedger])).get(topics.sendLedger);
+    if (ledgerPartitions !== undefined && ledgerPartitions !== partitions) {
+      throw new MsgbridgeError(
+        'CONFIG_INVALID',
+        `topic ${topics.sendLedger} has ${ledgerPartitions} partitions but ${topics.sendRequests} has ${partitions}: the request ledger must be co-partitioned with the requests (recreate it with ${partitions})`,
+      );
+    }
+    // The DLQ topic's limit less room for the batch framing; Kafka's default when it cannot be read.
+    const limit = written.maxMessageBytes.get(topics.sendRequestsDlq);
+    return { dlqMaxBytes: limit !== undefined && limit > 32 * 1024 ? limit - 16 * 1024 : 1_000_000, partitions };
+  });
 }
+
+/** How often each owned partition's ledger checkpoint moves up and old entries are swept. */
+const LEDGER_UPKEEP_MS = 10_000;
+/** After a call's deadline, how long its outcome may take to reach the ledger (README "Sent once"). */
+const LEDGER_PUBLISH_GRACE_MS = 10_000;

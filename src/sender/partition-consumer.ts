@@ -37,6 +37,19 @@ export interface PartitionConsumerOptions<J> {
   logger: Logger;
   onCommit?: (result: 'ok' | 'error') => void;
   onAssignment?: () => void;
+  /**
+   * Partitions newly owned: resolves once they may be worked (their request ledger restored);
+   * their batches wait for it. `released` ones are no longer owned.
+   */
+  preparePartitions?: (partitions: number[]) => Promise<void>;
+  releasePartitions?: (partitions: number[]) => void;
+  /**
+   * The member is about to rejoin its group (a rebalance): what it does now happens before any
+   * other member can own its partitions (the calls in flight end and are recorded); then it
+   * commits its progress. `afterAssignment` follows the next assignment.
+   */
+  beforeRejoin?: () => Promise<void>;
+  afterAssignment?: () => void;
   /** The client gave up for good. */
   onFatal?: (error: Error) => void;
 }
@@ -87,6 +100,10 @@ export class PartitionConsumer<J> {
         // Commit what is finished before rejoining: after the rejoin, this generation's commits
         // are refused, and whatever was not committed runs again at the partition's next owner.
         onRebalancing: () => void this.commitProgress(),
+        beforeRejoin: async () => {
+          await this.options.beforeRejoin?.();
+          await this.commitProgress();
+        },
         onCrash: (error, restarting) => this.onCrash(error, restarting),
       });
     } catch (error) {
@@ -172,8 +189,7 @@ export class PartitionConsumer<J> {
     const { runner, logger } = this.options;
     if (this.memberId !== undefined && member !== this.memberId) {
       // A new membership: whatever this process held may have been owned by others since.
-      for (const p of runner.assigned()) runner.revoke(p);
-      this.gates.clear();
+      this.revokeAll();
     }
     this.memberId = member;
     this.rejoining = false;
@@ -183,13 +199,15 @@ export class PartitionConsumer<J> {
       runner.revoke(p);
       this.gates.delete(p);
     }
+    if (revoked.length > 0) this.options.releasePartitions?.(revoked.map(Number));
     const fresh = partitions.filter((p) => runner.epochOf(String(p)) === undefined);
     for (const p of fresh) runner.assign(String(p));
     if (fresh.length > 0) {
-      const gate = this.loadCompleted(fresh);
+      const gate = Promise.all([this.loadCompleted(fresh), this.options.preparePartitions?.(fresh)]).then(() => undefined);
       for (const p of fresh) this.gates.set(String(p), gate);
     }
     this.options.onAssignment?.();
+    this.options.afterAssignment?.();
     logger.info({ partitions, revoked, added: fresh }, 'assignment');
     this.joined = true;
     if (this.memberState === 'starting') this.memberState = 'running';
@@ -197,11 +215,11 @@ export class PartitionConsumer<J> {
   }
 
   private onCrash(error: Error, restarting: boolean): void {
-    const { runner, logger } = this.options;
+    const { logger } = this.options;
     this.joined = false;
     this.rejoining = false;
-    for (const p of runner.assigned()) runner.revoke(p);
-    this.gates.clear();
+    this.revokeAll();
+    this.options.afterAssignment?.();
     if (restarting) {
       logger.error({ err: error.message }, 'the Kafka consumer crashed; it restarts and rejoins');
       return;
@@ -209,6 +227,14 @@ export class PartitionConsumer<J> {
     logger.fatal({ err: error.message }, 'the Kafka consumer stopped for good');
     if (this.memberState === 'running' || this.memberState === 'starting') this.memberState = 'failed';
     this.options.onFatal?.(error);
+  }
+
+  private revokeAll(): void {
+    const { runner } = this.options;
+    const held = runner.assigned();
+    for (const p of held) runner.revoke(p);
+    this.gates.clear();
+    if (held.length > 0) this.options.releasePartitions?.(held.map(Number));
   }
 
   /** What the previous owners finished above the committed offsets: skipped when they arrive. */

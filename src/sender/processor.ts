@@ -13,7 +13,7 @@ import type { DlqJob, Job, SendJob } from './requests.js';
 import { acceptedResult, expiredResult, failureOf, fitDlqRecord, fromRepeat, rejectedResult, resultHeaders, storedResult, type StoredResult } from './result-records.js';
 import { decide, maybeCreated, providerFailing, type AttemptOutcome, type RetryPolicyOptions } from './retry-policy.js';
 import type { Semaphore } from './semaphore.js';
-import { CompletedResults } from './completed-results.js';
+import { ledgerDecision, ledgerKey, type LedgerEntry } from './ledger-records.js';
 import { sleep } from '../platform/sleep.js';
 
 /**
@@ -24,11 +24,14 @@ import { sleep } from '../platform/sleep.js';
  * sent and retried per the policy, and their one terminal result is published. Returns `done` only once what it owes Kafka is acknowledged, so the runner never
  * commits past an unpublished result.
  *
- * Duplicates: a request whose (business, requestId) this process completed for good
- * (accepted, or rejected for a reason that will not change) is not sent again; its stored
- * result is published again for the new record (same `event-id`). A retriable rejection or an
- * expiry is not remembered, so a resubmission is sent. Completed ids are kept in a bounded LRU
- * (`completedMax`). A duplicate arriving while the first is still in flight waits for it.
+ * Sent once (README "Sent once"): before each provider call a `calling` record is in the
+ * request ledger, and the terminal result goes with a `done` record, both acknowledged by Kafka.
+ * A request whose (business, requestId) the ledger holds as done for good (accepted, or rejected
+ * for a reason that will not change) is not sent again; its stored result is published again
+ * for the new record (same `event-id`). A retriable rejection or an expiry is not remembered, so
+ * a resubmission is sent. A request another member may still be calling for waits for that
+ * member's record, at most the call's deadline; a duplicate arriving while the first is still in
+ * flight in this process waits for it.
  */
 export interface ProcessorOptions {
   /** `parent`: the request's span, which the provider call's HTTP client span continues (tracing on). */
@@ -47,7 +50,8 @@ export interface ProcessorOptions {
   retryMaybeSent: boolean;
   /** Largest DLQ record (bytes) the DLQ topic takes; bigger copies become references. */
   dlqMaxBytes: number;
-  completedMax: number;
+  /** The request ledger (request-ledger.ts) and how this member writes and waits on it. */
+  ledger: LedgerPort;
   metrics: SenderMetrics;
   logger: Logger;
   random?: () => number;
@@ -64,6 +68,24 @@ export interface ProcessorOptions {
   tracing?: { tracer: Tracer; requestsTopic: string; groupId: string };
 }
 
+/** What the processor needs of the request ledger (request-ledger.ts implements it). */
+export interface LedgerPort {
+  topic: string;
+  /** Names this process in its `calling` records (for people reading the ledger). */
+  owner: string;
+  /**
+   * How long after a `calling` record its writer may still record the outcome: a call's
+   * deadline plus time to publish. Past it, a new owner takes the writer for dead.
+   */
+  graceMs: number;
+  hold(partition: number): boolean;
+  release(partition: number): void;
+  lookup(partition: number, key: string): LedgerEntry | undefined;
+  write(partition: number, key: string, entry: LedgerEntry, publish: (record: RecordToWrite) => Promise<boolean>): Promise<boolean>;
+  /** What the changelog holds now for `key` (records another member wrote since the restore). */
+  refresh(partition: number, key: string, signal?: AbortSignal): Promise<LedgerEntry | undefined>;
+}
+
 export interface ConversationGuardOptions {
   mode: ConversationWindowMode;
   /** `sender.conversationWindowGraceMs`. */
@@ -74,8 +96,14 @@ export interface ConversationGuardOptions {
 
 export interface Processor {
   work(job: Job, context: WorkContext): Promise<WorkOutcome>;
-  /** Request ids remembered as completed. */
-  readonly completedCount: number;
+  /**
+   * Holds every new provider call (the member is about to rejoin its group) and resolves once no
+   * call is unsettled (made, and its outcome not yet in the ledger), or after `timeoutMs`.
+   */
+  pauseCalls(timeoutMs: number): Promise<boolean>;
+  resumeCalls(): void;
+  /** Calls made whose outcome is not yet in the ledger. */
+  readonly unsettledCalls: number;
 }
 
 function resultLabel(outcome: AttemptOutcome): string {
@@ -92,6 +120,14 @@ function resultLabel(outcome: AttemptOutcome): string {
   }
 }
 
+/** The last attempt of a request whose previous owner called and recorded nothing (it died mid-call). */
+const PREVIOUS_OWNER_LOST: AttemptOutcome = {
+  kind: 'network',
+  code: 'OWNER_LOST',
+  message: 'the member that called for this request stopped before recording the outcome; the message may exist',
+  requestWritten: true,
+};
+
 /** What a send ended with: a result to publish, or nothing when told to stop first. */
 type SendEnd = { result: StoredResult; remember: boolean } | undefined;
 
@@ -102,6 +138,17 @@ interface Progress {
   maybeSent: boolean;
   firstAttemptAt: number | undefined;
   last: AttemptOutcome | undefined;
+  /** A `calling` record of this process is in the ledger with no outcome after it. */
+  calling: boolean;
+  /** A call of this request is made and its outcome not yet in the ledger (see `pauseCalls`). */
+  unsettled: boolean;
+}
+
+/** Where a request is recorded in the ledger. */
+interface LedgerPlace {
+  partition: number;
+  offset: number;
+  key: string;
 }
 
 export function createProcessor(options: ProcessorOptions): Processor {
@@ -111,20 +158,44 @@ export function createProcessor(options: ProcessorOptions): Processor {
 class RequestProcessor implements Processor {
   private readonly random: () => number;
   private readonly now: () => number;
-  /** (business, requestId) → its final result as kept for repeats (`withoutContent`), off the heap. */
-  private readonly completed: CompletedResults;
   private readonly inFlight = new Map<string, Promise<void>>();
   private readonly tracer: Tracer;
+  /** Set while calls are held (`pauseCalls`): new calls wait for it. */
+  private callsPaused: { resume: Promise<void>; open: () => void } | undefined;
+  private unsettled = 0;
+  private settledWaiters: (() => void)[] = [];
 
   constructor(private readonly options: ProcessorOptions) {
     this.random = options.random ?? Math.random;
     this.now = options.now ?? Date.now;
     this.tracer = options.tracing?.tracer ?? NOOP_TRACER;
-    this.completed = new CompletedResults({ maxEntries: options.completedMax });
   }
 
-  get completedCount(): number {
-    return this.completed.size;
+  get unsettledCalls(): number {
+    return this.unsettled;
+  }
+
+  async pauseCalls(timeoutMs: number): Promise<boolean> {
+    if (!this.callsPaused) {
+      let open!: () => void;
+      const resume = new Promise<void>((resolve) => (open = resolve));
+      this.callsPaused = { resume, open };
+    }
+    if (this.unsettled === 0) return true;
+    return Promise.race([new Promise<boolean>((resolve) => this.settledWaiters.push(() => resolve(true))), sleep(timeoutMs).then(() => false)]);
+  }
+
+  resumeCalls(): void {
+    const paused = this.callsPaused;
+    this.callsPaused = undefined;
+    paused?.open();
+  }
+
+  private settle(progress: Progress): void {
+    if (!progress.unsettled) return;
+    progress.unsettled = false;
+    this.unsettled--;
+    if (this.unsettled === 0) for (const resolve of this.settledWaiters.splice(0)) resolve();
   }
 
   work(job: Job, context: WorkContext): Promise<WorkOutcome> {
@@ -166,35 +237,102 @@ class RequestProcessor implements Processor {
 
   private async workOn(job: Job, context: WorkContext, span: TraceSpan | undefined): Promise<WorkOutcome> {
     if (job.kind === 'dlq') return this.dead(job, context, span);
-    const { logger, metrics } = this.options;
-    const id = `${job.businessId}\u0000${job.request.requestId}`;
+    const { ledger } = this.options;
+    const partition = Number(context.partition);
+    // The partition's ledger is open while it is owned; a request taken after it closed runs at the next owner.
+    if (!ledger.hold(partition)) return 'abandoned';
+    try {
+      return await this.workOnHeld(job, context, span, { partition, offset: context.offset, key: ledgerKey(job.businessId, job.request.requestId) });
+    } finally {
+      ledger.release(partition);
+    }
+  }
+
+  private async workOnHeld(job: SendJob, context: WorkContext, span: TraceSpan | undefined, place: LedgerPlace): Promise<WorkOutcome> {
+    const { logger, metrics, ledger } = this.options;
+    let carried: Pick<Progress, 'attempts' | 'maybeSent' | 'firstAttemptAt'> | undefined;
+    let waitingLogged = false;
     for (;;) {
-      const kept = this.completed.get(id);
-      if (kept !== undefined) {
-        this.completed.keep(id, kept);
-        const stored = fromRepeat(kept);
-        logger.info({ requestId: job.request.requestId, businessId: job.businessId }, 'requestId already completed in this process: publishing its result again instead of sending');
+      const running = this.inFlight.get(place.key);
+      if (running) {
+        await running;
+        continue;
+      }
+      const decision = ledgerDecision(ledger.lookup(place.partition, place.key), place.offset, this.now(), ledger.graceMs);
+      if (decision.action === 'repeat') {
+        const stored = fromRepeat(decision.result);
+        logger.info({ requestId: job.request.requestId, businessId: job.businessId }, 'requestId already completed: publishing its result again instead of sending');
         metrics.outcome('duplicate', job.businessId);
-        span?.addEvent('requestId already completed in this process: its result is published again');
+        span?.addEvent('requestId already completed: its result is published again');
         return (await this.publishSendResult(stored, job, context, span)) ? 'done' : 'abandoned';
       }
-      const running = this.inFlight.get(id);
-      if (!running) break;
-      await running;
+      if (decision.action === 'send') {
+        if (decision.carried) carried = { ...decision.carried, firstAttemptAt: decision.carried.firstAttemptAt ?? undefined };
+        break;
+      }
+      // Another member may still be calling for it: its outcome, or its release, comes within the call's deadline.
+      if (!waitingLogged) {
+        waitingLogged = true;
+        logger.info(
+          { requestId: job.request.requestId, businessId: job.businessId, partition: place.partition, untilMs: decision.until - this.now() },
+          'another member may still be calling for this request: waiting for its outcome before sending',
+        );
+      }
+      await ledger.refresh(place.partition, place.key, context.stop);
+      if (context.stop.aborted) return 'abandoned';
     }
+    if (carried?.maybeSent)
+      logger.warn(
+        { requestId: job.request.requestId, businessId: job.businessId, attempts: carried.attempts },
+        'a previous owner called for this request and recorded no outcome: it may have been sent; carrying on with maybeSent',
+      );
 
     let release!: () => void;
-    this.inFlight.set(id, new Promise<void>((resolve) => (release = resolve)));
-    let end: SendEnd;
+    this.inFlight.set(place.key, new Promise<void>((resolve) => (release = resolve)));
+    const progress: Progress = { attempts: carried?.attempts ?? 0, maybeSent: carried?.maybeSent ?? false, firstAttemptAt: carried?.firstAttemptAt, last: undefined, calling: false, unsettled: false };
     try {
-      end = await this.send(job, context, span);
-      if (end?.remember) this.completed.keep(id, end.result.withoutContent);
+      // At most once: what a previous owner may have sent is never sent again.
+      const end = carried?.maybeSent && !this.options.retryMaybeSent ? this.reject(job, progress, PREVIOUS_OWNER_LOST, false) : await this.send(job, context, span, progress, place);
+      if (!end) {
+        await this.releaseCall(job, progress, place);
+        return 'abandoned';
+      }
+      // The result and its ledger record go together; the offset is committed only once both are in Kafka.
+      const [published, recorded] = await Promise.all([
+        this.publishSendResult(end.result, job, context, span),
+        progress.calling || end.remember
+          ? ledger.write(place.partition, place.key, { state: 'done', offset: place.offset, at: this.now(), remember: end.remember, result: end.result.withoutContent }, (record) =>
+              this.publishDurably(ledger.topic, record, context),
+            )
+          : Promise.resolve(true),
+      ]);
+      if (recorded) progress.calling = false;
+      return published && recorded ? 'done' : 'abandoned';
     } finally {
-      this.inFlight.delete(id);
+      this.settle(progress);
+      this.inFlight.delete(place.key);
       release();
     }
-    if (!end) return 'abandoned';
-    return (await this.publishSendResult(end.result, job, context, span)) ? 'done' : 'abandoned';
+  }
+
+  /**
+   * A request left without an outcome after this process called for it (its partition moved, a
+   * drain ran out of time): a `released` record tells the next owner how far it got, so that it
+   * neither waits for an outcome that will not come nor forgets an attempt that may have sent.
+   * One try, whatever the abort: the next owner's wait covers a failure.
+   */
+  private async releaseCall(job: SendJob, progress: Progress, place: LedgerPlace): Promise<void> {
+    if (!progress.calling) return;
+    const { ledger, logger } = this.options;
+    const entry: LedgerEntry = { state: 'released', offset: place.offset, at: this.now(), attempts: progress.attempts, maybeSent: progress.maybeSent, firstAttemptAt: progress.firstAttemptAt ?? null };
+    const ok = await ledger.write(place.partition, place.key, entry, (record) =>
+      this.options.publish(ledger.topic, record).then(
+        () => true,
+        () => false,
+      ),
+    );
+    if (ok) progress.calling = false;
+    else logger.debug({ requestId: job.request.requestId, partition: place.partition }, 'could not record the release of a request: its next owner waits for the call deadline');
   }
 
   /** The DLQ copy and, when the request id was readable, its rejected result. */
@@ -210,21 +348,21 @@ class RequestProcessor implements Processor {
   }
 
   /** Sends with retries until a terminal result, or undefined when told to stop first. */
-  private async send(requested: SendJob, context: WorkContext, span: TraceSpan | undefined): Promise<SendEnd> {
+  private async send(requested: SendJob, context: WorkContext, span: TraceSpan | undefined, progress: Progress, place: LedgerPlace): Promise<SendEnd> {
     const { options, now } = this;
     const apiKey = options.apiKeys.get(requested.businessId);
     if (apiKey === undefined) throw new Error(`no API key for business ${requested.businessId}`);
-    const progress: Progress = { attempts: 0, maybeSent: false, firstAttemptAt: undefined, last: undefined };
     const guarded = await this.guard(requested, progress, context);
     if ('end' in guarded) return guarded.end;
     const { job } = guarded;
     for (;;) {
-      if (context.stop.aborted) return undefined;
+      // Stopped, or past the hard deadline (nothing can be recorded any more, so nothing is called).
+      if (context.stop.aborted || context.abort.aborted) return undefined;
       if (now() >= job.expiry.at) return this.expire(job, progress);
       const budgetEnd = progress.firstAttemptAt === undefined ? Infinity : progress.firstAttemptAt + options.policy.budgetMs;
       if (progress.last && now() >= budgetEnd) return this.reject(job, progress, progress.last, true);
       const startedAt = now();
-      const outcome = await this.attempt(job, apiKey, context, Math.min(job.expiry.at, budgetEnd), span);
+      const outcome = await this.attempt(job, apiKey, context, Math.min(job.expiry.at, budgetEnd), span, progress, place);
       if (!outcome) continue;
       progress.attempts += 1;
       progress.firstAttemptAt ??= startedAt;
@@ -238,6 +376,8 @@ class RequestProcessor implements Processor {
       if (uncertain && !options.retryMaybeSent) return this.reject(job, progress, outcome, false);
       options.metrics.retry(decision.reason);
       options.logger.debug({ requestId: job.request.requestId, attempts: progress.attempts, reason: decision.reason, delayMs: decision.delayMs, outcome: outcome.kind }, 'send failed; retrying');
+      // Waiting for a retry is not a call: a rejoin need not wait for it (its next attempt writes a new `calling`).
+      this.settle(progress);
       if (!(await sleep(Math.max(0, Math.min(decision.delayMs, job.expiry.at - now())), context.stop))) return undefined;
     }
   }
@@ -303,7 +443,7 @@ class RequestProcessor implements Processor {
    * One attempt through the circuit, the token bucket and a call slot; undefined when stopped,
    * out of time, or the circuit opened while it waited for a token (the caller loops back).
    */
-  private async attempt(job: SendJob, apiKey: string, context: WorkContext, untilMs: number, span: TraceSpan | undefined): Promise<AttemptOutcome | undefined> {
+  private async attempt(job: SendJob, apiKey: string, context: WorkContext, untilMs: number, span: TraceSpan | undefined, progress: Progress, place: LedgerPlace): Promise<AttemptOutcome | undefined> {
     const { client, limiter, circuits, callSlots, metrics } = this.options;
     // Each step answers at once in the common case (closed circuit, a token, a free slot): no promise then.
     if (context.stop.aborted) return undefined;
@@ -321,6 +461,10 @@ class RequestProcessor implements Processor {
       }
       if (context.stop.aborted || !(callSlots.tryAcquire?.() || (await callSlots.acquire(context.stop)))) return undefined;
       try {
+        // A rejoin in progress: no new call until the member knows which partitions it keeps.
+        while (this.callsPaused && !context.stop.aborted) await Promise.race([this.callsPaused.resume, sleep(100, context.stop)]);
+        if (context.stop.aborted || this.now() >= untilMs || !circuits.holds(admission)) return undefined;
+        if (!(await this.recordCalling(job, context, progress, place))) return undefined;
         if (this.now() >= untilMs || !circuits.holds(admission)) return undefined;
         metrics.inFlight(1);
         const started = performance.now();
@@ -341,6 +485,27 @@ class RequestProcessor implements Processor {
     } finally {
       if (!settled) circuits.cancel(admission);
     }
+  }
+
+  /**
+   * The `calling` record, in Kafka before the call (each attempt writes its own: a next owner
+   * measures its wait from the latest). From here until the outcome is recorded, or the request
+   * waits for a retry, the call is unsettled (`pauseCalls`).
+   */
+  private async recordCalling(job: SendJob, context: WorkContext, progress: Progress, place: LedgerPlace): Promise<boolean> {
+    const { ledger } = this.options;
+    if (!progress.unsettled) {
+      progress.unsettled = true;
+      this.unsettled++;
+    }
+    const entry: LedgerEntry = { state: 'calling', offset: place.offset, at: this.now(), owner: ledger.owner };
+    progress.calling = true;
+    const ok = await ledger.write(place.partition, place.key, entry, (record) => this.publishDurably(ledger.topic, record, context));
+    if (!ok || context.stop.aborted) {
+      this.settle(progress);
+      return false;
+    }
+    return true;
   }
 
   private accept(job: SendJob, progress: Progress, messageId: string): SendEnd {

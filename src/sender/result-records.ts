@@ -208,7 +208,7 @@ export function resultRecord(result: AcceptedSendResult | RejectedSendResult | E
 }
 
 /**
- * A result ready to publish; `withoutContent` is what completed-results.ts copies for repeats
+ * A result ready to publish; `withoutContent` is what the request ledger keeps for repeats
  * of its request. The value is a string, not a Buffer: the producer encodes it as the same
  * UTF-8 bytes, and a small Buffer would be a slice of a shared 8 KiB pool.
  */

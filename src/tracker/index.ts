@@ -1,8 +1,7 @@
-import { accessSync, constants, mkdirSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import type { Registry } from 'prom-client';
 import type { Config } from '../config/schema.js';
-import { MsgbridgeError } from '../platform/errors.js';
 import { createKafka, type KafkaClient } from '../kafka/client.js';
 import { connectingToKafka } from '../kafka/failure.js';
 import { requireBrokers } from '../kafka/brokers.js';
@@ -19,6 +18,7 @@ import { createTrackerMetrics, type TrackerMetrics } from './metrics.js';
 import { groupDirectory } from '../kafka/group-directory.js';
 import { QueryService } from './query-service.js';
 import { TaskRestorer } from './task-restorer.js';
+import { checkLocalStoreDir } from '../platform/local-store.js';
 import type { TaskStore } from './state-store.js';
 import { TrackerLogic, type TrackerTopics } from './tracker-logic.js';
 import { prepareTrackerTopics, trackerTopics } from './tracker-topics.js';
@@ -418,15 +418,7 @@ export class Tracker implements Role {
 
 /** The stores' directory exists (created when missing) and is writable: a clear error at start, not a task that fails forever. */
 export function checkStateDir(dir: string): void {
-  try {
-    mkdirSync(dir, { recursive: true });
-    accessSync(dir, constants.W_OK);
-  } catch (error) {
-    throw new MsgbridgeError(
-      'CONFIG_INVALID',
-      `tracker.stateDir ${dir}: the tracker cannot write its stores there (${(error as NodeJS.ErrnoException).code ?? (error as Error).message}); set MSGBRIDGE_TRACKER_STATE_DIR to a writable directory on a volume that outlives the process`,
-    );
-  }
+  checkLocalStoreDir(dir, 'tracker.stateDir', 'MSGBRIDGE_TRACKER_STATE_DIR', 'the tracker');
 }
 
 /** File-backed resident bytes of this process (Linux); undefined where /proc is not there. */

@@ -11,7 +11,6 @@ const ROOT = join(import.meta.dirname, '..', '..');
 /** Each bench with one of its numeric options: `--help`, an unknown option and a bad value are answered before any work starts. */
 const BENCHES: [file: string, numericOption: string][] = [
   ['bounded-maps', 'inserts'],
-  ['completed-results', 'max'],
   ['fuzz', 'requests'],
   ['hung-broker', 'rounds'],
   ['ingress', 'connections'],

@@ -198,7 +198,9 @@ describe('configuration loading', () => {
     [{ heartbeatIntervalMs: 3000, sessionTimeoutMs: 6000 }, /sender\.heartbeatIntervalMs: must be at most a third of sessionTimeoutMs \(6000\)/],
     [{ backoffInitialMs: 5000, backoffMaxMs: 1000 }, /sender\.backoffInitialMs: must not exceed backoffMaxMs \(1000\)/],
     [{ completedRequestIdsMax: 0 }, /sender\.completedRequestIdsMax: /],
-    [{ completedRequestIdsMax: 20_000_000 }, /sender\.completedRequestIdsMax: .*10000000/],
+    [{ completedRequestIdsMax: 200_000_000 }, /sender\.completedRequestIdsMax: .*100000000/],
+    [{ idempotencyWindowMs: 1000 }, /sender\.idempotencyWindowMs: .*60000/],
+    [{ stateDir: '' }, /sender\.stateDir: /],
   ])('names the sender field for %j', (sender, message) => {
     const bad = file('sender.json', JSON.stringify({ sender }));
     expect(configError(() => loadConfig({ env: { MSGBRIDGE_CONFIG: bad } }))).toMatch(message);

@@ -134,13 +134,14 @@ describe('observability: alert rules and dashboard', () => {
         sendRequests: `obs-send-requests-${id}`,
         sendResults: `obs-send-results-${id}`,
         sendRequestsDlq: `obs-send-dlq-${id}`,
+        sendLedger: `obs-send-ledger-${id}`,
         messageState: `obs-state-${id}`,
         conversations: `obs-conversations-${id}`,
         requestOutcomes: `obs-outcomes-${id}`,
       };
       const business = { id: 'biz_1', apiKey: 'key-biz-1', signingSecret: 'whsec-observability-0123456789' };
       const brokers = kafkaBrokers();
-      await createTopics([topics.messages, topics.deliveryStatus, topics.webhooksDlq, topics.sendRequests, topics.sendResults, topics.sendRequestsDlq], 1);
+      await createTopics([topics.messages, topics.deliveryStatus, topics.webhooksDlq, topics.sendRequests, topics.sendResults, topics.sendRequestsDlq, topics.sendLedger], 1);
       const simulator = (running.simulator = await startSimulator({
         host: '127.0.0.1',
         port: 0,
@@ -155,7 +156,16 @@ describe('observability: alert rules and dashboard', () => {
           businesses: [{ id: business.id, signingSecrets: [business.signingSecret], apiKey: business.apiKey }],
           provider: { url: simulator.url },
           ingress: { host: '127.0.0.1', port: 0 },
-          sender: { groupId: `obs-sender-${id}`, healthHost: '127.0.0.1', healthPort: 0, backoffInitialMs: 20, backoffMaxMs: 200, circuitFailureThreshold: 2, circuitProbeMaxMs: 200 },
+          sender: {
+            groupId: `obs-sender-${id}`,
+            stateDir: mkdtempSync(join(tmpdir(), 'msgbridge-obs-sender-')),
+            healthHost: '127.0.0.1',
+            healthPort: 0,
+            backoffInitialMs: 20,
+            backoffMaxMs: 200,
+            circuitFailureThreshold: 2,
+            circuitProbeMaxMs: 200,
+          },
           // The smallest cache, so that a hundred-odd statuses evict some.
           tracker: { groupId: `obs-tracker-${id}`, transactionalIdPrefix: `obs-tx-${id}`, host: '127.0.0.1', port: 0, sessionTimeoutMs: 6000, maxCachedMessages: 100 },
           log: { level: 'info' },

@@ -1,3 +1,6 @@
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { mkdtempSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -61,6 +64,8 @@ describe('one broker of three lost under two live senders', () => {
         MSGBRIDGE__kafka__topics__sendRequests: `bl-req-${id}`,
         MSGBRIDGE__kafka__topics__sendResults: `bl-res-${id}`,
         MSGBRIDGE__kafka__topics__sendRequestsDlq: `bl-rdlq-${id}`,
+        MSGBRIDGE__kafka__topics__sendLedger: `bl-ledger-${id}`,
+        MSGBRIDGE_SENDER_STATE_DIR: mkdtempSync(join(tmpdir(), 'msgbridge-bl-sender-')),
         MSGBRIDGE__kafka__partitions: '6',
         MSGBRIDGE__kafka__replicationFactor: '3',
         MSGBRIDGE__sender__groupId: `bl-sender-${id}`,

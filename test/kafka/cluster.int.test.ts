@@ -1,3 +1,6 @@
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { mkdtempSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import kafkajs, { Kafka, logLevel } from 'kafkajs';
@@ -320,6 +323,8 @@ describe('on a 3-node cluster', () => {
         MSGBRIDGE__kafka__topics__sendRequests: `cl-req-${id}`,
         MSGBRIDGE__kafka__topics__sendResults: `cl-res-${id}`,
         MSGBRIDGE__kafka__topics__sendRequestsDlq: `cl-rdlq-${id}`,
+        MSGBRIDGE__kafka__topics__sendLedger: `cl-ledger-${id}`,
+        MSGBRIDGE_SENDER_STATE_DIR: mkdtempSync(join(tmpdir(), 'msgbridge-cl-sender-')),
         MSGBRIDGE__kafka__partitions: '6',
         MSGBRIDGE__kafka__replicationFactor: '3',
         MSGBRIDGE__kafka__requestTimeoutMs: '5000',

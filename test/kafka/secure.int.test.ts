@@ -1,3 +1,6 @@
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { mkdtempSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config/load.js';
@@ -106,6 +109,8 @@ describe('secured Kafka from environment variables alone', () => {
         MSGBRIDGE__kafka__topics__sendRequests: `sec-req-${id}`,
         MSGBRIDGE__kafka__topics__sendResults: `sec-res-${id}`,
         MSGBRIDGE__kafka__topics__sendRequestsDlq: `sec-rdlq-${id}`,
+        MSGBRIDGE__kafka__topics__sendLedger: `sec-ledger-${id}`,
+        MSGBRIDGE_SENDER_STATE_DIR: mkdtempSync(join(tmpdir(), 'msgbridge-sec-sender-')),
         MSGBRIDGE__sender__groupId: `sec-sender-${id}`,
       });
       const sender = await startSender({ config, health: false });

@@ -8,6 +8,7 @@ import { CircuitBreaker } from '../../src/sender/circuit-breaker.js';
 import type { WindowLookup } from '../../src/sender/conversation-table.js';
 import type { WorkContext } from '../../src/sender/keyed-runner.js';
 import { noopSenderMetrics, type ConversationDecision, type SenderMetrics } from '../../src/sender/metrics.js';
+import { memoryLedger } from './memory-ledger.js';
 import { createProcessor, type ConversationGuardOptions } from '../../src/sender/processor.js';
 import { prepareJob, type DlqJob, type Job, type SendJob } from '../../src/sender/requests.js';
 import { Semaphore } from '../../src/sender/semaphore.js';
@@ -55,7 +56,7 @@ function harness(window: () => WindowLookup, guard: Partial<ConversationGuardOpt
     policy: { budgetMs: 60_000, backoffInitialMs: 5, backoffMaxMs: 10 },
     retryMaybeSent: true,
     dlqMaxBytes: 1_000_000,
-    completedMax: 100,
+    ledger: memoryLedger().port,
     metrics,
     logger: silentLogger,
     conversations: { mode: 'reject', graceMs: 0, lookup: () => window(), ...guard },
@@ -211,7 +212,7 @@ function createProcessorRefusing() {
     policy: { budgetMs: 60_000, backoffInitialMs: 5, backoffMaxMs: 10 },
     retryMaybeSent: true,
     dlqMaxBytes: 1_000_000,
-    completedMax: 100,
+    ledger: memoryLedger().port,
     metrics: noopSenderMetrics,
     logger: silentLogger,
     conversations: { mode: 'reject', graceMs: 0, lookup: () => neverSeen },

@@ -1,5 +1,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 import { loadConfig, type DeepPartial } from '../../src/config/load.js';
@@ -29,6 +32,7 @@ export function senderTopics() {
     sendRequests: uniqueTopic('send-requests'),
     sendResults: uniqueTopic('send-results'),
     sendRequestsDlq: uniqueTopic('send-dlq'),
+    sendLedger: uniqueTopic('send-ledger'),
     /** Not created by the fixture: the tests of the conversation window guard create it (compacted) when they need it. */
     conversations: uniqueTopic('conversations'),
     requestOutcomes: uniqueTopic('request-outcomes'),
@@ -90,7 +94,12 @@ export async function fixture(
     (admin) =>
       ensureTopics(
         admin,
-        [topics.sendRequests, topics.sendResults, topics.sendRequestsDlq].map((topic) => ({ topic, partitions, replicationFactor: 1 })),
+        [topics.sendRequests, topics.sendResults, topics.sendRequestsDlq, topics.sendLedger].map((topic) => ({
+          topic,
+          partitions,
+          replicationFactor: 1,
+          ...(topic === topics.sendLedger ? { configEntries: [{ name: 'cleanup.policy', value: 'compact,delete' }] } : {}),
+        })),
       ),
     brokers,
   );
@@ -112,6 +121,7 @@ export async function fixture(
     backoffInitialMs: 20,
     backoffMaxMs: 200,
     drainGraceMs: 15_000,
+    stateDir: mkdtempSync(join(tmpdir(), 'msgbridge-sender-state-')),
     ...options.sender,
   };
   const config = loadConfig({

@@ -7,6 +7,7 @@ import pino from 'pino';
 import { silentLogger } from '../../src/platform/logger.js';
 import type { WorkContext } from '../../src/sender/keyed-runner.js';
 import { noopSenderMetrics } from '../../src/sender/metrics.js';
+import { memoryLedger } from './memory-ledger.js';
 import { createProcessor, type ProcessorOptions } from '../../src/sender/processor.js';
 import { prepareJob, type Job } from '../../src/sender/requests.js';
 import type { AttemptOutcome } from '../../src/sender/retry-policy.js';
@@ -23,14 +24,15 @@ function job(requestId: string, text = 'hi', extra: Record<string, unknown> = {}
 const dropped = { kind: 'network', code: 'UND_ERR_SOCKET', message: 'other side closed', requestWritten: true } as const;
 const refused = { kind: 'network', code: 'ECONNREFUSED', message: 'refused', requestWritten: false } as const;
 
-function context(): WorkContext & { stopNow: () => void; abortNow: () => void } {
+/** A record's context: `offset` tells a resubmission (another record) from the same record read again. */
+function context(offset = 0): WorkContext & { stopNow: () => void; abortNow: () => void } {
   const stop = new AbortController();
   const abort = new AbortController();
-  return { partition: '0', offset: 0, stop: stop.signal, abort: abort.signal, stopNow: () => stop.abort(), abortNow: () => abort.abort() };
+  return { partition: '0', offset, stop: stop.signal, abort: abort.signal, stopNow: () => stop.abort(), abortNow: () => abort.abort() };
 }
 
 /** A provider whose answers the test scripts; each call waits for `release()` when `gated`. */
-function harness(answers: AttemptOutcome[], overrides: Partial<ProcessorOptions> = {}) {
+function harness(answers: AttemptOutcome[], overrides: Partial<ProcessorOptions> = {}, ledger = memoryLedger()) {
   const calls: unknown[] = [];
   const published: { topic: string; record: RecordToWrite }[] = [];
   const slowedDown: string[] = [];
@@ -65,7 +67,7 @@ function harness(answers: AttemptOutcome[], overrides: Partial<ProcessorOptions>
     policy: { budgetMs: 60_000, backoffInitialMs: 5, backoffMaxMs: 10 },
     retryMaybeSent: true,
     dlqMaxBytes: 1_000_000,
-    completedMax: 2,
+    ledger: ledger.port,
     metrics: noopSenderMetrics,
     logger: silentLogger,
     random: () => 0.5,
@@ -73,6 +75,7 @@ function harness(answers: AttemptOutcome[], overrides: Partial<ProcessorOptions>
   });
   return {
     processor,
+    ledger,
     calls,
     published,
     slowedDown,
@@ -157,7 +160,7 @@ describe('processor', () => {
     expect(rejected!.attempts as number).toBeGreaterThan(2);
     failures.length = 0;
     const before = h.calls.length;
-    await h.processor.work(job('r1'), context());
+    await h.processor.work(job('r1'), context(1));
     expect(h.calls.length).toBe(before + 1);
     expect(h.results()[1]).toMatchObject({ outcome: 'accepted' });
     // A permanent rejection is remembered: a resubmission gets the same result, unsent.
@@ -165,7 +168,7 @@ describe('processor', () => {
     const capture = pino({ level: 'debug' }, { write: (line: string) => void levels.push(`${pino.levels.labels[JSON.parse(line).level as number]} ${JSON.parse(line).msg as string}`) });
     const permanent = harness([{ kind: 'http-error', status: 400 }], { logger: capture });
     await permanent.processor.work(job('r2'), context());
-    await permanent.processor.work(job('r2'), context());
+    await permanent.processor.work(job('r2'), context(1));
     expect(permanent.calls).toHaveLength(1);
     expect(permanent.results().map((r) => r.outcome)).toEqual(['rejected', 'rejected']);
     // An ordinary outcome: info, not warn (a rejection that may have sent the message is a warning).
@@ -209,21 +212,13 @@ describe('processor', () => {
   it('never sends a completed requestId again: the stored result is published once more, without its content', async () => {
     const h = harness([]);
     await h.processor.work(job('r1'), context());
-    await h.processor.work(job('r1', 'different text, same id'), context());
+    await h.processor.work(job('r1', 'different text, same id'), context(1));
     expect(h.calls).toHaveLength(1);
-    const [first, second] = h.published;
+    const [first, second] = h.published.filter((p) => p.topic === 'results');
     const { content, ...rest } = JSON.parse(first!.record.value.toString()) as Record<string, unknown>;
     expect(content).toEqual({ text: 'hi' });
     expect(JSON.parse(second!.record.value.toString())).toEqual(rest);
     expect(second!.record.headers['event-id']).toBe(first!.record.headers['event-id']);
-  });
-
-  it('forgets the oldest completed ids beyond completedMax', async () => {
-    const h = harness([]);
-    for (const id of ['a', 'b', 'c']) await h.processor.work(job(id), context());
-    expect(h.processor.completedCount).toBe(2);
-    await h.processor.work(job('a'), context());
-    expect(h.calls).toHaveLength(4);
   });
 
   it('a duplicate arriving while the first is in flight waits for it instead of sending', async () => {
@@ -248,7 +243,10 @@ describe('processor', () => {
     await tick();
     ctx.stopNow();
     expect(await pending).toBe('abandoned');
-    expect(slow.published).toHaveLength(0);
+    expect(slow.results()).toHaveLength(0);
+    // It called once: the next owner learns how far it got instead of waiting for the call's deadline.
+    expect(slow.ledger.written.map((e) => e.state)).toEqual(['calling', 'released']);
+    expect(slow.ledger.written[1]).toMatchObject({ attempts: 1, maybeSent: false });
 
     const h = harness([]);
     h.gate();
@@ -263,15 +261,15 @@ describe('processor', () => {
 
   it('retries publishing until Kafka takes it, and gives up only at the hard deadline', async () => {
     let failures = 2;
-    const published: RecordToWrite[] = [];
+    const published: { topic: string; record: RecordToWrite }[] = [];
     const h = harness([], {
-      publish: async (_topic, record) => {
+      publish: async (topic, record) => {
         if (failures-- > 0) throw new Error('kafka down');
-        published.push(record);
+        published.push({ topic, record });
       },
     });
     expect(await h.processor.work(job('r1'), context())).toBe('done');
-    expect(published).toHaveLength(1);
+    expect(published.map((p) => p.topic).sort()).toEqual(['ledger', 'ledger', 'results']);
 
     const never = harness([], {
       publish: async () => {
@@ -280,15 +278,101 @@ describe('processor', () => {
     });
     const ctx = context();
     const pending = never.processor.work(job('r2'), ctx);
-    // Stopped once the send happened and publishing is failing (the event, not a delay).
-    for (const deadline = Date.now() + 10_000; never.calls.length === 0;) {
-      if (Date.now() > deadline) throw new Error('the request was never sent');
-      await new Promise((r) => setTimeout(r, 5));
-    }
+    await new Promise((r) => setTimeout(r, 300));
     ctx.abortNow();
     expect(await pending).toBe('abandoned');
-    // The send happened: a later duplicate in this process republishes instead of sending.
-    expect(never.calls).toHaveLength(1);
+    // No call without its `calling` record in Kafka: nothing was sent that a next owner could not know of.
+    expect(never.calls).toHaveLength(0);
+  });
+
+  it('writes `calling` before each attempt and `done` with the result; a later record of the id gets that result again', async () => {
+    const h = harness([{ kind: 'http-error', status: 503 }]);
+    expect(await h.processor.work(job('r1'), context(7))).toBe('done');
+    expect(h.ledger.written.map((e) => e.state)).toEqual(['calling', 'calling', 'done']);
+    const done = h.ledger.written[2]!;
+    expect(done).toMatchObject({ state: 'done', offset: 7, remember: true });
+    const ledgerTopics = h.published.map((p) => p.topic);
+    // Each calling record is published before the call it announces.
+    expect(ledgerTopics.slice(0, 2)).toEqual(['ledger', 'ledger']);
+    expect(await h.processor.work(job('r1'), context(9))).toBe('done');
+    expect(h.calls).toHaveLength(2);
+    const [first, again] = h.results();
+    expect(again).toMatchObject({ requestId: 'r1', outcome: 'accepted', messageId: first!.messageId });
+  });
+
+  it('waits while another member may still be calling for a request, and publishes its outcome when it comes', async () => {
+    const ledger = memoryLedger({
+      graceMs: 60_000,
+      onRefresh: (key, entries) => {
+        const outcome = {
+          requestId: 'r1',
+          businessId: 'biz',
+          outcome: 'accepted',
+          messageId: 'from-previous-owner',
+          type: 'text',
+          recipient: '+15550002222',
+          attempts: 1,
+          maybeSent: false,
+          acceptedAt: new Date().toISOString(),
+        };
+        entries.set(key, { state: 'done', offset: 0, at: Date.now(), remember: true, result: JSON.stringify(outcome) });
+      },
+    });
+    ledger.entries.set('["biz","r1"]', { state: 'calling', offset: 0, at: Date.now(), owner: 'member-a' });
+    const h = harness([], {}, ledger);
+    expect(await h.processor.work(job('r1'), context())).toBe('done');
+    expect(h.calls).toHaveLength(0);
+    expect(ledger.refreshes()).toBeGreaterThan(0);
+    expect(h.results()).toEqual([expect.objectContaining({ requestId: 'r1', messageId: 'from-previous-owner' })]);
+  });
+
+  it('a calling record nobody finished within the call deadline: sent again with maybeSent, or refused at most once', async () => {
+    const stale = () => {
+      const ledger = memoryLedger({ graceMs: 1000 });
+      ledger.entries.set('["biz","r1"]', { state: 'calling', offset: 0, at: Date.now() - 5000, owner: 'member-a' });
+      return ledger;
+    };
+    const atLeastOnce = harness([], {}, stale());
+    expect(await atLeastOnce.processor.work(job('r1'), context())).toBe('done');
+    expect(atLeastOnce.calls).toHaveLength(1);
+    expect(atLeastOnce.results()).toEqual([expect.objectContaining({ outcome: 'accepted', maybeSent: true, attempts: 2 })]);
+
+    const atMostOnce = harness([], { retryMaybeSent: false }, stale());
+    expect(await atMostOnce.processor.work(job('r1'), context())).toBe('done');
+    expect(atMostOnce.calls).toHaveLength(0);
+    expect(atMostOnce.results()).toEqual([expect.objectContaining({ outcome: 'rejected', maybeSent: true, error: expect.objectContaining({ retriable: false, maybeSent: true }) })]);
+  });
+
+  it('carries on what a previous owner released: its attempts and whether one may have sent', async () => {
+    const ledger = memoryLedger();
+    ledger.entries.set('["biz","r1"]', { state: 'released', offset: 0, at: Date.now(), attempts: 3, maybeSent: true, firstAttemptAt: Date.now() - 1000 });
+    const h = harness([], {}, ledger);
+    expect(await h.processor.work(job('r1'), context())).toBe('done');
+    expect(h.results()).toEqual([expect.objectContaining({ outcome: 'accepted', attempts: 4, maybeSent: true })]);
+  });
+
+  it('pauseCalls holds new calls and resolves once the calls made have their outcome recorded', async () => {
+    const h = harness([]);
+    h.gate();
+    const first = h.processor.work(job('r1'), context());
+    while (h.calls.length === 0) await tick();
+    expect(h.processor.unsettledCalls).toBe(1);
+    let settled = false;
+    const pausing = h.processor.pauseCalls(10_000).then((ok) => (settled = ok));
+    const second = h.processor.work(job('r2'), context(1));
+    await new Promise((r) => setTimeout(r, 30));
+    expect(settled).toBe(false);
+    h.release();
+    expect(await first).toBe('done');
+    await pausing;
+    expect(settled).toBe(true);
+    // Held: r2 has not called while paused.
+    expect(h.calls).toHaveLength(1);
+    h.processor.resumeCalls();
+    await new Promise((r) => setTimeout(r, 150));
+    h.release();
+    expect(await second).toBe('done');
+    expect(h.calls).toHaveLength(2);
   });
 
   it('a request admitted before the circuit opened does not call once it has: it goes back to wait after its token', async () => {

@@ -135,6 +135,7 @@ describe('tracing across the roles', () => {
     sendRequests: uniqueTopic('tc-requests'),
     sendResults: uniqueTopic('tc-results'),
     sendRequestsDlq: uniqueTopic('tc-rdlq'),
+    sendLedger: uniqueTopic('tc-ledger'),
     messageState: uniqueTopic('tc-state'),
     conversations: uniqueTopic('tc-conv'),
     requestOutcomes: uniqueTopic('tc-outcomes'),
@@ -152,7 +153,11 @@ describe('tracing across the roles', () => {
     await withAdmin((admin) =>
       ensureTopics(
         admin,
-        [topics.messages, topics.deliveryStatus, topics.webhooksDlq, topics.sendRequests, topics.sendResults, topics.sendRequestsDlq].map((topic) => ({ topic, partitions: 3, replicationFactor: 1 })),
+        [topics.messages, topics.deliveryStatus, topics.webhooksDlq, topics.sendRequests, topics.sendResults, topics.sendRequestsDlq, topics.sendLedger].map((topic) => ({
+          topic,
+          partitions: 3,
+          replicationFactor: 1,
+        })),
       ),
     );
     receiver = await startOtlpReceiver();
@@ -165,7 +170,14 @@ describe('tracing across the roles', () => {
         businesses: [{ id: BIZ.id, signingSecrets: [BIZ.signingSecret], apiKey: BIZ.apiKey }],
         provider: { url: proxy.url },
         ingress: { host: '127.0.0.1', port: 0 },
-        sender: { groupId: `tc-sender-${id}`, healthHost: '127.0.0.1', healthPort: 0, backoffInitialMs: 20, backoffMaxMs: 200 },
+        sender: {
+          groupId: `tc-sender-${id}`,
+          stateDir: join(tmpdir(), 'msgbridge-test-state', `tracing-sender-${id}`),
+          healthHost: '127.0.0.1',
+          healthPort: 0,
+          backoffInitialMs: 20,
+          backoffMaxMs: 200,
+        },
         tracker: {
           groupId: `tc-tracker-${id}`,
           transactionalIdPrefix: `tc-tx-${id}`,

@@ -37,6 +37,8 @@ const env: Record<string, string> = {
   MSGBRIDGE__kafka__topics__sendRequests: `${suffix}-send-requests`,
   MSGBRIDGE__kafka__topics__sendResults: `${suffix}-send-results`,
   MSGBRIDGE__kafka__topics__sendRequestsDlq: `${suffix}-send-requests-dlq`,
+  MSGBRIDGE__kafka__topics__sendLedger: `${suffix}-send-ledger`,
+  MSGBRIDGE_SENDER_STATE_DIR: mkdtempSync(join(tmpdir(), 'msgbridge-dev-sender-')),
   MSGBRIDGE__kafka__topics__messageState: `${suffix}-message-state`,
   MSGBRIDGE__kafka__topics__conversations: `${suffix}-conversations`,
   MSGBRIDGE__kafka__topics__requestOutcomes: `${suffix}-request-outcomes`,

@@ -1,0 +1,85 @@
+/**
+ * The records of the request ledger (`send-ledger`, README "Sent once"): what a member writes
+ * about a request of partition p, to partition p, keyed by the request. Compaction keeps the
+ * last one per request. Pure: no Kafka, no LMDB.
+ *
+ * - `calling`: a provider call is about to be made (written, and acknowledged, before the first
+ *   attempt). A `calling` record with nothing after it means a call may have been made whose
+ *   outcome nobody recorded.
+ * - `done`: the request's terminal outcome, with its result as published (without content).
+ *   `remember`: a new record with the same request id gets this result again instead of a call;
+ *   otherwise (expired, rejected for a reason that may pass) only the same record (`offset`) does.
+ * - `released`: the member stopped working on it without an outcome (its partition moved, or a
+ *   drain ran out of time), after `attempts` attempts; the next owner carries them on.
+ */
+export type LedgerEntry =
+  | { state: 'calling'; offset: number; at: number; owner: string }
+  | { state: 'done'; offset: number; at: number; remember: boolean; result: string }
+  | { state: 'released'; offset: number; at: number; attempts: number; maybeSent: boolean; firstAttemptAt: number | null };
+
+/** The ledger key of a request: its business and request id, unambiguous whatever they contain. */
+export function ledgerKey(businessId: string, requestId: string): string {
+  return JSON.stringify([businessId, requestId]);
+}
+
+const VERSION = 1;
+
+export function encodeLedgerEntry(entry: LedgerEntry): string {
+  return JSON.stringify({ v: VERSION, ...entry });
+}
+
+const isTime = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v) && v >= 0;
+const isOffset = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+
+/** A ledger value read back; undefined when it is not one this release understands (skipped, never trusted). */
+export function decodeLedgerEntry(text: string | Buffer | null | undefined): LedgerEntry | undefined {
+  if (text === null || text === undefined) return undefined;
+  let json: Record<string, unknown>;
+  try {
+    json = JSON.parse(typeof text === 'string' ? text : text.toString()) as Record<string, unknown>;
+  } catch {
+    return undefined;
+  }
+  if (!json || typeof json !== 'object' || json.v !== VERSION || !isOffset(json.offset) || !isTime(json.at)) return undefined;
+  const { offset, at } = json;
+  switch (json.state) {
+    case 'calling':
+      return typeof json.owner === 'string' ? { state: 'calling', offset, at, owner: json.owner } : undefined;
+    case 'done':
+      return typeof json.remember === 'boolean' && typeof json.result === 'string' ? { state: 'done', offset, at, remember: json.remember, result: json.result } : undefined;
+    case 'released':
+      return Number.isSafeInteger(json.attempts) && (json.attempts as number) >= 0 && typeof json.maybeSent === 'boolean' && (json.firstAttemptAt === null || isTime(json.firstAttemptAt))
+        ? { state: 'released', offset, at, attempts: json.attempts as number, maybeSent: json.maybeSent, firstAttemptAt: json.firstAttemptAt as number | null }
+        : undefined;
+    default:
+      return undefined;
+  }
+}
+
+/** What a request's owner does with what the ledger says about it (README "Sent once"). */
+export type LedgerDecision =
+  /** Publish this result again; no call. */
+  | { action: 'repeat'; result: string }
+  /** Send it (carrying on what a previous owner released, if anything). */
+  | { action: 'send'; carried?: { attempts: number; maybeSent: boolean; firstAttemptAt: number | null } }
+  /** Another owner may still be calling: wait for its outcome, up to `until`. */
+  | { action: 'wait'; until: number };
+
+/**
+ * The decision for the request at `offset`, given the ledger's entry for its id. `graceMs`: how
+ * long after a `calling` record its writer may still record the outcome (a call's deadline plus
+ * the time to publish); past it, the writer is taken for dead with the call in flight.
+ */
+export function ledgerDecision(entry: LedgerEntry | undefined, offset: number, now: number, graceMs: number): LedgerDecision {
+  if (!entry) return { action: 'send' };
+  switch (entry.state) {
+    case 'done':
+      return entry.remember || entry.offset === offset ? { action: 'repeat', result: entry.result } : { action: 'send' };
+    case 'released':
+      return entry.offset === offset ? { action: 'send', carried: { attempts: entry.attempts, maybeSent: entry.maybeSent, firstAttemptAt: entry.firstAttemptAt } } : { action: 'send' };
+    case 'calling':
+      if (now < entry.at + graceMs) return { action: 'wait', until: entry.at + graceMs };
+      // Nobody recorded an outcome in time: the call may have reached the provider.
+      return { action: 'send', carried: { attempts: 1, maybeSent: true, firstAttemptAt: entry.at } };
+  }
+}

@@ -1,0 +1,313 @@
+import type { RecordToWrite } from '../kafka/port.js';
+import type { ChangelogRestorer } from '../kafka/changelog-restore.js';
+import type { Logger } from '../platform/logger.js';
+import { sleep } from '../platform/sleep.js';
+import { decodeLedgerEntry, encodeLedgerEntry, type LedgerEntry } from './ledger-records.js';
+import { LedgerStore, ledgerStoreDir } from './ledger-store.js';
+
+/**
+ * The sender's durable memory of its requests (README "Sent once"): per owned partition p of
+ * send-requests, a local store of partition p of `send-ledger`, restored when the partition is
+ * assigned (delta from the store's checkpoint on a restart, in bulk on a new member), kept as
+ * this member writes, swept by the idempotency window and the size bound. Writing goes through
+ * the processor's durable publish; this class builds the records and keeps them once Kafka has
+ * them.
+ */
+export interface RequestLedgerOptions {
+  changelogs: ChangelogRestorer;
+  topic: string;
+  /** Partitions of send-requests (and of the ledger, co-partitioned). */
+  partitions: number;
+  stateDir: string;
+  groupId: string;
+  windowMs: number;
+  /** Entries kept by this member over all partitions; each partition keeps its share. */
+  maxEntries: number;
+  logger: Logger;
+  /** How long to wait for the writes of an earlier ownership of a partition in this process to finish before restoring it. */
+  settleMs?: number;
+  now?: () => number;
+}
+
+/** Changelog records applied per LMDB transaction during a restore. */
+const CHUNK = 5_000;
+const READ_TIMEOUT_MS = 30 * 60_000;
+const READ_BYTES_PER_PARTITION = 2 * 1024 * 1024;
+/** Entries dropped per sweep and partition: bounded work between batches. */
+const SWEEP_LIMIT = 20_000;
+/** Refreshes of a partition for records another member may still write: at most one this often. */
+const REFRESH_EVERY_MS = 1000;
+
+interface OpenPartition {
+  store: LedgerStore;
+  /** Requests of this partition working with the store (they record into it when they end). */
+  holds: number;
+  /** Assigned to this member (false once revoked: closed when the last hold goes). */
+  owned: boolean;
+  /** Ledger writes issued and not yet kept in the store. */
+  writing: Set<Promise<unknown>>;
+  /** Keys another member may still record an outcome for, being waited for. */
+  waitedFor: Set<string>;
+  refreshing: Promise<void> | undefined;
+  lastRefresh: number;
+  released: (() => void)[];
+}
+
+export interface LedgerStats {
+  partitions: number;
+  entries: number;
+  bytes: number;
+}
+
+export class RequestLedger {
+  private readonly open = new Map<number, OpenPartition>();
+  private readonly opening = new Map<number, Promise<void>>();
+  private readonly now: () => number;
+  private closed = false;
+
+  constructor(private readonly options: RequestLedgerOptions) {
+    this.now = options.now ?? Date.now;
+  }
+
+  private get perPartitionMax(): number {
+    return Math.max(1, Math.ceil(this.options.maxEntries / this.options.partitions));
+  }
+
+  /**
+   * Makes partition p's ledger ready: waits (bounded) for the writes of an earlier ownership in
+   * this process, opens the store and brings it up to the end of the changelog partition.
+   * Resolves with the restore's mode and records; rejects when Kafka cannot be read.
+   */
+  assign(partition: number, signal?: AbortSignal): Promise<void> {
+    const running = this.opening.get(partition);
+    if (running) return running;
+    const opening = this.restore(partition, signal).finally(() => this.opening.delete(partition));
+    this.opening.set(partition, opening);
+    return opening;
+  }
+
+  private async restore(partition: number, signal?: AbortSignal): Promise<void> {
+    const { options } = this;
+    const started = performance.now();
+    let current = this.open.get(partition);
+    if (current && current.holds > 0) {
+      // Requests of the partition's previous ownership are still recording: their records must
+      // be in Kafka before the read below decides where the changelog ends.
+      await Promise.race([new Promise<void>((resolve) => current!.released.push(resolve)), sleep(options.settleMs ?? 30_000, signal)]);
+    }
+    current = this.open.get(partition);
+    if (current) await Promise.allSettled([...current.writing]);
+    const clusterId = await options.changelogs.clusterId();
+    let store = current?.store ?? LedgerStore.open(ledgerStoreDir(options.stateDir, options.groupId, partition), { clusterId, topic: options.topic, partition, partitions: options.partitions });
+    try {
+      let from = store.checkpoint()?.ledger;
+      const inconsistency = from === undefined ? undefined : await options.changelogs.inconsistency([{ topic: options.topic, partition, position: from }]);
+      if (inconsistency) {
+        options.logger.warn({ partition, dir: store.dir, checkpoint: from, reason: inconsistency }, 'the local request ledger does not match its changelog; rebuilding it');
+        store = LedgerStore.rebuild(store);
+        from = undefined;
+      }
+      const expireBeforeMs = this.now() - options.windowMs;
+      const read = await options.changelogs.inTurn(() =>
+        options.changelogs.read({
+          topic: options.topic,
+          partition,
+          ...(from !== undefined ? { from } : {}),
+          chunkSize: CHUNK,
+          ...(signal ? { signal } : {}),
+          timeoutMs: READ_TIMEOUT_MS,
+          maxBytesPerPartition: READ_BYTES_PER_PARTITION,
+          apply: (own, _others, reached) => store.applyChangelog(own, reached, expireBeforeMs),
+        }),
+      );
+      store.remapNow();
+      store.expire(expireBeforeMs, this.perPartitionMax, Number.MAX_SAFE_INTEGER);
+      const entry: OpenPartition = current ?? { store, holds: 0, owned: true, writing: new Set(), waitedFor: new Set(), refreshing: undefined, lastRefresh: 0, released: [] };
+      entry.store = store;
+      entry.owned = true;
+      this.open.set(partition, entry);
+      const ms = performance.now() - started;
+      options.logger.info(
+        {
+          partition,
+          mode: from === undefined ? 'bulk' : 'delta',
+          from: from ?? null,
+          records: read.records,
+          recordsPerSecond: ms > 0 ? Math.round((read.records * 1000) / ms) : null,
+          entries: store.stats().entries,
+          ms: Math.round(ms),
+        },
+        from === undefined ? 'request ledger restored in bulk' : 'request ledger caught up from its checkpoint',
+      );
+    } catch (error) {
+      if (!current) await store.close().catch(() => undefined);
+      throw error;
+    }
+  }
+
+  /** The partition moved away: its store closes once the requests still recording into it are done. */
+  revoke(partition: number): void {
+    const entry = this.open.get(partition);
+    if (!entry) return;
+    entry.owned = false;
+    if (entry.holds === 0) void this.closePartition(partition, entry);
+  }
+
+  private async closePartition(partition: number, entry: OpenPartition): Promise<void> {
+    if (this.open.get(partition) !== entry || entry.owned || entry.holds > 0) return;
+    this.open.delete(partition);
+    await Promise.allSettled([...entry.writing]);
+    await entry.store.close().catch(() => undefined);
+  }
+
+  /** A request of the partition starts working with the ledger; `release` when it ends. */
+  hold(partition: number): boolean {
+    const entry = this.open.get(partition);
+    if (!entry) return false;
+    entry.holds++;
+    return true;
+  }
+
+  release(partition: number): void {
+    const entry = this.open.get(partition);
+    if (!entry || entry.holds === 0) return;
+    entry.holds--;
+    if (entry.holds > 0) return;
+    for (const resolve of entry.released.splice(0)) resolve();
+    if (!entry.owned) void this.closePartition(partition, entry);
+  }
+
+  isReady(partition: number): boolean {
+    return this.open.has(partition) && !this.opening.has(partition);
+  }
+
+  /** What the ledger holds for a request of the partition (undefined when nothing, or the partition is not open). */
+  lookup(partition: number, key: string): LedgerEntry | undefined {
+    return this.open.get(partition)?.store.get(key);
+  }
+
+  /** The Kafka record of a ledger entry: to partition p of the ledger, whatever its key hashes to. */
+  recordOf(partition: number, key: string, entry: LedgerEntry): RecordToWrite {
+    return { key, partition, value: encodeLedgerEntry(entry), headers: {} };
+  }
+
+  /**
+   * Publishes a ledger entry with `publish` (which resolves once Kafka acknowledged it, or false
+   * when it gave up) and keeps it in the store; the partition's checkpoint does not pass it
+   * until it is kept.
+   */
+  async write(partition: number, key: string, entry: LedgerEntry, publish: (record: RecordToWrite) => Promise<boolean>): Promise<boolean> {
+    const open = this.open.get(partition);
+    const work = (async () => {
+      if (!(await publish(this.recordOf(partition, key, entry)))) return false;
+      await this.open
+        .get(partition)
+        ?.store.record(key, entry)
+        .catch((error: unknown) => this.options.logger.warn({ err: (error as Error)?.message, partition }, 'keeping a ledger record on disk failed (Kafka has it)'));
+      return true;
+    })();
+    open?.writing.add(work);
+    try {
+      return await work;
+    } finally {
+      open?.writing.delete(work);
+    }
+  }
+
+  /**
+   * Reads what the changelog partition holds now for `key` (written by another member after this
+   * one restored it), at most once a second per partition whatever the number of waiting keys;
+   * answers the entry then held.
+   */
+  async refresh(partition: number, key: string, signal?: AbortSignal): Promise<LedgerEntry | undefined> {
+    const entry = this.open.get(partition);
+    if (!entry) return undefined;
+    entry.waitedFor.add(key);
+    try {
+      while (entry.refreshing) await entry.refreshing;
+      const wait = entry.lastRefresh + REFRESH_EVERY_MS - this.now();
+      if (wait > 0 && !(await sleep(wait, signal))) return entry.store.get(key);
+      while (entry.refreshing) await entry.refreshing;
+      if (this.now() - entry.lastRefresh >= REFRESH_EVERY_MS) {
+        entry.refreshing = this.readWaited(partition, entry, signal).finally(() => {
+          entry.lastRefresh = this.now();
+          entry.refreshing = undefined;
+        });
+        await entry.refreshing;
+      }
+      return entry.store.get(key);
+    } finally {
+      entry.waitedFor.delete(key);
+    }
+  }
+
+  /**
+   * The records of the waited-for keys from the checkpoint to the end, applied without moving the
+   * checkpoint: only keys this member is not writing itself, so nothing it wrote is overtaken.
+   */
+  private async readWaited(partition: number, entry: OpenPartition, signal?: AbortSignal): Promise<void> {
+    const keys = new Set(entry.waitedFor);
+    const found = new Map<string, LedgerEntry | undefined>();
+    try {
+      await this.options.changelogs.read({
+        topic: this.options.topic,
+        partition,
+        from: entry.store.checkpoint()?.ledger ?? 0,
+        filter: (r) => keys.has(r.key!.toString()),
+        chunkSize: CHUNK,
+        ...(signal ? { signal } : {}),
+        timeoutMs: 60_000,
+        maxBytesPerPartition: READ_BYTES_PER_PARTITION,
+        apply: (own) => {
+          for (const e of own) found.set(e.key, decodeLedgerEntry(e.value));
+        },
+      });
+    } catch (error) {
+      this.options.logger.warn({ err: (error as Error)?.message, partition }, 'reading the request ledger again failed: waiting for the previous owner goes on');
+      return;
+    }
+    for (const [key, value] of found) if (value) await entry.store.record(key, value).catch(() => undefined);
+  }
+
+  /**
+   * Periodic upkeep: each owned partition's checkpoint moves to the changelog's end once this
+   * member's writes below it are kept (a restart then reads only the little written since), and
+   * records past the idempotency window or beyond the size bound go.
+   */
+  async tick(): Promise<void> {
+    if (this.closed || this.open.size === 0) return;
+    let ends: Map<number, { high: number }>;
+    try {
+      ends = await this.options.changelogs.ends(this.options.topic);
+    } catch {
+      return;
+    }
+    for (const [partition, entry] of this.open) {
+      if (!entry.owned || this.opening.has(partition) || entry.waitedFor.size > 0) continue;
+      const end = ends.get(partition)?.high;
+      await Promise.allSettled([...entry.writing]);
+      if (end !== undefined && this.open.get(partition) === entry) await entry.store.advanceTo(end).catch(() => undefined);
+      if (this.open.get(partition) === entry) entry.store.expire(this.now() - this.options.windowMs, this.perPartitionMax, SWEEP_LIMIT);
+    }
+  }
+
+  stats(): LedgerStats {
+    let entries = 0;
+    let bytes = 0;
+    for (const entry of this.open.values()) {
+      const s = entry.store.stats();
+      entries += s.entries;
+      bytes += s.bytes;
+    }
+    return { partitions: this.open.size, entries, bytes };
+  }
+
+  /** Waits for the writes in flight and closes every store. */
+  async close(): Promise<void> {
+    this.closed = true;
+    const entries = [...this.open.values()];
+    this.open.clear();
+    await Promise.allSettled(entries.flatMap((e) => [...e.writing]));
+    await Promise.allSettled(entries.map((e) => e.store.close()));
+  }
+}

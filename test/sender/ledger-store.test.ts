@@ -1,0 +1,126 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { decodeLedgerEntry, encodeLedgerEntry, ledgerDecision, ledgerKey, type LedgerEntry } from '../../src/sender/ledger-records.js';
+import { LedgerStore, ledgerStoreDir } from '../../src/sender/ledger-store.js';
+
+const identity = { clusterId: 'c1', topic: 'send-ledger', partition: 3, partitions: 12 };
+const done = (offset: number, at: number, remember = true): LedgerEntry => ({ state: 'done', offset, at, remember, result: `{"requestId":"r${offset}"}` });
+const bytes = (e: LedgerEntry) => Buffer.from(encodeLedgerEntry(e));
+
+describe('ledger records', () => {
+  it('round-trip every state; anything else is not trusted', () => {
+    const entries: LedgerEntry[] = [
+      { state: 'calling', offset: 1, at: 10, owner: 'host/1/abc' },
+      done(2, 20),
+      { state: 'released', offset: 3, at: 30, attempts: 2, maybeSent: true, firstAttemptAt: 25 },
+      { state: 'released', offset: 4, at: 40, attempts: 0, maybeSent: false, firstAttemptAt: null },
+    ];
+    for (const e of entries) expect(decodeLedgerEntry(encodeLedgerEntry(e))).toEqual(e);
+    for (const bad of [
+      '',
+      'null',
+      '{}',
+      '{"v":2,"state":"done","offset":1,"at":1,"remember":true,"result":"x"}',
+      '{"v":1,"state":"done","offset":-1,"at":1,"remember":true,"result":"x"}',
+      '{"v":1,"state":"calling","offset":1,"at":1}',
+      '{"v":1,"state":"gone","offset":1,"at":1}',
+    ])
+      expect(decodeLedgerEntry(bad)).toBeUndefined();
+    expect(decodeLedgerEntry(null)).toBeUndefined();
+  });
+
+  it('keys a request by business and id without ambiguity', () => {
+    expect(ledgerKey('a', 'b/c')).not.toBe(ledgerKey('a/b', 'c'));
+    expect(JSON.parse(ledgerKey('biz', 'r"1'))).toEqual(['biz', 'r"1']);
+  });
+
+  it('decides: repeat what is done (for good, or the same record), carry what was released, wait for a live calling, take a stale one as maybe sent', () => {
+    expect(ledgerDecision(undefined, 5, 0, 1000)).toEqual({ action: 'send' });
+    expect(ledgerDecision(done(5, 0), 9, 0, 1000)).toEqual({ action: 'repeat', result: '{"requestId":"r5"}' });
+    expect(ledgerDecision(done(5, 0, false), 5, 0, 1000)).toEqual({ action: 'repeat', result: '{"requestId":"r5"}' });
+    expect(ledgerDecision(done(5, 0, false), 9, 0, 1000)).toEqual({ action: 'send' });
+    const released: LedgerEntry = { state: 'released', offset: 5, at: 0, attempts: 2, maybeSent: true, firstAttemptAt: 1 };
+    expect(ledgerDecision(released, 5, 0, 1000)).toEqual({ action: 'send', carried: { attempts: 2, maybeSent: true, firstAttemptAt: 1 } });
+    expect(ledgerDecision(released, 6, 0, 1000)).toEqual({ action: 'send' });
+    const calling: LedgerEntry = { state: 'calling', offset: 5, at: 100, owner: 'x' };
+    expect(ledgerDecision(calling, 5, 600, 1000)).toEqual({ action: 'wait', until: 1100 });
+    expect(ledgerDecision(calling, 5, 1100, 1000)).toEqual({ action: 'send', carried: { attempts: 1, maybeSent: true, firstAttemptAt: 100 } });
+  });
+});
+
+describe('ledger store (LMDB)', () => {
+  const dirs: string[] = [];
+  const open = (dir?: string) => {
+    const d = dir ?? ledgerStoreDir(mkdtempSync(join(tmpdir(), 'ledger-')), 'msgbridge-sender', 3);
+    dirs.push(d);
+    return LedgerStore.open(d, identity);
+  };
+  afterEach(() => {
+    for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+  });
+
+  it('keeps what it records, readable at once and after a reopen; a changelog chunk replaces and deletes in order', async () => {
+    const store = open();
+    const written = store.record('k1', done(1, 1000));
+    expect(store.get('k1')).toEqual(done(1, 1000));
+    await written;
+    store.applyChangelog(
+      [
+        { key: 'k2', value: bytes(done(2, 1000)) },
+        { key: 'k2', value: bytes(done(3, 1001)) },
+        { key: 'k1', value: null },
+        { key: 'k3', value: Buffer.from('not a ledger record') },
+      ],
+      4,
+      0,
+    );
+    expect(store.get('k1')).toBeUndefined();
+    expect(store.get('k2')).toEqual(done(3, 1001));
+    expect(store.get('k3')).toBeUndefined();
+    expect(store.checkpoint()).toEqual({ ledger: 4 });
+    await store.close();
+    const again = open(store.dir);
+    expect(again.get('k2')).toEqual(done(3, 1001));
+    expect(again.checkpoint()).toEqual({ ledger: 4 });
+    await again.advanceTo(10);
+    expect(again.checkpoint()).toEqual({ ledger: 10 });
+    await again.advanceTo(7);
+    expect(again.checkpoint()).toEqual({ ledger: 10 });
+    await again.close();
+  });
+
+  it('drops what is past the window, then the oldest beyond the bound; a restore skips expired records', async () => {
+    const store = open();
+    store.applyChangelog(
+      Array.from({ length: 10 }, (_, i) => ({ key: `k${i}`, value: bytes(done(i, 1000 + i)) })),
+      10,
+      1002,
+    );
+    expect(store.stats().entries).toBe(8);
+    expect(store.expire(1004, 100, 1000)).toBe(2);
+    expect(store.get('k3')).toBeUndefined();
+    expect(store.get('k4')).toBeDefined();
+    expect(store.expire(0, 3, 1000)).toBe(3);
+    expect(['k4', 'k5', 'k6', 'k7', 'k8', 'k9'].filter((k) => store.get(k) !== undefined)).toEqual(['k7', 'k8', 'k9']);
+    // A key written again is indexed by its newest time only.
+    await store.record('k7', done(11, 5000));
+    expect(store.expire(2000, 100, 1000)).toBe(2);
+    expect(store.get('k7')).toEqual(done(11, 5000));
+    await store.close();
+  });
+
+  it('a directory of another identity is wiped, and a rebuild starts empty', async () => {
+    const store = open();
+    store.applyChangelog([{ key: 'k', value: bytes(done(1, 1)) }], 2, 0);
+    await store.close();
+    const other = LedgerStore.open(store.dir, { ...identity, clusterId: 'c2' });
+    expect(other.get('k')).toBeUndefined();
+    expect(other.checkpoint()).toBeUndefined();
+    other.applyChangelog([{ key: 'k', value: bytes(done(1, 1)) }], 2, 0);
+    const rebuilt = LedgerStore.rebuild(other);
+    expect(rebuilt.get('k')).toBeUndefined();
+    await rebuilt.close();
+  });
+});
