@@ -16,14 +16,15 @@
 // Each target runs as its own process (its peak RSS is read from /proc/<pid>/status VmHWM).
 // The load comes from the project's generator (--generator own, src/simulator/load-generator.ts,
 // in this process) or from wrk (--generator wrk, bench/wrk.ts: a C client, its own process);
-// both send Accept-Encoding: gzip as the provider does, unless --accept-encoding none.
+// both send Accept-Encoding: gzip as the provider does, unless --accept-encoding none. Given
+// lists (--generator own,wrk), each round runs every target under every combination.
 // After each publishing run, every event answered 200 is looked up in Kafka (own); under wrk,
 // which does not say which requests were answered, the run's new records are counted instead:
 // distinct event ids written during the run, at least as many as the 2xx answers.
 //
 //   npx tsx bench/ingress.ts [--duration-ms 10000] [--connections 64] [--rounds 3]
 //                            [--modes discard,kafkajs,platformatic,naive] [--warmup-ms 8000]
-//                            [--statuses-only] [--generator own|wrk] [--accept-encoding gzip|none]
+//                            [--statuses-only] [--generator own,wrk] [--accept-encoding gzip,none]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -57,10 +58,22 @@ const brokerWarmupMs = args.wholeNumber('broker-warmup-ms');
 const connections = args.wholeNumber('connections', 1);
 const rounds = args.wholeNumber('rounds', 1);
 const wrkThreads = args.wholeNumber('wrk-threads', 1);
-const generator = args.values.generator;
-if (generator !== 'own' && generator !== 'wrk') args.fail(`--generator is own or wrk, not "${generator}"`);
-const encoding = args.values['accept-encoding'];
-const acceptEncoding = encoding === 'gzip' || encoding === 'none' ? encoding : args.fail(`--accept-encoding is gzip or none, not "${encoding}"`);
+/** A comma-separated list of some of `allowed`, each once. */
+function listOf<const T extends string>(option: 'generator' | 'accept-encoding', allowed: readonly T[]): T[] {
+  const items = args.values[option].split(',').map((x) => x.trim());
+  for (const item of items) if (!allowed.includes(item as T)) args.fail(`--${option} takes ${allowed.join(' or ')} (or both, comma-separated), not "${item}"`);
+  return [...new Set(items as T[])];
+}
+/** How a target is loaded: which generator, and whether it asks for gzip answers. */
+interface LoadKind {
+  generator: 'own' | 'wrk';
+  acceptEncoding: 'gzip' | 'none';
+  /** `own, gzip`: how results and the table name it. */
+  name: string;
+}
+const kinds: LoadKind[] = listOf('generator', ['own', 'wrk'] as const).flatMap((generator) =>
+  listOf('accept-encoding', ['gzip', 'none'] as const).map((acceptEncoding) => ({ generator, acceptEncoding, name: `${generator}, ${acceptEncoding}` })),
+);
 const modes = args.values.modes
   .split(',')
   .map((m) => m.trim())
@@ -220,10 +233,11 @@ interface Load {
 let wrk: string | undefined;
 const BODY_BYTES = { min: 300, max: 600 };
 
-async function load(target: Target, extra: { durationMs: number; ratePerSecond?: number; connections?: number }): Promise<Load> {
+async function load(target: Target, kind: LoadKind, extra: { durationMs: number; ratePerSecond?: number; connections?: number }): Promise<Load> {
   const isPeer = target.topics.messages === target.topics.deliveryStatus;
   const url = isPeer ? `${target.url}/webhooks/biz1/delivery_status` : `${target.url}/webhooks/biz_bench`;
-  if (generator === 'wrk') {
+  const { acceptEncoding } = kind;
+  if (kind.generator === 'wrk') {
     if (extra.ratePerSecond !== undefined) throw new Error('wrk runs closed loop only: no rate');
     const w = await runWrk(wrk!, {
       url,
@@ -354,6 +368,8 @@ const perSecond = (r: Load) => Math.round(r.ok / (r.durationMs / 1000));
 
 interface RunResult {
   mode: string;
+  /** The load kind's name: generator, Accept-Encoding. */
+  load: string;
   round: number;
   eventsPerSecond: number;
   latency: WebhookLoadReport['latencyMs'];
@@ -382,7 +398,7 @@ async function main() {
   // 30 MiB) is then loaded only by the target that uses it, not by every target's memory.
   // The worker threads' module (ingress.workers) beside it: workers.ts looks for it there.
   await bundleSplit({ 'ingress-target': TARGET_SOURCE, 'worker-entry': fileURLToPath(new URL('../src/ingress/worker-entry.ts', import.meta.url)) }, dirname(TARGET));
-  if (generator === 'wrk' && !(wrk = wrkBinary())) throw new Error('--generator wrk needs wrk');
+  if (kinds.some((k) => k.generator === 'wrk') && !(wrk = wrkBinary())) throw new Error('--generator wrk needs wrk');
   peer = modes.some(isPeerMode) ? peerBinary(PEER) : undefined;
   if (!peer) for (const m of modes.filter(isPeerMode)) modes.splice(modes.indexOf(m), 1);
   let local: LocalBroker | undefined;
@@ -392,76 +408,80 @@ async function main() {
     brokers = [local.bootstrap];
   }
   console.error(
-    `[bench] Kafka ${brokers.join(',')}; ${rounds} round(s) of ${modes.join(', ')}; ${connections} connections, ${durationMs} ms each; generator ${generator}, Accept-Encoding ${acceptEncoding}`,
+    `[bench] Kafka ${brokers.join(',')}; ${rounds} round(s) of ${modes.join(', ')}; ${connections} connections, ${durationMs} ms each; load (generator, Accept-Encoding): ${kinds.map((k) => k.name).join('; ')}`,
   );
   const results: RunResult[] = [];
   try {
     // A fresh JVM is slow until its JIT has seen traffic: warm the broker up once, unmeasured.
     if (brokerWarmupMs > 0 && modes.some((m) => !isDiscard(m))) {
       const target = await startTarget('kafkajs', brokers);
-      await load(target, { durationMs: brokerWarmupMs });
+      await load(target, kinds[0]!, { durationMs: brokerWarmupMs });
       await stopTarget(target);
     }
     for (let round = 1; round <= rounds; round++) {
-      for (const mode of modes) {
-        const target = await startTarget(mode, brokers);
-        // Under wrk the run's records are those past the ends at the start (the peer's topic is shared by its runs).
-        const from = generator === 'wrk' && !isDiscard(mode) ? await endOffsets(brokers, target) : undefined;
-        const acknowledged: AcknowledgedEvent[] = [];
-        let answeredOk = 0;
-        const keep = (l: Load) => {
-          for (const a of l.acknowledged ?? []) acknowledged.push(a);
-          answeredOk += l.ok;
-        };
-        keep(await load(target, { durationMs: warmupMs }));
-        const cpuBefore = [cpuSeconds(target.pid), local ? cpuSeconds(local.pid) : NaN];
-        const max = await load(target, { durationMs });
-        const cpuAfter = [cpuSeconds(target.pid), local ? cpuSeconds(local.pid) : NaN];
-        const seconds = max.durationMs / 1000;
-        const share = (i: number) => Math.round(((cpuAfter[i]! - cpuBefore[i]!) / seconds) * 100);
-        keep(max);
-        const result: RunResult = {
-          mode,
-          round,
-          eventsPerSecond: perSecond(max),
-          latency: max.latency,
-          nonOk: max.nonOk,
-          errors: max.errors,
-          peakRssMb: 0,
-          cpu: { target: share(0), loadGenerator: Math.round((max.generatorCpuSeconds / seconds) * 100), broker: share(1) },
-          cpuPerEventUs: Math.round(((cpuAfter[0]! - cpuBefore[0]!) / Math.max(1, max.ok)) * 1e6),
-        };
-        // Latency at half the maximum rate needs a schedule, which only the project's generator keeps.
-        if (isIngress(mode) && generator === 'own') {
-          // Latency at half the maximum rate, open loop (requests are due on a schedule).
-          const rate = Math.max(1, Math.round(result.eventsPerSecond / 2));
-          const bucketsBefore = await latencyBuckets(target.url);
-          const half = await load(target, { durationMs, ratePerSecond: rate });
-          const bucketsAfter = await latencyBuckets(target.url);
-          keep(half);
-          const count = (le: string) => (bucketsAfter.get(le) ?? 0) - (bucketsBefore.get(le) ?? 0);
-          const serverWithin = Object.fromEntries(['0.005', '0.01', '0.02'].map((le) => [`${Number(le) * 1000}ms`, Math.round((count(le) / count('+Inf')) * 1000) / 10]));
-          result.half = { rate, eventsPerSecond: perSecond(half), latency: half.latency, nonOk: half.nonOk + half.errors, serverWithin };
+      for (const kind of kinds)
+        for (const mode of modes) {
+          const target = await startTarget(mode, brokers);
+          // Under wrk the run's records are those past the ends at the start (the peer's topic is shared by its runs).
+          const from = kind.generator === 'wrk' && !isDiscard(mode) ? await endOffsets(brokers, target) : undefined;
+          const acknowledged: AcknowledgedEvent[] = [];
+          let answeredOk = 0;
+          const keep = (l: Load) => {
+            for (const a of l.acknowledged ?? []) acknowledged.push(a);
+            answeredOk += l.ok;
+          };
+          keep(await load(target, kind, { durationMs: warmupMs }));
+          const cpuBefore = [cpuSeconds(target.pid), local ? cpuSeconds(local.pid) : NaN];
+          const max = await load(target, kind, { durationMs });
+          const cpuAfter = [cpuSeconds(target.pid), local ? cpuSeconds(local.pid) : NaN];
+          const seconds = max.durationMs / 1000;
+          const share = (i: number) => Math.round(((cpuAfter[i]! - cpuBefore[i]!) / seconds) * 100);
+          keep(max);
+          const result: RunResult = {
+            mode,
+            load: kind.name,
+            round,
+            eventsPerSecond: perSecond(max),
+            latency: max.latency,
+            nonOk: max.nonOk,
+            errors: max.errors,
+            peakRssMb: 0,
+            cpu: { target: share(0), loadGenerator: Math.round((max.generatorCpuSeconds / seconds) * 100), broker: share(1) },
+            cpuPerEventUs: Math.round(((cpuAfter[0]! - cpuBefore[0]!) / Math.max(1, max.ok)) * 1e6),
+          };
+          // Latency at half the maximum rate needs a schedule, which only the project's generator keeps.
+          if (isIngress(mode) && kind.generator === 'own') {
+            const rate = Math.max(1, Math.round(result.eventsPerSecond / 2));
+            const bucketsBefore = await latencyBuckets(target.url);
+            const half = await load(target, kind, { durationMs, ratePerSecond: rate });
+            const bucketsAfter = await latencyBuckets(target.url);
+            keep(half);
+            const count = (le: string) => (bucketsAfter.get(le) ?? 0) - (bucketsBefore.get(le) ?? 0);
+            const serverWithin = Object.fromEntries(['0.005', '0.01', '0.02'].map((le) => [`${Number(le) * 1000}ms`, Math.round((count(le) / count('+Inf')) * 1000) / 10]));
+            result.half = { rate, eventsPerSecond: perSecond(half), latency: half.latency, nonOk: half.nonOk + half.errors, serverWithin };
+          }
+          if (untraced(mode) !== 'naive' && !isPeerMode(mode)) result.batches = await batchStats(target.url);
+          result.peakRssMb = await stopTarget(target);
+          if (!isDiscard(mode)) {
+            const v = await verify(brokers, target, from ? { ok: answeredOk, from } : { acknowledged });
+            result.verified = { acknowledged: answeredOk, ...v };
+          }
+          results.push(result);
+          console.error(`[bench] ${JSON.stringify(result)}`);
         }
-        if (untraced(mode) !== 'naive' && !isPeerMode(mode)) result.batches = await batchStats(target.url);
-        result.peakRssMb = await stopTarget(target);
-        if (!isDiscard(mode)) {
-          const v = await verify(brokers, target, from ? { ok: answeredOk, from } : { acknowledged });
-          result.verified = { acknowledged: answeredOk, ...v };
-        }
-        results.push(result);
-        console.error(`[bench] ${JSON.stringify(result)}`);
-      }
     }
   } finally {
     sink?.child.kill('SIGTERM');
     await local?.stop();
   }
 
-  const summary = (mode: string) => {
-    const rs = results.filter((r) => r.mode === mode);
+  const summary = (mode: string, kind: LoadKind) => {
+    const rs = results.filter((r) => r.mode === mode && r.load === kind.name);
     return {
       mode,
+      load: kind.name,
+      /** The target as the table names it: with its load when the run had more than one kind. */
+      label: kinds.length > 1 ? `${mode} (${kind.name})` : mode,
       runs: rs.length,
       eventsPerSecond: median(rs.map((r) => r.eventsPerSecond)),
       range: `${Math.min(...rs.map((r) => r.eventsPerSecond))}–${Math.max(...rs.map((r) => r.eventsPerSecond))}`,
@@ -484,9 +504,10 @@ async function main() {
       missing: rs.reduce((n, r) => n + (r.verified?.missing ?? 0), 0),
     };
   };
-  const table = modes.map(summary);
-  const ceiling = (mode: string) => table.find((t) => t.mode === ceilingOf(mode));
-  const naive = table.find((t) => t.mode === 'naive');
+  const table = kinds.flatMap((kind) => modes.map((mode) => summary(mode, kind)));
+  type Row = (typeof table)[number];
+  const ceiling = (t: Row) => table.find((x) => x.load === t.load && x.mode === ceilingOf(t.mode));
+  const naiveOf = (t: Row) => table.find((x) => x.load === t.load && x.mode === 'naive');
   console.log(JSON.stringify({ results, table }, null, 2));
   console.log(
     '\n| target | events/s (median) | range | p50 ms | p99 ms | p99.9 ms | at half rate: p50 / p99 / p99.9 ms | CPU µs/event | CPU % (range) | generator CPU % | mean batch / round trip ms | peak RSS MiB | non-200 | acknowledged missing from Kafka |',
@@ -497,34 +518,35 @@ async function main() {
     const missing = isDiscard(t.mode) ? '—' : `${t.missing} of ${t.acknowledged}`;
     const batches = t.meanBatch !== undefined ? `${t.meanBatch} / ${t.meanRoundTripMs}` : '—';
     console.log(
-      `| ${t.mode} | ${t.eventsPerSecond} | ${t.range} | ${t.p50} | ${t.p99} | ${t.p999} | ${half} | ${t.cpuPerEventUs} | ${t.cpuTarget} | ${t.cpuGenerator} | ${batches} | ${t.peakRssMb} | ${t.nonOk} | ${missing} |`,
+      `| ${t.label} | ${t.eventsPerSecond} | ${t.range} | ${t.p50} | ${t.p99} | ${t.p999} | ${half} | ${t.cpuPerEventUs} | ${t.cpuTarget} | ${t.cpuGenerator} | ${batches} | ${t.peakRssMb} | ${t.nonOk} | ${missing} |`,
     );
   }
   console.log('');
   for (const t of table.filter((x) => isIngress(x.mode) || (isDiscard(x.mode) && otelPercent(x.mode) !== undefined))) {
-    const discard = ceiling(t.mode);
+    const discard = ceiling(t);
+    const naive = naiveOf(t);
     const ratios = [
-      discard ? `${Math.round((t.eventsPerSecond / discard.eventsPerSecond) * 100)}% of the ceiling (${discard.mode})` : undefined,
+      discard ? `${Math.round((t.eventsPerSecond / discard.eventsPerSecond) * 100)}% of the ceiling (${discard.label})` : undefined,
       naive ? `${(t.eventsPerSecond / naive.eventsPerSecond).toFixed(2)}× naive` : undefined,
     ].filter(Boolean);
     // The same ratios per round (rounds interleave the targets, so each round compares like with like).
     const perRound = [...new Set(results.map((r) => r.round))].map((round) => {
-      const of = (mode: string) => results.find((r) => r.round === round && r.mode === mode)?.eventsPerSecond;
+      const of = (mode: string) => results.find((r) => r.round === round && r.load === t.load && r.mode === mode)?.eventsPerSecond;
       const own = of(t.mode)!;
       const c = of(ceilingOf(t.mode));
       const n = of('naive');
       return `${c ? `${Math.round((own / c) * 100)}%` : '—'} / ${n ? `${(own / n).toFixed(2)}×` : '—'}`;
     });
-    console.log(`${t.mode}: ${ratios.join(', ')} (per round, ceiling / naive: ${perRound.join('; ')})`);
+    if (ratios.length > 0) console.log(`${t.label}: ${ratios.join(', ')} (per round, ceiling / naive: ${perRound.join('; ')})`);
     // Against the peer (issue 20's goals: ≥ 2.5× its events/s and ≤ 0.4× its CPU per event, in every round).
-    for (const p of table.filter((x) => isPeerMode(x.mode))) {
+    for (const p of table.filter((x) => isPeerMode(x.mode) && x.load === t.load)) {
       const rounds = [...new Set(results.map((r) => r.round))].map((round) => {
-        const own = results.find((r) => r.round === round && r.mode === t.mode);
-        const other = results.find((r) => r.round === round && r.mode === p.mode);
+        const own = results.find((r) => r.round === round && r.load === t.load && r.mode === t.mode);
+        const other = results.find((r) => r.round === round && r.load === p.load && r.mode === p.mode);
         return own && other ? `${(own.eventsPerSecond / other.eventsPerSecond).toFixed(2)}× / ${(own.cpuPerEventUs / other.cpuPerEventUs).toFixed(2)}×` : '—';
       });
       console.log(
-        `${t.mode} vs ${p.mode}: ${(t.eventsPerSecond / p.eventsPerSecond).toFixed(2)}× the events/s, ${(t.cpuPerEventUs / p.cpuPerEventUs).toFixed(2)}× the CPU per event (per round: ${rounds.join('; ')})`,
+        `${t.label} vs ${p.label}: ${(t.eventsPerSecond / p.eventsPerSecond).toFixed(2)}× the events/s, ${(t.cpuPerEventUs / p.cpuPerEventUs).toFixed(2)}× the CPU per event (per round: ${rounds.join('; ')})`,
       );
     }
   }
