@@ -10,15 +10,21 @@
 //                 (a process of its own that reads and acknowledges every export); compared with
 //                 <mode> itself in the ratios
 //   <mode>@K=V,.. the same target with these environment variables (A/B of a setting in one run)
-//   rpconnect     the Redpanda Connect peer (../shared/peers/rpconnect, config.yaml) when its binary
-//                 can be had: delivery statuses of one business only, so with it in the modes every
+//   rpconnect     the Redpanda Connect peer (BENCH_RPCONNECT_BIN, on config.yaml beside it) when
+//                 it is given: delivery statuses of one business only, so with it in the modes every
 //                 target gets the same statuses-only input (also with --statuses-only)
 // Each target runs as its own process (its peak RSS is read from /proc/<pid>/status VmHWM).
-// After each publishing run, every event answered 200 is looked up in Kafka.
+// The load comes from the project's generator (--generator own, src/simulator/load-generator.ts,
+// in this process) or from wrk (--generator wrk, bench/wrk.ts: a C client, its own process);
+// both send Accept-Encoding: gzip as the provider does, unless --accept-encoding none. Given
+// lists (--generator own,wrk), each round runs every target under every combination.
+// After each publishing run, every event answered 200 is looked up in Kafka (own); under wrk,
+// which does not say which requests were answered, the run's new records are counted instead:
+// distinct event ids written during the run, at least as many as the 2xx answers.
 //
 //   npx tsx bench/ingress.ts [--duration-ms 10000] [--connections 64] [--rounds 3]
 //                            [--modes discard,kafkajs,platformatic,naive] [--warmup-ms 8000]
-//                            [--statuses-only]
+//                            [--statuses-only] [--generator own,wrk] [--accept-encoding gzip,none]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -32,6 +38,7 @@ import { ensureTopics } from '../src/kafka/topics.js';
 import { cpuSeconds, freePort, peakRssMb, peerBinary, peerConfig, startRpconnect, track } from './peers.js';
 import { runWebhookLoad, type AcknowledgedEvent, type WebhookLoadReport } from '../src/simulator/load-generator.js';
 import { benchArgs } from './args.js';
+import { runWrk, wrkBinary } from './wrk.js';
 
 const args = benchArgs(import.meta.url, {
   'duration-ms': { type: 'string', default: '10000' },
@@ -41,12 +48,32 @@ const args = benchArgs(import.meta.url, {
   rounds: { type: 'string', default: '3' },
   modes: { type: 'string', default: 'discard,kafkajs,platformatic,naive' },
   'statuses-only': { type: 'boolean', default: false },
+  generator: { type: 'string', default: 'own' },
+  'accept-encoding': { type: 'string', default: 'gzip' },
+  'wrk-threads': { type: 'string', default: '2' },
 });
 const durationMs = args.wholeNumber('duration-ms', 1);
 const warmupMs = args.wholeNumber('warmup-ms');
 const brokerWarmupMs = args.wholeNumber('broker-warmup-ms');
 const connections = args.wholeNumber('connections', 1);
 const rounds = args.wholeNumber('rounds', 1);
+const wrkThreads = args.wholeNumber('wrk-threads', 1);
+/** A comma-separated list of some of `allowed`, each once. */
+function listOf<const T extends string>(option: 'generator' | 'accept-encoding', allowed: readonly T[]): T[] {
+  const items = args.values[option].split(',').map((x) => x.trim());
+  for (const item of items) if (!allowed.includes(item as T)) args.fail(`--${option} takes ${allowed.join(' or ')} (or both, comma-separated), not "${item}"`);
+  return [...new Set(items as T[])];
+}
+/** How a target is loaded: which generator, and whether it asks for gzip answers. */
+interface LoadKind {
+  generator: 'own' | 'wrk';
+  acceptEncoding: 'gzip' | 'none';
+  /** `own, gzip`: how results and the table name it. */
+  name: string;
+}
+const kinds: LoadKind[] = listOf('generator', ['own', 'wrk'] as const).flatMap((generator) =>
+  listOf('accept-encoding', ['gzip', 'none'] as const).map((acceptEncoding) => ({ generator, acceptEncoding, name: `${generator}, ${acceptEncoding}` })),
+);
 const modes = args.values.modes
   .split(',')
   .map((m) => m.trim())
@@ -187,23 +214,94 @@ function peakRss(pid: number): number {
   return Math.round(peakRssMb(pid) * 10) / 10;
 }
 
-function load(target: Target, extra: { durationMs: number; ratePerSecond?: number; connections?: number }): Promise<WebhookLoadReport> {
+/** One load run, from either generator. */
+interface Load {
+  /** Answered 200 (own) or below 400 (wrk). */
+  ok: number;
+  /** Answered otherwise. */
+  nonOk: number;
+  /** No answer (connection error, timeout). */
+  errors: number;
+  latency: WebhookLoadReport['latencyMs'];
+  durationMs: number;
+  /** CPU seconds the load generator used: this process (own) or wrk. */
+  generatorCpuSeconds: number;
+  /** The events answered 200, one by one (own only). */
+  acknowledged?: AcknowledgedEvent[];
+}
+
+let wrk: string | undefined;
+const BODY_BYTES = { min: 300, max: 600 };
+
+async function load(target: Target, kind: LoadKind, extra: { durationMs: number; ratePerSecond?: number; connections?: number }): Promise<Load> {
   const isPeer = target.topics.messages === target.topics.deliveryStatus;
-  return runWebhookLoad({
-    url: isPeer ? `${target.url}/webhooks/biz1/delivery_status` : `${target.url}/webhooks/biz_bench`,
+  const url = isPeer ? `${target.url}/webhooks/biz1/delivery_status` : `${target.url}/webhooks/biz_bench`;
+  const { acceptEncoding } = kind;
+  if (kind.generator === 'wrk') {
+    if (extra.ratePerSecond !== undefined) throw new Error('wrk runs closed loop only: no rate');
+    const w = await runWrk(wrk!, {
+      url,
+      secret: SECRET,
+      connections: extra.connections ?? connections,
+      threads: wrkThreads,
+      durationMs: extra.durationMs,
+      perTopicPaths: !isPeer,
+      statusesOnly,
+      bodyBytes: BODY_BYTES,
+      acceptEncoding,
+    });
+    return { ok: w.ok, nonOk: w.rejected, errors: w.errors, latency: { ...w.latencyMs }, durationMs: w.durationMs, generatorCpuSeconds: w.cpuSeconds };
+  }
+  const cpuBefore = cpuSeconds(process.pid);
+  const r = await runWebhookLoad({
+    url,
     signingSecret: SECRET,
     connections: extra.connections ?? connections,
     durationMs: extra.durationMs,
     statusesPerInbound: 3,
-    bodyBytes: { min: 300, max: 600 },
+    bodyBytes: BODY_BYTES,
     perTopicPaths: !isPeer,
     statusesOnly,
+    acceptEncoding,
     ...(extra.ratePerSecond ? { ratePerSecond: extra.ratePerSecond } : {}),
   });
+  const ok = r.answered['200'] ?? 0;
+  return {
+    ok,
+    nonOk: r.sent - ok - r.errors,
+    errors: r.errors,
+    latency: r.latencyMs,
+    durationMs: r.durationMs,
+    generatorCpuSeconds: cpuSeconds(process.pid) - cpuBefore,
+    acknowledged: r.acknowledged,
+  };
 }
 
-/** Every acknowledged event must be in its topic: read everything back and look each one up. */
-async function verify(brokers: string[], target: Target, acknowledged: AcknowledgedEvent[]): Promise<{ stored: number; missing: number }> {
+/** Each partition's end offset, per topic (a topic not there yet has none). */
+type Offsets = Map<string, Map<number, number>>;
+
+async function endOffsets(brokers: string[], target: Target): Promise<Offsets> {
+  const kafka = new Kafka({ clientId: 'bench-offsets', brokers, logLevel: logLevel.NOTHING });
+  const admin = kafka.admin();
+  await admin.connect();
+  const out: Offsets = new Map();
+  try {
+    for (const topic of new Set([target.topics.messages, target.topics.deliveryStatus])) {
+      const ends = await admin.fetchTopicOffsets(topic).catch(() => []);
+      out.set(topic, new Map(ends.map((p) => [p.partition, Number(p.high)])));
+    }
+  } finally {
+    await admin.disconnect();
+  }
+  return out;
+}
+
+/**
+ * What the target wrote, read back from its topics. With the acknowledged events (own), each
+ * must be in its topic; with a count of 2xx answers (wrk), the records written since `from`
+ * must hold at least as many distinct event ids.
+ */
+async function verify(brokers: string[], target: Target, check: { acknowledged: AcknowledgedEvent[] } | { ok: number; from: Offsets }): Promise<{ stored: number; missing: number }> {
   const kafka = new Kafka({ clientId: 'bench-verify', brokers, logLevel: logLevel.NOTHING });
   const admin = kafka.admin();
   await admin.connect();
@@ -212,7 +310,9 @@ async function verify(brokers: string[], target: Target, acknowledged: Acknowled
   for (const topic of names) for (const p of await admin.fetchTopicOffsets(topic)) stored += Number(p.high) - Number(p.low);
   await admin.disconnect();
   const expected = new Map<string, string>();
-  for (const a of acknowledged) expected.set(a.eventId, a.topic === 'messages' ? target.topics.messages : target.topics.deliveryStatus);
+  const written = new Set<string>();
+  const from = 'from' in check ? check.from : undefined;
+  if ('acknowledged' in check) for (const a of check.acknowledged) expected.set(a.eventId, a.topic === 'messages' ? target.topics.messages : target.topics.deliveryStatus);
   const consumer = kafka.consumer({ groupId: `bench-verify-${randomUUID()}`, maxBytes: 64 * 1024 * 1024, maxWaitTimeInMs: 200 });
   await consumer.connect();
   await consumer.subscribe({ topics: names, fromBeginning: true });
@@ -224,6 +324,7 @@ async function verify(brokers: string[], target: Target, acknowledged: Acknowled
         for (const message of batch.messages) {
           const id = message.headers?.['event-id']?.toString();
           if (id !== undefined && expected.get(id) === batch.topic) expected.delete(id);
+          if (id !== undefined && from && Number(message.offset) >= (from.get(batch.topic)?.get(batch.partition) ?? 0)) written.add(id);
           read++;
         }
         if (read >= stored) {
@@ -234,7 +335,7 @@ async function verify(brokers: string[], target: Target, acknowledged: Acknowled
     });
   });
   await consumer.disconnect();
-  return { stored, missing: expected.size };
+  return { stored, missing: 'ok' in check ? Math.max(0, check.ok - written.size) : expected.size };
 }
 
 async function batchStats(url: string): Promise<RunResult['batches']> {
@@ -263,11 +364,12 @@ const median = (xs: number[]) => {
   const m = s.length === 0 ? NaN : s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
   return Math.round(m * 10) / 10;
 };
-const ok = (r: WebhookLoadReport) => r.answered['200'] ?? 0;
-const perSecond = (r: WebhookLoadReport) => Math.round(ok(r) / (r.durationMs / 1000));
+const perSecond = (r: Load) => Math.round(r.ok / (r.durationMs / 1000));
 
 interface RunResult {
   mode: string;
+  /** The load kind's name: generator, Accept-Encoding. */
+  load: string;
   round: number;
   eventsPerSecond: number;
   latency: WebhookLoadReport['latencyMs'];
@@ -296,6 +398,7 @@ async function main() {
   // 30 MiB) is then loaded only by the target that uses it, not by every target's memory.
   // The worker threads' module (ingress.workers) beside it: workers.ts looks for it there.
   await bundleSplit({ 'ingress-target': TARGET_SOURCE, 'worker-entry': fileURLToPath(new URL('../src/ingress/worker-entry.ts', import.meta.url)) }, dirname(TARGET));
+  if (kinds.some((k) => k.generator === 'wrk') && !(wrk = wrkBinary())) throw new Error('--generator wrk needs wrk');
   peer = modes.some(isPeerMode) ? peerBinary(PEER) : undefined;
   if (!peer) for (const m of modes.filter(isPeerMode)) modes.splice(modes.indexOf(m), 1);
   let local: LocalBroker | undefined;
@@ -304,67 +407,81 @@ async function main() {
     local = await startLocalBroker({ heapMb: 768, partitions: 6, onProgress: (l) => console.error(`[kafka] ${l}`) });
     brokers = [local.bootstrap];
   }
-  console.error(`[bench] Kafka ${brokers.join(',')}; ${rounds} round(s) of ${modes.join(', ')}; ${connections} connections, ${durationMs} ms each`);
+  console.error(
+    `[bench] Kafka ${brokers.join(',')}; ${rounds} round(s) of ${modes.join(', ')}; ${connections} connections, ${durationMs} ms each; load (generator, Accept-Encoding): ${kinds.map((k) => k.name).join('; ')}`,
+  );
   const results: RunResult[] = [];
   try {
     // A fresh JVM is slow until its JIT has seen traffic: warm the broker up once, unmeasured.
     if (brokerWarmupMs > 0 && modes.some((m) => !isDiscard(m))) {
       const target = await startTarget('kafkajs', brokers);
-      await load(target, { durationMs: brokerWarmupMs });
+      await load(target, kinds[0]!, { durationMs: brokerWarmupMs });
       await stopTarget(target);
     }
     for (let round = 1; round <= rounds; round++) {
-      for (const mode of modes) {
-        const target = await startTarget(mode, brokers);
-        const acknowledged: AcknowledgedEvent[] = [];
-        const warm = await load(target, { durationMs: warmupMs });
-        for (const a of warm.acknowledged) acknowledged.push(a);
-        const cpuBefore = [cpuSeconds(target.pid), cpuSeconds(process.pid), local ? cpuSeconds(local.pid) : NaN];
-        const max = await load(target, { durationMs });
-        const cpuAfter = [cpuSeconds(target.pid), cpuSeconds(process.pid), local ? cpuSeconds(local.pid) : NaN];
-        const share = (i: number) => Math.round(((cpuAfter[i]! - cpuBefore[i]!) / (max.durationMs / 1000)) * 100);
-        for (const a of max.acknowledged) acknowledged.push(a);
-        const result: RunResult = {
-          mode,
-          round,
-          eventsPerSecond: perSecond(max),
-          latency: max.latencyMs,
-          nonOk: max.sent - ok(max) - max.errors,
-          errors: max.errors,
-          peakRssMb: 0,
-          cpu: { target: share(0), loadGenerator: share(1), broker: share(2) },
-          cpuPerEventUs: Math.round(((cpuAfter[0]! - cpuBefore[0]!) / Math.max(1, ok(max))) * 1e6),
-        };
-        if (isIngress(mode)) {
-          // Latency at half the maximum rate, open loop (requests are due on a schedule).
-          const rate = Math.max(1, Math.round(result.eventsPerSecond / 2));
-          const bucketsBefore = await latencyBuckets(target.url);
-          const half = await load(target, { durationMs, ratePerSecond: rate });
-          const bucketsAfter = await latencyBuckets(target.url);
-          for (const a of half.acknowledged) acknowledged.push(a);
-          const count = (le: string) => (bucketsAfter.get(le) ?? 0) - (bucketsBefore.get(le) ?? 0);
-          const serverWithin = Object.fromEntries(['0.005', '0.01', '0.02'].map((le) => [`${Number(le) * 1000}ms`, Math.round((count(le) / count('+Inf')) * 1000) / 10]));
-          result.half = { rate, eventsPerSecond: perSecond(half), latency: half.latencyMs, nonOk: half.sent - ok(half) - half.errors, serverWithin };
+      for (const kind of kinds)
+        for (const mode of modes) {
+          const target = await startTarget(mode, brokers);
+          // Under wrk the run's records are those past the ends at the start (the peer's topic is shared by its runs).
+          const from = kind.generator === 'wrk' && !isDiscard(mode) ? await endOffsets(brokers, target) : undefined;
+          const acknowledged: AcknowledgedEvent[] = [];
+          let answeredOk = 0;
+          const keep = (l: Load) => {
+            for (const a of l.acknowledged ?? []) acknowledged.push(a);
+            answeredOk += l.ok;
+          };
+          keep(await load(target, kind, { durationMs: warmupMs }));
+          const cpuBefore = [cpuSeconds(target.pid), local ? cpuSeconds(local.pid) : NaN];
+          const max = await load(target, kind, { durationMs });
+          const cpuAfter = [cpuSeconds(target.pid), local ? cpuSeconds(local.pid) : NaN];
+          const seconds = max.durationMs / 1000;
+          const share = (i: number) => Math.round(((cpuAfter[i]! - cpuBefore[i]!) / seconds) * 100);
+          keep(max);
+          const result: RunResult = {
+            mode,
+            load: kind.name,
+            round,
+            eventsPerSecond: perSecond(max),
+            latency: max.latency,
+            nonOk: max.nonOk,
+            errors: max.errors,
+            peakRssMb: 0,
+            cpu: { target: share(0), loadGenerator: Math.round((max.generatorCpuSeconds / seconds) * 100), broker: share(1) },
+            cpuPerEventUs: Math.round(((cpuAfter[0]! - cpuBefore[0]!) / Math.max(1, max.ok)) * 1e6),
+          };
+          // Latency at half the maximum rate needs a schedule, which only the project's generator keeps.
+          if (isIngress(mode) && kind.generator === 'own') {
+            const rate = Math.max(1, Math.round(result.eventsPerSecond / 2));
+            const bucketsBefore = await latencyBuckets(target.url);
+            const half = await load(target, kind, { durationMs, ratePerSecond: rate });
+            const bucketsAfter = await latencyBuckets(target.url);
+            keep(half);
+            const count = (le: string) => (bucketsAfter.get(le) ?? 0) - (bucketsBefore.get(le) ?? 0);
+            const serverWithin = Object.fromEntries(['0.005', '0.01', '0.02'].map((le) => [`${Number(le) * 1000}ms`, Math.round((count(le) / count('+Inf')) * 1000) / 10]));
+            result.half = { rate, eventsPerSecond: perSecond(half), latency: half.latency, nonOk: half.nonOk + half.errors, serverWithin };
+          }
+          if (untraced(mode) !== 'naive' && !isPeerMode(mode)) result.batches = await batchStats(target.url);
+          result.peakRssMb = await stopTarget(target);
+          if (!isDiscard(mode)) {
+            const v = await verify(brokers, target, from ? { ok: answeredOk, from } : { acknowledged });
+            result.verified = { acknowledged: answeredOk, ...v };
+          }
+          results.push(result);
+          console.error(`[bench] ${JSON.stringify(result)}`);
         }
-        if (untraced(mode) !== 'naive' && !isPeerMode(mode)) result.batches = await batchStats(target.url);
-        result.peakRssMb = await stopTarget(target);
-        if (!isDiscard(mode)) {
-          const v = await verify(brokers, target, acknowledged);
-          result.verified = { acknowledged: acknowledged.length, ...v };
-        }
-        results.push(result);
-        console.error(`[bench] ${JSON.stringify(result)}`);
-      }
     }
   } finally {
     sink?.child.kill('SIGTERM');
     await local?.stop();
   }
 
-  const summary = (mode: string) => {
-    const rs = results.filter((r) => r.mode === mode);
+  const summary = (mode: string, kind: LoadKind) => {
+    const rs = results.filter((r) => r.mode === mode && r.load === kind.name);
     return {
       mode,
+      load: kind.name,
+      /** The target as the table names it: with its load when the run had more than one kind. */
+      label: kinds.length > 1 ? `${mode} (${kind.name})` : mode,
       runs: rs.length,
       eventsPerSecond: median(rs.map((r) => r.eventsPerSecond)),
       range: `${Math.min(...rs.map((r) => r.eventsPerSecond))}–${Math.max(...rs.map((r) => r.eventsPerSecond))}`,
@@ -378,6 +495,7 @@ async function main() {
       halfServerWithin20ms: rs[0]?.half ? median(rs.map((r) => r.half!.serverWithin['20ms']!)) : undefined,
       cpuPerEventUs: median(rs.map((r) => r.cpuPerEventUs)),
       cpuTarget: `${Math.min(...rs.map((r) => r.cpu.target))}–${Math.max(...rs.map((r) => r.cpu.target))}`,
+      cpuGenerator: median(rs.map((r) => r.cpu.loadGenerator)),
       meanBatch: rs[0]?.batches ? median(rs.map((r) => r.batches!.meanEvents)) : undefined,
       meanRoundTripMs: rs[0]?.batches ? median(rs.map((r) => r.batches!.meanRoundTripMs)) : undefined,
       peakRssMb: Math.max(...rs.map((r) => r.peakRssMb)),
@@ -386,47 +504,49 @@ async function main() {
       missing: rs.reduce((n, r) => n + (r.verified?.missing ?? 0), 0),
     };
   };
-  const table = modes.map(summary);
-  const ceiling = (mode: string) => table.find((t) => t.mode === ceilingOf(mode));
-  const naive = table.find((t) => t.mode === 'naive');
+  const table = kinds.flatMap((kind) => modes.map((mode) => summary(mode, kind)));
+  type Row = (typeof table)[number];
+  const ceiling = (t: Row) => table.find((x) => x.load === t.load && x.mode === ceilingOf(t.mode));
+  const naiveOf = (t: Row) => table.find((x) => x.load === t.load && x.mode === 'naive');
   console.log(JSON.stringify({ results, table }, null, 2));
   console.log(
-    '\n| target | events/s (median) | range | p50 ms | p99 ms | p99.9 ms | at half rate: p50 / p99 / p99.9 ms | CPU µs/event | CPU % (range) | mean batch / round trip ms | peak RSS MiB | non-200 | acknowledged missing from Kafka |',
+    '\n| target | events/s (median) | range | p50 ms | p99 ms | p99.9 ms | at half rate: p50 / p99 / p99.9 ms | CPU µs/event | CPU % (range) | generator CPU % | mean batch / round trip ms | peak RSS MiB | non-200 | acknowledged missing from Kafka |',
   );
-  console.log('|---|---|---|---|---|---|---|---|---|---|---|---|---|');
+  console.log('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
   for (const t of table) {
     const half = t.halfRate !== undefined ? `${t.halfRate}/s: ${t.halfP50} / ${t.halfP99} / ${t.halfP999} (server side ≤ 20 ms: ${t.halfServerWithin20ms}%)` : '—';
     const missing = isDiscard(t.mode) ? '—' : `${t.missing} of ${t.acknowledged}`;
     const batches = t.meanBatch !== undefined ? `${t.meanBatch} / ${t.meanRoundTripMs}` : '—';
     console.log(
-      `| ${t.mode} | ${t.eventsPerSecond} | ${t.range} | ${t.p50} | ${t.p99} | ${t.p999} | ${half} | ${t.cpuPerEventUs} | ${t.cpuTarget} | ${batches} | ${t.peakRssMb} | ${t.nonOk} | ${missing} |`,
+      `| ${t.label} | ${t.eventsPerSecond} | ${t.range} | ${t.p50} | ${t.p99} | ${t.p999} | ${half} | ${t.cpuPerEventUs} | ${t.cpuTarget} | ${t.cpuGenerator} | ${batches} | ${t.peakRssMb} | ${t.nonOk} | ${missing} |`,
     );
   }
   console.log('');
   for (const t of table.filter((x) => isIngress(x.mode) || (isDiscard(x.mode) && otelPercent(x.mode) !== undefined))) {
-    const discard = ceiling(t.mode);
+    const discard = ceiling(t);
+    const naive = naiveOf(t);
     const ratios = [
-      discard ? `${Math.round((t.eventsPerSecond / discard.eventsPerSecond) * 100)}% of the ceiling (${discard.mode})` : undefined,
+      discard ? `${Math.round((t.eventsPerSecond / discard.eventsPerSecond) * 100)}% of the ceiling (${discard.label})` : undefined,
       naive ? `${(t.eventsPerSecond / naive.eventsPerSecond).toFixed(2)}× naive` : undefined,
     ].filter(Boolean);
     // The same ratios per round (rounds interleave the targets, so each round compares like with like).
     const perRound = [...new Set(results.map((r) => r.round))].map((round) => {
-      const of = (mode: string) => results.find((r) => r.round === round && r.mode === mode)?.eventsPerSecond;
+      const of = (mode: string) => results.find((r) => r.round === round && r.load === t.load && r.mode === mode)?.eventsPerSecond;
       const own = of(t.mode)!;
       const c = of(ceilingOf(t.mode));
       const n = of('naive');
       return `${c ? `${Math.round((own / c) * 100)}%` : '—'} / ${n ? `${(own / n).toFixed(2)}×` : '—'}`;
     });
-    console.log(`${t.mode}: ${ratios.join(', ')} (per round, ceiling / naive: ${perRound.join('; ')})`);
+    if (ratios.length > 0) console.log(`${t.label}: ${ratios.join(', ')} (per round, ceiling / naive: ${perRound.join('; ')})`);
     // Against the peer (issue 20's goals: ≥ 2.5× its events/s and ≤ 0.4× its CPU per event, in every round).
-    for (const p of table.filter((x) => isPeerMode(x.mode))) {
+    for (const p of table.filter((x) => isPeerMode(x.mode) && x.load === t.load)) {
       const rounds = [...new Set(results.map((r) => r.round))].map((round) => {
-        const own = results.find((r) => r.round === round && r.mode === t.mode);
-        const other = results.find((r) => r.round === round && r.mode === p.mode);
+        const own = results.find((r) => r.round === round && r.load === t.load && r.mode === t.mode);
+        const other = results.find((r) => r.round === round && r.load === p.load && r.mode === p.mode);
         return own && other ? `${(own.eventsPerSecond / other.eventsPerSecond).toFixed(2)}× / ${(own.cpuPerEventUs / other.cpuPerEventUs).toFixed(2)}×` : '—';
       });
       console.log(
-        `${t.mode} vs ${p.mode}: ${(t.eventsPerSecond / p.eventsPerSecond).toFixed(2)}× the events/s, ${(t.cpuPerEventUs / p.cpuPerEventUs).toFixed(2)}× the CPU per event (per round: ${rounds.join('; ')})`,
+        `${t.label} vs ${p.label}: ${(t.eventsPerSecond / p.eventsPerSecond).toFixed(2)}× the events/s, ${(t.cpuPerEventUs / p.cpuPerEventUs).toFixed(2)}× the CPU per event (per round: ${rounds.join('; ')})`,
       );
     }
   }

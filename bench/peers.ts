@@ -1,34 +1,30 @@
-// The comparison peers of the benchmarks, used as tools (never copied into the project):
-// a pinned Redpanda Connect build and a Go fake provider, both in ../shared/peers/ beside the
-// checkout (override with BENCH_RPCONNECT_BIN / BENCH_FAKEPROVIDER_BIN). A missing binary is
-// built with `go build` when Go and the sources are there; otherwise the peer is skipped.
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+// The comparison peers of the benchmarks, used as tools and never part of the project: a pinned
+// Redpanda Connect build (its configurations config.yaml and sender.yaml beside the binary) and a
+// Go fake provider. The benches take them from BENCH_RPCONNECT_BIN and BENCH_FAKEPROVIDER_BIN
+// (docs/benchmarks.md "Peers" says how to build them); a peer that is not given is skipped.
+import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
-
-const PEERS = fileURLToPath(new URL('../../shared/peers/', import.meta.url));
 
 export type PeerName = 'rpconnect' | 'fakeprovider';
 
-/** The peer's binary, built if needed; undefined (with the reason on stderr) when it cannot be had. */
+/** The variable naming a peer's binary. */
+export const peerVariable = (name: PeerName) => `BENCH_${name.toUpperCase()}_BIN`;
+
+/** The peer's binary from its variable; undefined (with the reason on stderr) when it is not given or not there. */
 export function peerBinary(name: PeerName): string | undefined {
-  const fromEnv = process.env[`BENCH_${name.toUpperCase()}_BIN`];
-  if (fromEnv) return existsSync(fromEnv) ? fromEnv : warn(`${fromEnv} (BENCH_${name.toUpperCase()}_BIN) does not exist`);
-  const dir = join(PEERS, name);
-  const binary = join(dir, name);
-  if (existsSync(binary)) return binary;
-  if (!existsSync(join(dir, 'go.mod'))) return warn(`no ${dir}: the ${name} peer is skipped`);
-  process.stderr.write(`[peers] building ${name} (go build, about a minute the first time)…\n`);
-  // GOSUMDB=off: the checksum database is unreachable here; go.sum still pins every hash.
-  const built = spawnSync('go', ['build', '-o', binary, '.'], { cwd: dir, stdio: 'inherit', env: { ...process.env, GOSUMDB: 'off', GOFLAGS: '-mod=mod' } });
-  return built.status === 0 && existsSync(binary) ? binary : warn(`go build of ${name} failed: the peer is skipped`);
+  const variable = peerVariable(name);
+  const binary = process.env[variable];
+  if (!binary) return warn(`${variable} is not set: the ${name} peer is skipped (docs/benchmarks.md, "Peers")`);
+  return existsSync(binary) ? binary : warn(`${binary} (${variable}) does not exist: the ${name} peer is skipped`);
 }
 
-export function peerConfig(name: string): string {
-  return join(PEERS, 'rpconnect', name);
+/** One of Redpanda Connect's configurations: beside its binary, or in BENCH_RPCONNECT_CONFIG_DIR. */
+export function peerConfig(name: 'config.yaml' | 'sender.yaml'): string {
+  const dir = process.env.BENCH_RPCONNECT_CONFIG_DIR || dirname(process.env[peerVariable('rpconnect')] ?? '.');
+  return join(dir, name);
 }
 
 function warn(text: string): undefined {

@@ -1,7 +1,7 @@
 // The sender's provider calls, client side only: CPU per call and RSS of the project's client
 // (src/sender/provider-client.ts over src/platform/http1-pool.ts) against undici's Pool doing
 // the same calls (its `request` API, headers and body as the sender sent them before). The Go
-// fake provider (../shared/peers/fakeprovider) answers; each client runs in a process of its
+// fake provider (BENCH_FAKEPROVIDER_BIN) answers; each client runs in a process of its
 // own, alternating round by round, so that one's garbage or warm-up does not weigh on the other.
 //
 //   npx tsx bench/provider-client.ts [--calls 40000] [--in-flight 128] [--latency-ms 0] [--rounds 3]
@@ -92,7 +92,7 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 async function main(): Promise<void> {
   if (args.values.child) return runChild(args.values.child, args.values.url!);
   const binary = peerBinary('fakeprovider');
-  if (!binary) throw new Error('the Go fake provider is needed (../shared/peers/fakeprovider, or BENCH_FAKEPROVIDER_BIN)');
+  if (!binary) throw new Error('the Go fake provider is needed: set BENCH_FAKEPROVIDER_BIN (docs/benchmarks.md, "Peers")');
   const provider = await startFakeProvider(binary, LATENCY_MS, API_KEY);
   const results: Result[] = [];
   try {

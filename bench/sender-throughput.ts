@@ -3,7 +3,7 @@
 // after L ms (it is never the bottleneck); each target drains the backlog with C calls in flight:
 //   msgbridge            `msgbridge sender` bundled to plain JavaScript (as `node dist/cli.js`
 //                        runs), rate limit lifted, sender.concurrency = C
-//   rpconnect            ../shared/peers/rpconnect sender.yaml, CONCURRENCY = C, stock HTTP
+//   rpconnect            Redpanda Connect (BENCH_RPCONNECT_BIN) on sender.yaml, CONCURRENCY = C, stock HTTP
 //                        transport (a new connection for most calls)
 //   rpconnect-keepalive  the same with a keep-alive pool of C connections
 //   msgbridge-xN         N sender processes in one consumer group (2 ≤ N ≤ 8), C/N calls in
@@ -394,7 +394,7 @@ async function runOne(
 async function main() {
   await bundleCli();
   const fake = peerBinary('fakeprovider');
-  if (!fake) throw new Error('the Go fake provider is needed (../shared/peers/fakeprovider, or BENCH_FAKEPROVIDER_BIN)');
+  if (!fake) throw new Error('the Go fake provider is needed: set BENCH_FAKEPROVIDER_BIN (docs/benchmarks.md, "Peers")');
   const rpconnect = TARGETS.some((t) => t.startsWith('rpconnect')) ? peerBinary('rpconnect') : undefined;
   let local: LocalBroker | undefined;
   let brokers = (process.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);

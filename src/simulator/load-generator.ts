@@ -25,6 +25,11 @@ export interface WebhookLoadOptions {
   perTopicPaths?: boolean;
   /** Delivery statuses only, no inbound messages (for a receiver that accepts only those). */
   statusesOnly?: boolean;
+  /**
+   * The Accept-Encoding header: `gzip` (the default) as the provider's webhook requests carry it,
+   * or none. A receiver that compresses its answers when asked pays for it on every request.
+   */
+  acceptEncoding?: 'gzip' | 'none';
 }
 
 /** How long one request may wait for its answer before it counts as an error. */
@@ -173,6 +178,9 @@ function validate(options: WebhookLoadOptions): URL {
   if (options.statusesPerInbound !== undefined && (!Number.isInteger(options.statusesPerInbound) || options.statusesPerInbound < 0)) {
     problems.push('statusesPerInbound must be a non-negative integer');
   }
+  if (options.acceptEncoding !== undefined && options.acceptEncoding !== 'gzip' && options.acceptEncoding !== 'none') {
+    problems.push(`acceptEncoding must be gzip or none, got ${String(options.acceptEncoding)}`);
+  }
   if (options.statusesOnly && options.statusesPerInbound === 0) problems.push('statusesOnly needs statusesPerInbound above 0');
   const b = options.bodyBytes;
   if (b !== undefined && !(Number.isInteger(b.min) && Number.isInteger(b.max) && b.min > 0 && b.min <= b.max)) problems.push('bodyBytes must be {min, max} with 0 < min <= max');
@@ -202,7 +210,8 @@ export async function runWebhookLoad(options: WebhookLoadOptions): Promise<Webho
   };
   const connections = Array.from({ length: options.connections }, () => new KeepAliveConnection(target, REQUEST_TIMEOUT_MS));
   // Everything but the path, length and signature is the same for every request.
-  const headPrefix = (topic: WebhookTopic) => `POST ${pathFor(topic)} HTTP/1.1\r\nHost: ${url.host}\r\nContent-Type: text/plain; charset=utf-8\r\nAccept-Encoding: gzip\r\n`;
+  const acceptEncoding = (options.acceptEncoding ?? 'gzip') === 'gzip' ? 'Accept-Encoding: gzip\r\n' : '';
+  const headPrefix = (topic: WebhookTopic) => `POST ${pathFor(topic)} HTTP/1.1\r\nHost: ${url.host}\r\nContent-Type: text/plain; charset=utf-8\r\n${acceptEncoding}`;
   const prefixes = { messages: headPrefix('messages'), delivery_status: headPrefix('delivery_status') } satisfies Record<WebhookTopic, string>;
 
   const answered: Record<string, number> = {};

@@ -97,6 +97,13 @@ describe('webhook load generator', () => {
     for (const statuses of byMessage.values()) expect(statuses.sort()).toEqual(['delivered', 'read', 'sent']);
   });
 
+  it('asks for gzip answers as the provider does, or not when told', async () => {
+    receiver = await verifying();
+    await runWebhookLoad({ url: receiver.url, signingSecret: SECRET, connections: 1, totalRequests: 3 });
+    await runWebhookLoad({ url: receiver.url, signingSecret: SECRET, connections: 1, totalRequests: 3, acceptEncoding: 'none' });
+    expect(receiver.requests.map((r) => r.headers['accept-encoding'] ?? 'absent')).toEqual(['gzip', 'gzip', 'gzip', 'absent', 'absent', 'absent']);
+  });
+
   it('stops after the duration and reports latency percentiles in order', async () => {
     receiver = await verifying();
     const report = await runWebhookLoad({ url: receiver.url, signingSecret: SECRET, connections: 2, durationMs: 200 });
@@ -139,6 +146,7 @@ describe('webhook load generator', () => {
       [{ url: 'http://127.0.0.1:9', signingSecret: SECRET, connections: 1, totalRequests: 1, bodyBytes: { min: 500, max: 100 } }, 'bodyBytes'],
       [{ url: 'http://127.0.0.1:9', signingSecret: '', connections: 1, totalRequests: 1 }, 'signingSecret'],
       [{ url: 'http://127.0.0.1:9', signingSecret: SECRET, connections: 1, totalRequests: 1, statusesOnly: true, statusesPerInbound: 0 }, 'statusesOnly'],
+      [{ url: 'http://127.0.0.1:9', signingSecret: SECRET, connections: 1, totalRequests: 1, acceptEncoding: 'br' as 'gzip' }, 'acceptEncoding'],
     ];
     for (const [options, name] of cases) {
       const error = await runWebhookLoad(options).catch((e: unknown) => e);
