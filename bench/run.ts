@@ -26,7 +26,6 @@ export const BENCHES: Record<string, Bench> = {
   'tracker-volume': { description: 'the tracker at production volume: does its cost follow traffic or history (needs npm run build)' },
   kstreams: { description: 'the tracker side by side with Kafka Streams (needs npm run build and mvn package)' },
   'bounded-maps': { description: 'the bounded maps once full: µs per insert of the state cache and the conversation table' },
-  'completed-results': { description: "the sender's memory of completed request ids: µs per keep and heap", nodeFlags: ['--expose-gc'] },
   'window-lookup': { description: 'the conversation window guard: lookup cost, memory per window, start-up read', nodeFlags: ['--expose-gc'] },
 };
 
