@@ -25,6 +25,8 @@ export interface TestProxyOptions {
   refuse?: number;
   /** Require this `user:password` (407 otherwise). */
   credentials?: string;
+  /** Listen on this loopback port (default: any free one). */
+  port?: number;
 }
 
 /** One request head from `buffer`, or undefined while it is incomplete. */
@@ -113,7 +115,7 @@ export async function startTestProxy(options: TestProxyOptions = {}): Promise<Te
     return upstream;
   }
 
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  await new Promise<void>((resolve) => server.listen(options.port ?? 0, '127.0.0.1', resolve));
   const port = (server.address() as AddressInfo).port;
   return {
     port,
