@@ -7,6 +7,7 @@
  */
 export { DEFAULT_SEND_REQUESTS_TOPIC, parseSendRequest, sendRequestRecord, SendRequestInvalidError, type SendRequestRecord, type SendRequestRecordOptions } from '../contracts/send-record.js';
 export { waitForRequest, type RequestAnswer, type WaitForRequestOptions } from './tracker.js';
+export { partitionOf } from './partition.js';
 export { ResultWaitError, type WaitFailure } from '../platform/wait-error.js';
 export type { SendRequest, TextSendRequest, TemplateSendRequest, SendResult, AcceptedSendResult, RejectedSendResult, ExpiredSendResult } from '../contracts/send.js';
 export type { MessageState, MessageStatus } from '../contracts/message-state.js';

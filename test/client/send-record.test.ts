@@ -1,5 +1,8 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { sendRequestRecord, SendRequestInvalidError, parseSendRequest } from '../../src/client/index.js';
+import { partitionOf, sendRequestRecord, SendRequestInvalidError, parseSendRequest } from '../../src/client/index.js';
+import { murmur2 } from '../../src/kafka/partitioner.js';
 import { prepareJob, type SendJob } from '../../src/sender/requests.js';
 
 const text = { requestId: 'r1', type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hello' }, callbackData: 'order-42' };
@@ -74,5 +77,19 @@ describe('sendRequestRecord', () => {
   it('parseSendRequest gives the request as the sender reads it', () => {
     expect(parseSendRequest(template)).toEqual({ ...template, parameters: [] });
     expect(() => parseSendRequest({})).toThrow(SendRequestInvalidError);
+  });
+});
+
+describe('partitionOf and the vectors of docs/producers.md', () => {
+  it('places keys as the table for other languages says, from the murmur2 it shows', () => {
+    const doc = readFileSync(join(import.meta.dirname, '..', '..', 'docs', 'producers.md'), 'utf8');
+    const table = doc.slice(doc.indexOf('<!-- partition-vectors'));
+    const rows = [...table.matchAll(/^\| `([^`]+)` \| (-?\d+) \| (\d+) \| (\d+) \|$/gm)].map((m) => [m[1]!, Number(m[2]), Number(m[3]), Number(m[4])] as const);
+    expect(rows.length).toBeGreaterThanOrEqual(3);
+    for (const [key, hash, of12, of6] of rows) {
+      expect(murmur2(Buffer.from(key, 'utf8')), key).toBe(hash);
+      expect([partitionOf(key, 12), partitionOf(key, 6), partitionOf(Buffer.from(key), 12)], key).toEqual([of12, of6, of12]);
+    }
+    expect(() => partitionOf('+1555', 0)).toThrow('partitions: expected a whole number of at least 1, got 0');
   });
 });
