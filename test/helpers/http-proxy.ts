@@ -153,7 +153,7 @@ export interface Tinyproxy {
  * in a temporary directory (the system service is never used). Fails with what to install when
  * it is missing, as the other tests that need a Debian program do.
  */
-export async function startTinyproxy(options: { credentials?: string } = {}): Promise<Tinyproxy> {
+export async function startTinyproxy(options: { credentials?: string; logLevel?: 'Info' | 'Warning'; maxClients?: number } = {}): Promise<Tinyproxy> {
   const probe = spawnSync('tinyproxy', ['-v'], { encoding: 'utf8' });
   if ((probe.error as NodeJS.ErrnoException | undefined)?.code === 'ENOENT') {
     throw new Error("tinyproxy not found on PATH: install Debian's tinyproxy package (apt-get install -y tinyproxy), as .ci/run does");
@@ -169,8 +169,8 @@ export async function startTinyproxy(options: { credentials?: string } = {}): Pr
       'Listen 127.0.0.1',
       'Timeout 60',
       `LogFile "${logFile}"`,
-      'LogLevel Info',
-      'MaxClients 200',
+      `LogLevel ${options.logLevel ?? 'Info'}`,
+      `MaxClients ${options.maxClients ?? 200}`,
       'Allow 127.0.0.1',
       'DisableViaHeader Yes',
       ...(user !== undefined ? [`BasicAuth ${user} ${password}`] : []),
