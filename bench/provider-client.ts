@@ -23,9 +23,8 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Pool } from 'undici';
-import { parseProxyUrl, type HttpProxy } from '../src/platform/proxy.js';
 import { createProviderClient } from '../src/sender/provider-client.js';
-import { startTestProxy, startTinyproxy } from '../test/helpers/http-proxy.js';
+import { proxyOf, startTestProxy, startTinyproxy } from '../test/helpers/http-proxy.js';
 import { benchArgs } from './args.js';
 import { peerBinary, startFakeProvider } from './peers.js';
 
@@ -67,7 +66,7 @@ type Call = () => Promise<boolean>;
 
 function callers(client: string, url: string, proxyUrl?: string): { call: Call; close: () => Promise<void> } {
   if (client !== 'undici') {
-    const proxy = proxyUrl ? (parseProxyUrl(proxyUrl) as HttpProxy) : undefined;
+    const proxy = proxyUrl ? proxyOf(proxyUrl) : undefined;
     const c = createProviderClient({ baseUrl: url, connections: IN_FLIGHT, callTimeoutMs: 10_000, tls: { ca: TLS.cert }, ...(proxy ? { proxy } : {}) });
     return { call: async () => (await c.send('text', 'biz_bench', API_KEY, BODY)).kind === 'accepted', close: () => c.close() };
   }
@@ -182,7 +181,14 @@ async function proxyMain(fakeProviderUrl: string): Promise<void> {
   }
   const summary = modes.map(({ name }) => {
     const of = results.filter((r) => r.client === name);
-    return { mode: name, usPerCall: median(of.map((r) => r.usPerCall)), callsPerSecond: median(of.map((r) => r.callsPerSecond!)), p50Ms: median(of.map((r) => r.p50Ms!)), p99Ms: median(of.map((r) => r.p99Ms!)), failures: of.reduce((n, r) => n + r.failures, 0) };
+    return {
+      mode: name,
+      usPerCall: median(of.map((r) => r.usPerCall)),
+      callsPerSecond: median(of.map((r) => r.callsPerSecond!)),
+      p50Ms: median(of.map((r) => r.p50Ms!)),
+      p99Ms: median(of.map((r) => r.p99Ms!)),
+      failures: of.reduce((n, r) => n + r.failures, 0),
+    };
   });
   console.log(JSON.stringify({ calls: CALLS, inFlight: IN_FLIGHT, rounds: ROUNDS, medians: summary }));
 }

@@ -3,6 +3,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, connect, type AddressInfo, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { parseProxyUrl, type HttpProxy } from '../../src/platform/proxy.js';
 
 /**
  * HTTP proxies on loopback for the egress proxy tests: a small one written here (net + the
@@ -27,6 +28,13 @@ export interface TestProxyOptions {
   credentials?: string;
   /** Listen on this loopback port (default: any free one). */
   port?: number;
+}
+
+/** A proxy URL as the pool takes it; throws on one the sender would refuse. */
+export function proxyOf(url: string): HttpProxy {
+  const parsed = parseProxyUrl(url);
+  if ('error' in parsed) throw new Error(parsed.error);
+  return parsed;
 }
 
 /** One request head from `buffer`, or undefined while it is incomplete. */

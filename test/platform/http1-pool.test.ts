@@ -8,8 +8,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Http1Pool, type Http1Error, type Http1PoolOptions } from '../../src/platform/http1-pool.js';
 import type { ParsedResponse } from '../../src/platform/http1-response-parser.js';
-import { parseProxyUrl, type HttpProxy } from '../../src/platform/proxy.js';
-import { closedPort, startTestProxy, startTinyproxy } from '../helpers/http-proxy.js';
+import { closedPort, proxyOf, startTestProxy, startTinyproxy } from '../helpers/http-proxy.js';
 
 /** What one request saw: whether it was written, and how it ended. */
 interface Outcome {
@@ -303,12 +302,6 @@ const fixtureTls = {
   key: readFileSync(join(import.meta.dirname, '..', 'fixtures', 'tls-localhost.key')),
   cert: readFileSync(join(import.meta.dirname, '..', 'fixtures', 'tls-localhost.crt')),
 };
-
-function proxyOf(url: string): HttpProxy {
-  const parsed = parseProxyUrl(url);
-  if ('error' in parsed) throw new Error(parsed.error);
-  return parsed;
-}
 
 describe('Http1Pool through an HTTP proxy on loopback', () => {
   it('https origin through tinyproxy: one CONNECT, TLS end to end in the tunnel, the tunnel kept alive for every request', async () => {

@@ -2,9 +2,8 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createProviderClient, interpret, type ProviderClient } from '../../src/sender/provider-client.js';
-import { parseProxyUrl, type HttpProxy } from '../../src/platform/proxy.js';
 import { maybeCreated, providerFailing, classify } from '../../src/sender/retry-policy.js';
-import { closedPort, startTestProxy } from '../helpers/http-proxy.js';
+import { closedPort, proxyOf as proxy, startTestProxy } from '../helpers/http-proxy.js';
 
 interface Seen {
   method: string;
@@ -127,12 +126,6 @@ describe('provider client (keep-alive HTTP/1.1 pool against a real server)', () 
     expect(s.seen).toHaveLength(40);
   });
 });
-
-function proxy(url: string): HttpProxy {
-  const parsed = parseProxyUrl(url);
-  if ('error' in parsed) throw new Error(parsed.error);
-  return parsed;
-}
 
 describe('provider client through an HTTP proxy', () => {
   it('an http provider: absolute-form requests with Proxy-Authorization to the proxy; the provider gets its usual request', async () => {
