@@ -65,6 +65,7 @@ export class ResultFollower {
     let timer: NodeJS.Timeout | undefined;
     const joined = new Promise<void>((resolve, reject) => {
       timer = setTimeout(() => reject(new ResultWaitError('timeout', `following ${topic}: no consumer group joined within ${startTimeoutMs} ms (is Kafka reachable?)`)), startTimeoutMs);
+      // Every join (the first, and any rejoin after a broker failure) resumes where the follow is.
       consumer.on(consumer.events.GROUP_JOIN, ({ payload }) => {
         for (const partition of payload.memberAssignment[topic] ?? []) consumer.seek({ topic, partition, offset: String(from.get(partition) ?? 0) });
         resolve();
@@ -76,7 +77,13 @@ export class ResultFollower {
     try {
       await consumer.connect();
       await consumer.subscribe({ topics: [topic], fromBeginning: true });
-      await consumer.run({ autoCommit: false, eachBatch: async ({ batch }) => batch.messages.forEach((m) => m.value && follower.received(m.value)) });
+      await consumer.run({
+        autoCommit: false,
+        eachBatch: async ({ batch }) => {
+          for (const m of batch.messages) if (m.value) follower.received(m.value);
+          if (batch.messages.length > 0) from.set(batch.partition, Number(batch.lastOffset()) + 1);
+        },
+      });
       await joined;
       return follower;
     } catch (err) {
