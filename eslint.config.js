@@ -16,6 +16,9 @@ const ROOMS = {
   tracker: { rooms: ['platform', 'contracts', 'config', 'kafka', 'runtime'], libraries: KAFKA_CLIENTS },
   simulator: { rooms: ['platform', 'contracts', 'config', 'runtime'], libraries: KAFKA_CLIENTS },
   commands: { rooms: ['platform', 'contracts', 'config', 'kafka', 'runtime', ...ROLES], libraries: KAFKA_CLIENTS },
+  // The package's entries for producers (msgbridge/client, msgbridge/client/kafka): contracts,
+  // and src/kafka's result follower for the Kafka entry only (test/client checks what loads).
+  client: { rooms: ['platform', 'contracts', 'kafka'], libraries: KAFKA_CLIENTS },
 };
 const ALL_ROOMS = [...Object.keys(ROOMS)];
 

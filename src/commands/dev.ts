@@ -135,7 +135,8 @@ async function runDev(config: Config, opts: DevOptions, devToken: string): Promi
     const wired: Config = {
       ...config,
       kafka: { ...config.kafka, brokers: brokers.brokers, replicationFactor },
-      provider: { ...config.provider, url: simulator.url },
+      // The simulator runs in this process: a proxy set in the developer's shell (HTTPS_PROXY...) must not carry its calls.
+      provider: { ...config.provider, url: simulator.url, proxy: 'direct' },
     };
     ingress = await startIngress({ config: wired, brokers: brokers.brokers, logger: loggers.ingress });
     // The tracker first: it creates the conversations topic the sender reads before it consumes.

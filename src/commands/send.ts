@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { InvalidArgumentError, type Command } from 'commander';
-import { HEADER, RELAY_RESULT_CODE, SCHEMA_ID, sendRequestRecipient, sendRequestSchema, sendResultSchema, deliveryStatusEventSchema, type SendRequest } from '../contracts/index.js';
+import { RELAY_RESULT_CODE, parseSendRequest, SendRequestInvalidError, sendRequestRecord, sendResultSchema, deliveryStatusEventSchema, type SendRequest } from '../contracts/index.js';
 import type { Config } from '../config/schema.js';
 import { MsgbridgeError } from '../platform/errors.js';
 import { createConsumer, createKafka, withAdmin } from '../kafka/client.js';
@@ -75,12 +75,13 @@ function say(line: string) {
 }
 
 async function runSend(command: Command, opts: CommonOptions, raw: Record<string, unknown>): Promise<void> {
-  const parsed = sendRequestSchema.safeParse(raw);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
-    throw new MsgbridgeError('INVALID_ARGUMENT', `invalid send request: ${issue.path.join('.')}: ${issue.message}`);
+  let request: SendRequest;
+  try {
+    request = parseSendRequest(raw);
+  } catch (err) {
+    if (err instanceof SendRequestInvalidError) throw new MsgbridgeError('INVALID_ARGUMENT', err.message);
+    throw err;
   }
-  const request = parsed.data;
   const config = commandConfig(command);
   if (request.businessId && config.businesses.length > 0 && !config.businesses.some((b) => b.id === request.businessId)) {
     throw new MsgbridgeError('INVALID_ARGUMENT', `unknown business "${request.businessId}"; configured: ${config.businesses.map((b) => b.id).join(', ')}`);
@@ -93,17 +94,16 @@ async function runSend(command: Command, opts: CommonOptions, raw: Record<string
   if (opts.follow) {
     ({ consumer, outcome } = await follow(kafka, config, request, opts.timeout));
   }
+  const record = sendRequestRecord(request, { topic: topics.sendRequests, headers: { traceparent: traceparent() } });
   const producer = kafka.producer({ allowAutoTopicCreation: false });
   await producer.connect();
   await producer.send({
-    topic: topics.sendRequests,
+    topic: record.topic,
     acks: -1,
-    messages: [
-      { key: sendRequestRecipient(request), value: JSON.stringify(request), headers: { 'content-type': 'application/json', [HEADER.schema]: SCHEMA_ID.sendRequest, traceparent: traceparent() } },
-    ],
+    messages: [{ key: record.key, value: record.value, headers: record.headers }],
   });
   await producer.disconnect();
-  say(`request ${request.requestId} → ${topics.sendRequests} (to ${sendRequestRecipient(request)})`);
+  say(`request ${request.requestId} → ${topics.sendRequests} (to ${record.key})`);
   if (!outcome || !consumer) return;
   try {
     process.exitCode = await outcome;

@@ -2,6 +2,7 @@ import { InvalidArgumentError, type Command } from 'commander';
 import { providerErrorSchema, WEBHOOK_TOPICS, type WebhookTopic } from '../contracts/index.js';
 import type { BusinessConfig, Config } from '../config/schema.js';
 import { MsgbridgeError } from '../platform/errors.js';
+import { chooseProxy } from '../platform/proxy.js';
 import { commandConfig } from './context.js';
 
 interface WebhookOptions {
@@ -139,8 +140,16 @@ function addressFor(config: Config, opts: WebhookOptions, businessId: string, to
 /** The provider's webhook operations for one business, with one clear message per failure. */
 function providerClient(config: Config, business: BusinessConfig, opts: WebhookOptions) {
   const base = `${opts.providerUrl ?? config.provider.url.replace(/\/+$/, '')}/v1/businesses/${encodeURIComponent(business.id)}`;
+  // The sender's egress proxy, chosen the same way (src/sender/README.md "Egress proxy").
+  const origin = new URL(base);
+  const protocol = origin.protocol === 'https:' ? 'https:' : 'http:';
+  const { proxy } = chooseProxy({ protocol, host: origin.hostname.replace(/^\[(.*)\]$/, '$1'), port: Number(origin.port || (protocol === 'https:' ? 443 : 80)) }, config.provider.proxy, process.env);
+  const through = proxy ? ` through the proxy ${proxy.display}` : '';
+  let dispatcher: import('undici').Dispatcher | undefined;
   const call = async (method: 'GET' | 'POST' | 'DELETE', path: string, body?: unknown): Promise<{ ok: boolean; status: number; body: unknown; message: string }> => {
-    const { request } = await import('undici');
+    const { request, ProxyAgent } = await import('undici');
+    // Absolute form for an http provider, a CONNECT tunnel for https: as the sender's pool does.
+    if (proxy && !dispatcher) dispatcher = new ProxyAgent({ uri: proxy.display, ...(proxy.authorization ? { token: proxy.authorization } : {}), proxyTunnel: false });
     let status: number;
     let text: string;
     try {
@@ -150,11 +159,12 @@ function providerClient(config: Config, business: BusinessConfig, opts: WebhookO
         body: body === undefined ? undefined : JSON.stringify(body),
         headersTimeout: config.provider.timeoutMs,
         bodyTimeout: config.provider.timeoutMs,
+        ...(dispatcher ? { dispatcher } : {}),
       });
       status = answer.statusCode;
       text = await answer.body.text();
     } catch (err) {
-      throw new MsgbridgeError('PROVIDER_UNAVAILABLE', `cannot reach the provider at ${base}: ${(err as Error).message}`, { cause: err });
+      throw new MsgbridgeError('PROVIDER_UNAVAILABLE', `cannot reach the provider at ${base}${through}: ${(err as Error).message}`, { cause: err });
     }
     let parsed: unknown = text;
     try {

@@ -185,6 +185,7 @@ function applyEnv(raw: Json, env: Env, sources: Map<string, string>): void {
 
   const simple: [string, string][] = [
     ['MSGBRIDGE_PROVIDER_URL', 'provider.url'],
+    ['MSGBRIDGE_PROVIDER_PROXY', 'provider.proxy'],
     ['MSGBRIDGE_INGRESS_PORT', 'ingress.port'],
     ['MSGBRIDGE_INGRESS_WORKERS', 'ingress.workers'],
     ['MSGBRIDGE_SIMULATOR_PORT', 'simulator.port'],
@@ -195,7 +196,7 @@ function applyEnv(raw: Json, env: Env, sources: Map<string, string>): void {
     ['MSGBRIDGE_TRACKER_TOKENS_FILE', 'tracker.accessTokensFile'],
     ['MSGBRIDGE_LOG_LEVEL', 'log.level'],
   ];
-  const verbatim = new Set(['provider.url', 'log.level', 'tracker.stateDir', 'sender.stateDir', 'tracker.advertisedUrl', 'tracker.accessTokensFile']);
+  const verbatim = new Set(['provider.url', 'provider.proxy', 'log.level', 'tracker.stateDir', 'sender.stateDir', 'tracker.advertisedUrl', 'tracker.accessTokensFile']);
   for (const [name, path] of simple) {
     const value = nonEmpty(env[name]);
     if (value !== undefined) set(path, verbatim.has(path) ? value.trim() : scalar(value), name);

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { recipientNumber } from '../contracts/common.js';
+import { DIRECT, parseProxyUrl } from '../platform/proxy.js';
 
 /**
  * The whole configuration. Every default lives in config/default.json (this schema repeats
@@ -119,6 +120,19 @@ export const providerSchema = z.strictObject({
   timeoutMs: positiveInt,
   /** Keep-alive connections of the sender's pool; null = one per provider call in flight (sender.concurrency). */
   connections: positiveInt.nullable(),
+  /**
+   * The HTTP proxy of provider calls: null = the environment's (HTTPS_PROXY, HTTP_PROXY,
+   * ALL_PROXY, as curl reads them), "direct" = none, or an http:// URL. NO_PROXY applies to all
+   * three (src/sender/README.md "Egress proxy"). The message never repeats a password.
+   */
+  proxy: z
+    .string()
+    .nullable()
+    .superRefine((value, ctx) => {
+      if (value === null || value.trim().toLowerCase() === DIRECT) return;
+      const parsed = parseProxyUrl(value);
+      if ('error' in parsed) ctx.addIssue({ code: 'custom', message: `${parsed.error}; or "${DIRECT}" for none, or null for the environment's` });
+    }),
 });
 
 /** `ingress.workers`: an integer from 1 to 256, or "auto" (the CLI's --workers parses with it too). */

@@ -9,3 +9,4 @@ export * from './request-outcome.js';
 export * from './signature.js';
 export * from './time.js';
 export * from './relay-errors.js';
+export * from './send-record.js';

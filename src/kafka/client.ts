@@ -10,7 +10,10 @@ import { tlsOptions } from './tls.js';
  * The one place that knows how to build a kafkajs client from configuration
  * (brokers, client id, TLS, SASL). Everything else talks to the ports in port.ts.
  */
-export function createKafka(config: KafkaConfig, options: { logger?: Logger; clientId?: string; brokers?: string[] } = {}): Kafka {
+/** What a client is built from: the connection settings of `kafka` (the producer client of `msgbridge/client/kafka` has no more). */
+export type KafkaConnectionConfig = Pick<KafkaConfig, 'brokers' | 'clientId' | 'connectionTimeoutMs' | 'requestTimeoutMs' | 'ssl' | 'sasl'>;
+
+export function createKafka(config: KafkaConnectionConfig, options: { logger?: Logger; clientId?: string; brokers?: string[] } = {}): Kafka {
   const brokers = options.brokers ?? config.brokers;
   if (brokers.length === 0) throw new Error('createKafka needs at least one broker (start the local broker first)');
   const kafkaConfig: KafkajsConfig = {

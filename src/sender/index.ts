@@ -23,6 +23,7 @@ import { fetchBytesPerPartition, PartitionConsumer } from './partition-consumer.
 import { createProcessor, type Processor } from './processor.js';
 import { createProviderClient, type ProviderClient } from './provider-client.js';
 import { startTracing, TRACING_FLUSH_MS, type Tracer } from '../platform/tracing.js';
+import { chooseProxy, type ProxyChoice } from '../platform/proxy.js';
 import { RateLimiter } from './rate-limiter.js';
 import { prepareJob, type Job } from './requests.js';
 import { OutcomePublisher } from './outcome-publisher.js';
@@ -57,6 +58,8 @@ export interface StartSenderOptions {
   onFatal?: (error: Error) => void;
   /** Where the OTEL_* variables are read (src/platform/README.md, "Tracing"); default process.env. */
   tracingEnv?: Record<string, string | undefined>;
+  /** Where HTTPS_PROXY, HTTP_PROXY, ALL_PROXY and NO_PROXY are read (README "Egress proxy"); default process.env. */
+  proxyEnv?: Record<string, string | undefined>;
 }
 
 /** business id → API key, or a configuration error naming what is missing. */
@@ -86,6 +89,8 @@ interface Prepared {
   logger: Logger;
   apiKeys: Map<string, string>;
   providerUrl: string;
+  /** The egress proxy of provider calls, or none (and why). */
+  proxy: ProxyChoice;
   registry: Registry;
   kafka: KafkaClient;
   publisher: OutcomePublisher;
@@ -144,12 +149,13 @@ export class Sender implements Role {
     const logger = (options.logger ?? silentLogger).child({ component: 'sender' });
     const apiKeys = senderApiKeys(config);
     if (!config.provider.url) throw new MsgbridgeError('CONFIG_INVALID', 'invalid configuration:\n  - provider.url: the sender needs the provider base URL (MSGBRIDGE_PROVIDER_URL)');
+    const proxy = providerProxy(config.provider.url, config.provider.proxy, options.proxyEnv ?? process.env);
     const brokers = options.brokers ?? config.kafka.brokers;
     requireBrokers(brokers);
     const registry = options.registry ?? createMetricsRegistry('sender');
     const tracer = await startTracing({ role: 'sender', env: options.tracingEnv, logger });
     try {
-      return await Sender.startWith(options, { logger, apiKeys, brokers, registry, tracer });
+      return await Sender.startWith(options, { logger, apiKeys, brokers, registry, tracer, proxy });
     } catch (err) {
       await tracer.shutdown(TRACING_FLUSH_MS);
       throw err;
@@ -158,7 +164,7 @@ export class Sender implements Role {
 
   private static async startWith(
     options: StartSenderOptions,
-    { logger, apiKeys, brokers, registry, tracer }: { logger: Logger; apiKeys: Map<string, string>; brokers: string[]; registry: Registry; tracer: Tracer },
+    { logger, apiKeys, brokers, registry, tracer, proxy }: { logger: Logger; apiKeys: Map<string, string>; brokers: string[]; registry: Registry; tracer: Tracer; proxy: ProxyChoice },
   ): Promise<Sender> {
     const { config } = options;
     checkLocalStoreDir(config.sender.stateDir, 'sender.stateDir', 'MSGBRIDGE_SENDER_STATE_DIR', 'the sender');
@@ -184,7 +190,7 @@ export class Sender implements Role {
     });
     await connectingToKafka(brokers, () => publisher.start());
 
-    const sender = new Sender({ options, logger, apiKeys, providerUrl: config.provider.url!, registry, kafka, publisher, dlqMaxBytes, partitions, tracer });
+    const sender = new Sender({ options, logger, apiKeys, providerUrl: config.provider.url!, proxy, registry, kafka, publisher, dlqMaxBytes, partitions, tracer });
     sender.followBusinesses();
     sender.startGuard();
     await sender.serveHealth();
@@ -208,11 +214,26 @@ export class Sender implements Role {
     this.publisher = publisher;
     this.tracer = prepared.tracer;
 
+    const { proxy } = prepared.proxy;
+    if (proxy) logger.info({ proxy: proxy.display, reason: prepared.proxy.reason }, 'provider calls go through an HTTP proxy');
+    else logger.debug({ reason: prepared.proxy.reason }, 'provider calls go direct, through no proxy');
     this.client = createProviderClient({
       baseUrl: prepared.providerUrl,
       connections: config.provider.connections ?? s.concurrency,
       callTimeoutMs: s.callTimeoutMs,
       tracer: this.tracer,
+      ...(proxy
+        ? {
+            proxy,
+            onProxyChange: (working: boolean, detail: string) =>
+              working
+                ? logger.info({ proxy: proxy.display }, detail)
+                : logger.error(
+                    { proxy: proxy.display, err: detail },
+                    'provider calls fail at the HTTP proxy: they wait and are retried under sender.retryBudgetMs, none is lost; check the proxy and provider.proxy or HTTPS_PROXY/HTTP_PROXY',
+                  ),
+          }
+        : {}),
     });
     this.limiter = new RateLimiter({ ratePerSecond: s.ratePerSecond });
     this.circuits = new CircuitBreaker({
@@ -636,3 +657,11 @@ async function prepareTopics(kafka: KafkaClient, config: Config, logger: Logger)
 const LEDGER_UPKEEP_MS = 10_000;
 /** After a call's deadline, how long its outcome may take to reach the ledger (README "Sent once"). */
 const LEDGER_PUBLISH_GRACE_MS = 10_000;
+
+/** The egress proxy for the provider's origin (README "Egress proxy"): CONFIG_INVALID naming the setting when one cannot be read. */
+export function providerProxy(providerUrl: string, configured: string | null, env: Record<string, string | undefined>): ProxyChoice {
+  const url = new URL(providerUrl);
+  const protocol = url.protocol === 'https:' ? 'https:' : 'http:';
+  const port = url.port !== '' ? Number(url.port) : protocol === 'https:' ? 443 : 80;
+  return chooseProxy({ protocol, host: url.hostname.replace(/^\[(.*)\]$/, '$1'), port }, configured, env);
+}

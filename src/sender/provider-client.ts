@@ -3,6 +3,7 @@ import { Http1Pool, type Http1Error, type Http1Exchange, type Http1Request } fro
 import type { ParsedResponse } from '../platform/http1-response-parser.js';
 import { NOOP_TRACER, type TraceSpan, type Tracer } from '../platform/tracing.js';
 import { onAbort } from '../platform/on-abort.js';
+import type { HttpProxy } from '../platform/proxy.js';
 import type { AttemptOutcome, ProviderErrorBody } from './retry-policy.js';
 
 /**
@@ -31,6 +32,13 @@ export interface ProviderClientOptions {
   tracer?: Tracer;
   /** https: trust settings beyond the system's certificate authorities (tests). */
   tls?: { ca?: string | Buffer; rejectUnauthorized?: boolean };
+  /** Reach the provider through this HTTP proxy (README "Egress proxy"). */
+  proxy?: HttpProxy;
+  /**
+   * Called when calls start failing at the proxy (`working` false, with what it answered) and
+   * when one passes it again: once per change, for one log line each, not one per call.
+   */
+  onProxyChange?: (working: boolean, detail: string) => void;
 }
 
 export interface ProviderClient {
@@ -61,9 +69,11 @@ export function createProviderClient(options: ProviderClientOptions): ProviderCl
     keepAliveTimeoutMs: options.keepAliveTimeoutMs ?? 30_000,
     maxResponseBytes: options.maxResponseBytes ?? 64 * 1024,
     ...(options.tls ? { tls: options.tls } : {}),
+    ...(options.proxy ? { proxy: options.proxy } : {}),
   });
-  const heads = new RequestHeads(pool.hostHeader, prefix, userAgent);
+  const heads = new RequestHeads(pool, prefix, userAgent);
   const tracer = options.tracer ?? NOOP_TRACER;
+  const proxy = options.proxy ? new ProxyWatch(options.proxy, url.protocol === 'http:', options.onProxyChange) : undefined;
   return {
     send(operation, businessId, apiKey, body, signal, parent) {
       if (signal?.aborted) return Promise.resolve(failure(signal.reason, false));
@@ -85,7 +95,7 @@ export function createProviderClient(options: ProviderClientOptions): ProviderCl
       }
       const json = JSON.stringify(body);
       const payload = `${head}${traceparent === '' ? '' : `traceparent: ${traceparent}\r\n`}Content-Length: ${Buffer.byteLength(json)}\r\n\r\n${json}`;
-      const call = new Call(options.callTimeoutMs, signal, span);
+      const call = new Call(options.callTimeoutMs, signal, span, proxy);
       call.start(pool.request(payload, call));
       return call.outcome;
     },
@@ -103,7 +113,7 @@ class RequestHeads {
   private readonly heads = new Map<string, string>();
 
   constructor(
-    private readonly host: string,
+    private readonly pool: Pick<Http1Pool, 'hostHeader' | 'requestTarget' | 'proxyHeaders'>,
     private readonly prefix: string,
     private readonly userAgent: string,
   ) {}
@@ -115,10 +125,54 @@ class RequestHeads {
     if (head === undefined) {
       if (!SAFE_HEADER_VALUE.test(apiKey)) return undefined;
       if (this.heads.size >= 1024) this.heads.clear();
-      head = `POST ${sendPath(this.prefix, operation, businessId)} HTTP/1.1\r\nHost: ${this.host}\r\nAccept: application/json\r\nContent-Type: application/json\r\nX-API-Key: ${apiKey}\r\nUser-Agent: ${this.userAgent}\r\n`;
+      const { pool } = this;
+      head = `POST ${pool.requestTarget(sendPath(this.prefix, operation, businessId))} HTTP/1.1\r\nHost: ${pool.hostHeader}\r\n${pool.proxyHeaders}Accept: application/json\r\nContent-Type: application/json\r\nX-API-Key: ${apiKey}\r\nUser-Agent: ${this.userAgent}\r\n`;
       this.heads.set(id, head);
     }
     return head;
+  }
+}
+
+/**
+ * Whether calls get past the proxy: one change reported per state change, not one per call
+ * (at thousands of calls a second, one line per failed call would bury the log). A 407 from the
+ * proxy to an absolute-form request (http provider) is the proxy's refusal, not the provider's
+ * answer: nothing was forwarded, and it is retried like a refused connection.
+ */
+class ProxyWatch {
+  private failing = false;
+
+  constructor(
+    private readonly proxy: HttpProxy,
+    private readonly absoluteForm: boolean,
+    private readonly onChange: ((working: boolean, detail: string) => void) | undefined,
+  ) {}
+
+  /** The outcome of an answer, a 407 from the proxy made a refusal. */
+  answered(response: ParsedResponse): AttemptOutcome | undefined {
+    if (!this.absoluteForm || response.status !== 407) {
+      this.passed();
+      return undefined;
+    }
+    const message = `the proxy ${this.proxy.display} answered 407 Proxy Authentication Required: check the credentials in its URL`;
+    this.refused(message);
+    return { kind: 'network', code: 'PROXY_REFUSED', message, requestWritten: false };
+  }
+
+  failed(error: Http1Error): void {
+    if (error.atProxy) this.refused(error.message);
+  }
+
+  private passed(): void {
+    if (!this.failing) return;
+    this.failing = false;
+    this.onChange?.(true, `provider calls pass the proxy ${this.proxy.display} again`);
+  }
+
+  private refused(detail: string): void {
+    if (this.failing) return;
+    this.failing = true;
+    this.onChange?.(false, detail);
   }
 }
 
@@ -141,6 +195,7 @@ class Call implements Http1Exchange {
     private readonly callTimeoutMs: number,
     signal: AbortSignal | undefined,
     private readonly span: TraceSpan | undefined = undefined,
+    private readonly proxy: ProxyWatch | undefined = undefined,
   ) {
     this.outcome = new Promise((resolve) => (this.resolve = resolve));
     this.timer = setTimeout(() => this.stop({ kind: 'timeout', message: `no complete answer within ${callTimeoutMs} ms`, requestWritten: this.written }), callTimeoutMs);
@@ -170,10 +225,12 @@ class Call implements Http1Exchange {
   }
 
   onResponse(response: ParsedResponse): void {
-    this.settle(interpret(response.status, response.retryAfter, response.body.toString('utf8')));
+    const refused = this.proxy?.answered(response);
+    this.settle(refused ?? interpret(response.status, response.retryAfter, response.body.toString('utf8')));
   }
 
   onError(error: Http1Error): void {
+    this.proxy?.failed(error);
     this.settle(failure(error, this.written));
   }
 

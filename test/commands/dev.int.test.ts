@@ -38,7 +38,8 @@ describe('msgbridge dev, end to end', () => {
 
   beforeAll(async () => {
     env.KAFKA_BROKERS = kafkaBrokers().join(',');
-    dev = startCli(['dev', '--summary-interval', '1'], env);
+    // A proxy in the developer's shell (here one nothing listens on) must not carry the calls to dev's own simulator.
+    dev = startCli(['dev', '--summary-interval', '1'], { ...env, HTTP_PROXY: 'http://127.0.0.1:9' });
     simulatorUrl = (await dev.waitFor(/simulator\s+(http:\/\/\S+)/))[1]!;
     ingressUrl = (await dev.waitFor(/ingress\s+(http:\/\/\S+?)\/webhooks/))[1]!;
   });

@@ -57,6 +57,11 @@ describe('what each command loads', () => {
     for (const heavy of ['lmdb', 'uWebSockets.js', 'undici', '@platformatic/kafka', 'prom-client']) expect(packages, heavy).not.toContain(heavy);
   });
 
+  it('msgbridge/client (the package export for producers) loads zod and nothing heavier; msgbridge/client/kafka adds kafkajs only', async () => {
+    expect([...(await packagesLoadedBy(['src/client/index.ts']))]).toEqual(['zod']);
+    expect([...(await packagesLoadedBy(['src/client/kafka.ts']))].sort()).toEqual(['kafkajs', 'zod']);
+  });
+
   it('msgbridge sender loads the sender and none of the other roles’ packages', async () => {
     const packages = await packagesLoadedBy(['src/cli.ts', 'src/sender/index.ts']);
     expect(packages).toContain('kafkajs');

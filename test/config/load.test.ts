@@ -219,4 +219,18 @@ describe('configuration loading', () => {
     const inFile = file('workers-bad.json', JSON.stringify({ ingress: { workers: -2 } }));
     expect(configError(() => loadConfig({ env: { MSGBRIDGE_CONFIG: inFile } }))).toContain(`ingress.workers: expected an integer from 1 to 256 or "auto", got -2 (from ${inFile})`);
   });
+
+  it('reads provider.proxy (default null: the environment) from MSGBRIDGE_PROVIDER_PROXY or the file; a bad one is one line without its password', () => {
+    expect(loadConfig({ env: {} }).provider.proxy).toBeNull();
+    expect(loadConfig({ env: { MSGBRIDGE_PROVIDER_PROXY: ' http://proxy.corp:3128 ' } }).provider.proxy).toBe('http://proxy.corp:3128');
+    expect(loadConfig({ env: { MSGBRIDGE_PROVIDER_PROXY: 'direct' } }).provider.proxy).toBe('direct');
+    const message = configError(() => loadConfig({ env: { MSGBRIDGE_PROVIDER_PROXY: 'socks5://user:hunter2@proxy:1080' } }));
+    expect(message).toBe(
+      'CONFIG_INVALID: invalid configuration:\n  - provider.proxy: a socks5:// proxy is not supported: name an http:// proxy (https targets go through it in a CONNECT tunnel, TLS end to end); or "direct" for none, or null for the environment\'s (from MSGBRIDGE_PROVIDER_PROXY)',
+    );
+    const inFile = file('proxy-bad.json', JSON.stringify({ provider: { proxy: 'http://user:hunter2@proxy:3128/some/path' } }));
+    const fromFile = configError(() => loadConfig({ env: { MSGBRIDGE_CONFIG: inFile } }));
+    expect(fromFile).toContain('provider.proxy: a proxy URL has no path, query or fragment: expected http://[user:password@]host[:port] (got http://***@proxy:3128/some/path)');
+    expect(fromFile).not.toContain('hunter2');
+  });
 });

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Http1Pool, type Http1Error, type Http1PoolOptions } from '../../src/platform/http1-pool.js';
 import type { ParsedResponse } from '../../src/platform/http1-response-parser.js';
+import { closedPort, proxyOf, startTestProxy, startTinyproxy } from '../helpers/http-proxy.js';
 
 /** What one request saw: whether it was written, and how it ended. */
 interface Outcome {
@@ -20,11 +21,14 @@ function send(pool: Http1Pool, path = '/', body = '{}'): { outcome: Promise<Outc
   const seen: Outcome = { written: false };
   let cancel = () => {};
   const outcome = new Promise<Outcome>((resolve) => {
-    const request = pool.request(`POST ${path} HTTP/1.1\r\nHost: ${pool.hostHeader}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`, {
-      onWritten: () => (seen.written = true),
-      onResponse: (response) => resolve({ ...seen, response }),
-      onError: (error) => resolve({ ...seen, error }),
-    });
+    const request = pool.request(
+      `POST ${pool.requestTarget(path)} HTTP/1.1\r\nHost: ${pool.hostHeader}\r\n${pool.proxyHeaders}Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+      {
+        onWritten: () => (seen.written = true),
+        onResponse: (response) => resolve({ ...seen, response }),
+        onError: (error) => resolve({ ...seen, error }),
+      },
+    );
     cancel = () => request.cancel();
   });
   return { outcome, cancel };
@@ -291,5 +295,113 @@ describe('Http1Pool against real loopback servers', () => {
     const untrusted = await send(pool(s.port, { protocol: 'https:', host: 'localhost' })).outcome;
     expect(untrusted.written).toBe(false);
     expect(untrusted.error?.code).toMatch(/SELF_SIGNED|UNABLE_TO_VERIFY|CERT/);
+  });
+});
+
+const fixtureTls = {
+  key: readFileSync(join(import.meta.dirname, '..', 'fixtures', 'tls-localhost.key')),
+  cert: readFileSync(join(import.meta.dirname, '..', 'fixtures', 'tls-localhost.crt')),
+};
+
+describe('Http1Pool through an HTTP proxy on loopback', () => {
+  it('https origin through tinyproxy: one CONNECT, TLS end to end in the tunnel, the tunnel kept alive for every request', async () => {
+    const tiny = await startTinyproxy();
+    closers.push(() => tiny.close());
+    const seen: { url?: string; proxyAuth?: string }[] = [];
+    const s = await httpServer((req, res) => {
+      seen.push({ url: req.url, proxyAuth: req.headers['proxy-authorization'] });
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{"id":"tunnelled"}');
+    }, fixtureTls);
+    const p = pool(s.port, { protocol: 'https:', host: 'localhost', tls: { ca: fixtureTls.cert }, proxy: proxyOf(tiny.url) });
+    expect(p.requestTarget('/v1/x')).toBe('/v1/x');
+    for (let i = 0; i < 5; i++) {
+      const outcome = await send(p, '/v1/x').outcome;
+      expect(outcome.written).toBe(true);
+      expect(outcome.response?.body.toString()).toBe('{"id":"tunnelled"}');
+    }
+    expect(tiny.requests()).toEqual([{ method: 'CONNECT', target: `localhost:${s.port}` }]);
+    expect(s.connections()).toBe(1);
+    expect(seen).toEqual(Array.from({ length: 5 }, () => ({ url: '/v1/x', proxyAuth: undefined })));
+    expect(p.stats()).toEqual({ open: 1, idle: 1, queued: 0 });
+  });
+
+  it('http origin through tinyproxy: absolute-form requests; tinyproxy closes after each answer, which the pool learns instead of failing a request', async () => {
+    const tiny = await startTinyproxy();
+    closers.push(() => tiny.close());
+    const s = await httpServer(ok('{"id":"forwarded"}'));
+    const p = pool(s.port, { proxy: proxyOf(tiny.url) });
+    expect(p.requestTarget('/v1/x')).toBe(`http://127.0.0.1:${s.port}/v1/x`);
+    const outcomes = [];
+    for (let i = 0; i < 20; i++) outcomes.push(await send(p, '/v1/x').outcome);
+    expect(outcomes.map((o) => o.response?.status ?? o.error?.code)).toEqual(Array.from({ length: 20 }, () => 200));
+    expect(p.reusesConnections).toBe(false);
+    expect(tiny.requests()).toEqual(Array.from({ length: 20 }, () => ({ method: 'POST', target: `http://127.0.0.1:${s.port}/v1/x` })));
+  });
+
+  it('http origin through a proxy that keeps connections: one connection to the proxy carries them all, with Proxy-Authorization on each', async () => {
+    const proxy = await startTestProxy({ credentials: 'relay:s3cr3t:x' });
+    closers.push(() => proxy.close());
+    const s = await httpServer(ok('{"id":"kept"}'));
+    const p = pool(s.port, { connections: 1, proxy: proxyOf(`http://relay:s3cr3t%3Ax@127.0.0.1:${proxy.port}`) });
+    for (let i = 0; i < 10; i++) expect((await send(p, '/v1/x').outcome).response?.body.toString()).toBe('{"id":"kept"}');
+    expect(proxy.counts()).toEqual({ tunnels: 0, forwarded: 10, connections: 1 });
+    expect(proxy.authorizations).toEqual(Array.from({ length: 10 }, () => `Basic ${Buffer.from('relay:s3cr3t:x').toString('base64')}`));
+    expect(p.reusesConnections).toBe(true);
+  });
+
+  it('https origin with proxy credentials: they go on the CONNECT only, never through the tunnel', async () => {
+    const proxy = await startTestProxy({ credentials: 'relay:pw' });
+    closers.push(() => proxy.close());
+    const headers: (string | undefined)[] = [];
+    const s = await httpServer((req, res) => {
+      headers.push(req.headers['proxy-authorization']);
+      res.writeHead(200).end('{"id":"x"}');
+    }, fixtureTls);
+    const p = pool(s.port, { protocol: 'https:', host: 'localhost', tls: { ca: fixtureTls.cert }, proxy: proxyOf(proxy.url) });
+    expect(p.proxyHeaders).toBe('');
+    for (let i = 0; i < 3; i++) expect((await send(p).outcome).response?.status).toBe(200);
+    expect(proxy.authorizations).toEqual([`Basic ${Buffer.from('relay:pw').toString('base64')}`]);
+    expect(headers).toEqual([undefined, undefined, undefined]);
+  });
+
+  it('a proxy that refuses: a refused connection, CONNECT answered 403, 407 or 502, a hung CONNECT; never written, atProxy, no credential in the message', async () => {
+    const s = await httpServer(ok(), fixtureTls);
+    const https = (proxy: string, options: Partial<Http1PoolOptions> = {}) => pool(s.port, { protocol: 'https:', host: 'localhost', tls: { ca: fixtureTls.cert }, proxy: proxyOf(proxy), ...options });
+
+    const down = await closedPort();
+    const refused = await send(https(`http://user:hunter2@127.0.0.1:${down}`)).outcome;
+    expect(refused).toMatchObject({ written: false, error: { code: 'ECONNREFUSED', atProxy: true } });
+    expect(refused.error!.message).toContain(`the proxy http://127.0.0.1:${down} could not be used`);
+
+    for (const status of [403, 407, 502]) {
+      const proxy = await startTestProxy({ refuse: status });
+      closers.push(() => proxy.close());
+      const outcome = await send(https(`http://user:hunter2@127.0.0.1:${proxy.port}`)).outcome;
+      expect(outcome).toMatchObject({ written: false, error: { code: 'PROXY_REFUSED', atProxy: true } });
+      expect(outcome.error!.message).toMatch(new RegExp(`^the proxy http://127\\.0\\.0\\.1:${proxy.port} answered CONNECT localhost:${s.port} with ${status} `));
+      expect(outcome.error!.message).not.toContain('hunter2');
+    }
+    expect(s.connections()).toBe(0);
+
+    // A proxy that takes the connection and never answers CONNECT.
+    const silent = await rawServer(() => undefined);
+    const hung = await send(https(`http://127.0.0.1:${silent.port}`, { connectTimeoutMs: 300 })).outcome;
+    expect(hung).toMatchObject({ written: false, error: { code: 'CONNECT_TIMEOUT', atProxy: true } });
+    expect(hung.error!.message).toBe(`no connection to localhost:${s.port} through the proxy http://127.0.0.1:${silent.port} within 300 ms`);
+
+    // An http origin: a refused proxy is the same; an answer from the origin is the origin's.
+    const plain = await send(pool(s.port, { proxy: proxyOf(`127.0.0.1:${down}`) })).outcome;
+    expect(plain).toMatchObject({ written: false, error: { code: 'ECONNREFUSED', atProxy: true } });
+  });
+
+  it("a tunnel cut during its TLS handshake: nothing written, and the failure is the origin's TLS (the CONNECT had succeeded)", async () => {
+    const proxy = await rawServer((socket, chunk) => {
+      if (chunk.toString().startsWith('CONNECT')) socket.write('HTTP/1.1 200 OK\r\n\r\n');
+      else socket.destroy();
+    });
+    const outcome = await send(pool(443, { protocol: 'https:', host: 'localhost', tls: { ca: fixtureTls.cert }, proxy: proxyOf(`http://127.0.0.1:${proxy.port}`) })).outcome;
+    expect(outcome.written).toBe(false);
+    expect(outcome.error).toMatchObject({ atProxy: false });
+    expect(outcome.error?.code).not.toBe('PROXY_REFUSED');
   });
 });

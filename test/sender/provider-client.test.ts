@@ -2,6 +2,8 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createProviderClient, interpret, type ProviderClient } from '../../src/sender/provider-client.js';
+import { maybeCreated, providerFailing, classify } from '../../src/sender/retry-policy.js';
+import { closedPort, proxyOf as proxy, startTestProxy } from '../helpers/http-proxy.js';
 
 interface Seen {
   method: string;
@@ -122,5 +124,61 @@ describe('provider client (keep-alive HTTP/1.1 pool against a real server)', () 
     expect(s.connections()).toBe(4);
     expect(await c.send('text', 'biz', 'k\r\nX-Injected: 1', {})).toMatchObject({ kind: 'network', code: 'INVALID_API_KEY', requestWritten: false });
     expect(s.seen).toHaveLength(40);
+  });
+});
+
+describe('provider client through an HTTP proxy', () => {
+  it('an http provider: absolute-form requests with Proxy-Authorization to the proxy; the provider gets its usual request', async () => {
+    const s = await server((_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{"id":"m-proxied"}'));
+    closers.push(s.close);
+    const p = await startTestProxy({ credentials: 'relay:pw' });
+    closers.push(p.close);
+    const c = client(`${s.url}/base`, { proxy: proxy(`http://relay:pw@127.0.0.1:${p.port}`) });
+    for (let i = 0; i < 3; i++) expect(await c.send('text', 'biz_1', 'k', { message: { text: 'hi' } })).toEqual({ kind: 'accepted', status: 200, messageId: 'm-proxied' });
+    expect(p.counts().forwarded).toBe(3);
+    expect(p.authorizations).toEqual(Array.from({ length: 3 }, () => `Basic ${Buffer.from('relay:pw').toString('base64')}`));
+    expect(s.seen.map((x) => x.url)).toEqual(Array.from({ length: 3 }, () => '/base/v1/businesses/biz_1/send/messages'));
+    expect(s.seen[0]!.rawHeaders.map((h) => h.toLowerCase())).not.toContain('proxy-authorization');
+  });
+
+  it('refusals are not maybe-sent and are retried; one change reported each way, not one per call', async () => {
+    const s = await server((_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{"id":"m1"}'));
+    closers.push(s.close);
+    const changes: [boolean, string][] = [];
+    const onProxyChange = (working: boolean, detail: string) => changes.push([working, detail]);
+
+    // 407 to an absolute-form request: the proxy's refusal, not the provider's 4xx (which would be permanent).
+    const refusing = await startTestProxy({ refuse: 407 });
+    closers.push(refusing.close);
+    const c407 = client(s.url, { proxy: proxy(`http://user:hunter2@127.0.0.1:${refusing.port}`), onProxyChange });
+    const first = await c407.send('text', 'biz_1', 'k', {});
+    expect(first).toEqual({
+      kind: 'network',
+      code: 'PROXY_REFUSED',
+      message: `the proxy http://127.0.0.1:${refusing.port} answered 407 Proxy Authentication Required: check the credentials in its URL`,
+      requestWritten: false,
+    });
+    expect([classify(first), maybeCreated(first), providerFailing(first)]).toEqual(['transient', false, true]);
+    await c407.send('text', 'biz_1', 'k', {});
+    expect(s.seen).toHaveLength(0);
+
+    // A proxy that is down, then up on the same port: one line down, one line back.
+    const port = await closedPort();
+    const cDown = client(s.url, { proxy: proxy(`http://127.0.0.1:${port}`), onProxyChange });
+    for (let i = 0; i < 3; i++) {
+      const down = await cDown.send('text', 'biz_1', 'k', {});
+      expect(down).toMatchObject({ kind: 'network', code: 'ECONNREFUSED', requestWritten: false });
+      expect(maybeCreated(down)).toBe(false);
+    }
+    const back = await startTestProxy({ port });
+    closers.push(back.close);
+    expect(await cDown.send('text', 'biz_1', 'k', {})).toMatchObject({ kind: 'accepted', messageId: 'm1' });
+    expect(await cDown.send('text', 'biz_1', 'k', {})).toMatchObject({ kind: 'accepted' });
+    expect(changes).toEqual([
+      [false, `the proxy http://127.0.0.1:${refusing.port} answered 407 Proxy Authentication Required: check the credentials in its URL`],
+      [false, expect.stringMatching(new RegExp(`^the proxy http://127\\.0\\.0\\.1:${port} could not be used: connect ECONNREFUSED`))],
+      [true, `provider calls pass the proxy http://127.0.0.1:${port} again`],
+    ]);
+    expect(JSON.stringify(changes)).not.toContain('hunter2');
   });
 });
