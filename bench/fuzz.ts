@@ -65,6 +65,7 @@ async function main() {
       MSGBRIDGE_BUSINESS_ID: BUSINESS,
       MSGBRIDGE_SIGNING_SECRET: SECRET,
       MSGBRIDGE_INGRESS_PORT: '0',
+      MSGBRIDGE_INGRESS_ADMIN_PORT: '0',
       MSGBRIDGE_LOG_LEVEL: 'error',
       MSGBRIDGE__kafka__topics__messages: topics.messages,
       MSGBRIDGE__kafka__topics__deliveryStatus: topics.deliveryStatus,

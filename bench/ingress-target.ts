@@ -27,7 +27,7 @@ const config = loadConfig({
   env: { KAFKA_BROKERS: brokers.join(','), MSGBRIDGE_BUSINESS_ID: 'biz_bench', MSGBRIDGE_SIGNING_SECRET: process.env.BENCH_SECRET ?? 'bench-secret' },
   overrides: {
     kafka: { client, topics: { ...topics }, partitions: 6, replicationFactor: 1 },
-    ingress: { host: '127.0.0.1', port: 0, workers },
+    ingress: { host: '127.0.0.1', port: 0, adminHost: '127.0.0.1', adminPort: 0, workers },
     log: { level: 'warn' },
   },
 });

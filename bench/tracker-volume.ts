@@ -210,6 +210,7 @@ for (const H of HISTORIES) {
     MSGBRIDGE__tracker__transactionalIdPrefix: `bv-${id}`,
     MSGBRIDGE__tracker__host: '127.0.0.1',
     MSGBRIDGE_TRACKER_PORT: '0',
+    MSGBRIDGE_TRACKER_ADMIN_PORT: '0',
     MSGBRIDGE_TRACKER_STATE_DIR: stateDir,
   };
   const config = loadConfig({ env });
