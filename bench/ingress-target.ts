@@ -33,8 +33,9 @@ const config = loadConfig({
 });
 const logger = createLogger({ level: 'warn', name: `bench-${mode}` });
 
-function announce(url: string) {
-  process.stdout.write(`${JSON.stringify({ url, pid: process.pid })}\n`);
+/** The webhook URL, and msgbridge's admin URL (its /metrics) when the target has one. */
+function announce(url: string, admin?: string) {
+  process.stdout.write(`${JSON.stringify({ url, admin, pid: process.pid })}\n`);
 }
 
 if (base === 'naive') {
@@ -103,7 +104,7 @@ if (base === 'naive') {
     brokers,
     unsafeDiscardRecords: base === 'discard',
   });
-  announce(ingress.address);
+  announce(ingress.address, ingress.adminAddress);
   process.once('SIGTERM', () => {
     void ingress
       .drain()

@@ -168,7 +168,7 @@ const jobs: Job[] = [
       }),
     async ready(child, output) {
       for (;;) {
-        const url = /"url":"(http[^"]+)"/.exec(output())?.[1];
+        const url = /"admin":"(http[^"]+)"/.exec(output())?.[1];
         if (
           url &&
           (await fetch(`${url}/readyz`).then(
