@@ -16,8 +16,8 @@ import type { FromWorker, ToWorker } from './worker-protocol.js';
  * The main thread's side of `ingress.workers` (README.md, "Worker threads"): starts the worker
  * threads on one port, keeps their readiness slots, serves the admin port (/readyz from every
  * slot, /metrics merged from every worker), forwards SIGHUP, notices a worker that stops on its
- * own, drains and ends them. WorkerHandle is one
- * thread seen from here; WorkerSupervisor holds the state the ingress as a whole is in.
+ * own, drains and ends them. WorkerHandle is one thread seen from here; WorkerSupervisor holds
+ * the state the ingress as a whole is in.
  */
 
 export interface IngressWorkers extends Ingress {
