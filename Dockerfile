@@ -37,6 +37,8 @@ ENV MSGBRIDGE_TRACKER_STATE_DIR=/var/lib/msgbridge/tracker
 ENV MSGBRIDGE_SENDER_STATE_DIR=/var/lib/msgbridge/sender
 # Unprivileged user from the base image; the code and config are read-only to it.
 USER node
-EXPOSE 8080 8081 8082 8090
+# Public: webhooks 8080, the tracker's queries 8082, the simulator 8090. Private (probes and
+# scrapes only): the admin ports 9080 ingress, 9081 sender, 9082 tracker.
+EXPOSE 8080 8082 8090 9080 9081 9082
 ENTRYPOINT ["node", "--enable-source-maps", "dist/cli.js"]
 CMD ["--help"]

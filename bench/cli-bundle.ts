@@ -55,5 +55,5 @@ export function spawnSenderBundle(env: Record<string, string | undefined>, stdio
 
 /** Waits for `msgbridge sender`'s ready line; its health server's address. */
 export async function senderReady(child: ChildProcess): Promise<string> {
-  return (JSON.parse(await firstLine(child, (l) => l.startsWith('{"sender"'))) as { sender: { health: string } }).sender.health;
+  return (JSON.parse(await firstLine(child, (l) => l.startsWith('{"sender"'))) as { sender: { admin: string } }).sender.admin;
 }

@@ -65,6 +65,7 @@ async function main() {
       MSGBRIDGE_BUSINESS_ID: BUSINESS,
       MSGBRIDGE_SIGNING_SECRET: SECRET,
       MSGBRIDGE_INGRESS_PORT: '0',
+      MSGBRIDGE_INGRESS_ADMIN_PORT: '0',
       MSGBRIDGE_LOG_LEVEL: 'error',
       MSGBRIDGE__kafka__topics__messages: topics.messages,
       MSGBRIDGE__kafka__topics__deliveryStatus: topics.deliveryStatus,
@@ -80,10 +81,10 @@ async function main() {
   child.on('exit', (code, signal) => (exit = code ?? (signal ? -1 : null)));
   let stderr = '';
   child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-20_000)));
-  const url = await new Promise<string>((resolve, reject) => {
+  const { ingress: url, admin } = await new Promise<{ ingress: string; admin: string }>((resolve, reject) => {
     child.once('exit', () => reject(new Error(`the ingress exited before listening:\n${stderr}`)));
     createInterface({ input: child.stdout! }).on('line', (l) => {
-      if (l.startsWith('{"ingress"')) resolve((JSON.parse(l) as { ingress: string }).ingress);
+      if (l.startsWith('{"ingress"')) resolve(JSON.parse(l) as { ingress: string; admin: string });
     });
   });
   const port = Number(new URL(url).port);
@@ -106,7 +107,7 @@ async function main() {
       seed: SEED,
       onProgress: (n) => process.stderr.write(`[fuzz] ${n} sent\n`),
     });
-    healthz = (await fetch(`${url}/healthz`)).status;
+    healthz = (await fetch(`${admin}/healthz`)).status;
     aliveAfter = exit === undefined;
     const kafka = new Kafka({ clientId: 'fuzz-reader', brokers, logLevel: logLevel.NOTHING });
     kafkaCheck = checkKafka(report, await readAll(kafka, Object.values(topics)));

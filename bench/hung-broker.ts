@@ -70,6 +70,7 @@ try {
         MSGBRIDGE__kafka__replicationFactor: '3',
         MSGBRIDGE__ingress__host: '127.0.0.1',
         MSGBRIDGE__ingress__port: '0',
+        MSGBRIDGE_INGRESS_ADMIN_PORT: '0',
       },
     });
     const ingress = await startIngress({ config, logger: createLogger({ level: 'error' }) });

@@ -27,14 +27,15 @@ const config = loadConfig({
   env: { KAFKA_BROKERS: brokers.join(','), MSGBRIDGE_BUSINESS_ID: 'biz_bench', MSGBRIDGE_SIGNING_SECRET: process.env.BENCH_SECRET ?? 'bench-secret' },
   overrides: {
     kafka: { client, topics: { ...topics }, partitions: 6, replicationFactor: 1 },
-    ingress: { host: '127.0.0.1', port: 0, workers },
+    ingress: { host: '127.0.0.1', port: 0, adminHost: '127.0.0.1', adminPort: 0, workers },
     log: { level: 'warn' },
   },
 });
 const logger = createLogger({ level: 'warn', name: `bench-${mode}` });
 
-function announce(url: string) {
-  process.stdout.write(`${JSON.stringify({ url, pid: process.pid })}\n`);
+/** The webhook URL, and msgbridge's admin URL (its /metrics) when the target has one. */
+function announce(url: string, admin?: string) {
+  process.stdout.write(`${JSON.stringify({ url, admin, pid: process.pid })}\n`);
 }
 
 if (base === 'naive') {
@@ -103,7 +104,7 @@ if (base === 'naive') {
     brokers,
     unsafeDiscardRecords: base === 'discard',
   });
-  announce(ingress.address);
+  announce(ingress.address, ingress.adminAddress);
   process.once('SIGTERM', () => {
     void ingress
       .drain()

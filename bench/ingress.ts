@@ -120,6 +120,8 @@ interface Target {
   child: ChildProcess;
   url: string;
   pid: number;
+  /** Where its /metrics is: msgbridge's admin port (a peer's own URL otherwise). */
+  admin: string;
   topics: { messages: string; deliveryStatus: string; webhooksDlq: string };
 }
 
@@ -138,7 +140,7 @@ async function startPeer(binary: string, brokers: string[], env: Record<string, 
   }
   const port = await freePort();
   const { child, pid } = await startRpconnect(binary, peerConfig('config.yaml'), { PORT: String(port), KAFKA_BROKERS: brokers.join(','), WEBHOOK_SECRET: SECRET, ...env });
-  return { child, pid, url: `http://127.0.0.1:${port}`, topics };
+  return { child, pid, url: `http://127.0.0.1:${port}`, admin: `http://127.0.0.1:${port}`, topics };
 }
 
 /**
@@ -195,8 +197,8 @@ async function startTarget(mode: string, brokers: string[]): Promise<Target> {
     createInterface({ input: child.stdout! }).once('line', resolve);
     child.once('exit', (code) => reject(new Error(`${mode} target exited with ${code} before listening`)));
   });
-  const { url, pid } = JSON.parse(line) as { url: string; pid: number };
-  return { child, url, pid, topics };
+  const { url, admin, pid } = JSON.parse(line) as { url: string; admin?: string; pid: number };
+  return { child, url, admin: admin ?? url, pid, topics };
 }
 
 async function stopTarget(target: Target): Promise<number> {
@@ -452,15 +454,15 @@ async function main() {
           // Latency at half the maximum rate needs a schedule, which only the project's generator keeps.
           if (isIngress(mode) && kind.generator === 'own') {
             const rate = Math.max(1, Math.round(result.eventsPerSecond / 2));
-            const bucketsBefore = await latencyBuckets(target.url);
+            const bucketsBefore = await latencyBuckets(target.admin);
             const half = await load(target, kind, { durationMs, ratePerSecond: rate });
-            const bucketsAfter = await latencyBuckets(target.url);
+            const bucketsAfter = await latencyBuckets(target.admin);
             keep(half);
             const count = (le: string) => (bucketsAfter.get(le) ?? 0) - (bucketsBefore.get(le) ?? 0);
             const serverWithin = Object.fromEntries(['0.005', '0.01', '0.02'].map((le) => [`${Number(le) * 1000}ms`, Math.round((count(le) / count('+Inf')) * 1000) / 10]));
             result.half = { rate, eventsPerSecond: perSecond(half), latency: half.latency, nonOk: half.nonOk + half.errors, serverWithin };
           }
-          if (untraced(mode) !== 'naive' && !isPeerMode(mode)) result.batches = await batchStats(target.url);
+          if (untraced(mode) !== 'naive' && !isPeerMode(mode)) result.batches = await batchStats(target.admin);
           result.peakRssMb = await stopTarget(target);
           if (!isDiscard(mode)) {
             const v = await verify(brokers, target, from ? { ok: answeredOk, from } : { acknowledged });

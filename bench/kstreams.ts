@@ -160,6 +160,7 @@ const jobs: Job[] = [
           MSGBRIDGE__tracker__transactionalIdPrefix: `ks-mb-${id}`,
           MSGBRIDGE__tracker__host: '127.0.0.1',
           MSGBRIDGE_TRACKER_PORT: '0',
+          MSGBRIDGE_TRACKER_ADMIN_PORT: '0',
           MSGBRIDGE_TRACKER_STATE_DIR: mbState,
           MSGBRIDGE_LOG_LEVEL: 'info',
         },
@@ -167,7 +168,7 @@ const jobs: Job[] = [
       }),
     async ready(child, output) {
       for (;;) {
-        const url = /"url":"(http[^"]+)"/.exec(output())?.[1];
+        const url = /"admin":"(http[^"]+)"/.exec(output())?.[1];
         if (
           url &&
           (await fetch(`${url}/readyz`).then(

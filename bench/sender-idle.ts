@@ -45,7 +45,7 @@ async function main() {
           MSGBRIDGE_PROVIDER_URL: 'http://127.0.0.1:9',
           MSGBRIDGE_LOG_LEVEL: 'warn',
           MSGBRIDGE__sender__groupId: `idle-${Date.now()}-${i}`,
-          MSGBRIDGE__sender__healthPort: '0',
+          MSGBRIDGE_SENDER_ADMIN_PORT: '0',
         },
         ['ignore', 'pipe', 'inherit'],
       );

@@ -222,7 +222,7 @@ async function collect(kafka: Kafka, topic: string) {
   return { seen, stop: () => consumer.disconnect() };
 }
 
-async function startMsgbridge(brokers: string[], providerUrl: string, topics: Record<string, string>, inFlight: number, run: string, healthPort: number, members = 1): Promise<ChildProcess> {
+async function startMsgbridge(brokers: string[], providerUrl: string, topics: Record<string, string>, inFlight: number, run: string, adminPort: number, members = 1): Promise<ChildProcess> {
   const child = track(
     spawnSenderBundle(
       {
@@ -236,7 +236,7 @@ async function startMsgbridge(brokers: string[], providerUrl: string, topics: Re
         MSGBRIDGE__kafka__topics__sendRequestsDlq: topics.dlq!,
         MSGBRIDGE__kafka__createTopics: 'false',
         MSGBRIDGE__sender__groupId: `tp-sender-${run}`,
-        MSGBRIDGE__sender__healthPort: String(healthPort),
+        MSGBRIDGE__sender__adminPort: String(adminPort),
         MSGBRIDGE__sender__concurrency: String(inFlight),
         MSGBRIDGE__sender__ratePerSecond: String(RATE === undefined ? 1_000_000 : RATE / members),
         MSGBRIDGE__provider__connections: String(inFlight),
@@ -269,11 +269,11 @@ async function runOne(
   await provider.reset();
   const results = await collect(kafka, topics.results);
   const children: ChildProcess[] = [];
-  const healthPorts: number[] = [];
+  const adminPorts: number[] = [];
   if (processes > 0) {
     // Members of one group, the calls in flight split between them (the operator's way to use more cores).
-    for (let i = 0; i < processes; i++) healthPorts.push(await freePort());
-    children.push(...(await Promise.all(healthPorts.map((port) => startMsgbridge(brokers, provider.url, topics, Math.ceil(inFlight / processes), run, port, processes)))));
+    for (let i = 0; i < processes; i++) adminPorts.push(await freePort());
+    children.push(...(await Promise.all(adminPorts.map((port) => startMsgbridge(brokers, provider.url, topics, Math.ceil(inFlight / processes), run, port, processes)))));
     if (processes > 1) {
       await groupFormed(kafka, `tp-sender-${run}`, processes);
       await preload(kafka, run, topics.requests);
@@ -318,7 +318,7 @@ async function runOne(
     samples.push({ at: performance.now(), count: results.seen.size, cpu: cpuOfTarget(), machine: machineTicks(), others: others() });
     const share = (results.seen.size - W) / N;
     if (processes > 0 && share >= 0.1 && share < 0.9 && samples.length % scrapeEvery === 0) {
-      const m = combine(await Promise.all(healthPorts.map(scrape)));
+      const m = combine(await Promise.all(adminPorts.map(scrape)));
       if (m) {
         // The first scrape's event-loop figures cover the sender's start (loading, compiling).
         const first = calls.before.count === 0;

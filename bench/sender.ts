@@ -373,7 +373,7 @@ function spawnBenchSender(brokers: string[], simulatorUrl: string, topics: Recor
       MSGBRIDGE__kafka__topics__sendRequestsDlq: topics.sendRequestsDlq!,
       MSGBRIDGE__kafka__createTopics: 'false',
       MSGBRIDGE__sender__groupId: groupId,
-      MSGBRIDGE__sender__healthPort: '0',
+      MSGBRIDGE_SENDER_ADMIN_PORT: '0',
       ...extraEnv,
     },
     ['ignore', 'pipe', 'pipe'],

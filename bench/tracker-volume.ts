@@ -109,7 +109,10 @@ async function loadHistory(topic: string, count: number): Promise<number> {
 
 interface Proc {
   child: ChildProcess;
+  /** The queries' base URL (tracker.port). */
   url: Promise<string>;
+  /** /readyz and /metrics (tracker.adminPort). */
+  admin: Promise<string>;
   rssMax: number;
   anonMax: number;
   fileMax: number;
@@ -135,6 +138,8 @@ function startTrackerProcess(env: Record<string, string>): Proc {
   const output: string[] = [];
   let resolveUrl: (url: string) => void = () => {};
   const url = new Promise<string>((r) => (resolveUrl = r));
+  let resolveAdmin: (url: string) => void = () => {};
+  const admin = new Promise<string>((r) => (resolveAdmin = r));
   const buffers = { out: '', err: '' };
   const onData = (which: 'out' | 'err') => (d: Buffer) => {
     buffers[which] += d.toString();
@@ -151,13 +156,16 @@ function startTrackerProcess(env: Record<string, string>): Proc {
         line.includes('"level":40')
       )
         output.push(line);
-      const m = /"url":"(http[^"]+)"/.exec(line);
-      if (m) resolveUrl(m[1]!);
+      const m = /"url":"(http[^"]+)".*"admin":"(http[^"]+)"/.exec(line);
+      if (m) {
+        resolveUrl(m[1]!);
+        resolveAdmin(m[2]!);
+      }
     }
   };
   child.stdout!.on('data', onData('out'));
   child.stderr!.on('data', onData('err'));
-  const proc: Proc = { child, url, rssMax: 0, anonMax: 0, fileMax: 0, output, sampler: setInterval(() => {}, 1000) };
+  const proc: Proc = { child, url, admin, rssMax: 0, anonMax: 0, fileMax: 0, output, sampler: setInterval(() => {}, 1000) };
   clearInterval(proc.sampler);
   proc.sampler = setInterval(() => {
     try {
@@ -172,9 +180,9 @@ function startTrackerProcess(env: Record<string, string>): Proc {
 }
 
 async function readyAfter(proc: Proc, started: number): Promise<number> {
-  const url = await proc.url;
+  const admin = await proc.admin;
   for (;;) {
-    const ok = await fetch(`${url}/readyz`).then(
+    const ok = await fetch(`${admin}/readyz`).then(
       (r) => r.ok,
       () => false,
     );
@@ -210,6 +218,7 @@ for (const H of HISTORIES) {
     MSGBRIDGE__tracker__transactionalIdPrefix: `bv-${id}`,
     MSGBRIDGE__tracker__host: '127.0.0.1',
     MSGBRIDGE_TRACKER_PORT: '0',
+    MSGBRIDGE_TRACKER_ADMIN_PORT: '0',
     MSGBRIDGE_TRACKER_STATE_DIR: stateDir,
   };
   const config = loadConfig({ env });
@@ -235,6 +244,7 @@ for (const H of HISTORIES) {
       .join(', ')} ms)`,
   );
   const url = await proc.url;
+  const adminUrl = await proc.admin;
   const indexesBuilt = () => proc.output.filter((l) => l.includes('indexes built')).length >= PARTITIONS;
   if (args.values['after-indexes']) {
     while (!indexesBuilt()) await sleep(500);
@@ -327,7 +337,7 @@ for (const H of HISTORIES) {
     windows.set(w, [...(windows.get(w) ?? []), ms]);
   }
   console.error(`[H=${H}] fresh-message latency p99 per 5 s: ${[...windows].map(([w, xs]) => `${w * 5}s ${Math.round(pct(xs, 99))}ms`).join(', ')}`);
-  const lagText = await fetch(`${url}/metrics`).then((r) => r.text());
+  const lagText = await fetch(`${adminUrl}/metrics`).then((r) => r.text());
   const lag = lagText
     .split('\n')
     .filter((l) => l.startsWith('msgbridge_tracker_consumer_lag'))
@@ -385,7 +395,7 @@ for (const H of HISTORIES) {
     await readyAfter(second, performance.now());
     // The first member gave tasks away and may be rejoining: wait until both are ready and indexed.
     while (
-      !(await fetch(`${url}/readyz`).then(
+      !(await fetch(`${adminUrl}/readyz`).then(
         (r) => r.ok,
         () => false,
       )) ||

@@ -159,7 +159,7 @@ for (const batch of BATCHES) {
   });
   const cpuBefore = process.cpuUsage();
   const started = performance.now();
-  const tracker = await startTracker({ config, health: false });
+  const tracker = await startTracker({ config, http: false, admin: false });
   await tracker.ready;
   // Committed offsets of the outputs: one record per change plus one marker per transaction.
   while ((await sumOffsets(t.state)) < 4 * M) await new Promise((r) => setTimeout(r, 200));
@@ -175,7 +175,7 @@ for (const batch of BATCHES) {
     // 3. Restore: a new group (new transactional ids) rebuilds every task from message-state.
     const restoreConfig = { ...config, tracker: { ...config.tracker, groupId: `bt-restore-${id}`, transactionalIdPrefix: `bt-restore-${id}` } };
     const restoreStarted = performance.now();
-    const second = await startTracker({ config: restoreConfig, health: false });
+    const second = await startTracker({ config: restoreConfig, http: false, admin: false });
     await second.ready;
     const restoreSeconds = (performance.now() - restoreStarted) / 1000;
     const states = await sumOffsets(t.state);

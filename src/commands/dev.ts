@@ -56,18 +56,19 @@ export function registerDevCommand(program: Command): void {
 
 /**
  * Local defaults: one demo business when none is configured, services on loopback, and the
- * sender pointed at the simulator. Ports stay those of the configuration (8080, 8090, 8081, 8082).
+ * sender pointed at the simulator. Ports stay those of the configuration (8080, 8082, 8090; the
+ * admin ports 9080, 9081, 9082).
  */
 export function devConfig(config: Config): Config {
   const businesses = config.businesses.length > 0 ? config.businesses : [{ ...DEV_BUSINESS, signingSecrets: [...DEV_BUSINESS.signingSecrets] }];
   return {
     ...config,
     businesses,
-    ingress: { ...config.ingress, host: loopbackHost(config.ingress.host) },
+    ingress: { ...config.ingress, host: loopbackHost(config.ingress.host), adminHost: loopbackHost(config.ingress.adminHost) },
     // The tracker runs here, so the sender can know the conversation window: both paths show.
     sender: {
       ...config.sender,
-      healthHost: loopbackHost(config.sender.healthHost),
+      adminHost: loopbackHost(config.sender.adminHost),
       conversationWindow: 'reject',
       // Its request ledger beside the tracker's stores unless a directory was configured.
       stateDir: config.sender.stateDir === DEFAULT_SENDER_STATE_DIR ? join(defaultCacheDir(), 'dev-state', 'sender') : config.sender.stateDir,
@@ -76,6 +77,7 @@ export function devConfig(config: Config): Config {
     tracker: {
       ...config.tracker,
       host: loopbackHost(config.tracker.host),
+      adminHost: loopbackHost(config.tracker.adminHost),
       stateDir: config.tracker.stateDir === DEFAULT_STATE_DIR ? join(defaultCacheDir(), 'dev-state', 'tracker') : config.tracker.stateDir,
     },
   };
@@ -183,11 +185,12 @@ function printScreen(config: Config, s: { brokers: Brokers; simulator: RunningSi
   line(`  Kafka       ${kafka}`);
   line(`  simulator   ${s.simulator.url}  (the provider stand-in; /sim/ endpoints for faults and history)`);
   line(`  ingress     ${s.ingress.address}/webhooks/<business>/{${t.messages},${t.deliveryStatus}}  (registered with the simulator)`);
-  line(`  sender      ${t.sendRequests} → provider → ${t.sendResults}${s.sender.address ? `  (health ${s.sender.address})` : ''}`);
+  line(`  sender      ${t.sendRequests} → provider → ${t.sendResults}${s.sender.adminAddress ? `  (admin ${s.sender.adminAddress})` : ''}`);
   line(
     `  tracker     ${t.sendResults} + ${t.deliveryStatus} → ${t.messageState}, ${t.requestOutcomes}; ${t.messages} → ${t.conversations}${s.tracker.address ? `  (queries ${s.tracker.address}/messages/<id>)` : ''}`,
   );
   line(`  businesses  ${config.businesses.map((b) => b.id).join(', ')}`);
+  line(`  metrics     ${[s.ingress, s.sender, s.tracker].flatMap((r) => (r.adminAddress ? [`${r.adminAddress}/metrics`] : [])).join('  ')}  (the admin ports; /healthz and /readyz there too)`);
   if (s.tracker.address) line(`  console     ${s.tracker.address}/console/#token=${s.devToken}  (a dev operator token, valid while this runs)`);
   line();
   line('Try it, in another terminal:');

@@ -41,7 +41,7 @@ export function registerIngressCommand(program: Command): void {
         unfinished: 'requests still in progress at the grace deadline were answered 503 or left unanswered (the provider redelivers them)',
         // A worker thread that stopped on its own: the others drain, and the exit code says so.
         start: ({ logger, brokers, onFatal }) => startIngressWorkers(config, { logger, brokers, onWorkerFailure: () => onFatal(new Error('an ingress worker thread stopped')) }),
-        describe: (ingress) => ({ ingress: ingress.address, ...(ingress.workers > 1 ? { workers: ingress.workers } : {}) }),
+        describe: (ingress) => ({ ingress: ingress.address, admin: ingress.adminAddress ?? null, ...(ingress.workers > 1 ? { workers: ingress.workers } : {}) }),
         // Worker threads closed first (a no-op without them), then the last log lines out.
         beforeExit: (ingress) => ingress.terminate(),
       });

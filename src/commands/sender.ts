@@ -26,7 +26,7 @@ export function registerSenderCommand(program: Command): void {
         drainGraceMs: config.sender.drainGraceMs,
         unfinished: 'requests still in progress at the grace deadline were left to run again elsewhere',
         start: ({ logger, brokers, onFatal }) => startSender({ config, logger, brokers, onFatal }),
-        describe: (sender) => ({ sender: { health: sender.address ?? null, groupId: config.sender.groupId, topic: config.kafka.topics.sendRequests } }),
+        describe: (sender) => ({ sender: { admin: sender.adminAddress ?? null, groupId: config.sender.groupId, topic: config.kafka.topics.sendRequests } }),
       });
     });
 }

@@ -35,6 +35,7 @@ export function registerTrackerCommand(program: Command): void {
         describe: (tracker) => ({
           tracker: {
             url: tracker.address ?? null,
+            admin: tracker.adminAddress ?? null,
             groupId: config.tracker.groupId,
             topics: [config.kafka.topics.messageState, config.kafka.topics.conversations, config.kafka.topics.requestOutcomes],
           },

@@ -37,6 +37,7 @@ export function loadConfig(options: LoadConfigOptions = {}): Config {
   }
   if (options.overrides) raw = deepMerge(raw, options.overrides as Json);
   applyEnv(raw, env, sources);
+  refuseRenamed(raw, sources);
   const parsed = configSchema.safeParse(raw);
   if (!parsed.success) throw configError(parsed.error, sources);
   return parsed.data;
@@ -187,6 +188,9 @@ function applyEnv(raw: Json, env: Env, sources: Map<string, string>): void {
     ['MSGBRIDGE_PROVIDER_URL', 'provider.url'],
     ['MSGBRIDGE_PROVIDER_PROXY', 'provider.proxy'],
     ['MSGBRIDGE_INGRESS_PORT', 'ingress.port'],
+    ['MSGBRIDGE_INGRESS_ADMIN_PORT', 'ingress.adminPort'],
+    ['MSGBRIDGE_SENDER_ADMIN_PORT', 'sender.adminPort'],
+    ['MSGBRIDGE_TRACKER_ADMIN_PORT', 'tracker.adminPort'],
     ['MSGBRIDGE_INGRESS_WORKERS', 'ingress.workers'],
     ['MSGBRIDGE_SIMULATOR_PORT', 'simulator.port'],
     ['MSGBRIDGE_TRACKER_PORT', 'tracker.port'],
@@ -259,6 +263,19 @@ function applySingleBusiness(raw: Json, env: Env, sources: Map<string, string>):
     business.apiKey = apiKey.trim();
     sources.set(`businesses.${index}.apiKey`, 'MSGBRIDGE_API_KEY');
   }
+}
+
+/** Settings renamed since an earlier release: the old name gets the new one, not just "unrecognized key". */
+const RENAMED: [string, string][] = [
+  ['sender.healthHost', 'sender.adminHost'],
+  ['sender.healthPort', 'sender.adminPort'],
+];
+
+function refuseRenamed(raw: Json, sources: Map<string, string>): void {
+  const found = RENAMED.filter(([old]) => old.split('.').reduce<unknown>((node, key) => (isPlainObject(node) ? node[key] : undefined), raw) !== undefined);
+  if (found.length === 0) return;
+  const lines = found.map(([old, now]) => `  - ${old}: renamed ${now} (the private port of /healthz, /readyz and /metrics)${sources.has(old) ? ` (from ${sources.get(old)})` : ''}`);
+  throw new MsgbridgeError('CONFIG_INVALID', `invalid configuration:\n${lines.join('\n')}`);
 }
 
 function configError(error: z.ZodError, sources: Map<string, string>): MsgbridgeError {

@@ -7,7 +7,13 @@ import { DIRECT, parseProxyUrl } from '../platform/proxy.js';
  * none of them, so there is one place to read them); the schema says what is valid.
  * Each section belongs to one role; roles validate their own requirements at start.
  */
-const port = z.number().int().min(0).max(65535);
+const portError = { error: (issue: { input?: unknown }) => `expected a TCP port from 0 to 65535 (0 = any free one), got ${JSON.stringify(issue.input)}` };
+const port = z.number(portError).int(portError).min(0, portError).max(65535, portError);
+/**
+ * Where a role serves /healthz, /readyz and /metrics (README "Ports"): a port of its own, never
+ * the public one, so probes and scrapes reach it and the provider's side of the network does not.
+ */
+const adminHost = z.string().min(1);
 const positiveInt = z.number().int().positive();
 const secret = z.string().min(1);
 
@@ -140,8 +146,11 @@ const workersError = { error: (issue: { input?: unknown }) => `expected an integ
 export const ingressWorkersSchema = z.union([z.number(workersError).int(workersError).min(1, workersError).max(256, workersError), z.literal('auto', workersError)], workersError);
 
 export const ingressSchema = z.strictObject({
+  /** The webhook port: webhooks only (its health and metrics are on adminPort). */
   host: z.string().min(1),
   port,
+  adminHost,
+  adminPort: port,
   maxBodyBytes: z
     .number()
     .int()
@@ -235,9 +244,9 @@ export const senderSchema = z
     /** Consumer-group session: how long a member killed without leaving holds its partitions. */
     sessionTimeoutMs: z.number().int().min(3000).max(300_000),
     heartbeatIntervalMs: z.number().int().min(100).max(60_000),
-    /** Where the sender serves /healthz, /readyz and /metrics; port 0 = any free port. */
-    healthHost: z.string().min(1),
-    healthPort: port,
+    /** Where the sender serves /healthz, /readyz and /metrics (it serves nothing else); port 0 = any free port. */
+    adminHost,
+    adminPort: port,
     /**
      * The 24-hour conversation window guard (src/sender/README.md "Conversation window"): `off`
      * sends every text as it is; `reject` reads the tracker's `conversations` topic before
@@ -341,9 +350,12 @@ export const trackerSchema = z
     /** Longest a query (GET /messages/..., msgbridge status) may read message-state for an answer not in memory. */
     queryTimeoutMs: z.number().int().min(100).max(120_000),
     drainGraceMs: positiveInt,
-    /** Where the tracker serves /healthz, /readyz, /metrics and the queries; port 0 = any free port. */
+    /** Where the tracker serves the queries and the console; port 0 = any free port. */
     host: z.string().min(1),
     port,
+    /** Where it serves /healthz, /readyz and /metrics. */
+    adminHost,
+    adminPort: port,
     /**
      * Who may query the tracker and open its console (DESIGN §1.7, src/tracker/README.md "Console
      * and access"): the SHA-256 of each token, never the token. Merged with the tokens file.
@@ -471,6 +483,16 @@ export const configSchema = z
     log: logSchema,
   })
   .superRefine((c, ctx) => {
+    // One process, two servers: the same port twice cannot listen, and would put the metrics back on the public port.
+    for (const [role, what] of [
+      ['ingress', 'the webhook port'],
+      ['tracker', 'the query and console port'],
+    ] as const) {
+      const { port: publicPort, adminPort } = c[role];
+      if (adminPort !== 0 && adminPort === publicPort) {
+        ctx.addIssue({ code: 'custom', path: [role, 'adminPort'], message: `must differ from ${role}.port (${publicPort}, ${what}): /metrics and the health checks get a private port of their own` });
+      }
+    }
     // A drain waits for what was admitted: at most one publish timeout (a batch unanswered by then
     // is given up), then each producer's close, bounded by the connection timeout. Less grace
     // than that, and a drain during a stalled broker would be cut off and exit 1.

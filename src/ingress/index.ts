@@ -13,6 +13,7 @@ import { silentLogger, type Logger } from '../platform/logger.js';
 import { localUrl } from '../platform/net.js';
 import { startTracing, TRACING_FLUSH_MS, type Tracer } from '../platform/tracing.js';
 import { createMetricsRegistry } from '../runtime/metrics.js';
+import { startAdminServer, type HttpServer } from '../runtime/http-server.js';
 import { createLiveWebhookHandler, rulesFromConfig } from './handle-webhook.js';
 import { watchConfiguredBusinesses } from '../runtime/businesses-reload.js';
 import { drainOnce, type Role } from '../runtime/role.js';
@@ -39,8 +40,10 @@ export interface StartIngressOptions {
    * ceiling of the HTTP and verification path. Deliberately not a configuration setting.
    */
   unsafeDiscardRecords?: boolean;
-  /** Set by the worker threads of startIngressWorkers (workers.ts) only. */
+  /** Set by the worker threads of startIngressWorkers (workers.ts) only: their admin port is the main thread's. */
   worker?: IngressWorkerHooks;
+  /** The admin server (/healthz, /readyz, /metrics): default config.ingress.adminHost/adminPort; false = none. */
+  admin?: false | { host?: string; port?: number };
   /** Where the OTEL_* variables are read (src/platform/README.md, "Tracing"); default process.env. */
   tracingEnv?: Record<string, string | undefined>;
 }
@@ -49,10 +52,6 @@ export interface StartIngressOptions {
 export interface IngressWorkerHooks {
   /** The worker's label in the metrics ("1", "2"...). */
   id: string;
-  /** What /metrics answers: every worker's metrics, aggregated by the main thread. */
-  metricsText: () => Promise<{ contentType: string; body: string }>;
-  /** /readyz is 200 only when the other workers are ready too. */
-  othersReady: () => boolean;
 }
 
 /** What a worker thread of workers.ts needs to control its ingress. */
@@ -73,7 +72,7 @@ export interface Ingress extends Role {
   /**
    * Stops accepting (new webhooks 503, /readyz 503), answers every request already admitted
    * once its batch is acknowledged (or failed), flushes and disconnects the producer, closes
-   * the listening socket; true when that took less than ingress.drainGraceMs.
+   * the listening socket and the admin port; true when that took less than ingress.drainGraceMs.
    */
   drain(): Promise<boolean>;
 }
@@ -184,6 +183,7 @@ class ThreadIngress implements Ingress, IngressControls {
   private businessesWatch: BusinessesWatch | undefined;
   /** Set by start(), once listening. */
   private server: IngressServer | undefined;
+  private admin: HttpServer | undefined;
 
   constructor(
     private readonly options: StartIngressOptions,
@@ -209,12 +209,24 @@ class ThreadIngress implements Ingress, IngressControls {
     return localUrl(this.config.ingress.host, this.listening.port);
   }
 
+  get adminAddress(): string | undefined {
+    return this.admin?.url;
+  }
+
   get state(): IngressState {
     return this.currentState;
   }
 
   isReady(): boolean {
-    return this.currentState === 'running' && this.publisher.ready && (this.server?.hasRoom() ?? true);
+    return this.notReadyReason() === undefined;
+  }
+
+  /** What /readyz says while not ready. */
+  private notReadyReason(): string | undefined {
+    if (this.currentState !== 'running') return `${this.currentState}: not taking new webhooks`;
+    if (!this.publisher.ready) return 'Kafka cannot take its writes now (a producer not connected, or a partition below min.insync.replicas)';
+    if (this.server && !this.server.hasRoom()) return 'its queue is full (ingress.queueMaxEvents or queueMaxBytes): Kafka is slower than the webhooks';
+    return undefined;
   }
 
   /** Connects the producer, follows the businesses file, listens; undoes the last two when listening fails. */
@@ -223,13 +235,15 @@ class ThreadIngress implements Ingress, IngressControls {
     this.businessesWatch = watchConfiguredBusinesses({ config: this.config, registry: this.metrics, logger: this.logger, apply: (businesses) => this.applyBusinesses(businesses) });
     try {
       this.server = await this.listen();
+      this.admin = await this.serveAdmin();
     } catch (err) {
+      this.server?.closeAll();
       this.businessesWatch?.stop();
       await this.publisher.drain();
       throw err;
     }
     const { config } = this;
-    this.logger.info({ url: this.address, businesses: config.businesses.map((b) => b.id), topics: config.kafka.topics, kafkaClient: config.kafka.client }, 'ingress listening');
+    this.logger.info({ url: this.address, admin: this.admin?.url, businesses: config.businesses.map((b) => b.id), topics: config.kafka.topics, kafkaClient: config.kafka.client }, 'ingress listening');
   }
 
   reloadBusinesses(): void {
@@ -246,23 +260,34 @@ class ThreadIngress implements Ingress, IngressControls {
     this.handler.replace(rulesFromConfig({ ...this.config, businesses }));
   }
 
+  /** /healthz, /readyz and /metrics on the admin port; none in a worker thread (the main thread's speaks for all). */
+  private async serveAdmin(): Promise<HttpServer | undefined> {
+    const { admin, worker } = this.options;
+    if (admin === false || worker) return undefined;
+    return startAdminServer({
+      host: admin?.host ?? this.config.ingress.adminHost,
+      port: admin?.port ?? this.config.ingress.adminPort,
+      registry: this.metrics,
+      notReadyReason: () => this.notReadyReason(),
+      logger: this.logger,
+      what: "the ingress's admin port (ingress.adminPort)",
+    });
+  }
+
   private listen(): Promise<IngressServer> {
     const settings = this.config.ingress;
-    const registry = this.metrics;
     return startIngressServer({
       host: settings.host,
       port: settings.port,
       handler: this.handler,
       publisher: this.publisher,
       metrics: this.ingressMetrics,
-      metricsText: this.options.worker?.metricsText ?? (async () => ({ contentType: registry.contentType, body: await registry.metrics() })),
       logger: this.logger,
       retryAfterSeconds: settings.retryAfterSeconds,
       bodyTimeoutMs: settings.idleTimeoutSeconds * 1000,
       memoryBudgetBytes: settings.queueMaxBytes,
       receiving: { maxTotal: settings.maxReceivingRequests, maxPerAddress: settings.maxReceivingPerAddress, graceMs: RECEIVING_GRACE_MS },
       chunkedBodies: settings.chunkedBodies,
-      othersReady: this.options.worker?.othersReady,
       tracer: this.tracer,
     });
   }
@@ -279,6 +304,7 @@ class ThreadIngress implements Ingress, IngressControls {
     await server.whenIdle();
     await this.publisher.drain();
     server.close();
+    await this.admin?.close();
     // The spans of the last answers are exported before the process ends (bounded).
     await this.tracer.shutdown(TRACING_FLUSH_MS);
     this.currentState = 'stopped';

@@ -38,7 +38,6 @@ export interface IngressServerOptions {
   handler: WebhookHandler;
   publisher: PublisherPort;
   metrics: IngressMetrics;
-  metricsText: () => Promise<{ contentType: string; body: string }>;
   logger: Logger;
   retryAfterSeconds: number;
   /** A request must deliver its whole body within this time, else its connection is closed. */
@@ -53,8 +52,6 @@ export interface IngressServerOptions {
   receiving: ReceivingLimits;
   /** Accept chunked bodies (their chunk framing cannot be checked here: framing.ts). */
   chunkedBodies: boolean;
-  /** With worker threads (workers.ts): /readyz is 200 only when this says the other workers are ready too. */
-  othersReady?: () => boolean;
   /** OpenTelemetry (src/platform/README.md, "Tracing"); default off. */
   tracer?: Tracer;
 }
@@ -64,7 +61,7 @@ export interface IngressServer {
   /** Webhook requests admitted and not yet answered (or aborted). */
   readonly inFlight: number;
   /**
-   * From now on: new webhook requests get 503 and the connection closes; /readyz is 503.
+   * From now on: new webhook requests get 503 and the connection closes.
    * Bodies still arriving get at most `bodyDeadlineMs` more (never more than their own body
    * deadline): a stalled upload must not hold a drain past its grace period. They are cut
    * off unanswered, so the provider sends them again.
@@ -142,7 +139,11 @@ class UwsIngressServer {
     this.routes();
   }
 
-  /** Every route, each behind the framing guard. */
+  /**
+   * Every route, each behind the framing guard: webhooks only. /healthz, /readyz and /metrics are
+   * on the admin port (index.ts): here they are 404 like any other path, so the provider's side
+   * of the network learns nothing of the businesses, topics or rates.
+   */
   private routes(): void {
     const route = (r: (res: HttpResponse, req: HttpRequest) => void) => this.guard.wrap(r);
     const webhookMethodNotAllowed = this.methodNotAllowed('POST');
@@ -162,21 +163,6 @@ class UwsIngressServer {
         route((res, req) => (isWebhookTopic(req.getParameter(1)) ? webhookMethodNotAllowed(res, req) : notFound(res, req))),
       )
       .any('/webhooks/:businessId', route(webhookMethodNotAllowed))
-      .get(
-        '/healthz',
-        route((res) => this.responder.write(Responder.of(res), 200, '{"status":"alive"}')),
-      )
-      .get(
-        '/readyz',
-        route((res) => this.readyz(res)),
-      )
-      .get(
-        '/metrics',
-        route((res) => this.metricsRoute(res)),
-      )
-      .any('/healthz', route(this.methodNotAllowed('GET')))
-      .any('/readyz', route(this.methodNotAllowed('GET')))
-      .any('/metrics', route(this.methodNotAllowed('GET')))
       .any('/*', route(notFound));
   }
 
@@ -338,28 +324,6 @@ class UwsIngressServer {
     this.logger.warn({ status: 404, method: req.getMethod(), path: req.getUrl() }, 'no such route');
     this.metrics.request('unknown', 'not_found');
     this.responder.write(Responder.of(res), 404, '{"error":{"code":"NOT_FOUND","message":"no such route"}}');
-  }
-
-  private readyz(res: HttpResponse): void {
-    const ready = this.exchanges.isAccepting && this.publisher.ready && this.exchanges.hasRoom() && (this.options.othersReady?.() ?? true);
-    if (!ready) this.logger.debug({ status: 503 }, 'not ready');
-    this.responder.write(Responder.of(res), ready ? 200 : 503, ready ? '{"ready":true}' : '{"ready":false}', { retryAfter: !ready });
-  }
-
-  private metricsRoute(res: HttpResponse): void {
-    const ex = Responder.of(res);
-    res.onAborted(() => (ex.aborted = true));
-    this.options.metricsText().then(
-      ({ contentType, body }) => {
-        if (ex.aborted) return;
-        ex.answered = true;
-        res.cork(() => res.writeStatus('200 OK').writeHeader('content-type', contentType).end(body));
-      },
-      (err: unknown) => {
-        this.logger.error({ err }, 'metrics collection failed');
-        this.responder.write(ex, 500, '{"error":{"code":"INTERNAL","message":"metrics collection failed"}}');
-      },
-    );
   }
 
   /** Resolves once the app listens, with the IngressServer the rest of the ingress drives. */

@@ -1,19 +1,17 @@
 import { parentPort, workerData } from 'node:worker_threads';
-import { Registry } from 'prom-client';
 import { isMsgbridgeError } from '../platform/errors.js';
 import { createLogger } from '../platform/logger.js';
 import { startIngressWithControls, type Ingress, type IngressControls } from './index.js';
 import type { FromWorker, IngressWorkerData, ToWorker } from './workers.js';
 
 /**
- * One worker thread of startIngressWorkers (workers.ts): a whole ingress on the shared port,
- * whose /metrics and /readyz speak for every worker. Its readiness goes to its slot in shared
- * memory every READINESS_MS. Before the thread ends, every uWS socket is closed (closeAll):
+ * One worker thread of startIngressWorkers (workers.ts): a whole ingress on the shared port.
+ * Its readiness goes to its slot in shared memory every READINESS_MS, its metrics to the main
+ * thread when asked: the main thread's admin port speaks for every worker. Before the thread ends, every uWS socket is closed (closeAll):
  * a thread that ends while uWS holds sockets aborts the whole process.
  */
 
 const READINESS_MS = 100;
-const METRICS_TIMEOUT_MS = 10_000;
 
 const data = workerData as IngressWorkerData;
 const port = parentPort!;
@@ -27,8 +25,6 @@ let readiness: NodeJS.Timeout | undefined;
 let ending = false;
 /** A drain or close asked for before the ingress listened: done once it does. */
 let stopRequested: 'drain' | 'close' | undefined;
-let nextId = 0;
-const metricsReplies = new Map<number, (reply: { body?: string; error?: string }) => void>();
 
 /** Ends the thread once the last log lines are out; every socket closed first. */
 const end = (code: number) => {
@@ -54,26 +50,6 @@ const crash = (err: unknown) => {
 process.on('uncaughtException', crash);
 process.on('unhandledRejection', crash);
 
-const metricsText = () =>
-  new Promise<{ contentType: string; body: string }>((resolve, reject) => {
-    const id = ++nextId;
-    const timer = setTimeout(() => {
-      metricsReplies.delete(id);
-      reject(new Error(`the main thread did not aggregate the workers' metrics within ${METRICS_TIMEOUT_MS} ms`));
-    }, METRICS_TIMEOUT_MS);
-    metricsReplies.set(id, (reply) => {
-      clearTimeout(timer);
-      if (reply.body !== undefined) resolve({ contentType: Registry.PROMETHEUS_CONTENT_TYPE, body: reply.body });
-      else reject(new Error(reply.error ?? 'metrics collection failed'));
-    });
-    send({ type: 'metrics', id });
-  });
-
-const othersReady = () => {
-  for (let i = 0; i < slots.length; i++) if (i !== data.index && Atomics.load(slots, i) !== 1) return false;
-  return true;
-};
-
 const onMessage = (message: ToWorker) => {
   switch (message.type) {
     case 'collect':
@@ -82,10 +58,6 @@ const onMessage = (message: ToWorker) => {
         (metrics) => send({ type: 'collected', id: message.id, metrics }),
         (err: unknown) => logger.error({ err }, 'metrics collection failed'),
       );
-      return;
-    case 'metrics':
-      metricsReplies.get(message.id)?.(message);
-      metricsReplies.delete(message.id);
       return;
     case 'reload':
       ingress?.reloadBusinesses();
@@ -123,7 +95,7 @@ try {
     logger,
     brokers: data.brokers,
     unsafeDiscardRecords: data.unsafeDiscardRecords,
-    worker: { id: label, metricsText, othersReady },
+    worker: { id: label },
   });
 } catch (err) {
   send({ type: 'start-failed', code: isMsgbridgeError(err) ? err.code : undefined, message: (err as Error).message });

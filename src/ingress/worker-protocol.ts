@@ -8,14 +8,13 @@ import type { Metrics } from './worker-metrics.js';
  */
 
 /** Main thread → worker. */
-export type ToWorker = { type: 'collect'; id: number } | { type: 'metrics'; id: number; body?: string; error?: string } | { type: 'drain' } | { type: 'reload' } | { type: 'close-now' };
+export type ToWorker = { type: 'collect'; id: number } | { type: 'drain' } | { type: 'reload' } | { type: 'close-now' };
 
 /** Worker → main thread. */
 export type FromWorker =
   | { type: 'listening'; port: number }
   | { type: 'start-failed'; code?: string; message: string }
   | { type: 'collected'; id: number; metrics: Metrics }
-  | { type: 'metrics'; id: number }
   | { type: 'drained'; ok: boolean; error?: string }
   | { type: 'crashed'; error: string };
 
@@ -25,7 +24,7 @@ export interface IngressWorkerData {
   index: number;
   port: number;
   brokers: string[];
-  /** One Int32 per worker: 1 when that worker's /readyz would be 200 on its own. */
+  /** One Int32 per worker: 1 when that worker is ready on its own (the main thread's /readyz reads them all). */
   slots: SharedArrayBuffer;
   unsafeDiscardRecords: boolean;
 }

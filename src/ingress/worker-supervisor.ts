@@ -5,6 +5,7 @@ import type { Config } from '../config/schema.js';
 import { MsgbridgeError, type ErrorCode } from '../platform/errors.js';
 import type { Logger } from '../platform/logger.js';
 import { localUrl } from '../platform/net.js';
+import { startAdminServer, type HttpServer } from '../runtime/http-server.js';
 import { once } from '../runtime/role.js';
 import type { Ingress, IngressState } from './index.js';
 import { spawnWorker, type WorkerModule } from './worker-loader.js';
@@ -13,9 +14,10 @@ import type { FromWorker, ToWorker } from './worker-protocol.js';
 
 /**
  * The main thread's side of `ingress.workers` (README.md, "Worker threads"): starts the worker
- * threads on one port, keeps their readiness slots, answers their /metrics requests, forwards
- * SIGHUP, notices a worker that stops on its own, drains and ends them. WorkerHandle is one
- * thread seen from here; WorkerSupervisor holds the state the ingress as a whole is in.
+ * threads on one port, keeps their readiness slots, serves the admin port (/readyz from every
+ * slot, /metrics merged from every worker), forwards SIGHUP, notices a worker that stops on its
+ * own, drains and ends them. WorkerHandle is one thread seen from here; WorkerSupervisor holds
+ * the state the ingress as a whole is in.
  */
 
 export interface IngressWorkers extends Ingress {
@@ -45,6 +47,8 @@ export interface WorkerSupervisorOptions {
   unsafeDiscardRecords: boolean;
   /** Called once when a worker thread stops on its own after the start. */
   onWorkerFailure?: (error: Error) => void;
+  /** The admin server: default config.ingress.adminHost/adminPort; false = none. */
+  admin?: false | { host?: string; port?: number };
 }
 
 const COLLECT_TIMEOUT_MS = 5000;
@@ -68,7 +72,6 @@ class WorkerHandle {
   constructor(
     readonly index: number,
     readonly thread: Worker,
-    onMessage: (handle: WorkerHandle, message: FromWorker) => void,
   ) {
     this.label = String(index + 1);
     thread.on('message', (message: FromWorker) => {
@@ -83,7 +86,6 @@ class WorkerHandle {
       } else if (message.type === 'crashed') {
         this.lastError = message.error;
       }
-      onMessage(this, message);
     });
     thread.on('error', (err) => (this.lastError ??= err.stack ?? err.message));
     this.exited = new Promise((resolve) =>
@@ -145,6 +147,7 @@ export class WorkerSupervisor {
   private starting = true;
   private failed: Error | undefined;
   private nextId = 0;
+  private admin: HttpServer | undefined;
   /** Drains every worker at once (once: later calls get the same answer); see IngressWorkers.drain. */
   private readonly drain: () => Promise<boolean>;
 
@@ -162,6 +165,7 @@ export class WorkerSupervisor {
   async start(): Promise<IngressWorkers> {
     const { config, count, logger } = this.options;
     const port = await this.listenAll();
+    await this.serveAdmin();
     this.starting = false;
     if (config.businessesFile !== null) process.on('SIGHUP', this.onHangup);
     const url = localUrl(config.ingress.host, port);
@@ -199,7 +203,7 @@ export class WorkerSupervisor {
   private startWorker(index: number, port: number): Promise<WorkerHandle> {
     const { config, brokers, entry, unsafeDiscardRecords } = this.options;
     const thread = spawnWorker(entry, { config, index, port, brokers, slots: this.slots.buffer as SharedArrayBuffer, unsafeDiscardRecords });
-    const handle = new WorkerHandle(index, thread, (h, message) => this.onMessage(h, message));
+    const handle = new WorkerHandle(index, thread);
     this.handles.push(handle);
     void handle.exited.then((code) => this.onExit(handle, code));
     return new Promise((resolve, reject) => {
@@ -223,16 +227,26 @@ export class WorkerSupervisor {
     return aggregateWorkerMetrics(metrics);
   }
 
-  /** A worker's /metrics request: answered with every worker's metrics. */
-  private onMessage(handle: WorkerHandle, message: FromWorker): void {
-    if (message.type !== 'metrics') return;
-    this.collect()
-      .then((registry) => registry.metrics())
-      .then(
-        (body) => handle.post({ type: 'metrics', id: message.id, body }),
-        (err: unknown) => handle.post({ type: 'metrics', id: message.id, error: (err as Error).message }),
-      );
+  /** The admin port, in this thread: its /readyz reads every worker's slot, its /metrics merges every worker's. */
+  private async serveAdmin(): Promise<void> {
+    const { admin, config, logger } = this.options;
+    if (admin === false) return;
+    try {
+      this.admin = await startAdminServer({
+        host: admin?.host ?? config.ingress.adminHost,
+        port: admin?.port ?? config.ingress.adminPort,
+        registry: this.metrics,
+        notReadyReason: () => this.notReadyReason(),
+        logger,
+        what: "the ingress's admin port (ingress.adminPort)",
+      });
+    } catch (err) {
+      await this.drainWorkers();
+      throw err;
+    }
   }
+
+  private readonly metrics = new WorkersRegistry(() => this.collect());
 
   /** A thread ended: not ready any more; a failure of the ingress unless expected or still starting. */
   private onExit(handle: WorkerHandle, code: number): void {
@@ -254,8 +268,11 @@ export class WorkerSupervisor {
     return Promise.all(this.handles.map((h) => h.drain()));
   }
 
-  private isReady(): boolean {
-    return this.state === 'running' && !this.failed && this.handles.every((h) => h.alive && Atomics.load(this.slots, h.index) === READY);
+  private notReadyReason(): string | undefined {
+    if (this.state !== 'running') return `${this.state}: not taking new webhooks`;
+    if (this.failed) return this.failed.message;
+    const waiting = this.handles.filter((h) => !h.alive || Atomics.load(this.slots, h.index) !== READY).map((h) => h.label);
+    return waiting.length === 0 ? undefined : `worker${waiting.length > 1 ? 's' : ''} ${waiting.join(', ')} not ready (Kafka cannot take its writes, or its queue is full)`;
   }
 
   /** The drain's steps: every worker at once; throws when one did not finish or had failed. */
@@ -264,6 +281,7 @@ export class WorkerSupervisor {
     const results = await this.drainWorkers();
     process.off('SIGHUP', this.onHangup);
     this.state = 'stopped';
+    await this.admin?.close();
     const unfinished = this.handles.filter((h, i) => !results[i] && !h.failed).map((h) => `worker ${h.label} did not finish its drain`);
     const failedOnes = this.handles.filter((h) => h.failed).map((h) => `worker ${h.label} had stopped unexpectedly`);
     if (unfinished.length + failedOnes.length > 0) throw new Error(`ingress drain incomplete: ${[...failedOnes, ...unfinished].join('; ')}`);
@@ -272,21 +290,26 @@ export class WorkerSupervisor {
   private async terminate(): Promise<void> {
     process.off('SIGHUP', this.onHangup);
     await Promise.all(this.handles.map((h) => h.terminate()));
+    await this.admin?.close();
   }
 
   /** The running workers as the caller sees them: a plain object whose functions need no `this`. */
   private view(port: number, url: string): IngressWorkers {
     const state = () => this.state;
+    const admin = () => this.admin?.url;
     return {
       port,
       address: url,
+      get adminAddress() {
+        return admin();
+      },
       workers: this.options.count,
       ready: Promise.resolve(),
-      isReady: () => this.isReady(),
+      isReady: () => this.notReadyReason() === undefined,
       get state() {
         return state();
       },
-      metrics: new WorkersRegistry(() => this.collect()),
+      metrics: this.metrics,
       drain: this.drain,
       terminate: () => this.terminate(),
     };

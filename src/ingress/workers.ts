@@ -9,9 +9,9 @@ import { WorkerSupervisor, type IngressWorkers } from './worker-supervisor.js';
  * `ingress.workers`: N worker threads, each a whole ingress (its own uWS app, publisher and
  * producer: startIngress in worker-entry.ts) on one port, which the kernel shares between their
  * listening sockets (uWS sets SO_REUSEPORT on Linux for every port but 0, and spreads
- * connections, not requests). This main thread is the composition root: it starts them, answers
- * their /metrics requests with every worker's metrics aggregated, keeps one readiness slot per
- * worker in shared memory (each worker's /readyz reads all of them), forwards SIGHUP, and
+ * connections, not requests). This main thread is the composition root: it starts them, serves
+ * the admin port (/metrics with every worker's metrics aggregated, /readyz from one readiness
+ * slot per worker in shared memory), forwards SIGHUP, and
  * drains them all. A worker that stops on its own is not restarted: the ingress turns not ready
  * and `onWorkerFailure` tells the caller, which stops (README.md, "Worker threads").
  *
@@ -36,6 +36,8 @@ export interface StartIngressWorkersOptions {
   unsafeDiscardRecords?: boolean;
   /** The worker module; default worker-entry.js (or .mjs, or .ts through tsx) beside this file. */
   workerEntry?: URL;
+  /** The admin server (/healthz, /readyz, /metrics): default config.ingress.adminHost/adminPort; false = none. */
+  admin?: false | { host?: string; port?: number };
 }
 
 /**
@@ -47,7 +49,7 @@ export async function startIngressWorkers(config: Config, options: StartIngressW
   const count = resolveIngressWorkers(config.ingress.workers);
   const brokers = options.brokers ?? config.kafka.brokers;
   if (count === 1) {
-    const ingress = await startIngress({ config, logger, brokers, unsafeDiscardRecords: options.unsafeDiscardRecords });
+    const ingress = await startIngress({ config, logger, brokers, unsafeDiscardRecords: options.unsafeDiscardRecords, admin: options.admin });
     return Object.assign(ingress, { workers: 1, terminate: async () => {} });
   }
   // Beside this file, as before the split: the path the error names when the module is missing.
@@ -60,6 +62,7 @@ export async function startIngressWorkers(config: Config, options: StartIngressW
     logger,
     unsafeDiscardRecords: options.unsafeDiscardRecords ?? false,
     onWorkerFailure: options.onWorkerFailure,
+    admin: options.admin,
   });
   return supervisor.start();
 }

@@ -11,8 +11,10 @@ export interface Role {
   isReady(): boolean;
   /** Its Prometheus registry (served on /metrics). */
   readonly metrics: Registry;
-  /** Its HTTP address (webhooks; or health, metrics and queries); undefined when it serves none. */
+  /** Its public HTTP address (webhooks, or queries and console); undefined when it serves none. */
   readonly address: string | undefined;
+  /** Where /healthz, /readyz and /metrics are served (its private admin port); undefined when not served. */
+  readonly adminAddress: string | undefined;
   /**
    * Stops taking work and finishes what is in progress, once: every call returns the same
    * promise. True when everything finished within the role's grace period.

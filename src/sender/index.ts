@@ -9,7 +9,7 @@ import { createKafkajsGroupConsumer } from '../kafka/kafkajs-group-consumer.js';
 import { createKafkajsProducer } from '../kafka/kafkajs-producer.js';
 import { requireBrokers } from '../kafka/brokers.js';
 import { prepareRoleTopics } from '../kafka/topics.js';
-import { startHealthServer, type HealthServer } from '../runtime/health-server.js';
+import { startAdminServer, type HttpServer } from '../runtime/http-server.js';
 import { silentLogger, type Logger } from '../platform/logger.js';
 import { createMetricsRegistry } from '../runtime/metrics.js';
 import { watchConfiguredBusinesses } from '../runtime/businesses-reload.js';
@@ -50,8 +50,8 @@ export interface StartSenderOptions {
   logger?: Logger;
   /** Metrics registry (default: a new one for the role "sender"). */
   registry?: Registry;
-  /** Health/metrics server: default config.sender.healthHost/healthPort; false = none. */
-  health?: false | { host?: string; port?: number };
+  /** The admin server (/healthz, /readyz, /metrics): default config.sender.adminHost/adminPort; false = none. */
+  admin?: false | { host?: string; port?: number };
   /** How often progress is committed (default 200 ms). */
   commitIntervalMs?: number;
   /** Called when the Kafka client gave up for good (the process should drain and exit non-zero). */
@@ -136,7 +136,7 @@ export class Sender implements Role {
   private readonly member: PartitionConsumer<Job>;
   private businessesWatch: BusinessesWatch | undefined;
   private guard: ConversationGuard | undefined;
-  private health: HealthServer | undefined;
+  private admin: HttpServer | undefined;
   private readonly drainOnce = once(() => this.stop());
 
   /**
@@ -193,7 +193,7 @@ export class Sender implements Role {
     const sender = new Sender({ options, logger, apiKeys, providerUrl: config.provider.url!, proxy, registry, kafka, publisher, dlqMaxBytes, partitions, tracer });
     sender.followBusinesses();
     sender.startGuard();
-    await sender.serveHealth();
+    await sender.serveAdmin();
     await sender.awaitConversationTable();
     await sender.joinGroup();
     return sender;
@@ -349,9 +349,12 @@ export class Sender implements Role {
     this.ready = this.member.ready;
   }
 
-  /** Base URL of the health server, when one runs. */
-  get address(): string | undefined {
-    return this.health?.url;
+  /** The sender serves no public HTTP. */
+  readonly address = undefined;
+
+  /** Base URL of the admin server (/healthz, /readyz, /metrics), when one runs. */
+  get adminAddress(): string | undefined {
+    return this.admin?.url;
   }
 
   isReady(): boolean {
@@ -426,17 +429,18 @@ export class Sender implements Role {
     });
   }
 
-  private async serveHealth(): Promise<void> {
-    const health = this.options.health;
-    if (health === false) return;
-    this.health = await startHealthServer({
-      host: health?.host ?? this.settings.healthHost,
-      port: health?.port ?? this.settings.healthPort,
+  private async serveAdmin(): Promise<void> {
+    const admin = this.options.admin;
+    if (admin === false) return;
+    this.admin = await startAdminServer({
+      host: admin?.host ?? this.settings.adminHost,
+      port: admin?.port ?? this.settings.adminPort,
       registry: this.metrics,
       logger: this.logger,
       notReadyReason: () => this.notReadyReason(),
+      what: "the sender's admin port (sender.adminPort)",
     }).catch((err: unknown) => this.abortStart(err));
-    this.logger.info({ url: this.health.url }, 'health and metrics endpoints listening');
+    this.logger.info({ url: this.admin.url }, 'admin endpoints listening (/healthz, /readyz, /metrics)');
   }
 
   /**
@@ -447,7 +451,7 @@ export class Sender implements Role {
     const follower = this.guard?.follower;
     if (!follower) return;
     const loaded = await follower.loaded.catch(async (err: unknown) => {
-      await this.health?.close();
+      await this.admin?.close();
       return this.abortStart(err);
     });
     this.logger.info({ conversations: this.config.kafka.topics.conversations, ...loaded }, 'conversation table complete (every open window known, followed from here): consuming send requests');
@@ -455,7 +459,7 @@ export class Sender implements Role {
 
   private async joinGroup(): Promise<void> {
     await this.member.start().catch(async (err: unknown) => {
-      await this.health?.close();
+      await this.admin?.close();
       return this.abortStart(err);
     });
   }
@@ -530,7 +534,7 @@ export class Sender implements Role {
     await this.guard?.stop();
     await this.publisher.close().catch((err: unknown) => this.logger.warn({ err }, 'disconnecting the producer failed'));
     await this.client.close().catch(() => undefined);
-    await this.health?.close();
+    await this.admin?.close();
     // The spans of the last requests are exported before the process ends (bounded).
     await this.tracer.shutdown(TRACING_FLUSH_MS);
     this.logger.info({ finished, durationMs: Date.now() - started }, 'sender stopped');

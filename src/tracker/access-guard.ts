@@ -3,7 +3,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { watchValidatedFile, type BusinessesWatch } from '../config/businesses-file.js';
 import { readTokensFile } from '../config/tokens-file.js';
 import type { TrackerConfig } from '../config/schema.js';
-import type { HttpAnswer } from '../runtime/health-server.js';
+import type { HttpAnswer } from '../runtime/http-server.js';
 import type { Logger } from '../platform/logger.js';
 import { accessConfigured, allows, authenticate, unauthenticatedMessage, type AccessRole, type AccessRules, type AccessToken, type Caller } from './access.js';
 

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
 import { extname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { HttpAnswer } from '../runtime/health-server.js';
+import type { HttpAnswer } from '../runtime/http-server.js';
 
 /**
  * The console's static files (src/tracker/console/: one HTML page, one ES module, one style

@@ -1,4 +1,4 @@
-import type { HttpAnswer, HttpRequest } from '../runtime/health-server.js';
+import type { HttpAnswer, HttpRequest } from '../runtime/http-server.js';
 import type { Logger } from '../platform/logger.js';
 import { isMsgbridgeError } from '../platform/errors.js';
 import { maskJson, type AccessRole, type Caller } from './access.js';
@@ -8,8 +8,8 @@ import type { DlqFilter, DlqPort } from './dlq-port.js';
 import type { QueryService } from './query-service.js';
 
 /**
- * Every route of the tracker's HTTP server besides /healthz, /readyz and /metrics (README
- * "Queries", "Console and access"): the console's files (open: they hold no data), and the
+ * Every route of the tracker's query port (README "Queries", "Console and access"; its
+ * /healthz, /readyz and /metrics are on the admin port only): the console's files (open: they hold no data), and the
  * queries and dead-letter actions, each behind the access guard. Answers to a read-only caller
  * are masked when tracker.maskRecipients is on; none is cached by a browser or a proxy.
  */

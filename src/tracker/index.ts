@@ -7,7 +7,7 @@ import { connectingToKafka } from '../kafka/failure.js';
 import { requireBrokers } from '../kafka/brokers.js';
 import { lagReader } from '../kafka/group-lag.js';
 import type { KafkaAdmin } from '../kafka/topics.js';
-import { startHealthServer, type HealthServer } from '../runtime/health-server.js';
+import { startAdminServer, startApiServer, type HttpServer } from '../runtime/http-server.js';
 import { silentLogger, type Logger } from '../platform/logger.js';
 import { createMetricsRegistry } from '../runtime/metrics.js';
 import { localUrl } from '../platform/net.js';
@@ -39,8 +39,10 @@ export interface StartTrackerOptions {
   brokers?: string[];
   logger?: Logger;
   registry?: Registry;
-  /** Health, metrics and query server: default config.tracker.host/port; false = none. */
-  health?: false | { host?: string; port?: number };
+  /** The query and console server: default config.tracker.host/port; false = none. */
+  http?: false | { host?: string; port?: number };
+  /** The admin server (/healthz, /readyz, /metrics): default config.tracker.adminHost/adminPort; false = none. */
+  admin?: false | { host?: string; port?: number };
   onFatal?: (error: Error) => void;
   /** Each step of each transaction (sent, committed, aborted), synchronously; must not throw. */
   onTransaction?: (event: TransactionEvent) => void;
@@ -86,7 +88,8 @@ export class Tracker implements Role {
   /** The index builds, one after another. */
   private indexBuilds: Promise<void> = Promise.resolve();
   private residencyRemapRunning = false;
-  private health: HealthServer | undefined;
+  private api: HttpServer | undefined;
+  private admin: HttpServer | undefined;
   /** Where other members forward queries to this one; undefined without a server or tracker.advertisedUrl. */
   private queryUrl: string | undefined;
   private engine: TransactionalEngine | undefined;
@@ -113,11 +116,13 @@ export class Tracker implements Role {
       tracker.tracer = tracer;
       // The query server starts first: its address is published to the group (query forwarding).
       try {
+        await tracker.serveAdmin();
         await tracker.serveQueries();
         await tracker.joinGroup(partitions);
       } catch (error) {
         tracker.guard.stop();
-        await tracker.health?.close();
+        await tracker.api?.close();
+        await tracker.admin?.close();
         throw error;
       }
       tracker.startHousekeeping();
@@ -167,9 +172,14 @@ export class Tracker implements Role {
     return this.runningEngine().ready;
   }
 
-  /** Base URL of its health, metrics and queries server, when one runs. */
+  /** Base URL of its query and console server, when one runs. */
   get address(): string | undefined {
-    return this.health?.url;
+    return this.api?.url;
+  }
+
+  /** Base URL of its admin server (/healthz, /readyz, /metrics), when one runs. */
+  get adminAddress(): string | undefined {
+    return this.admin?.url;
   }
 
   isReady(): boolean {
@@ -196,24 +206,32 @@ export class Tracker implements Role {
     return this.engine;
   }
 
-  /** The health, metrics and query server (unless `health: false`), and the address it is known by. */
+  /** The admin server (unless `admin: false`): /healthz, /readyz, /metrics on the private port. */
+  private async serveAdmin(): Promise<void> {
+    const { admin } = this.options;
+    if (admin === false) return;
+    this.admin = await startAdminServer({
+      host: admin?.host ?? this.config.tracker.adminHost,
+      port: admin?.port ?? this.config.tracker.adminPort,
+      registry: this.metrics,
+      logger: this.logger,
+      notReadyReason: () => (this.engine?.isReady() ? undefined : 'restoring its tasks from the compacted topics, or not in its group'),
+      what: "the tracker's admin port (tracker.adminPort)",
+    });
+    this.logger.info({ url: this.admin.url }, 'admin endpoints listening (/healthz, /readyz, /metrics)');
+  }
+
+  /** The query and console server (unless `http: false`), and the address it is known by. */
   private async serveQueries(): Promise<void> {
-    const { health } = this.options;
+    const { http } = this.options;
     const { tracker } = this.config;
-    if (health !== false) {
-      const host = health?.host ?? tracker.host;
+    if (http !== false) {
+      const host = http?.host ?? tracker.host;
       this.guard.start();
       const routes = trackerRoutes({ queries: this.queries, guard: this.guard, assets: new ConsoleAssets(), dlq: this.options.dlq, logger: this.logger });
-      this.health = await startHealthServer({
-        host,
-        port: health?.port ?? tracker.port,
-        registry: this.metrics,
-        logger: this.logger,
-        notReadyReason: () => (this.engine?.isReady() ? undefined : 'restoring its tasks from the compacted topics, or not in its group'),
-        route: routes,
-      });
-      this.logger.info({ url: this.health.url, console: `${this.health.url}/console/` }, 'tracker health, metrics, queries and console listening');
-      this.queryUrl = tracker.advertisedUrl ?? advertisedUrlOf(host, this.health.port);
+      this.api = await startApiServer({ host, port: http?.port ?? tracker.port, logger: this.logger, route: routes, what: "the tracker's query port (tracker.port)" });
+      this.logger.info({ url: this.api.url, console: `${this.api.url}/console/` }, 'tracker queries and console listening');
+      this.queryUrl = tracker.advertisedUrl ?? advertisedUrlOf(host, this.api.port);
     } else {
       this.queryUrl = tracker.advertisedUrl;
     }
@@ -409,7 +427,8 @@ export class Tracker implements Role {
     await this.lag.close();
     await this.directoryAdmin?.disconnect().catch(() => undefined);
     this.guard.stop();
-    await this.health?.close();
+    await this.api?.close();
+    await this.admin?.close();
     // The spans of the last state changes are exported before the process ends (bounded).
     await this.tracer.shutdown(TRACING_FLUSH_MS);
     return inTime;

@@ -100,8 +100,20 @@ describe('configuration loading', () => {
   });
 
   it.each([
-    [{ MSGBRIDGE_INGRESS_PORT: 'eighty' }, /ingress\.port: .*expected number.*\(from MSGBRIDGE_INGRESS_PORT\)/],
+    [{ MSGBRIDGE_INGRESS_PORT: 'eighty' }, /ingress\.port: expected a TCP port from 0 to 65535 \(0 = any free one\), got "eighty" \(from MSGBRIDGE_INGRESS_PORT\)/],
     [{ MSGBRIDGE_INGRESS_PORT: '70000' }, /ingress\.port: .*65535/],
+    [
+      { MSGBRIDGE_INGRESS_ADMIN_PORT: '70000' },
+      /^CONFIG_INVALID: invalid configuration:\n  - ingress\.adminPort: expected a TCP port from 0 to 65535 \(0 = any free one\), got 70000 \(from MSGBRIDGE_INGRESS_ADMIN_PORT\)$/,
+    ],
+    [{ MSGBRIDGE_SENDER_ADMIN_PORT: '-1' }, /sender\.adminPort: expected a TCP port from 0 to 65535 .*got -1 \(from MSGBRIDGE_SENDER_ADMIN_PORT\)/],
+    [{ MSGBRIDGE_TRACKER_ADMIN_PORT: '8082.5' }, /tracker\.adminPort: expected a TCP port .*got 8082\.5 \(from MSGBRIDGE_TRACKER_ADMIN_PORT\)/],
+    [
+      { MSGBRIDGE_INGRESS_ADMIN_PORT: '8080' },
+      /^CONFIG_INVALID: invalid configuration:\n  - ingress\.adminPort: must differ from ingress\.port \(8080, the webhook port\): \/metrics and the health checks get a private port of their own \(from MSGBRIDGE_INGRESS_ADMIN_PORT\)$/,
+    ],
+    [{ MSGBRIDGE_TRACKER_PORT: '9082' }, /tracker\.adminPort: must differ from tracker\.port \(9082, the query and console port\)/],
+    [{ MSGBRIDGE__sender__healthPort: '8081' }, /^CONFIG_INVALID: invalid configuration:\n  - sender\.healthPort: renamed sender\.adminPort .*\(from MSGBRIDGE__sender__healthPort\)$/],
     [{ KAFKA_BROKERS: 'localhost' }, /kafka\.brokers\.0: expected host:port \(from KAFKA_BROKERS\)/],
     [{ MSGBRIDGE_PROVIDER_URL: 'not a url' }, /provider\.url: .*\(from MSGBRIDGE_PROVIDER_URL\)/],
     [{ MSGBRIDGE_LOG_LEVEL: 'loud' }, /log\.level: .*\(from MSGBRIDGE_LOG_LEVEL\)/],
@@ -115,6 +127,14 @@ describe('configuration loading', () => {
     [{ MSGBRIDGE_SIGNING_SECRET: 'a' }, /need MSGBRIDGE_BUSINESS_ID when 0 businesses are configured/],
   ])('rejects %j with a message naming the field', (env, message) => {
     expect(configError(() => loadConfig({ env }))).toMatch(message);
+  });
+
+  it('reads the admin ports from their variables; port 0 on both sides is two free ports, not a clash', () => {
+    const config = loadConfig({ env: { MSGBRIDGE_INGRESS_ADMIN_PORT: '9100', MSGBRIDGE_SENDER_ADMIN_PORT: '9101', MSGBRIDGE_TRACKER_ADMIN_PORT: '9102' } });
+    expect([config.ingress.adminPort, config.sender.adminPort, config.tracker.adminPort]).toEqual([9100, 9101, 9102]);
+    const defaults = loadConfig({ env: {} });
+    expect([defaults.ingress.port, defaults.ingress.adminPort, defaults.sender.adminPort, defaults.tracker.port, defaults.tracker.adminPort]).toEqual([8080, 9080, 9081, 8082, 9082]);
+    expect(loadConfig({ env: { MSGBRIDGE_INGRESS_PORT: '0', MSGBRIDGE_INGRESS_ADMIN_PORT: '0' } }).ingress.adminPort).toBe(0);
   });
 
   it('names the file and field for a bad value in an override file', () => {

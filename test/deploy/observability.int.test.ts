@@ -155,19 +155,28 @@ describe('observability: alert rules and dashboard', () => {
           kafka: { brokers, topics, createTopics: true, partitions: 1, replicationFactor: 1 },
           businesses: [{ id: business.id, signingSecrets: [business.signingSecret], apiKey: business.apiKey }],
           provider: { url: simulator.url },
-          ingress: { host: '127.0.0.1', port: 0 },
+          ingress: { host: '127.0.0.1', port: 0, adminHost: '127.0.0.1', adminPort: 0 },
           sender: {
             groupId: `obs-sender-${id}`,
             stateDir: mkdtempSync(join(tmpdir(), 'msgbridge-obs-sender-')),
-            healthHost: '127.0.0.1',
-            healthPort: 0,
+            adminHost: '127.0.0.1',
+            adminPort: 0,
             backoffInitialMs: 20,
             backoffMaxMs: 200,
             circuitFailureThreshold: 2,
             circuitProbeMaxMs: 200,
           },
           // The smallest cache, so that a hundred-odd statuses evict some.
-          tracker: { groupId: `obs-tracker-${id}`, transactionalIdPrefix: `obs-tx-${id}`, host: '127.0.0.1', port: 0, sessionTimeoutMs: 6000, maxCachedMessages: 100 },
+          tracker: {
+            groupId: `obs-tracker-${id}`,
+            transactionalIdPrefix: `obs-tx-${id}`,
+            host: '127.0.0.1',
+            port: 0,
+            adminHost: '127.0.0.1',
+            adminPort: 0,
+            sessionTimeoutMs: 6000,
+            maxCachedMessages: 100,
+          },
           log: { level: 'info' },
         },
       });
@@ -175,11 +184,11 @@ describe('observability: alert rules and dashboard', () => {
       // Each role once, at the same time.
       const [ingress, sender, tracker] = await Promise.all([
         startIngress({ config, brokers, logger: testLogger('ingress') }).then((r) => (running.ingress = r)),
-        startSender({ config, brokers, logger: testLogger('sender'), health: { host: '127.0.0.1', port: 0 } }).then((r) => (running.sender = r)),
+        startSender({ config, brokers, logger: testLogger('sender'), admin: { host: '127.0.0.1', port: 0 } }).then((r) => (running.sender = r)),
         startTracker({ config, brokers, logger: testLogger('tracker') }).then((r) => (running.tracker = r)),
       ]);
       await Promise.all([sender.ready, tracker.ready]);
-      const endpoints = { ingress: `${ingress.address}/metrics`, sender: `${sender.address}/metrics`, tracker: `${tracker.address}/metrics` };
+      const endpoints = { ingress: `${ingress.adminAddress}/metrics`, sender: `${sender.adminAddress}/metrics`, tracker: `${tracker.adminAddress}/metrics` };
 
       // The provider's status webhooks for what the sender sends come back through the ingress.
       for (const topic of ['delivery_status', 'messages'] as const) simulator.registerWebhook(business.id, topic, `${ingress.address}/webhooks/${business.id}/${topic}`);

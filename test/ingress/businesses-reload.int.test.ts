@@ -90,7 +90,7 @@ describe('live businesses file', () => {
   }, 60_000);
 
   it('keeps the last good set when the file is invalid, says so once, and SIGHUP reloads at once', async () => {
-    const metric = async () => Number(/msgbridge_config_reloads_total\{result="refused"[^}]*\} (\d+)/.exec((await t.get('/metrics')).body)?.[1]);
+    const metric = async () => Number(/msgbridge_config_reloads_total\{result="refused"[^}]*\} (\d+)/.exec((await t.admin('/metrics')).body)?.[1]);
     const refusedBefore = await metric();
     publish('[{"id": "biz_1", "signingSecrets": "not-a-list"}]');
     await until('the refusal to be counted', async () => (await metric()) === refusedBefore + 1);

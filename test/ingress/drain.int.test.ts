@@ -62,6 +62,7 @@ describe('msgbridge ingress: SIGTERM under load', () => {
           MSGBRIDGE_BUSINESS_ID: 'biz_1',
           MSGBRIDGE_SIGNING_SECRET: SECRET,
           MSGBRIDGE_INGRESS_PORT: '0',
+          MSGBRIDGE_INGRESS_ADMIN_PORT: '0',
           MSGBRIDGE__ingress__host: '127.0.0.1',
           MSGBRIDGE__ingress__drainGraceMs: '15000',
           MSGBRIDGE__kafka__client: client,

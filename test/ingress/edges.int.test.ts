@@ -67,7 +67,7 @@ describe('ingress edges (real Kafka behind a gate)', () => {
     const bodies = [0, 1, 2].map(() => statusEvent(messageId()));
     const admitted = bodies.map((b) => t.post('/webhooks/biz_1/delivery_status', b, signedHeaders(SECRET, b)));
     await vi.waitFor(() => expect(gate.sends()).toBe(1), { timeout: 5000 });
-    await vi.waitFor(async () => expect((await t.get('/readyz')).status).toBe(503), { timeout: 5000 });
+    await vi.waitFor(async () => expect((await t.admin('/readyz')).status).toBe(503), { timeout: 5000 });
 
     const extra = statusEvent(messageId());
     const refused = await t.post('/webhooks/biz_1/delivery_status', extra, signedHeaders(SECRET, extra));
@@ -77,7 +77,7 @@ describe('ingress edges (real Kafka behind a gate)', () => {
 
     gate.open();
     expect((await Promise.all(admitted)).map((r) => r.status)).toEqual([200, 200, 200]);
-    expect((await t.get('/readyz')).status).toBe(200);
+    expect((await t.admin('/readyz')).status).toBe(200);
     expect(await countRecords(t.topics.deliveryStatus)).toBe(3);
   });
 
@@ -95,7 +95,7 @@ describe('ingress edges (real Kafka behind a gate)', () => {
     expect(late.received()).toMatch(/^HTTP\/1\.1 503 /);
     expect(late.received()).toMatch(/\r\nretry-after: /i);
     expect(late.received()).toContain('"SHUTTING_DOWN"');
-    expect((await t.get('/readyz')).status).toBe(503);
+    expect((await t.admin('/readyz')).status).toBe(503);
 
     gate.open();
     expect((await pending).status).toBe(200);

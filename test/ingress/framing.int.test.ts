@@ -92,7 +92,7 @@ describe('ingress refuses ambiguous HTTP framing', () => {
     const records = await consumeRecords(t.topics.deliveryStatus, 2);
     expect(records.map((r) => r.value.toString()).sort()).toEqual([control, chunked].sort());
     expect(await countRecords(t.topics.deliveryStatus)).toBe(2);
-    const metrics = (await t.get('/metrics')).body;
+    const metrics = (await t.admin('/metrics')).body;
     expect(metrics).toMatch(/msgbridge_ingress_requests_total\{[^}]*outcome="bad_framing"[^}]*\} 7/);
   });
 

@@ -15,6 +15,8 @@ export interface TestIngress {
   logs: string[];
   post(path: string, body: string | Buffer, headers?: Record<string, string>): Promise<{ status: number; headers: Record<string, string>; body: string }>;
   get(path: string): Promise<{ status: number; headers: Record<string, string>; body: string }>;
+  /** A GET on the admin port (/healthz, /readyz, /metrics). */
+  admin(path: string): Promise<{ status: number; headers: Record<string, string>; body: string }>;
   stop(): Promise<void>;
 }
 
@@ -45,7 +47,7 @@ export async function startTestIngress(
     overrides: {
       ...options.overrides,
       kafka: { partitions: 3, replicationFactor: 1, createTopics: true, ...options.overrides?.kafka, topics: { ...topics, ...options.overrides?.kafka?.topics } },
-      ingress: { host: '127.0.0.1', port: 0, ...options.overrides?.ingress },
+      ingress: { host: '127.0.0.1', port: 0, adminHost: '127.0.0.1', adminPort: 0, ...options.overrides?.ingress },
     },
   });
   const logs: string[] = [];
@@ -70,6 +72,10 @@ export async function startTestIngress(
     logs,
     post: (path, body, headers) => call('POST', path, body, headers),
     get: (path) => call('GET', path),
+    admin: async (path) => {
+      const res = await fetch(`${ingress.adminAddress}${path}`);
+      return { status: res.status, headers: Object.fromEntries(res.headers), body: await res.text() };
+    },
     async stop() {
       await pool.close().catch(() => {});
       await ingress.drain();

@@ -197,19 +197,33 @@ describe.each(KAFKA_CLIENTS)('ingress against real Kafka and real HTTP (%s)', (c
     const seen = new Set(records.map((r) => r.headers['event-id']));
     for (const id of ids) expect(seen.has(id)).toBe(true);
     // They were batched: fewer produce requests than events.
-    const metrics = (await t.get('/metrics')).body;
+    const metrics = (await t.admin('/metrics')).body;
     const batches = Number(/^msgbridge_ingress_batch_size_count\{[^}]*\} (\d+)/m.exec(metrics)?.[1]);
     const events = Number(/^msgbridge_ingress_batch_size_sum\{[^}]*\} (\d+)/m.exec(metrics)?.[1]);
     expect(events).toBeGreaterThan(400);
     expect(batches).toBeLessThan(events);
   });
 
-  it('serves /healthz, /readyz and /metrics; logs one line per refusal and never a secret or full signature', async () => {
-    expect((await t.get('/healthz')).status).toBe(200);
-    const ready = await t.get('/readyz');
+  it('the webhook port serves webhooks only: /metrics, /healthz and /readyz are 404 there, on the admin port only', async () => {
+    for (const path of ['/metrics', '/healthz', '/readyz']) {
+      const answer = await t.get(path);
+      expect(answer.status, path).toBe(404);
+      expect(answer.body, path).not.toContain('msgbridge_');
+    }
+    const admin = new URL(t.ingress.adminAddress!);
+    expect(admin.port).not.toBe(String(t.ingress.port));
+    expect((await t.admin('/metrics')).body).toMatch(/^msgbridge_ingress_requests_total\{/m);
+    // The admin port serves nothing else: no webhook is taken there.
+    expect((await fetch(`${t.ingress.adminAddress}/webhooks/biz_1/messages`, { method: 'POST', body: '{}' })).status).toBe(405);
+    expect((await fetch(`${t.ingress.adminAddress}/webhooks/biz_1/messages`)).status).toBe(404);
+  });
+
+  it('serves /healthz, /readyz and /metrics on the admin port; logs one line per refusal and never a secret or full signature', async () => {
+    expect((await t.admin('/healthz')).status).toBe(200);
+    const ready = await t.admin('/readyz');
     expect(ready.status).toBe(200);
     expect(t.ingress.isReady()).toBe(true);
-    const metrics = await t.get('/metrics');
+    const metrics = await t.admin('/metrics');
     expect(metrics.status).toBe(200);
     expect(metrics.headers['content-type']).toMatch(/^text\/plain/);
     expect(metrics.body).toMatch(/msgbridge_ingress_requests_total\{topic="delivery_status",outcome="published",role="ingress"\} \d+/);

@@ -82,26 +82,26 @@ describe('ingress through a Kafka outage', () => {
 
       try {
         await until('traffic to flow', () => acknowledged.length >= 20, 20_000);
-        expect((await t.get('/readyz')).status).toBe(200);
+        expect((await t.admin('/readyz')).status).toBe(200);
 
         process.kill(broker.pid, 'SIGSTOP');
         const ackedAtStop = acknowledged.length;
         await until('503 answers', () => statuses.filter((s) => s === 503).length >= 5, 30_000);
         // First the events waiting on the frozen broker: Kafka did not acknowledge in time.
         await until('a refusal for a publish timeout', () => t.logs.some((l) => l.includes('"code":"PUBLISH_TIMEOUT"')), 10_000);
-        await until('/readyz to say not ready', async () => (await t.get('/readyz')).status === 503, 30_000);
+        await until('/readyz to say not ready', async () => (await t.admin('/readyz')).status === 503, 30_000);
         expect(t.ingress.isReady()).toBe(false);
         // A few events may have been acknowledged while the stop took effect, hardly any after.
         const ackedDuringOutage = acknowledged.length - ackedAtStop;
         expect(ackedDuringOutage).toBeLessThan(10);
         // Hold the outage until the producer gives up and the publisher is reconnecting with a
         // fresh producer: from then on events are refused at once instead of timing out.
-        await until('the producer to be declared disconnected', async () => /^msgbridge_ingress_kafka_connected\{[^}]*\} 0$/m.test((await t.get('/metrics')).body), 90_000);
+        await until('the producer to be declared disconnected', async () => /^msgbridge_ingress_kafka_connected\{[^}]*\} 0$/m.test((await t.admin('/metrics')).body), 90_000);
         await until('a refusal for Kafka being unavailable', () => t.logs.some((l) => l.includes('"code":"KAFKA_UNAVAILABLE"')), 10_000);
         if (process.env.MSGBRIDGE_TEST_DUMP_LOGS) console.log(t.logs.filter((l) => !l.includes('webhook not accepted')).join('\n'));
 
         process.kill(broker.pid, 'SIGCONT');
-        await until('/readyz to say ready again', async () => (await t.get('/readyz')).status === 200, 90_000);
+        await until('/readyz to say ready again', async () => (await t.admin('/readyz')).status === 200, 90_000);
         const ackedAtRecovery = acknowledged.length;
         await until('events to be acknowledged again', () => acknowledged.length >= ackedAtRecovery + 20, 30_000);
       } finally {
@@ -121,7 +121,7 @@ describe('ingress through a Kafka outage', () => {
     }, 240_000);
 
     it('with no traffic at all, reports not ready once Kafka stops answering its probe, and ready again when it is back', async () => {
-      const readyz = async () => (await t.get('/readyz')).status;
+      const readyz = async () => (await t.admin('/readyz')).status;
       await until('/readyz to say ready', async () => (await readyz()) === 200, 60_000);
       // Idle and healthy: probes keep succeeding, readiness holds over several intervals.
       for (let i = 0; i < 8; i++) {

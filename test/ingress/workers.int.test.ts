@@ -17,7 +17,7 @@ const sha256 = (body: string) => createHash('sha256').update(body).digest('hex')
 function workersConfig(topics: ReturnType<typeof ingressTopics>, workers = 2): Config {
   return loadConfig({
     env: { KAFKA_BROKERS: kafkaBrokers().join(','), MSGBRIDGE_BUSINESS_ID: 'biz_1', MSGBRIDGE_SIGNING_SECRET: SECRET, MSGBRIDGE_LOG_LEVEL: 'error', MSGBRIDGE_INGRESS_WORKERS: String(workers) },
-    overrides: { kafka: { partitions: 3, replicationFactor: 1, createTopics: true, topics }, ingress: { host: '127.0.0.1', port: 0, drainGraceMs: 15_000 } },
+    overrides: { kafka: { partitions: 3, replicationFactor: 1, createTopics: true, topics }, ingress: { host: '127.0.0.1', port: 0, adminHost: '127.0.0.1', adminPort: 0, drainGraceMs: 15_000 } },
   });
 }
 
@@ -76,7 +76,7 @@ describe('ingress.workers = 2: worker threads on one port (suite Kafka)', () => 
     expect(logs.some((l) => l.includes('ingress worker threads listening'))).toBe(true);
   });
 
-  it('answers many concurrent signed webhooks on both workers: every 200 in Kafka, /metrics aggregated, /readyz 200 from each', async () => {
+  it('answers many concurrent signed webhooks on both workers: every 200 in Kafka, /metrics aggregated on the admin port, 404 on the webhook port', async () => {
     const total = 1200;
     const answers = await Promise.all(
       Array.from({ length: total }, async (_, i) => {
@@ -89,9 +89,9 @@ describe('ingress.workers = 2: worker threads on one port (suite Kafka)', () => 
     );
     expect(answers.filter((a) => a.status !== 200)).toEqual([]);
 
-    // Any worker answers /metrics with every worker's counts.
-    for (let i = 0; i < 6; i++) {
-      const { status, body: text } = await getFresh(ingress.address, '/metrics');
+    // The main thread's admin port answers /metrics with every worker's counts.
+    for (let i = 0; i < 3; i++) {
+      const { status, body: text } = await getFresh(ingress.adminAddress!, '/metrics');
       expect(status).toBe(200);
       const published =
         series(text, 'msgbridge_ingress_requests_total', 'topic="messages",outcome="published",role="ingress"') +
@@ -106,7 +106,9 @@ describe('ingress.workers = 2: worker threads on one port (suite Kafka)', () => 
       expect(series(text, 'msgbridge_ingress_ready', 'role="ingress"')).toBe(1);
       expect(text).toMatch(/^msgbridge_nodejs_heap_size_used_bytes\{role="ingress",worker="2"\} \d+/m);
     }
-    for (let i = 0; i < 6; i++) expect(await getFresh(ingress.address, '/readyz')).toEqual({ status: 200, body: '{"ready":true}' });
+    expect(await getFresh(ingress.adminAddress!, '/readyz')).toEqual({ status: 200, body: '{"ready":true}' });
+    // The webhook port (any worker: a connection each) has no /metrics nor /readyz.
+    for (let i = 0; i < 4; i++) for (const path of ['/metrics', '/readyz']) expect((await getFresh(ingress.address, path)).status).toBe(404);
 
     const records = await consumeRecords([topics.messages, topics.deliveryStatus], total, { timeoutMs: 60_000 });
     const stored = new Map(records.map((r) => [r.headers['event-id'], r.topic]));
@@ -138,8 +140,9 @@ describe('ingress.workers = 2: worker threads on one port (suite Kafka)', () => 
     const outcomes = await Promise.all(inFlight);
     expect(outcomes.every((o) => o === 200 || o === 503 || o === 'refused')).toBe(true);
     expect(outcomes.filter((o) => o === 200).length).toBeGreaterThan(0);
-    // The port is closed: both threads are gone.
+    // The port is closed: both threads are gone; so is the admin port.
     await expect(getFresh(ingress.address, '/healthz')).rejects.toThrow();
+    await expect(getFresh(ingress.adminAddress!, '/healthz')).rejects.toThrow();
 
     const records = await consumeRecords([topics.messages, topics.deliveryStatus], accepted.size, { timeoutMs: 60_000, settleMs: 500 });
     const stored = new Map(records.map((r) => [r.headers['event-id'], r.topic]));
@@ -149,7 +152,7 @@ describe('ingress.workers = 2: worker threads on one port (suite Kafka)', () => 
 });
 
 describe('a worker thread that fails', () => {
-  it('makes the ingress not ready (/readyz 503 from the survivor), logs one line, reports it, and the drain says so', async () => {
+  it('makes the ingress not ready (/readyz 503 on the admin port), logs one line, reports it, and the drain says so', async () => {
     const { logger, logs } = captureLogs();
     const failures: Error[] = [];
     const ingress = await startIngressWorkers(workersConfig(ingressTopics()), {
@@ -163,8 +166,9 @@ describe('a worker thread that fails', () => {
       while (failures.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
       expect(failures.map((e) => e.message)).toEqual([expect.stringMatching(/^ingress worker 2 stopped \(exit code 1\): Error: injected worker failure/)]);
       expect(ingress.isReady()).toBe(false);
-      // The survivor's /readyz reads the failed worker's slot.
-      for (let i = 0; i < 3; i++) expect((await getFresh(ingress.address, '/readyz')).status).toBe(503);
+      const readyz = await getFresh(ingress.adminAddress!, '/readyz');
+      expect(readyz.status).toBe(503);
+      expect(JSON.parse(readyz.body)).toEqual({ ready: false, reason: expect.stringMatching(/^ingress worker 2 stopped/) });
       const lines = logs.filter((l) => l.includes('stopped unexpectedly'));
       expect(lines).toHaveLength(1);
       expect(JSON.parse(lines[0]!)).toMatchObject({ level: 50, worker: 2, exitCode: 1, err: 'Error: injected worker failure' });
@@ -200,7 +204,9 @@ describe('msgbridge ingress --workers', () => {
       MSGBRIDGE_BUSINESS_ID: 'biz_1',
       MSGBRIDGE_SIGNING_SECRET: SECRET,
       MSGBRIDGE_INGRESS_PORT: '0',
+      MSGBRIDGE_INGRESS_ADMIN_PORT: '0',
       MSGBRIDGE__ingress__host: '127.0.0.1',
+      MSGBRIDGE__ingress__adminHost: '127.0.0.1',
       MSGBRIDGE__kafka__topics__messages: topics.messages,
       MSGBRIDGE__kafka__topics__deliveryStatus: topics.deliveryStatus,
       MSGBRIDGE__kafka__topics__webhooksDlq: topics.webhooksDlq,
@@ -208,8 +214,9 @@ describe('msgbridge ingress --workers', () => {
     });
     try {
       const line = await cli.waitFor(/^\{"ingress".*\}$/m);
-      const ready = JSON.parse(line[0]) as { ingress: string; workers: number };
+      const ready = JSON.parse(line[0]) as { ingress: string; admin: string; workers: number };
       expect(ready.workers).toBe(2);
+      expect((await getFresh(ready.admin, '/readyz')).status).toBe(200);
       const pool = new Pool(ready.ingress, { connections: 8 });
       const statuses = await Promise.all(
         Array.from({ length: 100 }, async (_, i) => {
@@ -231,6 +238,7 @@ describe('msgbridge ingress --workers', () => {
   it.each([
     [['--workers', 'lots'], {}, '--workers expects an integer from 1 to 256 or "auto", got "lots"'],
     [[], { MSGBRIDGE_INGRESS_WORKERS: '0' }, 'ingress.workers: expected an integer from 1 to 256 or "auto", got 0 (from MSGBRIDGE_INGRESS_WORKERS)'],
+    [[], { MSGBRIDGE_INGRESS_ADMIN_PORT: '8080' }, 'ingress.adminPort: must differ from ingress.port (8080, the webhook port)'],
   ])('refuses %j %j with exit code 2 and a clear message', async (args, env, message) => {
     const result = await runCli(['ingress', ...args], { KAFKA_BROKERS: '127.0.0.1:1', MSGBRIDGE_BUSINESS_ID: 'biz_1', MSGBRIDGE_SIGNING_SECRET: SECRET, ...env });
     expect(result.code).toBe(2);

@@ -82,8 +82,8 @@ describe('one broker of three lost under two live senders', () => {
     const logger = createLogger({ level: 'info', name: 'sender', destination });
     const before = simulator.sends().length;
     const senders: Sender[] = [];
-    senders.push(await startSender({ config, health: false, logger: logger.child({ member: 'A' }) }));
-    senders.push(await startSender({ config, health: false, logger: logger.child({ member: 'B' }) }));
+    senders.push(await startSender({ config, admin: false, logger: logger.child({ member: 'A' }) }));
+    senders.push(await startSender({ config, admin: false, logger: logger.child({ member: 'B' }) }));
     const N = 2400;
     try {
       await Promise.all(senders.map((s) => s.ready));

@@ -32,6 +32,7 @@ function ingressConfig(brokers: string, client: 'platformatic' | 'kafkajs' = 'pl
       MSGBRIDGE__kafka__connectionTimeoutMs: '2000',
       MSGBRIDGE__ingress__host: '127.0.0.1',
       MSGBRIDGE__ingress__port: '0',
+      MSGBRIDGE_INGRESS_ADMIN_PORT: '0',
       MSGBRIDGE__ingress__publishTimeoutMs: '4000',
     },
   });
@@ -332,7 +333,7 @@ describe('on a 3-node cluster', () => {
         MSGBRIDGE__sender__ratePerSecond: '300',
       },
     });
-    const sender = await startSender({ config, health: false });
+    const sender = await startSender({ config, admin: false });
     const kafka = new Kafka({ clientId: 'cluster-sender-test', brokers: cluster.bootstrap.split(','), logLevel: logLevel.NOTHING, retry: { retries: 10 } });
     try {
       await sender.ready;

@@ -32,6 +32,7 @@ function envConfig(env: Record<string, string>) {
       MSGBRIDGE__kafka__requestTimeoutMs: '5000',
       MSGBRIDGE__ingress__host: '127.0.0.1',
       MSGBRIDGE__ingress__port: '0',
+      MSGBRIDGE_INGRESS_ADMIN_PORT: '0',
       ...env,
     },
   });
@@ -113,7 +114,7 @@ describe('secured Kafka from environment variables alone', () => {
         MSGBRIDGE_SENDER_STATE_DIR: mkdtempSync(join(tmpdir(), 'msgbridge-sec-sender-')),
         MSGBRIDGE__sender__groupId: `sec-sender-${id}`,
       });
-      const sender = await startSender({ config, health: false });
+      const sender = await startSender({ config, admin: false });
       try {
         await sender.ready;
         const kafka = createKafka(config.kafka, { clientId: 'secure-test' });
@@ -162,7 +163,7 @@ describe('secured Kafka from environment variables alone', () => {
         MSGBRIDGE__tracker__groupId: `sec-tracker-${id}`,
         MSGBRIDGE__tracker__transactionalIdPrefix: `sec-tracker-${id}`,
       });
-      const tracker = await startTracker({ config, health: false });
+      const tracker = await startTracker({ config, http: false, admin: false });
       try {
         await tracker.ready;
         const kafka = createKafka(config.kafka, { clientId: 'secure-test' });
@@ -225,6 +226,7 @@ describe('secured Kafka from environment variables alone', () => {
       MSGBRIDGE_BUSINESS_ID: 'biz_1',
       MSGBRIDGE_SIGNING_SECRET: SECRET,
       MSGBRIDGE_INGRESS_PORT: '0',
+      MSGBRIDGE_INGRESS_ADMIN_PORT: '0',
       MSGBRIDGE__kafka__connectionTimeoutMs: '2000',
       MSGBRIDGE__kafka__partitions: '1',
       MSGBRIDGE__kafka__replicationFactor: '1',

@@ -193,7 +193,7 @@ describe('sender: the conversation window guard on the broker and the simulator'
 
     const port = await freePort();
     let sender: Sender | undefined;
-    const starting = f.start({ health: { host: '127.0.0.1', port } }).then((s) => (sender = s));
+    const starting = f.start({ admin: { host: '127.0.0.1', port } }).then((s) => (sender = s));
     const waiting = await until(
       async () => {
         const answer = await readyz(port).catch(() => undefined);
@@ -379,7 +379,7 @@ describe('sender: the conversation window guard on the broker and the simulator'
 /** A second sender of the fixture's configuration with the default start-up timeout, health on `port`. */
 function setUpAgain(f: Fixture, port: number): Promise<Sender> {
   const config = { ...f.config, sender: { ...f.config.sender, conversationTableReadTimeoutMs: 120_000 } };
-  return startSender({ config, brokers: kafkaBrokers(), health: { host: '127.0.0.1', port } }).then((s) => {
+  return startSender({ config, brokers: kafkaBrokers(), admin: { host: '127.0.0.1', port } }).then((s) => {
     cleanups.push(() => s.drain());
     return s;
   });

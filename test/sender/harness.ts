@@ -116,8 +116,8 @@ export async function fixture(
   const groupId = `sender-${randomUUID().slice(0, 8)}`;
   const sender = {
     groupId,
-    healthPort: 0,
-    healthHost: '127.0.0.1',
+    adminPort: 0,
+    adminHost: '127.0.0.1',
     backoffInitialMs: 20,
     backoffMaxMs: 200,
     drainGraceMs: 15_000,
@@ -141,7 +141,7 @@ export async function fixture(
     config,
     groupId,
     async start(startOptions = {}) {
-      const s = await startSender({ config, brokers, logger: testLogger('sender'), health: false, ...startOptions });
+      const s = await startSender({ config, brokers, logger: testLogger('sender'), admin: false, ...startOptions });
       running.push(s);
       return s;
     },

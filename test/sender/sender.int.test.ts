@@ -251,9 +251,9 @@ describe('sender against Kafka and the provider simulator', () => {
 
   it('serves health, readiness and metrics, and reports not ready while draining', async () => {
     const { f } = await setUp();
-    const sender = await f.start({ health: { host: '127.0.0.1', port: 0 } });
+    const sender = await f.start({ admin: { host: '127.0.0.1', port: 0 } });
     await sender.ready;
-    const base = sender.address!;
+    const base = sender.adminAddress!;
     expect((await fetch(`${base}/healthz`)).status).toBe(200);
     const ready = await fetch(`${base}/readyz`);
     expect(ready.status).toBe(200);

@@ -169,15 +169,8 @@ describe('tracing across the roles', () => {
         kafka: { brokers, topics, createTopics: true, partitions: 3, replicationFactor: 1 },
         businesses: [{ id: BIZ.id, signingSecrets: [BIZ.signingSecret], apiKey: BIZ.apiKey }],
         provider: { url: proxy.url },
-        ingress: { host: '127.0.0.1', port: 0 },
-        sender: {
-          groupId: `tc-sender-${id}`,
-          stateDir: join(tmpdir(), 'msgbridge-test-state', `tracing-sender-${id}`),
-          healthHost: '127.0.0.1',
-          healthPort: 0,
-          backoffInitialMs: 20,
-          backoffMaxMs: 200,
-        },
+        ingress: { host: '127.0.0.1', port: 0, adminHost: '127.0.0.1', adminPort: 0 },
+        sender: { groupId: `tc-sender-${id}`, stateDir: join(tmpdir(), 'msgbridge-test-state', `tracing-sender-${id}`), adminHost: '127.0.0.1', adminPort: 0, backoffInitialMs: 20, backoffMaxMs: 200 },
         tracker: {
           groupId: `tc-tracker-${id}`,
           transactionalIdPrefix: `tc-tx-${id}`,
@@ -191,8 +184,8 @@ describe('tracing across the roles', () => {
     const tracingEnv = { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json' };
     [ingress, sender, tracker] = await Promise.all([
       startIngress({ config, brokers, logger: testLogger('ingress'), tracingEnv }),
-      startSender({ config, brokers, logger: testLogger('sender'), health: false, tracingEnv }),
-      startTracker({ config, brokers, logger: testLogger('tracker'), health: false, tracingEnv }),
+      startSender({ config, brokers, logger: testLogger('sender'), admin: false, tracingEnv }),
+      startTracker({ config, brokers, logger: testLogger('tracker'), http: false, admin: false, tracingEnv }),
     ]);
     await Promise.all([sender.ready, tracker.ready]);
   }, 90_000);

@@ -69,7 +69,7 @@ afterAll(async () => {
 });
 
 describe('tracker access', () => {
-  it('401 without a credential, with a wrong or malformed one, and with only the forwarded mark; health, readiness and metrics stay open', async () => {
+  it('401 without a credential, with a wrong or malformed one, and with only the forwarded mark; health, readiness and metrics on the admin port only', async () => {
     const base = members[0]!.address!;
     for (const headers of [{}, { authorization: 'Bearer wrong' }, { authorization: 'Basic dXNlcjpwYXNz' }, { 'x-msgbridge-forwarded': '1' }, { 'x-forwarded-user': 'alice' }] as Record<
       string,
@@ -84,9 +84,18 @@ describe('tracker access', () => {
       }
     }
     expect((await get(base, '/messages/x', { authorization: 'Bearer wrong' })).headers.get('www-authenticate')).toContain('error="invalid_token"');
-    expect((await fetch(`${base}/healthz`)).status).toBe(200);
-    expect((await fetch(`${base}/readyz`)).status).toBe(200);
-    const metrics = await (await fetch(`${base}/metrics`)).text();
+    // The query and console port has no health or metrics path, with or without a credential.
+    for (const path of ['/healthz', '/readyz', '/metrics']) {
+      for (const headers of [{}, authHeaders('operator')]) expect((await fetch(`${base}${path}`, { headers })).status, path).toBe(404);
+    }
+    const admin = members[0]!.adminAddress!;
+    expect(new URL(admin).port).not.toBe(new URL(base).port);
+    expect((await fetch(`${admin}/healthz`)).status).toBe(200);
+    expect((await fetch(`${admin}/readyz`)).status).toBe(200);
+    // Nothing but those three there: no query, no console.
+    expect((await fetch(`${admin}/messages/${ids[1]}`, { headers: authHeaders() })).status).toBe(404);
+    expect((await fetch(`${admin}/console/`)).status).toBe(404);
+    const metrics = await (await fetch(`${admin}/metrics`)).text();
     expect(metrics).toMatch(/msgbridge_tracker_access_refused_total\{reason="missing"[^}]*\} [1-9]/);
     // The console's files hold no data and open without a credential.
     const page = await fetch(`${base}/console/`);

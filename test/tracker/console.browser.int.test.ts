@@ -27,8 +27,9 @@ const FAILING = '+15550000404';
 const env: Record<string, string> = {
   KAFKA_BROKERS: '',
   MSGBRIDGE_INGRESS_PORT: '0',
+  MSGBRIDGE_INGRESS_ADMIN_PORT: '0',
   MSGBRIDGE_SIMULATOR_PORT: '0',
-  MSGBRIDGE__sender__healthPort: '0',
+  MSGBRIDGE_SENDER_ADMIN_PORT: '0',
   MSGBRIDGE__sender__groupId: `${suffix}-sender`,
   MSGBRIDGE__localKafka__cacheDir: JSON.stringify(mkdtempSync(join(tmpdir(), 'msgbridge-console-'))),
   MSGBRIDGE__kafka__topics__messages: `${suffix}-messages`,
@@ -43,6 +44,7 @@ const env: Record<string, string> = {
   MSGBRIDGE__kafka__topics__conversations: `${suffix}-conversations`,
   MSGBRIDGE__kafka__topics__requestOutcomes: `${suffix}-request-outcomes`,
   MSGBRIDGE_TRACKER_PORT: '0',
+  MSGBRIDGE_TRACKER_ADMIN_PORT: '0',
   MSGBRIDGE_TRACKER_STATE_DIR: mkdtempSync(join(tmpdir(), 'msgbridge-console-state-')),
   MSGBRIDGE__tracker__groupId: `${suffix}-tracker`,
   MSGBRIDGE__tracker__transactionalIdPrefix: `${suffix}-tracker`,

@@ -43,6 +43,8 @@ export function trackerEnv(id: string): Record<string, string> {
     MSGBRIDGE__tracker__transactionalIdPrefix: `tr-tx-${id}`,
     MSGBRIDGE__tracker__host: '127.0.0.1',
     MSGBRIDGE__tracker__port: '0',
+    MSGBRIDGE__tracker__adminHost: '127.0.0.1',
+    MSGBRIDGE_TRACKER_ADMIN_PORT: '0',
     MSGBRIDGE__tracker__sessionTimeoutMs: '6000',
     MSGBRIDGE_TRACKER_STATE_DIR: join(tmpdir(), 'msgbridge-test-state', id),
     MSGBRIDGE__tracker__accessTokens: JSON.stringify(TEST_ACCESS_TOKENS),

@@ -2,7 +2,7 @@ import { PassThrough } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/platform/logger.js';
 import { Registry } from 'prom-client';
-import { startHealthServer, type HealthServer } from '../../src/runtime/health-server.js';
+import { startAdminServer, startApiServer, type HttpServer } from '../../src/runtime/http-server.js';
 import { loadConfig } from '../../src/config/load.js';
 import { silentLogger } from '../../src/platform/logger.js';
 import { AccessGuard } from '../../src/tracker/access-guard.js';
@@ -14,10 +14,12 @@ import { authHeaders, TEST_ACCESS_TOKENS } from './harness.js';
 
 /**
  * The tracker's HTTP edge on a real server on port 0, without Kafka: a stub QueryService and
- * DLQ port behind the real guard, routes, assets and health server (methods, body bound,
- * HEAD, content types, caching, the redrive's checks, masking of every answer).
+ * DLQ port behind the real guard, routes, assets and API server (methods, body bound,
+ * HEAD, content types, caching, the redrive's checks, masking of every answer), and the admin
+ * server beside it.
  */
-let server: HealthServer;
+let server: HttpServer;
+let admin: HttpServer;
 let base: string;
 const redrives: { topic: string; dryRun: boolean; by: string }[] = [];
 const forwardedCredentials: Record<string, string>[] = [];
@@ -48,18 +50,18 @@ beforeAll(async () => {
   const registry = new Registry();
   const guard = new AccessGuard(config.tracker, silentLogger, registry);
   guard.start();
-  server = await startHealthServer({
+  server = await startApiServer({
     host: '127.0.0.1',
     port: 0,
-    registry,
-    notReadyReason: () => undefined,
     route: trackerRoutes({ queries, guard, assets: new ConsoleAssets(), dlq, logger: silentLogger }),
   });
+  admin = await startAdminServer({ host: '127.0.0.1', port: 0, registry, notReadyReason: () => 'restoring' });
   base = server.url;
 });
 
 afterAll(async () => {
   await server.close();
+  await admin.close();
 });
 
 const post = (path: string, body: string, headers: Record<string, string> = {}) =>
@@ -111,12 +113,22 @@ describe('tracker HTTP routes', () => {
     expect(redrives).toEqual([{ topic: 'send-requests-dlq', dryRun: true, by: 'test-operator' }]);
   });
 
-  it('the server: POST bodies are bounded, other methods refused, the health endpoints open', async () => {
+  it('the server: POST bodies are bounded, other methods refused, no health or metrics path (those are on the admin server)', async () => {
     expect((await post('/dlq/send-requests-dlq/redrive', JSON.stringify({ dryRun: true, pad: 'x'.repeat(70_000) }))).status).toBe(413);
     expect((await fetch(`${base}/messages/m1`, { method: 'PUT', body: '' })).status).toBe(405);
     expect((await fetch(`${base}/messages/m1`, { method: 'PUT', body: '' })).headers.get('allow')).toBe('GET, HEAD, POST');
-    expect((await fetch(`${base}/healthz`)).status).toBe(200);
-    expect((await fetch(`${base}/metrics`)).status).toBe(200);
+    for (const path of ['/healthz', '/readyz', '/metrics']) expect((await fetch(`${base}${path}`, { headers: authHeaders('operator') })).status, path).toBe(404);
+    expect((await fetch(`${admin.url}/healthz`)).status).toBe(200);
+    expect(await (await fetch(`${admin.url}/readyz`)).json()).toEqual({ ready: false, reason: 'restoring' });
+    expect(await (await fetch(`${admin.url}/metrics`)).text()).toContain('msgbridge_tracker_access_refused_total');
+    expect((await fetch(`${admin.url}/healthz`, { method: 'POST' })).status).toBe(405);
+    expect((await fetch(`${admin.url}/console/`)).status).toBe(404);
+  });
+
+  it('a port already taken is one line naming the server and the port', async () => {
+    await expect(
+      startAdminServer({ host: '127.0.0.1', port: server.port, registry: new Registry(), notReadyReason: () => undefined, what: "the tracker's admin port (tracker.adminPort)" }),
+    ).rejects.toThrow(new RegExp(`^the tracker's admin port \\(tracker\\.adminPort\\) cannot listen on 127\\.0\\.0\\.1:${server.port} \\(in use\\)$`));
   });
 });
 
@@ -129,11 +141,9 @@ describe('tracker access without tokens, and behind a trusted SSO proxy', () => 
     const registry = new Registry();
     const guard = new AccessGuard(config.tracker, createLogger({ level: 'info', destination }), registry);
     guard.start();
-    const started = await startHealthServer({
+    const started = await startApiServer({
       host: '127.0.0.1',
       port: 0,
-      registry,
-      notReadyReason: () => undefined,
       route: trackerRoutes({ queries, guard, assets: undefined, dlq: undefined, logger: silentLogger }),
     });
     return { url: started.url, logs: () => logs, close: () => started.close() };
@@ -152,9 +162,8 @@ describe('tracker access without tokens, and behind a trusted SSO proxy', () => 
           .filter((l) => l.includes('no credential is configured')),
       ).toHaveLength(1);
       expect(s.logs()).toMatch(/"level":40/);
-      // Without a console the tracker says so; the health endpoints stay open.
+      // Without a console the tracker says so.
       expect((await fetch(`${s.url}/console/`)).status).toBe(404);
-      expect((await fetch(`${s.url}/healthz`)).status).toBe(200);
     } finally {
       await s.close();
     }

@@ -34,7 +34,7 @@ async function stop(tracker: Tracker): Promise<void> {
 }
 
 async function metric(tracker: Tracker, pattern: RegExp): Promise<number> {
-  const text = await (await fetch(`${tracker.address}/metrics`)).text();
+  const text = await (await fetch(`${tracker.adminAddress}/metrics`)).text();
   let sum = 0;
   for (const line of text.split('\n')) {
     const m = pattern.exec(line);

@@ -34,6 +34,7 @@ describe('tracker under kill -9', () => {
       MSGBRIDGE__tracker__maxBatchRecords: '50',
       MSGBRIDGE__tracker__sessionTimeoutMs: '6000',
       MSGBRIDGE_TRACKER_PORT: '0',
+      MSGBRIDGE_TRACKER_ADMIN_PORT: '0',
       MSGBRIDGE_LOG_LEVEL: 'warn',
     };
     await createTopics([topics.results, topics.status, topics.messages], 3);

@@ -89,8 +89,8 @@ describe('tracker', () => {
     expect(await get('/requests/req-failed')).toMatchObject({ status: 200, body: { messageId: failed, status: 'delivery_failed' } });
     expect(await get(`/messages/${messageId()}`)).toMatchObject({ status: 404, body: { error: 'NOT_FOUND' } });
     expect(await get('/messages/%E0%A4%A')).toMatchObject({ status: 400, body: { error: 'INVALID_ARGUMENT' } });
-    expect((await fetch(`${tracker.address}/readyz`)).status).toBe(200);
-    const metrics = await (await fetch(`${tracker.address}/metrics`)).text();
+    expect((await fetch(`${tracker.adminAddress}/readyz`)).status).toBe(200);
+    const metrics = await (await fetch(`${tracker.adminAddress}/metrics`)).text();
     expect(metrics).toMatch(/msgbridge_tracker_events_total\{topic="delivery_status",outcome="duplicate"[^}]*\} 1\n/);
     expect(metrics).toMatch(/msgbridge_tracker_events_total\{topic="delivery_status",outcome="filled_timestamp"[^}]*\} 2\n/);
     expect(metrics).toMatch(/msgbridge_tracker_events_total\{topic="delivery_status",outcome="filled_after_failure"[^}]*\} 1\n/);
@@ -135,7 +135,7 @@ describe('tracker', () => {
     // The duplicates changed nothing; each late "sent" filled its timestamp; each read moved the status up.
     expect(after.records).toBe(600 + 300 + 300);
     for (const m of ids) expect(after.latest.get(m)).toMatchObject({ status: 'read', events: 4, sentAt: new Date(1700000001000).toISOString() });
-    const metrics = await (await fetch(`${tracker.address}/metrics`)).text();
+    const metrics = await (await fetch(`${tracker.adminAddress}/metrics`)).text();
     expect(metrics).toMatch(/msgbridge_tracker_events_total\{topic="delivery_status",outcome="duplicate"[^}]*\} 300\n/);
     expect(Number(/msgbridge_tracker_evictions_total\{kind="message"[^}]*\} (\d+)/.exec(metrics)?.[1] ?? 0)).toBeGreaterThan(0);
     expect(await tracker.request('req-7')).toMatchObject({ messageId: ids[7], status: 'read' });
@@ -168,7 +168,7 @@ describe('tracker', () => {
     // A request with a message answers as its message.
     expect(await ask('req-resubmitted')).toMatchObject({ status: 200, body: { messageId: resubmitted, requestId: 'req-resubmitted' } });
     expect(await ask('rej-none')).toMatchObject({ status: 404 });
-    const metrics = await (await fetch(`${tracker.address}/metrics`)).text();
+    const metrics = await (await fetch(`${tracker.adminAddress}/metrics`)).text();
     expect(metrics).toMatch(/msgbridge_tracker_events_total\{topic="send-results",outcome="outcome_unchanged"[^}]*\} 25\n/);
     const stored = [...metrics.matchAll(/msgbridge_tracker_store_entries\{[^}]*kind="request_outcome"[^}]*\} (\d+)/g)].reduce((n, m) => n + Number(m[1]), 0);
     expect(stored).toBe(26);
