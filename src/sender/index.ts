@@ -660,7 +660,7 @@ async function prepareTopics(kafka: KafkaClient, config: Config, logger: Logger)
 /** How often each owned partition's ledger checkpoint moves up and old entries are swept. */
 const LEDGER_UPKEEP_MS = 10_000;
 /** After a call's deadline, how long its outcome may take to reach the ledger (README "Sent once"). */
-const LEDGER_PUBLISH_GRACE_MS = 10_000;
+const LEDGER_PUBLISH_GRACE_MS = 5_000;
 
 /** The egress proxy for the provider's origin (README "Egress proxy"): CONFIG_INVALID naming the setting when one cannot be read. */
 export function providerProxy(providerUrl: string, configured: string | null, env: Record<string, string | undefined>): ProxyChoice {
