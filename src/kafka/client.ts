@@ -101,12 +101,12 @@ function kafkajsLogCreator(logger?: Logger) {
       if ('component' in bound) fields.library = 'kafkajs';
       if (isExpectedNoise(message, extra.error)) logger.debug(fields, message);
       else if ((level === logLevel.ERROR || level === logLevel.WARN) && isTransientBrokerError(message, extra.error)) {
-        const broker = typeof extra.broker === 'string' ? extra.broker : 'unknown';
+        const broker = typeof extra.broker === 'string' ? extra.broker : undefined;
         delete fields.stack;
-        if (transient.firstIn(broker, Date.now())) {
+        if (transient.firstIn(broker ?? '', Date.now())) {
           logger.warn(
             { ...fields, cause: transientCause(message, extra.error) },
-            `Kafka broker ${broker} does not answer: retrying, and following partition leaders and the group coordinator elsewhere (repeats for ${TRANSIENT_LOG_EVERY_MS / 1000} s at debug level)`,
+            `${broker ? `Kafka broker ${broker}` : 'A Kafka broker'} does not answer: retrying, and following partition leaders and the group coordinator elsewhere (repeats for ${TRANSIENT_LOG_EVERY_MS / 1000} s at debug level)`,
           );
         } else logger.debug(fields, message);
       } else if (level === logLevel.ERROR) logger.error(fields, message);

@@ -632,19 +632,27 @@ class TransactionalEngineRuntime {
       }
       records.push(consumedRecord(topic, batch.partition, m));
     }
+    // A transaction can take a while (a broker that died leads some of its partitions: the
+    // produce waits for the new leader): the member heartbeats meanwhile, or its session would
+    // end and the group rebalance for one broker. A rebalance it hears of ends the batch once
+    // the transaction is done (kafkajs then rejoins); what is committed stays committed.
+    let rejoin: unknown;
+    const beat = async () => {
+      if (rejoin === undefined) await heartbeat().catch((error: unknown) => (rejoin = error));
+    };
     for (let i = 0; i < records.length; i += this.maxBatch) {
       if (!live()) return;
       const chunk = records.slice(i, i + this.maxBatch);
       try {
-        await this.transact(rt, topic, chunk);
+        await whileBeating(this.transact(rt, topic, chunk), beat);
       } catch (error) {
         this.stats.failedTransactions++;
         if (rt.incarnation === incarnation) this.failTask(rt, error);
         return;
       }
       resolveOffset(chunk[chunk.length - 1]!.offset);
+      if (rejoin !== undefined) throw rejoin;
       // kafkajs heartbeats only between batches, and one fetched batch can hold many chunks.
-      // A rebalance error goes up to kafkajs, which rejoins; what is committed stays committed.
       await heartbeat();
     }
     const last = batch.messages[batch.messages.length - 1];
@@ -664,6 +672,22 @@ class TransactionalEngineRuntime {
     if (!this.readySettled) this.failReady(new MsgbridgeError('SHUTTING_DOWN', 'the engine stopped before it was ready'));
     this.logger.info({ stats: this.stats }, 'transactional engine stopped');
   }
+}
+
+/** How often a member heartbeats while a transaction is in progress (kafkajs sends one only once its interval passed). */
+const BEAT_EVERY_MS = 500;
+
+/** Awaits `work`, calling `beat` every BEAT_EVERY_MS until it settles. */
+async function whileBeating<T>(work: Promise<T>, beat: () => Promise<void>): Promise<T> {
+  let settled = false;
+  const done = work.finally(() => (settled = true));
+  while (!settled) {
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([done.catch(() => undefined), new Promise<void>((resolve) => (timer = setTimeout(resolve, BEAT_EVERY_MS)))]);
+    clearTimeout(timer);
+    if (!settled) await beat();
+  }
+  return done;
 }
 
 /**

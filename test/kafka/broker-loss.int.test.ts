@@ -10,6 +10,8 @@ import { startLocalCluster, type LocalCluster, type LocalNode } from '../../src/
 import { createLogger } from '../../src/platform/logger.js';
 import { startSender, type Sender } from '../../src/sender/index.js';
 import { startSimulator, type RunningSimulator as Simulator } from '../../src/simulator/index.js';
+import { startTracker, type Tracker } from '../../src/tracker/index.js';
+import { messageLifeRecords, TEST_ACCESS_TOKENS } from '../tracker/harness.js';
 import { groupCoordinator } from '../helpers/kafka.js';
 
 /**
@@ -173,6 +175,96 @@ describe('one broker of three lost under two live senders', () => {
       expectRiddenOut(outcome);
     } finally {
       if (frozen) process.kill(frozen.pid, 'SIGCONT');
+    }
+  }, 300_000);
+
+  it('two trackers, the leader of most partitions killed (-9): no crash, no rebalance, every state exact', async () => {
+    await Promise.all(cluster.nodes.filter((n) => !n.alive).map((n) => n.start()));
+    await untilBrokers(3);
+    const id = randomUUID().slice(0, 8);
+    const config = loadConfig({
+      env: {
+        KAFKA_BROKERS: cluster.bootstrap,
+        MSGBRIDGE__kafka__topics__sendResults: `blt-results-${id}`,
+        MSGBRIDGE__kafka__topics__deliveryStatus: `blt-status-${id}`,
+        MSGBRIDGE__kafka__topics__messages: `blt-messages-${id}`,
+        MSGBRIDGE__kafka__topics__messageState: `blt-state-${id}`,
+        MSGBRIDGE__kafka__topics__conversations: `blt-conv-${id}`,
+        MSGBRIDGE__kafka__topics__requestOutcomes: `blt-outcomes-${id}`,
+        MSGBRIDGE__kafka__partitions: '6',
+        MSGBRIDGE__kafka__replicationFactor: '3',
+        MSGBRIDGE__tracker__groupId: `blt-group-${id}`,
+        MSGBRIDGE__tracker__transactionalIdPrefix: `blt-tx-${id}`,
+        MSGBRIDGE__tracker__sessionTimeoutMs: '6000',
+        MSGBRIDGE__tracker__accessTokens: JSON.stringify(TEST_ACCESS_TOKENS),
+      },
+    });
+    const lines: { t: number; line: Record<string, unknown> }[] = [];
+    const destination = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        for (const text of chunk.toString().split('\n').filter(Boolean)) lines.push({ t: Date.now(), line: JSON.parse(text) as Record<string, unknown> });
+        done();
+      },
+    });
+    const logger = createLogger({ level: 'info', name: 'tracker', destination });
+    const trackers: Tracker[] = [];
+    const N = 1200;
+    const kafka = new Kafka({ clientId: 'broker-loss-tracker', brokers: cluster.bootstrap.split(','), logLevel: logLevel.NOTHING, retry: { retries: 10 } });
+    try {
+      for (const member of ['A', 'B']) {
+        const stateDir = mkdtempSync(join(tmpdir(), `msgbridge-blt-${member}-`));
+        trackers.push(await startTracker({ config: { ...config, tracker: { ...config.tracker, stateDir } }, http: false, admin: false, logger: logger.child({ member }) }));
+      }
+      // The inputs at a steady pace, through a producer replaced when it fails (as any producer must be).
+      let producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+      await producer.connect();
+      let faultAt = 0;
+      for (let i = 0; i < N; i += 40) {
+        const records = Array.from({ length: 40 }, (_, k) => messageLifeRecords(`blt-r-${id}-${i + k}`, `blt-m-${id}-${i + k}`)).flat();
+        for (;;) {
+          try {
+            await producer.send({ topic: config.kafka.topics.sendResults, acks: -1, messages: records.filter((r) => r.topic === 'results') });
+            await producer.send({ topic: config.kafka.topics.deliveryStatus, acks: -1, messages: records.filter((r) => r.topic === 'status') });
+            break;
+          } catch {
+            await producer.disconnect().catch(() => undefined);
+            producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+            await producer.connect().catch(() => undefined);
+          }
+        }
+        if (i === 400) {
+          const metadata = await admin.fetchTopicMetadata({ topics: [config.kafka.topics.messageState] });
+          const leaders = metadata.topics[0]!.partitions.map((p) => p.leader);
+          const counts = new Map<number, number>();
+          for (const l of leaders) counts.set(l, (counts.get(l) ?? 0) + 1);
+          const victim = cluster.nodes.find((n) => n.id === [...counts].sort((a, b) => b[1] - a[1])[0]![0])!;
+          faultAt = Date.now();
+          process.kill(victim.pid, 'SIGKILL');
+        }
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      await producer.disconnect();
+      // Every message's one state, read, in message-state (read_committed).
+      const reader = kafka.consumer({ groupId: `blt-read-${randomUUID()}`, maxWaitTimeInMs: 100, readUncommitted: false });
+      const latest = new Map<string, { status: string }>();
+      await reader.connect();
+      await reader.subscribe({ topics: [config.kafka.topics.messageState], fromBeginning: true });
+      await reader.run({ eachMessage: async ({ message }) => void latest.set(message.key!.toString(), JSON.parse(message.value!.toString()) as { status: string }) });
+      const deadline = Date.now() + 150_000;
+      while ([...latest.values()].filter((v) => v.status === 'read').length < N && Date.now() < deadline) await new Promise((r) => setTimeout(r, 250));
+      await reader.disconnect();
+      const after = lines.filter((l) => l.t >= faultAt).map((l) => l.line);
+      const summary = new Map<string, number>();
+      for (const l of after) summary.set(`${String(l.level)} ${String(l.msg).slice(0, 120)}`, (summary.get(`${String(l.level)} ${String(l.msg).slice(0, 120)}`) ?? 0) + 1);
+      console.log(
+        `[broker-loss] trackers: ${[...latest.values()].filter((v) => v.status === 'read').length}/${N} states read; log after the fault:\n${[...summary].map(([k, v]) => `  ${v} x ${k}`).join('\n')}`,
+      );
+      expect(latest.size).toBe(N);
+      expect([...latest.values()].filter((v) => v.status !== 'read')).toEqual([]);
+      expect(after.filter((l) => /joined the consumer group|crashed|stopped for good|rebalancing/.test(String(l.msg)))).toEqual([]);
+      expect(after.filter((l) => l.library === 'kafkajs' && Number(l.level) >= 50)).toEqual([]);
+    } finally {
+      await Promise.all(trackers.map((t) => t.drain()));
     }
   }, 300_000);
 });
