@@ -45,9 +45,13 @@ export async function bundleSplit(entryPoints: Record<string, string>, outdir: s
  * over PATH and HOME only. BENCH_SENDER_STDOUT=<file> appends its piped stdout there too (what
  * V8's --trace-gc prints).
  */
-export function spawnSenderBundle(env: Record<string, string | undefined>, stdio: StdioOptions): ChildProcess {
+export function spawnSenderBundle(env: Record<string, string | undefined>, stdio: StdioOptions, cli = CLI_BUNDLE): ChildProcess {
   const nodeArgs = (process.env.BENCH_SENDER_NODE_ARGS ?? '').split(' ').filter(Boolean);
-  const child = spawn(process.execPath, [...nodeArgs, CLI_BUNDLE, 'sender'], { cwd: ROOT, env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env }, stdio });
+  const child = spawn(process.execPath, [...nodeArgs, cli, 'sender'], {
+    cwd: cli === CLI_BUNDLE ? ROOT : dirname(dirname(cli)),
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
+    stdio,
+  });
   const copy = process.env.BENCH_SENDER_STDOUT;
   if (copy && child.stdout) child.stdout.pipe(createWriteStream(copy, { flags: 'a' }));
   return child;
@@ -55,5 +59,7 @@ export function spawnSenderBundle(env: Record<string, string | undefined>, stdio
 
 /** Waits for `msgbridge sender`'s ready line; its health server's address. */
 export async function senderReady(child: ChildProcess): Promise<string> {
-  return (JSON.parse(await firstLine(child, (l) => l.startsWith('{"sender"'))) as { sender: { admin: string } }).sender.admin;
+  // `health` is what a release before the admin ports printed (a `msgbridge-before` target).
+  const { sender } = JSON.parse(await firstLine(child, (l) => l.startsWith('{"sender"'))) as { sender: { admin?: string; health?: string } };
+  return (sender.admin ?? sender.health)!;
 }

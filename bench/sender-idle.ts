@@ -6,6 +6,9 @@
 // the sender's own /metrics.
 //   npx tsx bench/sender-idle.ts [--starts 3] [--idle-ms 10000]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { mkdtempSync } from 'node:fs';
 import { bundleCli, senderReady, spawnSenderBundle } from './cli-bundle.js';
 import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
 import { benchArgs } from './args.js';
@@ -46,6 +49,7 @@ async function main() {
           MSGBRIDGE_LOG_LEVEL: 'warn',
           MSGBRIDGE__sender__groupId: `idle-${Date.now()}-${i}`,
           MSGBRIDGE_SENDER_ADMIN_PORT: '0',
+          MSGBRIDGE_SENDER_STATE_DIR: mkdtempSync(join(tmpdir(), 'bench-sender-idle-')),
         },
         ['ignore', 'pipe', 'inherit'],
       );

@@ -27,6 +27,9 @@
 // BENCH_SENDER_ENV (a JSON object of environment variables) tries other settings.
 import { type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Kafka, logLevel } from 'kafkajs';
 import { benchArgs } from './args.js';
 import { bundleCli, senderReady, spawnSenderBundle } from './cli-bundle.js';
@@ -143,7 +146,7 @@ const tidy = (x: number) => Math.round(x * 1000) / 1000;
 
 /** How many msgbridge sender processes a target runs: 1 for `msgbridge`, n for `msgbridge-xN`, 0 for a peer. */
 function senderProcesses(target: string): number {
-  if (target === 'msgbridge') return 1;
+  if (target === 'msgbridge' || target === 'msgbridge-before') return 1;
   const n = /^msgbridge-x([2-8])$/.exec(target)?.[1];
   return n === undefined ? 0 : Number(n);
 }
@@ -171,11 +174,16 @@ function requests(run: string) {
 }
 
 async function prepare(kafka: Kafka, run: string) {
-  const topics = { requests: `tp-req-${run}`, results: `tp-res-${run}`, dlq: `tp-dlq-${run}` };
+  const topics = { requests: `tp-req-${run}`, results: `tp-res-${run}`, dlq: `tp-dlq-${run}`, ledger: `tp-ledger-${run}` };
   await withAdmin(kafka, (admin) =>
     ensureTopics(
       admin,
-      Object.values(topics).map((topic) => ({ topic, partitions: PARTITIONS, replicationFactor: 1 })),
+      Object.values(topics).map((topic) => ({
+        topic,
+        partitions: PARTITIONS,
+        replicationFactor: 1,
+        ...(topic === topics.ledger ? { configEntries: [{ name: 'cleanup.policy', value: 'compact,delete' }] } : {}),
+      })),
     ),
   );
   return topics;
@@ -222,10 +230,40 @@ async function collect(kafka: Kafka, topic: string) {
   return { seen, stop: () => consumer.disconnect() };
 }
 
-async function startMsgbridge(brokers: string[], providerUrl: string, topics: Record<string, string>, inFlight: number, run: string, adminPort: number, members = 1): Promise<ChildProcess> {
+/**
+ * `msgbridge-before` is another checkout's build (BENCH_SENDER_BEFORE_CLI=<its dist/cli.js>), for
+ * an A/B in one run: a release before the request ledger and the admin port, so it gets neither
+ * setting (its strict configuration would refuse them) and its health port instead.
+ */
+function beforeCli(target: string): string | undefined {
+  if (target !== 'msgbridge-before') return undefined;
+  const cli = process.env.BENCH_SENDER_BEFORE_CLI;
+  if (!cli) throw new Error('the msgbridge-before target runs another build: set BENCH_SENDER_BEFORE_CLI to its dist/cli.js');
+  return cli;
+}
+
+async function startMsgbridge(
+  brokers: string[],
+  providerUrl: string,
+  topics: Record<string, string>,
+  inFlight: number,
+  run: string,
+  adminPort: number,
+  members = 1,
+  target = 'msgbridge',
+): Promise<ChildProcess> {
+  const before = beforeCli(target);
+  const own = before
+    ? { MSGBRIDGE__sender__healthPort: String(adminPort) }
+    : {
+        MSGBRIDGE__sender__adminPort: String(adminPort),
+        MSGBRIDGE__kafka__topics__sendLedger: topics.ledger!,
+        MSGBRIDGE_SENDER_STATE_DIR: mkdtempSync(join(tmpdir(), 'bench-sender-state-')),
+      };
   const child = track(
     spawnSenderBundle(
       {
+        ...own,
         KAFKA_BROKERS: brokers.join(','),
         MSGBRIDGE_BUSINESS_ID: BUSINESS.id,
         MSGBRIDGE_API_KEY: BUSINESS.apiKey,
@@ -236,7 +274,6 @@ async function startMsgbridge(brokers: string[], providerUrl: string, topics: Re
         MSGBRIDGE__kafka__topics__sendRequestsDlq: topics.dlq!,
         MSGBRIDGE__kafka__createTopics: 'false',
         MSGBRIDGE__sender__groupId: `tp-sender-${run}`,
-        MSGBRIDGE__sender__adminPort: String(adminPort),
         MSGBRIDGE__sender__concurrency: String(inFlight),
         MSGBRIDGE__sender__ratePerSecond: String(RATE === undefined ? 1_000_000 : RATE / members),
         MSGBRIDGE__provider__connections: String(inFlight),
@@ -244,6 +281,7 @@ async function startMsgbridge(brokers: string[], providerUrl: string, topics: Re
         ...(JSON.parse(process.env.BENCH_SENDER_ENV ?? '{}') as Record<string, string>),
       },
       ['ignore', 'pipe', 'inherit'],
+      before,
     ),
   );
   await senderReady(child);
@@ -273,7 +311,7 @@ async function runOne(
   if (processes > 0) {
     // Members of one group, the calls in flight split between them (the operator's way to use more cores).
     for (let i = 0; i < processes; i++) adminPorts.push(await freePort());
-    children.push(...(await Promise.all(adminPorts.map((port) => startMsgbridge(brokers, provider.url, topics, Math.ceil(inFlight / processes), run, port, processes)))));
+    children.push(...(await Promise.all(adminPorts.map((port) => startMsgbridge(brokers, provider.url, topics, Math.ceil(inFlight / processes), run, port, processes, target)))));
     if (processes > 1) {
       await groupFormed(kafka, `tp-sender-${run}`, processes);
       await preload(kafka, run, topics.requests);

@@ -194,6 +194,12 @@ async function waitUntil(condition: () => boolean, timeoutMs: number, what: stri
   }
 }
 
+/** The sender's request ledger topic of a run, compacted, added to `topics` (sendLedger). */
+async function createLedger(kafka: Kafka, run: string, topics: Record<string, string>): Promise<void> {
+  topics.sendLedger = `bench-ledger-${run}`;
+  await createTopics(kafka, [topics.sendLedger], [{ name: 'cleanup.policy', value: 'compact,delete' }]);
+}
+
 async function createTopics(kafka: Kafka, topics: string[], configEntries?: { name: string; value: string }[]): Promise<void> {
   const admin = kafka.admin();
   await admin.connect();
@@ -228,6 +234,7 @@ async function runScenario(kafka: Kafka, brokers: string[], simulatorUrl: string
   const run = randomUUID().slice(0, 8);
   const topics = { sendRequests: `bench-req-${run}`, sendResults: `bench-res-${run}`, sendRequestsDlq: `bench-dlq-${run}` };
   await createTopics(kafka, Object.values(topics));
+  await createLedger(kafka, run, topics);
   const guardEnv: Record<string, string> = {};
   if (scenario.conversationWindow) {
     const conversations = `bench-conv-${run}`;
@@ -371,7 +378,10 @@ function spawnBenchSender(brokers: string[], simulatorUrl: string, topics: Recor
       MSGBRIDGE__kafka__topics__sendRequests: topics.sendRequests!,
       MSGBRIDGE__kafka__topics__sendResults: topics.sendResults!,
       MSGBRIDGE__kafka__topics__sendRequestsDlq: topics.sendRequestsDlq!,
+      MSGBRIDGE__kafka__topics__sendLedger: topics.sendLedger!,
       MSGBRIDGE__kafka__createTopics: 'false',
+      // Each process its own request ledger directory (the failover's two members share the topic).
+      MSGBRIDGE_SENDER_STATE_DIR: mkdtempSync(join(tmpdir(), 'bench-sender-state-')),
       MSGBRIDGE__sender__groupId: groupId,
       MSGBRIDGE_SENDER_ADMIN_PORT: '0',
       ...extraEnv,
@@ -395,6 +405,7 @@ async function runFailover(kafka: Kafka, brokers: string[], simulatorUrl: string
   const run = randomUUID().slice(0, 8);
   const topics = { sendRequests: `bench-fo-req-${run}`, sendResults: `bench-fo-res-${run}`, sendRequestsDlq: `bench-fo-dlq-${run}` };
   await createTopics(kafka, Object.values(topics));
+  await createLedger(kafka, run, topics);
   const all = requests(run, N).map((r, i) => ({ ...r, partition: (i % K) % PARTITIONS }));
   const partitionOf = new Map(all.map((r) => [(JSON.parse(r.value) as { requestId: string }).requestId, r.partition]));
   line(`[failover] preloading ${N} requests; two senders, one killed with SIGKILL…`);

@@ -116,10 +116,13 @@ export abstract class LocalStore<H extends StoreHandles, C extends Checkpoint, I
    * once it is (to drop what the caller kept readable meanwhile). Resolves once durable.
    */
   protected writeAsync(write: () => void, settled: () => void): Promise<void> {
+    return this.track(this.env.transaction(write), settled);
+  }
+
+  private track(done: Promise<unknown>, settled: () => void): Promise<void> {
     this.assertOpen();
     this.writesInFlight++;
     this.asyncWrites++;
-    const done = this.env.transaction(write);
     done.then(
       () => this.writesInFlight--,
       () => this.writesInFlight--,
@@ -160,6 +163,10 @@ export abstract class LocalStore<H extends StoreHandles, C extends Checkpoint, I
     void this.h.env.close();
     this.h = this.openEnvironment();
     return true;
+  }
+
+  isClosed(): boolean {
+    return this.closed;
   }
 
   /** True while `remap` runs: the store cannot be read. */

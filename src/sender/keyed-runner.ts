@@ -29,6 +29,12 @@ export interface WorkContext {
   readonly stop: AbortSignal;
   /** Aborted at the hard deadline of a drain: give up, even on publishing a result. */
   readonly abort: AbortSignal;
+  /**
+   * The item no longer needs its key held (its provider call is over; what is left is publishing
+   * what came of it): the next item of the key may start. The item still counts as unfinished,
+   * and its offset is not committed, until its work resolves.
+   */
+  readonly releaseKey: () => void;
 }
 
 /** `done`: the item is finished (its offset may be committed). `abandoned`: it is not. */
@@ -90,6 +96,8 @@ interface Entry<T> {
   readonly offset: number;
   readonly payload: T | undefined;
   state: EntryState;
+  /** Its key was released while it ran (`WorkContext.releaseKey`): it left its key queue. */
+  keyReleased?: boolean;
 }
 
 interface KeyQueue<T> {
@@ -396,6 +404,7 @@ export class KeyedRunner<T> {
       offset: entry.offset,
       stop: entry.track.stop.signal,
       abort: this.hard.signal,
+      releaseKey: () => this.releaseKey(kq, entry),
     };
     let promise: Promise<WorkOutcome>;
     try {
@@ -412,7 +421,55 @@ export class KeyedRunner<T> {
     );
   }
 
+  /** The key's next item may start while this one finishes (see WorkContext.releaseKey). */
+  private releaseKey(kq: KeyQueue<T>, entry: Entry<T>): void {
+    if (entry.keyReleased || entry.state !== 'running' || kq.entries.peek() !== entry) return;
+    entry.keyReleased = true;
+    kq.entries.shift();
+    kq.running = false;
+    const head = kq.entries.peek();
+    if (!head) this.dropKeyQueue(kq);
+    else if (head.state === 'queued' && kq.retryTimer === undefined) this.makeReady(kq);
+    this.pump();
+  }
+
+  /**
+   * An item whose key was released ends: only the partition's progress and the counts change.
+   * Abandoned while its partition is still owned, it runs again after the retry delay, on its
+   * own (its key went on: what is left of it is publishing its outcome); otherwise its offset is
+   * not committed and the partition's next owner runs it again.
+   */
+  private settleReleased(entry: Entry<T>, outcome: 'done' | 'abandoned'): void {
+    this.runningCount -= 1;
+    const track = entry.track;
+    if (outcome === 'abandoned' && !track.revoked && !this.halted) {
+      entry.state = 'queued';
+      const timer = setTimeout(() => {
+        if (track.revoked || this.halted) {
+          entry.state = 'abandoned';
+          this.bufferedCount -= 1;
+          this.notify();
+          return;
+        }
+        this.start({ id: `released\u0000${entry.offset}`, entries: new Deque(), running: false, inReady: false, retryTimer: undefined }, entry);
+      }, this.options.retryAbandonedAfterMs);
+      timer.unref?.();
+      this.notify();
+      return;
+    }
+    this.bufferedCount -= 1;
+    entry.state = outcome;
+    if (outcome === 'done' && !track.revoked) {
+      track.version += 1;
+      this.advanceReleasable(track);
+    }
+    this.pump();
+    this.notify();
+    this.wantCommitIfWorthwhile();
+  }
+
   private settle(kq: KeyQueue<T>, entry: Entry<T>, outcome: 'done' | 'abandoned'): void {
+    if (entry.keyReleased) return this.settleReleased(entry, outcome);
     this.runningCount -= 1;
     kq.running = false;
     const track = entry.track;

@@ -198,20 +198,17 @@ export class RequestLedger {
    */
   async write(partition: number, key: string, entry: LedgerEntry, publish: (record: RecordToWrite) => Promise<boolean>): Promise<boolean> {
     const open = this.open.get(partition);
-    const work = (async () => {
-      if (!(await publish(this.recordOf(partition, key, entry)))) return false;
-      await this.open
-        .get(partition)
-        ?.store.record(key, entry)
-        .catch((error: unknown) => this.options.logger.warn({ err: (error as Error)?.message, partition }, 'keeping a ledger record on disk failed (Kafka has it)'));
-      return true;
-    })();
+    const work = publish(this.recordOf(partition, key, entry));
     open?.writing.add(work);
     try {
-      return await work;
+      if (!(await work)) return false;
     } finally {
       open?.writing.delete(work);
     }
+    // The store of this ownership, or of the next one when the partition came back meanwhile.
+    const store = this.open.get(partition)?.store;
+    if (store && !store.isClosed()) store.record(key, entry);
+    return true;
   }
 
   /**
@@ -266,7 +263,7 @@ export class RequestLedger {
       this.options.logger.warn({ err: (error as Error)?.message, partition }, 'reading the request ledger again failed: waiting for the previous owner goes on');
       return;
     }
-    for (const [key, value] of found) if (value) await entry.store.record(key, value).catch(() => undefined);
+    for (const [key, value] of found) if (value && !entry.store.isClosed()) entry.store.record(key, value);
   }
 
   /**

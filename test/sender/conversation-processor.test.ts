@@ -30,7 +30,7 @@ function job(requestId: string, extra: Record<string, unknown> = {}, producedAt 
 
 function context(): WorkContext & { stopNow: () => void } {
   const stop = new AbortController();
-  return { partition: '0', offset: 0, stop: stop.signal, abort: new AbortController().signal, stopNow: () => stop.abort() };
+  return { partition: '0', offset: 0, stop: stop.signal, abort: new AbortController().signal, releaseKey: () => undefined, stopNow: () => stop.abort() };
 }
 
 /** A processor whose provider records every call and accepts it; the window comes from `window()`. */

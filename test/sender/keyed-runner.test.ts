@@ -76,6 +76,53 @@ describe('KeyedRunner', () => {
     expect(c.overlap).toBe(false);
   });
 
+  it('an item that releases its key lets the next of the key start, and holds the commit point until it ends', async () => {
+    const c = controllable();
+    const runner = new KeyedRunner<Job>({ concurrency: 10, maxBuffered: 100, work: c.work });
+    const epoch = runner.assign('p0');
+    runner.submit('p0', 0, 'a', { key: 'a', id: 'a1' });
+    runner.submit('p0', 1, 'a', { key: 'a', id: 'a2' });
+    runner.submit('p0', 2, 'a', { key: 'a', id: 'a3' });
+    await tick();
+    expect(c.started).toEqual(['a1']);
+    c.pending.get('a1')!.context.releaseKey();
+    c.pending.get('a1')!.context.releaseKey();
+    await tick();
+    expect(c.started).toEqual(['a1', 'a2']);
+    c.finish('a2');
+    await tick();
+    expect(c.started).toEqual(['a1', 'a2', 'a3']);
+    // a1 is still unfinished: nothing can be committed past it, a2 is reported above it.
+    expect(runner.commitPoints()).toEqual([expect.objectContaining({ partition: 'p0', epoch, offset: 0, completedAbove: [1] })]);
+    expect(runner.stats()).toMatchObject({ buffered: 2, running: 2 });
+    c.finish('a1');
+    c.finish('a3');
+    await runner.whenIdle();
+    expect(runner.commitPoints()).toEqual([expect.objectContaining({ offset: 3, completedAbove: [] })]);
+    expect(runner.stats()).toMatchObject({ buffered: 0, running: 0 });
+  });
+
+  it('an item abandoned after it released its key runs again on its own while owned; the key goes on', async () => {
+    const c = controllable();
+    const runner = new KeyedRunner<Job>({ concurrency: 10, maxBuffered: 100, work: c.work, retryAbandonedAfterMs: 10 });
+    runner.assign('p0');
+    runner.submit('p0', 0, 'a', { key: 'a', id: 'a1' });
+    runner.submit('p0', 1, 'a', { key: 'a', id: 'a2' });
+    await tick();
+    c.pending.get('a1')!.context.releaseKey();
+    await tick();
+    c.finish('a1', 'abandoned');
+    c.finish('a2');
+    await tick();
+    expect(runner.commitPoints()).toEqual([expect.objectContaining({ offset: 0, completedAbove: [1] })]);
+    while (!c.pending.has('a1')) await new Promise((r) => setTimeout(r, 5));
+    expect(c.started).toEqual(['a1', 'a2', 'a1']);
+    c.finish('a1');
+    await runner.whenIdle();
+    expect(runner.commitPoints()).toEqual([expect.objectContaining({ offset: 2, completedAbove: [] })]);
+    expect(runner.stats()).toMatchObject({ buffered: 0, running: 0 });
+  });
+
   it('commits only up to the lowest unfinished offset and reports finished offsets above it', async () => {
     const c = controllable();
     const runner = new KeyedRunner<Job>({ concurrency: 10, maxBuffered: 100, work: c.work });

@@ -6,7 +6,7 @@ import { decodeLedgerEntry, encodeLedgerEntry, ledgerDecision, ledgerKey, type L
 import { LedgerStore, ledgerStoreDir } from '../../src/sender/ledger-store.js';
 
 const identity = { clusterId: 'c1', topic: 'send-ledger', partition: 3, partitions: 12 };
-const done = (offset: number, at: number, remember = true): LedgerEntry => ({ state: 'done', offset, at, remember, result: `{"requestId":"r${offset}"}` });
+const done = (offset: number, at: number, remember = true): LedgerEntry => ({ state: 'done', offset, at, remember, result: `{"requestId":"r${offset}","outcome":"accepted"}` });
 const bytes = (e: LedgerEntry) => Buffer.from(encodeLedgerEntry(e));
 
 describe('ledger records', () => {
@@ -38,8 +38,8 @@ describe('ledger records', () => {
 
   it('decides: repeat what is done (for good, or the same record), carry what was released, wait for a live calling, take a stale one as maybe sent', () => {
     expect(ledgerDecision(undefined, 5, 0, 1000)).toEqual({ action: 'send' });
-    expect(ledgerDecision(done(5, 0), 9, 0, 1000)).toEqual({ action: 'repeat', result: '{"requestId":"r5"}' });
-    expect(ledgerDecision(done(5, 0, false), 5, 0, 1000)).toEqual({ action: 'repeat', result: '{"requestId":"r5"}' });
+    expect(ledgerDecision(done(5, 0), 9, 0, 1000)).toEqual({ action: 'repeat', result: '{"requestId":"r5","outcome":"accepted"}' });
+    expect(ledgerDecision(done(5, 0, false), 5, 0, 1000)).toEqual({ action: 'repeat', result: '{"requestId":"r5","outcome":"accepted"}' });
     expect(ledgerDecision(done(5, 0, false), 9, 0, 1000)).toEqual({ action: 'send' });
     const released: LedgerEntry = { state: 'released', offset: 5, at: 0, attempts: 2, maybeSent: true, firstAttemptAt: 1 };
     expect(ledgerDecision(released, 5, 0, 1000)).toEqual({ action: 'send', carried: { attempts: 2, maybeSent: true, firstAttemptAt: 1 } });
@@ -63,9 +63,10 @@ describe('ledger store (LMDB)', () => {
 
   it('keeps what it records, readable at once and after a reopen; a changelog chunk replaces and deletes in order', async () => {
     const store = open();
-    const written = store.record('k1', done(1, 1000));
+    store.record('k1', done(1, 1000));
     expect(store.get('k1')).toEqual(done(1, 1000));
-    await written;
+    await store.flush();
+    expect(store.get('k1')).toEqual(done(1, 1000));
     store.applyChangelog(
       [
         { key: 'k2', value: bytes(done(2, 1000)) },
@@ -91,6 +92,22 @@ describe('ledger store (LMDB)', () => {
     await again.close();
   });
 
+  it('records kept in memory reach the disk together (a flush, a checkpoint, a close), open calls included', async () => {
+    const store = open();
+    store.record('open', { state: 'calling', offset: 1, at: 10, owner: 'me' });
+    store.record('closed', { state: 'calling', offset: 2, at: 10, owner: 'me' });
+    store.record('closed', done(2, 11));
+    await store.advanceTo(5);
+    store.record('later', done(3, 12));
+    await store.close();
+    const again = open(store.dir);
+    expect(again.get('open')).toEqual({ state: 'calling', offset: 1, at: 10, owner: 'me' });
+    expect(again.get('closed')).toEqual(done(2, 11));
+    expect(again.get('later')).toEqual(done(3, 12));
+    expect(again.checkpoint()).toEqual({ ledger: 5 });
+    await again.close();
+  });
+
   it('drops what is past the window, then the oldest beyond the bound; a restore skips expired records', async () => {
     const store = open();
     store.applyChangelog(
@@ -105,7 +122,8 @@ describe('ledger store (LMDB)', () => {
     expect(store.expire(0, 3, 1000)).toBe(3);
     expect(['k4', 'k5', 'k6', 'k7', 'k8', 'k9'].filter((k) => store.get(k) !== undefined)).toEqual(['k7', 'k8', 'k9']);
     // A key written again is indexed by its newest time only.
-    await store.record('k7', done(11, 5000));
+    store.record('k7', done(11, 5000));
+    await store.flush();
     expect(store.expire(2000, 100, 1000)).toBe(2);
     expect(store.get('k7')).toEqual(done(11, 5000));
     await store.close();

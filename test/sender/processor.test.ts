@@ -28,7 +28,7 @@ const refused = { kind: 'network', code: 'ECONNREFUSED', message: 'refused', req
 function context(offset = 0): WorkContext & { stopNow: () => void; abortNow: () => void } {
   const stop = new AbortController();
   const abort = new AbortController();
-  return { partition: '0', offset, stop: stop.signal, abort: abort.signal, stopNow: () => stop.abort(), abortNow: () => abort.abort() };
+  return { partition: '0', offset, stop: stop.signal, abort: abort.signal, releaseKey: () => undefined, stopNow: () => stop.abort(), abortNow: () => abort.abort() };
 }
 
 /** A provider whose answers the test scripts; each call waits for `release()` when `gated`. */
