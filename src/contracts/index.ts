@@ -1,4 +1,5 @@
 export * from './common.js';
+export * from './customer-id.js';
 export * from './webhook-events.js';
 export * from './send.js';
 export * from './provider-api.js';
