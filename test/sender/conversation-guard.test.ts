@@ -48,7 +48,7 @@ describe('conversation window guard: the decision', () => {
     expect(decide(neverSeen, {}, { conversationWindow: 'ignore', fallbackTemplate }).decision).toEqual({ action: 'send', why: 'override' });
   });
 
-  it('an SMS text is sent as it is, without a lookup: the 24-hour rule is WhatsApp\'s (its fallbackTemplate never used)', () => {
+  it("an SMS text is sent as it is, without a lookup: the 24-hour rule is WhatsApp's (its fallbackTemplate never used)", () => {
     for (const channelType of ['sms', 'SMS']) {
       for (const window of [closed, neverSeen, incomplete]) {
         expect(decide(window, {}, { recipient: { channelType }, fallbackTemplate })).toEqual({ decision: { action: 'send', why: 'sms' }, looked: 0 });

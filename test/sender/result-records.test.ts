@@ -22,7 +22,7 @@ function record(value: unknown, headers: IncomingRecord['headers'] = {}): Incomi
 }
 
 describe('result records', () => {
-  it('an accepted result names the channel it went out on: the text\'s (lower case), whatsapp for a template or a fallback template', () => {
+  it("an accepted result names the channel it went out on: the text's (lower case), whatsapp for a template or a fallback template", () => {
     const job = (value: Record<string, unknown>) => prepareJob(record({ requestId: 'r1', ...value }), one, 5) as SendJob;
     const sms = job({ type: 'text', recipient: { channelType: 'SMS', id: '+15550002222' }, message: { text: 'hi' } });
     expect(acceptedResult(sms, 'm-1', 1, false, new Date(0)).channel).toBe('sms');
