@@ -241,7 +241,7 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
           contentType: 'application/json',
           headers: webhookHeaders,
           payload: { $ref: '#/components/schemas/InboundMessageEvent' },
-          bindings: kafkaKey('sender.id'),
+          bindings: kafkaKey('the customer: sender.id in its canonical form (a number without its leading +, any other id as it is), so both forms of one customer are one partition, in order'),
         },
         deliveryStatusRecord: {
           name: SCHEMA_ID.delivery_status,
@@ -317,7 +317,7 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
           contentType: 'application/json',
           headers: trackerHeaders('Id of this version of the window: hex SHA-256 of the key and lastInboundAt.'),
           payload: { $ref: '#/components/schemas/ConversationWindow' },
-          bindings: kafkaKey('<businessId>:<customer>, the customer being the sender.id of the inbound messages'),
+          bindings: kafkaKey('<businessId>:<customer>, the customer being the sender.id of the inbound messages in its canonical form (a number without its leading +; records of earlier releases kept the provider\'s form)'),
         },
         requestOutcomeRecord: {
           name: SCHEMA_ID.requestOutcomes,

@@ -100,7 +100,7 @@ describe('msgbridge dev, end to end', () => {
     expect(result.headers.traceparent).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/);
     // And the customer's message reached the messages topic the same way.
     const inboundRecords = await consumeRecords(env.MSGBRIDGE__kafka__topics__messages!, 1);
-    expect(inboundRecords[0]!.key).toBe('+15550002222');
+    expect(inboundRecords[0]!.key).toBe('15550002222');
 
     // The tracker folded result and statuses into one state: `msgbridge status` by either id.
     let status = await runCli(['status', messageId!], env);
@@ -140,7 +140,7 @@ describe('msgbridge dev, end to end', () => {
     const tail = await runCli(['tail', env.MSGBRIDGE__kafka__topics__messages!, '--from-beginning', '--max', '1', '--json', '--timeout', '30'], env);
     expect(tail.code, tail.stderr).toBe(0);
     const record = JSON.parse(tail.stdout.trim().split('\n')[0]!);
-    expect(record.key).toBe('+15550002222');
+    expect(record.key).toBe('15550002222');
     expect(record.headers['business-id']).toBe('biz_1');
     expect(record.value.message.text).toBe('hi');
   });
