@@ -317,7 +317,9 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
           contentType: 'application/json',
           headers: trackerHeaders('Id of this version of the window: hex SHA-256 of the key and lastInboundAt.'),
           payload: { $ref: '#/components/schemas/ConversationWindow' },
-          bindings: kafkaKey('<businessId>:<customer>, the customer being the sender.id of the inbound messages in its canonical form (a number without its leading +; records of earlier releases kept the provider\'s form)'),
+          bindings: kafkaKey(
+            "<businessId>:<customer>, the customer being the sender.id of the inbound messages in its canonical form (a number without its leading +; records of earlier releases kept the provider's form)",
+          ),
         },
         requestOutcomeRecord: {
           name: SCHEMA_ID.requestOutcomes,
