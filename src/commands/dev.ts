@@ -177,7 +177,7 @@ function printScreen(config: Config, s: { brokers: Brokers; simulator: RunningSi
   line(`  ingress     ${s.ingress.address}/webhooks/<business>/{${t.messages},${t.deliveryStatus}}  (registered with the simulator)`);
   line(`  sender      ${t.sendRequests} → provider → ${t.sendResults}${s.sender.address ? `  (health ${s.sender.address})` : ''}`);
   line(
-    `  tracker     ${t.sendResults} + ${t.deliveryStatus} → ${t.messageState}, ${t.requestOutcomes}; ${t.messages} → ${t.conversations}${s.tracker.address ? `  (queries ${s.tracker.address}/messages/<id>)` : ''}`,
+    `  tracker     ${t.sendResults} + ${t.deliveryStatus} → ${t.messageState}, ${t.requestOutcomes}; ${t.messages} → ${t.conversations}, ${t.inboundMessages}${s.tracker.address ? `  (queries ${s.tracker.address}/messages/<id>)` : ''}`,
   );
   line(`  businesses  ${config.businesses.map((b) => b.id).join(', ')}`);
   if (s.tracker.address) line(`  console     ${s.tracker.address}/console/#token=${s.devToken}  (a dev operator token, valid while this runs)`);

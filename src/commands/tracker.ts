@@ -36,7 +36,7 @@ export function registerTrackerCommand(program: Command): void {
           tracker: {
             url: tracker.address ?? null,
             groupId: config.tracker.groupId,
-            topics: [config.kafka.topics.messageState, config.kafka.topics.conversations, config.kafka.topics.requestOutcomes],
+            topics: [config.kafka.topics.messageState, config.kafka.topics.conversations, config.kafka.topics.requestOutcomes, config.kafka.topics.inboundMessages],
           },
         }),
       });

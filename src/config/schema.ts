@@ -23,6 +23,8 @@ export const kafkaTopicsSchema = z.strictObject({
   conversations: z.string().min(1),
   /** Compacted, written by the tracker: the last rejected or expired result per request id (README "Topic contract"). */
   requestOutcomes: z.string().min(1),
+  /** Compacted, written by the tracker: each inbound message, bounded, for the customer's conversation (README "Topic contract"). */
+  inboundMessages: z.string().min(1),
 });
 
 export const kafkaSchema = z

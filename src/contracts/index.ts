@@ -7,6 +7,7 @@ export * from './headers.js';
 export * from './message-state.js';
 export * from './conversation-window.js';
 export * from './request-outcome.js';
+export * from './inbound-message.js';
 export * from './signature.js';
 export * from './time.js';
 export * from './relay-errors.js';

@@ -56,19 +56,22 @@ export class TaskRestorer {
       messageStateTopic: topics.messageState,
       conversationsTopic: topics.conversations,
       requestOutcomesTopic: topics.requestOutcomes,
+      inboundMessagesTopic: topics.inboundMessages,
     });
     try {
-      const [stateEnds, windowEnds, outcomeEnds] = await Promise.all([
+      const [stateEnds, windowEnds, outcomeEnds, inboundEnds] = await Promise.all([
         partitionEnds(this.options.kafka, topics.messageState),
         partitionEnds(this.options.kafka, topics.conversations),
         partitionEnds(this.options.kafka, topics.requestOutcomes),
+        partitionEnds(this.options.kafka, topics.inboundMessages),
       ]);
       let checkpoint = store.checkpoint();
       const inconsistency =
         checkpoint &&
         (why(checkpoint.messageState, stateEnds.get(task)) ??
           why(checkpoint.conversations, windowEnds.get(task)) ??
-          (checkpoint.requestOutcomes === undefined ? undefined : why(checkpoint.requestOutcomes, outcomeEnds.get(task))));
+          (checkpoint.requestOutcomes === undefined ? undefined : why(checkpoint.requestOutcomes, outcomeEnds.get(task))) ??
+          (checkpoint.inboundMessages === undefined ? undefined : why(checkpoint.inboundMessages, inboundEnds.get(task))));
       if (checkpoint && inconsistency) {
         logger.warn({ task, dir: store.dir, checkpoint, reason: inconsistency }, 'the local store does not match the changelogs; rebuilding it from them');
         store = TaskStore.rebuild(store);
@@ -80,16 +83,18 @@ export class TaskRestorer {
       let states: { records: number };
       let windows: { records: number };
       let outcomes: { records: number };
+      let inbound: { records: number };
       try {
         states = await this.read(store, task, 'messageState', checkpoint, now - config.tracker.stateRetentionMs, signal);
         windows = await this.read(store, task, 'conversations', checkpoint, now - config.tracker.conversationRetentionMs, signal);
         outcomes = await this.read(store, task, 'requestOutcomes', checkpoint, now - config.tracker.stateRetentionMs, signal);
+        inbound = await this.read(store, task, 'inboundMessages', checkpoint, now - config.tracker.stateRetentionMs, signal);
       } finally {
         this.reading--;
         this.waiting.shift()?.();
       }
       const seconds = (performance.now() - started) / 1000;
-      const records = states.records + windows.records + outcomes.records;
+      const records = states.records + windows.records + outcomes.records + inbound.records;
       metrics.restore(seconds, mode, records);
       const stats = store.stats();
       logger.info(
@@ -97,9 +102,9 @@ export class TaskRestorer {
           task,
           mode,
           from: checkpoint ?? null,
-          changelogRecords: { messageState: states.records, conversations: windows.records, requestOutcomes: outcomes.records },
+          changelogRecords: { messageState: states.records, conversations: windows.records, requestOutcomes: outcomes.records, inboundMessages: inbound.records },
           recordsPerSecond: seconds > 0 ? Math.round(records / seconds) : null,
-          storeEntries: { messages: stats.messages, conversations: stats.conversations, requestOutcomes: stats.outcomes },
+          storeEntries: { messages: stats.messages, conversations: stats.conversations, requestOutcomes: stats.outcomes, inboundMessages: stats.inbound },
           storeBytes: stats.bytes,
           ms: Math.round(seconds * 1000),
         },
@@ -126,8 +131,8 @@ export class TaskRestorer {
    */
   private async read(store: TaskStore, task: number, which: keyof Checkpoint, checkpoint: Checkpoint | undefined, expireBeforeMs: number, signal: AbortSignal): Promise<{ records: number }> {
     const { kafka, topics, logic } = this.options;
-    const topic = which === 'messageState' ? topics.messageState : which === 'conversations' ? topics.conversations : topics.requestOutcomes;
-    // Absent in a store of an earlier release (no outcomes kept yet): that changelog from its start.
+    const topic = { messageState: topics.messageState, conversations: topics.conversations, requestOutcomes: topics.requestOutcomes, inboundMessages: topics.inboundMessages }[which];
+    // Absent in a store of an earlier release (no outcomes or inbound messages kept yet): that changelog from its start.
     const from = checkpoint?.[which];
     const allPartitions = which === 'conversations' && !checkpoint;
     let chunk: ChangelogEntry[] = [];

@@ -24,6 +24,7 @@ const env: Record<string, string> = {
   MSGBRIDGE__kafka__topics__messageState: `${suffix}-message-state`,
   MSGBRIDGE__kafka__topics__conversations: `${suffix}-conversations`,
   MSGBRIDGE__kafka__topics__requestOutcomes: `${suffix}-request-outcomes`,
+  MSGBRIDGE__kafka__topics__inboundMessages: `${suffix}-inbound-messages`,
   MSGBRIDGE_TRACKER_PORT: '0',
   MSGBRIDGE__tracker__groupId: `${suffix}-tracker`,
   MSGBRIDGE__tracker__transactionalIdPrefix: `${suffix}-tracker`,

@@ -40,6 +40,7 @@ const env: Record<string, string> = {
   MSGBRIDGE__kafka__topics__messageState: `${suffix}-message-state`,
   MSGBRIDGE__kafka__topics__conversations: `${suffix}-conversations`,
   MSGBRIDGE__kafka__topics__requestOutcomes: `${suffix}-request-outcomes`,
+  MSGBRIDGE__kafka__topics__inboundMessages: `${suffix}-inbound-messages`,
   MSGBRIDGE_TRACKER_PORT: '0',
   MSGBRIDGE_TRACKER_STATE_DIR: mkdtempSync(join(tmpdir(), 'msgbridge-console-state-')),
   MSGBRIDGE__tracker__groupId: `${suffix}-tracker`,

@@ -37,6 +37,7 @@ export function trackerEnv(id: string): Record<string, string> {
     MSGBRIDGE__kafka__topics__messageState: `tr-state-${id}`,
     MSGBRIDGE__kafka__topics__conversations: `tr-conv-${id}`,
     MSGBRIDGE__kafka__topics__requestOutcomes: `tr-outcomes-${id}`,
+    MSGBRIDGE__kafka__topics__inboundMessages: `tr-inbound-${id}`,
     MSGBRIDGE__kafka__partitions: '3',
     MSGBRIDGE__kafka__replicationFactor: '1',
     MSGBRIDGE__tracker__groupId: `tr-group-${id}`,

@@ -26,6 +26,7 @@ describe('tracker under kill -9', () => {
       MSGBRIDGE__kafka__topics__messageState: topics.state,
       MSGBRIDGE__kafka__topics__conversations: topics.conv,
       MSGBRIDGE__kafka__topics__requestOutcomes: `${topics.conv}-outcomes`,
+      MSGBRIDGE__kafka__topics__inboundMessages: `${topics.conv}-inbound`,
       MSGBRIDGE__tracker__accessTokens: JSON.stringify(TEST_ACCESS_TOKENS),
       MSGBRIDGE__kafka__partitions: '3',
       MSGBRIDGE__kafka__replicationFactor: '1',
