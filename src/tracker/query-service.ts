@@ -84,21 +84,21 @@ export class QueryService {
   async route(path: string, query: URLSearchParams, headers: Record<string, string | string[] | undefined>, credentials: Credentials = {}): Promise<Answer | undefined> {
     const forwarded = headers[FORWARDED_HEADER] !== undefined;
     if (path === '/inbound') {
-      const customer = query.get('customer');
+      const customer = customerParam(query, 'customer');
       if (customer === null) return badRequest("a customer's inbound messages: ?customer=<phone number or id>");
       return this.validId(customer) ?? this.inboundAnswer(customer, query, forwarded, credentials);
     }
     if (path === '/thread') {
       const of = query.get('recipientOf');
       if (of !== null) return this.validId(of) ?? this.threadOfAnswer(of, query, forwarded, credentials);
-      const customer = query.get('customer');
+      const customer = customerParam(query, 'customer');
       if (customer === null) return badRequest("a customer's conversation: ?customer=<phone number or id> (or ?recipientOf=<message id>)");
       return this.validId(customer) ?? this.threadAnswer(customer, query, credentials);
     }
     if (path === '/messages') {
       const of = query.get('recipientOf');
       if (of !== null) return this.validId(of) ?? this.recipientOfAnswer(of, query, forwarded, credentials);
-      const recipient = query.get('recipient');
+      const recipient = customerParam(query, 'recipient');
       if (recipient !== null) return this.listAnswer('recipient', recipient, query, forwarded, credentials);
       const business = query.get('business');
       if (business !== null) return this.listAnswer('business', business, query, forwarded, credentials);
@@ -384,6 +384,15 @@ function decode(text: string): string | undefined {
   } catch {
     return undefined;
   }
+}
+
+/**
+ * A customer id of a query string, trimmed: `?recipient=+1555…` typed without encoding the `+`
+ * arrives as a space, and either form names the customer.
+ */
+function customerParam(query: URLSearchParams, name: string): string | null {
+  const value = query.get(name);
+  return value === null ? null : value.trim();
 }
 
 /** Newest first by sort key (time, then id): the order of every list and of a thread. */
