@@ -149,62 +149,55 @@ export class QueryService {
    * reads the number from its own store), so a caller that sees numbers masked can still follow
    * the link.
    */
-  private async recipientOfAnswer(id: string, query: URLSearchParams, forwarded: boolean, credentials: Credentials): Promise<Answer> {
-    const task = this.logic.taskOf(id);
-    if (this.ownsActive(task)) {
+  private recipientOfAnswer(id: string, query: URLSearchParams, forwarded: boolean, credentials: Credentials): Promise<Answer> {
+    const rest = new URLSearchParams(query);
+    rest.set('recipientOf', id);
+    return this.atOwner(this.logic.taskOf(id), forwarded, credentials, `/messages?${rest.toString()}`, () => {
       const state = this.logic.message(id);
       if (!state) return notFound('message', id);
       if (state.recipient === null) return { status: 200, body: { recipient: null, messages: [], next: null } };
       return this.listAnswer('recipient', state.recipient, query, false, credentials);
-    }
-    if (forwarded) return unavailable(`this member does not run task ${task} (now): ask again`);
-    const owner = (await this.owners())?.get(task);
-    if (!owner || owner === this.selfUrl) return unavailable(`task ${task} is being restored or moved between members: ask again in a few seconds`);
-    const rest = new URLSearchParams(query);
-    rest.set('recipientOf', id);
-    return this.forward(owner, `/messages?${rest.toString()}`, credentials);
+    });
   }
 
   /** A customer's conversation window (DESIGN §1.6), from the member that owns the customer's task. */
-  private async conversationAnswer(businessId: string, customer: string, forwarded: boolean, credentials: Credentials): Promise<Answer> {
-    const task = this.logic.taskOf(customer);
-    if (this.ownsActive(task)) {
+  private conversationAnswer(businessId: string, customer: string, forwarded: boolean, credentials: Credentials): Promise<Answer> {
+    // The customer's task is the partition of its canonical id (either form names it).
+    return this.atOwner(this.logic.taskOfCustomer(customer), forwarded, credentials, `/conversations/${encodeURIComponent(businessId)}/${encodeURIComponent(customer)}`, () => {
       const window = this.logic.conversation(conversationKey(businessId, customer));
       return window
         ? { status: 200, body: window satisfies ConversationWindow }
         : { status: 404, body: { error: 'NOT_FOUND', message: `no inbound message from ${customer} to ${businessId} is known: no conversation window is open` } };
-    }
-    if (forwarded) return unavailable(`this member does not run task ${task} (now): ask again`);
-    const owner = (await this.owners())?.get(task);
-    if (!owner || owner === this.selfUrl) return unavailable(`task ${task} is being restored or moved between members: ask again in a few seconds`);
-    return this.forward(owner, `/conversations/${encodeURIComponent(businessId)}/${encodeURIComponent(customer)}`, credentials);
+    });
   }
 
   /** The conversation window of a message's recipient, asked of the member that owns the message. */
-  private async conversationOfAnswer(id: string, forwarded: boolean, credentials: Credentials): Promise<Answer> {
-    const task = this.logic.taskOf(id);
-    if (this.ownsActive(task)) {
+  private conversationOfAnswer(id: string, forwarded: boolean, credentials: Credentials): Promise<Answer> {
+    return this.atOwner(this.logic.taskOf(id), forwarded, credentials, `/messages/${encodeURIComponent(id)}/conversation`, () => {
       const state = this.logic.message(id);
       if (!state) return notFound('message', id);
       if (state.recipient === null) return { status: 404, body: { error: 'NOT_FOUND', message: `message ${id} has no known recipient yet` } };
       return this.conversationAnswer(state.businessId, state.recipient, false, credentials);
-    }
-    if (forwarded) return unavailable(`this member does not run task ${task} (now): ask again`);
-    const owner = (await this.owners())?.get(task);
-    if (!owner || owner === this.selfUrl) return unavailable(`task ${task} is being restored or moved between members: ask again in a few seconds`);
-    return this.forward(owner, `/messages/${encodeURIComponent(id)}/conversation`, credentials);
+    });
   }
 
-  private async messageAnswer(id: string, forwarded: boolean, credentials: Credentials = {}): Promise<Answer> {
-    const task = this.logic.taskOf(id);
-    if (this.ownsActive(task)) {
+  private messageAnswer(id: string, forwarded: boolean, credentials: Credentials = {}): Promise<Answer> {
+    return this.atOwner(this.logic.taskOf(id), forwarded, credentials, `/messages/${encodeURIComponent(id)}`, () => {
       const state = this.logic.message(id);
       return state ? { status: 200, body: messageStateOf(state) } : notFound('message', id);
-    }
+    });
+  }
+
+  /**
+   * The answer of the member that owns `task`: this one (`local`), or the owner asked at `path`
+   * with the caller's credential. A forwarded query is never forwarded again.
+   */
+  private async atOwner(task: number, forwarded: boolean, credentials: Credentials, path: string, local: () => Answer | Promise<Answer>): Promise<Answer> {
+    if (this.ownsActive(task)) return local();
     if (forwarded) return unavailable(`this member does not run task ${task} (now): ask again`);
     const owner = (await this.owners())?.get(task);
     if (!owner || owner === this.selfUrl) return unavailable(`task ${task} is being restored or moved between members: ask again in a few seconds`);
-    return this.forward(owner, `/messages/${encodeURIComponent(id)}`, credentials);
+    return this.forward(owner, path, credentials);
   }
 
   /**
@@ -287,17 +280,13 @@ export class QueryService {
   private async inboundAnswer(customer: string, query: URLSearchParams, forwarded: boolean, credentials: Credentials): Promise<Answer> {
     const page = pageOf(query);
     if ('status' in page) return page;
-    const task = this.logic.taskOfCustomer(customer);
-    if (this.ownsActive(task)) {
+    const path = `/inbound?${new URLSearchParams({ customer, limit: String(page.limit), ...(page.before ? { before: page.before } : {}) }).toString()}`;
+    return this.atOwner(this.logic.taskOfCustomer(customer), forwarded, credentials, path, () => {
       const found = this.logic.inboundOfCustomer(customer, page.limit + 1, page.cursor) ?? [];
       const shown = found.slice(0, page.limit);
       const next = found.length > page.limit ? encodeCursor(shown[shown.length - 1]!.sort) : null;
       return { status: 200, body: { customer, messages: shown.map((f) => f.record), next } satisfies InboundPage };
-    }
-    if (forwarded) return unavailable(`this member does not run task ${task} (now): ask again`);
-    const owner = (await this.owners())?.get(task);
-    if (!owner || owner === this.selfUrl) return unavailable(`task ${task} is being restored or moved between members: ask again in a few seconds`);
-    return this.forward(owner, `/inbound?${new URLSearchParams({ customer, limit: String(page.limit), ...(page.before ? { before: page.before } : {}) }).toString()}`, credentials);
+    });
   }
 
   /**
@@ -325,20 +314,15 @@ export class QueryService {
   }
 
   /** The conversation of a message's recipient, asked of the member that owns the message (it reads the number from its store). */
-  private async threadOfAnswer(id: string, query: URLSearchParams, forwarded: boolean, credentials: Credentials): Promise<Answer> {
-    const task = this.logic.taskOf(id);
-    if (this.ownsActive(task)) {
+  private threadOfAnswer(id: string, query: URLSearchParams, forwarded: boolean, credentials: Credentials): Promise<Answer> {
+    const rest = new URLSearchParams(query);
+    rest.set('recipientOf', id);
+    return this.atOwner(this.logic.taskOf(id), forwarded, credentials, `/thread?${rest.toString()}`, () => {
       const state = this.logic.message(id);
       if (!state) return notFound('message', id);
       if (state.recipient === null) return { status: 200, body: { customer: null, items: [], next: null } satisfies ThreadPage };
       return this.threadAnswer(state.recipient, query, credentials);
-    }
-    if (forwarded) return unavailable(`this member does not run task ${task} (now): ask again`);
-    const owner = (await this.owners())?.get(task);
-    if (!owner || owner === this.selfUrl) return unavailable(`task ${task} is being restored or moved between members: ask again in a few seconds`);
-    const rest = new URLSearchParams(query);
-    rest.set('recipientOf', id);
-    return this.forward(owner, `/thread?${rest.toString()}`, credentials);
+    });
   }
 
   private ownsActive(task: number): boolean {

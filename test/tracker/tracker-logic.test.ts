@@ -1,11 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { eventIdOf, resultEventId } from '../../src/contracts/index.js';
 import type { ConsumedRecord } from '../../src/kafka/group-consumer.js';
-import type { ConversationWindow } from '../../src/contracts/conversation-window.js';
-import type { TrackedMessage } from '../../src/contracts/message-state.js';
-import type { RequestOutcome } from '../../src/contracts/request-outcome.js';
-import type { InboundMessageRecord } from '../../src/contracts/inbound-message.js';
-import { TrackerLogic, type TaskStateStore } from '../../src/tracker/tracker-logic.js';
+import { TrackerLogic } from '../../src/tracker/tracker-logic.js';
+import { MemoryStore } from './memory-store.js';
 import { inboundEvent, statusEvent } from '../ingress/fixtures.js';
 import { accepted } from './harness.js';
 import { loadConfig } from '../../src/config/load.js';
@@ -16,65 +13,6 @@ import { trackerTopics } from '../../src/tracker/tracker-topics.js';
  * and the store, its outputs go to the task's partitions, and only commit() changes the cache
  * and writes the store (with the states replaced and the changelog positions reached).
  */
-type Write = Parameters<TaskStateStore['write']>[0];
-
-class MemoryStore implements TaskStateStore {
-  messages = new Map<string, TrackedMessage>();
-  windows = new Map<string, ConversationWindow>();
-  outcomes = new Map<string, RequestOutcome>();
-  inbound = new Map<string, InboundMessageRecord>();
-  writes: Write[] = [];
-  reads = 0;
-  fail: Error | undefined;
-  message(id: string) {
-    this.reads++;
-    return this.messages.get(id);
-  }
-  conversation(key: string) {
-    return this.windows.get(key);
-  }
-  requestOutcome(requestId: string) {
-    return this.outcomes.get(requestId);
-  }
-  messageIdsOfRequest(requestId: string) {
-    return [...this.messages.values()].filter((s) => s.requestId === requestId).map((s) => s.messageId);
-  }
-  indexesComplete() {
-    return true;
-  }
-  listedMessages(list: 'recipient' | 'business', value: string, limit: number) {
-    return [...this.messages.values()]
-      .filter((s) => (list === 'recipient' ? s.recipient : s.businessId) === value)
-      .map((s) => ({ id: s.messageId, sort: `${s.acceptedAt}\u0000${s.messageId}` }))
-      .slice(0, limit);
-  }
-  inboundMessage(eventId: string) {
-    return this.inbound.get(eventId);
-  }
-  inboundOfCustomer(customer: string, limit: number) {
-    return [...this.inbound.values()]
-      .filter((r) => r.customer === customer)
-      .map((record) => ({ sort: `${record.at}\u0000${record.eventId}`, record }))
-      .sort((a, b) => (a.sort < b.sort ? 1 : -1))
-      .slice(0, limit);
-  }
-  outcomesOfRecipient(recipient: string, limit: number) {
-    return [...this.outcomes.values()]
-      .filter((o) => o.recipient === recipient)
-      .map((o) => o.requestId)
-      .slice(0, limit);
-  }
-  write(change: Write) {
-    this.writes.push(change);
-    if (this.fail) return Promise.reject(this.fail);
-    for (const m of change.messages) this.messages.set(m.id, m.state);
-    for (const c of change.conversations) this.windows.set(c.key, c.window);
-    for (const o of change.outcomes ?? []) this.outcomes.set(o.requestId, o.outcome);
-    for (const i of change.inbound ?? []) this.inbound.set(i.record.eventId, i.record);
-    return Promise.resolve();
-  }
-}
-
 const topics = trackerTopics(loadConfig({ env: {} })); // the default topic names
 let offset = 0;
 const record = (topic: string, key: string, value: string, headers: Record<string, string>): ConsumedRecord => ({
