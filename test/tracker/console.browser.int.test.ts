@@ -338,7 +338,6 @@ describe.each(BROWSERS)('the support console in %s', (name) => {
       expect(await page.locator('tbody tr.inbound').first().textContent()).toContain(CUSTOMER_AS_SENDER);
       expect(await page.textContent('tbody tr.inbound:last-child')).toContain('Ada');
       if (q === CUSTOMER) await shotEveryBrowser(page, 'conversation');
-      if (q === CUSTOMER) await shot(page, 'conversation');
       await page.close();
     }
     // The SMS's own page says what accepted means there.
