@@ -250,14 +250,24 @@ const overHttp =
   };
 /** Wall time, and the CPU time this process spent (in process: the query's own cost, whatever else the machine runs). */
 async function timed(ask: Ask, path: string): Promise<{ ms: number; cpuMs: number; body: Record<string, unknown> }> {
-  const cpu = process.cpuUsage();
-  const started = performance.now();
-  const { status, body } = await ask(path);
-  const ms = performance.now() - started;
-  const used = process.cpuUsage(cpu);
-  if (status !== 200) throw new Error(`${path}: ${status} ${JSON.stringify(body)}`);
-  return { ms, cpuMs: (used.user + used.system) / 1000, body: body as Record<string, unknown> };
+  for (;;) {
+    const cpu = process.cpuUsage();
+    const started = performance.now();
+    const { status, body } = await ask(path);
+    const ms = performance.now() - started;
+    const used = process.cpuUsage(cpu);
+    // A rebalance (a member that missed its heartbeats on a busy machine) answers 503 "ask again": asked again, counted.
+    if (status === 503) {
+      unavailable++;
+      await sleep(200);
+      continue;
+    }
+    if (status !== 200) throw new Error(`${path}: ${status} ${JSON.stringify(body)}`);
+    return { ms, cpuMs: (used.user + used.system) / 1000, body: body as Record<string, unknown> };
+  }
 }
+/** Queries answered 503 while the group rebalanced, asked again (not in the figures). */
+let unavailable = 0;
 
 /** The three queries, QUERIES times each, one at a time; answers checked (not empty, either form). */
 async function measureRound(base: Ask, floor: string): Promise<Record<string, number[]>> {
@@ -303,8 +313,9 @@ const report = (members: string, rounds: Record<string, number[]>[], withCpu = f
     return `${median(of(kind, 50)).toFixed(1)} / **${median(p99s).toFixed(1)}** ms (p99 ${Math.min(...p99s).toFixed(1)}–${Math.max(...p99s).toFixed(1)})${cpu}`;
   };
   const row = `| ${H.toLocaleString('en')} | ${I.toLocaleString('en')} | ${members} | ${cell('search')} | ${cell('thread')} | ${cell('later')} | ${cell('floor')} | ${os.loadavg()[0]!.toFixed(1)} |`;
-  console.error(row);
+  console.error(`${row}${unavailable > 0 ? ` (${unavailable} answers 503 during a rebalance, asked again)` : ''}`);
   rows.push(row);
+  unavailable = 0;
 };
 const base = await first.url;
 report('1, over HTTP', await measure(overHttp(base), '/me'));
