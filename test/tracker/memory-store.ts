@@ -63,4 +63,3 @@ export class MemoryStore implements TaskStateStore {
     return Promise.resolve();
   }
 }
-

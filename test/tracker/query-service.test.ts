@@ -36,7 +36,15 @@ function member() {
   const owned = task(digits);
   logic.startTask(owned, new MemoryStore());
   const body = inboundEvent(`+${digits}`, 'hello', { timestamp: '1795168680' });
-  const record: ConsumedRecord = { topic: topics.messages, partition: owned, offset: '0', timestamp: '0', key: Buffer.from(digits), value: Buffer.from(body), headers: { 'event-id': eventIdOf(body), 'business-id': 'biz_1' } };
+  const record: ConsumedRecord = {
+    topic: topics.messages,
+    partition: owned,
+    offset: '0',
+    timestamp: '0',
+    key: Buffer.from(digits),
+    value: Buffer.from(body),
+    headers: { 'event-id': eventIdOf(body), 'business-id': 'biz_1' },
+  };
   logic.process(owned, logic.decodeBatch([record])).commit!(new Map());
   const queries = new QueryService(logic, 500);
   const owners = new Map(Array.from({ length: PARTITIONS }, (_, t) => [t, t === owned ? SELF : OTHER]));
