@@ -84,7 +84,7 @@ const rows: string[] = [];
 {
   const input = events(20_000);
   const logic = new TrackerLogic({
-    topics: { sendResults: 'r', deliveryStatus: 's', messages: 'm', messageState: 'ms', conversations: 'c', requestOutcomes: 'ro' },
+    topics: { sendResults: 'r', deliveryStatus: 's', messages: 'm', messageState: 'ms', conversations: 'c', requestOutcomes: 'ro', inboundMessages: 'im' },
     partitions: 1,
     maxCachedMessages: 1_000_000,
     maxCachedConversations: 1000,
@@ -99,6 +99,7 @@ const rows: string[] = [];
       messageStateTopic: 'ms',
       conversationsTopic: 'c',
       requestOutcomesTopic: 'ro',
+      inboundMessagesTopic: 'im',
     });
     logic.startTask(0, store);
     const records: ConsumedRecord[] = input.map((e, i) => ({

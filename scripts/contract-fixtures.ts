@@ -21,6 +21,7 @@ import { TrackerLogic, type TaskStateStore } from '../src/tracker/tracker-logic.
 import type { TrackedMessage } from '../src/contracts/message-state.js';
 import type { ConversationWindow } from '../src/contracts/conversation-window.js';
 import type { RequestOutcome } from '../src/contracts/request-outcome.js';
+import type { InboundMessageRecord } from '../src/contracts/inbound-message.js';
 import type { OutputRecord } from '../src/kafka/transactional-engine.js';
 import { loadConfig } from '../src/config/load.js';
 import { trackerTopics } from '../src/tracker/tracker-topics.js';
@@ -31,7 +32,18 @@ export const CURRENT_CONTRACT_VERSION = '0.2.0';
 export const FIXTURES_DIR = join(import.meta.dirname, '..', 'test', 'fixtures', 'contracts');
 
 /** Every topic the relay reads or writes, by its default name (kafka.topics.*): one file each. */
-export const CONTRACT_TOPICS = ['messages', 'delivery_status', 'webhooks-dlq', 'send-requests', 'send-results', 'send-requests-dlq', 'message-state', 'conversations', 'request-outcomes'] as const;
+export const CONTRACT_TOPICS = [
+  'messages',
+  'delivery_status',
+  'webhooks-dlq',
+  'send-requests',
+  'send-results',
+  'send-requests-dlq',
+  'message-state',
+  'conversations',
+  'request-outcomes',
+  'inbound-messages',
+] as const;
 export type ContractTopic = (typeof CONTRACT_TOPICS)[number];
 
 /** One record as a consumer reads it: the key, the headers as strings, the value's exact text. */
@@ -68,6 +80,7 @@ export const MESSAGE_IDS = {
   notThroughRelay: '01JD0G7Q3V4M8X2K5N9P1R6T03',
   fallback: '01JD0G7Q3V4M8X2K5N9P1R6T04',
   afterLostAnswer: '01JD0G7Q3V4M8X2K5N9P1R6T05',
+  sms: '01JD0G7Q3V4M8X2K5N9P1R6T06',
 } as const;
 
 const business = { channelType: 'whatsapp', id: '+15550001111' };
@@ -140,6 +153,19 @@ export const WEBHOOK_INPUTS: WebhookInput[] = [
       recipient: business,
       message: { text: 'Yes', button: { payload: 'confirm-order-42' } },
     }),
+  },
+  {
+    note: 'inbound button reply as the simulator sends it: isButtonResponse, the payload in callbackData, the sender without +',
+    pathTopic: 'messages',
+    body: JSON.stringify({
+      timestamp: seconds('2026-11-20T10:05:30Z'),
+      sender: { channelType: 'whatsapp', id: '15550002222' },
+      recipient: business,
+      message: { text: 'Track my order' },
+      isButtonResponse: true,
+      callbackData: 'track-order-42',
+    }),
+    since: '0.2.0',
   },
   {
     note: 'inbound attachment without text, the sender in the opaque numeric form',
@@ -258,6 +284,20 @@ export const REQUEST_INPUTS: RequestInput[] = [
     },
     headers: cliHeaders,
     outcome: { kind: 'accepted', messageId: MESSAGE_IDS.fallback, attempts: 1, maybeSent: false, sentAs: 'template' },
+    since: '0.2.0',
+  },
+  {
+    note: 'SMS text: no conversation window; the provider answers an id and sends no status for it',
+    key: '+15550008888',
+    value: sendRequestSchema.parse({
+      requestId: 'otp-8',
+      businessId: GOLDEN_BUSINESS,
+      type: 'text',
+      recipient: { channelType: 'sms', id: '+15550008888' },
+      message: { text: 'Your code is 123456' },
+    }),
+    headers: cliHeaders,
+    outcome: { kind: 'accepted', messageId: MESSAGE_IDS.sms, attempts: 1, maybeSent: false },
     since: '0.2.0',
   },
   {
@@ -424,6 +464,7 @@ class MemoryStore implements TaskStateStore {
   private readonly messages = new Map<string, TrackedMessage>();
   private readonly windows = new Map<string, ConversationWindow>();
   private readonly outcomes = new Map<string, RequestOutcome>();
+  private readonly inbound = new Map<string, InboundMessageRecord>();
   message = (id: string) => this.messages.get(id);
   conversation = (key: string) => this.windows.get(key);
   requestOutcome = (id: string) => this.outcomes.get(id);
@@ -431,16 +472,23 @@ class MemoryStore implements TaskStateStore {
   indexesComplete = () => true;
   listedMessages = () => [];
   outcomesOfRecipient = () => [];
+  inboundMessage = (eventId: string) => this.inbound.get(eventId);
+  inboundOfCustomer = () => [];
   write(change: Parameters<TaskStateStore['write']>[0]): Promise<void> {
     for (const m of change.messages) this.messages.set(m.id, m.state);
     for (const c of change.conversations) this.windows.set(c.key, c.window);
     for (const o of change.outcomes ?? []) this.outcomes.set(o.requestId, o.outcome);
+    for (const i of change.inbound ?? []) this.inbound.set(i.record.eventId, i.record);
     return Promise.resolve();
   }
 }
 
 /** The tracker's records: its logic run over this version's results, statuses and inbound messages. */
-function trackerRecords(inputs: { results: GoldenRecord[]; statuses: GoldenRecord[]; inbound: GoldenRecord[] }): Record<'message-state' | 'conversations' | 'request-outcomes', GoldenRecord[]> {
+function trackerRecords(inputs: {
+  results: GoldenRecord[];
+  statuses: GoldenRecord[];
+  inbound: GoldenRecord[];
+}): Record<'message-state' | 'conversations' | 'request-outcomes' | 'inbound-messages', GoldenRecord[]> {
   const topics = trackerTopics(loadConfig({ env: {} })); // the default topic names
   const logic = new TrackerLogic({
     topics,
@@ -486,16 +534,28 @@ function trackerRecords(inputs: { results: GoldenRecord[]; statuses: GoldenRecor
     processed.commit?.(new Map());
     outputs.push(...processed.outputs);
   }
-  const out = { 'message-state': [] as GoldenRecord[], conversations: [] as GoldenRecord[], 'request-outcomes': [] as GoldenRecord[] };
+  const out = { 'message-state': [] as GoldenRecord[], conversations: [] as GoldenRecord[], 'request-outcomes': [] as GoldenRecord[], 'inbound-messages': [] as GoldenRecord[] };
   for (const o of outputs) {
     if (o.value === null) throw new Error('the tracker wrote a tombstone');
-    const value = JSON.parse(o.value.toString()) as { status?: string; requestId?: string | null; customer?: string; lastInboundAt?: string; outcome?: string; error?: { code?: string } | null };
+    const value = JSON.parse(o.value.toString()) as {
+      status?: string;
+      requestId?: string | null;
+      customer?: string;
+      lastInboundAt?: string;
+      outcome?: string;
+      error?: { code?: string } | null;
+      from?: string;
+      at?: string;
+      button?: unknown;
+    };
     const note =
       o.topic === topics.messageState
         ? `${value.status}${value.requestId === null ? ', no send result (yet)' : ''}`
         : o.topic === topics.requestOutcomes
           ? `${value.outcome} request ${value.requestId}${value.error?.code ? ` (${value.error.code})` : ''}`
-          : `window of ${value.customer} from ${value.lastInboundAt}`;
+          : o.topic === topics.inboundMessages
+            ? `${value.button ? 'button reply' : 'message'} from ${value.from} at ${value.at}`
+            : `window of ${value.customer} from ${value.lastInboundAt}`;
     out[o.topic as keyof typeof out].push(golden(note, { key: o.key, value: o.value, headers: o.headers ?? {} }));
   }
   return out;

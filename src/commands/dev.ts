@@ -187,7 +187,7 @@ function printScreen(config: Config, s: { brokers: Brokers; simulator: RunningSi
   line(`  ingress     ${s.ingress.address}/webhooks/<business>/{${t.messages},${t.deliveryStatus}}  (registered with the simulator)`);
   line(`  sender      ${t.sendRequests} → provider → ${t.sendResults}${s.sender.adminAddress ? `  (admin ${s.sender.adminAddress})` : ''}`);
   line(
-    `  tracker     ${t.sendResults} + ${t.deliveryStatus} → ${t.messageState}, ${t.requestOutcomes}; ${t.messages} → ${t.conversations}${s.tracker.address ? `  (queries ${s.tracker.address}/messages/<id>)` : ''}`,
+    `  tracker     ${t.sendResults} + ${t.deliveryStatus} → ${t.messageState}, ${t.requestOutcomes}; ${t.messages} → ${t.conversations}, ${t.inboundMessages}${s.tracker.address ? `  (queries ${s.tracker.address}/messages/<id>)` : ''}`,
   );
   line(`  businesses  ${config.businesses.map((b) => b.id).join(', ')}`);
   line(`  metrics     ${[s.ingress, s.sender, s.tracker].flatMap((r) => (r.adminAddress ? [`${r.adminAddress}/metrics`] : [])).join('  ')}  (the admin ports; /healthz and /readyz there too)`);

@@ -1,6 +1,17 @@
 import { randomUUID } from 'node:crypto';
 import { InvalidArgumentError, type Command } from 'commander';
-import { RELAY_RESULT_CODE, parseSendRequest, SendRequestInvalidError, sendRequestRecord, sendResultSchema, deliveryStatusEventSchema, type SendRequest } from '../contracts/index.js';
+import {
+  CHANNEL,
+  isSms,
+  RELAY_RESULT_CODE,
+  parseSendRequest,
+  SendRequestInvalidError,
+  sendRequestChannel,
+  sendRequestRecord,
+  sendResultSchema,
+  deliveryStatusEventSchema,
+  type SendRequest,
+} from '../contracts/index.js';
 import type { Config } from '../config/schema.js';
 import { MsgbridgeError } from '../platform/errors.js';
 import { createConsumer, createKafka, withAdmin } from '../kafka/client.js';
@@ -8,7 +19,7 @@ import { messageStateSchema, type MessageState } from '../contracts/message-stat
 import { commandConfig, operatorBrokers } from './context.js';
 import { parseIntegerOption } from './options.js';
 
-/** Exit codes of `msgbridge send`: read = 0; rejected (dead-lettered included), expired or delivery_failed = 1; timeout = 3. */
+/** Exit codes of `msgbridge send`: read (an SMS: accepted) = 0; rejected (dead-lettered included), expired or delivery_failed = 1; timeout = 3. */
 export const SEND_EXIT = { done: 0, failed: 1, timeout: 3 } as const;
 
 interface CommonOptions {
@@ -29,25 +40,34 @@ export function registerSendCommand(program: Command): void {
       .option('--timeout <seconds>', 'give up following after this many seconds', parseIntegerOption('--timeout', 1, 3600), 60)
       .option('--no-follow', 'only produce the request, do not wait for its result');
 
-  common(send.command('text').description('send a free-form text (needs an open 24-hour window)'))
+  common(send.command('text').description('send a free-form text (on WhatsApp it needs an open 24-hour window; on SMS it does not)'))
     .requiredOption('--text <text>', 'the message text')
+    .option('--channel <channel>', 'whatsapp or sms (an SMS has no 24-hour window and no delivery status: accepted is where it ends)', parseChannel, 'whatsapp')
     .option('--fallback-template <name>', 'a template the sender sends instead when the customer\'s 24-hour window is closed (with sender.conversationWindow "reject")')
     .option('-p, --param <name=value>', 'a parameter of the fallback template (repeatable)', collectParam, [] as { name: string; value: string }[])
     .option('--ignore-conversation-window', 'send the text whatever the sender knows of the conversation window (conversationWindow: "ignore")')
-    .action(async (opts: CommonOptions & { to: string; text: string; fallbackTemplate?: string; param: { name: string; value: string }[]; ignoreConversationWindow?: boolean }, command: Command) => {
-      if (opts.param.length > 0 && opts.fallbackTemplate === undefined) {
-        throw new MsgbridgeError('INVALID_ARGUMENT', '--param sets a parameter of the fallback template: it needs --fallback-template <name>');
-      }
-      await runSend(command, opts, {
-        requestId: opts.requestId ?? `cli-${randomUUID()}`,
-        ...(opts.business ? { businessId: opts.business } : {}),
-        type: 'text',
-        recipient: { channelType: 'whatsapp', id: opts.to },
-        message: { text: opts.text },
-        ...(opts.fallbackTemplate !== undefined ? { fallbackTemplate: { templateName: opts.fallbackTemplate, parameters: opts.param } } : {}),
-        ...(opts.ignoreConversationWindow ? { conversationWindow: 'ignore' } : {}),
-      });
-    });
+    .action(
+      async (
+        opts: CommonOptions & { to: string; text: string; channel: string; fallbackTemplate?: string; param: { name: string; value: string }[]; ignoreConversationWindow?: boolean },
+        command: Command,
+      ) => {
+        if (opts.param.length > 0 && opts.fallbackTemplate === undefined) {
+          throw new MsgbridgeError('INVALID_ARGUMENT', '--param sets a parameter of the fallback template: it needs --fallback-template <name>');
+        }
+        if (opts.channel === CHANNEL.sms && opts.fallbackTemplate !== undefined) {
+          throw new MsgbridgeError('INVALID_ARGUMENT', '--fallback-template is a WhatsApp template for a closed 24-hour window: an SMS has no window, drop it or send on whatsapp');
+        }
+        await runSend(command, opts, {
+          requestId: opts.requestId ?? `cli-${randomUUID()}`,
+          ...(opts.business ? { businessId: opts.business } : {}),
+          type: 'text',
+          recipient: { channelType: opts.channel, id: opts.to },
+          message: { text: opts.text },
+          ...(opts.fallbackTemplate !== undefined ? { fallbackTemplate: { templateName: opts.fallbackTemplate, parameters: opts.param } } : {}),
+          ...(opts.ignoreConversationWindow ? { conversationWindow: 'ignore' } : {}),
+        });
+      },
+    );
 
   common(send.command('template').description('send an approved WhatsApp template'))
     .requiredOption('--template <name>', 'the template name')
@@ -62,6 +82,12 @@ export function registerSendCommand(program: Command): void {
         parameters: opts.param,
       });
     });
+}
+
+function parseChannel(value: string): string {
+  const channel = value.toLowerCase();
+  if (channel !== CHANNEL.whatsapp && channel !== CHANNEL.sms) throw new InvalidArgumentError(`expected whatsapp or sms, got "${value}"`);
+  return channel;
 }
 
 function collectParam(value: string, previous: { name: string; value: string }[]) {
@@ -189,6 +215,12 @@ async function follow(kafka: ReturnType<typeof createKafka>, config: Config, req
           messageId = r.messageId;
           const as = r.sentAs === 'template' && request.type === 'text' ? ` as the fallback template ${request.fallbackTemplate?.templateName ?? ''} (the conversation window is closed)` : '';
           say(`${since()} accepted${as}: message id ${messageId} (attempts ${r.attempts}${r.maybeSent ? '; an earlier attempt may also have created a message' : ''})`);
+          // The provider sends no delivery status for an SMS: accepted is its last state.
+          if (isSms(r.channel ?? sendRequestChannel(request))) {
+            say(`${since()} SMS: handed to the SMS network; the provider reports no delivery on this channel, so nothing more will come`);
+            resolve(SEND_EXIT.done);
+            return;
+          }
           for (const e of early.filter((x) => x.id === messageId)) onStatus(e.status, e.text);
           const earlyState = earlyStates.get(messageId);
           if (earlyState) onState(earlyState);

@@ -29,14 +29,16 @@ export function registerSimulatorCommand(program: Command): void {
     .requiredOption('--from <number>', 'the customer number, international format (+15550002222)', parsePhone)
     .requiredOption('--text <text>', 'the message text')
     .option('--name <name>', "the customer's profile name")
+    .option('--button [payload]', "send it as a button reply (isButtonResponse; --text is the button's text), with the button's payload when given")
     .option('--url <url>', 'the simulator address (default http://127.0.0.1:<simulator.port>)', parseUrl)
-    .action(async (opts: { business?: string; from: string; text: string; name?: string; url?: string }, command: Command) => {
+    .action(async (opts: { business?: string; from: string; text: string; name?: string; button?: string | true; url?: string }, command: Command) => {
       const config = commandConfig(command);
       const businessId = opts.business ?? onlyBusiness(config);
       const answer = await callSimulator(opts.url ?? simulatorUrl(config), 'POST', `/sim/businesses/${encodeURIComponent(businessId)}/inbound`, {
         from: opts.from,
         text: opts.text,
         ...(opts.name !== undefined ? { name: opts.name } : {}),
+        ...(opts.button !== undefined ? { button: opts.button === true ? {} : { payload: opts.button } } : {}),
       });
       process.stdout.write(`${JSON.stringify(answer, null, 2)}\n`);
     });

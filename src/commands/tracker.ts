@@ -37,7 +37,7 @@ export function registerTrackerCommand(program: Command): void {
             url: tracker.address ?? null,
             admin: tracker.adminAddress ?? null,
             groupId: config.tracker.groupId,
-            topics: [config.kafka.topics.messageState, config.kafka.topics.conversations, config.kafka.topics.requestOutcomes],
+            topics: [config.kafka.topics.messageState, config.kafka.topics.conversations, config.kafka.topics.requestOutcomes, config.kafka.topics.inboundMessages],
           },
         }),
       });

@@ -35,6 +35,8 @@ export const kafkaTopicsSchema = z.strictObject({
    * the outcomes of the requests of each partition, its durable memory (src/sender/README.md "Sent once").
    */
   sendLedger: z.string().min(1),
+  /** Compacted, written by the tracker: each inbound message, bounded, for the customer's conversation (README "Topic contract"). */
+  inboundMessages: z.string().min(1),
 });
 
 export const kafkaSchema = z

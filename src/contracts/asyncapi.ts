@@ -6,6 +6,7 @@ import { deliveryStatusEventSchema, inboundMessageEventSchema } from './webhook-
 import { conversationWindowSchema } from './conversation-window.js';
 import { messageStateSchema } from './message-state.js';
 import { requestOutcomeSchema } from './request-outcome.js';
+import { inboundMessageRecordSchema } from './inbound-message.js';
 
 /**
  * The AsyncAPI 3 document of the relay's public surface — the Kafka topics it reads and
@@ -93,7 +94,7 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
       title: 'msgbridge',
       version,
       description:
-        'Relay between a WhatsApp/SMS messaging provider and Apache Kafka. The ingress receives signed provider webhooks and publishes them to Kafka, answering 200 only once Kafka holds them (acks=all); the sender consumes send requests, calls the provider and publishes results; the tracker folds send results and delivery statuses into one state per message (message-state), keeps the outcome of requests that created no message (request-outcomes), and folds inbound messages into conversation windows (conversations), exactly once, on compacted topics.',
+        'Relay between a WhatsApp/SMS messaging provider and Apache Kafka. The ingress receives signed provider webhooks and publishes them to Kafka, answering 200 only once Kafka holds them (acks=all); the sender consumes send requests, calls the provider and publishes results; the tracker folds send results and delivery statuses into one state per message (message-state), keeps the outcome of requests that created no message (request-outcomes), folds inbound messages into conversation windows (conversations) and keeps each of them for the conversation view (inbound-messages), exactly once, on compacted topics.',
       license: { name: 'Apache-2.0' },
     },
     defaultContentType: 'application/json',
@@ -105,7 +106,8 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
       messages: {
         address: 'messages',
         servers: [{ $ref: '#/servers/kafka' }],
-        description: 'Inbound customer messages, keyed by sender.id so one conversation stays in order. Value: the webhook body, byte for byte.',
+        description:
+          'Inbound customer messages and button replies, keyed by the customer (sender.id in its canonical form: a number without its leading +) so one conversation stays in order whichever form the provider wrote. Value: the webhook body, byte for byte.',
         messages: { inboundMessage: { $ref: '#/components/messages/inboundMessageRecord' } },
       },
       deliveryStatus: {
@@ -157,6 +159,13 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
         servers: [{ $ref: '#/servers/kafka' }],
         description: `Compacted, and deleted after tracker.stateRetentionMs (default 30 days) without an update: the last rejected or expired result of each request, keyed by the request id, in the partition of the send-results record it came from. Written by the tracker from send-results (the results that created no message), so that such a request can be found by its id; an accepted request is on message-state instead. The tracker's changelog of these outcomes. ${readCommitted}`,
         messages: { requestOutcome: { $ref: '#/components/messages/requestOutcomeRecord' } },
+        bindings: compacted,
+      },
+      inboundMessages: {
+        address: 'inbound-messages',
+        servers: [{ $ref: '#/servers/kafka' }],
+        description: `Compacted, and deleted after tracker.stateRetentionMs (default 30 days): each inbound message (text, button reply) as the tracker keeps it for the customer's conversation, bounded (who, when, the text cut at 1,000 characters, a button's payload), keyed by the event-id of its messages record, in the partition of its customer's messages. Written by the tracker from messages, once per event. The tracker's changelog of these records; the webhook itself stays on messages. ${readCommitted}`,
+        messages: { inboundMessageRecord: { $ref: '#/components/messages/keptInboundMessageRecord' } },
         bindings: compacted,
       },
       webhookMessagesEndpoint: {
@@ -218,6 +227,11 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
         channel: { $ref: '#/channels/requestOutcomes' },
         summary: "The tracker publishes a request's rejected or expired outcome, in the transaction that commits its input offsets.",
       },
+      publishInboundMessageRecord: {
+        action: 'send',
+        channel: { $ref: '#/channels/inboundMessages' },
+        summary: 'The tracker publishes each new inbound message for the conversation view, in the transaction that commits its input offsets.',
+      },
       publishConversationWindow: {
         action: 'send',
         channel: { $ref: '#/channels/conversations' },
@@ -234,6 +248,7 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
         MessageState: messageStateJsonSchema(),
         ConversationWindow: schemaOf(conversationWindowSchema),
         RequestOutcome: schemaOf(requestOutcomeSchema),
+        InboundMessageRecord: schemaOf(inboundMessageRecordSchema),
       },
       messages: {
         inboundMessageRecord: {
@@ -241,7 +256,7 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
           contentType: 'application/json',
           headers: webhookHeaders,
           payload: { $ref: '#/components/schemas/InboundMessageEvent' },
-          bindings: kafkaKey('sender.id'),
+          bindings: kafkaKey('the customer: sender.id in its canonical form (a number without its leading +, any other id as it is), so both forms of one customer are one partition, in order'),
         },
         deliveryStatusRecord: {
           name: SCHEMA_ID.delivery_status,
@@ -317,7 +332,9 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
           contentType: 'application/json',
           headers: trackerHeaders('Id of this version of the window: hex SHA-256 of the key and lastInboundAt.'),
           payload: { $ref: '#/components/schemas/ConversationWindow' },
-          bindings: kafkaKey('<businessId>:<customer>, the customer being the sender.id of the inbound messages'),
+          bindings: kafkaKey(
+            "<businessId>:<customer>, the customer being the sender.id of the inbound messages in its canonical form (a number without its leading +; records of earlier releases kept the provider's form)",
+          ),
         },
         requestOutcomeRecord: {
           name: SCHEMA_ID.requestOutcomes,
@@ -328,6 +345,13 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
           ),
           payload: { $ref: '#/components/schemas/RequestOutcome' },
           bindings: kafkaKey('the request id'),
+        },
+        keptInboundMessageRecord: {
+          name: SCHEMA_ID.inboundMessages,
+          contentType: 'application/json',
+          headers: trackerHeaders('Id of the record: hex SHA-256 of the event-id of the messages record it summarises.'),
+          payload: { $ref: '#/components/schemas/InboundMessageRecord' },
+          bindings: kafkaKey('the event-id of the messages record'),
         },
         inboundMessageWebhook: {
           name: 'inbound-message-webhook',

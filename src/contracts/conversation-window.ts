@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { canonicalCustomerId } from './customer-id.js';
 
 /**
  * The value on `conversations` (DESIGN §1.6): the 24-hour customer-service window of one
@@ -29,9 +30,19 @@ export const conversationWindowSchema = z.object({
 const _sameShape: (v: z.infer<typeof conversationWindowSchema>) => ConversationWindow = (v) => v;
 void _sameShape;
 
-/** The record key on `conversations`. */
+/**
+ * The record key on `conversations`: the customer in its canonical form (contracts/customer-id.ts),
+ * so both forms of one customer are one conversation. Records of earlier releases kept the
+ * provider's form: read them through `canonicalConversationKey`.
+ */
 export function conversationKey(businessId: string, customer: string): string {
-  return `${businessId}:${customer}`;
+  return `${businessId}:${canonicalCustomerId(customer)}`;
+}
+
+/** A `conversations` key (of any release) with its customer in the canonical form. */
+export function canonicalConversationKey(key: string): string {
+  const colon = key.lastIndexOf(':');
+  return colon < 0 ? key : `${key.slice(0, colon)}:${canonicalCustomerId(key.slice(colon + 1))}`;
 }
 
 /** The customer of a `conversations` key (a business id may hold a colon, a customer's number does not). */

@@ -62,4 +62,5 @@ export const SCHEMA_ID = {
   messageState: 'message-state/v1',
   conversations: 'conversations/v1',
   requestOutcomes: 'request-outcome/v1',
+  inboundMessages: 'inbound-message-record/v1',
 } as const;

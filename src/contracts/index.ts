@@ -1,4 +1,5 @@
 export * from './common.js';
+export * from './customer-id.js';
 export * from './webhook-events.js';
 export * from './send.js';
 export * from './provider-api.js';
@@ -6,6 +7,7 @@ export * from './headers.js';
 export * from './message-state.js';
 export * from './conversation-window.js';
 export * from './request-outcome.js';
+export * from './inbound-message.js';
 export * from './signature.js';
 export * from './time.js';
 export * from './relay-errors.js';

@@ -8,6 +8,7 @@ import { webhookRegistrationSchema } from './provider-api.js';
 import { conversationWindowSchema } from './conversation-window.js';
 import { messageStateSchema } from './message-state.js';
 import { requestOutcomeSchema } from './request-outcome.js';
+import { inboundMessageRecordSchema } from './inbound-message.js';
 
 /** The contracts published as JSON Schema files under schemas/ (committed, checked for staleness by a test). */
 export const PUBLISHED_SCHEMAS = {
@@ -21,6 +22,7 @@ export const PUBLISHED_SCHEMAS = {
   'message-state.schema.json': { schema: messageStateSchema, title: 'Message state (compacted topic message-state, key = message id)' },
   'conversation-window.schema.json': { schema: conversationWindowSchema, title: 'Conversation window (compacted topic conversations, key = <businessId>:<customer>)' },
   'request-outcome.schema.json': { schema: requestOutcomeSchema, title: 'Request outcome (compacted topic request-outcomes, key = request id)' },
+  'inbound-message-record.schema.json': { schema: inboundMessageRecordSchema, title: 'Inbound message record (compacted topic inbound-messages, key = the event-id of the messages record)' },
 } as const;
 
 export function renderJsonSchemas(): Record<string, string> {

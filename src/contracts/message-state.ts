@@ -24,6 +24,11 @@ export interface SendSummary {
    * not recorded (a result or a state written by a release before it).
    */
   content?: RequestContent;
+  /**
+   * The channel it went out on (the accepted result's `channel`). On `sms` the provider sends no
+   * delivery status: `accepted` is the last status such a message has. Absent: not recorded.
+   */
+  channel?: string;
 }
 
 /** The public shape of DESIGN §1.5, plus `send` (optional on read: null in states written before it). */
@@ -76,7 +81,13 @@ export const messageStateSchema = z.object({
   events: z.number().int().min(0),
   updatedAt: isoTime,
   send: z
-    .object({ attempts: z.number().int().min(1), maybeSent: z.boolean(), requestedType: z.enum(['text', 'template']), content: requestContentSchema.optional() })
+    .object({
+      attempts: z.number().int().min(1),
+      maybeSent: z.boolean(),
+      requestedType: z.enum(['text', 'template']),
+      content: requestContentSchema.optional(),
+      channel: z.string().min(1).optional(),
+    })
     .nullable()
     .default(null),
   eventIds: z.array(z.string().min(1)).default([]),

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { partySchema, providerErrorSchema, recipientNumber } from './common.js';
+import { CHANNEL, channelOf } from './customer-id.js';
 
 const requestIdSchema = z.string().min(1).max(256);
 const businessIdSchema = z.string().min(1).max(128);
@@ -67,6 +68,11 @@ export type SendRequest = z.infer<typeof sendRequestSchema>;
 
 export function sendRequestRecipient(request: SendRequest): string {
   return request.type === 'text' ? request.recipient.id : request.number;
+}
+
+/** The channel a request goes out on: a text's `recipient.channelType` (lower case); a template is WhatsApp's. */
+export function sendRequestChannel(request: SendRequest): string {
+  return request.type === 'text' ? channelOf(request.recipient.channelType) : CHANNEL.whatsapp;
 }
 
 /**
@@ -137,6 +143,12 @@ export const acceptedSendResultSchema = z.object({
   messageId: z.string().min(1),
   type: z.enum(['text', 'template']),
   recipient: z.string(),
+  /**
+   * The channel it went out on: the text's `recipient.channelType` (lower case), `whatsapp` for
+   * a template. Absent in results of releases before it: not recorded. On `sms` the provider
+   * sends no delivery status: `accepted` is the last state such a message has.
+   */
+  channel: z.string().min(1).optional(),
   attempts: z.number().int().min(1),
   /**
    * An earlier attempt may have created another message for this request (lost answer). Absent

@@ -3,6 +3,7 @@ import type { ErrorCode } from '../platform/errors.js';
 import { DLQ_HEADER, eventIdOf, HEADER, SCHEMA_ID } from '../contracts/headers.js';
 import { detectWebhookTopic, webhookEventSchemas, WEBHOOK_TOPICS, type WebhookTopic } from '../contracts/webhook-events.js';
 import { verifySignature } from '../contracts/signature.js';
+import { canonicalCustomerId } from '../contracts/customer-id.js';
 
 /**
  * The ingress decision, free of any HTTP server or Kafka client: given the business and topic
@@ -203,7 +204,9 @@ export function createWebhookHandler(rules: IngressRules): WebhookHandler {
       return deadLetter('schema', `${where}: ${issue?.message ?? 'invalid'}${parsed.error.issues.length > 1 ? ` (+${parsed.error.issues.length - 1} more)` : ''}`, topic);
     }
     const event = parsed.data as { statusUpdate?: { id: string }; sender: { id: string } };
-    const key = topic === 'delivery_status' ? event.statusUpdate!.id : event.sender.id;
+    // An inbound message is keyed by its customer in the canonical form: a number with or without
+    // its + is one conversation, kept in order on one partition (README "Topic contract").
+    const key = topic === 'delivery_status' ? event.statusUpdate!.id : canonicalCustomerId(event.sender.id);
     const headers: Record<string, string> = {
       ...common,
       // The value is JSON that parsed and matched the schema, whatever label the provider sent.

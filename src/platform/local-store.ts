@@ -78,8 +78,8 @@ export abstract class LocalStore<H extends StoreHandles, C extends Checkpoint, I
    */
   protected claim(adopt: (stored: I) => I = (stored) => stored): boolean {
     const stored = this.storedIdentity();
-    if (stored !== undefined && JSON.stringify(adopt(stored)) === JSON.stringify(this.identity)) {
-      if (JSON.stringify(stored) !== JSON.stringify(this.identity)) this.meta.putSync('identity', this.identity);
+    if (stored !== undefined && sameFields(adopt(stored), this.identity)) {
+      if (!sameFields(stored, this.identity)) this.meta.putSync('identity', this.identity);
       return true;
     }
     if (stored !== undefined) this.wipe();
@@ -212,6 +212,12 @@ export abstract class LocalStore<H extends StoreHandles, C extends Checkpoint, I
   protected assertOpen(): void {
     if (this.closed) throw new Error(`the store in ${this.dir} is closed`);
   }
+}
+
+/** The same fields and values, whatever the order they were written in (fields are added over releases). */
+function sameFields(a: object, b: object): boolean {
+  const text = (x: object) => JSON.stringify(x, Object.keys(x).sort());
+  return text(a) === text(b);
 }
 
 function directoryBytes(dir: string): number {

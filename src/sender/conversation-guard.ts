@@ -1,4 +1,4 @@
-import { RELAY_ERROR_TYPE, RELAY_RESULT_CODE, type FallbackTemplate, type SendRequest } from '../contracts/index.js';
+import { isSms, RELAY_ERROR_TYPE, RELAY_RESULT_CODE, type FallbackTemplate, type SendRequest } from '../contracts/index.js';
 import type { WindowLookup } from './conversation-table.js';
 
 /**
@@ -18,7 +18,7 @@ export const OUTSIDE_WINDOW_CODE = RELAY_RESULT_CODE.outsideConversationWindow;
 
 export type GuardDecision =
   /** Sent as it is. `why` says which rule let it through (a metric label). */
-  | { action: 'send'; why: 'off' | 'template' | 'override' | 'open' | 'unknown' }
+  | { action: 'send'; why: 'off' | 'template' | 'sms' | 'override' | 'open' | 'unknown' }
   | { action: 'reject'; window: Extract<WindowLookup, { state: 'closed' }> }
   | { action: 'fallback'; template: FallbackTemplate; window: Extract<WindowLookup, { state: 'closed' }> }
   /** Not open yet and the request is recent: look again at `untilMs` (or earlier) before refusing. */
@@ -26,7 +26,8 @@ export type GuardDecision =
 
 export interface GuardInput {
   mode: ConversationWindowMode;
-  request: Pick<SendRequest, 'type' | 'conversationWindow'> & { fallbackTemplate?: FallbackTemplate | undefined };
+  /** `recipient.channelType` of a text says its channel (a template is WhatsApp's). */
+  request: Pick<SendRequest, 'type' | 'conversationWindow'> & { fallbackTemplate?: FallbackTemplate | undefined; recipient?: { channelType: string } };
   /** The window of the request's customer; called only when the rules need it. */
   lookup: () => WindowLookup;
   now: number;
@@ -40,18 +41,21 @@ export interface GuardInput {
  * The rules, in order:
  * 1. `off`: every request is sent as it is (a `fallbackTemplate` is never used).
  * 2. A template is always sent: the window only limits free-form text.
- * 3. `conversationWindow: "ignore"` on the request: sent as it is.
- * 4. Window open: sent.
- * 5. Window unknown (the table is not complete, or open windows were evicted): sent as it is —
+ * 3. An SMS text is sent as it is: the 24-hour rule is WhatsApp's (its `fallbackTemplate`, a
+ *    WhatsApp template, is never used).
+ * 4. `conversationWindow: "ignore"` on the request: sent as it is.
+ * 5. Window open: sent.
+ * 6. Window unknown (the table is not complete, or open windows were evicted): sent as it is —
  *    the guard refuses only what it knows is doomed; the provider decides the rest.
- * 6. Window closed (known closed, or never seen with the table complete), the request younger
+ * 7. Window closed (known closed, or never seen with the table complete), the request younger
  *    than `graceMs`: wait until it is that old, then decide again (the window may be opening).
- * 7. Window closed: the `fallbackTemplate` when the request has one, else rejected.
+ * 8. Window closed: the `fallbackTemplate` when the request has one, else rejected.
  */
 export function decideConversation(input: GuardInput): GuardDecision {
   const { mode, request } = input;
   if (mode === 'off') return { action: 'send', why: 'off' };
   if (request.type !== 'text') return { action: 'send', why: 'template' };
+  if (isSms(request.recipient?.channelType)) return { action: 'send', why: 'sms' };
   if (request.conversationWindow === 'ignore') return { action: 'send', why: 'override' };
   const window = input.lookup();
   if (window.state === 'open') return { action: 'send', why: 'open' };

@@ -1,4 +1,5 @@
 import { conversationWindowSchema } from '../contracts/conversation-window.js';
+import { canonicalCustomerId } from '../contracts/customer-id.js';
 import { RecencyMap } from '../platform/recency-map.js';
 
 /**
@@ -47,11 +48,12 @@ export interface ConversationTableStats {
 }
 
 /**
- * The table key: `<businessId>:<customer>` as on the topic, the customer without a leading `+`
- * (the provider writes a number with or without it, and requests may differ from the webhook).
+ * The table key: `<businessId>:<customer>`, the customer in its canonical form (contracts/
+ * customer-id.ts: a number with or without its `+` is one customer), whichever form the topic's
+ * key (records of earlier releases kept the provider's) or the request wrote.
  */
 export function tableKey(businessId: string, customer: string): string {
-  return `${businessId}:${customer.charCodeAt(0) === 43 /* + */ ? customer.slice(1) : customer}`;
+  return `${businessId}:${canonicalCustomerId(customer)}`;
 }
 
 /**

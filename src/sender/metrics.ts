@@ -5,7 +5,7 @@ import type { RunnerStats } from './keyed-runner.js';
 export type RequestOutcome = 'accepted' | 'rejected' | 'expired' | 'dlq' | 'duplicate';
 
 /** What the conversation window guard did with a text (README "Conversation window"). */
-export type ConversationDecision = 'open' | 'unknown' | 'override' | 'rejected' | 'fallback';
+export type ConversationDecision = 'open' | 'unknown' | 'override' | 'sms' | 'rejected' | 'fallback';
 
 /** What the sender reports; prom-client behind it (createSenderMetrics), a no-op in unit tests. */
 export interface SenderMetrics {
@@ -143,7 +143,7 @@ export function createSenderMetrics(registry: Registry, sources: SenderGaugeSour
   });
   const conversations = new Counter({
     name: 'msgbridge_sender_conversation_window_total',
-    help: 'Texts checked by the conversation window guard (sender.conversationWindow "reject"), by decision: open (sent), unknown (sent: the table cannot tell), override (sent: conversationWindow "ignore"), rejected (refused without a provider call), fallback (its fallbackTemplate sent instead)',
+    help: 'Texts checked by the conversation window guard (sender.conversationWindow "reject"), by decision: open (sent), unknown (sent: the table cannot tell), override (sent: conversationWindow "ignore"), sms (sent: the rule is only WhatsApp\'s), rejected (refused without a provider call), fallback (its fallbackTemplate sent instead)',
     labelNames: ['decision', 'business'],
     registers,
   });

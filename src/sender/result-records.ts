@@ -1,4 +1,4 @@
-import { RELAY_ERROR_TYPE, RELAY_RESULT_CODE, type DlqCode } from '../contracts/index.js';
+import { CHANNEL, RELAY_ERROR_TYPE, RELAY_RESULT_CODE, sendRequestChannel, type DlqCode } from '../contracts/index.js';
 import {
   DLQ_HEADER,
   eventIdOf,
@@ -119,6 +119,8 @@ export function acceptedResult(job: SendJob, messageId: string, attempts: number
     messageId,
     type: job.request.type,
     recipient: job.recipient,
+    // What went out: a text sent as its fallback template went out on WhatsApp.
+    channel: job.operation === 'template' ? CHANNEL.whatsapp : sendRequestChannel(job.request),
     attempts,
     maybeSent,
     acceptedAt: at.toISOString(),

@@ -47,6 +47,8 @@ export interface InboundInput {
   from: string;
   text: string;
   name?: string;
+  /** A button reply: the text is the button's; its payload, when given, comes back in `callbackData`. */
+  button?: { payload?: string };
 }
 
 export interface InboundResult {
@@ -60,6 +62,7 @@ const inboundSchema = z.strictObject({
   from: recipientNumber,
   text: z.string().min(1, 'text must not be empty').max(4096),
   name: z.string().min(1).max(256).optional(),
+  button: z.strictObject({ payload: z.string().min(1, 'a button payload must not be empty').max(1024).optional() }, { error: 'button must be an object, {} or {"payload": "..."}' }).optional(),
 });
 
 /** The send path's last segment → its operation. */
@@ -130,7 +133,7 @@ export class ProviderSimulator {
     const business = this.options.businesses.get(businessId);
     if (!business) throw new Error(`unknown business "${businessId}"`);
     const at = this.options.now();
-    const event = inboundMessageEvent({ businessId, businessNumber: business.number, from: input.from, name: input.name, text: input.text, at });
+    const event = inboundMessageEvent({ businessId, businessNumber: business.number, from: input.from, name: input.name, text: input.text, at, button: input.button });
     this.lifecycle.recordInbound(businessId, input.from);
     const deliveries = this.emit(event);
     return {

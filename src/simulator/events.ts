@@ -40,13 +40,27 @@ export function deliveryStatusEvent(input: {
   return { businessId: input.businessId, topic: 'delivery_status', body, eventId: eventIdOf(body), messageId: input.messageId, status: input.status };
 }
 
-/** An inbound customer message: no `topic` field, as in the spec's example. */
-export function inboundMessageEvent(input: { businessId: string; businessNumber: string; from: string; name?: string | undefined; text: string; at: number }): SimEvent {
+/**
+ * An inbound customer message: no `topic` field, as in the spec's example. A button reply
+ * (`button`) is the same event with `isButtonResponse: true`, the button's text as the message
+ * text and its payload, when it has one, in `callbackData` (spec/provider-facts.md: the payload
+ * comes in the text or in `context`/`callbackData`).
+ */
+export function inboundMessageEvent(input: {
+  businessId: string;
+  businessNumber: string;
+  from: string;
+  name?: string | undefined;
+  text: string;
+  at: number;
+  button?: { payload?: string | undefined } | undefined;
+}): SimEvent {
   const body = JSON.stringify({
     timestamp: epochSeconds(input.at),
     sender: { channelType: 'whatsapp', id: input.from, ...(input.name !== undefined ? { name: input.name } : {}) },
     recipient: { channelType: 'whatsapp', id: input.businessNumber },
     message: { text: input.text },
+    ...(input.button ? { isButtonResponse: true, ...(input.button.payload !== undefined ? { callbackData: input.button.payload } : {}) } : {}),
   });
   return { businessId: input.businessId, topic: 'messages', body, eventId: eventIdOf(body), messageId: null, status: null };
 }

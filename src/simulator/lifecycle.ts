@@ -1,6 +1,6 @@
 import type { SimulatorConfig } from '../config/schema.js';
 import { RecencyMap } from '../platform/recency-map.js';
-import type { DeliveryStatus, ProviderError, SendOperation } from '../contracts/index.js';
+import { canonicalCustomerId, type DeliveryStatus, type ProviderError, type SendOperation } from '../contracts/index.js';
 import { deliveryStatusEvent, type SimEvent } from './events.js';
 import type { CompiledBusiness } from './options.js';
 import { providerError, type ProviderErrorCode } from './provider-errors.js';
@@ -59,7 +59,7 @@ export interface CreateMessageInput {
 export class MessageLifecycle {
   /** Oldest created first (read with peek: a lookup does not make a message recent). */
   private readonly messages = new RecencyMap<string, TrackedMessage>();
-  /** `${businessId} ${customer}` → time of the customer's last inbound message, oldest first. */
+  /** `${businessId} ${customer}` (the canonical customer id: `+` or not, one customer) → time of the customer's last inbound message, oldest first. */
   private readonly conversations = new RecencyMap<string, number>();
   private readonly recipients: Record<keyof SimulatorConfig['recipients'], Set<string>>;
   private activeTimers = 0;
@@ -76,17 +76,13 @@ export class MessageLifecycle {
     },
   ) {
     const r = options.recipients;
-    this.recipients = {
-      notOnWhatsapp: new Set(r.notOnWhatsapp),
-      optedOut: new Set(r.optedOut),
-      neverReads: new Set(r.neverReads),
-      blocked: new Set(r.blocked),
-    };
+    const set = (ids: readonly string[]) => new Set(ids.map(canonicalCustomerId));
+    this.recipients = { notOnWhatsapp: set(r.notOnWhatsapp), optedOut: set(r.optedOut), neverReads: set(r.neverReads), blocked: set(r.blocked) };
   }
 
   /** An inbound message from `customer` opens (or reopens) the window for texts. */
   recordInbound(businessId: string, customer: string): void {
-    const key = `${businessId} ${customer}`;
+    const key = `${businessId} ${canonicalCustomerId(customer)}`;
     this.conversations.set(key, this.options.now());
     if (this.conversations.size > this.options.history.conversations) this.conversations.delete(this.conversations.oldest()!);
   }
@@ -96,6 +92,7 @@ export class MessageLifecycle {
     const failure = this.failureOf(input);
     let plan: MessagePlan;
     let steps: TrackedMessage['steps'];
+    const customer = canonicalCustomerId(input.recipient);
     if (input.channelType !== 'whatsapp') {
       // Only WhatsApp messages produce webhook events (spec, Events rule 5).
       plan = 'no_events';
@@ -105,11 +102,11 @@ export class MessageLifecycle {
       steps = [{ status: 'delivery_failed', error: failure, delayMs: sentDelayMs }];
     } else {
       steps = [{ status: 'sent', error: null, delayMs: sentDelayMs }];
-      if (this.recipients.blocked.has(input.recipient)) {
+      if (this.recipients.blocked.has(customer)) {
         plan = 'stays_sent';
       } else {
         steps.push({ status: 'delivered', error: null, delayMs: deliveredDelayMs });
-        if (this.recipients.neverReads.has(input.recipient)) plan = 'delivered_never_read';
+        if (this.recipients.neverReads.has(customer)) plan = 'delivered_never_read';
         else {
           plan = 'read';
           steps.push({ status: 'read', error: null, delayMs: readDelayMs });
@@ -165,10 +162,11 @@ export class MessageLifecycle {
       if (problem) return fail('ERROR_CODE_MESSAGE_TEMPLATE_INPUT_INVALID', `the template inputs are invalid: ${problem}`, { templateName: name, expected: template.variables });
     }
     if (input.channelType !== 'whatsapp') return null;
-    if (this.recipients.notOnWhatsapp.has(input.recipient)) return fail('ERROR_CODE_PHONE_NUMBER_NOT_ON_WHATSAPP', `${input.recipient} is not on WhatsApp`);
-    if (this.recipients.optedOut.has(input.recipient)) return fail('ERROR_CODE_MESSAGE_CUSTOMER_OPTED_OUT');
+    const customer = canonicalCustomerId(input.recipient);
+    if (this.recipients.notOnWhatsapp.has(customer)) return fail('ERROR_CODE_PHONE_NUMBER_NOT_ON_WHATSAPP', `${input.recipient} is not on WhatsApp`);
+    if (this.recipients.optedOut.has(customer)) return fail('ERROR_CODE_MESSAGE_CUSTOMER_OPTED_OUT');
     if (input.operation === 'text') {
-      const last = this.conversations.peek(`${input.business.id} ${input.recipient}`);
+      const last = this.conversations.peek(`${input.business.id} ${customer}`);
       if (last === undefined) return fail('ERROR_CODE_MESSAGE_CUSTOMER_NO_CONVERSATION_INITIATION');
       if (this.options.now() - last > this.options.lifecycle.conversationWindowMs) return fail('ERROR_CODE_MESSAGE_OUTSIDE_OF_ELIGIBILITY_WINDOW');
     }

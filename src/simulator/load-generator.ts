@@ -1,6 +1,6 @@
 import { randomBytes, randomInt } from 'node:crypto';
 import { monotonicFactory } from 'ulid';
-import { eventIdOf, SIGNATURE_HEADER, type WebhookTopic } from '../contracts/index.js';
+import { canonicalCustomerId, eventIdOf, SIGNATURE_HEADER, type WebhookTopic } from '../contracts/index.js';
 import { MsgbridgeError } from '../platform/errors.js';
 import { signBody } from '../contracts/signature.js';
 import { epochSeconds } from './events.js';
@@ -118,7 +118,7 @@ export class WebhookEventMix {
         recipient: { channelType: 'whatsapp', id: BUSINESS_NUMBER, name: 'Acme Support' },
         message: { text: pick(CUSTOMER_TEXTS) },
       };
-      return { topic: 'messages', key: this.customer, body: sized(event, target, 'context', (n) => ({ conversationId: padToken(`conv-${this.unit}-`, n) })) };
+      return { topic: 'messages', key: canonicalCustomerId(this.customer), body: sized(event, target, 'context', (n) => ({ conversationId: padToken(`conv-${this.unit}-`, n) })) };
     }
     if ((position - 1) % STATUS_CYCLE.length === 0) this.messageId = this.nextUlid();
     const status = STATUS_CYCLE[(position - 1) % STATUS_CYCLE.length]!;

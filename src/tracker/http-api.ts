@@ -53,7 +53,7 @@ export function trackerRoutes(options: TrackerHttpOptions): (request: HttpReques
     if (path === '/me') {
       return admitted(request, 'read', 'who am I', async (caller) => json(200, { name: caller.name, role: caller.role, via: caller.via, masked: guard.masks(caller), dlq: dlq !== undefined }));
     }
-    if (!/^\/(messages|requests|conversations)(\/|$)/.test(path)) return undefined;
+    if (!/^\/(messages|requests|conversations|inbound|thread)(\/|$)/.test(path)) return undefined;
     return admitted(request, 'read', 'a query', async () => queries.route(path, request.query, request.headers, guard.credentialHeaders(request.headers)));
   };
 

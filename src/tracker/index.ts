@@ -412,6 +412,7 @@ export class Tracker implements Role {
         if (gone.messages > 0) this.trackerMetrics.expired('message', gone.messages);
         if (gone.conversations > 0) this.trackerMetrics.expired('conversation', gone.conversations);
         if (gone.outcomes > 0) this.trackerMetrics.expired('request_outcome', gone.outcomes);
+        if (gone.inbound > 0) this.trackerMetrics.expired('inbound_message', gone.inbound);
       } catch (error) {
         this.logger.warn({ task, error: (error as Error).message }, 'dropping expired states from the local store failed; trying again at the next sweep');
       }

@@ -8,7 +8,7 @@ export interface TrackerGaugeSources {
   ownedTasks: () => number;
   cached: () => { messages: number; conversations: number };
   /** Per owned task: entries and bytes of its local store (read at scrape time). */
-  stores: () => { task: number; messages: number; conversations: number; outcomes: number; bytes: number }[];
+  stores: () => { task: number; messages: number; conversations: number; outcomes: number; inbound: number; bytes: number }[];
   /** Records not yet processed per input topic (high watermark − committed offset of the group), refreshed at scrape time. */
   lag: () => Promise<Map<string, number>>;
 }
@@ -16,14 +16,14 @@ export interface TrackerGaugeSources {
 export interface TrackerMetrics extends TrackerCounters {
   /** A task's store caught up with its changelogs: `mode` bulk (no usable store) or delta (from its checkpoint). */
   restore(seconds: number, mode: 'bulk' | 'delta', records: number): void;
-  expired(kind: 'message' | 'conversation' | 'request_outcome', count: number): void;
+  expired(kind: 'message' | 'conversation' | 'request_outcome' | 'inbound_message', count: number): void;
 }
 
 export function createTrackerMetrics(registry: Registry, sources: TrackerGaugeSources): TrackerMetrics {
   const registers = [registry];
   const events = new Counter({
     name: 'msgbridge_tracker_events_total',
-    help: 'Input events applied, by topic and outcome (applied, result_merged, filled_timestamp, filled_after_failure, regression_refused, redundant, duplicate, window_moved, window_unchanged, outcome_recorded, outcome_unchanged)',
+    help: 'Input events applied, by topic and outcome (applied, result_merged, filled_timestamp, filled_after_failure, regression_refused, redundant, duplicate, window_moved, window_unchanged, outcome_recorded, outcome_unchanged, inbound_recorded, inbound_duplicate)',
     labelNames: ['topic', 'outcome'],
     registers,
   });
@@ -44,7 +44,7 @@ export function createTrackerMetrics(registry: Registry, sources: TrackerGaugeSo
   const restoreRecords = new Counter({ name: 'msgbridge_tracker_restore_records_total', help: 'Changelog records read while restoring tasks, by mode', labelNames: ['mode'], registers });
   const expired = new Counter({
     name: 'msgbridge_tracker_expired_total',
-    help: 'States dropped from the local stores after tracker.stateRetentionMs (messages, request outcomes) or tracker.conversationRetentionMs (windows)',
+    help: 'States dropped from the local stores after tracker.stateRetentionMs (messages, request outcomes, inbound messages) or tracker.conversationRetentionMs (windows)',
     labelNames: ['kind'],
     registers,
   });
@@ -53,7 +53,7 @@ export function createTrackerMetrics(registry: Registry, sources: TrackerGaugeSo
     restores.inc({ mode }, 0);
     restoreRecords.inc({ mode }, 0);
   }
-  for (const kind of ['message', 'conversation', 'request_outcome']) expired.inc({ kind }, 0);
+  for (const kind of ['message', 'conversation', 'request_outcome', 'inbound_message']) expired.inc({ kind }, 0);
   new Gauge({
     name: 'msgbridge_tracker_store_entries',
     help: 'States in the local store of each owned task, by kind',
@@ -65,6 +65,7 @@ export function createTrackerMetrics(registry: Registry, sources: TrackerGaugeSo
         this.set({ task: String(s.task), kind: 'message' }, s.messages);
         this.set({ task: String(s.task), kind: 'conversation' }, s.conversations);
         this.set({ task: String(s.task), kind: 'request_outcome' }, s.outcomes);
+        this.set({ task: String(s.task), kind: 'inbound_message' }, s.inbound);
       }
     },
   });

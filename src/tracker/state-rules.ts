@@ -57,7 +57,14 @@ export function resultEventFrom(result: SendResult, eventId: string): ResultEven
   // What went out: a text whose window was closed may have been sent as its fallback template.
   const type = result.sentAs ?? result.type;
   // Bounded again: the tracker keeps its own limit whatever a producer of results wrote.
-  const send: SendSummary = { attempts: result.attempts, maybeSent: result.maybeSent ?? false, requestedType: result.type, ...(result.content ? { content: boundedContent(result.content) } : {}) };
+  const send: SendSummary = {
+    attempts: result.attempts,
+    maybeSent: result.maybeSent ?? false,
+    requestedType: result.type,
+    ...(result.content ? { content: boundedContent(result.content) } : {}),
+    // An SMS gets no delivery status: the console says accepted is where it ends (README "Message state").
+    ...(result.channel !== undefined ? { channel: result.channel } : {}),
+  };
   return { kind: 'result', eventId: requireId(eventId, 'eventId'), result: { requestId, businessId, messageId, type, recipient, acceptedAt, send } };
 }
 
@@ -217,7 +224,14 @@ function mergeSend(next: SendSummary | undefined, current: SendSummary | null): 
 
 function sameSend(a: SendSummary | null, b: SendSummary | null): boolean {
   return (
-    a === b || (a !== null && b !== null && a.attempts === b.attempts && a.maybeSent === b.maybeSent && a.requestedType === b.requestedType && JSON.stringify(a.content) === JSON.stringify(b.content))
+    a === b ||
+    (a !== null &&
+      b !== null &&
+      a.attempts === b.attempts &&
+      a.maybeSent === b.maybeSent &&
+      a.requestedType === b.requestedType &&
+      a.channel === b.channel &&
+      JSON.stringify(a.content) === JSON.stringify(b.content))
   );
 }
 

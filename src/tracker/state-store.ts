@@ -1,8 +1,11 @@
 import type { Database, RootDatabase } from 'lmdb';
 import { LocalStore, localStoreDir, sortableTime, type ChangelogEntry } from '../platform/local-store.js';
-import { conversationWindowSchema, type ConversationWindow } from '../contracts/conversation-window.js';
+import { canonicalConversationKey, conversationWindowSchema, type ConversationWindow } from '../contracts/conversation-window.js';
+import { canonicalCustomerId } from '../contracts/customer-id.js';
+import type { InboundMessageRecord } from '../contracts/inbound-message.js';
 import { messageStateSchema, type TrackedMessage } from '../contracts/message-state.js';
 import { requestOutcomeSchema, type RequestOutcome } from '../contracts/request-outcome.js';
+import { deleteInbound, expireInbound, inboundDue, inboundPage, openInboundDbs, parseInbound, parseInboundText, putInbound, type InboundDbs } from './inbound-store.js';
 import type { MessageList } from './tracker-logic.js';
 
 /**
@@ -18,6 +21,8 @@ export interface Checkpoint extends Record<string, number | undefined> {
   conversations: number;
   /** Absent in a store written before request outcomes were kept: that changelog is read from its start. */
   requestOutcomes?: number;
+  /** Absent in a store written before inbound messages were kept: that changelog is read from its start. */
+  inboundMessages?: number;
 }
 
 /** What the store belongs to: a directory left by another configuration is not reused. */
@@ -28,6 +33,7 @@ export interface StoreIdentity {
   messageStateTopic: string;
   conversationsTopic: string;
   requestOutcomesTopic: string;
+  inboundMessagesTopic: string;
 }
 
 export interface MessageChange {
@@ -49,10 +55,16 @@ export interface OutcomeChange {
   previous: RequestOutcome | undefined;
 }
 
+/** A new inbound message (README "Conversations"); one per event id, never replaced. */
+export interface InboundChange {
+  record: InboundMessageRecord;
+}
+
 export interface StoreChange {
   messages: MessageChange[];
   conversations: ConversationChange[];
   outcomes?: OutcomeChange[];
+  inbound?: InboundChange[];
   /** Positions reached by this change; a field left out keeps its stored value. */
   checkpoint?: Partial<Checkpoint>;
 }
@@ -73,14 +85,15 @@ const listKey = (value: string, firstSeen: string, s: TrackedMessage) => `${valu
 const messageExpiryKey = (s: TrackedMessage) => `${pad(Date.parse(s.updatedAt))}${SEP}${s.messageId}`;
 const windowExpiryKey = (w: ConversationWindow, key: string) => `${pad(Date.parse(w.lastInboundAt))}${SEP}${key}`;
 const outcomeExpiryKey = (o: RequestOutcome) => `${pad(Date.parse(o.updatedAt))}${SEP}${o.requestId}`;
-const outcomeRecipientKey = (o: RequestOutcome) => (o.recipient ? `${o.recipient}${SEP}${pad(Date.parse(o.at))}${SEP}${o.requestId}` : undefined);
+// Recipients are indexed in their canonical form (contracts/customer-id.ts): a search by either form finds both.
+const outcomeRecipientKey = (o: RequestOutcome) => (o.recipient ? `${canonicalCustomerId(o.recipient)}${SEP}${pad(Date.parse(o.at))}${SEP}${o.requestId}` : undefined);
 
 /** The index entries of one state: removed and added as a set when it changes. */
 function messageIndexKeys(s: TrackedMessage): { request?: string; recipient?: string; business?: string; expiry: string } {
   const firstSeen = pad(firstSeenMs(s));
   return {
     ...(s.requestId ? { request: requestKey(s.requestId, s.messageId) } : {}),
-    ...(s.recipient ? { recipient: listKey(s.recipient, firstSeen, s) } : {}),
+    ...(s.recipient ? { recipient: listKey(canonicalCustomerId(s.recipient), firstSeen, s) } : {}),
     ...(s.businessId ? { business: listKey(s.businessId, firstSeen, s) } : {}),
     expiry: messageExpiryKey(s),
   };
@@ -88,9 +101,11 @@ function messageIndexKeys(s: TrackedMessage): { request?: string; recipient?: st
 
 /**
  * The indexes a store of this release keeps. A store written by an earlier release (before the
- * business index: no format) has its indexes rebuilt in the background, as after a bulk restore.
+ * business index: no format; before canonical customer ids: 2) has its indexes rebuilt in the
+ * background, as after a bulk restore; from format 2, its recipient indexes and windows are
+ * first moved to canonical customer ids (`canonicalizeIds`).
  */
-const INDEX_FORMAT = 2;
+const INDEX_FORMAT = 3;
 
 /** A store value parsed back; undefined when it is not a state the tracker wrote (never trusted blindly). */
 function parseMessage(bytes: Buffer | undefined): TrackedMessage | undefined {
@@ -157,6 +172,7 @@ export interface StoreStats {
   messages: number;
   conversations: number;
   outcomes: number;
+  inbound: number;
   /** Bytes the task's directory takes on disk. */
   bytes: number;
 }
@@ -174,6 +190,7 @@ interface Handles {
   outcomes: Database<string, string>;
   outcomeExpiry: Database<string, string>;
   outcomesByRecipient: Database<string, string>;
+  inbound: InboundDbs;
   meta: Database<unknown, string>;
 }
 
@@ -192,6 +209,7 @@ function openHandles(env: RootDatabase): Handles {
     outcomes: db<string>('request-outcomes', 'string'),
     outcomeExpiry: db<string>('outcome-expiry', 'string'),
     outcomesByRecipient: db<string>('outcomes-by-recipient', 'string'),
+    inbound: openInboundDbs(env),
     meta: db<unknown>('meta', 'msgpack'),
   };
 }
@@ -204,6 +222,7 @@ export class TaskStore extends LocalStore<Handles, Checkpoint, StoreIdentity> {
   private readonly unflushedMessages = new Map<string, TrackedMessage>();
   private readonly unflushedWindows = new Map<string, ConversationWindow>();
   private readonly unflushedOutcomes = new Map<string, RequestOutcome>();
+  private readonly unflushedInbound = new Map<string, InboundMessageRecord>();
 
   private constructor(dir: string, identity: StoreIdentity) {
     super(dir, identity, openHandles);
@@ -236,10 +255,16 @@ export class TaskStore extends LocalStore<Handles, Checkpoint, StoreIdentity> {
   /** Opens (or creates) the store of a task; a directory of another identity is wiped first. */
   static open(dir: string, identity: StoreIdentity): TaskStore {
     const store = new TaskStore(dir, identity);
-    // A store of an earlier release has no request outcomes yet: it is kept, and gains them
-    // (its checkpoint has no position there, so that changelog is read from its start).
-    const kept = store.claim((stored) => (stored.requestOutcomesTopic === undefined ? { ...stored, requestOutcomesTopic: identity.requestOutcomesTopic } : stored));
-    if (store.meta.get('indexFormat') !== INDEX_FORMAT) {
+    // A store of an earlier release has no request outcomes or inbound messages yet: it is kept,
+    // and gains them (its checkpoint has no position there, so that changelog is read from its start).
+    const kept = store.claim((stored) => ({
+      ...stored,
+      requestOutcomesTopic: stored.requestOutcomesTopic ?? identity.requestOutcomesTopic,
+      inboundMessagesTopic: stored.inboundMessagesTopic ?? identity.inboundMessagesTopic,
+    }));
+    const format = store.meta.get('indexFormat') as number | undefined;
+    if (kept && format !== INDEX_FORMAT && (format === undefined || format < 3)) store.canonicalizeIds();
+    if (format !== INDEX_FORMAT) {
       store.env.transactionSync(() => {
         // States kept from an earlier release lack the newer indexes; an empty store has none to build.
         if (kept && store.meta.get('indexing') === undefined) store.meta.putSync('indexing', { after: null });
@@ -263,6 +288,25 @@ export class TaskStore extends LocalStore<Handles, Checkpoint, StoreIdentity> {
     return this.unflushedWindows.get(key) ?? parseWindow(this.windows.get(key));
   }
 
+  /** An inbound message kept by its event id (README "Conversations"). */
+  inboundMessage(eventId: string): InboundMessageRecord | undefined {
+    return this.unflushedInbound.get(eventId) ?? parseInboundText(this.live.inbound.records.get(eventId), eventId);
+  }
+
+  /**
+   * A customer's inbound messages (canonical id), newest first by when they wrote, at most
+   * `limit`, strictly older than the `before` sort key of an earlier page (the same cursor as
+   * `listedMessages`: a thread merges the two).
+   */
+  inboundOfCustomer(customer: string, limit: number, before?: string): { sort: string; record: InboundMessageRecord }[] {
+    const found: { sort: string; record: InboundMessageRecord }[] = [];
+    for (const { id, sort } of inboundPage(this.live.inbound, customer, limit, before)) {
+      const record = this.inboundMessage(id);
+      if (record) found.push({ sort, record });
+    }
+    return found;
+  }
+
   /** The rejected or expired outcome kept for a request id, when its result was on this task's partition. */
   requestOutcome(requestId: string): RequestOutcome | undefined {
     return this.unflushedOutcomes.get(requestId) ?? parseOutcomeText(this.outcomes.get(requestId), requestId);
@@ -281,12 +325,13 @@ export class TaskStore extends LocalStore<Handles, Checkpoint, StoreIdentity> {
    * happen), at most `limit`, strictly older than the `before` sort key of an earlier page.
    */
   listedMessages(list: MessageList, value: string, limit: number, before?: string): { id: string; sort: string }[] {
-    return this.newestFirst(this.list(list), value, limit, before);
+    // A recipient in either form (+ or not) is one customer: the index holds the canonical one.
+    return this.newestFirst(this.list(list), list === 'recipient' ? canonicalCustomerId(value) : value, limit, before);
   }
 
-  /** The request ids of a recipient's rejected or expired requests, newest first (by when they ended), at most `limit`. */
+  /** The request ids of a recipient's (either form) rejected or expired requests, newest first (by when they ended), at most `limit`. */
   outcomesOfRecipient(recipient: string, limit: number): string[] {
-    return this.newestFirst(this.live.outcomesByRecipient, recipient, limit).map((e) => e.id);
+    return this.newestFirst(this.live.outcomesByRecipient, canonicalCustomerId(recipient), limit).map((e) => e.id);
   }
 
   private newestFirst(db: Database<string, string>, value: string, limit: number, before?: string): { id: string; sort: string }[] {
@@ -311,6 +356,7 @@ export class TaskStore extends LocalStore<Handles, Checkpoint, StoreIdentity> {
     for (const m of change.messages) this.unflushedMessages.set(m.id, m.state);
     for (const c of change.conversations) this.unflushedWindows.set(c.key, c.window);
     for (const o of change.outcomes ?? []) this.unflushedOutcomes.set(o.requestId, o.outcome);
+    for (const i of change.inbound ?? []) this.unflushedInbound.set(i.record.eventId, i.record);
     const checkpoint = change.checkpoint ? { ...this.pendingCheckpoint(EMPTY_CHECKPOINT), ...change.checkpoint } : undefined;
     if (checkpoint) this.advanceCheckpoint(checkpoint);
     return this.writeAsync(
@@ -318,12 +364,14 @@ export class TaskStore extends LocalStore<Handles, Checkpoint, StoreIdentity> {
         for (const m of change.messages) this.putMessage(m.id, m.state, m.previous);
         for (const c of change.conversations) this.putWindow(c.key, c.window, c.previous);
         for (const o of change.outcomes ?? []) this.putOutcome(o.outcome, o.previous);
+        for (const i of change.inbound ?? []) putInbound(this.h.inbound, i.record, undefined);
         if (checkpoint) this.meta.put('checkpoint', checkpoint);
       },
       () => {
         for (const m of change.messages) if (this.unflushedMessages.get(m.id) === m.state) this.unflushedMessages.delete(m.id);
         for (const c of change.conversations) if (this.unflushedWindows.get(c.key) === c.window) this.unflushedWindows.delete(c.key);
         for (const o of change.outcomes ?? []) if (this.unflushedOutcomes.get(o.requestId) === o.outcome) this.unflushedOutcomes.delete(o.requestId);
+        for (const i of change.inbound ?? []) if (this.unflushedInbound.get(i.record.eventId) === i.record) this.unflushedInbound.delete(i.record.eventId);
       },
     );
   }
@@ -334,7 +382,7 @@ export class TaskStore extends LocalStore<Handles, Checkpoint, StoreIdentity> {
    * tracker did not write deletes, a state older than `expireBeforeMs` is not kept. Answers the
    * states kept.
    */
-  applyChangelog(topic: 'messageState' | 'conversations' | 'requestOutcomes', entries: ChangelogEntry[], checkpoint: Partial<Checkpoint>, expireBeforeMs: number): number {
+  applyChangelog(topic: 'messageState' | 'conversations' | 'requestOutcomes' | 'inboundMessages', entries: ChangelogEntry[], checkpoint: Partial<Checkpoint>, expireBeforeMs: number): number {
     this.assertOpen();
     let kept = 0;
     const next = { ...this.pendingCheckpoint(EMPTY_CHECKPOINT), ...checkpoint };
@@ -353,6 +401,13 @@ export class TaskStore extends LocalStore<Handles, Checkpoint, StoreIdentity> {
             this.putMessage(key, state, prevState);
             kept++;
           } else if (prevState) this.deleteMessage(key, prevState);
+        } else if (topic === 'inboundMessages') {
+          const previous = parseInboundText(this.h.inbound.records.get(key), key);
+          const record = json === null ? undefined : parseInbound(json, key);
+          if (record && Date.parse(record.recordedAt) >= expireBeforeMs) {
+            putInbound(this.h.inbound, record, previous);
+            kept++;
+          } else if (previous) deleteInbound(this.h.inbound, previous);
         } else if (topic === 'requestOutcomes') {
           const previous = parseOutcomeText(this.outcomes.get(key), key);
           const outcome = json === null ? undefined : parseOutcome(json, key);
@@ -361,13 +416,15 @@ export class TaskStore extends LocalStore<Handles, Checkpoint, StoreIdentity> {
             kept++;
           } else if (previous) this.deleteOutcome(previous);
         } else {
-          const previous = parseWindow(this.windows.get(key));
+          // Keys of earlier releases kept the provider's form of the customer: one window per canonical customer.
+          const windowKey = canonicalConversationKey(key);
+          const previous = parseWindow(this.windows.get(windowKey));
           if (isWindow(json) && Date.parse(json.lastInboundAt) >= expireBeforeMs) {
             // A window is a max: an older record (another partition's, before the layout
-            // change) never moves it back.
-            if (!previous || Date.parse(previous.lastInboundAt) < Date.parse(json.lastInboundAt)) this.putWindow(key, json, previous);
+            // change, or of the other form of the customer) never moves it back.
+            if (!previous || Date.parse(previous.lastInboundAt) < Date.parse(json.lastInboundAt)) this.putWindow(windowKey, { ...json, customer: canonicalCustomerId(json.customer) }, previous);
             kept++;
-          } else if (json === null && previous) this.deleteWindow(key, previous);
+          } else if (json === null && previous) this.deleteWindow(windowKey, previous);
         }
       }
       this.meta.putSync('checkpoint', next);
@@ -439,14 +496,16 @@ export class TaskStore extends LocalStore<Handles, Checkpoint, StoreIdentity> {
    * Drops message states not updated since `messagesBeforeMs` and windows whose last inbound
    * message is older than `windowsBeforeMs` (at most `max` of each); answers how many went.
    */
-  expire(messagesBeforeMs: number, windowsBeforeMs: number, max: number): { messages: number; conversations: number; outcomes: number } {
+  expire(messagesBeforeMs: number, windowsBeforeMs: number, max: number): { messages: number; conversations: number; outcomes: number; inbound: number } {
     this.assertOpen();
-    const result = { messages: 0, conversations: 0, outcomes: 0 };
+    const result = { messages: 0, conversations: 0, outcomes: 0, inbound: 0 };
     const oldMessages = [...this.messageExpiry.getKeys({ end: `${pad(messagesBeforeMs)}${SEP}`, limit: max })];
     const oldWindows = [...this.windowExpiry.getKeys({ end: `${pad(windowsBeforeMs)}${SEP}`, limit: max })];
     // Outcomes follow the message states' retention (tracker.stateRetentionMs).
     const oldOutcomes = [...this.outcomeExpiry.getKeys({ end: `${pad(messagesBeforeMs)}${SEP}`, limit: max })];
-    if (oldMessages.length === 0 && oldWindows.length === 0 && oldOutcomes.length === 0) return result;
+    // Inbound messages too (recorded before it: README "Conversations").
+    const oldInbound = inboundDue(this.h.inbound, messagesBeforeMs);
+    if (oldMessages.length === 0 && oldWindows.length === 0 && oldOutcomes.length === 0 && !oldInbound) return result;
     this.env.transactionSync(() => {
       for (const key of oldMessages) {
         const id = key.slice(key.indexOf(SEP) + 1);
@@ -472,12 +531,19 @@ export class TaskStore extends LocalStore<Handles, Checkpoint, StoreIdentity> {
           result.outcomes++;
         } else if (!outcome || outcomeExpiryKey(outcome) !== key) this.outcomeExpiry.removeSync(key);
       }
+      if (oldInbound) result.inbound = expireInbound(this.h.inbound, messagesBeforeMs, max, this.unflushedInbound);
     });
     return result;
   }
 
   stats(): StoreStats {
-    return { messages: this.entries(this.messages), conversations: this.entries(this.windows), outcomes: this.entries(this.outcomes), bytes: this.bytes() };
+    return {
+      messages: this.entries(this.messages),
+      conversations: this.entries(this.windows),
+      outcomes: this.entries(this.outcomes),
+      inbound: this.entries(this.h.inbound.records),
+      bytes: this.bytes(),
+    };
   }
 
   private putMessage(id: string, state: TrackedMessage, previous: TrackedMessage | undefined): void {
@@ -530,6 +596,40 @@ export class TaskStore extends LocalStore<Handles, Checkpoint, StoreIdentity> {
     this.outcomeExpiry.remove(outcomeExpiryKey(previous));
     const byRecipient = outcomeRecipientKey(previous);
     if (byRecipient) this.h.outcomesByRecipient.remove(byRecipient);
+  }
+
+  /**
+   * Once, when a store of index format 2 or before opens: customers become their canonical form
+   * (contracts/customer-id.ts). The recipient index of the states is emptied (the background
+   * rebuild that follows fills it again, as after a bulk restore); the outcomes' recipient index
+   * is rebuilt here, and the windows move to their canonical key, a window per customer (the
+   * latest of the two forms), both small (the outcomes of the retention, the windows of 26 h).
+   */
+  private canonicalizeIds(): void {
+    const { recipients, outcomesByRecipient, outcomes, windows, windowExpiry } = this.h;
+    recipients.clearSync();
+    outcomesByRecipient.clearSync();
+    this.env.transactionSync(() => {
+      for (const { key, value } of outcomes.getRange()) {
+        const outcome = parseOutcomeText(value, key);
+        const byRecipient = outcome && outcomeRecipientKey(outcome);
+        if (byRecipient) outcomesByRecipient.putSync(byRecipient, '');
+      }
+      for (const { key, value } of [...windows.getRange()]) {
+        const canonical = canonicalConversationKey(key);
+        const window = parseWindow(value);
+        if (canonical === key && (!window || window.customer === canonicalCustomerId(window.customer))) continue;
+        windows.removeSync(key);
+        if (window) windowExpiry.removeSync(windowExpiryKey(window, key));
+        if (!window) continue;
+        const kept = canonical === key ? undefined : parseWindow(windows.get(canonical));
+        if (kept && Date.parse(kept.lastInboundAt) >= Date.parse(window.lastInboundAt)) continue;
+        if (kept) windowExpiry.removeSync(windowExpiryKey(kept, canonical));
+        const moved = { ...window, customer: canonicalCustomerId(window.customer) };
+        windows.putSync(canonical, JSON.stringify(moved));
+        windowExpiry.putSync(windowExpiryKey(moved, canonical), '');
+      }
+    });
   }
 }
 

@@ -6,7 +6,7 @@ import type { TrackerMetrics } from './metrics.js';
 import { TaskStore, taskStoreDir, type Checkpoint } from './state-store.js';
 import type { TrackerLogic, TrackerTopics } from './tracker-logic.js';
 
-type ChangelogName = 'messageState' | 'conversations' | 'requestOutcomes';
+type ChangelogName = 'messageState' | 'conversations' | 'requestOutcomes' | 'inboundMessages';
 
 /**
  * Brings a task's local store up to its changelogs before the task takes traffic (README
@@ -48,6 +48,7 @@ export class TaskRestorer {
       messageStateTopic: topics.messageState,
       conversationsTopic: topics.conversations,
       requestOutcomesTopic: topics.requestOutcomes,
+      inboundMessagesTopic: topics.inboundMessages,
     });
     try {
       let checkpoint = store.checkpoint();
@@ -56,8 +57,9 @@ export class TaskRestorer {
         (await this.changelogs.inconsistency([
           { topic: topics.messageState, partition: task, position: checkpoint.messageState },
           { topic: topics.conversations, partition: task, position: checkpoint.conversations },
-          // Absent in a store of an earlier release (no outcomes kept yet): read from its start.
+          // Absent in a store of an earlier release (no outcomes or inbound messages kept yet): read from its start.
           { topic: topics.requestOutcomes, partition: task, position: checkpoint.requestOutcomes },
+          { topic: topics.inboundMessages, partition: task, position: checkpoint.inboundMessages },
         ]));
       if (checkpoint && inconsistency) {
         logger.warn({ task, dir: store.dir, checkpoint, reason: inconsistency }, 'the local store does not match the changelogs; rebuilding it from them');
@@ -66,13 +68,14 @@ export class TaskRestorer {
       }
       const mode = checkpoint ? 'delta' : 'bulk';
       const now = Date.now();
-      const [states, windows, outcomes] = await this.changelogs.inTurn(async () => [
+      const [states, windows, outcomes, inbound] = await this.changelogs.inTurn(async () => [
         await this.read(store, task, 'messageState', checkpoint, now - config.tracker.stateRetentionMs, signal),
         await this.read(store, task, 'conversations', checkpoint, now - config.tracker.conversationRetentionMs, signal),
         await this.read(store, task, 'requestOutcomes', checkpoint, now - config.tracker.stateRetentionMs, signal),
+        await this.read(store, task, 'inboundMessages', checkpoint, now - config.tracker.stateRetentionMs, signal),
       ]);
       const seconds = (performance.now() - started) / 1000;
-      const records = states.records + windows.records + outcomes.records;
+      const records = states.records + windows.records + outcomes.records + inbound.records;
       metrics.restore(seconds, mode, records);
       const stats = store.stats();
       logger.info(
@@ -80,9 +83,9 @@ export class TaskRestorer {
           task,
           mode,
           from: checkpoint ?? null,
-          changelogRecords: { messageState: states.records, conversations: windows.records, requestOutcomes: outcomes.records },
+          changelogRecords: { messageState: states.records, conversations: windows.records, requestOutcomes: outcomes.records, inboundMessages: inbound.records },
           recordsPerSecond: seconds > 0 ? Math.round(records / seconds) : null,
-          storeEntries: { messages: stats.messages, conversations: stats.conversations, requestOutcomes: stats.outcomes },
+          storeEntries: { messages: stats.messages, conversations: stats.conversations, requestOutcomes: stats.outcomes, inboundMessages: stats.inbound },
           storeBytes: stats.bytes,
           ms: Math.round(seconds * 1000),
         },
@@ -103,7 +106,7 @@ export class TaskRestorer {
    */
   private async read(store: TaskStore, task: number, which: ChangelogName, checkpoint: Checkpoint | undefined, expireBeforeMs: number, signal: AbortSignal): Promise<{ records: number }> {
     const { topics, logic } = this.options;
-    const topic = which === 'messageState' ? topics.messageState : which === 'conversations' ? topics.conversations : topics.requestOutcomes;
+    const topic = { messageState: topics.messageState, conversations: topics.conversations, requestOutcomes: topics.requestOutcomes, inboundMessages: topics.inboundMessages }[which];
     const from = checkpoint?.[which];
     // Into an empty store, message states are copied as they are (indexes built later: README "Local store").
     const fast = which === 'messageState' && !checkpoint;

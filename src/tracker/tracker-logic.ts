@@ -2,7 +2,10 @@ import { HEADER, SCHEMA_ID, deliveryStatusEventSchema, eventIdOf, inboundMessage
 import type { ConsumedRecord } from '../kafka/group-consumer.js';
 import { javaCompatibleHash } from '../kafka/partitioner.js';
 import { applyInbound, inboundFrom, type InboundEvent } from './window-rules.js';
-import { conversationKey, customerOfConversationKey, type ConversationWindow } from '../contracts/conversation-window.js';
+import { canonicalConversationKey, conversationKey, customerOfConversationKey, type ConversationWindow } from '../contracts/conversation-window.js';
+import { canonicalCustomerId } from '../contracts/customer-id.js';
+import type { InboundMessageRecord } from '../contracts/inbound-message.js';
+import { inboundRecordFrom } from './inbound-rules.js';
 import { applyEvent, messageIdOf, resultEventFrom, statusEventFrom, type ApplyOutcome, type TrackerEvent } from './state-rules.js';
 import { type TrackedMessage } from '../contracts/message-state.js';
 import type { RequestOutcome } from '../contracts/request-outcome.js';
@@ -27,12 +30,17 @@ export interface TrackerTopics {
   conversations: string;
   /** Compacted: the last rejected or expired result per request id (task p writes partition p). */
   requestOutcomes: string;
+  /** Compacted: each inbound message, bounded, by event id (task p writes partition p: README "Conversations"). */
+  inboundMessages: string;
 }
 
 export type SkipReason = 'invalid_json' | 'invalid_event' | 'missing_business';
 
 export interface TrackerCounters {
-  event(topic: 'send-results' | 'delivery_status' | 'messages', outcome: ApplyOutcome | 'window_moved' | 'window_unchanged' | 'outcome_recorded' | 'outcome_unchanged'): void;
+  event(
+    topic: 'send-results' | 'delivery_status' | 'messages',
+    outcome: ApplyOutcome | 'window_moved' | 'window_unchanged' | 'outcome_recorded' | 'outcome_unchanged' | 'inbound_recorded' | 'inbound_duplicate',
+  ): void;
   skipped(reason: SkipReason): void;
   evicted(kind: 'message' | 'conversation'): void;
 }
@@ -53,7 +61,12 @@ export interface TrackerLogicOptions {
 export type TrackerProcessResult = ProcessResult & { causes: ConsumedRecord[] };
 
 /** A record of a batch and the event it carries (parsed once: `decodeBatch`). */
-export type DecodedEvent = ({ kind: 'message'; event: TrackerEvent } | { kind: 'conversation'; input: InboundEvent } | { kind: 'outcome'; event: OutcomeEvent }) & { record: ConsumedRecord };
+export type DecodedEvent = ({ kind: 'message'; event: TrackerEvent } | { kind: 'conversation'; input: InboundEvent; inbound: InboundMessageRecord } | { kind: 'outcome'; event: OutcomeEvent }) & {
+  record: ConsumedRecord;
+};
+
+/** Longest customer id the tracker keys by (a store key must stay small): longer, the record is skipped. */
+const MAX_CUSTOMER_ID_LENGTH = 512;
 
 /**
  * A task's persistent store as the logic sees it (state-store.ts is the LMDB adapter): every
@@ -71,11 +84,16 @@ export interface TaskStateStore {
   listedMessages(list: MessageList, value: string, limit: number, before?: string): { id: string; sort: string }[];
   /** The request ids of a recipient's rejected or expired requests, newest first. */
   outcomesOfRecipient(recipient: string, limit: number): string[];
+  /** An inbound message kept by its event id. */
+  inboundMessage(eventId: string): InboundMessageRecord | undefined;
+  /** A customer's inbound messages (canonical id), newest first, older than the `before` sort key. */
+  inboundOfCustomer(customer: string, limit: number, before?: string): { sort: string; record: InboundMessageRecord }[];
   write(change: {
     messages: { id: string; state: TrackedMessage; previous: TrackedMessage | undefined }[];
     conversations: { key: string; window: ConversationWindow; previous: ConversationWindow | undefined }[];
     outcomes?: { requestId: string; outcome: RequestOutcome; previous: RequestOutcome | undefined }[];
-    checkpoint?: { messageState?: number; conversations?: number; requestOutcomes?: number };
+    inbound?: { record: InboundMessageRecord }[];
+    checkpoint?: { messageState?: number; conversations?: number; requestOutcomes?: number; inboundMessages?: number };
   }): Promise<void>;
 }
 
@@ -122,9 +140,14 @@ export class TrackerLogic {
     return javaCompatibleHash(Buffer.from(key)) % this.opts.partitions;
   }
 
+  /** The task of a customer (any form of its id): the partition of its `messages` key, the canonical id. */
+  taskOfCustomer(customer: string): number {
+    return this.taskOf(canonicalCustomerId(customer));
+  }
+
   /** Whether a `conversations` record belongs to this task (its customer's `messages` partition). */
   ownsConversation(task: number, key: string): boolean {
-    return this.taskOf(customerOfConversationKey(key)) === task;
+    return this.taskOfCustomer(customerOfConversationKey(key)) === task;
   }
 
   /** The events a batch carries, each record parsed once; the others are counted as skipped. */
@@ -150,6 +173,8 @@ export class TrackerLogic {
     // Request outcomes are few and small, and read once per result: no cache above the store.
     const outcomes = new Map<string, RequestOutcome>();
     const previousOutcomes = new Map<string, RequestOutcome | undefined>();
+    // Inbound messages are written once each and read by the queries only: no cache above the store.
+    const inbound = new Map<string, InboundMessageRecord>();
     const outputs: OutputRecord[] = [];
     const causes: ConsumedRecord[] = [];
     const now = this.now();
@@ -207,6 +232,28 @@ export class TrackerLogic {
           },
         });
       } else {
+        // The message itself, once per event id (README "Conversations"): a redelivery changes nothing.
+        const record = decoded.inbound;
+        if (inbound.has(record.eventId) || openTask.store.inboundMessage(record.eventId) !== undefined) {
+          this.opts.counters.event('messages', 'inbound_duplicate');
+        } else {
+          this.opts.counters.event('messages', 'inbound_recorded');
+          inbound.set(record.eventId, record);
+          causes.push(decoded.record);
+          outputs.push({
+            topic: this.opts.topics.inboundMessages,
+            // The task's own partition (like message-state): a task restores its customers' messages from one partition.
+            partition: task,
+            key: record.eventId,
+            value: JSON.stringify(record),
+            headers: {
+              [HEADER.eventId]: eventIdOf(`inbound-message\n${record.eventId}`),
+              [HEADER.businessId]: record.businessId,
+              [HEADER.contentType]: 'application/json',
+              [HEADER.schema]: SCHEMA_ID.inboundMessages,
+            },
+          });
+        }
         const key = conversationKey(decoded.input.businessId, decoded.input.customer);
         let current = windows.get(key) ?? previousWindows.get(key);
         if (current === undefined && !previousWindows.has(key)) {
@@ -239,19 +286,22 @@ export class TrackerLogic {
       commit: (written) => {
         for (const [id, tracked] of messages) openTask.messages.set(id, tracked);
         for (const [key, window] of windows) openTask.conversations.set(key, window);
-        if (messages.size === 0 && windows.size === 0 && outcomes.size === 0) return;
-        const checkpoint: { messageState?: number; conversations?: number; requestOutcomes?: number } = {};
+        if (messages.size === 0 && windows.size === 0 && outcomes.size === 0 && inbound.size === 0) return;
+        const checkpoint: { messageState?: number; conversations?: number; requestOutcomes?: number; inboundMessages?: number } = {};
         const ms = written?.get(this.opts.topics.messageState)?.get(task);
         const cv = written?.get(this.opts.topics.conversations)?.get(task);
         const ro = written?.get(this.opts.topics.requestOutcomes)?.get(task);
+        const im = written?.get(this.opts.topics.inboundMessages)?.get(task);
         if (ms !== undefined) checkpoint.messageState = ms;
         if (cv !== undefined) checkpoint.conversations = cv;
         if (ro !== undefined) checkpoint.requestOutcomes = ro;
+        if (im !== undefined) checkpoint.inboundMessages = im;
         openTask.store
           .write({
             messages: [...messages].map(([id, s]) => ({ id, state: s, previous: previousMessages.get(id) })),
             conversations: [...windows].map(([key, w]) => ({ key, window: w, previous: previousWindows.get(key) })),
             outcomes: [...outcomes].map(([requestId, o]) => ({ requestId, outcome: o, previous: previousOutcomes.get(requestId) })),
+            inbound: [...inbound.values()].map((record) => ({ record })),
             checkpoint,
           })
           .catch((error: unknown) => {
@@ -291,10 +341,17 @@ export class TrackerLogic {
     return openTask && (openTask.messages.peek(messageId) ?? openTask.store.message(messageId));
   }
 
-  /** A conversation window from the task of its customer on this member; undefined when unknown here. */
+  /** A conversation window (its key with either form of the customer) from the task of its customer on this member; undefined when unknown here. */
   conversation(key: string): ConversationWindow | undefined {
-    const openTask = this.tasks.get(this.taskOf(customerOfConversationKey(key)));
-    return openTask && (openTask.conversations.peek(key) ?? openTask.store.conversation(key));
+    const canonical = canonicalConversationKey(key);
+    const openTask = this.tasks.get(this.taskOfCustomer(customerOfConversationKey(canonical)));
+    return openTask && (openTask.conversations.peek(canonical) ?? openTask.store.conversation(canonical));
+  }
+
+  /** A customer's inbound messages (any form of the id), newest first, from the task of the customer on this member; undefined when it is not here. */
+  inboundOfCustomer(customer: string, limit: number, before?: string): { sort: string; record: InboundMessageRecord }[] | undefined {
+    const openTask = this.tasks.get(this.taskOfCustomer(customer));
+    return openTask?.store.inboundOfCustomer(canonicalCustomerId(customer), limit, before);
   }
 
   /** The latest-updated message of a request among this member's tasks (a maybeSent resend can make two). */
@@ -404,7 +461,9 @@ export class TrackerLogic {
       }
       const parsed = inboundMessageEventSchema.safeParse(json);
       if (!parsed.success) return skip('invalid_event', parsed.error.issues[0]?.message ?? 'not an inbound message');
-      return { kind: 'conversation', input: inboundFrom(parsed.data, business), record };
+      if (parsed.data.sender.id.length > MAX_CUSTOMER_ID_LENGTH) return skip('invalid_event', `sender.id has more than ${MAX_CUSTOMER_ID_LENGTH} characters: not a customer id`);
+      const inbound = inboundRecordFrom(parsed.data, { eventId: eventId ?? eventIdOf(record.value), businessId: business }, this.now());
+      return { kind: 'conversation', input: inboundFrom(parsed.data, business), inbound, record };
     } catch (err) {
       return skip('invalid_event', (err as Error).message);
     }

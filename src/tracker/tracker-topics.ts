@@ -15,6 +15,7 @@ export function trackerTopics(config: Config): TrackerTopics {
     messageState: t.messageState,
     conversations: t.conversations,
     requestOutcomes: t.requestOutcomes,
+    inboundMessages: t.inboundMessages,
   };
 }
 
@@ -35,19 +36,19 @@ export async function prepareTrackerTopics(kafka: KafkaClient, config: Config, t
         createTopics: config.kafka.createTopics,
         create: [
           ...inputs.map((topic) => ({ topic, ...base })),
-          ...[topics.messageState, topics.conversations, topics.requestOutcomes].map((topic) => ({
+          ...[topics.messageState, topics.conversations, topics.requestOutcomes, topics.inboundMessages].map((topic) => ({
             topic,
             ...base,
             configEntries: changelogTopicConfig(config, topic === topics.conversations ? 'conversations' : 'messageState'),
           })),
         ],
-        written: [topics.messageState, topics.conversations, topics.requestOutcomes],
+        written: [topics.messageState, topics.conversations, topics.requestOutcomes, topics.inboundMessages],
       },
       logger,
     );
-    // Task p writes partition p of message-state and request-outcomes, and restores from it.
-    const outputCounts = await partitionCounts(admin, [topics.messageState, topics.requestOutcomes]).catch(() => new Map<string, number>());
-    for (const topic of [topics.messageState, topics.requestOutcomes]) {
+    // Task p writes partition p of message-state, request-outcomes and inbound-messages, and restores from it.
+    const outputCounts = await partitionCounts(admin, [topics.messageState, topics.requestOutcomes, topics.inboundMessages]).catch(() => new Map<string, number>());
+    for (const topic of [topics.messageState, topics.requestOutcomes, topics.inboundMessages]) {
       const outputPartitions = outputCounts.get(topic);
       if (outputPartitions !== undefined && outputPartitions !== partitions) {
         throw new MsgbridgeError(
@@ -62,7 +63,7 @@ export async function prepareTrackerTopics(kafka: KafkaClient, config: Config, t
 }
 
 /**
- * The changelogs' topic settings (`messageState` also stands for request-outcomes, kept as long): compacted (one record per key) and deleted after the
+ * The changelogs' topic settings (`messageState` also stands for request-outcomes and inbound-messages, kept as long): compacted (one record per key) and deleted after the
  * retention (bounded history), with segments that roll so that compaction and deletion run.
  */
 export function changelogTopicConfig(config: Config, which: 'messageState' | 'conversations'): { name: string; value: string }[] {
@@ -80,7 +81,7 @@ export function changelogTopicConfig(config: Config, which: 'messageState' | 'co
 /** Says loudly when an existing changelog keeps more than the configured retention (created before, or by hand). */
 async function warnUnboundedChangelogs(admin: KafkaAdmin, config: Config, topics: TrackerTopics, logger: Logger): Promise<void> {
   try {
-    for (const [topic, settings] of await topicSettings(admin, [topics.messageState, topics.conversations, topics.requestOutcomes])) {
+    for (const [topic, settings] of await topicSettings(admin, [topics.messageState, topics.conversations, topics.requestOutcomes, topics.inboundMessages])) {
       const setting = (name: string) => settings.get(name);
       const wanted = topic === topics.conversations ? config.tracker.conversationRetentionMs : config.tracker.stateRetentionMs;
       const policy = setting('cleanup.policy') ?? '';

@@ -2,6 +2,7 @@ import type { InboundMessageEvent } from '../contracts/webhook-events.js';
 import { MsgbridgeError } from '../platform/errors.js';
 import { CONVERSATION_WINDOW_MS, conversationKey, type ConversationWindow } from '../contracts/conversation-window.js';
 import { canonicalIso, isoFromEpochSeconds, MAX_EPOCH_MS } from '../contracts/time.js';
+import { canonicalCustomerId } from '../contracts/customer-id.js';
 
 /**
  * The 24-hour customer-service window of one conversation (DESIGN §1.6): free-form text may be
@@ -17,18 +18,22 @@ export interface InboundEvent {
 }
 
 /**
- * The input of a parsed `messages` webhook: the customer is the party that wrote it (`sender.id`,
- * also the record key), the business comes from the record's `business-id` header.
+ * The input of a parsed `messages` webhook: the customer is the party that wrote it (`sender.id`
+ * in its canonical form, also the record key: `+1555…` and `1555…` are one window), the business
+ * comes from the record's `business-id` header.
  */
 export function inboundFrom(event: InboundMessageEvent, businessId: string): InboundEvent {
   if (!businessId) throw new MsgbridgeError('INVALID_ARGUMENT', 'businessId must be a non-empty string', { details: { field: 'businessId' } });
-  return { businessId, customer: event.sender.id, at: isoFromEpochSeconds(event.timestamp, 'timestamp') };
+  return { businessId, customer: canonicalCustomerId(event.sender.id), at: isoFromEpochSeconds(event.timestamp, 'timestamp') };
 }
 
-/** Moves the window forward to a later inbound message; an earlier or equal one changes nothing. */
+/**
+ * Moves the window forward to a later inbound message; an earlier or equal one changes nothing.
+ * Customers compare in their canonical form (a window of an earlier release may hold the other).
+ */
 export function applyInbound(current: ConversationWindow | undefined, input: InboundEvent): { window: ConversationWindow; changed: boolean } {
   const at = canonicalIso(input.at, 'at');
-  if (current && (current.businessId !== input.businessId || current.customer !== input.customer)) {
+  if (current && (current.businessId !== input.businessId || canonicalCustomerId(current.customer) !== canonicalCustomerId(input.customer))) {
     throw new MsgbridgeError(
       'INVALID_ARGUMENT',
       `inbound event of ${conversationKey(input.businessId, input.customer)} applied to the window of ${conversationKey(current.businessId, current.customer)}`,
@@ -43,7 +48,7 @@ export function applyInbound(current: ConversationWindow | undefined, input: Inb
   return {
     window: {
       businessId: input.businessId,
-      customer: input.customer,
+      customer: canonicalCustomerId(input.customer),
       lastInboundAt: at,
       windowOpenUntil: new Date(atMs + CONVERSATION_WINDOW_MS).toISOString(),
     },

@@ -20,6 +20,7 @@ const BENCHES: [file: string, numericOption: string][] = [
   ['sender-throughput', 'in-flight'],
   ['sender', 'recipients'],
   ['simulator', 'rounds'],
+  ['tracker-conversation', 'history'],
   ['tracker-volume', 'history'],
   ['tracker', 'batch'],
   ['window-lookup', 'entries'],

@@ -53,6 +53,8 @@ describe('msgbridge CLI usage', () => {
     [['send', 'text', '--to', '+15550002222', '--text', 'hi', '--param', 'name=Ada']],
     [['send', 'text', '--to', '+15550002222', '--text', 'hi', '--fallback-template', 'welcome', '--param', 'novalue']],
     [['send', 'text', '--to', '+15550002222', '--text', 'hi', '--fallback-template', '']],
+    [['send', 'text', '--to', '+15550002222', '--text', 'hi', '--channel', 'fax']],
+    [['send', 'text', '--to', '+15550002222', '--text', 'hi', '--channel', 'sms', '--fallback-template', 'welcome']],
     [['tail']],
     [['tail', 'messages', '--max', '0']],
     [['webhooks', 'register', '--topics', 'messages,bogus']],
@@ -70,6 +72,12 @@ describe('msgbridge CLI usage', () => {
   ])('rejects %j with exit code 2', async (args) => {
     quiet();
     expect(await main(['node', 'msgbridge', ...args])).toBe(2);
+  });
+
+  it('names the channels --channel takes, in the first line (the usage follows, as for every bad option)', async () => {
+    const result = await runCli(['send', 'text', '--to', '+15550002222', '--text', 'hi', '--channel', 'fax'], { KAFKA_BROKERS: '127.0.0.1:1' });
+    expect(result.code).toBe(2);
+    expect(result.stderr.split('\n')[0]).toBe(`error: option '--channel <channel>' argument 'fax' is invalid. expected whatsapp or sms, got "fax"`);
   });
 
   it('prints a clear message for a bad argument, from a real process', async () => {

@@ -27,6 +27,7 @@ const env: Record<string, string> = {
   MSGBRIDGE__kafka__topics__messageState: `${suffix}-message-state`,
   MSGBRIDGE__kafka__topics__conversations: `${suffix}-conversations`,
   MSGBRIDGE__kafka__topics__requestOutcomes: `${suffix}-request-outcomes`,
+  MSGBRIDGE__kafka__topics__inboundMessages: `${suffix}-inbound-messages`,
   MSGBRIDGE_TRACKER_PORT: '0',
   MSGBRIDGE_TRACKER_ADMIN_PORT: '0',
   MSGBRIDGE__tracker__groupId: `${suffix}-tracker`,
@@ -105,7 +106,7 @@ describe('msgbridge dev, end to end', () => {
     expect(result.headers.traceparent).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/);
     // And the customer's message reached the messages topic the same way.
     const inboundRecords = await consumeRecords(env.MSGBRIDGE__kafka__topics__messages!, 1);
-    expect(inboundRecords[0]!.key).toBe('+15550002222');
+    expect(inboundRecords[0]!.key).toBe('15550002222');
 
     // The tracker folded result and statuses into one state: `msgbridge status` by either id.
     let status = await runCli(['status', messageId!], env);
@@ -145,7 +146,7 @@ describe('msgbridge dev, end to end', () => {
     const tail = await runCli(['tail', env.MSGBRIDGE__kafka__topics__messages!, '--from-beginning', '--max', '1', '--json', '--timeout', '30'], env);
     expect(tail.code, tail.stderr).toBe(0);
     const record = JSON.parse(tail.stdout.trim().split('\n')[0]!);
-    expect(record.key).toBe('+15550002222');
+    expect(record.key).toBe('15550002222');
     expect(record.headers['business-id']).toBe('biz_1');
     expect(record.value.message.text).toBe('hi');
   });
@@ -159,5 +160,58 @@ describe('msgbridge dev, end to end', () => {
     const again = await runCli(['webhooks', 'register', '--address-base', ingressUrl], providerEnv);
     expect(again.code, again.stderr).toBe(0);
     expect(again.stdout.match(/already registered/g)).toHaveLength(2);
+  });
+
+  it('one customer in both forms, SMS and a button reply, end to end (sender.conversationWindow "reject")', async () => {
+    const [, base, token] = /console\s+(http:\/\/\S+)\/console\/#token=(\S+)/.exec(dev.output().stdout)!;
+    const query = async (path: string) => {
+      const res = await fetch(`${base}${path}`, { headers: { authorization: `Bearer ${token}` } });
+      return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+    };
+    const sends = async () => (await (await fetch(`${simulatorUrl}/sim/sends`)).json()) as { operation: string; messageId: string | null; body: { recipient?: { id: string; channelType: string } } }[];
+    // The customer writes as the provider writes inbound senders (no +): a text to +1555… goes through.
+    const WROTE = '15550003131';
+    const inbound = await runCli(['simulator', 'inbound', '--business', 'biz_1', '--from', WROTE, '--text', 'hello', '--url', simulatorUrl], env);
+    expect(inbound.code, inbound.stderr).toBe(0);
+    const text = await runCli(['send', 'text', '--to', `+${WROTE}`, '--text', 'Hello back', '--timeout', '45'], env, 90_000);
+    expect(text.code, text.stdout).toBe(0);
+    const textId = /accepted: message id (\S+)/.exec(text.stdout)![1]!;
+    // GET /messages?recipient= finds it by either form.
+    for (const form of [WROTE, encodeURIComponent(`+${WROTE}`)]) {
+      const page = await query(`/messages?recipient=${form}`);
+      expect(
+        (page.body.messages as { messageId: string }[]).map((m) => m.messageId),
+        form,
+      ).toEqual([textId]);
+    }
+
+    // An SMS to a customer who never wrote is sent; no status follows, ever: accepted is where it ends.
+    const SILENT = '+15550003232';
+    const sms = await runCli(['send', 'text', '--channel', 'sms', '--to', SILENT, '--text', 'Your code is 1234', '--timeout', '45'], env, 90_000);
+    expect(sms.code, sms.stdout).toBe(0);
+    expect(sms.stdout).toMatch(/SMS: handed to the SMS network/);
+    const smsId = /accepted: message id (\S+)/.exec(sms.stdout)![1]!;
+    expect((await sends()).filter((s) => s.body.recipient?.id === SILENT)).toEqual([
+      expect.objectContaining({ operation: 'text', messageId: smsId, body: expect.objectContaining({ recipient: { channelType: 'sms', id: SILENT } }) }),
+    ]);
+    // A WhatsApp text to the same customer is still refused without a provider call.
+    const refused = await runCli(['send', 'text', '--to', SILENT, '--text', 'Are you there?', '--timeout', '45'], env, 90_000);
+    expect(refused.code, refused.stdout).toBe(1);
+    expect(refused.stdout).toMatch(/RELAY_OUTSIDE_CONVERSATION_WINDOW/);
+    expect((await sends()).filter((s) => s.body.recipient?.id === SILENT)).toHaveLength(1);
+    // The tracker says the SMS is accepted on the SMS channel, and nothing moves it: the simulator sends no status for it.
+    await new Promise((r) => setTimeout(r, 2000));
+    expect(await query(`/messages/${smsId}`)).toMatchObject({ status: 200, body: { status: 'accepted', events: 1, sentAt: null, send: { channel: 'sms' } } });
+
+    // A button reply travels the ingress and the tracker like a text: it is in the customer's conversation.
+    const button = await runCli(['simulator', 'inbound', '--business', 'biz_1', '--from', WROTE, '--text', 'Yes', '--button', 'confirm-42', '--url', simulatorUrl], env);
+    expect(button.code, button.stderr).toBe(0);
+    let thread: { items: { direction: string; inbound?: { text: string; button: unknown } }[] } = { items: [] };
+    for (let i = 0; i < 60 && thread.items.filter((item) => item.direction === 'inbound').length < 2; i++) {
+      await new Promise((r) => setTimeout(r, 500));
+      thread = (await query(`/thread?customer=%2B${WROTE}`)).body as typeof thread;
+    }
+    expect(thread.items.map((item) => (item.direction === 'inbound' ? `in:${item.inbound!.text}` : 'out'))).toEqual(['in:Yes', 'out', 'in:hello']);
+    expect(thread.items[0]!.inbound!.button).toEqual({ payload: 'confirm-42' });
   });
 });

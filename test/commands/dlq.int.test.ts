@@ -140,6 +140,7 @@ describe('msgbridge dlq: webhooks, golden records of 0.1.0, list and stats', () 
     messageState: uniqueTopic('message-state'),
     conversations: uniqueTopic('conversations'),
     requestOutcomes: uniqueTopic('request-outcomes'),
+    inboundMessages: uniqueTopic('inbound-messages'),
   };
   const businesses = JSON.stringify([
     { id: 'biz_1', signingSecrets: [GOLDEN_SECRET], apiKey: 'k1' },

@@ -9,6 +9,7 @@ import { HEADER, SCHEMA_ID } from '../../src/contracts/headers.js';
 import { conversationWindowSchema } from '../../src/contracts/conversation-window.js';
 import { messageStateSchema } from '../../src/contracts/message-state.js';
 import { requestOutcomeSchema } from '../../src/contracts/request-outcome.js';
+import { inboundMessageRecordSchema } from '../../src/contracts/inbound-message.js';
 
 const file = join(import.meta.dirname, '..', '..', 'docs', 'asyncapi.json');
 
@@ -34,6 +35,7 @@ describe('AsyncAPI document', () => {
         '/webhooks/{businessId}/messages',
         'conversations',
         'delivery_status',
+        'inbound-messages',
         'message-state',
         'messages',
         'request-outcomes',
@@ -52,6 +54,7 @@ describe('AsyncAPI document', () => {
       { address: 'conversations', schema: SCHEMA_ID.conversations, key: /<businessId>:<customer>/, zod: conversationWindowSchema },
       // A dead letter's result may name no business: its outcome then has no business-id header.
       { address: 'request-outcomes', schema: SCHEMA_ID.requestOutcomes, key: /request id/, zod: requestOutcomeSchema, businessOptional: true },
+      { address: 'inbound-messages', schema: SCHEMA_ID.inboundMessages, key: /event-id/, zod: inboundMessageRecordSchema },
     ];
     for (const c of cases) {
       const channel = document!

@@ -17,7 +17,9 @@ import {
   type GoldenFile,
   type GoldenRecord,
 } from '../../scripts/contract-fixtures.js';
-import { conversationKey } from '../../src/contracts/conversation-window.js';
+import { canonicalConversationKey, conversationKey } from '../../src/contracts/conversation-window.js';
+import { canonicalCustomerId } from '../../src/contracts/customer-id.js';
+import { inboundMessageRecordSchema } from '../../src/contracts/inbound-message.js';
 import { eventIdOf, HEADER, SCHEMA_ID } from '../../src/contracts/headers.js';
 import { messageStateOf, messageStateSchema } from '../../src/contracts/message-state.js';
 import { requestOutcomeSchema, type RequestOutcome } from '../../src/contracts/request-outcome.js';
@@ -68,6 +70,7 @@ const SCHEMA_OF: Record<ContractTopic, string | undefined> = {
   'message-state': SCHEMA_ID.messageState,
   conversations: SCHEMA_ID.conversations,
   'request-outcomes': SCHEMA_ID.requestOutcomes,
+  'inbound-messages': SCHEMA_ID.inboundMessages,
 };
 
 /** The published JSON Schema of each topic's value (the DLQs hold raw bytes: none). */
@@ -79,6 +82,7 @@ const JSON_SCHEMA_OF: Partial<Record<ContractTopic, string>> = {
   'message-state': 'message-state.schema.json',
   conversations: 'conversation-window.schema.json',
   'request-outcomes': 'request-outcome.schema.json',
+  'inbound-messages': 'inbound-message-record.schema.json',
 };
 
 const TOPICS = trackerTopics(loadConfig({ env: {} })); // the default topic names
@@ -153,7 +157,15 @@ let store: TaskStore;
 let storeDir: string;
 beforeAll(() => {
   storeDir = mkdtempSync(join(tmpdir(), 'golden-store-'));
-  store = TaskStore.open(storeDir, { clusterId: 'golden', task: 0, partitions: 1, messageStateTopic: 'message-state', conversationsTopic: 'conversations', requestOutcomesTopic: 'request-outcomes' });
+  store = TaskStore.open(storeDir, {
+    clusterId: 'golden',
+    task: 0,
+    partitions: 1,
+    messageStateTopic: 'message-state',
+    conversationsTopic: 'conversations',
+    requestOutcomesTopic: 'request-outcomes',
+    inboundMessagesTopic: 'inbound-messages',
+  });
 });
 afterAll(async () => {
   await store.close();
@@ -245,12 +257,17 @@ describe.each(cases)('$name', ({ topic, record }) => {
     });
 
   if (topic === 'messages')
-    it("is read by the tracker as an inbound message of the customer its key names (the conversation's key)", () => {
+    it("is read by the tracker as an inbound message of the customer its key names (the conversation's key), kept as it was sent", () => {
       const body = inboundMessageEventSchema.parse(json(record));
-      expect(record.key).toBe(body.sender.id);
+      // 0.1.0 keyed by sender.id as sent, 0.2.0 by its canonical form: either names the customer.
+      expect(canonicalCustomerId(record.key!)).toBe(canonicalCustomerId(body.sender.id));
       const { events, skipped } = trackerDecode(TOPICS.messages, [record]);
       expect(skipped).toEqual([]);
-      expect(events[0]).toMatchObject({ kind: 'conversation', input: { businessId: record.headers[HEADER.businessId], customer: record.key } });
+      expect(events[0]).toMatchObject({
+        kind: 'conversation',
+        input: { businessId: record.headers[HEADER.businessId], customer: canonicalCustomerId(record.key!) },
+        inbound: { eventId: record.headers[HEADER.eventId], customer: canonicalCustomerId(body.sender.id), from: body.sender.id },
+      });
     });
 
   if (topic === 'send-requests')
@@ -327,7 +344,16 @@ describe.each(cases)('$name', ({ topic, record }) => {
       const entry = conversationEntry(record.key, record.value);
       expect(entry).toMatchObject({ businessId: window.businessId, openUntil: Date.parse(window.windowOpenUntil) });
       store.applyChangelog('conversations', [{ key: record.key!, value: Buffer.from(record.value) }], {}, 0);
-      expect(store.conversation(record.key!)).toEqual(window);
+      expect(store.conversation(canonicalConversationKey(record.key!))).toMatchObject({ ...window, customer: canonicalCustomerId(window.customer) });
+    });
+
+  if (topic === 'inbound-messages')
+    it('is restored by the tracker, as the inbound message its key names, found by its customer', () => {
+      const kept = inboundMessageRecordSchema.parse(json(record));
+      expect(record.key).toBe(kept.eventId);
+      store.applyChangelog('inboundMessages', [{ key: record.key!, value: Buffer.from(record.value) }], {}, 0);
+      expect(store.inboundMessage(record.key!)).toEqual(kept);
+      expect(store.inboundOfCustomer(kept.customer, 100).map((f) => f.record.eventId)).toContain(kept.eventId);
     });
 
   if (topic === 'request-outcomes')
@@ -356,6 +382,8 @@ describe.each(versions)('the tracker on the records of %s', (version) => {
       indexesComplete: () => true,
       listedMessages: () => [],
       outcomesOfRecipient: () => [],
+      inboundMessage: () => undefined,
+      inboundOfCustomer: () => [],
       write: (change) => {
         for (const m of change.messages) states.set(m.id, m.state);
         for (const o of change.outcomes ?? []) outcomes.set(o.requestId, o.outcome);
@@ -377,5 +405,17 @@ describe.each(versions)('the tracker on the records of %s', (version) => {
     // What it writes is read back as this version's states are.
     for (const o of outputs.filter((o) => o.topic === TOPICS.messageState)) expect(messageStateSchema.safeParse(JSON.parse(String(o.value))).success).toBe(true);
     for (const o of outputs.filter((o) => o.topic === TOPICS.requestOutcomes)) expect(requestOutcomeSchema.safeParse(JSON.parse(String(o.value))).success).toBe(true);
+    // Every inbound message (a text, a button reply, an attachment) is kept once, for its customer's conversation.
+    const kept = outputs.filter((o) => o.topic === TOPICS.inboundMessages).map((o) => inboundMessageRecordSchema.parse(JSON.parse(String(o.value))));
+    expect(kept.map((k) => k.eventId).sort()).toEqual(inbound.map((r) => r.headers[HEADER.eventId]).sort());
+  });
+});
+
+describe('records of the code before canonical customer ids', () => {
+  it("reads the conversations key of the release before canonical customer ids (the provider's form) as the same customer, in the sender and the store", () => {
+    const value = JSON.stringify({ businessId: 'biz_1', customer: '+15550009999', lastInboundAt: '2026-11-20T09:58:00.000Z', windowOpenUntil: '2026-11-21T09:58:00.000Z' });
+    expect(conversationEntry('biz_1:+15550009999', value)).toMatchObject({ key: 'biz_1:15550009999', openUntil: Date.parse('2026-11-21T09:58:00.000Z') });
+    store.applyChangelog('conversations', [{ key: 'biz_1:+15550009999', value: Buffer.from(value) }], {}, 0);
+    expect(store.conversation('biz_1:15550009999')).toMatchObject({ customer: '15550009999', windowOpenUntil: '2026-11-21T09:58:00.000Z' });
   });
 });

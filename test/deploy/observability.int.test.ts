@@ -138,6 +138,7 @@ describe('observability: alert rules and dashboard', () => {
         messageState: `obs-state-${id}`,
         conversations: `obs-conversations-${id}`,
         requestOutcomes: `obs-outcomes-${id}`,
+        inboundMessages: `obs-inbound-${id}`,
       };
       const business = { id: 'biz_1', apiKey: 'key-biz-1', signingSecret: 'whsec-observability-0123456789' };
       const brokers = kafkaBrokers();

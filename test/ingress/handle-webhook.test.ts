@@ -54,12 +54,17 @@ describe('handleWebhook: verified events', () => {
     });
   });
 
-  it('publishes an inbound message keyed by sender.id', () => {
+  it('publishes an inbound message keyed by its customer in the canonical form, the body byte for byte', () => {
     const body = inboundEvent('+15550009999', 'hi', { attachments: [{ type: 'image', url: 'https://x' }] });
     const d = publication(body, { pathTopic: 'messages' });
-    expect(d.record).toMatchObject({ topic: 'k-messages', key: '+15550009999' });
+    // One customer with or without the +: both forms land on one partition, in order.
+    expect(d.record).toMatchObject({ topic: 'k-messages', key: '15550009999' });
+    expect(d.record.value.toString()).toBe(body);
     expect(d.record.headers.schema).toBe('messages/v1');
     expect(d.record.headers).not.toHaveProperty('traceparent');
+    expect(publication(inboundEvent('15550009999'), { pathTopic: 'messages' }).record.key).toBe('15550009999');
+    // An opaque id is the key as it is.
+    expect(publication(inboundEvent('US.1349120865'), { pathTopic: 'messages' }).record.key).toBe('US.1349120865');
   });
 
   it('detects the topic from the body on the per-business address', () => {

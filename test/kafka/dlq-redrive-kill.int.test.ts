@@ -47,6 +47,7 @@ describe('dlq redrive under kill -9', () => {
     messageState: uniqueTopic('message-state'),
     conversations: uniqueTopic('conversations'),
     requestOutcomes: uniqueTopic('request-outcomes'),
+    inboundMessages: uniqueTopic('inbound-messages'),
   };
   const env = {
     KAFKA_BROKERS: kafkaBrokers().join(','),

@@ -160,6 +160,7 @@ describe('secured Kafka from environment variables alone', () => {
         MSGBRIDGE__kafka__topics__messageState: `sec-tstate-${id}`,
         MSGBRIDGE__kafka__topics__conversations: `sec-tconv-${id}`,
         MSGBRIDGE__kafka__topics__requestOutcomes: `sec-toutcomes-${id}`,
+        MSGBRIDGE__kafka__topics__inboundMessages: `sec-tinbound-${id}`,
         MSGBRIDGE__tracker__groupId: `sec-tracker-${id}`,
         MSGBRIDGE__tracker__transactionalIdPrefix: `sec-tracker-${id}`,
       });

@@ -48,6 +48,17 @@ describe('conversation window guard: the decision', () => {
     expect(decide(neverSeen, {}, { conversationWindow: 'ignore', fallbackTemplate }).decision).toEqual({ action: 'send', why: 'override' });
   });
 
+  it("an SMS text is sent as it is, without a lookup: the 24-hour rule is WhatsApp's (its fallbackTemplate never used)", () => {
+    for (const channelType of ['sms', 'SMS']) {
+      for (const window of [closed, neverSeen, incomplete]) {
+        expect(decide(window, {}, { recipient: { channelType }, fallbackTemplate })).toEqual({ decision: { action: 'send', why: 'sms' }, looked: 0 });
+      }
+    }
+    // A young SMS request does not wait either; a WhatsApp text to the same closed window is still refused.
+    expect(decide(closed, { requestTime: NOW }, { recipient: { channelType: 'sms' } }).decision).toEqual({ action: 'send', why: 'sms' });
+    expect(decide(closed, {}, { recipient: { channelType: 'whatsapp' } }).decision).toEqual({ action: 'reject', window: closed });
+  });
+
   it('an open window: sent (a fallbackTemplate is not used)', () => {
     expect(decide(open).decision).toEqual({ action: 'send', why: 'open' });
     expect(decide(open, {}, { fallbackTemplate }).decision).toEqual({ action: 'send', why: 'open' });
@@ -144,6 +155,11 @@ describe('conversation table', () => {
     table.apply(window('15550000001', NOW + HOUR));
     expect(table.lookup('biz_1', '+15550000001').state).toBe('open');
     expect(table.lookup('biz_1', '15550000001').state).toBe('open');
+    // An opaque id is compared as it is.
+    table.markComplete();
+    table.apply(window('US.1234', NOW + HOUR));
+    expect(table.lookup('biz_1', 'US.1234').state).toBe('open');
+    expect(table.lookup('biz_1', '+US.1234').state).toBe('closed');
   });
 
   it('full: closed windows go first; then the least recently updated open one, and never-seen customers are unknown until it would have closed', () => {

@@ -180,6 +180,40 @@ describe('sender: the conversation window guard on the broker and the simulator'
     expect(sender.stats().conversationTable).toMatchObject({ entries: 1, complete: true, evictedOpen: 0 });
   });
 
+  it('one customer in both forms, and SMS: an inbound from 1555… lets a text to +1555… through; an SMS to a customer who never wrote is sent; a WhatsApp text to them is still refused without a call', async () => {
+    const { f, results } = await setUp();
+    const WROTE = '15550003001';
+    const SILENT = '+15550003002';
+    // The customer wrote as the provider writes inbound senders (no +): the simulator opens the
+    // window, the tracker writes its window under that form.
+    f.simulator.injectInbound(BIZ.id, { from: WROTE, text: 'hi' });
+    await createConversations(f.topics.conversations);
+    await produceWindows(f.topics.conversations, [{ customer: WROTE, at: Date.now() }]);
+    const sender = await f.start();
+    await sender.ready;
+    await produceRequests(f.topics.sendRequests, [
+      text('plus', `+${WROTE}`),
+      { key: SILENT, value: { ...textRequest('sms', SILENT, 'your code is 1234', { callbackData: 'sms' }), recipient: { channelType: 'sms', id: SILENT } } },
+      text('whatsapp', SILENT),
+    ]);
+    await results.waitFor((r) => r.length >= 3);
+    const got = byRequest(results);
+    expect(got.get('plus')).toMatchObject({ outcome: 'accepted', recipient: `+${WROTE}`, channel: 'whatsapp' });
+    expect(got.get('sms')).toMatchObject({ outcome: 'accepted', recipient: SILENT, channel: 'sms' });
+    expect(got.get('whatsapp')).toMatchObject({ outcome: 'rejected', attempts: 0, error: { code: 'RELAY_OUTSIDE_CONVERSATION_WINDOW' } });
+    expect(providerCalls(f).sort()).toEqual(['plus', 'sms']);
+    // The provider agrees: the text is in the window, the SMS creates a message no status follows.
+    const plan = (id: string) => {
+      const result = got.get(id)!;
+      return result.outcome === 'accepted' ? f.simulator.message(result.messageId)?.plan : undefined;
+    };
+    await f.simulator.idle(5000);
+    expect(plan('plus')).toBe('read');
+    expect(plan('sms')).toBe('no_events');
+    const metrics = await sender.metrics.metrics();
+    expect(metrics).toMatch(/msgbridge_sender_conversation_window_total\{decision="sms",business="biz_1",role="sender"\} 1\n/);
+  });
+
   it('start-up wait: no request is taken before the table is complete (an open transaction holds the read); a window in it is not taken for never seen', async () => {
     const { f, results } = await setUp();
     const OPENING = '+15550002001';
@@ -373,6 +407,14 @@ describe('sender: the conversation window guard on the broker and the simulator'
     expect(sends).toHaveLength(1);
     expect(sends[0]).toMatchObject({ operation: 'template', body: { number: SILENT, templateName: 'welcome', parameters: [{ name: 'name', value: 'Ada' }] } });
     expect(f.simulator.message(sends[0]!.messageId!)?.plan).not.toBe('failed');
+
+    // --channel sms: no window to wait for, and no status to follow: accepted is where it ends (exit 0).
+    const sms = await runCli(['send', 'text', '--to', SILENT, '--text', 'your code is 1234', '--channel', 'sms', '--timeout', '30'], env);
+    expect(`${sms.stdout}${sms.stderr}`).toMatch(/accepted: message id \w+ \(attempts 1\)\n.*SMS: handed to the SMS network; the provider reports no delivery on this channel/);
+    expect(sms.code).toBe(0);
+    const smsSend = f.simulator.sends()[1]!;
+    expect(smsSend).toMatchObject({ operation: 'text', body: { recipient: { channelType: 'sms', id: SILENT }, message: { text: 'your code is 1234' } } });
+    expect(f.simulator.message(smsSend.messageId!)?.plan).toBe('no_events');
   });
 });
 

@@ -36,6 +36,7 @@ export function senderTopics() {
     /** Not created by the fixture: the tests of the conversation window guard create it (compacted) when they need it. */
     conversations: uniqueTopic('conversations'),
     requestOutcomes: uniqueTopic('request-outcomes'),
+    inboundMessages: uniqueTopic('inbound-messages'),
   };
 }
 

@@ -22,6 +22,22 @@ function record(value: unknown, headers: IncomingRecord['headers'] = {}): Incomi
 }
 
 describe('result records', () => {
+  it("an accepted result names the channel it went out on: the text's (lower case), whatsapp for a template or a fallback template", () => {
+    const job = (value: Record<string, unknown>) => prepareJob(record({ requestId: 'r1', ...value }), one, 5) as SendJob;
+    const sms = job({ type: 'text', recipient: { channelType: 'SMS', id: '+15550002222' }, message: { text: 'hi' } });
+    expect(acceptedResult(sms, 'm-1', 1, false, new Date(0)).channel).toBe('sms');
+    const whatsapp = job({ type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' } });
+    expect(acceptedResult(whatsapp, 'm-1', 1, false, new Date(0)).channel).toBe('whatsapp');
+    expect(acceptedResult({ ...whatsapp, operation: 'template', sentAs: 'template' }, 'm-1', 1, false, new Date(0)).channel).toBe('whatsapp');
+    const template = job({ type: 'template', number: '+15550002222', templateName: 'order_update', parameters: [] });
+    const accepted = acceptedResult(template, 'm-1', 1, false, new Date(0));
+    expect(accepted.channel).toBe('whatsapp');
+    expect(sendResultSchema.parse(accepted)).toEqual(accepted);
+    // Results of releases before it have none: still read.
+    const { channel: _channel, ...older } = accepted;
+    expect(sendResultSchema.parse(older)).not.toHaveProperty('channel');
+  });
+
   it("carries the request's content, bounded, in every outcome; the copy kept for repeats leaves it out", () => {
     const long = 'x'.repeat(REQUEST_CONTENT_LIMITS.textChars + 50);
     const text = prepareJob(record({ requestId: 'r1', type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: long } }), one, 5) as SendJob;

@@ -72,6 +72,18 @@ describe('msgbridge simulator inbound / faults', () => {
     expect(JSON.parse(request!.body.toString('utf8'))).toMatchObject({ sender: { id: '+15550009999' }, message: { text: 'from the CLI' } });
   });
 
+  it('injects a button reply with --button <payload>', async () => {
+    receiver.requests.length = 0;
+    const code = await run('inbound', '--business', BIZ.id, '--from', '15550009998', '--text', 'Yes', '--button', 'confirm-42', '--url', sim.url);
+    expect(code).toBe(0);
+    const [request] = await receiver.waitFor(1);
+    expect(JSON.parse(request!.body.toString('utf8'))).toMatchObject({ sender: { id: '15550009998' }, message: { text: 'Yes' }, isButtonResponse: true, callbackData: 'confirm-42' });
+    receiver.requests.length = 0;
+    expect(await run('inbound', '--business', BIZ.id, '--from', '15550009998', '--text', 'No', '--button', '--url', sim.url)).toBe(0);
+    const [plain] = await receiver.waitFor(1);
+    expect(JSON.parse(plain!.body.toString('utf8'))).not.toHaveProperty('callbackData');
+  });
+
   it('sets, shows and resets faults', async () => {
     expect(await run('faults', '--set', '{"send5xxRate":0.5}', '--url', sim.url)).toBe(0);
     expect(sim.getFaults().send5xxRate).toBe(0.5);

@@ -110,6 +110,54 @@ describe('simulator: delivery status lifecycle', () => {
     expect(answer.body.eventId).toBe(createHash('sha256').update(request!.body).digest('hex'));
   });
 
+  it('a customer who wrote as 1555… may be sent a text as +1555… (and the other way round): one customer, two forms', async () => {
+    await inbound(sim, '15550005551');
+    await inbound(sim, '+15550005552');
+    const plus = ((await sendText(sim, '+15550005551')).body as { id: string }).id;
+    const bare = ((await sendText(sim, '15550005552')).body as { id: string }).id;
+    const other = ((await sendText(sim, '+15550005553')).body as { id: string }).id;
+    await settle();
+    expect(statusEvents(plus).map((e) => e.statusUpdate.status)).toEqual(['sent', 'delivered', 'read']);
+    expect(statusEvents(bare).map((e) => e.statusUpdate.status)).toEqual(['sent', 'delivered', 'read']);
+    expect(statusEvents(other).map((e) => e.statusUpdate.error?.code)).toEqual(['ERROR_CODE_MESSAGE_CUSTOMER_NO_CONVERSATION_INITIATION']);
+    // The recipient behaviours too: +15550000404 is not on WhatsApp, written either way.
+    const template = ((await sendTemplate(sim, '15550000404', 'order_update', [{ name: 'order', value: '1' }])).body as { id: string }).id;
+    await settle();
+    expect(statusEvents(template).map((e) => e.statusUpdate.error?.code)).toEqual(['ERROR_CODE_PHONE_NUMBER_NOT_ON_WHATSAPP']);
+  });
+
+  it('sends a button reply: isButtonResponse, the button text, its payload in callbackData; it opens the window like a text', async () => {
+    const customer = '+15550006661';
+    const answer = await call<{ eventId: string; deliveries: number }>(`${sim.url}/sim/businesses/${BIZ.id}/inbound`, {
+      body: { from: customer, text: 'Yes, confirm', button: { payload: 'confirm-order-42' } },
+    });
+    expect(answer.status).toBe(200);
+    const [request] = await receiver.waitFor(1);
+    const event = JSON.parse(request!.body.toString('utf8')) as Record<string, unknown>;
+    inboundMessageEventSchema.parse(event);
+    expect(event).toEqual({
+      timestamp: expect.stringMatching(/^\d+$/),
+      sender: { channelType: 'whatsapp', id: customer },
+      recipient: { channelType: 'whatsapp', id: BIZ.number },
+      message: { text: 'Yes, confirm' },
+      isButtonResponse: true,
+      callbackData: 'confirm-order-42',
+    });
+    const id = ((await sendText(sim, customer)).body as { id: string }).id;
+    await settle();
+    expect(statusEvents(id).map((e) => e.statusUpdate.status)).toEqual(['sent', 'delivered', 'read']);
+    // Without a payload: the flag alone.
+    receiver.requests.length = 0;
+    await call(`${sim.url}/sim/businesses/${BIZ.id}/inbound`, { body: { from: customer, text: 'No', button: {} } });
+    const [second] = await receiver.waitFor(1);
+    const plain = JSON.parse(second!.body.toString('utf8')) as Record<string, unknown>;
+    expect(plain.isButtonResponse).toBe(true);
+    expect('callbackData' in plain).toBe(false);
+    const bad = await call<{ message: string }>(`${sim.url}/sim/businesses/${BIZ.id}/inbound`, { body: { from: customer, text: 'x', button: { payload: '' } } });
+    expect(bad.status).toBe(400);
+    expect(bad.body.message).toBe('invalid inbound message: button.payload: a button payload must not be empty');
+  });
+
   it('fails a text to a customer who never wrote: NO_CONVERSATION_INITIATION, with the full error object', async () => {
     const id = ((await sendText(sim, '+15550003333')).body as { id: string }).id;
     await settle();

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { main } from '../../src/cli.js';
-import { deliveryStatusEventSchema, detectWebhookTopic, inboundMessageEventSchema } from '../../src/contracts/index.js';
+import { canonicalCustomerId, deliveryStatusEventSchema, detectWebhookTopic, inboundMessageEventSchema } from '../../src/contracts/index.js';
 import { isMsgbridgeError } from '../../src/platform/errors.js';
 import { runWebhookLoad } from '../../src/simulator/load-generator.js';
 import { hmacBase64 } from '../helpers/signing.js';
@@ -67,7 +67,8 @@ describe('webhook load generator', () => {
     const expected = acknowledgedBodies.map((r) => {
       const event = JSON.parse(r.body.toString('utf8')) as { sender: { id: string }; statusUpdate?: { id: string } };
       const topic = detectWebhookTopic(event)!;
-      return { topic, key: topic === 'messages' ? event.sender.id : event.statusUpdate!.id, eventId: createHash('sha256').update(r.body).digest('hex') };
+      // The ingress keys an inbound message by its canonical customer id (no leading +).
+      return { topic, key: topic === 'messages' ? canonicalCustomerId(event.sender.id) : event.statusUpdate!.id, eventId: createHash('sha256').update(r.body).digest('hex') };
     });
     const byId = (a: { eventId: string }, b: { eventId: string }) => a.eventId.localeCompare(b.eventId);
     expect([...report.acknowledged].sort(byId)).toEqual(expected.sort(byId));

@@ -139,6 +139,7 @@ describe('tracing across the roles', () => {
     messageState: uniqueTopic('tc-state'),
     conversations: uniqueTopic('tc-conv'),
     requestOutcomes: uniqueTopic('tc-outcomes'),
+    inboundMessages: uniqueTopic('tc-inbound'),
   };
   let receiver: Awaited<ReturnType<typeof startOtlpReceiver>>;
   let simulator: RunningSimulator;

@@ -75,7 +75,17 @@ describe('tracker access', () => {
       string,
       string
     >[]) {
-      for (const path of [`/messages/${ids[1]}`, '/requests/acc-1', `/messages?recipient=${encodeURIComponent(ALICE)}`, '/me', '/dlq', `/conversations/biz_1/${encodeURIComponent(ALICE)}`]) {
+      for (const path of [
+        `/messages/${ids[1]}`,
+        '/requests/acc-1',
+        `/messages?recipient=${encodeURIComponent(ALICE)}`,
+        '/me',
+        '/dlq',
+        `/conversations/biz_1/${encodeURIComponent(ALICE)}`,
+        `/inbound?customer=${encodeURIComponent(ALICE)}`,
+        `/thread?customer=${encodeURIComponent(ALICE)}`,
+        `/thread?recipientOf=${ids[1]}`,
+      ]) {
         const answer = await get(base, path, headers);
         expect(answer.status, `${path} ${JSON.stringify(headers)}`).toBe(401);
         expect(answer.headers.get('www-authenticate')).toMatch(/^Bearer realm="msgbridge tracker"/);
@@ -125,7 +135,8 @@ describe('tracker access', () => {
     expect((of.body.messages as unknown[]).length).toBe(5);
     expect(of.body.next).toEqual(expect.any(String));
     const window = await get(base, `/messages/${ids[3]}/conversation`, authHeaders('read'));
-    expect(window).toMatchObject({ status: 200, body: { businessId: 'biz_1', customer: '+1555•••7777', lastInboundAt: new Date(1763632800_000).toISOString() } });
+    // The window names the customer in the canonical form (no +).
+    expect(window).toMatchObject({ status: 200, body: { businessId: 'biz_1', customer: '1555•••7777', lastInboundAt: new Date(1763632800_000).toISOString() } });
     expect(await get(base, '/me', authHeaders('read'))).toMatchObject({ body: { name: 'test-reader', role: 'read', masked: true } });
     expect(await get(base, '/me', authHeaders('operator'))).toMatchObject({ body: { name: 'test-operator', role: 'operator', masked: false } });
   });
@@ -136,9 +147,42 @@ describe('tracker access', () => {
         expect((await get(member.address!, `/messages/${m}`, authHeaders('read'))).status).toBe(200);
         expect((await get(member.address!, `/requests/acc-${i}`, authHeaders('read'))).body.messageId).toBe(m);
       }
-      expect(await get(member.address!, `/conversations/biz_1/${encodeURIComponent(ALICE)}`, authHeaders('operator'))).toMatchObject({ status: 200, body: { customer: ALICE } });
+      expect(await get(member.address!, `/conversations/biz_1/${encodeURIComponent(ALICE)}`, authHeaders('operator'))).toMatchObject({ status: 200, body: { customer: ALICE.slice(1) } });
+      expect(await get(member.address!, `/conversations/biz_1/${ALICE.slice(1)}`, authHeaders('operator'))).toMatchObject({ status: 200, body: { customer: ALICE.slice(1) } });
       expect((await get(member.address!, `/conversations/biz_1/${encodeURIComponent('+15550000000')}`, authHeaders('operator'))).status).toBe(404);
     }
+  });
+
+  it("a customer's inbound messages and conversation answer on both members, by either form of the number, with the same credentials and roles (forwarded to the owner)", async () => {
+    const answers = [];
+    for (const member of members) {
+      for (const customer of [ALICE, ALICE.slice(1)]) {
+        const inbound = await get(member.address!, `/inbound?customer=${encodeURIComponent(customer)}`, authHeaders('operator'));
+        expect(inbound.status).toBe(200);
+        expect(inbound.body.messages).toEqual([expect.objectContaining({ customer: ALICE.slice(1), from: ALICE, text: 'hi', at: new Date(1763632800_000).toISOString() })]);
+        const thread = await get(member.address!, `/thread?customer=${encodeURIComponent(customer)}&limit=100`, authHeaders('operator'));
+        expect(thread.status).toBe(200);
+        answers.push(thread.body);
+      }
+      // The read role: the same conversation, the numbers masked.
+      const masked = await get(member.address!, `/thread?customer=${encodeURIComponent(ALICE)}&limit=100`, authHeaders('read'));
+      expect(masked.status).toBe(200);
+      expect(JSON.stringify(masked.body)).not.toContain(ALICE.slice(2));
+      expect((masked.body.items as { direction: string; inbound?: { from: string } }[]).find((i) => i.direction === 'inbound')?.inbound?.from).toBe('+1555•••7777');
+      // By a message id too (what the console links to when numbers are masked).
+      expect((await get(member.address!, `/thread?recipientOf=${ids[4]}&limit=100`, authHeaders('read'))).body.items).toEqual(masked.body.items);
+    }
+    // Every member, either form: one answer. The customer wrote before every message went out.
+    for (const answer of answers.slice(1)) expect({ ...answer, customer: undefined }).toEqual({ ...answers[0], customer: undefined });
+    const items = answers[0]!.items as { direction: string; message?: { messageId: string } }[];
+    expect(items).toHaveLength(13);
+    expect(items.map((i) => i.direction)).toEqual([...Array(12).fill('outbound'), 'inbound']);
+    expect(items.slice(0, 12).map((i) => i.message!.messageId)).toEqual([...ids].reverse());
+    expect(answers[0]!.next).toBeNull();
+    // Bad input: one clear error each.
+    expect(await get(members[0]!.address!, '/inbound', authHeaders('read'))).toMatchObject({ status: 400, body: { error: 'INVALID_ARGUMENT', message: expect.stringMatching(/\?customer=/) } });
+    expect(await get(members[0]!.address!, `/thread?customer=${ALICE}&limit=0`, authHeaders('read'))).toMatchObject({ status: 400, body: { message: 'limit must be an integer from 1 to 100' } });
+    expect(await get(members[0]!.address!, `/thread?customer=${ALICE}&before=nope!`, authHeaders('read'))).toMatchObject({ status: 400, body: { message: expect.stringMatching(/not a cursor/) } });
   });
 
   it('a read-only caller cannot redrive (403, logged); an operator gets the dry run of the same code as msgbridge dlq', async () => {

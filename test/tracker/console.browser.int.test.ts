@@ -17,12 +17,18 @@ import { TEST_ACCESS_TOKENS, TEST_TOKENS } from './harness.js';
  * read-only user sees phone numbers masked on every page (tracker.maskRecipients), no redrive,
  * and is refused one; an operator's confirmed redrive sends a dead-lettered request once, and no
  * later redrive (any selection) produces it again (in Chromium: it happens once per process).
- * With MSGBRIDGE_CONSOLE_SCREENSHOTS=1 the main pages are written to docs/console/*.png (from
- * Chromium).
+ * The customer's page is their conversation: they write as the provider writes inbound senders
+ * (15550002222, no +), a text to +15550002222 goes through (one customer), a button reply, and an
+ * SMS that ends at accepted, said so. With MSGBRIDGE_CONSOLE_SCREENSHOTS=1 the main pages are
+ * written to docs/console/*.png (from Chromium); with MSGBRIDGE_CONSOLE_SHOTS_DIR=<dir>, the
+ * conversation of both browsers to <dir>/<browser>-conversation.png.
  */
 const SHOTS = process.env.MSGBRIDGE_CONSOLE_SCREENSHOTS === '1' ? join(import.meta.dirname, '..', '..', 'docs', 'console') : undefined;
+const BOTH_BROWSERS_SHOTS = process.env.MSGBRIDGE_CONSOLE_SHOTS_DIR || undefined;
 const suffix = uniqueTopic('console');
 const CUSTOMER = '+15550002222';
+/** The customer as the provider writes an inbound sender: the same number without its +. */
+const CUSTOMER_AS_SENDER = CUSTOMER.slice(1);
 const FAILING = '+15550000404';
 const env: Record<string, string> = {
   KAFKA_BROKERS: '',
@@ -43,6 +49,7 @@ const env: Record<string, string> = {
   MSGBRIDGE__kafka__topics__messageState: `${suffix}-message-state`,
   MSGBRIDGE__kafka__topics__conversations: `${suffix}-conversations`,
   MSGBRIDGE__kafka__topics__requestOutcomes: `${suffix}-request-outcomes`,
+  MSGBRIDGE__kafka__topics__inboundMessages: `${suffix}-inbound-messages`,
   MSGBRIDGE_TRACKER_PORT: '0',
   MSGBRIDGE_TRACKER_ADMIN_PORT: '0',
   MSGBRIDGE_TRACKER_STATE_DIR: mkdtempSync(join(tmpdir(), 'msgbridge-console-state-')),
@@ -60,6 +67,7 @@ let base: string;
 let devToken: string;
 let readMessageId: string;
 let failedMessageId: string;
+let smsMessageId: string;
 
 async function newPage(width = 1280, height = 900): Promise<Page> {
   const page = await browser.newPage({ viewport: { width, height }, locale: 'en-US', timezoneId: 'Europe/Berlin' });
@@ -84,6 +92,13 @@ async function shot(page: Page, name: string) {
   await page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
 }
 
+/** The page in every browser, to MSGBRIDGE_CONSOLE_SHOTS_DIR (outside the repository). */
+async function shotEveryBrowser(page: Page, name: string) {
+  if (!BOTH_BROWSERS_SHOTS) return;
+  mkdirSync(BOTH_BROWSERS_SHOTS, { recursive: true });
+  await page.screenshot({ path: join(BOTH_BROWSERS_SHOTS, `${browser.name.toLowerCase()}-${name}.png`), fullPage: true });
+}
+
 beforeAll(async () => {
   env.KAFKA_BROKERS = kafkaBrokers().join(',');
   dev = startCli(['dev', '--quiet'], env);
@@ -91,11 +106,24 @@ beforeAll(async () => {
   [, base, devToken] = link as unknown as [string, string, string];
   const simulatorUrl = (await dev.waitFor(/simulator\s+(http:\/\/\S+)/))[1]!;
 
-  // The customer writes first, then a text goes out and is read; a template to a number not on WhatsApp fails.
-  const inbound = await runCli(['simulator', 'inbound', '--business', 'biz_1', '--from', CUSTOMER, '--text', 'hi', '--url', simulatorUrl], env);
+  // The customer writes first (as 1555…: the provider's form of an inbound sender), then a text to
+  // +1555… goes out and is read (one customer); they answer with a button; an SMS follows. A
+  // template to a number not on WhatsApp fails.
+  const inbound = await runCli(['simulator', 'inbound', '--business', 'biz_1', '--from', CUSTOMER_AS_SENDER, '--text', 'Hi! Where is my order?', '--name', 'Ada', '--url', simulatorUrl], env);
   expect(inbound.code, inbound.stderr).toBe(0);
   const sent = await runCli(['send', 'text', '--business', 'biz_1', '--to', CUSTOMER, '--text', 'Your order shipped', '--request-id', `${suffix}-ok`, '--timeout', '45'], env, 90_000);
   expect(sent.code, `${sent.stdout}\n${sent.stderr}`).toBe(0);
+  // A second later (inbound times are whole seconds): the button reply is newer than the text.
+  await new Promise((r) => setTimeout(r, 1100));
+  const button = await runCli(['simulator', 'inbound', '--business', 'biz_1', '--from', CUSTOMER_AS_SENDER, '--text', 'Deliver today', '--button', 'deliver-today-42', '--url', simulatorUrl], env);
+  expect(button.code, button.stderr).toBe(0);
+  const sms = await runCli(
+    ['send', 'text', '--business', 'biz_1', '--to', CUSTOMER, '--channel', 'sms', '--text', 'Your code is 4242', '--request-id', `${suffix}-sms`, '--timeout', '45'],
+    env,
+    90_000,
+  );
+  expect(sms.code, `${sms.stdout}\n${sms.stderr}`).toBe(0);
+  expect(sms.stdout).toMatch(/SMS: handed to the SMS network/);
   const failed = await runCli(
     ['send', 'template', '--business', 'biz_1', '--to', FAILING, '--template', 'order_update', '--param', 'order=42', '--request-id', `${suffix}-fail`, '--timeout', '45'],
     env,
@@ -124,13 +152,16 @@ beforeAll(async () => {
   };
   const deadline = Date.now() + 60_000;
   for (;;) {
-    const [ok, bad] = [await ask(`${suffix}-ok`), await ask(`${suffix}-fail`)];
-    if (ok?.status === 'read' && bad?.status === 'delivery_failed') {
+    const [ok, bad, text] = [await ask(`${suffix}-ok`), await ask(`${suffix}-fail`), await ask(`${suffix}-sms`)];
+    const thread = await fetch(`${base}/thread?customer=${CUSTOMER_AS_SENDER}`, { headers: { authorization: `Bearer ${devToken}` } });
+    const items = thread.status === 200 ? ((await thread.json()) as { items: unknown[] }).items : [];
+    if (ok?.status === 'read' && bad?.status === 'delivery_failed' && text?.status === 'accepted' && items.length === 4) {
       readMessageId = ok.messageId;
       failedMessageId = bad.messageId;
+      smsMessageId = text.messageId;
       break;
     }
-    if (Date.now() > deadline) throw new Error(`the messages did not reach read and delivery_failed: ${JSON.stringify([ok, bad])}`);
+    if (Date.now() > deadline) throw new Error(`the messages did not reach read, delivery_failed and accepted: ${JSON.stringify([ok, bad, text, items.length])}`);
     await new Promise((r) => setTimeout(r, 500));
   }
 }, 240_000);
@@ -155,7 +186,7 @@ describe.each(BROWSERS)('the support console in %s', (name) => {
     await page.press('#q', 'Enter');
     await page.waitForSelector('table tbody tr');
     expect(new URL(page.url()).searchParams.get('q')).toBe(CUSTOMER);
-    expect(await page.textContent('h1')).toBe(`Messages to ${CUSTOMER}`);
+    expect(await page.textContent('h1')).toBe(`Conversation with ${CUSTOMER}`);
     const row = page.locator('tbody tr', { hasText: readMessageId });
     expect(await row.locator('.badge').textContent()).toBe('read');
     await shot(page, 'search');
@@ -172,7 +203,8 @@ describe.each(BROWSERS)('the support console in %s', (name) => {
     expect(await page.locator('.timeline .delta').count()).toBe(3);
     expect(await page.textContent('#window-title + p')).toMatch(/open/);
     expect(await page.getByRole('link', { name: `${suffix}-ok` }).count()).toBe(1);
-    expect(await page.getByRole('link', { name: "this customer's other messages" }).count()).toBe(1);
+    expect(await page.getByRole('link', { name: "this customer's conversation" }).count()).toBe(1);
+    expect(await page.textContent('dd.channel')).toBe('WhatsApp');
     await shot(page, 'message');
     // The same page at a phone's width: nothing wider than the screen.
     await page.setViewportSize({ width: 390, height: 844 });
@@ -238,7 +270,7 @@ describe.each(BROWSERS)('the support console in %s', (name) => {
     await page.keyboard.type(CUSTOMER);
     await page.keyboard.press('Enter');
     await page.waitForSelector('table tbody tr');
-    expect(await page.textContent('h1')).toBe(`Messages to ${CUSTOMER}`);
+    expect(await page.textContent('h1')).toBe(`Conversation with ${CUSTOMER}`);
     // The new view has the focus (a screen reader reads it); the next Tab is its first link.
     expect(await page.evaluate('document.activeElement?.id')).toBe('main');
     await page.keyboard.press('Tab');
@@ -258,6 +290,9 @@ describe.each(BROWSERS)('the support console in %s', (name) => {
     expect(await page.textContent('#who-name')).toContain('read only');
     expect(await page.textContent('main')).toContain(masked);
     expect(await page.textContent('body')).not.toContain(CUSTOMER);
+    // The inbound sender, as the provider wrote it (no +), is masked too.
+    expect(await page.textContent('main')).toContain(`${CUSTOMER_AS_SENDER.slice(0, 4)}•••${CUSTOMER.slice(-4)}`);
+    expect(await page.textContent('body')).not.toContain(CUSTOMER_AS_SENDER);
     await page.locator('tbody tr', { hasText: readMessageId }).getByRole('link', { name: readMessageId }).click();
     await page.waitForSelector('.timeline');
     expect(await page.textContent('main')).toContain(masked);
@@ -284,6 +319,40 @@ describe.each(BROWSERS)('the support console in %s', (name) => {
     })()`);
     expect(status).toBe(403);
     await page.close();
+  });
+
+  it("the customer's page is the conversation: what they wrote (a text, a button reply) and what was sent with its state, newest first; an SMS says accepted is final", async () => {
+    // Found by the number in either form: one customer.
+    for (const q of [CUSTOMER, CUSTOMER_AS_SENDER]) {
+      const page = await signedIn(devToken, `/console/?q=${encodeURIComponent(q)}`);
+      await page.waitForSelector('table tbody tr');
+      // Newest first: the SMS, the button reply, our text (read), their first message (later tests of
+      // the first browser add messages to this customer: found by what they say, in this order).
+      const cells = await page.locator('tbody tr td:nth-child(2)').allTextContents();
+      const at = (pattern: RegExp) => cells.findIndex((c) => pattern.test(c));
+      const order = [at(/Your code is 4242/), at(/Button reply\s*Deliver today\s*payload deliver-today-42/), at(/Your order shipped/), at(/Hi! Where is my order\?/)];
+      expect(
+        order.every((i) => i >= 0),
+        cells.join(' | '),
+      ).toBe(true);
+      expect([...order].sort((a, b) => a - b)).toEqual(order);
+      expect(await page.locator('tbody tr.inbound').count()).toBe(2);
+      expect(await page.locator('tbody tr', { hasText: readMessageId }).locator('.badge').textContent()).toBe('read');
+      expect(await page.locator('tbody tr', { hasText: smsMessageId }).locator('.badge').allTextContents()).toEqual(['accepted', 'SMS · final']);
+      expect(await page.locator('tbody tr.inbound').first().textContent()).toContain(CUSTOMER_AS_SENDER);
+      expect(await page.textContent('tbody tr.inbound:last-child')).toContain('Ada');
+      if (q === CUSTOMER) await shotEveryBrowser(page, 'conversation');
+      await page.close();
+    }
+    // The SMS's own page says what accepted means there.
+    const sms = await signedIn(devToken, `/console/?message=${encodeURIComponent(smsMessageId)}`);
+    await sms.waitForSelector('.timeline');
+    expect(await sms.textContent('.sms-meaning')).toMatch(/no delivery receipts for SMS, so accepted is the last state/);
+    expect(await sms.textContent('dd.channel')).toBe('SMS');
+    expect(await sms.locator('.timeline .step-name').allTextContents()).toEqual(['accepted']);
+    expect(await sms.textContent('#window-title + p')).toMatch(/An SMS has no 24-hour window/);
+    await shotEveryBrowser(sms, 'sms-message');
+    await sms.close();
   });
 
   it("the message page shows the request's text as it was sent", async () => {

@@ -2,7 +2,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadConfig } from '../../src/config/load.js';
-import { eventIdOf, resultEventId } from '../../src/contracts/index.js';
+import { canonicalCustomerId, eventIdOf, resultEventId } from '../../src/contracts/index.js';
 import { inboundEvent, statusEvent } from '../ingress/fixtures.js';
 import { kafkaBrokers, testKafka } from '../helpers/kafka.js';
 
@@ -37,6 +37,7 @@ export function trackerEnv(id: string): Record<string, string> {
     MSGBRIDGE__kafka__topics__messageState: `tr-state-${id}`,
     MSGBRIDGE__kafka__topics__conversations: `tr-conv-${id}`,
     MSGBRIDGE__kafka__topics__requestOutcomes: `tr-outcomes-${id}`,
+    MSGBRIDGE__kafka__topics__inboundMessages: `tr-inbound-${id}`,
     MSGBRIDGE__kafka__partitions: '3',
     MSGBRIDGE__kafka__replicationFactor: '1',
     MSGBRIDGE__tracker__groupId: `tr-group-${id}`,
@@ -121,9 +122,10 @@ export function messageLifeRecords(requestId: string, message: string, options: 
   ];
 }
 
+/** An inbound message as the ingress writes it: keyed by the canonical customer id, the body as the provider sent it. */
 export function inboundRecord(customer: string, timestamp: string) {
   const value = inboundEvent(customer, 'hi', { timestamp });
-  return { key: customer, value, headers: { 'event-id': eventIdOf(value), 'business-id': 'biz_1' } };
+  return { key: canonicalCustomerId(customer), value, headers: { 'event-id': eventIdOf(value), 'business-id': 'biz_1' } };
 }
 
 /** The latest committed value per key of a compacted topic (read_committed, from the beginning). */

@@ -315,6 +315,27 @@ describe('restore from message-state', () => {
     expect(applyEvent(state, { ...event, eventId: 'e-r3', result: { ...event.result, send: { attempts: 1, maybeSent: false, requestedType: 'text' } } }, NOW)).toMatchObject({ changed: true });
   });
 
+  it('keeps the channel the result names (an SMS ends at accepted); absent in states and results written before it', () => {
+    const base = {
+      requestId: 'r-sms',
+      businessId: 'biz_1',
+      messageId: 'm-sms',
+      recipient: '+15550002222',
+      acceptedAt: at(0),
+      outcome: 'accepted',
+      attempts: 1,
+      maybeSent: false,
+      type: 'text',
+    } as const;
+    const state = applyEvent(undefined, resultEventFrom({ ...base, channel: 'sms' } as SendResult, 'e-sms')!, NOW).state;
+    expect(state).toMatchObject({ status: 'accepted', send: { channel: 'sms' } });
+    expect(messageStateSchema.parse(JSON.parse(JSON.stringify(state))).send!.channel).toBe('sms');
+    // The same result without the field (a result of an earlier release) is another summary: applied.
+    expect(applyEvent(state, resultEventFrom(base as SendResult, 'e-old')!, NOW).state.send).not.toHaveProperty('channel');
+    const { channel: _c, ...older } = state.send!;
+    expect(messageStateSchema.parse({ ...state, send: older }).send).not.toHaveProperty('channel');
+  });
+
   it("keeps the request's content from the result, bounded; a later result without content (a repeat's) keeps it", () => {
     const base = {
       requestId: 'order-42',

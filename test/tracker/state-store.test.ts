@@ -1,14 +1,23 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { cpSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { open as lmdbOpen } from 'lmdb';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { TrackedMessage } from '../../src/contracts/message-state.js';
 import type { RequestOutcome } from '../../src/contracts/request-outcome.js';
+import type { InboundMessageRecord } from '../../src/contracts/inbound-message.js';
 import { TaskStore, taskStoreDir, type StoreIdentity } from '../../src/tracker/state-store.js';
 
 /** The LMDB store of one task, on a temporary directory: states, indexes, checkpoint, expiry, identity. */
-const identity: StoreIdentity = { clusterId: 'c1', task: 2, partitions: 12, messageStateTopic: 'message-state', conversationsTopic: 'conversations', requestOutcomesTopic: 'request-outcomes' };
+const identity: StoreIdentity = {
+  clusterId: 'c1',
+  task: 2,
+  partitions: 12,
+  messageStateTopic: 'message-state',
+  conversationsTopic: 'conversations',
+  requestOutcomesTopic: 'request-outcomes',
+  inboundMessagesTopic: 'inbound-messages',
+};
 const dirs: string[] = [];
 const open = (id: StoreIdentity = identity, dir = mkdtempSync(join(tmpdir(), 'store-test-'))) => {
   dirs.push(dir);
@@ -204,7 +213,7 @@ describe('TaskStore', () => {
       ],
     });
     const gone = store.expire(Date.parse('2026-11-01T00:00:00Z'), Date.parse('2026-11-23T00:00:00Z'), 100);
-    expect(gone).toEqual({ messages: 1, conversations: 1, outcomes: 0 });
+    expect(gone).toEqual({ messages: 1, conversations: 1, outcomes: 0, inbound: 0 });
     expect(store.message('old')).toBeUndefined();
     expect(store.messageIdsOfRequest('req-old')).toEqual([]);
     expect(store.listedMessages('recipient', '+15550001111', 10).map((e) => e.id)).toEqual(['fresh']);
@@ -213,7 +222,7 @@ describe('TaskStore', () => {
     // An update moves a state's expiry: the old entry goes with it.
     const updated = { ...fresh, updatedAt: '2026-11-24T01:00:00.000Z', status: 'sent' as const };
     await store.write({ messages: [{ id: 'fresh', state: updated, previous: fresh }], conversations: [] });
-    expect(store.expire(Date.parse('2026-11-24T00:30:00Z'), 0, 100)).toEqual({ messages: 0, conversations: 0, outcomes: 0 });
+    expect(store.expire(Date.parse('2026-11-24T00:30:00Z'), 0, 100)).toEqual({ messages: 0, conversations: 0, outcomes: 0, inbound: 0 });
     expect(store.message('fresh')?.status).toBe('sent');
     await store.close();
   });
@@ -265,7 +274,7 @@ describe('TaskStore', () => {
     const again = TaskStore.open(dir, identity);
     expect(again.requestOutcome('r1')).toEqual(outcome('r1', '2026-10-01T00:00:00.000Z'));
     expect(again.checkpoint()).toEqual({ messageState: 0, conversations: 0, requestOutcomes: 9 });
-    expect(again.expire(Date.parse('2026-11-01T00:00:00Z'), 0, 100)).toEqual({ messages: 0, conversations: 0, outcomes: 1 });
+    expect(again.expire(Date.parse('2026-11-01T00:00:00Z'), 0, 100)).toEqual({ messages: 0, conversations: 0, outcomes: 1, inbound: 0 });
     expect(again.requestOutcome('r1')).toBeUndefined();
     expect(again.requestOutcome('r2')).toBeDefined();
     expect(again.outcomesOfRecipient('+15550001111', 10)).toEqual(['r2']);
@@ -287,6 +296,158 @@ describe('TaskStore', () => {
     const other = open({ ...identity, requestOutcomesTopic: 'elsewhere' }, dir);
     expect(other.message('m1')).toBeUndefined();
     await other.close();
+  });
+
+  it("finds a recipient's messages and outcomes by either form of the number (+ or not): one customer", async () => {
+    const store = open();
+    const plus = state('plus', { recipient: '+15550002222', acceptedAt: '2026-11-24T10:00:01.000Z' });
+    const bare = state('bare', { recipient: '15550002222', acceptedAt: '2026-11-24T10:00:02.000Z' });
+    const opaque = state('opaque', { recipient: 'US.42', acceptedAt: '2026-11-24T10:00:03.000Z' });
+    await store.write({ messages: [plus, bare, opaque].map((s) => ({ id: s.messageId, state: s, previous: undefined })), conversations: [] });
+    for (const form of ['15550002222', '+15550002222']) expect(store.listedMessages('recipient', form, 10).map((e) => e.id)).toEqual(['bare', 'plus']);
+    expect(store.listedMessages('recipient', 'US.42', 10).map((e) => e.id)).toEqual(['opaque']);
+    expect(store.listedMessages('recipient', '+US.42', 10)).toEqual([]);
+    // The stored states keep the number as it was sent.
+    expect(store.message('plus')?.recipient).toBe('+15550002222');
+    await store.close();
+  });
+
+  it('keeps inbound messages once each: found by customer newest first and paged, restored from the changelog, expired after the retention', async () => {
+    const inbound = (eventId: string, at: string, over: Partial<InboundMessageRecord> = {}): InboundMessageRecord => ({
+      eventId,
+      businessId: 'biz_1',
+      customer: '15550002222',
+      from: '+15550002222',
+      name: null,
+      channel: 'whatsapp',
+      at,
+      text: `text ${eventId}`,
+      button: null,
+      attachments: [],
+      truncated: false,
+      recordedAt: at,
+      ...over,
+    });
+    const store = open();
+    const written = store.write({
+      messages: [],
+      conversations: [],
+      inbound: [{ record: inbound('e1', '2026-11-24T10:00:00.000Z') }, { record: inbound('e2', '2026-11-24T10:05:00.000Z', { button: { payload: 'yes' } }) }],
+      checkpoint: { inboundMessages: 2 },
+    });
+    // Read at once, before it is durable.
+    expect(store.inboundMessage('e2')?.button).toEqual({ payload: 'yes' });
+    await written;
+    store.applyChangelog(
+      'inboundMessages',
+      [
+        { key: 'e3', value: Buffer.from(JSON.stringify(inbound('e3', '2026-11-24T10:10:00.000Z'))) },
+        { key: 'e4', value: Buffer.from(JSON.stringify(inbound('e4', '2026-11-24T10:11:00.000Z', { customer: '15550009999' }))) },
+        { key: 'e5', value: Buffer.from(JSON.stringify(inbound('e5', '2026-11-24T10:12:00.000Z'))) },
+        { key: 'e5', value: null },
+        { key: 'e6', value: Buffer.from('{"not":"a record"}') },
+        // A value whose event id is not its key is not trusted.
+        { key: 'e7', value: Buffer.from(JSON.stringify(inbound('e8', '2026-11-24T10:13:00.000Z'))) },
+        // Recorded before the retention: not kept.
+        { key: 'e9', value: Buffer.from(JSON.stringify(inbound('e9', '2026-10-01T00:00:00.000Z'))) },
+      ],
+      { inboundMessages: 9 },
+      Date.parse('2026-11-01T00:00:00Z'),
+    );
+    const first = store.inboundOfCustomer('15550002222', 2);
+    expect(first.map((f) => f.record.eventId)).toEqual(['e3', 'e2']);
+    expect(store.inboundOfCustomer('15550002222', 2, first[1]!.sort).map((f) => f.record.eventId)).toEqual(['e1']);
+    expect(store.inboundOfCustomer('15550009999', 5).map((f) => f.record.eventId)).toEqual(['e4']);
+    for (const id of ['e5', 'e6', 'e7', 'e8', 'e9']) expect(store.inboundMessage(id), id).toBeUndefined();
+    expect(store.stats().inbound).toBe(4);
+    const dir = store.dir;
+    await store.close();
+    const again = TaskStore.open(dir, identity);
+    expect(again.inboundMessage('e1')).toEqual(inbound('e1', '2026-11-24T10:00:00.000Z'));
+    expect(again.checkpoint()?.inboundMessages).toBe(9);
+    expect(again.expire(Date.parse('2026-11-24T10:06:00Z'), 0, 100)).toEqual({ messages: 0, conversations: 0, outcomes: 0, inbound: 2 });
+    expect(again.inboundOfCustomer('15550002222', 10).map((f) => f.record.eventId)).toEqual(['e3']);
+    await again.close();
+  });
+
+  it('lists inbound messages with long keys (64-character event ids, a long opaque customer id) and pages them with the shared cursor shape', async () => {
+    const store = open();
+    const customer = `opaque.${'x'.repeat(100)}`;
+    const id = (n: number) => String(n).padStart(64, 'f');
+    const record = (n: number): InboundMessageRecord => ({
+      eventId: id(n),
+      businessId: 'biz_1',
+      customer,
+      from: customer,
+      name: null,
+      channel: 'whatsapp',
+      at: `2026-11-24T10:0${n}:00.000Z`,
+      text: `t${n}`,
+      button: null,
+      attachments: [],
+      truncated: false,
+      recordedAt: '2026-11-24T10:00:00.000Z',
+    });
+    await store.write({ messages: [], conversations: [], inbound: [1, 2, 3].map((n) => ({ record: record(n) })) });
+    const first = store.inboundOfCustomer(customer, 2);
+    expect(first.map((f) => f.record.text)).toEqual(['t3', 't2']);
+    // The sort key has a message's shape (15-digit time, NUL, id): the thread's cursor covers both lists.
+    expect(first[1]!.sort).toBe(`${String(Date.parse('2026-11-24T10:02:00.000Z')).padStart(15, '0')}\u0000${id(2)}`);
+    expect(store.inboundOfCustomer(customer, 2, first[1]!.sort).map((f) => f.record.text)).toEqual(['t1']);
+    // Another customer whose id starts with this one's is not in its range.
+    expect(store.inboundOfCustomer(customer.slice(0, 50), 5)).toEqual([]);
+    await store.close();
+  });
+
+  it('the golden store of index format 2 (written by the release before canonical customer ids) is kept and moved once: either form finds the customer', async () => {
+    // Written by test/fixtures/stores/make-format-2.ts with the code of that release.
+    const dir = mkdtempSync(join(tmpdir(), 'store-test-'));
+    dirs.push(dir);
+    cpSync(join(import.meta.dirname, '..', 'fixtures', 'stores', 'format-2'), dir, { recursive: true });
+    const golden = { ...identity, clusterId: 'golden', task: 0, partitions: 1 };
+    const store = TaskStore.open(dir, golden);
+    // Not wiped: its states, outcome and checkpoint are there (no inbound-messages position yet: read from its start).
+    expect(store.checkpoint()).toEqual({ messageState: 3, conversations: 2, requestOutcomes: 1 });
+    expect(store.message('01JGOLDEN0000000000000PLUS')?.recipient).toBe('+15550002222');
+    // The outcomes' recipient index is moved at once; the states' is rebuilt in the background.
+    expect(store.outcomesOfRecipient('15550002222', 10)).toEqual(['r-rejected']);
+    expect(store.indexesComplete()).toBe(false);
+    while (!store.buildIndexes(1, 0).done);
+    expect(store.listedMessages('recipient', '15550002222', 10).map((e) => e.id)).toEqual(['01JGOLDEN0000000000000BARE', '01JGOLDEN0000000000000PLUS']);
+    expect(store.listedMessages('recipient', '15550003333', 10).map((e) => e.id)).toEqual(['01JGOLDEN000000000000OTHER']);
+    expect(store.listedMessages('recipient', '+15550002222', 10)).toHaveLength(2);
+    expect(store.messageIdsOfRequest('r-bare')).toEqual(['01JGOLDEN0000000000000BARE']);
+    // Its two windows of one customer (one per form of the key) are one, the latest, under the canonical key.
+    expect(store.conversation('biz_1:15550002222')).toEqual({
+      businessId: 'biz_1',
+      customer: '15550002222',
+      lastInboundAt: '2026-11-20T10:03:00.000Z',
+      windowOpenUntil: '2026-11-21T10:03:00.000Z',
+    });
+    expect(store.conversation('biz_1:+15550002222')).toBeUndefined();
+    expect(store.stats()).toMatchObject({ messages: 3, conversations: 1, outcomes: 1, inbound: 0 });
+    await store.close();
+    // Moved once: the next open finds it of this release.
+    const again = TaskStore.open(dir, golden);
+    expect(again.indexesComplete()).toBe(true);
+    expect(again.listedMessages('recipient', '15550002222', 10)).toHaveLength(2);
+    await again.close();
+  });
+
+  it('restores a window written under either form of the customer as one window, the latest', () => {
+    const store = open();
+    const window = (customer: string, lastInboundAt: string) => Buffer.from(JSON.stringify({ businessId: 'biz_1', customer, lastInboundAt, windowOpenUntil: '2026-11-25T12:00:00.000Z' }));
+    store.applyChangelog(
+      'conversations',
+      [
+        { key: 'biz_1:15550002222', value: window('15550002222', '2026-11-24T11:00:00.000Z') },
+        { key: 'biz_1:+15550002222', value: window('+15550002222', '2026-11-24T10:00:00.000Z') },
+      ],
+      {},
+      0,
+    );
+    expect(store.conversation('biz_1:15550002222')).toMatchObject({ customer: '15550002222', lastInboundAt: '2026-11-24T11:00:00.000Z' });
+    expect(store.stats().conversations).toBe(1);
   });
 
   it('a directory left by another cluster, topic or partition count is wiped, not reused', async () => {

@@ -101,6 +101,7 @@ describe('tracker local stores', () => {
       messageStateTopic: topics.messageState,
       conversationsTopic: topics.conversations,
       requestOutcomesTopic: topics.requestOutcomes,
+      inboundMessagesTopic: topics.inboundMessages,
     });
     store.applyChangelog('messageState', [], { messageState: 1_000_000 }, 0);
     await store.close();

@@ -1,10 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { eventIdOf, resultEventId } from '../../src/contracts/index.js';
 import type { ConsumedRecord } from '../../src/kafka/group-consumer.js';
-import type { ConversationWindow } from '../../src/contracts/conversation-window.js';
-import type { TrackedMessage } from '../../src/contracts/message-state.js';
-import type { RequestOutcome } from '../../src/contracts/request-outcome.js';
-import { TrackerLogic, type TaskStateStore } from '../../src/tracker/tracker-logic.js';
+import { TrackerLogic } from '../../src/tracker/tracker-logic.js';
+import { MemoryStore } from './memory-store.js';
 import { inboundEvent, statusEvent } from '../ingress/fixtures.js';
 import { accepted } from './harness.js';
 import { loadConfig } from '../../src/config/load.js';
@@ -15,53 +13,6 @@ import { trackerTopics } from '../../src/tracker/tracker-topics.js';
  * and the store, its outputs go to the task's partitions, and only commit() changes the cache
  * and writes the store (with the states replaced and the changelog positions reached).
  */
-type Write = Parameters<TaskStateStore['write']>[0];
-
-class MemoryStore implements TaskStateStore {
-  messages = new Map<string, TrackedMessage>();
-  windows = new Map<string, ConversationWindow>();
-  outcomes = new Map<string, RequestOutcome>();
-  writes: Write[] = [];
-  reads = 0;
-  fail: Error | undefined;
-  message(id: string) {
-    this.reads++;
-    return this.messages.get(id);
-  }
-  conversation(key: string) {
-    return this.windows.get(key);
-  }
-  requestOutcome(requestId: string) {
-    return this.outcomes.get(requestId);
-  }
-  messageIdsOfRequest(requestId: string) {
-    return [...this.messages.values()].filter((s) => s.requestId === requestId).map((s) => s.messageId);
-  }
-  indexesComplete() {
-    return true;
-  }
-  listedMessages(list: 'recipient' | 'business', value: string, limit: number) {
-    return [...this.messages.values()]
-      .filter((s) => (list === 'recipient' ? s.recipient : s.businessId) === value)
-      .map((s) => ({ id: s.messageId, sort: `${s.acceptedAt}\u0000${s.messageId}` }))
-      .slice(0, limit);
-  }
-  outcomesOfRecipient(recipient: string, limit: number) {
-    return [...this.outcomes.values()]
-      .filter((o) => o.recipient === recipient)
-      .map((o) => o.requestId)
-      .slice(0, limit);
-  }
-  write(change: Write) {
-    this.writes.push(change);
-    if (this.fail) return Promise.reject(this.fail);
-    for (const m of change.messages) this.messages.set(m.id, m.state);
-    for (const c of change.conversations) this.windows.set(c.key, c.window);
-    for (const o of change.outcomes ?? []) this.outcomes.set(o.requestId, o.outcome);
-    return Promise.resolve();
-  }
-}
-
 const topics = trackerTopics(loadConfig({ env: {} })); // the default topic names
 let offset = 0;
 const record = (topic: string, key: string, value: string, headers: Record<string, string>): ConsumedRecord => ({
@@ -78,8 +29,8 @@ const status = (id: string, s: string, ts: string) => {
   const body = statusEvent(id, s, { timestamp: ts });
   return record('delivery_status', id, body, { 'event-id': eventIdOf(body), 'business-id': 'biz_1' });
 };
-const inbound = (customer: string, ts: string) => {
-  const body = inboundEvent(customer, 'hi', { timestamp: ts });
+const inbound = (customer: string, ts: string, text = 'hi', extra: Record<string, unknown> = {}) => {
+  const body = inboundEvent(customer, text, { timestamp: ts, ...extra });
   return record('messages', customer, body, { 'event-id': eventIdOf(body), 'business-id': 'biz_1' });
 };
 
@@ -103,10 +54,13 @@ describe('TrackerLogic', () => {
     const store = new MemoryStore();
     l.startTask(0, store);
     const out = l.process(0, l.decodeBatch([result('r1', 'm1'), status('m1', 'sent', '1700000001'), status('m1', 'sent', '1700000001'), inbound('+1', '1700000100')]));
+    const inboundId = eventIdOf(inboundEvent('+1', 'hi', { timestamp: '1700000100' }));
     expect(out.outputs.map((o) => [o.topic, o.partition, o.key])).toEqual([
       ['message-state', 0, 'm1'],
       ['message-state', 0, 'm1'],
-      ['conversations', 0, 'biz_1:+1'],
+      // The customer's message itself, then their window (keyed by the canonical customer id).
+      ['inbound-messages', 0, inboundId],
+      ['conversations', 0, 'biz_1:1'],
     ]);
     expect(l.message('m1')).toBeUndefined();
     expect(store.writes).toHaveLength(0);
@@ -122,6 +76,52 @@ describe('TrackerLogic', () => {
     // One write a key with the state it replaces (none yet).
     expect(store.writes[0]!.messages.map((m) => [m.id, m.state.status, m.previous])).toEqual([['m1', 'sent', undefined]]);
     expect(l.request('r1')?.messageId).toBe('m1');
+  });
+
+  it("keeps each inbound message once (by event id) on the task's partition, a button reply told apart; both forms of a customer are one window", () => {
+    const { l } = logic();
+    const store = new MemoryStore();
+    l.startTask(0, store);
+    const text = inbound('15550002222', '1700000100', 'Where is my order?');
+    const button = inbound('+15550002222', '1700000200', 'Yes', { isButtonResponse: true, callbackData: 'confirm-42' });
+    const first = l.process(0, l.decodeBatch([text, text, button]));
+    // The repeated event in the same batch is one record; the second form moves the same window.
+    expect(first.outputs.map((o) => [o.topic, o.key, o.headers?.schema])).toEqual([
+      ['inbound-messages', eventIdOf(text.value!), 'inbound-message-record/v1'],
+      ['conversations', 'biz_1:15550002222', 'conversations/v1'],
+      ['inbound-messages', eventIdOf(button.value!), 'inbound-message-record/v1'],
+      ['conversations', 'biz_1:15550002222', 'conversations/v1'],
+    ]);
+    expect(JSON.parse(String(first.outputs[2]!.value))).toEqual({
+      eventId: eventIdOf(button.value!),
+      businessId: 'biz_1',
+      customer: '15550002222',
+      from: '+15550002222',
+      name: null,
+      channel: 'whatsapp',
+      at: '2023-11-14T22:16:40.000Z',
+      text: 'Yes',
+      button: { payload: 'confirm-42' },
+      attachments: [],
+      truncated: false,
+      recordedAt: '2026-11-24T12:00:00.000Z',
+    });
+    first.commit!(new Map([['inbound-messages', new Map([[0, 7]])]]));
+    expect(store.writes[0]!.checkpoint).toEqual({ inboundMessages: 7 });
+    expect(store.writes[0]!.inbound!.map((i) => i.record.text)).toEqual(['Where is my order?', 'Yes']);
+    // A redelivery later (the provider retries for days) is no output.
+    expect(l.process(0, l.decodeBatch([text])).outputs).toEqual([]);
+    // Found by either form of the customer, newest first.
+    expect(l.inboundOfCustomer('+15550002222', 10)!.map((f) => f.record.text)).toEqual(['Yes', 'Where is my order?']);
+    expect(l.inboundOfCustomer('15550002222', 1)!.map((f) => f.record.text)).toEqual(['Yes']);
+    expect(l.conversation('biz_1:+15550002222')).toMatchObject({ customer: '15550002222', lastInboundAt: '2023-11-14T22:16:40.000Z' });
+  });
+
+  it('skips an inbound message whose sender id is too long to be a customer id', () => {
+    const { l, skipped } = logic();
+    l.startTask(0, new MemoryStore());
+    expect(l.process(0, l.decodeBatch([inbound('9'.repeat(513), '1700000100')])).outputs).toEqual([]);
+    expect(skipped).toEqual(['invalid_event']);
   });
 
   it('reads a state it no longer caches from the store, and hands the store what it replaces', () => {

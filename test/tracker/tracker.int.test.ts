@@ -74,9 +74,10 @@ describe('tracker', () => {
     expect(latest.get(outsider)).toMatchObject({ status: 'delivered', requestId: null, acceptedAt: null });
 
     const windows = await latestByKey(topics.conversations);
-    expect(windows.latest.get('biz_1:+15550003333')).toEqual({
+    // Keyed and named by the canonical customer id, whichever form the provider wrote.
+    expect(windows.latest.get('biz_1:15550003333')).toEqual({
       businessId: 'biz_1',
-      customer: '+15550003333',
+      customer: '15550003333',
       lastInboundAt: new Date(1700000100000).toISOString(),
       windowOpenUntil: new Date(1700000100000 + 24 * 3600_000).toISOString(),
     });

@@ -2,9 +2,9 @@ import { describe, expect, it } from 'vitest';
 import { inboundMessageEventSchema } from '../../src/contracts/webhook-events.js';
 import { isMsgbridgeError } from '../../src/platform/errors.js';
 import { applyInbound, inboundFrom, type InboundEvent } from '../../src/tracker/window-rules.js';
-import { CONVERSATION_WINDOW_MS, conversationKey, conversationWindowSchema, isWindowOpen, type ConversationWindow } from '../../src/contracts/conversation-window.js';
+import { CONVERSATION_WINDOW_MS, canonicalConversationKey, conversationKey, conversationWindowSchema, isWindowOpen, type ConversationWindow } from '../../src/contracts/conversation-window.js';
 
-const inbound = (at: string): InboundEvent => ({ businessId: 'biz_1', customer: '+15550002222', at });
+const inbound = (at: string): InboundEvent => ({ businessId: 'biz_1', customer: '15550002222', at });
 
 function fold(inputs: InboundEvent[]): ConversationWindow | undefined {
   let window: ConversationWindow | undefined;
@@ -13,8 +13,14 @@ function fold(inputs: InboundEvent[]): ConversationWindow | undefined {
 }
 
 describe('conversation windows', () => {
-  it('keys a conversation by business and customer', () => {
-    expect(conversationKey('biz_1', '+15550002222')).toBe('biz_1:+15550002222');
+  it('keys a conversation by business and customer, the customer in its canonical form', () => {
+    expect(conversationKey('biz_1', '+15550002222')).toBe('biz_1:15550002222');
+    expect(conversationKey('biz_1', '15550002222')).toBe('biz_1:15550002222');
+    expect(conversationKey('biz:1', 'US.42')).toBe('biz:1:US.42');
+    // A key of an earlier release (the provider's form) reads as the canonical one.
+    expect(canonicalConversationKey('biz_1:+15550002222')).toBe('biz_1:15550002222');
+    expect(canonicalConversationKey('biz:1:+15550002222')).toBe('biz:1:15550002222');
+    expect(canonicalConversationKey('biz_1:US.42')).toBe('biz_1:US.42');
   });
 
   it('a parsed messages webhook becomes an inbound event: the customer is the sender', () => {
@@ -25,7 +31,7 @@ describe('conversation windows', () => {
       message: { text: 'hi' },
       attachments: [],
     });
-    expect(inboundFrom(body, 'biz_1')).toEqual({ businessId: 'biz_1', customer: '+15550002222', at: '2026-03-01T10:00:00.000Z' });
+    expect(inboundFrom(body, 'biz_1')).toEqual({ businessId: 'biz_1', customer: '15550002222', at: '2026-03-01T10:00:00.000Z' });
     expect(() => inboundFrom(body, '')).toThrow(/businessId/);
     expect(() => inboundFrom({ ...body, timestamp: '1e9' }, 'biz_1')).toThrow(/timestamp/);
   });
@@ -34,7 +40,7 @@ describe('conversation windows', () => {
     const first = applyInbound(undefined, inbound('2026-03-01T10:00:00Z'));
     expect(first).toEqual({
       changed: true,
-      window: { businessId: 'biz_1', customer: '+15550002222', lastInboundAt: '2026-03-01T10:00:00.000Z', windowOpenUntil: '2026-03-02T10:00:00.000Z' },
+      window: { businessId: 'biz_1', customer: '15550002222', lastInboundAt: '2026-03-01T10:00:00.000Z', windowOpenUntil: '2026-03-02T10:00:00.000Z' },
     });
     const later = applyInbound(first.window, inbound('2026-03-01T18:30:00Z'));
     expect(later.changed).toBe(true);
@@ -75,7 +81,14 @@ describe('conversation windows', () => {
       expect(isMsgbridgeError(error, 'INVALID_ARGUMENT'), at).toBe(true);
     }
     const { window } = applyInbound(undefined, inbound('2026-03-01T10:00:00Z'));
-    expect(() => applyInbound(window, { ...inbound('2026-03-01T11:00:00Z'), customer: '+1999' })).toThrow(/biz_1:\+1999/);
+    expect(() => applyInbound(window, { ...inbound('2026-03-01T11:00:00Z'), customer: '+1999' })).toThrow(/biz_1:1999/);
+  });
+
+  it('a window kept in the other form of the customer (an earlier release) moves forward as the same conversation, in the canonical form', () => {
+    const old: ConversationWindow = { businessId: 'biz_1', customer: '+15550002222', lastInboundAt: '2026-03-01T10:00:00.000Z', windowOpenUntil: '2026-03-02T10:00:00.000Z' };
+    const { window, changed } = applyInbound(old, inbound('2026-03-01T11:00:00Z'));
+    expect(changed).toBe(true);
+    expect(window).toMatchObject({ customer: '15550002222', lastInboundAt: '2026-03-01T11:00:00.000Z' });
   });
 
   it('the published value parses back', () => {

@@ -12,6 +12,8 @@ const STEPS = [
   ['failedAt', 'delivery_failed', 'the provider reports it failed'],
 ];
 const PAGE = 25;
+/** What `accepted` means for an SMS (README "Conversations"): the last state it will have, not a stuck one. */
+const SMS_MEANING = 'Handed to the SMS network. The provider sends no delivery receipts for SMS, so accepted is the last state this message will have: it is not stuck, and nothing more will come.';
 
 const main = document.getElementById('main');
 const live = document.getElementById('live');
@@ -99,6 +101,15 @@ const dataTable = (caption, headings, rows) =>
 const businessLink = (id) => (id ? link(consoleUrl({ business: id }), id) : '—');
 
 const statusBadge = (status) => h('span', { class: `badge status-${status}` }, status === 'delivery_failed' ? 'failed' : status);
+
+/** Whether a message went out as an SMS (its send result said so; absent: not recorded, WhatsApp's statuses apply). */
+const isSms = (state) => state.send?.channel === 'sms';
+
+/** A message's status, and for an SMS what it means (accepted is where an SMS ends). */
+const statusCell = (state) => [
+  statusBadge(state.status),
+  isSms(state) ? [' ', h('span', { class: 'badge channel-sms', title: SMS_MEANING }, state.status === 'accepted' ? 'SMS · final' : 'SMS')] : null,
+];
 
 function copyButton(text, label) {
   return h(
@@ -210,16 +221,8 @@ const phoneOf = (q) => q.replace(/[^\d+]/g, '');
 const messagesPage = (query, before) => api(`/messages?${new URLSearchParams({ ...query, limit: String(PAGE), ...(before ? { before } : {}) })}`);
 
 async function search(q, business, before) {
-  if (looksLikePhone(q)) {
-    let number = phoneOf(q);
-    let page = await messagesPage({ recipient: number }, before);
-    // Numbers are stored as the sender recorded them, usually with "+": try that too.
-    if (page.messages.length === 0 && !number.startsWith('+') && !before) {
-      number = `+${number}`;
-      page = await messagesPage({ recipient: number });
-    }
-    return renderList(`Messages to ${page.recipient ?? q}`, page, { q, business }, 'recipient');
-  }
+  // A number with or without its leading + is one customer: the tracker finds either form.
+  if (looksLikePhone(q)) return conversation({ customer: phoneOf(q) }, { q, business }, before);
   for (const kind of ['messages', 'requests']) {
     try {
       const state = await api(`/${kind}/${encodeURIComponent(q)}`);
@@ -236,7 +239,7 @@ async function search(q, business, before) {
     h(
       'ul',
       {},
-      h('li', {}, 'A phone number is searched as typed and with a leading +: use the international format (+15550002222).'),
+      h('li', {}, 'A phone number is found with or without its leading + (+15550002222 and 15550002222 are one customer).'),
       h('li', {}, 'A request id is the requestId the producing system put in its send request.'),
       h('li', {}, 'The tracker keeps messages and rejected or expired requests updated in the last tracker.stateRetentionMs (30 days by default); a request still being sent is not known yet.'),
     ),
@@ -249,8 +252,83 @@ async function businessMessages(business, before) {
 }
 
 async function recipientOf(id, business, before) {
-  const page = await messagesPage({ recipientOf: id }, before);
-  return renderList(`Messages to ${page.recipient ?? 'this customer'}`, page, { recipientOf: id, business }, 'recipient');
+  return conversation({ recipientOf: id }, { recipientOf: id, business }, before);
+}
+
+// ---- a customer: the conversation ----
+
+/** A customer's conversation (GET /thread): what they wrote and what was sent to them with its state, newest first, paged. */
+async function conversation(query, address, before) {
+  const page = await api(`/thread?${new URLSearchParams({ ...query, limit: String(PAGE), ...(before ? { before } : {}) })}`);
+  return renderThread(page, address);
+}
+
+/** What the customer wrote: the text, a button reply and its payload, what came besides. */
+function inboundContent(m) {
+  return [
+    m.button ? [h('span', { class: 'badge button-reply' }, 'Button reply'), ' '] : null,
+    m.text !== null ? h('span', { class: 'message-text' }, m.text) : h('span', { class: 'muted' }, m.attachments.length ? '' : '(no text)'),
+    m.attachments.length ? h('span', { class: 'muted' }, ` (${m.attachments.join(', ')})`) : null,
+    m.button?.payload ? h('span', { class: 'muted payload' }, ' payload ', h('code', {}, m.button.payload)) : null,
+  ];
+}
+
+/** What was sent: the text, or the template's name; "not recorded" for a message sent before the content was kept. */
+function outboundContent(state) {
+  const content = state.send?.content;
+  const text = content?.text ?? (content?.templateName ? `Template ${content.templateName}` : undefined);
+  return [
+    text !== undefined ? h('span', { class: 'message-text' }, text) : h('span', { class: 'muted' }, state.requestId ? '(content not recorded)' : '(not sent by msgbridge)'),
+    h('br', {}),
+    link(consoleUrl({ message: state.messageId }), state.messageId, { class: 'id small-id' }),
+  ];
+}
+
+function renderThread(page, address) {
+  const business = address.business;
+  const customer = page.customer ?? 'this customer';
+  const title = `Conversation with ${customer}`;
+  const businessOf = (item) => (item.direction === 'inbound' ? item.inbound.businessId : item.message.businessId);
+  const items = business ? page.items.filter((item) => businessOf(item) === business) : page.items;
+  const rows = items.map((item) =>
+    item.direction === 'inbound'
+      ? h(
+          'tr',
+          { class: 'inbound' },
+          h('td', {}, time(item.at)),
+          h('td', {}, inboundContent(item.inbound)),
+          h('td', {}, h('strong', {}, 'Customer'), item.inbound.name ? ` ${item.inbound.name}` : null, h('br', {}), h('span', { class: 'muted id' }, item.inbound.from)),
+          h('td', {}, h('span', { class: 'muted' }, 'received')),
+        )
+      : h(
+          'tr',
+          { class: 'outbound' },
+          h('td', {}, time(item.at)),
+          h('td', {}, outboundContent(item.message)),
+          h('td', {}, h('strong', {}, 'Sent'), h('br', {}), businessLink(item.message.businessId)),
+          h('td', {}, statusCell(item.message)),
+        ),
+  );
+  const note = business ? h('p', { class: 'muted' }, `${items.length} of the ${page.items.length} entries of this page are of business ${business}.`) : null;
+  const older = page.next ? h('p', {}, link(consoleUrl({ ...address, before: page.next }), 'Older →', { class: 'button' })) : null;
+  const newest = params.get('before') ? h('p', {}, link(consoleUrl({ ...address, before: undefined }), '← Newest')) : null;
+  const requests = requestsBlock(page.requests ?? [], business);
+  const explain = h(
+    'p',
+    { class: 'muted' },
+    'What the customer wrote and what was sent to them, newest first. A message opens with its timeline; the customer is one customer with or without the + of their number.',
+  );
+  if (rows.length === 0) {
+    return show(
+      title,
+      note,
+      h('p', { class: 'notice' }, page.items.length > 0 ? 'None on this page: look at older entries.' : 'Nothing from or to this number is known to the tracker.'),
+      older,
+      newest,
+      requests,
+    );
+  }
+  show(title, explain, note, h('div', { class: 'scroll' }, dataTable(`${title}, newest first`, ['When', 'Message', 'From', 'Status'], rows)), older, newest, requests);
 }
 
 function renderList(title, page, query, kind) {
@@ -265,7 +343,7 @@ function renderList(title, page, query, kind) {
         'tr',
         {},
         h('td', {}, time(m.updatedAt)),
-        h('td', {}, statusBadge(m.status)),
+        h('td', {}, statusCell(m)),
         h('td', { class: 'id' }, link(consoleUrl({ message: m.messageId }), m.messageId)),
         h('td', { class: 'id' }, m.requestId ? link(consoleUrl({ q: m.requestId }), m.requestId) : h('span', { class: 'muted' }, 'not sent by msgbridge')),
         h('td', {}, businessLink(m.businessId)),
@@ -343,7 +421,8 @@ async function message(id, foundBy) {
  * lifecycle's order (a "sent" in the same second as "accepted" comes after it).
  */
 function timeline(state) {
-  const steps = STEPS.map(([field, status, meaning], rank) => ({ field, status, meaning, rank, at: state[field], ms: Date.parse(state[field]) })).filter((s) => s.at);
+  const meaningOf = (status, meaning) => (status === 'accepted' && isSms(state) ? 'the provider handed it to the SMS network (SMS has no delivery receipts: nothing more will come)' : meaning);
+  const steps = STEPS.map(([field, status, meaning], rank) => ({ field, status, meaning: meaningOf(status, meaning), rank, at: state[field], ms: Date.parse(state[field]) })).filter((s) => s.at);
   steps.sort((a, b) => Math.floor(a.ms / 1000) - Math.floor(b.ms / 1000) || a.rank - b.rank);
   const failedMs = state.failedAt ? Date.parse(state.failedAt) : undefined;
   let previous;
@@ -397,6 +476,10 @@ function errorBlock(error) {
 
 async function windowBlock(state) {
   const section = h('section', { class: 'card', 'aria-labelledby': 'window-title' }, h('h2', { id: 'window-title' }, 'Conversation window'));
+  if (isSms(state)) {
+    section.append(h('p', {}, "An SMS has no 24-hour window: that rule is WhatsApp's. A text by SMS can be sent whenever the customer last wrote."));
+    return section;
+  }
   try {
     const w = await api(`/messages/${encodeURIComponent(state.messageId)}/conversation`);
     const open = Date.parse(w.windowOpenUntil) > Date.now();
@@ -480,11 +563,12 @@ async function renderMessage(state, foundBy) {
     'dl',
     { class: 'summary' },
     h('dt', {}, 'Status'),
-    h('dd', {}, statusBadge(state.status)),
+    h('dd', {}, statusCell(state)),
     h('dt', {}, 'Business'),
     h('dd', {}, businessLink(state.businessId)),
     h('dt', {}, 'Recipient'),
-    h('dd', {}, state.recipient ?? '—', state.recipient ? [' · ', link(consoleUrl({ recipientOf: state.messageId }), "this customer's other messages")] : null),
+    h('dd', {}, state.recipient ?? '—', state.recipient ? [' · ', link(consoleUrl({ recipientOf: state.messageId }), "this customer's conversation")] : null),
+    state.send?.channel ? [h('dt', {}, 'Channel'), h('dd', { class: 'channel' }, state.send.channel === 'sms' ? 'SMS' : state.send.channel === 'whatsapp' ? 'WhatsApp' : state.send.channel)] : null,
     h('dt', {}, 'Type'),
     h(
       'dd',
@@ -506,6 +590,7 @@ async function renderMessage(state, foundBy) {
     `Message ${state.status === 'delivery_failed' ? 'failed' : state.status}`,
     foundBy ? h('p', { class: 'muted' }, foundBy) : null,
     h('section', { class: 'card', 'aria-labelledby': 'summary-title' }, h('h2', { id: 'summary-title', class: 'visually-hidden' }, 'Summary'), summary),
+    isSms(state) && state.status === 'accepted' ? h('p', { class: 'notice sms-meaning' }, SMS_MEANING) : null,
     errorBlock(state.error),
     h('section', { class: 'card', 'aria-labelledby': 'timeline-title' }, h('h2', { id: 'timeline-title' }, 'Timeline'), timeline(state)),
     state.send ? requestBlock(state.send.content, state.send.requestedType) : null,
