@@ -12,6 +12,7 @@ import { prepareRoleTopics } from '../kafka/topics.js';
 import { silentLogger, type Logger } from '../platform/logger.js';
 import { localUrl } from '../platform/net.js';
 import { startTracing, TRACING_FLUSH_MS, type Tracer } from '../platform/tracing.js';
+import { uwsInUse } from '../platform/uws.js';
 import { createMetricsRegistry } from '../runtime/metrics.js';
 import { createLiveWebhookHandler, rulesFromConfig } from './handle-webhook.js';
 import { watchConfiguredBusinesses } from '../runtime/businesses-reload.js';
@@ -229,7 +230,10 @@ class ThreadIngress implements Ingress, IngressControls {
       throw err;
     }
     const { config } = this;
-    this.logger.info({ url: this.address, businesses: config.businesses.map((b) => b.id), topics: config.kafka.topics, kafkaClient: config.kafka.client }, 'ingress listening');
+    this.logger.info(
+      { url: this.address, businesses: config.businesses.map((b) => b.id), topics: config.kafka.topics, kafkaClient: config.kafka.client, uws: uwsInUse()?.binary ?? 'JavaScript fallback' },
+      'ingress listening',
+    );
   }
 
   reloadBusinesses(): void {
