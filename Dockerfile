@@ -11,6 +11,8 @@ FROM ${NODE_IMAGE} AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 COPY deploy/runtime.env ./deploy/
+# Two packages npm links from the tree (vendor/README.md).
+COPY vendor ./vendor
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
@@ -26,6 +28,7 @@ FROM ${NODE_IMAGE} AS runtime
 ENV NODE_ENV=production
 WORKDIR /app
 COPY --from=build --chown=root:root /app/node_modules ./node_modules
+COPY --from=build --chown=root:root /app/vendor ./vendor
 COPY --from=build --chown=root:root /app/dist ./dist
 COPY --chown=root:root package.json ./
 COPY --chown=root:root config ./config

@@ -35,6 +35,9 @@ describe('the production runtime, one list (deploy/runtime.env) for the image an
     expect(entrypoint).toEqual(['node', ...list.NODE_FLAGS!.split(' '), 'dist/cli.js']);
     expect(dockerfile).toContain('COPY deploy/runtime.env ./deploy/');
     expect(dockerfile).toMatch(/RUN \. deploy\/runtime\.env/);
+    // node_modules links the vendored packages (vendor/README.md): the runtime stage needs them too.
+    expect(dockerfile).toMatch(/^COPY vendor \.\/vendor$/m);
+    expect(dockerfile).toMatch(/^COPY --from=build --chown=root:root \/app\/vendor \.\/vendor$/m);
   });
 
   it("package.json and package-lock.json install the list's uWebSockets.js build, pinned by its integrity", () => {
