@@ -3,7 +3,7 @@
 # The runtime is deploy/runtime.env's: Node 24 (LTS) on Debian 13 (glibc 2.41), whose official
 # uWebSockets.js 20.57 binaries (@btc-vision/uwebsockets.js, pinned by package-lock.json's
 # integrity) need glibc 2.38+; src/platform/uws.ts picks the build whose binary loads (README,
-# "uWebSockets.js"). .ci/run runs the test suite in a Debian root made from the same list;
+# "Node.js and uWebSockets.js"). .ci/run runs the test suite in a Debian root made from the same list;
 # test/deploy/runtime.test.ts checks that this file agrees with it (a FROM and an ENTRYPOINT
 # cannot read a file).
 ARG NODE_IMAGE=node:24-trixie-slim

@@ -12,7 +12,7 @@ let inUse: UwsBuild | undefined;
 /**
  * The builds of uWebSockets.js msgbridge accepts, in order of preference. Its author does not
  * publish it on the npm registry, so every build comes with a supply-chain trade-off (README,
- * "uWebSockets.js"); package.json installs both:
+ * "Node.js and uWebSockets.js"); package.json installs both:
  * - `@btc-vision/uwebsockets.js` 20.57: a registry republication of the official build (Node 20,
  *   22, 24, 25; glibc 2.38+ Linux, macOS), the production image's (deploy/runtime.env);
  * - `uWebSockets.js`: the registry build @trufflesuite/uws-js-unofficial 20.30 under that name
@@ -85,7 +85,7 @@ export function loadUws(env: Record<string, string | undefined> = process.env, b
     throw new MsgbridgeError(
       'UWS_NATIVE_MISSING',
       `no native uWebSockets.js binary loads on Node ${process.version} (${process.platform}/${process.arch}, ABI ${process.versions.modules}): ${reasons.join('; ') || 'no build installed'}. ` +
-        'Use Node 22 or 24 on glibc 2.38+ Linux or macOS, or Node 20 (README, "uWebSockets.js"), or set MSGBRIDGE_ALLOW_UWS_FALLBACK=1 to accept the slow JavaScript fallback.',
+        'Use Node 22 or 24 on glibc 2.38+ Linux or macOS, or Node 20 (README, "Node.js and uWebSockets.js"), or set MSGBRIDGE_ALLOW_UWS_FALLBACK=1 to accept the slow JavaScript fallback.',
     );
   }
   inUse = undefined;

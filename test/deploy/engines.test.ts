@@ -30,7 +30,7 @@ describe('the supported Node versions (package.json engines)', () => {
     expect(refusing).toEqual([]);
   });
 
-  it("@platformatic/kafka 1.x's helpers come from vendor/ (their registry releases say Node 22.19+), only those", () => {
+  it("@platformatic/kafka 1.x's helpers come from vendor/ (their registry releases say Node 22.19+), only those", async () => {
     expect(pkg.overrides).toEqual({ '@platformatic/dynamic-buffer': '$@platformatic/dynamic-buffer', '@platformatic/wasm-utils': '$@platformatic/wasm-utils' });
     for (const name of ['dynamic-buffer', 'wasm-utils']) {
       expect(pkg.dependencies[`@platformatic/${name}`]).toBe(`file:vendor/${name}`);
@@ -40,6 +40,11 @@ describe('the supported Node versions (package.json engines)', () => {
       expect(vendored.engines.node).toBe((JSON.parse(readFileSync(join(root, 'node_modules', '@platformatic', 'kafka', 'package.json'), 'utf8')) as { engines: { node: string } }).engines.node);
       expect(vendored.vendored.from).toBe(`@platformatic/${name}@${lock.packages[`vendor/${name}`]!.version}`);
     }
+    // Their code is in the tree (a clone has it: dist/ is ignored elsewhere) and works here.
+    const { crc32c, snappyCompress, snappyDecompress } = await import('@platformatic/wasm-utils');
+    expect(crc32c(Buffer.from('123456789'))).toBe(0xe3069283);
+    const text = Buffer.from('msgbridge '.repeat(50));
+    expect(snappyDecompress(snappyCompress(text))).toEqual(text);
     const links = Object.entries(lock.packages).filter(([, entry]) => entry.link);
     expect(links.map(([path]) => path).sort()).toEqual(['node_modules/@platformatic/dynamic-buffer', 'node_modules/@platformatic/wasm-utils']);
   });
