@@ -4,10 +4,11 @@
 // dist/.build-inputs after each `npm run build`. Content, not times: a checkout that touches
 // files without changing them rebuilds nothing, and one that changes them always rebuilds.
 //   node scripts/build-if-changed.mjs           build when the inputs changed
-//   node scripts/build-if-changed.mjs --record  (the end of `npm run build`) record them
+//   node scripts/build-if-changed.mjs --record  (the end of `npm run build`) record them, and make
+//                                               dist/cli.js executable
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 
 const root = join(import.meta.dirname, '..');
@@ -28,6 +29,8 @@ function inputsHash() {
 }
 
 if (process.argv[2] === '--record') {
+  // The bin is run by its #! line (`npx msgbridge`), and tsc writes it without the execute bit.
+  chmodSync(join(root, 'dist', 'cli.js'), 0o755);
   writeFileSync(stamp, `${inputsHash()}\n`);
 } else if (!existsSync(join(root, 'dist', 'cli.js')) || !existsSync(stamp) || readFileSync(stamp, 'utf8').trim() !== inputsHash()) {
   const result = spawnSync('npm', ['run', 'build'], { cwd: root, stdio: 'inherit' });
