@@ -15,7 +15,7 @@ function keys(value: unknown, prefix = ''): string[] {
 }
 
 describe('README', () => {
-  it('opens with the two set-up commands, and CI runs the test one (the whole suite, in the production runtime\'s root)', () => {
+  it("opens with the two set-up commands, and CI runs the test one (the whole suite, in the production runtime's root)", () => {
     const firstBlock = /```sh\n([\s\S]*?)```/.exec(readme)![1]!;
     expect(firstBlock).toContain('npm ci && npm start');
     expect(firstBlock).toContain('npm ci && npm test');
