@@ -1,31 +1,34 @@
 # syntax=docker/dockerfile:1
 # Multi-stage build of the msgbridge CLI (every role).
-# Node 24 (LTS) on Debian 13 (glibc 2.41): the uWebSockets.js builds with Node 22/24 binaries
-# need glibc 2.38+. package.json's registry build only has Node 20 binaries, so the image adds
-# @btc-vision/uwebsockets.js (a republication of the official build), pinned by its SHA-512;
-# src/platform/uws.ts picks the build whose binary loads (README, "uWebSockets.js").
+# The runtime is deploy/runtime.env's: Node 24 (LTS) on Debian 13 (glibc 2.41), whose official
+# uWebSockets.js 20.57 binaries (@btc-vision/uwebsockets.js, pinned by package-lock.json's
+# integrity) need glibc 2.38+; src/platform/uws.ts picks the build whose binary loads (README,
+# "Node.js and uWebSockets.js"). .ci/run runs the test suite in a Debian root made from the same list;
+# test/deploy/runtime.test.ts checks that this file agrees with it (a FROM and an ENTRYPOINT
+# cannot read a file).
 ARG NODE_IMAGE=node:24-trixie-slim
 FROM ${NODE_IMAGE} AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
+COPY deploy/runtime.env ./deploy/
+# Two packages npm links from the tree (vendor/README.md).
+COPY vendor ./vendor
 RUN npm ci --no-audit --no-fund
 COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
 COPY config ./config
 COPY scripts/copy-console.ts ./scripts/
-RUN npm run build && npm prune --omit=dev
-ARG UWS_BUILD=btc-vision-uwebsockets.js-20.57.0.tgz
-ARG UWS_BUILD_SHA512=4ae3e912348a67b3f9f0bff6ec15d7b2b1ac3302e63eea5f627cbca09b0e985678fb35fb09af7b9c13ed6779e029b7de0d9cd3ca2eeb5eb8bbe083467ab86e82
-RUN npm pack --silent @btc-vision/uwebsockets.js@20.57.0 \
- && echo "${UWS_BUILD_SHA512}  ${UWS_BUILD}" | sha512sum -c - \
- && npm install --no-save --omit=dev --no-audit --no-fund --ignore-scripts "./${UWS_BUILD}" \
- && rm "${UWS_BUILD}" \
- && find node_modules/@btc-vision/uwebsockets.js -name 'uws_*.node' ! -name 'uws_linux_*' -delete
+# The list's build is what npm ci installed; the other platforms' binaries are dropped.
+RUN . deploy/runtime.env \
+ && test "$(node -p "require('./node_modules/${UWS_PACKAGE}/package.json').version")" = "${UWS_VERSION}" \
+ && npm run build && npm prune --omit=dev \
+ && find "node_modules/${UWS_PACKAGE}" node_modules/uWebSockets.js -name 'uws_*.node' ! -name "uws_linux_*" -delete
 
 FROM ${NODE_IMAGE} AS runtime
 ENV NODE_ENV=production
 WORKDIR /app
 COPY --from=build --chown=root:root /app/node_modules ./node_modules
+COPY --from=build --chown=root:root /app/vendor ./vendor
 COPY --from=build --chown=root:root /app/dist ./dist
 COPY --chown=root:root package.json ./
 COPY --chown=root:root config ./config

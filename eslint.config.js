@@ -87,7 +87,7 @@ function dynamicBoundary(room, pure) {
 }
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', '.cache/**', 'schemas/**'] },
+  { ignores: ['dist/**', 'node_modules/**', '.cache/**', 'schemas/**', 'vendor/**'] },
   ...tseslint.configs.recommended,
   {
     rules: {

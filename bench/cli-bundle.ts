@@ -41,13 +41,14 @@ export async function bundleSplit(entryPoints: Record<string, string>, outdir: s
 }
 
 /**
- * `msgbridge sender` from the bundle, with BENCH_SENDER_NODE_ARGS (e.g. --cpu-prof) and `env`
+ * `msgbridge sender` from the bundle, on BENCH_TARGET_NODE or this node, with BENCH_SENDER_NODE_ARGS (e.g. --cpu-prof) and `env`
  * over PATH and HOME only. BENCH_SENDER_STDOUT=<file> appends its piped stdout there too (what
  * V8's --trace-gc prints).
  */
 export function spawnSenderBundle(env: Record<string, string | undefined>, stdio: StdioOptions, cli = CLI_BUNDLE): ChildProcess {
   const nodeArgs = (process.env.BENCH_SENDER_NODE_ARGS ?? '').split(' ').filter(Boolean);
-  const child = spawn(process.execPath, [...nodeArgs, cli, 'sender'], {
+  // BENCH_TARGET_NODE runs it on another node (.ci/root-node: the production runtime's).
+  const child = spawn(process.env.BENCH_TARGET_NODE || process.execPath, [...nodeArgs, cli, 'sender'], {
     cwd: cli === CLI_BUNDLE ? ROOT : dirname(dirname(cli)),
     env: { PATH: process.env.PATH, HOME: process.env.HOME, ...env },
     stdio,

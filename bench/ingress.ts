@@ -188,7 +188,9 @@ async function startTarget(mode: string, brokers: string[]): Promise<Target> {
   const nodeArgs = (process.env.BENCH_TARGET_NODE_ARGS ?? '').split(' ').filter(Boolean);
   // Untraced targets get no OTEL_* variable at all, whatever the bench's own environment holds.
   const env: NodeJS.ProcessEnv = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('OTEL_')));
-  const child = spawn(process.execPath, [...nodeArgs, TARGET, untraced(mode)], {
+  // BENCH_TARGET_NODE (also per mode: `platformatic@BENCH_TARGET_NODE=.ci/root-node`) runs it on another node.
+  const node = variantEnv(mode).BENCH_TARGET_NODE || process.env.BENCH_TARGET_NODE || process.execPath;
+  const child = spawn(node, [...nodeArgs, TARGET, untraced(mode)], {
     env: { ...env, ...(await tracingEnv(mode)), ...variantEnv(mode), BENCH_BROKERS: brokers.join(','), BENCH_SECRET: SECRET, BENCH_TOPICS: JSON.stringify(topics), MSGBRIDGE_CONFIG: '' },
     stdio: ['ignore', 'pipe', 'inherit'],
   });

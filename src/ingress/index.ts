@@ -12,6 +12,7 @@ import { prepareRoleTopics } from '../kafka/topics.js';
 import { silentLogger, type Logger } from '../platform/logger.js';
 import { localUrl } from '../platform/net.js';
 import { startTracing, TRACING_FLUSH_MS, type Tracer } from '../platform/tracing.js';
+import { uwsInUse } from '../platform/uws.js';
 import { createMetricsRegistry } from '../runtime/metrics.js';
 import { startAdminServer, type HttpServer } from '../runtime/http-server.js';
 import { createLiveWebhookHandler, rulesFromConfig } from './handle-webhook.js';
@@ -243,7 +244,17 @@ class ThreadIngress implements Ingress, IngressControls {
       throw err;
     }
     const { config } = this;
-    this.logger.info({ url: this.address, admin: this.admin?.url, businesses: config.businesses.map((b) => b.id), topics: config.kafka.topics, kafkaClient: config.kafka.client }, 'ingress listening');
+    this.logger.info(
+      {
+        url: this.address,
+        admin: this.admin?.url,
+        businesses: config.businesses.map((b) => b.id),
+        topics: config.kafka.topics,
+        kafkaClient: config.kafka.client,
+        uws: uwsInUse()?.binary ?? 'JavaScript fallback',
+      },
+      'ingress listening',
+    );
   }
 
   reloadBusinesses(): void {

@@ -1,26 +1,25 @@
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { MsgbridgeError } from './errors.js';
 
 type Uws = typeof import('uWebSockets.js');
 
 const require = createRequire(import.meta.url);
 const loaded = new Map<string, Uws>();
+let inUse: UwsBuild | undefined;
 
 /**
  * The builds of uWebSockets.js msgbridge accepts, in order of preference. Its author does not
  * publish it on the npm registry, so every build comes with a supply-chain trade-off (README,
- * "uWebSockets.js"):
- * - `uWebSockets.js`: what package.json installs under that name (the registry build
- *   @trufflesuite/uws-js-unofficial 20.30, native binaries for Node 20 on glibc 2.36+ Linux), or
- *   the official build where a user installs it from its git tag
- *   (`npm install uNetworking/uWebSockets.js#v20.x.y`, binaries for Node 20–25, glibc 2.38+);
- * - `@btc-vision/uwebsockets.js`: a registry republication of the official build (20.57: Node
- *   20, 22, 24, 25; glibc 2.38+), installed by the Docker image for its Node 24 runtime.
+ * "Node.js and uWebSockets.js"); package.json installs both:
+ * - `@btc-vision/uwebsockets.js` 20.57: a registry republication of the official build (Node 20,
+ *   22, 24, 25; glibc 2.38+ Linux, macOS), the production image's (deploy/runtime.env);
+ * - `uWebSockets.js`: the registry build @trufflesuite/uws-js-unofficial 20.30 under that name
+ *   (Node 20 only, glibc 2.36+), for Node 20 where glibc is older than 2.38 (Debian 12).
  * A build whose binary for this Node ABI loads wins; a slow JavaScript fallback is refused.
  */
-export const UWS_BUILDS = ['uWebSockets.js', '@btc-vision/uwebsockets.js'] as const;
+export const UWS_BUILDS = ['@btc-vision/uwebsockets.js', 'uWebSockets.js'] as const;
 
 /** Where a build keeps the native binary for this platform and Node ABI (the registry build in binaries/, the official one at its root). */
 export function uwsBinaryCandidates(packageDir: string): string[] {
@@ -28,10 +27,16 @@ export function uwsBinaryCandidates(packageDir: string): string[] {
   return [join(packageDir, 'binaries', name), join(packageDir, name)];
 }
 
-/** The binary of the default build (tests). */
-export function uwsBinaryPath(): string {
-  const dir = dirname(require.resolve('uWebSockets.js/package.json'));
-  return uwsBinaryCandidates(dir).find((p) => existsSync(p)) ?? uwsBinaryCandidates(dir)[0]!;
+/**
+ * The folder of an installed package. Not through `<name>/package.json`: the official build's
+ * `exports` does not export it, so resolving it fails where the package is installed.
+ */
+function packageDir(name: string): string | undefined {
+  for (const nodeModules of require.resolve.paths(name) ?? []) {
+    const dir = join(nodeModules, name);
+    if (existsSync(join(dir, 'package.json'))) return dir;
+  }
+  return undefined;
 }
 
 export interface UwsBuild {
@@ -40,15 +45,11 @@ export interface UwsBuild {
   binary: string | undefined;
 }
 
-function installedBuilds(): UwsBuild[] {
+export function installedUwsBuilds(): UwsBuild[] {
   const builds: UwsBuild[] = [];
   for (const name of UWS_BUILDS) {
-    let dir: string;
-    try {
-      dir = dirname(require.resolve(`${name}/package.json`));
-    } catch {
-      continue;
-    }
+    const dir = packageDir(name);
+    if (dir === undefined) continue;
     builds.push({ name, binary: uwsBinaryCandidates(dir).find((p) => existsSync(p)) });
   }
   return builds;
@@ -60,7 +61,7 @@ function installedBuilds(): UwsBuild[] {
  * MSGBRIDGE_ALLOW_UWS_FALLBACK=1 accepts the registry build's slow JavaScript fallback.
  * `builds` and `load` are for tests.
  */
-export function loadUws(env: Record<string, string | undefined> = process.env, builds: UwsBuild[] = installedBuilds(), load: (id: string) => unknown = require): Uws {
+export function loadUws(env: Record<string, string | undefined> = process.env, builds: UwsBuild[] = installedUwsBuilds(), load: (id: string) => unknown = require): Uws {
   const reasons: string[] = [];
   for (const build of builds) {
     if (build.binary === undefined) {
@@ -73,6 +74,7 @@ export function loadUws(env: Record<string, string | undefined> = process.env, b
       load(build.binary);
       const uws = load(build.name) as Uws;
       loaded.set(build.binary, uws);
+      inUse = build;
       return uws;
     } catch (err) {
       reasons.push(`${build.name}: ${(err as Error).message.split('\n')[0]}`);
@@ -83,8 +85,14 @@ export function loadUws(env: Record<string, string | undefined> = process.env, b
     throw new MsgbridgeError(
       'UWS_NATIVE_MISSING',
       `no native uWebSockets.js binary loads on Node ${process.version} (${process.platform}/${process.arch}, ABI ${process.versions.modules}): ${reasons.join('; ') || 'no build installed'}. ` +
-        'Use Node 20 on glibc Linux, or Node 22/24 on glibc 2.38+ with a build that has their binaries (README, "uWebSockets.js"), or set MSGBRIDGE_ALLOW_UWS_FALLBACK=1 to accept the slow JavaScript fallback.',
+        'Use Node 22 or 24 on glibc 2.38+ Linux or macOS, or Node 20 (README, "Node.js and uWebSockets.js"), or set MSGBRIDGE_ALLOW_UWS_FALLBACK=1 to accept the slow JavaScript fallback.',
     );
   }
+  inUse = undefined;
   return load('uWebSockets.js') as Uws;
+}
+
+/** The build whose native binary the last loadUws loaded; undefined before, or on the fallback. */
+export function uwsInUse(): UwsBuild | undefined {
+  return inUse;
 }

@@ -56,7 +56,7 @@ const asPromQL = (expr: string) => expr.replaceAll('$__rate_interval', '5m').rep
 function promtool(args: string[], cwd = dir): { status: number | null; output: string } {
   const run = spawnSync('promtool', args, { cwd, encoding: 'utf8', timeout: 30_000 });
   if ((run.error as NodeJS.ErrnoException | undefined)?.code === 'ENOENT') {
-    throw new Error("promtool not found on PATH: install Debian's prometheus package (apt-get install -y prometheus), as .ci/run does");
+    throw new Error("promtool not found on PATH: install Debian's prometheus package (apt-get install -y prometheus), as npm test's prerequisite step does");
   }
   if (run.error) throw run.error;
   return { status: run.status, output: `${run.stdout}${run.stderr}` };

@@ -1,6 +1,7 @@
 import { existsSync } from 'node:fs';
 import { chromium } from 'playwright-core';
 import puppeteer, { type ElementHandle, type Page as PuppeteerPage } from 'puppeteer-core';
+import { browserPath, TOOLS as PREREQUISITES, type Tool } from '../../scripts/prerequisites-plan.mjs';
 
 /**
  * The browsers of the console's tests, both Debian's and never a downloaded one: Chromium
@@ -15,11 +16,8 @@ import puppeteer, { type ElementHandle, type Page as PuppeteerPage } from 'puppe
 export const BROWSERS = ['Chromium', 'Firefox'] as const;
 export type BrowserName = (typeof BROWSERS)[number];
 
-const PATHS: Record<BrowserName, string> = {
-  Chromium: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
-  Firefox: process.env.FIREFOX_PATH ?? '/usr/bin/firefox-esr',
-};
-const PACKAGES: Record<BrowserName, string> = { Chromium: 'chromium', Firefox: 'firefox-esr' };
+// Where `npm test`'s prerequisite check looks, and installs them when missing (scripts/prerequisites.mjs).
+const TOOLS: Record<BrowserName, Tool> = { Chromium: PREREQUISITES.chromium, Firefox: PREREQUISITES.firefox };
 /** The one locale the Firefox pages get (a preference of the profile: BiDi has no per-page locale in puppeteer). */
 const FIREFOX_LOCALE = 'en-US';
 
@@ -79,10 +77,10 @@ export interface TestBrowser {
   close(): Promise<void>;
 }
 
-/** Launches Debian's binary of the browser; a missing one fails (it is never skipped nor downloaded). */
+/** Launches the distribution's binary of the browser; a missing one fails (it is never skipped nor downloaded). */
 export async function launchBrowser(name: BrowserName): Promise<TestBrowser> {
-  const path = PATHS[name];
-  if (!existsSync(path)) throw new Error(`no ${name} at ${path}: apt-get install ${PACKAGES[name]} (.ci/run does)`);
+  const path = browserPath(TOOLS[name], process.env, existsSync);
+  if (!existsSync(path)) throw new Error(`no ${name} at ${path}: \`npm test\` installs it (apt-get install ${TOOLS[name].apt.debian})`);
   return name === 'Chromium' ? launchChromium(path) : launchFirefox(path);
 }
 

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { consumeRecords, countRecords } from '../helpers/kafka.js';
 import { messageId, signedHeaders, statusEvent } from './fixtures.js';
 import { chunk, rawConnection, startTestIngress, type TestIngress } from './harness.js';
+import { uwsInUse } from '../../src/platform/uws.js';
 
 const SECRET = 'framing-secret';
 const PATH = '/webhooks/biz_1/delivery_status';
@@ -39,7 +40,7 @@ describe('ingress refuses ambiguous HTTP framing', () => {
     await strict?.stop();
   });
 
-  it('answers 400 and closes for repeated or conflicting lengths and unknown transfer codings; uWS drops the rest; only the control reaches Kafka', async () => {
+  it('answers 400 and closes for repeated or conflicting lengths and unknown transfer codings; uWS refuses the rest itself; only the control reaches Kafka', async () => {
     const port = t.ingress.port;
     const smuggled = statusEvent(messageId());
     const smuggledRequest = signed(smuggled, [`content-length: ${Buffer.byteLength(smuggled)}`]) + smuggled;
@@ -78,8 +79,13 @@ describe('ingress refuses ambiguous HTTP framing', () => {
           answer.match(/HTTP\/1\.1 \d+/g)!.every((line) => line.endsWith('400')),
           `${c.name}: ${answer}`,
         ).toBe(true);
-      } else {
+      } else if (uwsInUse()?.name === 'uWebSockets.js') {
+        // uWS refuses these itself, before msgbridge sees them: the 20.30 build closes the
+        // connection without a word...
         expect(answer, c.name).toBe('');
+      } else {
+        // ...the official 20.57 build answers its own 400 and closes.
+        expect(answer, c.name).toBe('HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n<h1>Bad Request</h1><hr><i>uWebSockets/20 Server</i>');
       }
     }
     // The GET's hidden webhook was read behind it and refused too: one more refusal than cases.

@@ -138,7 +138,8 @@ describe('simulator: delivery faults', () => {
   beforeAll(async () => {
     // The receiver checks signatures the way an ingress does: 403 on a mismatch.
     receiver = await startReceiver((request) => ({ status: request.headers['x-service-hmac-sha256'] === hmacBase64(BIZ.signingSecret, request.body) ? 200 : 403 }));
-    sim = await withSimulator({ delivery: { backoffInitialMs: 40, reorderWindowMs: 60, maxAttempts: 8 } });
+    // The reorder window holds the four inbound calls of its test: 60 ms was too short for them on a loaded machine.
+    sim = await withSimulator({ delivery: { backoffInitialMs: 40, reorderWindowMs: 1000, maxAttempts: 8 } });
     await register(sim, 'messages', `${receiver.url}/hook`);
   });
   afterAll(async () => {

@@ -1,0 +1,2 @@
+export declare const name: any;
+export declare const version: any;
