@@ -20,6 +20,7 @@ export const BENCHES: Record<string, Bench> = {
   sender: { description: 'sender throughput, latency, order per recipient, provider outage and member failover' },
   'sender-throughput': { description: 'sender side by side with Redpanda Connect on a Kafka backlog (Go fake provider)' },
   'sender-idle': { description: 'what an idle sender costs: CPU, wake-ups and memory' },
+  'sender-ledger': { description: "the sender's request ledger: bulk restore records/s, restart time with it on disk" },
   'provider-client': { description: "the sender's HTTP client against undici's Pool, CPU per call (Go fake provider)" },
   simulator: { description: 'the provider simulator is never the bottleneck: send endpoint and webhook delivery' },
   tracker: { description: 'tracker state updates/s, restore time and memory per message state', nodeFlags: ['--expose-gc'] },

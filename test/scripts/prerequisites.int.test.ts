@@ -25,7 +25,9 @@ describe('the prerequisite check of npm start and npm test', () => {
     const lines = result.stderr.trimEnd().split('\n');
     expect(lines).toHaveLength(1);
     // apt-get is not on that PATH either: the line names the Debian packages.
-    expect(lines[0]).toMatch(/^msgbridge: `npm test` needs Java 17\+, openssl, promtool, tinyproxy, not found: install them \(on Debian: apt-get install default-jre-headless openssl prometheus tinyproxy\)$/);
+    expect(lines[0]).toMatch(
+      /^msgbridge: `npm test` needs Java 17\+, openssl, promtool, tinyproxy, not found: install them \(on Debian: apt-get install default-jre-headless openssl prometheus tinyproxy\)$/,
+    );
     expect(result.ms).toBeLessThan(1000);
   });
 

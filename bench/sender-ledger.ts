@@ -1,0 +1,131 @@
+// The sender's request ledger (src/sender/README.md "Sent once"): how fast a member that takes a
+// partition restores its memory from `send-ledger`, and how long a restart with it on disk takes.
+//   1. --entries `done` records (each with a result of about 330 bytes, as the sender writes them)
+//      are produced to one partition of a fresh ledger topic, a `calling` record before each.
+//   2. bulk: RequestLedger.assign on an empty directory (a new member): records read and applied
+//      per second, end to end from the call to the ledger being ready.
+//   3. restart: the same directory closed, opened again and caught up (delta from its checkpoint),
+//      after --delta more records were written meanwhile: milliseconds to ready.
+// Each round on a fresh topic and directory; medians of the rounds.
+//
+//   npx tsx bench/sender-ledger.ts [--entries 1000000] [--delta 1000] [--rounds 3]
+// KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomUUID } from 'node:crypto';
+import { Kafka, logLevel } from 'kafkajs';
+import { ChangelogRestorer } from '../src/kafka/changelog-restore.js';
+import { withAdmin } from '../src/kafka/client.js';
+import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
+import { ensureTopics } from '../src/kafka/topics.js';
+import { silentLogger } from '../src/platform/logger.js';
+import { encodeLedgerEntry, ledgerKey, type LedgerEntry } from '../src/sender/ledger-records.js';
+import { RequestLedger } from '../src/sender/request-ledger.js';
+import { benchArgs } from './args.js';
+
+const args = benchArgs(import.meta.url, {
+  entries: { type: 'string', default: '1000000' },
+  delta: { type: 'string', default: '1000' },
+  rounds: { type: 'string', default: '3' },
+});
+const ENTRIES = args.wholeNumber('entries', 1);
+const DELTA = args.wholeNumber('delta', 0);
+const ROUNDS = args.wholeNumber('rounds', 1);
+const PARTITION = 0;
+
+const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+const log = (line: string) => process.stderr.write(`${line}\n`);
+
+function records(from: number, count: number, at: number) {
+  const out: { key: string; value: string; partition: number }[] = [];
+  for (let i = from; i < from + count; i++) {
+    const key = ledgerKey('biz_1', `req-${i}`);
+    const result = JSON.stringify({
+      requestId: `req-${i}`,
+      businessId: 'biz_1',
+      outcome: 'accepted',
+      messageId: `01JX${String(i).padStart(22, '0')}`,
+      type: 'text',
+      recipient: `+1555${String(i % 100_000).padStart(7, '0')}`,
+      attempts: 1,
+      maybeSent: false,
+      acceptedAt: new Date(at).toISOString(),
+    });
+    const calling: LedgerEntry = { state: 'calling', offset: i, at, owner: 'bench/1/abcdef12' };
+    const done: LedgerEntry = { state: 'done', offset: i, at: at + 1, remember: true, result };
+    out.push({ key, value: encodeLedgerEntry(calling), partition: PARTITION }, { key, value: encodeLedgerEntry(done), partition: PARTITION });
+  }
+  return out;
+}
+
+async function produce(kafka: Kafka, topic: string, from: number, count: number): Promise<void> {
+  const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+  await producer.connect();
+  const at = Date.now();
+  for (let i = from; i < from + count; i += 1_000) await producer.send({ topic, acks: -1, messages: records(i, Math.min(1_000, from + count - i), at) });
+  await producer.disconnect();
+}
+
+async function main() {
+  let local: LocalBroker | undefined;
+  let brokers = process.env.KAFKA_BROKERS ?? '';
+  if (brokers === '') {
+    local = await startLocalBroker({ heapMb: 1024 });
+    brokers = local.bootstrap;
+  }
+  const kafka = new Kafka({ clientId: 'bench-ledger', brokers: brokers.split(','), logLevel: logLevel.NOTHING, retry: { retries: 10 } });
+  const bulk: number[] = [];
+  const bulkMs: number[] = [];
+  const restartMs: number[] = [];
+  const entriesKept: number[] = [];
+  try {
+    for (let round = 1; round <= ROUNDS; round++) {
+      const topic = `bench-ledger-${randomUUID().slice(0, 8)}`;
+      await withAdmin(kafka, (admin) => ensureTopics(admin, [{ topic, partitions: 1, replicationFactor: 1, configEntries: [{ name: 'cleanup.policy', value: 'compact,delete' }] }]));
+      log(`[round ${round}] producing ${ENTRIES} requests (${2 * ENTRIES} records)…`);
+      await produce(kafka, topic, 0, ENTRIES);
+      const stateDir = mkdtempSync(join(tmpdir(), 'bench-ledger-'));
+      const ledger = () =>
+        new RequestLedger({
+          changelogs: new ChangelogRestorer(kafka),
+          topic,
+          partitions: 1,
+          stateDir,
+          groupId: 'bench',
+          windowMs: 24 * 3_600_000,
+          maxEntries: 100_000_000,
+          logger: silentLogger,
+        });
+      try {
+        const first = ledger();
+        let started = performance.now();
+        await first.assign(PARTITION);
+        const ms = performance.now() - started;
+        bulkMs.push(ms);
+        bulk.push(Math.round((2 * ENTRIES) / (ms / 1000)));
+        entriesKept.push(first.stats().entries);
+        await first.tick();
+        await first.close();
+        await produce(kafka, topic, ENTRIES, DELTA);
+        const second = ledger();
+        started = performance.now();
+        await second.assign(PARTITION);
+        restartMs.push(performance.now() - started);
+        await second.close();
+        log(`[round ${round}] bulk ${Math.round(ms)} ms (${bulk.at(-1)} records/s, ${entriesKept.at(-1)} entries); restart with ${DELTA} new requests: ${Math.round(restartMs.at(-1)!)} ms`);
+      } finally {
+        rmSync(stateDir, { recursive: true, force: true });
+      }
+    }
+  } finally {
+    await local?.stop();
+  }
+  console.log(
+    `\n${ENTRIES} requests (${2 * ENTRIES} ledger records), ${ROUNDS} round(s), medians:\n\n` +
+      `| bulk restore (new member) | records/s | entries kept | restart, ${DELTA} requests written meanwhile |\n|---|---|---|---|\n` +
+      `| ${Math.round(median(bulkMs))} ms (${bulkMs.map((v) => Math.round(v)).join(' / ')}) | ${median(bulk)} (${bulk.join(' / ')}) | ${median(entriesKept)} | ${Math.round(median(restartMs))} ms (${restartMs.map((v) => Math.round(v)).join(' / ')}) |`,
+  );
+}
+
+await main();
