@@ -10,7 +10,7 @@ import { DIRECT, parseProxyUrl } from '../platform/proxy.js';
 const portError = { error: (issue: { input?: unknown }) => `expected a TCP port from 0 to 65535 (0 = any free one), got ${JSON.stringify(issue.input)}` };
 const port = z.number(portError).int(portError).min(0, portError).max(65535, portError);
 /**
- * Where a role serves /healthz, /readyz and /metrics (README "Ports"): a port of its own, never
+ * Where a role serves /healthz, /readyz and /metrics (docs/deployment.md "Ports"): a port of its own, never
  * the public one, so probes and scrapes reach it and the provider's side of the network does not.
  */
 const adminHost = z.string().min(1);
@@ -28,14 +28,14 @@ export const kafkaTopicsSchema = z.strictObject({
   messageState: z.string().min(1),
   /** Compacted, written by the tracker: one window per business and customer (DESIGN §1.6). */
   conversations: z.string().min(1),
-  /** Compacted, written by the tracker: the last rejected or expired result per request id (README "Topic contract"). */
+  /** Compacted, written by the tracker: the last rejected or expired result per request id (docs/topics.md). */
   requestOutcomes: z.string().min(1),
   /**
    * Compacted, written by the sender, co-partitioned with send-requests: the calls started and
    * the outcomes of the requests of each partition, its durable memory (src/sender/README.md "Sent once").
    */
   sendLedger: z.string().min(1),
-  /** Compacted, written by the tracker: each inbound message, bounded, for the customer's conversation (README "Topic contract"). */
+  /** Compacted, written by the tracker: each inbound message, bounded, for the customer's conversation (docs/topics.md). */
   inboundMessages: z.string().min(1),
 });
 

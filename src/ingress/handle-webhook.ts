@@ -205,7 +205,7 @@ export function createWebhookHandler(rules: IngressRules): WebhookHandler {
     }
     const event = parsed.data as { statusUpdate?: { id: string }; sender: { id: string } };
     // An inbound message is keyed by its customer in the canonical form: a number with or without
-    // its + is one conversation, kept in order on one partition (README "Topic contract").
+    // its + is one conversation, kept in order on one partition (docs/topics.md).
     const key = topic === 'delivery_status' ? event.statusUpdate!.id : canonicalCustomerId(event.sender.id);
     const headers: Record<string, string> = {
       ...common,

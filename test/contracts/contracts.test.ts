@@ -184,7 +184,7 @@ describe('send result', () => {
     expect(sendResultSchema.parse(expired)).toEqual(expired);
     expect(sendResultSchema.safeParse({ ...expired, expiredBy: 'whim' }).success).toBe(false);
     // The sender writes maybeSent on every result; a result of a release before it existed is
-    // still read (compatibility rule, README "Topic contract"), as false.
+    // still read (compatibility rule, docs/topics.md), as false.
     const { maybeSent: _absent, ...previousRelease } = accepted;
     expect(sendResultSchema.parse(previousRelease)).toEqual({ ...previousRelease, maybeSent: false });
     expect(sendResultSchema.parse({ ...rejected, maybeSent: undefined })).toMatchObject({ maybeSent: false });
