@@ -75,4 +75,12 @@ describe("links between the repository's markdown files", () => {
     }
     expect(broken).toEqual([]);
   });
+
+  it('nothing in the repository refers to a design brief or a specification outside it', () => {
+    const found = spawnSync('git', ['grep', '-n', '-I', '--untracked', '-E', 'DESIGN §|\\.\\./shared/|DESIGN\\.md|spec/messaging-api|provider-facts', '--', '.', ':!test/docs.test.ts'], {
+      cwd: root,
+      encoding: 'utf8',
+    });
+    expect(found.stdout).toBe('');
+  });
 });

@@ -9,7 +9,7 @@ import { canonicalCustomerId } from '../contracts/customer-id.js';
  * The ingress decision, free of any HTTP server or Kafka client: given the business and topic
  * of the address, the raw bytes and a few headers, what to answer and what to publish.
  *
- * Order of work (DESIGN §1.1): size limit → signature over the raw bytes → JSON parse →
+ * Order of work (docs/design.md, "Delivery semantics"): size limit → signature over the raw bytes → JSON parse →
  * schema check. Nothing is parsed before the signature verifies, and nothing unsigned is ever
  * turned into a record. An authentic body that cannot be used (not JSON, wrong shape, topic
  * mismatch) becomes a dead-letter record: it is authentic, so it is kept, and retrying it

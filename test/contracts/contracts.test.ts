@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { deliveryStatusEventSchema, detectWebhookTopic, inboundMessageEventSchema, partySchema, providerErrorSchema, sendRequestSchema, sendResultSchema } from '../../src/contracts/index.js';
 
-// The example shapes of spec/messaging-api.md, and the extra fields of provider-facts.md.
+// The example shapes of the provider's API documentation, and the extra fields it sends in practice.
 const party = { channelType: 'whatsapp', id: '+15550001111' };
 const inbound = {
   timestamp: '1700000000',
