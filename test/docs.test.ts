@@ -77,7 +77,7 @@ describe("links between the repository's markdown files", () => {
   });
 
   it('nothing in the repository refers to a design brief or a specification outside it', () => {
-    const found = spawnSync('git', ['grep', '-n', '-I', '--untracked', '-E', 'DESIGN §|\\.\\./shared/|DESIGN\\.md|spec/messaging-api|provider-facts', '--', '.', ':!test/docs.test.ts'], {
+    const found = spawnSync('git', ['grep', '-n', '-I', '--untracked', '-E', 'DESIGN [§]|[.][.]/shared/|DESIGN[.]md|spec/messaging[-]api|provider[-]facts', '--', '.'], {
       cwd: root,
       encoding: 'utf8',
     });
