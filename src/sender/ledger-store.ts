@@ -141,10 +141,15 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, LedgerIde
     await this.flushed();
     const next = { ...this.pendingCheckpoint(EMPTY), ledger: position };
     if (next.ledger <= (this.checkpoint()?.ledger ?? 0)) return;
-    this.env.transactionSync(() => {
-      for (const [key, entry] of this.unflushed) if (entry.state === 'calling') this.put(key, entry);
-      this.meta.putSync('checkpoint', next);
-    });
+    // On lmdb's write thread: a synchronous commit held the event loop while the disk synced
+    // (0.7 s of a 20,000-request run at 128 calls in flight, in a CPU profile).
+    await this.writeAsync(
+      () => {
+        for (const [key, entry] of this.unflushed) if (entry.state === 'calling') this.put(key, entry);
+        void this.meta.put('checkpoint', next);
+      },
+      () => undefined,
+    );
     this.advanceCheckpoint(next);
   }
 
