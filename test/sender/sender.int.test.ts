@@ -269,10 +269,12 @@ describe('sender against Kafka and the provider simulator', () => {
     // Slow the provider so the drain has something in flight, and watch readiness drop.
     f.simulator.setFaults({ sendLatencyMs: { min: 1500, max: 1500 } });
     await produceRequests(f.topics.sendRequests, [{ key: 'a', value: textRequest('slow-1', '+15550000001', 'hi') }]);
+    // A provider call in flight (a call slot taken), not only a request recording that it calls:
+    // a drain starts no new call, so one still writing its `calling` record would be released.
     await waitUntil(
-      () => sender.stats().running > 0,
+      () => sender.stats().providerCalls > 0,
       20_000,
-      () => 'a request in flight',
+      () => 'a provider call in flight',
     );
     const draining = sender.drain();
     const during = await fetch(`${base}/readyz`);
