@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Config } from '../config/schema.js';
-import { createKafka, withAdmin, type KafkaClient } from '../kafka/client.js';
+import { createKafka, type KafkaPort } from '../kafka/client.js';
+import { withAdmin } from '../kafka/admin.js';
 import { offsetsAtTime, readRange, topicEnds, type PartitionEnds } from '../kafka/dlq-reader.js';
 import { committedOffsets, ensureRedriveLedger, ledgerEntry, ledgerKey, listRedrives, readRedriveLedger, redriveGroupId, runRedrive, setStartOffsets } from '../kafka/dlq-redrive.js';
 import { connectingToKafka } from '../kafka/failure.js';
@@ -34,7 +35,7 @@ import {
 export interface DlqSession {
   config: Config;
   brokers: string[];
-  kafka: KafkaClient;
+  kafka: KafkaPort;
   dlqs: Map<string, DlqRole>;
   ends: Map<number, PartitionEnds>;
   /** The cluster's id (its brokers may be reached through names shared by several clusters). */
@@ -66,7 +67,7 @@ export function filtersOf(opts: FilterArgs): Filters {
 /** Brokers and the topic's partitions; a missing topic or an unreachable Kafka ends here. */
 export async function openDlq(config: Config, brokers: string[], topic: string): Promise<DlqSession> {
   const kafka = createKafka(config.kafka, { brokers, clientId: 'msgbridge-dlq' });
-  const { topics, clusterId } = await connectingToKafka(brokers, () => withAdmin(kafka, async (admin) => ({ topics: await admin.listTopics(), clusterId: (await admin.describeCluster()).clusterId })));
+  const { topics, clusterId } = await connectingToKafka(brokers, () => withAdmin(kafka, async (admin) => ({ topics: await admin.listTopics(), clusterId: await admin.clusterId() })));
   if (!topics.includes(topic)) {
     const dlqs = [...configuredDlqs(config).keys()].filter((t) => topics.includes(t));
     throw new MsgbridgeError('INVALID_ARGUMENT', `topic "${topic}" does not exist on ${brokers.join(',')}; the configured DLQ topics there: ${dlqs.join(', ') || '(none yet)'}`, {
@@ -454,7 +455,7 @@ export async function executeRedrive(session: DlqSession, plan: RedrivePlan, opt
  * had: one read per source topic over the span of the wanted offsets of each partition (a read
  * is a private group join, ~3 s: one per record made a large redrive crawl).
  */
-async function resolveReferences(kafka: KafkaClient, letters: DeadLetter[]): Promise<Map<DeadLetter, DeadLetter | StillFailing>> {
+async function resolveReferences(kafka: KafkaPort, letters: DeadLetter[]): Promise<Map<DeadLetter, DeadLetter | StillFailing>> {
   const out = new Map<DeadLetter, DeadLetter | StillFailing>();
   const byTopic = new Map<string, { letter: DeadLetter; partition: number; offset: number }[]>();
   for (const letter of letters) {

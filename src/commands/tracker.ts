@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
-import { createKafka, withAdmin } from '../kafka/client.js';
+import { createKafka } from '../kafka/client.js';
+import { withAdmin } from '../kafka/admin.js';
 import { connectingToKafka } from '../kafka/failure.js';
 import { messageStateOf, type MessageState } from '../contracts/message-state.js';
 import { findMessageState, findRequestState } from '../tracker/query.js';
@@ -109,8 +110,9 @@ async function readStateTopic(config: ReturnType<typeof commandConfig>, id: stri
   const partitions = await connectingToKafka(brokers, () =>
     withAdmin(kafka, async (admin) => {
       try {
-        const { topics } = await admin.fetchTopicMetadata({ topics: [topic] });
-        return topics[0]?.partitions.length ?? 0;
+        const count = (await admin.partitionCounts([topic])).get(topic);
+        if (count === undefined) throw new Error(`no topic ${topic}`);
+        return count;
       } catch {
         throw new MsgbridgeError('INVALID_ARGUMENT', `topic ${topic} does not exist: is a tracker running (msgbridge tracker)?`);
       }

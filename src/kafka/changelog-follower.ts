@@ -3,7 +3,7 @@ import type { Consumer } from 'kafkajs';
 import { MsgbridgeError } from '../platform/errors.js';
 import type { Logger } from '../platform/logger.js';
 import { EndOfLog, onBatchEnd, partitionEnds } from './changelog-reader.js';
-import { consumedRecord, createConsumer, withAdmin, type KafkaClient } from './client.js';
+import { consumedRecord, createConsumer, type KafkaSource, withKafkajsAdmin } from './client.js';
 import type { ConsumedRecord } from './group-consumer.js';
 
 /**
@@ -16,7 +16,7 @@ import type { ConsumedRecord } from './group-consumer.js';
  * table, src/sender/conversation-follower.ts).
  */
 export interface ChangelogFollowerOptions {
-  kafka: KafkaClient;
+  kafka: KafkaSource;
   topic: string;
   /** The consumer's group is `<prefix>-<uuid>` (ACLs: Read on this prefix). */
   groupIdPrefix: string;
@@ -166,7 +166,7 @@ export function followChangelog(options: ChangelogFollowerOptions): ChangelogFol
   };
 
   async function waitForTopic(): Promise<void> {
-    await withAdmin(kafka, async (admin) => {
+    await withKafkajsAdmin(kafka, async (admin) => {
       for (let told = false; !over; told = true) {
         if ((await admin.listTopics()).includes(topic)) return;
         if (!told) options.onWaitingForTopic?.();

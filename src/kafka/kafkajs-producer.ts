@@ -1,5 +1,6 @@
-import { CompressionTypes, type Admin, type Kafka, type Producer } from 'kafkajs';
+import { CompressionTypes, type Admin, type Producer } from 'kafkajs';
 import { assertWritable, RecordTooLargeError, type ClusterLayout, type RecordProducer, type TopicRecords } from './port.js';
+import { kafkajsClient, type KafkaSource } from './client.js';
 
 /** kafkajs protocol errors that mean a record can never fit. */
 const TOO_LARGE = new Set(['MESSAGE_TOO_LARGE', 'RECORD_LIST_TOO_LARGE']);
@@ -22,9 +23,9 @@ export interface KafkajsProducerOptions {
 }
 
 /** acks=all producer behind the RecordProducer port. */
-export function createKafkajsProducer(kafka: Kafka, options: KafkajsProducerOptions = {}): RecordProducer {
+export function createKafkajsProducer(kafka: KafkaSource, options: KafkajsProducerOptions = {}): RecordProducer {
   const idempotent = options.idempotent ?? true;
-  const producer: Producer = kafka.producer({
+  const producer: Producer = kafkajsClient(kafka).producer({
     idempotent,
     maxInFlightRequests: idempotent ? 1 : undefined,
     allowAutoTopicCreation: false,
@@ -37,7 +38,7 @@ export function createKafkajsProducer(kafka: Kafka, options: KafkajsProducerOpti
   // leader once before it learns.
   let admin: Admin | undefined;
   const layout = async (topics: string[]): Promise<ClusterLayout> => {
-    admin ??= kafka.admin({ retry: { retries: 0 } });
+    admin ??= kafkajsClient(kafka).admin({ retry: { retries: 0 } });
     await admin.connect();
     const metadata = await admin.fetchTopicMetadata({ topics });
     const cluster = await admin.describeCluster();

@@ -2,13 +2,13 @@ import type { Registry } from 'prom-client';
 import type { BusinessesWatch } from '../config/businesses-file.js';
 import type { Config } from '../config/schema.js';
 import { MsgbridgeError } from '../platform/errors.js';
-import { createKafka, withAdmin, type KafkaClient } from '../kafka/client.js';
+import { createKafka, type KafkaPort } from '../kafka/client.js';
+import { withAdmin } from '../kafka/admin.js';
 import { connectingToKafka } from '../kafka/failure.js';
 import type { ConsumedRecord, GroupConsumer } from '../kafka/group-consumer.js';
 import { createKafkajsGroupConsumer } from '../kafka/kafkajs-group-consumer.js';
 import { createKafkajsProducer } from '../kafka/kafkajs-producer.js';
 import { requireBrokers } from '../kafka/brokers.js';
-import { prepareRoleTopics } from '../kafka/topics.js';
 import { startAdminServer, type HttpServer } from '../runtime/http-server.js';
 import { silentLogger, type Logger } from '../platform/logger.js';
 import { createMetricsRegistry } from '../runtime/metrics.js';
@@ -31,7 +31,6 @@ import { Semaphore } from './semaphore.js';
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { ChangelogRestorer } from '../kafka/changelog-restore.js';
-import { partitionCounts } from '../kafka/topics.js';
 import { checkLocalStoreDir } from '../platform/local-store.js';
 import { sleep } from '../platform/sleep.js';
 import { WorkInterval } from '../platform/work-interval.js';
@@ -92,7 +91,7 @@ interface Prepared {
   /** The egress proxy of provider calls, or none (and why). */
   proxy: ProxyChoice;
   registry: Registry;
-  kafka: KafkaClient;
+  kafka: KafkaPort;
   publisher: OutcomePublisher;
   dlqMaxBytes: number;
   /** Partitions of send-requests, which the ledger shares. */
@@ -113,7 +112,7 @@ export class Sender implements Role {
   private readonly config: Config;
   private readonly settings: Config['sender'];
   private readonly logger: Logger;
-  private readonly kafka: KafkaClient;
+  private readonly kafka: KafkaPort;
   private readonly apiKeys: Map<string, string>;
   /** The businesses whose conversation windows are kept; replaced with the API keys by a reload. */
   private readonly liveBusinesses: Set<string>;
@@ -555,7 +554,7 @@ interface ConversationGuard {
 
 /** The conversation window guard's table, read and then followed (README "Conversation window"), and swept. */
 function startConversationGuard(options: {
-  kafka: KafkaClient;
+  kafka: KafkaPort;
   config: Config;
   table: ConversationTable;
   businesses: ReadonlySet<string>;
@@ -609,16 +608,15 @@ function orderKey(record: ConsumedRecord, job: Job): string {
  * many partitions as send-requests (partition p of one is the memory of partition p of the
  * other), and answers the DLQ's record limit and the partition count.
  */
-async function prepareTopics(kafka: KafkaClient, config: Config, logger: Logger): Promise<{ dlqMaxBytes: number; partitions: number }> {
+async function prepareTopics(kafka: KafkaPort, config: Config, logger: Logger): Promise<{ dlqMaxBytes: number; partitions: number }> {
   const topics = config.kafka.topics;
   const s = config.sender;
   return withAdmin(kafka, async (admin) => {
-    const partitions = (await partitionCounts(admin, [topics.sendRequests])).get(topics.sendRequests) ?? config.kafka.partitions;
+    const partitions = (await admin.partitionCounts([topics.sendRequests])).get(topics.sendRequests) ?? config.kafka.partitions;
     const base = { replicationFactor: config.kafka.replicationFactor, minInsyncReplicas: config.kafka.minInsyncReplicas };
     // Kept a little longer than the window: a restore still finds an outcome written near its end.
     const ledgerRetentionMs = s.idempotencyWindowMs + 3_600_000;
-    const written = await prepareRoleTopics(
-      admin,
+    const written = await admin.prepareRoleTopics(
       {
         createTopics: config.kafka.createTopics,
         create: [
@@ -644,7 +642,7 @@ async function prepareTopics(kafka: KafkaClient, config: Config, logger: Logger)
       },
       logger,
     );
-    const ledgerPartitions = (await partitionCounts(admin, [topics.sendLedger])).get(topics.sendLedger);
+    const ledgerPartitions = (await admin.partitionCounts([topics.sendLedger])).get(topics.sendLedger);
     if (ledgerPartitions !== undefined && ledgerPartitions !== partitions) {
       throw new MsgbridgeError(
         'CONFIG_INVALID',
