@@ -4,7 +4,7 @@ import { withAdmin } from '../kafka/admin.js';
 import { connectingToKafka } from '../kafka/failure.js';
 import { messageStateOf, type MessageState } from '../contracts/message-state.js';
 import { findMessageState, findRequestState } from '../tracker/query.js';
-import { MsgbridgeError } from '../platform/errors.js';
+import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import { commandConfig, operatorBrokers } from './context.js';
 import { runRole } from '../runtime/foreground.js';
 
@@ -84,10 +84,7 @@ async function askTracker(base: string, id: string, timeoutMs: number, token: st
         signal: AbortSignal.timeout(timeoutMs + 1000),
       });
     } catch (error) {
-      throw new MsgbridgeError(
-        'KAFKA_UNAVAILABLE',
-        `cannot reach the tracker at ${url.origin}: ${(error as Error)?.cause instanceof Error ? ((error as Error).cause as Error).message : (error as Error).message}`,
-      );
+      throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot reach the tracker at ${url.origin}: ${errorMessage(error instanceof Error && error.cause instanceof Error ? error.cause : error)}`);
     }
     const body = (await response.json().catch(() => undefined)) as (MessageState & { message?: string }) | undefined;
     if (response.status === 200 && body) return body;

@@ -1,7 +1,7 @@
 import type { Registry } from 'prom-client';
 import type { BusinessesWatch } from '../config/businesses-file.js';
 import type { BusinessConfig, Config } from '../config/schema.js';
-import { MsgbridgeError } from '../platform/errors.js';
+import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import { BatchingPublisher } from '../kafka/batching-publisher.js';
 import { createKafka, type KafkaPort } from '../kafka/client.js';
 import { withAdmin } from '../kafka/admin.js';
@@ -404,6 +404,6 @@ async function prepareIngressTopics(kafka: KafkaPort, config: Config, logger: Lo
     return written.minInsyncReplicas;
   } catch (err) {
     if (err instanceof MsgbridgeError) throw err;
-    throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot prepare the ingress topics ${names.join(', ')}: ${(err as Error).message}`, { cause: err });
+    throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot prepare the ingress topics ${names.join(', ')}: ${errorMessage(err)}`, { cause: err });
   }
 }

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Consumer } from 'kafkajs';
-import { MsgbridgeError } from '../platform/errors.js';
+import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import type { Logger } from '../platform/logger.js';
 import { EndOfLog, onBatchEnd, partitionEnds } from './changelog-reader.js';
 import { consumedRecord, createConsumer, type KafkaSource, withKafkajsAdmin } from './client.js';
@@ -178,9 +178,7 @@ export function followChangelog(options: ChangelogFollowerOptions): ChangelogFol
   const loaded = load().catch(async (error: unknown) => {
     clearTimeout(timer);
     await consumer?.disconnect().catch(() => undefined);
-    throw error instanceof MsgbridgeError
-      ? error
-      : new MsgbridgeError('KAFKA_UNAVAILABLE', `reading ${topic} failed: ${((error as Error)?.message ?? String(error)).split('\n')[0]}`, { cause: error });
+    throw error instanceof MsgbridgeError ? error : new MsgbridgeError('KAFKA_UNAVAILABLE', `reading ${topic} failed: ${errorMessage(error).split('\n')[0]}`, { cause: error });
   });
   // The caller awaits `loaded`; this keeps an unawaited rejection from being reported twice.
   loaded.catch(() => undefined);

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Cluster, Consumer, KafkaMessage } from 'kafkajs';
-import { MsgbridgeError } from '../platform/errors.js';
+import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import { consumedRecord, createConsumer, type KafkaSource } from './client.js';
 import type { ConsumedRecord } from './group-consumer.js';
 import type { Logger } from '../platform/logger.js';
@@ -81,7 +81,7 @@ export async function partitionEnds(kafka: KafkaSource, topic: string): Promise<
     return ends;
   } catch (error) {
     if (error instanceof MsgbridgeError) throw error;
-    const message = ((error as Error)?.message ?? String(error)).split('\n')[0];
+    const message = errorMessage(error).split('\n')[0];
     throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot read the offsets of topic ${topic}: ${message}`, { cause: error });
   } finally {
     await cluster.disconnect().catch(() => undefined);

@@ -1,6 +1,7 @@
 import { CompressionTypes, type Admin, type Producer } from 'kafkajs';
 import { assertWritable, RecordTooLargeError, type ClusterLayout, type RecordProducer, type TopicRecords } from './port.js';
 import { kafkajsClient, type KafkaSource } from './client.js';
+import { errorMessage } from '../platform/errors.js';
 
 /** kafkajs protocol errors that mean a record can never fit. */
 const TOO_LARGE = new Set(['MESSAGE_TOO_LARGE', 'RECORD_LIST_TOO_LARGE']);
@@ -70,7 +71,7 @@ export function createKafkajsProducer(kafka: KafkaSource, options: KafkajsProduc
           })),
         })
         .catch((error: unknown) => {
-          if (tooLarge(error)) throw new RecordTooLargeError(`Kafka refused a record as too large: ${(error as Error).message}`, { cause: error });
+          if (tooLarge(error)) throw new RecordTooLargeError(`Kafka refused a record as too large: ${errorMessage(error)}`, { cause: error });
           throw error;
         });
     },

@@ -1,7 +1,7 @@
 import type { Registry } from 'prom-client';
 import type { BusinessesWatch } from '../config/businesses-file.js';
 import type { Config } from '../config/schema.js';
-import { MsgbridgeError } from '../platform/errors.js';
+import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import { createKafka, type KafkaPort } from '../kafka/client.js';
 import { withAdmin } from '../kafka/admin.js';
 import { connectingToKafka } from '../kafka/failure.js';
@@ -181,10 +181,10 @@ export class Sender implements Role {
       stallMs: config.kafka.requestTimeoutMs,
       // The results of one rate-limit grant (up to 200 ms of tokens) in one produce request (README, "Throughput").
       lingerMs: 5,
-      onReplace: (error) => logger.debug({ err: (error as Error)?.message ?? String(error) }, 'a produce of results failed: the producer is replaced, never reused'),
+      onReplace: (error) => logger.debug({ err: errorMessage(error) }, 'a produce of results failed: the producer is replaced, never reused'),
       onHealthChange: (ok, error) => {
         if (ok) logger.info('results reach Kafka again');
-        else logger.error({ err: (error as Error)?.message ?? String(error) }, 'results cannot be published to Kafka: retrying with a new producer; /readyz is 503 meanwhile');
+        else logger.error({ err: errorMessage(error) }, 'results cannot be published to Kafka: retrying with a new producer; /readyz is 503 meanwhile');
       },
     });
     await connectingToKafka(brokers, () => publisher.start());
@@ -387,7 +387,7 @@ export class Sender implements Role {
       } catch (error) {
         if (abort.signal.aborted) break;
         const delayMs = Math.min(10_000, 250 * 2 ** Math.min(attempt, 6));
-        this.logger.warn({ partition, err: (error as Error)?.message ?? String(error), retryInMs: delayMs }, 'restoring the request ledger failed: the partition waits for it');
+        this.logger.warn({ partition, err: errorMessage(error), retryInMs: delayMs }, 'restoring the request ledger failed: the partition waits for it');
         await sleep(delayMs, abort.signal);
       }
     }

@@ -15,6 +15,7 @@ import { decide, maybeCreated, providerFailing, type AttemptOutcome, type RetryP
 import type { Semaphore } from './semaphore.js';
 import { ledgerDecision, ledgerKey, type LedgerEntry } from './ledger-records.js';
 import { sleep } from '../platform/sleep.js';
+import { errorMessage } from '../platform/errors.js';
 
 /**
  * The work of one request (README "Guarantees"): DLQ records are published with the rejected
@@ -213,7 +214,7 @@ class RequestProcessor implements Processor {
       if (outcome === 'abandoned') span.fail('abandoned', 'stopped before its result was published (it will be processed again)');
       return outcome;
     } catch (err) {
-      span.fail((err as Error)?.name ?? 'Error', (err as Error)?.message);
+      span.fail((err as Error)?.name ?? 'Error', errorMessage(err));
       throw err;
     } finally {
       span.end();
@@ -566,7 +567,7 @@ class RequestProcessor implements Processor {
         }
         const delay = Math.min(5000, 100 * 2 ** Math.min(attempt, 6));
         // The publisher logs the failure once; one line per record would flood the log.
-        logger.debug({ err: (error as Error)?.message ?? String(error), topic, attempt, retryInMs: delay }, 'publishing to Kafka failed; retrying');
+        logger.debug({ err: errorMessage(error), topic, attempt, retryInMs: delay }, 'publishing to Kafka failed; retrying');
         if (!(await sleep(delay, context.abort))) return false;
       }
     }

@@ -30,6 +30,7 @@ import { StateCache } from './state-cache.js';
 import { ConsoleAssets } from './console-assets.js';
 import type { DlqPort } from './dlq-port.js';
 import { trackerRoutes } from './http-api.js';
+import { errorMessage } from '../platform/errors.js';
 
 export { changelogTopicConfig, trackerTopics } from './tracker-topics.js';
 
@@ -368,7 +369,7 @@ export class Tracker implements Role {
       await this.remap(task, store);
       this.logger.info({ task, states: indexed, ms: Math.round(performance.now() - began) }, 'task store indexes built (lookups by request id and recipient complete)');
     } catch (error) {
-      if (this.stores.get(task) === store) this.logger.warn({ task, error: (error as Error).message }, 'building the store indexes failed; they are built again at the next start of the task');
+      if (this.stores.get(task) === store) this.logger.warn({ task, error: errorMessage(error) }, 'building the store indexes failed; they are built again at the next start of the task');
     }
   }
 
@@ -413,7 +414,7 @@ export class Tracker implements Role {
         if (gone.outcomes > 0) this.trackerMetrics.expired('request_outcome', gone.outcomes);
         if (gone.inbound > 0) this.trackerMetrics.expired('inbound_message', gone.inbound);
       } catch (error) {
-        this.logger.warn({ task, error: (error as Error).message }, 'dropping expired states from the local store failed; trying again at the next sweep');
+        this.logger.warn({ task, error: errorMessage(error) }, 'dropping expired states from the local store failed; trying again at the next sweep');
       }
     }
   }

@@ -1,5 +1,5 @@
 import type { Config } from '../config/schema.js';
-import { MsgbridgeError } from '../platform/errors.js';
+import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import type { KafkaPort } from '../kafka/client.js';
 import { withAdmin, type KafkaAdmin } from '../kafka/admin.js';
 import type { Logger } from '../platform/logger.js';
@@ -93,6 +93,6 @@ async function warnUnboundedChangelogs(admin: KafkaAdmin, config: Config, topics
       }
     }
   } catch (error) {
-    logger.warn({ error: (error as Error).message }, 'could not read the settings of the changelog topics');
+    logger.warn({ error: errorMessage(error) }, 'could not read the settings of the changelog topics');
   }
 }
