@@ -3,13 +3,14 @@ import type { Logger } from '../platform/logger.js';
 import { errorMessage, isMsgbridgeError, MsgbridgeError } from '../platform/errors.js';
 import type { DlqFilter, DlqPort, DlqRedriveAnswer } from '../tracker/dlq-port.js';
 import { configuredDlqs } from './dlq-rules.js';
-import { checkRedriveTopic, defaultRedriveName, dlqList, dlqStats, executeRedrive, filtersOf, jsonRecord, openDlq, planRedrive, sum, type FilterArgs, type RedrivePlan } from './dlq-ops.js';
+import { dlqList, dlqStats, filtersOf, jsonRecord, openDlq, type FilterArgs } from './dlq-browse.js';
+import { checkRedriveTopic, defaultRedriveName, executeRedrive, planRedrive, sum, type RedrivePlan } from './dlq-redrive.js';
 import type { DlqRecord } from '../tracker/dlq-port.js';
 import { parseCursor } from './dlq.js';
 
 /**
  * The tracker console's dead-letter page, served by `msgbridge dlq`'s own functions
- * (dlq-ops.ts): the same stats, pages and redrive as the command, named the same way, so a
+ * (dlq-browse.ts, dlq-redrive.ts): the same stats, pages and redrive as the command, named the same way, so a
  * redrive begun in the console resumes from the command line and the other way round. Only
  * the configured DLQ topics. One redrive per topic at a time in this process.
  */
