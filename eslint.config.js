@@ -11,12 +11,14 @@ const ROOMS = {
   contracts: { rooms: ['platform'], libraries: KAFKA_CLIENTS },
   config: { rooms: ['platform', 'contracts'], libraries: KAFKA_CLIENTS },
   kafka: { rooms: ['platform', 'contracts', 'config'], libraries: [] },
-  runtime: { rooms: ['platform', 'contracts', 'config', 'kafka'], libraries: KAFKA_CLIENTS },
+  // Development tooling: the embedded broker or cluster (Maven jars, a throw-away CA), never in production's Kafka code.
+  'local-kafka': { rooms: ['platform', 'config', 'kafka'], libraries: KAFKA_CLIENTS },
+  runtime: { rooms: ['platform', 'contracts', 'config', 'kafka', 'local-kafka'], libraries: KAFKA_CLIENTS },
   ingress: { rooms: ['platform', 'contracts', 'config', 'kafka', 'runtime'], libraries: KAFKA_CLIENTS },
   sender: { rooms: ['platform', 'contracts', 'config', 'kafka', 'runtime'], libraries: KAFKA_CLIENTS },
   tracker: { rooms: ['platform', 'contracts', 'config', 'kafka', 'runtime'], libraries: KAFKA_CLIENTS },
   simulator: { rooms: ['platform', 'contracts', 'config', 'runtime'], libraries: KAFKA_CLIENTS },
-  commands: { rooms: ['platform', 'contracts', 'config', 'kafka', 'runtime', ...ROLES], libraries: KAFKA_CLIENTS },
+  commands: { rooms: ['platform', 'contracts', 'config', 'kafka', 'local-kafka', 'runtime', ...ROLES], libraries: KAFKA_CLIENTS },
   // The package's entries for producers (msgbridge/client, msgbridge/client/kafka): contracts,
   // and src/kafka's result follower for the Kafka entry only (test/client checks what loads).
   client: { rooms: ['platform', 'contracts', 'kafka'], libraries: KAFKA_CLIENTS },

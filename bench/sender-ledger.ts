@@ -17,7 +17,7 @@ import { randomUUID } from 'node:crypto';
 import { Kafka, logLevel } from 'kafkajs';
 import { ChangelogRestorer } from '../src/kafka/changelog-restore.js';
 import { withKafkajsAdmin } from '../src/kafka/client.js';
-import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
+import { startLocalBroker, type LocalBroker } from '../src/local-kafka/local-broker.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 import { silentLogger } from '../src/platform/logger.js';
 import { encodeLedgerEntry, ledgerKey, type LedgerEntry } from '../src/sender/ledger-records.js';

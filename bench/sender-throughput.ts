@@ -33,7 +33,7 @@ import { join } from 'node:path';
 import { Kafka, logLevel } from 'kafkajs';
 import { benchArgs } from './args.js';
 import { bundleCli, senderReady, spawnSenderBundle } from './cli-bundle.js';
-import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
+import { startLocalBroker, type LocalBroker } from '../src/local-kafka/local-broker.js';
 import { withKafkajsAdmin } from '../src/kafka/client.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 import {

@@ -1,4 +1,4 @@
-import type { Admin } from 'kafkajs';
+import { Kafka, logLevel, type Admin } from 'kafkajs';
 import type { Logger } from '../platform/logger.js';
 import { withKafkajsAdmin, type KafkaSource } from './client.js';
 import { partitionCounts, prepareRoleTopics, topicSettings, type RoleTopicsSpec, type WrittenTopics } from './topics.js';
@@ -41,4 +41,19 @@ export function adminPort(admin: Admin): KafkaAdmin {
  */
 export function withAdmin<T>(kafka: KafkaSource, use: (admin: KafkaAdmin) => Promise<T>): Promise<T> {
   return withKafkajsAdmin(kafka, (admin) => use(adminPort(admin)));
+}
+
+/**
+ * A plaintext admin client asked again and again during a start-up wait (the local cluster's
+ * nodes registering): no retries of its own, nothing logged; the caller polls and gives up.
+ */
+export function pollingAdmin(brokers: string[], clientId: string): { brokerCount(): Promise<number>; close(): Promise<void> } {
+  const admin = new Kafka({ clientId, brokers, logLevel: logLevel.NOTHING, retry: { retries: 0 } }).admin();
+  return {
+    async brokerCount() {
+      await admin.connect();
+      return (await admin.describeCluster()).brokers.length;
+    },
+    close: () => admin.disconnect(),
+  };
 }

@@ -5,7 +5,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config/load.js';
 import { createKafkajsClient } from '../../src/kafka/client.js';
-import { startLocalBroker, type LocalBroker } from '../../src/kafka/local-broker.js';
+import { startLocalBroker, type LocalBroker } from '../../src/local-kafka/local-broker.js';
 import { startIngress } from '../../src/ingress/index.js';
 import { startSender } from '../../src/sender/index.js';
 import { startTracker } from '../../src/tracker/index.js';

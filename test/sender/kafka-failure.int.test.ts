@@ -1,6 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createKafkajsClient } from '../../src/kafka/client.js';
-import { startLocalBroker, type LocalBroker } from '../../src/kafka/local-broker.js';
+import { startLocalBroker, type LocalBroker } from '../../src/local-kafka/local-broker.js';
 import { loadConfig } from '../../src/config/load.js';
 import { collect, committedOffsets, endOffsets, fixture, produceRequests, textRequest, waitUntil } from './harness.js';
 
