@@ -26,7 +26,7 @@ import { startTracing, TRACING_FLUSH_MS, type Tracer } from '../platform/tracing
 import { chooseProxy, type ProxyChoice } from '../platform/proxy.js';
 import { RateLimiter } from './rate-limiter.js';
 import { prepareJob, type Job } from './requests.js';
-import { OutcomePublisher } from './outcome-publisher.js';
+import { ResultPublisher } from './result-publisher.js';
 import { Semaphore } from './semaphore.js';
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
@@ -92,7 +92,7 @@ interface Prepared {
   proxy: ProxyChoice;
   registry: Registry;
   kafka: KafkaPort;
-  publisher: OutcomePublisher;
+  publisher: ResultPublisher;
   dlqMaxBytes: number;
   /** Partitions of send-requests, which the ledger shares. */
   partitions: number;
@@ -116,7 +116,7 @@ export class Sender implements Role {
   private readonly apiKeys: Map<string, string>;
   /** The businesses whose conversation windows are kept; replaced with the API keys by a reload. */
   private readonly liveBusinesses: Set<string>;
-  private readonly publisher: OutcomePublisher;
+  private readonly publisher: ResultPublisher;
   private readonly tracer: Tracer;
   private readonly client: ProviderClient;
   private readonly limiter: RateLimiter;
@@ -173,7 +173,7 @@ export class Sender implements Role {
     // CPU, and weighs about 45 MiB of memory once loaded: loaded only when chosen (docs/benchmarks.md).
     const platformatic = config.kafka.client === 'platformatic' ? await import('../kafka/platformatic-producer.js') : undefined;
 
-    const publisher = new OutcomePublisher({
+    const publisher = new ResultPublisher({
       createProducer: () =>
         platformatic
           ? platformatic.createPlatformaticProducer(config.kafka, { brokers, timeoutMs: config.kafka.requestTimeoutMs })

@@ -2,14 +2,15 @@ import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { ConversationTableStats } from './conversation-table.js';
 import type { RunnerStats } from './keyed-runner.js';
 
-export type RequestOutcome = 'accepted' | 'rejected' | 'expired' | 'dlq' | 'duplicate';
+/** How a request finished, as the `outcome` label of msgbridge_sender_requests_total (not the tracker's RequestOutcome record). */
+export type RequestOutcomeLabel = 'accepted' | 'rejected' | 'expired' | 'dlq' | 'duplicate';
 
 /** What the conversation window guard did with a text (README "Conversation window"). */
 export type ConversationDecision = 'open' | 'unknown' | 'override' | 'sms' | 'rejected' | 'fallback';
 
 /** What the sender reports; prom-client behind it (createSenderMetrics), a no-op in unit tests. */
 export interface SenderMetrics {
-  outcome(outcome: RequestOutcome, businessId: string | undefined): void;
+  outcome(outcome: RequestOutcomeLabel, businessId: string | undefined): void;
   providerCall(operation: string, result: string, seconds: number): void;
   retry(reason: string): void;
   inFlight(delta: 1 | -1): void;

@@ -2,7 +2,7 @@ import { isRecordTooLarge, type RecordToWrite } from '../kafka/port.js';
 import type { Logger } from '../platform/logger.js';
 import { HEADER } from '../contracts/headers.js';
 import { headerText, NOOP_TRACER, startKafkaProcessSpan, startKafkaSendSpan, type TraceSpan, type Tracer } from '../platform/tracing.js';
-import type { Admission, CircuitBreaker } from './circuit-breaker.js';
+import type { CircuitPass, CircuitBreaker } from './circuit-breaker.js';
 import { decideConversation, fallbackBody, outsideWindowFailure, type ConversationWindowMode } from './conversation-guard.js';
 import type { WindowLookup } from './conversation-table.js';
 import type { WorkContext, WorkOutcome } from './keyed-runner.js';
@@ -455,7 +455,7 @@ class RequestProcessor implements Processor {
     const { client, limiter, circuits, callSlots, metrics } = this.options;
     // Each step answers at once in the common case (closed circuit, a token, a free slot): no promise then.
     if (context.stop.aborted) return undefined;
-    const admission: Admission | undefined = circuits.tryAdmit?.(job.businessId) ?? (await circuits.admit(job.businessId, context.stop, untilMs));
+    const admission: CircuitPass | undefined = circuits.tryAdmit?.(job.businessId) ?? (await circuits.admit(job.businessId, context.stop, untilMs));
     if (!admission) return undefined;
     let settled = false;
     try {
