@@ -1,7 +1,7 @@
 import tseslint from 'typescript-eslint';
 import noKafkaClientTypes from './eslint-rules/no-kafka-client-types.js';
 
-// The rooms of src/ and what each may import (DESIGN §7; each folder's README says the same).
+// The rooms of src/ and what each may import (docs/design.md, "Layout"; each folder's README says the same).
 // Roles import contracts, kafka, runtime, config and platform, never another role; only
 // src/kafka knows a Kafka client library.
 const ROLES = ['ingress', 'sender', 'tracker', 'simulator'];

@@ -14,7 +14,7 @@ import { KeepAliveConnection } from '../src/simulator/keep-alive-connection.js';
 /**
  * Where each party connects from (all loopback): the provider apart from the attackers, as in
  * production, and the smuggling-shaped requests apart from the rest, since the ingress refuses
- * what it reads from an address right behind an ambiguously framed request (README).
+ * what it reads from an address right behind an ambiguously framed request (docs/operations.md, "Ingress HTTP answers").
  */
 export const FUZZ_ADDRESSES = { provider: '127.0.0.1', hostile: '127.0.0.2', smuggling: '127.0.0.3', slow: '127.0.0.4' } as const;
 

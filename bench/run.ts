@@ -25,6 +25,7 @@ export const BENCHES: Record<string, Bench> = {
   simulator: { description: 'the provider simulator is never the bottleneck: send endpoint and webhook delivery' },
   tracker: { description: 'tracker state updates/s, restore time and memory per message state', nodeFlags: ['--expose-gc'] },
   'tracker-volume': { description: 'the tracker at production volume: does its cost follow traffic or history (needs npm run build)' },
+  'tracker-conversation': { description: "a customer's conversation at 1,000,000 messages: search and thread p99 (needs npm run build)" },
   kstreams: { description: 'the tracker side by side with Kafka Streams (needs npm run build and mvn package)' },
   'bounded-maps': { description: 'the bounded maps once full: µs per insert of the state cache and the conversation table' },
   'window-lookup': { description: 'the conversation window guard: lookup cost, memory per window, start-up read', nodeFlags: ['--expose-gc'] },

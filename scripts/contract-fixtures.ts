@@ -116,7 +116,7 @@ const status = (id: string, s: string, at: string, extra: Record<string, unknown
     ...extra,
   });
 
-/** Webhook bodies as the provider sends them (spec/messaging-api.md), good and bad. */
+/** Webhook bodies as the provider sends them (as its API documentation gives them), good and bad. */
 export const WEBHOOK_INPUTS: WebhookInput[] = [
   { note: 'sent, with a traceparent', pathTopic: 'delivery_status', body: status(MESSAGE_IDS.confirmation, 'sent', '2026-11-20T10:00:02Z'), traceparent: TRACEPARENT },
   {

@@ -1,9 +1,11 @@
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 
 const root = join(import.meta.dirname, '..');
 const readme = readFileSync(join(root, 'README.md'), 'utf8');
+const configuration = readFileSync(join(root, 'docs', 'configuration.md'), 'utf8');
 
 function keys(value: unknown, prefix = ''): string[] {
   if (typeof value !== 'object' || value === null || Array.isArray(value)) return [prefix];
@@ -23,10 +25,62 @@ describe('README', () => {
       `.ci/in-root --root "$root" -- bash -c 'npm ci --no-audit --no-fund && npm test -- --exclude test/ingress/connections.int.test.ts -t "^(?!.*SIGSTOP)"'\n`,
     );
   });
+});
 
+describe('docs/configuration.md', () => {
   it('documents every configuration key of config/default.json', () => {
     const config = JSON.parse(readFileSync(join(root, 'config', 'default.json'), 'utf8'));
-    const missing = keys(config).filter((k) => !readme.includes(`| \`${k}\` |`));
+    const missing = keys(config).filter((k) => !configuration.includes(`| \`${k}\` |`));
     expect(missing).toEqual([]);
+  });
+});
+
+/** The repository's markdown files, as git knows them (tracked or new, not ignored). */
+function markdownFiles(): string[] {
+  const listed = spawnSync('git', ['ls-files', '--cached', '--others', '--exclude-standard', '--', '*.md'], { cwd: root, encoding: 'utf8' });
+  expect(listed.status, listed.stderr).toBe(0);
+  return listed.stdout.split('\n').filter((f) => f && !f.split('/').includes('node_modules') && existsSync(join(root, f)));
+}
+
+/** The anchors GitHub gives a markdown file's headings. */
+function anchors(markdown: string): Set<string> {
+  const slugs = new Set<string>();
+  for (const [, heading] of markdown.replace(/```[\s\S]*?```/g, '').matchAll(/^#{1,6} +(.+?) *#*$/gm)) {
+    const base = heading!
+      .toLowerCase()
+      .replace(/[^\p{L}\p{N} _-]/gu, '')
+      .replace(/ /g, '-');
+    let slug = base;
+    for (let n = 1; slugs.has(slug); n++) slug = `${base}-${n}`;
+    slugs.add(slug);
+  }
+  return slugs;
+}
+
+describe("links between the repository's markdown files", () => {
+  it('every relative link resolves to a file of the repository, and every anchor to a heading of a markdown file', () => {
+    const broken: string[] = [];
+    for (const file of markdownFiles()) {
+      const text = readFileSync(join(root, file), 'utf8')
+        .replace(/```[\s\S]*?```/g, '')
+        .replace(/`[^`\n]*`/g, '');
+      for (const [, target] of text.matchAll(/\]\(([^)\s]+)(?: "[^"]*")?\)/g)) {
+        if (/^[a-z][a-z0-9+.-]*:/i.test(target!) || target!.startsWith('//')) continue;
+        const [path, anchor] = target!.split('#') as [string, string | undefined];
+        const resolved = path ? resolve(root, dirname(file), decodeURIComponent(path)) : join(root, file);
+        if (!resolved.startsWith(root + '/') && resolved !== root) broken.push(`${file}: ${target} leaves the repository`);
+        else if (!existsSync(resolved)) broken.push(`${file}: ${target} does not exist`);
+        else if (anchor && resolved.endsWith('.md') && !anchors(readFileSync(resolved, 'utf8')).has(anchor)) broken.push(`${file}: ${target} names no heading`);
+      }
+    }
+    expect(broken).toEqual([]);
+  });
+
+  it('nothing in the repository refers to a design brief or a specification outside it', () => {
+    const found = spawnSync('git', ['grep', '-n', '-I', '--untracked', '-E', 'DESIGN [§]|[.][.]/shared/|DESIGN[.]md|spec/messaging[-]api|provider[-]facts', '--', '.'], {
+      cwd: root,
+      encoding: 'utf8',
+    });
+    expect(found.stdout).toBe('');
   });
 });

@@ -312,7 +312,7 @@ export function withSource(letter: DeadLetter, source: ConsumedRecord | undefine
   return { ...letter, key: source.key ?? letter.key, value: source.value, headers };
 }
 
-/** The headers a redriven record adds (DESIGN §1.2): where it came from, and when. */
+/** The headers a redriven record adds (docs/topics.md, "Headers"): where it came from, and when. */
 export function redriveHeaders(letter: Pick<DeadLetter, 'topic' | 'partition' | 'offset'>, at: number): Record<string, string> {
   return { [DLQ_HEADER.redrivenFrom]: `${letter.topic}/${letter.partition}/${letter.offset}`, [DLQ_HEADER.redrivenAt]: String(at) };
 }

@@ -14,7 +14,7 @@ export { defaultRedriveName } from './dlq-redrive.js';
  * `msgbridge dlq stats|list|redrive <topic>`: what is in a dead-letter topic, grouped by why, and
  * sending it back once the cause is fixed. The rules (which role, which code, the re-check) are
  * in dlq-rules.ts; reading and the transactions in src/kafka/dlq-*.ts. The operator's walk
- * through an incident is in the README ("Dead letters") and deploy/observability/README.md.
+ * through an incident is in docs/operations.md ("Dead letters") and deploy/observability/README.md.
  * The work itself is in dlq-browse.ts and dlq-redrive.ts (the tracker's console calls the same functions); this file
  * parses the arguments and prints.
  */

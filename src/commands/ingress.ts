@@ -14,7 +14,7 @@ export function parseWorkersOption(value: string): number | 'auto' {
 /**
  * `msgbridge ingress`: signed provider webhooks into Kafka. Configuration from the global
  * --config file and the environment; Kafka from KAFKA_BROKERS, or an embedded local broker
- * when none is configured. SIGTERM/SIGINT drain (DESIGN §2) and exit 0 within
+ * when none is configured. SIGTERM/SIGINT drain (docs/design.md, "Failure handling") and exit 0 within
  * ingress.drainGraceMs, 1 when the drain did not finish in time. With --workers (or
  * ingress.workers) above 1, worker threads share the port (src/ingress/workers.ts); one that
  * stops on its own makes the ingress drain the others and exit 1.

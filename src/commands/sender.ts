@@ -7,7 +7,7 @@ import { runRole } from '../runtime/foreground.js';
  * Configuration from the global --config file and the environment (the single-business
  * shorthand MSGBRIDGE_BUSINESS_ID / MSGBRIDGE_API_KEY / MSGBRIDGE_PROVIDER_URL is enough);
  * Kafka from KAFKA_BROKERS, or an embedded local broker when none is configured.
- * SIGTERM/SIGINT drain (DESIGN §2): exit 0 when everything in progress finished within
+ * SIGTERM/SIGINT drain (docs/design.md, "Failure handling"): exit 0 when everything in progress finished within
  * sender.drainGraceMs, 1 otherwise; 1 too when the Kafka client gives up for good.
  */
 export function registerSenderCommand(program: Command): void {

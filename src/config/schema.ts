@@ -10,7 +10,7 @@ import { DIRECT, parseProxyUrl } from '../platform/proxy.js';
 const portError = { error: (issue: { input?: unknown }) => `expected a TCP port from 0 to 65535 (0 = any free one), got ${JSON.stringify(issue.input)}` };
 const port = z.number(portError).int(portError).min(0, portError).max(65535, portError);
 /**
- * Where a role serves /healthz, /readyz and /metrics (README "Ports"): a port of its own, never
+ * Where a role serves /healthz, /readyz and /metrics (docs/deployment.md "Ports"): a port of its own, never
  * the public one, so probes and scrapes reach it and the provider's side of the network does not.
  */
 const adminHost = z.string().min(1);
@@ -24,18 +24,18 @@ export const kafkaTopicsSchema = z.strictObject({
   sendRequests: z.string().min(1),
   sendResults: z.string().min(1),
   sendRequestsDlq: z.string().min(1),
-  /** Compacted, written by the tracker: one state per message id (DESIGN §1.5). */
+  /** Compacted, written by the tracker: one state per message id (docs/topics.md, "Message state and conversation windows"). */
   messageState: z.string().min(1),
-  /** Compacted, written by the tracker: one window per business and customer (DESIGN §1.6). */
+  /** Compacted, written by the tracker: one window per business and customer (docs/topics.md, "Message state and conversation windows"). */
   conversations: z.string().min(1),
-  /** Compacted, written by the tracker: the last rejected or expired result per request id (README "Topic contract"). */
+  /** Compacted, written by the tracker: the last rejected or expired result per request id (docs/topics.md). */
   requestOutcomes: z.string().min(1),
   /**
    * Compacted, written by the sender, co-partitioned with send-requests: the calls started and
    * the outcomes of the requests of each partition, its durable memory (src/sender/README.md "Sent once").
    */
   sendLedger: z.string().min(1),
-  /** Compacted, written by the tracker: each inbound message, bounded, for the customer's conversation (README "Topic contract"). */
+  /** Compacted, written by the tracker: each inbound message, bounded, for the customer's conversation (docs/topics.md). */
   inboundMessages: z.string().min(1),
 });
 
@@ -275,7 +275,7 @@ const nonNegativeInt = z.number().int().min(0);
 const rate = z.number().min(0).max(1);
 const phoneNumber = recipientNumber;
 
-/** One credential of the tracker's queries and console (DESIGN §1.7): its name (logged), its role, the hex SHA-256 of the token. */
+/** One credential of the tracker's queries and console (src/tracker/README.md, "Console and access"): its name (logged), its role, the hex SHA-256 of the token. */
 export const accessTokenSchema = z.strictObject({
   name: z.string().regex(/^[A-Za-z0-9._@-]{1,100}$/, 'expected 1-100 letters, digits, ".", "_", "@" or "-" (it names the holder in logs)'),
   role: z.enum(['read', 'operator'], { error: 'expected "read" or "operator"' }),
@@ -359,7 +359,7 @@ export const trackerSchema = z
     adminHost,
     adminPort: port,
     /**
-     * Who may query the tracker and open its console (DESIGN §1.7, src/tracker/README.md "Console
+     * Who may query the tracker and open its console (src/tracker/README.md "Console
      * and access"): the SHA-256 of each token, never the token. Merged with the tokens file.
      */
     accessTokens: z.array(accessTokenSchema).superRefine(uniqueTokenNames),

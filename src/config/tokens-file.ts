@@ -4,7 +4,7 @@ import { accessTokensFileSchema, type AccessTokenConfig } from './schema.js';
 
 /**
  * The tracker's tokens file (`tracker.accessTokensFile`, MSGBRIDGE_TRACKER_TOKENS_FILE): a JSON
- * array of `{ name, role, sha256 }` (DESIGN §1.7), watched like the businesses file (its
+ * array of `{ name, role, sha256 }` (src/tracker/README.md, "Console and access"), watched like the businesses file (its
  * watchValidatedFile). Errors name the file, the entry and the field, never a value.
  */
 export function readTokensFile(path: string): AccessTokenConfig[] {

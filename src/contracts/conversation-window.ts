@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { canonicalCustomerId } from './customer-id.js';
 
 /**
- * The value on `conversations` (DESIGN §1.6): the 24-hour customer-service window of one
+ * The value on `conversations` (docs/topics.md): the 24-hour customer-service window of one
  * conversation; free-form text may be sent until `windowOpenUntil`. The tracker writes it
  * (window-rules.ts), the sender reads it.
  */

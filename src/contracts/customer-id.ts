@@ -1,5 +1,5 @@
 /**
- * One customer, whatever form the provider wrote their id in (README "Topic contract",
+ * One customer, whatever form the provider wrote their id in (docs/topics.md,
  * "Customers"). A party's id arrives as a phone number in international format (`+15550002222`,
  * what businesses send to) or as the same digits without the `+` (`15550002222`, how
  * WhatsApp-style platforms write a customer in inbound events): both name one customer. Any

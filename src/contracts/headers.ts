@@ -3,7 +3,7 @@ import { hash } from 'node:crypto';
 /** The provider's signature header on webhook calls. */
 export const SIGNATURE_HEADER = 'x-service-hmac-sha256';
 
-/** Header names on every record the relay writes (DESIGN §1.2). */
+/** Header names on every record the relay writes (docs/topics.md, "Headers"). */
 export const HEADER = {
   eventId: 'event-id',
   businessId: 'business-id',
@@ -16,7 +16,7 @@ export const HEADER = {
 } as const;
 
 /**
- * Headers of dead-letter records beyond HEADER (DESIGN §1.2): what a redrive needs, and what a
+ * Headers of dead-letter records beyond HEADER (docs/topics.md, "Headers"): what a redrive needs, and what a
  * redriven record carries. `webhook-topic` is the webhook topic the address named (or the body,
  * when the address named none); `original-topic` the Kafka topic the event was meant for (webhooks,
  * from 0.2.0; records before derive it from `webhook-topic` or the body); `source-*` where a

@@ -3,7 +3,7 @@ import { providerErrorSchema, type ProviderError } from './common.js';
 import { requestContentSchema, type RequestContent } from './send.js';
 
 /**
- * The value on `message-state` (DESIGN §1.5): one message's current state, published whole on
+ * The value on `message-state` (docs/topics.md): one message's current state, published whole on
  * every change by the tracker. The rules that produce it live in the tracker (state-rules.ts).
  */
 
@@ -31,7 +31,7 @@ export interface SendSummary {
   channel?: string;
 }
 
-/** The public shape of DESIGN §1.5, plus `send` (optional on read: null in states written before it). */
+/** The public shape of the message state (docs/topics.md), plus `send` (optional on read: null in states written before it). */
 export interface MessageState {
   messageId: string;
   /** Null until the accepted send result is seen; stays null for a message not sent through the relay. */

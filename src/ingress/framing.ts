@@ -5,7 +5,7 @@
  * Content-Length and Transfer-Encoding, a list or signed Content-Length, obs-fold and bare-LF
  * header lines; it accepts the cases below, which the handler can still see in the headers. It
  * also accepts bare LF in chunk framing, which no header shows: `chunked: false` refuses
- * chunked bodies altogether for deployments whose proxy does not normalise them (README).
+ * chunked bodies altogether for deployments whose proxy does not normalise them (docs/operations.md, "Ingress HTTP answers").
  * Pure: the adapter passes the request's header lines.
  */
 export function framingProblem(headers: Iterable<readonly [name: string, value: string]>, chunked: boolean): string | undefined {

@@ -9,7 +9,7 @@ import { canonicalCustomerId } from '../contracts/customer-id.js';
  * The ingress decision, free of any HTTP server or Kafka client: given the business and topic
  * of the address, the raw bytes and a few headers, what to answer and what to publish.
  *
- * Order of work (DESIGN §1.1): size limit → signature over the raw bytes → JSON parse →
+ * Order of work (docs/design.md, "Delivery semantics"): size limit → signature over the raw bytes → JSON parse →
  * schema check. Nothing is parsed before the signature verifies, and nothing unsigned is ever
  * turned into a record. An authentic body that cannot be used (not JSON, wrong shape, topic
  * mismatch) becomes a dead-letter record: it is authentic, so it is kept, and retrying it
@@ -205,7 +205,7 @@ export function createWebhookHandler(rules: IngressRules): WebhookHandler {
     }
     const event = parsed.data as { statusUpdate?: { id: string }; sender: { id: string } };
     // An inbound message is keyed by its customer in the canonical form: a number with or without
-    // its + is one conversation, kept in order on one partition (README "Topic contract").
+    // its + is one conversation, kept in order on one partition (docs/topics.md).
     const key = topic === 'delivery_status' ? event.statusUpdate!.id : canonicalCustomerId(event.sender.id);
     const headers: Record<string, string> = {
       ...common,

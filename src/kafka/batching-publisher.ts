@@ -7,7 +7,7 @@ import type { ClusterLayout, ProducerFactory, RecordProducer, RecordToWrite, Top
 import { bootstrapAddresses, PublisherLane, SINGLE_LANE, withTimeout, type LaneHost } from './publisher-lane.js';
 
 /**
- * Batching without latency (DESIGN §2), pipelined per partition leader, on the RecordProducer
+ * Batching without latency (docs/design.md, "Delivery semantics"), pipelined per partition leader, on the RecordProducer
  * port: one queue per partition, one lane (a producer, one request in flight) per leader
  * broker, at most one batch in flight per partition (per-key order). This file holds the
  * queues, batching, admission and answers; a lane's producer and health (replacement after a

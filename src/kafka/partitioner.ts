@@ -3,7 +3,7 @@
  *
  * kafkajs 2.x uses it by default (its DefaultPartitioner); @platformatic/kafka's default does
  * not (it takes `murmur2(key) >>> 0`, which puts about half of all keys on another partition).
- * Every producer of the relay must place a key where the others do: DESIGN §1.2 relies on
+ * Every producer of the relay must place a key where the others do: the topic contract (docs/topics.md) relies on
  * `delivery_status` (ingress) and `send-results` (sender) being co-partitioned by message id,
  * and per-key order must survive switching the ingress between clients. 32-bit integer
  * arithmetic (Math.imul) instead of BigInt or Long: this runs once per record.

@@ -18,7 +18,7 @@ export interface TopicSpec {
   minInsyncReplicas?: number | null;
 }
 
-/** The min.insync.replicas a topic of this replication factor gets (DESIGN §2 "Durable on a real cluster"). */
+/** The min.insync.replicas a topic of this replication factor gets (docs/design.md, "Delivery semantics": durable on a real cluster). */
 export function minInsyncReplicasFor(replicationFactor: number, configured?: number | null): number {
   const wanted = configured ?? (replicationFactor >= 3 ? 2 : 1);
   return Math.max(1, Math.min(wanted, replicationFactor));

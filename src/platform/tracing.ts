@@ -3,7 +3,7 @@ import type { Logger } from './logger.js';
 
 /**
  * OpenTelemetry tracing, off unless the standard OTEL_* variables ask for it (the variables:
- * the main README; the spans: README.md beside this file, "Tracing"). This file is what the roles see: the settings read from the environment, and a
+ * docs/configuration.md, "Tracing"; the spans: README.md beside this file, "Tracing"). This file is what the roles see: the settings read from the environment, and a
  * tiny tracer interface whose spans are continued and propagated as W3C `traceparent` strings,
  * so that no role (and no pure file) imports @opentelemetry. The SDK itself lives in
  * tracing-sdk.ts and is imported only when tracing is on: off, nothing of it is loaded, and a

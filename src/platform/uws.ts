@@ -85,7 +85,7 @@ export function loadUws(env: Record<string, string | undefined> = process.env, b
     throw new MsgbridgeError(
       'UWS_NATIVE_MISSING',
       `no native uWebSockets.js binary loads on Node ${process.version} (${process.platform}/${process.arch}, ABI ${process.versions.modules}): ${reasons.join('; ') || 'no build installed'}. ` +
-        'Use Node 22 or 24 on glibc 2.38+ Linux or macOS, or Node 20 (README, "Node.js and uWebSockets.js"), or set MSGBRIDGE_ALLOW_UWS_FALLBACK=1 to accept the slow JavaScript fallback.',
+        'Use Node 22 or 24 on glibc 2.38+ Linux or macOS, or Node 20 (docs/operations.md, "Node.js and uWebSockets.js"), or set MSGBRIDGE_ALLOW_UWS_FALLBACK=1 to accept the slow JavaScript fallback.',
     );
   }
   inUse = undefined;

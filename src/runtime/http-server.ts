@@ -5,7 +5,7 @@ import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import { localUrl } from '../platform/net.js';
 
 /**
- * The two kinds of plain node:http server a role runs (README "Ports"):
+ * The two kinds of plain node:http server a role runs (docs/deployment.md "Ports"):
  * - the admin server (`startAdminServer`): `/healthz` (process alive), `/readyz` (200 when ready,
  *   503 with the reason otherwise) and `/metrics` (Prometheus text), nothing else. Every role
  *   has one, on its private admin port: probes and scrapes reach it, the public never should.

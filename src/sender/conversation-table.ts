@@ -3,7 +3,7 @@ import { canonicalCustomerId } from '../contracts/customer-id.js';
 import { RecencyMap } from '../platform/recency-map.js';
 
 /**
- * The sender's copy of the `conversations` topic (DESIGN §1.6): which customers' 24-hour windows
+ * The sender's copy of the `conversations` topic (docs/topics.md): which customers' 24-hour windows
  * are open, kept current by the follower (conversation-follower.ts). Pure: no Kafka. The rules
  * (what "never seen" means, what happens when it is full) are in README.md "Conversation window".
  *

@@ -45,6 +45,29 @@ const isOffset = (v: unknown): v is number => typeof v === 'number' && Number.is
 
 /** A ledger value read back; undefined when it is not one this release understands (skipped, never trusted). */
 export function decodeLedgerEntry(text: string | Buffer | null | undefined): LedgerEntry | undefined {
+  const json = validRecord(text);
+  if (!json) return undefined;
+  const { offset, at } = json;
+  switch (json.state) {
+    case 'calling':
+      return { state: 'calling', offset, at, owner: json.owner as string };
+    case 'done':
+      return { state: 'done', offset, at, remember: json.remember as boolean, result: JSON.stringify(json.result) };
+    default:
+      return { state: 'released', offset, at, attempts: json.attempts as number, maybeSent: json.maybeSent as boolean, firstAttemptAt: json.firstAttemptAt as number | null };
+  }
+}
+
+/**
+ * The time of a ledger value this release understands (what `decodeLedgerEntry` would give it),
+ * undefined otherwise. A restore keeps the value's text as it is and needs only this: no entry
+ * is built and no result is written out again.
+ */
+export function ledgerEntryTime(text: string | Buffer | null | undefined): number | undefined {
+  return validRecord(text)?.at;
+}
+
+function validRecord(text: string | Buffer | null | undefined): (Record<string, unknown> & { offset: number; at: number }) | undefined {
   if (text === null || text === undefined) return undefined;
   let json: Record<string, unknown>;
   try {
@@ -53,17 +76,15 @@ export function decodeLedgerEntry(text: string | Buffer | null | undefined): Led
     return undefined;
   }
   if (!json || typeof json !== 'object' || json.v !== VERSION || !isOffset(json.offset) || !isTime(json.at)) return undefined;
-  const { offset, at } = json;
+  const valid = json as Record<string, unknown> & { offset: number; at: number };
   switch (json.state) {
     case 'calling':
-      return typeof json.owner === 'string' ? { state: 'calling', offset, at, owner: json.owner } : undefined;
+      return typeof json.owner === 'string' ? valid : undefined;
     case 'done':
-      return typeof json.remember === 'boolean' && json.result !== null && typeof json.result === 'object'
-        ? { state: 'done', offset, at, remember: json.remember, result: JSON.stringify(json.result) }
-        : undefined;
+      return typeof json.remember === 'boolean' && json.result !== null && typeof json.result === 'object' ? valid : undefined;
     case 'released':
       return Number.isSafeInteger(json.attempts) && (json.attempts as number) >= 0 && typeof json.maybeSent === 'boolean' && (json.firstAttemptAt === null || isTime(json.firstAttemptAt))
-        ? { state: 'released', offset, at, attempts: json.attempts as number, maybeSent: json.maybeSent, firstAttemptAt: json.firstAttemptAt as number | null }
+        ? valid
         : undefined;
     default:
       return undefined;

@@ -43,7 +43,7 @@ export function deliveryStatusEvent(input: {
 /**
  * An inbound customer message: no `topic` field, as in the spec's example. A button reply
  * (`button`) is the same event with `isButtonResponse: true`, the button's text as the message
- * text and its payload, when it has one, in `callbackData` (spec/provider-facts.md: the payload
+ * text and its payload, when it has one, in `callbackData` (the provider's documented behaviour: the payload
  * comes in the text or in `context`/`callbackData`).
  */
 export function inboundMessageEvent(input: {

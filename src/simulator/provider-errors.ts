@@ -3,8 +3,8 @@ import type { ProviderError } from '../contracts/index.js';
 
 /**
  * The provider's error object: the body of its HTTP error answers and `statusUpdate.error`
- * of `delivery_failed` events. Codes named in provider-facts.md keep their names; the few the
- * simulator adds for cases the facts leave open follow the same `ERROR_CODE_` pattern.
+ * of `delivery_failed` events. Codes the provider documents keep their names; the few the
+ * simulator adds for cases its documentation leaves open follow the same `ERROR_CODE_` pattern.
  */
 export const ERROR_TYPE = {
   invalidRequest: 'ERROR_TYPE_INVALID_REQUEST',

@@ -1,7 +1,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 
 /**
- * Who may ask the tracker what (DESIGN §1.7, README "Console and access"): a bearer token
+ * Who may ask the tracker what (README "Console and access"): a bearer token
  * matched against the configured SHA-256 digests, or the user a trusted SSO proxy names in a
  * header; two roles, `read` and `operator`. Pure: the HTTP edge (access-guard.ts) applies it.
  */

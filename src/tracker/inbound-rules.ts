@@ -9,7 +9,7 @@ import { MsgbridgeError } from '../platform/errors.js';
  * "Conversations"): a bounded summary of the webhook (contracts/inbound-message.ts), one per
  * `event-id`. Pure. A button reply is told by `isButtonResponse` (top level or in `message`) or a
  * `message.button` object; its payload is read from `message.button.payload`, `message.payload`,
- * `context.payload` or `callbackData`, the first that is text (spec/provider-facts.md: the payload
+ * `context.payload` or `callbackData`, the first that is text (the provider's documented behaviour: the payload
  * comes in the text or in `context`/`callbackData`).
  */
 

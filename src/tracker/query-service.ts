@@ -160,7 +160,7 @@ export class QueryService {
     });
   }
 
-  /** A customer's conversation window (DESIGN §1.6), from the member that owns the customer's task. */
+  /** A customer's conversation window (docs/topics.md), from the member that owns the customer's task. */
   private conversationAnswer(businessId: string, customer: string, forwarded: boolean, credentials: Credentials): Promise<Answer> {
     // The customer's task is the partition of its canonical id (either form names it).
     return this.atOwner(this.logic.taskOfCustomer(customer), forwarded, credentials, `/conversations/${encodeURIComponent(businessId)}/${encodeURIComponent(customer)}`, () => {

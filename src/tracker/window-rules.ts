@@ -5,7 +5,7 @@ import { canonicalIso, isoFromEpochSeconds, MAX_EPOCH_MS } from '../contracts/ti
 import { canonicalCustomerId } from '../contracts/customer-id.js';
 
 /**
- * The 24-hour customer-service window of one conversation (DESIGN §1.6): free-form text may be
+ * The 24-hour customer-service window of one conversation (docs/topics.md, "Message state and conversation windows"): free-form text may be
  * sent until `windowOpenUntil`. Folding is a max over inbound times, so it needs no event-id
  * deduplication: a duplicate or a late event never changes it.
  */

@@ -62,11 +62,12 @@ describe('what each command loads', () => {
     expect([...(await packagesLoadedBy(['src/client/kafka.ts']))].sort()).toEqual(['kafkajs', 'zod']);
   });
 
-  it('msgbridge sender loads the sender and none of the other roles’ packages', async () => {
+  it('msgbridge sender loads the sender (LMDB for its request ledger) and none of the other roles’ packages', async () => {
     const packages = await packagesLoadedBy(['src/cli.ts', 'src/sender/index.ts']);
     expect(packages).toContain('kafkajs');
     expect(packages).toContain('prom-client');
-    for (const other of ['lmdb', 'uWebSockets.js', 'undici']) expect(packages, other).not.toContain(other);
+    expect(packages).toContain('lmdb');
+    for (const other of ['uWebSockets.js', 'undici']) expect(packages, other).not.toContain(other);
   });
 
   it('msgbridge tracker loads LMDB, and the ingress and simulator packages only when their roles run', async () => {

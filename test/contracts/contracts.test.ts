@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { deliveryStatusEventSchema, detectWebhookTopic, inboundMessageEventSchema, partySchema, providerErrorSchema, sendRequestSchema, sendResultSchema } from '../../src/contracts/index.js';
 
-// The example shapes of spec/messaging-api.md, and the extra fields of provider-facts.md.
+// The example shapes of the provider's API documentation, and the extra fields it sends in practice.
 const party = { channelType: 'whatsapp', id: '+15550001111' };
 const inbound = {
   timestamp: '1700000000',
@@ -184,7 +184,7 @@ describe('send result', () => {
     expect(sendResultSchema.parse(expired)).toEqual(expired);
     expect(sendResultSchema.safeParse({ ...expired, expiredBy: 'whim' }).success).toBe(false);
     // The sender writes maybeSent on every result; a result of a release before it existed is
-    // still read (compatibility rule, README "Topic contract"), as false.
+    // still read (compatibility rule, docs/topics.md), as false.
     const { maybeSent: _absent, ...previousRelease } = accepted;
     expect(sendResultSchema.parse(previousRelease)).toEqual({ ...previousRelease, maybeSent: false });
     expect(sendResultSchema.parse({ ...rejected, maybeSent: undefined })).toMatchObject({ maybeSent: false });

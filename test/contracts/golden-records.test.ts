@@ -38,8 +38,8 @@ import { trackerTopics } from '../../src/tracker/tracker-topics.js';
 
 /**
  * Every reader in the project accepts every golden record of every release (test/fixtures/contracts/),
- * with the meaning the README documents: the tracker, the sender, `msgbridge send`, `status` and
- * `tail`, the JSON Schemas and the AsyncAPI document. README "Topic contract", compatibility rule.
+ * with the meaning docs/topics.md documents: the tracker, the sender, `msgbridge send`, `status` and
+ * `tail`, the JSON Schemas and the AsyncAPI document. docs/topics.md, compatibility rule.
  */
 
 const ROOT = join(import.meta.dirname, '..', '..');

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { hmacBase64 } from '../helpers/signing.js';
 
-/** Webhook bodies in the provider's shapes (spec/messaging-api.md), with a few extra fields. */
+/** Webhook bodies in the provider's shapes (as its API documentation gives them), with a few extra fields. */
 export function statusEvent(messageId: string, status = 'delivered', extra: Record<string, unknown> = {}): string {
   return JSON.stringify({
     topic: 'delivery_status',

@@ -48,6 +48,7 @@ describe('dlq redrive under kill -9', () => {
     conversations: uniqueTopic('conversations'),
     requestOutcomes: uniqueTopic('request-outcomes'),
     inboundMessages: uniqueTopic('inbound-messages'),
+    sendLedger: uniqueTopic('send-ledger'),
   };
   const env = {
     KAFKA_BROKERS: kafkaBrokers().join(','),

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { decodeLedgerEntry, encodeLedgerEntry, ledgerDecision, ledgerKey, type LedgerEntry } from '../../src/sender/ledger-records.js';
+import { decodeLedgerEntry, encodeLedgerEntry, ledgerDecision, ledgerEntryTime, ledgerKey, type LedgerEntry } from '../../src/sender/ledger-records.js';
 import { LedgerStore, ledgerStoreDir } from '../../src/sender/ledger-store.js';
 
 const identity = { clusterId: 'c1', topic: 'send-ledger', partition: 3, partitions: 12 };
@@ -27,8 +27,9 @@ describe('ledger records', () => {
       '{"v":1,"state":"calling","offset":1,"at":1}',
       '{"v":1,"state":"gone","offset":1,"at":1}',
     ])
-      expect(decodeLedgerEntry(bad)).toBeUndefined();
+      expect([decodeLedgerEntry(bad), ledgerEntryTime(bad)]).toEqual([undefined, undefined]);
     expect(decodeLedgerEntry(null)).toBeUndefined();
+    for (const e of entries) expect(ledgerEntryTime(encodeLedgerEntry(e))).toBe(e.at);
   });
 
   it('keys a request by business and id without ambiguity', () => {
@@ -73,6 +74,11 @@ describe('ledger store (LMDB)', () => {
         { key: 'k2', value: bytes(done(3, 1001)) },
         { key: 'k1', value: null },
         { key: 'k3', value: Buffer.from('not a ledger record') },
+        // Only the last record of a key in a chunk counts, whichever of the two is valid.
+        { key: 'k4', value: bytes(done(5, 1000)) },
+        { key: 'k4', value: Buffer.from('{"v":1,"state":"calling","offset":6,"at":1}') },
+        { key: 'k5', value: Buffer.from('{}') },
+        { key: 'k5', value: bytes(done(7, 1002)) },
       ],
       4,
       0,
@@ -80,6 +86,8 @@ describe('ledger store (LMDB)', () => {
     expect(store.get('k1')).toBeUndefined();
     expect(store.get('k2')).toEqual(done(3, 1001));
     expect(store.get('k3')).toBeUndefined();
+    expect(store.get('k4')).toBeUndefined();
+    expect(store.get('k5')).toEqual(done(7, 1002));
     expect(store.checkpoint()).toEqual({ ledger: 4 });
     await store.close();
     const again = open(store.dir);

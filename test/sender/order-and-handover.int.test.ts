@@ -249,7 +249,8 @@ describe('sender order, concurrency and hand-overs', () => {
     third.child.kill('SIGTERM');
     expect(await third.exited).toBe(0);
     expect(f.simulator.sends().length).toBe(before);
-  });
+    // Three sender processes and 1,200 requests twice: within the waits above, not the default 60 s.
+  }, 300_000);
 
   it('SIGKILL of one of two members: the survivor works its partitions again within the session plus a call deadline; every request one result (repeats share their event-id)', async () => {
     const KEYS = 72;

@@ -12,7 +12,7 @@ import { createTopics, kafkaBrokers, produce } from '../helpers/kafka.js';
 import { authHeaders, inboundRecord, resultRecord, statusRecord, TEST_TOKENS, trackerConfig, until } from './harness.js';
 
 /**
- * Access to the tracker's queries and console (DESIGN §1.7) on two real members on the suite's
+ * Access to the tracker's queries and console (src/tracker/README.md, "Console and access") on two real members on the suite's
  * broker: 401 without or with a wrong credential (the forwarded mark opens nothing), the health
  * endpoints open, phone numbers masked for the read role only, queries forwarded between members
  * with the caller's credential, 403 for a read-only redrive, the tokens file reloaded live

@@ -78,7 +78,7 @@ describe('tracker: the customer as the provider sees them', () => {
     const kept = await latestByKey(topics.inboundMessages);
     expect(kept.records).toBe(2);
     expect([...kept.latest.keys()].sort()).toEqual([hello.headers['event-id'], button.headers['event-id']].sort());
-    const metrics = await (await fetch(`${tracker.address}/metrics`)).text();
+    const metrics = await (await fetch(`${tracker.adminAddress}/metrics`)).text();
     expect(metrics).toMatch(/msgbridge_tracker_events_total\{topic="messages",outcome="inbound_duplicate"[^}]*\} 1\n/);
 
     // GET /messages?recipient= finds the messages sent to either form, by either form (also typed without encoding the +).

@@ -8,7 +8,7 @@ import { kafkaBrokers, testKafka } from '../helpers/kafka.js';
 
 /** The tracker tests' shared pieces: a configuration on unique topics, input records, readers, credentials. */
 
-/** The tokens every test tracker knows (DESIGN §1.7): the queries need one. */
+/** The tokens every test tracker knows (src/tracker/README.md, "Console and access"): the queries need one. */
 export const TEST_TOKENS = { operator: 'test-operator-token', read: 'test-read-token' } as const;
 const sha256 = (token: string) => createHash('sha256').update(token).digest('hex');
 export const TEST_ACCESS_TOKENS = [
