@@ -11,7 +11,7 @@ import { randomUUID } from 'node:crypto';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { Kafka, logLevel } from 'kafkajs';
-import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
+import { startLocalBroker, type LocalBroker } from '../src/local-kafka/local-broker.js';
 import { benchArgs } from './args.js';
 import { checkKafka, runFuzzCampaign, type FuzzReport } from './fuzz-campaign.js';
 

@@ -18,7 +18,7 @@ import { Kafka, logLevel } from 'kafkajs';
 import { Pool } from 'undici';
 import { loadConfig } from '../src/config/load.js';
 import { startIngress } from '../src/ingress/index.js';
-import { startLocalCluster } from '../src/kafka/local-broker.js';
+import { startLocalCluster } from '../src/local-kafka/local-broker.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 import { createLogger } from '../src/platform/logger.js';
 import { messageId, signedHeaders, statusEvent } from '../test/ingress/fixtures.js';

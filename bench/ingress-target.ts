@@ -13,7 +13,7 @@ import { createServer } from 'node:http';
 import { loadConfig } from '../src/config/load.js';
 import { createWebhookHandler, rulesFromConfig } from '../src/ingress/handle-webhook.js';
 import { startIngressWorkers } from '../src/ingress/workers.js';
-import { createKafka } from '../src/kafka/client.js';
+import { createKafkajsClient } from '../src/kafka/client.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 import { createLogger } from '../src/platform/logger.js';
 
@@ -42,7 +42,7 @@ if (base === 'naive') {
   // What a first version would be: node:http, verify and validate (the same pure handler, so
   // that only the server and the publishing differ), then one producer.send per request.
   const handler = createWebhookHandler(rulesFromConfig(config));
-  const kafka = createKafka(config.kafka, { logger, brokers });
+  const kafka = createKafkajsClient(config.kafka, { logger, brokers });
   const admin = kafka.admin();
   await admin.connect();
   await ensureTopics(

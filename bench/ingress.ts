@@ -33,7 +33,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { bundleSplit } from './cli-bundle.js';
 import { Kafka, logLevel } from 'kafkajs';
-import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
+import { startLocalBroker, type LocalBroker } from '../src/local-kafka/local-broker.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 import { cpuSeconds, freePort, peakRssMb, peerBinary, peerConfig, startRpconnect, track } from './peers.js';
 import { runWebhookLoad, type AcknowledgedEvent, type WebhookLoadReport } from '../src/simulator/load-generator.js';

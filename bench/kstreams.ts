@@ -13,7 +13,7 @@ import { existsSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Kafka, logLevel, type Message } from 'kafkajs';
-import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
+import { startLocalBroker, type LocalBroker } from '../src/local-kafka/local-broker.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 import { loadConfig } from '../src/config/load.js';
 import { changelogTopicConfig } from '../src/tracker/index.js';

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { mkdtempSync } from 'node:fs';
 import { bundleCli, senderReady, spawnSenderBundle } from './cli-bundle.js';
-import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
+import { startLocalBroker, type LocalBroker } from '../src/local-kafka/local-broker.js';
 import { benchArgs } from './args.js';
 import { cpuSeconds, peakRssMb, rssMb, sleepsSoFar } from './peers.js';
 

@@ -16,8 +16,8 @@ import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { Kafka, logLevel } from 'kafkajs';
 import { ChangelogRestorer } from '../src/kafka/changelog-restore.js';
-import { withAdmin } from '../src/kafka/client.js';
-import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
+import { withKafkajsAdmin } from '../src/kafka/client.js';
+import { startLocalBroker, type LocalBroker } from '../src/local-kafka/local-broker.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 import { silentLogger } from '../src/platform/logger.js';
 import { encodeLedgerEntry, ledgerKey, type LedgerEntry } from '../src/sender/ledger-records.js';
@@ -82,7 +82,7 @@ async function main() {
   try {
     for (let round = 1; round <= ROUNDS; round++) {
       const topic = `bench-ledger-${randomUUID().slice(0, 8)}`;
-      await withAdmin(kafka, (admin) => ensureTopics(admin, [{ topic, partitions: 1, replicationFactor: 1, configEntries: [{ name: 'cleanup.policy', value: 'compact,delete' }] }]));
+      await withKafkajsAdmin(kafka, (admin) => ensureTopics(admin, [{ topic, partitions: 1, replicationFactor: 1, configEntries: [{ name: 'cleanup.policy', value: 'compact,delete' }] }]));
       log(`[round ${round}] producing ${ENTRIES} requests (${2 * ENTRIES} records)…`);
       await produce(kafka, topic, 0, ENTRIES);
       const stateDir = mkdtempSync(join(tmpdir(), 'bench-ledger-'));

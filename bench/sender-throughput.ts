@@ -33,8 +33,8 @@ import { join } from 'node:path';
 import { Kafka, logLevel } from 'kafkajs';
 import { benchArgs } from './args.js';
 import { bundleCli, senderReady, spawnSenderBundle } from './cli-bundle.js';
-import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
-import { withAdmin } from '../src/kafka/client.js';
+import { startLocalBroker, type LocalBroker } from '../src/local-kafka/local-broker.js';
+import { withKafkajsAdmin } from '../src/kafka/client.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 import {
   cpuByThread,
@@ -175,7 +175,7 @@ function requests(run: string) {
 
 async function prepare(kafka: Kafka, run: string) {
   const topics = { requests: `tp-req-${run}`, results: `tp-res-${run}`, dlq: `tp-dlq-${run}`, ledger: `tp-ledger-${run}` };
-  await withAdmin(kafka, (admin) =>
+  await withKafkajsAdmin(kafka, (admin) =>
     ensureTopics(
       admin,
       Object.values(topics).map((topic) => ({
@@ -199,7 +199,7 @@ async function preload(kafka: Kafka, run: string, topic: string) {
 
 /** Waits until the group is stable with `members` members: several senders then start together. */
 async function groupFormed(kafka: Kafka, groupId: string, members: number) {
-  await withAdmin(kafka, async (admin) => {
+  await withKafkajsAdmin(kafka, async (admin) => {
     const deadline = Date.now() + 120_000;
     for (;;) {
       const { groups } = await admin.describeGroups([groupId]);

@@ -34,7 +34,7 @@ import { Pool, request } from 'undici';
 import { benchArgs } from './args.js';
 import { bundleCli, ROOT, senderReady, spawnSenderBundle } from './cli-bundle.js';
 import { firstLine } from './peers.js';
-import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
+import { startLocalBroker, type LocalBroker } from '../src/local-kafka/local-broker.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 
 const args = benchArgs(import.meta.url, {

@@ -28,7 +28,7 @@ import { join } from 'node:path';
 import { Kafka, logLevel, type Message } from 'kafkajs';
 import { loadConfig } from '../src/config/load.js';
 import { canonicalCustomerId } from '../src/contracts/index.js';
-import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
+import { startLocalBroker, type LocalBroker } from '../src/local-kafka/local-broker.js';
 import { javaCompatibleHash } from '../src/kafka/partitioner.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 import { changelogTopicConfig } from '../src/tracker/index.js';

@@ -16,7 +16,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Kafka, logLevel } from 'kafkajs';
 import { loadConfig } from '../src/config/load.js';
-import { startLocalBroker, type LocalBroker } from '../src/kafka/local-broker.js';
+import { startLocalBroker, type LocalBroker } from '../src/local-kafka/local-broker.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 import type { ConsumedRecord } from '../src/kafka/group-consumer.js';
 import { startTracker } from '../src/tracker/index.js';

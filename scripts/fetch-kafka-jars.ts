@@ -1,6 +1,6 @@
 // Resolves the embedded broker's jars into the cache (idempotent): `npm run kafka:jars`.
 import { du } from './du.js';
-import { ensureKafkaJars, requireJava } from '../src/kafka/local-broker.js';
+import { ensureKafkaJars, requireJava } from '../src/local-kafka/local-broker.js';
 
 requireJava();
 const started = Date.now();

@@ -28,7 +28,7 @@ const executable = (path) => {
 /** @param {string} command */
 const onPath = (command) => (env.PATH ?? '').split(delimiter).some((dir) => dir !== '' && executable(join(dir, command)));
 
-/** The embedded broker's jars are cached (src/kafka/local-broker.ts, ensureKafkaJars). */
+/** The embedded broker's jars are cached (src/local-kafka/local-broker.ts, ensureKafkaJars). */
 function jarsCached() {
   const pom = readFileSync(new URL('../config/kafka-pom.xml', import.meta.url), 'utf8');
   const version = /<kafka\.version>([^<]+)<\/kafka\.version>/.exec(pom)?.[1];

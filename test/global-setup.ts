@@ -1,6 +1,6 @@
 import { existsSync } from 'node:fs';
 import type { TestProject } from 'vitest/node';
-import { startLocalBroker } from '../src/kafka/local-broker.js';
+import { startLocalBroker } from '../src/local-kafka/local-broker.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {

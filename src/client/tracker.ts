@@ -1,6 +1,7 @@
 import { messageStateSchema, type MessageState } from '../contracts/message-state.js';
 import { requestOutcomeSchema, type RequestOutcome } from '../contracts/request-outcome.js';
 import { ResultWaitError } from '../platform/wait-error.js';
+import { errorMessage } from '../platform/errors.js';
 
 /**
  * Waiting for a request's result from a tracker's HTTP API (`GET /requests/{id}`), with the
@@ -51,7 +52,7 @@ export async function waitForRequest(requestId: string, options: WaitForRequestO
       response = await fetch(url, { headers, signal });
     } catch (err) {
       // Unreachable for now (starting, restarting): asked again until the deadline.
-      last = `the tracker could not be asked: ${(err as Error).message}`;
+      last = `the tracker could not be asked: ${errorMessage(err)}`;
     }
     if (response) {
       const answer = await read(requestId, response);
@@ -71,7 +72,7 @@ async function read(requestId: string, response: Response): Promise<RequestAnswe
   }
   const text = await response.text();
   if (response.status !== 200) {
-    const detail = errorMessage(text);
+    const detail = refusalDetail(text);
     const hint = response.status === 401 || response.status === 403 ? " (set `token` to one of the tracker's access tokens)" : '';
     throw new ResultWaitError('refused', `the tracker refused the question about request ${requestId}: HTTP ${response.status}${detail ? `: ${detail}` : ''}${hint}`, { status: response.status });
   }
@@ -96,7 +97,8 @@ async function read(requestId: string, response: Response): Promise<RequestAnswe
   return { kind: 'message', message };
 }
 
-function errorMessage(text: string): string | undefined {
+/** The message of a refusal's body (its JSON `message`, else the text), bounded. */
+function refusalDetail(text: string): string | undefined {
   try {
     const body = JSON.parse(text) as { message?: unknown };
     return typeof body.message === 'string' ? body.message.slice(0, 300) : undefined;

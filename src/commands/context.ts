@@ -4,7 +4,7 @@ import type { Command } from 'commander';
 import { loadConfig } from '../config/load.js';
 import type { Config } from '../config/schema.js';
 import { MsgbridgeError } from '../platform/errors.js';
-import { defaultCacheDir } from '../kafka/local-broker.js';
+import { defaultCacheDir } from '../local-kafka/local-broker.js';
 
 /** The configuration, honouring the global --config option (which the CLI refuses when empty). */
 export function commandConfig(command: Command): Config {

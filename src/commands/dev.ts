@@ -4,13 +4,13 @@ import type { Registry } from 'prom-client';
 import type { Config } from '../config/schema.js';
 import { WEBHOOK_TOPICS } from '../contracts/index.js';
 import type { Ingress } from '../ingress/index.js';
-import type { Brokers } from '../kafka/brokers.js';
+import type { Brokers } from '../local-kafka/obtain-brokers.js';
 import { createShutdown } from '../runtime/shutdown.js';
 import { roleLoggers } from '../platform/logger.js';
 import type { Role } from '../runtime/role.js';
 import type { Sender } from '../sender/index.js';
 import type { Tracker } from '../tracker/index.js';
-import { defaultCacheDir } from '../kafka/local-broker.js';
+import { defaultCacheDir } from '../local-kafka/local-broker.js';
 import { join } from 'node:path';
 
 import type { RunningSimulator } from '../simulator/index.js';
@@ -123,7 +123,7 @@ async function runDev(config: Config, opts: DevOptions, devToken: string): Promi
     line('msgbridge dev: starting…');
     // Loaded here, not at the CLI's start: `msgbridge sender` loads none of the other roles (src/commands/README.md).
     const [{ obtainBrokers }, { startSimulator, simulatorOptionsFromConfig }, { startIngress }, { startTracker }, { startSender }, { createDlqPort }] = await Promise.all([
-      import('../kafka/brokers.js'),
+      import('../local-kafka/obtain-brokers.js'),
       import('../simulator/index.js'),
       import('../ingress/index.js'),
       import('../tracker/index.js'),

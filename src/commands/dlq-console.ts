@@ -1,15 +1,16 @@
 import type { Config } from '../config/schema.js';
 import type { Logger } from '../platform/logger.js';
-import { isMsgbridgeError, MsgbridgeError } from '../platform/errors.js';
+import { errorMessage, isMsgbridgeError, MsgbridgeError } from '../platform/errors.js';
 import type { DlqFilter, DlqPort, DlqRedriveAnswer } from '../tracker/dlq-port.js';
 import { configuredDlqs } from './dlq-rules.js';
-import { checkRedriveTopic, defaultRedriveName, dlqList, dlqStats, executeRedrive, filtersOf, jsonRecord, openDlq, planRedrive, sum, type FilterArgs, type RedrivePlan } from './dlq-ops.js';
+import { dlqList, dlqStats, filtersOf, jsonRecord, openDlq, type FilterArgs } from './dlq-browse.js';
+import { checkRedriveTopic, defaultRedriveName, executeRedrive, planRedrive, sum, type RedrivePlan } from './dlq-redrive.js';
 import type { DlqRecord } from '../tracker/dlq-port.js';
 import { parseCursor } from './dlq.js';
 
 /**
  * The tracker console's dead-letter page, served by `msgbridge dlq`'s own functions
- * (dlq-ops.ts): the same stats, pages and redrive as the command, named the same way, so a
+ * (dlq-browse.ts, dlq-redrive.ts): the same stats, pages and redrive as the command, named the same way, so a
  * redrive begun in the console resumes from the command line and the other way round. Only
  * the configured DLQ topics. One redrive per topic at a time in this process.
  */
@@ -61,7 +62,7 @@ export function createDlqPort(config: Config, brokers: string[], logger: Logger)
         logger.info({ ...fields, produced: sum(outcome.done.produced), failing: sum(outcome.done.failing), stopped: outcome.stopped ?? null, ms: outcome.ms }, 'dlq redrive from the console ended');
         return answer(done, false, outcome.stopped, outcome.ms);
       } catch (error) {
-        logger.warn({ ...fields, err: (error as Error).message }, 'dlq redrive from the console failed; what it committed stays (the same selection resumes it)');
+        logger.warn({ ...fields, err: errorMessage(error) }, 'dlq redrive from the console failed; what it committed stays (the same selection resumes it)');
         throw error;
       } finally {
         running.delete(topic);
@@ -102,6 +103,6 @@ function cursorOf(value: string): Map<number, number> {
   try {
     return parseCursor(value);
   } catch (error) {
-    throw new MsgbridgeError('INVALID_ARGUMENT', (error as Error).message.replace('--from', 'from'));
+    throw new MsgbridgeError('INVALID_ARGUMENT', errorMessage(error).replace('--from', 'from'));
   }
 }

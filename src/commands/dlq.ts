@@ -3,35 +3,19 @@ import { InvalidArgumentError, Option, type Command } from 'commander';
 import { MsgbridgeError } from '../platform/errors.js';
 import { commandConfig, operatorBrokers } from './context.js';
 import { excerpt } from './dlq-rules.js';
-import {
-  checkRedriveTopic,
-  countRecords,
-  defaultRedriveName,
-  dlqList,
-  dlqStats,
-  executeRedrive,
-  filtersOf,
-  iso,
-  jsonRecord,
-  openDlq,
-  planRedrive,
-  STALL_MS,
-  sum,
-  type DlqSession,
-  type FilterArgs,
-  type TimeArg,
-} from './dlq-ops.js';
+import { countRecords, dlqList, dlqStats, filtersOf, iso, jsonRecord, openDlq, type DlqSession, type FilterArgs, type TimeArg } from './dlq-browse.js';
+import { checkRedriveTopic, defaultRedriveName, executeRedrive, planRedrive, STALL_MS, sum } from './dlq-redrive.js';
 import { parseIntegerOption } from './options.js';
 import { redriveLedgerTopic } from '../kafka/dlq-redrive.js';
 
-export { defaultRedriveName } from './dlq-ops.js';
+export { defaultRedriveName } from './dlq-redrive.js';
 
 /**
  * `msgbridge dlq stats|list|redrive <topic>`: what is in a dead-letter topic, grouped by why, and
  * sending it back once the cause is fixed. The rules (which role, which code, the re-check) are
  * in dlq-rules.ts; reading and the transactions in src/kafka/dlq-*.ts. The operator's walk
  * through an incident is in docs/operations.md ("Dead letters") and deploy/observability/README.md.
- * The work itself is in dlq-ops.ts (the tracker's console calls the same functions); this file
+ * The work itself is in dlq-browse.ts and dlq-redrive.ts (the tracker's console calls the same functions); this file
  * parses the arguments and prints.
  */
 

@@ -1,5 +1,5 @@
 import { InvalidArgumentError, type Command } from 'commander';
-import { startLocalCluster } from '../kafka/local-broker.js';
+import { startLocalCluster } from '../local-kafka/local-broker.js';
 import { parseIntegerOption } from './options.js';
 
 export function registerKafkaCommand(program: Command): void {

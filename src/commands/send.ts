@@ -14,7 +14,10 @@ import {
 } from '../contracts/index.js';
 import type { Config } from '../config/schema.js';
 import { MsgbridgeError } from '../platform/errors.js';
-import { createConsumer, createKafka, withAdmin } from '../kafka/client.js';
+import { createKafka, type KafkaPort } from '../kafka/client.js';
+import { withAdmin } from '../kafka/admin.js';
+import { createKafkajsProducer } from '../kafka/kafkajs-producer.js';
+import { subscribeTopics, type TopicSubscription } from '../kafka/topic-subscription.js';
 import { messageStateSchema, type MessageState } from '../contracts/message-state.js';
 import { commandConfig, operatorBrokers } from './context.js';
 import { parseIntegerOption } from './options.js';
@@ -115,26 +118,23 @@ async function runSend(command: Command, opts: CommonOptions, raw: Record<string
   const kafka = createKafka(config.kafka, { brokers: operatorBrokers(config), clientId: 'msgbridge-send' });
   const topics = config.kafka.topics;
 
-  let consumer: ReturnType<typeof createConsumer> | undefined;
+  let subscription: TopicSubscription | undefined;
   let outcome: Promise<number> | undefined;
   if (opts.follow) {
-    ({ consumer, outcome } = await follow(kafka, config, request, opts.timeout));
+    ({ subscription, outcome } = await follow(kafka, config, request, opts.timeout));
   }
   const record = sendRequestRecord(request, { topic: topics.sendRequests, headers: { traceparent: traceparent() } });
-  const producer = kafka.producer({ allowAutoTopicCreation: false });
+  // acks=all, no topic created by producing (the port's producer); one record, so not idempotent, as before.
+  const producer = createKafkajsProducer(kafka, { idempotent: false });
   await producer.connect();
-  await producer.send({
-    topic: record.topic,
-    acks: -1,
-    messages: [{ key: record.key, value: record.value, headers: record.headers }],
-  });
+  await producer.send([{ topic: record.topic, records: [{ key: record.key, value: record.value, headers: record.headers }] }]);
   await producer.disconnect();
   say(`request ${request.requestId} → ${topics.sendRequests} (to ${record.key})`);
-  if (!outcome || !consumer) return;
+  if (!outcome || !subscription) return;
   try {
     process.exitCode = await outcome;
   } finally {
-    await consumer.disconnect();
+    await subscription.stop();
   }
 }
 
@@ -152,7 +152,7 @@ function traceparent(): string {
  * monotonic state, duplicates and late statuses already folded in; otherwise from
  * delivery_status as the provider sent them.
  */
-async function follow(kafka: ReturnType<typeof createKafka>, config: Config, request: SendRequest, timeoutSeconds: number) {
+async function follow(kafka: KafkaPort, config: Config, request: SendRequest, timeoutSeconds: number) {
   const topics = config.kafka.topics;
   const ends = new Map<string, { partition: number; offset: string }[]>();
   const stateTopic = await withAdmin(kafka, async (admin) => {
@@ -161,15 +161,12 @@ async function follow(kafka: ReturnType<typeof createKafka>, config: Config, req
       if (!existing.has(topic)) throw new MsgbridgeError('INVALID_ARGUMENT', `topic "${topic}" does not exist: is the relay (sender, ingress) running against this Kafka?`);
     }
     const state = existing.has(topics.messageState) ? topics.messageState : undefined;
-    for (const topic of [topics.sendResults, state ?? topics.deliveryStatus]) ends.set(topic, await admin.fetchTopicOffsets(topic));
+    for (const topic of [topics.sendResults, state ?? topics.deliveryStatus]) ends.set(topic, await admin.topicEnds(topic));
     return state;
   });
 
   // read_committed (the factory's default): message-state is written in transactions. The
   // topics were checked to exist above, so no subscription has anything to create.
-  const consumer = createConsumer(kafka, { groupId: `msgbridge-send-${randomUUID()}`, maxWaitTimeInMs: 100 });
-  await consumer.connect();
-  await consumer.subscribe({ topics: [topics.sendResults, stateTopic ?? topics.deliveryStatus], fromBeginning: false });
   let messageId: string | undefined;
   const early: { id: string; status: string; text: string }[] = [];
   let resolve: (code: number) => void = () => {};
@@ -196,14 +193,16 @@ async function follow(kafka: ReturnType<typeof createKafka>, config: Config, req
     if (status === 'delivery_failed') resolve(SEND_EXIT.failed);
   };
 
-  const joined = new Promise<void>((r) => consumer.on(consumer.events.GROUP_JOIN, () => r()));
-  await consumer.run({
-    autoCommit: false,
-    eachMessage: async ({ topic, message }) => {
-      if (!message.value) return;
+  const subscription = await subscribeTopics(kafka, {
+    groupId: `msgbridge-send-${randomUUID()}`,
+    topics: [topics.sendResults, stateTopic ?? topics.deliveryStatus],
+    fromBeginning: false,
+    maxWaitTimeInMs: 100,
+    onRecord: ({ topic, value }) => {
+      if (!value) return;
       let body: unknown;
       try {
-        body = JSON.parse(message.value.toString());
+        body = JSON.parse(value.toString());
       } catch {
         return;
       }
@@ -258,13 +257,13 @@ async function follow(kafka: ReturnType<typeof createKafka>, config: Config, req
       } else if (update.id === messageId) onStatus(update.status, text);
     },
   });
-  await joined;
+  await subscription.joined;
   say(stateTopic ? `following ${stateTopic} (the tracker's one state per message)` : `following ${topics.deliveryStatus} (no tracker: statuses as the provider sends them)`);
-  for (const [topic, offsets] of ends) for (const { partition, offset } of offsets) consumer.seek({ topic, partition, offset });
+  for (const [topic, offsets] of ends) for (const { partition, offset } of offsets) subscription.seek(topic, partition, offset);
   const timer = setTimeout(() => {
     say(`${since()} no final status within ${timeoutSeconds} s${messageId ? '' : ' (no send result yet: is the sender running?)'}`);
     resolve(SEND_EXIT.timeout);
   }, timeoutSeconds * 1000);
   void outcome.finally(() => clearTimeout(timer));
-  return { consumer, outcome };
+  return { subscription, outcome };
 }

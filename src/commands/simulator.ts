@@ -1,7 +1,7 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import { commandConfig } from './context.js';
 import type { Config } from '../config/schema.js';
-import { MsgbridgeError } from '../platform/errors.js';
+import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import { createShutdown } from '../runtime/shutdown.js';
 import { createLogger } from '../platform/logger.js';
 import { parseIntegerOption } from './options.js';
@@ -98,7 +98,7 @@ async function callSimulator(base: string, method: 'GET' | 'POST' | 'PUT' | 'DEL
       bodyTimeout: 10_000,
     });
   } catch (err) {
-    throw new MsgbridgeError('SIMULATOR_UNAVAILABLE', `no simulator answers at ${base}: ${(err as Error).message}`, { cause: err });
+    throw new MsgbridgeError('SIMULATOR_UNAVAILABLE', `no simulator answers at ${base}: ${errorMessage(err)}`, { cause: err });
   }
   const text = await response.body.text();
   let value: unknown = text;

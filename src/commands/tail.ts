@@ -1,6 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type { Command } from 'commander';
-import { createConsumer, createKafka, withAdmin } from '../kafka/client.js';
+import { createKafka } from '../kafka/client.js';
+import { withAdmin } from '../kafka/admin.js';
+import { subscribeTopics } from '../kafka/topic-subscription.js';
 import { commandConfig, operatorBrokers } from './context.js';
 import { parseIntegerOption } from './options.js';
 import { decodeValue } from './render.js';
@@ -38,28 +40,28 @@ export function registerTailCommand(program: Command): void {
         process.exitCode = 2;
         return;
       }
-      const consumer = createConsumer(kafka, { groupId: `msgbridge-tail-${randomUUID()}`, maxWaitTimeInMs: 200 });
-      await consumer.connect();
       let seen = 0;
       let finish: () => void = () => {};
       const finished = new Promise<void>((resolve) => (finish = resolve));
-      await consumer.subscribe({ topic, fromBeginning: opts.fromBeginning ?? false });
-      await consumer.run({
-        autoCommit: false,
-        eachMessage: async ({ partition, message }) => {
+      const subscription = await subscribeTopics(kafka, {
+        groupId: `msgbridge-tail-${randomUUID()}`,
+        topics: [topic],
+        fromBeginning: opts.fromBeginning ?? false,
+        maxWaitTimeInMs: 200,
+        onRecord: ({ partition, offset, timestamp, key, headers, value }) => {
           const record = {
             topic,
             partition,
-            offset: message.offset,
-            timestamp: new Date(Number(message.timestamp)).toISOString(),
-            key: message.key?.toString() ?? null,
-            headers: headersToStrings(message.headers),
-            value: decodeValue(message.value),
+            offset,
+            timestamp: new Date(Number(timestamp)).toISOString(),
+            key: key?.toString() ?? null,
+            headers: headersToStrings(headers),
+            value: decodeValue(value),
           };
           if (opts.json) process.stdout.write(`${JSON.stringify(record)}\n`);
           else {
             process.stdout.write(`── ${topic}[${partition}]@${record.offset}  ${record.timestamp}  key=${record.key ?? '(none)'}\n`);
-            for (const [name, value] of Object.entries(record.headers)) process.stdout.write(`   ${name}: ${value}\n`);
+            for (const [name, text] of Object.entries(record.headers)) process.stdout.write(`   ${name}: ${text}\n`);
             process.stdout.write(`${JSON.stringify(record.value, null, 2).replace(/^/gm, '   ')}\n`);
           }
           seen += 1;
@@ -71,6 +73,6 @@ export function registerTailCommand(program: Command): void {
       process.once('SIGTERM', finish);
       await finished;
       clearTimeout(timer);
-      await consumer.disconnect();
+      await subscription.stop();
     });
 }

@@ -1,9 +1,10 @@
 import type { Command } from 'commander';
-import { createKafka, withAdmin } from '../kafka/client.js';
+import { createKafka } from '../kafka/client.js';
+import { withAdmin } from '../kafka/admin.js';
 import { connectingToKafka } from '../kafka/failure.js';
 import { messageStateOf, type MessageState } from '../contracts/message-state.js';
 import { findMessageState, findRequestState } from '../tracker/query.js';
-import { MsgbridgeError } from '../platform/errors.js';
+import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import { commandConfig, operatorBrokers } from './context.js';
 import { runRole } from '../runtime/foreground.js';
 
@@ -83,10 +84,7 @@ async function askTracker(base: string, id: string, timeoutMs: number, token: st
         signal: AbortSignal.timeout(timeoutMs + 1000),
       });
     } catch (error) {
-      throw new MsgbridgeError(
-        'KAFKA_UNAVAILABLE',
-        `cannot reach the tracker at ${url.origin}: ${(error as Error)?.cause instanceof Error ? ((error as Error).cause as Error).message : (error as Error).message}`,
-      );
+      throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot reach the tracker at ${url.origin}: ${errorMessage(error instanceof Error && error.cause instanceof Error ? error.cause : error)}`);
     }
     const body = (await response.json().catch(() => undefined)) as (MessageState & { message?: string }) | undefined;
     if (response.status === 200 && body) return body;
@@ -109,8 +107,9 @@ async function readStateTopic(config: ReturnType<typeof commandConfig>, id: stri
   const partitions = await connectingToKafka(brokers, () =>
     withAdmin(kafka, async (admin) => {
       try {
-        const { topics } = await admin.fetchTopicMetadata({ topics: [topic] });
-        return topics[0]?.partitions.length ?? 0;
+        const count = (await admin.partitionCounts([topic])).get(topic);
+        if (count === undefined) throw new Error(`no topic ${topic}`);
+        return count;
       } catch {
         throw new MsgbridgeError('INVALID_ARGUMENT', `topic ${topic} does not exist: is a tracker running (msgbridge tracker)?`);
       }

@@ -1,7 +1,7 @@
 import { InvalidArgumentError, type Command } from 'commander';
 import { providerErrorSchema, WEBHOOK_TOPICS, type WebhookTopic } from '../contracts/index.js';
 import type { BusinessConfig, Config } from '../config/schema.js';
-import { MsgbridgeError } from '../platform/errors.js';
+import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import { chooseProxy } from '../platform/proxy.js';
 import { commandConfig } from './context.js';
 
@@ -164,7 +164,7 @@ function providerClient(config: Config, business: BusinessConfig, opts: WebhookO
       status = answer.statusCode;
       text = await answer.body.text();
     } catch (err) {
-      throw new MsgbridgeError('PROVIDER_UNAVAILABLE', `cannot reach the provider at ${base}${through}: ${(err as Error).message}`, { cause: err });
+      throw new MsgbridgeError('PROVIDER_UNAVAILABLE', `cannot reach the provider at ${base}${through}: ${errorMessage(err)}`, { cause: err });
     }
     let parsed: unknown = text;
     try {

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { readFileSync, watch, type FSWatcher } from 'node:fs';
 import { basename, dirname } from 'node:path';
-import { MsgbridgeError } from '../platform/errors.js';
+import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import { businessesSchema, type BusinessConfig } from './schema.js';
 
 /**
@@ -21,12 +21,12 @@ export function readBusinessesJson(path: string): unknown {
   try {
     text = readFileSync(path, 'utf8');
   } catch (err) {
-    throw new MsgbridgeError('CONFIG_FILE_UNREADABLE', `cannot read the businesses file ${path}: ${(err as Error).message}`, { cause: err });
+    throw new MsgbridgeError('CONFIG_FILE_UNREADABLE', `cannot read the businesses file ${path}: ${errorMessage(err)}`, { cause: err });
   }
   try {
     return JSON.parse(text) as unknown;
   } catch (err) {
-    throw new MsgbridgeError('CONFIG_INVALID', `the businesses file ${path} is not valid JSON: ${(err as Error).message}`, { cause: err });
+    throw new MsgbridgeError('CONFIG_INVALID', `the businesses file ${path} is not valid JSON: ${errorMessage(err)}`, { cause: err });
   }
 }
 

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { z } from 'zod';
-import { MsgbridgeError } from '../platform/errors.js';
+import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import { readBusinessesJson } from './businesses-file.js';
 import { configSchema, type Config } from './schema.js';
 
@@ -48,14 +48,14 @@ function readJsonFile(path: string): Json {
   try {
     text = readFileSync(path, 'utf8');
   } catch (err) {
-    throw new MsgbridgeError('CONFIG_FILE_UNREADABLE', `cannot read configuration file ${path}: ${(err as Error).message}`, { cause: err });
+    throw new MsgbridgeError('CONFIG_FILE_UNREADABLE', `cannot read configuration file ${path}: ${errorMessage(err)}`, { cause: err });
   }
   try {
     const value: unknown = JSON.parse(text);
     if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new Error('expected a JSON object at the top level');
     return value as Json;
   } catch (err) {
-    throw new MsgbridgeError('CONFIG_INVALID', `configuration file ${path} is not valid JSON: ${(err as Error).message}`, { cause: err });
+    throw new MsgbridgeError('CONFIG_INVALID', `configuration file ${path} is not valid JSON: ${errorMessage(err)}`, { cause: err });
   }
 }
 
@@ -93,7 +93,7 @@ export function readEnvSecret(env: Env, name: string): string | undefined {
   try {
     return readFileSync(file, 'utf8').replace(/\r?\n$/, '');
   } catch (err) {
-    throw new MsgbridgeError('CONFIG_FILE_UNREADABLE', `cannot read ${name}_FILE (${file}): ${(err as Error).message}`, { cause: err });
+    throw new MsgbridgeError('CONFIG_FILE_UNREADABLE', `cannot read ${name}_FILE (${file}): ${errorMessage(err)}`, { cause: err });
   }
 }
 

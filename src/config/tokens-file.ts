@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { MsgbridgeError } from '../platform/errors.js';
+import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import { accessTokensFileSchema, type AccessTokenConfig } from './schema.js';
 
 /**
@@ -12,13 +12,13 @@ export function readTokensFile(path: string): AccessTokenConfig[] {
   try {
     text = readFileSync(path, 'utf8');
   } catch (err) {
-    throw new MsgbridgeError('CONFIG_FILE_UNREADABLE', `cannot read the tokens file ${path}: ${(err as Error).message}`, { cause: err });
+    throw new MsgbridgeError('CONFIG_FILE_UNREADABLE', `cannot read the tokens file ${path}: ${errorMessage(err)}`, { cause: err });
   }
   let json: unknown;
   try {
     json = JSON.parse(text);
   } catch (err) {
-    throw new MsgbridgeError('CONFIG_INVALID', `the tokens file ${path} is not valid JSON: ${(err as Error).message}`, { cause: err });
+    throw new MsgbridgeError('CONFIG_INVALID', `the tokens file ${path} is not valid JSON: ${errorMessage(err)}`, { cause: err });
   }
   const parsed = accessTokensFileSchema.safeParse(json);
   if (!parsed.success) {

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { ErrorCode } from '../platform/errors.js';
+import { type ErrorCode, errorMessage } from '../platform/errors.js';
 import { DLQ_HEADER, eventIdOf, HEADER, SCHEMA_ID } from '../contracts/headers.js';
 import { detectWebhookTopic, webhookEventSchemas, WEBHOOK_TOPICS, type WebhookTopic } from '../contracts/webhook-events.js';
 import { verifySignature } from '../contracts/signature.js';
@@ -187,7 +187,7 @@ export function createWebhookHandler(rules: IngressRules): WebhookHandler {
     try {
       json = JSON.parse(req.body.toString('utf8'));
     } catch (err) {
-      return deadLetter('not-json', (err as Error).message, pathTopic);
+      return deadLetter('not-json', errorMessage(err), pathTopic);
     }
     const detected = detectWebhookTopic(json);
     if (pathTopic !== undefined && detected !== undefined && detected !== pathTopic) {

@@ -1,14 +1,14 @@
 import type { Registry } from 'prom-client';
 import type { BusinessesWatch } from '../config/businesses-file.js';
 import type { BusinessConfig, Config } from '../config/schema.js';
-import { MsgbridgeError } from '../platform/errors.js';
+import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import { BatchingPublisher } from '../kafka/batching-publisher.js';
-import { createKafka, withAdmin } from '../kafka/client.js';
+import { createKafka, type KafkaPort } from '../kafka/client.js';
+import { withAdmin } from '../kafka/admin.js';
 import { createKafkajsProducer } from '../kafka/kafkajs-producer.js';
 import { preferBrokers, type ProducerFactory } from '../kafka/port.js';
 import { connectingToKafka, describeKafkaFailure } from '../kafka/failure.js';
 import { requireBrokers } from '../kafka/brokers.js';
-import { prepareRoleTopics } from '../kafka/topics.js';
 import { silentLogger, type Logger } from '../platform/logger.js';
 import { localUrl } from '../platform/net.js';
 import { startTracing, TRACING_FLUSH_MS, type Tracer } from '../platform/tracing.js';
@@ -368,14 +368,13 @@ function ingressTopics(config: Config): string[] {
 }
 
 /** Creates or checks the ingress topics; answers their min.insync.replicas (when the cluster says). */
-async function prepareIngressTopics(kafka: ReturnType<typeof createKafka>, config: Config, logger: Logger): Promise<Map<string, number>> {
+async function prepareIngressTopics(kafka: KafkaPort, config: Config, logger: Logger): Promise<Map<string, number>> {
   const { partitions, replicationFactor } = config.kafka;
   const maxMessageBytes = String(ingressTopicMaxMessageBytes(config));
   const names = ingressTopics(config);
   try {
     const written = await withAdmin(kafka, (admin) =>
-      prepareRoleTopics(
-        admin,
+      admin.prepareRoleTopics(
         {
           createTopics: config.kafka.createTopics,
           create: names.map((topic) => ({
@@ -405,6 +404,6 @@ async function prepareIngressTopics(kafka: ReturnType<typeof createKafka>, confi
     return written.minInsyncReplicas;
   } catch (err) {
     if (err instanceof MsgbridgeError) throw err;
-    throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot prepare the ingress topics ${names.join(', ')}: ${(err as Error).message}`, { cause: err });
+    throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot prepare the ingress topics ${names.join(', ')}: ${errorMessage(err)}`, { cause: err });
   }
 }

@@ -1,5 +1,5 @@
 import { parentPort, workerData } from 'node:worker_threads';
-import { isMsgbridgeError } from '../platform/errors.js';
+import { errorMessage, isMsgbridgeError } from '../platform/errors.js';
 import { createLogger } from '../platform/logger.js';
 import { startIngressWithControls, type Ingress, type IngressControls } from './index.js';
 import type { FromWorker, IngressWorkerData, ToWorker } from './workers.js';
@@ -76,7 +76,7 @@ const onMessage = (message: ToWorker) => {
           end(ok ? 0 : 1);
         },
         (err: unknown) => {
-          send({ type: 'drained', ok: false, error: (err as Error).message });
+          send({ type: 'drained', ok: false, error: errorMessage(err) });
           end(1);
         },
       );
@@ -98,7 +98,7 @@ try {
     worker: { id: label },
   });
 } catch (err) {
-  send({ type: 'start-failed', code: isMsgbridgeError(err) ? err.code : undefined, message: (err as Error).message });
+  send({ type: 'start-failed', code: isMsgbridgeError(err) ? err.code : undefined, message: errorMessage(err) });
   end(1);
 }
 if (ingress) {

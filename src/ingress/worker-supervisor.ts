@@ -2,7 +2,7 @@ import { createServer } from 'node:net';
 import type { Worker } from 'node:worker_threads';
 import type { Registry } from 'prom-client';
 import type { Config } from '../config/schema.js';
-import { MsgbridgeError, type ErrorCode } from '../platform/errors.js';
+import { type ErrorCode, errorMessage, MsgbridgeError } from '../platform/errors.js';
 import type { Logger } from '../platform/logger.js';
 import { localUrl } from '../platform/net.js';
 import { startAdminServer, type HttpServer } from '../runtime/http-server.js';
@@ -186,7 +186,7 @@ export class WorkerSupervisor {
           break;
         } catch (err) {
           // A probed port taken by someone else in between: another one.
-          if (!probed || attempt >= 3 || !/cannot listen/.test((err as Error).message)) throw err;
+          if (!probed || attempt >= 3 || !/cannot listen/.test(errorMessage(err))) throw err;
           this.handles.pop();
           port = await freePort(host);
         }

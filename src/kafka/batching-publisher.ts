@@ -1,7 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import { Deque } from '../platform/deque.js';
 import { WorkInterval } from '../platform/work-interval.js';
-import { MsgbridgeError, type ErrorCode } from '../platform/errors.js';
+import { type ErrorCode, errorMessage, MsgbridgeError } from '../platform/errors.js';
 import { javaCompatibleHash } from './partitioner.js';
 import type { ClusterLayout, ProducerFactory, RecordProducer, RecordToWrite, TopicRecords } from './port.js';
 import { bootstrapAddresses, PublisherLane, SINGLE_LANE, withTimeout, type LaneHost } from './publisher-lane.js';
@@ -205,7 +205,7 @@ export class BatchingPublisher {
       for (const lane of this.lanes.values()) void lane.producer?.disconnect().catch(noop);
       this.lanes.clear();
       void first.disconnect().catch(noop);
-      throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot connect the Kafka producer: ${(err as Error).message}`, { cause: err });
+      throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot connect the Kafka producer: ${errorMessage(err)}`, { cause: err });
     }
     this.refreshTimer = setInterval(() => void this.refreshIfUnhealthy(), this.opts.layoutRefreshMs);
     this.refreshTimer.unref();
@@ -496,7 +496,7 @@ export class BatchingPublisher {
       batch.lane.acknowledged();
       for (const entry of batch.entries) settle(entry, null);
     } else {
-      const failure = new MsgbridgeError('KAFKA_UNAVAILABLE', `Kafka did not acknowledge the batch: ${(error as Error)?.message ?? String(error)}`, { cause: error });
+      const failure = new MsgbridgeError('KAFKA_UNAVAILABLE', `Kafka did not acknowledge the batch: ${errorMessage(error)}`, { cause: error });
       for (const entry of batch.entries) settle(entry, failure);
       this.dropQueuedSharingKeys(batch.entries, batch.partitions, 'KAFKA_UNAVAILABLE');
       batch.lane.replaceProducer(batch.producer, error);

@@ -1,9 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import type { Consumer } from 'kafkajs';
-import { MsgbridgeError } from '../platform/errors.js';
+import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import type { Logger } from '../platform/logger.js';
 import { EndOfLog, onBatchEnd, partitionEnds } from './changelog-reader.js';
-import { consumedRecord, createConsumer, withAdmin, type KafkaClient } from './client.js';
+import { consumedRecord, createConsumer, type KafkaSource, withKafkajsAdmin } from './client.js';
 import type { ConsumedRecord } from './group-consumer.js';
 
 /**
@@ -16,7 +16,7 @@ import type { ConsumedRecord } from './group-consumer.js';
  * table, src/sender/conversation-follower.ts).
  */
 export interface ChangelogFollowerOptions {
-  kafka: KafkaClient;
+  kafka: KafkaSource;
   topic: string;
   /** The consumer's group is `<prefix>-<uuid>` (ACLs: Read on this prefix). */
   groupIdPrefix: string;
@@ -166,7 +166,7 @@ export function followChangelog(options: ChangelogFollowerOptions): ChangelogFol
   };
 
   async function waitForTopic(): Promise<void> {
-    await withAdmin(kafka, async (admin) => {
+    await withKafkajsAdmin(kafka, async (admin) => {
       for (let told = false; !over; told = true) {
         if ((await admin.listTopics()).includes(topic)) return;
         if (!told) options.onWaitingForTopic?.();
@@ -178,9 +178,7 @@ export function followChangelog(options: ChangelogFollowerOptions): ChangelogFol
   const loaded = load().catch(async (error: unknown) => {
     clearTimeout(timer);
     await consumer?.disconnect().catch(() => undefined);
-    throw error instanceof MsgbridgeError
-      ? error
-      : new MsgbridgeError('KAFKA_UNAVAILABLE', `reading ${topic} failed: ${((error as Error)?.message ?? String(error)).split('\n')[0]}`, { cause: error });
+    throw error instanceof MsgbridgeError ? error : new MsgbridgeError('KAFKA_UNAVAILABLE', `reading ${topic} failed: ${errorMessage(error).split('\n')[0]}`, { cause: error });
   });
   // The caller awaits `loaded`; this keeps an unawaited rejection from being reported twice.
   loaded.catch(() => undefined);

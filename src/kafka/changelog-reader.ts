@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import type { Cluster, Consumer, Kafka, KafkaMessage } from 'kafkajs';
-import { MsgbridgeError } from '../platform/errors.js';
-import { consumedRecord, createConsumer } from './client.js';
+import type { Cluster, Consumer, KafkaMessage } from 'kafkajs';
+import { errorMessage, MsgbridgeError } from '../platform/errors.js';
+import { consumedRecord, createConsumer, type KafkaSource } from './client.js';
 import type { ConsumedRecord } from './group-consumer.js';
 import type { Logger } from '../platform/logger.js';
 
@@ -12,7 +12,7 @@ import type { Logger } from '../platform/logger.js';
  * stable offset.
  */
 export interface ChangelogReadOptions {
-  kafka: Kafka;
+  kafka: KafkaSource;
   topic: string;
   /** Each committed record below the end, in offset order per partition. */
   onRecord(record: ConsumedRecord): void;
@@ -52,7 +52,7 @@ export interface PartitionEnds {
  * read_uncommitted, and kafkajs hands that cluster to partition assigners (a typed, public
  * hook), so it is taken from there. The consumer itself never connects.
  */
-export async function partitionEnds(kafka: Kafka, topic: string): Promise<Map<number, PartitionEnds>> {
+export async function partitionEnds(kafka: KafkaSource, topic: string): Promise<Map<number, PartitionEnds>> {
   let cluster: Cluster | undefined;
   createConsumer(kafka, {
     groupId: 'msgbridge-offsets-probe',
@@ -81,7 +81,7 @@ export async function partitionEnds(kafka: Kafka, topic: string): Promise<Map<nu
     return ends;
   } catch (error) {
     if (error instanceof MsgbridgeError) throw error;
-    const message = ((error as Error)?.message ?? String(error)).split('\n')[0];
+    const message = errorMessage(error).split('\n')[0];
     throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot read the offsets of topic ${topic}: ${message}`, { cause: error });
   } finally {
     await cluster.disconnect().catch(() => undefined);

@@ -1,7 +1,6 @@
-import type { Kafka } from 'kafkajs';
 import { partitionEnds, readChangelog, type PartitionEnds } from './changelog-reader.js';
 import type { ConsumedRecord } from './group-consumer.js';
-import { withAdmin } from './client.js';
+import { type KafkaSource, withKafkajsAdmin } from './client.js';
 import type { ChangelogEntry } from '../platform/local-store.js';
 
 /**
@@ -43,13 +42,13 @@ export class ChangelogRestorer {
 
   /** `concurrentReads`: stores read at once, enough to overlap fetch latency, few enough to bound the fetched bytes in memory. */
   constructor(
-    private readonly kafka: Kafka,
+    private readonly kafka: KafkaSource,
     private readonly concurrentReads = 3,
   ) {}
 
   /** The cluster's id: a store written against another cluster (a new local broker) is not reused. */
   clusterId(): Promise<string> {
-    this.clusterIdRead ??= withAdmin(this.kafka, async (admin) => (await admin.describeCluster()).clusterId).catch((error: unknown) => {
+    this.clusterIdRead ??= withKafkajsAdmin(this.kafka, async (admin) => (await admin.describeCluster()).clusterId).catch((error: unknown) => {
       this.clusterIdRead = undefined;
       throw error;
     });

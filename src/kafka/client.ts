@@ -8,12 +8,52 @@ import { tlsOptions } from './tls.js';
 
 /**
  * The one place that knows how to build a kafkajs client from configuration
- * (brokers, client id, TLS, SASL). Everything else talks to the ports in port.ts.
+ * (brokers, client id, TLS, SASL). Everything else talks to the ports (port.ts, admin.ts,
+ * group-consumer.ts, topic-subscription.ts) over a `KafkaPort`.
  */
 /** What a client is built from: the connection settings of `kafka` (the producer client of `msgbridge/client/kafka` has no more). */
 export type KafkaConnectionConfig = Pick<KafkaConfig, 'brokers' | 'clientId' | 'connectionTimeoutMs' | 'requestTimeoutMs' | 'ssl' | 'sasl'>;
 
-export function createKafka(config: KafkaConnectionConfig, options: { logger?: Logger; clientId?: string; brokers?: string[] } = {}): Kafka {
+/**
+ * The relay's way to one cluster (brokers, client id, TLS, SASL), as the roles and commands
+ * hold it and hand it on to src/kafka: opaque outside this folder, whose adapters alone reach
+ * the client behind it (`kafkajsClient`). What can be done with it is src/kafka's: `withAdmin`
+ * (admin.ts), `subscribeTopics` (topic-subscription.ts), the group consumer, the producers and
+ * the changelog readers.
+ */
+export interface KafkaPort {
+  readonly [portBrand]: true;
+}
+declare const portBrand: unique symbol;
+
+/**
+ * What src/kafka's functions take: a port, or a kafkajs client that a test or a benchmark
+ * built itself (they may use kafkajs as an independent client; the roles never do).
+ */
+export type KafkaSource = KafkaPort | Kafka;
+
+const kafkajsClients = new WeakMap<KafkaPort, Kafka>();
+
+/** The port to the cluster the relay's configuration describes. */
+export function createKafka(config: KafkaConnectionConfig, options: { logger?: Logger; clientId?: string; brokers?: string[] } = {}): KafkaPort {
+  return kafkaPort(createKafkajsClient(config, options));
+}
+
+/** A port over a kafkajs client already built. */
+export function kafkaPort(client: Kafka): KafkaPort {
+  const port = Object.freeze({}) as KafkaPort;
+  kafkajsClients.set(port, client);
+  return port;
+}
+
+/** The kafkajs client behind a port: for src/kafka's adapters only (the lint rule keeps it there). */
+export function kafkajsClient(source: KafkaSource): Kafka {
+  // A port's client, or the source itself: a test's or benchmark's own kafkajs client (no instanceof: a second copy of kafkajs would fail it).
+  return kafkajsClients.get(source as KafkaPort) ?? (source as Kafka);
+}
+
+/** The kafkajs client built from configuration (`createKafka` wraps it in a port). */
+export function createKafkajsClient(config: KafkaConnectionConfig, options: { logger?: Logger; clientId?: string; brokers?: string[] } = {}): Kafka {
   const brokers = options.brokers ?? config.brokers;
   if (brokers.length === 0) throw new Error('createKafka needs at least one broker (start the local broker first)');
   const kafkaConfig: KafkajsConfig = {
@@ -32,15 +72,13 @@ export function createKafka(config: KafkaConnectionConfig, options: { logger?: L
   return new Kafka(kafkaConfig);
 }
 
-/** The client, as a type: modules outside the adapters hand it on without importing kafkajs. */
-export type KafkaClient = Kafka;
-
 /**
- * Runs `use` on a connected admin client and disconnects it whatever happens. A failed
- * disconnect is not the caller's failure: its answer (or its error) stands.
+ * Runs `use` on a connected kafkajs admin client and disconnects it whatever happens. A failed
+ * disconnect is not the caller's failure: its answer (or its error) stands. Outside src/kafka,
+ * `withAdmin` (admin.ts) offers the port's operations instead.
  */
-export async function withAdmin<T>(kafka: Kafka, use: (admin: Admin) => Promise<T>): Promise<T> {
-  const admin = kafka.admin();
+export async function withKafkajsAdmin<T>(kafka: KafkaSource, use: (admin: Admin) => Promise<T>): Promise<T> {
+  const admin = kafkajsClient(kafka).admin();
   await admin.connect();
   try {
     return await use(admin);
@@ -71,8 +109,8 @@ export type ConsumerOptions = Omit<ConsumerConfig, 'retry'>;
  * created by a subscription (`allowAutoTopicCreation: false`; the relay creates its topics with
  * their settings, see topics.ts), read_committed unless `readUncommitted` says otherwise.
  */
-export function createConsumer(kafka: Kafka, options: ConsumerOptions): Consumer {
-  return kafka.consumer({ allowAutoTopicCreation: false, readUncommitted: false, ...options, retry: { ...CONSUMER_RETRY } });
+export function createConsumer(kafka: KafkaSource, options: ConsumerOptions): Consumer {
+  return kafkajsClient(kafka).consumer({ allowAutoTopicCreation: false, readUncommitted: false, ...options, retry: { ...CONSUMER_RETRY } });
 }
 
 /** A fetched kafkajs message as the port's record (group-consumer.ts). */

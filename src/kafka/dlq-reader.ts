@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import type { Kafka, KafkaMessage } from 'kafkajs';
+import type { KafkaMessage } from 'kafkajs';
 import { MsgbridgeError } from '../platform/errors.js';
-import { consumedRecord, createConsumer, withAdmin } from './client.js';
+import { consumedRecord, createConsumer, type KafkaSource, withKafkajsAdmin } from './client.js';
 import { EndOfLog, onBatchEnd, partitionEnds, type PartitionEnds } from './changelog-reader.js';
 import type { ConsumedRecord } from './group-consumer.js';
 
@@ -17,7 +17,7 @@ import type { ConsumedRecord } from './group-consumer.js';
 export type { PartitionEnds };
 
 /** Low and high watermark of every partition (read_uncommitted: the high watermark). */
-export function topicEnds(kafka: Kafka, topic: string): Promise<Map<number, PartitionEnds>> {
+export function topicEnds(kafka: KafkaSource, topic: string): Promise<Map<number, PartitionEnds>> {
   return partitionEnds(kafka, topic);
 }
 
@@ -25,8 +25,8 @@ export function topicEnds(kafka: Kafka, topic: string): Promise<Map<number, Part
  * Per partition, the first offset whose record timestamp is at or after `timestampMs` (the
  * broker's time index); a partition with no such record answers its high watermark.
  */
-export async function offsetsAtTime(kafka: Kafka, topic: string, timestampMs: number, ends: Map<number, PartitionEnds>): Promise<Map<number, number>> {
-  const answer = await withAdmin(kafka, (admin) => admin.fetchTopicOffsetsByTimestamp(topic, timestampMs));
+export async function offsetsAtTime(kafka: KafkaSource, topic: string, timestampMs: number, ends: Map<number, PartitionEnds>): Promise<Map<number, number>> {
+  const answer = await withKafkajsAdmin(kafka, (admin) => admin.fetchTopicOffsetsByTimestamp(topic, timestampMs));
   const offsets = new Map<number, number>();
   for (const [partition, end] of ends) {
     const found = Number(answer.find((p) => p.partition === partition)?.offset ?? -1);
@@ -36,7 +36,7 @@ export async function offsetsAtTime(kafka: Kafka, topic: string, timestampMs: nu
 }
 
 export interface RangeReadOptions {
-  kafka: Kafka;
+  kafka: KafkaSource;
   topic: string;
   /** Where each partition starts (partitions absent here are not read). */
   from: Map<number, number>;

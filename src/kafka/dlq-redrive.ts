@@ -1,6 +1,7 @@
-import type { Kafka } from 'kafkajs';
+import type { Admin } from 'kafkajs';
+
 import type { Logger } from '../platform/logger.js';
-import { withAdmin } from './client.js';
+import { type KafkaSource, withKafkajsAdmin } from './client.js';
 import { readRange, topicEnds } from './dlq-reader.js';
 import type { ConsumedRecord } from './group-consumer.js';
 import { ensureTopics } from './topics.js';
@@ -37,9 +38,9 @@ export function ledgerEntry(dlqTopic: string, partition: number, offset: string,
 }
 
 /** The ledger's keys (committed entries only); empty when no redrive of the topic ever produced anything. */
-export async function readRedriveLedger(kafka: Kafka, dlqTopic: string): Promise<Set<string>> {
+export async function readRedriveLedger(kafka: KafkaSource, dlqTopic: string): Promise<Set<string>> {
   const topic = redriveLedgerTopic(dlqTopic);
-  if (!(await withAdmin(kafka, (admin) => admin.listTopics())).includes(topic)) return new Set();
+  if (!(await withKafkajsAdmin(kafka, (admin) => admin.listTopics())).includes(topic)) return new Set();
   const ends = await topicEnds(kafka, topic);
   const keys = new Set<string>();
   await readRange({
@@ -57,8 +58,8 @@ export async function readRedriveLedger(kafka: Kafka, dlqTopic: string): Promise
 }
 
 /** Creates the ledger topic if it is missing (compacted, one partition, the roles' replication). */
-export async function ensureRedriveLedger(kafka: Kafka, dlqTopic: string, replicationFactor: number, logger?: Logger): Promise<void> {
-  await withAdmin(kafka, (admin) =>
+export async function ensureRedriveLedger(kafka: KafkaSource, dlqTopic: string, replicationFactor: number, logger?: Logger): Promise<void> {
+  await withKafkajsAdmin(kafka, (admin) =>
     ensureTopics(admin, [{ topic: redriveLedgerTopic(dlqTopic), partitions: 1, replicationFactor, configEntries: [{ name: 'cleanup.policy', value: 'compact' }] }], logger),
   );
 }
@@ -68,11 +69,11 @@ export function redriveGroupId(name: string): string {
 }
 
 /** The group's committed offset per partition of `topic` (partitions without one are absent). */
-export async function committedOffsets(kafka: Kafka, groupId: string, topic: string): Promise<Map<number, number>> {
-  return withAdmin(kafka, (admin) => committedWith(admin, groupId, topic));
+export async function committedOffsets(kafka: KafkaSource, groupId: string, topic: string): Promise<Map<number, number>> {
+  return withKafkajsAdmin(kafka, (admin) => committedWith(admin, groupId, topic));
 }
 
-async function committedWith(admin: ReturnType<Kafka['admin']>, groupId: string, topic: string): Promise<Map<number, number>> {
+async function committedWith(admin: Admin, groupId: string, topic: string): Promise<Map<number, number>> {
   const answer = await admin.fetchOffsets({ groupId, topics: [topic] });
   const out = new Map<number, number>();
   for (const p of answer.find((t) => t.topic === topic)?.partitions ?? []) {
@@ -83,8 +84,8 @@ async function committedWith(admin: ReturnType<Kafka['admin']>, groupId: string,
 }
 
 /** Every redrive that has read `topic`: its name and committed offsets. */
-export async function listRedrives(kafka: Kafka, topic: string): Promise<{ name: string; offsets: Map<number, number> }[]> {
-  return withAdmin(kafka, async (admin) => {
+export async function listRedrives(kafka: KafkaSource, topic: string): Promise<{ name: string; offsets: Map<number, number> }[]> {
+  return withKafkajsAdmin(kafka, async (admin) => {
     const { groups } = await admin.listGroups();
     const names = groups
       .map((g) => g.groupId)
@@ -104,8 +105,8 @@ export async function listRedrives(kafka: Kafka, topic: string): Promise<{ name:
  * the group's offsets before its first transaction. Only when the group has none, so a rerun
  * after a crash keeps the position its transactions committed.
  */
-export async function setStartOffsets(kafka: Kafka, groupId: string, topic: string, offsets: Map<number, number>): Promise<void> {
-  await withAdmin(kafka, async (admin) => {
+export async function setStartOffsets(kafka: KafkaSource, groupId: string, topic: string, offsets: Map<number, number>): Promise<void> {
+  await withKafkajsAdmin(kafka, async (admin) => {
     if ((await committedWith(admin, groupId, topic)).size > 0) return;
     await admin.setOffsets({ groupId, topic, partitions: [...offsets].map(([partition, offset]) => ({ partition, offset: String(offset) })) });
   });
@@ -118,7 +119,7 @@ export interface RedriveChunk {
 }
 
 export interface RedriveRunOptions {
-  kafka: Kafka;
+  kafka: KafkaSource;
   topic: string;
   groupId: string;
   /** Partition → offset the redrive must reach (the end when it began); it stops once every partition is there. */

@@ -1,4 +1,4 @@
-import { MsgbridgeError } from '../platform/errors.js';
+import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 
 /**
  * One line naming why Kafka could not be reached, for either client: the TLS certificate, the
@@ -19,9 +19,7 @@ export function describeKafkaFailure(error: unknown): string {
     const { cause, originalError, errors } = e as { cause?: unknown; originalError?: unknown; errors?: unknown[] };
     queue = [...queue, cause, originalError, ...(Array.isArray(errors) ? errors.slice(0, 8) : [])];
   }
-  const text = chain
-    .map((e) => `${(e as { name?: string }).name ?? ''} ${(e as { code?: string }).code ?? ''} ${(e as { type?: string }).type ?? ''} ${(e as Error)?.message ?? String(e)}`)
-    .join(' | ');
+  const text = chain.map((e) => `${(e as { name?: string }).name ?? ''} ${(e as { code?: string }).code ?? ''} ${(e as { type?: string }).type ?? ''} ${errorMessage(e)}`).join(' | ');
   const first = firstLine(error);
   if (/SASLAuthentication|SASL_AUTHENTICATION_FAILED|Authentication failed|authentication failed|SaslAuthenticat/i.test(text)) {
     return `authentication failed: check KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD (${first})`;
@@ -69,7 +67,7 @@ export function describeKafkaError(error: unknown): string {
 
 /** The first line of an error's message, at most 300 characters. */
 function firstLine(error: unknown): string {
-  return ((error as Error)?.message ?? String(error)).split('\n')[0]!.slice(0, 300);
+  return errorMessage(error).split('\n')[0]!.slice(0, 300);
 }
 
 /** Runs a start-up step that talks to Kafka; a failure becomes one line naming the cause (exit 2 from the CLI). */

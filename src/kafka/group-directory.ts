@@ -1,4 +1,5 @@
 import { AssignerProtocol, type Admin } from 'kafkajs';
+import { kafkajsClient, type KafkaSource } from './client.js';
 import { decodeQueryUrl } from './co-partition-assigner.js';
 
 /**
@@ -46,4 +47,16 @@ export function groupDirectory(admin: Admin, groupId: string, inputTopic: string
     members: async () => (await fresh()).members,
     invalidate: () => (cached = undefined),
   };
+}
+
+/** A directory with an admin client of its own: `connect` before the first read, `close` at the end. */
+export interface OwnedGroupDirectory extends GroupDirectory {
+  connect(): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** The directory of `groupId` read through a new admin client of `kafka` (the tracker's query forwarding). */
+export function openGroupDirectory(kafka: KafkaSource, groupId: string, inputTopic: string, maxAgeMs?: number): OwnedGroupDirectory {
+  const admin = kafkajsClient(kafka).admin();
+  return { ...groupDirectory(admin, groupId, inputTopic, maxAgeMs), connect: () => admin.connect(), close: () => admin.disconnect() };
 }

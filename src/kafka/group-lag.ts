@@ -1,13 +1,14 @@
-import type { Admin, Kafka } from 'kafkajs';
+import type { Admin } from 'kafkajs';
+import { kafkajsClient, type KafkaSource } from './client.js';
 
 /** The group's lag per input topic, read at most every 5 s (scrapes can be frequent). */
-export function lagReader(kafka: Kafka, groupId: string, inputs: string[]): { read(): Promise<Map<string, number>>; close(): Promise<void> } {
+export function lagReader(kafka: KafkaSource, groupId: string, inputs: string[]): { read(): Promise<Map<string, number>>; close(): Promise<void> } {
   let admin: Admin | undefined;
   let last: { at: number; value: Map<string, number> } | undefined;
   return {
     async read() {
       if (last && Date.now() - last.at < 5000) return last.value;
-      admin ??= kafka.admin();
+      admin ??= kafkajsClient(kafka).admin();
       await admin.connect();
       const value = new Map<string, number>();
       for (const topic of inputs) {

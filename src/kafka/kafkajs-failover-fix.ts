@@ -1,4 +1,5 @@
 import { createRequire } from 'node:module';
+import { errorMessage } from '../platform/errors.js';
 
 /**
  * Lets a kafkajs 2.2.4 consumer-group member ride out the loss or freeze of one broker without
@@ -141,7 +142,7 @@ if (!ConsumerGroup.prototype.failoverFixed) {
     } catch (error) {
       if (!coordinatorLost(error as KafkaError)) throw error;
       // The membership stands until the (new) coordinator says otherwise: look it up and try there.
-      this.logger.debug('Group coordinator lost: looking it up again', { groupId: this.groupId, error: (error as Error).message });
+      this.logger.debug('Group coordinator lost: looking it up again', { groupId: this.groupId, error: errorMessage(error) });
       await lookUpCoordinator(this).catch(() => undefined);
       await heartbeat.call(this, { interval: 0 }).catch((again: unknown) => {
         if (!coordinatorLost(again as KafkaError)) throw again;
@@ -152,7 +153,7 @@ if (!ConsumerGroup.prototype.failoverFixed) {
   const joinAndSync = ConsumerGroup.prototype.joinAndSync;
   ConsumerGroup.prototype.joinAndSync = async function (this: ConsumerGroupInstance): Promise<void> {
     const hook = this.memberId ? rejoinHooks.get(`${this.groupId}\u0000${this.memberId}`) : undefined;
-    if (hook) await hook().catch((error: unknown) => this.logger.warn('Before rejoining: the member hook failed', { groupId: this.groupId, error: (error as Error)?.message }));
+    if (hook) await hook().catch((error: unknown) => this.logger.warn('Before rejoining: the member hook failed', { groupId: this.groupId, error: errorMessage(error) }));
     return joinAndSync.call(this);
   };
 

@@ -1,6 +1,6 @@
-import type { Admin, Consumer, EachBatchPayload, Kafka, Offsets } from 'kafkajs';
+import type { Admin, Consumer, EachBatchPayload, Offsets } from 'kafkajs';
 import type { Logger } from '../platform/logger.js';
-import { consumedRecord, createConsumer } from './client.js';
+import { consumedRecord, createConsumer, kafkajsClient, type KafkaSource } from './client.js';
 import { beforeRejoin } from './kafkajs-failover-fix.js';
 import { CommitMetadataTooLargeError, RejoinNeededError, type CommittedOffset, type ConsumedRecord, type GroupConsumer, type GroupConsumerHandlers, type OffsetToCommit } from './group-consumer.js';
 
@@ -48,7 +48,7 @@ export interface KafkajsGroupConsumerOptions {
  *   the assignment it was told about (GROUP_JOIN is emitted synchronously after the sync, in
  *   the same turn as the new generation takes effect).
  */
-export function createKafkajsGroupConsumer(kafka: Kafka, options: KafkajsGroupConsumerOptions): GroupConsumer {
+export function createKafkajsGroupConsumer(kafka: KafkaSource, options: KafkajsGroupConsumerOptions): GroupConsumer {
   const { topic, groupId, logger } = options;
   const consumer: Consumer = createConsumer(kafka, {
     groupId,
@@ -66,7 +66,7 @@ export function createKafkajsGroupConsumer(kafka: Kafka, options: KafkajsGroupCo
 
   const adminClient = async (): Promise<Admin> => {
     if (!admin) {
-      const created = kafka.admin();
+      const created = kafkajsClient(kafka).admin();
       await created.connect();
       admin = created;
     }

@@ -1,5 +1,7 @@
-import { CompressionTypes, type Admin, type Kafka, type Producer } from 'kafkajs';
+import { CompressionTypes, type Admin, type Producer } from 'kafkajs';
 import { assertWritable, RecordTooLargeError, type ClusterLayout, type RecordProducer, type TopicRecords } from './port.js';
+import { kafkajsClient, type KafkaSource } from './client.js';
+import { errorMessage } from '../platform/errors.js';
 
 /** kafkajs protocol errors that mean a record can never fit. */
 const TOO_LARGE = new Set(['MESSAGE_TOO_LARGE', 'RECORD_LIST_TOO_LARGE']);
@@ -22,9 +24,9 @@ export interface KafkajsProducerOptions {
 }
 
 /** acks=all producer behind the RecordProducer port. */
-export function createKafkajsProducer(kafka: Kafka, options: KafkajsProducerOptions = {}): RecordProducer {
+export function createKafkajsProducer(kafka: KafkaSource, options: KafkajsProducerOptions = {}): RecordProducer {
   const idempotent = options.idempotent ?? true;
-  const producer: Producer = kafka.producer({
+  const producer: Producer = kafkajsClient(kafka).producer({
     idempotent,
     maxInFlightRequests: idempotent ? 1 : undefined,
     allowAutoTopicCreation: false,
@@ -37,7 +39,7 @@ export function createKafkajsProducer(kafka: Kafka, options: KafkajsProducerOpti
   // leader once before it learns.
   let admin: Admin | undefined;
   const layout = async (topics: string[]): Promise<ClusterLayout> => {
-    admin ??= kafka.admin({ retry: { retries: 0 } });
+    admin ??= kafkajsClient(kafka).admin({ retry: { retries: 0 } });
     await admin.connect();
     const metadata = await admin.fetchTopicMetadata({ topics });
     const cluster = await admin.describeCluster();
@@ -69,7 +71,7 @@ export function createKafkajsProducer(kafka: Kafka, options: KafkajsProducerOpti
           })),
         })
         .catch((error: unknown) => {
-          if (tooLarge(error)) throw new RecordTooLargeError(`Kafka refused a record as too large: ${(error as Error).message}`, { cause: error });
+          if (tooLarge(error)) throw new RecordTooLargeError(`Kafka refused a record as too large: ${errorMessage(error)}`, { cause: error });
           throw error;
         });
     },

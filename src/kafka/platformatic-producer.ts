@@ -4,6 +4,7 @@ import type { KafkaConfig } from '../config/schema.js';
 import { javaCompatibleHash } from './partitioner.js';
 import { tlsOptions } from './tls.js';
 import { assertWritable, type ClusterLayout, type PartitionLeader, type RecordProducer, type TopicRecords } from './port.js';
+import { errorMessage } from '../platform/errors.js';
 
 /**
  * An acks=all, idempotent producer on @platformatic/kafka behind the RecordProducer port, built
@@ -65,7 +66,7 @@ export function createPlatformaticProducer(config: KafkaConfig, options: Platfor
 
   const produce = async (batches: TopicRecords[]): Promise<void> => {
     if (failed !== undefined) {
-      throw new Error(`an earlier send on this producer failed; it must be replaced (${(failed as Error)?.message ?? String(failed)})`, { cause: failed });
+      throw new Error(`an earlier send on this producer failed; it must be replaced (${errorMessage(failed)})`, { cause: failed });
     }
     const messages = [];
     for (const { topic, records } of batches) {

@@ -1,6 +1,7 @@
 import { performance } from 'node:perf_hooks';
 import { assertWritable, NotWritableError, type ClusterLayout, type ProducerFactory, type RecordProducer } from './port.js';
 import { ReplaceableProducer } from './replaceable-producer.js';
+import { errorMessage } from '../platform/errors.js';
 
 /**
  * One lane of the batching publisher (batching-publisher.ts): one leader broker, its producer,
@@ -341,7 +342,7 @@ export class PublisherLane<B> {
       this.host.applyLayout(await withTimeout(producer.layout(this.opts.probeTopics), this.opts.probeTimeoutMs, 'metadata refresh'));
       if (this.producers.current === producer) this.staleNow = false;
     } catch (err) {
-      this.replaceProducer(producer, new Error(`metadata refresh failed: ${(err as Error)?.message ?? String(err)}`, { cause: err }));
+      this.replaceProducer(producer, new Error(`metadata refresh failed: ${errorMessage(err)}`, { cause: err }));
     } finally {
       this.refreshingNow = false;
       this.host.flush();
@@ -367,7 +368,7 @@ export class PublisherLane<B> {
       }
       // A send that started meanwhile settles the question itself (and replaces the producer if it fails).
       if (this.sendsStarted === sendsBefore) {
-        this.replaceProducer(producer, new Error(`idle probe of ${this.opts.probeTopics.join(', ')} failed: ${(err as Error)?.message ?? String(err)}`, { cause: err }));
+        this.replaceProducer(producer, new Error(`idle probe of ${this.opts.probeTopics.join(', ')} failed: ${errorMessage(err)}`, { cause: err }));
       }
     } finally {
       this.probingNow = false;

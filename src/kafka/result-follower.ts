@@ -1,9 +1,9 @@
 import { randomUUID } from 'node:crypto';
-import type { Kafka } from 'kafkajs';
+
 import { sendResultSchema, type SendResult } from '../contracts/send.js';
 import { RecencyMap } from '../platform/recency-map.js';
 import { ResultWaitError } from '../platform/wait-error.js';
-import { createConsumer, createKafka, type KafkaConnectionConfig } from './client.js';
+import { createConsumer, createKafka, type KafkaConnectionConfig, type KafkaPort, type KafkaSource } from './client.js';
 import { offsetsAtTime, topicEnds } from './dlq-reader.js';
 
 /**
@@ -16,7 +16,7 @@ import { offsetsAtTime, topicEnds } from './dlq-reader.js';
  */
 
 export interface ResultFollowerOptions {
-  kafka: Kafka;
+  kafka: KafkaSource;
   topic: string;
   /** Results written from this time on (ms since the epoch) are seen. */
   since: number;
@@ -184,7 +184,7 @@ export interface FollowSendResultsOptions extends KafkaConnection, Pick<ResultFo
 
 const BROKER = /^[^\s:,]+:\d{1,5}$/;
 
-function kafkaOf(connection: KafkaConnection): Kafka {
+function kafkaOf(connection: KafkaConnection): KafkaPort {
   if (!Array.isArray(connection.brokers) || connection.brokers.length === 0) throw new TypeError('brokers: expected at least one "host:port"');
   const bad = connection.brokers.find((b) => typeof b !== 'string' || !BROKER.test(b));
   if (bad !== undefined) throw new TypeError(`brokers: expected "host:port", got ${JSON.stringify(bad)}`);

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import type { ConnectionOptions } from 'node:tls';
 import type { KafkaConfig } from '../config/schema.js';
-import { MsgbridgeError } from '../platform/errors.js';
+import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 
 /**
  * The TLS options of a Kafka connection, for either client: `kafka.ssl` true (the system's
@@ -18,7 +18,7 @@ export function tlsOptions(ssl: KafkaConfig['ssl']): ConnectionOptions | undefin
     try {
       return readFileSync(file, 'utf8');
     } catch (err) {
-      throw new MsgbridgeError('CONFIG_FILE_UNREADABLE', `cannot read kafka.ssl.${setting} (${file}): ${(err as Error).message}`, { cause: err });
+      throw new MsgbridgeError('CONFIG_FILE_UNREADABLE', `cannot read kafka.ssl.${setting} (${file}): ${errorMessage(err)}`, { cause: err });
     }
   };
   const options: ConnectionOptions = {};

@@ -1,5 +1,5 @@
 import kafkajs, { type Admin } from 'kafkajs';
-import { MsgbridgeError } from '../platform/errors.js';
+import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import type { Logger } from '../platform/logger.js';
 
 /** The admin client, as roles hold it (only src/kafka knows the library). */
@@ -134,7 +134,7 @@ export async function checkWrittenTopics(admin: Admin, wanted: readonly string[]
     const { topics: described } = await admin.fetchTopicMetadata({ topics: result.existing });
     replicas = new Map(described.map((t) => [t.name, { factor: Math.min(...t.partitions.map((p) => p.replicas.length)), leaderless: t.partitions.filter((p) => p.leader < 0).length }]));
   } catch (err) {
-    logger.warn({ topics: wanted, err: (err as Error).message }, 'could not read the metadata of the topics written: their durability is unchecked');
+    logger.warn({ topics: wanted, err: errorMessage(err) }, 'could not read the metadata of the topics written: their durability is unchecked');
     return result;
   }
   const minIsr = result.minInsyncReplicas;
@@ -151,7 +151,7 @@ export async function checkWrittenTopics(admin: Admin, wanted: readonly string[]
     }
   } catch (err) {
     logger.warn(
-      { topics: result.existing, err: (err as Error).message },
+      { topics: result.existing, err: errorMessage(err) },
       "the cluster does not let this role read topic settings (DescribeConfigs): min.insync.replicas and max.message.bytes are unchecked, Kafka's defaults assumed",
     );
   }

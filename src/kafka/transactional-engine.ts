@@ -1,5 +1,5 @@
-import { Partitioners, type Admin, type Batch, type Consumer, type Kafka, type Message, type Producer, type TopicMessages } from 'kafkajs';
-import { consumedRecord, createConsumer } from './client.js';
+import { Partitioners, type Admin, type Batch, type Consumer, type Message, type Producer, type TopicMessages } from 'kafkajs';
+import { consumedRecord, createConsumer, kafkajsClient, type KafkaSource } from './client.js';
 import { describeKafkaError } from './failure.js';
 import { MsgbridgeError } from '../platform/errors.js';
 import type { ConsumedRecord } from './group-consumer.js';
@@ -55,7 +55,7 @@ export interface TransactionEvent {
 }
 
 export interface TransactionalEngineOptions {
-  kafka: Kafka;
+  kafka: KafkaSource;
   groupId: string;
   /** Co-partitioned topics (same partition count, same key → same partition). */
   inputTopics: string[];
@@ -188,8 +188,8 @@ function validate(options: TransactionalEngineOptions): void {
 }
 
 /** Connects the admin client and reads the task count (the common partition count of the inputs). */
-async function openInputs(kafka: Kafka, inputTopics: string[]): Promise<{ admin: Admin; taskCount: number }> {
-  const admin: Admin = kafka.admin();
+async function openInputs(kafka: KafkaSource, inputTopics: string[]): Promise<{ admin: Admin; taskCount: number }> {
+  const admin: Admin = kafkajsClient(kafka).admin();
   await admin.connect();
   try {
     const { topics } = await admin.fetchTopicMetadata({ topics: inputTopics });
@@ -320,7 +320,7 @@ class TransactionalEngineRuntime {
   }
 
   private newProducer(task: number): Producer {
-    return this.options.kafka.producer({
+    return kafkajsClient(this.options.kafka).producer({
       transactionalId: `${this.options.transactionalIdPrefix}-${task}`,
       idempotent: true,
       maxInFlightRequests: 1,

@@ -42,3 +42,14 @@ export class MsgbridgeError extends Error {
 export function isMsgbridgeError(err: unknown, code?: ErrorCode): err is MsgbridgeError {
   return err instanceof MsgbridgeError && (code === undefined || err.code === code);
 }
+
+/**
+ * The message of whatever was thrown: an Error's (or an error-like object's) message, else the
+ * value as text. For log fields and answers, in place of `(err as Error).message`, which is
+ * undefined for a thrown string and throws for a thrown null.
+ */
+export function errorMessage(error: unknown): string {
+  if (error instanceof Error) return error.message;
+  if (typeof error === 'object' && error !== null && typeof (error as { message?: unknown }).message === 'string') return (error as { message: string }).message;
+  return String(error);
+}

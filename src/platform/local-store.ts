@@ -1,5 +1,5 @@
 import { accessSync, constants, mkdirSync, readdirSync, rmSync, statSync } from 'node:fs';
-import { MsgbridgeError } from './errors.js';
+import { errorMessage, MsgbridgeError } from './errors.js';
 import { join } from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
 
@@ -249,7 +249,7 @@ export function checkLocalStoreDir(dir: string, setting: string, envName: string
   } catch (error) {
     throw new MsgbridgeError(
       'CONFIG_INVALID',
-      `${setting} ${dir}: ${role} cannot write its stores there (${(error as NodeJS.ErrnoException).code ?? (error as Error).message}); set ${envName} to a writable directory on a volume that outlives the process`,
+      `${setting} ${dir}: ${role} cannot write its stores there (${(error as NodeJS.ErrnoException).code ?? errorMessage(error)}); set ${envName} to a writable directory on a volume that outlives the process`,
     );
   }
 }

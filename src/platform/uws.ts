@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
-import { MsgbridgeError } from './errors.js';
+import { errorMessage, MsgbridgeError } from './errors.js';
 
 type Uws = typeof import('uWebSockets.js');
 
@@ -77,7 +77,7 @@ export function loadUws(env: Record<string, string | undefined> = process.env, b
       inUse = build;
       return uws;
     } catch (err) {
-      reasons.push(`${build.name}: ${(err as Error).message.split('\n')[0]}`);
+      reasons.push(`${build.name}: ${errorMessage(err).split('\n')[0]}`);
     }
   }
   const allowFallback = env.MSGBRIDGE_ALLOW_UWS_FALLBACK === '1' || env.MSGBRIDGE_ALLOW_UWS_FALLBACK === 'true';

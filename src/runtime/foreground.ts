@@ -1,4 +1,4 @@
-import { obtainBrokers } from '../kafka/brokers.js';
+import { obtainBrokers } from '../local-kafka/obtain-brokers.js';
 import type { Config } from '../config/schema.js';
 import { createShutdown, type Shutdown } from './shutdown.js';
 import type { Role } from './role.js';

@@ -1,7 +1,7 @@
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from '../platform/logger.js';
-import { MsgbridgeError } from '../platform/errors.js';
+import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import { localUrl } from '../platform/net.js';
 
 /**
@@ -104,8 +104,8 @@ export function startApiServer(options: ApiServerOptions): Promise<HttpServer> {
       return;
     }
     const fail = (err: unknown) => {
-      logger?.warn({ err: (err as Error)?.message ?? String(err), path }, 'query failed');
-      if (!res.headersSent) res.writeHead(503, { 'content-type': 'application/json' }).end(`${JSON.stringify({ error: 'UNAVAILABLE', message: (err as Error)?.message ?? String(err) })}\n`);
+      logger?.warn({ err: errorMessage(err), path }, 'query failed');
+      if (!res.headersSent) res.writeHead(503, { 'content-type': 'application/json' }).end(`${JSON.stringify({ error: 'UNAVAILABLE', message: errorMessage(err) })}\n`);
     };
     readBody(req, method === 'POST' ? MAX_BODY_BYTES : 0)
       .then((body) => {

@@ -22,8 +22,8 @@ export interface CircuitOptions {
   onChange?: (key: string, state: CircuitState, consecutiveFailures: number) => void;
 }
 
-/** What `admit` hands out: report its outcome exactly once with `settle`. */
-export interface Admission {
+/** What `admit` hands out, a pass through the circuit: report its outcome exactly once with `settle`. */
+export interface CircuitPass {
   readonly key: string;
   readonly probe: boolean;
 }
@@ -59,7 +59,7 @@ export class CircuitBreaker {
   }
 
   /** The admission of a closed circuit, without a promise (the hot path); undefined = ask `admit`. */
-  tryAdmit(key: string): Admission | undefined {
+  tryAdmit(key: string): CircuitPass | undefined {
     const circuit = this.circuits.get(key);
     return !circuit || circuit.state === 'closed' ? { key, probe: false } : undefined;
   }
@@ -69,7 +69,7 @@ export class CircuitBreaker {
    * as the next probe while open. Resolves undefined when `signal` aborts or `untilMs` (wall
    * clock) comes first.
    */
-  async admit(key: string, signal?: AbortSignal, untilMs = Infinity): Promise<Admission | undefined> {
+  async admit(key: string, signal?: AbortSignal, untilMs = Infinity): Promise<CircuitPass | undefined> {
     for (;;) {
       if (signal?.aborted) return undefined;
       const circuit = this.circuits.get(key);
@@ -86,7 +86,7 @@ export class CircuitBreaker {
   }
 
   /** Reports how an admitted attempt went: `failing` when it showed the provider failing. */
-  settle(admission: Admission, failing: boolean): void {
+  settle(admission: CircuitPass, failing: boolean): void {
     const circuit = this.circuit(admission.key);
     if (admission.probe) circuit.probing = false;
     if (!failing) {
@@ -112,12 +112,12 @@ export class CircuitBreaker {
    * Whether an admission still holds: a request admitted while the circuit was closed may have
    * waited for a token since, and must not call once the circuit opened (the probe still may).
    */
-  holds(admission: Admission): boolean {
+  holds(admission: CircuitPass): boolean {
     return admission.probe || this.state(admission.key) === 'closed';
   }
 
   /** An admitted attempt that never reached the provider (stopped while waiting, or no longer held). */
-  cancel(admission: Admission): void {
+  cancel(admission: CircuitPass): void {
     if (!admission.probe) return;
     const circuit = this.circuit(admission.key);
     circuit.probing = false;

@@ -1,7 +1,7 @@
 import { MsgbridgeError } from '../platform/errors.js';
 import type { Logger } from '../platform/logger.js';
 import { followChangelog, type ChangelogFollowStatus } from '../kafka/changelog-follower.js';
-import type { KafkaClient } from '../kafka/client.js';
+import type { KafkaPort } from '../kafka/client.js';
 import { conversationEntry, type ConversationTable } from './conversation-table.js';
 
 /**
@@ -14,7 +14,7 @@ import { conversationEntry, type ConversationTable } from './conversation-table.
  * texts of readiness and errors.
  */
 export interface ConversationFollowerOptions {
-  kafka: KafkaClient;
+  kafka: KafkaPort;
   topic: string;
   table: ConversationTable;
   /** Businesses this sender sends for: records of others are not kept. */

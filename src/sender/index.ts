@@ -1,14 +1,14 @@
 import type { Registry } from 'prom-client';
 import type { BusinessesWatch } from '../config/businesses-file.js';
 import type { Config } from '../config/schema.js';
-import { MsgbridgeError } from '../platform/errors.js';
-import { createKafka, withAdmin, type KafkaClient } from '../kafka/client.js';
+import { errorMessage, MsgbridgeError } from '../platform/errors.js';
+import { createKafka, type KafkaPort } from '../kafka/client.js';
+import { withAdmin } from '../kafka/admin.js';
 import { connectingToKafka } from '../kafka/failure.js';
 import type { ConsumedRecord, GroupConsumer } from '../kafka/group-consumer.js';
 import { createKafkajsGroupConsumer } from '../kafka/kafkajs-group-consumer.js';
 import { createKafkajsProducer } from '../kafka/kafkajs-producer.js';
 import { requireBrokers } from '../kafka/brokers.js';
-import { prepareRoleTopics } from '../kafka/topics.js';
 import { startAdminServer, type HttpServer } from '../runtime/http-server.js';
 import { silentLogger, type Logger } from '../platform/logger.js';
 import { createMetricsRegistry } from '../runtime/metrics.js';
@@ -26,12 +26,11 @@ import { startTracing, TRACING_FLUSH_MS, type Tracer } from '../platform/tracing
 import { chooseProxy, type ProxyChoice } from '../platform/proxy.js';
 import { RateLimiter } from './rate-limiter.js';
 import { prepareJob, type Job } from './requests.js';
-import { OutcomePublisher } from './outcome-publisher.js';
+import { ResultPublisher } from './result-publisher.js';
 import { Semaphore } from './semaphore.js';
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { ChangelogRestorer } from '../kafka/changelog-restore.js';
-import { partitionCounts } from '../kafka/topics.js';
 import { checkLocalStoreDir } from '../platform/local-store.js';
 import { sleep } from '../platform/sleep.js';
 import { WorkInterval } from '../platform/work-interval.js';
@@ -92,8 +91,8 @@ interface Prepared {
   /** The egress proxy of provider calls, or none (and why). */
   proxy: ProxyChoice;
   registry: Registry;
-  kafka: KafkaClient;
-  publisher: OutcomePublisher;
+  kafka: KafkaPort;
+  publisher: ResultPublisher;
   dlqMaxBytes: number;
   /** Partitions of send-requests, which the ledger shares. */
   partitions: number;
@@ -113,11 +112,11 @@ export class Sender implements Role {
   private readonly config: Config;
   private readonly settings: Config['sender'];
   private readonly logger: Logger;
-  private readonly kafka: KafkaClient;
+  private readonly kafka: KafkaPort;
   private readonly apiKeys: Map<string, string>;
   /** The businesses whose conversation windows are kept; replaced with the API keys by a reload. */
   private readonly liveBusinesses: Set<string>;
-  private readonly publisher: OutcomePublisher;
+  private readonly publisher: ResultPublisher;
   private readonly tracer: Tracer;
   private readonly client: ProviderClient;
   private readonly limiter: RateLimiter;
@@ -174,7 +173,7 @@ export class Sender implements Role {
     // CPU, and weighs about 45 MiB of memory once loaded: loaded only when chosen (docs/benchmarks.md).
     const platformatic = config.kafka.client === 'platformatic' ? await import('../kafka/platformatic-producer.js') : undefined;
 
-    const publisher = new OutcomePublisher({
+    const publisher = new ResultPublisher({
       createProducer: () =>
         platformatic
           ? platformatic.createPlatformaticProducer(config.kafka, { brokers, timeoutMs: config.kafka.requestTimeoutMs })
@@ -182,10 +181,10 @@ export class Sender implements Role {
       stallMs: config.kafka.requestTimeoutMs,
       // The results of one rate-limit grant (up to 200 ms of tokens) in one produce request (README, "Throughput").
       lingerMs: 5,
-      onReplace: (error) => logger.debug({ err: (error as Error)?.message ?? String(error) }, 'a produce of results failed: the producer is replaced, never reused'),
+      onReplace: (error) => logger.debug({ err: errorMessage(error) }, 'a produce of results failed: the producer is replaced, never reused'),
       onHealthChange: (ok, error) => {
         if (ok) logger.info('results reach Kafka again');
-        else logger.error({ err: (error as Error)?.message ?? String(error) }, 'results cannot be published to Kafka: retrying with a new producer; /readyz is 503 meanwhile');
+        else logger.error({ err: errorMessage(error) }, 'results cannot be published to Kafka: retrying with a new producer; /readyz is 503 meanwhile');
       },
     });
     await connectingToKafka(brokers, () => publisher.start());
@@ -388,7 +387,7 @@ export class Sender implements Role {
       } catch (error) {
         if (abort.signal.aborted) break;
         const delayMs = Math.min(10_000, 250 * 2 ** Math.min(attempt, 6));
-        this.logger.warn({ partition, err: (error as Error)?.message ?? String(error), retryInMs: delayMs }, 'restoring the request ledger failed: the partition waits for it');
+        this.logger.warn({ partition, err: errorMessage(error), retryInMs: delayMs }, 'restoring the request ledger failed: the partition waits for it');
         await sleep(delayMs, abort.signal);
       }
     }
@@ -555,7 +554,7 @@ interface ConversationGuard {
 
 /** The conversation window guard's table, read and then followed (README "Conversation window"), and swept. */
 function startConversationGuard(options: {
-  kafka: KafkaClient;
+  kafka: KafkaPort;
   config: Config;
   table: ConversationTable;
   businesses: ReadonlySet<string>;
@@ -609,16 +608,15 @@ function orderKey(record: ConsumedRecord, job: Job): string {
  * many partitions as send-requests (partition p of one is the memory of partition p of the
  * other), and answers the DLQ's record limit and the partition count.
  */
-async function prepareTopics(kafka: KafkaClient, config: Config, logger: Logger): Promise<{ dlqMaxBytes: number; partitions: number }> {
+async function prepareTopics(kafka: KafkaPort, config: Config, logger: Logger): Promise<{ dlqMaxBytes: number; partitions: number }> {
   const topics = config.kafka.topics;
   const s = config.sender;
   return withAdmin(kafka, async (admin) => {
-    const partitions = (await partitionCounts(admin, [topics.sendRequests])).get(topics.sendRequests) ?? config.kafka.partitions;
+    const partitions = (await admin.partitionCounts([topics.sendRequests])).get(topics.sendRequests) ?? config.kafka.partitions;
     const base = { replicationFactor: config.kafka.replicationFactor, minInsyncReplicas: config.kafka.minInsyncReplicas };
     // Kept a little longer than the window: a restore still finds an outcome written near its end.
     const ledgerRetentionMs = s.idempotencyWindowMs + 3_600_000;
-    const written = await prepareRoleTopics(
-      admin,
+    const written = await admin.prepareRoleTopics(
       {
         createTopics: config.kafka.createTopics,
         create: [
@@ -644,7 +642,7 @@ async function prepareTopics(kafka: KafkaClient, config: Config, logger: Logger)
       },
       logger,
     );
-    const ledgerPartitions = (await partitionCounts(admin, [topics.sendLedger])).get(topics.sendLedger);
+    const ledgerPartitions = (await admin.partitionCounts([topics.sendLedger])).get(topics.sendLedger);
     if (ledgerPartitions !== undefined && ledgerPartitions !== partitions) {
       throw new MsgbridgeError(
         'CONFIG_INVALID',

@@ -2,14 +2,15 @@ import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { ConversationTableStats } from './conversation-table.js';
 import type { RunnerStats } from './keyed-runner.js';
 
-export type RequestOutcome = 'accepted' | 'rejected' | 'expired' | 'dlq' | 'duplicate';
+/** How a request finished, as the `outcome` label of msgbridge_sender_requests_total (not the tracker's RequestOutcome record). */
+export type RequestOutcomeLabel = 'accepted' | 'rejected' | 'expired' | 'dlq' | 'duplicate';
 
 /** What the conversation window guard did with a text (README "Conversation window"). */
 export type ConversationDecision = 'open' | 'unknown' | 'override' | 'sms' | 'rejected' | 'fallback';
 
 /** What the sender reports; prom-client behind it (createSenderMetrics), a no-op in unit tests. */
 export interface SenderMetrics {
-  outcome(outcome: RequestOutcome, businessId: string | undefined): void;
+  outcome(outcome: RequestOutcomeLabel, businessId: string | undefined): void;
   providerCall(operation: string, result: string, seconds: number): void;
   retry(reason: string): void;
   inFlight(delta: 1 | -1): void;
@@ -52,7 +53,6 @@ export const noopSenderMetrics: SenderMetrics = {
 };
 
 export function createSenderMetrics(registry: Registry, sources: SenderGaugeSources): SenderMetrics {
-  const { stats } = sources;
   const registers = [registry];
   const requests = new Counter({
     name: 'msgbridge_sender_requests_total',
@@ -89,6 +89,54 @@ export function createSenderMetrics(registry: Registry, sources: SenderGaugeSour
     labelNames: ['business', 'state'],
     registers,
   });
+  registerStateGauges(registers, sources);
+  const conversations = new Counter({
+    name: 'msgbridge_sender_conversation_window_total',
+    help: 'Texts checked by the conversation window guard (sender.conversationWindow "reject"), by decision: open (sent), unknown (sent: the table cannot tell), override (sent: conversationWindow "ignore"), sms (sent: the rule is only WhatsApp\'s), rejected (refused without a provider call), fallback (its fallbackTemplate sent instead)',
+    labelNames: ['decision', 'business'],
+    registers,
+  });
+  const skippedRecords = new Counter({
+    name: 'msgbridge_sender_conversation_records_skipped_total',
+    help: 'Records of the conversations topic that are not a conversation window (skipped)',
+    registers,
+  });
+  if (sources.conversationTable) registerConversationTableGauges(registers, sources.conversationTable);
+  // Per-request series, each label set resolved once: prom-client hashes a labels object on
+  // every call otherwise (2% of the sender's CPU at 5,000 results/s). Bounded by the label values
+  // (outcomes × configured businesses, operations × result classes).
+  const outcomes = new Map<string, ReturnType<typeof requests.labels>>();
+  const calls = new Map<string, ReturnType<typeof latency.labels>>();
+  const outcomeSeries = (outcome: string, business: string) => {
+    const key = `${outcome}\u0000${business}`;
+    let series = outcomes.get(key);
+    if (!series) outcomes.set(key, (series = requests.labels({ outcome, business })));
+    return series;
+  };
+  const callSeries = (operation: string, result: string) => {
+    const key = `${operation}\u0000${result}`;
+    let series = calls.get(key);
+    if (!series) calls.set(key, (series = latency.labels({ operation, result })));
+    return series;
+  };
+  return {
+    conversation: (decision, businessId) => conversations.inc({ decision, business: businessId }),
+    conversationRecordSkipped: () => skippedRecords.inc(),
+    outcome: (outcome, businessId) => outcomeSeries(outcome, businessId ?? 'unknown').inc(),
+    providerCall: (operation, result, seconds) => callSeries(operation, result).observe(seconds),
+    retry: (reason) => retries.inc({ reason }),
+    inFlight: (delta) => inFlight.inc(delta),
+    requestToResult: (seconds) => endToEnd.observe(seconds),
+    commit: (result) => commits.inc({ result }),
+    rebalance: () => rebalances.inc(),
+    publishError: () => publishErrors.inc(),
+    circuitChange: (business, state) => circuitChanges.inc({ business, state }),
+  };
+}
+
+/** The gauges read at scrape time: circuits, rates, publishing, the runner's buffers and partitions. */
+function registerStateGauges(registers: Registry[], sources: SenderGaugeSources): void {
+  const { stats } = sources;
   new Gauge({
     name: 'msgbridge_sender_circuit_open',
     help: '1 while the provider circuit of a business is open (its requests wait, one probe at a time), else 0',
@@ -141,75 +189,35 @@ export function createSenderMetrics(registry: Registry, sources: SenderGaugeSour
       this.set(stats().partitions);
     },
   });
-  const conversations = new Counter({
-    name: 'msgbridge_sender_conversation_window_total',
-    help: 'Texts checked by the conversation window guard (sender.conversationWindow "reject"), by decision: open (sent), unknown (sent: the table cannot tell), override (sent: conversationWindow "ignore"), sms (sent: the rule is only WhatsApp\'s), rejected (refused without a provider call), fallback (its fallbackTemplate sent instead)',
-    labelNames: ['decision', 'business'],
+}
+
+/** The conversation table's gauges (when the guard is on). */
+function registerConversationTableGauges(registers: Registry[], table: () => ConversationTableStats): void {
+  new Gauge({
+    name: 'msgbridge_sender_conversation_table_entries',
+    help: "Open conversation windows in the sender's table (bounded by sender.conversationTableMaxEntries)",
     registers,
+    collect() {
+      this.set(table().entries);
+    },
   });
-  const skippedRecords = new Counter({
-    name: 'msgbridge_sender_conversation_records_skipped_total',
-    help: 'Records of the conversations topic that are not a conversation window (skipped)',
+  new Gauge({
+    name: 'msgbridge_sender_conversation_table_complete',
+    help: '1 once the conversations topic was read to its end and is followed (a customer never seen counts as closed), else 0',
     registers,
+    collect() {
+      this.set(table().complete ? 1 : 0);
+    },
   });
-  const table = sources.conversationTable;
-  if (table) {
-    new Gauge({
-      name: 'msgbridge_sender_conversation_table_entries',
-      help: "Open conversation windows in the sender's table (bounded by sender.conversationTableMaxEntries)",
-      registers,
-      collect() {
-        this.set(table().entries);
-      },
-    });
-    new Gauge({
-      name: 'msgbridge_sender_conversation_table_complete',
-      help: '1 once the conversations topic was read to its end and is followed (a customer never seen counts as closed), else 0',
-      registers,
-      collect() {
-        this.set(table().complete ? 1 : 0);
-      },
-    });
-    let evictedSeen = 0;
-    new Counter({
-      name: 'msgbridge_sender_conversation_table_evictions_total',
-      help: 'Open windows dropped because the table was full (texts to customers never seen are then sent as they are until those windows would have closed)',
-      registers,
-      collect() {
-        const evicted = table().evictedOpen;
-        if (evicted > evictedSeen) this.inc(evicted - evictedSeen);
-        evictedSeen = evicted;
-      },
-    });
-  }
-  // Per-request series, each label set resolved once: prom-client hashes a labels object on
-  // every call otherwise (2% of the sender's CPU at 5,000 results/s). Bounded by the label values
-  // (outcomes × configured businesses, operations × result classes).
-  const outcomes = new Map<string, ReturnType<typeof requests.labels>>();
-  const calls = new Map<string, ReturnType<typeof latency.labels>>();
-  const outcomeSeries = (outcome: string, business: string) => {
-    const key = `${outcome}\u0000${business}`;
-    let series = outcomes.get(key);
-    if (!series) outcomes.set(key, (series = requests.labels({ outcome, business })));
-    return series;
-  };
-  const callSeries = (operation: string, result: string) => {
-    const key = `${operation}\u0000${result}`;
-    let series = calls.get(key);
-    if (!series) calls.set(key, (series = latency.labels({ operation, result })));
-    return series;
-  };
-  return {
-    conversation: (decision, businessId) => conversations.inc({ decision, business: businessId }),
-    conversationRecordSkipped: () => skippedRecords.inc(),
-    outcome: (outcome, businessId) => outcomeSeries(outcome, businessId ?? 'unknown').inc(),
-    providerCall: (operation, result, seconds) => callSeries(operation, result).observe(seconds),
-    retry: (reason) => retries.inc({ reason }),
-    inFlight: (delta) => inFlight.inc(delta),
-    requestToResult: (seconds) => endToEnd.observe(seconds),
-    commit: (result) => commits.inc({ result }),
-    rebalance: () => rebalances.inc(),
-    publishError: () => publishErrors.inc(),
-    circuitChange: (business, state) => circuitChanges.inc({ business, state }),
-  };
+  let evictedSeen = 0;
+  new Counter({
+    name: 'msgbridge_sender_conversation_table_evictions_total',
+    help: 'Open windows dropped because the table was full (texts to customers never seen are then sent as they are until those windows would have closed)',
+    registers,
+    collect() {
+      const evicted = table().evictedOpen;
+      if (evicted > evictedSeen) this.inc(evicted - evictedSeen);
+      evictedSeen = evicted;
+    },
+  });
 }

@@ -4,6 +4,7 @@ import type { KeyedRunner } from './keyed-runner.js';
 import { decodeCompleted, encodeCompleted } from './offset-metadata.js';
 import { sleep } from '../platform/sleep.js';
 import { WorkInterval } from '../platform/work-interval.js';
+import { errorMessage } from '../platform/errors.js';
 
 /**
  * The bytes a fetch asks of each partition: about what the window takes, shared by eight
@@ -258,7 +259,7 @@ export class PartitionConsumer<J> {
         }
       }
     } catch (err) {
-      logger.warn({ err: (err as Error).message, partitions }, 'could not read the commit metadata: requests finished above the committed offsets may be sent again');
+      logger.warn({ err: errorMessage(err), partitions }, 'could not read the commit metadata: requests finished above the committed offsets may be sent again');
     }
   }
 
@@ -350,7 +351,7 @@ export class PartitionConsumer<J> {
         this.metadataEnabled = false;
         logger.warn('the broker refuses the commit metadata (offset.metadata.max.bytes): committing without it');
       } else {
-        logger.debug({ err: (err as Error).message }, 'commit failed; the next one retries with fresh state');
+        logger.debug({ err: errorMessage(err) }, 'commit failed; the next one retries with fresh state');
       }
     }
   }

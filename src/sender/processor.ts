@@ -2,7 +2,7 @@ import { isRecordTooLarge, type RecordToWrite } from '../kafka/port.js';
 import type { Logger } from '../platform/logger.js';
 import { HEADER } from '../contracts/headers.js';
 import { headerText, NOOP_TRACER, startKafkaProcessSpan, startKafkaSendSpan, type TraceSpan, type Tracer } from '../platform/tracing.js';
-import type { Admission, CircuitBreaker } from './circuit-breaker.js';
+import type { CircuitPass, CircuitBreaker } from './circuit-breaker.js';
 import { decideConversation, fallbackBody, outsideWindowFailure, type ConversationWindowMode } from './conversation-guard.js';
 import type { WindowLookup } from './conversation-table.js';
 import type { WorkContext, WorkOutcome } from './keyed-runner.js';
@@ -15,6 +15,7 @@ import { decide, maybeCreated, providerFailing, type AttemptOutcome, type RetryP
 import type { Semaphore } from './semaphore.js';
 import { ledgerDecision, ledgerKey, type LedgerEntry } from './ledger-records.js';
 import { sleep } from '../platform/sleep.js';
+import { errorMessage } from '../platform/errors.js';
 
 /**
  * The work of one request (README "Guarantees"): DLQ records are published with the rejected
@@ -213,7 +214,7 @@ class RequestProcessor implements Processor {
       if (outcome === 'abandoned') span.fail('abandoned', 'stopped before its result was published (it will be processed again)');
       return outcome;
     } catch (err) {
-      span.fail((err as Error)?.name ?? 'Error', (err as Error)?.message);
+      span.fail((err as Error)?.name ?? 'Error', errorMessage(err));
       throw err;
     } finally {
       span.end();
@@ -454,7 +455,7 @@ class RequestProcessor implements Processor {
     const { client, limiter, circuits, callSlots, metrics } = this.options;
     // Each step answers at once in the common case (closed circuit, a token, a free slot): no promise then.
     if (context.stop.aborted) return undefined;
-    const admission: Admission | undefined = circuits.tryAdmit?.(job.businessId) ?? (await circuits.admit(job.businessId, context.stop, untilMs));
+    const admission: CircuitPass | undefined = circuits.tryAdmit?.(job.businessId) ?? (await circuits.admit(job.businessId, context.stop, untilMs));
     if (!admission) return undefined;
     let settled = false;
     try {
@@ -566,7 +567,7 @@ class RequestProcessor implements Processor {
         }
         const delay = Math.min(5000, 100 * 2 ** Math.min(attempt, 6));
         // The publisher logs the failure once; one line per record would flood the log.
-        logger.debug({ err: (error as Error)?.message ?? String(error), topic, attempt, retryInMs: delay }, 'publishing to Kafka failed; retrying');
+        logger.debug({ err: errorMessage(error), topic, attempt, retryInMs: delay }, 'publishing to Kafka failed; retrying');
         if (!(await sleep(delay, context.abort))) return false;
       }
     }

@@ -4,6 +4,7 @@ import type { Logger } from '../platform/logger.js';
 import { sleep } from '../platform/sleep.js';
 import { decodeLedgerEntry, encodeLedgerEntry, type LedgerEntry } from './ledger-records.js';
 import { LedgerStore, ledgerStoreDir } from './ledger-store.js';
+import { errorMessage } from '../platform/errors.js';
 
 /**
  * The sender's durable memory of its requests (README "Sent once"): per owned partition p of
@@ -260,7 +261,7 @@ export class RequestLedger {
         },
       });
     } catch (error) {
-      this.options.logger.warn({ err: (error as Error)?.message, partition }, 'reading the request ledger again failed: waiting for the previous owner goes on');
+      this.options.logger.warn({ err: errorMessage(error), partition }, 'reading the request ledger again failed: waiting for the previous owner goes on');
       return;
     }
     for (const [key, value] of found) if (value && !entry.store.isClosed()) entry.store.record(key, value);

@@ -1,5 +1,6 @@
 import { sendRequestRecipient, sendRequestSchema, type DlqCode, type ExpiredSendResult, type SendOperation, type SendRequest } from '../contracts/index.js';
 import { deadLetter, type StoredResult } from './result-records.js';
+import { errorMessage } from '../platform/errors.js';
 
 /**
  * From a `send-requests` record to a job: a provider call, or a DLQ record for a request that
@@ -101,7 +102,7 @@ export function prepareJob(record: IncomingRecord, businesses: ReadonlyMap<strin
     json = JSON.parse(text);
   } catch (error) {
     const claim = { requestId: requestIdInBrokenJson(text), businessId: undefined };
-    return dlqJob(record, 'RELAY_INVALID_JSON', `not valid JSON: ${(error as Error).message}`, claim, false, receivedAt);
+    return dlqJob(record, 'RELAY_INVALID_JSON', `not valid JSON: ${errorMessage(error)}`, claim, false, receivedAt);
   }
   const claim = claimedIds(json);
   const parsed = sendRequestSchema.safeParse(json);

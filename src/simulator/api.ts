@@ -11,6 +11,7 @@ import type { CompiledBusiness, CompiledSimulatorOptions } from './options.js';
 import { providerError, type ProviderErrorCode } from './provider-errors.js';
 import { Registrations } from './registrations.js';
 import { RingBuffer } from './ring-buffer.js';
+import { errorMessage } from '../platform/errors.js';
 
 /** A request as the HTTP adapter hands it over: everything copied out of the framework. */
 export interface SimRequest {
@@ -444,7 +445,7 @@ function parseJsonBody(req: SimRequest): BodyCheck {
   } catch (err) {
     return {
       ok: false,
-      answer: errorAnswer(400, providerError('ERROR_CODE_REQUEST_BODY_INVALID', { message: `the request body is not valid JSON: ${(err as Error).message}` })),
+      answer: errorAnswer(400, providerError('ERROR_CODE_REQUEST_BODY_INVALID', { message: `the request body is not valid JSON: ${errorMessage(err)}` })),
     };
   }
 }
@@ -456,7 +457,7 @@ function parseSimBody(body: Buffer): BodyCheck {
     if (typeof value !== 'object' || value === null || Array.isArray(value)) return { ok: false, answer: simError(400, 'the body must be a JSON object') };
     return { ok: true, value };
   } catch (err) {
-    return { ok: false, answer: simError(400, `the body is not valid JSON: ${(err as Error).message}`) };
+    return { ok: false, answer: simError(400, `the body is not valid JSON: ${errorMessage(err)}`) };
   }
 }
 

@@ -1,7 +1,7 @@
 import { randomBytes, randomInt } from 'node:crypto';
 import { monotonicFactory } from 'ulid';
 import { canonicalCustomerId, eventIdOf, SIGNATURE_HEADER, type WebhookTopic } from '../contracts/index.js';
-import { MsgbridgeError } from '../platform/errors.js';
+import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import { signBody } from '../contracts/signature.js';
 import { epochSeconds } from './events.js';
 import { KeepAliveConnection } from './keep-alive-connection.js';
@@ -263,7 +263,7 @@ export async function runWebhookLoad(options: WebhookLoadOptions): Promise<Webho
         }
       } catch (err) {
         errors += 1;
-        if (errorSamples.size < 5) errorSamples.add((err as Error).message);
+        if (errorSamples.size < 5) errorSamples.add(errorMessage(err));
       }
     }
   };

@@ -3,7 +3,7 @@ import { dirname } from 'node:path';
 import { monotonicFactory } from 'ulid';
 import { z } from 'zod';
 import { webhookRegistrationSchema, webhookTopicSchema, type WebhookTopic } from '../contracts/index.js';
-import { MsgbridgeError } from '../platform/errors.js';
+import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 
 export interface Registration {
   id: string;
@@ -78,7 +78,7 @@ export class Registrations {
     try {
       raw = JSON.parse(readFileSync(file, 'utf8'));
     } catch (err) {
-      throw new MsgbridgeError('CONFIG_INVALID', `simulator.registrationsFile ${file} is not valid JSON: ${(err as Error).message}`, { cause: err });
+      throw new MsgbridgeError('CONFIG_INVALID', `simulator.registrationsFile ${file} is not valid JSON: ${errorMessage(err)}`, { cause: err });
     }
     const parsed = fileSchema.safeParse(raw);
     if (!parsed.success) {

@@ -12,7 +12,8 @@ import { accessConfigured, allows, authenticate, unauthenticatedMessage, type Ac
  * tokens plus the live tokens file (an invalid change is refused once, the last good set stays),
  * the 401 and 403 answers. Logs name tokens and users, never a token or a digest.
  */
-export type Admission = { ok: true; caller: Caller } | { ok: false; answer: HttpAnswer };
+/** What `admit` decides of a request: its caller, or the 401/403 answer. */
+export type AccessDecision = { ok: true; caller: Caller } | { ok: false; answer: HttpAnswer };
 
 export class AccessGuard {
   private fileTokens: AccessToken[] = [];
@@ -86,7 +87,7 @@ export class AccessGuard {
     return out;
   }
 
-  admit(headers: IncomingHttpHeaders, needed: AccessRole, what: string): Admission {
+  admit(headers: IncomingHttpHeaders, needed: AccessRole, what: string): AccessDecision {
     const result = authenticate(headers, this.rules);
     if (!result.ok) {
       this.refusals.inc({ reason: result.reason });

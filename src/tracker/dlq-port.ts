@@ -1,6 +1,6 @@
 /**
  * What the console's dead-letter page needs, as the tracker sees it: a port. The implementation
- * is `msgbridge dlq`'s own code (src/commands/dlq-ops.ts, wired by src/commands/dlq-console.ts),
+ * is `msgbridge dlq`'s own code (src/commands/dlq-browse.ts and dlq-redrive.ts, wired by src/commands/dlq-console.ts),
  * injected by `msgbridge tracker` and `msgbridge dev`: the tracker imports no command and no
  * other role (the re-check is the ingress's and the sender's). Without a port the page says so.
  * Every value here is plain JSON.

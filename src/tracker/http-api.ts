@@ -1,6 +1,6 @@
 import type { HttpAnswer, HttpRequest } from '../runtime/http-server.js';
 import type { Logger } from '../platform/logger.js';
-import { isMsgbridgeError } from '../platform/errors.js';
+import { errorMessage, isMsgbridgeError } from '../platform/errors.js';
 import { maskJson, type AccessRole, type Caller } from './access.js';
 import type { AccessGuard } from './access-guard.js';
 import type { ConsoleAssets } from './console-assets.js';
@@ -104,8 +104,8 @@ export function trackerRoutes(options: TrackerHttpOptions): (request: HttpReques
     } catch (err) {
       if (isMsgbridgeError(err, 'INVALID_ARGUMENT')) return error(400, 'INVALID_ARGUMENT', err.message);
       if (isMsgbridgeError(err, 'NOT_FOUND')) return error(404, 'NOT_FOUND', err.message);
-      logger.warn({ err: (err as Error).message }, 'dead-letter query failed');
-      return error(503, 'UNAVAILABLE', `the dead-letter topics could not be read: ${(err as Error).message}; try again`);
+      logger.warn({ err: errorMessage(err) }, 'dead-letter query failed');
+      return error(503, 'UNAVAILABLE', `the dead-letter topics could not be read: ${errorMessage(err)}; try again`);
     }
   }
 }

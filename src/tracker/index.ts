@@ -2,11 +2,10 @@ import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import type { Registry } from 'prom-client';
 import type { Config } from '../config/schema.js';
-import { createKafka, type KafkaClient } from '../kafka/client.js';
+import { createKafka, type KafkaPort } from '../kafka/client.js';
 import { connectingToKafka } from '../kafka/failure.js';
 import { requireBrokers } from '../kafka/brokers.js';
 import { lagReader } from '../kafka/group-lag.js';
-import type { KafkaAdmin } from '../kafka/topics.js';
 import { startAdminServer, startApiServer, type HttpServer } from '../runtime/http-server.js';
 import { silentLogger, type Logger } from '../platform/logger.js';
 import { createMetricsRegistry } from '../runtime/metrics.js';
@@ -15,7 +14,7 @@ import { once, withinGrace, type Role } from '../runtime/role.js';
 import type { MessageState } from '../contracts/message-state.js';
 import type { RequestOutcome } from '../contracts/request-outcome.js';
 import { createTrackerMetrics, type TrackerMetrics } from './metrics.js';
-import { groupDirectory } from '../kafka/group-directory.js';
+import { openGroupDirectory, type OwnedGroupDirectory } from '../kafka/group-directory.js';
 import { QueryService } from './query-service.js';
 import { TaskRestorer } from './task-restorer.js';
 import { checkLocalStoreDir } from '../platform/local-store.js';
@@ -31,6 +30,7 @@ import { StateCache } from './state-cache.js';
 import { ConsoleAssets } from './console-assets.js';
 import type { DlqPort } from './dlq-port.js';
 import { trackerRoutes } from './http-api.js';
+import { errorMessage } from '../platform/errors.js';
 
 export { changelogTopicConfig, trackerTopics } from './tracker-topics.js';
 
@@ -93,7 +93,7 @@ export class Tracker implements Role {
   /** Where other members forward queries to this one; undefined without a server or tracker.advertisedUrl. */
   private queryUrl: string | undefined;
   private engine: TransactionalEngine | undefined;
-  private directoryAdmin: KafkaAdmin | undefined;
+  private directory: OwnedGroupDirectory | undefined;
   private residencyTimer: NodeJS.Timeout | undefined;
   private expiryTimer: NodeJS.Timeout | undefined;
   private tracer: Tracer = NOOP_TRACER;
@@ -136,7 +136,7 @@ export class Tracker implements Role {
   private constructor(
     private readonly options: StartTrackerOptions,
     logger: Logger,
-    private readonly kafka: KafkaClient,
+    private readonly kafka: KafkaPort,
     topics: TrackerTopics,
     partitions: number,
   ) {
@@ -260,9 +260,9 @@ export class Tracker implements Role {
       onTaskRevoked: (task) => this.closeTask(task),
       process: (task, records) => this.process(task, records),
     });
-    const directoryAdmin = this.kafka.admin();
-    this.directoryAdmin = directoryAdmin;
-    this.queries.attach(this.engine, groupDirectory(directoryAdmin, config.tracker.groupId, topics.sendResults), this.queryUrl, async () => directoryAdmin.connect());
+    const directory = openGroupDirectory(this.kafka, config.tracker.groupId, topics.sendResults);
+    this.directory = directory;
+    this.queries.attach(this.engine, directory, this.queryUrl, async () => directory.connect());
   }
 
   /** One batch of a task through the logic; with tracing on, a span per state change. */
@@ -369,7 +369,7 @@ export class Tracker implements Role {
       await this.remap(task, store);
       this.logger.info({ task, states: indexed, ms: Math.round(performance.now() - began) }, 'task store indexes built (lookups by request id and recipient complete)');
     } catch (error) {
-      if (this.stores.get(task) === store) this.logger.warn({ task, error: (error as Error).message }, 'building the store indexes failed; they are built again at the next start of the task');
+      if (this.stores.get(task) === store) this.logger.warn({ task, error: errorMessage(error) }, 'building the store indexes failed; they are built again at the next start of the task');
     }
   }
 
@@ -414,7 +414,7 @@ export class Tracker implements Role {
         if (gone.outcomes > 0) this.trackerMetrics.expired('request_outcome', gone.outcomes);
         if (gone.inbound > 0) this.trackerMetrics.expired('inbound_message', gone.inbound);
       } catch (error) {
-        this.logger.warn({ task, error: (error as Error).message }, 'dropping expired states from the local store failed; trying again at the next sweep');
+        this.logger.warn({ task, error: errorMessage(error) }, 'dropping expired states from the local store failed; trying again at the next sweep');
       }
     }
   }
@@ -426,7 +426,7 @@ export class Tracker implements Role {
     const inTime = await withinGrace(this.runningEngine().stop(), this.config.tracker.drainGraceMs);
     await Promise.all([...this.stores.values()].map((store) => store.close().catch(() => undefined)));
     await this.lag.close();
-    await this.directoryAdmin?.disconnect().catch(() => undefined);
+    await this.directory?.close().catch(() => undefined);
     this.guard.stop();
     await this.api?.close();
     await this.admin?.close();

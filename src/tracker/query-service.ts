@@ -1,4 +1,4 @@
-import { MsgbridgeError } from '../platform/errors.js';
+import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import { messageStateOf, type MessageState, type TrackedMessage } from '../contracts/message-state.js';
 import { conversationKey, type ConversationWindow } from '../contracts/conversation-window.js';
 import type { RequestOutcome } from '../contracts/request-outcome.js';
@@ -357,7 +357,7 @@ export class QueryService {
       return answer;
     } catch (error) {
       this.directory?.invalidate();
-      return unavailable(`member ${url} did not answer: ${(error as Error)?.message ?? String(error)}`);
+      return unavailable(`member ${url} did not answer: ${errorMessage(error)}`);
     }
   }
 }

@@ -1,4 +1,4 @@
-import type { KafkaClient } from '../kafka/client.js';
+import type { KafkaPort } from '../kafka/client.js';
 import { javaCompatibleHash } from '../kafka/partitioner.js';
 import { readChangelog } from '../kafka/changelog-reader.js';
 import { messageStateSchema, type TrackedMessage } from '../contracts/message-state.js';
@@ -10,7 +10,7 @@ import { messageStateSchema, type TrackedMessage } from '../contracts/message-st
  * are read_committed and bounded by `timeoutMs`.
  */
 export interface StateQueryOptions {
-  kafka: KafkaClient;
+  kafka: KafkaPort;
   topic: string;
   /** Partition count of the topic. */
   partitions: number;

@@ -1,4 +1,4 @@
-import type { KafkaClient } from '../kafka/client.js';
+import type { KafkaPort } from '../kafka/client.js';
 import type { Config } from '../config/schema.js';
 import type { Logger } from '../platform/logger.js';
 import { ChangelogRestorer } from '../kafka/changelog-restore.js';
@@ -15,7 +15,7 @@ type ChangelogName = 'messageState' | 'conversations' | 'requestOutcomes' | 'inb
  * is src/kafka/changelog-restore.ts, shared with the sender's request ledger.
  */
 export interface TaskRestorerOptions {
-  kafka: KafkaClient;
+  kafka: KafkaPort;
   config: Config;
   topics: TrackerTopics;
   partitions: number;

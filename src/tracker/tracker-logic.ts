@@ -12,6 +12,7 @@ import type { RequestOutcome } from '../contracts/request-outcome.js';
 import { applyOutcome, outcomeEventFrom, type OutcomeEvent } from './request-outcome-rules.js';
 import { StateCache, messageStateCache } from './state-cache.js';
 import type { OutputRecord, ProcessResult } from '../kafka/transactional-engine.js';
+import { errorMessage } from '../platform/errors.js';
 
 /** A list a message is found in, newest first: its recipient's messages, its business's messages. */
 export type MessageList = 'recipient' | 'business';
@@ -191,7 +192,7 @@ export class TrackerLogic {
         try {
           result = applyEvent(current, event, now);
         } catch (err) {
-          this.skip('invalid_event', record, (err as Error).message);
+          this.skip('invalid_event', record, errorMessage(err));
           continue;
         }
         this.opts.counters.event(event.kind === 'result' ? 'send-results' : 'delivery_status', result.outcome);
@@ -307,7 +308,7 @@ export class TrackerLogic {
           .catch((error: unknown) => {
             // The transaction is committed; the store missed it. The next batch fails the task,
             // whose start reads the changelog from the store's checkpoint (README "Local store").
-            openTask.broken = new Error(`the local store of task ${task} failed a write: ${(error as Error)?.message ?? String(error)}`);
+            openTask.broken = new Error(`the local store of task ${task} failed a write: ${errorMessage(error)}`);
           });
       },
     };
@@ -465,7 +466,7 @@ export class TrackerLogic {
       const inbound = inboundRecordFrom(parsed.data, { eventId: eventId ?? eventIdOf(record.value), businessId: business }, this.now());
       return { kind: 'conversation', input: inboundFrom(parsed.data, business), inbound, record };
     } catch (err) {
-      return skip('invalid_event', (err as Error).message);
+      return skip('invalid_event', errorMessage(err));
     }
   }
 }

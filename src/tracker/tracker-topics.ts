@@ -1,7 +1,7 @@
 import type { Config } from '../config/schema.js';
-import { MsgbridgeError } from '../platform/errors.js';
-import { withAdmin, type KafkaClient } from '../kafka/client.js';
-import { partitionCounts, prepareRoleTopics, topicSettings, type KafkaAdmin } from '../kafka/topics.js';
+import { errorMessage, MsgbridgeError } from '../platform/errors.js';
+import type { KafkaPort } from '../kafka/client.js';
+import { withAdmin, type KafkaAdmin } from '../kafka/admin.js';
 import type { Logger } from '../platform/logger.js';
 import type { TrackerTopics } from './tracker-logic.js';
 
@@ -24,14 +24,13 @@ export function trackerTopics(config: Config): TrackerTopics {
  * outputs can keep acks=all; answers the inputs' partition count, which the outputs must share
  * (message-state is co-partitioned with them: task p writes partition p).
  */
-export async function prepareTrackerTopics(kafka: KafkaClient, config: Config, topics: TrackerTopics, logger: Logger): Promise<number> {
+export async function prepareTrackerTopics(kafka: KafkaPort, config: Config, topics: TrackerTopics, logger: Logger): Promise<number> {
   return withAdmin(kafka, async (admin) => {
     const inputs = [topics.sendResults, topics.deliveryStatus, topics.messages];
-    const counts = await partitionCounts(admin, inputs);
+    const counts = await admin.partitionCounts(inputs);
     const partitions = inputs.map((t) => counts.get(t)).find((n) => n !== undefined) ?? config.kafka.partitions;
     const base = { partitions, replicationFactor: config.kafka.replicationFactor, minInsyncReplicas: config.kafka.minInsyncReplicas };
-    await prepareRoleTopics(
-      admin,
+    await admin.prepareRoleTopics(
       {
         createTopics: config.kafka.createTopics,
         create: [
@@ -47,7 +46,7 @@ export async function prepareTrackerTopics(kafka: KafkaClient, config: Config, t
       logger,
     );
     // Task p writes partition p of message-state, request-outcomes and inbound-messages, and restores from it.
-    const outputCounts = await partitionCounts(admin, [topics.messageState, topics.requestOutcomes, topics.inboundMessages]).catch(() => new Map<string, number>());
+    const outputCounts = await admin.partitionCounts([topics.messageState, topics.requestOutcomes, topics.inboundMessages]).catch(() => new Map<string, number>());
     for (const topic of [topics.messageState, topics.requestOutcomes, topics.inboundMessages]) {
       const outputPartitions = outputCounts.get(topic);
       if (outputPartitions !== undefined && outputPartitions !== partitions) {
@@ -81,7 +80,7 @@ export function changelogTopicConfig(config: Config, which: 'messageState' | 'co
 /** Says loudly when an existing changelog keeps more than the configured retention (created before, or by hand). */
 async function warnUnboundedChangelogs(admin: KafkaAdmin, config: Config, topics: TrackerTopics, logger: Logger): Promise<void> {
   try {
-    for (const [topic, settings] of await topicSettings(admin, [topics.messageState, topics.conversations, topics.requestOutcomes, topics.inboundMessages])) {
+    for (const [topic, settings] of await admin.topicSettings([topics.messageState, topics.conversations, topics.requestOutcomes, topics.inboundMessages])) {
       const setting = (name: string) => settings.get(name);
       const wanted = topic === topics.conversations ? config.tracker.conversationRetentionMs : config.tracker.stateRetentionMs;
       const policy = setting('cleanup.policy') ?? '';
@@ -94,6 +93,6 @@ async function warnUnboundedChangelogs(admin: KafkaAdmin, config: Config, topics
       }
     }
   } catch (error) {
-    logger.warn({ error: (error as Error).message }, 'could not read the settings of the changelog topics');
+    logger.warn({ error: errorMessage(error) }, 'could not read the settings of the changelog topics');
   }
 }

@@ -97,7 +97,7 @@ describe('what each command loads', () => {
     expect(dynamic('src/commands/dev.ts')).toEqual([
       'src/commands/dlq-console.ts',
       'src/ingress/index.ts',
-      'src/kafka/brokers.ts',
+      'src/local-kafka/obtain-brokers.ts',
       'src/sender/index.ts',
       'src/simulator/index.ts',
       'src/tracker/index.ts',

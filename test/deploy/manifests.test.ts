@@ -14,7 +14,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { parse, parseAllDocuments, stringify } from 'yaml';
 import { buildProgram } from '../../src/cli.js';
 import { loadConfig } from '../../src/config/load.js';
-import { defaultCacheDir } from '../../src/kafka/local-broker.js';
+import { defaultCacheDir } from '../../src/local-kafka/local-broker.js';
 
 const root = join(import.meta.dirname, '..', '..');
 const chartDir = join(root, 'deploy', 'helm', 'msgbridge');

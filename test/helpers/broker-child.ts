@@ -1,5 +1,5 @@
 // Starts a local broker, prints its JVM pid, then waits to be killed (see local-broker.int.test.ts).
-import { startLocalBroker } from '../../src/kafka/local-broker.js';
+import { startLocalBroker } from '../../src/local-kafka/local-broker.js';
 
 const broker = await startLocalBroker({ heapMb: 256 });
 process.stdout.write(`${JSON.stringify({ pid: broker.pid, bootstrap: broker.bootstrap })}\n`);

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Kafka, logLevel, type Admin, type RetryOptions } from 'kafkajs';
 import { inject } from 'vitest';
-import { withAdmin as withClientAdmin } from '../../src/kafka/client.js';
+import { withKafkajsAdmin as withClientAdmin } from '../../src/kafka/client.js';
 import { headersToStrings as decodeHeaders } from '../../src/kafka/headers.js';
 import { ensureTopics } from '../../src/kafka/topics.js';
 

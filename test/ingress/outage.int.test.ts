@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startLocalBroker, type LocalBroker } from '../../src/kafka/local-broker.js';
+import { startLocalBroker, type LocalBroker } from '../../src/local-kafka/local-broker.js';
 import { consumeRecords, countRecords } from '../helpers/kafka.js';
 import { messageId, signedHeaders, statusEvent } from './fixtures.js';
 import { KAFKA_CLIENTS, startTestIngress, type TestIngress } from './harness.js';

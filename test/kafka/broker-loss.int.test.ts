@@ -6,7 +6,7 @@ import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Kafka, logLevel, type Admin } from 'kafkajs';
 import { loadConfig } from '../../src/config/load.js';
-import { startLocalCluster, type LocalCluster, type LocalNode } from '../../src/kafka/local-broker.js';
+import { startLocalCluster, type LocalCluster, type LocalNode } from '../../src/local-kafka/local-broker.js';
 import { createLogger } from '../../src/platform/logger.js';
 import { startSender, type Sender } from '../../src/sender/index.js';
 import { startSimulator, type RunningSimulator as Simulator } from '../../src/simulator/index.js';

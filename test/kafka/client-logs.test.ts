@@ -1,7 +1,7 @@
 import { Writable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config/load.js';
-import { createKafka } from '../../src/kafka/client.js';
+import { createKafkajsClient } from '../../src/kafka/client.js';
 import { createLogger } from '../../src/platform/logger.js';
 import { repeatedKeys } from '../helpers/log-lines.js';
 
@@ -15,14 +15,14 @@ describe('kafkajs log lines', () => {
       },
     });
     const logger = createLogger({ level: 'debug', name: 'sender', destination }).child({ component: 'sender', groupId: 'msgbridge-sender' });
-    const kafka = createKafka(loadConfig({ env: {} }).kafka, { logger, brokers: ['127.0.0.1:9'] });
+    const kafka = createKafkajsClient(loadConfig({ env: {} }).kafka, { logger, brokers: ['127.0.0.1:9'] });
     kafka.logger().error('Offset commit refused', { broker: '127.0.0.1:9', groupId: 'msgbridge-sender', retryCount: 2 });
     expect(lines).toHaveLength(1);
     expect(repeatedKeys(lines[0]!)).toEqual([]);
     expect(JSON.parse(lines[0]!)).toMatchObject({ component: 'sender', library: 'kafkajs', groupId: 'msgbridge-sender', broker: '127.0.0.1:9', retryCount: 2, msg: 'Offset commit refused' });
     // A logger that binds nothing: the line says it comes from kafkajs.
     const plain = createLogger({ level: 'debug', name: 'x', destination });
-    createKafka(loadConfig({ env: {} }).kafka, { logger: plain, brokers: ['127.0.0.1:9'] })
+    createKafkajsClient(loadConfig({ env: {} }).kafka, { logger: plain, brokers: ['127.0.0.1:9'] })
       .logger()
       .warn('slow', { broker: 'b' });
     expect(JSON.parse(lines[1]!)).toMatchObject({ component: 'kafkajs', broker: 'b' });
@@ -39,7 +39,7 @@ describe('a broker that does not answer', () => {
       },
     });
     const logger = createLogger({ level: 'debug', name: 'sender', destination }).child({ component: 'sender' });
-    const log = createKafka(loadConfig({ env: {} }).kafka, { logger, brokers: ['127.0.0.1:9'] }).logger();
+    const log = createKafkajsClient(loadConfig({ env: {} }).kafka, { logger, brokers: ['127.0.0.1:9'] }).logger();
     for (let i = 0; i < 5; i++) log.error('Connection error: connect ECONNREFUSED 127.0.0.1:9', { broker: '127.0.0.1:9', stack: 'Error: connect ECONNREFUSED\n    at x' });
     log.error('Response OffsetCommit(key: 8, version: 5)', { broker: '127.0.0.1:10', error: 'The request timed out' });
     log.error('Response Heartbeat(key: 12, version: 3)', { broker: '127.0.0.1:9', error: 'The coordinator is not aware of this member' });

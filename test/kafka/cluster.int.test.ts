@@ -8,7 +8,7 @@ import { loadConfig } from '../../src/config/load.js';
 import { startSender } from '../../src/sender/index.js';
 import { startSimulator } from '../../src/simulator/index.js';
 import { startIngress } from '../../src/ingress/index.js';
-import { startLocalCluster, type LocalCluster } from '../../src/kafka/local-broker.js';
+import { startLocalCluster, type LocalCluster } from '../../src/local-kafka/local-broker.js';
 import { eventIdOf } from '../../src/contracts/index.js';
 import { javaCompatibleHash } from '../../src/kafka/partitioner.js';
 import { messageId, signedHeaders, statusEvent } from '../ingress/fixtures.js';

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { describe, expect, inject, it } from 'vitest';
 import { loadConfig } from '../../src/config/load.js';
-import { createKafka } from '../../src/kafka/client.js';
+import { createKafkajsClient } from '../../src/kafka/client.js';
 import { createKafkajsProducer } from '../../src/kafka/kafkajs-producer.js';
 import { ensureTopics } from '../../src/kafka/topics.js';
 import { consumeRecords, createTopics, kafkaBrokers, uniqueTopic, withAdmin } from '../helpers/kafka.js';
@@ -16,7 +16,7 @@ describe('Kafka plumbing against the broker the suite started', () => {
     const topic = uniqueTopic('roundtrip');
     await createTopics([topic], 3);
     const config = loadConfig({ env: { KAFKA_BROKERS: kafkaBrokers().join(',') } });
-    const producer = createKafkajsProducer(createKafka(config.kafka));
+    const producer = createKafkajsProducer(createKafkajsClient(config.kafka));
     await producer.connect();
     const binary = Buffer.from([0, 1, 2, 250, 251, 255]);
     const sent = Array.from({ length: 20 }, (_, i) => ({
@@ -46,7 +46,7 @@ describe('Kafka plumbing against the broker the suite started', () => {
     const existing = uniqueTopic('existing');
     const fresh = [uniqueTopic('fresh'), uniqueTopic('fresh')];
     await createTopics([existing], 2);
-    const kafka = createKafka(loadConfig({ env: { KAFKA_BROKERS: kafkaBrokers().join(',') } }).kafka);
+    const kafka = createKafkajsClient(loadConfig({ env: { KAFKA_BROKERS: kafkaBrokers().join(',') } }).kafka);
     const admin = kafka.admin();
     await admin.connect();
     try {

@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { ensureKafkaJars, startLocalBroker } from '../../src/kafka/local-broker.js';
+import { ensureKafkaJars, startLocalBroker } from '../../src/local-kafka/local-broker.js';
 
 function alive(pid: number): boolean {
   try {

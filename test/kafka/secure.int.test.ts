@@ -4,8 +4,8 @@ import { mkdtempSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config/load.js';
-import { createKafka } from '../../src/kafka/client.js';
-import { startLocalBroker, type LocalBroker } from '../../src/kafka/local-broker.js';
+import { createKafkajsClient } from '../../src/kafka/client.js';
+import { startLocalBroker, type LocalBroker } from '../../src/local-kafka/local-broker.js';
 import { startIngress } from '../../src/ingress/index.js';
 import { startSender } from '../../src/sender/index.js';
 import { startTracker } from '../../src/tracker/index.js';
@@ -46,7 +46,7 @@ async function roundTrip(env: Record<string, string>): Promise<void> {
     const body = statusEvent(messageId());
     const res = await fetch(`${ingress.address}/webhooks/biz_1/delivery_status`, { method: 'POST', body, headers: signedHeaders(SECRET, body) });
     expect(res.status).toBe(200);
-    const consumer = createKafka(config.kafka, { clientId: 'secure-test-reader' }).consumer({ groupId: `secure-${randomUUID()}`, maxWaitTimeInMs: 100 });
+    const consumer = createKafkajsClient(config.kafka, { clientId: 'secure-test-reader' }).consumer({ groupId: `secure-${randomUUID()}`, maxWaitTimeInMs: 100 });
     await consumer.connect();
     const values: string[] = [];
     await consumer.subscribe({ topics: [config.kafka.topics.deliveryStatus], fromBeginning: true });
@@ -117,7 +117,7 @@ describe('secured Kafka from environment variables alone', () => {
       const sender = await startSender({ config, admin: false });
       try {
         await sender.ready;
-        const kafka = createKafka(config.kafka, { clientId: 'secure-test' });
+        const kafka = createKafkajsClient(config.kafka, { clientId: 'secure-test' });
         const producer = kafka.producer();
         await producer.connect();
         await producer.send({
@@ -167,7 +167,7 @@ describe('secured Kafka from environment variables alone', () => {
       const tracker = await startTracker({ config, http: false, admin: false });
       try {
         await tracker.ready;
-        const kafka = createKafka(config.kafka, { clientId: 'secure-test' });
+        const kafka = createKafkajsClient(config.kafka, { clientId: 'secure-test' });
         const producer = kafka.producer();
         await producer.connect();
         const message = `01JSEC${id.toUpperCase()}`;

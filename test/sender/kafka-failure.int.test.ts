@@ -1,6 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createKafka } from '../../src/kafka/client.js';
-import { startLocalBroker, type LocalBroker } from '../../src/kafka/local-broker.js';
+import { createKafkajsClient } from '../../src/kafka/client.js';
+import { startLocalBroker, type LocalBroker } from '../../src/local-kafka/local-broker.js';
 import { loadConfig } from '../../src/config/load.js';
 import { collect, committedOffsets, endOffsets, fixture, produceRequests, textRequest, waitUntil } from './harness.js';
 
@@ -95,7 +95,7 @@ describe('sender through a Kafka stall', () => {
   // The sender's consumer is kafkajs; its request timeouts run on one timer per connection
   // (src/kafka/kafkajs-idle-fix.ts) instead of kafkajs's 100 ms interval.
   it('a kafkajs request to the frozen broker times out at kafka.requestTimeoutMs: not before, and not never', async () => {
-    const kafka = createKafka({ ...loadConfig({ env: {} }).kafka, brokers: [broker.bootstrap], requestTimeoutMs: 1500 });
+    const kafka = createKafkajsClient({ ...loadConfig({ env: {} }).kafka, brokers: [broker.bootstrap], requestTimeoutMs: 1500 });
     const admin = kafka.admin({ retry: { retries: 0 } });
     await admin.connect();
     cleanups.push(() => admin.disconnect());

@@ -2,7 +2,7 @@ import type { RecordProducer, RecordToWrite, TopicRecords } from '../kafka/port.
 import { ReplaceableProducer } from '../kafka/replaceable-producer.js';
 
 /**
- * Publishes the outcome of each request, its result and (for an invalid request) its DLQ
+ * Publishes what became of each request: its result and (for an invalid request) its DLQ
  * record, in batches without adding latency: while one produce request is in flight, new
  * records queue; when it returns, everything queued (up to `maxBatch`) goes out as the next
  * request. Each caller's promise settles with its own batch. The queue needs no bound of its
@@ -12,7 +12,7 @@ import { ReplaceableProducer } from '../kafka/replaceable-producer.js';
  * never reused"; ReplaceableProducer): the next batch connects a new one, and the callers retry
  * their records with backoff.
  */
-export interface OutcomePublisherOptions {
+export interface ResultPublisherOptions {
   createProducer: () => RecordProducer;
   maxBatch?: number;
   /**
@@ -36,7 +36,7 @@ interface Queued {
   reject: (e: unknown) => void;
 }
 
-export class OutcomePublisher {
+export class ResultPublisher {
   private queue: Queued[] = [];
   private sending = false;
   private readonly producers = new ReplaceableProducer();
@@ -46,7 +46,7 @@ export class OutcomePublisher {
   private readonly maxBatch: number;
   private readonly lingerMs: number;
 
-  constructor(private readonly options: OutcomePublisherOptions) {
+  constructor(private readonly options: ResultPublisherOptions) {
     this.maxBatch = options.maxBatch ?? 1000;
     this.lingerMs = options.lingerMs ?? 0;
   }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { RecordProducer, TopicRecords } from '../../src/kafka/port.js';
-import { OutcomePublisher } from '../../src/sender/outcome-publisher.js';
+import { ResultPublisher } from '../../src/sender/result-publisher.js';
 
 /** Producers the test scripts: each fails the sends listed in `failing` (by its own send number). */
 function producers(plan: { connectFails?: boolean; failing?: number[] }[]) {
@@ -31,10 +31,10 @@ function producers(plan: { connectFails?: boolean; failing?: number[] }[]) {
 
 const record = (n: number) => ({ key: `k${n}`, value: `v${n}`, headers: {} });
 
-describe('OutcomePublisher', () => {
+describe('ResultPublisher', () => {
   it('batches what arrives while a produce is in flight (grouped by topic)', async () => {
     const p = producers([{}]);
-    const publisher = new OutcomePublisher({ createProducer: p.create });
+    const publisher = new ResultPublisher({ createProducer: p.create });
     await publisher.start();
     await Promise.all([1, 2, 3, 4].map((n) => publisher.publish(n % 2 ? 'results' : 'dlq', record(n))));
     expect(p.made).toHaveLength(1);
@@ -43,7 +43,7 @@ describe('OutcomePublisher', () => {
 
   it('with lingerMs, the first record after an idle moment waits for the others of that moment: one produce', async () => {
     const p = producers([{}]);
-    const publisher = new OutcomePublisher({ createProducer: p.create, lingerMs: 30 });
+    const publisher = new ResultPublisher({ createProducer: p.create, lingerMs: 30 });
     await publisher.start();
     const first = publisher.publish('results', record(1));
     await new Promise((r) => setTimeout(r, 10));
@@ -58,7 +58,7 @@ describe('OutcomePublisher', () => {
   it('never reuses a producer after a failed produce: the next batch goes through a new one', async () => {
     const p = producers([{ failing: [2] }, {}]);
     const replaced: unknown[] = [];
-    const publisher = new OutcomePublisher({ createProducer: p.create, onReplace: (e) => replaced.push(e) });
+    const publisher = new ResultPublisher({ createProducer: p.create, onReplace: (e) => replaced.push(e) });
     await publisher.start();
     await publisher.publish('results', record(1));
     await expect(publisher.publish('results', record(2))).rejects.toThrow('producer 0 send 2 failed');
@@ -73,7 +73,7 @@ describe('OutcomePublisher', () => {
 
   it('a new producer that cannot connect fails the batch (the callers retry) and stays not publishable', async () => {
     const p = producers([{ failing: [1] }, { connectFails: true }, {}]);
-    const publisher = new OutcomePublisher({ createProducer: p.create });
+    const publisher = new ResultPublisher({ createProducer: p.create });
     await publisher.start();
     await expect(publisher.publish('results', record(1))).rejects.toThrow('send 1 failed');
     await expect(publisher.publish('results', record(1))).rejects.toThrow('connect 1 refused');
@@ -91,7 +91,7 @@ describe('OutcomePublisher', () => {
       send: () => new Promise<void>((r) => (release = r)),
       disconnect: async () => undefined,
     };
-    const publisher = new OutcomePublisher({ createProducer: () => hanging, stallMs: 50 });
+    const publisher = new ResultPublisher({ createProducer: () => hanging, stallMs: 50 });
     await publisher.start();
     const pending = publisher.publish('results', record(1));
     expect(publisher.publishable).toBe(true);

@@ -5,7 +5,7 @@ import { createServer, Socket } from 'node:net';
 import { homedir, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Kafka, logLevel } from 'kafkajs';
+import { pollingAdmin } from '../kafka/admin.js';
 import { MsgbridgeError } from '../platform/errors.js';
 
 /**
@@ -408,13 +408,11 @@ export async function startLocalCluster(options: LocalBrokerOptions & { nodes: n
 
 /** Until the cluster's metadata lists `count` brokers (asked over the plaintext listeners). */
 async function waitForBrokers(bootstrap: string[], count: number, deadline: number): Promise<void> {
-  const admin = new Kafka({ clientId: 'msgbridge-local-cluster', brokers: bootstrap, logLevel: logLevel.NOTHING, retry: { retries: 0 } }).admin();
+  const admin = pollingAdmin(bootstrap, 'msgbridge-local-cluster');
   try {
     for (;;) {
       try {
-        await admin.connect();
-        const { brokers } = await admin.describeCluster();
-        if (brokers.length >= count) return;
+        if ((await admin.brokerCount()) >= count) return;
       } catch {
         // not yet
       }
@@ -422,7 +420,7 @@ async function waitForBrokers(bootstrap: string[], count: number, deadline: numb
       await new Promise((r) => setTimeout(r, 200));
     }
   } finally {
-    await admin.disconnect().catch(() => undefined);
+    await admin.close().catch(() => undefined);
   }
 }
 
