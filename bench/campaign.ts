@@ -419,11 +419,16 @@ async function startReader(kafka: Kafka): Promise<Consumer> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Send requests: an idempotent acks=all producer at --rate, open loop; a request counts once
-// Kafka acknowledged it. A batch that fails is produced again (its ids then reach Kafka twice).
+// Send requests: a plain acks=all producer at --rate, open loop; a request counts once Kafka
+// acknowledged it. A batch that fails or hangs is produced again (its ids may then be in Kafka
+// twice: counted as produced again); a producer that keeps failing is replaced.
 
 const acknowledgedRequests = new Map<string, number>();
 const producedAgain = new Set<string>();
+const retriedProduce = new Set<string>();
+let unacknowledgedRequests = 0;
+let produceFailures = 0;
+let lastProduceError = '';
 let requestSeq = 0;
 
 function requestRecord(requestId: string, to: string) {
@@ -433,29 +438,47 @@ function requestRecord(requestId: string, to: string) {
   };
 }
 
-async function produceLoop(producer: Producer, until: number, reproduceAt: number): Promise<void> {
+async function produceLoop(kafka: Kafka, until: number, reproduceAt: number): Promise<void> {
   const tickMs = 100;
   const start = Date.now();
+  const giveUpAt = until + 180_000;
+  let producer: Producer = kafka.producer({ allowAutoTopicCreation: false, retry: { retries: 3 } });
+  await producer.connect();
+  let failuresInARow = 0;
+  let replacing: Promise<void> | undefined;
+  const replace = () =>
+    (replacing ??= (async () => {
+      const old = producer;
+      producer = kafka.producer({ allowAutoTopicCreation: false, retry: { retries: 3 } });
+      void old.disconnect().catch(() => undefined);
+      await producer.connect().catch(() => undefined);
+      failuresInARow = 0;
+      replacing = undefined;
+    })());
   let due = 0;
   let reproduced = false;
   const inFlight = new Set<Promise<void>>();
-  const send = (batch: { id: string; to: string }[]): Promise<void> => {
+  const send = (batch: { id: string; to: string }[]): void => {
     const p = (async () => {
-      for (let attempt = 0; attempt < 60; attempt++) {
-        try {
-          await producer.send({ topic: 'send-requests', acks: -1, messages: batch.map((r) => requestRecord(r.id, r.to)) });
+      while (Date.now() < giveUpAt) {
+        const sent = producer.send({ topic: 'send-requests', acks: -1, timeout: 10_000, messages: batch.map((r) => requestRecord(r.id, r.to)) });
+        const ok = await Promise.race([sent.then(() => true), sleep(20_000).then(() => false)]).catch((err: unknown) => ((lastProduceError = (err as Error).message), false));
+        if (ok) {
+          failuresInARow = 0;
           const now = Date.now();
           for (const r of batch) if (!acknowledgedRequests.has(r.id)) acknowledgedRequests.set(r.id, now);
           return;
-        } catch {
-          await sleep(1000);
         }
+        void sent.catch(() => undefined);
+        produceFailures += 1;
+        for (const r of batch) retriedProduce.add(r.id);
+        if (++failuresInARow >= 3) await replace();
+        await sleep(1000);
       }
-      log(`gave up producing a batch of ${batch.length} requests`);
+      unacknowledgedRequests += batch.length;
     })();
     inFlight.add(p);
     void p.finally(() => inFlight.delete(p));
-    return p;
   };
   for (let tick = 0; Date.now() < until; tick++) {
     const target = Math.floor(((tick + 1) * tickMs * RATE) / 1000);
@@ -465,13 +488,13 @@ async function produceLoop(producer: Producer, until: number, reproduceAt: numbe
       const k = requestSeq % RECIPIENTS;
       batch.push({ id: `${RUN}-${requestSeq}`, to: recipient(k) });
     }
-    if (batch.length > 0) void send(batch);
+    if (batch.length > 0) send(batch);
     if (!reproduced && Date.now() >= reproduceAt) {
       // Ids Kafka acknowledged, produced again: each must still get one call.
       reproduced = true;
       const again = [...acknowledgedRequests.keys()].filter((_, i) => i % 50 === 0).slice(0, 200);
       for (const id of again) producedAgain.add(id);
-      void send(again.map((id) => ({ id, to: recipient(Number(id.split('-')[1]) % RECIPIENTS) })));
+      send(again.map((id) => ({ id, to: recipient(Number(id.split('-')[1]) % RECIPIENTS) })));
       log(`produced ${again.length} request ids again`);
     }
     const wait = start + (tick + 1) * tickMs - Date.now();
@@ -547,7 +570,7 @@ async function runFaults(start: number, cluster: LocalCluster, ingresses: Member
       launch(m);
       await ready(m);
       entry.back = Date.now();
-    })();
+    })().catch((err: unknown) => void log(`${m.name} did not come back: ${(err as Error).message}`));
     restarts.push(back);
   };
 
@@ -661,7 +684,8 @@ function figures() {
     else extraMessages += list.filter((c) => !named.has(c.messageId)).length;
     void id;
   }
-  const again = [...producedAgain].filter((id) => (callsByRequest.get(id)?.length ?? 0) > 1).length;
+  const againIds = new Set([...producedAgain, ...retriedProduce]);
+  const again = [...againIds].filter((id) => (callsByRequest.get(id)?.length ?? 0) > 1).length;
   const resultAt = new Map<string, number>();
   for (const list of results.values()) for (const r of list) if (r.messageId && !resultAt.has(r.messageId)) resultAt.set(r.messageId, r.at);
   const beforeResult = statusAckAt.filter((s) => s.at < (resultAt.get(s.messageId) ?? Infinity)).length;
@@ -681,7 +705,7 @@ function figures() {
     unexplained,
     orphans,
     extraMessages,
-    producedAgain: producedAgain.size,
+    producedAgain: againIds.size,
     producedAgainTwice: again,
     beforeResult,
     wrongExamples,
@@ -744,18 +768,18 @@ async function main(): Promise<void> {
 
   const kafka = new Kafka({ clientId: 'campaign-checker', brokers: cluster.bootstrap.split(','), logLevel: logLevel.NOTHING, retry: { retries: 20 } });
   const reader = await startReader(kafka);
-  const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
-  await producer.connect();
 
   const trafficStart = Date.now();
   const until = trafficStart + SECONDS * 1000;
   log(`traffic for ${SECONDS} s, the faults' clock starting now`);
   const progress = setInterval(() => {
     const f = figures();
-    log(`requests ${f.requests}, results ${f.requests - f.missingResults}, calls ${calls.length}, webhooks acked ${f.acked} (pending ${deliver.pending}), states ${states.size}`);
+    log(
+      `requests ${f.requests} (produce failures ${produceFailures}${lastProduceError ? `: ${lastProduceError}` : ''}), results ${f.requests - f.missingResults}, calls ${calls.length} for ${callsByRequest.size} ids, webhooks acked ${f.acked} (pending ${deliver.pending}), seen by the reader: ${seenWebhooks.size} webhooks, results for ${results.size} ids, ${states.size} states`,
+    );
   }, 15_000);
   const faultsDone = runFaults(trafficStart, cluster, ingresses, senders, trackers);
-  await Promise.all([produceLoop(producer, until, trafficStart + 0.13 * SECONDS * 1000 + 20_000), inboundLoop(deliver, until), faultsDone]);
+  await Promise.all([produceLoop(kafka, until, trafficStart + 0.13 * SECONDS * 1000 + 20_000), inboundLoop(deliver, until), faultsDone]);
   log('traffic over; waiting for the last webhooks, results and states');
 
   // Done when everything is in and checked, or when nothing has changed for 60 s, or at the drain deadline.
@@ -780,13 +804,15 @@ async function main(): Promise<void> {
   const drainedAt = Date.now();
   const f = figures();
   await reader.disconnect().catch(() => undefined);
-  await producer.disconnect().catch(() => undefined);
   await deliver.close();
   for (const m of members) {
     m.stopping = true;
     m.child?.kill('SIGTERM');
   }
+  // Their drain is bounded by drainGraceMs (20 s); past 30 s a member is killed.
+  const hard = setTimeout(() => members.forEach((m) => m.child?.kill('SIGKILL')), 30_000);
   await Promise.all(members.map((m) => (m.child && m.child.exitCode === null && m.child.signalCode === null ? new Promise((r) => m.child!.once('exit', r)) : undefined)));
+  clearTimeout(hard);
   await cluster.stop();
   cluster = undefined;
   print(f, trafficStart, drainedAt);
@@ -808,9 +834,9 @@ function print(f: ReturnType<typeof figures>, trafficStart: number, drainedAt: n
     `| requests sent twice (the provider created 2 messages) | ${fmt(f.twice)} (with \`maybeSent: true\`: ${fmt(f.twiceMaybeSent)}) | only calls in flight at a sender's kill -9 (unanswered at each kill: ${perKill}) |`,
     `| … of which not explained by a sender's kill -9 | **${fmt(f.unexplained)}** | 0 |`,
     `| messages created whose request got no result naming one (orphans) | **${fmt(f.orphans)}** | 0 |`,
-    `| request ids produced again / called more than once | ${fmt(f.producedAgain)} / **${fmt(f.producedAgainTwice)}** | 0 called again |`,
+    `| request ids produced again (${fmt(producedAgain.size)} on purpose, the rest by a produce retried) / called more than once | ${fmt(f.producedAgain)} / **${fmt(f.producedAgainTwice)}** | 0 called again |`,
     '',
-    `Provider calls: ${fmt(calls.length)} created a message, ${fmt(refusedDuringOutage)} refused during the outage, ${badCalls} malformed; second messages of requests sent twice: ${fmt(f.extraMessages)}; results naming a message the provider never created: ${f.namesUnknownMessage}. Status webhooks ${fmt(statusWebhooks)} (+${fmt(duplicatedWebhooks)} duplicated), ${fmt(f.beforeResult)} acknowledged before their message's result; inbound acknowledged ${fmt(inboundAcked)}; webhooks given up after 2 min of retries: ${webhooksGivenUp}. Roles that exited on their own: ${
+    `Send requests Kafka never acknowledged (given up 3 min after the traffic): ${unacknowledgedRequests}; produce attempts failed or timed out: ${produceFailures}. Provider calls: ${fmt(calls.length)} created a message, ${fmt(refusedDuringOutage)} refused during the outage, ${badCalls} malformed; second messages of requests sent twice: ${fmt(f.extraMessages)}; results naming a message the provider never created: ${f.namesUnknownMessage}. Status webhooks ${fmt(statusWebhooks)} (+${fmt(duplicatedWebhooks)} duplicated), ${fmt(f.beforeResult)} acknowledged before their message's result; inbound acknowledged ${fmt(inboundAcked)}; webhooks given up after 2 min of retries: ${webhooksGivenUp}. Roles that exited on their own: ${
       members
         .filter((m) => m.unexpectedExits > 0)
         .map((m) => `${m.name} ×${m.unexpectedExits}`)
