@@ -306,7 +306,7 @@ function scheduleStatuses(messageId: string, to: string, deliver: Deliverer): vo
 
 /**
  * Signed webhooks to the two ingresses, alternately; a refusal or a dead ingress is retried on
- * the other one (as a provider retries), for up to two minutes. At most 256 in flight.
+ * the other one (as a provider retries), for up to two minutes. At most 512 in flight.
  */
 class Deliverer {
   private readonly pools: Pool[];
@@ -316,7 +316,7 @@ class Deliverer {
   pending = 0;
 
   constructor(private readonly ingresses: Member[]) {
-    this.pools = ingresses.map((m) => new Pool(m.url!, { connections: 32 }));
+    this.pools = ingresses.map((m) => new Pool(m.url!, { connections: 64 }));
   }
 
   send(topic: 'delivery_status' | 'messages', body: string, onAck: (at: number) => void, onGiveUp: () => void): void {
@@ -351,7 +351,7 @@ class Deliverer {
   }
 
   private pump(): void {
-    while (this.active < 256 && this.queue.length > 0) {
+    while (this.active < 512 && this.queue.length > 0) {
       const task = this.queue.shift()!;
       this.active += 1;
       void task().finally(() => {
@@ -442,25 +442,22 @@ async function produceLoop(kafka: Kafka, until: number, reproduceAt: number): Pr
   const tickMs = 100;
   const start = Date.now();
   const giveUpAt = until + 180_000;
-  let producer: Producer = kafka.producer({ allowAutoTopicCreation: false, retry: { retries: 3 } });
-  await producer.connect();
+  const connected = async (): Promise<Producer> => {
+    const p = kafka.producer({ allowAutoTopicCreation: false, retry: { retries: 3 } });
+    await p.connect().catch((err: unknown) => void (lastProduceError = (err as Error).message));
+    return p;
+  };
+  let current = connected();
+  const opened = [current];
   let failuresInARow = 0;
-  let replacing: Promise<void> | undefined;
-  const replace = () =>
-    (replacing ??= (async () => {
-      const old = producer;
-      producer = kafka.producer({ allowAutoTopicCreation: false, retry: { retries: 3 } });
-      void old.disconnect().catch(() => undefined);
-      await producer.connect().catch(() => undefined);
-      failuresInARow = 0;
-      replacing = undefined;
-    })());
   let due = 0;
   let reproduced = false;
   const inFlight = new Set<Promise<void>>();
   const send = (batch: { id: string; to: string }[]): void => {
     const p = (async () => {
       while (Date.now() < giveUpAt) {
+        const pending = current;
+        const producer = await pending;
         const sent = producer.send({ topic: 'send-requests', acks: -1, timeout: 10_000, messages: batch.map((r) => requestRecord(r.id, r.to)) });
         const ok = await Promise.race([sent.then(() => true), sleep(20_000).then(() => false)]).catch((err: unknown) => ((lastProduceError = (err as Error).message), false));
         if (ok) {
@@ -472,7 +469,12 @@ async function produceLoop(kafka: Kafka, until: number, reproduceAt: number): Pr
         void sent.catch(() => undefined);
         produceFailures += 1;
         for (const r of batch) retriedProduce.add(r.id);
-        if (++failuresInARow >= 3) await replace();
+        if (++failuresInARow >= 3 && pending === current) {
+          failuresInARow = 0;
+          current = connected();
+          opened.push(current);
+          void producer.disconnect().catch(() => undefined);
+        }
         await sleep(1000);
       }
       unacknowledgedRequests += batch.length;
@@ -501,6 +503,7 @@ async function produceLoop(kafka: Kafka, until: number, reproduceAt: number): Pr
     if (wait > 0) await sleep(wait);
   }
   await Promise.all([...inFlight]);
+  for (const p of opened) await (await p).disconnect().catch(() => undefined);
 }
 
 async function inboundLoop(deliver: Deliverer, until: number): Promise<void> {
@@ -663,17 +666,29 @@ function figures() {
   let twiceMaybeSent = 0;
   let unexplained = 0;
   const unexplainedExamples: string[] = [];
+  const unexplainedIds = new Set<string>();
+  // Per killed sender generation: requests sent twice because of it, how many of their first
+  // calls were still unanswered at the kill, and the longest time from such a call to the kill.
+  const byKill = new Map<string, { count: number; unanswered: number; maxGapMs: number }>();
   for (const [id, list] of twice) {
     if ((results.get(id) ?? []).some((r) => r.maybeSent)) twiceMaybeSent += 1;
-    // Explained: the first call's member generation was then killed -9, with the call at most
-    // 30 s before the kill (the call's timeout and the result's commit), so in flight.
+    // Explained: the member process that made the first call was killed -9 after it, before it
+    // had recorded the call's outcome (else the ledger would have stopped the second call).
     const first = list[0]!;
     const m = members.find((x) => x.role === 'sender' && x.slot === first.slot)!;
     const killedAt = m.killed.get(first.generation);
-    if (killedAt === undefined || first.at > killedAt || killedAt - first.at > 30_000) {
+    if (killedAt === undefined || first.at > killedAt) {
       unexplained += 1;
+      unexplainedIds.add(id);
       if (unexplainedExamples.length < 5) unexplainedExamples.push(`${id}: ${list.map((c) => `m${c.slot}g${c.generation}@${since(c.at)}`).join(', ')}`);
+      continue;
     }
+    const key = `${m.name} generation ${first.generation}`;
+    const k = byKill.get(key) ?? { count: 0, unanswered: 0, maxGapMs: 0 };
+    k.count += 1;
+    if (first.answeredAt === undefined || first.answeredAt > killedAt) k.unanswered += 1;
+    k.maxGapMs = Math.max(k.maxGapMs, killedAt - first.at);
+    byKill.set(key, k);
   }
   // Orphans: messages created for a request id that no result names any message of.
   let orphans = 0;
@@ -685,7 +700,9 @@ function figures() {
     void id;
   }
   const againIds = new Set([...producedAgain, ...retriedProduce]);
-  const again = [...againIds].filter((id) => (callsByRequest.get(id)?.length ?? 0) > 1).length;
+  const againTwice = [...againIds].filter((id) => (callsByRequest.get(id)?.length ?? 0) > 1);
+  const again = againTwice.length;
+  const againUnexplained = againTwice.filter((id) => unexplainedIds.has(id)).length;
   const resultAt = new Map<string, number>();
   for (const list of results.values()) for (const r of list) if (r.messageId && !resultAt.has(r.messageId)) resultAt.set(r.messageId, r.at);
   const beforeResult = statusAckAt.filter((s) => s.at < (resultAt.get(s.messageId) ?? Infinity)).length;
@@ -707,6 +724,8 @@ function figures() {
     extraMessages,
     producedAgain: againIds.size,
     producedAgainTwice: again,
+    producedAgainUnexplained: againUnexplained,
+    byKill,
     beforeResult,
     wrongExamples,
     unexplainedExamples,
@@ -831,10 +850,10 @@ function print(f: ReturnType<typeof figures>, trafficStart: number, drainedAt: n
     `| send requests acknowledged by Kafka / missing results | ${fmt(f.requests)} / **${fmt(f.missingResults)}** | 0 missing |`,
     `| results other than accepted (rejected, expired) | ${fmt(f.notAccepted)} | 0 |`,
     `| message states exact / wrong / missing | ${fmt(f.exact)} / **${fmt(f.wrong)}** / **${fmt(f.missingStates)}** | 0 wrong, 0 missing |`,
-    `| requests sent twice (the provider created 2 messages) | ${fmt(f.twice)} (with \`maybeSent: true\`: ${fmt(f.twiceMaybeSent)}) | only calls in flight at a sender's kill -9 (unanswered at each kill: ${perKill}) |`,
+    `| requests sent twice (the provider created 2 messages) / with \`maybeSent: true\` | ${fmt(f.twice)} / ${fmt(f.twiceMaybeSent)} | only calls in flight at a sender's kill -9, ≤ 20 per kill, all \`maybeSent\` |`,
     `| … of which not explained by a sender's kill -9 | **${fmt(f.unexplained)}** | 0 |`,
     `| messages created whose request got no result naming one (orphans) | **${fmt(f.orphans)}** | 0 |`,
-    `| request ids produced again (${fmt(producedAgain.size)} on purpose, the rest by a produce retried) / called more than once | ${fmt(f.producedAgain)} / **${fmt(f.producedAgainTwice)}** | 0 called again |`,
+    `| request ids produced again (${fmt(producedAgain.size)} on purpose, the rest by a retried produce) / called twice / … not explained by a kill -9 | ${fmt(f.producedAgain)} / ${fmt(f.producedAgainTwice)} / **${fmt(f.producedAgainUnexplained)}** | one call each |`,
     '',
     `Send requests Kafka never acknowledged (given up 3 min after the traffic): ${unacknowledgedRequests}; produce attempts failed or timed out: ${produceFailures}. Provider calls: ${fmt(calls.length)} created a message, ${fmt(refusedDuringOutage)} refused during the outage, ${badCalls} malformed; second messages of requests sent twice: ${fmt(f.extraMessages)}; results naming a message the provider never created: ${f.namesUnknownMessage}. Status webhooks ${fmt(statusWebhooks)} (+${fmt(duplicatedWebhooks)} duplicated), ${fmt(f.beforeResult)} acknowledged before their message's result; inbound acknowledged ${fmt(inboundAcked)}; webhooks given up after 2 min of retries: ${webhooksGivenUp}. Roles that exited on their own: ${
       members
@@ -842,6 +861,8 @@ function print(f: ReturnType<typeof figures>, trafficStart: number, drainedAt: n
         .map((m) => `${m.name} ×${m.unexpectedExits}`)
         .join(', ') || 'none'
     }; reader crashes: ${readerCrashes}.`,
+    '',
+    `Sent twice, per sender kill -9: ${[...f.byKill].map(([k, v]) => `${k}: ${v.count} (${v.unanswered} of their first calls unanswered at the kill, the others answered but their outcome not yet recorded; first call up to ${(v.maxGapMs / 1000).toFixed(1)} s before the kill)`).join('; ') || 'none'}. Calls unanswered at each kill: ${perKill}.`,
     '',
     'Faults (from the start of the traffic):',
     ...faults.map((x) => `- ${since2(x.at, trafficStart)} ${x.what}${x.back ? `; back at ${since2(x.back, trafficStart)}` : ''}`),
