@@ -15,7 +15,7 @@
 //   npx tsx bench/campaign.ts [--seconds 360] [--rate 100] [--recipients 500] [--fault-seconds 20]
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
-import { createWriteStream, existsSync, mkdirSync, type WriteStream } from 'node:fs';
+import { createWriteStream, existsSync, mkdirSync, writeFileSync, type WriteStream } from 'node:fs';
 import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { createServer } from 'node:net';
 import { cpus, totalmem } from 'node:os';
@@ -622,6 +622,7 @@ function figures() {
   let wrong = 0;
   let missingStates = 0;
   const wrongExamples: string[] = [];
+  const missingExamples: string[] = [];
   const named = new Set<string>();
   for (const results_ of results.values()) for (const r of results_) if (r.messageId) named.add(r.messageId);
   let namesUnknownMessage = 0;
@@ -629,6 +630,7 @@ function figures() {
     const list = results.get(id);
     if (!list || list.length === 0) {
       missingResults += 1;
+      if (missingExamples.length < 5) missingExamples.push(`${id} (acknowledged at ${since(acknowledgedRequests.get(id)!)}, provider calls: ${callsByRequest.get(id)?.length ?? 0})`);
       continue;
     }
     const accepted = list.find((r) => r.outcome === 'accepted');
@@ -670,15 +672,17 @@ function figures() {
   let unexplainedSameProcess = 0;
   // Per killed sender generation: requests sent twice because of it, how many of their first
   // calls were still unanswered at the kill, and the longest time from such a call to the kill.
-  const byKill = new Map<string, { count: number; unanswered: number; maxGapMs: number }>();
+  const byKill = new Map<string, { count: number; unanswered: number; maxGapMs: number; over30s: number }>();
   for (const [id, list] of twice) {
     if ((results.get(id) ?? []).some((r) => r.maybeSent)) twiceMaybeSent += 1;
-    // Explained: the member process that made the first call was killed -9 after it, before it
-    // had recorded the call's outcome (else the ledger would have stopped the second call).
+    // Explained: the member process that made the first call was later killed -9, before it had
+    // recorded the call's outcome (else the ledger would have stopped the second call). A call
+    // may reach this (busy) process after the kill: a dead process sends nothing, so it was sent
+    // before, and it still counts as that generation's until the member restarts.
     const first = list[0]!;
     const m = members.find((x) => x.role === 'sender' && x.slot === first.slot)!;
     const killedAt = m.killed.get(first.generation);
-    if (killedAt === undefined || first.at > killedAt) {
+    if (killedAt === undefined) {
       unexplained += 1;
       unexplainedIds.add(id);
       // The same process calling again is its own retry (a call it gave up on as timed out);
@@ -689,8 +693,9 @@ function figures() {
       continue;
     }
     const key = `${m.name} generation ${first.generation}`;
-    const k = byKill.get(key) ?? { count: 0, unanswered: 0, maxGapMs: 0 };
+    const k = byKill.get(key) ?? { count: 0, unanswered: 0, maxGapMs: 0, over30s: 0 };
     k.count += 1;
+    if (killedAt - first.at > 30_000) k.over30s += 1;
     if (first.answeredAt === undefined || first.answeredAt > killedAt) k.unanswered += 1;
     k.maxGapMs = Math.max(k.maxGapMs, killedAt - first.at);
     byKill.set(key, k);
@@ -734,6 +739,7 @@ function figures() {
     byKill,
     beforeResult,
     wrongExamples,
+    missingExamples,
     unexplainedExamples,
   };
 }
@@ -840,6 +846,11 @@ async function main(): Promise<void> {
   clearTimeout(hard);
   await cluster.stop();
   cluster = undefined;
+  // The raw observations, to recompute or dig into any figure after the run.
+  writeFileSync(
+    join(LOGS, 'observations.json'),
+    JSON.stringify({ trafficStart, calls, results: [...results], kills: members.map((m) => ({ name: m.name, killed: [...m.killed] })), faults, acknowledgedRequests: [...acknowledgedRequests] }),
+  );
   print(f, trafficStart, drainedAt);
 }
 
@@ -876,11 +887,12 @@ function print(f: ReturnType<typeof figures>, trafficStart: number, drainedAt: n
         .join(', ') || 'none'
     }; reader crashes: ${readerCrashes}.`,
     '',
-    `Sent twice, per sender kill -9: ${[...f.byKill].map(([k, v]) => `${k}: ${v.count} (${v.unanswered} of their first calls unanswered at the kill, the others answered but their outcome not yet recorded; first call up to ${(v.maxGapMs / 1000).toFixed(1)} s before the kill)`).join('; ') || 'none'}. Calls unanswered at each kill: ${perKill}.`,
+    `Sent twice, per sender kill -9: ${[...f.byKill].map(([k, v]) => `${k}: ${v.count} (${v.unanswered} of their first calls unanswered at the kill, the others answered but their outcome not yet recorded; first call up to ${(v.maxGapMs / 1000).toFixed(1)} s before the kill, ${v.over30s} more than 30 s before)`).join('; ') || 'none'}. Calls unanswered at each kill: ${perKill}.`,
     '',
     'Faults (from the start of the traffic):',
     ...faults.map((x) => `- ${since2(x.at, trafficStart)} ${x.what}${x.back ? `; back at ${since2(x.back, trafficStart)}` : ''}`),
   ];
+  if (f.missingExamples.length > 0) out.push('', 'Requests without a result (first 5):', ...f.missingExamples.map((x) => `- ${x}`));
   if (f.wrongExamples.length > 0) out.push('', 'Wrong states (first 5):', ...f.wrongExamples.map((x) => `- ${x}`));
   if (f.unexplainedExamples.length > 0) out.push('', 'Sent twice, not explained (first 5; calls as m<member>g<generation>@time):', ...f.unexplainedExamples.map((x) => `- ${x}`));
   process.stdout.write(`${out.join('\n')}\n`);
