@@ -682,12 +682,13 @@ function figures() {
     const first = list[0]!;
     const m = members.find((x) => x.role === 'sender' && x.slot === first.slot)!;
     const killedAt = m.killed.get(first.generation);
-    if (killedAt === undefined) {
+    const second = list[1]!;
+    // A second call by the same process before its death is its own retry, not the kill's doing.
+    if (killedAt === undefined || (second.slot === first.slot && second.generation === first.generation)) {
       unexplained += 1;
       unexplainedIds.add(id);
       // The same process calling again is its own retry (a call it gave up on as timed out);
       // another member calling again is a hand-over that did not wait for the first outcome.
-      const second = list[1]!;
       if (second.slot === first.slot && second.generation === first.generation) unexplainedSameProcess += 1;
       if (unexplainedExamples.length < 5) unexplainedExamples.push(`${id}: ${list.map((c) => `m${c.slot}g${c.generation}@${since(c.at)}`).join(', ')}`);
       continue;
