@@ -28,6 +28,7 @@ export const BENCHES: Record<string, Bench> = {
   'tracker-conversation': { description: "a customer's conversation at 1,000,000 messages: search and thread p99 (needs npm run build)" },
   kstreams: { description: 'the tracker side by side with Kafka Streams (needs npm run build and mvn package)' },
   'bounded-maps': { description: 'the bounded maps once full: µs per insert of the state cache and the conversation table' },
+  campaign: { description: 'end to end: 3 brokers, 2 of each role, 9 overlapping faults; lost, sent twice, wrong states (needs npm run build)' },
   'window-lookup': { description: 'the conversation window guard: lookup cost, memory per window, start-up read', nodeFlags: ['--expose-gc'] },
 };
 
