@@ -24,7 +24,7 @@ import { fileURLToPath } from 'node:url';
 import { Kafka, logLevel, type Consumer, type Producer } from 'kafkajs';
 import { Pool } from 'undici';
 import { signBody } from '../src/contracts/signature.js';
-import { startLocalCluster, type LocalCluster, type LocalNode } from '../src/kafka/local-broker.js';
+import { startLocalCluster, type LocalCluster, type LocalNode } from '../src/local-kafka/local-broker.js';
 import { benchArgs } from './args.js';
 
 const args = benchArgs(import.meta.url, {
