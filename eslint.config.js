@@ -11,14 +11,18 @@ const ROOMS = {
   contracts: { rooms: ['platform'], libraries: KAFKA_CLIENTS },
   config: { rooms: ['platform', 'contracts'], libraries: KAFKA_CLIENTS },
   kafka: { rooms: ['platform', 'contracts', 'config'], libraries: [] },
-  // Development tooling: the embedded broker or cluster (Maven jars, a throw-away CA), never in production's Kafka code.
+  // Development tooling: the embedded broker or cluster (Maven jars, a throw-away CA), never in production's Kafka
+  // code.
   'local-kafka': { rooms: ['platform', 'config', 'kafka'], libraries: KAFKA_CLIENTS },
   runtime: { rooms: ['platform', 'contracts', 'config', 'kafka', 'local-kafka'], libraries: KAFKA_CLIENTS },
   ingress: { rooms: ['platform', 'contracts', 'config', 'kafka', 'runtime'], libraries: KAFKA_CLIENTS },
   sender: { rooms: ['platform', 'contracts', 'config', 'kafka', 'runtime'], libraries: KAFKA_CLIENTS },
   tracker: { rooms: ['platform', 'contracts', 'config', 'kafka', 'runtime'], libraries: KAFKA_CLIENTS },
   simulator: { rooms: ['platform', 'contracts', 'config', 'runtime'], libraries: KAFKA_CLIENTS },
-  commands: { rooms: ['platform', 'contracts', 'config', 'kafka', 'local-kafka', 'runtime', ...ROLES], libraries: KAFKA_CLIENTS },
+  commands: {
+    rooms: ['platform', 'contracts', 'config', 'kafka', 'local-kafka', 'runtime', ...ROLES],
+    libraries: KAFKA_CLIENTS,
+  },
   // The package's entries for producers (msgbridge/client, msgbridge/client/kafka): contracts,
   // and src/kafka's result follower for the Kafka entry only (test/client checks what loads).
   client: { rooms: ['platform', 'contracts', 'kafka'], libraries: KAFKA_CLIENTS },
@@ -29,7 +33,14 @@ const ALL_ROOMS = [...Object.keys(ROOMS)];
 // consumer or message): for src/kafka itself, tests and benchmarks; the roles and commands use
 // the ports (KafkaPort, withAdmin from admin.ts, subscribeTopics, the group consumer).
 const KAFKA_INTERNALS = {
-  'client.js': ['kafkajsClient', 'createKafkajsClient', 'kafkaPort', 'withKafkajsAdmin', 'createConsumer', 'consumedRecord'],
+  'client.js': [
+    'kafkajsClient',
+    'createKafkajsClient',
+    'kafkaPort',
+    'withKafkajsAdmin',
+    'createConsumer',
+    'consumedRecord',
+  ],
   'topics.js': ['ensureTopics', 'checkWrittenTopics', 'prepareRoleTopics', 'topicSettings', 'partitionCounts'],
   'group-directory.js': ['groupDirectory'],
 };
@@ -77,7 +88,11 @@ const PURE_LIBRARIES = ['uWebSockets.js', 'kafkajs', '@platformatic/kafka', 'und
 /** What a room may not import: other rooms, and libraries (more of them for pure files). */
 function restricted(room, pure) {
   const { rooms, libraries } = ROOMS[room];
-  return { rooms, forbidden: ALL_ROOMS.filter((r) => r !== room && !rooms.includes(r)), libraries: [...new Set([...libraries, ...(pure ? PURE_LIBRARIES : [])])] };
+  return {
+    rooms,
+    forbidden: ALL_ROOMS.filter((r) => r !== room && !rooms.includes(r)),
+    libraries: [...new Set([...libraries, ...(pure ? PURE_LIBRARIES : [])])],
+  };
 }
 
 /** One no-restricted-imports rule for a room (flat config replaces a rule, so pure files get the union). */
@@ -85,10 +100,19 @@ function boundary(room, pure) {
   const { rooms, forbidden, libraries } = restricted(room, pure);
   const paths = libraries.map((name) => ({
     name,
-    message: pure ? 'pure logic imports no framework or client library: adapters live at the edge' : 'only src/kafka knows a Kafka client library',
+    message: pure
+      ? 'pure logic imports no framework or client library: adapters live at the edge'
+      : 'only src/kafka knows a Kafka client library',
   }));
   const internals = room === 'kafka' ? [] : kafkaInternals('../');
-  const patterns = forbidden.length ? [{ group: forbidden.map((r) => `../${r}/**`), message: `src/${room} may import only ${rooms.join(', ') || 'its own files'} (see its README)` }] : [];
+  const patterns = forbidden.length
+    ? [
+        {
+          group: forbidden.map((r) => `../${r}/**`),
+          message: `src/${room} may import only ${rooms.join(', ') || 'its own files'} (see its README)`,
+        },
+      ]
+    : [];
   // A library's own files (`kafkajs/src/...`) are the library too.
   const deep = paths.map((p) => `${p.name}/**`);
   if (deep.length) patterns.push({ group: deep, message: paths[0].message });
@@ -100,9 +124,17 @@ function dynamicBoundary(room, pure) {
   const { forbidden, libraries } = restricted(room, pure);
   const names = libraries.map((n) => n.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&'));
   // esquery ends a selector's regular expression at any '/': \\x2F stands for it.
-  const alternatives = [...names.map((n) => `${n}(/.*)?`), ...forbidden.map((r) => `\\.\\./${r}/.*`)].map((a) => a.replace(/\\?\//g, '\\x2F'));
+  const alternatives = [...names.map((n) => `${n}(/.*)?`), ...forbidden.map((r) => `\\.\\./${r}/.*`)].map((a) =>
+    a.replace(/\\?\//g, '\\x2F'),
+  );
   if (alternatives.length === 0) return ['off'];
-  return ['error', { selector: `ImportExpression[source.value=/^(${alternatives.join('|')})$/]`, message: `src/${room} may not import this dynamically either (see its README)` }];
+  return [
+    'error',
+    {
+      selector: `ImportExpression[source.value=/^(${alternatives.join('|')})$/]`,
+      message: `src/${room} may not import this dynamically either (see its README)`,
+    },
+  ];
 }
 
 export default tseslint.config(
@@ -114,7 +146,10 @@ export default tseslint.config(
       'no-restricted-imports': 'off',
     },
   },
-  ...Object.keys(ROOMS).map((room) => ({ files: [`src/${room}/**/*.ts`], rules: { 'no-restricted-imports': boundary(room, false), 'no-restricted-syntax': dynamicBoundary(room, false) } })),
+  ...Object.keys(ROOMS).map((room) => ({
+    files: [`src/${room}/**/*.ts`],
+    rules: { 'no-restricted-imports': boundary(room, false), 'no-restricted-syntax': dynamicBoundary(room, false) },
+  })),
   ...Object.keys(ROOMS)
     .map((room) => ({
       files: PURE.filter((glob) => glob.startsWith(`src/${room}/`)),
@@ -128,8 +163,13 @@ export default tseslint.config(
       'no-restricted-imports': [
         'error',
         {
-          paths: [...KAFKA_CLIENTS.map((name) => ({ name, message: 'only src/kafka knows a Kafka client library' })), ...kafkaInternals('./')],
-          patterns: [{ group: KAFKA_CLIENTS.map((n) => `${n}/**`), message: 'only src/kafka knows a Kafka client library' }],
+          paths: [
+            ...KAFKA_CLIENTS.map((name) => ({ name, message: 'only src/kafka knows a Kafka client library' })),
+            ...kafkaInternals('./'),
+          ],
+          patterns: [
+            { group: KAFKA_CLIENTS.map((n) => `${n}/**`), message: 'only src/kafka knows a Kafka client library' },
+          ],
         },
       ],
     },
@@ -143,5 +183,8 @@ export default tseslint.config(
     rules: { 'msgbridge/no-kafka-client-types': 'error' },
   },
   // Functions a reader can hold in view, declarative tables included (split them by section).
-  { files: ['src/**/*.ts'], rules: { 'max-lines-per-function': ['error', { max: 150, skipBlankLines: true, skipComments: true }] } },
+  {
+    files: ['src/**/*.ts'],
+    rules: { 'max-lines-per-function': ['error', { max: 150, skipBlankLines: true, skipComments: true }] },
+  },
 );

@@ -34,7 +34,9 @@ export function usage(source: string, options: Options): string {
  */
 export function wholeNumber(option: string, text: string, min: number): number | string {
   const value = /^\d+$/.test(text) ? Number(text) : NaN;
-  return Number.isSafeInteger(value) && value >= min ? value : `--${option} must be a whole number of at least ${min}, not "${text}"`;
+  return Number.isSafeInteger(value) && value >= min
+    ? value
+    : `--${option} must be a whole number of at least ${min}, not "${text}"`;
 }
 
 /** A decimal number above `above` (a rate, a share), or why not. */
@@ -59,7 +61,9 @@ export function benchArgs<const O extends Options>(entry: string, options: O) {
   const bench = `bench/${basename(file)}`;
   let parsed: Values<O> & { help?: boolean };
   try {
-    parsed = parseArgs({ options: { ...options, help: { type: 'boolean' } }, strict: true }).values as Values<O> & { help?: boolean };
+    parsed = parseArgs({ options: { ...options, help: { type: 'boolean' } }, strict: true }).values as Values<O> & {
+      help?: boolean;
+    };
   } catch (error) {
     fail(bench, (error as Error).message);
   }

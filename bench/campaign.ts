@@ -43,7 +43,8 @@ const RECIPIENTS = args.wholeNumber('recipients', 1);
 const FAULT_S = args.wholeNumber('fault-seconds', 1);
 const DRAIN_S = args.wholeNumber('drain-seconds', 30);
 const INBOUND_RATE = args.decimal('inbound-rate');
-if (FAULT_S * 4 > SECONDS) args.fail(`--fault-seconds ${FAULT_S} leaves no room for the nine faults in --seconds ${SECONDS}`);
+if (FAULT_S * 4 > SECONDS)
+  args.fail(`--fault-seconds ${FAULT_S} leaves no room for the nine faults in --seconds ${SECONDS}`);
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const CLI = join(ROOT, 'dist/cli.js');
@@ -97,7 +98,11 @@ const members: Member[] = [];
 function launch(m: Member): void {
   m.generation += 1;
   const generation = m.generation;
-  const child = spawn(process.execPath, [CLI, m.role], { cwd: ROOT, env: { PATH: process.env.PATH, HOME: process.env.HOME, ...m.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [CLI, m.role], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, ...m.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   child.stdout!.pipe(m.out, { end: false });
   child.stderr!.pipe(m.out, { end: false });
   m.child = child;
@@ -135,12 +140,22 @@ async function kill9(m: Member): Promise<number> {
   return at;
 }
 
-async function member(role: RoleName, slot: number, common: Record<string, string>, fakeProvider: string): Promise<Member> {
+async function member(
+  role: RoleName,
+  slot: number,
+  common: Record<string, string>,
+  fakeProvider: string,
+): Promise<Member> {
   const [port, admin] = [await freePort(), await freePort()];
   const name = `${role}-${slot}`;
   const env: Record<string, string> = { ...common };
   if (role === 'ingress')
-    Object.assign(env, { MSGBRIDGE_INGRESS_PORT: String(port), MSGBRIDGE_INGRESS_ADMIN_PORT: String(admin), MSGBRIDGE__ingress__host: '127.0.0.1', MSGBRIDGE__ingress__adminHost: '127.0.0.1' });
+    Object.assign(env, {
+      MSGBRIDGE_INGRESS_PORT: String(port),
+      MSGBRIDGE_INGRESS_ADMIN_PORT: String(admin),
+      MSGBRIDGE__ingress__host: '127.0.0.1',
+      MSGBRIDGE__ingress__adminHost: '127.0.0.1',
+    });
   if (role === 'sender')
     Object.assign(env, {
       MSGBRIDGE_SENDER_ADMIN_PORT: String(admin),
@@ -230,7 +245,9 @@ function startFakeProvider(senders: Member[], deliver: Deliverer): Promise<strin
       if (outage && Date.now() < outage.to) {
         refusedDuringOutage += 1;
         await sleep(20);
-        res.writeHead(503, { 'content-type': 'application/json' }).end(JSON.stringify({ message: 'outage', type: 'ERROR_TYPE_INTERNAL', code: 'ERROR_CODE_INTERNAL' }));
+        res
+          .writeHead(503, { 'content-type': 'application/json' })
+          .end(JSON.stringify({ message: 'outage', type: 'ERROR_TYPE_INTERNAL', code: 'ERROR_CODE_INTERNAL' }));
         return;
       }
       let parsed: { callbackData?: string; recipient?: { id?: string } };
@@ -261,7 +278,9 @@ function startFakeProvider(senders: Member[], deliver: Deliverer): Promise<strin
     })().catch(() => res.destroy());
   });
   server.keepAliveTimeout = 30_000;
-  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(`http://127.0.0.1:${(server.address() as { port: number }).port}`)));
+  return new Promise((resolve) =>
+    server.listen(0, '127.0.0.1', () => resolve(`http://127.0.0.1:${(server.address() as { port: number }).port}`)),
+  );
 }
 
 const STATUSES = ['sent', 'delivered', 'read'] as const;
@@ -397,16 +416,29 @@ async function startReader(kafka: Kafka): Promise<Consumer> {
     log(`the reader crashed (${String((e.payload as { error?: Error }).error?.message)}); kafkajs restarts it`);
   });
   await consumer.connect();
-  await consumer.subscribe({ topics: ['delivery_status', 'messages', 'send-results', 'message-state'], fromBeginning: true });
+  await consumer.subscribe({
+    topics: ['delivery_status', 'messages', 'send-results', 'message-state'],
+    fromBeginning: true,
+  });
   await consumer.run({
     eachBatch: async ({ batch }) => {
       for (const m of batch.messages) {
         if (batch.topic === 'delivery_status' || batch.topic === 'messages') {
           if (m.value) seenWebhooks.add(sha256(m.value));
         } else if (batch.topic === 'send-results' && m.value) {
-          const v = JSON.parse(m.value.toString()) as { requestId: string; outcome: string; messageId?: string; maybeSent?: boolean };
+          const v = JSON.parse(m.value.toString()) as {
+            requestId: string;
+            outcome: string;
+            messageId?: string;
+            maybeSent?: boolean;
+          };
           const list = results.get(v.requestId) ?? [];
-          list.push({ outcome: v.outcome, ...(v.messageId ? { messageId: v.messageId } : {}), maybeSent: v.maybeSent === true, at: Number(m.timestamp) });
+          list.push({
+            outcome: v.outcome,
+            ...(v.messageId ? { messageId: v.messageId } : {}),
+            maybeSent: v.maybeSent === true,
+            at: Number(m.timestamp),
+          });
           results.set(v.requestId, list);
         } else if (batch.topic === 'message-state' && m.key) {
           if (m.value) states.set(m.key.toString(), JSON.parse(m.value.toString()) as StateValue);
@@ -434,7 +466,13 @@ let requestSeq = 0;
 function requestRecord(requestId: string, to: string) {
   return {
     key: to,
-    value: JSON.stringify({ requestId, type: 'text', recipient: { channelType: 'whatsapp', id: to }, message: { text: `rid=${requestId}` }, callbackData: requestId }),
+    value: JSON.stringify({
+      requestId,
+      type: 'text',
+      recipient: { channelType: 'whatsapp', id: to },
+      message: { text: `rid=${requestId}` },
+      callbackData: requestId,
+    }),
   };
 }
 
@@ -458,8 +496,15 @@ async function produceLoop(kafka: Kafka, until: number, reproduceAt: number): Pr
       while (Date.now() < giveUpAt) {
         const pending = current;
         const producer = await pending;
-        const sent = producer.send({ topic: 'send-requests', acks: -1, timeout: 10_000, messages: batch.map((r) => requestRecord(r.id, r.to)) });
-        const ok = await Promise.race([sent.then(() => true), sleep(20_000).then(() => false)]).catch((err: unknown) => ((lastProduceError = (err as Error).message), false));
+        const sent = producer.send({
+          topic: 'send-requests',
+          acks: -1,
+          timeout: 10_000,
+          messages: batch.map((r) => requestRecord(r.id, r.to)),
+        });
+        const ok = await Promise.race([sent.then(() => true), sleep(20_000).then(() => false)]).catch(
+          (err: unknown) => ((lastProduceError = (err as Error).message), false),
+        );
         if (ok) {
           failuresInARow = 0;
           const now = Date.now();
@@ -539,7 +584,13 @@ interface FaultLog {
 const faults: FaultLog[] = [];
 const senderKills: { slot: number; generation: number; at: number; inFlight: number }[] = [];
 
-async function runFaults(start: number, cluster: LocalCluster, ingresses: Member[], senders: Member[], trackers: Member[]): Promise<void> {
+async function runFaults(
+  start: number,
+  cluster: LocalCluster,
+  ingresses: Member[],
+  senders: Member[],
+  trackers: Member[],
+): Promise<void> {
   const S = SECONDS * 1000;
   const F = FAULT_S * 1000;
   const restarts: Promise<void>[] = [];
@@ -559,7 +610,9 @@ async function runFaults(start: number, cluster: LocalCluster, ingresses: Member
     restarts.push(brokerBack);
   };
   const killRole = async (m: Member, downMs = 5000) => {
-    const inFlightBefore = calls.filter((c) => c.slot === m.slot && c.generation === m.generation && c.answeredAt === undefined).length;
+    const inFlightBefore = calls.filter(
+      (c) => c.slot === m.slot && c.generation === m.generation && c.answeredAt === undefined,
+    ).length;
     const generation = m.generation;
     const killedAt = await kill9(m);
     const entry: FaultLog = { at: killedAt, what: `kill -9 ${m.name} (generation ${generation})` };
@@ -630,7 +683,10 @@ function figures() {
     const list = results.get(id);
     if (!list || list.length === 0) {
       missingResults += 1;
-      if (missingExamples.length < 5) missingExamples.push(`${id} (acknowledged at ${since(acknowledgedRequests.get(id)!)}, provider calls: ${callsByRequest.get(id)?.length ?? 0})`);
+      if (missingExamples.length < 5)
+        missingExamples.push(
+          `${id} (acknowledged at ${since(acknowledgedRequests.get(id)!)}, provider calls: ${callsByRequest.get(id)?.length ?? 0})`,
+        );
       continue;
     }
     const accepted = list.find((r) => r.outcome === 'accepted');
@@ -660,7 +716,8 @@ function figures() {
     if (ok) exact += 1;
     else {
       wrong += 1;
-      if (wrongExamples.length < 5) wrongExamples.push(`${messageId}: ${JSON.stringify(state)} acked ${JSON.stringify([...ackedStatuses])}`);
+      if (wrongExamples.length < 5)
+        wrongExamples.push(`${messageId}: ${JSON.stringify(state)} acked ${JSON.stringify([...ackedStatuses])}`);
     }
   }
   // Sent twice: the provider created two or more messages for one request id.
@@ -690,7 +747,8 @@ function figures() {
       // The same process calling again is its own retry (a call it gave up on as timed out);
       // another member calling again is a hand-over that did not wait for the first outcome.
       if (second.slot === first.slot && second.generation === first.generation) unexplainedSameProcess += 1;
-      if (unexplainedExamples.length < 5) unexplainedExamples.push(`${id}: ${list.map((c) => `m${c.slot}g${c.generation}@${since(c.at)}`).join(', ')}`);
+      if (unexplainedExamples.length < 5)
+        unexplainedExamples.push(`${id}: ${list.map((c) => `m${c.slot}g${c.generation}@${since(c.at)}`).join(', ')}`);
       continue;
     }
     const key = `${m.name} generation ${first.generation}`;
@@ -715,7 +773,8 @@ function figures() {
   const again = againTwice.length;
   const againUnexplained = againTwice.filter((id) => unexplainedIds.has(id)).length;
   const resultAt = new Map<string, number>();
-  for (const list of results.values()) for (const r of list) if (r.messageId && !resultAt.has(r.messageId)) resultAt.set(r.messageId, r.at);
+  for (const list of results.values())
+    for (const r of list) if (r.messageId && !resultAt.has(r.messageId)) resultAt.set(r.messageId, r.at);
   const beforeResult = statusAckAt.filter((s) => s.at < (resultAt.get(s.messageId) ?? Infinity)).length;
   return {
     acked: acked.length,
@@ -798,7 +857,12 @@ async function main(): Promise<void> {
   for (const m of [trackers[1]!, senders[1]!, ingresses[1]!]) launch(m);
   for (const m of [trackers[1]!, senders[1]!, ingresses[1]!]) log(`${m.name} ready in ${await ready(m)} ms`);
 
-  const kafka = new Kafka({ clientId: 'campaign-checker', brokers: cluster.bootstrap.split(','), logLevel: logLevel.NOTHING, retry: { retries: 20 } });
+  const kafka = new Kafka({
+    clientId: 'campaign-checker',
+    brokers: cluster.bootstrap.split(','),
+    logLevel: logLevel.NOTHING,
+    retry: { retries: 20 },
+  });
   const reader = await startReader(kafka);
 
   const trafficStart = Date.now();
@@ -811,7 +875,11 @@ async function main(): Promise<void> {
     );
   }, 15_000);
   const faultsDone = runFaults(trafficStart, cluster, ingresses, senders, trackers);
-  await Promise.all([produceLoop(kafka, until, trafficStart + 0.13 * SECONDS * 1000 + 20_000), inboundLoop(deliver, until), faultsDone]);
+  await Promise.all([
+    produceLoop(kafka, until, trafficStart + 0.13 * SECONDS * 1000 + 20_000),
+    inboundLoop(deliver, until),
+    faultsDone,
+  ]);
   log('traffic over; waiting for the last webhooks, results and states');
 
   // Done when everything is in and checked, or when nothing has changed for 60 s, or at the drain deadline.
@@ -826,11 +894,18 @@ async function main(): Promise<void> {
       last = text;
       lastChange = Date.now();
     }
-    const complete = deliver.pending === 0 && f.missingWebhooks === 0 && f.missingResults === 0 && f.missingStates === 0 && f.wrong === 0;
+    const complete =
+      deliver.pending === 0 &&
+      f.missingWebhooks === 0 &&
+      f.missingResults === 0 &&
+      f.missingStates === 0 &&
+      f.wrong === 0;
     if (complete && Date.now() - lastChange > 10_000) break;
     if (deliver.pending === 0 && Date.now() - lastChange > 60_000) break;
     if (Date.now() > drainDeadline) break;
-    log(`draining: pending webhooks ${deliver.pending}, missing webhooks ${f.missingWebhooks}, missing results ${f.missingResults}, states missing ${f.missingStates} wrong ${f.wrong}`);
+    log(
+      `draining: pending webhooks ${deliver.pending}, missing webhooks ${f.missingWebhooks}, missing results ${f.missingResults}, states missing ${f.missingStates} wrong ${f.wrong}`,
+    );
   }
   clearInterval(progress);
   const drainedAt = Date.now();
@@ -843,14 +918,27 @@ async function main(): Promise<void> {
   }
   // Their drain is bounded by drainGraceMs (20 s); past 30 s a member is killed.
   const hard = setTimeout(() => members.forEach((m) => m.child?.kill('SIGKILL')), 30_000);
-  await Promise.all(members.map((m) => (m.child && m.child.exitCode === null && m.child.signalCode === null ? new Promise((r) => m.child!.once('exit', r)) : undefined)));
+  await Promise.all(
+    members.map((m) =>
+      m.child && m.child.exitCode === null && m.child.signalCode === null
+        ? new Promise((r) => m.child!.once('exit', r))
+        : undefined,
+    ),
+  );
   clearTimeout(hard);
   await cluster.stop();
   cluster = undefined;
   // The raw observations, to recompute or dig into any figure after the run.
   writeFileSync(
     join(LOGS, 'observations.json'),
-    JSON.stringify({ trafficStart, calls, results: [...results], kills: members.map((m) => ({ name: m.name, killed: [...m.killed] })), faults, acknowledgedRequests: [...acknowledgedRequests] }),
+    JSON.stringify({
+      trafficStart,
+      calls,
+      results: [...results],
+      kills: members.map((m) => ({ name: m.name, killed: [...m.killed] })),
+      faults,
+      acknowledgedRequests: [...acknowledgedRequests],
+    }),
   );
   print(f, trafficStart, drainedAt);
 }
@@ -891,11 +979,19 @@ function print(f: ReturnType<typeof figures>, trafficStart: number, drainedAt: n
     `Sent twice, per sender kill -9: ${[...f.byKill].map(([k, v]) => `${k}: ${v.count} (${v.unanswered} of their first calls unanswered at the kill, the others answered but their outcome not yet recorded; first call up to ${(v.maxGapMs / 1000).toFixed(1)} s before the kill, ${v.over30s} more than 30 s before)`).join('; ') || 'none'}. Calls unanswered at each kill: ${perKill}.`,
     '',
     'Faults (from the start of the traffic):',
-    ...faults.map((x) => `- ${since2(x.at, trafficStart)} ${x.what}${x.back ? `; back at ${since2(x.back, trafficStart)}` : ''}`),
+    ...faults.map(
+      (x) => `- ${since2(x.at, trafficStart)} ${x.what}${x.back ? `; back at ${since2(x.back, trafficStart)}` : ''}`,
+    ),
   ];
-  if (f.missingExamples.length > 0) out.push('', 'Requests without a result (first 5):', ...f.missingExamples.map((x) => `- ${x}`));
+  if (f.missingExamples.length > 0)
+    out.push('', 'Requests without a result (first 5):', ...f.missingExamples.map((x) => `- ${x}`));
   if (f.wrongExamples.length > 0) out.push('', 'Wrong states (first 5):', ...f.wrongExamples.map((x) => `- ${x}`));
-  if (f.unexplainedExamples.length > 0) out.push('', 'Sent twice, not explained (first 5; calls as m<member>g<generation>@time):', ...f.unexplainedExamples.map((x) => `- ${x}`));
+  if (f.unexplainedExamples.length > 0)
+    out.push(
+      '',
+      'Sent twice, not explained (first 5; calls as m<member>g<generation>@time):',
+      ...f.unexplainedExamples.map((x) => `- ${x}`),
+    );
   process.stdout.write(`${out.join('\n')}\n`);
 }
 

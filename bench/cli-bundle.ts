@@ -16,15 +16,24 @@ export const CLI_BUNDLE = fileURLToPath(new URL('../.cache/bench/sender-cli.mjs'
 export async function bundleCli(): Promise<void> {
   const outdir = dirname(CLI_BUNDLE);
   mkdirSync(outdir, { recursive: true });
-  for (const file of readdirSync(outdir, { withFileTypes: true }).filter((f) => f.name.startsWith('sender-cli'))) rmSync(`${outdir}/${file.name}`, { force: true });
-  await bundleSplit({ 'sender-cli': fileURLToPath(new URL('../src/cli.ts', import.meta.url)) }, outdir, 'sender-cli-chunk-[hash]');
+  for (const file of readdirSync(outdir, { withFileTypes: true }).filter((f) => f.name.startsWith('sender-cli')))
+    rmSync(`${outdir}/${file.name}`, { force: true });
+  await bundleSplit(
+    { 'sender-cli': fileURLToPath(new URL('../src/cli.ts', import.meta.url)) },
+    outdir,
+    'sender-cli-chunk-[hash]',
+  );
 }
 
 /**
  * Entry points bundled for Node as `.mjs`, split at dynamic imports as Node loads the unbundled
  * code: a package imported only by a role that does not run is not loaded.
  */
-export async function bundleSplit(entryPoints: Record<string, string>, outdir: string, chunkNames = 'chunk-[hash]'): Promise<void> {
+export async function bundleSplit(
+  entryPoints: Record<string, string>,
+  outdir: string,
+  chunkNames = 'chunk-[hash]',
+): Promise<void> {
   await build({
     entryPoints,
     outdir,
@@ -41,11 +50,15 @@ export async function bundleSplit(entryPoints: Record<string, string>, outdir: s
 }
 
 /**
- * `msgbridge sender` from the bundle, on BENCH_TARGET_NODE or this node, with BENCH_SENDER_NODE_ARGS (e.g. --cpu-prof) and `env`
- * over PATH and HOME only. BENCH_SENDER_STDOUT=<file> appends its piped stdout there too (what
+ * `msgbridge sender` from the bundle, on BENCH_TARGET_NODE or this node, with BENCH_SENDER_NODE_ARGS (e.g. --cpu-prof)
+ * and `env` over PATH and HOME only. BENCH_SENDER_STDOUT=<file> appends its piped stdout there too (what
  * V8's --trace-gc prints).
  */
-export function spawnSenderBundle(env: Record<string, string | undefined>, stdio: StdioOptions, cli = CLI_BUNDLE): ChildProcess {
+export function spawnSenderBundle(
+  env: Record<string, string | undefined>,
+  stdio: StdioOptions,
+  cli = CLI_BUNDLE,
+): ChildProcess {
   const nodeArgs = (process.env.BENCH_SENDER_NODE_ARGS ?? '').split(' ').filter(Boolean);
   // BENCH_TARGET_NODE runs it on another node (.ci/root-node: the production runtime's).
   const child = spawn(process.env.BENCH_TARGET_NODE || process.execPath, [...nodeArgs, cli, 'sender'], {
@@ -61,6 +74,8 @@ export function spawnSenderBundle(env: Record<string, string | undefined>, stdio
 /** Waits for `msgbridge sender`'s ready line; its health server's address. */
 export async function senderReady(child: ChildProcess): Promise<string> {
   // `health` is what a release before the admin ports printed (a `msgbridge-before` target).
-  const { sender } = JSON.parse(await firstLine(child, (l) => l.startsWith('{"sender"'))) as { sender: { admin?: string; health?: string } };
+  const { sender } = JSON.parse(await firstLine(child, (l) => l.startsWith('{"sender"'))) as {
+    sender: { admin?: string; health?: string };
+  };
   return (sender.admin ?? sender.health)!;
 }

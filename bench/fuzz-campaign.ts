@@ -14,9 +14,15 @@ import { KeepAliveConnection } from '../src/simulator/keep-alive-connection.js';
 /**
  * Where each party connects from (all loopback): the provider apart from the attackers, as in
  * production, and the smuggling-shaped requests apart from the rest, since the ingress refuses
- * what it reads from an address right behind an ambiguously framed request (docs/operations.md, "Ingress HTTP answers").
+ * what it reads from an address right behind an ambiguously framed request (docs/operations.md, "Ingress HTTP
+ * answers").
  */
-export const FUZZ_ADDRESSES = { provider: '127.0.0.1', hostile: '127.0.0.2', smuggling: '127.0.0.3', slow: '127.0.0.4' } as const;
+export const FUZZ_ADDRESSES = {
+  provider: '127.0.0.1',
+  hostile: '127.0.0.2',
+  smuggling: '127.0.0.3',
+  slow: '127.0.0.4',
+} as const;
 
 export interface FuzzOptions {
   port: number;
@@ -97,7 +103,13 @@ interface Kind {
   /** Waiting for answers on a raw connection: kinds the server may leave hanging wait less. */
   timeoutMs?: number;
   from?: string;
-  build(ctx: KindContext): { bytes: Buffer; signedBody?: Buffer; hiddenBody?: Buffer; closeAfterWrite?: boolean; answers?: number };
+  build(ctx: KindContext): {
+    bytes: Buffer;
+    signedBody?: Buffer;
+    hiddenBody?: Buffer;
+    closeAfterWrite?: boolean;
+    answers?: number;
+  };
   allowed: (answer: string) => boolean;
 }
 
@@ -118,7 +130,14 @@ const orBusy = (...answers: string[]) => is(...answers, '503');
 
 function signedRequest(ctx: KindContext, body: Buffer, extra: string[] = []): Buffer {
   return Buffer.concat([
-    Buffer.from(head('POST', ctx.path, [`content-length: ${body.length}`, `x-service-hmac-sha256: ${signBody(ctx.secret, body)}`, 'content-type: application/json', ...extra])),
+    Buffer.from(
+      head('POST', ctx.path, [
+        `content-length: ${body.length}`,
+        `x-service-hmac-sha256: ${signBody(ctx.secret, body)}`,
+        'content-type: application/json',
+        ...extra,
+      ]),
+    ),
     body,
   ]);
 }
@@ -130,7 +149,17 @@ const KINDS: Kind[] = [
     keepAlive: true,
     build: (ctx) => {
       const body = Buffer.from(statusBody());
-      return { bytes: Buffer.concat([Buffer.from(head('POST', ctx.path, [`content-length: ${body.length}`, `x-service-hmac-sha256: ${randomBytes(32).toString('base64')}`])), body]) };
+      return {
+        bytes: Buffer.concat([
+          Buffer.from(
+            head('POST', ctx.path, [
+              `content-length: ${body.length}`,
+              `x-service-hmac-sha256: ${randomBytes(32).toString('base64')}`,
+            ]),
+          ),
+          body,
+        ]),
+      };
     },
     allowed: orBusy('403'),
   },
@@ -151,7 +180,17 @@ const KINDS: Kind[] = [
     build: (ctx) => {
       const body = Buffer.from(statusBody());
       const other = Buffer.from(statusBody());
-      return { bytes: Buffer.concat([Buffer.from(head('POST', ctx.path, [`content-length: ${body.length}`, `x-service-hmac-sha256: ${signBody(ctx.secret, other)}`])), body]) };
+      return {
+        bytes: Buffer.concat([
+          Buffer.from(
+            head('POST', ctx.path, [
+              `content-length: ${body.length}`,
+              `x-service-hmac-sha256: ${signBody(ctx.secret, other)}`,
+            ]),
+          ),
+          body,
+        ]),
+      };
     },
     allowed: orBusy('403'),
   },
@@ -161,8 +200,15 @@ const KINDS: Kind[] = [
     keepAlive: true,
     build: (ctx) => {
       const body = Buffer.from(statusBody());
-      const junk = ['sha256=abc', '', '%%%', 'A'.repeat(500), signBody(ctx.secret, body).slice(0, 20)][Math.floor(ctx.random() * 5)]!;
-      return { bytes: Buffer.concat([Buffer.from(head('POST', ctx.path, [`content-length: ${body.length}`, `x-service-hmac-sha256: ${junk}`])), body]) };
+      const junk = ['sha256=abc', '', '%%%', 'A'.repeat(500), signBody(ctx.secret, body).slice(0, 20)][
+        Math.floor(ctx.random() * 5)
+      ]!;
+      return {
+        bytes: Buffer.concat([
+          Buffer.from(head('POST', ctx.path, [`content-length: ${body.length}`, `x-service-hmac-sha256: ${junk}`])),
+          body,
+        ]),
+      };
     },
     allowed: orBusy('403'),
   },
@@ -170,7 +216,12 @@ const KINDS: Kind[] = [
     name: 'unknown-business',
     weight: 4,
     keepAlive: true,
-    build: (ctx) => ({ bytes: signedRequest({ ...ctx, path: `/webhooks/nope_${Math.floor(ctx.random() * 1e6)}/delivery_status` }, Buffer.from(statusBody())) }),
+    build: (ctx) => ({
+      bytes: signedRequest(
+        { ...ctx, path: `/webhooks/nope_${Math.floor(ctx.random() * 1e6)}/delivery_status` },
+        Buffer.from(statusBody()),
+      ),
+    }),
     allowed: orBusy('403'),
   },
   {
@@ -180,7 +231,15 @@ const KINDS: Kind[] = [
     build: () => {
       const body = randomBytes(1 + Math.floor(Math.random() * 4000));
       return {
-        bytes: Buffer.concat([Buffer.from(head('POST', '/webhooks/biz_fuzz/messages', [`content-length: ${body.length}`, `x-service-hmac-sha256: ${randomBytes(32).toString('base64')}`])), body]),
+        bytes: Buffer.concat([
+          Buffer.from(
+            head('POST', '/webhooks/biz_fuzz/messages', [
+              `content-length: ${body.length}`,
+              `x-service-hmac-sha256: ${randomBytes(32).toString('base64')}`,
+            ]),
+          ),
+          body,
+        ]),
       };
     },
     allowed: orBusy('403'),
@@ -214,7 +273,10 @@ const KINDS: Kind[] = [
     keepAlive: false,
     build: (ctx) => ({
       bytes: Buffer.from(
-        head('POST', ctx.path, [`content-length: ${ctx.maxBodyBytes + 1 + Math.floor(ctx.random() * 1e6)}`, `x-service-hmac-sha256: ${randomBytes(32).toString('base64')}`]) + '{"a":',
+        head('POST', ctx.path, [
+          `content-length: ${ctx.maxBodyBytes + 1 + Math.floor(ctx.random() * 1e6)}`,
+          `x-service-hmac-sha256: ${randomBytes(32).toString('base64')}`,
+        ]) + '{"a":',
       ),
     }),
     allowed: is('413'),
@@ -224,7 +286,12 @@ const KINDS: Kind[] = [
     weight: 3,
     keepAlive: true,
     build: (ctx) => {
-      const body = Buffer.concat([Buffer.from('{"topic":"delivery_status","x":"'), Buffer.from([0xff, 0xfe, 0xc3, 0x28, 0xa0, 0xa1]), randomBytes(8), Buffer.from('"}')]);
+      const body = Buffer.concat([
+        Buffer.from('{"topic":"delivery_status","x":"'),
+        Buffer.from([0xff, 0xfe, 0xc3, 0x28, 0xa0, 0xa1]),
+        randomBytes(8),
+        Buffer.from('"}'),
+      ]);
       return { bytes: signedRequest(ctx, body), signedBody: body };
     },
     // Authentic but unusable: kept in the DLQ, answered 200.
@@ -248,7 +315,11 @@ const KINDS: Kind[] = [
     build: (ctx) => {
       const full = signedRequest(ctx, Buffer.from(statusBody()));
       // Cut anywhere after the request line, then the client goes away.
-      return { bytes: full.subarray(0, 20 + Math.floor(ctx.random() * (full.length - 21))), closeAfterWrite: true, hiddenBody: full };
+      return {
+        bytes: full.subarray(0, 20 + Math.floor(ctx.random() * (full.length - 21))),
+        closeAfterWrite: true,
+        hiddenBody: full,
+      };
     },
     allowed: is('none'),
   },
@@ -260,7 +331,12 @@ const KINDS: Kind[] = [
       const body = Buffer.from(statusBody());
       return {
         bytes: Buffer.concat([
-          Buffer.from(head('POST', ctx.path, [`content-length: ${body.length + 1 + Math.floor(ctx.random() * 5000)}`, `x-service-hmac-sha256: ${signBody(ctx.secret, body)}`])),
+          Buffer.from(
+            head('POST', ctx.path, [
+              `content-length: ${body.length + 1 + Math.floor(ctx.random() * 5000)}`,
+              `x-service-hmac-sha256: ${signBody(ctx.secret, body)}`,
+            ]),
+          ),
           body,
         ]),
         closeAfterWrite: true,
@@ -278,7 +354,15 @@ const KINDS: Kind[] = [
       const declared = Math.max(1, body.length - 1 - Math.floor(ctx.random() * 50));
       // The signature is the whole body's: the declared prefix must fail; the rest is garbage.
       return {
-        bytes: Buffer.concat([Buffer.from(head('POST', ctx.path, [`content-length: ${declared}`, `x-service-hmac-sha256: ${signBody(ctx.secret, body)}`])), body]),
+        bytes: Buffer.concat([
+          Buffer.from(
+            head('POST', ctx.path, [
+              `content-length: ${declared}`,
+              `x-service-hmac-sha256: ${signBody(ctx.secret, body)}`,
+            ]),
+          ),
+          body,
+        ]),
         hiddenBody: body,
         answers: 1,
       };
@@ -292,7 +376,15 @@ const KINDS: Kind[] = [
     build: (ctx) => {
       const parts = Array.from({ length: 3 }, () => {
         const body = Buffer.from(statusBody());
-        return Buffer.concat([Buffer.from(head('POST', ctx.path, [`content-length: ${body.length}`, `x-service-hmac-sha256: ${randomBytes(32).toString('base64')}`])), body]);
+        return Buffer.concat([
+          Buffer.from(
+            head('POST', ctx.path, [
+              `content-length: ${body.length}`,
+              `x-service-hmac-sha256: ${randomBytes(32).toString('base64')}`,
+            ]),
+          ),
+          body,
+        ]);
       });
       return { bytes: Buffer.concat(parts), answers: 3 };
     },
@@ -316,7 +408,11 @@ const KINDS: Kind[] = [
         head('POST', ctx.path, [`content-length: ${inner.length}, ${inner.length}`]),
         head('POST', ctx.path, ['transfer-encoding: gzip, chunked']),
       ];
-      return { bytes: Buffer.concat([Buffer.from(shapes[Math.floor(ctx.random() * shapes.length)]!), inner]), hiddenBody: hidden, answers: 2 };
+      return {
+        bytes: Buffer.concat([Buffer.from(shapes[Math.floor(ctx.random() * shapes.length)]!), inner]),
+        hiddenBody: hidden,
+        answers: 2,
+      };
     },
     // Refused (every answer 400) or dropped unanswered by uWS: never a 200, never in Kafka.
     allowed: (answer) => answer === 'none' || answer.split(',').every((a) => a === '400'),
@@ -340,8 +436,15 @@ const KINDS: Kind[] = [
   },
 ];
 
-/** Sends raw bytes on a connection of its own; collects every answer until the server closes or `answers` came (or a timeout). */
-function rawExchange(port: number, bytes: Buffer, options: { closeAfterWrite: boolean; answers: number; timeoutMs: number; from: string }): Promise<Answer> {
+/**
+ * Sends raw bytes on a connection of its own; collects every answer until the server closes or `answers` came (or a
+ * timeout).
+ */
+function rawExchange(
+  port: number,
+  bytes: Buffer,
+  options: { closeAfterWrite: boolean; answers: number; timeoutMs: number; from: string },
+): Promise<Answer> {
   return new Promise((resolve) => {
     const socket: Socket = connect({ port, host: '127.0.0.1', localAddress: options.from });
     const parser = new Http1ResponseParser();
@@ -374,7 +477,11 @@ function rawExchange(port: number, bytes: Buffer, options: { closeAfterWrite: bo
 }
 
 /** Connections that send a few bytes every few seconds for as long as the campaign runs. */
-function slowSenders(port: number, count: number, path: string): { stop(): { opened: number; closedByServer: number } } {
+function slowSenders(
+  port: number,
+  count: number,
+  path: string,
+): { stop(): { opened: number; closedByServer: number } } {
   let closedByServer = 0;
   const sockets: Socket[] = [];
   const timers: NodeJS.Timeout[] = [];
@@ -414,7 +521,13 @@ function slowSenders(port: number, count: number, path: string): { stop(): { ope
 export async function runFuzzCampaign(options: FuzzOptions): Promise<FuzzReport> {
   const random = prng(options.seed ?? 1);
   const path = `/webhooks/${options.businessId}/delivery_status`;
-  const ctx: KindContext = { path, secret: options.secret, businessId: options.businessId, maxBodyBytes: options.maxBodyBytes, random };
+  const ctx: KindContext = {
+    path,
+    secret: options.secret,
+    businessId: options.businessId,
+    maxBodyBytes: options.maxBodyBytes,
+    random,
+  };
   const totalWeight = KINDS.reduce((sum, k) => sum + k.weight, 0);
   const pick = (): Kind => {
     let r = random() * totalWeight;
@@ -433,7 +546,12 @@ export async function runFuzzCampaign(options: FuzzOptions): Promise<FuzzReport>
     slow: { opened: 0, closedByServer: 0 },
   };
   const count = (bucket: Record<string, number>, key: string) => (bucket[key] = (bucket[key] ?? 0) + 1);
-  const target = (from: string) => ({ protocol: 'http:' as const, host: '127.0.0.1', port: options.port, localAddress: from });
+  const target = (from: string) => ({
+    protocol: 'http:' as const,
+    host: '127.0.0.1',
+    port: options.port,
+    localAddress: from,
+  });
 
   const legitimate = async (connection: KeepAliveConnection) => {
     const body = Buffer.from(statusBody());

@@ -34,13 +34,20 @@ async function readAll(kafka: Kafka, topics: string[]): Promise<Buffer[]> {
   const admin = kafka.admin();
   await admin.connect();
   let expected = 0;
-  for (const topic of topics) for (const p of await admin.fetchTopicOffsets(topic)) expected += Number(p.high) - Number(p.low);
+  for (const topic of topics)
+    for (const p of await admin.fetchTopicOffsets(topic)) expected += Number(p.high) - Number(p.low);
   await admin.disconnect();
   const values: Buffer[] = [];
-  const consumer = kafka.consumer({ groupId: `fuzz-reader-${randomUUID()}`, maxWaitTimeInMs: 200, maxBytes: 50 * 1024 * 1024 });
+  const consumer = kafka.consumer({
+    groupId: `fuzz-reader-${randomUUID()}`,
+    maxWaitTimeInMs: 200,
+    maxBytes: 50 * 1024 * 1024,
+  });
   await consumer.connect();
   await consumer.subscribe({ topics, fromBeginning: true });
-  await consumer.run({ eachBatch: async ({ batch }) => void values.push(...batch.messages.map((m) => m.value ?? Buffer.alloc(0))) });
+  await consumer.run({
+    eachBatch: async ({ batch }) => void values.push(...batch.messages.map((m) => m.value ?? Buffer.alloc(0))),
+  });
   const deadline = Date.now() + 120_000;
   while (values.length < expected && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
   await consumer.disconnect();
@@ -51,11 +58,19 @@ async function main() {
   let local: LocalBroker | undefined;
   let brokers = (process.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);
   if (brokers.length === 0) {
-    local = await startLocalBroker({ heapMb: 768, partitions: 3, onProgress: (l) => process.stderr.write(`[kafka] ${l}\n`) });
+    local = await startLocalBroker({
+      heapMb: 768,
+      partitions: 3,
+      onProgress: (l) => process.stderr.write(`[kafka] ${l}\n`),
+    });
     brokers = [local.bootstrap];
   }
   const run = randomUUID().slice(0, 8);
-  const topics = { messages: `fuzz-messages-${run}`, deliveryStatus: `fuzz-status-${run}`, webhooksDlq: `fuzz-dlq-${run}` };
+  const topics = {
+    messages: `fuzz-messages-${run}`,
+    deliveryStatus: `fuzz-status-${run}`,
+    webhooksDlq: `fuzz-dlq-${run}`,
+  };
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'ingress'], {
     cwd: ROOT,
     env: {
@@ -139,15 +154,22 @@ async function main() {
       .join(', ')} |`,
   );
   out.push('');
-  out.push(`- ingress process: ${aliveAfter ? 'alive through the campaign' : `**exited (${exit})**`}; /healthz after: ${healthz}`);
-  out.push(`- answers outside what their kind must get: **${report.unexpected.length}**${report.unexpected.length > 0 ? ` (${JSON.stringify(report.unexpected.slice(0, 10))})` : ''}`);
+  out.push(
+    `- ingress process: ${aliveAfter ? 'alive through the campaign' : `**exited (${exit})**`}; /healthz after: ${healthz}`,
+  );
+  out.push(
+    `- answers outside what their kind must get: **${report.unexpected.length}**${report.unexpected.length > 0 ? ` (${JSON.stringify(report.unexpected.slice(0, 10))})` : ''}`,
+  );
   out.push(
     `- signed webhooks answered 200: ${fmt(report.acknowledged.size)} of ${fmt(report.legitimate)} (${((100 * report.acknowledged.size) / report.legitimate).toFixed(2)}%); missing from Kafka: **${kafkaCheck.missing}**`,
   );
-  out.push(`- records in Kafka: ${fmt(kafkaCheck.records)}; from an unsigned or mis-signed request: **${kafkaCheck.forged}**`);
+  out.push(
+    `- records in Kafka: ${fmt(kafkaCheck.records)}; from an unsigned or mis-signed request: **${kafkaCheck.forged}**`,
+  );
   out.push(`- slow connections closed by the ingress: ${report.slow.closedByServer} of ${report.slow.opened}`);
   process.stdout.write(`${out.join('\n')}\n`);
-  const failed = !aliveAfter || healthz !== 200 || report.unexpected.length > 0 || kafkaCheck.missing > 0 || kafkaCheck.forged > 0;
+  const failed =
+    !aliveAfter || healthz !== 200 || report.unexpected.length > 0 || kafkaCheck.missing > 0 || kafkaCheck.forged > 0;
   process.exit(failed ? 1 : 0);
 }
 

@@ -49,7 +49,11 @@ const longestGap = (times: number[], from: number, to: number) => {
 
 const cluster = await startLocalCluster({ nodes: 3, heapMb: 320, partitions: 6 });
 console.log(`cluster ${cluster.bootstrap} ready in ${cluster.startupMs} ms`);
-const admin = new Kafka({ clientId: 'bench-admin', brokers: cluster.bootstrap.split(','), logLevel: logLevel.NOTHING }).admin();
+const admin = new Kafka({
+  clientId: 'bench-admin',
+  brokers: cluster.bootstrap.split(','),
+  logLevel: logLevel.NOTHING,
+}).admin();
 await admin.connect();
 const rows: string[] = [];
 try {
@@ -74,7 +78,16 @@ try {
       },
     });
     const ingress = await startIngress({ config, logger: createLogger({ level: 'error' }) });
-    const reference = spawn(PYTHON, [fileURLToPath(new URL('./reference-producer.py', import.meta.url)), cluster.bootstrap, referenceTopic, String(RATE)], { stdio: ['pipe', 'pipe', 'inherit'] });
+    const reference = spawn(
+      PYTHON,
+      [
+        fileURLToPath(new URL('./reference-producer.py', import.meta.url)),
+        cluster.bootstrap,
+        referenceTopic,
+        String(RATE),
+      ],
+      { stdio: ['pipe', 'pipe', 'inherit'] },
+    );
     const lines = createInterface({ input: reference.stdout! });
     const nextLine = () => new Promise<string>((resolve) => lines.once('line', resolve));
     await nextLine();
@@ -90,7 +103,13 @@ try {
       inFlight++;
       const body = statusEvent(messageId());
       pool
-        .request({ path: '/webhooks/biz_1/delivery_status', method: 'POST', body, headers: signedHeaders(SECRET, body), headersTimeout: 60_000 })
+        .request({
+          path: '/webhooks/biz_1/delivery_status',
+          method: 'POST',
+          body,
+          headers: signedHeaders(SECRET, body),
+          headersTimeout: 60_000,
+        })
         .then(async (res) => {
           await res.body.dump();
           if (res.statusCode === 200) oks.push(Date.now());

@@ -22,9 +22,17 @@ const [, base = mode, workerSuffix] = /^(.*?)(?:-w(\d+))?$/.exec(mode) ?? [];
 const workers = workerSuffix === undefined ? 1 : Number(workerSuffix);
 const client = base.startsWith('platformatic') ? 'platformatic' : 'kafkajs';
 const brokers = (process.env.BENCH_BROKERS ?? '').split(',').filter(Boolean);
-const topics = JSON.parse(process.env.BENCH_TOPICS ?? '{}') as { messages: string; deliveryStatus: string; webhooksDlq: string };
+const topics = JSON.parse(process.env.BENCH_TOPICS ?? '{}') as {
+  messages: string;
+  deliveryStatus: string;
+  webhooksDlq: string;
+};
 const config = loadConfig({
-  env: { KAFKA_BROKERS: brokers.join(','), MSGBRIDGE_BUSINESS_ID: 'biz_bench', MSGBRIDGE_SIGNING_SECRET: process.env.BENCH_SECRET ?? 'bench-secret' },
+  env: {
+    KAFKA_BROKERS: brokers.join(','),
+    MSGBRIDGE_BUSINESS_ID: 'biz_bench',
+    MSGBRIDGE_SIGNING_SECRET: process.env.BENCH_SECRET ?? 'bench-secret',
+  },
   overrides: {
     kafka: { client, topics: { ...topics }, partitions: 6, replicationFactor: 1 },
     ingress: { host: '127.0.0.1', port: 0, adminHost: '127.0.0.1', adminPort: 0, workers },
@@ -47,7 +55,11 @@ if (base === 'naive') {
   await admin.connect();
   await ensureTopics(
     admin,
-    [topics.messages, topics.deliveryStatus, topics.webhooksDlq].map((topic) => ({ topic, partitions: 6, replicationFactor: 1 })),
+    [topics.messages, topics.deliveryStatus, topics.webhooksDlq].map((topic) => ({
+      topic,
+      partitions: 6,
+      replicationFactor: 1,
+    })),
   );
   await admin.disconnect();
   // The kafkajs default producer: not idempotent, no limit on requests in flight (the most
@@ -83,7 +95,10 @@ if (base === 'naive') {
       }
       const { topic, key, value, headers } = decision.record;
       producer.send({ topic, acks: -1, messages: [{ key, value, headers }] }).then(
-        () => res.writeHead(200, { 'content-type': 'application/json' }).end(`{"status":"accepted","eventId":"${decision.eventId}"}`),
+        () =>
+          res
+            .writeHead(200, { 'content-type': 'application/json' })
+            .end(`{"status":"accepted","eventId":"${decision.eventId}"}`),
         () => res.writeHead(503, { 'retry-after': '1' }).end(),
       );
     });

@@ -61,7 +61,9 @@ const wrkThreads = args.wholeNumber('wrk-threads', 1);
 /** A comma-separated list of some of `allowed`, each once. */
 function listOf<const T extends string>(option: 'generator' | 'accept-encoding', allowed: readonly T[]): T[] {
   const items = args.values[option].split(',').map((x) => x.trim());
-  for (const item of items) if (!allowed.includes(item as T)) args.fail(`--${option} takes ${allowed.join(' or ')} (or both, comma-separated), not "${item}"`);
+  for (const item of items)
+    if (!allowed.includes(item as T))
+      args.fail(`--${option} takes ${allowed.join(' or ')} (or both, comma-separated), not "${item}"`);
   return [...new Set(items as T[])];
 }
 /** How a target is loaded: which generator, and whether it asks for gzip answers. */
@@ -72,7 +74,11 @@ interface LoadKind {
   name: string;
 }
 const kinds: LoadKind[] = listOf('generator', ['own', 'wrk'] as const).flatMap((generator) =>
-  listOf('accept-encoding', ['gzip', 'none'] as const).map((acceptEncoding) => ({ generator, acceptEncoding, name: `${generator}, ${acceptEncoding}` })),
+  listOf('accept-encoding', ['gzip', 'none'] as const).map((acceptEncoding) => ({
+    generator,
+    acceptEncoding,
+    name: `${generator}, ${acceptEncoding}`,
+  })),
 );
 const modes = args.values.modes
   .split(',')
@@ -80,7 +86,9 @@ const modes = args.values.modes
   .filter(Boolean);
 /** A mode without its tracing suffix (`discard+otel1` → `discard`), and its sampling percentage. */
 const untraced = (mode: string) => mode.split('@')[0]!.replace(/\+otel\d+(\.\d+)?$/, '');
-/** `<mode>@NAME=value,NAME=value`: the same target with these environment variables (an A/B of a setting in one run). */
+/**
+ * `<mode>@NAME=value,NAME=value`: the same target with these environment variables (an A/B of a setting in one run).
+ */
 const variantEnv = (mode: string): Record<string, string> =>
   Object.fromEntries(
     (mode.split('@')[1] ?? '')
@@ -94,14 +102,17 @@ const otelPercent = (mode: string): number | undefined => {
 };
 /** The ingress publishing to Kafka, with either client. */
 const INGRESS_CLIENTS = ['kafkajs', 'platformatic'];
-const isIngress = (mode: string) => INGRESS_CLIENTS.some((c) => untraced(mode) === c || untraced(mode).startsWith(`${c}-`));
+const isIngress = (mode: string) =>
+  INGRESS_CLIENTS.some((c) => untraced(mode) === c || untraced(mode).startsWith(`${c}-`));
 /** The ceiling, on one thread or on N worker threads (discard-wN). */
 const isDiscard = (mode: string) => /^discard(-w\d+)?$/.test(untraced(mode));
 /** The ceiling with the same worker threads as `mode` (a traced mode's is the untraced mode). */
-const ceilingOf = (mode: string) => (otelPercent(mode) !== undefined ? untraced(mode) : `discard${/-w\d+$/.exec(mode)?.[0] ?? ''}`);
+const ceilingOf = (mode: string) =>
+  otelPercent(mode) !== undefined ? untraced(mode) : `discard${/-w\d+$/.exec(mode)?.[0] ?? ''}`;
 const PEER = 'rpconnect';
 for (const mode of modes) {
-  if (!isIngress(mode) && !isDiscard(mode) && untraced(mode) !== 'naive' && untraced(mode) !== PEER) args.fail(`unknown mode ${mode}`);
+  if (!isIngress(mode) && !isDiscard(mode) && untraced(mode) !== 'naive' && untraced(mode) !== PEER)
+    args.fail(`unknown mode ${mode}`);
   const p = otelPercent(mode);
   if (p !== undefined && !(p >= 0 && p <= 100)) args.fail(`${mode}: the sampling percentage is from 0 to 100`);
 }
@@ -139,7 +150,12 @@ async function startPeer(binary: string, brokers: string[], env: Record<string, 
     await admin.disconnect();
   }
   const port = await freePort();
-  const { child, pid } = await startRpconnect(binary, peerConfig('config.yaml'), { PORT: String(port), KAFKA_BROKERS: brokers.join(','), WEBHOOK_SECRET: SECRET, ...env });
+  const { child, pid } = await startRpconnect(binary, peerConfig('config.yaml'), {
+    PORT: String(port),
+    KAFKA_BROKERS: brokers.join(','),
+    WEBHOOK_SECRET: SECRET,
+    ...env,
+  });
   return { child, pid, url: `http://127.0.0.1:${port}`, admin: `http://127.0.0.1:${port}`, topics };
 }
 
@@ -177,21 +193,39 @@ async function otlpSink(): Promise<string> {
 async function tracingEnv(mode: string): Promise<Record<string, string>> {
   const percent = otelPercent(mode);
   if (percent === undefined) return {};
-  return { OTEL_EXPORTER_OTLP_ENDPOINT: await otlpSink(), OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: String(percent / 100) };
+  return {
+    OTEL_EXPORTER_OTLP_ENDPOINT: await otlpSink(),
+    OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+    OTEL_TRACES_SAMPLER_ARG: String(percent / 100),
+  };
 }
 
 async function startTarget(mode: string, brokers: string[]): Promise<Target> {
   if (isPeerMode(mode)) return startPeer(peer!, brokers, variantEnv(mode));
   const id = randomUUID().slice(0, 8);
-  const topics = { messages: `bench-messages-${id}`, deliveryStatus: `bench-status-${id}`, webhooksDlq: `bench-dlq-${id}` };
+  const topics = {
+    messages: `bench-messages-${id}`,
+    deliveryStatus: `bench-status-${id}`,
+    webhooksDlq: `bench-dlq-${id}`,
+  };
   // BENCH_TARGET_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the target.
   const nodeArgs = (process.env.BENCH_TARGET_NODE_ARGS ?? '').split(' ').filter(Boolean);
   // Untraced targets get no OTEL_* variable at all, whatever the bench's own environment holds.
-  const env: NodeJS.ProcessEnv = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('OTEL_')));
+  const env: NodeJS.ProcessEnv = Object.fromEntries(
+    Object.entries(process.env).filter(([name]) => !name.startsWith('OTEL_')),
+  );
   // BENCH_TARGET_NODE (also per mode: `platformatic@BENCH_TARGET_NODE=.ci/root-node`) runs it on another node.
   const node = variantEnv(mode).BENCH_TARGET_NODE || process.env.BENCH_TARGET_NODE || process.execPath;
   const child = spawn(node, [...nodeArgs, TARGET, untraced(mode)], {
-    env: { ...env, ...(await tracingEnv(mode)), ...variantEnv(mode), BENCH_BROKERS: brokers.join(','), BENCH_SECRET: SECRET, BENCH_TOPICS: JSON.stringify(topics), MSGBRIDGE_CONFIG: '' },
+    env: {
+      ...env,
+      ...(await tracingEnv(mode)),
+      ...variantEnv(mode),
+      BENCH_BROKERS: brokers.join(','),
+      BENCH_SECRET: SECRET,
+      BENCH_TOPICS: JSON.stringify(topics),
+      MSGBRIDGE_CONFIG: '',
+    },
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   track(child);
@@ -237,7 +271,11 @@ interface Load {
 let wrk: string | undefined;
 const BODY_BYTES = { min: 300, max: 600 };
 
-async function load(target: Target, kind: LoadKind, extra: { durationMs: number; ratePerSecond?: number; connections?: number }): Promise<Load> {
+async function load(
+  target: Target,
+  kind: LoadKind,
+  extra: { durationMs: number; ratePerSecond?: number; connections?: number },
+): Promise<Load> {
   const isPeer = target.topics.messages === target.topics.deliveryStatus;
   const url = isPeer ? `${target.url}/webhooks/biz1/delivery_status` : `${target.url}/webhooks/biz_bench`;
   const { acceptEncoding } = kind;
@@ -254,7 +292,14 @@ async function load(target: Target, kind: LoadKind, extra: { durationMs: number;
       bodyBytes: BODY_BYTES,
       acceptEncoding,
     });
-    return { ok: w.ok, nonOk: w.rejected, errors: w.errors, latency: { ...w.latencyMs }, durationMs: w.durationMs, generatorCpuSeconds: w.cpuSeconds };
+    return {
+      ok: w.ok,
+      nonOk: w.rejected,
+      errors: w.errors,
+      latency: { ...w.latencyMs },
+      durationMs: w.durationMs,
+      generatorCpuSeconds: w.cpuSeconds,
+    };
   }
   const cpuBefore = cpuSeconds(process.pid);
   const r = await runWebhookLoad({
@@ -305,19 +350,30 @@ async function endOffsets(brokers: string[], target: Target): Promise<Offsets> {
  * must be in its topic; with a count of 2xx answers (wrk), the records written since `from`
  * must hold at least as many distinct event ids.
  */
-async function verify(brokers: string[], target: Target, check: { acknowledged: AcknowledgedEvent[] } | { ok: number; from: Offsets }): Promise<{ stored: number; missing: number }> {
+async function verify(
+  brokers: string[],
+  target: Target,
+  check: { acknowledged: AcknowledgedEvent[] } | { ok: number; from: Offsets },
+): Promise<{ stored: number; missing: number }> {
   const kafka = new Kafka({ clientId: 'bench-verify', brokers, logLevel: logLevel.NOTHING });
   const admin = kafka.admin();
   await admin.connect();
   const names = [...new Set([target.topics.messages, target.topics.deliveryStatus])];
   let stored = 0;
-  for (const topic of names) for (const p of await admin.fetchTopicOffsets(topic)) stored += Number(p.high) - Number(p.low);
+  for (const topic of names)
+    for (const p of await admin.fetchTopicOffsets(topic)) stored += Number(p.high) - Number(p.low);
   await admin.disconnect();
   const expected = new Map<string, string>();
   const written = new Set<string>();
   const from = 'from' in check ? check.from : undefined;
-  if ('acknowledged' in check) for (const a of check.acknowledged) expected.set(a.eventId, a.topic === 'messages' ? target.topics.messages : target.topics.deliveryStatus);
-  const consumer = kafka.consumer({ groupId: `bench-verify-${randomUUID()}`, maxBytes: 64 * 1024 * 1024, maxWaitTimeInMs: 200 });
+  if ('acknowledged' in check)
+    for (const a of check.acknowledged)
+      expected.set(a.eventId, a.topic === 'messages' ? target.topics.messages : target.topics.deliveryStatus);
+  const consumer = kafka.consumer({
+    groupId: `bench-verify-${randomUUID()}`,
+    maxBytes: 64 * 1024 * 1024,
+    maxWaitTimeInMs: 200,
+  });
   await consumer.connect();
   await consumer.subscribe({ topics: names, fromBeginning: true });
   let read = 0;
@@ -328,7 +384,8 @@ async function verify(brokers: string[], target: Target, check: { acknowledged: 
         for (const message of batch.messages) {
           const id = message.headers?.['event-id']?.toString();
           if (id !== undefined && expected.get(id) === batch.topic) expected.delete(id);
-          if (id !== undefined && from && Number(message.offset) >= (from.get(batch.topic)?.get(batch.partition) ?? 0)) written.add(id);
+          if (id !== undefined && from && Number(message.offset) >= (from.get(batch.topic)?.get(batch.partition) ?? 0))
+            written.add(id);
           read++;
         }
         if (read >= stored) {
@@ -344,10 +401,15 @@ async function verify(brokers: string[], target: Target, check: { acknowledged: 
 
 async function batchStats(url: string): Promise<RunResult['batches']> {
   const text = await (await fetch(`${url}/metrics`)).text();
-  const value = (name: string) => Number(new RegExp(`^${name}(?:\\{[^}]*\\})? ([0-9.e+-]+)$`, 'm').exec(text)?.[1] ?? NaN);
+  const value = (name: string) =>
+    Number(new RegExp(`^${name}(?:\\{[^}]*\\})? ([0-9.e+-]+)$`, 'm').exec(text)?.[1] ?? NaN);
   const count = value('msgbridge_ingress_batch_size_count');
-  const okCount = Number(/^msgbridge_ingress_batch_duration_seconds_count\{[^}]*outcome="ok"[^}]*\} ([0-9.e+-]+)$/m.exec(text)?.[1] ?? NaN);
-  const okSum = Number(/^msgbridge_ingress_batch_duration_seconds_sum\{[^}]*outcome="ok"[^}]*\} ([0-9.e+-]+)$/m.exec(text)?.[1] ?? NaN);
+  const okCount = Number(
+    /^msgbridge_ingress_batch_duration_seconds_count\{[^}]*outcome="ok"[^}]*\} ([0-9.e+-]+)$/m.exec(text)?.[1] ?? NaN,
+  );
+  const okSum = Number(
+    /^msgbridge_ingress_batch_duration_seconds_sum\{[^}]*outcome="ok"[^}]*\} ([0-9.e+-]+)$/m.exec(text)?.[1] ?? NaN,
+  );
   return {
     count,
     meanEvents: Math.round((value('msgbridge_ingress_batch_size_sum') / count) * 10) / 10,
@@ -359,13 +421,17 @@ async function batchStats(url: string): Promise<RunResult['batches']> {
 async function latencyBuckets(url: string): Promise<Map<string, number>> {
   const text = await (await fetch(`${url}/metrics`)).text();
   const out = new Map<string, number>();
-  for (const m of text.matchAll(/^msgbridge_ingress_publish_latency_seconds_bucket\{le="([^"]+)",[^}]*destination="event"[^}]*\} (\d+)$/gm)) out.set(m[1]!, Number(m[2]));
+  for (const m of text.matchAll(
+    /^msgbridge_ingress_publish_latency_seconds_bucket\{le="([^"]+)",[^}]*destination="event"[^}]*\} (\d+)$/gm,
+  ))
+    out.set(m[1]!, Number(m[2]));
   return out;
 }
 
 const median = (xs: number[]) => {
   const s = [...xs].sort((a, b) => a - b);
-  const m = s.length === 0 ? NaN : s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+  const m =
+    s.length === 0 ? NaN : s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
   return Math.round(m * 10) / 10;
 };
 const perSecond = (r: Load) => Math.round(r.ok / (r.durationMs / 1000));
@@ -401,7 +467,13 @@ async function main() {
   // Split at dynamic imports, as Node loads the unbundled code: @platformatic/kafka (about
   // 30 MiB) is then loaded only by the target that uses it, not by every target's memory.
   // The worker threads' module (ingress.workers) beside it: workers.ts looks for it there.
-  await bundleSplit({ 'ingress-target': TARGET_SOURCE, 'worker-entry': fileURLToPath(new URL('../src/ingress/worker-entry.ts', import.meta.url)) }, dirname(TARGET));
+  await bundleSplit(
+    {
+      'ingress-target': TARGET_SOURCE,
+      'worker-entry': fileURLToPath(new URL('../src/ingress/worker-entry.ts', import.meta.url)),
+    },
+    dirname(TARGET),
+  );
   if (kinds.some((k) => k.generator === 'wrk') && !(wrk = wrkBinary())) throw new Error('--generator wrk needs wrk');
   peer = modes.some(isPeerMode) ? peerBinary(PEER) : undefined;
   if (!peer) for (const m of modes.filter(isPeerMode)) modes.splice(modes.indexOf(m), 1);
@@ -450,7 +522,11 @@ async function main() {
             nonOk: max.nonOk,
             errors: max.errors,
             peakRssMb: 0,
-            cpu: { target: share(0), loadGenerator: Math.round((max.generatorCpuSeconds / seconds) * 100), broker: share(1) },
+            cpu: {
+              target: share(0),
+              loadGenerator: Math.round((max.generatorCpuSeconds / seconds) * 100),
+              broker: share(1),
+            },
             cpuPerEventUs: Math.round(((cpuAfter[0]! - cpuBefore[0]!) / Math.max(1, max.ok)) * 1e6),
           };
           // Latency at half the maximum rate needs a schedule, which only the project's generator keeps.
@@ -461,8 +537,19 @@ async function main() {
             const bucketsAfter = await latencyBuckets(target.admin);
             keep(half);
             const count = (le: string) => (bucketsAfter.get(le) ?? 0) - (bucketsBefore.get(le) ?? 0);
-            const serverWithin = Object.fromEntries(['0.005', '0.01', '0.02'].map((le) => [`${Number(le) * 1000}ms`, Math.round((count(le) / count('+Inf')) * 1000) / 10]));
-            result.half = { rate, eventsPerSecond: perSecond(half), latency: half.latency, nonOk: half.nonOk + half.errors, serverWithin };
+            const serverWithin = Object.fromEntries(
+              ['0.005', '0.01', '0.02'].map((le) => [
+                `${Number(le) * 1000}ms`,
+                Math.round((count(le) / count('+Inf')) * 1000) / 10,
+              ]),
+            );
+            result.half = {
+              rate,
+              eventsPerSecond: perSecond(half),
+              latency: half.latency,
+              nonOk: half.nonOk + half.errors,
+              serverWithin,
+            };
           }
           if (untraced(mode) !== 'naive' && !isPeerMode(mode)) result.batches = await batchStats(target.admin);
           result.peakRssMb = await stopTarget(target);
@@ -518,7 +605,10 @@ async function main() {
   );
   console.log('|---|---|---|---|---|---|---|---|---|---|---|---|---|---|');
   for (const t of table) {
-    const half = t.halfRate !== undefined ? `${t.halfRate}/s: ${t.halfP50} / ${t.halfP99} / ${t.halfP999} (server side ≤ 20 ms: ${t.halfServerWithin20ms}%)` : '—';
+    const half =
+      t.halfRate !== undefined
+        ? `${t.halfRate}/s: ${t.halfP50} / ${t.halfP99} / ${t.halfP999} (server side ≤ 20 ms: ${t.halfServerWithin20ms}%)`
+        : '—';
     const missing = isDiscard(t.mode) ? '—' : `${t.missing} of ${t.acknowledged}`;
     const batches = t.meanBatch !== undefined ? `${t.meanBatch} / ${t.meanRoundTripMs}` : '—';
     console.log(
@@ -530,24 +620,30 @@ async function main() {
     const discard = ceiling(t);
     const naive = naiveOf(t);
     const ratios = [
-      discard ? `${Math.round((t.eventsPerSecond / discard.eventsPerSecond) * 100)}% of the ceiling (${discard.label})` : undefined,
+      discard
+        ? `${Math.round((t.eventsPerSecond / discard.eventsPerSecond) * 100)}% of the ceiling (${discard.label})`
+        : undefined,
       naive ? `${(t.eventsPerSecond / naive.eventsPerSecond).toFixed(2)}× naive` : undefined,
     ].filter(Boolean);
     // The same ratios per round (rounds interleave the targets, so each round compares like with like).
     const perRound = [...new Set(results.map((r) => r.round))].map((round) => {
-      const of = (mode: string) => results.find((r) => r.round === round && r.load === t.load && r.mode === mode)?.eventsPerSecond;
+      const of = (mode: string) =>
+        results.find((r) => r.round === round && r.load === t.load && r.mode === mode)?.eventsPerSecond;
       const own = of(t.mode)!;
       const c = of(ceilingOf(t.mode));
       const n = of('naive');
       return `${c ? `${Math.round((own / c) * 100)}%` : '—'} / ${n ? `${(own / n).toFixed(2)}×` : '—'}`;
     });
-    if (ratios.length > 0) console.log(`${t.label}: ${ratios.join(', ')} (per round, ceiling / naive: ${perRound.join('; ')})`);
+    if (ratios.length > 0)
+      console.log(`${t.label}: ${ratios.join(', ')} (per round, ceiling / naive: ${perRound.join('; ')})`);
     // Against the peer (issue 20's goals: ≥ 2.5× its events/s and ≤ 0.4× its CPU per event, in every round).
     for (const p of table.filter((x) => isPeerMode(x.mode) && x.load === t.load)) {
       const rounds = [...new Set(results.map((r) => r.round))].map((round) => {
         const own = results.find((r) => r.round === round && r.load === t.load && r.mode === t.mode);
         const other = results.find((r) => r.round === round && r.load === p.load && r.mode === p.mode);
-        return own && other ? `${(own.eventsPerSecond / other.eventsPerSecond).toFixed(2)}× / ${(own.cpuPerEventUs / other.cpuPerEventUs).toFixed(2)}×` : '—';
+        return own && other
+          ? `${(own.eventsPerSecond / other.eventsPerSecond).toFixed(2)}× / ${(own.cpuPerEventUs / other.cpuPerEventUs).toFixed(2)}×`
+          : '—';
       });
       console.log(
         `${t.label} vs ${p.label}: ${(t.eventsPerSecond / p.eventsPerSecond).toFixed(2)}× the events/s, ${(t.cpuPerEventUs / p.cpuPerEventUs).toFixed(2)}× the CPU per event (per round: ${rounds.join('; ')})`,

@@ -30,7 +30,9 @@ if (!existsSync(CLI)) throw new Error('run `npm run build` first');
 if (!existsSync(join(KS, 'lib'))) throw new Error('run `mvn -q -f bench/kstreams/pom.xml package` first');
 
 let local: LocalBroker | undefined;
-const brokers = process.env.KAFKA_BROKERS ? process.env.KAFKA_BROKERS.split(',') : [(local = await startLocalBroker({ heapMb: 1024, partitions: PARTITIONS })).bootstrap];
+const brokers = process.env.KAFKA_BROKERS
+  ? process.env.KAFKA_BROKERS.split(',')
+  : [(local = await startLocalBroker({ heapMb: 1024, partitions: PARTITIONS })).bootstrap];
 const kafka = new Kafka({ clientId: 'bench-kstreams', brokers, logLevel: logLevel.NOTHING });
 const admin = kafka.admin();
 await admin.connect();
@@ -50,7 +52,10 @@ await ensureTopics(
     const statuses: Message[] = [];
     for (let i = from; i < Math.min(M, from + 2000); i++) {
       const m = `01KS${id.toUpperCase()}${String(i).padStart(14, '0')}`;
-      for (const r of messageLifeRecords(`req-${i}`, m, { firstStatusAt: 1764000000, acceptedAt: '2026-11-24T10:00:00.000Z' }))
+      for (const r of messageLifeRecords(`req-${i}`, m, {
+        firstStatusAt: 1764000000,
+        acceptedAt: '2026-11-24T10:00:00.000Z',
+      }))
         (r.topic === 'results' ? results : statuses).push({ key: r.key, value: r.value, headers: r.headers });
     }
     await producer.sendBatch({
@@ -69,12 +74,23 @@ function cpuSeconds(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) / 100;
 }
 function rss(pid: number, field = 'VmHWM'): number {
-  return Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? NaN) / 1024;
+  return (
+    Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? NaN) /
+    1024
+  );
 }
 
 /** Committed records of a topic, counted by a read_committed consumer; resolves when `expected` are there. */
-async function countUntil(topic: string, expected: number, timeoutMs: number): Promise<{ first: number; last: number; count: number }> {
-  const consumer = kafka.consumer({ groupId: `ks-count-${randomUUID()}`, readUncommitted: false, maxWaitTimeInMs: 100 });
+async function countUntil(
+  topic: string,
+  expected: number,
+  timeoutMs: number,
+): Promise<{ first: number; last: number; count: number }> {
+  const consumer = kafka.consumer({
+    groupId: `ks-count-${randomUUID()}`,
+    readUncommitted: false,
+    maxWaitTimeInMs: 100,
+  });
   await consumer.connect();
   await consumer.subscribe({ topics: [topic], fromBeginning: true });
   let count = 0;
@@ -187,13 +203,24 @@ const jobs: Job[] = [
 
 const rows: string[] = [];
 for (const job of jobs) {
-  if (job.name.startsWith('Kafka')) await ensureTopics(admin, [{ topic: job.output, partitions: PARTITIONS, replicationFactor: 1 }]);
+  if (job.name.startsWith('Kafka'))
+    await ensureTopics(admin, [{ topic: job.output, partitions: PARTITIONS, replicationFactor: 1 }]);
   else {
     // As the tracker creates them (it finds them there).
     const config = loadConfig({ env: {} });
     await ensureTopics(admin, [
-      { topic: job.output, partitions: PARTITIONS, replicationFactor: 1, configEntries: changelogTopicConfig(config, 'messageState') },
-      { topic: `ks-mconv-${id}`, partitions: PARTITIONS, replicationFactor: 1, configEntries: changelogTopicConfig(config, 'conversations') },
+      {
+        topic: job.output,
+        partitions: PARTITIONS,
+        replicationFactor: 1,
+        configEntries: changelogTopicConfig(config, 'messageState'),
+      },
+      {
+        topic: `ks-mconv-${id}`,
+        partitions: PARTITIONS,
+        replicationFactor: 1,
+        configEntries: changelogTopicConfig(config, 'conversations'),
+      },
     ]);
   }
   console.error(`${job.name}: processing ${4 * M} events…`);

@@ -55,8 +55,16 @@ export function track(child: ChildProcess): ChildProcess {
   return child;
 }
 
-/** The first line of a child's output that `match`es; the stream keeps being read after it, so the child never blocks on a full pipe. */
-export function firstLine(child: ChildProcess, match: (line: string) => boolean, stream: 'stdout' | 'stderr' = 'stdout', timeoutMs = 120_000): Promise<string> {
+/**
+ * The first line of a child's output that `match`es; the stream keeps being read after it, so the child never blocks on
+ * a full pipe.
+ */
+export function firstLine(
+  child: ChildProcess,
+  match: (line: string) => boolean,
+  stream: 'stdout' | 'stderr' = 'stdout',
+  timeoutMs = 120_000,
+): Promise<string> {
   const lines = createInterface({ input: child[stream]! });
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error('timed out waiting for the child to start')), timeoutMs);
@@ -112,11 +120,18 @@ export interface FakeProvider {
   stop(): Promise<void>;
 }
 
-/** The Go fake provider: answers every valid send after `latencyMs`, counting duplicates and order by the text `rid=… k=… s=…`. */
+/**
+ * The Go fake provider: answers every valid send after `latencyMs`, counting duplicates and order by the text `rid=…
+ * k=… s=…`.
+ */
 export async function startFakeProvider(binary: string, latencyMs: number, apiKey: string): Promise<FakeProvider> {
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
-  const child = track(spawn(binary, ['-addr', `127.0.0.1:${port}`, '-latency', `${latencyMs}ms`, '-key', apiKey], { stdio: ['ignore', 'ignore', 'inherit'] }));
+  const child = track(
+    spawn(binary, ['-addr', `127.0.0.1:${port}`, '-latency', `${latencyMs}ms`, '-key', apiKey], {
+      stdio: ['ignore', 'ignore', 'inherit'],
+    }),
+  );
   await waitForHttp(`${url}/stats`, child, 10_000);
   return {
     url,
@@ -128,7 +143,11 @@ export async function startFakeProvider(binary: string, latencyMs: number, apiKe
 }
 
 /** Redpanda Connect on one of its configurations; resolves once its /ready answers 200 (input and output connected). */
-export async function startRpconnect(binary: string, config: string, env: Record<string, string>): Promise<{ child: ChildProcess; pid: number }> {
+export async function startRpconnect(
+  binary: string,
+  config: string,
+  env: Record<string, string>,
+): Promise<{ child: ChildProcess; pid: number }> {
   const adminPort = await freePort();
   const child = track(
     spawn(binary, ['-c', config], {
@@ -162,7 +181,11 @@ export function machineTicks(): { busy: number; total: number } {
  * for the others (GC, compiler, libuv pool: Node names none); a thread that ends meanwhile is
  * left out.
  */
-function perThread(pid: number, file: 'stat' | 'status', read: (text: string) => number): { main: number; others: number } {
+function perThread(
+  pid: number,
+  file: 'stat' | 'status',
+  read: (text: string) => number,
+): { main: number; others: number } {
   const out = { main: 0, others: 0 };
   for (const tid of readdirSync(`/proc/${pid}/task`)) {
     try {
@@ -188,7 +211,9 @@ export function cpuByThread(pid: number): Record<string, number> {
  * event loop's. A thread that ends between two readings takes its count out of `all`.
  */
 export function sleepsSoFar(pid: number): { main: number; all: number } {
-  const { main, others } = perThread(pid, 'status', (text) => Number(/^voluntary_ctxt_switches:\s+(\d+)/m.exec(text)?.[1] ?? 0));
+  const { main, others } = perThread(pid, 'status', (text) =>
+    Number(/^voluntary_ctxt_switches:\s+(\d+)/m.exec(text)?.[1] ?? 0),
+  );
   return { main, all: main + others };
 }
 

@@ -45,7 +45,10 @@ const IN_FLIGHT = args.wholeNumber('in-flight', 1);
 const LATENCY_MS = args.wholeNumber('latency-ms');
 const ROUNDS = args.wholeNumber('rounds', 1);
 const API_KEY = 'bench-api-key';
-const BODY = { recipient: { channelType: 'whatsapp', id: '+15550001111' }, message: { text: 'Your order 1234 has shipped and will arrive tomorrow.' } };
+const BODY = {
+  recipient: { channelType: 'whatsapp', id: '+15550001111' },
+  message: { text: 'Your order 1234 has shipped and will arrive tomorrow.' },
+};
 
 interface Result {
   client: string;
@@ -67,14 +70,33 @@ type Call = () => Promise<boolean>;
 function callers(client: string, url: string, proxyUrl?: string): { call: Call; close: () => Promise<void> } {
   if (client !== 'undici') {
     const proxy = proxyUrl ? proxyOf(proxyUrl) : undefined;
-    const c = createProviderClient({ baseUrl: url, connections: IN_FLIGHT, callTimeoutMs: 10_000, tls: { ca: TLS.cert }, ...(proxy ? { proxy } : {}) });
-    return { call: async () => (await c.send('text', 'biz_bench', API_KEY, BODY)).kind === 'accepted', close: () => c.close() };
+    const c = createProviderClient({
+      baseUrl: url,
+      connections: IN_FLIGHT,
+      callTimeoutMs: 10_000,
+      tls: { ca: TLS.cert },
+      ...(proxy ? { proxy } : {}),
+    });
+    return {
+      call: async () => (await c.send('text', 'biz_bench', API_KEY, BODY)).kind === 'accepted',
+      close: () => c.close(),
+    };
   }
   const pool = new Pool(url, { connections: IN_FLIGHT, pipelining: 1, keepAliveTimeout: 30_000 });
-  const headers = { Accept: 'application/json', 'Content-Type': 'application/json', 'X-API-Key': API_KEY, 'User-Agent': 'msgbridge-sender' };
+  const headers = {
+    Accept: 'application/json',
+    'Content-Type': 'application/json',
+    'X-API-Key': API_KEY,
+    'User-Agent': 'msgbridge-sender',
+  };
   return {
     call: async () => {
-      const res = await pool.request({ method: 'POST', path: '/v1/businesses/biz_bench/send/messages', headers, body: JSON.stringify(BODY) });
+      const res = await pool.request({
+        method: 'POST',
+        path: '/v1/businesses/biz_bench/send/messages',
+        headers,
+        body: JSON.stringify(BODY),
+      });
       const body = (await res.body.json()) as { id?: string };
       return res.statusCode === 200 && typeof body.id === 'string';
     },
@@ -105,7 +127,12 @@ async function runChild(client: string, url: string, proxyUrl?: string): Promise
   await drive(CALLS, PROXY_MODE);
   const seconds = (performance.now() - wall) / 1000;
   const used = process.cpuUsage(cpu);
-  const result: Result = { client, usPerCall: Math.round(((used.user + used.system) / CALLS) * 10) / 10, rssMiB: Math.round(process.memoryUsage().rss / 1048576), failures };
+  const result: Result = {
+    client,
+    usPerCall: Math.round(((used.user + used.system) / CALLS) * 10) / 10,
+    rssMiB: Math.round(process.memoryUsage().rss / 1048576),
+    failures,
+  };
   if (PROXY_MODE) {
     times.sort((a, b) => a - b);
     result.callsPerSecond = Math.round(CALLS / seconds);
@@ -119,12 +146,31 @@ async function runChild(client: string, url: string, proxyUrl?: string): Promise
 function once(client: string, url: string, proxyUrl?: string): Promise<Result> {
   return new Promise((resolve, reject) => {
     const extra = [...(proxyUrl ? ['--proxy-url', proxyUrl] : []), ...(PROXY_MODE ? ['--proxy'] : [])];
-    const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--child', client, '--url', url, '--calls', String(CALLS), '--in-flight', String(IN_FLIGHT), ...extra], {
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
+    const child = spawn(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        fileURLToPath(import.meta.url),
+        '--child',
+        client,
+        '--url',
+        url,
+        '--calls',
+        String(CALLS),
+        '--in-flight',
+        String(IN_FLIGHT),
+        ...extra,
+      ],
+      {
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
     let out = '';
     child.stdout.on('data', (c: Buffer) => (out += c.toString()));
-    child.once('exit', (code) => (code === 0 ? resolve(JSON.parse(out.trim()) as Result) : reject(new Error(`${client} exited ${code}`))));
+    child.once('exit', (code) =>
+      code === 0 ? resolve(JSON.parse(out.trim()) as Result) : reject(new Error(`${client} exited ${code}`)),
+    );
   });
 }
 
@@ -145,7 +191,11 @@ async function runOrigin(): Promise<void> {
 }
 
 async function startOrigin(): Promise<{ url: string; stop: () => void }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--child', 'origin', '--proxy'], { stdio: ['pipe', 'pipe', 'inherit'] });
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', fileURLToPath(import.meta.url), '--child', 'origin', '--proxy'],
+    { stdio: ['pipe', 'pipe', 'inherit'] },
+  );
   const port = await new Promise<string>((resolve, reject) => {
     child.stdout.once('data', (d: Buffer) => resolve(d.toString().trim()));
     child.once('exit', (code) => reject(new Error(`the https origin exited ${code}`)));
@@ -172,7 +222,9 @@ async function proxyMain(fakeProviderUrl: string): Promise<void> {
       for (const mode of round % 2 === 1 ? modes : [...modes].reverse()) {
         const r = { ...(await once(mode.name, mode.url, mode.proxy)), client: mode.name };
         results.push(r);
-        console.log(`round ${round} ${mode.name.padEnd(26)} ${r.usPerCall} µs CPU/call, ${r.callsPerSecond} calls/s, p50 ${r.p50Ms} ms, p99 ${r.p99Ms} ms, ${r.failures} failed`);
+        console.log(
+          `round ${round} ${mode.name.padEnd(26)} ${r.usPerCall} µs CPU/call, ${r.callsPerSecond} calls/s, p50 ${r.p50Ms} ms, p99 ${r.p99Ms} ms, ${r.failures} failed`,
+        );
       }
   } finally {
     origin.stop();
@@ -197,7 +249,8 @@ async function main(): Promise<void> {
   if (args.values.child === 'origin') return runOrigin();
   if (args.values.child) return runChild(args.values.child, args.values.url!, args.values['proxy-url']);
   const binary = peerBinary('fakeprovider');
-  if (!binary) throw new Error('the Go fake provider is needed: set BENCH_FAKEPROVIDER_BIN (docs/benchmarks.md, "Peers")');
+  if (!binary)
+    throw new Error('the Go fake provider is needed: set BENCH_FAKEPROVIDER_BIN (docs/benchmarks.md, "Peers")');
   const provider = await startFakeProvider(binary, LATENCY_MS, API_KEY);
   if (PROXY_MODE) {
     try {
@@ -212,20 +265,28 @@ async function main(): Promise<void> {
       for (const client of round % 2 === 1 ? ['undici', 'msgbridge'] : ['msgbridge', 'undici']) {
         const r = await once(client, provider.url);
         results.push(r);
-        console.log(`round ${round} ${client.padEnd(9)} ${r.usPerCall} µs CPU/call, RSS ${r.rssMiB} MiB, ${r.failures} failed`);
+        console.log(
+          `round ${round} ${client.padEnd(9)} ${r.usPerCall} µs CPU/call, RSS ${r.rssMiB} MiB, ${r.failures} failed`,
+        );
       }
   } finally {
     await provider.stop();
   }
   const of = (client: string) => results.filter((r) => r.client === client);
-  const m = { msgbridge: median(of('msgbridge').map((r) => r.usPerCall)), undici: median(of('undici').map((r) => r.usPerCall)) };
+  const m = {
+    msgbridge: median(of('msgbridge').map((r) => r.usPerCall)),
+    undici: median(of('undici').map((r) => r.usPerCall)),
+  };
   console.log(
     JSON.stringify({
       calls: CALLS,
       inFlight: IN_FLIGHT,
       medianUsPerCall: m,
       ratio: Math.round((m.msgbridge / m.undici) * 100) / 100,
-      medianRssMiB: { msgbridge: median(of('msgbridge').map((r) => r.rssMiB)), undici: median(of('undici').map((r) => r.rssMiB)) },
+      medianRssMiB: {
+        msgbridge: median(of('msgbridge').map((r) => r.rssMiB)),
+        undici: median(of('undici').map((r) => r.rssMiB)),
+      },
     }),
   );
 }

@@ -14,22 +14,43 @@ export interface Bench {
 }
 
 export const BENCHES: Record<string, Bench> = {
-  ingress: { description: 'ingress events/s, latency, CPU and memory; side by side with Redpanda Connect (own or wrk load)' },
+  ingress: {
+    description: 'ingress events/s, latency, CPU and memory; side by side with Redpanda Connect (own or wrk load)',
+  },
   fuzz: { description: 'hostile requests against a real ingress and broker: every answer and every record checked' },
-  'hung-broker': { description: 'a frozen broker of three: the ingress against a librdkafka reference producer (needs Python)' },
+  'hung-broker': {
+    description: 'a frozen broker of three: the ingress against a librdkafka reference producer (needs Python)',
+  },
   sender: { description: 'sender throughput, latency, order per recipient, provider outage and member failover' },
-  'sender-throughput': { description: 'sender side by side with Redpanda Connect on a Kafka backlog (Go fake provider)' },
+  'sender-throughput': {
+    description: 'sender side by side with Redpanda Connect on a Kafka backlog (Go fake provider)',
+  },
   'sender-idle': { description: 'what an idle sender costs: CPU, wake-ups and memory' },
   'sender-ledger': { description: "the sender's request ledger: bulk restore records/s, restart time with it on disk" },
   'provider-client': { description: "the sender's HTTP client against undici's Pool, CPU per call (Go fake provider)" },
   simulator: { description: 'the provider simulator is never the bottleneck: send endpoint and webhook delivery' },
-  tracker: { description: 'tracker state updates/s, restore time and memory per message state', nodeFlags: ['--expose-gc'] },
-  'tracker-volume': { description: 'the tracker at production volume: does its cost follow traffic or history (needs npm run build)' },
-  'tracker-conversation': { description: "a customer's conversation at 1,000,000 messages: search and thread p99 (needs npm run build)" },
+  tracker: {
+    description: 'tracker state updates/s, restore time and memory per message state',
+    nodeFlags: ['--expose-gc'],
+  },
+  'tracker-volume': {
+    description: 'the tracker at production volume: does its cost follow traffic or history (needs npm run build)',
+  },
+  'tracker-conversation': {
+    description: "a customer's conversation at 1,000,000 messages: search and thread p99 (needs npm run build)",
+  },
   kstreams: { description: 'the tracker side by side with Kafka Streams (needs npm run build and mvn package)' },
-  'bounded-maps': { description: 'the bounded maps once full: µs per insert of the state cache and the conversation table' },
-  campaign: { description: 'end to end: 3 brokers, 2 of each role, 9 overlapping faults; lost, sent twice, wrong states (needs npm run build)' },
-  'window-lookup': { description: 'the conversation window guard: lookup cost, memory per window, start-up read', nodeFlags: ['--expose-gc'] },
+  'bounded-maps': {
+    description: 'the bounded maps once full: µs per insert of the state cache and the conversation table',
+  },
+  campaign: {
+    description:
+      'end to end: 3 brokers, 2 of each role, 9 overlapping faults; lost, sent twice, wrong states (needs npm run build)',
+  },
+  'window-lookup': {
+    description: 'the conversation window guard: lookup cost, memory per window, start-up read',
+    nodeFlags: ['--expose-gc'],
+  },
 };
 
 /** What `--help` (or no argument) prints. */
@@ -51,7 +72,9 @@ async function main(argv: string[]): Promise<number> {
     return 2;
   }
   const file = fileURLToPath(new URL(`./${name}.ts`, import.meta.url));
-  const child = spawn(process.execPath, [...(bench.nodeFlags ?? []), '--import', 'tsx', file, ...rest], { stdio: 'inherit' });
+  const child = spawn(process.execPath, [...(bench.nodeFlags ?? []), '--import', 'tsx', file, ...rest], {
+    stdio: 'inherit',
+  });
   // Ctrl-C reaches the whole foreground group; SIGTERM to this process alone is passed on.
   const forward = (signal: NodeJS.Signals) => child.kill(signal);
   process.on('SIGTERM', forward);
@@ -65,4 +88,5 @@ async function main(argv: string[]): Promise<number> {
   });
 }
 
-if (process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.argv[1]) process.exitCode = await main(process.argv.slice(2));
+if (process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.argv[1])
+  process.exitCode = await main(process.argv.slice(2));

@@ -14,7 +14,10 @@ import { startLocalBroker, type LocalBroker } from '../src/local-kafka/local-bro
 import { benchArgs } from './args.js';
 import { cpuSeconds, peakRssMb, rssMb, sleepsSoFar } from './peers.js';
 
-const args = benchArgs(import.meta.url, { starts: { type: 'string', default: '3' }, 'idle-ms': { type: 'string', default: '10000' } });
+const args = benchArgs(import.meta.url, {
+  starts: { type: 'string', default: '3' },
+  'idle-ms': { type: 'string', default: '10000' },
+});
 const STARTS = args.wholeNumber('starts', 1);
 const IDLE_MS = args.wholeNumber('idle-ms');
 
@@ -23,7 +26,10 @@ const memory = (pid: number) => ({ rssMiB: Math.round(rssMb(pid)), peakMiB: Math
 async function heapSpaces(health: string): Promise<Record<string, number>> {
   const text = await (await fetch(`${health}/metrics`)).text();
   const spaces: Record<string, number> = {};
-  for (const m of text.matchAll(/^msgbridge_nodejs_heap_space_size_total_bytes\{space="([a-z_]+)"[^}]*\} ([0-9.e+]+)$/gm)) if (Number(m[2]) > 0) spaces[m[1]!] = Math.round(Number(m[2]) / 1048576);
+  for (const m of text.matchAll(
+    /^msgbridge_nodejs_heap_space_size_total_bytes\{space="([a-z_]+)"[^}]*\} ([0-9.e+]+)$/gm,
+  ))
+    if (Number(m[2]) > 0) spaces[m[1]!] = Math.round(Number(m[2]) / 1048576);
   const external = /^msgbridge_nodejs_external_memory_bytes(?:\{[^}]*\})? ([0-9.e+]+)$/m.exec(text);
   if (external) spaces.external = Math.round(Number(external[1]) / 1048576);
   return spaces;
@@ -63,8 +69,20 @@ async function main() {
       const seconds = IDLE_MS / 2 / 1000;
       const idleCpuMsPerSecond = Math.round(((cpuSeconds(child.pid!) - cpuFrom) / seconds) * 10000) / 10;
       const sleeps = sleepsSoFar(child.pid!);
-      const wakeUpsPerSecond = { main: Math.round((sleeps.main - sleepsFrom.main) / seconds), allThreads: Math.round((sleeps.all - sleepsFrom.all) / seconds) };
-      console.log(JSON.stringify({ start: i, readyMs, idleCpuMsPerSecond, wakeUpsPerSecond, ...memory(child.pid!), heapSpacesMiB: await heapSpaces(health) }));
+      const wakeUpsPerSecond = {
+        main: Math.round((sleeps.main - sleepsFrom.main) / seconds),
+        allThreads: Math.round((sleeps.all - sleepsFrom.all) / seconds),
+      };
+      console.log(
+        JSON.stringify({
+          start: i,
+          readyMs,
+          idleCpuMsPerSecond,
+          wakeUpsPerSecond,
+          ...memory(child.pid!),
+          heapSpacesMiB: await heapSpaces(health),
+        }),
+      );
       child.kill('SIGTERM');
       await new Promise((r) => child.once('exit', r));
     }

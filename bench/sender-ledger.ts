@@ -54,7 +54,10 @@ function records(from: number, count: number, at: number) {
     });
     const calling: LedgerEntry = { state: 'calling', offset: i, at, owner: 'bench/1/abcdef12' };
     const done: LedgerEntry = { state: 'done', offset: i, at: at + 1, remember: true, result };
-    out.push({ key, value: encodeLedgerEntry(calling), partition: PARTITION }, { key, value: encodeLedgerEntry(done), partition: PARTITION });
+    out.push(
+      { key, value: encodeLedgerEntry(calling), partition: PARTITION },
+      { key, value: encodeLedgerEntry(done), partition: PARTITION },
+    );
   }
   return out;
 }
@@ -63,7 +66,8 @@ async function produce(kafka: Kafka, topic: string, from: number, count: number)
   const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
   await producer.connect();
   const at = Date.now();
-  for (let i = from; i < from + count; i += 1_000) await producer.send({ topic, acks: -1, messages: records(i, Math.min(1_000, from + count - i), at) });
+  for (let i = from; i < from + count; i += 1_000)
+    await producer.send({ topic, acks: -1, messages: records(i, Math.min(1_000, from + count - i), at) });
   await producer.disconnect();
 }
 
@@ -74,7 +78,12 @@ async function main() {
     local = await startLocalBroker({ heapMb: 1024 });
     brokers = local.bootstrap;
   }
-  const kafka = new Kafka({ clientId: 'bench-ledger', brokers: brokers.split(','), logLevel: logLevel.NOTHING, retry: { retries: 10 } });
+  const kafka = new Kafka({
+    clientId: 'bench-ledger',
+    brokers: brokers.split(','),
+    logLevel: logLevel.NOTHING,
+    retry: { retries: 10 },
+  });
   const bulk: number[] = [];
   const bulkMs: number[] = [];
   const restartMs: number[] = [];
@@ -82,7 +91,16 @@ async function main() {
   try {
     for (let round = 1; round <= ROUNDS; round++) {
       const topic = `bench-ledger-${randomUUID().slice(0, 8)}`;
-      await withKafkajsAdmin(kafka, (admin) => ensureTopics(admin, [{ topic, partitions: 1, replicationFactor: 1, configEntries: [{ name: 'cleanup.policy', value: 'compact,delete' }] }]));
+      await withKafkajsAdmin(kafka, (admin) =>
+        ensureTopics(admin, [
+          {
+            topic,
+            partitions: 1,
+            replicationFactor: 1,
+            configEntries: [{ name: 'cleanup.policy', value: 'compact,delete' }],
+          },
+        ]),
+      );
       log(`[round ${round}] producing ${ENTRIES} requests (${2 * ENTRIES} records)…`);
       await produce(kafka, topic, 0, ENTRIES);
       const stateDir = mkdtempSync(join(tmpdir(), 'bench-ledger-'));
@@ -113,7 +131,9 @@ async function main() {
         await second.assign(PARTITION);
         restartMs.push(performance.now() - started);
         await second.close();
-        log(`[round ${round}] bulk ${Math.round(ms)} ms (${bulk.at(-1)} records/s, ${entriesKept.at(-1)} entries); restart with ${DELTA} new requests: ${Math.round(restartMs.at(-1)!)} ms`);
+        log(
+          `[round ${round}] bulk ${Math.round(ms)} ms (${bulk.at(-1)} records/s, ${entriesKept.at(-1)} entries); restart with ${DELTA} new requests: ${Math.round(restartMs.at(-1)!)} ms`,
+        );
       } finally {
         rmSync(stateDir, { recursive: true, force: true });
       }

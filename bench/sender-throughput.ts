@@ -79,7 +79,8 @@ const RATE = args.values.rate === undefined ? undefined : args.decimal('rate');
 const TARGETS = args.values.targets.split(',').map((t) => t.trim());
 const BUSINESS = { id: 'biz_bench', apiKey: 'bench-api-key', secret: 'bench-secret' };
 for (const t of TARGETS)
-  if (senderProcesses(t) === 0 && !['rpconnect', 'rpconnect-keepalive'].includes(t)) args.fail(`unknown target ${t} (msgbridge, msgbridge-x2 … msgbridge-x8, rpconnect, rpconnect-keepalive)`);
+  if (senderProcesses(t) === 0 && !['rpconnect', 'rpconnect-keepalive'].includes(t))
+    args.fail(`unknown target ${t} (msgbridge, msgbridge-x2 … msgbridge-x8, rpconnect, rpconnect-keepalive)`);
 
 interface Run {
   target: string;
@@ -96,23 +97,46 @@ interface Run {
   provider: FakeProviderStats;
   /** CPU seconds of the whole run by thread name. */
   cpuByThread: Record<string, number>;
-  /** Share of the machine's CPU (all cores, every process: broker, provider, reader, target) busy in the steady window. */
+  /**
+   * Share of the machine's CPU (all cores, every process: broker, provider, reader, target) busy in the steady window.
+   */
   machineBusyPct: number;
-  /** Cores each process used in the steady window: the target, the broker (when the bench started it), the Go provider, this bench (the result reader). */
+  /**
+   * Cores each process used in the steady window: the target, the broker (when the bench started it), the Go provider,
+   * this bench (the result reader).
+   */
   cores: { target: number; broker?: number; provider: number; reader: number };
-  /** msgbridge's metrics in the steady window: provider calls in flight, requests buffered, commit lag, call time as it measures it. */
-  msgbridge?: { meanInFlight: number; meanBuffered: number; meanCommitLag: number; commitsPerSecond: number; meanCallMs: number; eventLoopLagP99Ms?: number; eventLoopLagMaxMs?: number };
+  /**
+   * msgbridge's metrics in the steady window: provider calls in flight, requests buffered, commit lag, call time as it
+   * measures it.
+   */
+  msgbridge?: {
+    meanInFlight: number;
+    meanBuffered: number;
+    meanCommitLag: number;
+    commitsPerSecond: number;
+    meanCallMs: number;
+    eventLoopLagP99Ms?: number;
+    eventLoopLagMaxMs?: number;
+  };
 }
 
 async function scrape(port: number) {
   try {
     const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-    const sum = (name: string) => [...text.matchAll(new RegExp(`^${name}(?:\\{[^}]*\\})? ([0-9.e+-]+)$`, 'gm'))].reduce((n, m) => n + Number(m[1]), 0);
+    const sum = (name: string) =>
+      [...text.matchAll(new RegExp(`^${name}(?:\\{[^}]*\\})? ([0-9.e+-]+)$`, 'gm'))].reduce(
+        (n, m) => n + Number(m[1]),
+        0,
+      );
     return {
       inFlight: sum('msgbridge_sender_provider_in_flight'),
       buffered: sum('msgbridge_sender_buffered_requests'),
       commitLag: sum('msgbridge_sender_commit_lag'),
-      calls: { sum: sum('msgbridge_sender_provider_request_duration_seconds_sum'), count: sum('msgbridge_sender_provider_request_duration_seconds_count') },
+      calls: {
+        sum: sum('msgbridge_sender_provider_request_duration_seconds_sum'),
+        count: sum('msgbridge_sender_provider_request_duration_seconds_count'),
+      },
       commits: sum('msgbridge_sender_commits_total'),
       // How late the sender's 100 ms timer fired since the previous scrape (src/runtime/event-loop-delay.ts).
       lagP99Ms: sum('msgbridge_nodejs_eventloop_lag_p99_seconds') * 1000,
@@ -151,7 +175,9 @@ function senderProcesses(target: string): number {
   return n === undefined ? 0 : Number(n);
 }
 
-/** Results a second a target cannot exceed: its calls in flight over the provider's latency, and msgbridge's rate limit. */
+/**
+ * Results a second a target cannot exceed: its calls in flight over the provider's latency, and msgbridge's rate limit.
+ */
 function boundPerSecond(target: string, inFlight: number): number {
   return Math.min(inFlight / (L / 1000), senderProcesses(target) > 0 && RATE !== undefined ? RATE : Infinity);
 }
@@ -169,12 +195,25 @@ function requests(run: string) {
     const s = Math.floor(i / K);
     const requestId = `${run}-${k}-${s}`;
     const to = recipient(k);
-    return { key: to, value: JSON.stringify({ requestId, type: 'text', recipient: { channelType: 'whatsapp', id: to }, message: { text: `rid=${requestId} k=${to} s=${s} benchmark` } }) };
+    return {
+      key: to,
+      value: JSON.stringify({
+        requestId,
+        type: 'text',
+        recipient: { channelType: 'whatsapp', id: to },
+        message: { text: `rid=${requestId} k=${to} s=${s} benchmark` },
+      }),
+    };
   });
 }
 
 async function prepare(kafka: Kafka, run: string) {
-  const topics = { requests: `tp-req-${run}`, results: `tp-res-${run}`, dlq: `tp-dlq-${run}`, ledger: `tp-ledger-${run}` };
+  const topics = {
+    requests: `tp-req-${run}`,
+    results: `tp-res-${run}`,
+    dlq: `tp-dlq-${run}`,
+    ledger: `tp-ledger-${run}`,
+  };
   await withKafkajsAdmin(kafka, (admin) =>
     ensureTopics(
       admin,
@@ -218,7 +257,12 @@ async function groupFormed(kafka: Kafka, groupId: string, members: number) {
  */
 async function collect(kafka: Kafka, topic: string) {
   const seen = new Set<string>();
-  const consumer = kafka.consumer({ groupId: `tp-collect-${randomUUID()}`, maxWaitTimeInMs: 50, minBytes: 1024 * 1024, maxBytes: 16 * 1024 * 1024 });
+  const consumer = kafka.consumer({
+    groupId: `tp-collect-${randomUUID()}`,
+    maxWaitTimeInMs: 50,
+    minBytes: 1024 * 1024,
+    maxBytes: 16 * 1024 * 1024,
+  });
   await consumer.connect();
   await consumer.subscribe({ topics: [topic], fromBeginning: true });
   await consumer.run({
@@ -238,7 +282,8 @@ async function collect(kafka: Kafka, topic: string) {
 function beforeCli(target: string): string | undefined {
   if (target !== 'msgbridge-before') return undefined;
   const cli = process.env.BENCH_SENDER_BEFORE_CLI;
-  if (!cli) throw new Error('the msgbridge-before target runs another build: set BENCH_SENDER_BEFORE_CLI to its dist/cli.js');
+  if (!cli)
+    throw new Error('the msgbridge-before target runs another build: set BENCH_SENDER_BEFORE_CLI to its dist/cli.js');
   return cli;
 }
 
@@ -299,7 +344,9 @@ async function runOne(
   round: number,
 ): Promise<Run | undefined> {
   const run = randomUUID().slice(0, 8);
-  log(`[${target} ×${inFlight}] round ${round}: preloading ${TOTAL} requests over ${K} recipients${W > 0 ? ` (the first ${W} to warm up)` : ''}…`);
+  log(
+    `[${target} ×${inFlight}] round ${round}: preloading ${TOTAL} requests over ${K} recipients${W > 0 ? ` (the first ${W} to warm up)` : ''}…`,
+  );
   const topics = await prepare(kafka, run);
   const processes = senderProcesses(target);
   // Several senders join first and find the backlog together; one target finds it preloaded.
@@ -311,7 +358,13 @@ async function runOne(
   if (processes > 0) {
     // Members of one group, the calls in flight split between them (the operator's way to use more cores).
     for (let i = 0; i < processes; i++) adminPorts.push(await freePort());
-    children.push(...(await Promise.all(adminPorts.map((port) => startMsgbridge(brokers, provider.url, topics, Math.ceil(inFlight / processes), run, port, processes, target)))));
+    children.push(
+      ...(await Promise.all(
+        adminPorts.map((port) =>
+          startMsgbridge(brokers, provider.url, topics, Math.ceil(inFlight / processes), run, port, processes, target),
+        ),
+      )),
+    );
     if (processes > 1) {
       await groupFormed(kafka, `tp-sender-${run}`, processes);
       await preload(kafka, run, topics.requests);
@@ -333,10 +386,20 @@ async function runOne(
   }
   const pids = children.map((c) => c.pid!);
   const cpuOfTarget = () => pids.reduce((n, pid) => n + cpuSeconds(pid), 0);
-  const samples: { at: number; count: number; cpu: number; machine: { busy: number; total: number }; others: { broker: number; provider: number; reader: number } }[] = [];
+  const samples: {
+    at: number;
+    count: number;
+    cpu: number;
+    machine: { busy: number; total: number };
+    others: { broker: number; provider: number; reader: number };
+  }[] = [];
   const others = () => {
     const own = process.cpuUsage();
-    return { broker: brokerPid === undefined ? NaN : cpuSeconds(brokerPid), provider: cpuSeconds(provider.pid), reader: (own.user + own.system) / 1e6 };
+    return {
+      broker: brokerPid === undefined ? NaN : cpuSeconds(brokerPid),
+      provider: cpuSeconds(provider.pid),
+      reader: (own.user + own.system) / 1e6,
+    };
   };
   // msgbridge's own view, sampled in the steady window: calls in flight, requests buffered, call time.
   const gauges: { inFlight: number; buffered: number; commitLag: number; lagP99Ms: number; lagMaxMs: number }[] = [];
@@ -352,15 +415,28 @@ async function runOne(
   while (results.seen.size < TOTAL) {
     const exited = children.find((c) => c.exitCode !== null);
     if (exited) throw new Error(`${target} exited with ${exited.exitCode} after ${results.seen.size} results`);
-    if (Date.now() > deadline) throw new Error(`${target}: ${results.seen.size} of ${TOTAL} results after ${allowedMinutes} minutes`);
-    samples.push({ at: performance.now(), count: results.seen.size, cpu: cpuOfTarget(), machine: machineTicks(), others: others() });
+    if (Date.now() > deadline)
+      throw new Error(`${target}: ${results.seen.size} of ${TOTAL} results after ${allowedMinutes} minutes`);
+    samples.push({
+      at: performance.now(),
+      count: results.seen.size,
+      cpu: cpuOfTarget(),
+      machine: machineTicks(),
+      others: others(),
+    });
     const share = (results.seen.size - W) / N;
     if (processes > 0 && share >= 0.1 && share < 0.9 && samples.length % scrapeEvery === 0) {
       const m = combine(await Promise.all(adminPorts.map(scrape)));
       if (m) {
         // The first scrape's event-loop figures cover the sender's start (loading, compiling).
         const first = calls.before.count === 0;
-        gauges.push({ inFlight: m.inFlight, buffered: m.buffered, commitLag: m.commitLag, lagP99Ms: first ? NaN : m.lagP99Ms, lagMaxMs: first ? NaN : m.lagMaxMs });
+        gauges.push({
+          inFlight: m.inFlight,
+          buffered: m.buffered,
+          commitLag: m.commitLag,
+          lagP99Ms: first ? NaN : m.lagP99Ms,
+          lagMaxMs: first ? NaN : m.lagMaxMs,
+        });
         if (first) {
           calls.before = m.calls;
           commits = { ...commits, before: m.commits, from: performance.now() };
@@ -371,12 +447,19 @@ async function runOne(
     }
     await new Promise((r) => setTimeout(r, 100));
   }
-  samples.push({ at: performance.now(), count: results.seen.size, cpu: cpuOfTarget(), machine: machineTicks(), others: others() });
+  samples.push({
+    at: performance.now(),
+    count: results.seen.size,
+    cpu: cpuOfTarget(),
+    machine: machineTicks(),
+    others: others(),
+  });
   // Several processes: the sum of their peaks (an upper bound of what they held at once).
   const rss = pids.reduce((n, pid) => n + peakRssMb(pid), 0);
   const whole = cpuOfTarget();
   const threads: Record<string, number> = {};
-  for (const pid of pids) for (const [name, seconds] of Object.entries(cpuByThread(pid))) threads[name] = (threads[name] ?? 0) + seconds;
+  for (const pid of pids)
+    for (const [name, seconds] of Object.entries(cpuByThread(pid))) threads[name] = (threads[name] ?? 0) + seconds;
   await Promise.all(children.map((c) => stopChild(c)));
   await results.stop();
   const from = samples.find((s) => s.count >= W + 0.1 * N)!;
@@ -411,16 +494,28 @@ async function runOne(
       provider: cores(to.others.provider - from.others.provider),
       reader: cores(to.others.reader - from.others.reader),
     },
-    machineBusyPct: Math.round(((to.machine.busy - from.machine.busy) / Math.max(1, to.machine.total - from.machine.total)) * 100),
+    machineBusyPct: Math.round(
+      ((to.machine.busy - from.machine.busy) / Math.max(1, to.machine.total - from.machine.total)) * 100,
+    ),
     ...(gauges.length > 0
       ? {
           msgbridge: {
             meanInFlight: Math.round(gauges.reduce((n, g) => n + g.inFlight, 0) / gauges.length),
             meanBuffered: Math.round(gauges.reduce((n, g) => n + g.buffered, 0) / gauges.length),
             meanCommitLag: Math.round(gauges.reduce((n, g) => n + g.commitLag, 0) / gauges.length),
-            commitsPerSecond: Math.round((commits.after - commits.before) / Math.max(0.001, (commits.to - commits.from) / 1000)),
-            meanCallMs: Math.round(((calls.after.sum - calls.before.sum) / Math.max(1, calls.after.count - calls.before.count)) * 1e4) / 10,
-            ...(lagP99.length > 0 ? { eventLoopLagP99Ms: Math.round(median(lagP99) * 10) / 10, eventLoopLagMaxMs: Math.round(Math.max(...lagMax) * 10) / 10 } : {}),
+            commitsPerSecond: Math.round(
+              (commits.after - commits.before) / Math.max(0.001, (commits.to - commits.from) / 1000),
+            ),
+            meanCallMs:
+              Math.round(
+                ((calls.after.sum - calls.before.sum) / Math.max(1, calls.after.count - calls.before.count)) * 1e4,
+              ) / 10,
+            ...(lagP99.length > 0
+              ? {
+                  eventLoopLagP99Ms: Math.round(median(lagP99) * 10) / 10,
+                  eventLoopLagMaxMs: Math.round(Math.max(...lagMax) * 10) / 10,
+                }
+              : {}),
           },
         }
       : {}),
@@ -432,7 +527,8 @@ async function runOne(
 async function main() {
   await bundleCli();
   const fake = peerBinary('fakeprovider');
-  if (!fake) throw new Error('the Go fake provider is needed: set BENCH_FAKEPROVIDER_BIN (docs/benchmarks.md, "Peers")');
+  if (!fake)
+    throw new Error('the Go fake provider is needed: set BENCH_FAKEPROVIDER_BIN (docs/benchmarks.md, "Peers")');
   const rpconnect = TARGETS.some((t) => t.startsWith('rpconnect')) ? peerBinary('rpconnect') : undefined;
   let local: LocalBroker | undefined;
   let brokers = (process.env.KAFKA_BROKERS ?? '').split(',').filter(Boolean);
@@ -441,7 +537,12 @@ async function main() {
     brokers = [local.bootstrap];
   }
   const provider = await startFakeProvider(fake, L, BUSINESS.apiKey);
-  const kafka = new Kafka({ clientId: 'bench-sender-throughput', brokers, logLevel: logLevel.NOTHING, retry: { retries: 10 } });
+  const kafka = new Kafka({
+    clientId: 'bench-sender-throughput',
+    brokers,
+    logLevel: logLevel.NOTHING,
+    retry: { retries: 10 },
+  });
   const runs: Run[] = [];
   try {
     for (let round = 1; round <= ROUNDS; round++)
@@ -455,7 +556,9 @@ async function main() {
     await local?.stop();
   }
   console.log(JSON.stringify(runs, null, 2));
-  console.log(`\n${N} requests${W > 0 ? ` after ${W} to warm up` : ''} over ${K} recipients, provider latency ${L} ms, ${ROUNDS} round(s), medians (rounds in brackets)\n`);
+  console.log(
+    `\n${N} requests${W > 0 ? ` after ${W} to warm up` : ''} over ${K} recipients, provider latency ${L} ms, ${ROUNDS} round(s), medians (rounds in brackets)\n`,
+  );
   console.log(
     '| target | in flight | bound/s | results/s | of bound | CPU ms/result (steady) | CPU ms/result (whole run) | peak RSS MiB | machine busy % | missing | sent twice | out of order | connections |',
   );
@@ -476,13 +579,16 @@ async function main() {
       );
     }
   console.log('\nWhere the 2 cores went in the steady window (cores, median of the rounds):\n');
-  console.log('| target | in flight | target | broker (when the bench started it) | Go provider | the bench (result reader, /proc sampling, scrapes) | machine busy % |');
+  console.log(
+    '| target | in flight | target | broker (when the bench started it) | Go provider | the bench (result reader, /proc sampling, scrapes) | machine busy % |',
+  );
   console.log('|---|---|---|---|---|---|---|');
   for (const inFlight of IN_FLIGHT)
     for (const target of TARGETS) {
       const rs = runs.filter((r) => r.target === target && r.inFlight === inFlight);
       if (rs.length === 0) continue;
-      const m = (f: (r: Run) => number | undefined) => (rs.some((r) => f(r) === undefined) ? '–' : tidy(median(rs.map((r) => f(r)!))));
+      const m = (f: (r: Run) => number | undefined) =>
+        rs.some((r) => f(r) === undefined) ? '–' : tidy(median(rs.map((r) => f(r)!)));
       console.log(
         `| ${target} | ${inFlight} | ${m((r) => r.cores.target)} | ${m((r) => r.cores.broker)} | ${m((r) => r.cores.provider)} | ${m((r) => r.cores.reader)} | ${m((r) => r.machineBusyPct)} |`,
       );
@@ -493,7 +599,10 @@ async function main() {
       const own = table.get(`${mine}@${inFlight}`);
       for (const peer of ['rpconnect', 'rpconnect-keepalive']) {
         const other = table.get(`${peer}@${inFlight}`);
-        if (own && other) console.log(`×${inFlight}: ${mine} / ${peer}: ${(own.perSecond / other.perSecond).toFixed(2)}× results/s, ${(own.cpu / other.cpu).toFixed(2)}× CPU per result`);
+        if (own && other)
+          console.log(
+            `×${inFlight}: ${mine} / ${peer}: ${(own.perSecond / other.perSecond).toFixed(2)}× results/s, ${(own.cpu / other.cpu).toFixed(2)}× CPU per result`,
+          );
       }
     }
 }

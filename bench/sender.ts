@@ -136,7 +136,8 @@ function requests(run: string, count: number) {
 async function preload(kafka: Kafka, topic: string, records: { key: string; value: string }[]): Promise<void> {
   const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
   await producer.connect();
-  for (let i = 0; i < records.length; i += 2000) await producer.send({ topic, acks: -1, messages: records.slice(i, i + 2000) });
+  for (let i = 0; i < records.length; i += 2000)
+    await producer.send({ topic, acks: -1, messages: records.slice(i, i + 2000) });
   await producer.disconnect();
 }
 
@@ -160,7 +161,8 @@ async function collectResults(kafka: Kafka, topic: string): Promise<Collected> {
         const taken = Number(m.headers?.['received-at']?.toString());
         collected.records += 1;
         collected.lastAt = Math.max(collected.lastAt, at);
-        if (!collected.byRequest.has(value.requestId)) collected.byRequest.set(value.requestId, { latencyMs: at - taken, at, outcome: value.outcome });
+        if (!collected.byRequest.has(value.requestId))
+          collected.byRequest.set(value.requestId, { latencyMs: at - taken, at, outcome: value.outcome });
       }
     },
   });
@@ -182,7 +184,10 @@ function procStatus(pid: number): { peakRssMb: number; cpuSeconds: number } {
 }
 
 async function simJson<T>(url: string, method: 'GET' | 'DELETE' | 'PUT', path: string, body?: unknown): Promise<T> {
-  const res = await request(`${url}${path}`, { method, ...(body === undefined ? {} : { body: JSON.stringify(body), headers: { 'content-type': 'application/json' } }) });
+  const res = await request(`${url}${path}`, {
+    method,
+    ...(body === undefined ? {} : { body: JSON.stringify(body), headers: { 'content-type': 'application/json' } }),
+  });
   return (await res.body.json()) as T;
 }
 
@@ -200,7 +205,11 @@ async function createLedger(kafka: Kafka, run: string, topics: Record<string, st
   await createTopics(kafka, [topics.sendLedger], [{ name: 'cleanup.policy', value: 'compact,delete' }]);
 }
 
-async function createTopics(kafka: Kafka, topics: string[], configEntries?: { name: string; value: string }[]): Promise<void> {
+async function createTopics(
+  kafka: Kafka,
+  topics: string[],
+  configEntries?: { name: string; value: string }[],
+): Promise<void> {
   const admin = kafka.admin();
   await admin.connect();
   // The project's bootstrap waits until every leader really hosts its partitions (kafkajs's own
@@ -208,7 +217,12 @@ async function createTopics(kafka: Kafka, topics: string[], configEntries?: { na
   try {
     await ensureTopics(
       admin,
-      topics.map((topic) => ({ topic, partitions: PARTITIONS, replicationFactor: 1, ...(configEntries ? { configEntries } : {}) })),
+      topics.map((topic) => ({
+        topic,
+        partitions: PARTITIONS,
+        replicationFactor: 1,
+        ...(configEntries ? { configEntries } : {}),
+      })),
     );
   } finally {
     await admin.disconnect();
@@ -225,21 +239,39 @@ async function prepareConversations(kafka: Kafka, topic: string): Promise<void> 
   const until = new Date(at.getTime() + 24 * 3_600_000);
   const windows = Array.from({ length: K }, (_, k) => ({
     key: `${BUSINESS.id}:${recipient(k)}`,
-    value: JSON.stringify({ businessId: BUSINESS.id, customer: recipient(k), lastInboundAt: at.toISOString(), windowOpenUntil: until.toISOString() }),
+    value: JSON.stringify({
+      businessId: BUSINESS.id,
+      customer: recipient(k),
+      lastInboundAt: at.toISOString(),
+      windowOpenUntil: until.toISOString(),
+    }),
   }));
   await preload(kafka, topic, windows);
 }
 
-async function runScenario(kafka: Kafka, brokers: string[], simulatorUrl: string, scenario: Scenario): Promise<ScenarioResult> {
+async function runScenario(
+  kafka: Kafka,
+  brokers: string[],
+  simulatorUrl: string,
+  scenario: Scenario,
+): Promise<ScenarioResult> {
   const run = randomUUID().slice(0, 8);
-  const topics = { sendRequests: `bench-req-${run}`, sendResults: `bench-res-${run}`, sendRequestsDlq: `bench-dlq-${run}` };
+  const topics = {
+    sendRequests: `bench-req-${run}`,
+    sendResults: `bench-res-${run}`,
+    sendRequestsDlq: `bench-dlq-${run}`,
+  };
   await createTopics(kafka, Object.values(topics));
   await createLedger(kafka, run, topics);
   const guardEnv: Record<string, string> = {};
   if (scenario.conversationWindow) {
     const conversations = `bench-conv-${run}`;
     await prepareConversations(kafka, conversations);
-    Object.assign(guardEnv, { MSGBRIDGE__kafka__topics__conversations: conversations, MSGBRIDGE__sender__conversationWindow: 'reject', MSGBRIDGE__sender__conversationWindowGraceMs: '0' });
+    Object.assign(guardEnv, {
+      MSGBRIDGE__kafka__topics__conversations: conversations,
+      MSGBRIDGE__sender__conversationWindow: 'reject',
+      MSGBRIDGE__sender__conversationWindowGraceMs: '0',
+    });
   }
   const all = requests(run, scenario.requests);
   if (scenario.steadyPerSecond === undefined) {
@@ -262,7 +294,9 @@ async function runScenario(kafka: Kafka, brokers: string[], simulatorUrl: string
   const pid = child.pid!;
   const producedAt = new Map<string, number>();
   if (scenario.steadyPerSecond !== undefined) {
-    line(`[${scenario.name}] producing ${scenario.requests} requests at ${scenario.steadyPerSecond}/s while the sender runs…`);
+    line(
+      `[${scenario.name}] producing ${scenario.requests} requests at ${scenario.steadyPerSecond}/s while the sender runs…`,
+    );
     const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
     await producer.connect();
     const tickMs = 20;
@@ -283,7 +317,11 @@ async function runScenario(kafka: Kafka, brokers: string[], simulatorUrl: string
   let outageWindow: { from: number; to: number } | undefined;
   if (scenario.outage) {
     const { afterResults, seconds } = scenario.outage;
-    await waitUntil(() => collected.byRequest.size >= afterResults, 15 * 60_000, `${afterResults} results before the outage`);
+    await waitUntil(
+      () => collected.byRequest.size >= afterResults,
+      15 * 60_000,
+      `${afterResults} results before the outage`,
+    );
     line(`[${scenario.name}] provider outage: every send answered 5xx for ${seconds} s…`);
     await simJson(simulatorUrl, 'PUT', '/sim/faults', { send5xxRate: 1 });
     const from = Date.now();
@@ -298,7 +336,14 @@ async function runScenario(kafka: Kafka, brokers: string[], simulatorUrl: string
   await collected.consumer.disconnect();
   if (code !== 0) line(`[${scenario.name}] the sender exited with ${code}`);
 
-  const sends = await simJson<{ seq: number; status: number; receivedAt: string; body: { callbackData?: string; recipient?: { id: string } } | null }[]>(simulatorUrl, 'GET', '/sim/sends');
+  const sends = await simJson<
+    {
+      seq: number;
+      status: number;
+      receivedAt: string;
+      body: { callbackData?: string; recipient?: { id: string } } | null;
+    }[]
+  >(simulatorUrl, 'GET', '/sim/sends');
   const ours = sends.filter((s) => s.body?.callbackData?.startsWith(`${run}:`)).sort((a, b) => a.seq - b.seq);
   const firstSeen = new Set<string>();
   const lastN = new Map<string, number>();
@@ -313,16 +358,21 @@ async function runScenario(kafka: Kafka, brokers: string[], simulatorUrl: string
     lastN.set(who, Number(n));
   }
   // Backlog: from the moment the sender took the request; steady: from the moment it was produced.
-  const latencies = [...collected.byRequest].map(([id, v]) => (scenario.steadyPerSecond === undefined ? v.latencyMs : v.at - producedAt.get(id)!)).sort((a, b) => a - b);
+  const latencies = [...collected.byRequest]
+    .map(([id, v]) => (scenario.steadyPerSecond === undefined ? v.latencyMs : v.at - producedAt.get(id)!))
+    .sort((a, b) => a - b);
   const durationS = (collected.lastAt - readyAt) / 1000;
   const sendsPerSecond = scenario.steadyPerSecond ?? scenario.requests / durationS;
   let outage: OutageFigures | undefined;
   if (outageWindow) {
     const { from, to } = outageWindow;
     const done = [...collected.byRequest.values()];
-    const rate = (a: number, b: number) => done.filter((d) => d.at >= a && d.at < b).length / Math.max(0.001, (b - a) / 1000);
+    const rate = (a: number, b: number) =>
+      done.filter((d) => d.at >= a && d.at < b).length / Math.max(0.001, (b - a) / 1000);
     const created = new Map<string, number>();
-    for (const s of ours) if (s.status >= 200 && s.status < 300) created.set(s.body!.callbackData!, (created.get(s.body!.callbackData!) ?? 0) + 1);
+    for (const s of ours)
+      if (s.status >= 200 && s.status < 300)
+        created.set(s.body!.callbackData!, (created.get(s.body!.callbackData!) ?? 0) + 1);
     outage = {
       beforePerSecond: rate(readyAt, from),
       duringPerSecond: rate(from, to),
@@ -366,7 +416,13 @@ interface FailoverResult {
 }
 
 /** Spawns `msgbridge sender` (the bundle) on the given topics and group; its assignments are kept (log level info). */
-function spawnBenchSender(brokers: string[], simulatorUrl: string, topics: Record<string, string>, groupId: string, extraEnv: Record<string, string> = {}) {
+function spawnBenchSender(
+  brokers: string[],
+  simulatorUrl: string,
+  topics: Record<string, string>,
+  groupId: string,
+  extraEnv: Record<string, string> = {},
+) {
   const child = spawnSenderBundle(
     {
       KAFKA_BROKERS: brokers.join(','),
@@ -403,7 +459,11 @@ function spawnBenchSender(brokers: string[], simulatorUrl: string, topics: Recor
 /** Two members share the backlog; one is killed with SIGKILL; the survivor must take over its partitions. */
 async function runFailover(kafka: Kafka, brokers: string[], simulatorUrl: string): Promise<FailoverResult> {
   const run = randomUUID().slice(0, 8);
-  const topics = { sendRequests: `bench-fo-req-${run}`, sendResults: `bench-fo-res-${run}`, sendRequestsDlq: `bench-fo-dlq-${run}` };
+  const topics = {
+    sendRequests: `bench-fo-req-${run}`,
+    sendResults: `bench-fo-res-${run}`,
+    sendRequestsDlq: `bench-fo-dlq-${run}`,
+  };
   await createTopics(kafka, Object.values(topics));
   await createLedger(kafka, run, topics);
   const all = requests(run, N).map((r, i) => ({ ...r, partition: (i % K) % PARTITIONS }));
@@ -417,7 +477,11 @@ async function runFailover(kafka: Kafka, brokers: string[], simulatorUrl: string
   const b = spawnBenchSender(brokers, simulatorUrl, topics, groupId);
   try {
     const owned = (m: typeof a) => m.assignments.at(-1)?.partitions ?? [];
-    await waitUntil(() => owned(a).length > 0 && owned(b).length > 0 && owned(a).length + owned(b).length === PARTITIONS, 120_000, 'both members assigned');
+    await waitUntil(
+      () => owned(a).length > 0 && owned(b).length > 0 && owned(a).length + owned(b).length === PARTITIONS,
+      120_000,
+      'both members assigned',
+    );
     await waitUntil(() => collected.byRequest.size >= N / 4, 15 * 60_000, 'a quarter of the results');
     const dead = owned(a);
     const killedAt = Date.now();
@@ -426,7 +490,9 @@ async function runFailover(kafka: Kafka, brokers: string[], simulatorUrl: string
     const takeover = b.assignments.find((x) => x.at > killedAt && dead.every((p) => x.partitions.includes(p)));
     // The dead member's last writes have been read a second after its death.
     const resumedAfterMs = dead.map((p) => {
-      const times = [...collected.byRequest].filter(([id, v]) => v.at > killedAt + 1000 && partitionOf.get(id) === p).map(([, v]) => v.at);
+      const times = [...collected.byRequest]
+        .filter(([id, v]) => v.at > killedAt + 1000 && partitionOf.get(id) === p)
+        .map(([, v]) => v.at);
       return times.length > 0 ? Math.min(...times) - killedAt : NaN;
     });
     const sends = await simJson<{ body: { callbackData?: string } | null }[]>(simulatorUrl, 'GET', '/sim/sends');
@@ -447,7 +513,10 @@ async function runFailover(kafka: Kafka, brokers: string[], simulatorUrl: string
 }
 
 /** kafkajs eachMessage, one awaited provider call and one awaited result publish per request. */
-async function runNaive(kafka: Kafka, simulatorUrl: string): Promise<{ completed: number; perSecond: number; seconds: number }> {
+async function runNaive(
+  kafka: Kafka,
+  simulatorUrl: string,
+): Promise<{ completed: number; perSecond: number; seconds: number }> {
   const run = randomUUID().slice(0, 8);
   const requestsTopic = `bench-naive-req-${run}`;
   const resultsTopic = `bench-naive-res-${run}`;
@@ -466,7 +535,12 @@ async function runNaive(kafka: Kafka, simulatorUrl: string): Promise<{ completed
   await consumer.run({
     eachMessage: async ({ message }) => {
       if (stop) return;
-      const { requestId, businessId: _b, type: _t, ...body } = JSON.parse(message.value!.toString()) as Record<string, unknown>;
+      const {
+        requestId,
+        businessId: _b,
+        type: _t,
+        ...body
+      } = JSON.parse(message.value!.toString()) as Record<string, unknown>;
       const res = await pool.request({
         method: 'POST',
         path: `/v1/businesses/${BUSINESS.id}/send/messages`,
@@ -474,7 +548,13 @@ async function runNaive(kafka: Kafka, simulatorUrl: string): Promise<{ completed
         body: JSON.stringify(body),
       });
       const created = (await res.body.json()) as { id: string };
-      await producer.send({ topic: resultsTopic, acks: -1, messages: [{ key: created.id, value: JSON.stringify({ requestId, outcome: 'accepted', messageId: created.id }) }] });
+      await producer.send({
+        topic: resultsTopic,
+        acks: -1,
+        messages: [
+          { key: created.id, value: JSON.stringify({ requestId, outcome: 'accepted', messageId: created.id }) },
+        ],
+      });
       if (first === 0) first = Date.now();
       completed += 1;
       last = Date.now();
@@ -534,15 +614,28 @@ async function main() {
   let naive: Awaited<ReturnType<typeof runNaive>> | undefined;
   try {
     const scenarios: Scenario[] = [
-      { name: 'default (rate-bound)', requests: N, sender: { concurrency: 64, ratePerSecond: 200, maxBufferedRequests: 2000 } },
-      { name: 'rate limit lifted (concurrency-bound)', requests: N_CONCURRENCY, sender: { concurrency: 64, ratePerSecond: 100_000, maxBufferedRequests: 2000 } },
+      {
+        name: 'default (rate-bound)',
+        requests: N,
+        sender: { concurrency: 64, ratePerSecond: 200, maxBufferedRequests: 2000 },
+      },
+      {
+        name: 'rate limit lifted (concurrency-bound)',
+        requests: N_CONCURRENCY,
+        sender: { concurrency: 64, ratePerSecond: 100_000, maxBufferedRequests: 2000 },
+      },
       {
         name: 'rate limit lifted (concurrency-bound), conversation window guard on',
         requests: N_CONCURRENCY,
         sender: { concurrency: 64, ratePerSecond: 100_000, maxBufferedRequests: 2000 },
         conversationWindow: true,
       },
-      { name: 'steady 100/s, no backlog (latency)', requests: STEADY_REQUESTS, steadyPerSecond: 100, sender: { concurrency: 64, ratePerSecond: 200, maxBufferedRequests: 2000 } },
+      {
+        name: 'steady 100/s, no backlog (latency)',
+        requests: STEADY_REQUESTS,
+        steadyPerSecond: 100,
+        sender: { concurrency: 64, ratePerSecond: 200, maxBufferedRequests: 2000 },
+      },
       {
         name: `provider outage ${OUTAGE_SECONDS} s mid-stream (default config)`,
         requests: N,
@@ -596,9 +689,13 @@ async function main() {
 
   const fmt = (n: number, d = 0) => n.toLocaleString('en-US', { maximumFractionDigits: d, minimumFractionDigits: d });
   const out: string[] = [];
-  out.push(`Machine: ${cpus().length} × ${cpus()[0]?.model.trim()}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}; L = ${L} ms, K = ${K} recipients, ${PARTITIONS} partitions.`);
+  out.push(
+    `Machine: ${cpus().length} × ${cpus()[0]?.model.trim()}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}; L = ${L} ms, K = ${K} recipients, ${PARTITIONS} partitions.`,
+  );
   out.push('');
-  out.push('| scenario | N | bound min(c/L, rate) | completed sends/s | of bound | × naive | request→result p50 / p99 | sender peak RSS | sender CPU | order kept | results | duplicate calls |');
+  out.push(
+    '| scenario | N | bound min(c/L, rate) | completed sends/s | of bound | × naive | request→result p50 / p99 | sender peak RSS | sender CPU | order kept | results | duplicate calls |',
+  );
   out.push('|---|---|---|---|---|---|---|---|---|---|---|---|');
   for (const r of results) {
     if (r.outage) continue;
@@ -614,7 +711,10 @@ async function main() {
     );
   }
   out.push('');
-  for (const r of results) out.push(`- ${r.name}: ${ROUNDS} round(s), sends/s ${r.roundsPerSecond?.map((x) => fmt(x)).join(' / ')}; p99 ${r.roundsP99?.map((x) => fmt(x)).join(' / ')} ms`);
+  for (const r of results)
+    out.push(
+      `- ${r.name}: ${ROUNDS} round(s), sends/s ${r.roundsPerSecond?.map((x) => fmt(x)).join(' / ')}; p99 ${r.roundsP99?.map((x) => fmt(x)).join(' / ')} ms`,
+    );
   if (naive)
     out.splice(
       out.length - results.length - 1,
@@ -624,7 +724,9 @@ async function main() {
   const outages = results.filter((r) => r.outage);
   if (outages.length > 0) {
     out.push('');
-    out.push('| scenario | N | sends/s before / during / after | calls during the outage | first result after it | rejected | created twice | results | order kept |');
+    out.push(
+      '| scenario | N | sends/s before / during / after | calls during the outage | first result after it | rejected | created twice | results | order kept |',
+    );
     out.push('|---|---|---|---|---|---|---|---|---|');
     for (const r of outages) {
       const o = r.outage!;
@@ -635,7 +737,9 @@ async function main() {
   }
   if (failovers.length > 0) {
     out.push('');
-    out.push('| failover round | N | partitions of the killed member | assigned to the survivor after | first result per partition after | results | duplicate calls |');
+    out.push(
+      '| failover round | N | partitions of the killed member | assigned to the survivor after | first result per partition after | results | duplicate calls |',
+    );
     out.push('|---|---|---|---|---|---|---|');
     failovers.forEach((f, i) =>
       out.push(

@@ -93,12 +93,17 @@ async function main() {
     for (let round = 1; round <= ROUNDS; round += 1) {
       const run = await sendLoad(pool, DURATION_MS);
       sendRuns.push(run);
-      console.log(`send   round ${round}: ${run.ratePerSecond.toFixed(0)} req/s, p50 ${run.p50.toFixed(2)} ms, p99 ${run.p99.toFixed(2)} ms (${run.count} requests, non-200: ${run.non200})`);
+      console.log(
+        `send   round ${round}: ${run.ratePerSecond.toFixed(0)} req/s, p50 ${run.p50.toFixed(2)} ms, p99 ${run.p99.toFixed(2)} ms (${run.count} requests, non-200: ${run.non200})`,
+      );
     }
 
     // 2. Webhook delivery. Let the status events of the send runs (no registration yet) pass first.
     await waitIdle(simUrl, RELEASE_DELAY_MS + 10_000);
-    await api(simUrl, 'POST', `/v1/businesses/${BUSINESS.id}/create/webhooks`, { topic: 'delivery_status', address: `${receiverUrl}/hook` });
+    await api(simUrl, 'POST', `/v1/businesses/${BUSINESS.id}/create/webhooks`, {
+      topic: 'delivery_status',
+      address: `${receiverUrl}/hook`,
+    });
     const deliveryRuns: DeliveryRun[] = [];
     for (let round = 1; round <= ROUNDS; round += 1) {
       const run = await deliveryBacklog(pool, simUrl, receiverUrl);
@@ -113,7 +118,9 @@ async function main() {
     console.log(
       `send endpoint: ${median(sendRuns.map((r) => r.ratePerSecond)).toFixed(0)} req/s, p50 ${median(sendRuns.map((r) => r.p50)).toFixed(2)} ms, p99 ${median(sendRuns.map((r) => r.p99)).toFixed(2)} ms (${CONNECTIONS} connections, ${DURATION_MS} ms × ${ROUNDS})`,
     );
-    console.log(`webhook delivery: ${median(deliveryRuns.map((r) => r.ratePerSecond)).toFixed(0)} deliveries/s (${3 * MESSAGES} per round × ${ROUNDS})`);
+    console.log(
+      `webhook delivery: ${median(deliveryRuns.map((r) => r.ratePerSecond)).toFixed(0)} deliveries/s (${3 * MESSAGES} per round × ${ROUNDS})`,
+    );
   } finally {
     simulator.kill('SIGTERM');
     receiver.kill('SIGTERM');
@@ -128,11 +135,22 @@ interface SendRun {
   p99: number;
 }
 
-const TEMPLATE_BODY = Buffer.from(JSON.stringify({ parameters: [{ name: 'order', value: '4242' }], number: '+15550002222', templateName: 'order_update' }));
+const TEMPLATE_BODY = Buffer.from(
+  JSON.stringify({
+    parameters: [{ name: 'order', value: '4242' }],
+    number: '+15550002222',
+    templateName: 'order_update',
+  }),
+);
 const SEND_HEADERS = { 'content-type': 'application/json', accept: 'application/json', 'x-api-key': BUSINESS.apiKey };
 
 async function sendOnce(pool: Pool): Promise<number> {
-  const response = await pool.request({ path: `/v1/businesses/${BUSINESS.id}/send/whatsapp_templated_messages`, method: 'POST', headers: SEND_HEADERS, body: TEMPLATE_BODY });
+  const response = await pool.request({
+    path: `/v1/businesses/${BUSINESS.id}/send/whatsapp_templated_messages`,
+    method: 'POST',
+    headers: SEND_HEADERS,
+    body: TEMPLATE_BODY,
+  });
   await response.body.dump();
   return response.statusCode;
 }
@@ -154,7 +172,13 @@ async function sendLoad(pool: Pool, durationMs: number): Promise<SendRun> {
   );
   const elapsed = performance.now() - start;
   latencies.sort((a, b) => a - b);
-  return { count: latencies.length, non200, ratePerSecond: latencies.length / (elapsed / 1000), p50: quantile(latencies, 0.5), p99: quantile(latencies, 0.99) };
+  return {
+    count: latencies.length,
+    non200,
+    ratePerSecond: latencies.length / (elapsed / 1000),
+    p50: quantile(latencies, 0.5),
+    p99: quantile(latencies, 0.99),
+  };
 }
 
 interface DeliveryRun {
@@ -180,7 +204,10 @@ async function deliveryBacklog(pool: Pool, simUrl: string, receiverUrl: string):
     }),
   );
   const createMs = Date.now() - t0;
-  if (createMs >= RELEASE_DELAY_MS) console.warn(`  (creating the backlog took ${createMs} ms, longer than the ${RELEASE_DELAY_MS} ms hold: the figure is a lower bound)`);
+  if (createMs >= RELEASE_DELAY_MS)
+    console.warn(
+      `  (creating the backlog took ${createMs} ms, longer than the ${RELEASE_DELAY_MS} ms hold: the figure is a lower bound)`,
+    );
   const expected = 3 * MESSAGES;
   const deadline = Date.now() + 120_000;
   let stats: { count: number; first: number; last: number };

@@ -14,11 +14,12 @@
 // p50 / p99 of each, beside GET /me (the same HTTP round trip and credential check, no
 // store read: the floor the machine gives any query at that moment). Then, the member stopped,
 // the same queries in this process on its stores (TaskStore, TrackerLogic, QueryService.route:
-// the tracker's code without HTTP and another process to schedule). With --members 2 a second member joins, and the same queries are asked
-// of the first again: the thread then asks the other member for its part of the recipient's
+// the tracker's code without HTTP and another process to schedule). With --members 2 a second member joins, and the
+// same queries are asked of the first again: the thread then asks the other member for its part of the recipient's
 // messages, and the owner of the customer's task for the inbound messages.
 //
-//   npm run build && node --import tsx bench/tracker-conversation.ts [--history 1000000] [--customers 100000] [--inbound 300000] [--queries 1000] [--rounds 5] [--members 2]
+//   npm run build && node --import tsx bench/tracker-conversation.ts [--history 1000000] [--customers 100000]
+//   [--inbound 300000] [--queries 1000] [--rounds 5] [--members 2]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
@@ -58,14 +59,17 @@ const CLI = join(import.meta.dirname, '..', 'dist', 'cli.js');
 if (!existsSync(CLI)) throw new Error('run `npm run build` first: the tracker under test is dist/cli.js');
 
 let local: LocalBroker | undefined;
-const brokers = process.env.KAFKA_BROKERS ? process.env.KAFKA_BROKERS.split(',') : [(local = await startLocalBroker({ heapMb: 1024, partitions: PARTITIONS })).bootstrap];
+const brokers = process.env.KAFKA_BROKERS
+  ? process.env.KAFKA_BROKERS.split(',')
+  : [(local = await startLocalBroker({ heapMb: 1024, partitions: PARTITIONS })).bootstrap];
 const kafka = new Kafka({ clientId: 'bench-tracker-conversation', brokers, logLevel: logLevel.NOTHING });
 const admin = kafka.admin();
 await admin.connect();
 
 const TOKEN = `bench-${randomUUID()}`;
 const sha256 = (s: string) => createHash('sha256').update(s).digest('hex');
-const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
+const pct = (xs: number[], p: number) =>
+  [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const DAY = 86_400_000;
 const NOW = Date.now();
@@ -109,14 +113,25 @@ function stateRecord(i: number): Message {
     error: null,
     events: 3,
     updatedAt: at,
-    send: { attempts: 1, maybeSent: false, requestedType: 'text', content: { text: `Your order ${i} shipped and arrives tomorrow between 9 and 12.` }, channel: 'whatsapp' },
+    send: {
+      attempts: 1,
+      maybeSent: false,
+      requestedType: 'text',
+      content: { text: `Your order ${i} shipped and arrives tomorrow between 9 and 12.` },
+      channel: 'whatsapp',
+    },
     eventIds: [sha256(`a${i}`), sha256(`s${i}`), sha256(`d${i}`)],
   };
   return {
     key: id,
     value: JSON.stringify(state),
     partition: javaCompatibleHash(Buffer.from(id)) % PARTITIONS,
-    headers: { 'event-id': sha256(`st${i}`), 'business-id': 'biz_1', 'content-type': 'application/json', schema: 'message-state/v1' },
+    headers: {
+      'event-id': sha256(`st${i}`),
+      'business-id': 'biz_1',
+      'content-type': 'application/json',
+      schema: 'message-state/v1',
+    },
   };
 }
 
@@ -144,7 +159,12 @@ function inboundRecord(i: number): Message {
     value: JSON.stringify(value),
     // The partition of the customer's task: where the tracker writes and restores it.
     partition: javaCompatibleHash(Buffer.from(customer)) % PARTITIONS,
-    headers: { 'event-id': sha256(`inbound-message\n${eventId}`), 'business-id': 'biz_1', 'content-type': 'application/json', schema: 'inbound-message-record/v1' },
+    headers: {
+      'event-id': sha256(`inbound-message\n${eventId}`),
+      'business-id': 'biz_1',
+      'content-type': 'application/json',
+      schema: 'inbound-message-record/v1',
+    },
   };
 }
 
@@ -155,7 +175,10 @@ interface Proc {
 }
 
 function startTracker(env: Record<string, string>): Proc {
-  const child = spawn(process.execPath, [CLI, 'tracker'], { env: { ...process.env, ...env, MSGBRIDGE_LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [CLI, 'tracker'], {
+    env: { ...process.env, ...env, MSGBRIDGE_LOG_LEVEL: 'info' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   const lines: string[] = [];
   let resolveUrl: (url: string) => void = () => {};
   const url = new Promise<string>((r) => (resolveUrl = r));
@@ -164,7 +187,8 @@ function startTracker(env: Record<string, string>): Proc {
     const parts = (rest + d.toString()).split('\n');
     rest = parts.pop()!;
     for (const line of parts) {
-      if (line.includes('indexes built') || line.includes('restored in bulk') || line.includes('"level":50')) lines.push(line);
+      if (line.includes('indexes built') || line.includes('restored in bulk') || line.includes('"level":50'))
+        lines.push(line);
       const m = /"url":"(http[^"]+)"/.exec(line);
       if (m) resolveUrl(m[1]!);
     }
@@ -226,18 +250,32 @@ const env = {
 const config = loadConfig({ env });
 await ensureTopics(admin, [
   ...[t.results, t.status, t.messages].map((topic) => ({ topic, partitions: PARTITIONS, replicationFactor: 1 })),
-  ...[t.state, t.outcomes, t.inbound].map((topic) => ({ topic, partitions: PARTITIONS, replicationFactor: 1, configEntries: changelogTopicConfig(config, 'messageState') })),
-  { topic: t.conv, partitions: PARTITIONS, replicationFactor: 1, configEntries: changelogTopicConfig(config, 'conversations') },
+  ...[t.state, t.outcomes, t.inbound].map((topic) => ({
+    topic,
+    partitions: PARTITIONS,
+    replicationFactor: 1,
+    configEntries: changelogTopicConfig(config, 'messageState'),
+  })),
+  {
+    topic: t.conv,
+    partitions: PARTITIONS,
+    replicationFactor: 1,
+    configEntries: changelogTopicConfig(config, 'conversations'),
+  },
 ]);
 let began = performance.now();
 await load(t.state, H, stateRecord);
 await load(t.inbound, I, inboundRecord);
-console.error(`history: ${H} states and ${I} inbound messages of ${C} customers loaded in ${((performance.now() - began) / 1000).toFixed(1)} s`);
+console.error(
+  `history: ${H} states and ${I} inbound messages of ${C} customers loaded in ${((performance.now() - began) / 1000).toFixed(1)} s`,
+);
 
 began = performance.now();
 const first = startTracker(env);
 await settled(first);
-console.error(`one member ready and indexed ${((performance.now() - began) / 1000).toFixed(1)} s after its start (bulk restore of every task)`);
+console.error(
+  `one member ready and indexed ${((performance.now() - began) / 1000).toFixed(1)} s after its start (bulk restore of every task)`,
+);
 
 const headers = { authorization: `Bearer ${TOKEN}` };
 /** A query over HTTP (base), or in this process (the route of a QueryService on the stores). */
@@ -248,7 +286,9 @@ const overHttp =
     const res = await fetch(`${base}${path}`, { headers });
     return { status: res.status, body: await res.json() };
   };
-/** Wall time, and the CPU time this process spent (in process: the query's own cost, whatever else the machine runs). */
+/**
+ * Wall time, and the CPU time this process spent (in process: the query's own cost, whatever else the machine runs).
+ */
 async function timed(ask: Ask, path: string): Promise<{ ms: number; cpuMs: number; body: Record<string, unknown> }> {
   for (;;) {
     const cpu = process.cpuUsage();
@@ -256,7 +296,8 @@ async function timed(ask: Ask, path: string): Promise<{ ms: number; cpuMs: numbe
     const { status, body } = await ask(path);
     const ms = performance.now() - started;
     const used = process.cpuUsage(cpu);
-    // A rebalance (a member that missed its heartbeats on a busy machine) answers 503 "ask again": asked again, counted.
+    // A rebalance (a member that missed its heartbeats on a busy machine) answers 503 "ask again": asked again,
+    // counted.
     if (status === 503) {
       unavailable++;
       await sleep(200);
@@ -271,7 +312,15 @@ let unavailable = 0;
 
 /** The three queries, QUERIES times each, one at a time; answers checked (not empty, either form). */
 async function measureRound(base: Ask, floor: string): Promise<Record<string, number[]>> {
-  const times: Record<string, number[]> = { floor: [], search: [], thread: [], later: [], searchCpu: [], threadCpu: [], laterCpu: [] };
+  const times: Record<string, number[]> = {
+    floor: [],
+    search: [],
+    thread: [],
+    later: [],
+    searchCpu: [],
+    threadCpu: [],
+    laterCpu: [],
+  };
   // Warm the connection and the heavy customer's first page (its cursor for the later pages).
   const heavy = await timed(base, `/thread?customer=${encodeURIComponent(customerOf(0))}&limit=20`);
   let cursor = heavy.body.next as string;
@@ -296,7 +345,10 @@ async function measureRound(base: Ask, floor: string): Promise<Record<string, nu
   return times;
 }
 
-/** ROUNDS rounds: each figure is the median over the rounds of that round's percentile (a burst of the machine's other load moves one round, not the figure). */
+/**
+ * ROUNDS rounds: each figure is the median over the rounds of that round's percentile (a burst of the machine's other
+ * load moves one round, not the figure).
+ */
 async function measure(base: Ask, floor: string): Promise<Record<string, number[]>[]> {
   const rounds: Record<string, number[]>[] = [];
   for (let r = 0; r < ROUNDS; r++) rounds.push(await measureRound(base, floor));
@@ -309,7 +361,10 @@ const report = (members: string, rounds: Record<string, number[]>[], withCpu = f
   const of = (kind: string, p: number) => rounds.map((r) => pct(r[kind]!, p));
   const cell = (kind: string) => {
     const p99s = of(kind, 99);
-    const cpu = withCpu && rounds[0]![`${kind}Cpu`] ? ` (CPU ${median(of(`${kind}Cpu`, 50)).toFixed(2)} / ${median(of(`${kind}Cpu`, 99)).toFixed(2)} ms)` : '';
+    const cpu =
+      withCpu && rounds[0]![`${kind}Cpu`]
+        ? ` (CPU ${median(of(`${kind}Cpu`, 50)).toFixed(2)} / ${median(of(`${kind}Cpu`, 99)).toFixed(2)} ms)`
+        : '';
     return `${median(of(kind, 50)).toFixed(1)} / **${median(p99s).toFixed(1)}** ms (p99 ${Math.min(...p99s).toFixed(1)}–${Math.max(...p99s).toFixed(1)})${cpu}`;
   };
   const row = `| ${H.toLocaleString('en')} | ${I.toLocaleString('en')} | ${members} | ${cell('search')} | ${cell('thread')} | ${cell('later')} | ${cell('floor')} | ${os.loadavg()[0]!.toFixed(1)} |`;
@@ -342,7 +397,13 @@ await stop(first);
 {
   const topics = trackerTopics(config);
   const clusterId = (await admin.describeCluster()).clusterId;
-  const logic = new TrackerLogic({ topics, partitions: PARTITIONS, maxCachedMessages: 1000, maxCachedConversations: 1000, counters: { event() {}, skipped() {}, evicted() {} } });
+  const logic = new TrackerLogic({
+    topics,
+    partitions: PARTITIONS,
+    maxCachedMessages: 1000,
+    maxCachedConversations: 1000,
+    counters: { event() {}, skipped() {}, evicted() {} },
+  });
   const stores: TaskStore[] = [];
   for (let task = 0; task < PARTITIONS; task++) {
     const store = TaskStore.open(taskStoreDir(stateDir, config.tracker.groupId, task), {
@@ -361,7 +422,12 @@ await stop(first);
   const queries = new QueryService(logic, 5000);
   const self = 'http://in-process';
   const all = new Map(stores.map((_, task) => [task, self]));
-  queries.attach({ ownedTasks: () => [...all.keys()] }, { owners: async () => all, members: async () => [self], invalidate() {} }, self, async () => {});
+  queries.attach(
+    { ownedTasks: () => [...all.keys()] },
+    { owners: async () => all, members: async () => [self], invalidate() {} },
+    self,
+    async () => {},
+  );
   const inProcess: Ask = async (path) => {
     const url = new URL(path, self);
     const answer = await queries.route(url.pathname, url.searchParams, {});

@@ -52,12 +52,15 @@ const CLI = join(import.meta.dirname, '..', 'dist', 'cli.js');
 if (!existsSync(CLI)) throw new Error('run `npm run build` first: the tracker under test is dist/cli.js');
 
 let local: LocalBroker | undefined;
-const brokers = process.env.KAFKA_BROKERS ? process.env.KAFKA_BROKERS.split(',') : [(local = await startLocalBroker({ heapMb: 1024, partitions: PARTITIONS })).bootstrap];
+const brokers = process.env.KAFKA_BROKERS
+  ? process.env.KAFKA_BROKERS.split(',')
+  : [(local = await startLocalBroker({ heapMb: 1024, partitions: PARTITIONS })).bootstrap];
 const kafka = new Kafka({ clientId: 'bench-tracker-volume', brokers, logLevel: logLevel.NOTHING });
 const admin = kafka.admin();
 await admin.connect();
 
-const pct = (xs: number[], p: number) => (xs.length === 0 ? NaN : [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!);
+const pct = (xs: number[], p: number) =>
+  xs.length === 0 ? NaN : [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const histId = (i: number) => `01HIST${i.toString(36).toUpperCase().padStart(20, '0')}`;
 const hex = (s: string) => createHash('sha256').update(s).digest('hex');
@@ -96,7 +99,12 @@ async function loadHistory(topic: string, count: number): Promise<number> {
         key: id,
         value: JSON.stringify(state),
         partition: javaCompatibleHash(Buffer.from(id)) % PARTITIONS,
-        headers: { 'event-id': hex(`st${i}`), 'business-id': 'biz_1', 'content-type': 'application/json', schema: 'message-state/v1' },
+        headers: {
+          'event-id': hex(`st${i}`),
+          'business-id': 'biz_1',
+          'content-type': 'application/json',
+          schema: 'message-state/v1',
+        },
       });
     }
     inFlight.push(producer.send({ topic, messages, acks: 1 }));
@@ -132,7 +140,12 @@ function cpuSeconds(pid: number): number {
 function startTrackerProcess(env: Record<string, string>): Proc {
   const child = spawn(
     process.execPath,
-    [...(process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : []), ...(process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean), CLI, 'tracker'],
+    [
+      ...(process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : []),
+      ...(process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter(Boolean),
+      CLI,
+      'tracker',
+    ],
     { env: { ...process.env, ...env, MSGBRIDGE_LOG_LEVEL: 'info' }, stdio: ['ignore', 'pipe', 'pipe'] },
   );
   const output: string[] = [];
@@ -146,7 +159,8 @@ function startTrackerProcess(env: Record<string, string>): Proc {
     const lines = buffers[which].split('\n');
     buffers[which] = lines.pop()!;
     for (const line of lines) {
-      if (process.env.BENCH_GC_LOG && /Mark-Compact|Scavenge/.test(line)) appendFileSync(process.env.BENCH_GC_LOG, `${line}\n`);
+      if (process.env.BENCH_GC_LOG && /Mark-Compact|Scavenge/.test(line))
+        appendFileSync(process.env.BENCH_GC_LOG, `${line}\n`);
       if (
         line.includes('restored in bulk') ||
         line.includes('stores remapped') ||
@@ -165,7 +179,16 @@ function startTrackerProcess(env: Record<string, string>): Proc {
   };
   child.stdout!.on('data', onData('out'));
   child.stderr!.on('data', onData('err'));
-  const proc: Proc = { child, url, admin, rssMax: 0, anonMax: 0, fileMax: 0, output, sampler: setInterval(() => {}, 1000) };
+  const proc: Proc = {
+    child,
+    url,
+    admin,
+    rssMax: 0,
+    anonMax: 0,
+    fileMax: 0,
+    output,
+    sampler: setInterval(() => {}, 1000),
+  };
   clearInterval(proc.sampler);
   proc.sampler = setInterval(() => {
     try {
@@ -203,7 +226,13 @@ async function stopProcess(proc: Proc): Promise<number> {
 const rows: string[] = [];
 for (const H of HISTORIES) {
   const id = randomUUID().slice(0, 8);
-  const t = { results: `bv-results-${id}`, status: `bv-status-${id}`, messages: `bv-messages-${id}`, state: `bv-state-${id}`, conv: `bv-conv-${id}` };
+  const t = {
+    results: `bv-results-${id}`,
+    status: `bv-status-${id}`,
+    messages: `bv-messages-${id}`,
+    state: `bv-state-${id}`,
+    conv: `bv-conv-${id}`,
+  };
   const stateDir = join(tmpdir(), `bench-tracker-state-${id}`);
   const env = {
     KAFKA_BROKERS: brokers.join(','),
@@ -224,8 +253,18 @@ for (const H of HISTORIES) {
   const config = loadConfig({ env });
   await ensureTopics(admin, [
     ...[t.results, t.status, t.messages].map((topic) => ({ topic, partitions: PARTITIONS, replicationFactor: 1 })),
-    { topic: t.state, partitions: PARTITIONS, replicationFactor: 1, configEntries: changelogTopicConfig(config, 'messageState') },
-    { topic: t.conv, partitions: PARTITIONS, replicationFactor: 1, configEntries: changelogTopicConfig(config, 'conversations') },
+    {
+      topic: t.state,
+      partitions: PARTITIONS,
+      replicationFactor: 1,
+      configEntries: changelogTopicConfig(config, 'messageState'),
+    },
+    {
+      topic: t.conv,
+      partitions: PARTITIONS,
+      replicationFactor: 1,
+      configEntries: changelogTopicConfig(config, 'conversations'),
+    },
   ]);
   console.error(`[H=${H}] loading the history into ${t.state}…`);
   const loadRate = await loadHistory(t.state, H);
@@ -235,7 +274,9 @@ for (const H of HISTORIES) {
   const startedAtMs = Date.now();
   let proc = startTrackerProcess(env);
   const coldReady = await readyAfter(proc, started);
-  const bulkRates = proc.output.filter((l) => l.includes('restored in bulk')).map((l) => JSON.parse(l) as { changelogRecords: { messageState: number }; ms: number });
+  const bulkRates = proc.output
+    .filter((l) => l.includes('restored in bulk'))
+    .map((l) => JSON.parse(l) as { changelogRecords: { messageState: number }; ms: number });
   const restoredRecords = bulkRates.reduce((n, r) => n + r.changelogRecords.messageState, 0);
   console.error(
     `[H=${H}] ready after ${coldReady.toFixed(1)} s (${restoredRecords} records restored; task restores took ${bulkRates
@@ -248,7 +289,9 @@ for (const H of HISTORIES) {
   const indexesBuilt = () => proc.output.filter((l) => l.includes('indexes built')).length >= PARTITIONS;
   if (args.values['after-indexes']) {
     while (!indexesBuilt()) await sleep(500);
-    console.error(`[H=${H}] indexes built ${((performance.now() - started) / 1000).toFixed(1)} s after the start; traffic starts now`);
+    console.error(
+      `[H=${H}] indexes built ${((performance.now() - started) / 1000).toFixed(1)} s after the start; traffic starts now`,
+    );
   }
 
   // Traffic: fresh messages and late reads; latency to the read state.
@@ -293,7 +336,11 @@ for (const H of HISTORIES) {
       acceptedAt: new Date().toISOString(),
       maybeSent: false,
     });
-    const result = { key: m, value, headers: { 'event-id': resultEventId('biz_1', `live-${id}-${i}`, 'accepted'), 'business-id': 'biz_1' } };
+    const result = {
+      key: m,
+      value,
+      headers: { 'event-id': resultEventId('biz_1', `live-${id}-${i}`, 'accepted'), 'business-id': 'biz_1' },
+    };
     const statuses = ['sent', 'delivered', 'read'].map((s, k) => {
       const body = statusEvent(m, s, { timestamp: String(Math.floor(Date.now() / 1000) + k) });
       return { key: m, value: body, headers: { 'event-id': eventIdOf(body), 'business-id': 'biz_1' } };
@@ -336,7 +383,9 @@ for (const H of HISTORIES) {
     const w = Math.floor((at - trafficStart) / 5000);
     windows.set(w, [...(windows.get(w) ?? []), ms]);
   }
-  console.error(`[H=${H}] fresh-message latency p99 per 5 s: ${[...windows].map(([w, xs]) => `${w * 5}s ${Math.round(pct(xs, 99))}ms`).join(', ')}`);
+  console.error(
+    `[H=${H}] fresh-message latency p99 per 5 s: ${[...windows].map(([w, xs]) => `${w * 5}s ${Math.round(pct(xs, 99))}ms`).join(', ')}`,
+  );
   const lagText = await fetch(`${adminUrl}/metrics`).then((r) => r.text());
   const lag = lagText
     .split('\n')
@@ -379,8 +428,14 @@ for (const H of HISTORIES) {
   };
   // Lookups by request id answer 503 until the bulk restore's indexes are built.
   const indexDeadline = performance.now() + 600_000;
-  while (proc.output.filter((l) => l.includes('indexes built')).length < PARTITIONS && performance.now() < indexDeadline) await sleep(200);
-  const buildTimes = proc.output.filter((l) => l.includes('indexes built')).map((l) => Date.parse((JSON.parse(l) as { time: string }).time));
+  while (
+    proc.output.filter((l) => l.includes('indexes built')).length < PARTITIONS &&
+    performance.now() < indexDeadline
+  )
+    await sleep(200);
+  const buildTimes = proc.output
+    .filter((l) => l.includes('indexes built'))
+    .map((l) => Date.parse((JSON.parse(l) as { time: string }).time));
   const indexedAfter = buildTimes.length > 0 ? (Math.max(...buildTimes) - startedAtMs) / 1000 : NaN;
   const byMessage: number[] = [];
   const byRequest: number[] = [];
@@ -399,7 +454,8 @@ for (const H of HISTORIES) {
         (r) => r.ok,
         () => false,
       )) ||
-      second.output.filter((l) => l.includes('indexes built')).length < second.output.filter((l) => l.includes('restored in bulk')).length
+      second.output.filter((l) => l.includes('indexes built')).length <
+        second.output.filter((l) => l.includes('restored in bulk')).length
     )
       await sleep(200);
     const forwardedByMessage: number[] = [];
@@ -424,7 +480,12 @@ for (const H of HISTORIES) {
   started = performance.now();
   proc = startTrackerProcess(env);
   const warmReady = await readyAfter(proc, started);
-  const deltaRecords = proc.output.filter((l) => l.includes('caught up')).reduce((n, l) => n + (JSON.parse(l) as { changelogRecords: { messageState: number } }).changelogRecords.messageState, 0);
+  const deltaRecords = proc.output
+    .filter((l) => l.includes('caught up'))
+    .reduce(
+      (n, l) => n + (JSON.parse(l) as { changelogRecords: { messageState: number } }).changelogRecords.messageState,
+      0,
+    );
   const hwm2 = await stopProcess(proc);
 
   const f = (x: number) => Math.round(x).toLocaleString('en');

@@ -28,13 +28,18 @@ import { messageId } from '../test/ingress/fixtures.js';
 import { messageLifeRecords, type LifeRecord } from '../test/tracker/harness.js';
 import { benchArgs } from './args.js';
 
-const args = benchArgs(import.meta.url, { messages: { type: 'string', default: '50000' }, batch: { type: 'string', default: '500,2000' } });
+const args = benchArgs(import.meta.url, {
+  messages: { type: 'string', default: '50000' },
+  batch: { type: 'string', default: '500,2000' },
+});
 const M = args.wholeNumber('messages', 1);
 const BATCHES = args.wholeNumbers('batch');
 const PARTITIONS = 6;
 
 let local: LocalBroker | undefined;
-const brokers = process.env.KAFKA_BROKERS ? process.env.KAFKA_BROKERS.split(',') : [(local = await startLocalBroker({ heapMb: 768, partitions: PARTITIONS })).bootstrap];
+const brokers = process.env.KAFKA_BROKERS
+  ? process.env.KAFKA_BROKERS.split(',')
+  : [(local = await startLocalBroker({ heapMb: 768, partitions: PARTITIONS })).bootstrap];
 const kafka = new Kafka({ clientId: 'bench-tracker', brokers, logLevel: logLevel.NOTHING });
 const admin = kafka.admin();
 await admin.connect();
@@ -44,7 +49,8 @@ function events(count: number): Event[] {
   return Array.from({ length: count }, (_, i) => messageLifeRecords(`req-${i}`, messageId())).flat();
 }
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
-const sumOffsets = async (topic: string) => (await admin.fetchTopicOffsets(topic)).reduce((n, p) => n + Number(p.offset), 0);
+const sumOffsets = async (topic: string) =>
+  (await admin.fetchTopicOffsets(topic)).reduce((n, p) => n + Number(p.offset), 0);
 const rows: string[] = [];
 
 // 0. Memory per cached state (first: nothing else allocated yet).
@@ -61,7 +67,14 @@ const rows: string[] = [];
         {
           kind: 'result',
           eventId: e.headers['event-id']!,
-          result: { requestId: r.requestId, businessId: 'biz_1', messageId: r.messageId, type: 'text', recipient: '+15550002222', acceptedAt: r.acceptedAt },
+          result: {
+            requestId: r.requestId,
+            businessId: 'biz_1',
+            messageId: r.messageId,
+            type: 'text',
+            recipient: '+15550002222',
+            acceptedAt: r.acceptedAt,
+          },
         },
         now,
       );
@@ -84,7 +97,15 @@ const rows: string[] = [];
 {
   const input = events(20_000);
   const logic = new TrackerLogic({
-    topics: { sendResults: 'r', deliveryStatus: 's', messages: 'm', messageState: 'ms', conversations: 'c', requestOutcomes: 'ro', inboundMessages: 'im' },
+    topics: {
+      sendResults: 'r',
+      deliveryStatus: 's',
+      messages: 'm',
+      messageState: 'ms',
+      conversations: 'c',
+      requestOutcomes: 'ro',
+      inboundMessages: 'im',
+    },
     partitions: 1,
     maxCachedMessages: 1_000_000,
     maxCachedConversations: 1000,
@@ -112,19 +133,28 @@ const rows: string[] = [];
       headers: e.headers,
     }));
     const started = performance.now();
-    for (let i = 0; i < records.length; i += 500) logic.process(0, logic.decodeBatch(records.slice(i, i + 500))).commit?.(new Map());
+    for (let i = 0; i < records.length; i += 500)
+      logic.process(0, logic.decodeBatch(records.slice(i, i + 500))).commit?.(new Map());
     await store.flushed();
     rates.push(records.length / ((performance.now() - started) / 1000));
     await store.close();
   }
-  rows.push(`| state machine alone (parse, apply, serialise; no Kafka) | ${Math.round(median(rates)).toLocaleString('en')} events/s | median of 3 × 80,000 events |`);
+  rows.push(
+    `| state machine alone (parse, apply, serialise; no Kafka) | ${Math.round(median(rates)).toLocaleString('en')} events/s | median of 3 × 80,000 events |`,
+  );
 }
 
 // 2. End to end, per batch size.
 const input = events(M);
 for (const batch of BATCHES) {
   const id = randomUUID().slice(0, 8);
-  const t = { results: `bt-results-${id}`, status: `bt-status-${id}`, messages: `bt-messages-${id}`, state: `bt-state-${id}`, conv: `bt-conv-${id}` };
+  const t = {
+    results: `bt-results-${id}`,
+    status: `bt-status-${id}`,
+    messages: `bt-messages-${id}`,
+    state: `bt-state-${id}`,
+    conv: `bt-conv-${id}`,
+  };
   await ensureTopics(
     admin,
     [t.results, t.status, t.messages].map((topic) => ({ topic, partitions: PARTITIONS, replicationFactor: 1 })),
@@ -174,7 +204,10 @@ for (const batch of BATCHES) {
 
   if (batch === BATCHES[0]) {
     // 3. Restore: a new group (new transactional ids) rebuilds every task from message-state.
-    const restoreConfig = { ...config, tracker: { ...config.tracker, groupId: `bt-restore-${id}`, transactionalIdPrefix: `bt-restore-${id}` } };
+    const restoreConfig = {
+      ...config,
+      tracker: { ...config.tracker, groupId: `bt-restore-${id}`, transactionalIdPrefix: `bt-restore-${id}` },
+    };
     const restoreStarted = performance.now();
     const second = await startTracker({ config: restoreConfig, http: false, admin: false });
     await second.ready;

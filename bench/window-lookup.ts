@@ -44,7 +44,12 @@ function heapUsed(): number {
 // 2. memory (first, on a quiet heap)
 const before = heapUsed();
 const table = new ConversationTable({ maxEntries: ENTRIES, now: () => now });
-for (let i = 0; i < ENTRIES; i++) table.apply({ key: `biz_1:${customer(i).slice(1)}`, businessId: 'biz_1', openUntil: now + 3_600_000 + (i % 86_400) * 1000 });
+for (let i = 0; i < ENTRIES; i++)
+  table.apply({
+    key: `biz_1:${customer(i).slice(1)}`,
+    businessId: 'biz_1',
+    openUntil: now + 3_600_000 + (i % 86_400) * 1000,
+  });
 const after = heapUsed();
 const bytesPerEntry = (after - before) / ENTRIES;
 
@@ -61,7 +66,9 @@ function timeLookups(label: string, pick: (i: number) => string): void {
     results.push(Number(process.hrtime.bigint() - started) / LOOKUPS);
   }
   const ns = median(results);
-  console.log(`${label}: ${ns.toFixed(0)} ns per lookup (median of ${ROUNDS} rounds of ${LOOKUPS.toLocaleString('en')})`);
+  console.log(
+    `${label}: ${ns.toFixed(0)} ns per lookup (median of ${ROUNDS} rounds of ${LOOKUPS.toLocaleString('en')})`,
+  );
 }
 // The customers are formatted outside the timed loop: a request arrives with its recipient as a string.
 const hits = Array.from({ length: 65_536 }, (_, i) => customer((i * 7919) % ENTRIES));
@@ -75,7 +82,14 @@ for (let round = 0; round < ROUNDS; round++) {
   const started = process.hrtime.bigint();
   for (let i = 0; i < LOOKUPS; i++) {
     const to = (i & 1) === 0 ? hits[i & 65_535]! : misses[i & 65_535]!;
-    const decision = decideConversation({ mode: 'reject', request, lookup: () => table.lookup('biz_1', to, now), now, requestTime: now - 5000, graceMs: 1000 });
+    const decision = decideConversation({
+      mode: 'reject',
+      request,
+      lookup: () => table.lookup('biz_1', to, now),
+      now,
+      requestTime: now - 5000,
+      graceMs: 1000,
+    });
     if (decision.action === 'send') sink++;
   }
   decisionRuns.push(Number(process.hrtime.bigint() - started) / LOOKUPS);
@@ -90,7 +104,14 @@ const records = Array.from({ length: RECORDS }, (_, i) => {
   const last = new Date(now - (i % 172_800) * 1000);
   return {
     key: Buffer.from(`biz_1:${c}`),
-    value: Buffer.from(JSON.stringify({ businessId: 'biz_1', customer: c, lastInboundAt: last.toISOString(), windowOpenUntil: new Date(last.getTime() + 86_400_000).toISOString() })),
+    value: Buffer.from(
+      JSON.stringify({
+        businessId: 'biz_1',
+        customer: c,
+        lastInboundAt: last.toISOString(),
+        windowOpenUntil: new Date(last.getTime() + 86_400_000).toISOString(),
+      }),
+    ),
   };
 });
 const applyRuns: number[] = [];
@@ -104,9 +125,13 @@ for (let round = 0; round < ROUNDS; round++) {
   applyRuns.push(Number(process.hrtime.bigint() - started) / RECORDS);
 }
 const applyNs = median(applyRuns);
-console.log(`initial read, parse + apply: ${(applyNs / 1000).toFixed(2)} µs per record (${Math.round(1e9 / applyNs).toLocaleString('en')} records/s)`);
+console.log(
+  `initial read, parse + apply: ${(applyNs / 1000).toFixed(2)} µs per record (${Math.round(1e9 / applyNs).toLocaleString('en')} records/s)`,
+);
 
-console.log(`memory: ${bytesPerEntry.toFixed(0)} bytes per open window (heap and array buffers) (${ENTRIES.toLocaleString('en')} entries: ${((after - before) / 2 ** 20).toFixed(0)} MiB)`);
+console.log(
+  `memory: ${bytesPerEntry.toFixed(0)} bytes per open window (heap and array buffers) (${ENTRIES.toLocaleString('en')} entries: ${((after - before) / 2 ** 20).toFixed(0)} MiB)`,
+);
 console.log(
   `budget: at the sender's measured 602 sends/s (docs/benchmarks.md) a request has 1,661 µs; the decision takes ${(decisionNs / 1000).toFixed(2)} µs (${((decisionNs / 1_661_000) * 100).toFixed(3)}%)`,
 );

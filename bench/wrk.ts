@@ -47,7 +47,9 @@ export function wrkBinary(): string | undefined {
 }
 
 /** The Lua script's settings, from a load's options. */
-export function wrkEnvironment(load: Pick<WrkLoad, 'url' | 'secret' | 'perTopicPaths' | 'statusesOnly' | 'bodyBytes' | 'acceptEncoding'>): Record<string, string> {
+export function wrkEnvironment(
+  load: Pick<WrkLoad, 'url' | 'secret' | 'perTopicPaths' | 'statusesOnly' | 'bodyBytes' | 'acceptEncoding'>,
+): Record<string, string> {
   const path = new URL(load.url).pathname.replace(/\/+$/, '') || '/';
   return {
     WRK_SECRET: load.secret,
@@ -75,7 +77,8 @@ interface DoneLine {
 export function parseWrkOutput(stdout: string, ticksPerSecond = 100): WrkReport {
   const done = /^\{"requests":.*\}$/m.exec(stdout)?.[0];
   const ticks = /^wrk-cpu-ticks (\d+)$/m.exec(stdout)?.[1];
-  if (done === undefined || ticks === undefined) throw new Error(`wrk printed no report: ${JSON.stringify(stdout.slice(-300))}`);
+  if (done === undefined || ticks === undefined)
+    throw new Error(`wrk printed no report: ${JSON.stringify(stdout.slice(-300))}`);
   const d = JSON.parse(done) as DoneLine;
   const ms = (us: number) => Math.round(us / 10) / 100;
   return {
@@ -83,7 +86,13 @@ export function parseWrkOutput(stdout: string, ticksPerSecond = 100): WrkReport 
     ok: d.requests - d.status,
     rejected: d.status,
     errors: d.connect + d.read + d.write + d.timeout,
-    latencyMs: { p50: ms(d.latencyUs.p50), p90: ms(d.latencyUs.p90), p99: ms(d.latencyUs.p99), p999: ms(d.latencyUs.p999), max: ms(d.latencyUs.max) },
+    latencyMs: {
+      p50: ms(d.latencyUs.p50),
+      p90: ms(d.latencyUs.p90),
+      p99: ms(d.latencyUs.p99),
+      p999: ms(d.latencyUs.p999),
+      max: ms(d.latencyUs.max),
+    },
     durationMs: ms(d.durationUs),
     cpuSeconds: Number(ticks) / ticksPerSecond,
   };
@@ -96,9 +105,28 @@ export async function runWrk(binary: string, load: WrkLoad): Promise<WrkReport> 
   const threads = Math.max(1, Math.min(load.threads, load.connections));
   // The shell waits for wrk, then prints the CPU time of the children it waited for (fields 16
   // and 17 of its own stat line: cutime and cstime, in clock ticks).
-  const shell = 'ticks() { awk \'{print $16 + $17}\' /proc/$$/stat; }; "$@"; code=$?; echo "wrk-cpu-ticks $(ticks)"; exit $code';
-  const args = [binary, '-t', String(threads), '-c', String(load.connections), '-d', `${seconds}s`, '--timeout', '30s', '-s', SCRIPT, origin];
-  const child = track(spawn('sh', ['-c', shell, 'sh', ...args], { env: { ...process.env, ...wrkEnvironment(load) }, stdio: ['ignore', 'pipe', 'inherit'] }));
+  const shell =
+    'ticks() { awk \'{print $16 + $17}\' /proc/$$/stat; }; "$@"; code=$?; echo "wrk-cpu-ticks $(ticks)"; exit $code';
+  const args = [
+    binary,
+    '-t',
+    String(threads),
+    '-c',
+    String(load.connections),
+    '-d',
+    `${seconds}s`,
+    '--timeout',
+    '30s',
+    '-s',
+    SCRIPT,
+    origin,
+  ];
+  const child = track(
+    spawn('sh', ['-c', shell, 'sh', ...args], {
+      env: { ...process.env, ...wrkEnvironment(load) },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    }),
+  );
   let stdout = '';
   child.stdout!.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
   const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));

@@ -12,12 +12,15 @@ export default {
   meta: {
     type: 'problem',
     docs: { description: 'no Kafka client library type outside src/kafka' },
-    messages: { leak: "'{{name}}' has a type of {{library}} ({{type}}): only src/kafka knows a Kafka client library; use its ports" },
+    messages: {
+      leak: "'{{name}}' has a type of {{library}} ({{type}}): only src/kafka knows a Kafka client library; use its ports",
+    },
     schema: [],
   },
   create(context) {
     const services = context.sourceCode.parserServices;
-    if (!services?.program) throw new Error('no-kafka-client-types needs type information (parserOptions.projectService)');
+    if (!services?.program)
+      throw new Error('no-kafka-client-types needs type information (parserOptions.projectService)');
     const checker = services.program.getTypeChecker();
     const reported = new Set();
 
@@ -31,8 +34,13 @@ export default {
           if (match) return { library: match[1].replace('\\', '/'), type: checker.typeToString(type) };
         }
       }
-      const parts = [...(type.isUnionOrIntersection() ? type.types : []), ...(type.aliasTypeArguments ?? []), ...(checker.getTypeArguments && type.target ? checker.getTypeArguments(type) : [])];
-      // What a function returns; not what it takes (src/kafka's functions also take a test's own kafkajs client, KafkaSource).
+      const parts = [
+        ...(type.isUnionOrIntersection() ? type.types : []),
+        ...(type.aliasTypeArguments ?? []),
+        ...(checker.getTypeArguments && type.target ? checker.getTypeArguments(type) : []),
+      ];
+      // What a function returns; not what it takes (src/kafka's functions also take a test's own kafkajs client,
+      // KafkaSource).
       for (const signature of type.getCallSignatures()) parts.push(checker.getReturnTypeOfSignature(signature));
       for (const part of parts) {
         const found = libraryType(part, depth + 1, seen);
@@ -53,7 +61,8 @@ export default {
     return {
       VariableDeclarator: (node) => check(node.id, text(node.id)),
       'FunctionDeclaration, FunctionExpression, ArrowFunctionExpression, TSDeclareFunction'(node) {
-        for (const param of node.params) check(param.type === 'TSParameterProperty' ? param.parameter : param, text(param));
+        for (const param of node.params)
+          check(param.type === 'TSParameterProperty' ? param.parameter : param, text(param));
       },
       PropertyDefinition: (node) => check(node.key, text(node.key)),
       CallExpression: (node) => check(node, text(node.callee)),

@@ -16,7 +16,10 @@ const stamp = join(root, 'dist', '.build-inputs');
 const INPUTS = ['src', 'tsconfig.json', 'tsconfig.build.json', 'package-lock.json', 'scripts/copy-console.ts'];
 
 /** Every file under a path (the path itself when it is a file or missing). @param {string} path @returns {string[]} */
-const files = (path) => (existsSync(path) && statSync(path).isDirectory() ? readdirSync(path).flatMap((name) => files(join(path, name))) : [path]);
+const files = (path) =>
+  existsSync(path) && statSync(path).isDirectory()
+    ? readdirSync(path).flatMap((name) => files(join(path, name)))
+    : [path];
 
 function inputsHash() {
   const hash = createHash('sha256');
@@ -32,7 +35,11 @@ if (process.argv[2] === '--record') {
   // The bin is run by its #! line (`npx msgbridge`), and tsc writes it without the execute bit.
   chmodSync(join(root, 'dist', 'cli.js'), 0o755);
   writeFileSync(stamp, `${inputsHash()}\n`);
-} else if (!existsSync(join(root, 'dist', 'cli.js')) || !existsSync(stamp) || readFileSync(stamp, 'utf8').trim() !== inputsHash()) {
+} else if (
+  !existsSync(join(root, 'dist', 'cli.js')) ||
+  !existsSync(stamp) ||
+  readFileSync(stamp, 'utf8').trim() !== inputsHash()
+) {
   const result = spawnSync('npm', ['run', 'build'], { cwd: root, stdio: 'inherit' });
   process.exit(result.status ?? 1);
 }

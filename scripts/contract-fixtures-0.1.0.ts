@@ -23,7 +23,14 @@ import {
 
 const VERSION = '0.1.0';
 /** The topics 0.1.0 had: the tracker (message-state, conversations) came later. */
-const TOPICS: ContractTopic[] = ['messages', 'delivery_status', 'webhooks-dlq', 'send-requests', 'send-results', 'send-requests-dlq'];
+const TOPICS: ContractTopic[] = [
+  'messages',
+  'delivery_status',
+  'webhooks-dlq',
+  'send-requests',
+  'send-results',
+  'send-requests-dlq',
+];
 
 type Headers = Record<string, string | Buffer>;
 type Record_ = { key: string | Buffer | null; value: Buffer | string; headers: Headers };
@@ -77,21 +84,38 @@ async function main(tree: string): Promise<void> {
     const value = JSON.stringify(input.value);
     out['send-requests']!.push(golden(input.note, { key: input.key, value, headers: input.headers }));
     const receivedAt = RECEIVED_AT + 100 * i;
-    const job = requests.prepareJob(incoming(input.key, value, input.headers, i), businesses, receivedAt, RECEIVED_AT - 1000);
+    const job = requests.prepareJob(
+      incoming(input.key, value, input.headers, i),
+      businesses,
+      receivedAt,
+      RECEIVED_AT - 1000,
+    );
     if (job.kind !== 'send') throw new Error(`${input.note}: dead-lettered (${job.reason})`);
     const at = new Date(receivedAt + 250);
     const o = input.outcome;
     let result;
     if (o.kind === 'accepted') result = requests.acceptedResult(job, o.messageId, o.attempts, at);
-    else if (o.kind === 'rejected') result = requests.rejectedResult(job, requests.failureOf(o.attempt, o.retriable), o.attempts, at);
+    else if (o.kind === 'rejected')
+      result = requests.rejectedResult(job, requests.failureOf(o.attempt, o.retriable), o.attempts, at);
     else throw new Error(`${input.note}: 0.1.0 has no ${o.kind} outcome`);
     const { key, value: bytes } = requests.resultRecord(result);
-    out['send-results']!.push(golden(`${o.kind}: ${input.note}`, { key, value: bytes, headers: requests.resultHeaders({ value: bytes, businessId: job.businessId }, job.headers, receivedAt) }));
+    out['send-results']!.push(
+      golden(`${o.kind}: ${input.note}`, {
+        key,
+        value: bytes,
+        headers: requests.resultHeaders({ value: bytes, businessId: job.businessId }, job.headers, receivedAt),
+      }),
+    );
   });
   INVALID_REQUEST_INPUTS.forEach((input, i) => {
     if (!inVersion(input.since, VERSION)) return;
     const offset = REQUEST_INPUTS.length + i;
-    const job = requests.prepareJob(incoming(input.key, input.value, input.headers, offset), businesses, RECEIVED_AT + 100 * offset, RECEIVED_AT - 1000);
+    const job = requests.prepareJob(
+      incoming(input.key, input.value, input.headers, offset),
+      businesses,
+      RECEIVED_AT + 100 * offset,
+      RECEIVED_AT - 1000,
+    );
     if (job.kind !== 'dlq') throw new Error(`${input.note}: accepted`);
     // 0.1.0 wrote no result for a dead-lettered request.
     out['send-requests-dlq']!.push(golden(input.note, job.record));

@@ -14,7 +14,15 @@ import { createWebhookHandler, type WebhookDecision } from '../src/ingress/handl
 import { headersToStrings } from '../src/kafka/headers.js';
 import type { ConsumedRecord } from '../src/kafka/group-consumer.js';
 import { prepareJob, type IncomingRecord, type SendJob } from '../src/sender/requests.js';
-import { acceptedResult, expiredResult, failureOf, rejectedResult, resultHeaders, storedResult, type StoredResult } from '../src/sender/result-records.js';
+import {
+  acceptedResult,
+  expiredResult,
+  failureOf,
+  rejectedResult,
+  resultHeaders,
+  storedResult,
+  type StoredResult,
+} from '../src/sender/result-records.js';
 import { outsideWindowFailure } from '../src/sender/conversation-guard.js';
 import type { AttemptOutcome } from '../src/sender/retry-policy.js';
 import { TrackerLogic, type TaskStateStore } from '../src/tracker/tracker-logic.js';
@@ -118,7 +126,12 @@ const status = (id: string, s: string, at: string, extra: Record<string, unknown
 
 /** Webhook bodies as the provider sends them (as its API documentation gives them), good and bad. */
 export const WEBHOOK_INPUTS: WebhookInput[] = [
-  { note: 'sent, with a traceparent', pathTopic: 'delivery_status', body: status(MESSAGE_IDS.confirmation, 'sent', '2026-11-20T10:00:02Z'), traceparent: TRACEPARENT },
+  {
+    note: 'sent, with a traceparent',
+    pathTopic: 'delivery_status',
+    body: status(MESSAGE_IDS.confirmation, 'sent', '2026-11-20T10:00:02Z'),
+    traceparent: TRACEPARENT,
+  },
   {
     note: 'delivered, the recipient in the opaque numeric form',
     pathTopic: 'delivery_status',
@@ -130,18 +143,37 @@ export const WEBHOOK_INPUTS: WebhookInput[] = [
       statusUpdate: { id: MESSAGE_IDS.confirmation, status: 'delivered', error: null },
     }),
   },
-  { note: 'read', pathTopic: 'delivery_status', body: status(MESSAGE_IDS.confirmation, 'read', '2026-11-20T10:03:00Z') },
-  { note: 'delivery_failed with the provider error object', pathTopic: 'delivery_status', body: status(MESSAGE_IDS.template, 'delivery_failed', '2026-11-20T10:00:09Z') },
+  {
+    note: 'read',
+    pathTopic: 'delivery_status',
+    body: status(MESSAGE_IDS.confirmation, 'read', '2026-11-20T10:03:00Z'),
+  },
+  {
+    note: 'delivery_failed with the provider error object',
+    pathTopic: 'delivery_status',
+    body: status(MESSAGE_IDS.template, 'delivery_failed', '2026-11-20T10:00:09Z'),
+  },
   {
     note: 'delivered, a message not sent through the relay, with metadata, to the per-business address',
     pathTopic: undefined,
-    body: status(MESSAGE_IDS.notThroughRelay, 'delivered', '2026-11-20T10:01:00Z', { metadata: { campaign: 'winter' } }),
+    body: status(MESSAGE_IDS.notThroughRelay, 'delivered', '2026-11-20T10:01:00Z', {
+      metadata: { campaign: 'winter' },
+    }),
   },
-  { note: 'sent, the message of a fallback template', pathTopic: 'delivery_status', body: status(MESSAGE_IDS.fallback, 'sent', '2026-11-20T10:00:30Z') },
+  {
+    note: 'sent, the message of a fallback template',
+    pathTopic: 'delivery_status',
+    body: status(MESSAGE_IDS.fallback, 'sent', '2026-11-20T10:00:30Z'),
+  },
   {
     note: 'inbound text (no topic field, as the provider sends it)',
     pathTopic: 'messages',
-    body: JSON.stringify({ timestamp: seconds('2026-11-20T09:58:00Z'), sender: customer, recipient: business, message: { text: 'Hi! Where is my order?' } }),
+    body: JSON.stringify({
+      timestamp: seconds('2026-11-20T09:58:00Z'),
+      sender: customer,
+      recipient: business,
+      message: { text: 'Hi! Where is my order?' },
+    }),
   },
   {
     note: 'inbound button response, with topic and a named sender, to the per-business address',
@@ -178,7 +210,11 @@ export const WEBHOOK_INPUTS: WebhookInput[] = [
       callbackData: 'cb-1',
     }),
   },
-  { note: 'dead letter: not JSON (cut short)', pathTopic: 'delivery_status', body: '{"topic":"delivery_status","timestamp":' },
+  {
+    note: 'dead letter: not JSON (cut short)',
+    pathTopic: 'delivery_status',
+    body: '{"topic":"delivery_status","timestamp":',
+  },
   {
     note: 'dead letter: delivery_failed without its error object',
     pathTopic: 'delivery_status',
@@ -190,8 +226,16 @@ export const WEBHOOK_INPUTS: WebhookInput[] = [
       statusUpdate: { id: MESSAGE_IDS.template, status: 'delivery_failed', error: null },
     }),
   },
-  { note: 'dead letter: a status posted to the messages address', pathTopic: 'messages', body: status(MESSAGE_IDS.confirmation, 'read', '2026-11-20T10:03:00Z') },
-  { note: 'dead letter: neither a status nor a message, to the per-business address', pathTopic: undefined, body: JSON.stringify({ hello: 'world' }) },
+  {
+    note: 'dead letter: a status posted to the messages address',
+    pathTopic: 'messages',
+    body: status(MESSAGE_IDS.confirmation, 'read', '2026-11-20T10:03:00Z'),
+  },
+  {
+    note: 'dead letter: neither a status nor a message, to the per-business address',
+    pathTopic: undefined,
+    body: JSON.stringify({ hello: 'world' }),
+  },
 ];
 
 export interface RequestInput {
@@ -231,7 +275,13 @@ export const REQUEST_INPUTS: RequestInput[] = [
   {
     note: 'template without businessId (one business configured), with a correlation header',
     key: '+15550002222',
-    value: { requestId: 'order-42-template', type: 'template', number: '+15550002222', templateName: 'order_update', parameters: [{ name: 'order', value: '42' }] },
+    value: {
+      requestId: 'order-42-template',
+      type: 'template',
+      number: '+15550002222',
+      templateName: 'order_update',
+      parameters: [{ name: 'order', value: '42' }],
+    },
     headers: { 'correlation-id': 'order-42' },
     outcome: { kind: 'accepted', messageId: MESSAGE_IDS.template, attempts: 3, maybeSent: false },
   },
@@ -250,7 +300,15 @@ export const REQUEST_INPUTS: RequestInput[] = [
     headers: { 'content-type': 'application/json' },
     outcome: {
       kind: 'rejected',
-      attempt: { kind: 'http-error', status: 400, error: { ...providerError, message: 'Recipient is not on WhatsApp', code: 'ERROR_CODE_RECIPIENT_NOT_ON_CHANNEL' } },
+      attempt: {
+        kind: 'http-error',
+        status: 400,
+        error: {
+          ...providerError,
+          message: 'Recipient is not on WhatsApp',
+          code: 'ERROR_CODE_RECIPIENT_NOT_ON_CHANNEL',
+        },
+      },
       retriable: false,
       attempts: 1,
       maybeSent: false,
@@ -259,14 +317,34 @@ export const REQUEST_INPUTS: RequestInput[] = [
   {
     note: 'text whose attempts timed out until the retry budget ran out',
     key: '+15550005555',
-    value: { requestId: 'order-44-reminder', businessId: GOLDEN_BUSINESS, type: 'text', recipient: { channelType: 'whatsapp', id: '+15550005555' }, message: { text: 'Reminder' } },
+    value: {
+      requestId: 'order-44-reminder',
+      businessId: GOLDEN_BUSINESS,
+      type: 'text',
+      recipient: { channelType: 'whatsapp', id: '+15550005555' },
+      message: { text: 'Reminder' },
+    },
     headers: { traceparent: TRACEPARENT },
-    outcome: { kind: 'rejected', attempt: { kind: 'timeout', message: 'the provider did not answer within 10000 ms', requestWritten: true }, retriable: true, attempts: 6, maybeSent: true },
+    outcome: {
+      kind: 'rejected',
+      attempt: { kind: 'timeout', message: 'the provider did not answer within 10000 ms', requestWritten: true },
+      retriable: true,
+      attempts: 6,
+      maybeSent: true,
+    },
   },
   {
     note: 'template accepted on a second attempt after a lost answer',
     key: '+15550002222',
-    value: { requestId: 'order-45-receipt', businessId: GOLDEN_BUSINESS, type: 'template', number: '+15550002222', templateName: 'receipt', parameters: [], language: 'en' },
+    value: {
+      requestId: 'order-45-receipt',
+      businessId: GOLDEN_BUSINESS,
+      type: 'template',
+      number: '+15550002222',
+      templateName: 'receipt',
+      parameters: [],
+      language: 'en',
+    },
     headers: {},
     outcome: { kind: 'accepted', messageId: MESSAGE_IDS.afterLostAnswer, attempts: 2, maybeSent: true },
   },
@@ -303,7 +381,15 @@ export const REQUEST_INPUTS: RequestInput[] = [
   {
     note: 'template with ttlMs, expired before it could be sent',
     key: '+15550006666',
-    value: { requestId: 'promo-7', businessId: GOLDEN_BUSINESS, type: 'template', number: '+15550006666', templateName: 'promo', parameters: [], ttlMs: 60000 },
+    value: {
+      requestId: 'promo-7',
+      businessId: GOLDEN_BUSINESS,
+      type: 'template',
+      number: '+15550006666',
+      templateName: 'promo',
+      parameters: [],
+      ttlMs: 60000,
+    },
     headers: {},
     outcome: { kind: 'expired', attempts: 2, maybeSent: false },
     since: '0.2.0',
@@ -311,7 +397,13 @@ export const REQUEST_INPUTS: RequestInput[] = [
   {
     note: 'text refused without a call: the conversation window is closed',
     key: '+15550007777',
-    value: { requestId: 'chat-9', businessId: GOLDEN_BUSINESS, type: 'text', recipient: { channelType: 'whatsapp', id: '+15550007777' }, message: { text: 'Are you there?' } },
+    value: {
+      requestId: 'chat-9',
+      businessId: GOLDEN_BUSINESS,
+      type: 'text',
+      recipient: { channelType: 'whatsapp', id: '+15550007777' },
+      message: { text: 'Are you there?' },
+    },
     headers: {},
     outcome: { kind: 'outside-window', openUntil: Date.parse('2026-11-19T08:00:00.000Z') },
     since: '0.2.0',
@@ -330,7 +422,15 @@ export const REQUEST_INPUTS: RequestInput[] = [
     headers: {},
     outcome: {
       kind: 'rejected',
-      attempt: { kind: 'http-error', status: 400, error: { message: 'Outside the 24-hour window', type: 'ERROR_TYPE_INVALID_REQUEST', code: 'ERROR_CODE_CONVERSATION_NOT_INITIATED' } },
+      attempt: {
+        kind: 'http-error',
+        status: 400,
+        error: {
+          message: 'Outside the 24-hour window',
+          type: 'ERROR_TYPE_INVALID_REQUEST',
+          code: 'ERROR_CODE_CONVERSATION_NOT_INITIATED',
+        },
+      },
       retriable: false,
       attempts: 1,
       maybeSent: false,
@@ -350,18 +450,40 @@ export interface InvalidRequestInput {
 /** Records on send-requests that can never be sent (they go to send-requests-dlq). */
 export const INVALID_REQUEST_INPUTS: InvalidRequestInput[] = [
   // Cut where V8 says "Unexpected end of JSON input" in every Node version (the reason is in the records).
-  { note: 'not JSON (cut short), its requestId readable', key: '+15550002222', value: '{"requestId":"order-47","type":', headers: { traceparent: TRACEPARENT } },
+  {
+    note: 'not JSON (cut short), its requestId readable',
+    key: '+15550002222',
+    value: '{"requestId":"order-47","type":',
+    headers: { traceparent: TRACEPARENT },
+  },
   {
     note: 'a field is invalid (recipient id)',
     key: 'someone',
-    value: JSON.stringify({ requestId: 'order-48', businessId: GOLDEN_BUSINESS, type: 'text', recipient: { channelType: 'whatsapp', id: 'someone' }, message: { text: 'Hi' } }),
+    value: JSON.stringify({
+      requestId: 'order-48',
+      businessId: GOLDEN_BUSINESS,
+      type: 'text',
+      recipient: { channelType: 'whatsapp', id: 'someone' },
+      message: { text: 'Hi' },
+    }),
     headers: { 'correlation-id': 'order-48' },
   },
-  { note: 'an unknown type, no businessId', key: '+15550002222', value: JSON.stringify({ requestId: 'order-49', type: 'sms', to: '+15550002222', text: 'Hi' }), headers: {} },
+  {
+    note: 'an unknown type, no businessId',
+    key: '+15550002222',
+    value: JSON.stringify({ requestId: 'order-49', type: 'sms', to: '+15550002222', text: 'Hi' }),
+    headers: {},
+  },
   {
     note: 'an unknown business',
     key: '+15550002222',
-    value: JSON.stringify({ requestId: 'order-50', businessId: 'biz_9', type: 'template', number: '+15550002222', templateName: 'order_update' }),
+    value: JSON.stringify({
+      requestId: 'order-50',
+      businessId: 'biz_9',
+      type: 'template',
+      number: '+15550002222',
+      templateName: 'order_update',
+    }),
     headers: {},
   },
 ];
@@ -374,7 +496,8 @@ const REQUEST_TOPIC = 'send-requests';
 const PRODUCED_AT = RECEIVED_AT - 1000;
 const MAX_REQUEST_AGE_MS = 24 * 3600 * 1000;
 
-export const inVersion = (since: string | undefined, version: string) => since === undefined || compareVersions(since, version) <= 0;
+export const inVersion = (since: string | undefined, version: string) =>
+  since === undefined || compareVersions(since, version) <= 0;
 
 /** Orders `x.y.z` versions. */
 export function compareVersions(a: string, b: string): number {
@@ -390,7 +513,10 @@ const text = (value: Buffer | string) => {
   return s;
 };
 
-const golden = (note: string, record: { key: string | Buffer | null; value: Buffer | string; headers: Record<string, string | Buffer> }): GoldenRecord => ({
+const golden = (
+  note: string,
+  record: { key: string | Buffer | null; value: Buffer | string; headers: Record<string, string | Buffer> },
+): GoldenRecord => ({
   note,
   key: record.key === null ? null : record.key.toString(),
   headers: headersToStrings(record.headers),
@@ -403,7 +529,11 @@ function ingressRecords(): Record<'messages' | 'delivery_status' | 'webhooks-dlq
     topics: { messages: 'messages', deliveryStatus: 'delivery_status', webhooksDlq: 'webhooks-dlq' },
     maxBodyBytes: 1024 * 1024,
   });
-  const out = { messages: [] as GoldenRecord[], delivery_status: [] as GoldenRecord[], 'webhooks-dlq': [] as GoldenRecord[] };
+  const out = {
+    messages: [] as GoldenRecord[],
+    delivery_status: [] as GoldenRecord[],
+    'webhooks-dlq': [] as GoldenRecord[],
+  };
   WEBHOOK_INPUTS.forEach((input, i) => {
     const body = Buffer.from(input.body);
     const decision: WebhookDecision = handler.handle({
@@ -422,20 +552,42 @@ function ingressRecords(): Record<'messages' | 'delivery_status' | 'webhooks-dlq
 }
 
 function incoming(key: string | null, value: string, headers: Record<string, string>, offset: number): IncomingRecord {
-  return { topic: REQUEST_TOPIC, partition: 0, offset: String(offset), key: key === null ? null : Buffer.from(key), value: Buffer.from(value), headers };
+  return {
+    topic: REQUEST_TOPIC,
+    partition: 0,
+    offset: String(offset),
+    key: key === null ? null : Buffer.from(key),
+    value: Buffer.from(value),
+    headers,
+  };
 }
 
 function senderRecords(): Record<'send-requests' | 'send-results' | 'send-requests-dlq', GoldenRecord[]> {
   const requests: GoldenRecord[] = [];
   const results: GoldenRecord[] = [];
   const dlq: GoldenRecord[] = [];
-  const publishResult = (note: string, stored: StoredResult, requestHeaders: Record<string, string>, receivedAt: number) =>
-    results.push(golden(note, { key: stored.key, value: stored.value, headers: resultHeaders(stored, requestHeaders, receivedAt) }));
+  const publishResult = (
+    note: string,
+    stored: StoredResult,
+    requestHeaders: Record<string, string>,
+    receivedAt: number,
+  ) =>
+    results.push(
+      golden(note, {
+        key: stored.key,
+        value: stored.value,
+        headers: resultHeaders(stored, requestHeaders, receivedAt),
+      }),
+    );
   REQUEST_INPUTS.forEach((input, i) => {
     const value = JSON.stringify(input.value);
     requests.push(golden(input.note, { key: input.key, value, headers: input.headers }));
     const receivedAt = RECEIVED_AT + 100 * i;
-    const job = prepareJob(incoming(input.key, value, input.headers, i), BUSINESSES, { receivedAt, producedAt: PRODUCED_AT, maxRequestAgeMs: MAX_REQUEST_AGE_MS });
+    const job = prepareJob(incoming(input.key, value, input.headers, i), BUSINESSES, {
+      receivedAt,
+      producedAt: PRODUCED_AT,
+      maxRequestAgeMs: MAX_REQUEST_AGE_MS,
+    });
     if (job.kind !== 'send') throw new Error(`${input.note}: the sender dead-lettered it (${job.reason})`);
     const at = new Date(receivedAt + 250);
     const o = input.outcome;
@@ -443,15 +595,23 @@ function senderRecords(): Record<'send-requests' | 'send-results' | 'send-reques
     if (o.kind === 'accepted') {
       const sent: SendJob = o.sentAs ? { ...job, operation: 'template', sentAs: o.sentAs } : job;
       stored = storedResult(acceptedResult(sent, o.messageId, o.attempts, o.maybeSent, at));
-    } else if (o.kind === 'rejected') stored = storedResult(rejectedResult(job, failureOf(o.attempt, o.retriable), o.attempts, o.maybeSent, at));
-    else if (o.kind === 'outside-window') stored = storedResult(rejectedResult(job, outsideWindowFailure({ state: 'closed', openUntil: o.openUntil }), 0, false, at));
+    } else if (o.kind === 'rejected')
+      stored = storedResult(rejectedResult(job, failureOf(o.attempt, o.retriable), o.attempts, o.maybeSent, at));
+    else if (o.kind === 'outside-window')
+      stored = storedResult(
+        rejectedResult(job, outsideWindowFailure({ state: 'closed', openUntil: o.openUntil }), 0, false, at),
+      );
     else stored = storedResult(expiredResult(job, o.attempts, o.maybeSent, new Date(job.expiry.at + 5)));
     publishResult(`${o.kind}: ${input.note}`, stored, input.headers, receivedAt);
   });
   INVALID_REQUEST_INPUTS.forEach((input, i) => {
     const offset = REQUEST_INPUTS.length + i;
     const receivedAt = RECEIVED_AT + 100 * offset;
-    const job = prepareJob(incoming(input.key, input.value, input.headers, offset), BUSINESSES, { receivedAt, producedAt: PRODUCED_AT, maxRequestAgeMs: MAX_REQUEST_AGE_MS });
+    const job = prepareJob(incoming(input.key, input.value, input.headers, offset), BUSINESSES, {
+      receivedAt,
+      producedAt: PRODUCED_AT,
+      maxRequestAgeMs: MAX_REQUEST_AGE_MS,
+    });
     if (job.kind !== 'dlq') throw new Error(`${input.note}: the sender accepted it`);
     dlq.push(golden(input.note, job.record));
     if (job.result) publishResult(`rejected, dead-lettered: ${input.note}`, job.result, input.headers, receivedAt);
@@ -526,7 +686,9 @@ function trackerRecords(inputs: {
     ...inputs.statuses.filter((r) => r.key !== MESSAGE_IDS.confirmation).map((r) => consumed(topics.deliveryStatus, r)),
     ...inputs.inbound.map((r) => consumed(topics.messages, r)),
     // The results that created no message: kept as their requests' outcomes.
-    ...inputs.results.filter((r) => (JSON.parse(r.value) as { outcome: string }).outcome !== 'accepted').map((r) => consumed(topics.sendResults, r)),
+    ...inputs.results
+      .filter((r) => (JSON.parse(r.value) as { outcome: string }).outcome !== 'accepted')
+      .map((r) => consumed(topics.sendResults, r)),
   ];
   const outputs: OutputRecord[] = [];
   for (const record of order) {
@@ -534,7 +696,12 @@ function trackerRecords(inputs: {
     processed.commit?.(new Map());
     outputs.push(...processed.outputs);
   }
-  const out = { 'message-state': [] as GoldenRecord[], conversations: [] as GoldenRecord[], 'request-outcomes': [] as GoldenRecord[], 'inbound-messages': [] as GoldenRecord[] };
+  const out = {
+    'message-state': [] as GoldenRecord[],
+    conversations: [] as GoldenRecord[],
+    'request-outcomes': [] as GoldenRecord[],
+    'inbound-messages': [] as GoldenRecord[],
+  };
   for (const o of outputs) {
     if (o.value === null) throw new Error('the tracker wrote a tombstone');
     const value = JSON.parse(o.value.toString()) as {
@@ -566,7 +733,11 @@ export function currentGoldenFiles(): GoldenFile[] {
   const version = CURRENT_CONTRACT_VERSION;
   const ingress = ingressRecords();
   const sender = senderRecords();
-  const tracker = trackerRecords({ results: sender['send-results'], statuses: ingress.delivery_status, inbound: ingress.messages });
+  const tracker = trackerRecords({
+    results: sender['send-results'],
+    statuses: ingress.delivery_status,
+    inbound: ingress.messages,
+  });
   const all: Record<ContractTopic, GoldenRecord[]> = { ...ingress, ...sender, ...tracker };
   return CONTRACT_TOPICS.map((topic) => ({ topic, version, records: all[topic] }));
 }
@@ -601,7 +772,9 @@ function main(): void {
     console.log(`wrote ${path} (${file.records.length} records)`);
   }
   if (stale.length > 0) {
-    console.error(`golden records differ from what the code writes (run npm run contract-fixtures if the change is deliberate, and say it in the release notes):\n  ${stale.join('\n  ')}`);
+    console.error(
+      `golden records differ from what the code writes (run npm run contract-fixtures if the change is deliberate, and say it in the release notes):\n  ${stale.join('\n  ')}`,
+    );
     process.exitCode = 1;
   } else if (check) console.log(`the ${CURRENT_CONTRACT_VERSION} golden records are what the code writes`);
 }

@@ -21,8 +21,20 @@ export const TOOLS = {
   mvn: { name: 'mvn', what: 'Maven', apt: { debian: 'maven', ubuntu: 'maven' } },
   openssl: { name: 'openssl', what: 'openssl', apt: { debian: 'openssl', ubuntu: 'openssl' } },
   promtool: { name: 'promtool', what: 'promtool', apt: { debian: 'prometheus', ubuntu: 'prometheus' } },
-  chromium: { name: 'chromium', what: 'Chromium', apt: { debian: 'chromium', ubuntu: 'chromium' }, pathVariable: 'CHROMIUM_PATH', snap: 'chromium' },
-  firefox: { name: 'firefox-esr', what: 'Firefox ESR', apt: { debian: 'firefox-esr', ubuntu: 'firefox-esr' }, pathVariable: 'FIREFOX_PATH', snap: 'firefox' },
+  chromium: {
+    name: 'chromium',
+    what: 'Chromium',
+    apt: { debian: 'chromium', ubuntu: 'chromium' },
+    pathVariable: 'CHROMIUM_PATH',
+    snap: 'chromium',
+  },
+  firefox: {
+    name: 'firefox-esr',
+    what: 'Firefox ESR',
+    apt: { debian: 'firefox-esr', ubuntu: 'firefox-esr' },
+    pathVariable: 'FIREFOX_PATH',
+    snap: 'firefox',
+  },
   tinyproxy: { name: 'tinyproxy', what: 'tinyproxy', apt: { debian: 'tinyproxy', ubuntu: 'tinyproxy' } },
 };
 
@@ -51,7 +63,8 @@ export function browserPath(tool, env, exists) {
  */
 export function toolsFor(purpose, { env, jarsCached }) {
   const kafka = purpose === 'start' && env.KAFKA_BROKERS ? [] : [TOOLS.java, ...(jarsCached ? [] : [TOOLS.mvn])];
-  const tests = purpose === 'test' ? [TOOLS.openssl, TOOLS.promtool, TOOLS.chromium, TOOLS.firefox, TOOLS.tinyproxy] : [];
+  const tests =
+    purpose === 'test' ? [TOOLS.openssl, TOOLS.promtool, TOOLS.chromium, TOOLS.firefox, TOOLS.tinyproxy] : [];
   return /** @type {Tool[]} */ ([...kafka, ...tests]);
 }
 
@@ -64,7 +77,8 @@ export function toolsFor(purpose, { env, jarsCached }) {
 /**
  * What to do about the missing tools: nothing; install them (as root, with apt, or snap for
  * Ubuntu's browsers); or stop with one line naming the exact command to run.
- * @param {{ purpose: Purpose, missing: Tool[], env: Record<string, string | undefined>, isRoot: boolean, hasApt: boolean, distro: Distro }} facts
+ * @param {{ purpose: Purpose, missing: Tool[], env: Record<string, string | undefined>, isRoot: boolean, hasApt:
+ * boolean, distro: Distro }} facts
  * @returns {Plan}
  */
 export function planPrerequisites({ purpose, missing, env, isRoot, hasApt, distro }) {
@@ -73,15 +87,25 @@ export function planPrerequisites({ purpose, missing, env, isRoot, hasApt, distr
   const need = `msgbridge: \`npm ${purpose}\` needs ${names}`;
   // A browser named by its variable is that one: installing the distribution's would not help.
   const named = missing.find((t) => t.pathVariable && env[t.pathVariable]);
-  if (named?.pathVariable) return { action: 'stop', line: `${need}: ${named.pathVariable}=${env[named.pathVariable]} does not exist; unset it, or name the binary` };
+  if (named?.pathVariable)
+    return {
+      action: 'stop',
+      line: `${need}: ${named.pathVariable}=${env[named.pathVariable]} does not exist; unset it, or name the binary`,
+    };
   if (!hasApt || distro === 'other') {
-    return { action: 'stop', line: `${need}, not found: install them (on Debian: apt-get install ${missing.map((t) => t.apt.debian).join(' ')})` };
+    return {
+      action: 'stop',
+      line: `${need}, not found: install them (on Debian: apt-get install ${missing.map((t) => t.apt.debian).join(' ')})`,
+    };
   }
   const family = distro;
   const snap = family === 'ubuntu' ? missing.filter((t) => t.snap).map((t) => /** @type {string} */ (t.snap)) : [];
   const apt = missing.filter((t) => !(family === 'ubuntu' && t.snap)).map((t) => t.apt[family]);
   // The prometheus and tinyproxy packages start their servers; the tests run their own.
-  const stopServices = [...(apt.includes('prometheus') ? ['prometheus', 'prometheus-node-exporter'] : []), ...(apt.includes('tinyproxy') ? ['tinyproxy'] : [])];
+  const stopServices = [
+    ...(apt.includes('prometheus') ? ['prometheus', 'prometheus-node-exporter'] : []),
+    ...(apt.includes('tinyproxy') ? ['tinyproxy'] : []),
+  ];
   if (isRoot) return { action: 'install', apt, snap, stopServices, missing: missing.map((t) => t.name) };
   const commands = [];
   if (apt.length > 0) commands.push(`sudo apt-get update && sudo apt-get install -y ${apt.join(' ')}`);
@@ -97,7 +121,8 @@ export function planPrerequisites({ purpose, missing, env, isRoot, hasApt, distr
  * @returns {Distro}
  */
 export function distroOf(osRelease) {
-  const field = (/** @type {string} */ key) => new RegExp(`^${key}="?([^"\\n]*)"?$`, 'm').exec(osRelease)?.[1]?.split(/\s+/) ?? [];
+  const field = (/** @type {string} */ key) =>
+    new RegExp(`^${key}="?([^"\\n]*)"?$`, 'm').exec(osRelease)?.[1]?.split(/\s+/) ?? [];
   const ids = [...field('ID'), ...field('ID_LIKE')];
   if (ids.includes('ubuntu')) return 'ubuntu';
   if (ids.includes('debian')) return 'debian';

@@ -26,7 +26,8 @@ const executable = (path) => {
   }
 };
 /** @param {string} command */
-const onPath = (command) => (env.PATH ?? '').split(delimiter).some((dir) => dir !== '' && executable(join(dir, command)));
+const onPath = (command) =>
+  (env.PATH ?? '').split(delimiter).some((dir) => dir !== '' && executable(join(dir, command)));
 
 /** The embedded broker's jars are cached (src/local-kafka/local-broker.ts, ensureKafkaJars). */
 function jarsCached() {
@@ -55,12 +56,19 @@ if (plan.action === 'stop') {
   process.exit(1);
 }
 if (plan.action === 'install') {
-  console.error(`msgbridge: \`npm ${purpose}\` needs ${plan.missing.join(', ')}: installing ${[...plan.apt, ...plan.snap].join(' ')}`);
+  console.error(
+    `msgbridge: \`npm ${purpose}\` needs ${plan.missing.join(', ')}: installing ${[...plan.apt, ...plan.snap].join(' ')}`,
+  );
   /** @param {string} command @param {string[]} args */
   const run = (command, args) => {
-    const result = spawnSync(command, args, { stdio: ['ignore', 'inherit', 'inherit'], env: { ...env, DEBIAN_FRONTEND: 'noninteractive' } });
+    const result = spawnSync(command, args, {
+      stdio: ['ignore', 'inherit', 'inherit'],
+      env: { ...env, DEBIAN_FRONTEND: 'noninteractive' },
+    });
     if (result.status !== 0) {
-      console.error(`msgbridge: \`${command} ${args.join(' ')}\` failed (${result.error?.message ?? `exit ${result.status}`})`);
+      console.error(
+        `msgbridge: \`${command} ${args.join(' ')}\` failed (${result.error?.message ?? `exit ${result.status}`})`,
+      );
       process.exit(1);
     }
   };
@@ -71,7 +79,8 @@ if (plan.action === 'install') {
   // The prometheus package starts its server where services may start; only promtool is wanted.
   if (plan.stopServices.length > 0) {
     if (onPath('systemctl')) spawnSync('systemctl', ['disable', '--now', ...plan.stopServices], { stdio: 'ignore' });
-    if (onPath('service')) for (const service of plan.stopServices) spawnSync('service', [service, 'stop'], { stdio: 'ignore' });
+    if (onPath('service'))
+      for (const service of plan.stopServices) spawnSync('service', [service, 'stop'], { stdio: 'ignore' });
   }
   if (plan.snap.length > 0) run('snap', ['install', ...plan.snap]);
   const still = tools.filter(absent);

@@ -17,14 +17,18 @@ export const SCHEMAS_DIR = join(import.meta.dirname, '..', 'schemas');
 type Schema = Record<string, unknown>;
 
 const isObject = (v: unknown): v is Schema => typeof v === 'object' && v !== null && !Array.isArray(v);
-const types = (s: Schema): Set<string> | undefined => (s.type === undefined ? undefined : new Set(Array.isArray(s.type) ? (s.type as string[]) : [s.type as string]));
+const types = (s: Schema): Set<string> | undefined =>
+  s.type === undefined ? undefined : new Set(Array.isArray(s.type) ? (s.type as string[]) : [s.type as string]);
 const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);
 
 /** Bounds whose larger value accepts less, and whose smaller value accepts less. */
 const LOWER_BOUNDS = ['minimum', 'exclusiveMinimum', 'minLength', 'minItems', 'minProperties'];
 const UPPER_BOUNDS = ['maximum', 'exclusiveMaximum', 'maxLength', 'maxItems', 'maxProperties'];
 
-/** What identifies a branch of a oneOf/anyOf across versions: its const properties (`outcome: "accepted"`), else its position. */
+/**
+ * What identifies a branch of a oneOf/anyOf across versions: its const properties (`outcome: "accepted"`), else its
+ * position.
+ */
 function branchId(branch: Schema, index: number): string {
   const props = isObject(branch.properties) ? branch.properties : {};
   const consts = Object.entries(props)
@@ -46,14 +50,18 @@ export function breakingChanges(previous: unknown, current: unknown, path = ''):
     if (!prevTypes) out.push(`${at}: type narrowed from any to ${[...currTypes].join('|')}`);
     else
       for (const t of prevTypes) {
-        if (!currTypes.has(t) && !(t === 'integer' && currTypes.has('number'))) out.push(`${at}: type ${t} no longer accepted`);
+        if (!currTypes.has(t) && !(t === 'integer' && currTypes.has('number')))
+          out.push(`${at}: type ${t} no longer accepted`);
       }
   }
   if (Array.isArray(previous.enum)) {
     const now = Array.isArray(current.enum) ? current.enum : undefined;
-    if (now) for (const v of previous.enum) if (!now.some((n) => same(n, v))) out.push(`${at}: enum value ${JSON.stringify(v)} removed`);
+    if (now)
+      for (const v of previous.enum)
+        if (!now.some((n) => same(n, v))) out.push(`${at}: enum value ${JSON.stringify(v)} removed`);
   } else if (Array.isArray(current.enum)) out.push(`${at}: now limited to ${JSON.stringify(current.enum)}`);
-  if (current.const !== undefined && !same(current.const, previous.const)) out.push(`${at}: const ${JSON.stringify(previous.const)} became ${JSON.stringify(current.const)}`);
+  if (current.const !== undefined && !same(current.const, previous.const))
+    out.push(`${at}: const ${JSON.stringify(previous.const)} became ${JSON.stringify(current.const)}`);
   for (const key of ['pattern', 'format']) {
     if (current[key] !== undefined && !same(current[key], previous[key])) out.push(`${at}: ${key} changed`);
   }
@@ -78,8 +86,16 @@ export function breakingChanges(previous: unknown, current: unknown, path = ''):
     if (!(name in currProps)) out.push(`${at}: property ${name} removed`);
     else out.push(...breakingChanges(schema, currProps[name], `${path}/properties/${name}`));
   }
-  if (current.additionalProperties === false && previous.additionalProperties !== false) out.push(`${at}: additionalProperties closed`);
-  else if (isObject(previous.additionalProperties)) out.push(...breakingChanges(previous.additionalProperties, current.additionalProperties ?? {}, `${path}/additionalProperties`));
+  if (current.additionalProperties === false && previous.additionalProperties !== false)
+    out.push(`${at}: additionalProperties closed`);
+  else if (isObject(previous.additionalProperties))
+    out.push(
+      ...breakingChanges(
+        previous.additionalProperties,
+        current.additionalProperties ?? {},
+        `${path}/additionalProperties`,
+      ),
+    );
   if (isObject(previous.items)) out.push(...breakingChanges(previous.items, current.items ?? {}, `${path}/items`));
 
   for (const key of ['oneOf', 'anyOf']) {
@@ -99,12 +115,15 @@ export function breakingChanges(previous: unknown, current: unknown, path = ''):
 
 /** Released versions that keep a copy of their schemas (every version before the current one should). */
 export function releasedSchemaVersions(): string[] {
-  return contractVersions().filter((v) => compareVersions(v, CURRENT_CONTRACT_VERSION) < 0 && existsSync(join(FIXTURES_DIR, v, 'schemas')));
+  return contractVersions().filter(
+    (v) => compareVersions(v, CURRENT_CONTRACT_VERSION) < 0 && existsSync(join(FIXTURES_DIR, v, 'schemas')),
+  );
 }
 
 export function readSchemas(dir: string): Record<string, Schema> {
   const out: Record<string, Schema> = {};
-  for (const file of readdirSync(dir).filter((f) => f.endsWith('.schema.json'))) out[file] = JSON.parse(readFileSync(join(dir, file), 'utf8')) as Schema;
+  for (const file of readdirSync(dir).filter((f) => f.endsWith('.schema.json')))
+    out[file] = JSON.parse(readFileSync(join(dir, file), 'utf8')) as Schema;
   return out;
 }
 
@@ -126,7 +145,9 @@ if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) 
   const versions = releasedSchemaVersions();
   const report = schemaCompatReport();
   if (report.length > 0) {
-    console.error(`schemas/ breaks what earlier releases wrote (a breaking change needs a new schema version, e.g. send-result/v2, said first in the release notes):\n  ${report.join('\n  ')}`);
+    console.error(
+      `schemas/ breaks what earlier releases wrote (a breaking change needs a new schema version, e.g. send-result/v2, said first in the release notes):\n  ${report.join('\n  ')}`,
+    );
     process.exitCode = 1;
   } else console.log(`schemas/ is backward compatible with ${versions.join(', ') || '(no released schemas)'}`);
 }

@@ -21,7 +21,12 @@ export function buildProgram(): Command {
   const program = new Command('msgbridge')
     .description('Relay between a WhatsApp/SMS messaging provider and Apache Kafka')
     .version('0.1.0')
-    .addOption(new Option('-c, --config <file>', 'configuration file overriding config/default.json (or MSGBRIDGE_CONFIG)').argParser(configFileArgument))
+    .addOption(
+      new Option(
+        '-c, --config <file>',
+        'configuration file overriding config/default.json (or MSGBRIDGE_CONFIG)',
+      ).argParser(configFileArgument),
+    )
     .showHelpAfterError()
     .exitOverride();
   registerDevCommand(program);
@@ -40,7 +45,8 @@ export function buildProgram(): Command {
 
 /** An empty --config is a mistake (an unset shell variable, say), never "no file": refused for every command alike. */
 function configFileArgument(value: string): string {
-  if (value.trim() === '') throw new InvalidArgumentError('expected the path of a JSON configuration file, got an empty value');
+  if (value.trim() === '')
+    throw new InvalidArgumentError('expected the path of a JSON configuration file, got an empty value');
   return value;
 }
 
@@ -56,7 +62,12 @@ export async function main(argv: string[]): Promise<number> {
     }
     if (isMsgbridgeError(err)) {
       process.stderr.write(`msgbridge: ${err.message}\n`);
-      return err.code === 'CONFIG_INVALID' || err.code === 'CONFIG_FILE_UNREADABLE' || err.code === 'INVALID_ARGUMENT' || err.code === 'KAFKA_CONNECT_FAILED' ? 2 : 1;
+      return err.code === 'CONFIG_INVALID' ||
+        err.code === 'CONFIG_FILE_UNREADABLE' ||
+        err.code === 'INVALID_ARGUMENT' ||
+        err.code === 'KAFKA_CONNECT_FAILED'
+        ? 2
+        : 1;
     }
     // A command that talks to Kafka (send, tail, status...) fails in one line naming the cause.
     if (isKafkaClientError(err)) {

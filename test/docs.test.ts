@@ -37,9 +37,14 @@ describe('docs/configuration.md', () => {
 
 /** The repository's markdown files, as git knows them (tracked or new, not ignored). */
 function markdownFiles(): string[] {
-  const listed = spawnSync('git', ['ls-files', '--cached', '--others', '--exclude-standard', '--', '*.md'], { cwd: root, encoding: 'utf8' });
+  const listed = spawnSync('git', ['ls-files', '--cached', '--others', '--exclude-standard', '--', '*.md'], {
+    cwd: root,
+    encoding: 'utf8',
+  });
   expect(listed.status, listed.stderr).toBe(0);
-  return listed.stdout.split('\n').filter((f) => f && !f.split('/').includes('node_modules') && existsSync(join(root, f)));
+  return listed.stdout
+    .split('\n')
+    .filter((f) => f && !f.split('/').includes('node_modules') && existsSync(join(root, f)));
 }
 
 /** The anchors GitHub gives a markdown file's headings. */
@@ -68,19 +73,34 @@ describe("links between the repository's markdown files", () => {
         if (/^[a-z][a-z0-9+.-]*:/i.test(target!) || target!.startsWith('//')) continue;
         const [path, anchor] = target!.split('#') as [string, string | undefined];
         const resolved = path ? resolve(root, dirname(file), decodeURIComponent(path)) : join(root, file);
-        if (!resolved.startsWith(root + '/') && resolved !== root) broken.push(`${file}: ${target} leaves the repository`);
+        if (!resolved.startsWith(root + '/') && resolved !== root)
+          broken.push(`${file}: ${target} leaves the repository`);
         else if (!existsSync(resolved)) broken.push(`${file}: ${target} does not exist`);
-        else if (anchor && resolved.endsWith('.md') && !anchors(readFileSync(resolved, 'utf8')).has(anchor)) broken.push(`${file}: ${target} names no heading`);
+        else if (anchor && resolved.endsWith('.md') && !anchors(readFileSync(resolved, 'utf8')).has(anchor))
+          broken.push(`${file}: ${target} names no heading`);
       }
     }
     expect(broken).toEqual([]);
   });
 
   it('nothing in the repository refers to a design brief or a specification outside it', () => {
-    const found = spawnSync('git', ['grep', '-n', '-I', '--untracked', '-E', 'DESIGN [§]|[.][.]/shared/|DESIGN[.]md|spec/messaging[-]api|provider[-]facts', '--', '.'], {
-      cwd: root,
-      encoding: 'utf8',
-    });
+    const found = spawnSync(
+      'git',
+      [
+        'grep',
+        '-n',
+        '-I',
+        '--untracked',
+        '-E',
+        'DESIGN [§]|[.][.]/shared/|DESIGN[.]md|spec/messaging[-]api|provider[-]facts',
+        '--',
+        '.',
+      ],
+      {
+        cwd: root,
+        encoding: 'utf8',
+      },
+    );
     expect(found.stdout).toBe('');
   });
 });

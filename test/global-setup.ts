@@ -39,11 +39,15 @@ export default async function setup(project: TestProject): Promise<() => Promise
 }
 
 async function containerRuntimeAnswers(): Promise<boolean> {
-  const socket = process.env.DOCKER_HOST ?? (existsSync('/var/run/docker.sock') ? 'unix:///var/run/docker.sock' : undefined);
+  const socket =
+    process.env.DOCKER_HOST ?? (existsSync('/var/run/docker.sock') ? 'unix:///var/run/docker.sock' : undefined);
   if (!socket) return false;
   try {
     const { getContainerRuntimeClient } = await import('testcontainers');
-    await Promise.race([getContainerRuntimeClient(), new Promise((_, reject) => setTimeout(() => reject(new Error('timeout')), 5000))]);
+    await Promise.race([
+      getContainerRuntimeClient(),
+      new Promise((_, reject) => setTimeout(() => reject(new Error('timeout')), 5000)),
+    ]);
     return true;
   } catch {
     return false;

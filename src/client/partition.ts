@@ -7,6 +7,7 @@ import { javaCompatibleHash } from '../kafka/partitioner.js';
  * librdkafka's default): give it this as its partitioner, or the partition explicitly.
  */
 export function partitionOf(key: string | Uint8Array, partitions: number): number {
-  if (!Number.isInteger(partitions) || partitions < 1) throw new RangeError(`partitions: expected a whole number of at least 1, got ${partitions}`);
+  if (!Number.isInteger(partitions) || partitions < 1)
+    throw new RangeError(`partitions: expected a whole number of at least 1, got ${partitions}`);
   return javaCompatibleHash(typeof key === 'string' ? Buffer.from(key, 'utf8') : key) % partitions;
 }

@@ -33,20 +33,28 @@ export interface WaitForRequestOptions {
 const MAX_TIMEOUT_MS = 24 * 3600_000;
 
 export async function waitForRequest(requestId: string, options: WaitForRequestOptions): Promise<RequestAnswer> {
-  if (typeof requestId !== 'string' || requestId.length === 0 || requestId.length > 256) throw new TypeError('requestId: expected a string of 1 to 256 characters');
+  if (typeof requestId !== 'string' || requestId.length === 0 || requestId.length > 256)
+    throw new TypeError('requestId: expected a string of 1 to 256 characters');
   const base = new URL(options.trackerUrl);
-  if (base.protocol !== 'http:' && base.protocol !== 'https:') throw new TypeError(`trackerUrl: expected an http or https URL, not ${base.protocol}`);
+  if (base.protocol !== 'http:' && base.protocol !== 'https:')
+    throw new TypeError(`trackerUrl: expected an http or https URL, not ${base.protocol}`);
   const timeoutMs = boundedMs('timeoutMs', options.timeoutMs ?? 60_000, 1, MAX_TIMEOUT_MS);
   const pollMs = boundedMs('pollIntervalMs', options.pollIntervalMs ?? 500, 10, 60_000);
   const url = new URL(`${base.pathname.replace(/\/+$/, '')}/requests/${encodeURIComponent(requestId)}`, base);
-  const headers: Record<string, string> = { accept: 'application/json', ...(options.token ? { authorization: `Bearer ${options.token}` } : {}) };
+  const headers: Record<string, string> = {
+    accept: 'application/json',
+    ...(options.token ? { authorization: `Bearer ${options.token}` } : {}),
+  };
   const deadline = Date.now() + timeoutMs;
   let last = 'no answer yet';
   for (;;) {
     if (options.signal?.aborted) throw new ResultWaitError('aborted', `waiting for request ${requestId} was aborted`);
     const left = deadline - Date.now();
-    if (left <= 0) throw new ResultWaitError('timeout', `no result for request ${requestId} within ${timeoutMs} ms (${last})`);
-    const signal = options.signal ? AbortSignal.any([options.signal, AbortSignal.timeout(left)]) : AbortSignal.timeout(left);
+    if (left <= 0)
+      throw new ResultWaitError('timeout', `no result for request ${requestId} within ${timeoutMs} ms (${last})`);
+    const signal = options.signal
+      ? AbortSignal.any([options.signal, AbortSignal.timeout(left)])
+      : AbortSignal.timeout(left);
     let response: Response | undefined;
     try {
       response = await fetch(url, { headers, signal });
@@ -57,7 +65,8 @@ export async function waitForRequest(requestId: string, options: WaitForRequestO
     if (response) {
       const answer = await read(requestId, response);
       if (answer !== undefined && (options.until ?? (() => true))(answer)) return answer;
-      if (answer !== undefined) last = `last answer: ${answer.kind === 'message' ? `message ${answer.message.messageId} ${answer.message.status}` : answer.outcome.outcome}`;
+      if (answer !== undefined)
+        last = `last answer: ${answer.kind === 'message' ? `message ${answer.message.messageId} ${answer.message.status}` : answer.outcome.outcome}`;
       else last = `last answer: HTTP ${response.status}`;
     }
     await sleep(Math.min(pollMs, Math.max(0, deadline - Date.now())), options.signal);
@@ -73,14 +82,21 @@ async function read(requestId: string, response: Response): Promise<RequestAnswe
   const text = await response.text();
   if (response.status !== 200) {
     const detail = refusalDetail(text);
-    const hint = response.status === 401 || response.status === 403 ? " (set `token` to one of the tracker's access tokens)" : '';
-    throw new ResultWaitError('refused', `the tracker refused the question about request ${requestId}: HTTP ${response.status}${detail ? `: ${detail}` : ''}${hint}`, { status: response.status });
+    const hint =
+      response.status === 401 || response.status === 403 ? " (set `token` to one of the tracker's access tokens)" : '';
+    throw new ResultWaitError(
+      'refused',
+      `the tracker refused the question about request ${requestId}: HTTP ${response.status}${detail ? `: ${detail}` : ''}${hint}`,
+      { status: response.status },
+    );
   }
   let body: unknown;
   try {
     body = JSON.parse(text);
   } catch {
-    throw new ResultWaitError('invalid-answer', `the tracker's answer about request ${requestId} is not JSON`, { status: 200 });
+    throw new ResultWaitError('invalid-answer', `the tracker's answer about request ${requestId} is not JSON`, {
+      status: 200,
+    });
   }
   const isOutcome = typeof body === 'object' && body !== null && 'outcome' in body;
   const parsed = isOutcome ? requestOutcomeSchema.safeParse(body) : messageStateSchema.safeParse(body);
@@ -108,7 +124,8 @@ function refusalDetail(text: string): string | undefined {
 }
 
 function boundedMs(name: string, value: number, min: number, max: number): number {
-  if (!Number.isFinite(value) || value < min || value > max) throw new RangeError(`${name}: expected ${min} to ${max} ms, got ${value}`);
+  if (!Number.isFinite(value) || value < min || value > max)
+    throw new RangeError(`${name}: expected ${min} to ${max} ms, got ${value}`);
   return value;
 }
 

@@ -53,5 +53,8 @@ export function operatorBrokers(config: Config): string[] {
   if (config.kafka.brokers.length > 0) return config.kafka.brokers;
   const dev = readDevState(config);
   if (dev) return dev.brokers;
-  throw new MsgbridgeError('INVALID_ARGUMENT', 'no Kafka to talk to: set KAFKA_BROKERS (or kafka.brokers in the config), or start `msgbridge dev` first');
+  throw new MsgbridgeError(
+    'INVALID_ARGUMENT',
+    'no Kafka to talk to: set KAFKA_BROKERS (or kafka.brokers in the config), or start `msgbridge dev` first',
+  );
 }

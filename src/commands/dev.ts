@@ -42,8 +42,15 @@ interface DevOptions {
 export function registerDevCommand(program: Command): void {
   program
     .command('dev')
-    .description('everything in one process: embedded Kafka (or KAFKA_BROKERS), the provider simulator, the ingress, the sender and the tracker')
-    .option('--summary-interval <seconds>', 'seconds between live summary lines (0 = none)', parseIntegerOption('--summary-interval', 0, 3600), 5)
+    .description(
+      'everything in one process: embedded Kafka (or KAFKA_BROKERS), the provider simulator, the ingress, the sender and the tracker',
+    )
+    .option(
+      '--summary-interval <seconds>',
+      'seconds between live summary lines (0 = none)',
+      parseIntegerOption('--summary-interval', 0, 3600),
+      5,
+    )
     .option('--quiet', 'no live summary')
     .action(async (opts: DevOptions, command: Command) => {
       const access = devAccessToken();
@@ -60,25 +67,38 @@ export function registerDevCommand(program: Command): void {
  * admin ports 9080, 9081, 9082).
  */
 export function devConfig(config: Config): Config {
-  const businesses = config.businesses.length > 0 ? config.businesses : [{ ...DEV_BUSINESS, signingSecrets: [...DEV_BUSINESS.signingSecrets] }];
+  const businesses =
+    config.businesses.length > 0
+      ? config.businesses
+      : [{ ...DEV_BUSINESS, signingSecrets: [...DEV_BUSINESS.signingSecrets] }];
   return {
     ...config,
     businesses,
-    ingress: { ...config.ingress, host: loopbackHost(config.ingress.host), adminHost: loopbackHost(config.ingress.adminHost) },
+    ingress: {
+      ...config.ingress,
+      host: loopbackHost(config.ingress.host),
+      adminHost: loopbackHost(config.ingress.adminHost),
+    },
     // The tracker runs here, so the sender can know the conversation window: both paths show.
     sender: {
       ...config.sender,
       adminHost: loopbackHost(config.sender.adminHost),
       conversationWindow: 'reject',
       // Its request ledger beside the tracker's stores unless a directory was configured.
-      stateDir: config.sender.stateDir === DEFAULT_SENDER_STATE_DIR ? join(defaultCacheDir(), 'dev-state', 'sender') : config.sender.stateDir,
+      stateDir:
+        config.sender.stateDir === DEFAULT_SENDER_STATE_DIR
+          ? join(defaultCacheDir(), 'dev-state', 'sender')
+          : config.sender.stateDir,
     },
     // The tracker's stores go under the project's cache unless a directory was configured.
     tracker: {
       ...config.tracker,
       host: loopbackHost(config.tracker.host),
       adminHost: loopbackHost(config.tracker.adminHost),
-      stateDir: config.tracker.stateDir === DEFAULT_STATE_DIR ? join(defaultCacheDir(), 'dev-state', 'tracker') : config.tracker.stateDir,
+      stateDir:
+        config.tracker.stateDir === DEFAULT_STATE_DIR
+          ? join(defaultCacheDir(), 'dev-state', 'tracker')
+          : config.tracker.stateDir,
     },
   };
 }
@@ -89,7 +109,9 @@ function line(text = '') {
 
 async function runDev(config: Config, opts: DevOptions, devToken: string): Promise<void> {
   // Logs go to stderr (warnings and up by default), the screen to stdout.
-  const loggers = roleLoggers(['dev', 'simulator', 'ingress', 'tracker', 'sender'], { level: process.env.MSGBRIDGE_LOG_LEVEL ?? 'warn' });
+  const loggers = roleLoggers(['dev', 'simulator', 'ingress', 'tracker', 'sender'], {
+    level: process.env.MSGBRIDGE_LOG_LEVEL ?? 'warn',
+  });
   const logger = loggers.dev;
   const started = Date.now();
   let brokers: Brokers | undefined;
@@ -113,7 +135,11 @@ async function runDev(config: Config, opts: DevOptions, devToken: string): Promi
     return finished;
   };
 
-  const lifecycle = createShutdown({ logger, graceMs: Math.max(config.ingress.drainGraceMs, config.sender.drainGraceMs) + config.tracker.drainGraceMs + 15_000, drain: stopAll });
+  const lifecycle = createShutdown({
+    logger,
+    graceMs: Math.max(config.ingress.drainGraceMs, config.sender.drainGraceMs) + config.tracker.drainGraceMs + 15_000,
+    drain: stopAll,
+  });
   lifecycle.handleSignals((code) => {
     line(code === 0 ? 'stopped.' : 'stopped (drain incomplete).');
     process.exit(code);
@@ -122,7 +148,14 @@ async function runDev(config: Config, opts: DevOptions, devToken: string): Promi
   try {
     line('msgbridge dev: starting…');
     // Loaded here, not at the CLI's start: `msgbridge sender` loads none of the other roles (src/commands/README.md).
-    const [{ obtainBrokers }, { startSimulator, simulatorOptionsFromConfig }, { startIngress }, { startTracker }, { startSender }, { createDlqPort }] = await Promise.all([
+    const [
+      { obtainBrokers },
+      { startSimulator, simulatorOptionsFromConfig },
+      { startIngress },
+      { startTracker },
+      { startSender },
+      { createDlqPort },
+    ] = await Promise.all([
       import('../local-kafka/obtain-brokers.js'),
       import('../simulator/index.js'),
       import('../ingress/index.js'),
@@ -137,16 +170,27 @@ async function runDev(config: Config, opts: DevOptions, devToken: string): Promi
     const wired: Config = {
       ...config,
       kafka: { ...config.kafka, brokers: brokers.brokers, replicationFactor },
-      // The simulator runs in this process: a proxy set in the developer's shell (HTTPS_PROXY...) must not carry its calls.
+      // The simulator runs in this process: a proxy set in the developer's shell (HTTPS_PROXY...) must not carry its
+      // calls.
       provider: { ...config.provider, url: simulator.url, proxy: 'direct' },
     };
     ingress = await startIngress({ config: wired, brokers: brokers.brokers, logger: loggers.ingress });
     // The tracker first: it creates the conversations topic the sender reads before it consumes.
-    tracker = await startTracker({ config: wired, brokers: brokers.brokers, logger: loggers.tracker, dlq: createDlqPort(wired, brokers.brokers, loggers.tracker) });
+    tracker = await startTracker({
+      config: wired,
+      brokers: brokers.brokers,
+      logger: loggers.tracker,
+      dlq: createDlqPort(wired, brokers.brokers, loggers.tracker),
+    });
     sender = await startSender({ config: wired, brokers: brokers.brokers, logger: loggers.sender });
     await Promise.all(roles().map((role) => role.ready));
     for (const business of config.businesses) {
-      for (const topic of WEBHOOK_TOPICS) simulator.registerWebhook(business.id, topic, `${ingress.address}/webhooks/${encodeURIComponent(business.id)}/${topic}`);
+      for (const topic of WEBHOOK_TOPICS)
+        simulator.registerWebhook(
+          business.id,
+          topic,
+          `${ingress.address}/webhooks/${encodeURIComponent(business.id)}/${topic}`,
+        );
     }
     removeState = writeDevState(config, {
       pid: process.pid,
@@ -175,34 +219,71 @@ async function runDev(config: Config, opts: DevOptions, devToken: string): Promi
   await new Promise(() => {}); // runs until a signal drains and exits
 }
 
-function printScreen(config: Config, s: { brokers: Brokers; simulator: RunningSimulator; ingress: Ingress; sender: Sender; tracker: Tracker; startupMs: number; devToken: string }) {
+function printScreen(
+  config: Config,
+  s: {
+    brokers: Brokers;
+    simulator: RunningSimulator;
+    ingress: Ingress;
+    sender: Sender;
+    tracker: Tracker;
+    startupMs: number;
+    devToken: string;
+  },
+) {
   const biz = config.businesses[0]!.id;
   const t = config.kafka.topics;
-  const kafka = s.brokers.local ? `${s.brokers.brokers.join(',')}  (embedded Apache Kafka, KRaft)` : `${s.brokers.brokers.join(',')}  (KAFKA_BROKERS)`;
+  const kafka = s.brokers.local
+    ? `${s.brokers.brokers.join(',')}  (embedded Apache Kafka, KRaft)`
+    : `${s.brokers.brokers.join(',')}  (KAFKA_BROKERS)`;
   line();
   line(`msgbridge dev is running (ready in ${(s.startupMs / 1000).toFixed(1)} s). Ctrl-C stops everything.`);
   line();
   line(`  Kafka       ${kafka}`);
   line(`  simulator   ${s.simulator.url}  (the provider stand-in; /sim/ endpoints for faults and history)`);
-  line(`  ingress     ${s.ingress.address}/webhooks/<business>/{${t.messages},${t.deliveryStatus}}  (registered with the simulator)`);
-  line(`  sender      ${t.sendRequests} → provider → ${t.sendResults}${s.sender.adminAddress ? `  (admin ${s.sender.adminAddress})` : ''}`);
+  line(
+    `  ingress     ${s.ingress.address}/webhooks/<business>/{${t.messages},${t.deliveryStatus}}  (registered with the simulator)`,
+  );
+  line(
+    `  sender      ${t.sendRequests} → provider → ${t.sendResults}${s.sender.adminAddress ? `  (admin ${s.sender.adminAddress})` : ''}`,
+  );
   line(
     `  tracker     ${t.sendResults} + ${t.deliveryStatus} → ${t.messageState}, ${t.requestOutcomes}; ${t.messages} → ${t.conversations}, ${t.inboundMessages}${s.tracker.address ? `  (queries ${s.tracker.address}/messages/<id>)` : ''}`,
   );
   line(`  businesses  ${config.businesses.map((b) => b.id).join(', ')}`);
-  line(`  metrics     ${[s.ingress, s.sender, s.tracker].flatMap((r) => (r.adminAddress ? [`${r.adminAddress}/metrics`] : [])).join('  ')}  (the admin ports; /healthz and /readyz there too)`);
-  if (s.tracker.address) line(`  console     ${s.tracker.address}/console/#token=${s.devToken}  (a dev operator token, valid while this runs)`);
+  line(
+    `  metrics     ${[s.ingress, s.sender, s.tracker].flatMap((r) => (r.adminAddress ? [`${r.adminAddress}/metrics`] : [])).join('  ')}  (the admin ports; /healthz and /readyz there too)`,
+  );
+  if (s.tracker.address)
+    line(
+      `  console     ${s.tracker.address}/console/#token=${s.devToken}  (a dev operator token, valid while this runs)`,
+    );
   line();
   line('Try it, in another terminal:');
-  line(`  npx msgbridge simulator inbound --business ${biz} --from +15550002222 --text "Hi!" --url ${s.simulator.url}   # the customer writes first`);
-  line(`  npx msgbridge send text --business ${biz} --to +15550002222 --text "Hello from msgbridge"                       # → accepted, sent, delivered, read`);
-  line(`  npx msgbridge send text --business ${biz} --to +15550009999 --text "Hello"                                   # no window: rejected at once, no provider call`);
-  line(`  npx msgbridge send text --business ${biz} --to +15550009999 --text "Hello" --fallback-template order_update -p order=42   # the template goes out instead`);
+  line(
+    `  npx msgbridge simulator inbound --business ${biz} --from +15550002222 --text "Hi!" --url ${s.simulator.url}   # the customer writes first`,
+  );
+  line(
+    `  npx msgbridge send text --business ${biz} --to +15550002222 --text "Hello from msgbridge"                       # → accepted, sent, delivered, read`,
+  );
+  line(
+    `  npx msgbridge send text --business ${biz} --to +15550009999 --text "Hello"                                   # no window: rejected at once, no provider call`,
+  );
+  line(
+    `  npx msgbridge send text --business ${biz} --to +15550009999 --text "Hello" --fallback-template order_update -p order=42   # the template goes out instead`,
+  );
   line(`  npx msgbridge send template --business ${biz} --to +15550009999 --template order_update --param order=42`);
   line(`  npx msgbridge tail ${t.deliveryStatus} --from-beginning`);
-  line(`  npx msgbridge status <messageId or requestId>                                                                # one state per message, never going back`);
-  if (s.tracker.address) line(`  MSGBRIDGE_TRACKER_TOKEN=${s.devToken} npx msgbridge status --tracker ${s.tracker.address} <id>   # asked of the tracker`);
-  line(`The operator commands find this Kafka by themselves; elsewhere: export KAFKA_BROKERS=${s.brokers.brokers.join(',')}`);
+  line(
+    `  npx msgbridge status <messageId or requestId>                                                                # one state per message, never going back`,
+  );
+  if (s.tracker.address)
+    line(
+      `  MSGBRIDGE_TRACKER_TOKEN=${s.devToken} npx msgbridge status --tracker ${s.tracker.address} <id>   # asked of the tracker`,
+    );
+  line(
+    `The operator commands find this Kafka by themselves; elsewhere: export KAFKA_BROKERS=${s.brokers.brokers.join(',')}`,
+  );
   line();
 }
 

@@ -41,7 +41,10 @@ export const iso = (ms: number) => (Number.isFinite(ms) ? new Date(ms).toISOStri
 
 export function filtersOf(opts: FilterArgs): Filters {
   if (opts.since && opts.until && opts.until.ms < opts.since.ms) {
-    throw new MsgbridgeError('INVALID_ARGUMENT', `--until (${iso(opts.until.ms)}) is before --since (${iso(opts.since.ms)})`);
+    throw new MsgbridgeError(
+      'INVALID_ARGUMENT',
+      `--until (${iso(opts.until.ms)}) is before --since (${iso(opts.since.ms)})`,
+    );
   }
   return { code: opts.code, business: opts.business, since: opts.since?.ms, until: opts.until?.ms };
 }
@@ -49,24 +52,36 @@ export function filtersOf(opts: FilterArgs): Filters {
 /** Brokers and the topic's partitions; a missing topic or an unreachable Kafka ends here. */
 export async function openDlq(config: Config, brokers: string[], topic: string): Promise<DlqSession> {
   const kafka = createKafka(config.kafka, { brokers, clientId: 'msgbridge-dlq' });
-  const { topics, clusterId } = await connectingToKafka(brokers, () => withAdmin(kafka, async (admin) => ({ topics: await admin.listTopics(), clusterId: await admin.clusterId() })));
+  const { topics, clusterId } = await connectingToKafka(brokers, () =>
+    withAdmin(kafka, async (admin) => ({ topics: await admin.listTopics(), clusterId: await admin.clusterId() })),
+  );
   if (!topics.includes(topic)) {
     const dlqs = [...configuredDlqs(config).keys()].filter((t) => topics.includes(t));
-    throw new MsgbridgeError('INVALID_ARGUMENT', `topic "${topic}" does not exist on ${brokers.join(',')}; the configured DLQ topics there: ${dlqs.join(', ') || '(none yet)'}`, {
-      details: { missingTopic: topic },
-    });
+    throw new MsgbridgeError(
+      'INVALID_ARGUMENT',
+      `topic "${topic}" does not exist on ${brokers.join(',')}; the configured DLQ topics there: ${dlqs.join(', ') || '(none yet)'}`,
+      {
+        details: { missingTopic: topic },
+      },
+    );
   }
   const ends = await connectingToKafka(brokers, () => topicEnds(kafka, topic));
   return { config, brokers, kafka, dlqs: configuredDlqs(config), ends, clusterId };
 }
 
 /** Where a read starts: `since` through the time index, else the log start; never before the log start. */
-export async function startOffsets(session: DlqSession, topic: string, since: number | undefined): Promise<Map<number, number>> {
+export async function startOffsets(
+  session: DlqSession,
+  topic: string,
+  since: number | undefined,
+): Promise<Map<number, number>> {
   if (since === undefined) return new Map([...session.ends].map(([p, e]) => [p, e.low]));
   return offsetsAtTime(session.kafka, topic, since, session.ends);
 }
 
-/** Where a read ends: past `until` through the time index (records are still filtered by time), else the high watermark. */
+/**
+ * Where a read ends: past `until` through the time index (records are still filtered by time), else the high watermark.
+ */
 async function endOffsets(session: DlqSession, topic: string, until: number | undefined): Promise<Map<number, number>> {
   const high = new Map([...session.ends].map(([p, e]) => [p, e.high]));
   if (until === undefined) return high;
@@ -75,7 +90,8 @@ async function endOffsets(session: DlqSession, topic: string, until: number | un
   return new Map([...high].map(([p, h]) => [p, Math.min(h, after.get(p) ?? h)]));
 }
 
-export const countRecords = (from: Map<number, number>, to: Map<number, number>) => [...from].reduce((n, [p, o]) => n + Math.max(0, (to.get(p) ?? o) - o), 0);
+export const countRecords = (from: Map<number, number>, to: Map<number, number>) =>
+  [...from].reduce((n, [p, o]) => n + Math.max(0, (to.get(p) ?? o) - o), 0);
 
 // ---- stats ----
 
@@ -94,7 +110,11 @@ export interface DlqStats {
 }
 
 /** Counts by code, business and role, oldest and newest, and how far each redrive got (sorted by count). */
-export async function dlqStats(session: DlqSession, topic: string, onProgress?: (done: number, total: number) => void): Promise<DlqStats> {
+export async function dlqStats(
+  session: DlqSession,
+  topic: string,
+  onProgress?: (done: number, total: number) => void,
+): Promise<DlqStats> {
   const from = new Map([...session.ends].map(([p, e]) => [p, e.low]));
   const to = new Map([...session.ends].map(([p, e]) => [p, e.high]));
   const total = countRecords(from, to);
@@ -130,7 +150,8 @@ export async function dlqStats(session: DlqSession, topic: string, onProgress?: 
       return 'continue';
     },
   });
-  const sorted = <T>(map: Map<string, T>, count: (v: T) => number) => [...map].sort((a, b) => count(b[1]) - count(a[1]) || a[0].localeCompare(b[0]));
+  const sorted = <T>(map: Map<string, T>, count: (v: T) => number) =>
+    [...map].sort((a, b) => count(b[1]) - count(a[1]) || a[0].localeCompare(b[0]));
   return {
     topic,
     brokers: session.brokers,
@@ -138,12 +159,20 @@ export async function dlqStats(session: DlqSession, topic: string, onProgress?: 
     partitions: session.ends.size,
     oldest: records ? iso(oldest) : null,
     newest: records ? iso(newest) : null,
-    byCode: Object.fromEntries(sorted(byCode, (g) => g.count).map(([code, g]) => [code, { count: g.count, businesses: Object.fromEntries(sorted(g.businesses, (n) => n)) }])),
+    byCode: Object.fromEntries(
+      sorted(byCode, (g) => g.count).map(([code, g]) => [
+        code,
+        { count: g.count, businesses: Object.fromEntries(sorted(g.businesses, (n) => n)) },
+      ]),
+    ),
     byBusiness: Object.fromEntries(sorted(byBusiness, (n) => n)),
     byRole: Object.fromEntries(byRole),
     redriven,
     redrives: redrives.map((r) => {
-      const passed = [...r.offsets].reduce((n, [p, o]) => n + Math.max(0, Math.min(o, session.ends.get(p)?.high ?? o) - (session.ends.get(p)?.low ?? 0)), 0);
+      const passed = [...r.offsets].reduce(
+        (n, [p, o]) => n + Math.max(0, Math.min(o, session.ends.get(p)?.high ?? o) - (session.ends.get(p)?.low ?? 0)),
+        0,
+      );
       return { name: r.name, group: redriveGroupId(r.name), passed, offsets: Object.fromEntries(r.offsets) };
     }),
   };
@@ -160,11 +189,20 @@ export interface DlqPage {
 }
 
 /** A page of the records that pass the filters, oldest first; `from` continues a previous page. */
-export async function dlqList(session: DlqSession, topic: string, filters: Filters, page: { max: number; from?: Map<number, number> | undefined }): Promise<DlqPage> {
+export async function dlqList(
+  session: DlqSession,
+  topic: string,
+  filters: Filters,
+  page: { max: number; from?: Map<number, number> | undefined },
+): Promise<DlqPage> {
   let from = await startOffsets(session, topic, filters.since);
   if (page.from) {
     for (const p of page.from.keys()) {
-      if (!session.ends.has(p)) throw new MsgbridgeError('INVALID_ARGUMENT', `--from names partition ${p}, but ${topic} has partitions 0-${session.ends.size - 1}`);
+      if (!session.ends.has(p))
+        throw new MsgbridgeError(
+          'INVALID_ARGUMENT',
+          `--from names partition ${p}, but ${topic} has partitions 0-${session.ends.size - 1}`,
+        );
     }
     from = new Map([...from].map(([p, o]) => [p, Math.max(o, page.from!.get(p) ?? o)]));
   }
@@ -187,7 +225,9 @@ export async function dlqList(session: DlqSession, topic: string, filters: Filte
   return { letters, next: result.next, stopped: result.stopped };
 }
 
-/** A record as `dlq list --json` prints it (and the console shows it): the value as text when it is UTF-8, else base64. */
+/**
+ * A record as `dlq list --json` prints it (and the console shows it): the value as text when it is UTF-8, else base64.
+ */
 export function jsonRecord(l: DeadLetter): Record<string, unknown> {
   const value = l.value;
   const text = value?.toString('utf8');

@@ -2,7 +2,16 @@ import { createHash } from 'node:crypto';
 import type { Config } from '../config/schema.js';
 import type { KafkaPort } from '../kafka/client.js';
 import { readRange, topicEnds } from '../kafka/dlq-reader.js';
-import { committedOffsets, ensureRedriveLedger, ledgerEntry, ledgerKey, readRedriveLedger, redriveGroupId, runRedrive, setStartOffsets } from '../kafka/dlq-redrive.js';
+import {
+  committedOffsets,
+  ensureRedriveLedger,
+  ledgerEntry,
+  ledgerKey,
+  readRedriveLedger,
+  redriveGroupId,
+  runRedrive,
+  setStartOffsets,
+} from '../kafka/dlq-redrive.js';
 import { connectingToKafka } from '../kafka/failure.js';
 import type { OutputRecord } from '../kafka/transactional-engine.js';
 import type { ConsumedRecord } from '../kafka/group-consumer.js';
@@ -34,7 +43,12 @@ import { countRecords, startOffsets, type DlqSession, type FilterArgs } from './
 
 /** The default name: the topic and the filters as typed, so the same selection resumes the same redrive. */
 export function defaultRedriveName(topic: string, opts: FilterArgs): string {
-  const filters = [opts.code && `code=${opts.code}`, opts.business && `business=${opts.business}`, opts.since && `since=${opts.since.text}`, opts.until && `until=${opts.until.text}`].filter(Boolean);
+  const filters = [
+    opts.code && `code=${opts.code}`,
+    opts.business && `business=${opts.business}`,
+    opts.since && `since=${opts.since.text}`,
+    opts.until && `until=${opts.until.text}`,
+  ].filter(Boolean);
   const base = topic.replace(/[^A-Za-z0-9._-]/g, '_').slice(0, 60);
   if (filters.length === 0) return `${base}.all`;
   return `${base}.${createHash('sha256').update(filters.join('\n')).digest('hex').slice(0, 10)}`;
@@ -52,7 +66,13 @@ export interface Tally {
   failing: Map<string, number>;
 }
 
-export const newTally = (): Tally => ({ selected: 0, outside: 0, redriven: 0, produced: new Map(), failing: new Map() });
+export const newTally = (): Tally => ({
+  selected: 0,
+  outside: 0,
+  redriven: 0,
+  produced: new Map(),
+  failing: new Map(),
+});
 export const sum = (m: Map<string, number>) => [...m.values()].reduce((a, b) => a + b, 0);
 const bump = (m: Map<string, number>, k: string, n = 1) => m.set(k, (m.get(k) ?? 0) + n);
 
@@ -77,7 +97,9 @@ export function failureLine(letter: DeadLetter, code: string, reason: string): s
   return `${letter.partition}/${letter.offset}  ${letter.business ?? '-'}  ${code}: ${reason.length > 200 ? `${reason.slice(0, 199)}…` : reason}`;
 }
 
-/** Refuses a topic that is not a configured DLQ unless allowed (each record's role is then read from its schema header). */
+/**
+ * Refuses a topic that is not a configured DLQ unless allowed (each record's role is then read from its schema header).
+ */
 export function checkRedriveTopic(config: Config, topic: string, allowAnyTopic: boolean | undefined): void {
   const dlqs = configuredDlqs(config);
   if (!dlqs.has(topic) && !allowAnyTopic) {
@@ -88,15 +110,34 @@ export function checkRedriveTopic(config: Config, topic: string, allowAnyTopic: 
   }
 }
 
-export async function planRedrive(session: DlqSession, topic: string, filters: Filters, name: string, onProgress?: (done: number, total: number) => void): Promise<RedrivePlan> {
+export async function planRedrive(
+  session: DlqSession,
+  topic: string,
+  filters: Filters,
+  name: string,
+  onProgress?: (done: number, total: number) => void,
+): Promise<RedrivePlan> {
   const groupId = redriveGroupId(name);
   const committed = await connectingToKafka(session.brokers, () => committedOffsets(session.kafka, groupId, topic));
   const since = await startOffsets(session, topic, filters.since);
-  const starts = new Map([...session.ends].map(([p, e]) => [p, Math.max(e.low, committed.get(p) ?? since.get(p) ?? e.low)]));
+  const starts = new Map(
+    [...session.ends].map(([p, e]) => [p, Math.max(e.low, committed.get(p) ?? since.get(p) ?? e.low)]),
+  );
   const ends = new Map([...session.ends].map(([p, e]) => [p, e.high]));
   const context = recheckContext(session.config);
   const ledger = await connectingToKafka(session.brokers, () => readRedriveLedger(session.kafka, topic));
-  const plan: RedrivePlan = { topic, name, groupId, filters, resuming: committed.size > 0, starts, ends, tally: newTally(), derived: new Map(), failures: [] };
+  const plan: RedrivePlan = {
+    topic,
+    name,
+    groupId,
+    filters,
+    resuming: committed.size > 0,
+    starts,
+    ends,
+    tally: newTally(),
+    derived: new Map(),
+    failures: [],
+  };
   const tallyPlan = (letter: DeadLetter, decision: Recheck) => {
     if (decision.kind === 'fails') {
       bump(plan.tally.failing, decision.code);
@@ -161,11 +202,17 @@ export interface RedriveOutcome {
 }
 
 /** The redrive itself: exactly once from the plan's positions to its ends, through the consumer group of its name. */
-export async function executeRedrive(session: DlqSession, plan: RedrivePlan, options: RedriveRun = {}): Promise<RedriveOutcome> {
+export async function executeRedrive(
+  session: DlqSession,
+  plan: RedrivePlan,
+  options: RedriveRun = {},
+): Promise<RedriveOutcome> {
   const { topic, filters, groupId } = plan;
   const context = recheckContext(session.config);
   if (!plan.resuming && filters.since !== undefined) await setStartOffsets(session.kafka, groupId, topic, plan.starts);
-  await connectingToKafka(session.brokers, () => ensureRedriveLedger(session.kafka, topic, session.config.kafka.replicationFactor));
+  await connectingToKafka(session.brokers, () =>
+    ensureRedriveLedger(session.kafka, topic, session.config.kafka.replicationFactor),
+  );
   // Read after any earlier run ended: what it produced is either in the ledger or was aborted with its transaction.
   const ledger = await connectingToKafka(session.brokers, () => readRedriveLedger(session.kafka, topic));
   const done = newTally();
@@ -222,8 +269,15 @@ export async function executeRedrive(session: DlqSession, plan: RedrivePlan, opt
             continue;
           }
           bump(chunk.produced, decision.topic);
-          outputs.push({ topic: decision.topic, key: decision.key, value: decision.value, headers: { ...decision.headers, ...redriveHeaders(letter, at) } });
-          outputs.push(ledgerEntry(topic, letter.partition, letter.offset, { redrive: plan.name, at, to: decision.topic }));
+          outputs.push({
+            topic: decision.topic,
+            key: decision.key,
+            value: decision.value,
+            headers: { ...decision.headers, ...redriveHeaders(letter, at) },
+          });
+          outputs.push(
+            ledgerEntry(topic, letter.partition, letter.offset, { redrive: plan.name, at, to: decision.topic }),
+          );
         }
         const producing = sum(chunk.produced);
         if (rate && producing > 0) {
@@ -260,7 +314,10 @@ export async function executeRedrive(session: DlqSession, plan: RedrivePlan, opt
  * had: one read per source topic over the span of the wanted offsets of each partition (a read
  * is a private group join, ~3 s: one per record made a large redrive crawl).
  */
-async function resolveReferences(kafka: KafkaPort, letters: DeadLetter[]): Promise<Map<DeadLetter, DeadLetter | StillFailing>> {
+async function resolveReferences(
+  kafka: KafkaPort,
+  letters: DeadLetter[],
+): Promise<Map<DeadLetter, DeadLetter | StillFailing>> {
   const out = new Map<DeadLetter, DeadLetter | StillFailing>();
   const byTopic = new Map<string, { letter: DeadLetter; partition: number; offset: number }[]>();
   for (const letter of letters) {

@@ -2,7 +2,13 @@ import type { Config } from '../config/schema.js';
 import { DLQ_HEADER, HEADER, SCHEMA_ID, SIGNATURE_HEADER } from '../contracts/headers.js';
 import type { WebhookTopic } from '../contracts/webhook-events.js';
 import { REDRIVE_REFUSAL_CODE, type DlqCode } from '../contracts/relay-errors.js';
-import { createWebhookHandler, isWebhookTopic, rulesFromConfig, type RejectReason, type WebhookHandler } from '../ingress/handle-webhook.js';
+import {
+  createWebhookHandler,
+  isWebhookTopic,
+  rulesFromConfig,
+  type RejectReason,
+  type WebhookHandler,
+} from '../ingress/handle-webhook.js';
 import { prepareJob, type RecordHeaders } from '../sender/requests.js';
 import type { ConsumedRecord } from '../kafka/group-consumer.js';
 import { headersToStrings } from '../kafka/headers.js';
@@ -52,7 +58,11 @@ export function configuredDlqs(config: Config): Map<string, DlqRole> {
 }
 
 /** The role by the record's `schema` header, else by the topic it is on (undefined: neither says). */
-export function roleOf(topic: string, headers: Record<string, string>, dlqs: Map<string, DlqRole>): DlqRole | undefined {
+export function roleOf(
+  topic: string,
+  headers: Record<string, string>,
+  dlqs: Map<string, DlqRole>,
+): DlqRole | undefined {
   if (headers[HEADER.schema] === SCHEMA_ID.webhooksDlq) return 'webhooks';
   if (headers[HEADER.schema] === SCHEMA_ID.sendRequestsDlq) return 'send-requests';
   return dlqs.get(topic);
@@ -62,7 +72,8 @@ export function deadLetterOf(record: ConsumedRecord, dlqs: Map<string, DlqRole>)
   const headers = headersToStrings(record.headers);
   const role = roleOf(record.topic, headers, dlqs);
   const reason = headers[HEADER.errorReason] ?? '';
-  const business = headers[HEADER.businessId] ?? (role === 'webhooks' && record.key ? record.key.toString() : undefined);
+  const business =
+    headers[HEADER.businessId] ?? (role === 'webhooks' && record.key ? record.key.toString() : undefined);
   return {
     topic: record.topic,
     partition: record.partition,
@@ -175,7 +186,10 @@ const fails = (code: string, reason: string): StillFailing => ({ kind: 'fails', 
 export function recheck(letter: DeadLetter, context: RecheckContext): Recheck {
   if (letter.role === 'webhooks') return recheckWebhook(letter, context);
   if (letter.role === 'send-requests') return recheckSendRequest(letter, context);
-  return fails('NOT_A_DEAD_LETTER', `the record has no schema header of a dead letter (${SCHEMA_ID.webhooksDlq} or ${SCHEMA_ID.sendRequestsDlq}) and its topic is not a configured DLQ`);
+  return fails(
+    'NOT_A_DEAD_LETTER',
+    `the record has no schema header of a dead letter (${SCHEMA_ID.webhooksDlq} or ${SCHEMA_ID.sendRequestsDlq}) and its topic is not a configured DLQ`,
+  );
 }
 
 const REJECTED: Record<RejectReason, string> = {
@@ -186,7 +200,8 @@ const REJECTED: Record<RejectReason, string> = {
   'unknown-business': 'the business is not configured: the ingress would answer 403',
   'no-signing-secret': 'the business has no signing secret configured: the ingress would answer 403',
   'missing-signature': 'the record carries no signature header: the ingress would answer 403',
-  'bad-signature': "the signature does not verify against any of the business's active signing secrets (rotated since?): the ingress would answer 403",
+  'bad-signature':
+    "the signature does not verify against any of the business's active signing secrets (rotated since?): the ingress would answer 403",
 };
 
 function recheckWebhook(letter: DeadLetter, context: RecheckContext): Recheck {
@@ -216,10 +231,23 @@ function recheckWebhook(letter: DeadLetter, context: RecheckContext): Recheck {
   const target = decision.record.topic;
   const original = h[DLQ_HEADER.originalTopic];
   if (original !== undefined && original !== target) {
-    return fails('topic-changed', `it was meant for topic ${original}, but the ingress now writes ${decision.webhookTopic} events to ${target}: redrive it by hand if that is right`);
+    return fails(
+      'topic-changed',
+      `it was meant for topic ${original}, but the ingress now writes ${decision.webhookTopic} events to ${target}: redrive it by hand if that is right`,
+    );
   }
-  const derived = original === undefined ? `target topic derived from ${pathTopic !== undefined ? 'webhook-topic' : 'the body'} (a record without original-topic)` : undefined;
-  return { kind: 'redrive', topic: target, key: decision.record.key, value: body, headers: { ...decision.record.headers }, ...(derived ? { derived } : {}) };
+  const derived =
+    original === undefined
+      ? `target topic derived from ${pathTopic !== undefined ? 'webhook-topic' : 'the body'} (a record without original-topic)`
+      : undefined;
+  return {
+    kind: 'redrive',
+    topic: target,
+    key: decision.record.key,
+    value: body,
+    headers: { ...decision.record.headers },
+    ...(derived ? { derived } : {}),
+  };
 }
 
 /** Headers the sender set on the dead letter: not the request's, so not carried back. */
@@ -254,11 +282,21 @@ function recheckSendRequest(letter: DeadLetter, context: RecheckContext): Rechec
   const configured = letter.topic === context.sendRequestsDlqTopic;
   const target = configured ? context.sendRequestsTopic : (source ?? context.sendRequestsTopic);
   if (configured && source !== undefined && source !== target) {
-    return fails('topic-changed', `it was taken from topic ${source}, but the sender now reads ${target}: redrive it by hand if that is right`);
+    return fails(
+      'topic-changed',
+      `it was taken from topic ${source}, but the sender now reads ${target}: redrive it by hand if that is right`,
+    );
   }
   const now = context.now();
   const job = prepareJob(
-    { topic: target, partition: letter.partition, offset: letter.offset, key: letter.key, value: letter.value, headers: headers as RecordHeaders },
+    {
+      topic: target,
+      partition: letter.partition,
+      offset: letter.offset,
+      key: letter.key,
+      value: letter.value,
+      headers: headers as RecordHeaders,
+    },
     context.senderBusinesses,
     // The request's time is the dead letter's (the sender wrote it as it took the request): ttlMs,
     // expiresAt and sender.maxRequestAgeMs count as they would have.
@@ -266,7 +304,10 @@ function recheckSendRequest(letter: DeadLetter, context: RecheckContext): Rechec
   );
   if (job.kind === 'dlq') return fails(job.code, job.reason);
   if (job.expiry.at <= now) {
-    return fails(REDRIVE_REFUSAL_CODE.expired, `it expired at ${new Date(job.expiry.at).toISOString()} (${job.expiry.by}): the sender would answer expired and not send it`);
+    return fails(
+      REDRIVE_REFUSAL_CODE.expired,
+      `it expired at ${new Date(job.expiry.at).toISOString()} (${job.expiry.by}): the sender would answer expired and not send it`,
+    );
   }
   let key: Buffer | string | null = letter.key;
   let derived: string | undefined;
@@ -274,7 +315,14 @@ function recheckSendRequest(letter: DeadLetter, context: RecheckContext): Rechec
     key = job.recipient;
     derived = 'key derived: the recipient (the dead letter had none)';
   }
-  return { kind: 'redrive', topic: target, key, value: letter.value ?? Buffer.alloc(0), headers, ...(derived ? { derived } : {}) };
+  return {
+    kind: 'redrive',
+    topic: target,
+    key,
+    value: letter.value ?? Buffer.alloc(0),
+    headers,
+    ...(derived ? { derived } : {}),
+  };
 }
 
 /** A send-request dead letter whose value is a reference to its source record (it was too large for the DLQ topic). */
@@ -287,7 +335,8 @@ export function referenceSource(letter: DeadLetter): { topic: string; partition:
   const topic = letter.headers[DLQ_HEADER.sourceTopic];
   const partition = Number(letter.headers[DLQ_HEADER.sourcePartition]);
   const offset = Number(letter.headers[DLQ_HEADER.sourceOffset]);
-  if (!topic || !Number.isInteger(partition) || partition < 0 || !Number.isSafeInteger(offset) || offset < 0) return undefined;
+  if (!topic || !Number.isInteger(partition) || partition < 0 || !Number.isSafeInteger(offset) || offset < 0)
+    return undefined;
   return { topic, partition, offset };
 }
 
@@ -313,6 +362,12 @@ export function withSource(letter: DeadLetter, source: ConsumedRecord | undefine
 }
 
 /** The headers a redriven record adds (docs/topics.md, "Headers"): where it came from, and when. */
-export function redriveHeaders(letter: Pick<DeadLetter, 'topic' | 'partition' | 'offset'>, at: number): Record<string, string> {
-  return { [DLQ_HEADER.redrivenFrom]: `${letter.topic}/${letter.partition}/${letter.offset}`, [DLQ_HEADER.redrivenAt]: String(at) };
+export function redriveHeaders(
+  letter: Pick<DeadLetter, 'topic' | 'partition' | 'offset'>,
+  at: number,
+): Record<string, string> {
+  return {
+    [DLQ_HEADER.redrivenFrom]: `${letter.topic}/${letter.partition}/${letter.offset}`,
+    [DLQ_HEADER.redrivenAt]: String(at),
+  };
 }

@@ -7,7 +7,8 @@ import { commandConfig } from './context.js';
 export function parseWorkersOption(value: string): number | 'auto' {
   const trimmed = value.trim();
   const parsed = ingressWorkersSchema.safeParse(/^\d+$/.test(trimmed) ? Number(trimmed) : trimmed);
-  if (!parsed.success) throw new InvalidArgumentError(`--workers expects an integer from 1 to 256 or "auto", got "${value}"`);
+  if (!parsed.success)
+    throw new InvalidArgumentError(`--workers expects an integer from 1 to 256 or "auto", got "${value}"`);
   return parsed.data;
 }
 
@@ -30,18 +31,32 @@ export function registerIngressCommand(program: Command): void {
     )
     .action(async (opts: { workers?: number | 'auto' }, command: Command) => {
       const loaded = commandConfig(command);
-      const [{ assertIngressConfigUsable }, { startIngressWorkers }] = await Promise.all([import('../ingress/index.js'), import('../ingress/workers.js')]);
-      const config = opts.workers === undefined ? loaded : { ...loaded, ingress: { ...loaded.ingress, workers: opts.workers } };
+      const [{ assertIngressConfigUsable }, { startIngressWorkers }] = await Promise.all([
+        import('../ingress/index.js'),
+        import('../ingress/workers.js'),
+      ]);
+      const config =
+        opts.workers === undefined ? loaded : { ...loaded, ingress: { ...loaded.ingress, workers: opts.workers } };
       // Before an embedded broker or worker threads start for nothing.
       assertIngressConfigUsable(config);
       await runRole({
         name: 'ingress',
         config,
         drainGraceMs: config.ingress.drainGraceMs,
-        unfinished: 'requests still in progress at the grace deadline were answered 503 or left unanswered (the provider redelivers them)',
+        unfinished:
+          'requests still in progress at the grace deadline were answered 503 or left unanswered (the provider redelivers them)',
         // A worker thread that stopped on its own: the others drain, and the exit code says so.
-        start: ({ logger, brokers, onFatal }) => startIngressWorkers(config, { logger, brokers, onWorkerFailure: () => onFatal(new Error('an ingress worker thread stopped')) }),
-        describe: (ingress) => ({ ingress: ingress.address, admin: ingress.adminAddress ?? null, ...(ingress.workers > 1 ? { workers: ingress.workers } : {}) }),
+        start: ({ logger, brokers, onFatal }) =>
+          startIngressWorkers(config, {
+            logger,
+            brokers,
+            onWorkerFailure: () => onFatal(new Error('an ingress worker thread stopped')),
+          }),
+        describe: (ingress) => ({
+          ingress: ingress.address,
+          admin: ingress.adminAddress ?? null,
+          ...(ingress.workers > 1 ? { workers: ingress.workers } : {}),
+        }),
         // Worker threads closed first (a no-op without them), then the last log lines out.
         beforeExit: (ingress) => ingress.terminate(),
       });

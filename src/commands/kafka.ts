@@ -5,14 +5,30 @@ import { parseIntegerOption } from './options.js';
 export function registerKafkaCommand(program: Command): void {
   program
     .command('kafka')
-    .description('run the embedded local Kafka (KRaft; one node, or --nodes 3) in the foreground and print its bootstrap address')
+    .description(
+      'run the embedded local Kafka (KRaft; one node, or --nodes 3) in the foreground and print its bootstrap address',
+    )
     .option('--heap-mb <mb>', 'JVM heap in MiB', parseIntegerOption('--heap-mb', 128, 8192), 512)
-    .option('--partitions <n>', 'default partitions of auto-created topics', parseIntegerOption('--partitions', 1, 1000), 6)
-    .option('--secure <mode>', 'a TLS client listener with a throw-away CA: scram (SASL_SSL, SCRAM-SHA-512) or mtls (client certificates)', (value: string) => {
-      if (value !== 'scram' && value !== 'mtls') throw new InvalidArgumentError('expected scram or mtls');
-      return value;
-    })
-    .option('--nodes <n>', 'KRaft nodes (broker and controller each, own JVM): 3 for failover', parseIntegerOption('--nodes', 1, 5), 1)
+    .option(
+      '--partitions <n>',
+      'default partitions of auto-created topics',
+      parseIntegerOption('--partitions', 1, 1000),
+      6,
+    )
+    .option(
+      '--secure <mode>',
+      'a TLS client listener with a throw-away CA: scram (SASL_SSL, SCRAM-SHA-512) or mtls (client certificates)',
+      (value: string) => {
+        if (value !== 'scram' && value !== 'mtls') throw new InvalidArgumentError('expected scram or mtls');
+        return value;
+      },
+    )
+    .option(
+      '--nodes <n>',
+      'KRaft nodes (broker and controller each, own JVM): 3 for failover',
+      parseIntegerOption('--nodes', 1, 5),
+      1,
+    )
     .action(async (opts: { heapMb: number; partitions: number; nodes: number; secure?: 'scram' | 'mtls' }) => {
       const broker = await startLocalCluster({
         nodes: opts.nodes,

@@ -20,20 +20,32 @@ interface LoadOptions {
 export function registerLoadCommand(program: Command): void {
   program
     .command('load')
-    .description('send signed webhook load (inbound messages and their delivery statuses) to a webhook address and report answers and latency')
+    .description(
+      'send signed webhook load (inbound messages and their delivery statuses) to a webhook address and report answers and latency',
+    )
     .requiredOption('--url <url>', 'the webhook address, e.g. http://127.0.0.1:8080/webhooks/biz_1', parseWebhookUrl)
     .option('--secret <secret>', 'the signing secret (default MSGBRIDGE_SIGNING_SECRET, first of the list)')
-    .option('--rate <n>', 'requests per second (default: as fast as the receiver answers)', parseIntegerOption('--rate', 1, 1_000_000))
+    .option(
+      '--rate <n>',
+      'requests per second (default: as fast as the receiver answers)',
+      parseIntegerOption('--rate', 1, 1_000_000),
+    )
     .option('--duration <seconds>', 'how long to run (default 10 unless --total is given)', parseDuration)
     .option('--total <n>', 'stop after this many requests', parseIntegerOption('--total', 1, 1_000_000_000))
     .option('--connections <n>', 'keep-alive connections', parseIntegerOption('--connections', 1, 4096), 16)
-    .option('--statuses-per-inbound <n>', 'delivery status events per inbound message', parseIntegerOption('--statuses-per-inbound', 0, 100), 3)
+    .option(
+      '--statuses-per-inbound <n>',
+      'delivery status events per inbound message',
+      parseIntegerOption('--statuses-per-inbound', 0, 100),
+      3,
+    )
     .option('--per-topic-paths', 'post to {url}/messages and {url}/delivery_status instead of {url}', false)
     .option('--json', 'print the report as JSON', false)
     .action(async (opts: LoadOptions) => {
       const secret = opts.secret ?? readEnvSecret(process.env, 'MSGBRIDGE_SIGNING_SECRET')?.split(',')[0]?.trim();
       if (!secret) throw new MsgbridgeError('INVALID_ARGUMENT', 'give --secret (or set MSGBRIDGE_SIGNING_SECRET)');
-      const durationMs = opts.duration !== undefined ? opts.duration * 1000 : opts.total === undefined ? 10_000 : undefined;
+      const durationMs =
+        opts.duration !== undefined ? opts.duration * 1000 : opts.total === undefined ? 10_000 : undefined;
       const report = await runWebhookLoad({
         url: opts.url,
         signingSecret: secret,
@@ -44,7 +56,11 @@ export function registerLoadCommand(program: Command): void {
         ...(opts.total !== undefined ? { totalRequests: opts.total } : {}),
         ...(opts.rate !== undefined ? { ratePerSecond: opts.rate } : {}),
       });
-      process.stdout.write(opts.json ? `${JSON.stringify({ ...report, acknowledged: report.acknowledged.length }, null, 2)}\n` : formatReport(report, opts));
+      process.stdout.write(
+        opts.json
+          ? `${JSON.stringify({ ...report, acknowledged: report.acknowledged.length }, null, 2)}\n`
+          : formatReport(report, opts),
+      );
     });
 }
 
@@ -76,6 +92,7 @@ function parseWebhookUrl(value: string): string {
 
 function parseDuration(value: string): number {
   const n = Number(value);
-  if (!/^\d+(\.\d+)?$/.test(value.trim()) || !(n > 0) || n > 86_400) throw new InvalidArgumentError(`--duration expects seconds (more than 0, at most 86400), got "${value}"`);
+  if (!/^\d+(\.\d+)?$/.test(value.trim()) || !(n > 0) || n > 86_400)
+    throw new InvalidArgumentError(`--duration expects seconds (more than 0, at most 86400), got "${value}"`);
   return n;
 }

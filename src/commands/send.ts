@@ -22,7 +22,10 @@ import { messageStateSchema, type MessageState } from '../contracts/message-stat
 import { commandConfig, operatorBrokers } from './context.js';
 import { parseIntegerOption } from './options.js';
 
-/** Exit codes of `msgbridge send`: read (an SMS: accepted) = 0; rejected (dead-lettered included), expired or delivery_failed = 1; timeout = 3. */
+/**
+ * Exit codes of `msgbridge send`: read (an SMS: accepted) = 0; rejected (dead-lettered included), expired or
+ * delivery_failed = 1; timeout = 3.
+ */
 export const SEND_EXIT = { done: 0, failed: 1, timeout: 3 } as const;
 
 interface CommonOptions {
@@ -33,32 +36,72 @@ interface CommonOptions {
 }
 
 export function registerSendCommand(program: Command): void {
-  const send = program.command('send').description('produce a send request to Kafka and follow it: the created message id, then each delivery status');
+  const send = program
+    .command('send')
+    .description('produce a send request to Kafka and follow it: the created message id, then each delivery status');
 
   const common = (command: Command) =>
     command
       .requiredOption('--to <number>', 'recipient phone number, international format (+15550002222)')
       .option('--business <id>', 'business id (optional when one business is configured)')
       .option('--request-id <id>', 'request id (default: a random one)')
-      .option('--timeout <seconds>', 'give up following after this many seconds', parseIntegerOption('--timeout', 1, 3600), 60)
+      .option(
+        '--timeout <seconds>',
+        'give up following after this many seconds',
+        parseIntegerOption('--timeout', 1, 3600),
+        60,
+      )
       .option('--no-follow', 'only produce the request, do not wait for its result');
 
-  common(send.command('text').description('send a free-form text (on WhatsApp it needs an open 24-hour window; on SMS it does not)'))
+  common(
+    send
+      .command('text')
+      .description('send a free-form text (on WhatsApp it needs an open 24-hour window; on SMS it does not)'),
+  )
     .requiredOption('--text <text>', 'the message text')
-    .option('--channel <channel>', 'whatsapp or sms (an SMS has no 24-hour window and no delivery status: accepted is where it ends)', parseChannel, 'whatsapp')
-    .option('--fallback-template <name>', 'a template the sender sends instead when the customer\'s 24-hour window is closed (with sender.conversationWindow "reject")')
-    .option('-p, --param <name=value>', 'a parameter of the fallback template (repeatable)', collectParam, [] as { name: string; value: string }[])
-    .option('--ignore-conversation-window', 'send the text whatever the sender knows of the conversation window (conversationWindow: "ignore")')
+    .option(
+      '--channel <channel>',
+      'whatsapp or sms (an SMS has no 24-hour window and no delivery status: accepted is where it ends)',
+      parseChannel,
+      'whatsapp',
+    )
+    .option(
+      '--fallback-template <name>',
+      'a template the sender sends instead when the customer\'s 24-hour window is closed (with sender.conversationWindow "reject")',
+    )
+    .option(
+      '-p, --param <name=value>',
+      'a parameter of the fallback template (repeatable)',
+      collectParam,
+      [] as { name: string; value: string }[],
+    )
+    .option(
+      '--ignore-conversation-window',
+      'send the text whatever the sender knows of the conversation window (conversationWindow: "ignore")',
+    )
     .action(
       async (
-        opts: CommonOptions & { to: string; text: string; channel: string; fallbackTemplate?: string; param: { name: string; value: string }[]; ignoreConversationWindow?: boolean },
+        opts: CommonOptions & {
+          to: string;
+          text: string;
+          channel: string;
+          fallbackTemplate?: string;
+          param: { name: string; value: string }[];
+          ignoreConversationWindow?: boolean;
+        },
         command: Command,
       ) => {
         if (opts.param.length > 0 && opts.fallbackTemplate === undefined) {
-          throw new MsgbridgeError('INVALID_ARGUMENT', '--param sets a parameter of the fallback template: it needs --fallback-template <name>');
+          throw new MsgbridgeError(
+            'INVALID_ARGUMENT',
+            '--param sets a parameter of the fallback template: it needs --fallback-template <name>',
+          );
         }
         if (opts.channel === CHANNEL.sms && opts.fallbackTemplate !== undefined) {
-          throw new MsgbridgeError('INVALID_ARGUMENT', '--fallback-template is a WhatsApp template for a closed 24-hour window: an SMS has no window, drop it or send on whatsapp');
+          throw new MsgbridgeError(
+            'INVALID_ARGUMENT',
+            '--fallback-template is a WhatsApp template for a closed 24-hour window: an SMS has no window, drop it or send on whatsapp',
+          );
         }
         await runSend(command, opts, {
           requestId: opts.requestId ?? `cli-${randomUUID()}`,
@@ -66,7 +109,9 @@ export function registerSendCommand(program: Command): void {
           type: 'text',
           recipient: { channelType: opts.channel, id: opts.to },
           message: { text: opts.text },
-          ...(opts.fallbackTemplate !== undefined ? { fallbackTemplate: { templateName: opts.fallbackTemplate, parameters: opts.param } } : {}),
+          ...(opts.fallbackTemplate !== undefined
+            ? { fallbackTemplate: { templateName: opts.fallbackTemplate, parameters: opts.param } }
+            : {}),
           ...(opts.ignoreConversationWindow ? { conversationWindow: 'ignore' } : {}),
         });
       },
@@ -74,22 +119,33 @@ export function registerSendCommand(program: Command): void {
 
   common(send.command('template').description('send an approved WhatsApp template'))
     .requiredOption('--template <name>', 'the template name')
-    .option('-p, --param <name=value>', 'a template parameter (repeatable)', collectParam, [] as { name: string; value: string }[])
-    .action(async (opts: CommonOptions & { to: string; template: string; param: { name: string; value: string }[] }, command: Command) => {
-      await runSend(command, opts, {
-        requestId: opts.requestId ?? `cli-${randomUUID()}`,
-        ...(opts.business ? { businessId: opts.business } : {}),
-        type: 'template',
-        number: opts.to,
-        templateName: opts.template,
-        parameters: opts.param,
-      });
-    });
+    .option(
+      '-p, --param <name=value>',
+      'a template parameter (repeatable)',
+      collectParam,
+      [] as { name: string; value: string }[],
+    )
+    .action(
+      async (
+        opts: CommonOptions & { to: string; template: string; param: { name: string; value: string }[] },
+        command: Command,
+      ) => {
+        await runSend(command, opts, {
+          requestId: opts.requestId ?? `cli-${randomUUID()}`,
+          ...(opts.business ? { businessId: opts.business } : {}),
+          type: 'template',
+          number: opts.to,
+          templateName: opts.template,
+          parameters: opts.param,
+        });
+      },
+    );
 }
 
 function parseChannel(value: string): string {
   const channel = value.toLowerCase();
-  if (channel !== CHANNEL.whatsapp && channel !== CHANNEL.sms) throw new InvalidArgumentError(`expected whatsapp or sms, got "${value}"`);
+  if (channel !== CHANNEL.whatsapp && channel !== CHANNEL.sms)
+    throw new InvalidArgumentError(`expected whatsapp or sms, got "${value}"`);
   return channel;
 }
 
@@ -112,8 +168,15 @@ async function runSend(command: Command, opts: CommonOptions, raw: Record<string
     throw err;
   }
   const config = commandConfig(command);
-  if (request.businessId && config.businesses.length > 0 && !config.businesses.some((b) => b.id === request.businessId)) {
-    throw new MsgbridgeError('INVALID_ARGUMENT', `unknown business "${request.businessId}"; configured: ${config.businesses.map((b) => b.id).join(', ')}`);
+  if (
+    request.businessId &&
+    config.businesses.length > 0 &&
+    !config.businesses.some((b) => b.id === request.businessId)
+  ) {
+    throw new MsgbridgeError(
+      'INVALID_ARGUMENT',
+      `unknown business "${request.businessId}"; configured: ${config.businesses.map((b) => b.id).join(', ')}`,
+    );
   }
   const kafka = createKafka(config.kafka, { brokers: operatorBrokers(config), clientId: 'msgbridge-send' });
   const topics = config.kafka.topics;
@@ -127,7 +190,9 @@ async function runSend(command: Command, opts: CommonOptions, raw: Record<string
   // acks=all, no topic created by producing (the port's producer); one record, so not idempotent, as before.
   const producer = createKafkajsProducer(kafka, { idempotent: false });
   await producer.connect();
-  await producer.send([{ topic: record.topic, records: [{ key: record.key, value: record.value, headers: record.headers }] }]);
+  await producer.send([
+    { topic: record.topic, records: [{ key: record.key, value: record.value, headers: record.headers }] },
+  ]);
   await producer.disconnect();
   say(`request ${request.requestId} → ${topics.sendRequests} (to ${record.key})`);
   if (!outcome || !subscription) return;
@@ -158,10 +223,15 @@ async function follow(kafka: KafkaPort, config: Config, request: SendRequest, ti
   const stateTopic = await withAdmin(kafka, async (admin) => {
     const existing = new Set(await admin.listTopics());
     for (const topic of [topics.sendRequests, topics.sendResults, topics.deliveryStatus]) {
-      if (!existing.has(topic)) throw new MsgbridgeError('INVALID_ARGUMENT', `topic "${topic}" does not exist: is the relay (sender, ingress) running against this Kafka?`);
+      if (!existing.has(topic))
+        throw new MsgbridgeError(
+          'INVALID_ARGUMENT',
+          `topic "${topic}" does not exist: is the relay (sender, ingress) running against this Kafka?`,
+        );
     }
     const state = existing.has(topics.messageState) ? topics.messageState : undefined;
-    for (const topic of [topics.sendResults, state ?? topics.deliveryStatus]) ends.set(topic, await admin.topicEnds(topic));
+    for (const topic of [topics.sendResults, state ?? topics.deliveryStatus])
+      ends.set(topic, await admin.topicEnds(topic));
     return state;
   });
 
@@ -182,7 +252,9 @@ async function follow(kafka: KafkaPort, config: Config, request: SendRequest, ti
     for (const status of ['sent', 'delivered', 'read', 'delivery_failed'] as const) {
       if (state[STATUS_AT[status]] === null || printed.has(status)) continue;
       printed.add(status);
-      say(`${since()} ${status}${status === 'delivery_failed' && state.error ? `: ${state.error.code} ${state.error.message}` : ''}`);
+      say(
+        `${since()} ${status}${status === 'delivery_failed' && state.error ? `: ${state.error.code} ${state.error.message}` : ''}`,
+      );
     }
     if (state.status === 'read') resolve(SEND_EXIT.done);
     if (state.status === 'delivery_failed') resolve(SEND_EXIT.failed);
@@ -212,11 +284,18 @@ async function follow(kafka: KafkaPort, config: Config, request: SendRequest, ti
         const r = result.data;
         if (r.outcome === 'accepted') {
           messageId = r.messageId;
-          const as = r.sentAs === 'template' && request.type === 'text' ? ` as the fallback template ${request.fallbackTemplate?.templateName ?? ''} (the conversation window is closed)` : '';
-          say(`${since()} accepted${as}: message id ${messageId} (attempts ${r.attempts}${r.maybeSent ? '; an earlier attempt may also have created a message' : ''})`);
+          const as =
+            r.sentAs === 'template' && request.type === 'text'
+              ? ` as the fallback template ${request.fallbackTemplate?.templateName ?? ''} (the conversation window is closed)`
+              : '';
+          say(
+            `${since()} accepted${as}: message id ${messageId} (attempts ${r.attempts}${r.maybeSent ? '; an earlier attempt may also have created a message' : ''})`,
+          );
           // The provider sends no delivery status for an SMS: accepted is its last state.
           if (isSms(r.channel ?? sendRequestChannel(request))) {
-            say(`${since()} SMS: handed to the SMS network; the provider reports no delivery on this channel, so nothing more will come`);
+            say(
+              `${since()} SMS: handed to the SMS network; the provider reports no delivery on this channel, so nothing more will come`,
+            );
             resolve(SEND_EXIT.done);
             return;
           }
@@ -224,7 +303,9 @@ async function follow(kafka: KafkaPort, config: Config, request: SendRequest, ti
           const earlyState = earlyStates.get(messageId);
           if (earlyState) onState(earlyState);
         } else if (r.outcome === 'expired') {
-          say(`${since()} expired: not sent, past ${r.expiresAt} (set by ${r.expiredBy}) after ${r.attempts} attempt(s)${r.maybeSent ? '; an attempt may have created the message' : ''}`);
+          say(
+            `${since()} expired: not sent, past ${r.expiresAt} (set by ${r.expiredBy}) after ${r.attempts} attempt(s)${r.maybeSent ? '; an attempt may have created the message' : ''}`,
+          );
           resolve(SEND_EXIT.failed);
         } else {
           const e = r.error;
@@ -243,7 +324,8 @@ async function follow(kafka: KafkaPort, config: Config, request: SendRequest, ti
         const parsed = messageStateSchema.safeParse(body);
         if (!parsed.success) return;
         if (messageId === undefined) {
-          if (earlyStates.size < 1000 || earlyStates.has(parsed.data.messageId)) earlyStates.set(parsed.data.messageId, parsed.data);
+          if (earlyStates.size < 1000 || earlyStates.has(parsed.data.messageId))
+            earlyStates.set(parsed.data.messageId, parsed.data);
         } else if (parsed.data.messageId === messageId) onState(parsed.data);
         return;
       }
@@ -258,10 +340,17 @@ async function follow(kafka: KafkaPort, config: Config, request: SendRequest, ti
     },
   });
   await subscription.joined;
-  say(stateTopic ? `following ${stateTopic} (the tracker's one state per message)` : `following ${topics.deliveryStatus} (no tracker: statuses as the provider sends them)`);
-  for (const [topic, offsets] of ends) for (const { partition, offset } of offsets) subscription.seek(topic, partition, offset);
+  say(
+    stateTopic
+      ? `following ${stateTopic} (the tracker's one state per message)`
+      : `following ${topics.deliveryStatus} (no tracker: statuses as the provider sends them)`,
+  );
+  for (const [topic, offsets] of ends)
+    for (const { partition, offset } of offsets) subscription.seek(topic, partition, offset);
   const timer = setTimeout(() => {
-    say(`${since()} no final status within ${timeoutSeconds} s${messageId ? '' : ' (no send result yet: is the sender running?)'}`);
+    say(
+      `${since()} no final status within ${timeoutSeconds} s${messageId ? '' : ' (no send result yet: is the sender running?)'}`,
+    );
     resolve(SEND_EXIT.timeout);
   }, timeoutSeconds * 1000);
   void outcome.finally(() => clearTimeout(timer));

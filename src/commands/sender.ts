@@ -13,7 +13,9 @@ import { runRole } from '../runtime/foreground.js';
 export function registerSenderCommand(program: Command): void {
   program
     .command('sender')
-    .description('run the sender: consume send requests from Kafka, call the provider, publish the created message ids (or the errors) to Kafka')
+    .description(
+      'run the sender: consume send requests from Kafka, call the provider, publish the created message ids (or the errors) to Kafka',
+    )
     .action(async (_opts: unknown, command: Command) => {
       const config = commandConfig(command);
       const { senderApiKeys, startSender } = await import('../sender/index.js');
@@ -26,7 +28,13 @@ export function registerSenderCommand(program: Command): void {
         drainGraceMs: config.sender.drainGraceMs,
         unfinished: 'requests still in progress at the grace deadline were left to run again elsewhere',
         start: ({ logger, brokers, onFatal }) => startSender({ config, logger, brokers, onFatal }),
-        describe: (sender) => ({ sender: { admin: sender.adminAddress ?? null, groupId: config.sender.groupId, topic: config.kafka.topics.sendRequests } }),
+        describe: (sender) => ({
+          sender: {
+            admin: sender.adminAddress ?? null,
+            groupId: config.sender.groupId,
+            topic: config.kafka.topics.sendRequests,
+          },
+        }),
       });
     });
 }

@@ -15,38 +15,63 @@ import { recipientNumber } from '../contracts/common.js';
 export function registerSimulatorCommand(program: Command): void {
   const simulator = program
     .command('simulator')
-    .description('run the provider simulator: the send API, webhook registrations and signed webhook deliveries, with faults on demand')
+    .description(
+      'run the provider simulator: the send API, webhook registrations and signed webhook deliveries, with faults on demand',
+    )
     .option('--host <host>', 'listen address (default simulator.host)')
-    .option('--port <port>', 'listen port, 0 = a free one (default simulator.port or MSGBRIDGE_SIMULATOR_PORT)', parseIntegerOption('--port', 0, 65535))
+    .option(
+      '--port <port>',
+      'listen port, 0 = a free one (default simulator.port or MSGBRIDGE_SIMULATOR_PORT)',
+      parseIntegerOption('--port', 0, 65535),
+    )
     .action(async (opts: { host?: string; port?: number }, command: Command) => {
       await runSimulator(command, opts);
     });
 
   simulator
     .command('inbound')
-    .description('make a customer write to a business on a running simulator (a `messages` event; opens the 24-hour window)')
+    .description(
+      'make a customer write to a business on a running simulator (a `messages` event; opens the 24-hour window)',
+    )
     .option('--business <id>', 'business id (optional when one business is configured)')
     .requiredOption('--from <number>', 'the customer number, international format (+15550002222)', parsePhone)
     .requiredOption('--text <text>', 'the message text')
     .option('--name <name>', "the customer's profile name")
-    .option('--button [payload]', "send it as a button reply (isButtonResponse; --text is the button's text), with the button's payload when given")
+    .option(
+      '--button [payload]',
+      "send it as a button reply (isButtonResponse; --text is the button's text), with the button's payload when given",
+    )
     .option('--url <url>', 'the simulator address (default http://127.0.0.1:<simulator.port>)', parseUrl)
-    .action(async (opts: { business?: string; from: string; text: string; name?: string; button?: string | true; url?: string }, command: Command) => {
-      const config = commandConfig(command);
-      const businessId = opts.business ?? onlyBusiness(config);
-      const answer = await callSimulator(opts.url ?? simulatorUrl(config), 'POST', `/sim/businesses/${encodeURIComponent(businessId)}/inbound`, {
-        from: opts.from,
-        text: opts.text,
-        ...(opts.name !== undefined ? { name: opts.name } : {}),
-        ...(opts.button !== undefined ? { button: opts.button === true ? {} : { payload: opts.button } } : {}),
-      });
-      process.stdout.write(`${JSON.stringify(answer, null, 2)}\n`);
-    });
+    .action(
+      async (
+        opts: { business?: string; from: string; text: string; name?: string; button?: string | true; url?: string },
+        command: Command,
+      ) => {
+        const config = commandConfig(command);
+        const businessId = opts.business ?? onlyBusiness(config);
+        const answer = await callSimulator(
+          opts.url ?? simulatorUrl(config),
+          'POST',
+          `/sim/businesses/${encodeURIComponent(businessId)}/inbound`,
+          {
+            from: opts.from,
+            text: opts.text,
+            ...(opts.name !== undefined ? { name: opts.name } : {}),
+            ...(opts.button !== undefined ? { button: opts.button === true ? {} : { payload: opts.button } } : {}),
+          },
+        );
+        process.stdout.write(`${JSON.stringify(answer, null, 2)}\n`);
+      },
+    );
 
   simulator
     .command('faults')
     .description('show, change or reset the faults of a running simulator')
-    .option('--set <json>', 'partial faults to merge, e.g. \'{"send429Rate":0.1,"send429RetryAfterSeconds":null}\'', parseJsonObject)
+    .option(
+      '--set <json>',
+      'partial faults to merge, e.g. \'{"send429Rate":0.1,"send429RetryAfterSeconds":null}\'',
+      parseJsonObject,
+    )
     .option('--reset', 'remove every fault')
     .option('--url <url>', 'the simulator address (default http://127.0.0.1:<simulator.port>)', parseUrl)
     .action(async (opts: { set?: Record<string, unknown>; reset?: boolean; url?: string }, command: Command) => {
@@ -71,14 +96,18 @@ async function runSimulator(command: Command, opts: { host?: string; port?: numb
   const running = await startSimulator(options);
   const lifecycle = createShutdown({ logger, graceMs: 5_000, drain: () => running.close() });
   lifecycle.handleSignals();
-  process.stderr.write(`provider simulator at ${running.url} for ${config.businesses.map((b) => b.id).join(', ')}; control endpoints under ${running.url}/sim/. Ctrl-C stops it.\n`);
+  process.stderr.write(
+    `provider simulator at ${running.url} for ${config.businesses.map((b) => b.id).join(', ')}; control endpoints under ${running.url}/sim/. Ctrl-C stops it.\n`,
+  );
 }
 
 function onlyBusiness(config: Config): string {
   if (config.businesses.length === 1) return config.businesses[0]!.id;
   throw new MsgbridgeError(
     'INVALID_ARGUMENT',
-    config.businesses.length === 0 ? 'give --business (no business is configured)' : `give --business: ${config.businesses.length} businesses are configured`,
+    config.businesses.length === 0
+      ? 'give --business (no business is configured)'
+      : `give --business: ${config.businesses.length} businesses are configured`,
   );
 }
 
@@ -86,7 +115,12 @@ function simulatorUrl(config: Config): string {
   return localUrl(config.simulator.host, config.simulator.port);
 }
 
-async function callSimulator(base: string, method: 'GET' | 'POST' | 'PUT' | 'DELETE', path: string, body?: unknown): Promise<unknown> {
+async function callSimulator(
+  base: string,
+  method: 'GET' | 'POST' | 'PUT' | 'DELETE',
+  path: string,
+  body?: unknown,
+): Promise<unknown> {
   const { request } = await import('undici');
   let response;
   try {
@@ -98,7 +132,9 @@ async function callSimulator(base: string, method: 'GET' | 'POST' | 'PUT' | 'DEL
       bodyTimeout: 10_000,
     });
   } catch (err) {
-    throw new MsgbridgeError('SIMULATOR_UNAVAILABLE', `no simulator answers at ${base}: ${errorMessage(err)}`, { cause: err });
+    throw new MsgbridgeError('SIMULATOR_UNAVAILABLE', `no simulator answers at ${base}: ${errorMessage(err)}`, {
+      cause: err,
+    });
   }
   const text = await response.body.text();
   let value: unknown = text;
@@ -107,16 +143,23 @@ async function callSimulator(base: string, method: 'GET' | 'POST' | 'PUT' | 'DEL
   } catch {
     // not JSON: reported as text
   }
-  if (response.statusCode >= 500) throw new MsgbridgeError('SIMULATOR_UNAVAILABLE', `the simulator answered ${response.statusCode}: ${text}`);
+  if (response.statusCode >= 500)
+    throw new MsgbridgeError('SIMULATOR_UNAVAILABLE', `the simulator answered ${response.statusCode}: ${text}`);
   if (response.statusCode !== 200) {
-    const message = typeof value === 'object' && value !== null && 'message' in value ? String((value as { message: unknown }).message) : text;
+    const message =
+      typeof value === 'object' && value !== null && 'message' in value
+        ? String((value as { message: unknown }).message)
+        : text;
     throw new MsgbridgeError('INVALID_ARGUMENT', `the simulator answered ${response.statusCode}: ${message}`);
   }
   return value;
 }
 
 function parsePhone(value: string): string {
-  if (!recipientNumber.safeParse(value).success) throw new InvalidArgumentError(`expected a phone number in international format (+ and 5-20 digits), got "${value}"`);
+  if (!recipientNumber.safeParse(value).success)
+    throw new InvalidArgumentError(
+      `expected a phone number in international format (+ and 5-20 digits), got "${value}"`,
+    );
   return value;
 }
 
@@ -133,7 +176,8 @@ export function parseUrl(value: string): string {
 function parseJsonObject(value: string): Record<string, unknown> {
   try {
     const parsed: unknown = JSON.parse(value);
-    if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)) return parsed as Record<string, unknown>;
+    if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed))
+      return parsed as Record<string, unknown>;
   } catch {
     // reported below
   }

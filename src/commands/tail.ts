@@ -60,7 +60,9 @@ export function registerTailCommand(program: Command): void {
           };
           if (opts.json) process.stdout.write(`${JSON.stringify(record)}\n`);
           else {
-            process.stdout.write(`── ${topic}[${partition}]@${record.offset}  ${record.timestamp}  key=${record.key ?? '(none)'}\n`);
+            process.stdout.write(
+              `── ${topic}[${partition}]@${record.offset}  ${record.timestamp}  key=${record.key ?? '(none)'}\n`,
+            );
             for (const [name, text] of Object.entries(record.headers)) process.stdout.write(`   ${name}: ${text}\n`);
             process.stdout.write(`${JSON.stringify(record.value, null, 2).replace(/^/gm, '   ')}\n`);
           }

@@ -21,12 +21,18 @@ export function readBusinessesJson(path: string): unknown {
   try {
     text = readFileSync(path, 'utf8');
   } catch (err) {
-    throw new MsgbridgeError('CONFIG_FILE_UNREADABLE', `cannot read the businesses file ${path}: ${errorMessage(err)}`, { cause: err });
+    throw new MsgbridgeError(
+      'CONFIG_FILE_UNREADABLE',
+      `cannot read the businesses file ${path}: ${errorMessage(err)}`,
+      { cause: err },
+    );
   }
   try {
     return JSON.parse(text) as unknown;
   } catch (err) {
-    throw new MsgbridgeError('CONFIG_INVALID', `the businesses file ${path} is not valid JSON: ${errorMessage(err)}`, { cause: err });
+    throw new MsgbridgeError('CONFIG_INVALID', `the businesses file ${path} is not valid JSON: ${errorMessage(err)}`, {
+      cause: err,
+    });
   }
 }
 

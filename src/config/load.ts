@@ -18,7 +18,11 @@ export interface LoadConfigOptions {
   overrides?: DeepPartial<Config>;
 }
 
-export type DeepPartial<T> = T extends (infer U)[] ? U[] : T extends object ? { [K in keyof T]?: DeepPartial<T[K]> } : T;
+export type DeepPartial<T> = T extends (infer U)[]
+  ? U[]
+  : T extends object
+    ? { [K in keyof T]?: DeepPartial<T[K]> }
+    : T;
 
 /**
  * config/default.json, then the file named by MSGBRIDGE_CONFIG, then environment variables;
@@ -48,14 +52,19 @@ function readJsonFile(path: string): Json {
   try {
     text = readFileSync(path, 'utf8');
   } catch (err) {
-    throw new MsgbridgeError('CONFIG_FILE_UNREADABLE', `cannot read configuration file ${path}: ${errorMessage(err)}`, { cause: err });
+    throw new MsgbridgeError('CONFIG_FILE_UNREADABLE', `cannot read configuration file ${path}: ${errorMessage(err)}`, {
+      cause: err,
+    });
   }
   try {
     const value: unknown = JSON.parse(text);
-    if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new Error('expected a JSON object at the top level');
+    if (typeof value !== 'object' || value === null || Array.isArray(value))
+      throw new Error('expected a JSON object at the top level');
     return value as Json;
   } catch (err) {
-    throw new MsgbridgeError('CONFIG_INVALID', `configuration file ${path} is not valid JSON: ${errorMessage(err)}`, { cause: err });
+    throw new MsgbridgeError('CONFIG_INVALID', `configuration file ${path} is not valid JSON: ${errorMessage(err)}`, {
+      cause: err,
+    });
   }
 }
 
@@ -75,7 +84,9 @@ function isPlainObject(value: unknown): value is Json {
 }
 
 function leafPaths(value: Json, prefix = ''): string[] {
-  return Object.entries(value).flatMap(([k, v]) => (isPlainObject(v) ? leafPaths(v, `${prefix}${k}.`) : [`${prefix}${k}`]));
+  return Object.entries(value).flatMap(([k, v]) =>
+    isPlainObject(v) ? leafPaths(v, `${prefix}${k}.`) : [`${prefix}${k}`],
+  );
 }
 
 function nonEmpty(value: string | undefined): string | undefined {
@@ -93,7 +104,9 @@ export function readEnvSecret(env: Env, name: string): string | undefined {
   try {
     return readFileSync(file, 'utf8').replace(/\r?\n$/, '');
   } catch (err) {
-    throw new MsgbridgeError('CONFIG_FILE_UNREADABLE', `cannot read ${name}_FILE (${file}): ${errorMessage(err)}`, { cause: err });
+    throw new MsgbridgeError('CONFIG_FILE_UNREADABLE', `cannot read ${name}_FILE (${file}): ${errorMessage(err)}`, {
+      cause: err,
+    });
   }
 }
 
@@ -165,7 +178,10 @@ function applyEnv(raw: Json, env: Env, sources: Map<string, string>): void {
   if (tlsFiles.length > 0) {
     // A CA or a client certificate means TLS: an explicit KAFKA_SSL=false contradicts it.
     if (ssl !== undefined && scalar(ssl) === false) {
-      throw new MsgbridgeError('CONFIG_INVALID', `KAFKA_SSL=false contradicts ${tlsFiles.map(([name]) => name).join(', ')}: unset one of them`);
+      throw new MsgbridgeError(
+        'CONFIG_INVALID',
+        `KAFKA_SSL=false contradicts ${tlsFiles.map(([name]) => name).join(', ')}: unset one of them`,
+      );
     }
     const kafka = isPlainObject(raw.kafka) ? raw.kafka : {};
     const current = isPlainObject(kafka.ssl) ? kafka.ssl : {};
@@ -179,7 +195,11 @@ function applyEnv(raw: Json, env: Env, sources: Map<string, string>): void {
   if (saslMechanism !== undefined) {
     set(
       'kafka.sasl',
-      { mechanism: saslMechanism.toLowerCase(), username: env.KAFKA_SASL_USERNAME ?? '', password: readEnvSecret(env, 'KAFKA_SASL_PASSWORD') ?? '' },
+      {
+        mechanism: saslMechanism.toLowerCase(),
+        username: env.KAFKA_SASL_USERNAME ?? '',
+        password: readEnvSecret(env, 'KAFKA_SASL_PASSWORD') ?? '',
+      },
       'KAFKA_SASL_MECHANISM/KAFKA_SASL_USERNAME/KAFKA_SASL_PASSWORD',
     );
   }
@@ -200,7 +220,15 @@ function applyEnv(raw: Json, env: Env, sources: Map<string, string>): void {
     ['MSGBRIDGE_TRACKER_TOKENS_FILE', 'tracker.accessTokensFile'],
     ['MSGBRIDGE_LOG_LEVEL', 'log.level'],
   ];
-  const verbatim = new Set(['provider.url', 'provider.proxy', 'log.level', 'tracker.stateDir', 'sender.stateDir', 'tracker.advertisedUrl', 'tracker.accessTokensFile']);
+  const verbatim = new Set([
+    'provider.url',
+    'provider.proxy',
+    'log.level',
+    'tracker.stateDir',
+    'sender.stateDir',
+    'tracker.advertisedUrl',
+    'tracker.accessTokensFile',
+  ]);
   for (const [name, path] of simple) {
     const value = nonEmpty(env[name]);
     if (value !== undefined) set(path, verbatim.has(path) ? value.trim() : scalar(value), name);
@@ -211,9 +239,13 @@ function applyEnv(raw: Json, env: Env, sources: Map<string, string>): void {
   // The file replaces the configured list. It is reloaded alone while the roles run, so the
   // single-business shorthand cannot be layered on it.
   if (typeof raw.businessesFile === 'string' && raw.businessesFile !== '') {
-    const shorthand = ['MSGBRIDGE_BUSINESS_ID', 'MSGBRIDGE_SIGNING_SECRET', 'MSGBRIDGE_SIGNING_SECRET_FILE', 'MSGBRIDGE_API_KEY', 'MSGBRIDGE_API_KEY_FILE'].filter(
-      (name) => nonEmpty(env[name]) !== undefined,
-    );
+    const shorthand = [
+      'MSGBRIDGE_BUSINESS_ID',
+      'MSGBRIDGE_SIGNING_SECRET',
+      'MSGBRIDGE_SIGNING_SECRET_FILE',
+      'MSGBRIDGE_API_KEY',
+      'MSGBRIDGE_API_KEY_FILE',
+    ].filter((name) => nonEmpty(env[name]) !== undefined);
     if (shorthand.length > 0) {
       throw new MsgbridgeError(
         'CONFIG_INVALID',
@@ -249,7 +281,10 @@ function applySingleBusiness(raw: Json, env: Env, sources: Map<string, string>):
   } else if (list.length === 1) {
     index = 0;
   } else {
-    throw new MsgbridgeError('CONFIG_INVALID', `MSGBRIDGE_SIGNING_SECRET and MSGBRIDGE_API_KEY need MSGBRIDGE_BUSINESS_ID when ${list.length} businesses are configured`);
+    throw new MsgbridgeError(
+      'CONFIG_INVALID',
+      `MSGBRIDGE_SIGNING_SECRET and MSGBRIDGE_API_KEY need MSGBRIDGE_BUSINESS_ID when ${list.length} businesses are configured`,
+    );
   }
   const business = list[index]!;
   if (secrets !== undefined) {
@@ -272,9 +307,15 @@ const RENAMED: [string, string][] = [
 ];
 
 function refuseRenamed(raw: Json, sources: Map<string, string>): void {
-  const found = RENAMED.filter(([old]) => old.split('.').reduce<unknown>((node, key) => (isPlainObject(node) ? node[key] : undefined), raw) !== undefined);
+  const found = RENAMED.filter(
+    ([old]) =>
+      old.split('.').reduce<unknown>((node, key) => (isPlainObject(node) ? node[key] : undefined), raw) !== undefined,
+  );
   if (found.length === 0) return;
-  const lines = found.map(([old, now]) => `  - ${old}: renamed ${now} (the private port of /healthz, /readyz and /metrics)${sources.has(old) ? ` (from ${sources.get(old)})` : ''}`);
+  const lines = found.map(
+    ([old, now]) =>
+      `  - ${old}: renamed ${now} (the private port of /healthz, /readyz and /metrics)${sources.has(old) ? ` (from ${sources.get(old)})` : ''}`,
+  );
   throw new MsgbridgeError('CONFIG_INVALID', `invalid configuration:\n${lines.join('\n')}`);
 }
 

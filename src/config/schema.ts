@@ -7,7 +7,10 @@ import { DIRECT, parseProxyUrl } from '../platform/proxy.js';
  * none of them, so there is one place to read them); the schema says what is valid.
  * Each section belongs to one role; roles validate their own requirements at start.
  */
-const portError = { error: (issue: { input?: unknown }) => `expected a TCP port from 0 to 65535 (0 = any free one), got ${JSON.stringify(issue.input)}` };
+const portError = {
+  error: (issue: { input?: unknown }) =>
+    `expected a TCP port from 0 to 65535 (0 = any free one), got ${JSON.stringify(issue.input)}`,
+};
 const port = z.number(portError).int(portError).min(0, portError).max(65535, portError);
 /**
  * Where a role serves /healthz, /readyz and /metrics (docs/deployment.md "Ports"): a port of its own, never
@@ -24,9 +27,15 @@ export const kafkaTopicsSchema = z.strictObject({
   sendRequests: z.string().min(1),
   sendResults: z.string().min(1),
   sendRequestsDlq: z.string().min(1),
-  /** Compacted, written by the tracker: one state per message id (docs/topics.md, "Message state and conversation windows"). */
+  /**
+   * Compacted, written by the tracker: one state per message id (docs/topics.md, "Message state and conversation
+   * windows").
+   */
   messageState: z.string().min(1),
-  /** Compacted, written by the tracker: one window per business and customer (docs/topics.md, "Message state and conversation windows"). */
+  /**
+   * Compacted, written by the tracker: one window per business and customer (docs/topics.md, "Message state and
+   * conversation windows").
+   */
   conversations: z.string().min(1),
   /** Compacted, written by the tracker: the last rejected or expired result per request id (docs/topics.md). */
   requestOutcomes: z.string().min(1),
@@ -35,7 +44,9 @@ export const kafkaTopicsSchema = z.strictObject({
    * the outcomes of the requests of each partition, its durable memory (src/sender/README.md "Sent once").
    */
   sendLedger: z.string().min(1),
-  /** Compacted, written by the tracker: each inbound message, bounded, for the customer's conversation (docs/topics.md). */
+  /**
+   * Compacted, written by the tracker: each inbound message, bounded, for the customer's conversation (docs/topics.md).
+   */
   inboundMessages: z.string().min(1),
 });
 
@@ -65,12 +76,20 @@ export const kafkaSchema = z
           keyFile: z.string().min(1).optional(),
         })
         .superRefine((tls, ctx) => {
-          if (tls.ca !== undefined && tls.caFile !== undefined) ctx.addIssue({ code: 'custom', path: ['caFile'], message: 'set either ca or caFile, not both' });
-          if (tls.cert !== undefined && tls.certFile !== undefined) ctx.addIssue({ code: 'custom', path: ['certFile'], message: 'set either cert or certFile, not both' });
-          if (tls.key !== undefined && tls.keyFile !== undefined) ctx.addIssue({ code: 'custom', path: ['keyFile'], message: 'set either key or keyFile, not both' });
+          if (tls.ca !== undefined && tls.caFile !== undefined)
+            ctx.addIssue({ code: 'custom', path: ['caFile'], message: 'set either ca or caFile, not both' });
+          if (tls.cert !== undefined && tls.certFile !== undefined)
+            ctx.addIssue({ code: 'custom', path: ['certFile'], message: 'set either cert or certFile, not both' });
+          if (tls.key !== undefined && tls.keyFile !== undefined)
+            ctx.addIssue({ code: 'custom', path: ['keyFile'], message: 'set either key or keyFile, not both' });
           const hasCert = tls.cert !== undefined || tls.certFile !== undefined;
           const hasKey = tls.key !== undefined || tls.keyFile !== undefined;
-          if (hasCert !== hasKey) ctx.addIssue({ code: 'custom', path: [hasCert ? 'keyFile' : 'certFile'], message: 'a client certificate needs its key, and a key its certificate (mutual TLS)' });
+          if (hasCert !== hasKey)
+            ctx.addIssue({
+              code: 'custom',
+              path: [hasCert ? 'keyFile' : 'certFile'],
+              message: 'a client certificate needs its key, and a key its certificate (mutual TLS)',
+            });
         }),
     ]),
     sasl: z
@@ -93,9 +112,18 @@ export const kafkaSchema = z
   })
   .superRefine((k, ctx) => {
     if (k.minInsyncReplicas !== null && k.minInsyncReplicas > k.replicationFactor) {
-      ctx.addIssue({ code: 'custom', path: ['minInsyncReplicas'], message: `must not exceed replicationFactor (${k.replicationFactor}): no write could ever be acknowledged` });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['minInsyncReplicas'],
+        message: `must not exceed replicationFactor (${k.replicationFactor}): no write could ever be acknowledged`,
+      });
     }
-    if (k.dlqRetentionMs === 0) ctx.addIssue({ code: 'custom', path: ['dlqRetentionMs'], message: 'expected -1 (for ever) or a positive number of milliseconds' });
+    if (k.dlqRetentionMs === 0)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['dlqRetentionMs'],
+        message: 'expected -1 (for ever) or a positive number of milliseconds',
+      });
   });
 
 export const localKafkaSchema = z.strictObject({
@@ -111,7 +139,12 @@ export const businessSchema = z.strictObject({
   /** Every active webhook signing secret; several during a rotation. */
   signingSecrets: z.array(secret),
   /** Sent as the `X-API-Key` header: no control character (a line break would end the header). */
-  apiKey: secret.refine((key) => !/[\x00-\x08\x0a-\x1f\x7f]/.test(key), 'an API key is sent as an HTTP header: it cannot hold a control character (line break, NUL…)').nullable(),
+  apiKey: secret
+    .refine(
+      (key) => !/[\x00-\x08\x0a-\x1f\x7f]/.test(key),
+      'an API key is sent as an HTTP header: it cannot hold a control character (line break, NUL…)',
+    )
+    .nullable(),
 });
 
 /** The businesses, ids unique: the configuration's list and the live businesses file alike. */
@@ -139,13 +172,26 @@ export const providerSchema = z.strictObject({
     .superRefine((value, ctx) => {
       if (value === null || value.trim().toLowerCase() === DIRECT) return;
       const parsed = parseProxyUrl(value);
-      if ('error' in parsed) ctx.addIssue({ code: 'custom', message: `${parsed.error}; or "${DIRECT}" for none, or null for the environment's` });
+      if ('error' in parsed)
+        ctx.addIssue({
+          code: 'custom',
+          message: `${parsed.error}; or "${DIRECT}" for none, or null for the environment's`,
+        });
     }),
 });
 
 /** `ingress.workers`: an integer from 1 to 256, or "auto" (the CLI's --workers parses with it too). */
-const workersError = { error: (issue: { input?: unknown }) => `expected an integer from 1 to 256 or "auto", got ${JSON.stringify(issue.input)}` };
-export const ingressWorkersSchema = z.union([z.number(workersError).int(workersError).min(1, workersError).max(256, workersError), z.literal('auto', workersError)], workersError);
+const workersError = {
+  error: (issue: { input?: unknown }) =>
+    `expected an integer from 1 to 256 or "auto", got ${JSON.stringify(issue.input)}`,
+};
+export const ingressWorkersSchema = z.union(
+  [
+    z.number(workersError).int(workersError).min(1, workersError).max(256, workersError),
+    z.literal('auto', workersError),
+  ],
+  workersError,
+);
 
 export const ingressSchema = z.strictObject({
   /** The webhook port: webhooks only (its health and metrics are on adminPort). */
@@ -218,7 +264,10 @@ export const senderSchema = z
       .int()
       .min(100)
       .max(10 * 60_000),
-    /** After an attempt that may have created the message (lost answer): resend (at least once) or reject (at most once). */
+    /**
+     * After an attempt that may have created the message (lost answer): resend (at least once) or reject (at most
+     * once).
+     */
     retryMaybeSent: z.boolean(),
     /** Requests older than this (by record timestamp) are never sent: their result is `expired`. */
     maxRequestAgeMs: z
@@ -254,8 +303,13 @@ export const senderSchema = z
      * sends every text as it is; `reject` reads the tracker's `conversations` topic before
      * consuming and refuses a text whose window is known closed (or sends its fallbackTemplate).
      */
-    conversationWindow: z.enum(['off', 'reject'], { error: 'expected "off" (send every text) or "reject" (refuse a text outside the 24-hour window)' }),
-    /** Open windows kept in memory (about 110 bytes of heap each, README); past it the least recently updated is dropped. */
+    conversationWindow: z.enum(['off', 'reject'], {
+      error: 'expected "off" (send every text) or "reject" (refuse a text outside the 24-hour window)',
+    }),
+    /**
+     * Open windows kept in memory (about 110 bytes of heap each, README); past it the least recently updated is
+     * dropped.
+     */
     conversationTableMaxEntries: z.number().int().min(1000).max(50_000_000),
     /** Longest start-up wait for the conversations topic to exist and be read to its end; past it the start fails. */
     conversationTableReadTimeoutMs: z.number().int().min(1000).max(3_600_000),
@@ -267,28 +321,54 @@ export const senderSchema = z
     conversationWindowGraceMs: z.number().int().min(0).max(60_000),
   })
   .superRefine((s, ctx) => {
-    if (s.backoffInitialMs > s.backoffMaxMs) ctx.addIssue({ code: 'custom', path: ['backoffInitialMs'], message: `must not exceed backoffMaxMs (${s.backoffMaxMs})` });
-    if (s.heartbeatIntervalMs * 3 > s.sessionTimeoutMs) ctx.addIssue({ code: 'custom', path: ['heartbeatIntervalMs'], message: `must be at most a third of sessionTimeoutMs (${s.sessionTimeoutMs})` });
+    if (s.backoffInitialMs > s.backoffMaxMs)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['backoffInitialMs'],
+        message: `must not exceed backoffMaxMs (${s.backoffMaxMs})`,
+      });
+    if (s.heartbeatIntervalMs * 3 > s.sessionTimeoutMs)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['heartbeatIntervalMs'],
+        message: `must be at most a third of sessionTimeoutMs (${s.sessionTimeoutMs})`,
+      });
   });
 
 const nonNegativeInt = z.number().int().min(0);
 const rate = z.number().min(0).max(1);
 const phoneNumber = recipientNumber;
 
-/** One credential of the tracker's queries and console (src/tracker/README.md, "Console and access"): its name (logged), its role, the hex SHA-256 of the token. */
+/**
+ * One credential of the tracker's queries and console (src/tracker/README.md, "Console and access"): its name (logged),
+ * its role, the hex SHA-256 of the token.
+ */
 export const accessTokenSchema = z.strictObject({
-  name: z.string().regex(/^[A-Za-z0-9._@-]{1,100}$/, 'expected 1-100 letters, digits, ".", "_", "@" or "-" (it names the holder in logs)'),
+  name: z
+    .string()
+    .regex(
+      /^[A-Za-z0-9._@-]{1,100}$/,
+      'expected 1-100 letters, digits, ".", "_", "@" or "-" (it names the holder in logs)',
+    ),
   role: z.enum(['read', 'operator'], { error: 'expected "read" or "operator"' }),
   sha256: z
     .string()
-    .regex(/^[0-9a-fA-F]{64}$/, 'expected the hex SHA-256 of the token (64 hex digits: printf %s "$TOKEN" | sha256sum), never the token itself')
+    .regex(
+      /^[0-9a-fA-F]{64}$/,
+      'expected the hex SHA-256 of the token (64 hex digits: printf %s "$TOKEN" | sha256sum), never the token itself',
+    )
     .transform((h) => h.toLowerCase()),
 });
 
 function uniqueTokenNames(tokens: { name: string }[], ctx: z.RefinementCtx): void {
   const seen = new Set<string>();
   tokens.forEach((t, i) => {
-    if (seen.has(t.name)) ctx.addIssue({ code: 'custom', path: [i, 'name'], message: `"${t.name}" names two tokens: each holder needs its own name (redrives are logged by it)` });
+    if (seen.has(t.name))
+      ctx.addIssue({
+        code: 'custom',
+        path: [i, 'name'],
+        message: `"${t.name}" names two tokens: each holder needs its own name (redrives are logged by it)`,
+      });
     seen.add(t.name);
   });
 }
@@ -300,9 +380,14 @@ export const accessTokensFileSchema = z.array(accessTokenSchema).superRefine(uni
 export const trackerSchema = z
   .strictObject({
     groupId: z.string().min(1),
-    /** transactional.id of task p is `<prefix>-<p>`: the same on every member and across restarts (src/tracker/README.md). */
+    /**
+     * transactional.id of task p is `<prefix>-<p>`: the same on every member and across restarts
+     * (src/tracker/README.md).
+     */
     transactionalIdPrefix: z.string().min(1),
-    /** Message states kept in memory **per task** (above its local store, which holds them all): the recently used ones. */
+    /**
+     * Message states kept in memory **per task** (above its local store, which holds them all): the recently used ones.
+     */
     maxCachedMessages: z.number().int().min(100).max(10_000_000),
     /** Conversation windows kept in memory **per task**, bounded the same way. */
     maxCachedConversations: z.number().int().min(100).max(10_000_000),
@@ -332,7 +417,10 @@ export const trackerSchema = z
       .int()
       .min(8 * 1024 * 1024)
       .max(64 * 1024 ** 3),
-    /** How long a conversation window is kept after its last inbound message (the 24-hour window plus a margin; default 26 h). */
+    /**
+     * How long a conversation window is kept after its last inbound message (the 24-hour window plus a margin; default
+     * 26 h).
+     */
     conversationRetentionMs: z
       .number()
       .int()
@@ -342,7 +430,12 @@ export const trackerSchema = z
      * The base URL other members use to forward a query to this one (published through the group
      * protocol, like Kafka Streams' application.server). Unset: http://<hostname>:<port>.
      */
-    advertisedUrl: z.url({ protocol: /^https?$/, error: 'expected an http(s) URL other members can reach, e.g. http://tracker-0.tracker:8082' }).optional(),
+    advertisedUrl: z
+      .url({
+        protocol: /^https?$/,
+        error: 'expected an http(s) URL other members can reach, e.g. http://tracker-0.tracker:8082',
+      })
+      .optional(),
     /** Records per transaction. */
     maxBatchRecords: z.number().int().min(1).max(10_000),
     /** The coordinator aborts a transaction open longer than this (below the broker's transaction.max.timeout.ms). */
@@ -381,12 +474,19 @@ export const trackerSchema = z
     maskRecipients: z.boolean(),
   })
   .superRefine((t, ctx) => {
-    if (t.heartbeatIntervalMs * 3 > t.sessionTimeoutMs) ctx.addIssue({ code: 'custom', path: ['heartbeatIntervalMs'], message: `must be at most a third of sessionTimeoutMs (${t.sessionTimeoutMs})` });
+    if (t.heartbeatIntervalMs * 3 > t.sessionTimeoutMs)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['heartbeatIntervalMs'],
+        message: `must be at most a third of sessionTimeoutMs (${t.sessionTimeoutMs})`,
+      });
   });
 
 export const simulatorFaultsSchema = z.strictObject({
   /** Extra latency before every answer of the send endpoints, uniform in [min, max]. */
-  sendLatencyMs: z.strictObject({ min: nonNegativeInt.max(600_000), max: nonNegativeInt.max(600_000) }).refine((r) => r.min <= r.max, { message: 'min must not exceed max' }),
+  sendLatencyMs: z
+    .strictObject({ min: nonNegativeInt.max(600_000), max: nonNegativeInt.max(600_000) })
+    .refine((r) => r.min <= r.max, { message: 'min must not exceed max' }),
   send429Rate: rate,
   /** Retry-After seconds on those 429s; null = no Retry-After header. */
   send429RetryAfterSeconds: nonNegativeInt.max(86_400).nullable(),
@@ -492,7 +592,11 @@ export const configSchema = z
     ] as const) {
       const { port: publicPort, adminPort } = c[role];
       if (adminPort !== 0 && adminPort === publicPort) {
-        ctx.addIssue({ code: 'custom', path: [role, 'adminPort'], message: `must differ from ${role}.port (${publicPort}, ${what}): /metrics and the health checks get a private port of their own` });
+        ctx.addIssue({
+          code: 'custom',
+          path: [role, 'adminPort'],
+          message: `must differ from ${role}.port (${publicPort}, ${what}): /metrics and the health checks get a private port of their own`,
+        });
       }
     }
     // A drain waits for what was admitted: at most one publish timeout (a batch unanswered by then

@@ -14,7 +14,10 @@ import { inboundMessageRecordSchema } from './inbound-message.js';
  * cannot drift from them (`npm run schemas` writes docs/asyncapi.json; a test checks it).
  */
 function schemaOf(schema: z.ZodType): Record<string, unknown> {
-  const json = z.toJSONSchema(schema, { target: 'draft-7', io: 'input', unrepresentable: 'any' }) as Record<string, unknown>;
+  const json = z.toJSONSchema(schema, { target: 'draft-7', io: 'input', unrepresentable: 'any' }) as Record<
+    string,
+    unknown
+  >;
   delete json.$schema;
   return json;
 }
@@ -25,15 +28,28 @@ const stringHeader = (description: string) => ({ type: 'string', description });
 const relayHeaders = (extra: Record<string, unknown> = {}, required: string[] = [], businessIdAbsent?: string) => ({
   type: 'object',
   properties: {
-    [HEADER.eventId]: stringHeader('Stable id of the event: for webhooks the hex SHA-256 of the raw body, the same across provider redeliveries, so consumers can deduplicate.'),
-    [HEADER.businessId]: stringHeader(businessIdAbsent ? `The business the event belongs to; absent ${businessIdAbsent}.` : 'The business the event belongs to.'),
+    [HEADER.eventId]: stringHeader(
+      'Stable id of the event: for webhooks the hex SHA-256 of the raw body, the same across provider redeliveries, so consumers can deduplicate.',
+    ),
+    [HEADER.businessId]: stringHeader(
+      businessIdAbsent
+        ? `The business the event belongs to; absent ${businessIdAbsent}.`
+        : 'The business the event belongs to.',
+    ),
     [HEADER.receivedAt]: stringHeader('When the relay received it, milliseconds since the epoch (decimal).'),
     [HEADER.contentType]: stringHeader('Media type of the value.'),
     [HEADER.schema]: stringHeader('Schema id of the value, for example delivery_status/v1.'),
     [HEADER.traceparent]: stringHeader('W3C trace context, when one came in.'),
     ...extra,
   },
-  required: [HEADER.eventId, ...(businessIdAbsent ? [] : [HEADER.businessId]), HEADER.receivedAt, HEADER.contentType, HEADER.schema, ...required],
+  required: [
+    HEADER.eventId,
+    ...(businessIdAbsent ? [] : [HEADER.businessId]),
+    HEADER.receivedAt,
+    HEADER.contentType,
+    HEADER.schema,
+    ...required,
+  ],
 });
 
 /** Headers of the tracker's records: no received-at (a state is derived, not received). */
@@ -41,7 +57,11 @@ const trackerHeaders = (eventId: string, businessIdAbsent?: string) => ({
   type: 'object',
   properties: {
     [HEADER.eventId]: stringHeader(eventId),
-    [HEADER.businessId]: stringHeader(businessIdAbsent ? `The business the state belongs to; absent ${businessIdAbsent}.` : 'The business the state belongs to.'),
+    [HEADER.businessId]: stringHeader(
+      businessIdAbsent
+        ? `The business the state belongs to; absent ${businessIdAbsent}.`
+        : 'The business the state belongs to.',
+    ),
     [HEADER.contentType]: stringHeader('Media type of the value: application/json.'),
     [HEADER.schema]: stringHeader('Schema id of the value.'),
   },
@@ -67,15 +87,29 @@ function messageStateJsonSchema(): Record<string, unknown> {
 
 /** On a record `msgbridge dlq redrive` produced from a dead letter (absent otherwise). */
 const redriveHeaders = {
-  [DLQ_HEADER.redrivenFrom]: stringHeader('On a redriven record: <dlq topic>/<partition>/<offset> of the dead letter it came from.'),
-  [DLQ_HEADER.redrivenAt]: stringHeader('On a redriven record: when it was redriven, milliseconds since the epoch (decimal).'),
+  [DLQ_HEADER.redrivenFrom]: stringHeader(
+    'On a redriven record: <dlq topic>/<partition>/<offset> of the dead letter it came from.',
+  ),
+  [DLQ_HEADER.redrivenAt]: stringHeader(
+    'On a redriven record: when it was redriven, milliseconds since the epoch (decimal).',
+  ),
 };
 
 const webhookHeaders = {
-  ...relayHeaders({ [HEADER.signature]: stringHeader('The provider signature header as received, so a consumer can re-verify the bytes.'), ...redriveHeaders }, [HEADER.signature]),
+  ...relayHeaders(
+    {
+      [HEADER.signature]: stringHeader(
+        'The provider signature header as received, so a consumer can re-verify the bytes.',
+      ),
+      ...redriveHeaders,
+    },
+    [HEADER.signature],
+  ),
 };
 
-const kafkaKey = (description: string) => ({ kafka: { key: { type: 'string', description }, bindingVersion: '0.5.0' } });
+const kafkaKey = (description: string) => ({
+  kafka: { key: { type: 'string', description }, bindingVersion: '0.5.0' },
+});
 
 /** The HTTP headers of a webhook the provider POSTs. */
 const webhookHttpHeaders = {
@@ -84,7 +118,10 @@ const webhookHttpHeaders = {
     'content-type': { type: 'string', const: 'text/plain; charset=utf-8' },
     'content-length': { type: 'string' },
     'accept-encoding': { type: 'string', const: 'gzip' },
-    'x-service-hmac-sha256': { type: 'string', description: 'Base64 (padded) HMAC-SHA256 of the exact raw body, keyed with the business signing secret.' },
+    'x-service-hmac-sha256': {
+      type: 'string',
+      description: 'Base64 (padded) HMAC-SHA256 of the exact raw body, keyed with the business signing secret.',
+    },
   },
   required: ['x-service-hmac-sha256'],
 };
@@ -97,7 +134,11 @@ export function buildAsyncApiDocument(version: string): Record<string, unknown> 
     defaultContentType: 'application/json',
     servers: {
       kafka: { host: 'localhost:9092', protocol: 'kafka', description: 'The Kafka cluster (KAFKA_BROKERS).' },
-      ingress: { host: 'localhost:8080', protocol: 'http', description: 'The msgbridge ingress (MSGBRIDGE_INGRESS_PORT).' },
+      ingress: {
+        host: 'localhost:8080',
+        protocol: 'http',
+        description: 'The msgbridge ingress (MSGBRIDGE_INGRESS_PORT).',
+      },
     },
     channels: { ...kafkaChannels(), ...webhookChannels() },
     operations: asyncApiOperations(),
@@ -131,13 +172,15 @@ function kafkaChannels(): Record<string, unknown> {
     deliveryStatus: {
       address: 'delivery_status',
       servers: [{ $ref: '#/servers/kafka' }],
-      description: 'Delivery statuses, keyed by statusUpdate.id (the message id), co-partitioned with send-results. Value: the webhook body, byte for byte.',
+      description:
+        'Delivery statuses, keyed by statusUpdate.id (the message id), co-partitioned with send-results. Value: the webhook body, byte for byte.',
       messages: { deliveryStatus: { $ref: '#/components/messages/deliveryStatusRecord' } },
     },
     webhooksDlq: {
       address: 'webhooks-dlq',
       servers: [{ $ref: '#/servers/kafka' }],
-      description: 'Correctly signed webhook bodies that are not valid JSON or do not match the schema, keyed by business id, with the reason in error-reason.',
+      description:
+        'Correctly signed webhook bodies that are not valid JSON or do not match the schema, keyed by business id, with the reason in error-reason.',
       messages: { rejectedWebhook: { $ref: '#/components/messages/webhookDlqRecord' } },
     },
     sendRequests: {
@@ -155,7 +198,8 @@ function kafkaChannels(): Record<string, unknown> {
     sendRequestsDlq: {
       address: 'send-requests-dlq',
       servers: [{ $ref: '#/servers/kafka' }],
-      description: 'Send requests that can never be sent (invalid), with the original key and bytes and the reason in error-reason.',
+      description:
+        'Send requests that can never be sent (invalid), with the original key and bytes and the reason in error-reason.',
       messages: { invalidSendRequest: { $ref: '#/components/messages/sendRequestDlqRecord' } },
     },
     messageState: {
@@ -207,7 +251,8 @@ function webhookChannels(): Record<string, unknown> {
     webhookAnyTopicEndpoint: {
       address: '/webhooks/{businessId}',
       servers: [{ $ref: '#/servers/ingress' }],
-      description: 'One address for both topics: statusUpdate or topic "delivery_status" means delivery status, message means an inbound message.',
+      description:
+        'One address for both topics: statusUpdate or topic "delivery_status" means delivery status, message means an inbound message.',
       parameters: { businessId: { description: 'The business id the address was registered for.' } },
       messages: {
         inboundMessageWebhook: { $ref: '#/components/messages/inboundMessageWebhook' },
@@ -222,7 +267,8 @@ function asyncApiOperations(): Record<string, unknown> {
     receiveInboundMessageWebhook: {
       action: 'receive',
       channel: { $ref: '#/channels/webhookMessagesEndpoint' },
-      summary: 'The provider POSTs an inbound message. 200 once in Kafka; 403 bad signature; 413 too large; 415 encoded; 503 retry later.',
+      summary:
+        'The provider POSTs an inbound message. 200 once in Kafka; 403 bad signature; 413 too large; 415 encoded; 503 retry later.',
       bindings: { http: { method: 'POST', bindingVersion: '0.3.0' } },
     },
     receiveDeliveryStatusWebhook: {
@@ -244,25 +290,41 @@ function asyncApiOperations(): Record<string, unknown> {
     trackSendResult: {
       action: 'receive',
       channel: { $ref: '#/channels/sendResults' },
-      summary: 'The tracker reads the send results (consumer group tracker.groupId): accepted ones into message-state, the others into request-outcomes.',
+      summary:
+        'The tracker reads the send results (consumer group tracker.groupId): accepted ones into message-state, the others into request-outcomes.',
     },
-    trackDeliveryStatus: { action: 'receive', channel: { $ref: '#/channels/deliveryStatus' }, summary: 'The tracker reads the delivery statuses (consumer group tracker.groupId).' },
-    trackInboundMessage: { action: 'receive', channel: { $ref: '#/channels/messages' }, summary: 'The tracker reads the inbound messages (consumer group tracker.groupId).' },
-    publishMessageState: { action: 'send', channel: { $ref: '#/channels/messageState' }, summary: "The tracker publishes a message's new state, in the transaction that commits its input offsets." },
+    trackDeliveryStatus: {
+      action: 'receive',
+      channel: { $ref: '#/channels/deliveryStatus' },
+      summary: 'The tracker reads the delivery statuses (consumer group tracker.groupId).',
+    },
+    trackInboundMessage: {
+      action: 'receive',
+      channel: { $ref: '#/channels/messages' },
+      summary: 'The tracker reads the inbound messages (consumer group tracker.groupId).',
+    },
+    publishMessageState: {
+      action: 'send',
+      channel: { $ref: '#/channels/messageState' },
+      summary: "The tracker publishes a message's new state, in the transaction that commits its input offsets.",
+    },
     publishRequestOutcome: {
       action: 'send',
       channel: { $ref: '#/channels/requestOutcomes' },
-      summary: "The tracker publishes a request's rejected or expired outcome, in the transaction that commits its input offsets.",
+      summary:
+        "The tracker publishes a request's rejected or expired outcome, in the transaction that commits its input offsets.",
     },
     publishInboundMessageRecord: {
       action: 'send',
       channel: { $ref: '#/channels/inboundMessages' },
-      summary: 'The tracker publishes each new inbound message for the conversation view, in the transaction that commits its input offsets.',
+      summary:
+        'The tracker publishes each new inbound message for the conversation view, in the transaction that commits its input offsets.',
     },
     publishConversationWindow: {
       action: 'send',
       channel: { $ref: '#/channels/conversations' },
-      summary: "The tracker publishes a conversation's moved window, in the transaction that commits its input offsets.",
+      summary:
+        "The tracker publishes a conversation's moved window, in the transaction that commits its input offsets.",
     },
   };
 }
@@ -289,7 +351,9 @@ function kafkaRecordMessages(): Record<string, unknown> {
       contentType: 'application/json',
       headers: webhookHeaders,
       payload: { $ref: '#/components/schemas/InboundMessageEvent' },
-      bindings: kafkaKey('the customer: sender.id in its canonical form (a number without its leading +, any other id as it is), so both forms of one customer are one partition, in order'),
+      bindings: kafkaKey(
+        'the customer: sender.id in its canonical form (a number without its leading +, any other id as it is), so both forms of one customer are one partition, in order',
+      ),
     },
     deliveryStatusRecord: {
       name: SCHEMA_ID.delivery_status,
@@ -305,9 +369,15 @@ function kafkaRecordMessages(): Record<string, unknown> {
         {
           [HEADER.errorReason]: stringHeader('Why the body was rejected.'),
           [HEADER.signature]: stringHeader('The signature as received.'),
-          [DLQ_HEADER.errorCode]: stringHeader('The reason as a code (for example SCHEMA_INVALID); absent on records of 0.1.0.'),
-          [DLQ_HEADER.webhookTopic]: stringHeader('The topic of the webhook address the body was posted to, when it named one.'),
-          [DLQ_HEADER.originalTopic]: stringHeader('The Kafka topic the event was meant for, when it could be told; absent on records of 0.1.0.'),
+          [DLQ_HEADER.errorCode]: stringHeader(
+            'The reason as a code (for example SCHEMA_INVALID); absent on records of 0.1.0.',
+          ),
+          [DLQ_HEADER.webhookTopic]: stringHeader(
+            'The topic of the webhook address the body was posted to, when it named one.',
+          ),
+          [DLQ_HEADER.originalTopic]: stringHeader(
+            'The Kafka topic the event was meant for, when it could be told; absent on records of 0.1.0.',
+          ),
         },
         [HEADER.errorReason],
       ),
@@ -321,7 +391,9 @@ function kafkaRecordMessages(): Record<string, unknown> {
         type: 'object',
         properties: {
           [HEADER.contentType]: stringHeader('Media type of the value: application/json.'),
-          [HEADER.schema]: stringHeader('send-request/v1 when msgbridge send wrote it; other producers may leave it out.'),
+          [HEADER.schema]: stringHeader(
+            'send-request/v1 when msgbridge send wrote it; other producers may leave it out.',
+          ),
           [HEADER.traceparent]: stringHeader('W3C trace context; the sender continues it.'),
           ...redriveHeaders,
         },
@@ -332,7 +404,11 @@ function kafkaRecordMessages(): Record<string, unknown> {
     sendResultRecord: {
       name: SCHEMA_ID.sendResult,
       contentType: 'application/json',
-      headers: relayHeaders({}, [], 'on the rejected result of a dead-lettered request whose businessId could not be read'),
+      headers: relayHeaders(
+        {},
+        [],
+        'on the rejected result of a dead-lettered request whose businessId could not be read',
+      ),
       payload: { $ref: '#/components/schemas/SendResult' },
       bindings: kafkaKey('the created message id; the request id when there is none'),
     },
@@ -345,7 +421,9 @@ function kafkaRecordMessages(): Record<string, unknown> {
           [DLQ_HEADER.sourceTopic]: stringHeader('The topic the request was read from.'),
           [DLQ_HEADER.sourcePartition]: stringHeader('Its partition.'),
           [DLQ_HEADER.sourceOffset]: stringHeader('Its offset.'),
-          [DLQ_HEADER.dlqValue]: stringHeader('"reference" when the request was too large for the DLQ topic and the value only points to the source record.'),
+          [DLQ_HEADER.dlqValue]: stringHeader(
+            '"reference" when the request was too large for the DLQ topic and the value only points to the source record.',
+          ),
         },
         [HEADER.errorReason],
         'when the request has no businessId that could be read',

@@ -1,7 +1,9 @@
 import { z } from 'zod';
 
 /** Seconds since the Unix epoch, as decimal digits (the provider sends strings). */
-export const epochSecondsString = z.string().regex(/^\d{1,12}$/, 'expected decimal digits (seconds since the Unix epoch)');
+export const epochSecondsString = z
+  .string()
+  .regex(/^\d{1,12}$/, 'expected decimal digits (seconds since the Unix epoch)');
 
 /**
  * A party on a channel. Lenient: providers add fields such as `name` (possibly null),
@@ -27,4 +29,6 @@ export const providerErrorSchema = z.looseObject({
 export type ProviderError = z.infer<typeof providerErrorSchema>;
 
 /** A phone number in international format, or the opaque numeric form the provider also uses. */
-export const recipientNumber = z.string().regex(/^\+?[0-9]{5,20}$/, 'expected a phone number in international format (+ and 5-20 digits)');
+export const recipientNumber = z
+  .string()
+  .regex(/^\+?[0-9]{5,20}$/, 'expected a phone number in international format (+ and 5-20 digits)');

@@ -35,7 +35,15 @@ export interface InboundMessageRecord {
 }
 
 /** What one record keeps at most: a record is small whatever the provider sent. */
-export const INBOUND_LIMITS = { textChars: 1000, payloadChars: 256, nameChars: 128, fromChars: 256, channelChars: 32, attachments: 5, attachmentChars: 32 } as const;
+export const INBOUND_LIMITS = {
+  textChars: 1000,
+  payloadChars: 256,
+  nameChars: 128,
+  fromChars: 256,
+  channelChars: 32,
+  attachments: 5,
+  attachmentChars: 32,
+} as const;
 
 const isoTime = z.iso.datetime({ offset: true });
 

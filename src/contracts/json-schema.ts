@@ -14,15 +14,33 @@ import { inboundMessageRecordSchema } from './inbound-message.js';
 export const PUBLISHED_SCHEMAS = {
   'party.schema.json': { schema: partySchema, title: 'Party on a channel' },
   'provider-error.schema.json': { schema: providerErrorSchema, title: 'Provider error object' },
-  'inbound-message-event.schema.json': { schema: inboundMessageEventSchema, title: 'Inbound message event (topic messages)' },
-  'delivery-status-event.schema.json': { schema: deliveryStatusEventSchema, title: 'Delivery status event (topic delivery_status)' },
+  'inbound-message-event.schema.json': {
+    schema: inboundMessageEventSchema,
+    title: 'Inbound message event (topic messages)',
+  },
+  'delivery-status-event.schema.json': {
+    schema: deliveryStatusEventSchema,
+    title: 'Delivery status event (topic delivery_status)',
+  },
   'send-request.schema.json': { schema: sendRequestSchema, title: 'Send request (topic send-requests)' },
   'send-result.schema.json': { schema: sendResultSchema, title: 'Send result (topic send-results)' },
   'webhook-registration.schema.json': { schema: webhookRegistrationSchema, title: 'Webhook registration' },
-  'message-state.schema.json': { schema: messageStateSchema, title: 'Message state (compacted topic message-state, key = message id)' },
-  'conversation-window.schema.json': { schema: conversationWindowSchema, title: 'Conversation window (compacted topic conversations, key = <businessId>:<customer>)' },
-  'request-outcome.schema.json': { schema: requestOutcomeSchema, title: 'Request outcome (compacted topic request-outcomes, key = request id)' },
-  'inbound-message-record.schema.json': { schema: inboundMessageRecordSchema, title: 'Inbound message record (compacted topic inbound-messages, key = the event-id of the messages record)' },
+  'message-state.schema.json': {
+    schema: messageStateSchema,
+    title: 'Message state (compacted topic message-state, key = message id)',
+  },
+  'conversation-window.schema.json': {
+    schema: conversationWindowSchema,
+    title: 'Conversation window (compacted topic conversations, key = <businessId>:<customer>)',
+  },
+  'request-outcome.schema.json': {
+    schema: requestOutcomeSchema,
+    title: 'Request outcome (compacted topic request-outcomes, key = request id)',
+  },
+  'inbound-message-record.schema.json': {
+    schema: inboundMessageRecordSchema,
+    title: 'Inbound message record (compacted topic inbound-messages, key = the event-id of the messages record)',
+  },
 } as const;
 
 export function renderJsonSchemas(): Record<string, string> {

@@ -31,7 +31,10 @@ export interface SendSummary {
   channel?: string;
 }
 
-/** The public shape of the message state (docs/topics.md), plus `send` (optional on read: null in states written before it). */
+/**
+ * The public shape of the message state (docs/topics.md), plus `send` (optional on read: null in states written before
+ * it).
+ */
 export interface MessageState {
   messageId: string;
   /** Null until the accepted send result is seen; stays null for a message not sent through the relay. */

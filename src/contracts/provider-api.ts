@@ -3,7 +3,9 @@ import { partySchema, recipientNumber } from './common.js';
 import { templateParameterSchema } from './send.js';
 import { webhookTopicSchema } from './webhook-events.js';
 
-/** The provider's two send operations and the last segment of their paths, `POST /v1/businesses/{id}/send/{segment}`. */
+/**
+ * The provider's two send operations and the last segment of their paths, `POST /v1/businesses/{id}/send/{segment}`.
+ */
 export type SendOperation = 'text' | 'template';
 export const SEND_PATH_SEGMENT: Record<SendOperation, string> = {
   text: 'messages',

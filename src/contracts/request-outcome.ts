@@ -21,7 +21,10 @@ export interface RequestOutcome {
   /** When an expired request stopped being worth sending, and what set that time; null when rejected. */
   expiresAt: string | null;
   expiredBy: 'expiresAt' | 'ttlMs' | 'maxRequestAgeMs' | null;
-  /** When it was rejected or expired (the result's `rejectedAt` / `expiredAt`; the record's time when a result of 0.1.0 has none). */
+  /**
+   * When it was rejected or expired (the result's `rejectedAt` / `expiredAt`; the record's time when a result of 0.1.0
+   * has none).
+   */
   at: string;
   /** The request's content as the result carried it; absent: not recorded. */
   content?: RequestContent;

@@ -21,7 +21,10 @@ export interface SendRequestRecord {
 export interface SendRequestRecordOptions {
   /** Default `send-requests`. */
   topic?: string;
-  /** More headers (`traceparent`, `correlation-id`...): copied onto the request's result by the sender. `content-type` and `schema` are the relay's. */
+  /**
+   * More headers (`traceparent`, `correlation-id`...): copied onto the request's result by the sender. `content-type`
+   * and `schema` are the relay's.
+   */
   headers?: Record<string, string>;
 }
 
@@ -40,7 +43,10 @@ function fieldOf(issue: { path: PropertyKey[] }): string {
   return issue.path.length === 0 ? '(the request)' : issue.path.map(String).join('.');
 }
 
-/** The request as the sender reads it (defaults applied, unknown fields kept), or `SendRequestInvalidError` naming the field at fault. */
+/**
+ * The request as the sender reads it (defaults applied, unknown fields kept), or `SendRequestInvalidError` naming the
+ * field at fault.
+ */
 export function parseSendRequest(request: unknown): SendRequest {
   const parsed = sendRequestSchema.safeParse(request);
   if (parsed.success) return parsed.data;

@@ -23,9 +23,20 @@ export const templateParameterSchema = z.looseObject({
 const relayFields = {
   requestId: requestIdSchema,
   businessId: businessIdSchema.optional(),
-  expiresAt: z.iso.datetime({ offset: true, message: 'expected an ISO 8601 time with a zone (2026-11-23T10:00:00Z)' }).optional(),
-  ttlMs: z.number().int('expected whole milliseconds').positive('expected a positive number of milliseconds').max(MAX_TTL_MS, `at most ${MAX_TTL_MS} (7 days)`).optional(),
-  conversationWindow: z.enum(['ignore'], { error: 'expected "ignore" (send the text whatever the conversation window), or leave the field out' }).optional(),
+  expiresAt: z.iso
+    .datetime({ offset: true, message: 'expected an ISO 8601 time with a zone (2026-11-23T10:00:00Z)' })
+    .optional(),
+  ttlMs: z
+    .number()
+    .int('expected whole milliseconds')
+    .positive('expected a positive number of milliseconds')
+    .max(MAX_TTL_MS, `at most ${MAX_TTL_MS} (7 days)`)
+    .optional(),
+  conversationWindow: z
+    .enum(['ignore'], {
+      error: 'expected "ignore" (send the text whatever the conversation window), or leave the field out',
+    })
+    .optional(),
 };
 
 /**
@@ -35,7 +46,9 @@ const relayFields = {
  */
 export const fallbackTemplateSchema = z.looseObject(
   {
-    templateName: z.string({ error: 'expected the name of an approved template' }).min(1, 'expected the name of an approved template'),
+    templateName: z
+      .string({ error: 'expected the name of an approved template' })
+      .min(1, 'expected the name of an approved template'),
     parameters: z.array(templateParameterSchema).max(100).default([]),
   },
   { error: 'expected an object {"templateName": "...", "parameters": [{"name": "...", "value": "..."}]}' },
@@ -58,7 +71,11 @@ export const templateSendRequestSchema = z.looseObject({
   number: recipientNumber,
   templateName: z.string().min(1),
   parameters: z.array(templateParameterSchema).max(100).default([]),
-  fallbackTemplate: z.never({ error: 'fallbackTemplate applies to text requests only: a template is sent whatever the conversation window' }).optional(),
+  fallbackTemplate: z
+    .never({
+      error: 'fallbackTemplate applies to text requests only: a template is sent whatever the conversation window',
+    })
+    .optional(),
 });
 
 export const sendRequestSchema = z.discriminatedUnion('type', [textSendRequestSchema, templateSendRequestSchema]);
@@ -83,10 +100,19 @@ export function sendRequestChannel(request: SendRequest): string {
  * of a request that could not be read: "not recorded". Read leniently (no length checks): a
  * later release may keep more.
  */
-export const REQUEST_CONTENT_LIMITS = { textChars: 1000, templateNameChars: 256, parameters: 20, parameterNameChars: 64, parameterValueChars: 256 } as const;
+export const REQUEST_CONTENT_LIMITS = {
+  textChars: 1000,
+  templateNameChars: 256,
+  parameters: 20,
+  parameterNameChars: 64,
+  parameterValueChars: 256,
+} as const;
 
 const contentParameterSchema = z.object({ name: z.string(), value: z.string() });
-const contentTemplateSchema = z.object({ templateName: z.string(), parameters: z.array(contentParameterSchema).default([]) });
+const contentTemplateSchema = z.object({
+  templateName: z.string(),
+  parameters: z.array(contentParameterSchema).default([]),
+});
 
 export const requestContentSchema = z.object({
   text: z.string().optional(),
@@ -100,9 +126,13 @@ export type RequestContent = z.infer<typeof requestContentSchema>;
 
 /** A request's content within REQUEST_CONTENT_LIMITS (idempotent: a bounded content comes back equal). */
 export function requestContentOf(request: SendRequest): RequestContent {
-  if (request.type === 'template') return boundedContent({ templateName: request.templateName, parameters: request.parameters });
+  if (request.type === 'template')
+    return boundedContent({ templateName: request.templateName, parameters: request.parameters });
   const fallback = request.fallbackTemplate;
-  return boundedContent({ text: request.message.text, ...(fallback ? { fallbackTemplate: { templateName: fallback.templateName, parameters: fallback.parameters } } : {}) });
+  return boundedContent({
+    text: request.message.text,
+    ...(fallback ? { fallbackTemplate: { templateName: fallback.templateName, parameters: fallback.parameters } } : {}),
+  });
 }
 
 /** Cuts a content to REQUEST_CONTENT_LIMITS, marking it `truncated` when anything was cut. */
@@ -116,14 +146,20 @@ export function boundedContent(content: RequestContent): RequestContent {
   };
   const params = (list: { name: string; value: string }[]) => {
     if (list.length > L.parameters) truncated = true;
-    return list.slice(0, L.parameters).map((p) => ({ name: cut(String(p.name), L.parameterNameChars), value: cut(String(p.value), L.parameterValueChars) }));
+    return list.slice(0, L.parameters).map((p) => ({
+      name: cut(String(p.name), L.parameterNameChars),
+      value: cut(String(p.value), L.parameterValueChars),
+    }));
   };
   const out: RequestContent = {};
   if (content.text !== undefined) out.text = cut(content.text, L.textChars);
   if (content.templateName !== undefined) out.templateName = cut(content.templateName, L.templateNameChars);
   if (content.parameters !== undefined) out.parameters = params(content.parameters);
   if (content.fallbackTemplate !== undefined) {
-    out.fallbackTemplate = { templateName: cut(content.fallbackTemplate.templateName, L.templateNameChars), parameters: params(content.fallbackTemplate.parameters ?? []) };
+    out.fallbackTemplate = {
+      templateName: cut(content.fallbackTemplate.templateName, L.templateNameChars),
+      parameters: params(content.fallbackTemplate.parameters ?? []),
+    };
   }
   if (truncated) out.truncated = true;
   return out;
@@ -174,7 +210,10 @@ export const rejectedSendResultSchema = z.object({
   type: z.enum(['text', 'template']).optional(),
   recipient: z.string().optional(),
   attempts: z.number().int().min(0),
-  /** An attempt may have reached the provider without an answer: the message may exist. Absent (earlier releases): false. */
+  /**
+   * An attempt may have reached the provider without an answer: the message may exist. Absent (earlier releases):
+   * false.
+   */
   maybeSent: z.boolean().default(false),
   rejectedAt: z.iso.datetime().optional(),
   error: sendFailureSchema,
@@ -201,7 +240,11 @@ export const expiredSendResultSchema = z.object({
   content: requestContentSchema.optional(),
 });
 
-export const sendResultSchema = z.discriminatedUnion('outcome', [acceptedSendResultSchema, rejectedSendResultSchema, expiredSendResultSchema]);
+export const sendResultSchema = z.discriminatedUnion('outcome', [
+  acceptedSendResultSchema,
+  rejectedSendResultSchema,
+  expiredSendResultSchema,
+]);
 export type AcceptedSendResult = z.infer<typeof acceptedSendResultSchema>;
 export type RejectedSendResult = z.infer<typeof rejectedSendResultSchema>;
 export type ExpiredSendResult = z.infer<typeof expiredSendResultSchema>;

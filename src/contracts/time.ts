@@ -11,7 +11,11 @@ export function isoFromEpochSeconds(value: string, field = 'timestamp'): string 
   const seconds = /^\d{1,12}$/.test(value) ? Number(value) : NaN;
   const ms = seconds * 1000;
   if (!Number.isFinite(ms) || ms > MAX_EPOCH_MS) {
-    throw invalid(`${field} must be decimal seconds since the Unix epoch, before year 10000 (got ${JSON.stringify(value)})`, field, value);
+    throw invalid(
+      `${field} must be decimal seconds since the Unix epoch, before year 10000 (got ${JSON.stringify(value)})`,
+      field,
+      value,
+    );
   }
   return new Date(ms).toISOString();
 }
@@ -20,7 +24,11 @@ export function isoFromEpochSeconds(value: string, field = 'timestamp'): string 
 export function canonicalIso(value: string, field: string): string {
   const ms = ISO_SHAPE.test(value) ? Date.parse(value) : NaN;
   if (!Number.isFinite(ms) || ms < 0 || ms > MAX_EPOCH_MS) {
-    throw invalid(`${field} must be an ISO 8601 time with a zone, such as 2026-11-23T10:00:00Z (got ${JSON.stringify(value)})`, field, value);
+    throw invalid(
+      `${field} must be an ISO 8601 time with a zone, such as 2026-11-23T10:00:00Z (got ${JSON.stringify(value)})`,
+      field,
+      value,
+    );
   }
   return new Date(ms).toISOString();
 }

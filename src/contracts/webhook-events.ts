@@ -32,7 +32,11 @@ export const statusUpdateSchema = z
   })
   .superRefine((update, ctx) => {
     if (update.status === 'delivery_failed' && (update.error === null || update.error === undefined)) {
-      ctx.addIssue({ code: 'custom', path: ['error'], message: 'a delivery_failed status must carry the error object' });
+      ctx.addIssue({
+        code: 'custom',
+        path: ['error'],
+        message: 'a delivery_failed status must carry the error object',
+      });
     }
     if (update.status !== 'delivery_failed' && update.error !== null && update.error !== undefined) {
       ctx.addIssue({ code: 'custom', path: ['error'], message: `error must be null when status is ${update.status}` });

@@ -98,10 +98,16 @@ export class Exchanges {
     }
     const room = this.receiving.makeRoom(ex, performance.now());
     if (room === undefined) {
-      responder.refuse(ex, 'QUEUE_FULL', 'receiving-limit', 'too many requests are still sending their body; retry later');
+      responder.refuse(
+        ex,
+        'QUEUE_FULL',
+        'receiving-limit',
+        'too many requests are still sending their body; retry later',
+      );
       return false;
     }
-    for (const slowest of room) this.cutOff(slowest, 'the slowest request body was closed to make room for a new request');
+    for (const slowest of room)
+      this.cutOff(slowest, 'the slowest request body was closed to make room for a new request');
     ex.active = true;
     this.active++;
     this.receiving.add(ex, ex.startedAt);
@@ -164,7 +170,8 @@ export class Exchanges {
     this.accepting = false;
     if (bodyDeadlineMs === undefined || this.receiving.size === 0) return;
     setTimeout(() => {
-      for (const ex of [...this.receiving.items()]) this.cutOff(ex, 'request body still arriving at the end of the drain: connection closed');
+      for (const ex of [...this.receiving.items()])
+        this.cutOff(ex, 'request body still arriving at the end of the drain: connection closed');
     }, bodyDeadlineMs).unref();
   }
 
@@ -192,7 +199,10 @@ export class Exchanges {
   /** Closes a connection whose body is still arriving, unanswered (the provider sends it again). */
   private cutOff(ex: Exchange, message: string): void {
     this.receiving.delete(ex);
-    this.options.logger.warn({ business: ex.businessId, received: ex.received, ageMs: Math.round(performance.now() - ex.startedAt) }, message);
+    this.options.logger.warn(
+      { business: ex.businessId, received: ex.received, ageMs: Math.round(performance.now() - ex.startedAt) },
+      message,
+    );
     ex.chunks = undefined;
     ex.res.close();
   }

@@ -36,16 +36,27 @@ export class FramingGuard {
 
   wrap(route: Route): Route {
     return (res, req) => {
-      const problem = this.tainted !== undefined && addressOf(res) === this.tainted ? 'a request read behind an ambiguously framed one' : this.problemOf(req);
+      const problem =
+        this.tainted !== undefined && addressOf(res) === this.tainted
+          ? 'a request read behind an ambiguously framed one'
+          : this.problemOf(req);
       if (problem === undefined) {
         route(res, req);
         return;
       }
-      this.logger.warn({ status: 400, method: req.getMethod(), path: req.getUrl().slice(0, 200), problem }, 'ambiguous HTTP framing: refused, connection closed');
+      this.logger.warn(
+        { status: 400, method: req.getMethod(), path: req.getUrl().slice(0, 200), problem },
+        'ambiguous HTTP framing: refused, connection closed',
+      );
       this.metrics.request('unknown', 'bad_framing');
       if (this.tainted === undefined) setImmediate(() => (this.tainted = undefined));
       this.tainted = addressOf(res);
-      this.responder.write(Responder.of(res), 400, JSON.stringify({ error: { code: 'BAD_FRAMING', message: `ambiguous HTTP framing: ${problem}` } }), { close: true });
+      this.responder.write(
+        Responder.of(res),
+        400,
+        JSON.stringify({ error: { code: 'BAD_FRAMING', message: `ambiguous HTTP framing: ${problem}` } }),
+        { close: true },
+      );
     };
   }
 

@@ -5,10 +5,13 @@
  * Content-Length and Transfer-Encoding, a list or signed Content-Length, obs-fold and bare-LF
  * header lines; it accepts the cases below, which the handler can still see in the headers. It
  * also accepts bare LF in chunk framing, which no header shows: `chunked: false` refuses
- * chunked bodies altogether for deployments whose proxy does not normalise them (docs/operations.md, "Ingress HTTP answers").
- * Pure: the adapter passes the request's header lines.
+ * chunked bodies altogether for deployments whose proxy does not normalise them (docs/operations.md, "Ingress HTTP
+ * answers"). Pure: the adapter passes the request's header lines.
  */
-export function framingProblem(headers: Iterable<readonly [name: string, value: string]>, chunked: boolean): string | undefined {
+export function framingProblem(
+  headers: Iterable<readonly [name: string, value: string]>,
+  chunked: boolean,
+): string | undefined {
   const check = new FramingCheck(chunked);
   for (const [name, value] of headers) check.header(name, value);
   return check.problem();
@@ -35,7 +38,8 @@ export class FramingCheck {
     if (this.encodings > 1) return 'repeated Transfer-Encoding';
     if (this.encodings === 0) return undefined;
     if (this.lengths > 0) return 'both Content-Length and Transfer-Encoding';
-    if (this.encoding.trim().toLowerCase() !== 'chunked') return `Transfer-Encoding "${this.encoding.slice(0, 40)}" (only chunked is accepted)`;
+    if (this.encoding.trim().toLowerCase() !== 'chunked')
+      return `Transfer-Encoding "${this.encoding.slice(0, 40)}" (only chunked is accepted)`;
     if (!this.chunked) return 'chunked bodies are refused here (ingress.chunkedBodies is false): send a Content-Length';
     return undefined;
   }

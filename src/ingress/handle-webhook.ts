@@ -1,7 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import { type ErrorCode, errorMessage } from '../platform/errors.js';
 import { DLQ_HEADER, eventIdOf, HEADER, SCHEMA_ID } from '../contracts/headers.js';
-import { detectWebhookTopic, webhookEventSchemas, WEBHOOK_TOPICS, type WebhookTopic } from '../contracts/webhook-events.js';
+import {
+  detectWebhookTopic,
+  webhookEventSchemas,
+  WEBHOOK_TOPICS,
+  type WebhookTopic,
+} from '../contracts/webhook-events.js';
 import { verifySignature } from '../contracts/signature.js';
 import { canonicalCustomerId } from '../contracts/customer-id.js';
 
@@ -52,7 +57,15 @@ export interface RecordDraft {
   headers: Record<string, string>;
 }
 
-export type RejectReason = 'unknown-topic' | 'empty-business' | 'unsupported-encoding' | 'body-too-large' | 'unknown-business' | 'no-signing-secret' | 'missing-signature' | 'bad-signature';
+export type RejectReason =
+  | 'unknown-topic'
+  | 'empty-business'
+  | 'unsupported-encoding'
+  | 'body-too-large'
+  | 'unknown-business'
+  | 'no-signing-secret'
+  | 'missing-signature'
+  | 'bad-signature';
 
 export interface Rejection {
   kind: 'reject';
@@ -112,7 +125,9 @@ export function createWebhookHandler(rules: IngressRules): WebhookHandler {
   // against decoys only. Answer times then tell neither which ids exist nor who is rotating.
   const hmacs = Math.max(1, ...[...rules.businesses.values()].map((secrets) => secrets.length));
   const decoys = Array.from({ length: hmacs }, decoySecret);
-  const padded = new Map([...rules.businesses].map(([id, secrets]) => [id, [...secrets, ...decoys.slice(secrets.length)]]));
+  const padded = new Map(
+    [...rules.businesses].map(([id, secrets]) => [id, [...secrets, ...decoys.slice(secrets.length)]]),
+  );
   const kafkaTopicOf: Record<WebhookTopic, string> = {
     messages: rules.topics.messages,
     delivery_status: rules.topics.deliveryStatus,
@@ -120,7 +135,11 @@ export function createWebhookHandler(rules: IngressRules): WebhookHandler {
 
   const precheck = (p: WebhookPreamble): Rejection | undefined => {
     if (p.pathTopic !== undefined && !isWebhookTopic(p.pathTopic)) {
-      return reject('NOT_FOUND', 'unknown-topic', 'no such webhook address: the topic must be messages or delivery_status');
+      return reject(
+        'NOT_FOUND',
+        'unknown-topic',
+        'no such webhook address: the topic must be messages or delivery_status',
+      );
     }
     if (p.businessId === '') return reject('NOT_FOUND', 'empty-business', 'no such webhook address');
     if (!isIdentityEncoding(p.contentEncoding)) {
@@ -136,7 +155,12 @@ export function createWebhookHandler(rules: IngressRules): WebhookHandler {
   };
 
   const handle = (req: WebhookRequest): WebhookDecision => {
-    const early = precheck({ businessId: req.businessId, pathTopic: req.pathTopic, contentLength: undefined, contentEncoding: req.contentEncoding });
+    const early = precheck({
+      businessId: req.businessId,
+      pathTopic: req.pathTopic,
+      contentLength: undefined,
+      contentEncoding: req.contentEncoding,
+    });
     if (early) return early;
     if (req.body.length > rules.maxBodyBytes) {
       return reject('BODY_TOO_LARGE', 'body-too-large', `the body exceeds ${rules.maxBodyBytes} bytes`);
@@ -147,7 +171,8 @@ export function createWebhookHandler(rules: IngressRules): WebhookHandler {
     const verified = verifySignature(padded.get(req.businessId) ?? decoys, req.body, req.signature);
     if (secrets === undefined) return reject('SIGNATURE_INVALID', 'unknown-business', SIGNATURE_FAILED);
     if (secrets.length === 0) return reject('SIGNATURE_INVALID', 'no-signing-secret', SIGNATURE_FAILED);
-    if (req.signature === undefined || req.signature === '') return reject('SIGNATURE_INVALID', 'missing-signature', SIGNATURE_FAILED);
+    if (req.signature === undefined || req.signature === '')
+      return reject('SIGNATURE_INVALID', 'missing-signature', SIGNATURE_FAILED);
     if (!verified) return reject('SIGNATURE_INVALID', 'bad-signature', SIGNATURE_FAILED);
 
     // Authentic from here on: everything below ends in Kafka, as an event or a dead letter.
@@ -158,7 +183,11 @@ export function createWebhookHandler(rules: IngressRules): WebhookHandler {
       [HEADER.businessId]: req.businessId,
       [HEADER.receivedAt]: String(req.receivedAt),
     };
-    const deadLetter = (reason: DeadLetterReason, detail: string, webhookTopic: WebhookTopic | undefined): Publication => {
+    const deadLetter = (
+      reason: DeadLetterReason,
+      detail: string,
+      webhookTopic: WebhookTopic | undefined,
+    ): Publication => {
       const text = `${reason}: ${detail}`.slice(0, MAX_REASON_CHARS);
       const headers: Record<string, string> = {
         ...common,
@@ -191,17 +220,29 @@ export function createWebhookHandler(rules: IngressRules): WebhookHandler {
     }
     const detected = detectWebhookTopic(json);
     if (pathTopic !== undefined && detected !== undefined && detected !== pathTopic) {
-      return deadLetter('topic-mismatch', `the address is for ${pathTopic} but the body is a ${detected} event`, pathTopic);
+      return deadLetter(
+        'topic-mismatch',
+        `the address is for ${pathTopic} but the body is a ${detected} event`,
+        pathTopic,
+      );
     }
     const topic = pathTopic ?? detected;
     if (topic === undefined) {
-      return deadLetter('topic-undetectable', 'the body has neither topic "delivery_status", a statusUpdate nor a message', undefined);
+      return deadLetter(
+        'topic-undetectable',
+        'the body has neither topic "delivery_status", a statusUpdate nor a message',
+        undefined,
+      );
     }
     const parsed = webhookEventSchemas[topic].safeParse(json);
     if (!parsed.success) {
       const issue = parsed.error.issues[0];
       const where = issue && issue.path.length > 0 ? issue.path.map(String).join('.') : '(root)';
-      return deadLetter('schema', `${where}: ${issue?.message ?? 'invalid'}${parsed.error.issues.length > 1 ? ` (+${parsed.error.issues.length - 1} more)` : ''}`, topic);
+      return deadLetter(
+        'schema',
+        `${where}: ${issue?.message ?? 'invalid'}${parsed.error.issues.length > 1 ? ` (+${parsed.error.issues.length - 1} more)` : ''}`,
+        topic,
+      );
     }
     const event = parsed.data as { statusUpdate?: { id: string }; sender: { id: string } };
     // An inbound message is keyed by its customer in the canonical form: a number with or without
@@ -215,7 +256,13 @@ export function createWebhookHandler(rules: IngressRules): WebhookHandler {
       [HEADER.signature]: req.signature,
     };
     addTraceparent(headers, req.traceparent);
-    return { kind: 'publish', destination: 'event', webhookTopic: topic, eventId, record: { topic: kafkaTopicOf[topic], key, value: req.body, headers } };
+    return {
+      kind: 'publish',
+      destination: 'event',
+      webhookTopic: topic,
+      eventId,
+      record: { topic: kafkaTopicOf[topic], key, value: req.body, headers },
+    };
   };
 
   return { precheck, handle, maxBodyBytes: rules.maxBodyBytes };
@@ -251,7 +298,11 @@ export function rulesFromConfig(config: {
 }): IngressRules {
   return {
     businesses: new Map(config.businesses.map((b) => [b.id, [...b.signingSecrets]])),
-    topics: { messages: config.kafka.topics.messages, deliveryStatus: config.kafka.topics.deliveryStatus, webhooksDlq: config.kafka.topics.webhooksDlq },
+    topics: {
+      messages: config.kafka.topics.messages,
+      deliveryStatus: config.kafka.topics.deliveryStatus,
+      webhooksDlq: config.kafka.topics.webhooksDlq,
+    },
     maxBodyBytes: config.ingress.maxBodyBytes,
   };
 }

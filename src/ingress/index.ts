@@ -127,7 +127,8 @@ function requireSigningSecrets(config: Config, logger: Logger): void {
 
 function warnUnsigned(businesses: readonly BusinessConfig[], logger: Logger): void {
   for (const b of businesses) {
-    if (b.signingSecrets.length === 0) logger.warn({ business: b.id }, 'business has no signing secret: its webhooks will be refused (403)');
+    if (b.signingSecrets.length === 0)
+      logger.warn({ business: b.id }, 'business has no signing secret: its webhooks will be refused (403)');
   }
 }
 
@@ -146,7 +147,10 @@ async function prepareKafka(options: StartIngressOptions, brokers: string[], log
   const { config } = options;
   if (options.unsafeDiscardRecords) {
     logger.warn('publishing disabled (benchmark ceiling): events are acknowledged without being written to Kafka');
-    return { createProducer: () => ({ connect: async () => {}, send: async () => {}, disconnect: async () => {} }), minInsyncReplicas: undefined };
+    return {
+      createProducer: () => ({ connect: async () => {}, send: async () => {}, disconnect: async () => {} }),
+      minInsyncReplicas: undefined,
+    };
   }
   if (options.createProducer) return { createProducer: options.createProducer, minInsyncReplicas: undefined };
   requireBrokers(brokers);
@@ -156,13 +160,20 @@ async function prepareKafka(options: StartIngressOptions, brokers: string[], log
     // Loaded only when chosen: importing @platformatic/kafka costs about 45 MiB of memory (docs/benchmarks.md).
     const { createPlatformaticProducer } = await import('../kafka/platformatic-producer.js');
     return {
-      createProducer: (first) => createPlatformaticProducer(config.kafka, { brokers: preferBrokers(brokers, first), timeoutMs: config.kafka.requestTimeoutMs }),
+      createProducer: (first) =>
+        createPlatformaticProducer(config.kafka, {
+          brokers: preferBrokers(brokers, first),
+          timeoutMs: config.kafka.requestTimeoutMs,
+        }),
       minInsyncReplicas,
     };
   }
   return {
     createProducer: (first) =>
-      createKafkajsProducer(first?.length ? createKafka(config.kafka, { logger, brokers: preferBrokers(brokers, first) }) : kafka, { idempotent: true, timeoutMs: config.kafka.requestTimeoutMs }),
+      createKafkajsProducer(
+        first?.length ? createKafka(config.kafka, { logger, brokers: preferBrokers(brokers, first) }) : kafka,
+        { idempotent: true, timeoutMs: config.kafka.requestTimeoutMs },
+      ),
     minInsyncReplicas,
   };
 }
@@ -196,7 +207,11 @@ class ThreadIngress implements Ingress, IngressControls {
     this.config = options.config;
     this.metrics = options.registry ?? createMetricsRegistry('ingress');
     // The gauges read the publisher at scrape time, after it exists.
-    this.ingressMetrics = createIngressMetrics(this.metrics, { stats: () => this.publisher.stats(), ready: () => this.isReady() }, { worker: options.worker?.id });
+    this.ingressMetrics = createIngressMetrics(
+      this.metrics,
+      { stats: () => this.publisher.stats(), ready: () => this.isReady() },
+      { worker: options.worker?.id },
+    );
     this.publisher = createIngressPublisher(this.config, kafka, this.ingressMetrics, logger);
     this.handler = createLiveWebhookHandler(rulesFromConfig(this.config));
     this.drain = drainOnce(this.config.ingress.drainGraceMs, () => this.drainSteps());
@@ -225,15 +240,22 @@ class ThreadIngress implements Ingress, IngressControls {
   /** What /readyz says while not ready. */
   private notReadyReason(): string | undefined {
     if (this.currentState !== 'running') return `${this.currentState}: not taking new webhooks`;
-    if (!this.publisher.ready) return 'Kafka cannot take its writes now (a producer not connected, or a partition below min.insync.replicas)';
-    if (this.server && !this.server.hasRoom()) return 'its queue is full (ingress.queueMaxEvents or queueMaxBytes): Kafka is slower than the webhooks';
+    if (!this.publisher.ready)
+      return 'Kafka cannot take its writes now (a producer not connected, or a partition below min.insync.replicas)';
+    if (this.server && !this.server.hasRoom())
+      return 'its queue is full (ingress.queueMaxEvents or queueMaxBytes): Kafka is slower than the webhooks';
     return undefined;
   }
 
   /** Connects the producer, follows the businesses file, listens; undoes the last two when listening fails. */
   async start(): Promise<void> {
     await connectingToKafka(this.brokers, () => this.publisher.start());
-    this.businessesWatch = watchConfiguredBusinesses({ config: this.config, registry: this.metrics, logger: this.logger, apply: (businesses) => this.applyBusinesses(businesses) });
+    this.businessesWatch = watchConfiguredBusinesses({
+      config: this.config,
+      registry: this.metrics,
+      logger: this.logger,
+      apply: (businesses) => this.applyBusinesses(businesses),
+    });
     try {
       this.server = await this.listen();
       this.admin = await this.serveAdmin();
@@ -297,7 +319,11 @@ class ThreadIngress implements Ingress, IngressControls {
       retryAfterSeconds: settings.retryAfterSeconds,
       bodyTimeoutMs: settings.idleTimeoutSeconds * 1000,
       memoryBudgetBytes: settings.queueMaxBytes,
-      receiving: { maxTotal: settings.maxReceivingRequests, maxPerAddress: settings.maxReceivingPerAddress, graceMs: RECEIVING_GRACE_MS },
+      receiving: {
+        maxTotal: settings.maxReceivingRequests,
+        maxPerAddress: settings.maxReceivingPerAddress,
+        graceMs: RECEIVING_GRACE_MS,
+      },
       chunkedBodies: settings.chunkedBodies,
       tracer: this.tracer,
     });
@@ -328,7 +354,12 @@ class ThreadIngress implements Ingress, IngressControls {
 }
 
 /** The publisher, its batches and connections counted in the metrics and logged. */
-function createIngressPublisher(config: Config, kafka: KafkaSide, metrics: IngressMetrics, logger: Logger): BatchingPublisher {
+function createIngressPublisher(
+  config: Config,
+  kafka: KafkaSide,
+  metrics: IngressMetrics,
+  logger: Logger,
+): BatchingPublisher {
   const settings = config.ingress;
   return new BatchingPublisher({
     createProducer: kafka.createProducer,
@@ -344,17 +375,29 @@ function createIngressPublisher(config: Config, kafka: KafkaSide, metrics: Ingre
     observer: {
       batch: (info) => {
         metrics.batch(info);
-        if (!info.ok) logger.error({ err: describeKafkaFailure(info.error), events: info.events }, 'produce request failed: events answered 503, reconnecting');
+        if (!info.ok)
+          logger.error(
+            { err: describeKafkaFailure(info.error), events: info.events },
+            'produce request failed: events answered 503, reconnecting',
+          );
       },
       connection: (connected, err, broker) => {
         if (err) metrics.producerFailure();
         const lane = broker === undefined || broker < 0 ? {} : { broker };
-        if (err) logger.warn({ ...lane, err: describeKafkaFailure(err) }, 'Kafka producer not connected: events for the partitions it writes are answered 503');
+        if (err)
+          logger.warn(
+            { ...lane, err: describeKafkaFailure(err) },
+            'Kafka producer not connected: events for the partitions it writes are answered 503',
+          );
         else if (connected) logger.info(lane, 'Kafka producer connected');
       },
       writable: (broker, err) => {
         const lane = broker < 0 ? {} : { broker };
-        if (err) logger.warn({ ...lane, err: describeKafkaFailure(err) }, 'Kafka answers but cannot take writes now: not ready until it can');
+        if (err)
+          logger.warn(
+            { ...lane, err: describeKafkaFailure(err) },
+            'Kafka answers but cannot take writes now: not ready until it can',
+          );
         else logger.info(lane, 'Kafka takes writes again');
       },
     },
@@ -384,7 +427,9 @@ async function prepareIngressTopics(kafka: KafkaPort, config: Config, logger: Lo
             minInsyncReplicas: config.kafka.minInsyncReplicas,
             configEntries: [
               { name: 'max.message.bytes', value: maxMessageBytes },
-              ...(topic === config.kafka.topics.webhooksDlq ? [{ name: 'retention.ms', value: String(config.kafka.dlqRetentionMs) }] : []),
+              ...(topic === config.kafka.topics.webhooksDlq
+                ? [{ name: 'retention.ms', value: String(config.kafka.dlqRetentionMs) }]
+                : []),
             ],
           })),
           written: names,
@@ -404,6 +449,10 @@ async function prepareIngressTopics(kafka: KafkaPort, config: Config, logger: Lo
     return written.minInsyncReplicas;
   } catch (err) {
     if (err instanceof MsgbridgeError) throw err;
-    throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot prepare the ingress topics ${names.join(', ')}: ${errorMessage(err)}`, { cause: err });
+    throw new MsgbridgeError(
+      'KAFKA_UNAVAILABLE',
+      `cannot prepare the ingress topics ${names.join(', ')}: ${errorMessage(err)}`,
+      { cause: err },
+    );
   }
 }

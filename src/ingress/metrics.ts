@@ -30,7 +30,11 @@ export interface IngressMetrics {
  * The ingress metrics on a prom-client registry. Label children are cached: `labels()` hashes
  * its arguments, which is measurable at tens of thousands of requests a second.
  */
-export function createIngressMetrics(registry: Registry, sources: { stats: () => PublisherStats; ready: () => boolean }, options: { worker?: string } = {}): IngressMetrics {
+export function createIngressMetrics(
+  registry: Registry,
+  sources: { stats: () => PublisherStats; ready: () => boolean },
+  options: { worker?: string } = {},
+): IngressMetrics {
   const registers = [registry];
   // With ingress.workers > 1 (workers.ts): which worker thread answered, so that the aggregated
   // /metrics shows how the kernel spread the connections.

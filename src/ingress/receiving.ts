@@ -33,7 +33,8 @@ export class ReceivingSet<T> {
     private readonly limits: ReceivingLimits,
     private readonly addressOf: (item: T) => string,
   ) {
-    if (!(limits.maxTotal >= 1) || !(limits.maxPerAddress >= 1)) throw new RangeError('the receiving limits must be at least 1');
+    if (!(limits.maxTotal >= 1) || !(limits.maxPerAddress >= 1))
+      throw new RangeError('the receiving limits must be at least 1');
   }
 
   /** Bodies in progress. */

@@ -55,7 +55,12 @@ export class Responder {
     return { res, aborted: false, answered: false };
   }
 
-  write(ex: Answerable, status: number, body: string, extra?: { retryAfter?: boolean; close?: boolean; allow?: string }): void {
+  write(
+    ex: Answerable,
+    status: number,
+    body: string,
+    extra?: { retryAfter?: boolean; close?: boolean; allow?: string },
+  ): void {
     if (ex.aborted || ex.answered) return;
     ex.answered = true;
     ex.res.cork(() => {
@@ -66,7 +71,13 @@ export class Responder {
     });
   }
 
-  refuse(ex: Refusable, code: ErrorCode, reason: string, message: string, extra: { close?: boolean; topic?: string; eventId?: string } = {}): void {
+  refuse(
+    ex: Refusable,
+    code: ErrorCode,
+    reason: string,
+    message: string,
+    extra: { close?: boolean; topic?: string; eventId?: string } = {},
+  ): void {
     const status = httpStatusOf(code);
     const topic = extra.topic ?? (isWebhookTopic(ex.pathTopic) ? ex.pathTopic : 'unknown');
     this.metrics.request(topic, OUTCOME_OF[code] ?? 'aborted');
@@ -82,6 +93,9 @@ export class Responder {
       },
       'webhook not accepted',
     );
-    this.write(ex, status, JSON.stringify({ error: { code, message } }), { retryAfter: status === 503, close: extra.close });
+    this.write(ex, status, JSON.stringify({ error: { code, message } }), {
+      retryAfter: status === 503,
+      close: extra.close,
+    });
   }
 }

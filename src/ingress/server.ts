@@ -160,7 +160,9 @@ class UwsIngressServer {
       // An address that does not exist is 404 whatever the method, as for POST.
       .any(
         '/webhooks/:businessId/:topic',
-        route((res, req) => (isWebhookTopic(req.getParameter(1)) ? webhookMethodNotAllowed(res, req) : notFound(res, req))),
+        route((res, req) =>
+          isWebhookTopic(req.getParameter(1)) ? webhookMethodNotAllowed(res, req) : notFound(res, req),
+        ),
       )
       .any('/webhooks/:businessId', route(webhookMethodNotAllowed))
       .any('/*', route(notFound));
@@ -188,7 +190,12 @@ class UwsIngressServer {
     };
     // Off, tracing costs this one test: the traceparent above passes through as it came.
     if (this.tracer.enabled) this.startWebhookSpan(ex, req);
-    const early = this.handler.precheck({ businessId: ex.businessId, pathTopic, contentLength: req.getHeader('content-length'), contentEncoding: ex.contentEncoding });
+    const early = this.handler.precheck({
+      businessId: ex.businessId,
+      pathTopic,
+      contentLength: req.getHeader('content-length'),
+      contentEncoding: ex.contentEncoding,
+    });
     if (early) {
       // Answered before the body is read; uWS discards the rest of a body it was told the
       // length of. An oversized body closes the connection so that none of it is buffered.
@@ -251,13 +258,17 @@ class UwsIngressServer {
     const topic = decision.webhookTopic ?? 'unknown';
     const send = ex.span ? this.startSendSpan(ex, decision) : undefined;
     const refused = this.publisher.publish(decision.record, (err) => {
-      if (err) responder.refuse(ex, err.code, err.code.toLowerCase(), err.message, { topic, eventId: decision.eventId });
+      if (err)
+        responder.refuse(ex, err.code, err.code.toLowerCase(), err.message, { topic, eventId: decision.eventId });
       else this.acknowledge(ex, decision, topic);
       if (send) endSendSpans(ex, send, err?.code, err ? httpStatusOf(err.code) : 200);
       exchanges.finish(ex);
     });
     if (refused) {
-      responder.refuse(ex, refused.code, refused.code.toLowerCase(), refused.message, { topic, eventId: decision.eventId });
+      responder.refuse(ex, refused.code, refused.code.toLowerCase(), refused.message, {
+        topic,
+        eventId: decision.eventId,
+      });
       if (send) endSendSpans(ex, send, refused.code, httpStatusOf(refused.code));
       exchanges.finish(ex);
     }
@@ -304,8 +315,15 @@ class UwsIngressServer {
     if (decision.destination === 'dlq') {
       metrics.request(topic, 'dead_lettered');
       metrics.deadLetter(decision.deadLetter!.reason);
-      this.logger.info({ business: ex.businessId, topic, eventId: decision.eventId, reason: decision.deadLetter!.detail }, 'authentic webhook dead-lettered');
-      responder.write(ex, 200, JSON.stringify({ status: 'dead-lettered', eventId: decision.eventId, reason: decision.deadLetter!.reason }));
+      this.logger.info(
+        { business: ex.businessId, topic, eventId: decision.eventId, reason: decision.deadLetter!.detail },
+        'authentic webhook dead-lettered',
+      );
+      responder.write(
+        ex,
+        200,
+        JSON.stringify({ status: 'dead-lettered', eventId: decision.eventId, reason: decision.deadLetter!.reason }),
+      );
     } else {
       metrics.request(topic, 'published');
       responder.write(ex, 200, `{"status":"accepted","eventId":"${decision.eventId}"}`);
@@ -316,7 +334,12 @@ class UwsIngressServer {
     return (res, req) => {
       this.logger.warn({ status: 405, method: req.getMethod(), path: req.getUrl() }, 'method not allowed');
       this.metrics.request('unknown', 'method_not_allowed');
-      this.responder.write(Responder.of(res), 405, JSON.stringify({ error: { code: 'METHOD_NOT_ALLOWED', message: `use ${allow}` } }), { allow });
+      this.responder.write(
+        Responder.of(res),
+        405,
+        JSON.stringify({ error: { code: 'METHOD_NOT_ALLOWED', message: `use ${allow}` } }),
+        { allow },
+      );
     };
   }
 
@@ -333,7 +356,12 @@ class UwsIngressServer {
       this.app.listen(host, port, (socket: us_listen_socket | false) => {
         if (!socket) {
           this.exchanges.close();
-          reject(new MsgbridgeError('INVALID_ARGUMENT', `the ingress cannot listen on ${host}:${port} (in use, or not an address of this host)`));
+          reject(
+            new MsgbridgeError(
+              'INVALID_ARGUMENT',
+              `the ingress cannot listen on ${host}:${port} (in use, or not an address of this host)`,
+            ),
+          );
           return;
         }
         this.listenSocket = socket;

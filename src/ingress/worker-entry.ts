@@ -7,8 +7,8 @@ import type { FromWorker, IngressWorkerData, ToWorker } from './workers.js';
 /**
  * One worker thread of startIngressWorkers (workers.ts): a whole ingress on the shared port.
  * Its readiness goes to its slot in shared memory every READINESS_MS, its metrics to the main
- * thread when asked: the main thread's admin port speaks for every worker. Before the thread ends, every uWS socket is closed (closeAll):
- * a thread that ends while uWS holds sockets aborts the whole process.
+ * thread when asked: the main thread's admin port speaks for every worker. Before the thread ends, every uWS socket is
+ * closed (closeAll): a thread that ends while uWS holds sockets aborts the whole process.
  */
 
 const READINESS_MS = 100;

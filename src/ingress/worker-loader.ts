@@ -35,7 +35,10 @@ export function defaultWorkerModule(beside: string): WorkerModule {
   }
   const url = new URL('./worker-entry.ts', beside);
   if (existsSync(fileURLToPath(url))) return { url, typescript: true };
-  throw new MsgbridgeError('INVALID_ARGUMENT', `the ingress worker module is missing: no worker-entry.js beside ${fileURLToPath(beside)}`);
+  throw new MsgbridgeError(
+    'INVALID_ARGUMENT',
+    `the ingress worker module is missing: no worker-entry.js beside ${fileURLToPath(beside)}`,
+  );
 }
 
 export function spawnWorker(entry: WorkerModule, workerData: IngressWorkerData): Worker {
@@ -49,6 +52,8 @@ export function spawnWorker(entry: WorkerModule, workerData: IngressWorkerData):
 /** tsx's ESM API module (its exports map: the CommonJS one cannot be imported from ESM). */
 function tsxEsmApi(): string {
   const manifest = createRequire(import.meta.url).resolve('tsx/package.json');
-  const { exports } = JSON.parse(readFileSync(manifest, 'utf8')) as { exports: Record<string, { import: { default: string } }> };
+  const { exports } = JSON.parse(readFileSync(manifest, 'utf8')) as {
+    exports: Record<string, { import: { default: string } }>;
+  };
   return new URL(exports['./esm/api']!.import.default, pathToFileURL(manifest)).href;
 }

@@ -1,4 +1,10 @@
-import { AggregatorRegistry, Registry, type Aggregator, type MetricObjectWithValues, type MetricValue } from 'prom-client';
+import {
+  AggregatorRegistry,
+  Registry,
+  type Aggregator,
+  type MetricObjectWithValues,
+  type MetricValue,
+} from 'prom-client';
 
 /**
  * `/metrics` with worker threads: how the metrics the workers hand over are merged into one
@@ -18,8 +24,10 @@ export type Metrics = MetricObjectWithValues<MetricValue<string>>[];
  * `worker` label.
  */
 export function aggregationOf(name: string): { aggregator: Aggregator; perWorker: boolean } {
-  if (name === 'msgbridge_ingress_ready' || name === 'msgbridge_ingress_kafka_connected') return { aggregator: 'min', perWorker: false };
-  if (name.startsWith('msgbridge_process_') || name.startsWith('msgbridge_config_')) return { aggregator: 'max', perWorker: false };
+  if (name === 'msgbridge_ingress_ready' || name === 'msgbridge_ingress_kafka_connected')
+    return { aggregator: 'min', perWorker: false };
+  if (name.startsWith('msgbridge_process_') || name.startsWith('msgbridge_config_'))
+    return { aggregator: 'max', perWorker: false };
   if (name === 'msgbridge_nodejs_version_info') return { aggregator: 'first', perWorker: false };
   if (name.startsWith('msgbridge_nodejs_')) return { aggregator: 'sum', perWorker: true };
   return { aggregator: 'sum', perWorker: false };

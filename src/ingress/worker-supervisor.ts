@@ -202,7 +202,14 @@ export class WorkerSupervisor {
   /** Starts worker `index` on `port`; resolves once it listens. */
   private startWorker(index: number, port: number): Promise<WorkerHandle> {
     const { config, brokers, entry, unsafeDiscardRecords } = this.options;
-    const thread = spawnWorker(entry, { config, index, port, brokers, slots: this.slots.buffer as SharedArrayBuffer, unsafeDiscardRecords });
+    const thread = spawnWorker(entry, {
+      config,
+      index,
+      port,
+      brokers,
+      slots: this.slots.buffer as SharedArrayBuffer,
+      unsafeDiscardRecords,
+    });
     const handle = new WorkerHandle(index, thread);
     this.handles.push(handle);
     void handle.exited.then((code) => this.onExit(handle, code));
@@ -213,17 +220,27 @@ export class WorkerSupervisor {
           resolve(handle);
         } else if (message.type === 'start-failed') {
           handle.expectedExit = true;
-          reject(message.code ? new MsgbridgeError(message.code as ErrorCode, message.message) : new Error(message.message));
+          reject(
+            message.code ? new MsgbridgeError(message.code as ErrorCode, message.message) : new Error(message.message),
+          );
         }
       });
-      void handle.exited.then((code) => reject(new Error(`ingress worker ${handle.label} exited (code ${code}) before listening: ${firstLine(handle.lastError) ?? 'no error reported'}`)));
+      void handle.exited.then((code) =>
+        reject(
+          new Error(
+            `ingress worker ${handle.label} exited (code ${code}) before listening: ${firstLine(handle.lastError) ?? 'no error reported'}`,
+          ),
+        ),
+      );
     });
   }
 
   /** Every listening worker's metrics, merged (worker-metrics.ts). */
   private async collect(): Promise<Registry> {
     const live = this.handles.filter((h) => h.alive && h.listening);
-    const metrics = await Promise.all(live.map(async (h) => ({ id: h.label, metrics: await h.collect(++this.nextId) })));
+    const metrics = await Promise.all(
+      live.map(async (h) => ({ id: h.label, metrics: await h.collect(++this.nextId) })),
+    );
     return aggregateWorkerMetrics(metrics);
   }
 
@@ -253,8 +270,13 @@ export class WorkerSupervisor {
     Atomics.store(this.slots, handle.index, 0);
     if (handle.expectedExit || this.starting) return;
     handle.failed = true;
-    const error = new Error(`ingress worker ${handle.label} stopped (exit code ${code}): ${firstLine(handle.lastError) ?? 'no error reported'}`);
-    this.options.logger.error({ worker: handle.index + 1, exitCode: code, err: firstLine(handle.lastError) }, 'ingress worker thread stopped unexpectedly: the ingress is not ready and stops');
+    const error = new Error(
+      `ingress worker ${handle.label} stopped (exit code ${code}): ${firstLine(handle.lastError) ?? 'no error reported'}`,
+    );
+    this.options.logger.error(
+      { worker: handle.index + 1, exitCode: code, err: firstLine(handle.lastError) },
+      'ingress worker thread stopped unexpectedly: the ingress is not ready and stops',
+    );
     if (this.failed) return;
     this.failed = error;
     this.options.onWorkerFailure?.(error);
@@ -271,8 +293,12 @@ export class WorkerSupervisor {
   private notReadyReason(): string | undefined {
     if (this.state !== 'running') return `${this.state}: not taking new webhooks`;
     if (this.failed) return this.failed.message;
-    const waiting = this.handles.filter((h) => !h.alive || Atomics.load(this.slots, h.index) !== READY).map((h) => h.label);
-    return waiting.length === 0 ? undefined : `worker${waiting.length > 1 ? 's' : ''} ${waiting.join(', ')} not ready (Kafka cannot take its writes, or its queue is full)`;
+    const waiting = this.handles
+      .filter((h) => !h.alive || Atomics.load(this.slots, h.index) !== READY)
+      .map((h) => h.label);
+    return waiting.length === 0
+      ? undefined
+      : `worker${waiting.length > 1 ? 's' : ''} ${waiting.join(', ')} not ready (Kafka cannot take its writes, or its queue is full)`;
   }
 
   /** The drain's steps: every worker at once; throws when one did not finish or had failed. */
@@ -282,9 +308,12 @@ export class WorkerSupervisor {
     process.off('SIGHUP', this.onHangup);
     this.state = 'stopped';
     await this.admin?.close();
-    const unfinished = this.handles.filter((h, i) => !results[i] && !h.failed).map((h) => `worker ${h.label} did not finish its drain`);
+    const unfinished = this.handles
+      .filter((h, i) => !results[i] && !h.failed)
+      .map((h) => `worker ${h.label} did not finish its drain`);
     const failedOnes = this.handles.filter((h) => h.failed).map((h) => `worker ${h.label} had stopped unexpectedly`);
-    if (unfinished.length + failedOnes.length > 0) throw new Error(`ingress drain incomplete: ${[...failedOnes, ...unfinished].join('; ')}`);
+    if (unfinished.length + failedOnes.length > 0)
+      throw new Error(`ingress drain incomplete: ${[...failedOnes, ...unfinished].join('; ')}`);
   }
 
   private async terminate(): Promise<void> {
@@ -316,14 +345,19 @@ export class WorkerSupervisor {
   }
 }
 
-/** A free TCP port on `host`: uWS shares a port between listeners (SO_REUSEPORT) only when the port is given, never for 0. */
+/**
+ * A free TCP port on `host`: uWS shares a port between listeners (SO_REUSEPORT) only when the port is given, never for
+ * 0.
+ */
 function freePort(host: string): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.once('error', reject);
     server.listen(0, host, () => {
       const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+      server.close(() =>
+        typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port')),
+      );
     });
   });
 }

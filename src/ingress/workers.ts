@@ -30,7 +30,10 @@ export interface StartIngressWorkersOptions {
   logger?: Logger;
   /** Bootstrap servers; default config.kafka.brokers. */
   brokers?: string[];
-  /** Called once when a worker thread stops on its own after the start: the ingress is then not ready and should be stopped. */
+  /**
+   * Called once when a worker thread stops on its own after the start: the ingress is then not ready and should be
+   * stopped.
+   */
   onWorkerFailure?: (error: Error) => void;
   /** Benchmarks only (see StartIngressOptions). */
   unsafeDiscardRecords?: boolean;
@@ -44,12 +47,21 @@ export interface StartIngressWorkersOptions {
  * The ingress on `ingress.workers` threads (module comment). With 1 (the default), or "auto" on
  * one core, it is startIngress in this thread, exactly as without the setting.
  */
-export async function startIngressWorkers(config: Config, options: StartIngressWorkersOptions = {}): Promise<IngressWorkers> {
+export async function startIngressWorkers(
+  config: Config,
+  options: StartIngressWorkersOptions = {},
+): Promise<IngressWorkers> {
   const logger = options.logger ?? silentLogger;
   const count = resolveIngressWorkers(config.ingress.workers);
   const brokers = options.brokers ?? config.kafka.brokers;
   if (count === 1) {
-    const ingress = await startIngress({ config, logger, brokers, unsafeDiscardRecords: options.unsafeDiscardRecords, admin: options.admin });
+    const ingress = await startIngress({
+      config,
+      logger,
+      brokers,
+      unsafeDiscardRecords: options.unsafeDiscardRecords,
+      admin: options.admin,
+    });
     return Object.assign(ingress, { workers: 1, terminate: async () => {} });
   }
   // Beside this file, as before the split: the path the error names when the module is missing.

@@ -1,7 +1,13 @@
 import { Kafka, logLevel, type Admin } from 'kafkajs';
 import type { Logger } from '../platform/logger.js';
 import { withKafkajsAdmin, type KafkaSource } from './client.js';
-import { partitionCounts, prepareRoleTopics, topicSettings, type RoleTopicsSpec, type WrittenTopics } from './topics.js';
+import {
+  partitionCounts,
+  prepareRoleTopics,
+  topicSettings,
+  type RoleTopicsSpec,
+  type WrittenTopics,
+} from './topics.js';
 
 /**
  * What the roles and the commands ask of a cluster's administration, in the relay's own types
@@ -28,7 +34,8 @@ export function adminPort(admin: Admin): KafkaAdmin {
   return {
     listTopics: () => admin.listTopics(),
     clusterId: async () => (await admin.describeCluster()).clusterId,
-    topicEnds: async (topic) => (await admin.fetchTopicOffsets(topic)).map(({ partition, offset }) => ({ partition, offset })),
+    topicEnds: async (topic) =>
+      (await admin.fetchTopicOffsets(topic)).map(({ partition, offset }) => ({ partition, offset })),
     partitionCounts: (topics) => partitionCounts(admin, topics),
     topicSettings: (topics) => topicSettings(admin, topics),
     prepareRoleTopics: (spec, logger) => prepareRoleTopics(admin, spec, logger),
@@ -47,7 +54,10 @@ export function withAdmin<T>(kafka: KafkaSource, use: (admin: KafkaAdmin) => Pro
  * A plaintext admin client asked again and again during a start-up wait (the local cluster's
  * nodes registering): no retries of its own, nothing logged; the caller polls and gives up.
  */
-export function pollingAdmin(brokers: string[], clientId: string): { brokerCount(): Promise<number>; close(): Promise<void> } {
+export function pollingAdmin(
+  brokers: string[],
+  clientId: string,
+): { brokerCount(): Promise<number>; close(): Promise<void> } {
   const admin = new Kafka({ clientId, brokers, logLevel: logLevel.NOTHING, retry: { retries: 0 } }).admin();
   return {
     async brokerCount() {

@@ -7,8 +7,8 @@ import type { ClusterLayout, ProducerFactory, RecordProducer, RecordToWrite, Top
 import { bootstrapAddresses, PublisherLane, SINGLE_LANE, withTimeout, type LaneHost } from './publisher-lane.js';
 
 /**
- * Batching without latency (docs/design.md, "Delivery semantics"), pipelined per partition leader, on the RecordProducer
- * port: one queue per partition, one lane (a producer, one request in flight) per leader
+ * Batching without latency (docs/design.md, "Delivery semantics"), pipelined per partition leader, on the
+ * RecordProducer port: one queue per partition, one lane (a producer, one request in flight) per leader
  * broker, at most one batch in flight per partition (per-key order). This file holds the
  * queues, batching, admission and answers; a lane's producer and health (replacement after a
  * failure, proof that it takes writes) are in publisher-lane.ts. A batch that fails or hangs
@@ -83,7 +83,10 @@ export interface PublisherStats {
   connected: boolean;
   /** A batch has been in flight for longer than the publish timeout (its lane is being replaced). */
   stalled: boolean;
-  /** Lanes the topics need (their leaders; a partition without leader counts as one that is never ready) and how many are ready. */
+  /**
+   * Lanes the topics need (their leaders; a partition without leader counts as one that is never ready) and how many
+   * are ready.
+   */
   lanes: number;
   lanesReady: number;
 }
@@ -138,7 +141,8 @@ const noop = () => {};
 const EMPTY = Buffer.alloc(0);
 
 export class BatchingPublisher {
-  private readonly opts: Required<Omit<BatchingPublisherOptions, 'observer' | 'minInsyncReplicas'>> & Pick<BatchingPublisherOptions, 'minInsyncReplicas'> & { observer: PublisherObserver };
+  private readonly opts: Required<Omit<BatchingPublisherOptions, 'observer' | 'minInsyncReplicas'>> &
+    Pick<BatchingPublisherOptions, 'minInsyncReplicas'> & { observer: PublisherObserver };
   private accepting = true;
   private closed = false;
   private started = false;
@@ -198,20 +202,31 @@ export class BatchingPublisher {
     const first = this.opts.createProducer();
     try {
       if (first.layout && this.opts.probeTopics.length > 0) {
-        this.applyLayout(await withTimeout(first.layout(this.opts.probeTopics), this.opts.probeTimeoutMs, 'reading the leaders of the topics written'));
+        this.applyLayout(
+          await withTimeout(
+            first.layout(this.opts.probeTopics),
+            this.opts.probeTimeoutMs,
+            'reading the leaders of the topics written',
+          ),
+        );
       }
       await this.connectLanes(first);
     } catch (err) {
       for (const lane of this.lanes.values()) void lane.producer?.disconnect().catch(noop);
       this.lanes.clear();
       void first.disconnect().catch(noop);
-      throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot connect the Kafka producer: ${errorMessage(err)}`, { cause: err });
+      throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot connect the Kafka producer: ${errorMessage(err)}`, {
+        cause: err,
+      });
     }
     this.refreshTimer = setInterval(() => void this.refreshIfUnhealthy(), this.opts.layoutRefreshMs);
     this.refreshTimer.unref();
     if (this.opts.idleProbeIntervalMs > 0) {
       // Checked at a fraction of the interval, so that an idle outage shows within about 1.25 intervals.
-      this.probeTimer = setInterval(() => void this.probeIfIdle(), Math.max(50, Math.floor(this.opts.idleProbeIntervalMs / 4)));
+      this.probeTimer = setInterval(
+        () => void this.probeIfIdle(),
+        Math.max(50, Math.floor(this.opts.idleProbeIntervalMs / 4)),
+      );
       this.probeTimer.unref();
     }
   }
@@ -241,7 +256,11 @@ export class BatchingPublisher {
     if (refused) return refused;
     const bytes = recordBytes(record);
     const pending = this.queuedEvents + this.inFlightEvents;
-    if (pending > 0 && (pending + 1 > this.opts.queueMaxEvents || this.queuedBytes + this.inFlightBytes + bytes > this.opts.queueMaxBytes)) {
+    if (
+      pending > 0 &&
+      (pending + 1 > this.opts.queueMaxEvents ||
+        this.queuedBytes + this.inFlightBytes + bytes > this.opts.queueMaxBytes)
+    ) {
       return new MsgbridgeError('QUEUE_FULL', 'the publish queue is full');
     }
     const pq = this.queueAt(record.topic, partition!);
@@ -258,19 +277,29 @@ export class BatchingPublisher {
   admission(record?: PublishRecord): MsgbridgeError | undefined {
     if (!this.accepting) return new MsgbridgeError('SHUTTING_DOWN', 'the publisher is draining');
     if (record === undefined) {
-      if (![...this.lanes.values()].some((l) => l.isConnected)) return new MsgbridgeError('KAFKA_UNAVAILABLE', 'Kafka is not reachable');
-      if (this.queuedEvents + this.inFlightEvents >= this.opts.queueMaxEvents) return new MsgbridgeError('QUEUE_FULL', 'the publish queue is full');
+      if (![...this.lanes.values()].some((l) => l.isConnected))
+        return new MsgbridgeError('KAFKA_UNAVAILABLE', 'Kafka is not reachable');
+      if (this.queuedEvents + this.inFlightEvents >= this.opts.queueMaxEvents)
+        return new MsgbridgeError('QUEUE_FULL', 'the publish queue is full');
       return undefined;
     }
     return this.laneRefusal(record.topic, this.partitionOf(record));
   }
 
-  /** Why an event for this partition would be refused now: its topic unknown, or its leader's lane without a producer. */
+  /**
+   * Why an event for this partition would be refused now: its topic unknown, or its leader's lane without a producer.
+   */
   private laneRefusal(topic: string, partition: number | undefined): MsgbridgeError | undefined {
-    if (partition === undefined) return new MsgbridgeError('KAFKA_UNAVAILABLE', `topic ${topic} is not known to this publisher`);
+    if (partition === undefined)
+      return new MsgbridgeError('KAFKA_UNAVAILABLE', `topic ${topic} is not known to this publisher`);
     const broker = this.leaderOf(topic, partition);
     if (this.lanes.get(broker)?.isConnected) return undefined;
-    const where = broker === SINGLE_LANE ? 'Kafka' : broker < 0 ? `partition ${topic}-${partition} (no leader)` : `Kafka broker ${broker} (leader of ${topic}-${partition})`;
+    const where =
+      broker === SINGLE_LANE
+        ? 'Kafka'
+        : broker < 0
+          ? `partition ${topic}-${partition} (no leader)`
+          : `Kafka broker ${broker} (leader of ${topic}-${partition})`;
     return new MsgbridgeError('KAFKA_UNAVAILABLE', `${where} is not reachable`);
   }
 
@@ -378,7 +407,8 @@ export class BatchingPublisher {
     for (const [topic, list] of leaders) {
       const before = this.leaders.get(topic);
       if (before && before.length !== list.length) {
-        // Keys would change partitions: keep the old count until a restart (as the Java client's metadata does not re-key either).
+        // Keys would change partitions: keep the old count until a restart (as the Java client's metadata does not
+        // re-key either).
         leaders.set(topic, before);
         continue;
       }
@@ -449,7 +479,10 @@ export class BatchingPublisher {
       let took = false;
       for (let entry = pq.queue.peek(); entry !== undefined; entry = pq.queue.peek()) {
         if (!entry.dropped) {
-          if (entries.length >= this.opts.batchMaxEvents || (entries.length > 0 && bytes + entry.bytes > this.opts.batchMaxBytes)) {
+          if (
+            entries.length >= this.opts.batchMaxEvents ||
+            (entries.length > 0 && bytes + entry.bytes > this.opts.batchMaxBytes)
+          ) {
             if (took) used.push(pq);
             break fill;
           }
@@ -460,7 +493,9 @@ export class BatchingPublisher {
           const { topic, key, value, headers } = entry.record;
           let group = byTopic.get(topic);
           if (!group) byTopic.set(topic, (group = { topic, records: [] }));
-          group.records.push(pq.partition >= 0 ? { key, value, headers, partition: pq.partition } : { key, value, headers });
+          group.records.push(
+            pq.partition >= 0 ? { key, value, headers, partition: pq.partition } : { key, value, headers },
+          );
         }
         pq.queue.shift();
       }
@@ -471,7 +506,15 @@ export class BatchingPublisher {
     this.queuedBytes -= bytes;
     for (const pq of used) pq.busy = true;
     const producer = lane.producer!;
-    const batch: Batch = { entries, partitions: used, bytes, startedAt: performance.now(), lane, producer, abandoned: false };
+    const batch: Batch = {
+      entries,
+      partitions: used,
+      bytes,
+      startedAt: performance.now(),
+      lane,
+      producer,
+      abandoned: false,
+    };
     lane.startBatch(batch);
     this.inFlightEvents += entries.length;
     this.inFlightBytes += bytes;
@@ -491,12 +534,22 @@ export class BatchingPublisher {
     if (batch.abandoned) return;
     this.release(batch);
     const ok = error === undefined;
-    this.opts.observer.batch?.({ events: batch.entries.length, bytes: batch.bytes, durationMs: performance.now() - batch.startedAt, ok, error });
+    this.opts.observer.batch?.({
+      events: batch.entries.length,
+      bytes: batch.bytes,
+      durationMs: performance.now() - batch.startedAt,
+      ok,
+      error,
+    });
     if (ok) {
       batch.lane.acknowledged();
       for (const entry of batch.entries) settle(entry, null);
     } else {
-      const failure = new MsgbridgeError('KAFKA_UNAVAILABLE', `Kafka did not acknowledge the batch: ${errorMessage(error)}`, { cause: error });
+      const failure = new MsgbridgeError(
+        'KAFKA_UNAVAILABLE',
+        `Kafka did not acknowledge the batch: ${errorMessage(error)}`,
+        { cause: error },
+      );
       for (const entry of batch.entries) settle(entry, failure);
       this.dropQueuedSharingKeys(batch.entries, batch.partitions, 'KAFKA_UNAVAILABLE');
       batch.lane.replaceProducer(batch.producer, error);
@@ -551,7 +604,8 @@ export class BatchingPublisher {
     const answering = [...this.lanes.values()].filter((l) => l.isReady).map((l) => this.layout!.brokers.get(l.broker));
     const client = this.opts.createProducer(answering.filter((a): a is string => a !== undefined));
     try {
-      if (client.layout) this.applyLayout(await withTimeout(client.layout(this.opts.probeTopics), this.opts.probeTimeoutMs, 'metadata'));
+      if (client.layout)
+        this.applyLayout(await withTimeout(client.layout(this.opts.probeTopics), this.opts.probeTimeoutMs, 'metadata'));
     } catch {
       // The next refresh tries again; lanes report their own failures.
     } finally {
@@ -573,8 +627,14 @@ export class BatchingPublisher {
     // by it (the new leader's epoch fences it): give it up now rather than at its timeout.
     for (const lane of slow) {
       const batch = lane.batch;
-      if (batch && batch.partitions.some((pq) => pq.partition >= 0 && this.leaderOf(pq.topic, pq.partition) !== lane.broker)) {
-        this.abandon(batch, `the partitions of broker ${lane.broker} moved to another leader while a produce request to it was unanswered`);
+      if (
+        batch &&
+        batch.partitions.some((pq) => pq.partition >= 0 && this.leaderOf(pq.topic, pq.partition) !== lane.broker)
+      ) {
+        this.abandon(
+          batch,
+          `the partitions of broker ${lane.broker} moved to another leader while a produce request to it was unanswered`,
+        );
       }
     }
     // A lane that connected but could not prove itself (e.g. NOT_ENOUGH_REPLICAS) asks again.
@@ -589,10 +649,18 @@ export class BatchingPublisher {
     batch.abandoned = true;
     this.release(batch);
     const error = new Error(reason);
-    const failure = new MsgbridgeError('KAFKA_UNAVAILABLE', `Kafka did not acknowledge the batch: ${reason}`, { cause: error });
+    const failure = new MsgbridgeError('KAFKA_UNAVAILABLE', `Kafka did not acknowledge the batch: ${reason}`, {
+      cause: error,
+    });
     for (const entry of batch.entries) settle(entry, failure);
     this.dropQueuedSharingKeys(batch.entries, batch.partitions, 'KAFKA_UNAVAILABLE');
-    this.opts.observer.batch?.({ events: batch.entries.length, bytes: batch.bytes, durationMs: performance.now() - batch.startedAt, ok: false, error });
+    this.opts.observer.batch?.({
+      events: batch.entries.length,
+      bytes: batch.bytes,
+      durationMs: performance.now() - batch.startedAt,
+      ok: false,
+      error,
+    });
     batch.lane.replaceProducer(batch.producer, error);
     this.flush();
     this.checkIdle();
@@ -616,7 +684,8 @@ export class BatchingPublisher {
   }
 
   private hasQueued(lane: Lane): boolean {
-    for (const pq of this.queues.values()) if (pq.live > 0 && this.leaderOf(pq.topic, pq.partition) === lane.broker) return true;
+    for (const pq of this.queues.values())
+      if (pq.live > 0 && this.leaderOf(pq.topic, pq.partition) === lane.broker) return true;
     return false;
   }
 
@@ -627,7 +696,11 @@ export class BatchingPublisher {
    */
   sweep(now = performance.now()): void {
     let error: MsgbridgeError | undefined;
-    const timeout = () => (error ??= new MsgbridgeError('PUBLISH_TIMEOUT', `Kafka did not acknowledge within ${this.opts.publishTimeoutMs} ms`));
+    const timeout = () =>
+      (error ??= new MsgbridgeError(
+        'PUBLISH_TIMEOUT',
+        `Kafka did not acknowledge within ${this.opts.publishTimeoutMs} ms`,
+      ));
     for (const pq of this.queues.values()) {
       const expired: Entry[] = [];
       // All events have the same timeout, so each queue is in deadline order.
@@ -647,7 +720,10 @@ export class BatchingPublisher {
       if (!batch || batch.entries.every((e) => e.deadline > now)) continue;
       for (const entry of batch.entries) if (entry.cb !== null && entry.deadline <= now) settle(entry, timeout());
       if (now - batch.startedAt > this.opts.publishTimeoutMs) {
-        this.abandon(batch, `${lane.broker === SINGLE_LANE ? 'Kafka' : `broker ${lane.broker}`} did not answer a produce request within ${this.opts.publishTimeoutMs} ms`);
+        this.abandon(
+          batch,
+          `${lane.broker === SINGLE_LANE ? 'Kafka' : `broker ${lane.broker}`} did not answer a produce request within ${this.opts.publishTimeoutMs} ms`,
+        );
       }
     }
     this.checkIdle();

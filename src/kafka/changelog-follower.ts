@@ -23,7 +23,9 @@ export interface ChangelogFollowerOptions {
   /** The topic must exist and be read to its end within this, or `loaded` rejects. */
   timeoutMs: number;
   logger: Logger;
-  /** Names the records in the follower's own log lines: `the <name> consumer crashed; it restarts` (default: the topic). */
+  /**
+   * Names the records in the follower's own log lines: `the <name> consumer crashed; it restarts` (default: the topic).
+   */
   name?: string;
   /**
    * Every record of one fetched batch of a partition, in offset order: during the read and
@@ -105,7 +107,8 @@ export function followChangelog(options: ChangelogFollowerOptions): ChangelogFol
   // Awaited below; this keeps a rejection while nothing awaits it yet from being reported as unhandled.
   finished.catch(() => undefined);
 
-  const currentStatus = (): ChangelogFollowStatus => (status.stage === 'reading' && tracker ? { ...status, progress: tracker.describe() } : status);
+  const currentStatus = (): ChangelogFollowStatus =>
+    status.stage === 'reading' && tracker ? { ...status, progress: tracker.describe() } : status;
 
   const timeoutError = (current: ChangelogFollowStatus): Error =>
     options.timeoutError?.(current) ??
@@ -178,7 +181,11 @@ export function followChangelog(options: ChangelogFollowerOptions): ChangelogFol
   const loaded = load().catch(async (error: unknown) => {
     clearTimeout(timer);
     await consumer?.disconnect().catch(() => undefined);
-    throw error instanceof MsgbridgeError ? error : new MsgbridgeError('KAFKA_UNAVAILABLE', `reading ${topic} failed: ${errorMessage(error).split('\n')[0]}`, { cause: error });
+    throw error instanceof MsgbridgeError
+      ? error
+      : new MsgbridgeError('KAFKA_UNAVAILABLE', `reading ${topic} failed: ${errorMessage(error).split('\n')[0]}`, {
+          cause: error,
+        });
   });
   // The caller awaits `loaded`; this keeps an unawaited rejection from being reported twice.
   loaded.catch(() => undefined);

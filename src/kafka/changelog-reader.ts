@@ -60,7 +60,12 @@ export async function partitionEnds(kafka: KafkaSource, topic: string): Promise<
     partitionAssigners: [
       (config) => {
         cluster = config.cluster;
-        return { name: 'probe', version: 0, assign: async () => [], protocol: () => ({ name: 'probe', metadata: Buffer.alloc(0) }) };
+        return {
+          name: 'probe',
+          version: 0,
+          assign: async () => [],
+          protocol: () => ({ name: 'probe', metadata: Buffer.alloc(0) }),
+        };
       },
     ],
   });
@@ -69,7 +74,8 @@ export async function partitionEnds(kafka: KafkaSource, topic: string): Promise<
     await cluster.connect();
     await cluster.addTargetTopic(topic);
     const partitions = cluster.findTopicPartitionMetadata(topic).map((p) => ({ partition: p.partitionId }));
-    if (partitions.length === 0) throw new MsgbridgeError('KAFKA_UNAVAILABLE', `topic ${topic} has no partitions (does it exist?)`);
+    if (partitions.length === 0)
+      throw new MsgbridgeError('KAFKA_UNAVAILABLE', `topic ${topic} has no partitions (does it exist?)`);
     const [high] = await cluster.fetchTopicsOffset([{ topic, partitions, fromBeginning: false }]);
     const [low] = await cluster.fetchTopicsOffset([{ topic, partitions, fromBeginning: true }]);
     const ends = new Map<number, PartitionEnds>();
@@ -82,7 +88,9 @@ export async function partitionEnds(kafka: KafkaSource, topic: string): Promise<
   } catch (error) {
     if (error instanceof MsgbridgeError) throw error;
     const message = errorMessage(error).split('\n')[0];
-    throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot read the offsets of topic ${topic}: ${message}`, { cause: error });
+    throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot read the offsets of topic ${topic}: ${message}`, {
+      cause: error,
+    });
   } finally {
     await cluster.disconnect().catch(() => undefined);
   }
@@ -121,7 +129,9 @@ export class EndOfLog {
 
   /** `partition 0 at 12 of 40, ...`: the partitions not yet at their end. */
   describe(): string {
-    return [...this.pending].map(([p, end]) => `partition ${p} at ${this.position.get(p) ?? this.ends.get(p)?.low ?? 0} of ${end}`).join(', ');
+    return [...this.pending]
+      .map(([p, end]) => `partition ${p} at ${this.position.get(p) ?? this.ends.get(p)?.low ?? 0} of ${end}`)
+      .join(', ');
   }
 }
 
@@ -137,7 +147,9 @@ export function onBatchEnd(consumer: Consumer, topic: string, next: (partition: 
 }
 
 /** Partition `partition` of a co-partitioned changelog: the state of one task. */
-export function readChangelogPartition(options: ChangelogReadOptions & { partition: number }): Promise<ChangelogReadResult> {
+export function readChangelogPartition(
+  options: ChangelogReadOptions & { partition: number },
+): Promise<ChangelogReadResult> {
   return readChangelog({ ...options, partitions: [options.partition] });
 }
 
@@ -148,7 +160,9 @@ export function readChangelogPartition(options: ChangelogReadOptions & { partiti
  * fetch returns, markers and aborted ones included. Waits while another producer's open
  * transaction keeps the last stable offset below the end, up to `timeoutMs`.
  */
-export async function readChangelog(options: ChangelogReadOptions & { partitions?: number[] }): Promise<ChangelogReadResult> {
+export async function readChangelog(
+  options: ChangelogReadOptions & { partitions?: number[] },
+): Promise<ChangelogReadResult> {
   const { kafka, topic, logger } = options;
   const started = Date.now();
   const timeoutMs = options.timeoutMs ?? 120_000;
@@ -160,7 +174,11 @@ export async function readChangelog(options: ChangelogReadOptions & { partitions
   const start = new Map<number, number>();
   for (const partition of wanted) {
     const end = ends.get(partition);
-    if (!end) throw new MsgbridgeError('INVALID_ARGUMENT', `topic ${topic} has no partition ${partition} (it has ${ends.size})`);
+    if (!end)
+      throw new MsgbridgeError(
+        'INVALID_ARGUMENT',
+        `topic ${topic} has no partition ${partition} (it has ${ends.size})`,
+      );
     target.set(partition, end.high);
     const from = Math.max(end.low, options.from?.get(partition) ?? end.low);
     start.set(partition, from);
@@ -190,7 +208,8 @@ export async function readChangelog(options: ChangelogReadOptions & { partitions
     // or where the caller's store left off.
     for (const p of payload.memberAssignment[topic] ?? []) {
       const from = start.get(p);
-      if (pending.has(p) && from !== undefined && from > ends.get(p)!.low) consumer.seek({ topic, partition: p, offset: String(from) });
+      if (pending.has(p) && from !== undefined && from > ends.get(p)!.low)
+        consumer.seek({ topic, partition: p, offset: String(from) });
     }
   });
   consumer.on(consumer.events.CRASH, ({ payload }) => {

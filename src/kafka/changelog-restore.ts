@@ -40,7 +40,10 @@ export class ChangelogRestorer {
   private reading = 0;
   private readonly waiting: (() => void)[] = [];
 
-  /** `concurrentReads`: stores read at once, enough to overlap fetch latency, few enough to bound the fetched bytes in memory. */
+  /**
+   * `concurrentReads`: stores read at once, enough to overlap fetch latency, few enough to bound the fetched bytes in
+   * memory.
+   */
   constructor(
     private readonly kafka: KafkaSource,
     private readonly concurrentReads = 3,
@@ -48,7 +51,10 @@ export class ChangelogRestorer {
 
   /** The cluster's id: a store written against another cluster (a new local broker) is not reused. */
   clusterId(): Promise<string> {
-    this.clusterIdRead ??= withKafkajsAdmin(this.kafka, async (admin) => (await admin.describeCluster()).clusterId).catch((error: unknown) => {
+    this.clusterIdRead ??= withKafkajsAdmin(
+      this.kafka,
+      async (admin) => (await admin.describeCluster()).clusterId,
+    ).catch((error: unknown) => {
       this.clusterIdRead = undefined;
       throw error;
     });
@@ -60,7 +66,9 @@ export class ChangelogRestorer {
    * recreated, or records the store never read were deleted); undefined when they can. A
    * position left out is read from the start, which always works.
    */
-  async inconsistency(positions: { topic: string; partition: number; position: number | undefined }[]): Promise<string | undefined> {
+  async inconsistency(
+    positions: { topic: string; partition: number; position: number | undefined }[],
+  ): Promise<string | undefined> {
     const ends = await Promise.all(positions.map((p) => partitionEnds(this.kafka, p.topic)));
     for (const [i, p] of positions.entries()) {
       if (p.position === undefined) continue;
@@ -131,7 +139,9 @@ export class ChangelogRestorer {
 /** Why a stored position cannot be continued from the changelog partition; undefined when it can. */
 function why(position: number, ends: PartitionEnds | undefined): string | undefined {
   if (!ends) return 'the changelog partition does not exist';
-  if (position > ends.high) return `its position ${position} is past the end of the changelog (${ends.high}): the topic was recreated or truncated`;
-  if (position < ends.low) return `its position ${position} is before the start of the changelog (${ends.low}): records it never read were deleted`;
+  if (position > ends.high)
+    return `its position ${position} is past the end of the changelog (${ends.high}): the topic was recreated or truncated`;
+  if (position < ends.low)
+    return `its position ${position} is before the start of the changelog (${ends.low}): records it never read were deleted`;
   return undefined;
 }

@@ -1,4 +1,14 @@
-import { Kafka, logLevel, type Admin, type Consumer, type ConsumerConfig, type KafkaConfig as KafkajsConfig, type KafkaMessage, type LogEntry, type SASLOptions } from 'kafkajs';
+import {
+  Kafka,
+  logLevel,
+  type Admin,
+  type Consumer,
+  type ConsumerConfig,
+  type KafkaConfig as KafkajsConfig,
+  type KafkaMessage,
+  type LogEntry,
+  type SASLOptions,
+} from 'kafkajs';
 import type { KafkaConfig } from '../config/schema.js';
 import type { Logger } from '../platform/logger.js';
 import type { ConsumedRecord } from './group-consumer.js';
@@ -11,8 +21,14 @@ import { tlsOptions } from './tls.js';
  * (brokers, client id, TLS, SASL). Everything else talks to the ports (port.ts, admin.ts,
  * group-consumer.ts, topic-subscription.ts) over a `KafkaPort`.
  */
-/** What a client is built from: the connection settings of `kafka` (the producer client of `msgbridge/client/kafka` has no more). */
-export type KafkaConnectionConfig = Pick<KafkaConfig, 'brokers' | 'clientId' | 'connectionTimeoutMs' | 'requestTimeoutMs' | 'ssl' | 'sasl'>;
+/**
+ * What a client is built from: the connection settings of `kafka` (the producer client of `msgbridge/client/kafka` has
+ * no more).
+ */
+export type KafkaConnectionConfig = Pick<
+  KafkaConfig,
+  'brokers' | 'clientId' | 'connectionTimeoutMs' | 'requestTimeoutMs' | 'ssl' | 'sasl'
+>;
 
 /**
  * The relay's way to one cluster (brokers, client id, TLS, SASL), as the roles and commands
@@ -35,7 +51,10 @@ export type KafkaSource = KafkaPort | Kafka;
 const kafkajsClients = new WeakMap<KafkaPort, Kafka>();
 
 /** The port to the cluster the relay's configuration describes. */
-export function createKafka(config: KafkaConnectionConfig, options: { logger?: Logger; clientId?: string; brokers?: string[] } = {}): KafkaPort {
+export function createKafka(
+  config: KafkaConnectionConfig,
+  options: { logger?: Logger; clientId?: string; brokers?: string[] } = {},
+): KafkaPort {
   return kafkaPort(createKafkajsClient(config, options));
 }
 
@@ -48,12 +67,16 @@ export function kafkaPort(client: Kafka): KafkaPort {
 
 /** The kafkajs client behind a port: for src/kafka's adapters only (the lint rule keeps it there). */
 export function kafkajsClient(source: KafkaSource): Kafka {
-  // A port's client, or the source itself: a test's or benchmark's own kafkajs client (no instanceof: a second copy of kafkajs would fail it).
+  // A port's client, or the source itself: a test's or benchmark's own kafkajs client (no instanceof: a second copy of
+  // kafkajs would fail it).
   return kafkajsClients.get(source as KafkaPort) ?? (source as Kafka);
 }
 
 /** The kafkajs client built from configuration (`createKafka` wraps it in a port). */
-export function createKafkajsClient(config: KafkaConnectionConfig, options: { logger?: Logger; clientId?: string; brokers?: string[] } = {}): Kafka {
+export function createKafkajsClient(
+  config: KafkaConnectionConfig,
+  options: { logger?: Logger; clientId?: string; brokers?: string[] } = {},
+): Kafka {
   const brokers = options.brokers ?? config.brokers;
   if (brokers.length === 0) throw new Error('createKafka needs at least one broker (start the local broker first)');
   const kafkaConfig: KafkajsConfig = {
@@ -67,7 +90,11 @@ export function createKafkajsClient(config: KafkaConnectionConfig, options: { lo
     logCreator: kafkajsLogCreator(options.logger),
   };
   if (config.sasl) {
-    kafkaConfig.sasl = { mechanism: config.sasl.mechanism, username: config.sasl.username, password: config.sasl.password } as SASLOptions;
+    kafkaConfig.sasl = {
+      mechanism: config.sasl.mechanism,
+      username: config.sasl.username,
+      password: config.sasl.password,
+    } as SASLOptions;
   }
   return new Kafka(kafkaConfig);
 }
@@ -110,7 +137,12 @@ export type ConsumerOptions = Omit<ConsumerConfig, 'retry'>;
  * their settings, see topics.ts), read_committed unless `readUncommitted` says otherwise.
  */
 export function createConsumer(kafka: KafkaSource, options: ConsumerOptions): Consumer {
-  return kafkajsClient(kafka).consumer({ allowAutoTopicCreation: false, readUncommitted: false, ...options, retry: { ...CONSUMER_RETRY } });
+  return kafkajsClient(kafka).consumer({
+    allowAutoTopicCreation: false,
+    readUncommitted: false,
+    ...options,
+    retry: { ...CONSUMER_RETRY },
+  });
 }
 
 /** A fetched kafkajs message as the port's record (group-consumer.ts). */
@@ -135,7 +167,8 @@ function kafkajsLogCreator(logger?: Logger) {
       // A key the logger already binds (a role's `component`, an engine's `groupId`) would appear twice in the line.
       const bound = logger.bindings();
       const fields: Record<string, unknown> = {};
-      for (const [key, value] of Object.entries({ component: 'kafkajs', ...pickSafe(extra) })) if (!(key in bound)) fields[key] = value;
+      for (const [key, value] of Object.entries({ component: 'kafkajs', ...pickSafe(extra) }))
+        if (!(key in bound)) fields[key] = value;
       if ('component' in bound) fields.library = 'kafkajs';
       if (isExpectedNoise(message, extra.error)) logger.debug(fields, message);
       else if ((level === logLevel.ERROR || level === logLevel.WARN) && isTransientBrokerError(message, extra.error)) {
@@ -178,7 +211,8 @@ const EXPECTED = [
  * kafkajs-failover-fix.ts) and the producers ride it out. One warning per broker every half
  * minute says what is happening; the repeats go to debug.
  */
-const TRANSIENT = /ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|EHOSTUNREACH|Connection error|Connection timeout|Connection closed|request timed out|write after end/i;
+const TRANSIENT =
+  /ECONNREFUSED|ECONNRESET|EPIPE|ETIMEDOUT|EHOSTUNREACH|Connection error|Connection timeout|Connection closed|request timed out|write after end/i;
 const TRANSIENT_LOG_EVERY_MS = 30_000;
 
 export function isTransientBrokerError(message: string, error: unknown): boolean {
@@ -209,7 +243,18 @@ function isExpectedNoise(message: string, error: unknown): boolean {
 /** kafkajs log extras can carry SASL settings in nested config; keep only plain facts. */
 function pickSafe(extra: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
-  for (const key of ['broker', 'clientId', 'groupId', 'topic', 'partition', 'error', 'retryCount', 'retryTime', 'memberId', 'stack']) {
+  for (const key of [
+    'broker',
+    'clientId',
+    'groupId',
+    'topic',
+    'partition',
+    'error',
+    'retryCount',
+    'retryTime',
+    'memberId',
+    'stack',
+  ]) {
     if (extra[key] !== undefined) out[key] = extra[key];
   }
   return out;

@@ -15,13 +15,18 @@ const VERSION = 1;
  * most one) and sticky: a member keeps the tasks it announces in its join metadata up to its
  * share, so a rebalance moves only the tasks that must move (each move costs a restore).
  */
-export function planTasks(taskCount: number, members: { memberId: string; previous: readonly number[] }[]): Map<string, number[]> {
+export function planTasks(
+  taskCount: number,
+  members: { memberId: string; previous: readonly number[] }[],
+): Map<string, number[]> {
   const plan = new Map<string, number[]>();
   if (members.length === 0) return plan;
   const base = Math.floor(taskCount / members.length);
   const extra = taskCount % members.length;
   // The larger shares go to the members that held the most, so fewer tasks move.
-  const order = [...members].sort((a, b) => b.previous.length - a.previous.length || (a.memberId < b.memberId ? -1 : a.memberId > b.memberId ? 1 : 0));
+  const order = [...members].sort(
+    (a, b) => b.previous.length - a.previous.length || (a.memberId < b.memberId ? -1 : a.memberId > b.memberId ? 1 : 0),
+  );
   const capacity = new Map(order.map((m, i) => [m.memberId, base + (i < extra ? 1 : 0)]));
   const taken = new Set<number>();
   for (const m of order) {
@@ -53,7 +58,11 @@ export function planTasks(taskCount: number, members: { memberId: string; previo
  * forward to it: README "Queries"), carried as the user data of its join metadata.
  */
 export function encodeOwnedTasks(topics: string[], tasks: readonly number[], queryUrl?: string): Buffer {
-  return AssignerProtocol.MemberMetadata.encode({ version: VERSION, topics, userData: Buffer.from(JSON.stringify({ tasks: [...tasks], ...(queryUrl ? { url: queryUrl } : {}) })) });
+  return AssignerProtocol.MemberMetadata.encode({
+    version: VERSION,
+    topics,
+    userData: Buffer.from(JSON.stringify({ tasks: [...tasks], ...(queryUrl ? { url: queryUrl } : {}) })),
+  });
 }
 
 /** The query address a member published in its join metadata, if any. */
@@ -86,10 +95,17 @@ export function checkCoPartitioned(counts: Map<string, number>): number {
   const distinct = new Set(counts.values());
   if (distinct.size !== 1) {
     const listed = [...counts].map(([topic, n]) => `${topic}: ${n}`).join(', ');
-    throw new MsgbridgeError('CONFIG_INVALID', `the input topics must have the same number of partitions to be processed as co-partitioned tasks (${listed})`);
+    throw new MsgbridgeError(
+      'CONFIG_INVALID',
+      `the input topics must have the same number of partitions to be processed as co-partitioned tasks (${listed})`,
+    );
   }
   const [count] = distinct;
-  if (!count) throw new MsgbridgeError('CONFIG_INVALID', `the input topics have no partitions (${[...counts.keys()].join(', ')})`);
+  if (!count)
+    throw new MsgbridgeError(
+      'CONFIG_INVALID',
+      `the input topics have no partitions (${[...counts.keys()].join(', ')})`,
+    );
   return count;
 }
 
@@ -97,7 +113,10 @@ export function checkCoPartitioned(counts: Map<string, number>): number {
  * The kafkajs assigner. `ownedTasks` is read at every join (what this member announces);
  * `partitionCount` comes from the leader's fresh metadata.
  */
-export function coPartitionedAssigner(options: { ownedTasks: () => readonly number[]; queryUrl?: string }): PartitionAssigner {
+export function coPartitionedAssigner(options: {
+  ownedTasks: () => readonly number[];
+  queryUrl?: string;
+}): PartitionAssigner {
   return ({ cluster }) => ({
     name: CO_PARTITIONED_PROTOCOL,
     version: VERSION,
@@ -111,11 +130,21 @@ export function coPartitionedAssigner(options: { ownedTasks: () => readonly numb
       return members.map(({ memberId }) => {
         const tasks = plan.get(memberId) ?? [];
         const assignment = Object.fromEntries(topics.map((topic) => [topic, tasks]));
-        return { memberId, memberAssignment: AssignerProtocol.MemberAssignment.encode({ version: VERSION, assignment, userData: Buffer.alloc(0) }) };
+        return {
+          memberId,
+          memberAssignment: AssignerProtocol.MemberAssignment.encode({
+            version: VERSION,
+            assignment,
+            userData: Buffer.alloc(0),
+          }),
+        };
       });
     },
     protocol({ topics }: { topics: string[] }) {
-      return { name: CO_PARTITIONED_PROTOCOL, metadata: encodeOwnedTasks(topics, options.ownedTasks(), options.queryUrl) };
+      return {
+        name: CO_PARTITIONED_PROTOCOL,
+        metadata: encodeOwnedTasks(topics, options.ownedTasks(), options.queryUrl),
+      };
     },
   });
 }

@@ -25,7 +25,12 @@ export function topicEnds(kafka: KafkaSource, topic: string): Promise<Map<number
  * Per partition, the first offset whose record timestamp is at or after `timestampMs` (the
  * broker's time index); a partition with no such record answers its high watermark.
  */
-export async function offsetsAtTime(kafka: KafkaSource, topic: string, timestampMs: number, ends: Map<number, PartitionEnds>): Promise<Map<number, number>> {
+export async function offsetsAtTime(
+  kafka: KafkaSource,
+  topic: string,
+  timestampMs: number,
+  ends: Map<number, PartitionEnds>,
+): Promise<Map<number, number>> {
   const answer = await withKafkajsAdmin(kafka, (admin) => admin.fetchTopicOffsetsByTimestamp(topic, timestampMs));
   const offsets = new Map<number, number>();
   for (const [partition, end] of ends) {
@@ -72,7 +77,10 @@ export async function readRange(options: RangeReadOptions): Promise<RangeReadRes
   if (tracker.done) return { next, stopped: false };
   const { pending } = tracker;
 
-  const consumer = createConsumer(kafka, { groupId: `${options.groupIdPrefix ?? 'msgbridge-dlq-read'}-${randomUUID()}`, maxWaitTimeInMs: 200 });
+  const consumer = createConsumer(kafka, {
+    groupId: `${options.groupIdPrefix ?? 'msgbridge-dlq-read'}-${randomUUID()}`,
+    maxWaitTimeInMs: 200,
+  });
   let stopped = false;
   let finish: (error?: Error) => void = () => {};
   const finished = new Promise<void>((resolve, reject) => (finish = (error) => (error ? reject(error) : resolve())));
@@ -110,7 +118,12 @@ export async function readRange(options: RangeReadOptions): Promise<RangeReadRes
   };
 
   const timer = setTimeout(() => {
-    finish(new MsgbridgeError('KAFKA_UNAVAILABLE', `reading ${topic} did not reach the end of its range within ${timeoutMs} ms (${tracker.describe()}): Kafka is slow or unreachable`));
+    finish(
+      new MsgbridgeError(
+        'KAFKA_UNAVAILABLE',
+        `reading ${topic} did not reach the end of its range within ${timeoutMs} ms (${tracker.describe()}): Kafka is slow or unreachable`,
+      ),
+    );
   }, timeoutMs);
   try {
     await consumer.connect();

@@ -33,8 +33,18 @@ export function redriveLedgerTopic(dlqTopic: string): string {
 export const ledgerKey = (partition: number, offset: string | number) => `${partition}/${offset}`;
 
 /** The ledger entry of one dead letter produced again (an output of its chunk's transaction). */
-export function ledgerEntry(dlqTopic: string, partition: number, offset: string, entry: { redrive: string; at: number; to: string }): OutputRecord {
-  return { topic: redriveLedgerTopic(dlqTopic), key: ledgerKey(partition, offset), value: JSON.stringify({ redrive: entry.redrive, at: new Date(entry.at).toISOString(), to: entry.to }), headers: {} };
+export function ledgerEntry(
+  dlqTopic: string,
+  partition: number,
+  offset: string,
+  entry: { redrive: string; at: number; to: string },
+): OutputRecord {
+  return {
+    topic: redriveLedgerTopic(dlqTopic),
+    key: ledgerKey(partition, offset),
+    value: JSON.stringify({ redrive: entry.redrive, at: new Date(entry.at).toISOString(), to: entry.to }),
+    headers: {},
+  };
 }
 
 /** The ledger's keys (committed entries only); empty when no redrive of the topic ever produced anything. */
@@ -58,9 +68,25 @@ export async function readRedriveLedger(kafka: KafkaSource, dlqTopic: string): P
 }
 
 /** Creates the ledger topic if it is missing (compacted, one partition, the roles' replication). */
-export async function ensureRedriveLedger(kafka: KafkaSource, dlqTopic: string, replicationFactor: number, logger?: Logger): Promise<void> {
+export async function ensureRedriveLedger(
+  kafka: KafkaSource,
+  dlqTopic: string,
+  replicationFactor: number,
+  logger?: Logger,
+): Promise<void> {
   await withKafkajsAdmin(kafka, (admin) =>
-    ensureTopics(admin, [{ topic: redriveLedgerTopic(dlqTopic), partitions: 1, replicationFactor, configEntries: [{ name: 'cleanup.policy', value: 'compact' }] }], logger),
+    ensureTopics(
+      admin,
+      [
+        {
+          topic: redriveLedgerTopic(dlqTopic),
+          partitions: 1,
+          replicationFactor,
+          configEntries: [{ name: 'cleanup.policy', value: 'compact' }],
+        },
+      ],
+      logger,
+    ),
   );
 }
 
@@ -69,7 +95,11 @@ export function redriveGroupId(name: string): string {
 }
 
 /** The group's committed offset per partition of `topic` (partitions without one are absent). */
-export async function committedOffsets(kafka: KafkaSource, groupId: string, topic: string): Promise<Map<number, number>> {
+export async function committedOffsets(
+  kafka: KafkaSource,
+  groupId: string,
+  topic: string,
+): Promise<Map<number, number>> {
   return withKafkajsAdmin(kafka, (admin) => committedWith(admin, groupId, topic));
 }
 
@@ -84,7 +114,10 @@ async function committedWith(admin: Admin, groupId: string, topic: string): Prom
 }
 
 /** Every redrive that has read `topic`: its name and committed offsets. */
-export async function listRedrives(kafka: KafkaSource, topic: string): Promise<{ name: string; offsets: Map<number, number> }[]> {
+export async function listRedrives(
+  kafka: KafkaSource,
+  topic: string,
+): Promise<{ name: string; offsets: Map<number, number> }[]> {
   return withKafkajsAdmin(kafka, async (admin) => {
     const { groups } = await admin.listGroups();
     const names = groups
@@ -105,10 +138,19 @@ export async function listRedrives(kafka: KafkaSource, topic: string): Promise<{
  * the group's offsets before its first transaction. Only when the group has none, so a rerun
  * after a crash keeps the position its transactions committed.
  */
-export async function setStartOffsets(kafka: KafkaSource, groupId: string, topic: string, offsets: Map<number, number>): Promise<void> {
+export async function setStartOffsets(
+  kafka: KafkaSource,
+  groupId: string,
+  topic: string,
+  offsets: Map<number, number>,
+): Promise<void> {
   await withKafkajsAdmin(kafka, async (admin) => {
     if ((await committedWith(admin, groupId, topic)).size > 0) return;
-    await admin.setOffsets({ groupId, topic, partitions: [...offsets].map(([partition, offset]) => ({ partition, offset: String(offset) })) });
+    await admin.setOffsets({
+      groupId,
+      topic,
+      partitions: [...offsets].map(([partition, offset]) => ({ partition, offset: String(offset) })),
+    });
   });
 }
 

@@ -19,9 +19,18 @@ export function describeKafkaFailure(error: unknown): string {
     const { cause, originalError, errors } = e as { cause?: unknown; originalError?: unknown; errors?: unknown[] };
     queue = [...queue, cause, originalError, ...(Array.isArray(errors) ? errors.slice(0, 8) : [])];
   }
-  const text = chain.map((e) => `${(e as { name?: string }).name ?? ''} ${(e as { code?: string }).code ?? ''} ${(e as { type?: string }).type ?? ''} ${errorMessage(e)}`).join(' | ');
+  const text = chain
+    .map(
+      (e) =>
+        `${(e as { name?: string }).name ?? ''} ${(e as { code?: string }).code ?? ''} ${(e as { type?: string }).type ?? ''} ${errorMessage(e)}`,
+    )
+    .join(' | ');
   const first = firstLine(error);
-  if (/SASLAuthentication|SASL_AUTHENTICATION_FAILED|Authentication failed|authentication failed|SaslAuthenticat/i.test(text)) {
+  if (
+    /SASLAuthentication|SASL_AUTHENTICATION_FAILED|Authentication failed|authentication failed|SaslAuthenticat/i.test(
+      text,
+    )
+  ) {
     return `authentication failed: check KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD (${first})`;
   }
   if (
@@ -35,7 +44,11 @@ export function describeKafkaFailure(error: unknown): string {
     return "the broker's TLS certificate does not name the address used to reach it (KAFKA_BROKERS)";
   }
   if (/CERT_HAS_EXPIRED|certificate has expired/i.test(text)) return "the broker's TLS certificate has expired";
-  if (/certificate required|alert number 116|SSLV3_ALERT_BAD_CERTIFICATE|bad certificate|alert handshake failure/i.test(text)) {
+  if (
+    /certificate required|alert number 116|SSLV3_ALERT_BAD_CERTIFICATE|bad certificate|alert handshake failure/i.test(
+      text,
+    )
+  ) {
     return 'the broker refused the TLS handshake: it requires a client certificate (set KAFKA_SSL_CERT_FILE and KAFKA_SSL_KEY_FILE) or refused the one given';
   }
   if (/wrong version number|WRONG_VERSION_NUMBER|packet length too long|EPROTO/i.test(text)) {
@@ -44,10 +57,16 @@ export function describeKafkaFailure(error: unknown): string {
   if (/TOPIC_AUTHORIZATION_FAILED|Not authorized to access topics|TopicAuthorization/i.test(text)) {
     return `not authorized on the relay's topics: grant the principal Describe, Read and Write on them (${first})`;
   }
-  if (/CLUSTER_AUTHORIZATION_FAILED|GROUP_AUTHORIZATION_FAILED|TRANSACTIONAL_ID_AUTHORIZATION_FAILED|authoriz/i.test(text)) {
+  if (
+    /CLUSTER_AUTHORIZATION_FAILED|GROUP_AUTHORIZATION_FAILED|TRANSACTIONAL_ID_AUTHORIZATION_FAILED|authoriz/i.test(text)
+  ) {
     return `not authorized: the cluster's ACLs refuse this principal (${first})`;
   }
-  if (/ECONNREFUSED|ENOTFOUND|EHOSTUNREACH|ENETUNREACH|EAI_AGAIN|ETIMEDOUT|Connection timeout|timed out|ECONNRESET|Closed connection|Connection error/i.test(text)) {
+  if (
+    /ECONNREFUSED|ENOTFOUND|EHOSTUNREACH|ENETUNREACH|EAI_AGAIN|ETIMEDOUT|Connection timeout|timed out|ECONNRESET|Closed connection|Connection error/i.test(
+      text,
+    )
+  ) {
     return `unreachable: no broker answered (${first})`;
   }
   return first;
@@ -76,7 +95,11 @@ export async function connectingToKafka<T>(brokers: readonly string[], step: () 
     return await step();
   } catch (error) {
     if (error instanceof MsgbridgeError && error.code !== 'KAFKA_UNAVAILABLE') throw error;
-    throw new MsgbridgeError('KAFKA_CONNECT_FAILED', `cannot use Kafka at ${brokers.join(',')}: ${describeKafkaFailure(error)}`, { cause: error });
+    throw new MsgbridgeError(
+      'KAFKA_CONNECT_FAILED',
+      `cannot use Kafka at ${brokers.join(',')}: ${describeKafkaFailure(error)}`,
+      { cause: error },
+    );
   }
 }
 
@@ -84,7 +107,11 @@ export async function connectingToKafka<T>(brokers: readonly string[], step: () 
 export function isKafkaClientError(error: unknown): boolean {
   for (let e: unknown = error, depth = 0; e && depth < 6; depth++) {
     const { name, code } = e as { name?: string; code?: string };
-    if ((typeof name === 'string' && name.startsWith('KafkaJS')) || (typeof code === 'string' && code.startsWith('PLT_KFK_'))) return true;
+    if (
+      (typeof name === 'string' && name.startsWith('KafkaJS')) ||
+      (typeof code === 'string' && code.startsWith('PLT_KFK_'))
+    )
+      return true;
     e = (e as { cause?: unknown }).cause;
   }
   return false;

@@ -56,7 +56,16 @@ export interface OwnedGroupDirectory extends GroupDirectory {
 }
 
 /** The directory of `groupId` read through a new admin client of `kafka` (the tracker's query forwarding). */
-export function openGroupDirectory(kafka: KafkaSource, groupId: string, inputTopic: string, maxAgeMs?: number): OwnedGroupDirectory {
+export function openGroupDirectory(
+  kafka: KafkaSource,
+  groupId: string,
+  inputTopic: string,
+  maxAgeMs?: number,
+): OwnedGroupDirectory {
   const admin = kafkajsClient(kafka).admin();
-  return { ...groupDirectory(admin, groupId, inputTopic, maxAgeMs), connect: () => admin.connect(), close: () => admin.disconnect() };
+  return {
+    ...groupDirectory(admin, groupId, inputTopic, maxAgeMs),
+    connect: () => admin.connect(),
+    close: () => admin.disconnect(),
+  };
 }

@@ -57,20 +57,40 @@ interface ConsumerGroupInstance {
 /** The broker could not be reached or did not answer: another broker may lead now. */
 export function isUnreachable(error: KafkaError | undefined): boolean {
   for (let e = error, depth = 0; e && depth < 4; e = e.originalError, depth++) {
-    if (e.name === 'KafkaJSConnectionError' || e.name === 'KafkaJSConnectionClosedError' || e.name === 'KafkaJSRequestTimeoutError' || e.name === 'KafkaJSBrokerNotFound') return true;
-    if (e.code === 'ECONNREFUSED' || e.code === 'ECONNRESET' || e.code === 'ETIMEDOUT' || e.code === 'EPIPE') return true;
+    if (
+      e.name === 'KafkaJSConnectionError' ||
+      e.name === 'KafkaJSConnectionClosedError' ||
+      e.name === 'KafkaJSRequestTimeoutError' ||
+      e.name === 'KafkaJSBrokerNotFound'
+    )
+      return true;
+    if (e.code === 'ECONNREFUSED' || e.code === 'ECONNRESET' || e.code === 'ETIMEDOUT' || e.code === 'EPIPE')
+      return true;
   }
   return false;
 }
 
 /** The partition's leadership moved: a metadata refresh is enough, the assignment still holds. */
-const LEADER_MOVED = new Set(['LEADER_NOT_AVAILABLE', 'NOT_LEADER_FOR_PARTITION', 'FENCED_LEADER_EPOCH', 'UNKNOWN_LEADER_EPOCH']);
+const LEADER_MOVED = new Set([
+  'LEADER_NOT_AVAILABLE',
+  'NOT_LEADER_FOR_PARTITION',
+  'FENCED_LEADER_EPOCH',
+  'UNKNOWN_LEADER_EPOCH',
+]);
 
 /** The coordinator moved or is loading the group elsewhere: look it up again, keep the membership. */
-const COORDINATOR_MOVED = new Set(['NOT_COORDINATOR_FOR_GROUP', 'GROUP_COORDINATOR_NOT_AVAILABLE', 'GROUP_LOAD_IN_PROGRESS']);
+const COORDINATOR_MOVED = new Set([
+  'NOT_COORDINATOR_FOR_GROUP',
+  'GROUP_COORDINATOR_NOT_AVAILABLE',
+  'GROUP_LOAD_IN_PROGRESS',
+]);
 
 export function coordinatorLost(error: KafkaError | undefined): boolean {
-  return isUnreachable(error) || (error?.type !== undefined && COORDINATOR_MOVED.has(error.type)) || error?.name === 'KafkaJSGroupCoordinatorNotFound';
+  return (
+    isUnreachable(error) ||
+    (error?.type !== undefined && COORDINATOR_MOVED.has(error.type)) ||
+    error?.name === 'KafkaJSGroupCoordinatorNotFound'
+  );
 }
 
 const REFRESH_EVERY_MS = 1000;
@@ -114,21 +134,32 @@ function lookUpCoordinator(group: ConsumerGroupInstance): Promise<void> {
 }
 
 const requireFromHere = createRequire(import.meta.url);
-const ConsumerGroup = requireFromHere('kafkajs/src/consumer/consumerGroup.js') as { prototype: ConsumerGroupInstance & { failoverFixed?: boolean } };
+const ConsumerGroup = requireFromHere('kafkajs/src/consumer/consumerGroup.js') as {
+  prototype: ConsumerGroupInstance & { failoverFixed?: boolean };
+};
 
 if (!ConsumerGroup.prototype.failoverFixed) {
   ConsumerGroup.prototype.failoverFixed = true;
   const recoverFromFetch = ConsumerGroup.prototype.recoverFromFetch;
-  ConsumerGroup.prototype.recoverFromFetch = async function (this: ConsumerGroupInstance, error: KafkaError): Promise<void> {
+  ConsumerGroup.prototype.recoverFromFetch = async function (
+    this: ConsumerGroupInstance,
+    error: KafkaError,
+  ): Promise<void> {
     if (isUnreachable(error)) {
-      this.logger.debug('Fetch from an unreachable broker: refreshing metadata, other brokers keep being fetched', { groupId: this.groupId, error: error.message });
+      this.logger.debug('Fetch from an unreachable broker: refreshing metadata, other brokers keep being fetched', {
+        groupId: this.groupId,
+        error: error.message,
+      });
       await refreshThrottled(this);
       // A refused connection fails at once: without a pause this fetcher would spin.
       await sleep(Math.min(this.maxWaitTime, REFRESH_EVERY_MS));
       return;
     }
     if (error.type !== undefined && LEADER_MOVED.has(error.type)) {
-      this.logger.debug('A partition leader moved: refreshing metadata (no rejoin)', { groupId: this.groupId, error: error.message });
+      this.logger.debug('A partition leader moved: refreshing metadata (no rejoin)', {
+        groupId: this.groupId,
+        error: error.message,
+      });
       await refreshThrottled(this);
       return;
     }
@@ -136,13 +167,19 @@ if (!ConsumerGroup.prototype.failoverFixed) {
   };
 
   const heartbeat = ConsumerGroup.prototype.heartbeat;
-  ConsumerGroup.prototype.heartbeat = async function (this: ConsumerGroupInstance, options: { interval: number }): Promise<void> {
+  ConsumerGroup.prototype.heartbeat = async function (
+    this: ConsumerGroupInstance,
+    options: { interval: number },
+  ): Promise<void> {
     try {
       await heartbeat.call(this, options);
     } catch (error) {
       if (!coordinatorLost(error as KafkaError)) throw error;
       // The membership stands until the (new) coordinator says otherwise: look it up and try there.
-      this.logger.debug('Group coordinator lost: looking it up again', { groupId: this.groupId, error: errorMessage(error) });
+      this.logger.debug('Group coordinator lost: looking it up again', {
+        groupId: this.groupId,
+        error: errorMessage(error),
+      });
       await lookUpCoordinator(this).catch(() => undefined);
       await heartbeat.call(this, { interval: 0 }).catch((again: unknown) => {
         if (!coordinatorLost(again as KafkaError)) throw again;
@@ -153,12 +190,21 @@ if (!ConsumerGroup.prototype.failoverFixed) {
   const joinAndSync = ConsumerGroup.prototype.joinAndSync;
   ConsumerGroup.prototype.joinAndSync = async function (this: ConsumerGroupInstance): Promise<void> {
     const hook = this.memberId ? rejoinHooks.get(`${this.groupId}\u0000${this.memberId}`) : undefined;
-    if (hook) await hook().catch((error: unknown) => this.logger.warn('Before rejoining: the member hook failed', { groupId: this.groupId, error: errorMessage(error) }));
+    if (hook)
+      await hook().catch((error: unknown) =>
+        this.logger.warn('Before rejoining: the member hook failed', {
+          groupId: this.groupId,
+          error: errorMessage(error),
+        }),
+      );
     return joinAndSync.call(this);
   };
 
   const commitOffsets = ConsumerGroup.prototype.commitOffsets;
-  ConsumerGroup.prototype.commitOffsets = async function (this: ConsumerGroupInstance, offsets?: unknown): Promise<void> {
+  ConsumerGroup.prototype.commitOffsets = async function (
+    this: ConsumerGroupInstance,
+    offsets?: unknown,
+  ): Promise<void> {
     try {
       await commitOffsets.call(this, offsets);
     } catch (error) {

@@ -2,10 +2,23 @@ import type { Admin, Consumer, EachBatchPayload, Offsets } from 'kafkajs';
 import type { Logger } from '../platform/logger.js';
 import { consumedRecord, createConsumer, kafkajsClient, type KafkaSource } from './client.js';
 import { beforeRejoin } from './kafkajs-failover-fix.js';
-import { CommitMetadataTooLargeError, RejoinNeededError, type CommittedOffset, type ConsumedRecord, type GroupConsumer, type GroupConsumerHandlers, type OffsetToCommit } from './group-consumer.js';
+import {
+  CommitMetadataTooLargeError,
+  RejoinNeededError,
+  type CommittedOffset,
+  type ConsumedRecord,
+  type GroupConsumer,
+  type GroupConsumerHandlers,
+  type OffsetToCommit,
+} from './group-consumer.js';
 
 /** Heartbeat errors after which kafkajs 2.2.4 rejoins the group (runner.js: isRebalancing, UNKNOWN_MEMBER_ID). */
-const REJOIN_ERRORS = new Set(['REBALANCE_IN_PROGRESS', 'NOT_COORDINATOR_FOR_GROUP', 'ILLEGAL_GENERATION', 'UNKNOWN_MEMBER_ID']);
+const REJOIN_ERRORS = new Set([
+  'REBALANCE_IN_PROGRESS',
+  'NOT_COORDINATOR_FOR_GROUP',
+  'ILLEGAL_GENERATION',
+  'UNKNOWN_MEMBER_ID',
+]);
 
 const errorType = (error: unknown): string => (error as { type?: string })?.type ?? '';
 
@@ -83,7 +96,10 @@ export function createKafkajsGroupConsumer(kafka: KafkaSource, options: KafkajsG
           unregister = beforeRejoin(groupId, event.payload.memberId, handlers.beforeRejoin);
         }
         const partitions = [...(event.payload.memberAssignment[topic] ?? [])].sort((a, b) => a - b);
-        logger?.info({ groupId, memberId: event.payload.memberId, partitions, durationMs: event.payload.duration }, 'joined the consumer group');
+        logger?.info(
+          { groupId, memberId: event.payload.memberId, partitions, durationMs: event.payload.duration },
+          'joined the consumer group',
+        );
         handlers.onAssignment(partitions, event.payload.memberId);
       });
       consumer.on(consumer.events.REBALANCING, (event) => {
@@ -113,7 +129,8 @@ export function createKafkajsGroupConsumer(kafka: KafkaSource, options: KafkajsG
               heartbeat: () =>
                 payload.heartbeat().catch((error: unknown) => {
                   // The original stays the cause: kafkajs needs to see its own error to rejoin.
-                  if (REJOIN_ERRORS.has(errorType(error))) throw new RejoinNeededError(`the group is rebalancing (${errorType(error)})`, { cause: error });
+                  if (REJOIN_ERRORS.has(errorType(error)))
+                    throw new RejoinNeededError(`the group is rebalancing (${errorType(error)})`, { cause: error });
                   throw error;
                 }),
               isActive: () => payload.isRunning() && !payload.isStale(),
@@ -129,12 +146,24 @@ export function createKafkajsGroupConsumer(kafka: KafkaSource, options: KafkajsG
       if (offsets.length === 0) return;
       if (!commitFn) throw new Error('no batch received yet: nothing can have been processed');
       const payload = {
-        topics: [{ topic, partitions: offsets.map((o) => ({ partition: o.partition, offset: String(o.offset), metadata: o.metadata })) }],
+        topics: [
+          {
+            topic,
+            partitions: offsets.map((o) => ({
+              partition: o.partition,
+              offset: String(o.offset),
+              metadata: o.metadata,
+            })),
+          },
+        ],
       };
       // `metadata` is not in the Offsets type, but kafkajs passes partition entries through to
       // the OffsetCommit request, which encodes it.
       await commitFn(payload as Offsets).catch((error: unknown) => {
-        if (errorType(error) === 'OFFSET_METADATA_TOO_LARGE') throw new CommitMetadataTooLargeError('the broker refuses the commit metadata (offset.metadata.max.bytes)', { cause: error });
+        if (errorType(error) === 'OFFSET_METADATA_TOO_LARGE')
+          throw new CommitMetadataTooLargeError('the broker refuses the commit metadata (offset.metadata.max.bytes)', {
+            cause: error,
+          });
         throw error;
       });
     },
@@ -144,7 +173,9 @@ export function createKafkajsGroupConsumer(kafka: KafkaSource, options: KafkajsG
       const result = await client.fetchOffsets({ groupId, topics: [topic] });
       const wanted = new Set(partitions);
       const entry = result.find((t) => t.topic === topic);
-      return (entry?.partitions ?? []).filter((p) => wanted.has(p.partition)).map((p) => ({ partition: p.partition, offset: Number(p.offset), metadata: p.metadata ?? null }));
+      return (entry?.partitions ?? [])
+        .filter((p) => wanted.has(p.partition))
+        .map((p) => ({ partition: p.partition, offset: Number(p.offset), metadata: p.metadata ?? null }));
     },
 
     pauseAll() {

@@ -51,15 +51,20 @@ export function scheduleCheckPendingRequests(this: RequestQueue): void {
  * A request is overdue once more than its timeout has passed since it was sent (kafkajs's test,
  * in which a request whose socket write threw, never sent, is overdue at once).
  */
-const isOverdue = (request: InflightRequest, now: number): boolean => request.sentAt === null || now - request.sentAt > request.requestTimeout;
-const deadlineOf = (request: InflightRequest): number => (request.sentAt === null ? Date.now() : request.sentAt + request.requestTimeout + 1);
+const isOverdue = (request: InflightRequest, now: number): boolean =>
+  request.sentAt === null || now - request.sentAt > request.requestTimeout;
+const deadlineOf = (request: InflightRequest): number =>
+  request.sentAt === null ? Date.now() : request.sentAt + request.requestTimeout + 1;
 /** Node's longest timer; a longer delay would become 1 ms. */
 const MAX_DELAY_MS = 2 ** 31 - 1;
 
 function armTimeoutCheck(queue: RequestQueue, at: number): void {
   clearTimeout(queue.requestTimeoutIntervalId);
   queue.timeoutCheckAt = at;
-  queue.requestTimeoutIntervalId = setTimeout(() => checkRequestTimeouts(queue), Math.min(MAX_DELAY_MS, Math.max(0, at - Date.now())));
+  queue.requestTimeoutIntervalId = setTimeout(
+    () => checkRequestTimeouts(queue),
+    Math.min(MAX_DELAY_MS, Math.max(0, at - Date.now())),
+  );
 }
 
 function checkRequestTimeouts(queue: RequestQueue): void {
@@ -106,10 +111,17 @@ export function destroy(this: RequestQueue): void {
 
 const require = createRequire(import.meta.url);
 /** kafkajs's RequestQueue class, the one every kafkajs connection of this process uses. */
-export const KafkajsRequestQueue = require('kafkajs/src/network/requestQueue/index.js') as { prototype: RequestQueue } & (new (options: Record<string, unknown>) => RequestQueue);
+export const KafkajsRequestQueue = require('kafkajs/src/network/requestQueue/index.js') as {
+  prototype: RequestQueue;
+} & (new (options: Record<string, unknown>) => RequestQueue);
 // kafkajs's own methods, kept once per process: a second copy of this module (a test runner's
 // fresh module graph) must not wrap the wrappers.
 const ORIGINAL = Symbol.for('msgbridge.kafkajs.requestQueue.original');
-const prototype = KafkajsRequestQueue.prototype as RequestQueue & { [ORIGINAL]?: Pick<RequestQueue, 'sendSocketRequest' | 'destroy'> };
-const original = (prototype[ORIGINAL] ??= { sendSocketRequest: prototype.sendSocketRequest, destroy: prototype.destroy });
+const prototype = KafkajsRequestQueue.prototype as RequestQueue & {
+  [ORIGINAL]?: Pick<RequestQueue, 'sendSocketRequest' | 'destroy'>;
+};
+const original = (prototype[ORIGINAL] ??= {
+  sendSocketRequest: prototype.sendSocketRequest,
+  destroy: prototype.destroy,
+});
 Object.assign(prototype, { scheduleCheckPendingRequests, scheduleRequestTimeoutCheck, sendSocketRequest, destroy });

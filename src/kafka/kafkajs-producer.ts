@@ -1,5 +1,11 @@
 import { CompressionTypes, type Admin, type Producer } from 'kafkajs';
-import { assertWritable, RecordTooLargeError, type ClusterLayout, type RecordProducer, type TopicRecords } from './port.js';
+import {
+  assertWritable,
+  RecordTooLargeError,
+  type ClusterLayout,
+  type RecordProducer,
+  type TopicRecords,
+} from './port.js';
 import { kafkajsClient, type KafkaSource } from './client.js';
 import { errorMessage } from '../platform/errors.js';
 
@@ -10,7 +16,8 @@ function tooLarge(error: unknown): boolean {
   for (let e: unknown = error, depth = 0; e && depth < 5; depth++) {
     if (TOO_LARGE.has((e as { type?: string }).type ?? '')) return true;
     const errors = (e as { errors?: unknown[] }).errors;
-    if (Array.isArray(errors) && errors.some((inner) => TOO_LARGE.has((inner as { type?: string })?.type ?? ''))) return true;
+    if (Array.isArray(errors) && errors.some((inner) => TOO_LARGE.has((inner as { type?: string })?.type ?? '')))
+      return true;
     e = (e as { originalError?: unknown; cause?: unknown }).originalError ?? (e as { cause?: unknown }).cause;
   }
   return false;
@@ -45,7 +52,9 @@ export function createKafkajsProducer(kafka: KafkaSource, options: KafkajsProduc
     const cluster = await admin.describeCluster();
     return {
       brokers: new Map(cluster.brokers.map((b) => [b.nodeId, `${b.host}:${b.port}`])),
-      partitions: metadata.topics.flatMap((t) => t.partitions.map((p) => ({ topic: t.name, partition: p.partitionId, leader: p.leader, isr: p.isr.length }))),
+      partitions: metadata.topics.flatMap((t) =>
+        t.partitions.map((p) => ({ topic: t.name, partition: p.partitionId, leader: p.leader, isr: p.isr.length })),
+      ),
     };
   };
   return {
@@ -67,11 +76,19 @@ export function createKafkajsProducer(kafka: KafkaSource, options: KafkajsProduc
           compression: CompressionTypes.None,
           topicMessages: batches.map((b) => ({
             topic: b.topic,
-            messages: b.records.map((r) => ({ key: r.key, value: r.value, headers: r.headers, partition: r.partition })),
+            messages: b.records.map((r) => ({
+              key: r.key,
+              value: r.value,
+              headers: r.headers,
+              partition: r.partition,
+            })),
           })),
         })
         .catch((error: unknown) => {
-          if (tooLarge(error)) throw new RecordTooLargeError(`Kafka refused a record as too large: ${errorMessage(error)}`, { cause: error });
+          if (tooLarge(error))
+            throw new RecordTooLargeError(`Kafka refused a record as too large: ${errorMessage(error)}`, {
+              cause: error,
+            });
           throw error;
         });
     },

@@ -3,7 +3,13 @@ import { ProduceAcks, Producer, type ProducerOptions, type SASLOptions } from '@
 import type { KafkaConfig } from '../config/schema.js';
 import { javaCompatibleHash } from './partitioner.js';
 import { tlsOptions } from './tls.js';
-import { assertWritable, type ClusterLayout, type PartitionLeader, type RecordProducer, type TopicRecords } from './port.js';
+import {
+  assertWritable,
+  type ClusterLayout,
+  type PartitionLeader,
+  type RecordProducer,
+  type TopicRecords,
+} from './port.js';
 import { errorMessage } from '../platform/errors.js';
 
 /**
@@ -24,11 +30,16 @@ export interface PlatformaticProducerOptions {
 type Key = string | Buffer | null;
 type Value = string | Buffer;
 
-const toBuffer = (data: string | Buffer | null | undefined): Buffer | undefined => (data === null || data === undefined ? undefined : typeof data === 'string' ? Buffer.from(data) : data);
+const toBuffer = (data: string | Buffer | null | undefined): Buffer | undefined =>
+  data === null || data === undefined ? undefined : typeof data === 'string' ? Buffer.from(data) : data;
 
 /** The producer's options, exported for tests: what is set and why is decided here only. */
-export function platformaticProducerOptions(config: KafkaConfig, options: PlatformaticProducerOptions): ProducerOptions<Key, Value, string, string | Buffer> {
-  if (options.brokers.length === 0) throw new Error('the platformatic producer needs at least one broker (start the local broker first)');
+export function platformaticProducerOptions(
+  config: KafkaConfig,
+  options: PlatformaticProducerOptions,
+): ProducerOptions<Key, Value, string, string | Buffer> {
+  if (options.brokers.length === 0)
+    throw new Error('the platformatic producer needs at least one broker (start the local broker first)');
   const producerOptions: ProducerOptions<Key, Value, string, string | Buffer> = {
     clientId: config.clientId,
     bootstrapBrokers: options.brokers,
@@ -50,11 +61,19 @@ export function platformaticProducerOptions(config: KafkaConfig, options: Platfo
   if (tls) {
     producerOptions.tls = tls;
     // SNI carries host names only (RFC 6066): Node warns when it is given an IP address.
-    producerOptions.tlsServerName = !options.brokers.every((broker) => isIP(broker.slice(0, broker.lastIndexOf(':'))) !== 0);
+    producerOptions.tlsServerName = !options.brokers.every(
+      (broker) => isIP(broker.slice(0, broker.lastIndexOf(':'))) !== 0,
+    );
   }
   if (config.sasl) {
-    const mechanism = ({ plain: 'PLAIN', 'scram-sha-256': 'SCRAM-SHA-256', 'scram-sha-512': 'SCRAM-SHA-512' } as const)[config.sasl.mechanism];
-    producerOptions.sasl = { mechanism, username: config.sasl.username, password: config.sasl.password } satisfies SASLOptions;
+    const mechanism = ({ plain: 'PLAIN', 'scram-sha-256': 'SCRAM-SHA-256', 'scram-sha-512': 'SCRAM-SHA-512' } as const)[
+      config.sasl.mechanism
+    ];
+    producerOptions.sasl = {
+      mechanism,
+      username: config.sasl.username,
+      password: config.sasl.password,
+    } satisfies SASLOptions;
   }
   return producerOptions;
 }
@@ -66,11 +85,14 @@ export function createPlatformaticProducer(config: KafkaConfig, options: Platfor
 
   const produce = async (batches: TopicRecords[]): Promise<void> => {
     if (failed !== undefined) {
-      throw new Error(`an earlier send on this producer failed; it must be replaced (${errorMessage(failed)})`, { cause: failed });
+      throw new Error(`an earlier send on this producer failed; it must be replaced (${errorMessage(failed)})`, {
+        cause: failed,
+      });
     }
     const messages = [];
     for (const { topic, records } of batches) {
-      for (const r of records) messages.push({ topic, key: r.key, value: r.value, headers: r.headers, partition: r.partition });
+      for (const r of records)
+        messages.push({ topic, key: r.key, value: r.value, headers: r.headers, partition: r.partition });
     }
     try {
       await producer.send({ messages });

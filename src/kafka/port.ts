@@ -31,7 +31,10 @@ export function isRecordTooLarge(error: unknown): boolean {
 
 export interface RecordProducer {
   connect(): Promise<void>;
-  /** Resolves once every record is acknowledged by all in-sync replicas (acks=all); RecordTooLargeError when one cannot fit. */
+  /**
+   * Resolves once every record is acknowledged by all in-sync replicas (acks=all); RecordTooLargeError when one cannot
+   * fit.
+   */
   send(batches: TopicRecords[]): Promise<void>;
   disconnect(): Promise<void>;
   /**
@@ -88,7 +91,11 @@ export interface PartitionLeader {
  * than the topic's min.insync.replicas (`minInsync`, when known): an acks=all produce request
  * to it would fail (NOT_ENOUGH_REPLICAS). Shared by the clients' probes and the publisher.
  */
-export function assertWritable(topics: readonly string[], partitions: readonly PartitionLeader[], minInsync?: ReadonlyMap<string, number>): void {
+export function assertWritable(
+  topics: readonly string[],
+  partitions: readonly PartitionLeader[],
+  minInsync?: ReadonlyMap<string, number>,
+): void {
   const problems: string[] = [];
   const list = (ids: number[]) => `partition${ids.length > 1 ? 's' : ''} ${ids.sort((a, b) => a - b).join(', ')}`;
   for (const topic of topics) {
@@ -98,7 +105,10 @@ export function assertWritable(topics: readonly string[], partitions: readonly P
     if (leaderless.length > 0) problems.push(`topic ${topic} has no leader for ${list(leaderless)}`);
     const needed = minInsync?.get(topic) ?? 1;
     const short = own.filter((p) => p.leader >= 0 && p.isr !== undefined && p.isr < needed).map((p) => p.partition);
-    if (short.length > 0) problems.push(`topic ${topic} has fewer than ${needed} in-sync replicas (min.insync.replicas) for ${list(short)}`);
+    if (short.length > 0)
+      problems.push(
+        `topic ${topic} has fewer than ${needed} in-sync replicas (min.insync.replicas) for ${list(short)}`,
+      );
   }
   if (problems.length > 0) throw new NotWritableError(`Kafka answers but cannot take writes: ${problems.join('; ')}`);
 }

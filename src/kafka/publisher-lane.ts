@@ -1,5 +1,11 @@
 import { performance } from 'node:perf_hooks';
-import { assertWritable, NotWritableError, type ClusterLayout, type ProducerFactory, type RecordProducer } from './port.js';
+import {
+  assertWritable,
+  NotWritableError,
+  type ClusterLayout,
+  type ProducerFactory,
+  type RecordProducer,
+} from './port.js';
 import { ReplaceableProducer } from './replaceable-producer.js';
 import { errorMessage } from '../platform/errors.js';
 
@@ -101,7 +107,12 @@ function layoutSignature(layout: ClusterLayout): string {
 }
 
 /** Addresses to try first for a lane's new producer: its own broker while it answers, else the others that do. */
-export function bootstrapAddresses(layout: ClusterLayout | undefined, lanes: Iterable<PublisherLane<unknown>>, broker: number, failed: boolean): string[] {
+export function bootstrapAddresses(
+  layout: ClusterLayout | undefined,
+  lanes: Iterable<PublisherLane<unknown>>,
+  broker: number,
+  failed: boolean,
+): string[] {
   if (!layout) return [];
   const own = layout.brokers.get(broker);
   const answering = [...lanes].filter((l) => l.broker !== broker && l.isReady).map((l) => layout.brokers.get(l.broker));
@@ -286,7 +297,10 @@ export class PublisherLane<B> {
    */
   private async connectFirst(failed: boolean): Promise<RecordProducer> {
     const addresses = this.host.addressesFor(this.broker, failed);
-    const orders = failed && addresses.length > 1 ? addresses.slice(0, 3).map((first) => [first, ...addresses.filter((a) => a !== first)]) : [addresses];
+    const orders =
+      failed && addresses.length > 1
+        ? addresses.slice(0, 3).map((first) => [first, ...addresses.filter((a) => a !== first)])
+        : [addresses];
     const producers = orders.map((order) => this.opts.createProducer(order));
     try {
       const winner = await Promise.any(producers.map((p) => p.connect().then(() => p)));
@@ -308,7 +322,11 @@ export class PublisherLane<B> {
       return;
     }
     try {
-      const layout = await withTimeout(producer.layout(topics), this.opts.probeTimeoutMs, `metadata of ${topics.join(', ')}`);
+      const layout = await withTimeout(
+        producer.layout(topics),
+        this.opts.probeTimeoutMs,
+        `metadata of ${topics.join(', ')}`,
+      );
       if (this.producers.current !== producer) return;
       this.host.applyLayout(layout);
       const own = layout.partitions.filter((p) => p.leader === this.broker || p.leader < 0);
@@ -316,7 +334,9 @@ export class PublisherLane<B> {
       // Failure suspicion: a dead broker stays in the metadata until its session expires.
       const since = performance.now() - this.failedAt;
       if (this.failedAt > 0 && since < this.opts.failureSuspicionMs && layoutSignature(layout) === this.failedLayout) {
-        throw new NotWritableError(`broker ${this.broker} failed ${Math.round(since)} ms ago and the cluster's metadata has not changed since: waiting for a write to succeed`);
+        throw new NotWritableError(
+          `broker ${this.broker} failed ${Math.round(since)} ms ago and the cluster's metadata has not changed since: waiting for a write to succeed`,
+        );
       }
     } catch (err) {
       if (this.producers.current === producer && !this.unwritable) {
@@ -339,7 +359,9 @@ export class PublisherLane<B> {
     if (!producer?.layout || this.refreshingNow) return;
     this.refreshingNow = true;
     try {
-      this.host.applyLayout(await withTimeout(producer.layout(this.opts.probeTopics), this.opts.probeTimeoutMs, 'metadata refresh'));
+      this.host.applyLayout(
+        await withTimeout(producer.layout(this.opts.probeTopics), this.opts.probeTimeoutMs, 'metadata refresh'),
+      );
       if (this.producers.current === producer) this.staleNow = false;
     } catch (err) {
       this.replaceProducer(producer, new Error(`metadata refresh failed: ${errorMessage(err)}`, { cause: err }));
@@ -368,7 +390,10 @@ export class PublisherLane<B> {
       }
       // A send that started meanwhile settles the question itself (and replaces the producer if it fails).
       if (this.sendsStarted === sendsBefore) {
-        this.replaceProducer(producer, new Error(`idle probe of ${this.opts.probeTopics.join(', ')} failed: ${errorMessage(err)}`, { cause: err }));
+        this.replaceProducer(
+          producer,
+          new Error(`idle probe of ${this.opts.probeTopics.join(', ')} failed: ${errorMessage(err)}`, { cause: err }),
+        );
       }
     } finally {
       this.probingNow = false;

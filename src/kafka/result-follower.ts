@@ -56,23 +56,42 @@ export class ResultFollower {
   static async start(options: ResultFollowerOptions): Promise<ResultFollower> {
     const { kafka, topic } = options;
     const maxUnclaimed = options.maxUnclaimed ?? 10_000;
-    if (!Number.isInteger(maxUnclaimed) || maxUnclaimed < 1 || maxUnclaimed > 1_000_000) throw new RangeError(`maxUnclaimed: expected 1 to 1,000,000, got ${maxUnclaimed}`);
+    if (!Number.isInteger(maxUnclaimed) || maxUnclaimed < 1 || maxUnclaimed > 1_000_000)
+      throw new RangeError(`maxUnclaimed: expected 1 to 1,000,000, got ${maxUnclaimed}`);
     const ends = await topicEnds(kafka, topic);
     const from = await offsetsAtTime(kafka, topic, options.since, ends);
-    const consumer = createConsumer(kafka, { groupId: `${options.groupIdPrefix ?? 'msgbridge-results'}-${randomUUID()}`, maxWaitTimeInMs: 200 });
+    const consumer = createConsumer(kafka, {
+      groupId: `${options.groupIdPrefix ?? 'msgbridge-results'}-${randomUUID()}`,
+      maxWaitTimeInMs: 200,
+    });
     const follower = new ResultFollower(consumer, maxUnclaimed);
     const startTimeoutMs = options.startTimeoutMs ?? 30_000;
     let timer: NodeJS.Timeout | undefined;
     const joined = new Promise<void>((resolve, reject) => {
-      timer = setTimeout(() => reject(new ResultWaitError('timeout', `following ${topic}: no consumer group joined within ${startTimeoutMs} ms (is Kafka reachable?)`)), startTimeoutMs);
+      timer = setTimeout(
+        () =>
+          reject(
+            new ResultWaitError(
+              'timeout',
+              `following ${topic}: no consumer group joined within ${startTimeoutMs} ms (is Kafka reachable?)`,
+            ),
+          ),
+        startTimeoutMs,
+      );
       // Every join (the first, and any rejoin after a broker failure) resumes where the follow is.
       consumer.on(consumer.events.GROUP_JOIN, ({ payload }) => {
-        for (const partition of payload.memberAssignment[topic] ?? []) consumer.seek({ topic, partition, offset: String(from.get(partition) ?? 0) });
+        for (const partition of payload.memberAssignment[topic] ?? [])
+          consumer.seek({ topic, partition, offset: String(from.get(partition) ?? 0) });
         resolve();
       });
     });
     consumer.on(consumer.events.CRASH, ({ payload }) => {
-      if (!payload.restart) follower.stop(new ResultWaitError('failed', `following ${topic} stopped: ${payload.error.message}`, { cause: payload.error }));
+      if (!payload.restart)
+        follower.stop(
+          new ResultWaitError('failed', `following ${topic} stopped: ${payload.error.message}`, {
+            cause: payload.error,
+          }),
+        );
     });
     try {
       await consumer.connect();
@@ -96,7 +115,8 @@ export class ResultFollower {
 
   /** The result of `requestId` written since the follower's `since`: at once when already read, else when it comes. */
   wait(requestId: string, options: WaitForResultOptions = {}): Promise<SendResult> {
-    if (this.stopped) return Promise.reject(this.failure ?? new ResultWaitError('failed', 'the result follower is closed'));
+    if (this.stopped)
+      return Promise.reject(this.failure ?? new ResultWaitError('failed', 'the result follower is closed'));
     const kept = this.unclaimed.peek(requestId);
     if (kept && (options.businessId === undefined || kept.businessId === options.businessId)) {
       this.unclaimed.delete(requestId);
@@ -116,9 +136,14 @@ export class ResultFollower {
         resolve: (result) => (done(), resolve(result)),
         reject: (error) => (done(), reject(error)),
       };
-      const aborted = () => waiter.reject(new ResultWaitError('aborted', `waiting for request ${requestId} was aborted`));
+      const aborted = () =>
+        waiter.reject(new ResultWaitError('aborted', `waiting for request ${requestId} was aborted`));
       if (options.signal?.aborted) return aborted();
-      const timer = setTimeout(() => waiter.reject(new ResultWaitError('timeout', `no result for request ${requestId} within ${timeoutMs} ms`)), timeoutMs);
+      const timer = setTimeout(
+        () =>
+          waiter.reject(new ResultWaitError('timeout', `no result for request ${requestId} within ${timeoutMs} ms`)),
+        timeoutMs,
+      );
       options.signal?.addEventListener('abort', aborted, { once: true });
       waiters.add(waiter);
       this.waiters.set(requestId, waiters);
@@ -148,7 +173,8 @@ export class ResultFollower {
       waiter.resolve(result);
     }
     if (claimed) return;
-    if (!this.unclaimed.has(result.requestId) && this.unclaimed.size >= this.maxUnclaimed) this.unclaimed.delete(this.unclaimed.oldest()!);
+    if (!this.unclaimed.has(result.requestId) && this.unclaimed.size >= this.maxUnclaimed)
+      this.unclaimed.delete(this.unclaimed.oldest()!);
     this.unclaimed.set(result.requestId, result);
   }
 
@@ -175,7 +201,8 @@ export interface KafkaConnection {
   requestTimeoutMs?: number;
 }
 
-export interface FollowSendResultsOptions extends KafkaConnection, Pick<ResultFollowerOptions, 'maxUnclaimed' | 'groupIdPrefix' | 'startTimeoutMs'> {
+export interface FollowSendResultsOptions
+  extends KafkaConnection, Pick<ResultFollowerOptions, 'maxUnclaimed' | 'groupIdPrefix' | 'startTimeoutMs'> {
   /** Default `send-results` (`kafka.topics.sendResults`). */
   topic?: string;
   /** Results written from this time on (ms since the epoch) are seen; default: now. Note the time before producing. */
@@ -185,7 +212,8 @@ export interface FollowSendResultsOptions extends KafkaConnection, Pick<ResultFo
 const BROKER = /^[^\s:,]+:\d{1,5}$/;
 
 function kafkaOf(connection: KafkaConnection): KafkaPort {
-  if (!Array.isArray(connection.brokers) || connection.brokers.length === 0) throw new TypeError('brokers: expected at least one "host:port"');
+  if (!Array.isArray(connection.brokers) || connection.brokers.length === 0)
+    throw new TypeError('brokers: expected at least one "host:port"');
   const bad = connection.brokers.find((b) => typeof b !== 'string' || !BROKER.test(b));
   if (bad !== undefined) throw new TypeError(`brokers: expected "host:port", got ${JSON.stringify(bad)}`);
   const config: KafkaConnectionConfig = {
@@ -216,7 +244,10 @@ export function followSendResults(options: FollowSendResultsOptions): Promise<Re
  * a second or more). `since` (default: a minute ago) must be before the request was produced.
  * For many requests, keep one `followSendResults` instead.
  */
-export async function waitForResult(requestId: string, options: FollowSendResultsOptions & WaitForResultOptions): Promise<SendResult> {
+export async function waitForResult(
+  requestId: string,
+  options: FollowSendResultsOptions & WaitForResultOptions,
+): Promise<SendResult> {
   const follower = await followSendResults({ ...options, since: options.since ?? Date.now() - 60_000 });
   try {
     return await follower.wait(requestId, options);

@@ -18,7 +18,11 @@ export function tlsOptions(ssl: KafkaConfig['ssl']): ConnectionOptions | undefin
     try {
       return readFileSync(file, 'utf8');
     } catch (err) {
-      throw new MsgbridgeError('CONFIG_FILE_UNREADABLE', `cannot read kafka.ssl.${setting} (${file}): ${errorMessage(err)}`, { cause: err });
+      throw new MsgbridgeError(
+        'CONFIG_FILE_UNREADABLE',
+        `cannot read kafka.ssl.${setting} (${file}): ${errorMessage(err)}`,
+        { cause: err },
+      );
     }
   };
   const options: ConnectionOptions = {};

@@ -29,7 +29,10 @@ export interface TopicSubscription {
 }
 
 /** Connects, subscribes and starts reading; resolves once the reading runs (not yet joined: see `joined`). */
-export async function subscribeTopics(kafka: KafkaSource, options: TopicSubscriptionOptions): Promise<TopicSubscription> {
+export async function subscribeTopics(
+  kafka: KafkaSource,
+  options: TopicSubscriptionOptions,
+): Promise<TopicSubscription> {
   const consumer = createConsumer(kafka, { groupId: options.groupId, maxWaitTimeInMs: options.maxWaitTimeInMs });
   await consumer.connect();
   await consumer.subscribe({ topics: options.topics, fromBeginning: options.fromBeginning });

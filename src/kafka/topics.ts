@@ -18,7 +18,10 @@ export interface TopicSpec {
   minInsyncReplicas?: number | null;
 }
 
-/** The min.insync.replicas a topic of this replication factor gets (docs/design.md, "Delivery semantics": durable on a real cluster). */
+/**
+ * The min.insync.replicas a topic of this replication factor gets (docs/design.md, "Delivery semantics": durable on a
+ * real cluster).
+ */
 export function minInsyncReplicasFor(replicationFactor: number, configured?: number | null): number {
   const wanted = configured ?? (replicationFactor >= 3 ? 2 : 1);
   return Math.max(1, Math.min(wanted, replicationFactor));
@@ -39,7 +42,10 @@ export async function ensureTopics(admin: Admin, specs: TopicSpec[], logger?: Lo
   let { brokers } = await admin.describeCluster();
   // A broker that just (re)started may not be in every broker's metadata yet: give the
   // cluster a few seconds before concluding that it has fewer brokers than the topics need.
-  for (const deadline = Date.now() + 10_000; brokers.length > 1 && brokers.length < wantedReplicas && Date.now() < deadline;) {
+  for (
+    const deadline = Date.now() + 10_000;
+    brokers.length > 1 && brokers.length < wantedReplicas && Date.now() < deadline;
+  ) {
     await new Promise((r) => setTimeout(r, 500));
     ({ brokers } = await admin.describeCluster());
   }
@@ -56,7 +62,11 @@ export async function ensureTopics(admin: Admin, specs: TopicSpec[], logger?: Lo
       logger?.info({ topic: s.topic, wanted: s.replicationFactor }, 'one-broker cluster: replication factor 1');
     }
     const entries = [...(s.configEntries ?? [])];
-    if (!entries.some((e) => e.name === 'min.insync.replicas')) entries.push({ name: 'min.insync.replicas', value: String(minInsyncReplicasFor(replicationFactor, s.minInsyncReplicas)) });
+    if (!entries.some((e) => e.name === 'min.insync.replicas'))
+      entries.push({
+        name: 'min.insync.replicas',
+        value: String(minInsyncReplicasFor(replicationFactor, s.minInsyncReplicas)),
+      });
     return { topic: s.topic, numPartitions: s.partitions, replicationFactor, configEntries: entries };
   });
   // Another instance may have created some of them concurrently; createTopics then answers
@@ -70,7 +80,12 @@ export async function ensureTopics(admin: Admin, specs: TopicSpec[], logger?: Lo
   return topics.map((t) => t.topic);
 }
 
-const NOT_YET = new Set(['UNKNOWN_TOPIC_OR_PARTITION', 'LEADER_NOT_AVAILABLE', 'NOT_LEADER_FOR_PARTITION', 'NOT_LEADER_OR_FOLLOWER']);
+const NOT_YET = new Set([
+  'UNKNOWN_TOPIC_OR_PARTITION',
+  'LEADER_NOT_AVAILABLE',
+  'NOT_LEADER_FOR_PARTITION',
+  'NOT_LEADER_OR_FOLLOWER',
+]);
 
 /**
  * Until every partition of the topics has a leader. kafkajs's own wait retries only on
@@ -82,7 +97,10 @@ async function waitForLeaders(admin: Admin, topics: string[], timeoutMs = 30_000
   for (let delay = 50; ; delay = Math.min(delay * 2, 1000)) {
     try {
       const { topics: described } = await admin.fetchTopicMetadata({ topics });
-      if (described.length === topics.length && described.every((t) => t.partitions.length > 0 && t.partitions.every((p) => p.leader >= 0))) {
+      if (
+        described.length === topics.length &&
+        described.every((t) => t.partitions.length > 0 && t.partitions.every((p) => p.leader >= 0))
+      ) {
         // Metadata can name a leader before that broker has applied the new partitions; a
         // first produce then fails and kafkajs's idempotent retry breaks its sequence
         // (OUT_OF_ORDER_SEQUENCE_NUMBER, cf. KAFKA-15591). Asking each leader for offsets
@@ -122,25 +140,48 @@ export interface WrittenTopics {
  * at most (max.message.bytes). A cluster that denies DescribeConfigs gets one warning and the
  * role goes on.
  */
-export async function checkWrittenTopics(admin: Admin, wanted: readonly string[], logger: Logger): Promise<WrittenTopics> {
+export async function checkWrittenTopics(
+  admin: Admin,
+  wanted: readonly string[],
+  logger: Logger,
+): Promise<WrittenTopics> {
   const result: WrittenTopics = { existing: [], maxMessageBytes: new Map(), minInsyncReplicas: new Map() };
   let replicas: Map<string, { factor: number; leaderless: number }>;
   try {
     // Asking metadata for a missing topic can create it (auto.create.topics.enable): list first.
     const existing = new Set(await admin.listTopics());
     result.existing = wanted.filter((t) => existing.has(t));
-    for (const topic of wanted.filter((t) => !existing.has(t))) logger.warn({ topic }, `topic ${topic} does not exist: writes to it fail until it is created (kafka.createTopics)`);
+    for (const topic of wanted.filter((t) => !existing.has(t)))
+      logger.warn(
+        { topic },
+        `topic ${topic} does not exist: writes to it fail until it is created (kafka.createTopics)`,
+      );
     if (result.existing.length === 0) return result;
     const { topics: described } = await admin.fetchTopicMetadata({ topics: result.existing });
-    replicas = new Map(described.map((t) => [t.name, { factor: Math.min(...t.partitions.map((p) => p.replicas.length)), leaderless: t.partitions.filter((p) => p.leader < 0).length }]));
+    replicas = new Map(
+      described.map((t) => [
+        t.name,
+        {
+          factor: Math.min(...t.partitions.map((p) => p.replicas.length)),
+          leaderless: t.partitions.filter((p) => p.leader < 0).length,
+        },
+      ]),
+    );
   } catch (err) {
-    logger.warn({ topics: wanted, err: errorMessage(err) }, 'could not read the metadata of the topics written: their durability is unchecked');
+    logger.warn(
+      { topics: wanted, err: errorMessage(err) },
+      'could not read the metadata of the topics written: their durability is unchecked',
+    );
     return result;
   }
   const minIsr = result.minInsyncReplicas;
   try {
     const described = await admin.describeConfigs({
-      resources: result.existing.map((name) => ({ type: kafkajs.ConfigResourceTypes.TOPIC, name, configNames: ['min.insync.replicas', 'max.message.bytes'] })),
+      resources: result.existing.map((name) => ({
+        type: kafkajs.ConfigResourceTypes.TOPIC,
+        name,
+        configNames: ['min.insync.replicas', 'max.message.bytes'],
+      })),
       includeSynonyms: false,
     });
     for (const r of described.resources) {
@@ -159,7 +200,11 @@ export async function checkWrittenTopics(admin: Admin, wanted: readonly string[]
     const r = replicas.get(topic);
     if (!r) continue;
     const isr = minIsr.get(topic);
-    if (r.leaderless > 0) logger.warn({ topic, partitionsWithoutLeader: r.leaderless }, 'topic has partitions without a leader: writes to them fail until one is elected');
+    if (r.leaderless > 0)
+      logger.warn(
+        { topic, partitionsWithoutLeader: r.leaderless },
+        'topic has partitions without a leader: writes to them fail until one is elected',
+      );
     if (r.factor >= 2 && isr !== undefined && isr < 2) {
       logger.warn(
         { topic, replicationFactor: r.factor, minInsyncReplicas: isr },
@@ -186,9 +231,17 @@ export async function prepareRoleTopics(admin: Admin, spec: RoleTopicsSpec, logg
 }
 
 /** Every setting of each topic as the cluster answers it (DescribeConfigs), per topic. */
-export async function topicSettings(admin: Admin, topics: readonly string[]): Promise<Map<string, Map<string, string>>> {
-  const { resources } = await admin.describeConfigs({ includeSynonyms: false, resources: topics.map((name) => ({ type: kafkajs.ConfigResourceTypes.TOPIC, name })) });
-  return new Map(resources.map((r) => [r.resourceName, new Map(r.configEntries.map((e) => [e.configName, e.configValue]))]));
+export async function topicSettings(
+  admin: Admin,
+  topics: readonly string[],
+): Promise<Map<string, Map<string, string>>> {
+  const { resources } = await admin.describeConfigs({
+    includeSynonyms: false,
+    resources: topics.map((name) => ({ type: kafkajs.ConfigResourceTypes.TOPIC, name })),
+  });
+  return new Map(
+    resources.map((r) => [r.resourceName, new Map(r.configEntries.map((e) => [e.configName, e.configValue]))]),
+  );
 }
 
 /** The partition count of each existing topic among `topics` (missing ones are left out). */
@@ -196,5 +249,7 @@ export async function partitionCounts(admin: Admin, topics: readonly string[]): 
   const existing = new Set(await admin.listTopics());
   const present = topics.filter((t) => existing.has(t));
   if (present.length === 0) return new Map();
-  return new Map((await admin.fetchTopicMetadata({ topics: present })).topics.map((t) => [t.name, t.partitions.length]));
+  return new Map(
+    (await admin.fetchTopicMetadata({ topics: present })).topics.map((t) => [t.name, t.partitions.length]),
+  );
 }

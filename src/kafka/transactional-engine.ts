@@ -1,4 +1,12 @@
-import { Partitioners, type Admin, type Batch, type Consumer, type Message, type Producer, type TopicMessages } from 'kafkajs';
+import {
+  Partitioners,
+  type Admin,
+  type Batch,
+  type Consumer,
+  type Message,
+  type Producer,
+  type TopicMessages,
+} from 'kafkajs';
 import { consumedRecord, createConsumer, kafkajsClient, type KafkaSource } from './client.js';
 import { describeKafkaError } from './failure.js';
 import { MsgbridgeError } from '../platform/errors.js';
@@ -176,15 +184,21 @@ const CONCURRENT = 'CONCURRENT_TRANSACTIONS';
 const isConcurrentTransactions = (error: unknown) => (error as { type?: string })?.type === CONCURRENT;
 
 function validate(options: TransactionalEngineOptions): void {
-  const bad = (field: string, why: string) => new MsgbridgeError('CONFIG_INVALID', `transactional engine: ${field} ${why}`);
+  const bad = (field: string, why: string) =>
+    new MsgbridgeError('CONFIG_INVALID', `transactional engine: ${field} ${why}`);
   if (!options.groupId) throw bad('groupId', 'is required');
   if (!options.transactionalIdPrefix) throw bad('transactionalIdPrefix', 'is required');
   if (options.inputTopics.length === 0) throw bad('inputTopics', 'needs at least one topic');
   if (new Set(options.inputTopics).size !== options.inputTopics.length) throw bad('inputTopics', 'lists a topic twice');
   const timeout = options.transactionTimeoutMs ?? 30_000;
-  if (!(timeout >= 1000 && timeout <= 900_000)) throw bad('transactionTimeoutMs', `must be 1000..900000 (the broker's default transaction.max.timeout.ms), got ${timeout}`);
+  if (!(timeout >= 1000 && timeout <= 900_000))
+    throw bad(
+      'transactionTimeoutMs',
+      `must be 1000..900000 (the broker's default transaction.max.timeout.ms), got ${timeout}`,
+    );
   const batch = options.maxBatchRecords ?? 500;
-  if (!(Number.isInteger(batch) && batch >= 1)) throw bad('maxBatchRecords', `must be a positive integer, got ${batch}`);
+  if (!(Number.isInteger(batch) && batch >= 1))
+    throw bad('maxBatchRecords', `must be a positive integer, got ${batch}`);
 }
 
 /** Connects the admin client and reads the task count (the common partition count of the inputs). */
@@ -193,12 +207,18 @@ async function openInputs(kafka: KafkaSource, inputTopics: string[]): Promise<{ 
   await admin.connect();
   try {
     const { topics } = await admin.fetchTopicMetadata({ topics: inputTopics });
-    const taskCount = checkCoPartitioned(new Map(inputTopics.map((name) => [name, topics.find((t) => t.name === name)?.partitions.length ?? 0])));
+    const taskCount = checkCoPartitioned(
+      new Map(inputTopics.map((name) => [name, topics.find((t) => t.name === name)?.partitions.length ?? 0])),
+    );
     return { admin, taskCount };
   } catch (error) {
     await admin.disconnect().catch(() => undefined);
     if (error instanceof MsgbridgeError) throw error;
-    throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot read the input topics ${inputTopics.join(', ')}: ${describeKafkaError(error)}`, { cause: error });
+    throw new MsgbridgeError(
+      'KAFKA_UNAVAILABLE',
+      `cannot read the input topics ${inputTopics.join(', ')}: ${describeKafkaError(error)}`,
+      { cause: error },
+    );
   }
 }
 
@@ -234,7 +254,16 @@ class TransactionalEngineRuntime {
   private joined = false;
   private stopping = false;
   private fatal: Error | undefined;
-  readonly stats: EngineStats = { transactions: 0, failedTransactions: 0, recordsIn: 0, recordsOut: 0, recordsSkipped: 0, fenced: 0, taskStarts: 0, lastTaskStartMs: 0 };
+  readonly stats: EngineStats = {
+    transactions: 0,
+    failedTransactions: 0,
+    recordsIn: 0,
+    recordsOut: 0,
+    recordsSkipped: 0,
+    fenced: 0,
+    taskStarts: 0,
+    lastTaskStartMs: 0,
+  };
   readonly ready: Promise<void>;
   private markReady: () => void = () => {};
   private failReady: (error: Error) => void = () => {};
@@ -269,7 +298,10 @@ class TransactionalEngineRuntime {
     this.consumer = createConsumer(options.kafka, {
       groupId: this.groupId,
       partitionAssigners: [
-        coPartitionedAssigner({ ownedTasks: () => [...this.tasks.values()].filter((rt) => rt.state !== 'down').map((rt) => rt.task), ...(options.queryUrl ? { queryUrl: options.queryUrl } : {}) }),
+        coPartitionedAssigner({
+          ownedTasks: () => [...this.tasks.values()].filter((rt) => rt.state !== 'down').map((rt) => rt.task),
+          ...(options.queryUrl ? { queryUrl: options.queryUrl } : {}),
+        }),
       ],
       sessionTimeout: this.sessionTimeout,
       rebalanceTimeout: options.rebalanceTimeoutMs ?? 60_000,
@@ -282,7 +314,12 @@ class TransactionalEngineRuntime {
   }
 
   isReady(): boolean {
-    return this.joined && !this.stopping && !this.fatal && [...this.assigned].every((t) => this.tasks.get(t)?.state === 'active');
+    return (
+      this.joined &&
+      !this.stopping &&
+      !this.fatal &&
+      [...this.assigned].every((t) => this.tasks.get(t)?.state === 'active')
+    );
   }
 
   private checkReady(): void {
@@ -351,13 +388,23 @@ class TransactionalEngineRuntime {
           // seek: it is fetched again from the right place.
           if (!rt || rt.state !== 'active' || isStale() || !isRunning()) return;
           const incarnation = rt.incarnation;
-          await enqueue(rt, () => this.handleBatch(rt, incarnation, batch, { resolveOffset, heartbeat, fresh: () => isRunning() && !isStale() }));
+          await enqueue(rt, () =>
+            this.handleBatch(rt, incarnation, batch, {
+              resolveOffset,
+              heartbeat,
+              fresh: () => isRunning() && !isStale(),
+            }),
+          );
         },
       });
     } catch (error) {
       await consumer.disconnect().catch(() => undefined);
       await this.admin.disconnect().catch(() => undefined);
-      throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot join consumer group ${this.groupId}: ${describeKafkaError(error)}`, { cause: error });
+      throw new MsgbridgeError(
+        'KAFKA_UNAVAILABLE',
+        `cannot join consumer group ${this.groupId}: ${describeKafkaError(error)}`,
+        { cause: error },
+      );
     }
   }
 
@@ -402,7 +449,8 @@ class TransactionalEngineRuntime {
     clearTimeout(rt.retryTimer);
     rt.retryTimer = setTimeout(() => {
       rt.retryTimer = undefined;
-      if (!this.stopping && this.assigned.has(rt.task) && this.tasks.get(rt.task) === rt && rt.state === 'down') this.startTask(rt);
+      if (!this.stopping && this.assigned.has(rt.task) && this.tasks.get(rt.task) === rt && rt.state === 'down')
+        this.startTask(rt);
     }, delayMs);
     rt.retryTimer.unref?.();
   }
@@ -414,17 +462,25 @@ class TransactionalEngineRuntime {
     if (fenced) {
       this.stats.fenced++;
       // Also what a transaction that outlived transactionTimeoutMs gets (the coordinator aborted it).
-      this.logger.info({ task: rt.task }, 'task fenced: another member owns it now (or its transaction timed out); dropping it');
+      this.logger.info(
+        { task: rt.task },
+        'task fenced: another member owns it now (or its transaction timed out); dropping it',
+      );
     } else {
       rt.failures++;
-      this.logger.warn({ task: rt.task, error: describeKafkaError(error), attempt: rt.failures }, 'task failed; starting it again from its committed offsets');
+      this.logger.warn(
+        { task: rt.task, error: describeKafkaError(error), attempt: rt.failures },
+        'task failed; starting it again from its committed offsets',
+      );
     }
     void this.teardown(rt, fenced ? 'fenced' : 'failed');
     if (this.stopping) return;
     // Fenced: the rebalance that moves the task is under way and will drop it; should this
     // member still own it after a session's time, it takes it back.
     const { backoff } = this;
-    const delay = fenced ? this.sessionTimeout : Math.min(backoff.max, backoff.initial * 2 ** Math.min(rt.failures - 1, 16));
+    const delay = fenced
+      ? this.sessionTimeout
+      : Math.min(backoff.max, backoff.initial * 2 ** Math.min(rt.failures - 1, 16));
     if (this.assigned.has(rt.task)) this.scheduleStart(rt, delay);
   }
 
@@ -468,13 +524,21 @@ class TransactionalEngineRuntime {
       const timedOut = new Promise<never>((_, reject) => {
         timer = setTimeout(() => {
           abortOnTimeout.abort();
-          reject(new MsgbridgeError('KAFKA_UNAVAILABLE', `starting task ${rt.task} took longer than ${this.taskStartTimeoutMs} ms`));
+          reject(
+            new MsgbridgeError(
+              'KAFKA_UNAVAILABLE',
+              `starting task ${rt.task} took longer than ${this.taskStartTimeoutMs} ms`,
+            ),
+          );
         }, this.taskStartTimeoutMs);
       });
       await Promise.race([timedOut, this.fenceAndRestore(rt, incarnation, signal)]);
       this.stats.taskStarts++;
       this.stats.lastTaskStartMs = Date.now() - started;
-      this.logger.info({ task: rt.task, offsets: Object.fromEntries(rt.next), durationMs: Date.now() - started }, 'task started');
+      this.logger.info(
+        { task: rt.task, offsets: Object.fromEntries(rt.next), durationMs: Date.now() - started },
+        'task started',
+      );
       this.checkReady();
     } catch (error) {
       if (error instanceof Superseded || rt.incarnation !== incarnation) {
@@ -538,7 +602,10 @@ class TransactionalEngineRuntime {
     if (stray.length > 0) {
       // Only this engine's assigner runs in the group, so this means a foreign member.
       logger.error({ stray }, 'the group assigned partitions that are not whole tasks; leaving them unprocessed');
-      for (const s of perTopic.flatMap((set, i) => [...set].filter((t) => !next.has(t)).map((t) => ({ topic: inputTopics[i]!, partitions: [t] })))) this.consumer.pause([s]);
+      for (const s of perTopic.flatMap((set, i) =>
+        [...set].filter((t) => !next.has(t)).map((t) => ({ topic: inputTopics[i]!, partitions: [t] })),
+      ))
+        this.consumer.pause([s]);
     }
     this.assigned = next;
     this.joined = true;
@@ -573,7 +640,14 @@ class TransactionalEngineRuntime {
     const nextOffset = Number(records[records.length - 1]!.offset) + 1;
     const began = Date.now();
     const report = (phase: TransactionEvent['phase']) =>
-      options.onTransaction?.({ task: rt.task, topic, phase, records: records.length, outputs: result.outputs.length, durationMs: Date.now() - began });
+      options.onTransaction?.({
+        task: rt.task,
+        topic,
+        phase,
+        records: records.length,
+        outputs: result.outputs.length,
+        durationMs: Date.now() - began,
+      });
     const written: WrittenPositions = new Map();
     const tx = await producer.transaction();
     try {
@@ -582,7 +656,10 @@ class TransactionalEngineRuntime {
       // AddOffsetsToTxn nor, quickly, AddPartitionsToTxn, so the wait happens here, once.
       for (let attempt = 0, delay = 2; ; attempt++, delay = Math.min(delay * 2, 100)) {
         try {
-          await tx.sendOffsets({ consumerGroupId: this.groupId, topics: [{ topic, partitions: [{ partition: rt.task, offset: String(nextOffset) }] }] });
+          await tx.sendOffsets({
+            consumerGroupId: this.groupId,
+            topics: [{ topic, partitions: [{ partition: rt.task, offset: String(nextOffset) }] }],
+          });
           break;
         } catch (error) {
           if (!isConcurrentTransactions(error) || attempt >= 30) throw error;
@@ -593,7 +670,9 @@ class TransactionalEngineRuntime {
       // broker's message.max.bytes (1 MB by default), and a big input batch can make more.
       for (const chunk of chunkOutputs(result.outputs, MAX_REQUEST_BYTES)) {
         const counts = new Map<string, number>();
-        for (const o of chunk) if (o.partition !== undefined) counts.set(`${o.topic}\u0000${o.partition}`, (counts.get(`${o.topic}\u0000${o.partition}`) ?? 0) + 1);
+        for (const o of chunk)
+          if (o.partition !== undefined)
+            counts.set(`${o.topic}\u0000${o.partition}`, (counts.get(`${o.topic}\u0000${o.partition}`) ?? 0) + 1);
         const acks = await tx.sendBatch({ topicMessages: toTopicMessages(chunk), acks: -1 });
         for (const a of acks) {
           const count = counts.get(`${a.topicName}\u0000${a.partition}`);
@@ -619,7 +698,12 @@ class TransactionalEngineRuntime {
     result.commit?.(written);
   }
 
-  private async handleBatch(rt: TaskRuntime, incarnation: number, batch: Batch, { resolveOffset, heartbeat, fresh }: BatchControls): Promise<void> {
+  private async handleBatch(
+    rt: TaskRuntime,
+    incarnation: number,
+    batch: Batch,
+    { resolveOffset, heartbeat, fresh }: BatchControls,
+  ): Promise<void> {
     const topic = batch.topic;
     const live = () => rt.incarnation === incarnation && rt.state === 'active' && fresh() && !this.stopping;
     if (!live()) return;
@@ -666,15 +750,20 @@ class TransactionalEngineRuntime {
     this.stopping = true;
     for (const rt of this.tasks.values()) clearTimeout(rt.retryTimer);
     // Waits for the batches in flight (their transactions end), then leaves the group.
-    await this.consumer.disconnect().catch((error: unknown) => this.logger.warn({ error: describeKafkaError(error) }, 'leaving the group failed'));
+    await this.consumer
+      .disconnect()
+      .catch((error: unknown) => this.logger.warn({ error: describeKafkaError(error) }, 'leaving the group failed'));
     await Promise.all([...this.tasks.keys()].map((task) => this.dropTask(task, 'stopping')));
     await this.admin.disconnect().catch(() => undefined);
-    if (!this.readySettled) this.failReady(new MsgbridgeError('SHUTTING_DOWN', 'the engine stopped before it was ready'));
+    if (!this.readySettled)
+      this.failReady(new MsgbridgeError('SHUTTING_DOWN', 'the engine stopped before it was ready'));
     this.logger.info({ stats: this.stats }, 'transactional engine stopped');
   }
 }
 
-/** How often a member heartbeats while a transaction is in progress (kafkajs sends one only once its interval passed). */
+/**
+ * How often a member heartbeats while a transaction is in progress (kafkajs sends one only once its interval passed).
+ */
 const BEAT_EVERY_MS = 500;
 
 /** Awaits `work`, calling `beat` every BEAT_EVERY_MS until it settles. */
@@ -683,7 +772,10 @@ async function whileBeating<T>(work: Promise<T>, beat: () => Promise<void>): Pro
   const done = work.finally(() => (settled = true));
   while (!settled) {
     let timer: NodeJS.Timeout | undefined;
-    await Promise.race([done.catch(() => undefined), new Promise<void>((resolve) => (timer = setTimeout(resolve, BEAT_EVERY_MS)))]);
+    await Promise.race([
+      done.catch(() => undefined),
+      new Promise<void>((resolve) => (timer = setTimeout(resolve, BEAT_EVERY_MS))),
+    ]);
     clearTimeout(timer);
     if (!settled) await beat();
   }
@@ -696,7 +788,10 @@ async function whileBeating<T>(work: Promise<T>, beat: () => Promise<void>): Pro
  */
 export async function startTransactionalEngine(options: TransactionalEngineOptions): Promise<TransactionalEngine> {
   validate(options);
-  const logger = (options.logger ?? silentLogger).child({ component: 'transactional-engine', groupId: options.groupId });
+  const logger = (options.logger ?? silentLogger).child({
+    component: 'transactional-engine',
+    groupId: options.groupId,
+  });
   const { admin, taskCount } = await openInputs(options.kafka, options.inputTopics);
   const runtime = new TransactionalEngineRuntime(options, logger, admin, taskCount);
   await runtime.join();
@@ -714,7 +809,8 @@ export async function startTransactionalEngine(options: TransactionalEngineOptio
 /** Output bytes per produce request inside a transaction (record batches stay well below 1 MB). */
 const MAX_REQUEST_BYTES = 256 * 1024;
 
-const size = (data: Buffer | string | null | undefined) => (data == null ? 0 : typeof data === 'string' ? Buffer.byteLength(data) : data.length);
+const size = (data: Buffer | string | null | undefined) =>
+  data == null ? 0 : typeof data === 'string' ? Buffer.byteLength(data) : data.length;
 
 /** Consecutive runs of outputs of at most `maxBytes` each (a larger single record alone). */
 export function chunkOutputs(outputs: OutputRecord[], maxBytes: number): OutputRecord[][] {
@@ -741,7 +837,10 @@ function toTopicMessages(outputs: OutputRecord[]): TopicMessages[] {
   for (const o of outputs) {
     if (!o.topic) throw new MsgbridgeError('INVALID_ARGUMENT', 'an output record has no topic');
     if (o.partition !== undefined && !(Number.isInteger(o.partition) && o.partition >= 0)) {
-      throw new MsgbridgeError('INVALID_ARGUMENT', `an output record for ${o.topic} has an invalid partition ${o.partition}`);
+      throw new MsgbridgeError(
+        'INVALID_ARGUMENT',
+        `an output record for ${o.topic} has an invalid partition ${o.partition}`,
+      );
     }
     let messages = byTopic.get(o.topic);
     if (!messages) byTopic.set(o.topic, (messages = []));

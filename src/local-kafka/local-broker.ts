@@ -1,6 +1,16 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createWriteStream, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  createWriteStream,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { createServer, Socket } from 'node:net';
 import { homedir, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -100,15 +110,30 @@ export function ensureKafkaJars(options: Pick<LocalBrokerOptions, 'cacheDir' | '
   options.onProgress?.(`resolving Apache Kafka ${version} jars from Maven Central into ${libs}`);
   mkdirSync(join(root, `kafka-${version}`), { recursive: true });
   const staging = mkdtempSync(join(root, `kafka-${version}`, 'libs.partial-'));
-  const result = spawnSync('mvn', ['-q', '-B', '-f', KAFKA_POM, 'dependency:copy-dependencies', `-DoutputDirectory=${staging}`, '-DincludeScope=runtime'], {
-    encoding: 'utf8',
-    timeout: 15 * 60_000,
-    maxBuffer: 16 * 1024 * 1024,
-  });
+  const result = spawnSync(
+    'mvn',
+    [
+      '-q',
+      '-B',
+      '-f',
+      KAFKA_POM,
+      'dependency:copy-dependencies',
+      `-DoutputDirectory=${staging}`,
+      '-DincludeScope=runtime',
+    ],
+    {
+      encoding: 'utf8',
+      timeout: 15 * 60_000,
+      maxBuffer: 16 * 1024 * 1024,
+    },
+  );
   if (result.status !== 0 || !readdirSync(staging).some((f) => f.startsWith('kafka_2.13-'))) {
     rmSync(staging, { recursive: true, force: true });
     const output = `${result.stdout ?? ''}${result.stderr ?? ''}`.trim().split('\n').slice(-15).join('\n');
-    throw new MsgbridgeError('KAFKA_JARS_UNAVAILABLE', `Maven could not resolve the Kafka ${version} jars:\n${output || result.error?.message}`);
+    throw new MsgbridgeError(
+      'KAFKA_JARS_UNAVAILABLE',
+      `Maven could not resolve the Kafka ${version} jars:\n${output || result.error?.message}`,
+    );
   }
   writeFileSync(join(staging, '.complete'), `${new Date().toISOString()}\n`);
   rmSync(libs, { recursive: true, force: true });
@@ -169,7 +194,10 @@ function serverProperties(
           'ssl.endpoint.identification.algorithm=',
           ...(secure === 'mtls' ? ['ssl.client.auth=required'] : []),
           ...(secure === 'scram'
-            ? ['sasl.enabled.mechanisms=SCRAM-SHA-512', 'listener.name.client.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;']
+            ? [
+                'sasl.enabled.mechanisms=SCRAM-SHA-512',
+                'listener.name.client.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;',
+              ]
             : []),
         ]
       : [];
@@ -204,18 +232,54 @@ function serverProperties(
  * A throw-away CA and a server certificate for 127.0.0.1 (and, for mutual TLS, a client
  * certificate), made with openssl into `dir`. The PEM texts go into the broker's properties.
  */
-function generateTls(dir: string, withClient: boolean): { server: ServerTls; caFile: string; clientCertFile?: string; clientKeyFile?: string } {
+function generateTls(
+  dir: string,
+  withClient: boolean,
+): { server: ServerTls; caFile: string; clientCertFile?: string; clientKeyFile?: string } {
   mkdirSync(dir, { recursive: true });
   const run = (args: string[]) => {
     const result = spawnSync('openssl', args, { cwd: dir, encoding: 'utf8', timeout: 60_000 });
     if (result.status !== 0)
-      throw new MsgbridgeError('LOCAL_BROKER_FAILED', `openssl ${args[0]} failed (a secure local broker needs openssl): ${`${result.stderr ?? ''}${result.error?.message ?? ''}`.trim()}`);
+      throw new MsgbridgeError(
+        'LOCAL_BROKER_FAILED',
+        `openssl ${args[0]} failed (a secure local broker needs openssl): ${`${result.stderr ?? ''}${result.error?.message ?? ''}`.trim()}`,
+      );
   };
-  run(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', '/CN=msgbridge local test CA', '-keyout', 'ca.key', '-out', 'ca.crt']);
+  run([
+    'req',
+    '-x509',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-days',
+    '2',
+    '-subj',
+    '/CN=msgbridge local test CA',
+    '-keyout',
+    'ca.key',
+    '-out',
+    'ca.crt',
+  ]);
   const issue = (name: string, subject: string, extension: string) => {
     writeFileSync(join(dir, `${name}.ext`), extension);
     run(['req', '-newkey', 'rsa:2048', '-nodes', '-subj', subject, '-keyout', `${name}.key`, '-out', `${name}.csr`]);
-    run(['x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-days', '2', '-extfile', `${name}.ext`, '-out', `${name}.crt`]);
+    run([
+      'x509',
+      '-req',
+      '-in',
+      `${name}.csr`,
+      '-CA',
+      'ca.crt',
+      '-CAkey',
+      'ca.key',
+      '-CAcreateserial',
+      '-days',
+      '2',
+      '-extfile',
+      `${name}.ext`,
+      '-out',
+      `${name}.crt`,
+    ]);
   };
   issue('server', '/CN=127.0.0.1', 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n');
   if (withClient) issue('client', '/CN=msgbridge', 'extendedKeyUsage=clientAuth\n');
@@ -313,16 +377,23 @@ export async function startLocalBroker(options: LocalBrokerOptions = {}): Promis
  */
 export async function startLocalCluster(options: LocalBrokerOptions & { nodes: number }): Promise<LocalCluster> {
   const started = Date.now();
-  if (!(options.nodes >= 1 && options.nodes <= 5)) throw new MsgbridgeError('INVALID_ARGUMENT', 'a local cluster has 1 to 5 nodes');
+  if (!(options.nodes >= 1 && options.nodes <= 5))
+    throw new MsgbridgeError('INVALID_ARGUMENT', 'a local cluster has 1 to 5 nodes');
   requireJava();
   const libs = ensureKafkaJars(options);
   const dir = mkdtempSync(join(tmpdir(), 'msgbridge-kafka-'));
   const count = options.nodes;
   const ports: Ports[] = [];
-  for (let i = 0; i < count; i++) ports.push({ client: await freePort(), controller: await freePort(), internal: options.secure ? await freePort() : undefined });
+  for (let i = 0; i < count; i++)
+    ports.push({
+      client: await freePort(),
+      controller: await freePort(),
+      internal: options.secure ? await freePort() : undefined,
+    });
   const voters = ports.map((p, i) => `${i + 1}@127.0.0.1:${p.controller}`).join(',');
   const tls = options.secure ? generateTls(join(dir, 'tls'), options.secure === 'mtls') : undefined;
-  const scram = options.secure === 'scram' ? { username: 'msgbridge', password: randomBytes(12).toString('base64url') } : undefined;
+  const scram =
+    options.secure === 'scram' ? { username: 'msgbridge', password: randomBytes(12).toString('base64url') } : undefined;
   writeFileSync(join(dir, 'log4j.properties'), LOG4J);
   const id = clusterId();
   const heap = options.heapMb ?? 512;
@@ -343,16 +414,38 @@ export async function startLocalCluster(options: LocalBrokerOptions & { nodes: n
   for (let i = 0; i < count; i++) {
     mkdirSync(nodeDirs[i]!, { recursive: true });
     const propsFile = join(nodeDirs[i]!, 'server.properties');
-    writeFileSync(propsFile, serverProperties(nodeDirs[i]!, ports[i]!, options.partitions ?? 6, options.secure, tls?.server, { nodeId: i + 1, voters, nodes: count }));
+    writeFileSync(
+      propsFile,
+      serverProperties(nodeDirs[i]!, ports[i]!, options.partitions ?? 6, options.secure, tls?.server, {
+        nodeId: i + 1,
+        voters,
+        nodes: count,
+      }),
+    );
     // SCRAM credentials are written into the metadata log at format time (KRaft).
     const addScram = scram ? ['--add-scram', `SCRAM-SHA-512=[name=${scram.username},password=${scram.password}]`] : [];
-    const format = spawnSync('java', [...jvmArgs(nodeDirs[i]!).filter((a) => !a.startsWith('-Xms')), 'kafka.tools.StorageTool', 'format', `--cluster-id=${id}`, '--config', propsFile, ...addScram], {
-      encoding: 'utf8',
-      timeout: 120_000,
-    });
+    const format = spawnSync(
+      'java',
+      [
+        ...jvmArgs(nodeDirs[i]!).filter((a) => !a.startsWith('-Xms')),
+        'kafka.tools.StorageTool',
+        'format',
+        `--cluster-id=${id}`,
+        '--config',
+        propsFile,
+        ...addScram,
+      ],
+      {
+        encoding: 'utf8',
+        timeout: 120_000,
+      },
+    );
     if (format.status !== 0) {
       rmSync(dir, { recursive: true, force: true });
-      throw new MsgbridgeError('LOCAL_BROKER_FAILED', `formatting Kafka storage failed:\n${`${format.stdout}${format.stderr}`.trim()}`);
+      throw new MsgbridgeError(
+        'LOCAL_BROKER_FAILED',
+        `formatting Kafka storage failed:\n${`${format.stdout}${format.stderr}`.trim()}`,
+      );
     }
   }
 
@@ -375,7 +468,10 @@ export async function startLocalCluster(options: LocalBrokerOptions & { nodes: n
       if (Date.now() > deadline) {
         const output = tail(node.logFile);
         await stop();
-        throw new MsgbridgeError('LOCAL_BROKER_FAILED', `the Kafka broker did not start within ${options.startTimeoutMs ?? 90_000} ms:\n${output}`);
+        throw new MsgbridgeError(
+          'LOCAL_BROKER_FAILED',
+          `the Kafka broker did not start within ${options.startTimeoutMs ?? 90_000} ms:\n${output}`,
+        );
       }
       if (STARTED.test(tail(node.logFile, 200)) && (await tcpAnswers(node.port))) break;
       await new Promise((r) => setTimeout(r, 150));
@@ -399,9 +495,22 @@ export async function startLocalCluster(options: LocalBrokerOptions & { nodes: n
   let client: SecureClientSettings | undefined;
   if (tls) {
     const env: Record<string, string> = { KAFKA_BROKERS: bootstrap, KAFKA_SSL: 'true', KAFKA_SSL_CA_FILE: tls.caFile };
-    if (tls.clientCertFile && tls.clientKeyFile) Object.assign(env, { KAFKA_SSL_CERT_FILE: tls.clientCertFile, KAFKA_SSL_KEY_FILE: tls.clientKeyFile });
-    if (scram) Object.assign(env, { KAFKA_SASL_MECHANISM: 'scram-sha-512', KAFKA_SASL_USERNAME: scram.username, KAFKA_SASL_PASSWORD: scram.password });
-    client = { caFile: tls.caFile, certFile: tls.clientCertFile, keyFile: tls.clientKeyFile, username: scram?.username, password: scram?.password, env };
+    if (tls.clientCertFile && tls.clientKeyFile)
+      Object.assign(env, { KAFKA_SSL_CERT_FILE: tls.clientCertFile, KAFKA_SSL_KEY_FILE: tls.clientKeyFile });
+    if (scram)
+      Object.assign(env, {
+        KAFKA_SASL_MECHANISM: 'scram-sha-512',
+        KAFKA_SASL_USERNAME: scram.username,
+        KAFKA_SASL_PASSWORD: scram.password,
+      });
+    client = {
+      caFile: tls.caFile,
+      certFile: tls.clientCertFile,
+      keyFile: tls.clientKeyFile,
+      username: scram?.username,
+      password: scram?.password,
+      env,
+    };
   }
   return { bootstrap, dataDir: dir, nodes, ...(client ? { client } : {}), startupMs: Date.now() - started, stop };
 }
@@ -416,7 +525,11 @@ async function waitForBrokers(bootstrap: string[], count: number, deadline: numb
       } catch {
         // not yet
       }
-      if (Date.now() > deadline) throw new MsgbridgeError('LOCAL_BROKER_FAILED', `the ${count} Kafka nodes did not all register within the start timeout`);
+      if (Date.now() > deadline)
+        throw new MsgbridgeError(
+          'LOCAL_BROKER_FAILED',
+          `the ${count} Kafka nodes did not all register within the start timeout`,
+        );
       await new Promise((r) => setTimeout(r, 200));
     }
   } finally {
@@ -425,10 +538,18 @@ async function waitForBrokers(bootstrap: string[], count: number, deadline: numb
 }
 
 /** Starts one node's JVM (again after it stopped: same id, same data); it is killed when this process exits. */
-function launchNode(id: number, port: number, nodeDir: string, jvmArgs: string[], pdeathsig: boolean): LocalNode & { logFile: string } {
+function launchNode(
+  id: number,
+  port: number,
+  nodeDir: string,
+  jvmArgs: string[],
+  pdeathsig: boolean,
+): LocalNode & { logFile: string } {
   const propsFile = join(nodeDir, 'server.properties');
   const logFile = join(nodeDir, 'kafka.log');
-  const [command, args] = pdeathsig ? ['setpriv', ['--pdeathsig', 'TERM', '--', 'java', ...jvmArgs, 'kafka.Kafka', propsFile]] : ['java', [...jvmArgs, 'kafka.Kafka', propsFile]];
+  const [command, args] = pdeathsig
+    ? ['setpriv', ['--pdeathsig', 'TERM', '--', 'java', ...jvmArgs, 'kafka.Kafka', propsFile]]
+    : ['java', [...jvmArgs, 'kafka.Kafka', propsFile]];
   let child: ReturnType<typeof spawn>;
   let exited = true;
   let exitedPromise: Promise<void> = Promise.resolve();
@@ -438,7 +559,11 @@ function launchNode(id: number, port: number, nodeDir: string, jvmArgs: string[]
   const spawnJvm = () => {
     // Its own process group: Ctrl-C in a terminal signals the whole foreground group, and the
     // broker must outlive the roles' drain (whoever started it stops it last).
-    child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, CLASSPATH: '' }, detached: true });
+    child = spawn(command, args, {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, CLASSPATH: '' },
+      detached: true,
+    });
     const log = createWriteStream(logFile, { flags: 'a' });
     child.stdout!.pipe(log);
     child.stderr!.pipe(log);
@@ -465,7 +590,8 @@ function launchNode(id: number, port: number, nodeDir: string, jvmArgs: string[]
       const deadline = Date.now() + 90_000;
       const startedNow = () => STARTED.test(readFileSync(logFile).subarray(offset).toString());
       while (!(startedNow() && (await tcpAnswers(port)))) {
-        if (exited || Date.now() > deadline) throw new MsgbridgeError('LOCAL_BROKER_FAILED', `node ${id} did not start again:\n${tail(logFile)}`);
+        if (exited || Date.now() > deadline)
+          throw new MsgbridgeError('LOCAL_BROKER_FAILED', `node ${id} did not start again:\n${tail(logFile)}`);
         await new Promise((r) => setTimeout(r, 150));
       }
     },

@@ -52,7 +52,10 @@ export interface Http1Exchange {
   /** The request was handed to a connected socket. */
   onWritten(): void;
   onResponse(response: ParsedResponse): void;
-  /** `error.code`: the socket's (ECONNREFUSED, ECONNRESET…), CONNECT_TIMEOUT, CONNECTION_CLOSED, HTTP_MALFORMED, PROXY_REFUSED, QUEUE_FULL or POOL_CLOSED. */
+  /**
+   * `error.code`: the socket's (ECONNREFUSED, ECONNRESET…), CONNECT_TIMEOUT, CONNECTION_CLOSED, HTTP_MALFORMED,
+   * PROXY_REFUSED, QUEUE_FULL or POOL_CLOSED.
+   */
   onError(error: Http1Error): void;
 }
 
@@ -126,12 +129,16 @@ export class Http1Pool {
     return (protocol === 'https:' && port === 443) || (protocol === 'http:' && port === 80) ? name : `${name}:${port}`;
   }
 
-  /** The request-target for `path`: absolute (`http://host:port/path`) when an http origin is reached through a proxy. */
+  /**
+   * The request-target for `path`: absolute (`http://host:port/path`) when an http origin is reached through a proxy.
+   */
   requestTarget(path: string): string {
     return this.absoluteForm ? `http://${this.hostHeader}${path}` : path;
   }
 
-  /** Header lines every request carries for the proxy (`Proxy-Authorization`, absolute form only), each ending in CRLF. */
+  /**
+   * Header lines every request carries for the proxy (`Proxy-Authorization`, absolute form only), each ending in CRLF.
+   */
   get proxyHeaders(): string {
     const { proxy, protocol } = this.options;
     return proxy?.authorization && protocol === 'http:' ? `Proxy-Authorization: ${proxy.authorization}\r\n` : '';
@@ -162,7 +169,8 @@ export class Http1Pool {
       cancel: () => this.cancel(pending),
     };
     if (this.closed) this.fail(pending, new Http1Error('POOL_CLOSED', 'the HTTP connection pool is closed'));
-    else if (this.queue.length >= this.maxQueued) this.fail(pending, new Http1Error('QUEUE_FULL', `${this.maxQueued} requests already wait for a connection`));
+    else if (this.queue.length >= this.maxQueued)
+      this.fail(pending, new Http1Error('QUEUE_FULL', `${this.maxQueued} requests already wait for a connection`));
     else {
       this.queue.push(pending);
       this.pump();
@@ -221,7 +229,11 @@ export class Http1Pool {
   private connect(): Connection {
     const { protocol, host, port, connectTimeoutMs, proxy } = this.options;
     const tunnelled = proxy !== undefined && protocol === 'https:';
-    const socket = proxy ? connectTcp({ host: proxy.host, port: proxy.port }) : protocol === 'https:' ? this.startTls({ host, port }) : connectTcp({ host, port });
+    const socket = proxy
+      ? connectTcp({ host: proxy.host, port: proxy.port })
+      : protocol === 'https:'
+        ? this.startTls({ host, port })
+        : connectTcp({ host, port });
     socket.setNoDelay(true);
     const connection: Connection = {
       socket,
@@ -239,8 +251,15 @@ export class Http1Pool {
     this.connections.add(connection);
     connection.connectTimer = setTimeout(() => {
       const atProxy = proxy !== undefined && (!tunnelled || connection.tunnel !== undefined);
-      const where = !proxy ? `${host}:${port}` : tunnelled ? `${host}:${port} through the proxy ${proxy.display}` : `the proxy ${proxy.display}`;
-      this.drop(connection, new Http1Error('CONNECT_TIMEOUT', `no connection to ${where} within ${connectTimeoutMs} ms`, atProxy));
+      const where = !proxy
+        ? `${host}:${port}`
+        : tunnelled
+          ? `${host}:${port} through the proxy ${proxy.display}`
+          : `the proxy ${proxy.display}`;
+      this.drop(
+        connection,
+        new Http1Error('CONNECT_TIMEOUT', `no connection to ${where} within ${connectTimeoutMs} ms`, atProxy),
+      );
     }, connectTimeoutMs);
     if (tunnelled) socket.once('connect', () => socket.write(this.connectRequest()));
     else socket.once(protocol === 'https:' && !proxy ? 'secureConnect' : 'connect', () => this.connected(connection));
@@ -250,14 +269,21 @@ export class Http1Pool {
 
   private startTls(options: { host: string; port: number; socket?: Socket }): TLSSocket {
     const { host } = this.options;
-    return connectTls({ ...this.options.tls, ...options, servername: isIP(host) !== 0 ? undefined : host, ALPNProtocols: ['http/1.1'] });
+    return connectTls({
+      ...this.options.tls,
+      ...options,
+      servername: isIP(host) !== 0 ? undefined : host,
+      ALPNProtocols: ['http/1.1'],
+    });
   }
 
   /** The CONNECT request of a tunnel to the origin (its authority, and the proxy's credentials). */
   private connectRequest(): string {
     const { host, port } = this.options;
     const authority = `${isIP(host) === 6 ? `[${host}]` : host}:${port}`;
-    const credentials = this.options.proxy?.authorization ? `Proxy-Authorization: ${this.options.proxy.authorization}\r\n` : '';
+    const credentials = this.options.proxy?.authorization
+      ? `Proxy-Authorization: ${this.options.proxy.authorization}\r\n`
+      : '';
     return `CONNECT ${authority} HTTP/1.1\r\nHost: ${authority}\r\n${credentials}\r\n`;
   }
 
@@ -270,8 +296,23 @@ export class Http1Pool {
       else this.receive(connection, chunk);
     });
     socket.on('end', () => mine() && this.ended(connection));
-    socket.on('error', (err: NodeJS.ErrnoException) => mine() && this.drop(connection, this.socketError(connection, err)));
-    socket.on('close', () => mine() && this.drop(connection, new Http1Error('CONNECTION_CLOSED', 'the connection closed before the answer was complete', this.beforeOrigin(connection))));
+    socket.on(
+      'error',
+      (err: NodeJS.ErrnoException) => mine() && this.drop(connection, this.socketError(connection, err)),
+    );
+    socket.on(
+      'close',
+      () =>
+        mine() &&
+        this.drop(
+          connection,
+          new Http1Error(
+            'CONNECTION_CLOSED',
+            'the connection closed before the answer was complete',
+            this.beforeOrigin(connection),
+          ),
+        ),
+    );
   }
 
   /** Until the origin is reached through a proxy, any failure is the proxy's. */
@@ -291,7 +332,15 @@ export class Http1Pool {
     const answer = Buffer.concat([connection.tunnelAnswer!, chunk]);
     const end = answer.indexOf('\r\n\r\n');
     if (end < 0) {
-      if (answer.length > 16 * 1024) this.drop(connection, new Http1Error('HTTP_MALFORMED', `the proxy ${this.options.proxy!.display} answered CONNECT with more than 16 KiB of head`, true));
+      if (answer.length > 16 * 1024)
+        this.drop(
+          connection,
+          new Http1Error(
+            'HTTP_MALFORMED',
+            `the proxy ${this.options.proxy!.display} answered CONNECT with more than 16 KiB of head`,
+            true,
+          ),
+        );
       else connection.tunnelAnswer = answer;
       return;
     }
@@ -299,18 +348,39 @@ export class Http1Pool {
     const status = /^HTTP\/1\.[01] (\d{3})(?: (.*))?$/.exec(statusLine);
     const { proxy, host, port } = this.options;
     if (!status) {
-      this.drop(connection, new Http1Error('HTTP_MALFORMED', `the proxy ${proxy!.display} answered CONNECT with "${statusLine.slice(0, 80)}"`, true));
+      this.drop(
+        connection,
+        new Http1Error(
+          'HTTP_MALFORMED',
+          `the proxy ${proxy!.display} answered CONNECT with "${statusLine.slice(0, 80)}"`,
+          true,
+        ),
+      );
       return;
     }
     const code = Number(status[1]);
     if (code < 200 || code > 299) {
       const reason = (status[2] ?? '').replace(/[^\x20-\x7e]/g, '').slice(0, 80);
-      this.drop(connection, new Http1Error('PROXY_REFUSED', `the proxy ${proxy!.display} answered CONNECT ${host}:${port} with ${code}${reason ? ` ${reason}` : ''}`, true));
+      this.drop(
+        connection,
+        new Http1Error(
+          'PROXY_REFUSED',
+          `the proxy ${proxy!.display} answered CONNECT ${host}:${port} with ${code}${reason ? ` ${reason}` : ''}`,
+          true,
+        ),
+      );
       return;
     }
     if (answer.length > end + 4) {
       // Nothing may come from the origin before TLS's first message, which is ours.
-      this.drop(connection, new Http1Error('HTTP_MALFORMED', `the proxy ${proxy!.display} sent data after its CONNECT answer before TLS started`, true));
+      this.drop(
+        connection,
+        new Http1Error(
+          'HTTP_MALFORMED',
+          `the proxy ${proxy!.display} sent data after its CONNECT answer before TLS started`,
+          true,
+        ),
+      );
       return;
     }
     const raw = connection.tunnel!;
@@ -349,9 +419,17 @@ export class Http1Pool {
 
   /** The server closed its side: an answer delimited by the close ends here, anything else in flight failed. */
   private ended(connection: Connection): void {
-    if (this.absoluteForm && connection.answeredAt > 0 && performance.now() - connection.answeredAt < 1000) this.proxyKeepsConnections = false;
+    if (this.absoluteForm && connection.answeredAt > 0 && performance.now() - connection.answeredAt < 1000)
+      this.proxyKeepsConnections = false;
     if (connection.tunnel) {
-      this.drop(connection, new Http1Error('CONNECTION_CLOSED', `the proxy ${this.options.proxy!.display} closed the connection before the tunnel was up`, true));
+      this.drop(
+        connection,
+        new Http1Error(
+          'CONNECTION_CLOSED',
+          `the proxy ${this.options.proxy!.display} closed the connection before the tunnel was up`,
+          true,
+        ),
+      );
       return;
     }
     if (connection.current) {
@@ -375,7 +453,13 @@ export class Http1Pool {
     connection.current = undefined;
     pending.connection = undefined;
     // More than one answer to one request, or an answer going on: the connection is out of step.
-    const reusable = answer.keepAlive && answers.length === 1 && !connection.parser.midResponse && !this.closed && connection.socket.readyState === 'open' && this.reusesConnections;
+    const reusable =
+      answer.keepAlive &&
+      answers.length === 1 &&
+      !connection.parser.midResponse &&
+      !this.closed &&
+      connection.socket.readyState === 'open' &&
+      this.reusesConnections;
     if (reusable) {
       const serverLimit = answer.keepAliveTimeoutMs === undefined ? Infinity : answer.keepAliveTimeoutMs - 1000;
       connection.answeredAt = performance.now();

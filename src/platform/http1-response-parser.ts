@@ -8,7 +8,10 @@
 
 export interface ParsedResponse {
   status: number;
-  /** False when the server asked to close (`Connection: close`, HTTP/1.0 without keep-alive, or a body delimited by the close). */
+  /**
+   * False when the server asked to close (`Connection: close`, HTTP/1.0 without keep-alive, or a body delimited by the
+   * close).
+   */
   keepAlive: boolean;
   /** The `Retry-After` header, as sent. */
   retryAfter?: string;
@@ -63,7 +66,10 @@ export class Http1ResponseParser {
     return this.state.kind !== 'head' || this.pending.length > 0;
   }
 
-  /** Feeds bytes as they arrive; returns the answers they complete (in order). Throws ResponseParseError on malformed input. */
+  /**
+   * Feeds bytes as they arrive; returns the answers they complete (in order). Throws ResponseParseError on malformed
+   * input.
+   */
   push(chunk: Buffer): ParsedResponse[] {
     const done: ParsedResponse[] = [];
     const data = this.pending.length > 0 ? Buffer.concat([this.pending, chunk]) : chunk;
@@ -75,11 +81,13 @@ export class Http1ResponseParser {
         case 'head': {
           const end = data.indexOf(HEAD_END, offset);
           if (end === -1) {
-            if (data.length - offset > MAX_RESPONSE_HEAD_BYTES) throw new ResponseParseError(`response head longer than ${MAX_RESPONSE_HEAD_BYTES} bytes`);
+            if (data.length - offset > MAX_RESPONSE_HEAD_BYTES)
+              throw new ResponseParseError(`response head longer than ${MAX_RESPONSE_HEAD_BYTES} bytes`);
             this.pending = Buffer.from(data.subarray(offset));
             return done;
           }
-          if (end - offset > MAX_RESPONSE_HEAD_BYTES) throw new ResponseParseError(`response head longer than ${MAX_RESPONSE_HEAD_BYTES} bytes`);
+          if (end - offset > MAX_RESPONSE_HEAD_BYTES)
+            throw new ResponseParseError(`response head longer than ${MAX_RESPONSE_HEAD_BYTES} bytes`);
           const head = parseHead(data.toString('latin1', offset, end));
           offset = end + HEAD_END.length;
           if (head.status < 200) continue; // 1xx: an interim answer, the real one follows
@@ -115,7 +123,8 @@ export class Http1ResponseParser {
         case 'trailers': {
           const end = data.indexOf(CRLF, offset);
           if (end === -1) {
-            if (data.length - offset > MAX_RESPONSE_HEAD_BYTES) throw new ResponseParseError('chunk framing line too long');
+            if (data.length - offset > MAX_RESPONSE_HEAD_BYTES)
+              throw new ResponseParseError('chunk framing line too long');
             this.pending = Buffer.from(data.subarray(offset));
             return done;
           }
@@ -161,7 +170,8 @@ export class Http1ResponseParser {
 
   private finish(): ParsedResponse {
     const response = this.current!;
-    if (this.bodyChunks.length > 0) response.body = this.bodyChunks.length === 1 ? this.bodyChunks[0]! : Buffer.concat(this.bodyChunks);
+    if (this.bodyChunks.length > 0)
+      response.body = this.bodyChunks.length === 1 ? this.bodyChunks[0]! : Buffer.concat(this.bodyChunks);
     this.bodyChunks = [];
     this.kept = 0;
     this.current = undefined;
@@ -170,7 +180,14 @@ export class Http1ResponseParser {
   }
 }
 
-function parseHead(text: string): { status: number; keepAlive: boolean; chunked: boolean; contentLength?: number; retryAfter?: string; keepAliveTimeoutMs?: number } {
+function parseHead(text: string): {
+  status: number;
+  keepAlive: boolean;
+  chunked: boolean;
+  contentLength?: number;
+  retryAfter?: string;
+  keepAliveTimeoutMs?: number;
+} {
   const lines = text.split('\r\n');
   const statusLine = /^HTTP\/1\.([01]) ([1-9]\d\d)(?: .*)?$/.exec(lines[0]!);
   if (!statusLine) throw new ResponseParseError(`bad status line "${lines[0]!.slice(0, 40)}"`);
@@ -196,7 +213,8 @@ function parseHead(text: string): { status: number; keepAlive: boolean; chunked:
     if (name === 'content-length') {
       if (!/^\d{1,15}$/.test(value)) throw new ResponseParseError(`bad content-length "${value.slice(0, 20)}"`);
       const n = Number(value);
-      if (contentLength !== undefined && contentLength !== n) throw new ResponseParseError('conflicting content-length headers');
+      if (contentLength !== undefined && contentLength !== n)
+        throw new ResponseParseError('conflicting content-length headers');
       contentLength = n;
     } else if (name === 'transfer-encoding') {
       // Any transfer coding overrides Content-Length; unless the last is chunked, the body runs to the close.

@@ -39,7 +39,9 @@ export function parseProxyUrl(value: string): HttpProxy | { error: string } {
   const hasScheme = /^[a-z][a-z0-9+.-]*:\/\//i.test(text);
   if (hasScheme && !/^http:\/\//i.test(text)) {
     const scheme = text.slice(0, text.indexOf(':')).toLowerCase();
-    return { error: `a ${scheme}:// proxy is not supported: name an http:// proxy (https targets go through it in a CONNECT tunnel, TLS end to end)` };
+    return {
+      error: `a ${scheme}:// proxy is not supported: name an http:// proxy (https targets go through it in a CONNECT tunnel, TLS end to end)`,
+    };
   }
   let url: URL;
   try {
@@ -47,9 +49,12 @@ export function parseProxyUrl(value: string): HttpProxy | { error: string } {
   } catch {
     return { error: `not a URL: expected http://[user:password@]host[:port] (got ${redact(text)})` };
   }
-  if (url.hostname === '') return { error: `no host: expected http://[user:password@]host[:port] (got ${redact(text)})` };
+  if (url.hostname === '')
+    return { error: `no host: expected http://[user:password@]host[:port] (got ${redact(text)})` };
   if ((url.pathname !== '/' && url.pathname !== '') || url.search !== '' || url.hash !== '') {
-    return { error: `a proxy URL has no path, query or fragment: expected http://[user:password@]host[:port] (got ${redact(text)})` };
+    return {
+      error: `a proxy URL has no path, query or fragment: expected http://[user:password@]host[:port] (got ${redact(text)})`,
+    };
   }
   const port = url.port === '' ? DEFAULT_PROXY_PORT : Number(url.port);
   if (!(port >= 1 && port <= 65535)) return { error: `port ${url.port} is not from 1 to 65535` };
@@ -99,17 +104,29 @@ function firstSet(env: Env, names: string[]): { name: string; value: string } | 
  * (`no_proxy` first) excludes hosts either way, as it does curl's `--proxy`. A bad value is a
  * CONFIG_INVALID error naming the setting, in one line.
  */
-export function chooseProxy(target: ProxyTarget, configured: string | null, env: Env, configuredName = 'provider.proxy'): ProxyChoice {
-  if (configured !== null && configured.trim().toLowerCase() === DIRECT) return { proxy: undefined, reason: `${configuredName} is "${DIRECT}"` };
+export function chooseProxy(
+  target: ProxyTarget,
+  configured: string | null,
+  env: Env,
+  configuredName = 'provider.proxy',
+): ProxyChoice {
+  if (configured !== null && configured.trim().toLowerCase() === DIRECT)
+    return { proxy: undefined, reason: `${configuredName} is "${DIRECT}"` };
   const scheme = target.protocol === 'https:' ? 'https' : 'http';
-  const source = configured !== null ? { name: configuredName, value: configured } : firstSet(env, [`${scheme}_proxy`, `${scheme.toUpperCase()}_PROXY`, 'all_proxy', 'ALL_PROXY']);
-  if (!source) return { proxy: undefined, reason: `no ${scheme}_proxy, ${scheme.toUpperCase()}_PROXY or ALL_PROXY is set` };
+  const source =
+    configured !== null
+      ? { name: configuredName, value: configured }
+      : firstSet(env, [`${scheme}_proxy`, `${scheme.toUpperCase()}_PROXY`, 'all_proxy', 'ALL_PROXY']);
+  if (!source)
+    return { proxy: undefined, reason: `no ${scheme}_proxy, ${scheme.toUpperCase()}_PROXY or ALL_PROXY is set` };
   const parsed = parseProxyUrl(source.value);
-  if ('error' in parsed) throw new MsgbridgeError('CONFIG_INVALID', `invalid configuration:\n  - ${source.name}: ${parsed.error}`);
+  if ('error' in parsed)
+    throw new MsgbridgeError('CONFIG_INVALID', `invalid configuration:\n  - ${source.name}: ${parsed.error}`);
   const noProxy = firstSet(env, ['no_proxy', 'NO_PROXY']);
   if (noProxy) {
     const entry = noProxyMatch(noProxy.value, target.host, target.port);
-    if (typeof entry === 'object') throw new MsgbridgeError('CONFIG_INVALID', `invalid configuration:\n  - ${noProxy.name}: ${entry.error}`);
+    if (typeof entry === 'object')
+      throw new MsgbridgeError('CONFIG_INVALID', `invalid configuration:\n  - ${noProxy.name}: ${entry.error}`);
     if (entry !== undefined) return { proxy: undefined, reason: `${noProxy.name} names it ("${entry}")` };
   }
   return { proxy: parsed, reason: `from ${source.name}` };
@@ -140,7 +157,8 @@ export function noProxyMatch(list: string, host: string, port: number): string |
     if (family !== 0) {
       const max = family === 4 ? 32 : 128;
       const prefix = bits === undefined ? max : Number(bits);
-      if (!Number.isInteger(prefix) || prefix < 0 || prefix > max || (bits !== undefined && !/^\d+$/.test(bits))) return { error: `entry "${raw}": a CIDR prefix is 0 to ${max}` };
+      if (!Number.isInteger(prefix) || prefix < 0 || prefix > max || (bits !== undefined && !/^\d+$/.test(bits)))
+        return { error: `entry "${raw}": a CIDR prefix is 0 to ${max}` };
       if (hostIp !== family) continue;
       const range = new BlockList();
       range.addSubnet(address, prefix, family === 4 ? 'ipv4' : 'ipv6');
@@ -149,7 +167,8 @@ export function noProxyMatch(list: string, host: string, port: number): string |
     }
     if (bits !== undefined) return { error: `entry "${raw}": a CIDR range needs an IP address` };
     const domain = pattern.replace(/^\*?\./, '').replace(/\.$/, '');
-    if (domain === '' || !/^[a-z0-9_-]+(\.[a-z0-9_-]+)*$/.test(domain)) return { error: `entry "${raw}" is not a host name, domain, IP address or CIDR range` };
+    if (domain === '' || !/^[a-z0-9_-]+(\.[a-z0-9_-]+)*$/.test(domain))
+      return { error: `entry "${raw}" is not a host name, domain, IP address or CIDR range` };
     if (hostIp !== 0) continue;
     if (name === domain || name.endsWith(`.${domain}`)) return raw;
   }
@@ -168,7 +187,10 @@ function splitPort(entry: string): { host: string; port: number | undefined } | 
   return { host: entry, port: undefined };
 }
 
-function withPort(host: string, port: string | undefined): { host: string; port: number | undefined } | { error: string } {
+function withPort(
+  host: string,
+  port: string | undefined,
+): { host: string; port: number | undefined } | { error: string } {
   if (port === undefined) return { host, port: undefined };
   const n = Number(port);
   if (!/^\d{1,5}$/.test(port) || n < 1 || n > 65535) return { error: `port ${port} is not from 1 to 65535` };

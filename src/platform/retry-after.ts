@@ -14,7 +14,12 @@ export function parseRetryAfter(value: string | readonly string[] | undefined, n
   const text = (typeof value === 'string' ? value : value?.[0])?.trim();
   if (text === undefined || text === '') return undefined;
   if (/^\d+(\.\d+)?$/.test(text)) return Math.round(Number(text) * 1000);
-  const date = IMF_FIXDATE.test(text) || RFC850_DATE.test(text) ? Date.parse(text) : ASCTIME_DATE.test(text) ? Date.parse(`${text} GMT`) : Number.NaN;
+  const date =
+    IMF_FIXDATE.test(text) || RFC850_DATE.test(text)
+      ? Date.parse(text)
+      : ASCTIME_DATE.test(text)
+        ? Date.parse(`${text} GMT`)
+        : Number.NaN;
   return Number.isNaN(date) ? undefined : Math.max(0, date - nowMs);
 }
 
@@ -24,6 +29,8 @@ const TIME = '\\d{2}:\\d{2}:\\d{2}';
 /** Sun, 06 Nov 1994 08:49:37 GMT */
 const IMF_FIXDATE = new RegExp(`^${DAY}, \\d{2} ${MONTH} \\d{4} ${TIME} GMT$`);
 /** Sunday, 06-Nov-94 08:49:37 GMT */
-const RFC850_DATE = new RegExp(`^(Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday), \\d{2}-${MONTH}-\\d{2} ${TIME} GMT$`);
+const RFC850_DATE = new RegExp(
+  `^(Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday), \\d{2}-${MONTH}-\\d{2} ${TIME} GMT$`,
+);
 /** Sun Nov  6 08:49:37 1994 */
 const ASCTIME_DATE = new RegExp(`^${DAY} ${MONTH} [ \\d]\\d ${TIME} \\d{4}$`);

@@ -1,4 +1,17 @@
-import { createTraceState, diag, isSpanContextValid, DiagLogLevel, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Context, type Link, type Span, type SpanContext } from '@opentelemetry/api';
+import {
+  createTraceState,
+  diag,
+  isSpanContextValid,
+  DiagLogLevel,
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Context,
+  type Link,
+  type Span,
+  type SpanContext,
+} from '@opentelemetry/api';
 import { parseTraceParent } from '@opentelemetry/core';
 import { defaultResource, resourceFromAttributes } from '@opentelemetry/resources';
 import {
@@ -13,7 +26,14 @@ import {
 } from '@opentelemetry/sdk-trace-base';
 import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions';
 import type { Logger } from './logger.js';
-import type { StartSpanOptions, TraceAttributes, TraceSpan, TraceSpanKind, Tracer, TracingSettings } from './tracing.js';
+import type {
+  StartSpanOptions,
+  TraceAttributes,
+  TraceSpan,
+  TraceSpanKind,
+  Tracer,
+  TracingSettings,
+} from './tracing.js';
 
 /**
  * The OpenTelemetry SDK behind tracing.ts's Tracer, imported only when tracing is on. One
@@ -33,7 +53,13 @@ const KINDS: Record<TraceSpanKind, SpanKind> = {
 export function createSdkTracer(settings: TracingSettings, role: string, logger: Logger | undefined): Tracer {
   if (logger) forwardExportErrors(logger);
   const provider = new BasicTracerProvider({
-    resource: defaultResource().merge(resourceFromAttributes({ ...settings.resourceAttributes, [ATTR_SERVICE_NAME]: settings.serviceName, 'msgbridge.role': role })),
+    resource: defaultResource().merge(
+      resourceFromAttributes({
+        ...settings.resourceAttributes,
+        [ATTR_SERVICE_NAME]: settings.serviceName,
+        'msgbridge.role': role,
+      }),
+    ),
     sampler: samplerOf(settings),
     spanProcessors: [new BatchSpanProcessor(new LazyExporter(settings))],
   });
@@ -123,9 +149,15 @@ function forwardExportErrors(logger: Logger): void {
               })(),
       )
       .join(' ');
-    logger.warn({ detail: `${message} ${detail}`.trim().slice(0, 500) }, 'OpenTelemetry: spans could not be exported (the next such line in a minute at the earliest)');
+    logger.warn(
+      { detail: `${message} ${detail}`.trim().slice(0, 500) },
+      'OpenTelemetry: spans could not be exported (the next such line in a minute at the earliest)',
+    );
   };
-  diag.setLogger({ error: report, warn: report, info: () => {}, debug: () => {}, verbose: () => {} }, { logLevel: DiagLogLevel.WARN, suppressOverrideMessage: true });
+  diag.setLogger(
+    { error: report, warn: report, info: () => {}, debug: () => {}, verbose: () => {} },
+    { logLevel: DiagLogLevel.WARN, suppressOverrideMessage: true },
+  );
 }
 
 class SdkTracer implements Tracer {
@@ -186,7 +218,9 @@ function remoteContext(traceparent: string, tracestate: string | undefined): Spa
   return parsed;
 }
 
-function definedAttributes(attributes: TraceAttributes | undefined): Record<string, string | number | boolean> | undefined {
+function definedAttributes(
+  attributes: TraceAttributes | undefined,
+): Record<string, string | number | boolean> | undefined {
   if (!attributes) return undefined;
   const out: Record<string, string | number | boolean> = {};
   for (const key in attributes) {

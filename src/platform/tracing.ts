@@ -3,9 +3,9 @@ import type { Logger } from './logger.js';
 
 /**
  * OpenTelemetry tracing, off unless the standard OTEL_* variables ask for it (the variables:
- * docs/configuration.md, "Tracing"; the spans: README.md beside this file, "Tracing"). This file is what the roles see: the settings read from the environment, and a
- * tiny tracer interface whose spans are continued and propagated as W3C `traceparent` strings,
- * so that no role (and no pure file) imports @opentelemetry. The SDK itself lives in
+ * docs/configuration.md, "Tracing"; the spans: README.md beside this file, "Tracing"). This file is what the roles see:
+ * the settings read from the environment, and a tiny tracer interface whose spans are continued and propagated as W3C
+ * `traceparent` strings, so that no role (and no pure file) imports @opentelemetry. The SDK itself lives in
  * tracing-sdk.ts and is imported only when tracing is on: off, nothing of it is loaded, and a
  * call site pays one boolean test (`tracer.enabled`) before any span work.
  */
@@ -13,7 +13,13 @@ import type { Logger } from './logger.js';
 type Env = Record<string, string | undefined>;
 
 export type OtlpProtocol = 'http/protobuf' | 'http/json';
-export type SamplerName = 'always_on' | 'always_off' | 'traceidratio' | 'parentbased_always_on' | 'parentbased_always_off' | 'parentbased_traceidratio';
+export type SamplerName =
+  | 'always_on'
+  | 'always_off'
+  | 'traceidratio'
+  | 'parentbased_always_on'
+  | 'parentbased_always_off'
+  | 'parentbased_traceidratio';
 
 /** What the OTEL_* variables configure (undefined from `readTracingSettings`: tracing off). */
 export interface TracingSettings {
@@ -31,7 +37,14 @@ export interface TracingSettings {
   ratio: number;
 }
 
-const SAMPLERS: readonly SamplerName[] = ['always_on', 'always_off', 'traceidratio', 'parentbased_always_on', 'parentbased_always_off', 'parentbased_traceidratio'];
+const SAMPLERS: readonly SamplerName[] = [
+  'always_on',
+  'always_off',
+  'traceidratio',
+  'parentbased_always_on',
+  'parentbased_always_off',
+  'parentbased_traceidratio',
+];
 const PROTOCOLS: readonly OtlpProtocol[] = ['http/protobuf', 'http/json'];
 const DEFAULT_TIMEOUT_MS = 10_000;
 
@@ -41,7 +54,10 @@ const set = (value: string | undefined): string | undefined => {
 };
 
 function invalid(variable: string, value: string, expected: string): MsgbridgeError {
-  return new MsgbridgeError('CONFIG_INVALID', `invalid configuration:\n  - ${variable}=${JSON.stringify(value)}: ${expected}`);
+  return new MsgbridgeError(
+    'CONFIG_INVALID',
+    `invalid configuration:\n  - ${variable}=${JSON.stringify(value)}: ${expected}`,
+  );
 }
 
 /**
@@ -51,52 +67,84 @@ function invalid(variable: string, value: string, expected: string): MsgbridgeEr
  */
 export function readTracingSettings(env: Env, defaultServiceName: string): TracingSettings | undefined {
   const disabled = set(env.OTEL_SDK_DISABLED)?.toLowerCase();
-  if (disabled !== undefined && disabled !== 'true' && disabled !== 'false') throw invalid('OTEL_SDK_DISABLED', env.OTEL_SDK_DISABLED!, 'expected true or false');
+  if (disabled !== undefined && disabled !== 'true' && disabled !== 'false')
+    throw invalid('OTEL_SDK_DISABLED', env.OTEL_SDK_DISABLED!, 'expected true or false');
   const exporter = set(env.OTEL_TRACES_EXPORTER)?.toLowerCase();
   if (exporter !== undefined && exporter !== 'otlp' && exporter !== 'none') {
-    throw invalid('OTEL_TRACES_EXPORTER', env.OTEL_TRACES_EXPORTER!, 'expected otlp or none (msgbridge exports traces over OTLP/HTTP only)');
+    throw invalid(
+      'OTEL_TRACES_EXPORTER',
+      env.OTEL_TRACES_EXPORTER!,
+      'expected otlp or none (msgbridge exports traces over OTLP/HTTP only)',
+    );
   }
   const tracesEndpoint = set(env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT);
   const endpoint = set(env.OTEL_EXPORTER_OTLP_ENDPOINT);
-  if (disabled === 'true' || exporter === 'none' || (tracesEndpoint === undefined && endpoint === undefined)) return undefined;
+  if (disabled === 'true' || exporter === 'none' || (tracesEndpoint === undefined && endpoint === undefined))
+    return undefined;
 
   // The signal's own endpoint is used as it is; the general one gets the signal's path.
-  const url = tracesEndpoint !== undefined ? httpUrl('OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', tracesEndpoint) : `${httpUrl('OTEL_EXPORTER_OTLP_ENDPOINT', endpoint!).replace(/\/+$/, '')}/v1/traces`;
-  const protocolVariable = set(env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL) !== undefined ? 'OTEL_EXPORTER_OTLP_TRACES_PROTOCOL' : 'OTEL_EXPORTER_OTLP_PROTOCOL';
+  const url =
+    tracesEndpoint !== undefined
+      ? httpUrl('OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', tracesEndpoint)
+      : `${httpUrl('OTEL_EXPORTER_OTLP_ENDPOINT', endpoint!).replace(/\/+$/, '')}/v1/traces`;
+  const protocolVariable =
+    set(env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL) !== undefined
+      ? 'OTEL_EXPORTER_OTLP_TRACES_PROTOCOL'
+      : 'OTEL_EXPORTER_OTLP_PROTOCOL';
   const protocolValue = set(env[protocolVariable]) ?? 'http/protobuf';
   if (!PROTOCOLS.includes(protocolValue as OtlpProtocol)) {
     throw invalid(
       protocolVariable,
       protocolValue,
-      protocolValue === 'grpc' ? 'grpc is not supported by msgbridge: use http/protobuf (the default) or http/json, with the collector’s OTLP/HTTP port (4318)' : 'expected http/protobuf or http/json',
+      protocolValue === 'grpc'
+        ? 'grpc is not supported by msgbridge: use http/protobuf (the default) or http/json, with the collector’s OTLP/HTTP port (4318)'
+        : 'expected http/protobuf or http/json',
     );
   }
   const headers = {
     ...keyValues('OTEL_EXPORTER_OTLP_HEADERS', env.OTEL_EXPORTER_OTLP_HEADERS, false),
     ...keyValues('OTEL_EXPORTER_OTLP_TRACES_HEADERS', env.OTEL_EXPORTER_OTLP_TRACES_HEADERS, false),
   };
-  const timeoutVariable = set(env.OTEL_EXPORTER_OTLP_TRACES_TIMEOUT) !== undefined ? 'OTEL_EXPORTER_OTLP_TRACES_TIMEOUT' : 'OTEL_EXPORTER_OTLP_TIMEOUT';
+  const timeoutVariable =
+    set(env.OTEL_EXPORTER_OTLP_TRACES_TIMEOUT) !== undefined
+      ? 'OTEL_EXPORTER_OTLP_TRACES_TIMEOUT'
+      : 'OTEL_EXPORTER_OTLP_TIMEOUT';
   const timeoutValue = set(env[timeoutVariable]);
   let timeoutMs = DEFAULT_TIMEOUT_MS;
   if (timeoutValue !== undefined) {
     timeoutMs = Number(timeoutValue);
-    if (!/^\d+$/.test(timeoutValue) || timeoutMs < 1 || timeoutMs > 600_000) throw invalid(timeoutVariable, timeoutValue, 'expected milliseconds, an integer from 1 to 600000');
+    if (!/^\d+$/.test(timeoutValue) || timeoutMs < 1 || timeoutMs > 600_000)
+      throw invalid(timeoutVariable, timeoutValue, 'expected milliseconds, an integer from 1 to 600000');
   }
   const resourceAttributes = keyValues('OTEL_RESOURCE_ATTRIBUTES', env.OTEL_RESOURCE_ATTRIBUTES, true);
   const serviceName = set(env.OTEL_SERVICE_NAME) ?? set(resourceAttributes['service.name']) ?? defaultServiceName;
   delete resourceAttributes['service.name'];
 
   const samplerValue = set(env.OTEL_TRACES_SAMPLER)?.toLowerCase() ?? 'parentbased_always_on';
-  if (!SAMPLERS.includes(samplerValue as SamplerName)) throw invalid('OTEL_TRACES_SAMPLER', env.OTEL_TRACES_SAMPLER!, `expected one of ${SAMPLERS.join(', ')}`);
+  if (!SAMPLERS.includes(samplerValue as SamplerName))
+    throw invalid('OTEL_TRACES_SAMPLER', env.OTEL_TRACES_SAMPLER!, `expected one of ${SAMPLERS.join(', ')}`);
   const sampler = samplerValue as SamplerName;
   let ratio = 1;
   const ratioValue = set(env.OTEL_TRACES_SAMPLER_ARG);
   if (ratioValue !== undefined && sampler.endsWith('traceidratio')) {
     ratio = Number(ratioValue);
     if (!/^(\d+(\.\d*)?|\.\d+)(e-?\d+)?$/i.test(ratioValue) || !(ratio >= 0 && ratio <= 1))
-      throw invalid('OTEL_TRACES_SAMPLER_ARG', ratioValue, `expected the sampling ratio of ${sampler}, a number from 0 to 1 (0.01 = 1%)`);
+      throw invalid(
+        'OTEL_TRACES_SAMPLER_ARG',
+        ratioValue,
+        `expected the sampling ratio of ${sampler}, a number from 0 to 1 (0.01 = 1%)`,
+      );
   }
-  return { url, protocol: protocolValue as OtlpProtocol, headers, timeoutMs, serviceName, resourceAttributes, sampler, ratio };
+  return {
+    url,
+    protocol: protocolValue as OtlpProtocol,
+    headers,
+    timeoutMs,
+    serviceName,
+    resourceAttributes,
+    sampler,
+    ratio,
+  };
 }
 
 function httpUrl(variable: string, value: string): string {
@@ -104,9 +152,18 @@ function httpUrl(variable: string, value: string): string {
   try {
     url = new URL(value);
   } catch {
-    throw invalid(variable, value, 'expected an http:// or https:// URL (the collector’s OTLP/HTTP endpoint, e.g. http://localhost:4318)');
+    throw invalid(
+      variable,
+      value,
+      'expected an http:// or https:// URL (the collector’s OTLP/HTTP endpoint, e.g. http://localhost:4318)',
+    );
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw invalid(variable, value, 'expected an http:// or https:// URL (the collector’s OTLP/HTTP endpoint, e.g. http://localhost:4318)');
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    throw invalid(
+      variable,
+      value,
+      'expected an http:// or https:// URL (the collector’s OTLP/HTTP endpoint, e.g. http://localhost:4318)',
+    );
   return value;
 }
 
@@ -126,7 +183,10 @@ function keyValues(variable: string, value: string | undefined, showValue: boole
     }
     if (key === '' || decoded === undefined) {
       const shown = showValue ? JSON.stringify(item.trim()) : `entry ${index + 1}`;
-      throw new MsgbridgeError('CONFIG_INVALID', `invalid configuration:\n  - ${variable}: ${shown} is not key=value (comma-separated, values percent-encoded)`);
+      throw new MsgbridgeError(
+        'CONFIG_INVALID',
+        `invalid configuration:\n  - ${variable}: ${shown} is not key=value (comma-separated, values percent-encoded)`,
+      );
     }
     out[key] = decoded;
   }
@@ -213,7 +273,13 @@ export async function startTracing(options: StartTracingOptions): Promise<Tracer
   const { createSdkTracer } = await import('./tracing-sdk.js');
   const tracer = createSdkTracer(settings, options.role, options.logger);
   options.logger?.info(
-    { url: settings.url, protocol: settings.protocol, serviceName: settings.serviceName, sampler: settings.sampler, ...(settings.sampler.endsWith('traceidratio') ? { ratio: settings.ratio } : {}) },
+    {
+      url: settings.url,
+      protocol: settings.protocol,
+      serviceName: settings.serviceName,
+      sampler: settings.sampler,
+      ...(settings.sampler.endsWith('traceidratio') ? { ratio: settings.ratio } : {}),
+    },
     'OpenTelemetry tracing on',
   );
   return tracer;
@@ -228,7 +294,12 @@ export async function startTracing(options: StartTracingOptions): Promise<Tracer
  * (personal data in some jurisdictions): it is recorded, as the conventions say, only when
  * tracing is on.
  */
-export function startKafkaSendSpan(tracer: Tracer, parent: TraceSpan | string | undefined, topic: string, key: string | undefined): TraceSpan {
+export function startKafkaSendSpan(
+  tracer: Tracer,
+  parent: TraceSpan | string | undefined,
+  topic: string,
+  key: string | undefined,
+): TraceSpan {
   // Every sampler offered decides a child as its parent (parent-based, or by the trace id it
   // shares): a span left out has children left out too, so none is made; the record carries the
   // parent's traceparent (unsampled), which is all the next role needs.
@@ -251,7 +322,13 @@ export function startKafkaSendSpan(tracer: Tracer, parent: TraceSpan | string | 
  */
 export function startKafkaProcessSpan(
   tracer: Tracer,
-  record: { topic: string; partition: number; offset: string; traceparent: string | undefined; key?: string | undefined },
+  record: {
+    topic: string;
+    partition: number;
+    offset: string;
+    traceparent: string | undefined;
+    key?: string | undefined;
+  },
   groupId: string,
   alsoCausedBy?: readonly (string | undefined)[],
 ): TraceSpan {

@@ -21,7 +21,10 @@ let inUse: UwsBuild | undefined;
  */
 export const UWS_BUILDS = ['@btc-vision/uwebsockets.js', 'uWebSockets.js'] as const;
 
-/** Where a build keeps the native binary for this platform and Node ABI (the registry build in binaries/, the official one at its root). */
+/**
+ * Where a build keeps the native binary for this platform and Node ABI (the registry build in binaries/, the official
+ * one at its root).
+ */
 export function uwsBinaryCandidates(packageDir: string): string[] {
   const name = `uws_${process.platform}_${process.arch}_${process.versions.modules}.node`;
   return [join(packageDir, 'binaries', name), join(packageDir, name)];
@@ -61,7 +64,11 @@ export function installedUwsBuilds(): UwsBuild[] {
  * MSGBRIDGE_ALLOW_UWS_FALLBACK=1 accepts the registry build's slow JavaScript fallback.
  * `builds` and `load` are for tests.
  */
-export function loadUws(env: Record<string, string | undefined> = process.env, builds: UwsBuild[] = installedUwsBuilds(), load: (id: string) => unknown = require): Uws {
+export function loadUws(
+  env: Record<string, string | undefined> = process.env,
+  builds: UwsBuild[] = installedUwsBuilds(),
+  load: (id: string) => unknown = require,
+): Uws {
   const reasons: string[] = [];
   for (const build of builds) {
     if (build.binary === undefined) {

@@ -9,7 +9,13 @@ import type { Logger } from '../platform/logger.js';
  * the role's businesses in one step, or throws to refuse), logs one line per change or refusal
  * (ids only, never secrets) and counts them in `msgbridge_config_reloads_total{result}`.
  */
-export function watchConfiguredBusinesses(options: { config: Config; registry: Registry; logger: Logger; apply(businesses: BusinessConfig[]): void; pollMs?: number }): BusinessesWatch | undefined {
+export function watchConfiguredBusinesses(options: {
+  config: Config;
+  registry: Registry;
+  logger: Logger;
+  apply(businesses: BusinessConfig[]): void;
+  pollMs?: number;
+}): BusinessesWatch | undefined {
   const { config, registry, logger } = options;
   const path = config.businessesFile;
   if (path === null) return undefined;
@@ -37,7 +43,17 @@ export function watchConfiguredBusinesses(options: { config: Config; registry: R
     onApplied(businesses) {
       count = businesses.length;
       reloads.inc({ result: 'applied' });
-      logger.info({ file: path, businesses: businesses.map((b) => ({ id: b.id, signingSecrets: b.signingSecrets.length, apiKey: b.apiKey !== null })) }, 'businesses reloaded');
+      logger.info(
+        {
+          file: path,
+          businesses: businesses.map((b) => ({
+            id: b.id,
+            signingSecrets: b.signingSecrets.length,
+            apiKey: b.apiKey !== null,
+          })),
+        },
+        'businesses reloaded',
+      );
     },
     onError(error) {
       reloads.inc({ result: 'refused' });

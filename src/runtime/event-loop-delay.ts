@@ -40,10 +40,26 @@ export const EVENT_LOOP_DELAY_GAUGES = {
   min: ['nodejs_eventloop_lag_min_seconds', 'The minimum event loop delay since the last scrape.', 'min'],
   max: ['nodejs_eventloop_lag_max_seconds', 'The maximum event loop delay since the last scrape.', 'max'],
   mean: ['nodejs_eventloop_lag_mean_seconds', 'The mean event loop delay since the last scrape.', 'average'],
-  stddev: ['nodejs_eventloop_lag_stddev_seconds', 'The standard deviation of the event loop delays since the last scrape.', 'average'],
-  p50: ['nodejs_eventloop_lag_p50_seconds', 'The 50th percentile of the event loop delays since the last scrape.', 'average'],
-  p90: ['nodejs_eventloop_lag_p90_seconds', 'The 90th percentile of the event loop delays since the last scrape.', 'average'],
-  p99: ['nodejs_eventloop_lag_p99_seconds', 'The 99th percentile of the event loop delays since the last scrape.', 'average'],
+  stddev: [
+    'nodejs_eventloop_lag_stddev_seconds',
+    'The standard deviation of the event loop delays since the last scrape.',
+    'average',
+  ],
+  p50: [
+    'nodejs_eventloop_lag_p50_seconds',
+    'The 50th percentile of the event loop delays since the last scrape.',
+    'average',
+  ],
+  p90: [
+    'nodejs_eventloop_lag_p90_seconds',
+    'The 90th percentile of the event loop delays since the last scrape.',
+    'average',
+  ],
+  p99: [
+    'nodejs_eventloop_lag_p99_seconds',
+    'The 99th percentile of the event loop delays since the last scrape.',
+    'average',
+  ],
 } as const satisfies Record<keyof DelayFigures, readonly [string, string, 'min' | 'max' | 'average']>;
 
 /**
@@ -71,6 +87,9 @@ export function registerEventLoopDelay(registry: Registry, prefix: string, perio
   };
   for (const [figure, [name, help, aggregator]] of Object.entries(EVENT_LOOP_DELAY_GAUGES)) {
     const first = gauges.length === 0;
-    gauges.push({ figure: figure as keyof DelayFigures, gauge: new Gauge({ name: prefix + name, help, registers: [registry], aggregator, ...(first ? { collect } : {}) }) });
+    gauges.push({
+      figure: figure as keyof DelayFigures,
+      gauge: new Gauge({ name: prefix + name, help, registers: [registry], aggregator, ...(first ? { collect } : {}) }),
+    });
   }
 }

@@ -1,4 +1,10 @@
-import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import {
+  createServer,
+  type IncomingHttpHeaders,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from '../platform/logger.js';
 import { errorMessage, MsgbridgeError } from '../platform/errors.js';
@@ -78,7 +84,9 @@ export function startAdminServer(options: AdminServerOptions): Promise<HttpServe
       res.writeHead(200, { 'content-type': 'text/plain' }).end('ok\n');
     } else if (path === '/readyz') {
       const reason = options.notReadyReason();
-      res.writeHead(reason === undefined ? 200 : 503, { 'content-type': 'application/json' }).end(JSON.stringify(reason === undefined ? { ready: true } : { ready: false, reason }));
+      res
+        .writeHead(reason === undefined ? 200 : 503, { 'content-type': 'application/json' })
+        .end(JSON.stringify(reason === undefined ? { ready: true } : { ready: false, reason }));
     } else if (path === '/metrics') {
       options.registry.metrics().then(
         (text) => res.writeHead(200, { 'content-type': options.registry.contentType }).end(text),
@@ -105,23 +113,37 @@ export function startApiServer(options: ApiServerOptions): Promise<HttpServer> {
     }
     const fail = (err: unknown) => {
       logger?.warn({ err: errorMessage(err), path }, 'query failed');
-      if (!res.headersSent) res.writeHead(503, { 'content-type': 'application/json' }).end(`${JSON.stringify({ error: 'UNAVAILABLE', message: errorMessage(err) })}\n`);
+      if (!res.headersSent)
+        res
+          .writeHead(503, { 'content-type': 'application/json' })
+          .end(`${JSON.stringify({ error: 'UNAVAILABLE', message: errorMessage(err) })}\n`);
     };
     readBody(req, method === 'POST' ? MAX_BODY_BYTES : 0)
       .then((body) => {
         if (body === undefined) {
           res
             .writeHead(413, { 'content-type': 'application/json', connection: 'close' })
-            .end(`${JSON.stringify({ error: 'INVALID_ARGUMENT', message: `the body is larger than ${MAX_BODY_BYTES} bytes` })}\n`);
+            .end(
+              `${JSON.stringify({ error: 'INVALID_ARGUMENT', message: `the body is larger than ${MAX_BODY_BYTES} bytes` })}\n`,
+            );
           return;
         }
-        return route({ method: method as HttpRequest['method'], path, query: new URLSearchParams(search ?? ''), headers: req.headers, body }).then((answer) => {
+        return route({
+          method: method as HttpRequest['method'],
+          path,
+          query: new URLSearchParams(search ?? ''),
+          headers: req.headers,
+          body,
+        }).then((answer) => {
           if (!answer) {
             notFound(res);
             return;
           }
           const payload = answer.raw ?? `${JSON.stringify(answer.body)}\n`;
-          res.writeHead(answer.status, { ...(answer.raw === undefined ? { 'content-type': 'application/json' } : {}), ...answer.headers });
+          res.writeHead(answer.status, {
+            ...(answer.raw === undefined ? { 'content-type': 'application/json' } : {}),
+            ...answer.headers,
+          });
           res.end(method === 'HEAD' ? undefined : payload);
         });
       }, fail)
@@ -135,7 +157,13 @@ async function listen(server: Server, host: string, port: number, what: string):
   server.keepAliveTimeout = 5_000;
   await new Promise<void>((resolve, reject) => {
     server.once('error', (err: NodeJS.ErrnoException) =>
-      reject(new MsgbridgeError('INVALID_ARGUMENT', `${what} cannot listen on ${host}:${port} (${err.code === 'EADDRINUSE' ? 'in use' : (err.code ?? err.message)})`, { cause: err })),
+      reject(
+        new MsgbridgeError(
+          'INVALID_ARGUMENT',
+          `${what} cannot listen on ${host}:${port} (${err.code === 'EADDRINUSE' ? 'in use' : (err.code ?? err.message)})`,
+          { cause: err },
+        ),
+      ),
     );
     server.listen(port, host, () => {
       server.removeAllListeners('error');

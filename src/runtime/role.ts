@@ -29,7 +29,11 @@ export function once<T>(work: () => Promise<T>): () => Promise<T> {
 }
 
 /** Whether `work` settles within `graceMs` (false on timeout or failure, after `onError`). */
-export async function withinGrace(work: Promise<unknown>, graceMs: number, onError?: (error: unknown) => void): Promise<boolean> {
+export async function withinGrace(
+  work: Promise<unknown>,
+  graceMs: number,
+  onError?: (error: unknown) => void,
+): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<false>((resolve) => {
     timer = setTimeout(() => resolve(false), graceMs);
@@ -50,6 +54,10 @@ export async function withinGrace(work: Promise<unknown>, graceMs: number, onErr
 }
 
 /** A role's drain: `steps` once, bounded by its grace period (a step answering false counts as unfinished). */
-export function drainOnce(graceMs: number, steps: () => Promise<boolean | void>, onError?: (error: unknown) => void): () => Promise<boolean> {
+export function drainOnce(
+  graceMs: number,
+  steps: () => Promise<boolean | void>,
+  onError?: (error: unknown) => void,
+): () => Promise<boolean> {
   return once(() => withinGrace(steps(), graceMs, onError));
 }

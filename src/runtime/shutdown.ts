@@ -13,7 +13,11 @@ export interface Shutdown {
 }
 
 /** `drain` resolving false (a role's drain left work unfinished) counts as an incomplete stop, as a timeout does. */
-export function createShutdown(options: { logger: Logger; graceMs: number; drain: () => Promise<boolean | void> }): Shutdown {
+export function createShutdown(options: {
+  logger: Logger;
+  graceMs: number;
+  drain: () => Promise<boolean | void>;
+}): Shutdown {
   let stopping: Promise<boolean> | undefined;
 
   const stop = (reason: string): Promise<boolean> => {

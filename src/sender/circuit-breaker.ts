@@ -125,7 +125,11 @@ export class CircuitBreaker {
   }
 
   private probeDelay(circuit: Circuit): number {
-    return backoffDelay(circuit.probeFailures + 1, { backoffInitialMs: this.options.probeInitialMs, backoffMaxMs: this.options.probeMaxMs }, this.random);
+    return backoffDelay(
+      circuit.probeFailures + 1,
+      { backoffInitialMs: this.options.probeInitialMs, backoffMaxMs: this.options.probeMaxMs },
+      this.random,
+    );
   }
 
   private circuit(key: string): Circuit {

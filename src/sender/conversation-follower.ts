@@ -58,7 +58,8 @@ export function followConversations(options: ConversationFollowerOptions): Conve
     skipped += 1;
     options.onSkipped?.(reason);
     // One line for the first, then one per thousand: a topic full of foreign records must not flood the log.
-    if (skipped === 1 || skipped % 1000 === 0) logger.warn({ topic, skipped, reason }, 'conversations record skipped: not a conversation window');
+    if (skipped === 1 || skipped % 1000 === 0)
+      logger.warn({ topic, skipped, reason }, 'conversations record skipped: not a conversation window');
   };
 
   /** The readiness text of a stage. */
@@ -102,12 +103,18 @@ export function followConversations(options: ConversationFollowerOptions): Conve
       }
     },
     onWaitingForTopic() {
-      logger.warn({ topic }, 'waiting for the conversations topic to exist (the tracker creates it) before consuming send requests');
+      logger.warn(
+        { topic },
+        'waiting for the conversations topic to exist (the tracker creates it) before consuming send requests',
+      );
     },
     onCaughtUp({ records, durationMs }) {
       table.markComplete();
       entries = table.size;
-      logger.debug({ topic, records, entries, durationMs }, 'conversation table complete: every open window of the topic is known; following it from here');
+      logger.debug(
+        { topic, records, entries, durationMs },
+        'conversation table complete: every open window of the topic is known; following it from here',
+      );
     },
     onStopped(error) {
       table.markIncomplete();
@@ -118,7 +125,10 @@ export function followConversations(options: ConversationFollowerOptions): Conve
       options.onFatal?.(error);
     },
     timeoutError(status) {
-      const progress = status.stage === 'reading' ? `: ${status.progress}; a partition that does not move is held by a transaction left open on it, or Kafka is slow` : '';
+      const progress =
+        status.stage === 'reading'
+          ? `: ${status.progress}; a partition that does not move is held by a transaction left open on it, or Kafka is slow`
+          : '';
       return new MsgbridgeError(
         'KAFKA_UNAVAILABLE',
         `the conversation table was not ready within sender.conversationTableReadTimeoutMs (${options.timeoutMs} ms): still ${describe(status)}${progress}. With sender.conversationWindow "reject" the sender consumes no send request before it has read ${topic} to its end: check that the tracker runs (it creates and writes ${topic}) and that Kafka is reachable, raise the timeout for a large topic, or set sender.conversationWindow to "off"`,
@@ -126,7 +136,11 @@ export function followConversations(options: ConversationFollowerOptions): Conve
     },
   });
 
-  const loaded = changelog.loaded.then(({ records, durationMs }): ConversationLoad => ({ records, entries, durationMs }));
+  const loaded = changelog.loaded.then(({ records, durationMs }): ConversationLoad => ({
+    records,
+    entries,
+    durationMs,
+  }));
   // The caller awaits `loaded`; this keeps an unawaited rejection from being reported twice.
   loaded.catch(() => undefined);
 

@@ -1,4 +1,10 @@
-import { isSms, RELAY_ERROR_TYPE, RELAY_RESULT_CODE, type FallbackTemplate, type SendRequest } from '../contracts/index.js';
+import {
+  isSms,
+  RELAY_ERROR_TYPE,
+  RELAY_RESULT_CODE,
+  type FallbackTemplate,
+  type SendRequest,
+} from '../contracts/index.js';
 import type { WindowLookup } from './conversation-table.js';
 
 /**
@@ -27,7 +33,10 @@ export type GuardDecision =
 export interface GuardInput {
   mode: ConversationWindowMode;
   /** `recipient.channelType` of a text says its channel (a template is WhatsApp's). */
-  request: Pick<SendRequest, 'type' | 'conversationWindow'> & { fallbackTemplate?: FallbackTemplate | undefined; recipient?: { channelType: string } };
+  request: Pick<SendRequest, 'type' | 'conversationWindow'> & {
+    fallbackTemplate?: FallbackTemplate | undefined;
+    recipient?: { channelType: string };
+  };
   /** The window of the request's customer; called only when the rules need it. */
   lookup: () => WindowLookup;
   now: number;
@@ -67,7 +76,13 @@ export function decideConversation(input: GuardInput): GuardDecision {
 }
 
 /** The error of a refused text: what a producer reads in `error` of the rejected result. */
-export function outsideWindowFailure(window: Extract<WindowLookup, { state: 'closed' }>): { message: string; type: string; code: string; retriable: false; details: Record<string, unknown> } {
+export function outsideWindowFailure(window: Extract<WindowLookup, { state: 'closed' }>): {
+  message: string;
+  type: string;
+  code: string;
+  retriable: false;
+  details: Record<string, unknown>;
+} {
   const closedAt = window.openUntil === null ? null : new Date(window.openUntil).toISOString();
   return {
     message:
@@ -86,8 +101,13 @@ export function outsideWindowFailure(window: Extract<WindowLookup, { state: 'clo
  * `language`, included) to the text's recipient, with the text's other pass-through fields
  * (`callbackData`, `campaignName`...) but not its text-only ones (`recipient`, `message`).
  */
-export function fallbackBody(textBody: Record<string, unknown>, recipient: string, template: FallbackTemplate): Record<string, unknown> {
+export function fallbackBody(
+  textBody: Record<string, unknown>,
+  recipient: string,
+  template: FallbackTemplate,
+): Record<string, unknown> {
   const body: Record<string, unknown> = {};
-  for (const [field, value] of Object.entries(textBody)) if (field !== 'recipient' && field !== 'message') body[field] = value;
+  for (const [field, value] of Object.entries(textBody))
+    if (field !== 'recipient' && field !== 'message') body[field] = value;
   return { ...body, ...template, number: recipient, parameters: template.parameters ?? [] };
 }

@@ -41,7 +41,10 @@ export interface ConversationTableStats {
   /** Records applied (changed an entry), and records that changed nothing (an older or equal window, a closed one). */
   applied: number;
   unchanged: number;
-  /** Open windows dropped because the table was full: lookups of unknown customers answer `unknown` until they would all have closed. */
+  /**
+   * Open windows dropped because the table was full: lookups of unknown customers answer `unknown` until they would all
+   * have closed.
+   */
   evictedOpen: number;
   /** Until when (ms) unknown customers answer `unknown` because of such evictions (0 = never). */
   evictedUntil: number;
@@ -65,7 +68,8 @@ export function conversationEntry(key: Buffer | string | null, value: Buffer | s
   if (key === null) return { invalid: 'record without a key' };
   const text = typeof key === 'string' ? key : key.toString('utf8');
   const colon = text.indexOf(':');
-  if (colon <= 0 || colon === text.length - 1) return { invalid: `key "${text.slice(0, 200)}" is not <businessId>:<customer>` };
+  if (colon <= 0 || colon === text.length - 1)
+    return { invalid: `key "${text.slice(0, 200)}" is not <businessId>:<customer>` };
   const businessId = text.slice(0, colon);
   const entryKey = tableKey(businessId, text.slice(colon + 1));
   if (value === null || value.length === 0) return { key: entryKey, businessId, openUntil: null };
@@ -78,10 +82,13 @@ export function conversationEntry(key: Buffer | string | null, value: Buffer | s
   const parsed = conversationWindowSchema.safeParse(json);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
-    return { invalid: `value of ${text.slice(0, 200)} is not a conversation window: ${issue ? `${issue.path.join('.') || '(root)'}: ${issue.message}` : 'invalid'}` };
+    return {
+      invalid: `value of ${text.slice(0, 200)} is not a conversation window: ${issue ? `${issue.path.join('.') || '(root)'}: ${issue.message}` : 'invalid'}`,
+    };
   }
   const openUntil = Date.parse(parsed.data.windowOpenUntil);
-  if (!Number.isFinite(openUntil)) return { invalid: `value of ${text.slice(0, 200)} has an unreadable windowOpenUntil` };
+  if (!Number.isFinite(openUntil))
+    return { invalid: `value of ${text.slice(0, 200)} has an unreadable windowOpenUntil` };
   return { key: entryKey, businessId, openUntil };
 }
 
@@ -97,7 +104,8 @@ export class ConversationTable {
   private unchanged = 0;
 
   constructor(options: ConversationTableOptions) {
-    if (!Number.isInteger(options.maxEntries) || options.maxEntries < 1) throw new RangeError(`maxEntries must be a positive integer, got ${options.maxEntries}`);
+    if (!Number.isInteger(options.maxEntries) || options.maxEntries < 1)
+      throw new RangeError(`maxEntries must be a positive integer, got ${options.maxEntries}`);
     this.maxEntries = options.maxEntries;
     this.now = options.now ?? Date.now;
   }
@@ -174,7 +182,14 @@ export class ConversationTable {
   }
 
   stats(): ConversationTableStats {
-    return { entries: this.windows.size, complete: this.complete, applied: this.applied, unchanged: this.unchanged, evictedOpen: this.evictedOpen, evictedUntil: this.evictedUntil };
+    return {
+      entries: this.windows.size,
+      complete: this.complete,
+      applied: this.applied,
+      unchanged: this.unchanged,
+      evictedOpen: this.evictedOpen,
+      evictedUntil: this.evictedUntil,
+    };
   }
 
   /**

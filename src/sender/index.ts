@@ -82,7 +82,10 @@ export function senderApiKeys(config: Config): Map<string, string> {
   return keys;
 }
 
-/** What the start prepared before the sender's parts are built: its configuration checked, the topics ready, results publishable. */
+/**
+ * What the start prepared before the sender's parts are built: its configuration checked, the topics ready, results
+ * publishable.
+ */
 interface Prepared {
   options: StartSenderOptions;
   logger: Logger;
@@ -147,7 +150,11 @@ export class Sender implements Role {
     const { config } = options;
     const logger = (options.logger ?? silentLogger).child({ component: 'sender' });
     const apiKeys = senderApiKeys(config);
-    if (!config.provider.url) throw new MsgbridgeError('CONFIG_INVALID', 'invalid configuration:\n  - provider.url: the sender needs the provider base URL (MSGBRIDGE_PROVIDER_URL)');
+    if (!config.provider.url)
+      throw new MsgbridgeError(
+        'CONFIG_INVALID',
+        'invalid configuration:\n  - provider.url: the sender needs the provider base URL (MSGBRIDGE_PROVIDER_URL)',
+      );
     const proxy = providerProxy(config.provider.url, config.provider.proxy, options.proxyEnv ?? process.env);
     const brokers = options.brokers ?? config.kafka.brokers;
     requireBrokers(brokers);
@@ -163,7 +170,21 @@ export class Sender implements Role {
 
   private static async startWith(
     options: StartSenderOptions,
-    { logger, apiKeys, brokers, registry, tracer, proxy }: { logger: Logger; apiKeys: Map<string, string>; brokers: string[]; registry: Registry; tracer: Tracer; proxy: ProxyChoice },
+    {
+      logger,
+      apiKeys,
+      brokers,
+      registry,
+      tracer,
+      proxy,
+    }: {
+      logger: Logger;
+      apiKeys: Map<string, string>;
+      brokers: string[];
+      registry: Registry;
+      tracer: Tracer;
+      proxy: ProxyChoice;
+    },
   ): Promise<Sender> {
     const { config } = options;
     checkLocalStoreDir(config.sender.stateDir, 'sender.stateDir', 'MSGBRIDGE_SENDER_STATE_DIR', 'the sender');
@@ -171,7 +192,8 @@ export class Sender implements Role {
     const { dlqMaxBytes, partitions } = await connectingToKafka(brokers, () => prepareTopics(kafka, config, logger));
     // kafka.client, as the ingress: @platformatic/kafka encodes a batch at a fraction of kafkajs's
     // CPU, and weighs about 45 MiB of memory once loaded: loaded only when chosen (docs/benchmarks.md).
-    const platformatic = config.kafka.client === 'platformatic' ? await import('../kafka/platformatic-producer.js') : undefined;
+    const platformatic =
+      config.kafka.client === 'platformatic' ? await import('../kafka/platformatic-producer.js') : undefined;
 
     const publisher = new ResultPublisher({
       createProducer: () =>
@@ -181,15 +203,35 @@ export class Sender implements Role {
       stallMs: config.kafka.requestTimeoutMs,
       // The results of one rate-limit grant (up to 200 ms of tokens) in one produce request (README, "Throughput").
       lingerMs: 5,
-      onReplace: (error) => logger.debug({ err: errorMessage(error) }, 'a produce of results failed: the producer is replaced, never reused'),
+      onReplace: (error) =>
+        logger.debug(
+          { err: errorMessage(error) },
+          'a produce of results failed: the producer is replaced, never reused',
+        ),
       onHealthChange: (ok, error) => {
         if (ok) logger.info('results reach Kafka again');
-        else logger.error({ err: errorMessage(error) }, 'results cannot be published to Kafka: retrying with a new producer; /readyz is 503 meanwhile');
+        else
+          logger.error(
+            { err: errorMessage(error) },
+            'results cannot be published to Kafka: retrying with a new producer; /readyz is 503 meanwhile',
+          );
       },
     });
     await connectingToKafka(brokers, () => publisher.start());
 
-    const sender = new Sender({ options, logger, apiKeys, providerUrl: config.provider.url!, proxy, registry, kafka, publisher, dlqMaxBytes, partitions, tracer });
+    const sender = new Sender({
+      options,
+      logger,
+      apiKeys,
+      providerUrl: config.provider.url!,
+      proxy,
+      registry,
+      kafka,
+      publisher,
+      dlqMaxBytes,
+      partitions,
+      tracer,
+    });
     sender.followBusinesses();
     sender.startGuard();
     await sender.serveAdmin();
@@ -213,27 +255,7 @@ export class Sender implements Role {
     this.publisher = publisher;
     this.tracer = prepared.tracer;
 
-    const { proxy } = prepared.proxy;
-    if (proxy) logger.info({ proxy: proxy.display, reason: prepared.proxy.reason }, 'provider calls go through an HTTP proxy');
-    else logger.debug({ reason: prepared.proxy.reason }, 'provider calls go direct, through no proxy');
-    this.client = createProviderClient({
-      baseUrl: prepared.providerUrl,
-      connections: config.provider.connections ?? s.concurrency,
-      callTimeoutMs: s.callTimeoutMs,
-      tracer: this.tracer,
-      ...(proxy
-        ? {
-            proxy,
-            onProxyChange: (working: boolean, detail: string) =>
-              working
-                ? logger.info({ proxy: proxy.display }, detail)
-                : logger.error(
-                    { proxy: proxy.display, err: detail },
-                    'provider calls fail at the HTTP proxy: they wait and are retried under sender.retryBudgetMs, none is lost; check the proxy and provider.proxy or HTTPS_PROXY/HTTP_PROXY',
-                  ),
-          }
-        : {}),
-    });
+    this.client = providerClientFor(prepared, logger, this.tracer);
     this.limiter = new RateLimiter({ ratePerSecond: s.ratePerSecond });
     this.circuits = new CircuitBreaker({
       failureThreshold: s.circuitFailureThreshold,
@@ -244,7 +266,10 @@ export class Sender implements Role {
 
     // The conversation window guard (README "Conversation window"): the table is read in full
     // before any send request is consumed (awaitConversationTable), then followed.
-    const table = s.conversationWindow === 'reject' ? new ConversationTable({ maxEntries: s.conversationTableMaxEntries }) : undefined;
+    const table =
+      s.conversationWindow === 'reject'
+        ? new ConversationTable({ maxEntries: s.conversationTableMaxEntries })
+        : undefined;
     this.table = table;
 
     // The gauges read the runner's stats at scrape time (the runner is created below).
@@ -299,7 +324,15 @@ export class Sender implements Role {
       metrics: this.senderMetrics,
       logger,
       tracing: { tracer: this.tracer, requestsTopic: config.kafka.topics.sendRequests, groupId: s.groupId },
-      ...(table ? { conversations: { mode: s.conversationWindow, graceMs: s.conversationWindowGraceMs, lookup: (business: string, customer: string) => table.lookup(business, customer) } } : {}),
+      ...(table
+        ? {
+            conversations: {
+              mode: s.conversationWindow,
+              graceMs: s.conversationWindowGraceMs,
+              lookup: (business: string, customer: string) => table.lookup(business, customer),
+            },
+          }
+        : {}),
     });
     // Every buffered key may be waiting (for its circuit, a token): provider calls in flight are
     // bounded by the call slots above, so that one business's outage holds none of another's.
@@ -308,7 +341,8 @@ export class Sender implements Role {
       maxBuffered: s.maxBufferedRequests,
       work: (job, context) => this.processor.work(job, context),
       onCommitWorthwhile: () => void this.member.commitOnce(),
-      onWorkError: (err, partition, offset) => logger.error({ err, partition, offset }, 'processing a request failed unexpectedly; retrying it'),
+      onWorkError: (err, partition, offset) =>
+        logger.error({ err, partition, offset }, 'processing a request failed unexpectedly; retrying it'),
     });
 
     const consumer: GroupConsumer = createKafkajsGroupConsumer(this.kafka, {
@@ -329,7 +363,8 @@ export class Sender implements Role {
       logger,
       onCommit: (result) => this.senderMetrics.commit(result),
       onAssignment: () => this.senderMetrics.rebalance(),
-      preparePartitions: (partitions) => Promise.all(partitions.map((p) => this.restoreLedger(p))).then(() => undefined),
+      preparePartitions: (partitions) =>
+        Promise.all(partitions.map((p) => this.restoreLedger(p))).then(() => undefined),
       releasePartitions: (partitions) => {
         for (const p of partitions) {
           this.ledgerRestores.get(p)?.abort();
@@ -340,7 +375,11 @@ export class Sender implements Role {
       // The calls in flight end and are recorded before another member can own their partitions.
       beforeRejoin: async () => {
         const settled = await this.processor.pauseCalls(s.callTimeoutMs + LEDGER_PUBLISH_GRACE_MS);
-        if (!settled) logger.warn({ unsettled: this.processor.unsettledCalls }, 'rejoining the group with provider calls whose outcome is not yet recorded: their next owner waits for it');
+        if (!settled)
+          logger.warn(
+            { unsettled: this.processor.unsettledCalls },
+            'rejoining the group with provider calls whose outcome is not yet recorded: their next owner waits for it',
+          );
       },
       afterAssignment: () => this.processor.resumeCalls(),
       ...(options.onFatal ? { onFatal: options.onFatal } : {}),
@@ -360,8 +399,16 @@ export class Sender implements Role {
     return this.member.isMember() && this.publisher.publishable && (this.table === undefined || this.table.isComplete);
   }
 
-  /** The runner's counts (`running` includes requests waiting for their circuit or a token), provider calls in flight, remembered request ids, the conversation table (when the guard is on). */
-  stats(): RunnerStats & { providerCalls: number; completedRequestIds: number; unsettledCalls: number; conversationTable?: ConversationTableStats } {
+  /**
+   * The runner's counts (`running` includes requests waiting for their circuit or a token), provider calls in flight,
+   * remembered request ids, the conversation table (when the guard is on).
+   */
+  stats(): RunnerStats & {
+    providerCalls: number;
+    completedRequestIds: number;
+    unsettledCalls: number;
+    conversationTable?: ConversationTableStats;
+  } {
     return {
       ...this.runner.stats(),
       providerCalls: this.callSlots.inUse,
@@ -387,7 +434,10 @@ export class Sender implements Role {
       } catch (error) {
         if (abort.signal.aborted) break;
         const delayMs = Math.min(10_000, 250 * 2 ** Math.min(attempt, 6));
-        this.logger.warn({ partition, err: errorMessage(error), retryInMs: delayMs }, 'restoring the request ledger failed: the partition waits for it');
+        this.logger.warn(
+          { partition, err: errorMessage(error), retryInMs: delayMs },
+          'restoring the request ledger failed: the partition waits for it',
+        );
         await sleep(delayMs, abort.signal);
       }
     }
@@ -410,7 +460,12 @@ export class Sender implements Role {
    * valid list is applied by reloadBusinesses.
    */
   private followBusinesses(): void {
-    this.businessesWatch = watchConfiguredBusinesses({ config: this.config, registry: this.metrics, logger: this.logger, apply: (businesses) => this.reloadBusinesses(businesses) });
+    this.businessesWatch = watchConfiguredBusinesses({
+      config: this.config,
+      registry: this.metrics,
+      logger: this.logger,
+      apply: (businesses) => this.reloadBusinesses(businesses),
+    });
   }
 
   /** With the guard on: the conversation table starts being read, then followed. */
@@ -453,7 +508,10 @@ export class Sender implements Role {
       await this.admin?.close();
       return this.abortStart(err);
     });
-    this.logger.info({ conversations: this.config.kafka.topics.conversations, ...loaded }, 'conversation table complete (every open window known, followed from here): consuming send requests');
+    this.logger.info(
+      { conversations: this.config.kafka.topics.conversations, ...loaded },
+      'conversation table complete (every open window known, followed from here): consuming send requests',
+    );
   }
 
   private async joinGroup(): Promise<void> {
@@ -479,7 +537,11 @@ export class Sender implements Role {
 
   /** The partition consumer hands a record over: its job for the runner, and the key it is ordered by. */
   private handOver(record: ConsumedRecord): { job: Job; key: string } {
-    const job = prepareJob(record, this.apiKeys, { receivedAt: Date.now(), producedAt: Number(record.timestamp), maxRequestAgeMs: this.settings.maxRequestAgeMs });
+    const job = prepareJob(record, this.apiKeys, {
+      receivedAt: Date.now(),
+      producedAt: Number(record.timestamp),
+      maxRequestAgeMs: this.settings.maxRequestAgeMs,
+    });
     return { job, key: orderKey(record, job) };
   }
 
@@ -505,14 +567,20 @@ export class Sender implements Role {
         { businessId: business, consecutiveFailures: failures },
         'provider circuit open: the provider keeps failing for this business; its requests wait and one probe at a time is sent',
       );
-    else this.logger.info({ businessId: business }, 'provider circuit closed: the provider answers again; sending resumes');
+    else
+      this.logger.info(
+        { businessId: business },
+        'provider circuit closed: the provider answers again; sending resumes',
+      );
   }
 
   /** What /readyz says while not ready: the conversation table, the group membership, then the publisher. */
   private notReadyReason(): string | undefined {
     const follower = this.guard?.follower;
     return (
-      (this.table && follower && !this.table.isComplete ? `conversation table not ready: ${follower.status()}` : undefined) ??
+      (this.table && follower && !this.table.isComplete
+        ? `conversation table not ready: ${follower.status()}`
+        : undefined) ??
       this.member.notReadyReason() ??
       (this.publisher.publishable ? undefined : 'results cannot be published to Kafka (the last produce failed)')
     );
@@ -531,7 +599,9 @@ export class Sender implements Role {
     await this.ledger.close();
     this.businessesWatch?.stop();
     await this.guard?.stop();
-    await this.publisher.close().catch((err: unknown) => this.logger.warn({ err }, 'disconnecting the producer failed'));
+    await this.publisher
+      .close()
+      .catch((err: unknown) => this.logger.warn({ err }, 'disconnecting the producer failed'));
     await this.client.close().catch(() => undefined);
     await this.admin?.close();
     // The spans of the last requests are exported before the process ends (bounded).
@@ -608,12 +678,20 @@ function orderKey(record: ConsumedRecord, job: Job): string {
  * many partitions as send-requests (partition p of one is the memory of partition p of the
  * other), and answers the DLQ's record limit and the partition count.
  */
-async function prepareTopics(kafka: KafkaPort, config: Config, logger: Logger): Promise<{ dlqMaxBytes: number; partitions: number }> {
+async function prepareTopics(
+  kafka: KafkaPort,
+  config: Config,
+  logger: Logger,
+): Promise<{ dlqMaxBytes: number; partitions: number }> {
   const topics = config.kafka.topics;
   const s = config.sender;
   return withAdmin(kafka, async (admin) => {
-    const partitions = (await admin.partitionCounts([topics.sendRequests])).get(topics.sendRequests) ?? config.kafka.partitions;
-    const base = { replicationFactor: config.kafka.replicationFactor, minInsyncReplicas: config.kafka.minInsyncReplicas };
+    const partitions =
+      (await admin.partitionCounts([topics.sendRequests])).get(topics.sendRequests) ?? config.kafka.partitions;
+    const base = {
+      replicationFactor: config.kafka.replicationFactor,
+      minInsyncReplicas: config.kafka.minInsyncReplicas,
+    };
     // Kept a little longer than the window: a restore still finds an outcome written near its end.
     const ledgerRetentionMs = s.idempotencyWindowMs + 3_600_000;
     const written = await admin.prepareRoleTopics(
@@ -624,7 +702,9 @@ async function prepareTopics(kafka: KafkaPort, config: Config, logger: Logger): 
             topic,
             partitions: topic === topics.sendRequests ? partitions : config.kafka.partitions,
             ...base,
-            ...(topic === topics.sendRequestsDlq ? { configEntries: [{ name: 'retention.ms', value: String(config.kafka.dlqRetentionMs) }] } : {}),
+            ...(topic === topics.sendRequestsDlq
+              ? { configEntries: [{ name: 'retention.ms', value: String(config.kafka.dlqRetentionMs) }] }
+              : {}),
           })),
           {
             topic: topics.sendLedger,
@@ -660,10 +740,45 @@ const LEDGER_UPKEEP_MS = 10_000;
 /** After a call's deadline, how long its outcome may take to reach the ledger (README "Sent once"). */
 const LEDGER_PUBLISH_GRACE_MS = 5_000;
 
-/** The egress proxy for the provider's origin (README "Egress proxy"): CONFIG_INVALID naming the setting when one cannot be read. */
-export function providerProxy(providerUrl: string, configured: string | null, env: Record<string, string | undefined>): ProxyChoice {
+/**
+ * The egress proxy for the provider's origin (README "Egress proxy"): CONFIG_INVALID naming the setting when one cannot
+ * be read.
+ */
+export function providerProxy(
+  providerUrl: string,
+  configured: string | null,
+  env: Record<string, string | undefined>,
+): ProxyChoice {
   const url = new URL(providerUrl);
   const protocol = url.protocol === 'https:' ? 'https:' : 'http:';
   const port = url.port !== '' ? Number(url.port) : protocol === 'https:' ? 443 : 80;
   return chooseProxy({ protocol, host: url.hostname.replace(/^\[(.*)\]$/, '$1'), port }, configured, env);
+}
+
+/** The provider's HTTP client, through the egress proxy when one applies (README "Egress proxy"). */
+function providerClientFor(prepared: Prepared, logger: Logger, tracer: Prepared['tracer']): ProviderClient {
+  const { config } = prepared.options;
+  const s = config.sender;
+  const { proxy } = prepared.proxy;
+  if (proxy)
+    logger.info({ proxy: proxy.display, reason: prepared.proxy.reason }, 'provider calls go through an HTTP proxy');
+  else logger.debug({ reason: prepared.proxy.reason }, 'provider calls go direct, through no proxy');
+  return createProviderClient({
+    baseUrl: prepared.providerUrl,
+    connections: config.provider.connections ?? s.concurrency,
+    callTimeoutMs: s.callTimeoutMs,
+    tracer,
+    ...(proxy
+      ? {
+          proxy,
+          onProxyChange: (working: boolean, detail: string) =>
+            working
+              ? logger.info({ proxy: proxy.display }, detail)
+              : logger.error(
+                  { proxy: proxy.display, err: detail },
+                  'provider calls fail at the HTTP proxy: they wait and are retried under sender.retryBudgetMs, none is lost; check the proxy and provider.proxy or HTTPS_PROXY/HTTP_PROXY',
+                ),
+        }
+      : {}),
+  });
 }

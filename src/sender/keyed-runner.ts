@@ -51,7 +51,10 @@ export interface KeyedRunnerOptions<T> {
    */
   maxUncommitted?: number;
   work: (payload: T, context: WorkContext) => Promise<WorkOutcome>;
-  /** An item whose work threw or was abandoned while its partition was still owned is retried after this delay (default 1000 ms). */
+  /**
+   * An item whose work threw or was abandoned while its partition was still owned is retried after this delay (default
+   * 1000 ms).
+   */
   retryAbandonedAfterMs?: number;
   onWorkError?: (error: unknown, partition: string, offset: number) => void;
   /**
@@ -128,7 +131,8 @@ interface Track {
 }
 
 export class KeyedRunner<T> {
-  private readonly options: Required<Omit<KeyedRunnerOptions<T>, 'onWorkError' | 'onCommitWorthwhile'>> & Pick<KeyedRunnerOptions<T>, 'onWorkError' | 'onCommitWorthwhile'>;
+  private readonly options: Required<Omit<KeyedRunnerOptions<T>, 'onWorkError' | 'onCommitWorthwhile'>> &
+    Pick<KeyedRunnerOptions<T>, 'onWorkError' | 'onCommitWorthwhile'>;
   private readonly tracks = new Map<string, Track>();
   private readonly keys = new Map<string, KeyQueue<T>>();
   private readonly ready = new Deque<KeyQueue<T>>();
@@ -147,11 +151,13 @@ export class KeyedRunner<T> {
     this.options = {
       maxUncommitted: options.maxUncommitted ?? options.maxBuffered,
       retryAbandonedAfterMs: options.retryAbandonedAfterMs ?? 1000,
-      commitWorthwhileAt: options.commitWorthwhileAt ?? Math.max(1, Math.floor((options.maxUncommitted ?? options.maxBuffered) / 10)),
+      commitWorthwhileAt:
+        options.commitWorthwhileAt ?? Math.max(1, Math.floor((options.maxUncommitted ?? options.maxBuffered) / 10)),
       ...options,
     } as typeof this.options;
     setMaxListeners(0, this.hard.signal);
-    if (this.options.maxUncommitted < options.maxBuffered) throw new RangeError('maxUncommitted must be at least maxBuffered');
+    if (this.options.maxUncommitted < options.maxBuffered)
+      throw new RangeError('maxUncommitted must be at least maxBuffered');
   }
 
   /** Starts tracking a partition (idempotent while it stays assigned). Returns its epoch. */
@@ -270,7 +276,8 @@ export class KeyedRunner<T> {
    * the window while another partition waits for room.
    */
   hasCapacity(partition?: string): boolean {
-    if (this.bufferedCount >= this.options.maxBuffered || this.uncommittedCount >= this.options.maxUncommitted) return false;
+    if (this.bufferedCount >= this.options.maxBuffered || this.uncommittedCount >= this.options.maxUncommitted)
+      return false;
     if (partition === undefined || this.capacityWaiters.length === 0) return true;
     const share = this.fairShare();
     return this.mayTake(partition, share, this.anyWaitingUnderShare(share));
@@ -346,7 +353,8 @@ export class KeyedRunner<T> {
   markCommitted(point: Pick<CommitPoint, 'partition' | 'epoch' | 'offset' | 'version'>): void {
     const track = this.tracks.get(point.partition);
     if (!track || track.epoch !== point.epoch) return;
-    if (track.committedOffset === undefined || point.offset >= track.committedOffset) track.committedOffset = point.offset;
+    if (track.committedOffset === undefined || point.offset >= track.committedOffset)
+      track.committedOffset = point.offset;
     if (point.version > track.committedVersion) track.committedVersion = point.version;
     while ((track.pending.peek()?.offset ?? Infinity) < track.committedOffset) {
       track.pending.shift();
@@ -359,7 +367,8 @@ export class KeyedRunner<T> {
   stats(): RunnerStats {
     let commitLag = 0;
     for (const track of this.tracks.values()) {
-      if (track.nextOffset !== undefined && track.committedOffset !== undefined) commitLag += track.nextOffset - track.committedOffset;
+      if (track.nextOffset !== undefined && track.committedOffset !== undefined)
+        commitLag += track.nextOffset - track.committedOffset;
     }
     return {
       buffered: this.bufferedCount,
@@ -451,7 +460,16 @@ export class KeyedRunner<T> {
           this.notify();
           return;
         }
-        this.start({ id: `released\u0000${entry.offset}`, entries: new Deque(), running: false, inReady: false, retryTimer: undefined }, entry);
+        this.start(
+          {
+            id: `released\u0000${entry.offset}`,
+            entries: new Deque(),
+            running: false,
+            inReady: false,
+            retryTimer: undefined,
+          },
+          entry,
+        );
       }, this.options.retryAbandonedAfterMs);
       timer.unref?.();
       this.notify();
@@ -514,7 +532,12 @@ export class KeyedRunner<T> {
   }
 
   private wantCommitIfWorthwhile(): void {
-    if (this.capacityWaiters.length > 0 && this.options.onCommitWorthwhile && this.releasable() >= this.options.commitWorthwhileAt) this.options.onCommitWorthwhile();
+    if (
+      this.capacityWaiters.length > 0 &&
+      this.options.onCommitWorthwhile &&
+      this.releasable() >= this.options.commitWorthwhileAt
+    )
+      this.options.onCommitWorthwhile();
   }
 
   /**
@@ -526,7 +549,9 @@ export class KeyedRunner<T> {
   }
 
   private anyWaitingUnderShare(share: number): boolean {
-    return this.capacityWaiters.some((w) => w.partition !== undefined && this.tracks.has(w.partition) && this.underShare(w.partition, share));
+    return this.capacityWaiters.some(
+      (w) => w.partition !== undefined && this.tracks.has(w.partition) && this.underShare(w.partition, share),
+    );
   }
 
   private underShare(partition: string, share: number): boolean {

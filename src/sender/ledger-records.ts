@@ -16,7 +16,14 @@ export type LedgerEntry =
   | { state: 'calling'; offset: number; at: number; owner: string }
   /** `result`: the result as published, without its content: a JSON object's text. */
   | { state: 'done'; offset: number; at: number; remember: boolean; result: string }
-  | { state: 'released'; offset: number; at: number; attempts: number; maybeSent: boolean; firstAttemptAt: number | null };
+  | {
+      state: 'released';
+      offset: number;
+      at: number;
+      attempts: number;
+      maybeSent: boolean;
+      firstAttemptAt: number | null;
+    };
 
 /** The ledger key of a request: its business and request id, unambiguous whatever they contain. */
 export function ledgerKey(businessId: string, requestId: string): string {
@@ -54,7 +61,14 @@ export function decodeLedgerEntry(text: string | Buffer | null | undefined): Led
     case 'done':
       return { state: 'done', offset, at, remember: json.remember as boolean, result: JSON.stringify(json.result) };
     default:
-      return { state: 'released', offset, at, attempts: json.attempts as number, maybeSent: json.maybeSent as boolean, firstAttemptAt: json.firstAttemptAt as number | null };
+      return {
+        state: 'released',
+        offset,
+        at,
+        attempts: json.attempts as number,
+        maybeSent: json.maybeSent as boolean,
+        firstAttemptAt: json.firstAttemptAt as number | null,
+      };
   }
 }
 
@@ -67,7 +81,9 @@ export function ledgerEntryTime(text: string | Buffer | null | undefined): numbe
   return validRecord(text)?.at;
 }
 
-function validRecord(text: string | Buffer | null | undefined): (Record<string, unknown> & { offset: number; at: number }) | undefined {
+function validRecord(
+  text: string | Buffer | null | undefined,
+): (Record<string, unknown> & { offset: number; at: number }) | undefined {
   if (text === null || text === undefined) return undefined;
   let json: Record<string, unknown>;
   try {
@@ -75,15 +91,21 @@ function validRecord(text: string | Buffer | null | undefined): (Record<string, 
   } catch {
     return undefined;
   }
-  if (!json || typeof json !== 'object' || json.v !== VERSION || !isOffset(json.offset) || !isTime(json.at)) return undefined;
+  if (!json || typeof json !== 'object' || json.v !== VERSION || !isOffset(json.offset) || !isTime(json.at))
+    return undefined;
   const valid = json as Record<string, unknown> & { offset: number; at: number };
   switch (json.state) {
     case 'calling':
       return typeof json.owner === 'string' ? valid : undefined;
     case 'done':
-      return typeof json.remember === 'boolean' && json.result !== null && typeof json.result === 'object' ? valid : undefined;
+      return typeof json.remember === 'boolean' && json.result !== null && typeof json.result === 'object'
+        ? valid
+        : undefined;
     case 'released':
-      return Number.isSafeInteger(json.attempts) && (json.attempts as number) >= 0 && typeof json.maybeSent === 'boolean' && (json.firstAttemptAt === null || isTime(json.firstAttemptAt))
+      return Number.isSafeInteger(json.attempts) &&
+        (json.attempts as number) >= 0 &&
+        typeof json.maybeSent === 'boolean' &&
+        (json.firstAttemptAt === null || isTime(json.firstAttemptAt))
         ? valid
         : undefined;
     default:
@@ -105,13 +127,25 @@ export type LedgerDecision =
  * long after a `calling` record its writer may still record the outcome (a call's deadline plus
  * the time to publish); past it, the writer is taken for dead with the call in flight.
  */
-export function ledgerDecision(entry: LedgerEntry | undefined, offset: number, now: number, graceMs: number): LedgerDecision {
+export function ledgerDecision(
+  entry: LedgerEntry | undefined,
+  offset: number,
+  now: number,
+  graceMs: number,
+): LedgerDecision {
   if (!entry) return { action: 'send' };
   switch (entry.state) {
     case 'done':
-      return entry.remember || entry.offset === offset ? { action: 'repeat', result: entry.result } : { action: 'send' };
+      return entry.remember || entry.offset === offset
+        ? { action: 'repeat', result: entry.result }
+        : { action: 'send' };
     case 'released':
-      return entry.offset === offset ? { action: 'send', carried: { attempts: entry.attempts, maybeSent: entry.maybeSent, firstAttemptAt: entry.firstAttemptAt } } : { action: 'send' };
+      return entry.offset === offset
+        ? {
+            action: 'send',
+            carried: { attempts: entry.attempts, maybeSent: entry.maybeSent, firstAttemptAt: entry.firstAttemptAt },
+          }
+        : { action: 'send' };
     case 'calling':
       if (now < entry.at + graceMs) return { action: 'wait', until: entry.at + graceMs };
       // Nobody recorded an outcome in time: the call may have reached the provider.

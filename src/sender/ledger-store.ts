@@ -1,5 +1,11 @@
 import type { Database, RootDatabase } from 'lmdb';
-import { LocalStore, localStoreDir, sortableTime, type ChangelogEntry, type Checkpoint } from '../platform/local-store.js';
+import {
+  LocalStore,
+  localStoreDir,
+  sortableTime,
+  type ChangelogEntry,
+  type Checkpoint,
+} from '../platform/local-store.js';
 import { decodeLedgerEntry, encodeLedgerEntry, ledgerEntryTime, type LedgerEntry } from './ledger-records.js';
 
 /**

@@ -2,7 +2,10 @@ import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import type { ConversationTableStats } from './conversation-table.js';
 import type { RunnerStats } from './keyed-runner.js';
 
-/** How a request finished, as the `outcome` label of msgbridge_sender_requests_total (not the tracker's RequestOutcome record). */
+/**
+ * How a request finished, as the `outcome` label of msgbridge_sender_requests_total (not the tracker's RequestOutcome
+ * record).
+ */
 export type RequestOutcomeLabel = 'accepted' | 'rejected' | 'expired' | 'dlq' | 'duplicate';
 
 /** What the conversation window guard did with a text (README "Conversation window"). */
@@ -73,16 +76,33 @@ export function createSenderMetrics(registry: Registry, sources: SenderGaugeSour
     labelNames: ['reason'],
     registers,
   });
-  const inFlight = new Gauge({ name: 'msgbridge_sender_provider_in_flight', help: 'Provider calls in progress', registers });
+  const inFlight = new Gauge({
+    name: 'msgbridge_sender_provider_in_flight',
+    help: 'Provider calls in progress',
+    registers,
+  });
   const endToEnd = new Histogram({
     name: 'msgbridge_sender_request_to_result_seconds',
     help: 'From the request record timestamp to its result being acknowledged by Kafka',
     buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
     registers,
   });
-  const commits = new Counter({ name: 'msgbridge_sender_commits_total', help: 'Offset commits, by result', labelNames: ['result'], registers });
-  const rebalances = new Counter({ name: 'msgbridge_sender_assignments_total', help: 'Group (re)joins with a new assignment', registers });
-  const publishErrors = new Counter({ name: 'msgbridge_sender_publish_errors_total', help: 'Failed attempts to publish a result or DLQ record (retried)', registers });
+  const commits = new Counter({
+    name: 'msgbridge_sender_commits_total',
+    help: 'Offset commits, by result',
+    labelNames: ['result'],
+    registers,
+  });
+  const rebalances = new Counter({
+    name: 'msgbridge_sender_assignments_total',
+    help: 'Group (re)joins with a new assignment',
+    registers,
+  });
+  const publishErrors = new Counter({
+    name: 'msgbridge_sender_publish_errors_total',
+    help: 'Failed attempts to publish a result or DLQ record (retried)',
+    registers,
+  });
   const circuitChanges = new Counter({
     name: 'msgbridge_sender_circuit_changes_total',
     help: 'Changes of state of the per-business provider circuit (open: the provider keeps failing, requests wait; closed: it answers again)',
@@ -144,7 +164,8 @@ function registerStateGauges(registers: Registry[], sources: SenderGaugeSources)
     registers,
     collect() {
       const open = new Set(sources.openCircuits());
-      for (const business of new Set([...sources.businesses, ...open])) this.set({ business }, open.has(business) ? 1 : 0);
+      for (const business of new Set([...sources.businesses, ...open]))
+        this.set({ business }, open.has(business) ? 1 : 0);
     },
   });
   new Gauge({
@@ -154,7 +175,8 @@ function registerStateGauges(registers: Registry[], sources: SenderGaugeSources)
     registers,
     collect() {
       const slowed = sources.slowedRates();
-      for (const business of new Set([...sources.businesses, ...slowed.keys()])) this.set({ business }, slowed.get(business) ?? sources.configuredRate);
+      for (const business of new Set([...sources.businesses, ...slowed.keys()]))
+        this.set({ business }, slowed.get(business) ?? sources.configuredRate);
     },
   });
   new Gauge({

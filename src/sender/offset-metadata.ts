@@ -10,7 +10,11 @@
  */
 const PREFIX = 'mb1:';
 
-export function encodeCompleted(commitOffset: number, completedAbove: readonly number[], maxChars = 4000): string | null {
+export function encodeCompleted(
+  commitOffset: number,
+  completedAbove: readonly number[],
+  maxChars = 4000,
+): string | null {
   const above = completedAbove.filter((o) => o > commitOffset);
   if (above.length === 0) return null;
   const header = `${PREFIX}${commitOffset}:`;

@@ -1,4 +1,10 @@
-import { CommitMetadataTooLargeError, RejoinNeededError, type BatchControl, type ConsumedRecord, type GroupConsumer } from '../kafka/group-consumer.js';
+import {
+  CommitMetadataTooLargeError,
+  RejoinNeededError,
+  type BatchControl,
+  type ConsumedRecord,
+  type GroupConsumer,
+} from '../kafka/group-consumer.js';
 import type { Logger } from '../platform/logger.js';
 import type { KeyedRunner } from './keyed-runner.js';
 import { decodeCompleted, encodeCompleted } from './offset-metadata.js';
@@ -126,7 +132,8 @@ export class PartitionConsumer<J> {
   /** One periodic commit; false (the timer stops) when there is nothing to commit and nothing in progress. */
   private commitTick(): boolean {
     const { runner } = this.options;
-    if (this.committing === undefined && runner.stats().buffered === 0 && runner.commitPoints().length === 0) return false;
+    if (this.committing === undefined && runner.stats().buffered === 0 && runner.commitPoints().length === 0)
+      return false;
     void this.commitOnce();
     return true;
   }
@@ -144,10 +151,19 @@ export class PartitionConsumer<J> {
     consumer.pauseAll();
     runner.halt();
     const before = runner.stats();
-    logger.info({ running: before.running, queued: before.queued }, 'draining: finishing the provider calls in progress');
-    let finished = await Promise.race([runner.whenIdle().then(() => true), sleep(Math.floor(graceMs * 0.7)).then(() => false)]);
+    logger.info(
+      { running: before.running, queued: before.queued },
+      'draining: finishing the provider calls in progress',
+    );
+    let finished = await Promise.race([
+      runner.whenIdle().then(() => true),
+      sleep(Math.floor(graceMs * 0.7)).then(() => false),
+    ]);
     if (!finished) {
-      logger.warn({ running: runner.stats().running }, 'drain grace running out: abandoning what is still in progress (it runs again elsewhere)');
+      logger.warn(
+        { running: runner.stats().running },
+        'drain grace running out: abandoning what is still in progress (it runs again elsewhere)',
+      );
       runner.abort();
       await Promise.race([runner.whenIdle(), sleep(Math.floor(graceMs * 0.1))]);
       finished = false;
@@ -204,7 +220,9 @@ export class PartitionConsumer<J> {
     const fresh = partitions.filter((p) => runner.epochOf(String(p)) === undefined);
     for (const p of fresh) runner.assign(String(p));
     if (fresh.length > 0) {
-      const gate = Promise.all([this.loadCompleted(fresh), this.options.preparePartitions?.(fresh)]).then(() => undefined);
+      const gate = Promise.all([this.loadCompleted(fresh), this.options.preparePartitions?.(fresh)]).then(
+        () => undefined,
+      );
       for (const p of fresh) this.gates.set(String(p), gate);
     }
     this.options.onAssignment?.();
@@ -255,11 +273,17 @@ export class PartitionConsumer<J> {
         const completed = decodeCompleted(c.metadata, c.offset);
         if (completed.length > 0) {
           runner.setCompleted(String(c.partition), epoch, completed);
-          logger.info({ partition: c.partition, committed: c.offset, skipping: completed.length }, 'skipping requests the previous owner finished above the committed offset');
+          logger.info(
+            { partition: c.partition, committed: c.offset, skipping: completed.length },
+            'skipping requests the previous owner finished above the committed offset',
+          );
         }
       }
     } catch (err) {
-      logger.warn({ err: errorMessage(err), partitions }, 'could not read the commit metadata: requests finished above the committed offsets may be sent again');
+      logger.warn(
+        { err: errorMessage(err), partitions },
+        'could not read the commit metadata: requests finished above the committed offsets may be sent again',
+      );
     }
   }
 

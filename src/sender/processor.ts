@@ -1,16 +1,38 @@
 import { isRecordTooLarge, type RecordToWrite } from '../kafka/port.js';
 import type { Logger } from '../platform/logger.js';
 import { HEADER } from '../contracts/headers.js';
-import { headerText, NOOP_TRACER, startKafkaProcessSpan, startKafkaSendSpan, type TraceSpan, type Tracer } from '../platform/tracing.js';
+import {
+  headerText,
+  NOOP_TRACER,
+  startKafkaProcessSpan,
+  startKafkaSendSpan,
+  type TraceSpan,
+  type Tracer,
+} from '../platform/tracing.js';
 import type { CircuitPass, CircuitBreaker } from './circuit-breaker.js';
-import { decideConversation, fallbackBody, outsideWindowFailure, type ConversationWindowMode } from './conversation-guard.js';
+import {
+  decideConversation,
+  fallbackBody,
+  outsideWindowFailure,
+  type ConversationWindowMode,
+} from './conversation-guard.js';
 import type { WindowLookup } from './conversation-table.js';
 import type { WorkContext, WorkOutcome } from './keyed-runner.js';
 import type { SenderMetrics } from './metrics.js';
 import type { ProviderClient } from './provider-client.js';
 import type { RateLimiter } from './rate-limiter.js';
 import type { DlqJob, Job, SendJob } from './requests.js';
-import { acceptedResult, expiredResult, failureOf, fitDlqRecord, fromRepeat, rejectedResult, resultHeaders, storedResult, type StoredResult } from './result-records.js';
+import {
+  acceptedResult,
+  expiredResult,
+  failureOf,
+  fitDlqRecord,
+  fromRepeat,
+  rejectedResult,
+  resultHeaders,
+  storedResult,
+  type StoredResult,
+} from './result-records.js';
 import { decide, maybeCreated, providerFailing, type AttemptOutcome, type RetryPolicyOptions } from './retry-policy.js';
 import type { Semaphore } from './semaphore.js';
 import { ledgerDecision, ledgerKey, type LedgerEntry } from './ledger-records.js';
@@ -22,8 +44,8 @@ import { errorMessage } from '../platform/errors.js';
  * result they owe; send requests pass their expiry, the conversation window guard (README
  * "Conversation window": a text to a closed window is refused or replaced by its fallback
  * template before any call), the business's circuit, its token bucket and a call slot, are
- * sent and retried per the policy, and their one terminal result is published. Returns `done` only once what it owes Kafka is acknowledged, so the runner never
- * commits past an unpublished result.
+ * sent and retried per the policy, and their one terminal result is published. Returns `done` only once what it owes
+ * Kafka is acknowledged, so the runner never commits past an unpublished result.
  *
  * Sent once (README "Sent once"): before each provider call a `calling` record is in the
  * request ledger, and the terminal result goes with a `done` record, both acknowledged by Kafka.
@@ -82,7 +104,12 @@ export interface LedgerPort {
   hold(partition: number): boolean;
   release(partition: number): void;
   lookup(partition: number, key: string): LedgerEntry | undefined;
-  write(partition: number, key: string, entry: LedgerEntry, publish: (record: RecordToWrite) => Promise<boolean>): Promise<boolean>;
+  write(
+    partition: number,
+    key: string,
+    entry: LedgerEntry,
+    publish: (record: RecordToWrite) => Promise<boolean>,
+  ): Promise<boolean>;
   /** What the changelog holds now for `key` (records another member wrote since the restore). */
   refresh(partition: number, key: string, signal?: AbortSignal): Promise<LedgerEntry | undefined>;
 }
@@ -186,7 +213,10 @@ class RequestProcessor implements Processor {
       this.callsPaused = { resume, open };
     }
     if (this.unsettled === 0) return true;
-    return Promise.race([new Promise<boolean>((resolve) => this.settledWaiters.push(() => resolve(true))), sleep(timeoutMs).then(() => false)]);
+    return Promise.race([
+      new Promise<boolean>((resolve) => this.settledWaiters.push(() => resolve(true))),
+      sleep(timeoutMs).then(() => false),
+    ]);
   }
 
   resumeCalls(): void {
@@ -211,7 +241,8 @@ class RequestProcessor implements Processor {
     const span = this.startProcessSpan(job, context);
     try {
       const outcome = await this.workOn(job, context, span);
-      if (outcome === 'abandoned') span.fail('abandoned', 'stopped before its result was published (it will be processed again)');
+      if (outcome === 'abandoned')
+        span.fail('abandoned', 'stopped before its result was published (it will be processed again)');
       return outcome;
     } catch (err) {
       span.fail((err as Error)?.name ?? 'Error', errorMessage(err));
@@ -227,7 +258,12 @@ class RequestProcessor implements Processor {
     const headers = job.kind === 'send' ? job.headers : job.record.headers;
     const span = startKafkaProcessSpan(
       this.tracer,
-      { topic: tracing.requestsTopic, partition: Number(context.partition), offset: String(context.offset), traceparent: headerText(headers[HEADER.traceparent]) },
+      {
+        topic: tracing.requestsTopic,
+        partition: Number(context.partition),
+        offset: String(context.offset),
+        traceparent: headerText(headers[HEADER.traceparent]),
+      },
       tracing.groupId,
     );
     if (job.kind === 'send') {
@@ -246,13 +282,22 @@ class RequestProcessor implements Processor {
     // The partition's ledger is open while it is owned; a request taken after it closed runs at the next owner.
     if (!ledger.hold(partition)) return 'abandoned';
     try {
-      return await this.workOnHeld(job, context, span, { partition, offset: context.offset, key: ledgerKey(job.businessId, job.request.requestId) });
+      return await this.workOnHeld(job, context, span, {
+        partition,
+        offset: context.offset,
+        key: ledgerKey(job.businessId, job.request.requestId),
+      });
     } finally {
       ledger.release(partition);
     }
   }
 
-  private async workOnHeld(job: SendJob, context: WorkContext, span: TraceSpan | undefined, place: LedgerPlace): Promise<WorkOutcome> {
+  private async workOnHeld(
+    job: SendJob,
+    context: WorkContext,
+    span: TraceSpan | undefined,
+    place: LedgerPlace,
+  ): Promise<WorkOutcome> {
     const { logger, metrics, ledger } = this.options;
     let carried: Pick<Progress, 'attempts' | 'maybeSent' | 'firstAttemptAt'> | undefined;
     let waitingLogged = false;
@@ -262,23 +307,37 @@ class RequestProcessor implements Processor {
         await running;
         continue;
       }
-      const decision = ledgerDecision(ledger.lookup(place.partition, place.key), place.offset, this.now(), ledger.graceMs);
+      const decision = ledgerDecision(
+        ledger.lookup(place.partition, place.key),
+        place.offset,
+        this.now(),
+        ledger.graceMs,
+      );
       if (decision.action === 'repeat') {
         const stored = fromRepeat(decision.result);
-        logger.info({ requestId: job.request.requestId, businessId: job.businessId }, 'requestId already completed: publishing its result again instead of sending');
+        logger.info(
+          { requestId: job.request.requestId, businessId: job.businessId },
+          'requestId already completed: publishing its result again instead of sending',
+        );
         metrics.outcome('duplicate', job.businessId);
         span?.addEvent('requestId already completed: its result is published again');
         return (await this.publishSendResult(stored, job, context, span)) ? 'done' : 'abandoned';
       }
       if (decision.action === 'send') {
-        if (decision.carried) carried = { ...decision.carried, firstAttemptAt: decision.carried.firstAttemptAt ?? undefined };
+        if (decision.carried)
+          carried = { ...decision.carried, firstAttemptAt: decision.carried.firstAttemptAt ?? undefined };
         break;
       }
       // Another member may still be calling for it: its outcome, or its release, comes within the call's deadline.
       if (!waitingLogged) {
         waitingLogged = true;
         logger.info(
-          { requestId: job.request.requestId, businessId: job.businessId, partition: place.partition, untilMs: decision.until - this.now() },
+          {
+            requestId: job.request.requestId,
+            businessId: job.businessId,
+            partition: place.partition,
+            untilMs: decision.until - this.now(),
+          },
           'another member may still be calling for this request: waiting for its outcome before sending',
         );
       }
@@ -293,10 +352,20 @@ class RequestProcessor implements Processor {
 
     let release!: () => void;
     this.inFlight.set(place.key, new Promise<void>((resolve) => (release = resolve)));
-    const progress: Progress = { attempts: carried?.attempts ?? 0, maybeSent: carried?.maybeSent ?? false, firstAttemptAt: carried?.firstAttemptAt, last: undefined, calling: false, unsettled: false };
+    const progress: Progress = {
+      attempts: carried?.attempts ?? 0,
+      maybeSent: carried?.maybeSent ?? false,
+      firstAttemptAt: carried?.firstAttemptAt,
+      last: undefined,
+      calling: false,
+      unsettled: false,
+    };
     try {
       // At most once: what a previous owner may have sent is never sent again.
-      const end = carried?.maybeSent && !this.options.retryMaybeSent ? this.reject(job, progress, PREVIOUS_OWNER_LOST, false) : await this.send(job, context, span, progress, place);
+      const end =
+        carried?.maybeSent && !this.options.retryMaybeSent
+          ? this.reject(job, progress, PREVIOUS_OWNER_LOST, false)
+          : await this.send(job, context, span, progress, place);
       if (!end) {
         await this.releaseCall(job, progress, place);
         return 'abandoned';
@@ -309,8 +378,17 @@ class RequestProcessor implements Processor {
       const [published, recorded] = await Promise.all([
         this.publishSendResult(end.result, job, context, span),
         progress.calling || end.remember
-          ? ledger.write(place.partition, place.key, { state: 'done', offset: place.offset, at: this.now(), remember: end.remember, result: end.result.withoutContent }, (record) =>
-              this.publishDurably(ledger.topic, record, context),
+          ? ledger.write(
+              place.partition,
+              place.key,
+              {
+                state: 'done',
+                offset: place.offset,
+                at: this.now(),
+                remember: end.remember,
+                result: end.result.withoutContent,
+              },
+              (record) => this.publishDurably(ledger.topic, record, context),
             )
           : Promise.resolve(true),
       ]);
@@ -332,7 +410,14 @@ class RequestProcessor implements Processor {
   private async releaseCall(job: SendJob, progress: Progress, place: LedgerPlace): Promise<void> {
     if (!progress.calling) return;
     const { ledger, logger } = this.options;
-    const entry: LedgerEntry = { state: 'released', offset: place.offset, at: this.now(), attempts: progress.attempts, maybeSent: progress.maybeSent, firstAttemptAt: progress.firstAttemptAt ?? null };
+    const entry: LedgerEntry = {
+      state: 'released',
+      offset: place.offset,
+      at: this.now(),
+      attempts: progress.attempts,
+      maybeSent: progress.maybeSent,
+      firstAttemptAt: progress.firstAttemptAt ?? null,
+    };
     const ok = await ledger.write(place.partition, place.key, entry, (record) =>
       this.options.publish(ledger.topic, record).then(
         () => true,
@@ -340,7 +425,11 @@ class RequestProcessor implements Processor {
       ),
     );
     if (ok) progress.calling = false;
-    else logger.debug({ requestId: job.request.requestId, partition: place.partition }, 'could not record the release of a request: its next owner waits for the call deadline');
+    else
+      logger.debug(
+        { requestId: job.request.requestId, partition: place.partition },
+        'could not record the release of a request: its next owner waits for the call deadline',
+      );
   }
 
   /** The DLQ copy and, when the request id was readable, its rejected result. */
@@ -350,13 +439,28 @@ class RequestProcessor implements Processor {
     const writes = [this.publishDurably(options.topics.dlq, record, context, (r) => fitDlqRecord(r, 0))];
     if (job.result) writes.push(this.publishResult(job.result, job.record.headers, job.receivedAt, context, span));
     if (!(await Promise.all(writes)).every(Boolean)) return 'abandoned';
-    options.logger.warn({ reason: job.reason, code: job.code, requestId: job.requestId, partition: context.partition, offset: context.offset }, 'request sent to the DLQ');
+    options.logger.warn(
+      {
+        reason: job.reason,
+        code: job.code,
+        requestId: job.requestId,
+        partition: context.partition,
+        offset: context.offset,
+      },
+      'request sent to the DLQ',
+    );
     options.metrics.outcome('dlq', job.record.headers['business-id']?.toString());
     return 'done';
   }
 
   /** Sends with retries until a terminal result, or undefined when told to stop first. */
-  private async send(requested: SendJob, context: WorkContext, span: TraceSpan | undefined, progress: Progress, place: LedgerPlace): Promise<SendEnd> {
+  private async send(
+    requested: SendJob,
+    context: WorkContext,
+    span: TraceSpan | undefined,
+    progress: Progress,
+    place: LedgerPlace,
+  ): Promise<SendEnd> {
     const { options, now } = this;
     const apiKey = options.apiKeys.get(requested.businessId);
     if (apiKey === undefined) throw new Error(`no API key for business ${requested.businessId}`);
@@ -367,10 +471,19 @@ class RequestProcessor implements Processor {
       // Stopped, or past the hard deadline (nothing can be recorded any more, so nothing is called).
       if (context.stop.aborted || context.abort.aborted) return undefined;
       if (now() >= job.expiry.at) return this.expire(job, progress);
-      const budgetEnd = progress.firstAttemptAt === undefined ? Infinity : progress.firstAttemptAt + options.policy.budgetMs;
+      const budgetEnd =
+        progress.firstAttemptAt === undefined ? Infinity : progress.firstAttemptAt + options.policy.budgetMs;
       if (progress.last && now() >= budgetEnd) return this.reject(job, progress, progress.last, true);
       const startedAt = now();
-      const outcome = await this.attempt(job, apiKey, context, Math.min(job.expiry.at, budgetEnd), span, progress, place);
+      const outcome = await this.attempt(
+        job,
+        apiKey,
+        context,
+        Math.min(job.expiry.at, budgetEnd),
+        span,
+        progress,
+        place,
+      );
       if (!outcome) continue;
       progress.attempts += 1;
       progress.firstAttemptAt ??= startedAt;
@@ -378,15 +491,27 @@ class RequestProcessor implements Processor {
       const uncertain = maybeCreated(outcome);
       progress.maybeSent ||= uncertain;
       const decision = decide(outcome, progress.attempts, progress.firstAttemptAt, options.policy, now(), this.random);
-      if (decision.action === 'succeed' && outcome.kind === 'accepted') return this.accept(job, progress, outcome.messageId);
-      if (decision.action !== 'retry') return this.reject(job, progress, outcome, decision.action === 'fail' && decision.retriable);
+      if (decision.action === 'succeed' && outcome.kind === 'accepted')
+        return this.accept(job, progress, outcome.messageId);
+      if (decision.action !== 'retry')
+        return this.reject(job, progress, outcome, decision.action === 'fail' && decision.retriable);
       // The provider has no idempotency key: after a lost answer, only resend when configured to.
       if (uncertain && !options.retryMaybeSent) return this.reject(job, progress, outcome, false);
       options.metrics.retry(decision.reason);
-      options.logger.debug({ requestId: job.request.requestId, attempts: progress.attempts, reason: decision.reason, delayMs: decision.delayMs, outcome: outcome.kind }, 'send failed; retrying');
+      options.logger.debug(
+        {
+          requestId: job.request.requestId,
+          attempts: progress.attempts,
+          reason: decision.reason,
+          delayMs: decision.delayMs,
+          outcome: outcome.kind,
+        },
+        'send failed; retrying',
+      );
       // Waiting for a retry is not a call: a rejoin need not wait for it (its next attempt writes a new `calling`).
       this.settle(progress);
-      if (!(await sleep(Math.max(0, Math.min(decision.delayMs, job.expiry.at - now())), context.stop))) return undefined;
+      if (!(await sleep(Math.max(0, Math.min(decision.delayMs, job.expiry.at - now())), context.stop)))
+        return undefined;
     }
   }
 
@@ -395,7 +520,11 @@ class RequestProcessor implements Processor {
    * template, or its end (refused, expired, or undefined when told to stop while it waited for
    * a window that may be opening).
    */
-  private async guard(job: SendJob, progress: Progress, context: WorkContext): Promise<{ job: SendJob } | { end: SendEnd }> {
+  private async guard(
+    job: SendJob,
+    progress: Progress,
+    context: WorkContext,
+  ): Promise<{ job: SendJob } | { end: SendEnd }> {
     const { conversations, metrics, logger } = this.options;
     if (!conversations || conversations.mode === 'off') return { job };
     const requestTime = job.producedAt ?? job.receivedAt;
@@ -417,7 +546,8 @@ class RequestProcessor implements Processor {
           return { job };
         case 'wait':
           // Polled: a lookup is a map read, and the wait ends at most graceMs after the request was produced.
-          if (!(await sleep(Math.max(1, Math.min(100, decision.untilMs - now, job.expiry.at - now)), context.stop))) return { end: undefined };
+          if (!(await sleep(Math.max(1, Math.min(100, decision.untilMs - now, job.expiry.at - now)), context.stop)))
+            return { end: undefined };
           continue;
         case 'fallback': {
           metrics.conversation('fallback', job.businessId);
@@ -430,18 +560,32 @@ class RequestProcessor implements Processor {
             },
             'conversation window closed: sending the fallback template instead of the text',
           );
-          return { job: { ...job, operation: 'template', body: fallbackBody(job.body, job.recipient, decision.template), sentAs: 'template' } };
+          return {
+            job: {
+              ...job,
+              operation: 'template',
+              body: fallbackBody(job.body, job.recipient, decision.template),
+              sentAs: 'template',
+            },
+          };
         }
         case 'reject': {
           metrics.conversation('rejected', job.businessId);
           metrics.outcome('rejected', job.businessId);
           const error = outsideWindowFailure(decision.window);
           logger.info(
-            { requestId: job.request.requestId, businessId: job.businessId, code: error.code, windowOpenUntil: error.details.windowOpenUntil },
+            {
+              requestId: job.request.requestId,
+              businessId: job.businessId,
+              code: error.code,
+              windowOpenUntil: error.details.windowOpenUntil,
+            },
             'text refused without a provider call: the conversation window is closed',
           );
           // Not remembered: once the customer writes, the same requestId may be sent.
-          return { end: { result: storedResult(rejectedResult(job, error, 0, false, new Date(now))), remember: false } };
+          return {
+            end: { result: storedResult(rejectedResult(job, error, 0, false, new Date(now))), remember: false },
+          };
         }
       }
     }
@@ -451,11 +595,20 @@ class RequestProcessor implements Processor {
    * One attempt through the circuit, the token bucket and a call slot; undefined when stopped,
    * out of time, or the circuit opened while it waited for a token (the caller loops back).
    */
-  private async attempt(job: SendJob, apiKey: string, context: WorkContext, untilMs: number, span: TraceSpan | undefined, progress: Progress, place: LedgerPlace): Promise<AttemptOutcome | undefined> {
+  private async attempt(
+    job: SendJob,
+    apiKey: string,
+    context: WorkContext,
+    untilMs: number,
+    span: TraceSpan | undefined,
+    progress: Progress,
+    place: LedgerPlace,
+  ): Promise<AttemptOutcome | undefined> {
     const { client, limiter, circuits, callSlots, metrics } = this.options;
     // Each step answers at once in the common case (closed circuit, a token, a free slot): no promise then.
     if (context.stop.aborted) return undefined;
-    const admission: CircuitPass | undefined = circuits.tryAdmit?.(job.businessId) ?? (await circuits.admit(job.businessId, context.stop, untilMs));
+    const admission: CircuitPass | undefined =
+      circuits.tryAdmit?.(job.businessId) ?? (await circuits.admit(job.businessId, context.stop, untilMs));
     if (!admission) return undefined;
     let settled = false;
     try {
@@ -468,17 +621,20 @@ class RequestProcessor implements Processor {
         }
       }
       // A rejoin in progress: no new call until the member knows which partitions it keeps.
-      while (this.callsPaused && !context.stop.aborted) await Promise.race([this.callsPaused.resume, sleep(100, context.stop)]);
+      while (this.callsPaused && !context.stop.aborted)
+        await Promise.race([this.callsPaused.resume, sleep(100, context.stop)]);
       if (context.stop.aborted || this.now() >= untilMs || !circuits.holds(admission)) return undefined;
       // The `calling` record before the call slot: a slot is held for the call alone, not for a
       // produce round trip as well (that cost a third of the throughput at 128 in flight).
       if (!(await this.recordCalling(job, context, progress, place))) return undefined;
       const recordedAt = this.now();
-      if (context.stop.aborted || !(callSlots.tryAcquire?.() || (await callSlots.acquire(context.stop)))) return undefined;
+      if (context.stop.aborted || !(callSlots.tryAcquire?.() || (await callSlots.acquire(context.stop))))
+        return undefined;
       try {
         if (this.now() >= untilMs || !circuits.holds(admission)) return undefined;
         // A long wait for a slot (a slow provider): the record a next owner measures its wait from is written again.
-        if (this.now() - recordedAt > CALLING_FRESH_MS && !(await this.recordCalling(job, context, progress, place))) return undefined;
+        if (this.now() - recordedAt > CALLING_FRESH_MS && !(await this.recordCalling(job, context, progress, place)))
+          return undefined;
         metrics.inFlight(1);
         const started = performance.now();
         let outcome: AttemptOutcome;
@@ -505,7 +661,12 @@ class RequestProcessor implements Processor {
    * measures its wait from the latest). From here until the outcome is recorded, or the request
    * waits for a retry, the call is unsettled (`pauseCalls`).
    */
-  private async recordCalling(job: SendJob, context: WorkContext, progress: Progress, place: LedgerPlace): Promise<boolean> {
+  private async recordCalling(
+    job: SendJob,
+    context: WorkContext,
+    progress: Progress,
+    place: LedgerPlace,
+  ): Promise<boolean> {
     const { ledger } = this.options;
     if (!progress.unsettled) {
       progress.unsettled = true;
@@ -513,7 +674,9 @@ class RequestProcessor implements Processor {
     }
     const entry: LedgerEntry = { state: 'calling', offset: place.offset, at: this.now(), owner: ledger.owner };
     progress.calling = true;
-    const ok = await ledger.write(place.partition, place.key, entry, (record) => this.publishDurably(ledger.topic, record, context));
+    const ok = await ledger.write(place.partition, place.key, entry, (record) =>
+      this.publishDurably(ledger.topic, record, context),
+    );
     if (!ok || context.stop.aborted) {
       this.settle(progress);
       return false;
@@ -522,9 +685,15 @@ class RequestProcessor implements Processor {
   }
 
   private accept(job: SendJob, progress: Progress, messageId: string): SendEnd {
-    this.options.logger.debug({ requestId: job.request.requestId, attempts: progress.attempts, messageId }, 'send accepted');
+    this.options.logger.debug(
+      { requestId: job.request.requestId, attempts: progress.attempts, messageId },
+      'send accepted',
+    );
     this.options.metrics.outcome('accepted', job.businessId);
-    return { result: storedResult(acceptedResult(job, messageId, progress.attempts, progress.maybeSent, new Date(this.now()))), remember: true };
+    return {
+      result: storedResult(acceptedResult(job, messageId, progress.attempts, progress.maybeSent, new Date(this.now()))),
+      remember: true,
+    };
   }
 
   private reject(job: SendJob, progress: Progress, outcome: AttemptOutcome, retriable: boolean): SendEnd {
@@ -532,15 +701,34 @@ class RequestProcessor implements Processor {
     const { attempts, maybeSent } = progress;
     // A rejection is an ordinary outcome (the producer reads it on send-results); one that may
     // have created a message anyway is worth an operator's attention.
-    const log = maybeSent ? this.options.logger.warn.bind(this.options.logger) : this.options.logger.info.bind(this.options.logger);
-    log({ requestId: job.request.requestId, businessId: job.businessId, attempts, httpStatus: error.httpStatus, code: error.code, retriable, maybeSent }, 'send rejected');
+    const log = maybeSent
+      ? this.options.logger.warn.bind(this.options.logger)
+      : this.options.logger.info.bind(this.options.logger);
+    log(
+      {
+        requestId: job.request.requestId,
+        businessId: job.businessId,
+        attempts,
+        httpStatus: error.httpStatus,
+        code: error.code,
+        retriable,
+        maybeSent,
+      },
+      'send rejected',
+    );
     this.options.metrics.outcome('rejected', job.businessId);
-    return { result: storedResult(rejectedResult(job, error, attempts, maybeSent, new Date(this.now()))), remember: !retriable };
+    return {
+      result: storedResult(rejectedResult(job, error, attempts, maybeSent, new Date(this.now()))),
+      remember: !retriable,
+    };
   }
 
   private expire(job: SendJob, progress: Progress): SendEnd {
     const { attempts, maybeSent } = progress;
-    this.options.logger.info({ requestId: job.request.requestId, businessId: job.businessId, attempts, expiredBy: job.expiry.by, maybeSent }, 'request expired: it will not be sent');
+    this.options.logger.info(
+      { requestId: job.request.requestId, businessId: job.businessId, attempts, expiredBy: job.expiry.by, maybeSent },
+      'request expired: it will not be sent',
+    );
     this.options.metrics.outcome('expired', job.businessId);
     return { result: storedResult(expiredResult(job, attempts, maybeSent, new Date(this.now()))), remember: false };
   }
@@ -549,7 +737,12 @@ class RequestProcessor implements Processor {
    * Publishes until acknowledged; gives up only at the hard deadline. A record the topic
    * refuses as too large is handed to `shrink` (once), never retried as it is.
    */
-  private async publishDurably(topic: string, record: RecordToWrite, context: WorkContext, shrink?: (r: RecordToWrite) => RecordToWrite): Promise<boolean> {
+  private async publishDurably(
+    topic: string,
+    record: RecordToWrite,
+    context: WorkContext,
+    shrink?: (r: RecordToWrite) => RecordToWrite,
+  ): Promise<boolean> {
     const { metrics, logger } = this.options;
     let current = record;
     for (let attempt = 1; ; attempt++) {
@@ -562,18 +755,30 @@ class RequestProcessor implements Processor {
         if (shrink && isRecordTooLarge(error)) {
           current = shrink(current);
           shrink = undefined;
-          logger.warn({ topic, partition: context.partition, offset: context.offset }, 'the DLQ topic refused the record as too large: publishing a reference to the source record instead');
+          logger.warn(
+            { topic, partition: context.partition, offset: context.offset },
+            'the DLQ topic refused the record as too large: publishing a reference to the source record instead',
+          );
           continue;
         }
         const delay = Math.min(5000, 100 * 2 ** Math.min(attempt, 6));
         // The publisher logs the failure once; one line per record would flood the log.
-        logger.debug({ err: errorMessage(error), topic, attempt, retryInMs: delay }, 'publishing to Kafka failed; retrying');
+        logger.debug(
+          { err: errorMessage(error), topic, attempt, retryInMs: delay },
+          'publishing to Kafka failed; retrying',
+        );
         if (!(await sleep(delay, context.abort))) return false;
       }
     }
   }
 
-  private async publishResult(stored: StoredResult, headers: SendJob['headers'], receivedAt: number, context: WorkContext, span?: TraceSpan): Promise<boolean> {
+  private async publishResult(
+    stored: StoredResult,
+    headers: SendJob['headers'],
+    receivedAt: number,
+    context: WorkContext,
+    span?: TraceSpan,
+  ): Promise<boolean> {
     const topic = this.options.topics.results;
     const record = { key: stored.key, value: stored.value, headers: resultHeaders(stored, headers, receivedAt) };
     if (!span) return this.publishDurably(topic, record, context);
@@ -586,9 +791,15 @@ class RequestProcessor implements Processor {
     return ok;
   }
 
-  private async publishSendResult(stored: StoredResult, job: SendJob, context: WorkContext, span: TraceSpan | undefined): Promise<boolean> {
+  private async publishSendResult(
+    stored: StoredResult,
+    job: SendJob,
+    context: WorkContext,
+    span: TraceSpan | undefined,
+  ): Promise<boolean> {
     const ok = await this.publishResult(stored, job.headers, job.receivedAt, context, span);
-    if (ok && job.producedAt !== undefined) this.options.metrics.requestToResult(Math.max(0, this.now() - job.producedAt) / 1000);
+    if (ok && job.producedAt !== undefined)
+      this.options.metrics.requestToResult(Math.max(0, this.now() - job.producedAt) / 1000);
     return ok;
   }
 }

@@ -28,7 +28,10 @@ export interface ProviderClientOptions {
   /** Longest idle time of a kept connection when the provider names none (default 30 s). */
   keepAliveTimeoutMs?: number;
   userAgent?: string;
-  /** OpenTelemetry (src/platform/README.md, "Tracing"): each call with a parent span is an HTTP client span; default off. */
+  /**
+   * OpenTelemetry (src/platform/README.md, "Tracing"): each call with a parent span is an HTTP client span; default
+   * off.
+   */
   tracer?: Tracer;
   /** https: trust settings beyond the system's certificate authorities (tests). */
   tls?: { ca?: string | Buffer; rejectUnauthorized?: boolean };
@@ -43,7 +46,14 @@ export interface ProviderClientOptions {
 
 export interface ProviderClient {
   /** `parent` (tracing on): the call is its child HTTP client span, and carries that span's `traceparent`. */
-  send(operation: SendOperation, businessId: string, apiKey: string, body: unknown, signal?: AbortSignal, parent?: TraceSpan): Promise<AttemptOutcome>;
+  send(
+    operation: SendOperation,
+    businessId: string,
+    apiKey: string,
+    body: unknown,
+    signal?: AbortSignal,
+    parent?: TraceSpan,
+  ): Promise<AttemptOutcome>;
   close(): Promise<void>;
 }
 
@@ -56,7 +66,8 @@ const SAFE_HEADER_VALUE = /^[^\x00-\x08\x0a-\x1f\x7f]*$/;
 
 export function createProviderClient(options: ProviderClientOptions): ProviderClient {
   const url = new URL(options.baseUrl);
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error(`the provider URL must be http or https, not ${url.protocol}`);
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    throw new Error(`the provider URL must be http or https, not ${url.protocol}`);
   const prefix = url.pathname.replace(/\/+$/, '');
   const userAgent = options.userAgent ?? 'msgbridge-sender';
   if (!SAFE_HEADER_VALUE.test(userAgent)) throw new Error('the user agent holds a control character');
@@ -73,23 +84,36 @@ export function createProviderClient(options: ProviderClientOptions): ProviderCl
   });
   const heads = new RequestHeads(pool, prefix, userAgent);
   const tracer = options.tracer ?? NOOP_TRACER;
-  const proxy = options.proxy ? new ProxyWatch(options.proxy, url.protocol === 'http:', options.onProxyChange) : undefined;
+  const proxy = options.proxy
+    ? new ProxyWatch(options.proxy, url.protocol === 'http:', options.onProxyChange)
+    : undefined;
   return {
     send(operation, businessId, apiKey, body, signal, parent) {
       if (signal?.aborted) return Promise.resolve(failure(signal.reason, false));
       const head = heads.of(operation, businessId, apiKey);
       if (head === undefined)
-        return Promise.resolve({ kind: 'network', code: 'INVALID_API_KEY', message: 'the API key holds a control character: it cannot be sent as a header', requestWritten: false });
+        return Promise.resolve({
+          kind: 'network',
+          code: 'INVALID_API_KEY',
+          message: 'the API key holds a control character: it cannot be sent as a header',
+          requestWritten: false,
+        });
       let traceparent = '';
       let span: TraceSpan | undefined;
       if (parent && tracer.enabled && !parent.recording) {
-        // Left out by the sampler, so is its child (src/platform/tracing.ts, startKafkaSendSpan): the trace goes on, unsampled.
+        // Left out by the sampler, so is its child (src/platform/tracing.ts, startKafkaSendSpan): the trace goes on,
+        // unsampled.
         traceparent = parent.traceparent;
       } else if (parent && tracer.enabled) {
         // url.full has no secret: the API key travels in a header, never in the URL.
         span = tracer.startSpan('POST', 'client', {
           parent,
-          attributes: { 'http.request.method': 'POST', 'url.full': `${url.origin}${sendPath(prefix, operation, businessId)}`, 'server.address': url.hostname, 'server.port': serverPort(url) },
+          attributes: {
+            'http.request.method': 'POST',
+            'url.full': `${url.origin}${sendPath(prefix, operation, businessId)}`,
+            'server.address': url.hostname,
+            'server.port': serverPort(url),
+          },
         });
         traceparent = span.traceparent;
       }
@@ -198,7 +222,15 @@ class Call implements Http1Exchange {
     private readonly proxy: ProxyWatch | undefined = undefined,
   ) {
     this.outcome = new Promise((resolve) => (this.resolve = resolve));
-    this.timer = setTimeout(() => this.stop({ kind: 'timeout', message: `no complete answer within ${callTimeoutMs} ms`, requestWritten: this.written }), callTimeoutMs);
+    this.timer = setTimeout(
+      () =>
+        this.stop({
+          kind: 'timeout',
+          message: `no complete answer within ${callTimeoutMs} ms`,
+          requestWritten: this.written,
+        }),
+      callTimeoutMs,
+    );
     // One listener per partition's signal, however many of its calls are in flight (on-abort.ts).
     if (signal) this.unregister = onAbort(signal, () => this.stopped(signal.reason));
   }
@@ -285,7 +317,8 @@ export function interpret(status: number, retryAfter: string | undefined, text: 
   const json = parseJson(text);
   if (status >= 200 && status < 300) {
     // createdMessageSchema's rule (an object with a non-empty string id), without zod on the hot path.
-    const id = typeof json === 'object' && json !== null && !Array.isArray(json) ? (json as { id?: unknown }).id : undefined;
+    const id =
+      typeof json === 'object' && json !== null && !Array.isArray(json) ? (json as { id?: unknown }).id : undefined;
     if (typeof id === 'string' && id.length > 0) return { kind: 'accepted', status, messageId: id };
     return { kind: 'invalid-response', status, bodySnippet: snippet(text) };
   }
@@ -303,7 +336,8 @@ const TIMEOUT_CODES = new Set(['CONNECT_TIMEOUT', 'ETIMEDOUT']);
 
 function failure(error: unknown, requestWritten: boolean): AttemptOutcome {
   const err = error as { code?: unknown; message?: unknown; cause?: { code?: unknown } };
-  const code = typeof err?.code === 'string' ? err.code : typeof err?.cause?.code === 'string' ? err.cause.code : 'UNKNOWN';
+  const code =
+    typeof err?.code === 'string' ? err.code : typeof err?.cause?.code === 'string' ? err.cause.code : 'UNKNOWN';
   const message = typeof err?.message === 'string' ? err.message : String(error);
   if (TIMEOUT_CODES.has(code)) return { kind: 'timeout', message, requestWritten };
   return { kind: 'network', code, message, requestWritten };

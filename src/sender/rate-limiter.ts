@@ -52,7 +52,10 @@ export class RateLimiter {
     if (!(options.ratePerSecond > 0)) throw new RangeError('ratePerSecond must be positive');
     this.ratePerSecond = options.ratePerSecond;
     this.burst = Math.max(1, options.burst ?? Math.ceil((options.ratePerSecond * GRANT_TICK_MS) / 1000));
-    this.minRatePerSecond = Math.min(this.ratePerSecond, options.minRatePerSecond ?? Math.max(1, this.ratePerSecond / 20));
+    this.minRatePerSecond = Math.min(
+      this.ratePerSecond,
+      options.minRatePerSecond ?? Math.max(1, this.ratePerSecond / 20),
+    );
     this.now = options.now ?? (() => performance.now());
   }
 
@@ -124,7 +127,14 @@ export class RateLimiter {
   private bucket(key: string): Bucket {
     let bucket = this.buckets.get(key);
     if (!bucket) {
-      bucket = { rate: this.ratePerSecond, lastSlowDownAt: -Infinity, tokens: this.burst, updatedAt: this.now(), waiters: new Deque(), timer: undefined };
+      bucket = {
+        rate: this.ratePerSecond,
+        lastSlowDownAt: -Infinity,
+        tokens: this.burst,
+        updatedAt: this.now(),
+        waiters: new Deque(),
+        timer: undefined,
+      };
       this.buckets.set(key, bucket);
     }
     return bucket;
@@ -135,7 +145,8 @@ export class RateLimiter {
     const elapsed = now - bucket.updatedAt;
     if (elapsed > 0) {
       bucket.tokens = Math.min(this.burst, bucket.tokens + (elapsed * bucket.rate) / 1000);
-      if (bucket.rate < this.ratePerSecond) bucket.rate = Math.min(this.ratePerSecond, bucket.rate + (elapsed * this.ratePerSecond) / 20_000);
+      if (bucket.rate < this.ratePerSecond)
+        bucket.rate = Math.min(this.ratePerSecond, bucket.rate + (elapsed * this.ratePerSecond) / 20_000);
       bucket.updatedAt = now;
     }
   }
@@ -168,7 +179,10 @@ export class RateLimiter {
     // 0.21–0.24 (docs/benchmarks.md). The price: the busiest second after a quiet moment holds
     // the burst plus the rate (240 calls at 200/s, 220 with 100 ms groups), and a 429 halves
     // the rate.
-    const group = Math.max(1, Math.min(this.burst, bucket.waiters.length, Math.floor((bucket.rate * GRANT_TICK_MS) / 1000)));
+    const group = Math.max(
+      1,
+      Math.min(this.burst, bucket.waiters.length, Math.floor((bucket.rate * GRANT_TICK_MS) / 1000)),
+    );
     const missing = Math.max(0, group - bucket.tokens);
     const delay = Math.max(1, Math.ceil((missing * 1000) / bucket.rate));
     bucket.timer = setTimeout(() => {

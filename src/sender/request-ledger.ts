@@ -25,7 +25,10 @@ export interface RequestLedgerOptions {
   /** Entries kept by this member over all partitions; each partition keeps its share. */
   maxEntries: number;
   logger: Logger;
-  /** How long to wait for the writes of an earlier ownership of a partition in this process to finish before restoring it. */
+  /**
+   * How long to wait for the writes of an earlier ownership of a partition in this process to finish before restoring
+   * it.
+   */
   settleMs?: number;
   now?: () => number;
 }
@@ -94,17 +97,33 @@ export class RequestLedger {
     if (current && current.holds > 0) {
       // Requests of the partition's previous ownership are still recording: their records must
       // be in Kafka before the read below decides where the changelog ends.
-      await Promise.race([new Promise<void>((resolve) => current!.released.push(resolve)), sleep(options.settleMs ?? 30_000, signal)]);
+      await Promise.race([
+        new Promise<void>((resolve) => current!.released.push(resolve)),
+        sleep(options.settleMs ?? 30_000, signal),
+      ]);
     }
     current = this.open.get(partition);
     if (current) await Promise.allSettled([...current.writing]);
     const clusterId = await options.changelogs.clusterId();
-    let store = current?.store ?? LedgerStore.open(ledgerStoreDir(options.stateDir, options.groupId, partition), { clusterId, topic: options.topic, partition, partitions: options.partitions });
+    let store =
+      current?.store ??
+      LedgerStore.open(ledgerStoreDir(options.stateDir, options.groupId, partition), {
+        clusterId,
+        topic: options.topic,
+        partition,
+        partitions: options.partitions,
+      });
     try {
       let from = store.checkpoint()?.ledger;
-      const inconsistency = from === undefined ? undefined : await options.changelogs.inconsistency([{ topic: options.topic, partition, position: from }]);
+      const inconsistency =
+        from === undefined
+          ? undefined
+          : await options.changelogs.inconsistency([{ topic: options.topic, partition, position: from }]);
       if (inconsistency) {
-        options.logger.warn({ partition, dir: store.dir, checkpoint: from, reason: inconsistency }, 'the local request ledger does not match its changelog; rebuilding it');
+        options.logger.warn(
+          { partition, dir: store.dir, checkpoint: from, reason: inconsistency },
+          'the local request ledger does not match its changelog; rebuilding it',
+        );
         store = LedgerStore.rebuild(store);
         from = undefined;
       }
@@ -123,7 +142,16 @@ export class RequestLedger {
       );
       store.remapNow();
       store.expire(expireBeforeMs, this.perPartitionMax, Number.MAX_SAFE_INTEGER);
-      const entry: OpenPartition = current ?? { store, holds: 0, owned: true, writing: new Set(), waitedFor: new Set(), refreshing: undefined, lastRefresh: 0, released: [] };
+      const entry: OpenPartition = current ?? {
+        store,
+        holds: 0,
+        owned: true,
+        writing: new Set(),
+        waitedFor: new Set(),
+        refreshing: undefined,
+        lastRefresh: 0,
+        released: [],
+      };
       entry.store = store;
       entry.owned = true;
       this.open.set(partition, entry);
@@ -197,7 +225,12 @@ export class RequestLedger {
    * when it gave up) and keeps it in the store; the partition's checkpoint does not pass it
    * until it is kept.
    */
-  async write(partition: number, key: string, entry: LedgerEntry, publish: (record: RecordToWrite) => Promise<boolean>): Promise<boolean> {
+  async write(
+    partition: number,
+    key: string,
+    entry: LedgerEntry,
+    publish: (record: RecordToWrite) => Promise<boolean>,
+  ): Promise<boolean> {
     const open = this.open.get(partition);
     const work = publish(this.recordOf(partition, key, entry));
     open?.writing.add(work);
@@ -261,7 +294,10 @@ export class RequestLedger {
         },
       });
     } catch (error) {
-      this.options.logger.warn({ err: errorMessage(error), partition }, 'reading the request ledger again failed: waiting for the previous owner goes on');
+      this.options.logger.warn(
+        { err: errorMessage(error), partition },
+        'reading the request ledger again failed: waiting for the previous owner goes on',
+      );
       return;
     }
     for (const [key, value] of found) if (value && !entry.store.isClosed()) entry.store.record(key, value);
@@ -284,8 +320,10 @@ export class RequestLedger {
       if (!entry.owned || this.opening.has(partition) || entry.waitedFor.size > 0) continue;
       const end = ends.get(partition)?.high;
       await Promise.allSettled([...entry.writing]);
-      if (end !== undefined && this.open.get(partition) === entry) await entry.store.advanceTo(end).catch(() => undefined);
-      if (this.open.get(partition) === entry) entry.store.expire(this.now() - this.options.windowMs, this.perPartitionMax, SWEEP_LIMIT);
+      if (end !== undefined && this.open.get(partition) === entry)
+        await entry.store.advanceTo(end).catch(() => undefined);
+      if (this.open.get(partition) === entry)
+        entry.store.expire(this.now() - this.options.windowMs, this.perPartitionMax, SWEEP_LIMIT);
     }
   }
 

@@ -1,4 +1,11 @@
-import { sendRequestRecipient, sendRequestSchema, type DlqCode, type ExpiredSendResult, type SendOperation, type SendRequest } from '../contracts/index.js';
+import {
+  sendRequestRecipient,
+  sendRequestSchema,
+  type DlqCode,
+  type ExpiredSendResult,
+  type SendOperation,
+  type SendRequest,
+} from '../contracts/index.js';
 import { deadLetter, type StoredResult } from './result-records.js';
 import { errorMessage } from '../platform/errors.js';
 
@@ -27,7 +34,15 @@ export interface OutgoingRecord {
 }
 
 /** Fields that belong to the relay, never sent to the provider. */
-const RELAY_ONLY_FIELDS = new Set(['requestId', 'businessId', 'type', 'expiresAt', 'ttlMs', 'conversationWindow', 'fallbackTemplate']);
+const RELAY_ONLY_FIELDS = new Set([
+  'requestId',
+  'businessId',
+  'type',
+  'expiresAt',
+  'ttlMs',
+  'conversationWindow',
+  'fallbackTemplate',
+]);
 
 /** When a request stops being worth sending, and what said so. */
 export interface Expiry {
@@ -79,12 +94,20 @@ export interface PrepareOptions {
 export type Job = SendJob | DlqJob;
 
 /** Which business a request is for: its `businessId`, or the only one configured. */
-export function resolveBusiness(claimed: string | undefined, businesses: ReadonlyMap<string, string>): { id: string } | { error: string; code: DlqCode } {
+export function resolveBusiness(
+  claimed: string | undefined,
+  businesses: ReadonlyMap<string, string>,
+): { id: string } | { error: string; code: DlqCode } {
   if (claimed !== undefined) {
-    return businesses.has(claimed) ? { id: claimed } : { error: `unknown business "${claimed}": it is not configured in this sender`, code: 'RELAY_UNKNOWN_BUSINESS' };
+    return businesses.has(claimed)
+      ? { id: claimed }
+      : { error: `unknown business "${claimed}": it is not configured in this sender`, code: 'RELAY_UNKNOWN_BUSINESS' };
   }
   if (businesses.size === 1) return { id: businesses.keys().next().value as string };
-  return { error: `businessId is missing and ${businesses.size} businesses are configured: the request must name one`, code: 'RELAY_AMBIGUOUS_BUSINESS' };
+  return {
+    error: `businessId is missing and ${businesses.size} businesses are configured: the request must name one`,
+    code: 'RELAY_AMBIGUOUS_BUSINESS',
+  };
 }
 
 /**
@@ -92,9 +115,16 @@ export function resolveBusiness(claimed: string | undefined, businesses: Readonl
  * request, unknown or ambiguous business) becomes a DLQ job with the reason, and with the
  * rejected result it owes when its request id can be read.
  */
-export function prepareJob(record: IncomingRecord, businesses: ReadonlyMap<string, string>, options: PrepareOptions): Job {
+export function prepareJob(
+  record: IncomingRecord,
+  businesses: ReadonlyMap<string, string>,
+  options: PrepareOptions,
+): Job {
   const { receivedAt } = options;
-  const producedAt = options.producedAt !== undefined && Number.isFinite(options.producedAt) && options.producedAt > 0 ? options.producedAt : undefined;
+  const producedAt =
+    options.producedAt !== undefined && Number.isFinite(options.producedAt) && options.producedAt > 0
+      ? options.producedAt
+      : undefined;
   const raw = record.value ?? Buffer.alloc(0);
   const text = raw.toString('utf8');
   let json: unknown;
@@ -107,8 +137,17 @@ export function prepareJob(record: IncomingRecord, businesses: ReadonlyMap<strin
   const claim = claimedIds(json);
   const parsed = sendRequestSchema.safeParse(json);
   if (!parsed.success) {
-    const issues = parsed.error.issues.slice(0, 5).map((i) => `${i.path.map(String).join('.') || '(root)'}: ${i.message}`);
-    return dlqJob(record, invalidCode(parsed.error.issues), `not a valid send request: ${issues.join('; ')}`, claim, true, receivedAt);
+    const issues = parsed.error.issues
+      .slice(0, 5)
+      .map((i) => `${i.path.map(String).join('.') || '(root)'}: ${i.message}`);
+    return dlqJob(
+      record,
+      invalidCode(parsed.error.issues),
+      `not a valid send request: ${issues.join('; ')}`,
+      claim,
+      true,
+      receivedAt,
+    );
   }
   const request = parsed.data;
   const business = resolveBusiness(request.businessId, businesses);
@@ -130,9 +169,14 @@ export function prepareJob(record: IncomingRecord, businesses: ReadonlyMap<strin
 }
 
 /** The earliest deadline among the request's own and the sender's age limit. */
-export function expiryOf(request: Pick<SendRequest, 'expiresAt' | 'ttlMs'>, recordTime: number, maxRequestAgeMs: number): Expiry {
+export function expiryOf(
+  request: Pick<SendRequest, 'expiresAt' | 'ttlMs'>,
+  recordTime: number,
+  maxRequestAgeMs: number,
+): Expiry {
   let expiry: Expiry = { at: recordTime + maxRequestAgeMs, by: 'maxRequestAgeMs' };
-  if (request.ttlMs !== undefined && recordTime + request.ttlMs <= expiry.at) expiry = { at: recordTime + request.ttlMs, by: 'ttlMs' };
+  if (request.ttlMs !== undefined && recordTime + request.ttlMs <= expiry.at)
+    expiry = { at: recordTime + request.ttlMs, by: 'ttlMs' };
   if (request.expiresAt !== undefined) {
     const at = Date.parse(request.expiresAt);
     if (at <= expiry.at) expiry = { at, by: 'expiresAt' };
@@ -177,7 +221,14 @@ function claimedIds(json: unknown): Claim {
   return { requestId: readableId(value.requestId, 256), businessId: readableId(value.businessId, 128) };
 }
 
-function dlqJob(record: IncomingRecord, code: DlqCode, reason: string, claim: Claim, isJson: boolean, receivedAt: number): DlqJob {
+function dlqJob(
+  record: IncomingRecord,
+  code: DlqCode,
+  reason: string,
+  claim: Claim,
+  isJson: boolean,
+  receivedAt: number,
+): DlqJob {
   const { record: copy, result } = deadLetter(record, code, reason, claim, isJson, receivedAt);
   return { kind: 'dlq', reason, code, record: copy, receivedAt, requestId: claim.requestId, result };
 }

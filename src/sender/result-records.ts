@@ -21,7 +21,14 @@ import type { AttemptOutcome } from './retry-policy.js';
  */
 
 /** Header names the relay sets itself; a request's own copies of them are not carried over. */
-const RELAY_HEADERS = new Set<string>([HEADER.eventId, HEADER.businessId, HEADER.receivedAt, HEADER.contentType, HEADER.schema, HEADER.errorReason]);
+const RELAY_HEADERS = new Set<string>([
+  HEADER.eventId,
+  HEADER.businessId,
+  HEADER.receivedAt,
+  HEADER.contentType,
+  HEADER.schema,
+  HEADER.errorReason,
+]);
 
 /** The request's headers (traceparent, correlation-*, anything else) minus the relay's own names. */
 export function copyHeaders(headers: RecordHeaders): Record<string, HeaderValue> {
@@ -40,7 +47,14 @@ const MAX_REASON = 1000;
  * The DLQ copy of a request that can never be sent (its key, bytes and headers, with the
  * reason), and the rejected result it owes when its request id could be read.
  */
-export function deadLetter(record: IncomingRecord, code: DlqCode, reason: string, claim: Claim, isJson: boolean, receivedAt: number): { record: OutgoingRecord; result: StoredResult | undefined } {
+export function deadLetter(
+  record: IncomingRecord,
+  code: DlqCode,
+  reason: string,
+  claim: Claim,
+  isJson: boolean,
+  receivedAt: number,
+): { record: OutgoingRecord; result: StoredResult | undefined } {
   const value = record.value ?? Buffer.alloc(0);
   const shortReason = reason.length > MAX_REASON ? `${reason.slice(0, MAX_REASON)}…` : reason;
   const headers: Record<string, HeaderValue> = {
@@ -66,7 +80,12 @@ export function deadLetter(record: IncomingRecord, code: DlqCode, reason: string
       attempts: 0,
       maybeSent: false,
       rejectedAt: new Date(receivedAt).toISOString(),
-      error: { message: `the request was sent to the dead-letter topic and will never be sent: ${shortReason}`, type: RELAY_ERROR_TYPE.invalidRequest, code, retriable: false },
+      error: {
+        message: `the request was sent to the dead-letter topic and will never be sent: ${shortReason}`,
+        type: RELAY_ERROR_TYPE.invalidRequest,
+        code,
+        retriable: false,
+      },
     };
     result = storedResult(rejected);
   }
@@ -78,7 +97,9 @@ export function deadLetter(record: IncomingRecord, code: DlqCode, reason: string
  * max.message.bytes less room for the batch): its value is replaced by a reference to the
  * original record, which stays in the source topic until retention removes it.
  */
-export function fitDlqRecord<R extends { key: string | Buffer | null; value: string | Buffer; headers: Record<string, HeaderValue> }>(record: R, maxBytes: number): R | OutgoingRecord {
+export function fitDlqRecord<
+  R extends { key: string | Buffer | null; value: string | Buffer; headers: Record<string, HeaderValue> },
+>(record: R, maxBytes: number): R | OutgoingRecord {
   if (recordSize(record) <= maxBytes) return record;
   const headers = { ...record.headers };
   const original = Buffer.byteLength(record.value);
@@ -89,29 +110,53 @@ export function fitDlqRecord<R extends { key: string | Buffer | null; value: str
     sourcePartition: Number(headers['source-partition'] ?? -1),
     sourceOffset: String(headers['source-offset'] ?? ''),
   };
-  headers[HEADER.errorReason] = `${String(headers[HEADER.errorReason] ?? '')} (the original ${original} bytes do not fit in the DLQ topic: value replaced by a reference to the source record)`.slice(
-    0,
-    MAX_REASON + 200,
-  );
+  headers[HEADER.errorReason] =
+    `${String(headers[HEADER.errorReason] ?? '')} (the original ${original} bytes do not fit in the DLQ topic: value replaced by a reference to the source record)`.slice(
+      0,
+      MAX_REASON + 200,
+    );
   headers[HEADER.contentType] = 'application/json';
   headers['dlq-value'] = 'reference';
   let fitted: OutgoingRecord = { key: record.key, value: Buffer.from(JSON.stringify(reference)), headers };
   // Headers copied from the request can be large too: keep only the relay's own.
   if (recordSize(fitted) > maxBytes) {
     const own: Record<string, HeaderValue> = {};
-    for (const name of [...RELAY_HEADERS, 'error-code', 'source-topic', 'source-partition', 'source-offset', 'dlq-value']) if (headers[name] !== undefined) own[name] = headers[name];
-    fitted = { key: typeof record.key === 'string' || record.key === null ? record.key : record.key.subarray(0, 1024), value: fitted.value, headers: own };
+    for (const name of [
+      ...RELAY_HEADERS,
+      'error-code',
+      'source-topic',
+      'source-partition',
+      'source-offset',
+      'dlq-value',
+    ])
+      if (headers[name] !== undefined) own[name] = headers[name];
+    fitted = {
+      key: typeof record.key === 'string' || record.key === null ? record.key : record.key.subarray(0, 1024),
+      value: fitted.value,
+      headers: own,
+    };
   }
   return fitted;
 }
 
-function recordSize(record: { key: string | Buffer | null; value: string | Buffer; headers: Record<string, HeaderValue> }): number {
+function recordSize(record: {
+  key: string | Buffer | null;
+  value: string | Buffer;
+  headers: Record<string, HeaderValue>;
+}): number {
   let size = Buffer.byteLength(record.value) + (record.key === null ? 0 : Buffer.byteLength(record.key)) + 64;
-  for (const [name, value] of Object.entries(record.headers)) size += Buffer.byteLength(name) + Buffer.byteLength(value) + 8;
+  for (const [name, value] of Object.entries(record.headers))
+    size += Buffer.byteLength(name) + Buffer.byteLength(value) + 8;
   return size;
 }
 
-export function acceptedResult(job: SendJob, messageId: string, attempts: number, maybeSent: boolean, at: Date): AcceptedSendResult {
+export function acceptedResult(
+  job: SendJob,
+  messageId: string,
+  attempts: number,
+  maybeSent: boolean,
+  at: Date,
+): AcceptedSendResult {
   return {
     requestId: job.request.requestId,
     businessId: job.businessId,
@@ -129,7 +174,13 @@ export function acceptedResult(job: SendJob, messageId: string, attempts: number
   };
 }
 
-export function rejectedResult(job: SendJob, error: SendFailure, attempts: number, maybeSent: boolean, at: Date): RejectedSendResult {
+export function rejectedResult(
+  job: SendJob,
+  error: SendFailure,
+  attempts: number,
+  maybeSent: boolean,
+  at: Date,
+): RejectedSendResult {
   return {
     requestId: job.request.requestId,
     businessId: job.businessId,
@@ -139,7 +190,13 @@ export function rejectedResult(job: SendJob, error: SendFailure, attempts: numbe
     attempts,
     maybeSent,
     rejectedAt: at.toISOString(),
-    error: maybeSent ? { ...error, maybeSent: true, message: `${error.message} (an earlier attempt may have created the message: do not resend blindly)` } : error,
+    error: maybeSent
+      ? {
+          ...error,
+          maybeSent: true,
+          message: `${error.message} (an earlier attempt may have created the message: do not resend blindly)`,
+        }
+      : error,
     ...sentAs(job),
     content: requestContentOf(job.request),
   };
@@ -172,7 +229,17 @@ export function failureOf(outcome: AttemptOutcome, retriable: boolean): SendFail
     case 'http-error':
       if (outcome.error) {
         const { message, type, code, userTitle, userMessage, cntTraceId, details } = outcome.error;
-        return dropUndefined({ httpStatus: outcome.status, message, type, code, userTitle, userMessage, cntTraceId, details, retriable });
+        return dropUndefined({
+          httpStatus: outcome.status,
+          message,
+          type,
+          code,
+          userTitle,
+          userMessage,
+          cntTraceId,
+          details,
+          retriable,
+        });
       }
       return dropUndefined({
         httpStatus: outcome.status,
@@ -190,9 +257,19 @@ export function failureOf(outcome: AttemptOutcome, retriable: boolean): SendFail
         retriable,
       };
     case 'timeout':
-      return { message: outcome.message, type: RELAY_ERROR_TYPE.transportError, code: RELAY_RESULT_CODE.timeout, retriable };
+      return {
+        message: outcome.message,
+        type: RELAY_ERROR_TYPE.transportError,
+        code: RELAY_RESULT_CODE.timeout,
+        retriable,
+      };
     case 'network':
-      return { message: `${outcome.code}: ${outcome.message}`, type: RELAY_ERROR_TYPE.transportError, code: RELAY_RESULT_CODE.networkError, retriable };
+      return {
+        message: `${outcome.code}: ${outcome.message}`,
+        type: RELAY_ERROR_TYPE.transportError,
+        code: RELAY_RESULT_CODE.networkError,
+        retriable,
+      };
     case 'accepted':
       throw new Error('an accepted outcome is not a failure');
   }
@@ -204,7 +281,10 @@ function dropUndefined<T extends Record<string, unknown>>(value: T): T {
 }
 
 /** The `send-results` record: keyed by the message id (the request id when there is none). */
-export function resultRecord(result: AcceptedSendResult | RejectedSendResult | ExpiredSendResult): { key: string; value: Buffer } {
+export function resultRecord(result: AcceptedSendResult | RejectedSendResult | ExpiredSendResult): {
+  key: string;
+  value: Buffer;
+} {
   const value = Buffer.from(JSON.stringify(result));
   return { key: result.outcome === 'accepted' ? result.messageId : result.requestId, value };
 }
@@ -239,22 +319,39 @@ export function storedResult(result: AcceptedSendResult | RejectedSendResult | E
   const key = result.outcome === 'accepted' ? result.messageId : result.requestId;
   const { content, ...fields } = result;
   const withoutContent = JSON.stringify(fields);
-  const value = content === undefined ? withoutContent : `${withoutContent.slice(0, -1)},"content":${JSON.stringify(content)}}`;
-  return { key, value, withoutContent, businessId: result.businessId, eventId: resultEventId(result.businessId ?? '', result.requestId, result.outcome) };
+  const value =
+    content === undefined ? withoutContent : `${withoutContent.slice(0, -1)},"content":${JSON.stringify(content)}}`;
+  return {
+    key,
+    value,
+    withoutContent,
+    businessId: result.businessId,
+    eventId: resultEventId(result.businessId ?? '', result.requestId, result.outcome),
+  };
 }
 
 /** A kept result (`withoutContent`) as a result to publish again. */
 export function fromRepeat(value: string): StoredResult {
   const result = JSON.parse(value) as { outcome: string; requestId: string; businessId?: string; messageId?: string };
   const key = result.outcome === 'accepted' && result.messageId !== undefined ? result.messageId : result.requestId;
-  return { key, value, withoutContent: value, businessId: result.businessId, eventId: resultEventId(result.businessId ?? '', result.requestId, result.outcome) };
+  return {
+    key,
+    value,
+    withoutContent: value,
+    businessId: result.businessId,
+    eventId: resultEventId(result.businessId ?? '', result.requestId, result.outcome),
+  };
 }
 
 /**
  * Headers of a result record: the request's headers, then the relay's. `event-id` is derived
  * from (business, request id, outcome), so a result written again carries the same id.
  */
-export function resultHeaders(stored: Pick<StoredResult, 'businessId' | 'eventId'>, requestHeaders: RecordHeaders, receivedAt: number): Record<string, HeaderValue> {
+export function resultHeaders(
+  stored: Pick<StoredResult, 'businessId' | 'eventId'>,
+  requestHeaders: RecordHeaders,
+  receivedAt: number,
+): Record<string, HeaderValue> {
   const headers: Record<string, HeaderValue> = {
     ...copyHeaders(requestHeaders),
     [HEADER.eventId]: stored.eventId,

@@ -24,7 +24,13 @@ export interface ProviderErrorBody {
 export type AttemptOutcome =
   | { kind: 'accepted'; status: number; messageId: string }
   /** An HTTP answer that is not a success: the provider's error object when the body was one. */
-  | { kind: 'http-error'; status: number; retryAfter?: string | undefined; error?: ProviderErrorBody | undefined; bodySnippet?: string | undefined }
+  | {
+      kind: 'http-error';
+      status: number;
+      retryAfter?: string | undefined;
+      error?: ProviderErrorBody | undefined;
+      bodySnippet?: string | undefined;
+    }
   /** A 2xx whose body is not `{id}`: the message may exist, so it is never retried blindly. */
   | { kind: 'invalid-response'; status: number; bodySnippet?: string | undefined }
   /** `requestWritten`: the request reached a connected socket, so the provider may have acted on it. */
@@ -97,7 +103,11 @@ export interface RetryPolicyOptions {
  * half is random, so retries spread out without ever collapsing to zero.
  * `retryNumber` counts from 1 (the wait before the second attempt).
  */
-export function backoffDelay(retryNumber: number, options: Pick<RetryPolicyOptions, 'backoffInitialMs' | 'backoffMaxMs'>, random: () => number = Math.random): number {
+export function backoffDelay(
+  retryNumber: number,
+  options: Pick<RetryPolicyOptions, 'backoffInitialMs' | 'backoffMaxMs'>,
+  random: () => number = Math.random,
+): number {
   const exponent = Math.min(Math.max(retryNumber - 1, 0), 30);
   const step = Math.min(options.backoffMaxMs, options.backoffInitialMs * 2 ** exponent);
   return Math.round(step / 2 + random() * (step / 2));
@@ -128,7 +138,14 @@ export function retryReason(outcome: AttemptOutcome): RetryReason {
  * same instant do not return together. No wait goes past the end of the budget; once the
  * budget is spent the request fails as retriable.
  */
-export function decide(outcome: AttemptOutcome, attempt: number, firstAttemptAtMs: number, options: RetryPolicyOptions, nowMs: number, random: () => number = Math.random): RetryDecision {
+export function decide(
+  outcome: AttemptOutcome,
+  attempt: number,
+  firstAttemptAtMs: number,
+  options: RetryPolicyOptions,
+  nowMs: number,
+  random: () => number = Math.random,
+): RetryDecision {
   const classification = classify(outcome);
   if (classification === 'success') return { action: 'succeed' };
   if (classification === 'permanent') return { action: 'fail', retriable: false };

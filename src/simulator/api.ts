@@ -2,7 +2,15 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { monotonicFactory } from 'ulid';
 import { z } from 'zod';
 import type { SimulatorFaults } from '../config/schema.js';
-import { recipientNumber, SEND_PATH_SEGMENT, sendTemplateBodySchema, sendTextBodySchema, webhookRegistrationSchema, type ProviderError, type SendOperation } from '../contracts/index.js';
+import {
+  recipientNumber,
+  SEND_PATH_SEGMENT,
+  sendTemplateBodySchema,
+  sendTextBodySchema,
+  webhookRegistrationSchema,
+  type ProviderError,
+  type SendOperation,
+} from '../contracts/index.js';
 import { WebhookDeliveries, type DeliveryFilter, type DeliveryRecord } from './deliveries.js';
 import { inboundMessageEvent, type SimEvent } from './events.js';
 import { Faults } from './faults.js';
@@ -63,11 +71,18 @@ const inboundSchema = z.strictObject({
   from: recipientNumber,
   text: z.string().min(1, 'text must not be empty').max(4096),
   name: z.string().min(1).max(256).optional(),
-  button: z.strictObject({ payload: z.string().min(1, 'a button payload must not be empty').max(1024).optional() }, { error: 'button must be an object, {} or {"payload": "..."}' }).optional(),
+  button: z
+    .strictObject(
+      { payload: z.string().min(1, 'a button payload must not be empty').max(1024).optional() },
+      { error: 'button must be an object, {} or {"payload": "..."}' },
+    )
+    .optional(),
 });
 
 /** The send path's last segment → its operation. */
-const SEND_OPERATIONS: Record<string, SendOperation> = Object.fromEntries((Object.entries(SEND_PATH_SEGMENT) as [SendOperation, string][]).map(([operation, segment]) => [segment, operation]));
+const SEND_OPERATIONS: Record<string, SendOperation> = Object.fromEntries(
+  (Object.entries(SEND_PATH_SEGMENT) as [SendOperation, string][]).map(([operation, segment]) => [segment, operation]),
+);
 
 const MAX_RECORDED_BODY_BYTES = 64 * 1024;
 
@@ -90,7 +105,11 @@ export class ProviderSimulator {
 
   constructor(private readonly options: CompiledSimulatorOptions) {
     this.faults = new Faults(options.faults);
-    this.registrations = new Registrations({ file: options.registrationsFile, maxPerBusiness: options.maxRegistrationsPerBusiness, now: options.now });
+    this.registrations = new Registrations({
+      file: options.registrationsFile,
+      maxPerBusiness: options.maxRegistrationsPerBusiness,
+      now: options.now,
+    });
     this.deliveries = new WebhookDeliveries({
       delivery: options.delivery,
       historySize: options.history.deliveries,
@@ -120,10 +139,15 @@ export class ProviderSimulator {
         return await this.handleProvider(method, decodeURIComponent(segments[2]), segments.slice(3), req);
       }
       if (segments[0] === 'sim') return this.handleSim(method, segments.slice(1), req);
-      if (segments.length === 1 && segments[0] === 'healthz') return method === 'GET' ? json(200, { status: 'ok' }) : methodNotAllowed(['GET']);
+      if (segments.length === 1 && segments[0] === 'healthz')
+        return method === 'GET' ? json(200, { status: 'ok' }) : methodNotAllowed(['GET']);
       return errorAnswer(404, providerError('ERROR_CODE_NOT_FOUND', { message: `no route for ${method} ${req.path}` }));
     } catch (err) {
-      if (err instanceof URIError) return errorAnswer(400, providerError('ERROR_CODE_REQUEST_FIELD_INVALID', { message: 'the path is not valid percent-encoding' }));
+      if (err instanceof URIError)
+        return errorAnswer(
+          400,
+          providerError('ERROR_CODE_REQUEST_FIELD_INVALID', { message: 'the path is not valid percent-encoding' }),
+        );
       this.options.logger.error({ err, method, path: req.path }, 'simulator request failed');
       return errorAnswer(500, providerError('ERROR_CODE_INTERNAL'));
     }
@@ -134,7 +158,15 @@ export class ProviderSimulator {
     const business = this.options.businesses.get(businessId);
     if (!business) throw new Error(`unknown business "${businessId}"`);
     const at = this.options.now();
-    const event = inboundMessageEvent({ businessId, businessNumber: business.number, from: input.from, name: input.name, text: input.text, at, button: input.button });
+    const event = inboundMessageEvent({
+      businessId,
+      businessNumber: business.number,
+      from: input.from,
+      name: input.name,
+      text: input.text,
+      at,
+      button: input.button,
+    });
     this.lifecycle.recordInbound(businessId, input.from);
     const deliveries = this.emit(event);
     return {
@@ -146,7 +178,13 @@ export class ProviderSimulator {
   }
 
   listSends(filter: { since?: number; businessId?: string } = {}): SendRecord[] {
-    return this.sends.toArray().filter((s) => (filter.since === undefined || s.seq > filter.since) && (filter.businessId === undefined || s.businessId === filter.businessId));
+    return this.sends
+      .toArray()
+      .filter(
+        (s) =>
+          (filter.since === undefined || s.seq > filter.since) &&
+          (filter.businessId === undefined || s.businessId === filter.businessId),
+      );
   }
 
   clearSends(): void {
@@ -195,7 +233,12 @@ export class ProviderSimulator {
     return this.deliveries.enqueue(event);
   }
 
-  private async handleProvider(method: string, businessId: string, rest: string[], req: SimRequest): Promise<SimResponse> {
+  private async handleProvider(
+    method: string,
+    businessId: string,
+    rest: string[],
+    req: SimRequest,
+  ): Promise<SimResponse> {
     const [first, second, third] = rest;
     if (first === 'send' && second !== undefined && rest.length === 2 && SEND_OPERATIONS[second]) {
       if (method !== 'POST') return methodNotAllowed(['POST']);
@@ -207,14 +250,23 @@ export class ProviderSimulator {
     }
     if (first === 'webhooks' && rest.length === 1) {
       if (method !== 'GET') return methodNotAllowed(['GET']);
-      return this.authenticated(businessId, req, (business) => json(200, { webhooks: this.registrations.list(business.id) }));
+      return this.authenticated(businessId, req, (business) =>
+        json(200, { webhooks: this.registrations.list(business.id) }),
+      );
     }
     if (first === 'webhooks' && third === undefined && second !== undefined) {
       if (method !== 'DELETE') return methodNotAllowed(['DELETE']);
       return this.authenticated(businessId, req, (business) => {
         const removed = this.registrations.delete(business.id, decodeURIComponent(second));
-        if (!removed) return errorAnswer(404, providerError('ERROR_CODE_NOT_FOUND', { message: `no webhook registration "${second}" for this business` }));
-        this.options.logger.info({ businessId: business.id, registrationId: removed.id, topic: removed.topic }, 'webhook registration deleted');
+        if (!removed)
+          return errorAnswer(
+            404,
+            providerError('ERROR_CODE_NOT_FOUND', { message: `no webhook registration "${second}" for this business` }),
+          );
+        this.options.logger.info(
+          { businessId: business.id, registrationId: removed.id, topic: removed.topic },
+          'webhook registration deleted',
+        );
         return json(200, removed);
       });
     }
@@ -234,7 +286,11 @@ export class ProviderSimulator {
     return { business };
   }
 
-  private authenticated(businessId: string, req: SimRequest, then: (business: CompiledBusiness) => SimResponse): SimResponse {
+  private authenticated(
+    businessId: string,
+    req: SimRequest,
+    then: (business: CompiledBusiness) => SimResponse,
+  ): SimResponse {
     const auth = this.authenticate(businessId, req.apiKey);
     if ('error' in auth) return errorAnswer(401, auth.error);
     return then(auth.business);
@@ -248,13 +304,25 @@ export class ProviderSimulator {
     const record = (answer: SimResponse, messageId: string | null = null): SimResponse => {
       this.sendSeq += 1;
       const code = answer.status >= 400 ? errorCodeOf(answer.body) : null;
-      this.sends.push({ seq: this.sendSeq, businessId, operation, status: answer.status, messageId, body: parsedBody, errorCode: code, receivedAt });
+      this.sends.push({
+        seq: this.sendSeq,
+        businessId,
+        operation,
+        status: answer.status,
+        messageId,
+        body: parsedBody,
+        errorCode: code,
+        receivedAt,
+      });
       return answer;
     };
 
     const latency = this.faults.sendLatencyMs();
     if (latency > 0) await this.sleep(latency);
-    if (this.closed) return record(errorAnswer(503, providerError('ERROR_CODE_UNAVAILABLE', { message: 'the simulator is shutting down' })));
+    if (this.closed)
+      return record(
+        errorAnswer(503, providerError('ERROR_CODE_UNAVAILABLE', { message: 'the simulator is shutting down' })),
+      );
 
     const auth = this.authenticate(businessId, req.apiKey);
     if ('error' in auth) return record(errorAnswer(401, auth.error));
@@ -262,25 +330,49 @@ export class ProviderSimulator {
 
     const fault = this.faults.sendFault(`${business.id} ${operation}`);
     if (fault?.status === 429) {
-      const headers: Record<string, string> = fault.retryAfterSeconds !== null ? { 'retry-after': String(fault.retryAfterSeconds) } : {};
+      const headers: Record<string, string> =
+        fault.retryAfterSeconds !== null ? { 'retry-after': String(fault.retryAfterSeconds) } : {};
       return record(errorAnswer(429, providerError('ERROR_CODE_BUSINESS_REACHED_LIMITS'), headers));
     }
     if (fault) {
-      const code: ProviderErrorCode = fault.status === 504 ? 'ERROR_CODE_UPSTREAM_TIMEOUT' : fault.status === 503 ? 'ERROR_CODE_UNAVAILABLE' : 'ERROR_CODE_INTERNAL';
+      const code: ProviderErrorCode =
+        fault.status === 504
+          ? 'ERROR_CODE_UPSTREAM_TIMEOUT'
+          : fault.status === 503
+            ? 'ERROR_CODE_UNAVAILABLE'
+            : 'ERROR_CODE_INTERNAL';
       return record(errorAnswer(fault.status, providerError(code)));
     }
 
     if (!bodyCheck.ok) return record(bodyCheck.answer);
-    const input = operation === 'text' ? sendTextBodySchema.safeParse(bodyCheck.value) : sendTemplateBodySchema.safeParse(bodyCheck.value);
+    const input =
+      operation === 'text'
+        ? sendTextBodySchema.safeParse(bodyCheck.value)
+        : sendTemplateBodySchema.safeParse(bodyCheck.value);
     if (!input.success) return record(validationAnswer(input.error));
 
     const id = this.nextId();
     if (operation === 'text') {
       const body = input.data as z.infer<typeof sendTextBodySchema>;
       if (body.message.text.trim() === '') {
-        return record(errorAnswer(400, providerError('ERROR_CODE_MESSAGE_TEXT_EMPTY', { message: 'message.text: the message text is empty', details: { field: 'message.text' } })));
+        return record(
+          errorAnswer(
+            400,
+            providerError('ERROR_CODE_MESSAGE_TEXT_EMPTY', {
+              message: 'message.text: the message text is empty',
+              details: { field: 'message.text' },
+            }),
+          ),
+        );
       }
-      this.lifecycle.create({ id, business, operation, channelType: body.recipient.channelType, recipient: body.recipient.id, callbackData: body.callbackData });
+      this.lifecycle.create({
+        id,
+        business,
+        operation,
+        channelType: body.recipient.channelType,
+        recipient: body.recipient.id,
+        callbackData: body.callbackData,
+      });
     } else {
       const body = input.data as z.infer<typeof sendTemplateBodySchema>;
       this.lifecycle.create({
@@ -304,10 +396,23 @@ export class ProviderSimulator {
     if (!input.success) return validationAnswer(input.error);
     const result = this.registrations.create(business.id, input.data.topic, input.data.address);
     if ('limitReached' in result) {
-      return errorAnswer(400, providerError('ERROR_CODE_WEBHOOK_LIMIT_REACHED', { details: { max: this.options.maxRegistrationsPerBusiness } }));
+      return errorAnswer(
+        400,
+        providerError('ERROR_CODE_WEBHOOK_LIMIT_REACHED', {
+          details: { max: this.options.maxRegistrationsPerBusiness },
+        }),
+      );
     }
     if (result.created) {
-      this.options.logger.info({ businessId: business.id, registrationId: result.registration.id, topic: result.registration.topic, address: result.registration.address }, 'webhook registered');
+      this.options.logger.info(
+        {
+          businessId: business.id,
+          registrationId: result.registration.id,
+          topic: result.registration.topic,
+          address: result.registration.address,
+        },
+        'webhook registered',
+      );
     }
     return json(200, result.registration);
   }
@@ -336,7 +441,13 @@ export class ProviderSimulator {
       if (method !== 'GET') return methodNotAllowed(['GET', 'DELETE']);
       const since = intParam(query, 'since');
       if (since === null) return simError(400, 'since must be a non-negative integer');
-      return json(200, this.listSends({ ...(since !== undefined ? { since } : {}), ...optional('businessId', query.get('businessId')) }));
+      return json(
+        200,
+        this.listSends({
+          ...(since !== undefined ? { since } : {}),
+          ...optional('businessId', query.get('businessId')),
+        }),
+      );
     }
     if (first === 'deliveries' && rest.length === 1) {
       if (method === 'DELETE') {
@@ -362,7 +473,12 @@ export class ProviderSimulator {
         return json(200, this.lifecycle.recent(limit ?? 100));
       }
       const message = this.message(decodeURIComponent(second));
-      return message ? json(200, message) : simError(404, `no message "${second}" (unknown, or forgotten: the simulator keeps the newest ${this.options.history.messages})`);
+      return message
+        ? json(200, message)
+        : simError(
+            404,
+            `no message "${second}" (unknown, or forgotten: the simulator keeps the newest ${this.options.history.messages})`,
+          );
     }
     if (first === 'businesses' && second !== undefined && third === 'inbound' && rest.length === 3) {
       if (method !== 'POST') return methodNotAllowed(['POST']);
@@ -372,12 +488,19 @@ export class ProviderSimulator {
       if (!body.ok) return body.answer;
       const input = inboundSchema.safeParse(body.value);
       if (!input.success) {
-        const issues = input.error.issues.map((i) => ({ path: i.path.map(String).join('.') || '(body)', message: i.message }));
-        return json(400, { message: `invalid inbound message: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`, issues });
+        const issues = input.error.issues.map((i) => ({
+          path: i.path.map(String).join('.') || '(body)',
+          message: i.message,
+        }));
+        return json(400, {
+          message: `invalid inbound message: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`,
+          issues,
+        });
       }
       return json(200, this.injectInbound(businessId, input.data));
     }
-    if (first === 'stats' && rest.length === 1) return method === 'GET' ? json(200, this.stats()) : methodNotAllowed(['GET']);
+    if (first === 'stats' && rest.length === 1)
+      return method === 'GET' ? json(200, this.stats()) : methodNotAllowed(['GET']);
     return simError(404, `no route for ${method} ${req.path}`);
   }
 
@@ -409,7 +532,9 @@ function simError(status: number, message: string): SimResponse {
 }
 
 function methodNotAllowed(allowed: string[]): SimResponse {
-  return json(405, providerError('ERROR_CODE_METHOD_NOT_ALLOWED', { details: { allowed } }), { allow: allowed.join(', ') });
+  return json(405, providerError('ERROR_CODE_METHOD_NOT_ALLOWED', { details: { allowed } }), {
+    allow: allowed.join(', '),
+  });
 }
 
 function errorCodeOf(body: string): string | null {
@@ -439,13 +564,24 @@ function parseJsonBody(req: SimRequest): BodyCheck {
   try {
     const value: unknown = JSON.parse(req.body.toString('utf8'));
     if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-      return { ok: false, answer: errorAnswer(400, providerError('ERROR_CODE_REQUEST_BODY_INVALID', { message: 'the request body must be a JSON object' })) };
+      return {
+        ok: false,
+        answer: errorAnswer(
+          400,
+          providerError('ERROR_CODE_REQUEST_BODY_INVALID', { message: 'the request body must be a JSON object' }),
+        ),
+      };
     }
     return { ok: true, value };
   } catch (err) {
     return {
       ok: false,
-      answer: errorAnswer(400, providerError('ERROR_CODE_REQUEST_BODY_INVALID', { message: `the request body is not valid JSON: ${errorMessage(err)}` })),
+      answer: errorAnswer(
+        400,
+        providerError('ERROR_CODE_REQUEST_BODY_INVALID', {
+          message: `the request body is not valid JSON: ${errorMessage(err)}`,
+        }),
+      ),
     };
   }
 }
@@ -454,7 +590,8 @@ function parseJsonBody(req: SimRequest): BodyCheck {
 function parseSimBody(body: Buffer): BodyCheck {
   try {
     const value: unknown = body.length === 0 ? {} : JSON.parse(body.toString('utf8'));
-    if (typeof value !== 'object' || value === null || Array.isArray(value)) return { ok: false, answer: simError(400, 'the body must be a JSON object') };
+    if (typeof value !== 'object' || value === null || Array.isArray(value))
+      return { ok: false, answer: simError(400, 'the body must be a JSON object') };
     return { ok: true, value };
   } catch (err) {
     return { ok: false, answer: simError(400, `the body is not valid JSON: ${errorMessage(err)}`) };
@@ -467,8 +604,14 @@ function validationAnswer(error: z.ZodError): SimResponse {
   const first = issues[0]!;
   const firstIssue = error.issues[0]!;
   const phoneField = first.field === 'recipient.id' || first.field === 'number';
-  const code: ProviderErrorCode = phoneField && firstIssue.code !== 'invalid_type' ? 'ERROR_CODE_PHONE_NUMBER_BAD_FORMAT' : 'ERROR_CODE_REQUEST_FIELD_INVALID';
-  return errorAnswer(400, providerError(code, { message: `${first.field}: ${first.message}`, details: { field: first.field, issues } }));
+  const code: ProviderErrorCode =
+    phoneField && firstIssue.code !== 'invalid_type'
+      ? 'ERROR_CODE_PHONE_NUMBER_BAD_FORMAT'
+      : 'ERROR_CODE_REQUEST_FIELD_INVALID';
+  return errorAnswer(
+    400,
+    providerError(code, { message: `${first.field}: ${first.message}`, details: { field: first.field, issues } }),
+  );
 }
 
 /** undefined when absent, null when present but not a non-negative integer. */

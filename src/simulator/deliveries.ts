@@ -24,7 +24,8 @@ export interface DeliveryAttempt {
   badSignature: boolean;
 }
 
-export type DeliveryState = 'scheduled' | 'in_flight' | 'retry_scheduled' | 'delivered' | 'failed' | 'dropped' | 'cancelled';
+export type DeliveryState =
+  'scheduled' | 'in_flight' | 'retry_scheduled' | 'delivered' | 'failed' | 'dropped' | 'cancelled';
 
 export interface DeliveryRecord {
   id: string;
@@ -114,7 +115,9 @@ export class WebhookDeliveries {
     const business = this.options.businesses.get(event.businessId);
     if (!business || this.closed) return [];
     const bytes = Buffer.from(event.body, 'utf8');
-    return this.options.registrations.forTopic(event.businessId, event.topic).map((registration) => this.createJob(event, bytes, business, registration, null));
+    return this.options.registrations
+      .forTopic(event.businessId, event.topic)
+      .map((registration) => this.createJob(event, bytes, business, registration, null));
   }
 
   list(filter: DeliveryFilter = {}): DeliveryRecord[] {
@@ -170,7 +173,13 @@ export class WebhookDeliveries {
     this.origins.clear();
   }
 
-  private createJob(event: SimEvent, bytes: Buffer, business: CompiledBusiness, registration: Registration, duplicateOf: string | null): DeliveryRecord {
+  private createJob(
+    event: SimEvent,
+    bytes: Buffer,
+    business: CompiledBusiness,
+    registration: Registration,
+    duplicateOf: string | null,
+  ): DeliveryRecord {
     this.seq += 1;
     const url = new URL(registration.address);
     const record: DeliveryRecord = {
@@ -197,13 +206,24 @@ export class WebhookDeliveries {
       const now = Date.now();
       if (now - this.lastDropWarning > 1000) {
         this.lastDropWarning = now;
-        this.options.logger.warn({ queueMax: this.options.delivery.queueMax, dropped: this.counters.dropped }, 'webhook delivery queue full: dropping deliveries');
+        this.options.logger.warn(
+          { queueMax: this.options.delivery.queueMax, dropped: this.counters.dropped },
+          'webhook delivery queue full: dropping deliveries',
+        );
       }
       return record;
     }
     this.pending += 1;
     if (duplicateOf !== null) this.counters.duplicates += 1;
-    const job: Job = { record, bytes, secret: business.signingSecret, origin: url.origin, path: `${url.pathname}${url.search}`, firstAttemptAt: undefined, timer: undefined };
+    const job: Job = {
+      record,
+      bytes,
+      secret: business.signingSecret,
+      origin: url.origin,
+      path: `${url.pathname}${url.search}`,
+      firstAttemptAt: undefined,
+      timer: undefined,
+    };
     const release = () => {
       if (duplicateOf === null && this.options.faults.reorderDeliveries) this.holdForReorder(job);
       else this.makeReady(job);
@@ -229,7 +249,12 @@ export class WebhookDeliveries {
     if (!origin) {
       const { connectionsPerOrigin, timeoutMs } = this.options.delivery;
       origin = {
-        pool: new Pool(key, { connections: connectionsPerOrigin, pipelining: 1, connectTimeout: timeoutMs, keepAliveTimeout: 4_000 }),
+        pool: new Pool(key, {
+          connections: connectionsPerOrigin,
+          pipelining: 1,
+          connectTimeout: timeoutMs,
+          keepAliveTimeout: 4_000,
+        }),
         inFlight: 0,
         ready: new Deque<Job>(),
       };
@@ -267,7 +292,10 @@ export class WebhookDeliveries {
     void promise.finally(() => this.settled.delete(promise));
   }
 
-  /** The reorder fault: deliveries to one address collected for a short window, then sent newest first, one after another. */
+  /**
+   * The reorder fault: deliveries to one address collected for a short window, then sent newest first, one after
+   * another.
+   */
   private holdForReorder(job: Job): void {
     const key = job.record.registrationId;
     const buffer = this.reorderBuffers.get(key);
@@ -359,9 +387,18 @@ export class WebhookDeliveries {
       this.finish(job, 'delivered');
       if (record.duplicateOf === null && this.options.faults.duplicateDelivery()) {
         const business = this.options.businesses.get(record.businessId);
-        const registration = this.options.registrations.list(record.businessId).find((r) => r.id === record.registrationId);
+        const registration = this.options.registrations
+          .list(record.businessId)
+          .find((r) => r.id === record.registrationId);
         if (business && registration) {
-          const event: SimEvent = { businessId: record.businessId, topic: record.topic, body: record.body, eventId: record.eventId, messageId: record.messageId, status: record.status };
+          const event: SimEvent = {
+            businessId: record.businessId,
+            topic: record.topic,
+            body: record.body,
+            eventId: record.eventId,
+            messageId: record.messageId,
+            status: record.status,
+          };
           this.createJob(event, job.bytes, business, registration, record.id);
         }
       }
@@ -373,18 +410,32 @@ export class WebhookDeliveries {
 
   private retryOrFail(job: Job, attemptsMade: number, retryAfterMs: number | undefined): void {
     const { delivery } = this.options;
-    const delay = retryDelayMs(attemptsMade, { initialMs: delivery.backoffInitialMs, maxMs: delivery.backoffMaxMs }, { retryAfterMs, random: this.options.random });
+    const delay = retryDelayMs(
+      attemptsMade,
+      { initialMs: delivery.backoffInitialMs, maxMs: delivery.backoffMaxMs },
+      { retryAfterMs, random: this.options.random },
+    );
     const now = this.options.now();
     if (!withinBudget(attemptsMade, job.firstAttemptAt ?? now, now + delay, delivery)) {
       const last = job.record.attempts.at(-1);
       this.options.logger.warn(
-        { deliveryId: job.record.id, eventId: job.record.eventId, address: job.record.address, attempts: attemptsMade, lastStatus: last?.status, lastError: last?.error },
+        {
+          deliveryId: job.record.id,
+          eventId: job.record.eventId,
+          address: job.record.address,
+          attempts: attemptsMade,
+          lastStatus: last?.status,
+          lastError: last?.error,
+        },
         'webhook delivery failed: retry budget exhausted',
       );
       this.finish(job, 'failed');
       return;
     }
-    this.options.logger.debug({ deliveryId: job.record.id, attempt: attemptsMade, delayMs: delay }, 'webhook delivery will be retried');
+    this.options.logger.debug(
+      { deliveryId: job.record.id, attempt: attemptsMade, delayMs: delay },
+      'webhook delivery will be retried',
+    );
     job.record.state = 'retry_scheduled';
     this.schedule(job, delay, () => this.makeReady(job));
   }
@@ -400,7 +451,12 @@ export class WebhookDeliveries {
 }
 
 function describeError(err: unknown): string {
-  const e = err as { name?: string; code?: string; message?: string; cause?: { name?: string; code?: string; message?: string } };
+  const e = err as {
+    name?: string;
+    code?: string;
+    message?: string;
+    cause?: { name?: string; code?: string; message?: string };
+  };
   if (e.code === 'UND_ERR_DESTROYED' || e.code === 'UND_ERR_ABORTED') return 'aborted';
   const code = e.code ?? e.cause?.code;
   const message = e.cause?.message ?? e.message ?? String(err);

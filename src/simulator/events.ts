@@ -37,7 +37,14 @@ export function deliveryStatusEvent(input: {
     statusUpdate: { id: input.messageId, status: input.status, error: input.error },
     ...(input.callbackData !== undefined ? { callbackData: input.callbackData } : {}),
   });
-  return { businessId: input.businessId, topic: 'delivery_status', body, eventId: eventIdOf(body), messageId: input.messageId, status: input.status };
+  return {
+    businessId: input.businessId,
+    topic: 'delivery_status',
+    body,
+    eventId: eventIdOf(body),
+    messageId: input.messageId,
+    status: input.status,
+  };
 }
 
 /**
@@ -60,7 +67,19 @@ export function inboundMessageEvent(input: {
     sender: { channelType: 'whatsapp', id: input.from, ...(input.name !== undefined ? { name: input.name } : {}) },
     recipient: { channelType: 'whatsapp', id: input.businessNumber },
     message: { text: input.text },
-    ...(input.button ? { isButtonResponse: true, ...(input.button.payload !== undefined ? { callbackData: input.button.payload } : {}) } : {}),
+    ...(input.button
+      ? {
+          isButtonResponse: true,
+          ...(input.button.payload !== undefined ? { callbackData: input.button.payload } : {}),
+        }
+      : {}),
   });
-  return { businessId: input.businessId, topic: 'messages', body, eventId: eventIdOf(body), messageId: null, status: null };
+  return {
+    businessId: input.businessId,
+    topic: 'messages',
+    body,
+    eventId: eventIdOf(body),
+    messageId: null,
+    status: null,
+  };
 }

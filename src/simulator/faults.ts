@@ -1,7 +1,8 @@
 import type { SimulatorFaults } from '../config/schema.js';
 import { faultsPatchSchema, NO_FAULTS } from './options.js';
 
-export type FaultsPatchResult = { ok: true; faults: SimulatorFaults } | { ok: false; message: string; issues: { path: string; message: string }[] };
+export type FaultsPatchResult =
+  { ok: true; faults: SimulatorFaults } | { ok: false; message: string; issues: { path: string; message: string }[] };
 
 /**
  * The faults in force, changed at run time through `/sim/faults`. Decisions are drawn per
@@ -27,10 +28,19 @@ export class Faults {
   patch(input: unknown): FaultsPatchResult {
     const parsed = faultsPatchSchema.safeParse(input);
     if (!parsed.success) {
-      const issues = parsed.error.issues.map((i) => ({ path: i.path.map(String).join('.') || '(body)', message: i.message }));
-      return { ok: false, message: `invalid faults: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`, issues };
+      const issues = parsed.error.issues.map((i) => ({
+        path: i.path.map(String).join('.') || '(body)',
+        message: i.message,
+      }));
+      return {
+        ok: false,
+        message: `invalid faults: ${issues.map((i) => `${i.path}: ${i.message}`).join('; ')}`,
+        issues,
+      };
     }
-    const patch = Object.fromEntries(Object.entries(parsed.data).filter(([, v]) => v !== undefined)) as Partial<SimulatorFaults>;
+    const patch = Object.fromEntries(
+      Object.entries(parsed.data).filter(([, v]) => v !== undefined),
+    ) as Partial<SimulatorFaults>;
     this.current = { ...this.current, ...patch };
     if (patch.sendRateLimitPerSecond !== undefined) this.buckets.clear();
     return { ok: true, faults: this.get() };
@@ -51,10 +61,13 @@ export class Faults {
    * What a send call is answered with before it is processed: a 429 (rate fault or the
    * token bucket), a 5xx, or nothing. `key` names the bucket (business and operation).
    */
-  sendFault(key: string): { status: 429; retryAfterSeconds: number | null } | { status: 500 | 502 | 503 | 504 } | undefined {
+  sendFault(
+    key: string,
+  ): { status: 429; retryAfterSeconds: number | null } | { status: 500 | 502 | 503 | 504 } | undefined {
     const limit = this.current.sendRateLimitPerSecond;
     if (limit !== null && !this.take(key, limit)) return { status: 429, retryAfterSeconds: 1 };
-    if (this.roll(this.current.send429Rate)) return { status: 429, retryAfterSeconds: this.current.send429RetryAfterSeconds };
+    if (this.roll(this.current.send429Rate))
+      return { status: 429, retryAfterSeconds: this.current.send429RetryAfterSeconds };
     if (this.roll(this.current.send5xxRate)) {
       const statuses = [500, 502, 503, 504] as const;
       return { status: statuses[Math.floor(this.random() * statuses.length)] ?? 500 };

@@ -54,7 +54,10 @@ export async function startSimulator(options: SimulatorOptions): Promise<Running
     throw err;
   }
   const url = localUrl(compiled.host, server.port);
-  compiled.logger.info({ url, businesses: [...compiled.businesses.keys()], registrations: simulator.registrations.all().length }, 'provider simulator listening');
+  compiled.logger.info(
+    { url, businesses: [...compiled.businesses.keys()], registrations: simulator.registrations.all().length },
+    'provider simulator listening',
+  );
 
   let closing: Promise<void> | undefined;
   return {
@@ -75,14 +78,16 @@ export async function startSimulator(options: SimulatorOptions): Promise<Running
       if (!compiled.businesses.has(businessId)) throw new Error(`unknown business "${businessId}"`);
       const input = webhookRegistrationSchema.parse({ topic, address });
       const result = simulator.registrations.create(businessId, input.topic, input.address);
-      if ('limitReached' in result) throw new Error(`business "${businessId}" has reached its number of webhook registrations`);
+      if ('limitReached' in result)
+        throw new Error(`business "${businessId}" has reached its number of webhook registrations`);
       return result.registration;
     },
     webhooks: (businessId) => simulator.registrations.list(businessId),
     async idle(timeoutMs = 10_000) {
       const deadline = Date.now() + timeoutMs;
       while (!simulator.isIdle()) {
-        if (Date.now() > deadline) throw new Error(`the simulator is still busy after ${timeoutMs} ms: ${JSON.stringify(simulator.stats())}`);
+        if (Date.now() > deadline)
+          throw new Error(`the simulator is still busy after ${timeoutMs} ms: ${JSON.stringify(simulator.stats())}`);
         await new Promise((resolve) => setTimeout(resolve, 5));
       }
     },

@@ -45,7 +45,10 @@ export class KeepAliveConnection {
     if (this.waiting) return Promise.reject(new Error('a request is already in flight on this connection'));
     const socket = this.socket ?? this.open();
     return new Promise<number>((resolve, reject) => {
-      const timer = setTimeout(() => this.fail(socket, new Error(`no answer within ${this.timeoutMs} ms`)), this.timeoutMs);
+      const timer = setTimeout(
+        () => this.fail(socket, new Error(`no answer within ${this.timeoutMs} ms`)),
+        this.timeoutMs,
+      );
       this.waiting = { resolve, reject, timer };
       socket.write(request);
     });
@@ -59,7 +62,10 @@ export class KeepAliveConnection {
   private open(): Socket {
     const { protocol, host, port, localAddress } = this.target;
     const from = localAddress === undefined ? {} : { localAddress };
-    const socket = protocol === 'https:' ? connectTls({ ...this.tls, ...from, host, port, servername: isIP(host) !== 0 ? undefined : host }) : connectTcp({ ...from, host, port });
+    const socket =
+      protocol === 'https:'
+        ? connectTls({ ...this.tls, ...from, host, port, servername: isIP(host) !== 0 ? undefined : host })
+        : connectTcp({ ...from, host, port });
     socket.setNoDelay(true);
     this.socket = socket;
     this.parser = new Http1ResponseParser();

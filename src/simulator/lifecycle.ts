@@ -1,6 +1,11 @@
 import type { SimulatorConfig } from '../config/schema.js';
 import { RecencyMap } from '../platform/recency-map.js';
-import { canonicalCustomerId, type DeliveryStatus, type ProviderError, type SendOperation } from '../contracts/index.js';
+import {
+  canonicalCustomerId,
+  type DeliveryStatus,
+  type ProviderError,
+  type SendOperation,
+} from '../contracts/index.js';
 import { deliveryStatusEvent, type SimEvent } from './events.js';
 import type { CompiledBusiness } from './options.js';
 import { providerError, type ProviderErrorCode } from './provider-errors.js';
@@ -59,7 +64,10 @@ export interface CreateMessageInput {
 export class MessageLifecycle {
   /** Oldest created first (read with peek: a lookup does not make a message recent). */
   private readonly messages = new RecencyMap<string, TrackedMessage>();
-  /** `${businessId} ${customer}` (the canonical customer id: `+` or not, one customer) → time of the customer's last inbound message, oldest first. */
+  /**
+   * `${businessId} ${customer}` (the canonical customer id: `+` or not, one customer) → time of the customer's last
+   * inbound message, oldest first.
+   */
   private readonly conversations = new RecencyMap<string, number>();
   private readonly recipients: Record<keyof SimulatorConfig['recipients'], Set<string>>;
   private activeTimers = 0;
@@ -77,14 +85,20 @@ export class MessageLifecycle {
   ) {
     const r = options.recipients;
     const set = (ids: readonly string[]) => new Set(ids.map(canonicalCustomerId));
-    this.recipients = { notOnWhatsapp: set(r.notOnWhatsapp), optedOut: set(r.optedOut), neverReads: set(r.neverReads), blocked: set(r.blocked) };
+    this.recipients = {
+      notOnWhatsapp: set(r.notOnWhatsapp),
+      optedOut: set(r.optedOut),
+      neverReads: set(r.neverReads),
+      blocked: set(r.blocked),
+    };
   }
 
   /** An inbound message from `customer` opens (or reopens) the window for texts. */
   recordInbound(businessId: string, customer: string): void {
     const key = `${businessId} ${canonicalCustomerId(customer)}`;
     this.conversations.set(key, this.options.now());
-    if (this.conversations.size > this.options.history.conversations) this.conversations.delete(this.conversations.oldest()!);
+    if (this.conversations.size > this.options.history.conversations)
+      this.conversations.delete(this.conversations.oldest()!);
   }
 
   create(input: CreateMessageInput): MessageRecord {
@@ -125,7 +139,13 @@ export class MessageLifecycle {
       status: null,
       history: [],
     };
-    const tracked: TrackedMessage = { record, business: input.business, steps, callbackData: input.callbackData, timer: undefined };
+    const tracked: TrackedMessage = {
+      record,
+      business: input.business,
+      steps,
+      callbackData: input.callbackData,
+      timer: undefined,
+    };
     this.messages.set(record.id, tracked);
     if (this.messages.size > this.options.history.messages) {
       this.forget(this.messages.oldestValue()!);
@@ -157,18 +177,27 @@ export class MessageLifecycle {
     if (input.operation === 'template') {
       const name = input.templateName ?? '';
       const template = this.options.templates[name];
-      if (!template) return fail('ERROR_CODE_MESSAGE_TEMPLATE_NOT_FOUND', `template "${name}" does not exist`, { templateName: name });
+      if (!template)
+        return fail('ERROR_CODE_MESSAGE_TEMPLATE_NOT_FOUND', `template "${name}" does not exist`, {
+          templateName: name,
+        });
       const problem = parameterProblem(template.variables, input.parameters ?? []);
-      if (problem) return fail('ERROR_CODE_MESSAGE_TEMPLATE_INPUT_INVALID', `the template inputs are invalid: ${problem}`, { templateName: name, expected: template.variables });
+      if (problem)
+        return fail('ERROR_CODE_MESSAGE_TEMPLATE_INPUT_INVALID', `the template inputs are invalid: ${problem}`, {
+          templateName: name,
+          expected: template.variables,
+        });
     }
     if (input.channelType !== 'whatsapp') return null;
     const customer = canonicalCustomerId(input.recipient);
-    if (this.recipients.notOnWhatsapp.has(customer)) return fail('ERROR_CODE_PHONE_NUMBER_NOT_ON_WHATSAPP', `${input.recipient} is not on WhatsApp`);
+    if (this.recipients.notOnWhatsapp.has(customer))
+      return fail('ERROR_CODE_PHONE_NUMBER_NOT_ON_WHATSAPP', `${input.recipient} is not on WhatsApp`);
     if (this.recipients.optedOut.has(customer)) return fail('ERROR_CODE_MESSAGE_CUSTOMER_OPTED_OUT');
     if (input.operation === 'text') {
       const last = this.conversations.peek(`${input.business.id} ${customer}`);
       if (last === undefined) return fail('ERROR_CODE_MESSAGE_CUSTOMER_NO_CONVERSATION_INITIATION');
-      if (this.options.now() - last > this.options.lifecycle.conversationWindowMs) return fail('ERROR_CODE_MESSAGE_OUTSIDE_OF_ELIGIBILITY_WINDOW');
+      if (this.options.now() - last > this.options.lifecycle.conversationWindowMs)
+        return fail('ERROR_CODE_MESSAGE_OUTSIDE_OF_ELIGIBILITY_WINDOW');
     }
     return null;
   }
@@ -219,11 +248,17 @@ export class MessageLifecycle {
 }
 
 function fail(code: ProviderErrorCode, message?: string, details?: Record<string, unknown>): ProviderError {
-  return providerError(code, { ...(message !== undefined ? { message } : {}), ...(details !== undefined ? { details } : {}) });
+  return providerError(code, {
+    ...(message !== undefined ? { message } : {}),
+    ...(details !== undefined ? { details } : {}),
+  });
 }
 
 /** Why template parameters do not match the declared variables, or undefined when they do. */
-export function parameterProblem(variables: readonly string[], parameters: readonly { name: string; value: string }[]): string | undefined {
+export function parameterProblem(
+  variables: readonly string[],
+  parameters: readonly { name: string; value: string }[],
+): string | undefined {
   const names = parameters.map((p) => p.name);
   const duplicate = names.find((n, i) => names.indexOf(n) !== i);
   if (duplicate !== undefined) return `parameter "${duplicate}" is given twice`;

@@ -79,7 +79,20 @@ const CUSTOMER_TEXTS = [
   'What time will the courier arrive?',
   'The item arrived damaged, what should I do?',
 ];
-const FIRST_NAMES = ['Ana', 'Ben', 'Chloé', 'Dmitri', 'Emeka', 'Fatima', 'Grace', 'Hiro', 'Ines', 'Jonas', 'Kofi', 'Lena'];
+const FIRST_NAMES = [
+  'Ana',
+  'Ben',
+  'Chloé',
+  'Dmitri',
+  'Emeka',
+  'Fatima',
+  'Grace',
+  'Hiro',
+  'Ines',
+  'Jonas',
+  'Kofi',
+  'Lena',
+];
 const CAMPAIGNS = ['order-updates', 'appointment-reminders', 'support', 'delivery-notifications'];
 
 /**
@@ -97,7 +110,9 @@ export class WebhookEventMix {
   private unit = 0;
   private readonly statusesOnly: boolean;
 
-  constructor(options: { statusesPerInbound?: number; bodyBytes?: { min: number; max: number }; statusesOnly?: boolean } = {}) {
+  constructor(
+    options: { statusesPerInbound?: number; bodyBytes?: { min: number; max: number }; statusesOnly?: boolean } = {},
+  ) {
     this.statusesPerInbound = options.statusesPerInbound ?? 3;
     this.bodyBytes = options.bodyBytes ?? { min: 300, max: 600 };
     this.statusesOnly = options.statusesOnly ?? false;
@@ -114,11 +129,19 @@ export class WebhookEventMix {
       if (this.statusesOnly) return this.next();
       const event: Record<string, unknown> = {
         timestamp,
-        sender: { channelType: 'whatsapp', id: this.customer, name: `${pick(FIRST_NAMES)} ${String.fromCharCode(65 + randomInt(0, 26))}.` },
+        sender: {
+          channelType: 'whatsapp',
+          id: this.customer,
+          name: `${pick(FIRST_NAMES)} ${String.fromCharCode(65 + randomInt(0, 26))}.`,
+        },
         recipient: { channelType: 'whatsapp', id: BUSINESS_NUMBER, name: 'Acme Support' },
         message: { text: pick(CUSTOMER_TEXTS) },
       };
-      return { topic: 'messages', key: canonicalCustomerId(this.customer), body: sized(event, target, 'context', (n) => ({ conversationId: padToken(`conv-${this.unit}-`, n) })) };
+      return {
+        topic: 'messages',
+        key: canonicalCustomerId(this.customer),
+        body: sized(event, target, 'context', (n) => ({ conversationId: padToken(`conv-${this.unit}-`, n) })),
+      };
     }
     if ((position - 1) % STATUS_CYCLE.length === 0) this.messageId = this.nextUlid();
     const status = STATUS_CYCLE[(position - 1) % STATUS_CYCLE.length]!;
@@ -130,7 +153,11 @@ export class WebhookEventMix {
       statusUpdate: { id: this.messageId, status, error: null },
       metadata: { campaign: pick(CAMPAIGNS), pricingCategory: 'utility', conversationId: `conv-${this.unit}` },
     };
-    return { topic: 'delivery_status', key: this.messageId, body: sized(event, target, 'callbackData', (n) => padToken(`order-${this.unit}|`, n)) };
+    return {
+      topic: 'delivery_status',
+      key: this.messageId,
+      body: sized(event, target, 'callbackData', (n) => padToken(`order-${this.unit}|`, n)),
+    };
   }
 }
 
@@ -165,26 +192,37 @@ function validate(options: WebhookLoadOptions): URL {
   let url: URL | undefined;
   try {
     url = new URL(options.url);
-    if (url.protocol !== 'http:' && url.protocol !== 'https:') problems.push(`url must be http(s), got ${url.protocol}`);
+    if (url.protocol !== 'http:' && url.protocol !== 'https:')
+      problems.push(`url must be http(s), got ${url.protocol}`);
   } catch {
     problems.push(`url is not a valid address: "${options.url}"`);
   }
   if (options.signingSecret === '') problems.push('signingSecret must not be empty');
-  if (!Number.isInteger(options.connections) || options.connections < 1) problems.push('connections must be a positive integer');
-  if (options.durationMs === undefined && options.totalRequests === undefined) problems.push('give durationMs or totalRequests');
+  if (!Number.isInteger(options.connections) || options.connections < 1)
+    problems.push('connections must be a positive integer');
+  if (options.durationMs === undefined && options.totalRequests === undefined)
+    problems.push('give durationMs or totalRequests');
   if (options.durationMs !== undefined && !(options.durationMs > 0)) problems.push('durationMs must be positive');
-  if (options.totalRequests !== undefined && (!Number.isInteger(options.totalRequests) || options.totalRequests < 1)) problems.push('totalRequests must be a positive integer');
-  if (options.ratePerSecond !== undefined && !(options.ratePerSecond > 0)) problems.push('ratePerSecond must be positive');
-  if (options.statusesPerInbound !== undefined && (!Number.isInteger(options.statusesPerInbound) || options.statusesPerInbound < 0)) {
+  if (options.totalRequests !== undefined && (!Number.isInteger(options.totalRequests) || options.totalRequests < 1))
+    problems.push('totalRequests must be a positive integer');
+  if (options.ratePerSecond !== undefined && !(options.ratePerSecond > 0))
+    problems.push('ratePerSecond must be positive');
+  if (
+    options.statusesPerInbound !== undefined &&
+    (!Number.isInteger(options.statusesPerInbound) || options.statusesPerInbound < 0)
+  ) {
     problems.push('statusesPerInbound must be a non-negative integer');
   }
   if (options.acceptEncoding !== undefined && options.acceptEncoding !== 'gzip' && options.acceptEncoding !== 'none') {
     problems.push(`acceptEncoding must be gzip or none, got ${String(options.acceptEncoding)}`);
   }
-  if (options.statusesOnly && options.statusesPerInbound === 0) problems.push('statusesOnly needs statusesPerInbound above 0');
+  if (options.statusesOnly && options.statusesPerInbound === 0)
+    problems.push('statusesOnly needs statusesPerInbound above 0');
   const b = options.bodyBytes;
-  if (b !== undefined && !(Number.isInteger(b.min) && Number.isInteger(b.max) && b.min > 0 && b.min <= b.max)) problems.push('bodyBytes must be {min, max} with 0 < min <= max');
-  if (problems.length > 0 || url === undefined) throw new MsgbridgeError('INVALID_ARGUMENT', `invalid load options: ${problems.join('; ')}`);
+  if (b !== undefined && !(Number.isInteger(b.min) && Number.isInteger(b.max) && b.min > 0 && b.min <= b.max))
+    problems.push('bodyBytes must be {min, max} with 0 < min <= max');
+  if (problems.length > 0 || url === undefined)
+    throw new MsgbridgeError('INVALID_ARGUMENT', `invalid load options: ${problems.join('; ')}`);
   return url;
 }
 
@@ -197,7 +235,8 @@ function validate(options: WebhookLoadOptions): URL {
 export async function runWebhookLoad(options: WebhookLoadOptions): Promise<WebhookLoadReport> {
   const url = validate(options);
   const basePath = url.pathname.replace(/\/+$/, '');
-  const pathFor = (topic: WebhookTopic) => `${options.perTopicPaths ? `${basePath}/${topic}` : basePath || '/'}${url.search}`;
+  const pathFor = (topic: WebhookTopic) =>
+    `${options.perTopicPaths ? `${basePath}/${topic}` : basePath || '/'}${url.search}`;
   const mix = new WebhookEventMix({
     ...(options.statusesPerInbound !== undefined ? { statusesPerInbound: options.statusesPerInbound } : {}),
     ...(options.bodyBytes !== undefined ? { bodyBytes: options.bodyBytes } : {}),
@@ -208,11 +247,18 @@ export async function runWebhookLoad(options: WebhookLoadOptions): Promise<Webho
     host: url.hostname.replace(/^\[(.*)\]$/, '$1'),
     port: url.port !== '' ? Number(url.port) : url.protocol === 'https:' ? 443 : 80,
   };
-  const connections = Array.from({ length: options.connections }, () => new KeepAliveConnection(target, REQUEST_TIMEOUT_MS));
+  const connections = Array.from(
+    { length: options.connections },
+    () => new KeepAliveConnection(target, REQUEST_TIMEOUT_MS),
+  );
   // Everything but the path, length and signature is the same for every request.
   const acceptEncoding = (options.acceptEncoding ?? 'gzip') === 'gzip' ? 'Accept-Encoding: gzip\r\n' : '';
-  const headPrefix = (topic: WebhookTopic) => `POST ${pathFor(topic)} HTTP/1.1\r\nHost: ${url.host}\r\nContent-Type: text/plain; charset=utf-8\r\n${acceptEncoding}`;
-  const prefixes = { messages: headPrefix('messages'), delivery_status: headPrefix('delivery_status') } satisfies Record<WebhookTopic, string>;
+  const headPrefix = (topic: WebhookTopic) =>
+    `POST ${pathFor(topic)} HTTP/1.1\r\nHost: ${url.host}\r\nContent-Type: text/plain; charset=utf-8\r\n${acceptEncoding}`;
+  const prefixes = {
+    messages: headPrefix('messages'),
+    delivery_status: headPrefix('delivery_status'),
+  } satisfies Record<WebhookTopic, string>;
 
   const answered: Record<string, number> = {};
   const acknowledged: AcknowledgedEvent[] = [];

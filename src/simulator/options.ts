@@ -3,7 +3,13 @@ import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { recipientNumber } from '../contracts/common.js';
 import { DEFAULT_CONFIG_PATH, deepMerge, type DeepPartial } from '../config/load.js';
-import { simulatorFaultsSchema, simulatorSchema, type Config, type SimulatorConfig, type SimulatorFaults } from '../config/schema.js';
+import {
+  simulatorFaultsSchema,
+  simulatorSchema,
+  type Config,
+  type SimulatorConfig,
+  type SimulatorFaults,
+} from '../config/schema.js';
 import { MsgbridgeError } from '../platform/errors.js';
 import { silentLogger, type Logger } from '../platform/logger.js';
 
@@ -22,7 +28,9 @@ export interface SimulatorBusiness {
  * those of the `simulator` section of config/default.json, so that the command, the tests
  * and `msgbridge dev` read them from one place.
  */
-export interface SimulatorOptions extends DeepPartial<Omit<SimulatorConfig, 'faults' | 'businessNumbers' | 'templates'>> {
+export interface SimulatorOptions extends DeepPartial<
+  Omit<SimulatorConfig, 'faults' | 'businessNumbers' | 'templates'>
+> {
   businesses: SimulatorBusiness[];
   logger?: Logger;
   /** Replaces the default templates (unlike the config file, which adds to them). */
@@ -82,7 +90,8 @@ export function compileSimulatorOptions(options: SimulatorOptions): CompiledSimu
 
   const compiled = new Map<string, CompiledBusiness>();
   for (const business of list.data) {
-    if (compiled.has(business.id)) throw new MsgbridgeError('CONFIG_INVALID', `businesses: duplicate business id "${business.id}"`);
+    if (compiled.has(business.id))
+      throw new MsgbridgeError('CONFIG_INVALID', `businesses: duplicate business id "${business.id}"`);
     compiled.set(business.id, {
       id: business.id,
       apiKey: business.apiKey,
@@ -108,8 +117,12 @@ export function simulatorOptionsFromConfig(config: Config, extra: { logger?: Log
   }
   const problems: string[] = [];
   config.businesses.forEach((b, i) => {
-    if (b.apiKey === null) problems.push(`  - businesses.${i}.apiKey: business "${b.id}" has no API key (MSGBRIDGE_API_KEY)`);
-    if (b.signingSecrets.length === 0) problems.push(`  - businesses.${i}.signingSecrets: business "${b.id}" has no signing secret (MSGBRIDGE_SIGNING_SECRET)`);
+    if (b.apiKey === null)
+      problems.push(`  - businesses.${i}.apiKey: business "${b.id}" has no API key (MSGBRIDGE_API_KEY)`);
+    if (b.signingSecrets.length === 0)
+      problems.push(
+        `  - businesses.${i}.signingSecrets: business "${b.id}" has no signing secret (MSGBRIDGE_SIGNING_SECRET)`,
+      );
   });
   if (problems.length > 0) throw new MsgbridgeError('CONFIG_INVALID', `invalid configuration:\n${problems.join('\n')}`);
   const { businessNumbers, ...simulator } = config.simulator;

@@ -42,7 +42,13 @@ export class Registrations {
     const existing = list.find((r) => r.topic === topic && r.address === address);
     if (existing) return { created: false, registration: existing };
     if (list.length >= this.options.maxPerBusiness) return { limitReached: true };
-    const registration: Registration = { id: this.nextId(), businessId, topic, address, createdAt: new Date(this.options.now()).toISOString() };
+    const registration: Registration = {
+      id: this.nextId(),
+      businessId,
+      topic,
+      address,
+      createdAt: new Date(this.options.now()).toISOString(),
+    };
     this.byBusiness.set(businessId, [...list, registration]);
     this.save();
     return { created: true, registration };
@@ -78,12 +84,19 @@ export class Registrations {
     try {
       raw = JSON.parse(readFileSync(file, 'utf8'));
     } catch (err) {
-      throw new MsgbridgeError('CONFIG_INVALID', `simulator.registrationsFile ${file} is not valid JSON: ${errorMessage(err)}`, { cause: err });
+      throw new MsgbridgeError(
+        'CONFIG_INVALID',
+        `simulator.registrationsFile ${file} is not valid JSON: ${errorMessage(err)}`,
+        { cause: err },
+      );
     }
     const parsed = fileSchema.safeParse(raw);
     if (!parsed.success) {
       const issue = parsed.error.issues[0];
-      throw new MsgbridgeError('CONFIG_INVALID', `simulator.registrationsFile ${file}: ${issue?.path.map(String).join('.') || '(root)'}: ${issue?.message}`);
+      throw new MsgbridgeError(
+        'CONFIG_INVALID',
+        `simulator.registrationsFile ${file}: ${issue?.path.map(String).join('.') || '(root)'}: ${issue?.message}`,
+      );
     }
     for (const r of parsed.data.registrations) {
       const list = this.byBusiness.get(r.businessId) ?? [];

@@ -23,7 +23,13 @@ interface Exchange {
  * body chunks as they arrive, since uWS neuters them after the callback), bounds the body,
  * and writes answers corked. Everything else is the framework-free `handle`.
  */
-export function listenSimulator(options: { host: string; port: number; maxBodyBytes: number; logger: Logger; handle: (req: SimRequest) => Promise<SimResponse> }): Promise<SimHttpServer> {
+export function listenSimulator(options: {
+  host: string;
+  port: number;
+  maxBodyBytes: number;
+  logger: Logger;
+  handle: (req: SimRequest) => Promise<SimResponse>;
+}): Promise<SimHttpServer> {
   const uws = loadUws();
   const app: TemplatedApp = uws.App();
 
@@ -38,7 +44,18 @@ export function listenSimulator(options: { host: string; port: number; maxBodyBy
     });
   };
   const tooLarge = (ex: Exchange) =>
-    write(ex, { status: 413, body: JSON.stringify(providerError('ERROR_CODE_REQUEST_TOO_LARGE', { message: `the request body exceeds ${options.maxBodyBytes} bytes` })) }, true);
+    write(
+      ex,
+      {
+        status: 413,
+        body: JSON.stringify(
+          providerError('ERROR_CODE_REQUEST_TOO_LARGE', {
+            message: `the request body exceeds ${options.maxBodyBytes} bytes`,
+          }),
+        ),
+      },
+      true,
+    );
 
   app.any('/*', (res, req) => {
     const request: SimRequest = {
@@ -84,7 +101,12 @@ export function listenSimulator(options: { host: string; port: number; maxBodyBy
   return new Promise((resolve, reject) => {
     app.listen(options.host, options.port, (socket: us_listen_socket | false) => {
       if (!socket) {
-        reject(new MsgbridgeError('INVALID_ARGUMENT', `the simulator cannot listen on ${options.host}:${options.port} (in use, or not an address of this host)`));
+        reject(
+          new MsgbridgeError(
+            'INVALID_ARGUMENT',
+            `the simulator cannot listen on ${options.host}:${options.port} (in use, or not an address of this host)`,
+          ),
+        );
         return;
       }
       let listenSocket: us_listen_socket | undefined = socket;

@@ -5,7 +5,16 @@ import { readTokensFile } from '../config/tokens-file.js';
 import type { TrackerConfig } from '../config/schema.js';
 import type { HttpAnswer } from '../runtime/http-server.js';
 import type { Logger } from '../platform/logger.js';
-import { accessConfigured, allows, authenticate, unauthenticatedMessage, type AccessRole, type AccessRules, type AccessToken, type Caller } from './access.js';
+import {
+  accessConfigured,
+  allows,
+  authenticate,
+  unauthenticatedMessage,
+  type AccessRole,
+  type AccessRules,
+  type AccessToken,
+  type Caller,
+} from './access.js';
 
 /**
  * The tracker's access control at its HTTP edge (README "Console and access"): the configured
@@ -36,7 +45,10 @@ export class AccessGuard {
     this.rules = this.compile();
   }
 
-  /** Reads the tokens file (an invalid one stops the start: CONFIG_INVALID) and watches it; warns once when nothing can ever pass. */
+  /**
+   * Reads the tokens file (an invalid one stops the start: CONFIG_INVALID) and watches it; warns once when nothing can
+   * ever pass.
+   */
   start(pollMs?: number): void {
     const path = this.config.accessTokensFile;
     if (path !== null) {
@@ -50,8 +62,16 @@ export class AccessGuard {
           this.fileTokens = tokens;
           this.rules = this.compile();
         },
-        onApplied: (tokens) => this.logger.info({ file: path, tokens: tokens.map((t) => `${t.name} (${t.role})`) }, 'tracker tokens file reloaded'),
-        onError: (error) => this.logger.error({ file: path, err: error.message }, 'tracker tokens file refused: the last good set of tokens stays in force'),
+        onApplied: (tokens) =>
+          this.logger.info(
+            { file: path, tokens: tokens.map((t) => `${t.name} (${t.role})`) },
+            'tracker tokens file reloaded',
+          ),
+        onError: (error) =>
+          this.logger.error(
+            { file: path, err: error.message },
+            'tracker tokens file refused: the last good set of tokens stays in force',
+          ),
       });
       process.on('SIGHUP', this.onHangup);
     }
@@ -95,20 +115,29 @@ export class AccessGuard {
         ok: false,
         answer: {
           status: 401,
-          headers: { 'www-authenticate': `Bearer realm="msgbridge tracker"${result.reason === 'unknown' ? ', error="invalid_token"' : ''}`, 'cache-control': 'no-store' },
+          headers: {
+            'www-authenticate': `Bearer realm="msgbridge tracker"${result.reason === 'unknown' ? ', error="invalid_token"' : ''}`,
+            'cache-control': 'no-store',
+          },
           body: { error: 'UNAUTHENTICATED', message: unauthenticatedMessage(result.reason) },
         },
       };
     }
     if (!allows(result.caller.role, needed)) {
       this.refusals.inc({ reason: 'role' });
-      this.logger.warn({ caller: result.caller.name, callerRole: result.caller.role, action: what }, 'tracker access refused: the operator role is needed');
+      this.logger.warn(
+        { caller: result.caller.name, callerRole: result.caller.role, action: what },
+        'tracker access refused: the operator role is needed',
+      );
       return {
         ok: false,
         answer: {
           status: 403,
           headers: { 'cache-control': 'no-store' },
-          body: { error: 'FORBIDDEN', message: `${what} needs the operator role; ${result.caller.name} has the ${result.caller.role} role` },
+          body: {
+            error: 'FORBIDDEN',
+            message: `${what} needs the operator role; ${result.caller.name} has the ${result.caller.role} role`,
+          },
         },
       };
     }
@@ -116,7 +145,11 @@ export class AccessGuard {
   }
 
   private compile(): AccessRules {
-    const configured: AccessToken[] = this.config.accessTokens.map((t) => ({ name: t.name, role: t.role, sha256: t.sha256 }));
+    const configured: AccessToken[] = this.config.accessTokens.map((t) => ({
+      name: t.name,
+      role: t.role,
+      sha256: t.sha256,
+    }));
     // A name in both keeps the file's entry (the file is what an operator rotates).
     const tokens = [...configured.filter((t) => !this.fileTokens.some((f) => f.name === t.name)), ...this.fileTokens];
     return {

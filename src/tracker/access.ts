@@ -30,7 +30,8 @@ export interface AccessRules {
   trustedOperators?: readonly string[];
 }
 
-export type Authentication = { ok: true; caller: Caller } | { ok: false; reason: 'none_configured' | 'missing' | 'malformed' | 'unknown' };
+export type Authentication =
+  { ok: true; caller: Caller } | { ok: false; reason: 'none_configured' | 'missing' | 'malformed' | 'unknown' };
 
 const BEARER = /^Bearer[ \t]+([\x21-\x7e]{1,4096})[ \t]*$/i;
 
@@ -56,12 +57,15 @@ export function matchToken(token: string, tokens: readonly AccessToken[]): Acces
   let found: AccessToken | undefined;
   for (const entry of tokens) {
     const expected = Buffer.from(entry.sha256, 'hex');
-    if (expected.length === presented.length && timingSafeEqual(expected, presented) && found === undefined) found = entry;
+    if (expected.length === presented.length && timingSafeEqual(expected, presented) && found === undefined)
+      found = entry;
   }
   return found;
 }
 
-/** Whether any credential can ever succeed (none: every query answers 401, and the tracker says how to configure one). */
+/**
+ * Whether any credential can ever succeed (none: every query answers 401, and the tracker says how to configure one).
+ */
 export function accessConfigured(rules: AccessRules): boolean {
   return rules.tokens.length > 0 || rules.trustedUserHeader !== undefined;
 }
@@ -71,18 +75,26 @@ export function accessConfigured(rules: AccessRules): boolean {
  * proxy keeps its own identity); a header value is taken as the user only when the proxy is
  * configured as trusted.
  */
-export function authenticate(headers: Record<string, string | string[] | undefined>, rules: AccessRules): Authentication {
+export function authenticate(
+  headers: Record<string, string | string[] | undefined>,
+  rules: AccessRules,
+): Authentication {
   const token = bearerToken(headers.authorization);
   if (token === null) return { ok: false, reason: 'malformed' };
   if (token !== undefined) {
     const entry = matchToken(token, rules.tokens);
-    return entry ? { ok: true, caller: { name: entry.name, role: entry.role, via: 'token' } } : { ok: false, reason: 'unknown' };
+    return entry
+      ? { ok: true, caller: { name: entry.name, role: entry.role, via: 'token' } }
+      : { ok: false, reason: 'unknown' };
   }
   if (rules.trustedUserHeader !== undefined) {
     const user = headers[rules.trustedUserHeader];
     if (typeof user === 'string' && user.trim() !== '' && user.length <= 256) {
       const name = user.trim();
-      return { ok: true, caller: { name, role: rules.trustedOperators?.includes(name) ? 'operator' : 'read', via: 'proxy' } };
+      return {
+        ok: true,
+        caller: { name, role: rules.trustedOperators?.includes(name) ? 'operator' : 'read', via: 'proxy' },
+      };
     }
   }
   return { ok: false, reason: accessConfigured(rules) ? 'missing' : 'none_configured' };
@@ -138,18 +150,23 @@ export function maskText(text: string): string {
  * "Console and access") is otherwise shown, with `+digits` in its text masked like any text.
  */
 const PHONE_LIKE_VALUE = /^\+?[\d\s().-]{9,30}$/;
-const isPhoneLike = (value: string) => PHONE_LIKE_VALUE.test(value.trim()) && /^\d{9,20}$/.test(value.replace(/\D/g, ''));
+const isPhoneLike = (value: string) =>
+  PHONE_LIKE_VALUE.test(value.trim()) && /^\d{9,20}$/.test(value.replace(/\D/g, ''));
 
 function maskParameters(list: unknown[]): unknown[] {
   return list.map((item) => {
     const masked = maskJson(item);
     if (masked === null || typeof masked !== 'object' || Array.isArray(masked)) return masked;
     const value = (item as Record<string, unknown>).value;
-    return typeof value === 'string' && isPhoneLike(value) ? { ...masked, value: maskPhone(value.replace(/[^\d+]/g, '')) } : masked;
+    return typeof value === 'string' && isPhoneLike(value)
+      ? { ...masked, value: maskPhone(value.replace(/[^\d+]/g, '')) }
+      : masked;
   });
 }
 
-/** A copy of a JSON value with every phone number masked: known fields whole, others where `+digits` appears in text. */
+/**
+ * A copy of a JSON value with every phone number masked: known fields whole, others where `+digits` appears in text.
+ */
 export function maskJson(value: unknown, key?: string): unknown {
   if (typeof value === 'string') return key !== undefined && PHONE_KEYS.has(key) ? maskPhone(value) : maskText(value);
   if (Array.isArray(value)) return key === 'parameters' ? maskParameters(value) : value.map((v) => maskJson(v));

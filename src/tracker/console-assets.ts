@@ -20,7 +20,8 @@ const TYPES: Record<string, string> = {
 };
 
 /** Same origin only, no inline script or style, no framing, no form posts elsewhere. */
-export const CONSOLE_CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+export const CONSOLE_CSP =
+  "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
 const SECURITY_HEADERS = {
   'content-security-policy': CONSOLE_CSP,
@@ -44,9 +45,14 @@ export class ConsoleAssets {
       const type = TYPES[extname(name)];
       if (!type) continue;
       const body = readFileSync(join(dir, name));
-      this.assets.set(name, { body, type, etag: `"${createHash('sha256').update(body).digest('base64url').slice(0, 22)}"` });
+      this.assets.set(name, {
+        body,
+        type,
+        etag: `"${createHash('sha256').update(body).digest('base64url').slice(0, 22)}"`,
+      });
     }
-    if (!this.assets.has('index.html')) throw new Error(`the console's files are missing from ${dir} (npm run build copies them)`);
+    if (!this.assets.has('index.html'))
+      throw new Error(`the console's files are missing from ${dir} (npm run build copies them)`);
   }
 
   /**
@@ -62,7 +68,11 @@ export class ConsoleAssets {
     if (name.includes('/')) return undefined;
     const asset = this.assets.get(name);
     if (!asset) return undefined;
-    const common = { ...SECURITY_HEADERS, etag: asset.etag, 'cache-control': name === 'index.html' ? 'no-cache' : 'public, max-age=300, must-revalidate' };
+    const common = {
+      ...SECURITY_HEADERS,
+      etag: asset.etag,
+      'cache-control': name === 'index.html' ? 'no-cache' : 'public, max-age=300, must-revalidate',
+    };
     if (headers['if-none-match'] === asset.etag) return { status: 304, headers: common, raw: '' };
     return { status: 200, headers: { ...common, 'content-type': asset.type }, raw: asset.body };
   }

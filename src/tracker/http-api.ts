@@ -30,7 +30,12 @@ export interface TrackerHttpOptions {
 export function trackerRoutes(options: TrackerHttpOptions): (request: HttpRequest) => Promise<HttpAnswer | undefined> {
   const { queries, guard, assets, dlq, logger } = options;
 
-  const admitted = async (request: HttpRequest, needed: AccessRole, what: string, handle: (caller: Caller) => Promise<HttpAnswer | undefined>): Promise<HttpAnswer | undefined> => {
+  const admitted = async (
+    request: HttpRequest,
+    needed: AccessRole,
+    what: string,
+    handle: (caller: Caller) => Promise<HttpAnswer | undefined>,
+  ): Promise<HttpAnswer | undefined> => {
     const admission = guard.admit(request.headers, needed, what);
     if (!admission.ok) return admission.answer;
     const answer = await handle(admission.caller);
@@ -43,7 +48,10 @@ export function trackerRoutes(options: TrackerHttpOptions): (request: HttpReques
     const { path, method } = request;
     if (path === '/console' || path.startsWith('/console/')) {
       if (method === 'POST') return error(405, 'METHOD_NOT_ALLOWED', 'the console is read with GET');
-      return assets?.answer(path, request.headers) ?? (assets ? undefined : error(404, 'NOT_FOUND', 'this tracker serves no console'));
+      return (
+        assets?.answer(path, request.headers) ??
+        (assets ? undefined : error(404, 'NOT_FOUND', 'this tracker serves no console'))
+      );
     }
     if (path === '/') return { status: 302, headers: { location: '/console/' }, raw: '' };
 
@@ -51,10 +59,20 @@ export function trackerRoutes(options: TrackerHttpOptions): (request: HttpReques
 
     if (method === 'POST') return undefined;
     if (path === '/me') {
-      return admitted(request, 'read', 'who am I', async (caller) => json(200, { name: caller.name, role: caller.role, via: caller.via, masked: guard.masks(caller), dlq: dlq !== undefined }));
+      return admitted(request, 'read', 'who am I', async (caller) =>
+        json(200, {
+          name: caller.name,
+          role: caller.role,
+          via: caller.via,
+          masked: guard.masks(caller),
+          dlq: dlq !== undefined,
+        }),
+      );
     }
     if (!/^\/(messages|requests|conversations|inbound|thread)(\/|$)/.test(path)) return undefined;
-    return admitted(request, 'read', 'a query', async () => queries.route(path, request.query, request.headers, guard.credentialHeaders(request.headers)));
+    return admitted(request, 'read', 'a query', async () =>
+      queries.route(path, request.query, request.headers, guard.credentialHeaders(request.headers)),
+    );
   };
 
   async function dlqRoute(request: HttpRequest): Promise<HttpAnswer | undefined> {
@@ -64,11 +82,17 @@ export function trackerRoutes(options: TrackerHttpOptions): (request: HttpReques
     const topic = m[1] === undefined ? undefined : decodeURIComponent(m[1]);
     const action = m[2];
     if (action === 'redrive') {
-      if (method !== 'POST') return { ...error(405, 'METHOD_NOT_ALLOWED', 'a redrive is a POST'), headers: { allow: 'POST' } };
+      if (method !== 'POST')
+        return { ...error(405, 'METHOD_NOT_ALLOWED', 'a redrive is a POST'), headers: { allow: 'POST' } };
       return admitted(request, 'operator', 'a redrive', async (caller) => {
         // A cross-site page cannot send JSON here without a preflight this server never answers.
-        if (!String(request.headers['content-type'] ?? '').startsWith('application/json')) return error(415, 'INVALID_ARGUMENT', 'send the redrive as application/json');
-        if (request.headers['sec-fetch-site'] !== undefined && request.headers['sec-fetch-site'] !== 'same-origin' && request.headers['sec-fetch-site'] !== 'none') {
+        if (!String(request.headers['content-type'] ?? '').startsWith('application/json'))
+          return error(415, 'INVALID_ARGUMENT', 'send the redrive as application/json');
+        if (
+          request.headers['sec-fetch-site'] !== undefined &&
+          request.headers['sec-fetch-site'] !== 'same-origin' &&
+          request.headers['sec-fetch-site'] !== 'none'
+        ) {
           return error(403, 'FORBIDDEN', 'a redrive is only accepted from the console itself');
         }
         if (!dlq) return error(404, 'NOT_FOUND', 'this tracker has no access to the dead-letter topics');
@@ -76,24 +100,42 @@ export function trackerRoutes(options: TrackerHttpOptions): (request: HttpReques
         try {
           body = JSON.parse(request.body.toString('utf8')) as typeof body;
         } catch {
-          return error(400, 'INVALID_ARGUMENT', 'the body is not JSON: { "filter": { "code", "business", "since", "until" }, "dryRun": true | false }');
+          return error(
+            400,
+            'INVALID_ARGUMENT',
+            'the body is not JSON: { "filter": { "code", "business", "since", "until" }, "dryRun": true | false }',
+          );
         }
-        if (typeof body !== 'object' || body === null || typeof body.dryRun !== 'boolean') return error(400, 'INVALID_ARGUMENT', 'say "dryRun": true (the plan) or false (the redrive itself)');
+        if (typeof body !== 'object' || body === null || typeof body.dryRun !== 'boolean')
+          return error(400, 'INVALID_ARGUMENT', 'say "dryRun": true (the plan) or false (the redrive itself)');
         const filter = filterOf((body.filter ?? {}) as Record<string, unknown>);
         if (typeof filter === 'string') return error(400, 'INVALID_ARGUMENT', filter);
-        if (!body.dryRun) logger.info({ caller: caller.name, via: caller.via, topic, filter }, 'dlq redrive requested from the console');
+        if (!body.dryRun)
+          logger.info(
+            { caller: caller.name, via: caller.via, topic, filter },
+            'dlq redrive requested from the console',
+          );
         return dlqCall(() => dlq.redrive(topic!, filter, { dryRun: body.dryRun!, by: caller.name }));
       });
     }
     if (method === 'POST') return undefined;
     return admitted(request, 'read', 'the dead-letter topics', async () => {
-      if (!dlq) return json(200, { available: false, topics: [], message: 'this tracker was started without access to the dead-letter topics: use msgbridge dlq stats|list|redrive' });
+      if (!dlq)
+        return json(200, {
+          available: false,
+          topics: [],
+          message:
+            'this tracker was started without access to the dead-letter topics: use msgbridge dlq stats|list|redrive',
+        });
       if (topic === undefined) return json(200, { available: true, topics: dlq.topics() });
       if (action === 'stats') return dlqCall(() => dlq.stats(topic));
-      const filter = filterOf(Object.fromEntries(['code', 'business', 'since', 'until'].map((k) => [k, query.get(k) ?? undefined])));
+      const filter = filterOf(
+        Object.fromEntries(['code', 'business', 'since', 'until'].map((k) => [k, query.get(k) ?? undefined])),
+      );
       if (typeof filter === 'string') return error(400, 'INVALID_ARGUMENT', filter);
       const max = query.get('max') === null ? 50 : Number(query.get('max'));
-      if (!Number.isInteger(max) || max < 1 || max > MAX_DLQ_PAGE) return error(400, 'INVALID_ARGUMENT', `max must be an integer from 1 to ${MAX_DLQ_PAGE}`);
+      if (!Number.isInteger(max) || max < 1 || max > MAX_DLQ_PAGE)
+        return error(400, 'INVALID_ARGUMENT', `max must be an integer from 1 to ${MAX_DLQ_PAGE}`);
       return dlqCall(() => dlq.list(topic, filter, { max, from: query.get('from') ?? undefined }));
     });
   }
@@ -117,7 +159,8 @@ function filterOf(raw: Record<string, unknown>): DlqFilter | string {
     const v = raw[key];
     if (v === undefined || v === null || v === '') continue;
     if (typeof v !== 'string' || v.length > 200) return `${key} must be a string of at most 200 characters`;
-    if ((key === 'since' || key === 'until') && !Number.isFinite(Date.parse(v))) return `${key} must be an ISO time (2026-11-20T10:00:00Z)`;
+    if ((key === 'since' || key === 'until') && !Number.isFinite(Date.parse(v)))
+      return `${key} must be an ISO time (2026-11-20T10:00:00Z)`;
     out[key] = v;
   }
   return out;

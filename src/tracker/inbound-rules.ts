@@ -15,12 +15,24 @@ import { MsgbridgeError } from '../platform/errors.js';
 
 type Loose = Record<string, unknown>;
 
-const asObject = (value: unknown): Loose | undefined => (value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Loose) : undefined);
-const asText = (value: unknown): string | undefined => (typeof value === 'string' && value.length > 0 ? value : undefined);
+const asObject = (value: unknown): Loose | undefined =>
+  value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Loose) : undefined;
+const asText = (value: unknown): string | undefined =>
+  typeof value === 'string' && value.length > 0 ? value : undefined;
 
-export function inboundRecordFrom(event: InboundMessageEvent, meta: { eventId: string; businessId: string }, now: Date): InboundMessageRecord {
-  if (!meta.eventId) throw new MsgbridgeError('INVALID_ARGUMENT', 'eventId must be a non-empty string', { details: { field: 'eventId' } });
-  if (!meta.businessId) throw new MsgbridgeError('INVALID_ARGUMENT', 'businessId must be a non-empty string', { details: { field: 'businessId' } });
+export function inboundRecordFrom(
+  event: InboundMessageEvent,
+  meta: { eventId: string; businessId: string },
+  now: Date,
+): InboundMessageRecord {
+  if (!meta.eventId)
+    throw new MsgbridgeError('INVALID_ARGUMENT', 'eventId must be a non-empty string', {
+      details: { field: 'eventId' },
+    });
+  if (!meta.businessId)
+    throw new MsgbridgeError('INVALID_ARGUMENT', 'businessId must be a non-empty string', {
+      details: { field: 'businessId' },
+    });
   const L = INBOUND_LIMITS;
   let truncated = false;
   const cut = (text: string, max: number) => {
@@ -32,7 +44,12 @@ export function inboundRecordFrom(event: InboundMessageEvent, meta: { eventId: s
   const message = asObject(event.message) ?? {};
   const buttonObject = asObject(message.button);
   const isButton = body.isButtonResponse === true || message.isButtonResponse === true || buttonObject !== undefined;
-  const payload = isButton ? (asText(buttonObject?.payload) ?? asText(message.payload) ?? asText(asObject(body.context)?.payload) ?? asText(body.callbackData)) : undefined;
+  const payload = isButton
+    ? (asText(buttonObject?.payload) ??
+      asText(message.payload) ??
+      asText(asObject(body.context)?.payload) ??
+      asText(body.callbackData))
+    : undefined;
   const text = typeof event.message.text === 'string' ? event.message.text : (asText(buttonObject?.text) ?? null);
   return {
     eventId: meta.eventId,
@@ -59,7 +76,8 @@ function attachmentKinds(body: Loose, message: Loose): string[] {
   };
   for (const holder of [message, body]) {
     add(holder.attachment);
-    if (Array.isArray(holder.attachments)) for (const a of holder.attachments.slice(0, INBOUND_LIMITS.attachments)) add(a);
+    if (Array.isArray(holder.attachments))
+      for (const a of holder.attachments.slice(0, INBOUND_LIMITS.attachments)) add(a);
     if (asObject(holder.location)) kinds.push('location');
   }
   return kinds.slice(0, INBOUND_LIMITS.attachments);

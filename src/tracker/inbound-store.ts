@@ -9,7 +9,10 @@ const pad = (ms: number) => String(Math.max(0, Math.floor(ms))).padStart(15, '0'
  * below every character an id holds, so a customer's keys stay one range.
  */
 const KEY_SEP = '\u0005';
-/** The sort keys handed out have the shape of a message's in its recipient's list (time, NUL, id): a thread merges the two under one cursor. */
+/**
+ * The sort keys handed out have the shape of a message's in its recipient's list (time, NUL, id): a thread merges the
+ * two under one cursor.
+ */
 const SORT_SEP = '\u0000';
 
 /**
@@ -38,14 +41,20 @@ export function inboundSortKey(record: Pick<InboundMessageRecord, 'at' | 'eventI
   return `${pad(Date.parse(record.at))}${SORT_SEP}${record.eventId}`;
 }
 
-const customerKey = (r: InboundMessageRecord) => `${r.customer}${KEY_SEP}${pad(Date.parse(r.at))}${KEY_SEP}${r.eventId}`;
+const customerKey = (r: InboundMessageRecord) =>
+  `${r.customer}${KEY_SEP}${pad(Date.parse(r.at))}${KEY_SEP}${r.eventId}`;
 const inboundExpiryKey = (r: InboundMessageRecord) => `${pad(Date.parse(r.recordedAt))}${KEY_SEP}${r.eventId}`;
 
 /**
  * A customer's records (canonical id), newest first by when they wrote, at most `limit`,
  * strictly older than the `before` sort key of an earlier page (`inboundSortKey`'s shape).
  */
-export function inboundPage(dbs: InboundDbs, customer: string, limit: number, before?: string): { id: string; sort: string }[] {
+export function inboundPage(
+  dbs: InboundDbs,
+  customer: string,
+  limit: number,
+  before?: string,
+): { id: string; sort: string }[] {
   const prefix = `${customer}${KEY_SEP}`;
   const start = before !== undefined ? `${prefix}${before.replace(SORT_SEP, KEY_SEP)}` : `${customer}\u0006`;
   const found: { id: string; sort: string }[] = [];
@@ -75,7 +84,11 @@ export function parseInboundText(text: string | undefined, key: string): Inbound
 }
 
 /** Inside a write transaction: the record and its index entries (a previous version's go). */
-export function putInbound(dbs: InboundDbs, record: InboundMessageRecord, previous: InboundMessageRecord | undefined): void {
+export function putInbound(
+  dbs: InboundDbs,
+  record: InboundMessageRecord,
+  previous: InboundMessageRecord | undefined,
+): void {
   if (previous) deleteInbound(dbs, previous);
   dbs.records.put(record.eventId, JSON.stringify(record));
   dbs.byCustomer.put(customerKey(record), '');
@@ -97,7 +110,12 @@ export function inboundDue(dbs: InboundDbs, beforeMs: number): boolean {
  * Inside a write transaction: drops the records recorded before `beforeMs` (at most `max`),
  * except those still being written; answers how many went.
  */
-export function expireInbound(dbs: InboundDbs, beforeMs: number, max: number, unflushed: ReadonlyMap<string, unknown>): number {
+export function expireInbound(
+  dbs: InboundDbs,
+  beforeMs: number,
+  max: number,
+  unflushed: ReadonlyMap<string, unknown>,
+): number {
   let gone = 0;
   for (const key of [...dbs.expiry.getKeys({ end: `${pad(beforeMs)}${KEY_SEP}`, limit: max })]) {
     const id = key.slice(key.indexOf(KEY_SEP) + 1);

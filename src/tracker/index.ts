@@ -21,9 +21,22 @@ import { checkLocalStoreDir } from '../platform/local-store.js';
 import type { TaskStore } from './state-store.js';
 import { TrackerLogic, type TrackerTopics } from './tracker-logic.js';
 import { prepareTrackerTopics, trackerTopics } from './tracker-topics.js';
-import { startTransactionalEngine, type ProcessResult, type TransactionalEngine, type TransactionEvent } from '../kafka/transactional-engine.js';
+import {
+  startTransactionalEngine,
+  type ProcessResult,
+  type TransactionalEngine,
+  type TransactionEvent,
+} from '../kafka/transactional-engine.js';
 import type { ConsumedRecord } from '../kafka/group-consumer.js';
-import { headerText, NOOP_TRACER, startKafkaProcessSpan, startTracing, TRACING_FLUSH_MS, type TraceSpan, type Tracer } from '../platform/tracing.js';
+import {
+  headerText,
+  NOOP_TRACER,
+  startKafkaProcessSpan,
+  startTracing,
+  TRACING_FLUSH_MS,
+  type TraceSpan,
+  type Tracer,
+} from '../platform/tracing.js';
 import { HEADER } from '../contracts/headers.js';
 import { AccessGuard } from './access-guard.js';
 import { StateCache } from './state-cache.js';
@@ -56,7 +69,16 @@ export interface StartTrackerOptions {
 const RESULT_TRACES_MAX = 100_000;
 
 /** Engine statistics before the engine runs (the gauges may be read before: a shared registry). */
-const NO_ENGINE_STATS = { transactions: 0, failedTransactions: 0, recordsIn: 0, recordsOut: 0, recordsSkipped: 0, fenced: 0, taskStarts: 0, lastTaskStartMs: 0 };
+const NO_ENGINE_STATS = {
+  transactions: 0,
+  failedTransactions: 0,
+  recordsIn: 0,
+  recordsOut: 0,
+  recordsSkipped: 0,
+  fenced: 0,
+  taskStarts: 0,
+  lastTaskStartMs: 0,
+};
 
 export async function startTracker(options: StartTrackerOptions): Promise<Tracker> {
   return Tracker.start(options);
@@ -69,7 +91,10 @@ export async function startTracker(options: StartTrackerOptions): Promise<Tracke
  */
 export class Tracker implements Role {
   readonly metrics: Registry;
-  /** Leaves the group after the transactions in flight, closes the server. Resolves true when it finished within tracker.drainGraceMs. */
+  /**
+   * Leaves the group after the transactions in flight, closes the server. Resolves true when it finished within
+   * tracker.drainGraceMs.
+   */
   readonly drain = once(() => this.stop());
 
   private readonly config: Config;
@@ -160,7 +185,10 @@ export class Tracker implements Role {
       maxCachedConversations: config.tracker.maxCachedConversations,
       counters: this.trackerMetrics,
       onSkip: (reason, record, detail) =>
-        logger.warn({ reason, topic: record.topic, partition: record.partition, offset: record.offset, detail }, 'record skipped: it carries no event the tracker can apply'),
+        logger.warn(
+          { reason, topic: record.topic, partition: record.partition, offset: record.offset, detail },
+          'record skipped: it carries no event the tracker can apply',
+        ),
     });
     this.restorer = new TaskRestorer({ kafka, config, topics, partitions, logger, logic: this.logic });
     this.queries = new QueryService(this.logic, config.tracker.queryTimeoutMs);
@@ -195,7 +223,10 @@ export class Tracker implements Role {
     return this.queries.message(messageId, credentials);
   }
 
-  /** The message a request created, else its rejected or expired outcome (it has an `outcome` field); undefined when unknown. */
+  /**
+   * The message a request created, else its rejected or expired outcome (it has an `outcome` field); undefined when
+   * unknown.
+   */
   request(requestId: string, credentials?: Record<string, string>): Promise<MessageState | RequestOutcome | undefined> {
     return this.queries.request(requestId, credentials);
   }
@@ -215,7 +246,8 @@ export class Tracker implements Role {
       port: admin?.port ?? this.config.tracker.adminPort,
       registry: this.metrics,
       logger: this.logger,
-      notReadyReason: () => (this.engine?.isReady() ? undefined : 'restoring its tasks from the compacted topics, or not in its group'),
+      notReadyReason: () =>
+        this.engine?.isReady() ? undefined : 'restoring its tasks from the compacted topics, or not in its group',
       what: "the tracker's admin port (tracker.adminPort)",
     });
     this.logger.info({ url: this.admin.url }, 'admin endpoints listening (/healthz, /readyz, /metrics)');
@@ -228,9 +260,24 @@ export class Tracker implements Role {
     if (http !== false) {
       const host = http?.host ?? tracker.host;
       this.guard.start();
-      const routes = trackerRoutes({ queries: this.queries, guard: this.guard, assets: new ConsoleAssets(), dlq: this.options.dlq, logger: this.logger });
-      this.api = await startApiServer({ host, port: http?.port ?? tracker.port, logger: this.logger, route: routes, what: "the tracker's query port (tracker.port)" });
-      this.logger.info({ url: this.api.url, console: `${this.api.url}/console/` }, 'tracker queries and console listening');
+      const routes = trackerRoutes({
+        queries: this.queries,
+        guard: this.guard,
+        assets: new ConsoleAssets(),
+        dlq: this.options.dlq,
+        logger: this.logger,
+      });
+      this.api = await startApiServer({
+        host,
+        port: http?.port ?? tracker.port,
+        logger: this.logger,
+        route: routes,
+        what: "the tracker's query port (tracker.port)",
+      });
+      this.logger.info(
+        { url: this.api.url, console: `${this.api.url}/console/` },
+        'tracker queries and console listening',
+      );
       this.queryUrl = tracker.advertisedUrl ?? advertisedUrlOf(host, this.api.port);
     } else {
       this.queryUrl = tracker.advertisedUrl;
@@ -284,8 +331,22 @@ export class Tracker implements Role {
     result.outputs.forEach((output, i) => {
       const cause = result.causes[i]!;
       const traceparent = headerText(cause.headers[HEADER.traceparent]);
-      const also = output.topic === this.topics.messageState && typeof output.key === 'string' ? this.resultTrace(output.key, cause.topic, traceparent) : undefined;
-      const span = startKafkaProcessSpan(this.tracer, { topic: cause.topic, partition: cause.partition, offset: cause.offset, traceparent, key: cause.key?.toString() }, groupId, also);
+      const also =
+        output.topic === this.topics.messageState && typeof output.key === 'string'
+          ? this.resultTrace(output.key, cause.topic, traceparent)
+          : undefined;
+      const span = startKafkaProcessSpan(
+        this.tracer,
+        {
+          topic: cause.topic,
+          partition: cause.partition,
+          offset: cause.offset,
+          traceparent,
+          key: cause.key?.toString(),
+        },
+        groupId,
+        also,
+      );
       span.setAttribute('msgbridge.state_topic', output.topic);
       if (typeof output.key === 'string') span.setAttribute('msgbridge.state_key', output.key);
       output.headers = { ...output.headers, [HEADER.traceparent]: span.traceparent };
@@ -367,15 +428,26 @@ export class Tracker implements Role {
         await new Promise((resolve) => setTimeout(resolve, Math.max(1, performance.now() - chunkStarted)));
       }
       await this.remap(task, store);
-      this.logger.info({ task, states: indexed, ms: Math.round(performance.now() - began) }, 'task store indexes built (lookups by request id and recipient complete)');
+      this.logger.info(
+        { task, states: indexed, ms: Math.round(performance.now() - began) },
+        'task store indexes built (lookups by request id and recipient complete)',
+      );
     } catch (error) {
-      if (this.stores.get(task) === store) this.logger.warn({ task, error: errorMessage(error) }, 'building the store indexes failed; they are built again at the next start of the task');
+      if (this.stores.get(task) === store)
+        this.logger.warn(
+          { task, error: errorMessage(error) },
+          'building the store indexes failed; they are built again at the next start of the task',
+        );
     }
   }
 
   /** Remaps a task's store between its batches (the store cannot be read meanwhile). */
   private async remap(task: number, store: TaskStore): Promise<boolean> {
-    return (await this.engine?.runExclusive(task, () => (this.stores.get(task) === store ? store.remap() : false)).catch(() => false)) ?? false;
+    return (
+      (await this.engine
+        ?.runExclusive(task, () => (this.stores.get(task) === store ? store.remap() : false))
+        .catch(() => false)) ?? false
+    );
   }
 
   /** The two periodic chores: the stores' resident memory, and retention. */
@@ -390,12 +462,22 @@ export class Tracker implements Role {
   /** The stores' mapped pages count in the process's RSS: past the bound, unmap them (README "Memory"). */
   private boundResidentMemory(baselineFileBytes: number): void {
     const mapped = residentFileBytes();
-    if (this.residencyRemapRunning || mapped === undefined || mapped - baselineFileBytes < this.config.tracker.maxStoreResidentBytes) return;
+    if (
+      this.residencyRemapRunning ||
+      mapped === undefined ||
+      mapped - baselineFileBytes < this.config.tracker.maxStoreResidentBytes
+    )
+      return;
     this.residencyRemapRunning = true;
     void (async () => {
       // Every task at once: each remap waits behind its own task's batches, not behind the others'.
-      const remapped = (await Promise.all([...this.stores].map(([task, store]) => this.remap(task, store)))).filter(Boolean).length;
-      this.logger.debug({ before: mapped, after: residentFileBytes(), remapped, stores: this.stores.size }, 'stores remapped (file-backed resident memory past tracker.maxStoreResidentBytes)');
+      const remapped = (await Promise.all([...this.stores].map(([task, store]) => this.remap(task, store)))).filter(
+        Boolean,
+      ).length;
+      this.logger.debug(
+        { before: mapped, after: residentFileBytes(), remapped, stores: this.stores.size },
+        'stores remapped (file-backed resident memory past tracker.maxStoreResidentBytes)',
+      );
     })().finally(() => (this.residencyRemapRunning = false));
   }
 
@@ -408,13 +490,20 @@ export class Tracker implements Role {
     for (const [task, store] of this.stores) {
       try {
         if (store.isRemapping()) continue;
-        const gone = store.expire(now - this.config.tracker.stateRetentionMs, now - this.config.tracker.conversationRetentionMs, 10_000);
+        const gone = store.expire(
+          now - this.config.tracker.stateRetentionMs,
+          now - this.config.tracker.conversationRetentionMs,
+          10_000,
+        );
         if (gone.messages > 0) this.trackerMetrics.expired('message', gone.messages);
         if (gone.conversations > 0) this.trackerMetrics.expired('conversation', gone.conversations);
         if (gone.outcomes > 0) this.trackerMetrics.expired('request_outcome', gone.outcomes);
         if (gone.inbound > 0) this.trackerMetrics.expired('inbound_message', gone.inbound);
       } catch (error) {
-        this.logger.warn({ task, error: errorMessage(error) }, 'dropping expired states from the local store failed; trying again at the next sweep');
+        this.logger.warn(
+          { task, error: errorMessage(error) },
+          'dropping expired states from the local store failed; trying again at the next sweep',
+        );
       }
     }
   }
@@ -436,7 +525,10 @@ export class Tracker implements Role {
   }
 }
 
-/** The stores' directory exists (created when missing) and is writable: a clear error at start, not a task that fails forever. */
+/**
+ * The stores' directory exists (created when missing) and is writable: a clear error at start, not a task that fails
+ * forever.
+ */
 export function checkStateDir(dir: string): void {
   checkLocalStoreDir(dir, 'tracker.stateDir', 'MSGBRIDGE_TRACKER_STATE_DIR', 'the tracker');
 }

@@ -8,8 +8,18 @@ export interface TrackerGaugeSources {
   ownedTasks: () => number;
   cached: () => { messages: number; conversations: number };
   /** Per owned task: entries and bytes of its local store (read at scrape time). */
-  stores: () => { task: number; messages: number; conversations: number; outcomes: number; inbound: number; bytes: number }[];
-  /** Records not yet processed per input topic (high watermark − committed offset of the group), refreshed at scrape time. */
+  stores: () => {
+    task: number;
+    messages: number;
+    conversations: number;
+    outcomes: number;
+    inbound: number;
+    bytes: number;
+  }[];
+  /**
+   * Records not yet processed per input topic (high watermark − committed offset of the group), refreshed at scrape
+   * time.
+   */
   lag: () => Promise<Map<string, number>>;
 }
 
@@ -27,21 +37,35 @@ export function createTrackerMetrics(registry: Registry, sources: TrackerGaugeSo
     labelNames: ['topic', 'outcome'],
     registers,
   });
-  const skipped = new Counter({ name: 'msgbridge_tracker_records_skipped_total', help: 'Input records that carry no event the tracker applies, by reason', labelNames: ['reason'], registers });
+  const skipped = new Counter({
+    name: 'msgbridge_tracker_records_skipped_total',
+    help: 'Input records that carry no event the tracker applies, by reason',
+    labelNames: ['reason'],
+    registers,
+  });
   const evictions = new Counter({
     name: 'msgbridge_tracker_evictions_total',
     help: 'States dropped from the in-memory cache to stay within its bound (per task; they stay in the local store)',
     labelNames: ['kind'],
     registers,
   });
-  const restoreSeconds = new Gauge({ name: 'msgbridge_tracker_last_restore_seconds', help: 'How long the last task start took to bring its local store up to its changelogs', registers });
+  const restoreSeconds = new Gauge({
+    name: 'msgbridge_tracker_last_restore_seconds',
+    help: 'How long the last task start took to bring its local store up to its changelogs',
+    registers,
+  });
   const restores = new Counter({
     name: 'msgbridge_tracker_restores_total',
     help: 'Task starts, by mode: bulk (store rebuilt from the changelogs) or delta (read from the store checkpoint)',
     labelNames: ['mode'],
     registers,
   });
-  const restoreRecords = new Counter({ name: 'msgbridge_tracker_restore_records_total', help: 'Changelog records read while restoring tasks, by mode', labelNames: ['mode'], registers });
+  const restoreRecords = new Counter({
+    name: 'msgbridge_tracker_restore_records_total',
+    help: 'Changelog records read while restoring tasks, by mode',
+    labelNames: ['mode'],
+    registers,
+  });
   const expired = new Counter({
     name: 'msgbridge_tracker_expired_total',
     help: 'States dropped from the local stores after tracker.stateRetentionMs (messages, request outcomes, inbound messages) or tracker.conversationRetentionMs (windows)',
@@ -88,8 +112,16 @@ export function createTrackerMetrics(registry: Registry, sources: TrackerGaugeSo
         this.set(read(sources.engine()));
       },
     });
-  engineGauge('msgbridge_tracker_transactions_committed', 'Transactions committed by this member since it started', (s) => s.transactions);
-  engineGauge('msgbridge_tracker_transactions_failed', 'Transactions that failed (aborted, then the task restarted from Kafka)', (s) => s.failedTransactions);
+  engineGauge(
+    'msgbridge_tracker_transactions_committed',
+    'Transactions committed by this member since it started',
+    (s) => s.transactions,
+  );
+  engineGauge(
+    'msgbridge_tracker_transactions_failed',
+    'Transactions that failed (aborted, then the task restarted from Kafka)',
+    (s) => s.failedTransactions,
+  );
   engineGauge('msgbridge_tracker_fenced', 'Tasks this member lost to a newer owner (fenced)', (s) => s.fenced);
   engineGauge('msgbridge_tracker_records_in', 'Input records processed', (s) => s.recordsIn);
   engineGauge('msgbridge_tracker_records_out', 'State records published', (s) => s.recordsOut);

@@ -5,8 +5,8 @@ import { messageStateSchema, type TrackedMessage } from '../contracts/message-st
 
 /**
  * Answers "what is the state of this message / request" from `message-state` itself, for
- * `msgbridge status` when no tracker is given to ask (the tracker answers from its stores). A message id names one partition (its key hash); a
- * request id is not a key, so every partition is read and values are filtered by it. Reads
+ * `msgbridge status` when no tracker is given to ask (the tracker answers from its stores). A message id names one
+ * partition (its key hash); a request id is not a key, so every partition is read and values are filtered by it. Reads
  * are read_committed and bounded by `timeoutMs`.
  */
 export interface StateQueryOptions {
@@ -38,7 +38,10 @@ function parse(value: Buffer | null): TrackedMessage | undefined {
   }
 }
 
-export async function findMessageState(options: StateQueryOptions, messageId: string): Promise<TrackedMessage | undefined> {
+export async function findMessageState(
+  options: StateQueryOptions,
+  messageId: string,
+): Promise<TrackedMessage | undefined> {
   let latest: TrackedMessage | undefined;
   const read = progress(options);
   await readChangelog({
@@ -54,7 +57,10 @@ export async function findMessageState(options: StateQueryOptions, messageId: st
 }
 
 /** The latest-updated message of a request (a resend after `maybeSent` may have created two). */
-export async function findRequestState(options: StateQueryOptions, requestId: string): Promise<TrackedMessage | undefined> {
+export async function findRequestState(
+  options: StateQueryOptions,
+  requestId: string,
+): Promise<TrackedMessage | undefined> {
   const byMessage = new Map<string, TrackedMessage | undefined>();
   const needle = Buffer.from(JSON.stringify(requestId));
   const read = progress(options);
@@ -71,5 +77,7 @@ export async function findRequestState(options: StateQueryOptions, requestId: st
       else if (state?.requestId === requestId) byMessage.set(key, state);
     },
   }).finally(() => read.done());
-  return [...byMessage.values()].filter((s): s is TrackedMessage => s !== undefined).sort((a, b) => b.updatedAt.localeCompare(a.updatedAt))[0];
+  return [...byMessage.values()]
+    .filter((s): s is TrackedMessage => s !== undefined)
+    .sort((a, b) => b.updatedAt.localeCompare(a.updatedAt))[0];
 }

@@ -18,7 +18,10 @@ export type OutcomeEvent = Omit<RequestOutcome, 'updatedAt'>;
  * The outcome a rejected or expired result carries. `recordTimestampMs` stands for `at` when a
  * rejected result of 0.1.0 has no `rejectedAt`. Throws INVALID_ARGUMENT for a time that cannot be read.
  */
-export function outcomeEventFrom(result: RejectedSendResult | ExpiredSendResult, recordTimestampMs: number): OutcomeEvent {
+export function outcomeEventFrom(
+  result: RejectedSendResult | ExpiredSendResult,
+  recordTimestampMs: number,
+): OutcomeEvent {
   const rejected = result.outcome === 'rejected';
   const at = rejected ? (result.rejectedAt ?? new Date(recordTimestampMs).toISOString()) : result.expiredAt;
   return {
@@ -41,7 +44,11 @@ export function outcomeEventFrom(result: RejectedSendResult | ExpiredSendResult,
 const order = (o: Pick<RequestOutcome, 'at' | 'outcome'>) => `${o.at}\n${o.outcome}`;
 
 /** The outcome to keep: `next` when it is later than `current` (or there is none), else `current` unchanged. */
-export function applyOutcome(current: RequestOutcome | undefined, next: OutcomeEvent, now: Date): { outcome: RequestOutcome; changed: boolean } {
+export function applyOutcome(
+  current: RequestOutcome | undefined,
+  next: OutcomeEvent,
+  now: Date,
+): { outcome: RequestOutcome; changed: boolean } {
   if (current && order(next) <= order(current)) return { outcome: current, changed: false };
   return { outcome: { ...next, updatedAt: now.toISOString() }, changed: true };
 }

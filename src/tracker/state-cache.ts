@@ -24,7 +24,8 @@ export class StateCache<V> {
   readonly maxEntries: number;
 
   constructor(private readonly options: StateCacheOptions<V>) {
-    if (!Number.isInteger(options.maxEntries) || options.maxEntries < 1) throw new RangeError('maxEntries must be a positive integer');
+    if (!Number.isInteger(options.maxEntries) || options.maxEntries < 1)
+      throw new RangeError('maxEntries must be a positive integer');
     this.maxEntries = options.maxEntries;
   }
 
@@ -113,11 +114,19 @@ export class StateCache<V> {
 
   private unindex(key: string, value: V): void {
     const secondary = this.options.secondaryKey?.(value);
-    if (secondary !== null && secondary !== undefined && this.index.get(secondary) === key) this.index.delete(secondary);
+    if (secondary !== null && secondary !== undefined && this.index.get(secondary) === key)
+      this.index.delete(secondary);
   }
 }
 
 /** The tracker's cache of message states: keyed by message id, indexed by request id. */
-export function messageStateCache(maxEntries: number, onEvict?: (messageId: string, state: TrackedMessage) => void): StateCache<TrackedMessage> {
-  return new StateCache<TrackedMessage>({ maxEntries, secondaryKey: (state) => state.requestId, ...(onEvict ? { onEvict } : {}) });
+export function messageStateCache(
+  maxEntries: number,
+  onEvict?: (messageId: string, state: TrackedMessage) => void,
+): StateCache<TrackedMessage> {
+  return new StateCache<TrackedMessage>({
+    maxEntries,
+    secondaryKey: (state) => state.requestId,
+    ...(onEvict ? { onEvict } : {}),
+  });
 }

@@ -25,7 +25,9 @@ export const MAX_REMEMBERED_EVENT_IDS = 32;
 export interface ResultEvent {
   kind: 'result';
   eventId: string;
-  result: Pick<AcceptedSendResult, 'requestId' | 'businessId' | 'messageId' | 'type' | 'recipient' | 'acceptedAt'> & { send?: SendSummary };
+  result: Pick<AcceptedSendResult, 'requestId' | 'businessId' | 'messageId' | 'type' | 'recipient' | 'acceptedAt'> & {
+    send?: SendSummary;
+  };
 }
 
 export interface StatusEvent {
@@ -65,14 +67,21 @@ export function resultEventFrom(result: SendResult, eventId: string): ResultEven
     // An SMS gets no delivery status: the console says accepted is where it ends (README "Message state").
     ...(result.channel !== undefined ? { channel: result.channel } : {}),
   };
-  return { kind: 'result', eventId: requireId(eventId, 'eventId'), result: { requestId, businessId, messageId, type, recipient, acceptedAt, send } };
+  return {
+    kind: 'result',
+    eventId: requireId(eventId, 'eventId'),
+    result: { requestId, businessId, messageId, type, recipient, acceptedAt, send },
+  };
 }
 
 /**
  * The event of a parsed `delivery_status` webhook. The body names no business: it comes from
  * the record's `business-id` header, like `eventId` from its `event-id` header.
  */
-export function statusEventFrom(event: DeliveryStatusEvent, meta: { eventId: string; businessId: string }): StatusEvent {
+export function statusEventFrom(
+  event: DeliveryStatusEvent,
+  meta: { eventId: string; businessId: string },
+): StatusEvent {
   const update = event.statusUpdate;
   return {
     kind: 'status',
@@ -126,14 +135,25 @@ export function applyEvent(current: TrackedMessage | undefined, event: TrackerEv
   const eventId = requireId(event.eventId, 'eventId');
   const messageId = requireId(messageIdOf(event), 'messageId');
   if (current && current.messageId !== messageId) {
-    throw invalid(`event for message ${messageId} applied to the state of ${current.messageId}`, 'messageId', messageId);
+    throw invalid(
+      `event for message ${messageId} applied to the state of ${current.messageId}`,
+      'messageId',
+      messageId,
+    );
   }
   if (current?.eventIds.includes(eventId)) return { state: current, changed: false, outcome: 'duplicate' };
   const updatedAt = validNow(now);
-  return event.kind === 'result' ? applyResult(current, event, eventId, updatedAt) : applyStatus(current, event, eventId, updatedAt);
+  return event.kind === 'result'
+    ? applyResult(current, event, eventId, updatedAt)
+    : applyStatus(current, event, eventId, updatedAt);
 }
 
-function applyResult(current: TrackedMessage | undefined, event: ResultEvent, eventId: string, updatedAt: string): ApplyResult {
+function applyResult(
+  current: TrackedMessage | undefined,
+  event: ResultEvent,
+  eventId: string,
+  updatedAt: string,
+): ApplyResult {
   const r = event.result;
   const acceptedAt = canonicalIso(r.acceptedAt, 'acceptedAt');
   if (!current) {
@@ -166,7 +186,12 @@ function applyResult(current: TrackedMessage | undefined, event: ResultEvent, ev
   return { state: record(next, eventId), changed: true, outcome: 'result_merged' };
 }
 
-function applyStatus(current: TrackedMessage | undefined, event: StatusEvent, eventId: string, updatedAt: string): ApplyResult {
+function applyStatus(
+  current: TrackedMessage | undefined,
+  event: StatusEvent,
+  eventId: string,
+  updatedAt: string,
+): ApplyResult {
   const at = canonicalIso(event.at, 'at');
   const field = TIME_FIELD[event.status];
   const error = event.status === 'delivery_failed' ? (event.error ?? null) : undefined;
@@ -191,7 +216,12 @@ function applyStatus(current: TrackedMessage | undefined, event: StatusEvent, ev
   // The error belongs to the failure whose time is kept.
   if (error !== undefined && timeChanged) next.error = error;
   if (next.recipient === null && event.recipient !== undefined) next.recipient = event.recipient;
-  const outcome: ApplyOutcome = rank > currentRank ? 'applied' : current.status === 'delivery_failed' && rank < currentRank ? 'filled_after_failure' : 'filled_timestamp';
+  const outcome: ApplyOutcome =
+    rank > currentRank
+      ? 'applied'
+      : current.status === 'delivery_failed' && rank < currentRank
+        ? 'filled_after_failure'
+        : 'filled_timestamp';
   return { state: record(next, eventId), changed: true, outcome };
 }
 
@@ -248,12 +278,14 @@ function earliest(existing: string | null, candidate: string): string {
 }
 
 function validNow(now: Date): string {
-  if (!(now instanceof Date) || !Number.isFinite(now.getTime())) throw invalid('now must be a valid Date', 'now', String(now));
+  if (!(now instanceof Date) || !Number.isFinite(now.getTime()))
+    throw invalid('now must be a valid Date', 'now', String(now));
   return now.toISOString();
 }
 
 function requireId(value: string, field: string): string {
-  if (typeof value !== 'string' || value.length === 0) throw invalid(`${field} must be a non-empty string`, field, value);
+  if (typeof value !== 'string' || value.length === 0)
+    throw invalid(`${field} must be a non-empty string`, field, value);
   return value;
 }
 

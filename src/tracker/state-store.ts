@@ -1,11 +1,25 @@
 import type { Database, RootDatabase } from 'lmdb';
 import { LocalStore, localStoreDir, sortableTime, type ChangelogEntry } from '../platform/local-store.js';
-import { canonicalConversationKey, conversationWindowSchema, type ConversationWindow } from '../contracts/conversation-window.js';
+import {
+  canonicalConversationKey,
+  conversationWindowSchema,
+  type ConversationWindow,
+} from '../contracts/conversation-window.js';
 import { canonicalCustomerId } from '../contracts/customer-id.js';
 import type { InboundMessageRecord } from '../contracts/inbound-message.js';
 import { messageStateSchema, type TrackedMessage } from '../contracts/message-state.js';
 import { requestOutcomeSchema, type RequestOutcome } from '../contracts/request-outcome.js';
-import { deleteInbound, expireInbound, inboundDue, inboundPage, openInboundDbs, parseInbound, parseInboundText, putInbound, type InboundDbs } from './inbound-store.js';
+import {
+  deleteInbound,
+  expireInbound,
+  inboundDue,
+  inboundPage,
+  openInboundDbs,
+  parseInbound,
+  parseInboundText,
+  putInbound,
+  type InboundDbs,
+} from './inbound-store.js';
 import type { MessageList } from './tracker-logic.js';
 
 /**
@@ -76,20 +90,28 @@ const pad = sortableTime;
 
 /** The time a message is listed under for its recipient: when it was first known to happen. */
 export function firstSeenMs(state: TrackedMessage): number {
-  for (const t of [state.acceptedAt, state.sentAt, state.deliveredAt, state.readAt, state.failedAt]) if (t) return Date.parse(t);
+  for (const t of [state.acceptedAt, state.sentAt, state.deliveredAt, state.readAt, state.failedAt])
+    if (t) return Date.parse(t);
   return Date.parse(state.updatedAt);
 }
 
 const requestKey = (requestId: string, messageId: string) => `${requestId}${SEP}${messageId}`;
-const listKey = (value: string, firstSeen: string, s: TrackedMessage) => `${value}${SEP}${firstSeen}${SEP}${s.messageId}`;
+const listKey = (value: string, firstSeen: string, s: TrackedMessage) =>
+  `${value}${SEP}${firstSeen}${SEP}${s.messageId}`;
 const messageExpiryKey = (s: TrackedMessage) => `${pad(Date.parse(s.updatedAt))}${SEP}${s.messageId}`;
 const windowExpiryKey = (w: ConversationWindow, key: string) => `${pad(Date.parse(w.lastInboundAt))}${SEP}${key}`;
 const outcomeExpiryKey = (o: RequestOutcome) => `${pad(Date.parse(o.updatedAt))}${SEP}${o.requestId}`;
 // Recipients are indexed in their canonical form (contracts/customer-id.ts): a search by either form finds both.
-const outcomeRecipientKey = (o: RequestOutcome) => (o.recipient ? `${canonicalCustomerId(o.recipient)}${SEP}${pad(Date.parse(o.at))}${SEP}${o.requestId}` : undefined);
+const outcomeRecipientKey = (o: RequestOutcome) =>
+  o.recipient ? `${canonicalCustomerId(o.recipient)}${SEP}${pad(Date.parse(o.at))}${SEP}${o.requestId}` : undefined;
 
 /** The index entries of one state: removed and added as a set when it changes. */
-function messageIndexKeys(s: TrackedMessage): { request?: string; recipient?: string; business?: string; expiry: string } {
+function messageIndexKeys(s: TrackedMessage): {
+  request?: string;
+  recipient?: string;
+  business?: string;
+  expiry: string;
+} {
   const firstSeen = pad(firstSeenMs(s));
   return {
     ...(s.requestId ? { request: requestKey(s.requestId, s.messageId) } : {}),
@@ -134,7 +156,14 @@ function parseWindow(text: string | undefined): ConversationWindow | undefined {
  */
 function indexFieldsOf(json: unknown, key: string): TrackedMessage | undefined {
   const s = json as Partial<TrackedMessage> | null;
-  if (!s || typeof s !== 'object' || s.messageId !== key || typeof s.updatedAt !== 'string' || typeof s.status !== 'string') return undefined;
+  if (
+    !s ||
+    typeof s !== 'object' ||
+    s.messageId !== key ||
+    typeof s.updatedAt !== 'string' ||
+    typeof s.status !== 'string'
+  )
+    return undefined;
   if (Number.isNaN(Date.parse(s.updatedAt))) return undefined;
   return s as TrackedMessage;
 }
@@ -165,7 +194,14 @@ function parseOutcomeText(text: string | undefined, key: string): RequestOutcome
 
 function isWindow(json: unknown): json is ConversationWindow {
   const w = json as Partial<ConversationWindow> | null;
-  return !!w && typeof w === 'object' && typeof w.businessId === 'string' && typeof w.customer === 'string' && typeof w.lastInboundAt === 'string' && !Number.isNaN(Date.parse(w.lastInboundAt));
+  return (
+    !!w &&
+    typeof w === 'object' &&
+    typeof w.businessId === 'string' &&
+    typeof w.customer === 'string' &&
+    typeof w.lastInboundAt === 'string' &&
+    !Number.isNaN(Date.parse(w.lastInboundAt))
+  );
 }
 
 export interface StoreStats {
@@ -298,7 +334,11 @@ export class TaskStore extends LocalStore<Handles, Checkpoint, StoreIdentity> {
    * `limit`, strictly older than the `before` sort key of an earlier page (the same cursor as
    * `listedMessages`: a thread merges the two).
    */
-  inboundOfCustomer(customer: string, limit: number, before?: string): { sort: string; record: InboundMessageRecord }[] {
+  inboundOfCustomer(
+    customer: string,
+    limit: number,
+    before?: string,
+  ): { sort: string; record: InboundMessageRecord }[] {
     const found: { sort: string; record: InboundMessageRecord }[] = [];
     for (const { id, sort } of inboundPage(this.live.inbound, customer, limit, before)) {
       const record = this.inboundMessage(id);
@@ -315,7 +355,8 @@ export class TaskStore extends LocalStore<Handles, Checkpoint, StoreIdentity> {
   /** Message ids recorded for a request id (a maybeSent resend can make two). */
   messageIdsOfRequest(requestId: string): string[] {
     const ids = new Set<string>();
-    for (const key of this.requests.getKeys({ start: `${requestId}${SEP}`, end: `${requestId}\u0001` })) ids.add(key.slice(requestId.length + 1));
+    for (const key of this.requests.getKeys({ start: `${requestId}${SEP}`, end: `${requestId}\u0001` }))
+      ids.add(key.slice(requestId.length + 1));
     for (const [id, s] of this.unflushedMessages) if (s.requestId === requestId) ids.add(id);
     return [...ids];
   }
@@ -329,12 +370,20 @@ export class TaskStore extends LocalStore<Handles, Checkpoint, StoreIdentity> {
     return this.newestFirst(this.list(list), list === 'recipient' ? canonicalCustomerId(value) : value, limit, before);
   }
 
-  /** The request ids of a recipient's (either form) rejected or expired requests, newest first (by when they ended), at most `limit`. */
+  /**
+   * The request ids of a recipient's (either form) rejected or expired requests, newest first (by when they ended), at
+   * most `limit`.
+   */
   outcomesOfRecipient(recipient: string, limit: number): string[] {
     return this.newestFirst(this.live.outcomesByRecipient, canonicalCustomerId(recipient), limit).map((e) => e.id);
   }
 
-  private newestFirst(db: Database<string, string>, value: string, limit: number, before?: string): { id: string; sort: string }[] {
+  private newestFirst(
+    db: Database<string, string>,
+    value: string,
+    limit: number,
+    before?: string,
+  ): { id: string; sort: string }[] {
     const prefix = `${value}${SEP}`;
     const start = before !== undefined ? `${prefix}${before}` : `${value}\u0001`;
     const found: { id: string; sort: string }[] = [];
@@ -357,7 +406,9 @@ export class TaskStore extends LocalStore<Handles, Checkpoint, StoreIdentity> {
     for (const c of change.conversations) this.unflushedWindows.set(c.key, c.window);
     for (const o of change.outcomes ?? []) this.unflushedOutcomes.set(o.requestId, o.outcome);
     for (const i of change.inbound ?? []) this.unflushedInbound.set(i.record.eventId, i.record);
-    const checkpoint = change.checkpoint ? { ...this.pendingCheckpoint(EMPTY_CHECKPOINT), ...change.checkpoint } : undefined;
+    const checkpoint = change.checkpoint
+      ? { ...this.pendingCheckpoint(EMPTY_CHECKPOINT), ...change.checkpoint }
+      : undefined;
     if (checkpoint) this.advanceCheckpoint(checkpoint);
     return this.writeAsync(
       () => {
@@ -368,10 +419,14 @@ export class TaskStore extends LocalStore<Handles, Checkpoint, StoreIdentity> {
         if (checkpoint) this.meta.put('checkpoint', checkpoint);
       },
       () => {
-        for (const m of change.messages) if (this.unflushedMessages.get(m.id) === m.state) this.unflushedMessages.delete(m.id);
-        for (const c of change.conversations) if (this.unflushedWindows.get(c.key) === c.window) this.unflushedWindows.delete(c.key);
-        for (const o of change.outcomes ?? []) if (this.unflushedOutcomes.get(o.requestId) === o.outcome) this.unflushedOutcomes.delete(o.requestId);
-        for (const i of change.inbound ?? []) if (this.unflushedInbound.get(i.record.eventId) === i.record) this.unflushedInbound.delete(i.record.eventId);
+        for (const m of change.messages)
+          if (this.unflushedMessages.get(m.id) === m.state) this.unflushedMessages.delete(m.id);
+        for (const c of change.conversations)
+          if (this.unflushedWindows.get(c.key) === c.window) this.unflushedWindows.delete(c.key);
+        for (const o of change.outcomes ?? [])
+          if (this.unflushedOutcomes.get(o.requestId) === o.outcome) this.unflushedOutcomes.delete(o.requestId);
+        for (const i of change.inbound ?? [])
+          if (this.unflushedInbound.get(i.record.eventId) === i.record) this.unflushedInbound.delete(i.record.eventId);
       },
     );
   }
@@ -382,7 +437,12 @@ export class TaskStore extends LocalStore<Handles, Checkpoint, StoreIdentity> {
    * tracker did not write deletes, a state older than `expireBeforeMs` is not kept. Answers the
    * states kept.
    */
-  applyChangelog(topic: 'messageState' | 'conversations' | 'requestOutcomes' | 'inboundMessages', entries: ChangelogEntry[], checkpoint: Partial<Checkpoint>, expireBeforeMs: number): number {
+  applyChangelog(
+    topic: 'messageState' | 'conversations' | 'requestOutcomes' | 'inboundMessages',
+    entries: ChangelogEntry[],
+    checkpoint: Partial<Checkpoint>,
+    expireBeforeMs: number,
+  ): number {
     this.assertOpen();
     let kept = 0;
     const next = { ...this.pendingCheckpoint(EMPTY_CHECKPOINT), ...checkpoint };
@@ -422,7 +482,8 @@ export class TaskStore extends LocalStore<Handles, Checkpoint, StoreIdentity> {
           if (isWindow(json) && Date.parse(json.lastInboundAt) >= expireBeforeMs) {
             // A window is a max: an older record (another partition's, before the layout
             // change, or of the other form of the customer) never moves it back.
-            if (!previous || Date.parse(previous.lastInboundAt) < Date.parse(json.lastInboundAt)) this.putWindow(windowKey, { ...json, customer: canonicalCustomerId(json.customer) }, previous);
+            if (!previous || Date.parse(previous.lastInboundAt) < Date.parse(json.lastInboundAt))
+              this.putWindow(windowKey, { ...json, customer: canonicalCustomerId(json.customer) }, previous);
             kept++;
           } else if (json === null && previous) this.deleteWindow(windowKey, previous);
         }
@@ -453,7 +514,10 @@ export class TaskStore extends LocalStore<Handles, Checkpoint, StoreIdentity> {
     this.advanceCheckpoint(next);
   }
 
-  /** Whether the request, recipient, business and expiry indexes cover every state (false while a bulk restore's are being built). */
+  /**
+   * Whether the request, recipient, business and expiry indexes cover every state (false while a bulk restore's are
+   * being built).
+   */
   indexesComplete(): boolean {
     return this.meta.get('indexing') === undefined;
   }
@@ -470,7 +534,10 @@ export class TaskStore extends LocalStore<Handles, Checkpoint, StoreIdentity> {
     let indexed = 0;
     let last: string | undefined;
     this.env.transactionSync(() => {
-      for (const { key, value } of this.messages.getRange({ ...(progress.after !== null ? { start: progress.after } : {}), limit: max + 1 })) {
+      for (const { key, value } of this.messages.getRange({
+        ...(progress.after !== null ? { start: progress.after } : {}),
+        limit: max + 1,
+      })) {
         if (key === progress.after) continue;
         if (indexed === max) break;
         last = key;
@@ -496,7 +563,11 @@ export class TaskStore extends LocalStore<Handles, Checkpoint, StoreIdentity> {
    * Drops message states not updated since `messagesBeforeMs` and windows whose last inbound
    * message is older than `windowsBeforeMs` (at most `max` of each); answers how many went.
    */
-  expire(messagesBeforeMs: number, windowsBeforeMs: number, max: number): { messages: number; conversations: number; outcomes: number; inbound: number } {
+  expire(
+    messagesBeforeMs: number,
+    windowsBeforeMs: number,
+    max: number,
+  ): { messages: number; conversations: number; outcomes: number; inbound: number } {
     this.assertOpen();
     const result = { messages: 0, conversations: 0, outcomes: 0, inbound: 0 };
     const oldMessages = [...this.messageExpiry.getKeys({ end: `${pad(messagesBeforeMs)}${SEP}`, limit: max })];
@@ -572,7 +643,8 @@ export class TaskStore extends LocalStore<Handles, Checkpoint, StoreIdentity> {
   }
 
   private putWindow(key: string, window: ConversationWindow, previous: ConversationWindow | undefined): void {
-    if (previous && windowExpiryKey(previous, key) !== windowExpiryKey(window, key)) this.windowExpiry.remove(windowExpiryKey(previous, key));
+    if (previous && windowExpiryKey(previous, key) !== windowExpiryKey(window, key))
+      this.windowExpiry.remove(windowExpiryKey(previous, key));
     this.windows.put(key, JSON.stringify(window));
     this.windowExpiry.put(windowExpiryKey(window, key), '');
   }
@@ -583,7 +655,8 @@ export class TaskStore extends LocalStore<Handles, Checkpoint, StoreIdentity> {
   }
 
   private putOutcome(outcome: RequestOutcome, previous: RequestOutcome | undefined): void {
-    if (previous && outcomeExpiryKey(previous) !== outcomeExpiryKey(outcome)) this.outcomeExpiry.remove(outcomeExpiryKey(previous));
+    if (previous && outcomeExpiryKey(previous) !== outcomeExpiryKey(outcome))
+      this.outcomeExpiry.remove(outcomeExpiryKey(previous));
     const [before, after] = [previous && outcomeRecipientKey(previous), outcomeRecipientKey(outcome)];
     if (before && before !== after) this.h.outcomesByRecipient.remove(before);
     this.outcomes.put(outcome.requestId, JSON.stringify(outcome));

@@ -62,7 +62,10 @@ export class TaskRestorer {
           { topic: topics.inboundMessages, partition: task, position: checkpoint.inboundMessages },
         ]));
       if (checkpoint && inconsistency) {
-        logger.warn({ task, dir: store.dir, checkpoint, reason: inconsistency }, 'the local store does not match the changelogs; rebuilding it from them');
+        logger.warn(
+          { task, dir: store.dir, checkpoint, reason: inconsistency },
+          'the local store does not match the changelogs; rebuilding it from them',
+        );
         store = TaskStore.rebuild(store);
         checkpoint = undefined;
       }
@@ -83,13 +86,25 @@ export class TaskRestorer {
           task,
           mode,
           from: checkpoint ?? null,
-          changelogRecords: { messageState: states.records, conversations: windows.records, requestOutcomes: outcomes.records, inboundMessages: inbound.records },
+          changelogRecords: {
+            messageState: states.records,
+            conversations: windows.records,
+            requestOutcomes: outcomes.records,
+            inboundMessages: inbound.records,
+          },
           recordsPerSecond: seconds > 0 ? Math.round(records / seconds) : null,
-          storeEntries: { messages: stats.messages, conversations: stats.conversations, requestOutcomes: stats.outcomes, inboundMessages: stats.inbound },
+          storeEntries: {
+            messages: stats.messages,
+            conversations: stats.conversations,
+            requestOutcomes: stats.outcomes,
+            inboundMessages: stats.inbound,
+          },
           storeBytes: stats.bytes,
           ms: Math.round(seconds * 1000),
         },
-        mode === 'delta' ? 'task store caught up from its checkpoint' : 'task store restored in bulk from the compacted topics',
+        mode === 'delta'
+          ? 'task store caught up from its checkpoint'
+          : 'task store restored in bulk from the compacted topics',
       );
       return store;
     } catch (error) {
@@ -104,9 +119,21 @@ export class TaskRestorer {
    * `conversations` also reads the other partitions for this task's customers: windows written
    * before they moved to the task's own partition.
    */
-  private async read(store: TaskStore, task: number, which: ChangelogName, checkpoint: Checkpoint | undefined, expireBeforeMs: number, signal: AbortSignal): Promise<{ records: number }> {
+  private async read(
+    store: TaskStore,
+    task: number,
+    which: ChangelogName,
+    checkpoint: Checkpoint | undefined,
+    expireBeforeMs: number,
+    signal: AbortSignal,
+  ): Promise<{ records: number }> {
     const { topics, logic } = this.options;
-    const topic = { messageState: topics.messageState, conversations: topics.conversations, requestOutcomes: topics.requestOutcomes, inboundMessages: topics.inboundMessages }[which];
+    const topic = {
+      messageState: topics.messageState,
+      conversations: topics.conversations,
+      requestOutcomes: topics.requestOutcomes,
+      inboundMessages: topics.inboundMessages,
+    }[which];
     const from = checkpoint?.[which];
     // Into an empty store, message states are copied as they are (indexes built later: README "Local store").
     const fast = which === 'messageState' && !checkpoint;

@@ -1,12 +1,32 @@
-import { HEADER, SCHEMA_ID, deliveryStatusEventSchema, eventIdOf, inboundMessageEventSchema, resultEventId, sendResultSchema } from '../contracts/index.js';
+import {
+  HEADER,
+  SCHEMA_ID,
+  deliveryStatusEventSchema,
+  eventIdOf,
+  inboundMessageEventSchema,
+  resultEventId,
+  sendResultSchema,
+} from '../contracts/index.js';
 import type { ConsumedRecord } from '../kafka/group-consumer.js';
 import { javaCompatibleHash } from '../kafka/partitioner.js';
 import { applyInbound, inboundFrom, type InboundEvent } from './window-rules.js';
-import { canonicalConversationKey, conversationKey, customerOfConversationKey, type ConversationWindow } from '../contracts/conversation-window.js';
+import {
+  canonicalConversationKey,
+  conversationKey,
+  customerOfConversationKey,
+  type ConversationWindow,
+} from '../contracts/conversation-window.js';
 import { canonicalCustomerId } from '../contracts/customer-id.js';
 import type { InboundMessageRecord } from '../contracts/inbound-message.js';
 import { inboundRecordFrom } from './inbound-rules.js';
-import { applyEvent, messageIdOf, resultEventFrom, statusEventFrom, type ApplyOutcome, type TrackerEvent } from './state-rules.js';
+import {
+  applyEvent,
+  messageIdOf,
+  resultEventFrom,
+  statusEventFrom,
+  type ApplyOutcome,
+  type TrackerEvent,
+} from './state-rules.js';
 import { type TrackedMessage } from '../contracts/message-state.js';
 import type { RequestOutcome } from '../contracts/request-outcome.js';
 import { applyOutcome, outcomeEventFrom, type OutcomeEvent } from './request-outcome-rules.js';
@@ -40,7 +60,14 @@ export type SkipReason = 'invalid_json' | 'invalid_event' | 'missing_business';
 export interface TrackerCounters {
   event(
     topic: 'send-results' | 'delivery_status' | 'messages',
-    outcome: ApplyOutcome | 'window_moved' | 'window_unchanged' | 'outcome_recorded' | 'outcome_unchanged' | 'inbound_recorded' | 'inbound_duplicate',
+    outcome:
+      | ApplyOutcome
+      | 'window_moved'
+      | 'window_unchanged'
+      | 'outcome_recorded'
+      | 'outcome_unchanged'
+      | 'inbound_recorded'
+      | 'inbound_duplicate',
   ): void;
   skipped(reason: SkipReason): void;
   evicted(kind: 'message' | 'conversation'): void;
@@ -58,11 +85,18 @@ export interface TrackerLogicOptions {
   now?: () => Date;
 }
 
-/** A batch's outputs, each with the input record that caused it (`causes[i]` caused `outputs[i]`: the tracing's span links). */
+/**
+ * A batch's outputs, each with the input record that caused it (`causes[i]` caused `outputs[i]`: the tracing's span
+ * links).
+ */
 export type TrackerProcessResult = ProcessResult & { causes: ConsumedRecord[] };
 
 /** A record of a batch and the event it carries (parsed once: `decodeBatch`). */
-export type DecodedEvent = ({ kind: 'message'; event: TrackerEvent } | { kind: 'conversation'; input: InboundEvent; inbound: InboundMessageRecord } | { kind: 'outcome'; event: OutcomeEvent }) & {
+export type DecodedEvent = (
+  | { kind: 'message'; event: TrackerEvent }
+  | { kind: 'conversation'; input: InboundEvent; inbound: InboundMessageRecord }
+  | { kind: 'outcome'; event: OutcomeEvent }
+) & {
   record: ConsumedRecord;
 };
 
@@ -79,7 +113,9 @@ export interface TaskStateStore {
   conversation(key: string): ConversationWindow | undefined;
   requestOutcome(requestId: string): RequestOutcome | undefined;
   messageIdsOfRequest(requestId: string): string[];
-  /** False while the indexes of a bulk restore are being built (a lookup by request, recipient or business may miss). */
+  /**
+   * False while the indexes of a bulk restore are being built (a lookup by request, recipient or business may miss).
+   */
   indexesComplete(): boolean;
   /** A recipient's or a business's messages, newest first, older than the `before` sort key. */
   listedMessages(list: MessageList, value: string, limit: number, before?: string): { id: string; sort: string }[];
@@ -108,7 +144,8 @@ interface OpenTask {
   broken: Error | undefined;
 }
 
-const text = (value: string | Buffer | (string | Buffer)[] | undefined): string | undefined => (value === undefined ? undefined : Array.isArray(value) ? text(value[0]) : value.toString());
+const text = (value: string | Buffer | (string | Buffer)[] | undefined): string | undefined =>
+  value === undefined ? undefined : Array.isArray(value) ? text(value[0]) : value.toString();
 
 export class TrackerLogic {
   private readonly tasks = new Map<number, OpenTask>();
@@ -124,7 +161,10 @@ export class TrackerLogic {
       store,
       broken: undefined,
       messages: messageStateCache(this.opts.maxCachedMessages, () => this.opts.counters.evicted('message')),
-      conversations: new StateCache<ConversationWindow>({ maxEntries: this.opts.maxCachedConversations, onEvict: () => this.opts.counters.evicted('conversation') }),
+      conversations: new StateCache<ConversationWindow>({
+        maxEntries: this.opts.maxCachedConversations,
+        onEvict: () => this.opts.counters.evicted('conversation'),
+      }),
     });
   }
 
@@ -159,6 +199,22 @@ export class TrackerLogic {
       if (decoded) events.push(decoded);
     }
     return events;
+  }
+
+  /** An output record to the task's own partition, with the headers every output carries. */
+  private output(
+    kind: keyof typeof OUTPUT_SCHEMA,
+    task: number,
+    key: string,
+    value: unknown,
+    eventId: string,
+    businessId: string | null,
+  ): OutputRecord {
+    const headers: Record<string, string> = { [HEADER.eventId]: eventId };
+    if (businessId !== null) headers[HEADER.businessId] = businessId;
+    headers[HEADER.contentType] = 'application/json';
+    headers[HEADER.schema] = OUTPUT_SCHEMA[kind];
+    return { topic: this.opts.topics[kind], partition: task, key, value: JSON.stringify(value), headers };
   }
 
   /** Applies one batch of one input partition of a task: the outputs, and the state change for after the commit. */
@@ -199,18 +255,8 @@ export class TrackerLogic {
         if (!result.changed) continue;
         messages.set(id, result.state);
         causes.push(record);
-        outputs.push({
-          topic: this.opts.topics.messageState,
-          partition: task,
-          key: id,
-          value: JSON.stringify(result.state),
-          headers: {
-            [HEADER.eventId]: stateEventId(id, result.state.events, result.state.updatedAt),
-            [HEADER.businessId]: result.state.businessId,
-            [HEADER.contentType]: 'application/json',
-            [HEADER.schema]: SCHEMA_ID.messageState,
-          },
-        });
+        const eventId = stateEventId(id, result.state.events, result.state.updatedAt);
+        outputs.push(this.output('messageState', task, id, result.state, eventId, result.state.businessId));
       } else if (decoded.kind === 'outcome') {
         const { event, record } = decoded;
         const id = event.requestId;
@@ -220,18 +266,8 @@ export class TrackerLogic {
         if (!changed) continue;
         outcomes.set(id, outcome);
         causes.push(record);
-        outputs.push({
-          topic: this.opts.topics.requestOutcomes,
-          partition: task,
-          key: id,
-          value: JSON.stringify(outcome),
-          headers: {
-            [HEADER.eventId]: eventIdOf(`request-outcome\n${id}\n${outcome.outcome}\n${outcome.at}`),
-            ...(outcome.businessId !== null ? { [HEADER.businessId]: outcome.businessId } : {}),
-            [HEADER.contentType]: 'application/json',
-            [HEADER.schema]: SCHEMA_ID.requestOutcomes,
-          },
-        });
+        const eventId = eventIdOf(`request-outcome\n${id}\n${outcome.outcome}\n${outcome.at}`);
+        outputs.push(this.output('requestOutcomes', task, id, outcome, eventId, outcome.businessId));
       } else {
         // The message itself, once per event id (README "Conversations"): a redelivery changes nothing.
         const record = decoded.inbound;
@@ -241,19 +277,9 @@ export class TrackerLogic {
           this.opts.counters.event('messages', 'inbound_recorded');
           inbound.set(record.eventId, record);
           causes.push(decoded.record);
-          outputs.push({
-            topic: this.opts.topics.inboundMessages,
-            // The task's own partition (like message-state): a task restores its customers' messages from one partition.
-            partition: task,
-            key: record.eventId,
-            value: JSON.stringify(record),
-            headers: {
-              [HEADER.eventId]: eventIdOf(`inbound-message\n${record.eventId}`),
-              [HEADER.businessId]: record.businessId,
-              [HEADER.contentType]: 'application/json',
-              [HEADER.schema]: SCHEMA_ID.inboundMessages,
-            },
-          });
+          // The task's own partition (like message-state): a task restores its customers' messages from one.
+          const eventId = eventIdOf(`inbound-message\n${record.eventId}`);
+          outputs.push(this.output('inboundMessages', task, record.eventId, record, eventId, record.businessId));
         }
         const key = conversationKey(decoded.input.businessId, decoded.input.customer);
         let current = windows.get(key) ?? previousWindows.get(key);
@@ -266,19 +292,9 @@ export class TrackerLogic {
         if (!changed) continue;
         windows.set(key, window);
         causes.push(decoded.record);
-        outputs.push({
-          topic: this.opts.topics.conversations,
-          // The task's own partition (like message-state): a task restores its windows from one partition.
-          partition: task,
-          key,
-          value: JSON.stringify(window),
-          headers: {
-            [HEADER.eventId]: eventIdOf(`${key}\n${window.lastInboundAt}`),
-            [HEADER.businessId]: window.businessId,
-            [HEADER.contentType]: 'application/json',
-            [HEADER.schema]: SCHEMA_ID.conversations,
-          },
-        });
+        // The task's own partition (like message-state): a task restores its windows from one partition.
+        const eventId = eventIdOf(`${key}\n${window.lastInboundAt}`);
+        outputs.push(this.output('conversations', task, key, window, eventId, window.businessId));
       }
     }
     return {
@@ -288,7 +304,12 @@ export class TrackerLogic {
         for (const [id, tracked] of messages) openTask.messages.set(id, tracked);
         for (const [key, window] of windows) openTask.conversations.set(key, window);
         if (messages.size === 0 && windows.size === 0 && outcomes.size === 0 && inbound.size === 0) return;
-        const checkpoint: { messageState?: number; conversations?: number; requestOutcomes?: number; inboundMessages?: number } = {};
+        const checkpoint: {
+          messageState?: number;
+          conversations?: number;
+          requestOutcomes?: number;
+          inboundMessages?: number;
+        } = {};
         const ms = written?.get(this.opts.topics.messageState)?.get(task);
         const cv = written?.get(this.opts.topics.conversations)?.get(task);
         const ro = written?.get(this.opts.topics.requestOutcomes)?.get(task);
@@ -301,7 +322,11 @@ export class TrackerLogic {
           .write({
             messages: [...messages].map(([id, s]) => ({ id, state: s, previous: previousMessages.get(id) })),
             conversations: [...windows].map(([key, w]) => ({ key, window: w, previous: previousWindows.get(key) })),
-            outcomes: [...outcomes].map(([requestId, o]) => ({ requestId, outcome: o, previous: previousOutcomes.get(requestId) })),
+            outcomes: [...outcomes].map(([requestId, o]) => ({
+              requestId,
+              outcome: o,
+              previous: previousOutcomes.get(requestId),
+            })),
             inbound: [...inbound.values()].map((record) => ({ record })),
             checkpoint,
           })
@@ -342,15 +367,25 @@ export class TrackerLogic {
     return openTask && (openTask.messages.peek(messageId) ?? openTask.store.message(messageId));
   }
 
-  /** A conversation window (its key with either form of the customer) from the task of its customer on this member; undefined when unknown here. */
+  /**
+   * A conversation window (its key with either form of the customer) from the task of its customer on this member;
+   * undefined when unknown here.
+   */
   conversation(key: string): ConversationWindow | undefined {
     const canonical = canonicalConversationKey(key);
     const openTask = this.tasks.get(this.taskOfCustomer(customerOfConversationKey(canonical)));
     return openTask && (openTask.conversations.peek(canonical) ?? openTask.store.conversation(canonical));
   }
 
-  /** A customer's inbound messages (any form of the id), newest first, from the task of the customer on this member; undefined when it is not here. */
-  inboundOfCustomer(customer: string, limit: number, before?: string): { sort: string; record: InboundMessageRecord }[] | undefined {
+  /**
+   * A customer's inbound messages (any form of the id), newest first, from the task of the customer on this member;
+   * undefined when it is not here.
+   */
+  inboundOfCustomer(
+    customer: string,
+    limit: number,
+    before?: string,
+  ): { sort: string; record: InboundMessageRecord }[] | undefined {
     const openTask = this.tasks.get(this.taskOfCustomer(customer));
     return openTask?.store.inboundOfCustomer(canonicalCustomerId(customer), limit, before);
   }
@@ -380,14 +415,22 @@ export class TrackerLogic {
     return latest;
   }
 
-  /** Whether every owned task's indexes cover all its states (a miss by request id, recipient or business is then final). */
+  /**
+   * Whether every owned task's indexes cover all its states (a miss by request id, recipient or business is then
+   * final).
+   */
   indexesComplete(): boolean {
     for (const openTask of this.tasks.values()) if (!openTask.store.indexesComplete()) return false;
     return true;
   }
 
   /** A page of a recipient's or a business's messages across this member's tasks, newest first. */
-  listedMessages(list: MessageList, value: string, limit: number, before?: string): { sort: string; state: TrackedMessage }[] {
+  listedMessages(
+    list: MessageList,
+    value: string,
+    limit: number,
+    before?: string,
+  ): { sort: string; state: TrackedMessage }[] {
     const found: { sort: string; state: TrackedMessage }[] = [];
     for (const openTask of this.tasks.values()) {
       for (const { id, sort } of openTask.store.listedMessages(list, value, limit, before)) {
@@ -450,20 +493,33 @@ export class TrackerLogic {
         if (!parsed.success) return skip('invalid_event', parsed.error.issues[0]?.message ?? 'not a send result');
         const result = parsed.data;
         // A result that created no message is kept as its request's outcome (README "Request outcomes").
-        if (result.outcome !== 'accepted') return { kind: 'outcome', event: outcomeEventFrom(result, Number(record.timestamp)), record };
-        const event = resultEventFrom(result, eventId ?? resultEventId(result.businessId ?? business ?? '', result.requestId, result.outcome))!;
+        if (result.outcome !== 'accepted')
+          return { kind: 'outcome', event: outcomeEventFrom(result, Number(record.timestamp)), record };
+        const event = resultEventFrom(
+          result,
+          eventId ?? resultEventId(result.businessId ?? business ?? '', result.requestId, result.outcome),
+        )!;
         return { kind: 'message', event, record };
       }
       if (business === undefined || business === '') return skip('missing_business', `no ${HEADER.businessId} header`);
       if (record.topic === this.opts.topics.deliveryStatus) {
         const parsed = deliveryStatusEventSchema.safeParse(json);
         if (!parsed.success) return skip('invalid_event', parsed.error.issues[0]?.message ?? 'not a delivery status');
-        return { kind: 'message', event: statusEventFrom(parsed.data, { eventId: eventId ?? eventIdOf(record.value), businessId: business }), record };
+        return {
+          kind: 'message',
+          event: statusEventFrom(parsed.data, { eventId: eventId ?? eventIdOf(record.value), businessId: business }),
+          record,
+        };
       }
       const parsed = inboundMessageEventSchema.safeParse(json);
       if (!parsed.success) return skip('invalid_event', parsed.error.issues[0]?.message ?? 'not an inbound message');
-      if (parsed.data.sender.id.length > MAX_CUSTOMER_ID_LENGTH) return skip('invalid_event', `sender.id has more than ${MAX_CUSTOMER_ID_LENGTH} characters: not a customer id`);
-      const inbound = inboundRecordFrom(parsed.data, { eventId: eventId ?? eventIdOf(record.value), businessId: business }, this.now());
+      if (parsed.data.sender.id.length > MAX_CUSTOMER_ID_LENGTH)
+        return skip('invalid_event', `sender.id has more than ${MAX_CUSTOMER_ID_LENGTH} characters: not a customer id`);
+      const inbound = inboundRecordFrom(
+        parsed.data,
+        { eventId: eventId ?? eventIdOf(record.value), businessId: business },
+        this.now(),
+      );
       return { kind: 'conversation', input: inboundFrom(parsed.data, business), inbound, record };
     } catch (err) {
       return skip('invalid_event', errorMessage(err));
@@ -478,5 +534,14 @@ function stateEventId(messageId: string, events: number, updatedAt: string): str
 
 /** Outcomes newest first by when they ended, then by request id: the same order on every member. */
 export function newestOutcomesFirst(outcomes: RequestOutcome[]): RequestOutcome[] {
-  return outcomes.sort((a, b) => (a.at !== b.at ? (a.at < b.at ? 1 : -1) : a.requestId < b.requestId ? 1 : a.requestId > b.requestId ? -1 : 0));
+  return outcomes.sort((a, b) =>
+    a.at !== b.at ? (a.at < b.at ? 1 : -1) : a.requestId < b.requestId ? 1 : a.requestId > b.requestId ? -1 : 0,
+  );
 }
+
+const OUTPUT_SCHEMA = {
+  messageState: SCHEMA_ID.messageState,
+  requestOutcomes: SCHEMA_ID.requestOutcomes,
+  inboundMessages: SCHEMA_ID.inboundMessages,
+  conversations: SCHEMA_ID.conversations,
+} as const;

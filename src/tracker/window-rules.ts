@@ -5,8 +5,8 @@ import { canonicalIso, isoFromEpochSeconds, MAX_EPOCH_MS } from '../contracts/ti
 import { canonicalCustomerId } from '../contracts/customer-id.js';
 
 /**
- * The 24-hour customer-service window of one conversation (docs/topics.md, "Message state and conversation windows"): free-form text may be
- * sent until `windowOpenUntil`. Folding is a max over inbound times, so it needs no event-id
+ * The 24-hour customer-service window of one conversation (docs/topics.md, "Message state and conversation windows"):
+ * free-form text may be sent until `windowOpenUntil`. Folding is a max over inbound times, so it needs no event-id
  * deduplication: a duplicate or a late event never changes it.
  */
 
@@ -23,17 +23,31 @@ export interface InboundEvent {
  * comes from the record's `business-id` header.
  */
 export function inboundFrom(event: InboundMessageEvent, businessId: string): InboundEvent {
-  if (!businessId) throw new MsgbridgeError('INVALID_ARGUMENT', 'businessId must be a non-empty string', { details: { field: 'businessId' } });
-  return { businessId, customer: canonicalCustomerId(event.sender.id), at: isoFromEpochSeconds(event.timestamp, 'timestamp') };
+  if (!businessId)
+    throw new MsgbridgeError('INVALID_ARGUMENT', 'businessId must be a non-empty string', {
+      details: { field: 'businessId' },
+    });
+  return {
+    businessId,
+    customer: canonicalCustomerId(event.sender.id),
+    at: isoFromEpochSeconds(event.timestamp, 'timestamp'),
+  };
 }
 
 /**
  * Moves the window forward to a later inbound message; an earlier or equal one changes nothing.
  * Customers compare in their canonical form (a window of an earlier release may hold the other).
  */
-export function applyInbound(current: ConversationWindow | undefined, input: InboundEvent): { window: ConversationWindow; changed: boolean } {
+export function applyInbound(
+  current: ConversationWindow | undefined,
+  input: InboundEvent,
+): { window: ConversationWindow; changed: boolean } {
   const at = canonicalIso(input.at, 'at');
-  if (current && (current.businessId !== input.businessId || canonicalCustomerId(current.customer) !== canonicalCustomerId(input.customer))) {
+  if (
+    current &&
+    (current.businessId !== input.businessId ||
+      canonicalCustomerId(current.customer) !== canonicalCustomerId(input.customer))
+  ) {
     throw new MsgbridgeError(
       'INVALID_ARGUMENT',
       `inbound event of ${conversationKey(input.businessId, input.customer)} applied to the window of ${conversationKey(current.businessId, current.customer)}`,
@@ -42,7 +56,9 @@ export function applyInbound(current: ConversationWindow | undefined, input: Inb
   }
   const atMs = Date.parse(at);
   if (atMs + CONVERSATION_WINDOW_MS > MAX_EPOCH_MS) {
-    throw new MsgbridgeError('INVALID_ARGUMENT', `at ${at} is too late: its window would end after year 9999`, { details: { field: 'at', value: input.at } });
+    throw new MsgbridgeError('INVALID_ARGUMENT', `at ${at} is too late: its window would end after year 9999`, {
+      details: { field: 'at', value: input.at },
+    });
   }
   if (current && Date.parse(current.lastInboundAt) >= atMs) return { window: current, changed: false };
   return {

@@ -24,7 +24,9 @@ const runner = (args: string[]) => run(process.execPath, ['--import', 'tsx', 'be
 describe('npm run bench (bench/run.ts)', () => {
   it('knows every bench: each file of bench/ that reads its options with benchArgs, and no other', () => {
     const entries = readdirSync(join(ROOT, 'bench'))
-      .filter((f) => f.endsWith('.ts') && /\bbenchArgs\(import\.meta\.url/.test(readFileSync(join(ROOT, 'bench', f), 'utf8')))
+      .filter(
+        (f) => f.endsWith('.ts') && /\bbenchArgs\(import\.meta\.url/.test(readFileSync(join(ROOT, 'bench', f), 'utf8')),
+      )
       .map((f) => f.slice(0, -3));
     expect(Object.keys(BENCHES).sort()).toEqual(entries.sort());
   });
@@ -35,22 +37,31 @@ describe('npm run bench (bench/run.ts)', () => {
     const lines = stdout.split('\n').filter((l) => l.startsWith('  '));
     expect(lines.map((l) => l.trim().split(/\s+/)[0])).toEqual(Object.keys(BENCHES));
     const width = Math.max(...Object.keys(BENCHES).map((n) => n.length));
-    for (const [name, bench] of Object.entries(BENCHES)) expect(lines).toContain(`  ${name.padEnd(width)}  ${bench.description}`);
+    for (const [name, bench] of Object.entries(BENCHES))
+      expect(lines).toContain(`  ${name.padEnd(width)}  ${bench.description}`);
   });
 
   it('runs a bench by name with the arguments after it, and passes its exit code on', { timeout: 60_000 }, async () => {
     const help = await runner(['ingress', '--help', '--rounds', '1']);
     expect(help.code).toBe(0);
-    expect(help.stdout.startsWith(`${headerComment(readFileSync(join(ROOT, 'bench', 'ingress.ts'), 'utf8'))}\noptions:\n`)).toBe(true);
+    expect(
+      help.stdout.startsWith(`${headerComment(readFileSync(join(ROOT, 'bench', 'ingress.ts'), 'utf8'))}\noptions:\n`),
+    ).toBe(true);
     expect(help.stdout).toContain('  --generator <value>');
     const bad = await runner(['ingress', '--rounds', '0']);
     expect(bad.code).toBe(2);
-    expect(bad.stderr).toBe('bench/ingress.ts: --rounds must be a whole number of at least 1, not "0" (--help lists the options)\n');
+    expect(bad.stderr).toBe(
+      'bench/ingress.ts: --rounds must be a whole number of at least 1, not "0" (--help lists the options)\n',
+    );
   });
 
   it('answers an unknown name with one line and exit code 2', async () => {
     const { code, stdout, stderr } = await runner(['no-such-bench', '--rounds', '1']);
-    expect({ code, stdout, stderr }).toEqual({ code: 2, stdout: '', stderr: 'bench/run.ts: no bench named "no-such-bench" (npm run bench -- --help lists them)\n' });
+    expect({ code, stdout, stderr }).toEqual({
+      code: 2,
+      stdout: '',
+      stderr: 'bench/run.ts: no bench named "no-such-bench" (npm run bench -- --help lists them)\n',
+    });
     expect((await runner(['toString'])).code).toBe(2);
   });
 });

@@ -50,19 +50,35 @@ describe('msgbridge/client', () => {
     const follower = await followSendResults({ brokers, topic, since });
     cleanups.push(() => follower.close());
     const text = sendRequestRecord(
-      { requestId: `client-text-${id}`, type: 'text', recipient: { channelType: 'whatsapp', id: '+15550004444' }, message: { text: 'Your order shipped' } },
+      {
+        requestId: `client-text-${id}`,
+        type: 'text',
+        recipient: { channelType: 'whatsapp', id: '+15550004444' },
+        message: { text: 'Your order shipped' },
+      },
       { topic: f.topics.sendRequests },
     );
     const unknownBusiness = sendRequestRecord(
-      { requestId: `client-unknown-${id}`, businessId: 'nobody', type: 'template', number: '+15550005555', templateName: 'welcome' },
+      {
+        requestId: `client-unknown-${id}`,
+        businessId: 'nobody',
+        type: 'template',
+        number: '+15550005555',
+        templateName: 'welcome',
+      },
       { topic: f.topics.sendRequests },
     );
     await produce([text, unknownBusiness]);
 
     const accepted = await waitForResult(`client-text-${id}`, { brokers, topic, since, timeoutMs: 30_000 });
     expect(accepted).toMatchObject({ outcome: 'accepted', businessId: BIZ.id, recipient: '+15550004444', attempts: 1 });
-    const sent = f.simulator.sends().find((s) => s.messageId === (accepted.outcome === 'accepted' ? accepted.messageId : ''));
-    expect(sent?.body).toEqual({ recipient: { channelType: 'whatsapp', id: '+15550004444' }, message: { text: 'Your order shipped' } });
+    const sent = f.simulator
+      .sends()
+      .find((s) => s.messageId === (accepted.outcome === 'accepted' ? accepted.messageId : ''));
+    expect(sent?.body).toEqual({
+      recipient: { channelType: 'whatsapp', id: '+15550004444' },
+      message: { text: 'Your order shipped' },
+    });
 
     // The follower has both (one waited while it came, or kept until asked).
     expect(await follower.wait(`client-text-${id}`, { timeoutMs: 30_000 })).toEqual(accepted);
@@ -72,19 +88,40 @@ describe('msgbridge/client', () => {
     await expect(late).rejects.toMatchObject({ name: 'ResultWaitError', reason: 'timeout' });
 
     const trackerUrl = tracker.address!;
-    const message = await waitForRequest(`client-text-${id}`, { trackerUrl, token: TEST_TOKENS.read, timeoutMs: 30_000, pollIntervalMs: 100 });
-    expect(message.kind === 'message' && message.message.messageId).toBe(accepted.outcome === 'accepted' && accepted.messageId);
-    const outcome = await waitForRequest(`client-unknown-${id}`, { trackerUrl, token: TEST_TOKENS.read, timeoutMs: 30_000, pollIntervalMs: 100 });
-    expect(outcome).toMatchObject({ kind: 'outcome', outcome: { outcome: 'rejected', error: { code: 'RELAY_UNKNOWN_BUSINESS' } } });
+    const message = await waitForRequest(`client-text-${id}`, {
+      trackerUrl,
+      token: TEST_TOKENS.read,
+      timeoutMs: 30_000,
+      pollIntervalMs: 100,
+    });
+    expect(message.kind === 'message' && message.message.messageId).toBe(
+      accepted.outcome === 'accepted' && accepted.messageId,
+    );
+    const outcome = await waitForRequest(`client-unknown-${id}`, {
+      trackerUrl,
+      token: TEST_TOKENS.read,
+      timeoutMs: 30_000,
+      pollIntervalMs: 100,
+    });
+    expect(outcome).toMatchObject({
+      kind: 'outcome',
+      outcome: { outcome: 'rejected', error: { code: 'RELAY_UNKNOWN_BUSINESS' } },
+    });
 
     // A refusal ends the wait at once; an unknown request waits until the deadline.
     const started = Date.now();
-    const refused = await waitForRequest(`client-text-${id}`, { trackerUrl, token: 'not-a-token', timeoutMs: 30_000 }).catch((e: unknown) => e);
+    const refused = await waitForRequest(`client-text-${id}`, {
+      trackerUrl,
+      token: 'not-a-token',
+      timeoutMs: 30_000,
+    }).catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(ResultWaitError);
     expect(refused).toMatchObject({ reason: 'refused', status: 401 });
     expect(Date.now() - started).toBeLessThan(5_000);
     // Long enough for an answer even on a loaded machine: the error names the last one.
-    await expect(waitForRequest(`never-${id}`, { trackerUrl, token: TEST_TOKENS.read, timeoutMs: 5_000, pollIntervalMs: 100 })).rejects.toMatchObject({
+    await expect(
+      waitForRequest(`never-${id}`, { trackerUrl, token: TEST_TOKENS.read, timeoutMs: 5_000, pollIntervalMs: 100 }),
+    ).rejects.toMatchObject({
       reason: 'timeout',
       message: expect.stringContaining('HTTP 404'),
     });

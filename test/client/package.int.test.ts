@@ -23,12 +23,20 @@ function run(command: string, args: string[], cwd: string, timeoutMs = 240_000):
     timeout: timeoutMs,
     env: { ...process.env, npm_config_fund: 'false', npm_config_audit: 'false', npm_config_update_notifier: 'false' },
   });
-  if (result.status !== 0) throw new Error(`${command} ${args.join(' ')} failed (${result.status ?? result.signal}):\n${result.stdout}\n${result.stderr}`);
+  if (result.status !== 0)
+    throw new Error(
+      `${command} ${args.join(' ')} failed (${result.status ?? result.signal}):\n${result.stdout}\n${result.stderr}`,
+    );
   return result.stdout;
 }
 
 /** Newest modification time of the files under `dir` that `keep` selects (ms). */
-function newest(dir: string, keep: (name: string) => boolean, pick: (a: number, b: number) => number, start: number): number {
+function newest(
+  dir: string,
+  keep: (name: string) => boolean,
+  pick: (a: number, b: number) => number,
+  start: number,
+): number {
   let at = start;
   for (const entry of readdirSync(dir, { withFileTypes: true, recursive: true })) {
     if (entry.isFile() && keep(entry.name)) at = pick(at, statSync(join(entry.parentPath, entry.name)).mtimeMs);
@@ -38,9 +46,12 @@ function newest(dir: string, keep: (name: string) => boolean, pick: (a: number, 
 
 beforeAll(() => {
   work = mkdtempSync(join(tmpdir(), 'msgbridge-pack-'));
-  // The tarball must hold the code under test: built again unless dist/ is newer than every source file (CI builds just before).
+  // The tarball must hold the code under test: built again unless dist/ is newer than every source file (CI builds just
+  // before).
   const sources = newest(join(root, 'src'), () => true, Math.max, 0);
-  const built = existsSync(join(root, 'dist', 'cli.js')) ? newest(join(root, 'dist'), (n) => n.endsWith('.js'), Math.min, Infinity) : 0;
+  const built = existsSync(join(root, 'dist', 'cli.js'))
+    ? newest(join(root, 'dist'), (n) => n.endsWith('.js'), Math.min, Infinity)
+    : 0;
   if (built < sources) run(npm, ['run', 'build'], root);
   run(npm, ['pack', '--pack-destination', work], root);
   const tarball = readdirSync(work).find((f) => f.endsWith('.tgz'));
@@ -49,7 +60,19 @@ beforeAll(() => {
   execFileSync('mkdir', [project]);
   run(npm, ['init', '-y'], project);
   // From the local tarball; its dependencies (and the type checker) from npm's cache when there.
-  run(npm, ['install', '--prefer-offline', '--no-audit', '--no-fund', join(work, tarball), `typescript@${devVersion('typescript')}`, `@types/node@${devVersion('@types/node')}`], project);
+  run(
+    npm,
+    [
+      'install',
+      '--prefer-offline',
+      '--no-audit',
+      '--no-fund',
+      join(work, tarball),
+      `typescript@${devVersion('typescript')}`,
+      `@types/node@${devVersion('@types/node')}`,
+    ],
+    project,
+  );
 }, 600_000);
 
 afterAll(() => {
@@ -57,7 +80,12 @@ afterAll(() => {
 });
 
 function devVersion(name: string): string {
-  const pkg = JSON.parse(execFileSync('node', ['-p', `JSON.stringify(require('./package.json').devDependencies)`], { cwd: root, encoding: 'utf8' })) as Record<string, string>;
+  const pkg = JSON.parse(
+    execFileSync('node', ['-p', `JSON.stringify(require('./package.json').devDependencies)`], {
+      cwd: root,
+      encoding: 'utf8',
+    }),
+  ) as Record<string, string>;
   return pkg[name]!;
 }
 
@@ -103,8 +131,16 @@ function node(file: string, text: string): { out: Record<string, unknown>; loade
   return { out, loaded: out.loaded };
 }
 
-const HEAVY = /node_modules\/(kafkajs|lmdb|@lmdb|uWebSockets\.js|@trufflesuite|@platformatic|pino|prom-client|@opentelemetry|undici)\//;
-const packagesIn = (loaded: string[]) => [...new Set(loaded.map((u) => /node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(u)?.[1]).filter((p): p is string => p !== undefined))].sort();
+const HEAVY =
+  /node_modules\/(kafkajs|lmdb|@lmdb|uWebSockets\.js|@trufflesuite|@platformatic|pino|prom-client|@opentelemetry|undici)\//;
+const packagesIn = (loaded: string[]) =>
+  [
+    ...new Set(
+      loaded
+        .map((u) => /node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(u)?.[1])
+        .filter((p): p is string => p !== undefined),
+    ),
+  ].sort();
 
 describe('the packed package in a fresh project', () => {
   it('msgbridge/client: sendRequestRecord keys by the recipient and refuses an invalid recipient by name; nothing heavy loads', () => {
@@ -126,16 +162,26 @@ out.exports = Object.keys(m).sort();
     expect(out.record).toEqual({
       topic: 'send-requests',
       key: '+15550002222',
-      value: '{"requestId":"r1","type":"text","recipient":{"channelType":"whatsapp","id":"+15550002222"},"message":{"text":"hi"}}',
+      value:
+        '{"requestId":"r1","type":"text","recipient":{"channelType":"whatsapp","id":"+15550002222"},"message":{"text":"hi"}}',
       headers: { 'content-type': 'application/json', schema: 'send-request/v1' },
     });
     expect(out.error).toEqual({
       name: 'SendRequestInvalidError',
       field: 'recipient.id',
-      message: 'invalid send request: recipient.id: expected a phone number in international format (+ and 5-20 digits)',
+      message:
+        'invalid send request: recipient.id: expected a phone number in international format (+ and 5-20 digits)',
       isClass: true,
     });
-    expect(out.exports).toEqual(expect.arrayContaining(['sendRequestRecord', 'parseSendRequest', 'waitForRequest', 'SendRequestInvalidError', 'ResultWaitError']));
+    expect(out.exports).toEqual(
+      expect.arrayContaining([
+        'sendRequestRecord',
+        'parseSendRequest',
+        'waitForRequest',
+        'SendRequestInvalidError',
+        'ResultWaitError',
+      ]),
+    );
     // What did load: msgbridge's own files and zod, nothing else.
     expect(loaded.some((u) => u.includes('node_modules/msgbridge/dist/client/index.js'))).toBe(true);
     expect(packagesIn(loaded)).toEqual(['msgbridge', 'zod']);
@@ -144,7 +190,9 @@ out.exports = Object.keys(m).sort();
 
   it('the same check sees kafkajs once msgbridge/client/kafka is imported (it is not blind), and msgbridge/contracts and the JSON Schemas import', () => {
     const kafka = node('kafka.mjs', script('msgbridge/client/kafka', `out.exports = Object.keys(m).sort();`));
-    expect(kafka.out.exports).toEqual(expect.arrayContaining(['waitForResult', 'followSendResults', 'ResultWaitError']));
+    expect(kafka.out.exports).toEqual(
+      expect.arrayContaining(['waitForResult', 'followSendResults', 'ResultWaitError']),
+    );
     expect(packagesIn(kafka.loaded)).toContain('kafkajs');
     expect(kafka.loaded.filter((u) => /node_modules\/(lmdb|@trufflesuite|uWebSockets\.js)\//.test(u))).toEqual([]);
 
@@ -160,14 +208,26 @@ out.jsonSchemaTitle = jsonSchema.title;
 `,
       ),
     );
-    expect(contracts.out).toMatchObject({ schemaId: 'send-request/v1', parsed: true, jsonSchemaTitle: 'Send request (topic send-requests)' });
+    expect(contracts.out).toMatchObject({
+      schemaId: 'send-request/v1',
+      parsed: true,
+      jsonSchemaTitle: 'Send request (topic send-requests)',
+    });
   });
 
   it('type-checks a producer against the exports (tsc strict), and refuses what the types forbid', () => {
     writeFileSync(
       join(project, 'tsconfig.json'),
       JSON.stringify({
-        compilerOptions: { target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, noEmit: true, skipLibCheck: true, types: ['node'] },
+        compilerOptions: {
+          target: 'ES2022',
+          module: 'NodeNext',
+          moduleResolution: 'NodeNext',
+          strict: true,
+          noEmit: true,
+          skipLibCheck: true,
+          types: ['node'],
+        },
         files: ['producer.ts', 'mistakes.ts'],
       }),
     );
@@ -189,11 +249,19 @@ export async function follow(): Promise<string> {
 }
 `;
     // The types are real, not any: each of these lines is an error, and nothing else is.
-    const wrong = ['export const n: number = sendRequestRecord({}).key;', "export const r: SendRequest = { requestId: 'r', type: 'sms', number: '+1' };", "void waitForResult('r', { since: 0 });"];
+    const wrong = [
+      'export const n: number = sendRequestRecord({}).key;',
+      "export const r: SendRequest = { requestId: 'r', type: 'sms', number: '+1' };",
+      "void waitForResult('r', { since: 0 });",
+    ];
     const mistakes = `${imports}\n${wrong.join('\n')}\n`;
     writeFileSync(join(project, 'producer.ts'), good);
     writeFileSync(join(project, 'mistakes.ts'), mistakes);
-    const tsc = spawnSync(process.execPath, [join(project, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.json'], { cwd: project, encoding: 'utf8', timeout: 170_000 });
+    const tsc = spawnSync(
+      process.execPath,
+      [join(project, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.json'],
+      { cwd: project, encoding: 'utf8', timeout: 170_000 },
+    );
     const errors = tsc.stdout.split('\n').filter((l) => l.includes('error TS'));
     const lines = mistakes.split('\n');
     expect(

@@ -75,31 +75,49 @@ describe('msgbridge CLI usage', () => {
   });
 
   it('names the channels --channel takes, in the first line (the usage follows, as for every bad option)', async () => {
-    const result = await runCli(['send', 'text', '--to', '+15550002222', '--text', 'hi', '--channel', 'fax'], { KAFKA_BROKERS: '127.0.0.1:1' });
+    const result = await runCli(['send', 'text', '--to', '+15550002222', '--text', 'hi', '--channel', 'fax'], {
+      KAFKA_BROKERS: '127.0.0.1:1',
+    });
     expect(result.code).toBe(2);
-    expect(result.stderr.split('\n')[0]).toBe(`error: option '--channel <channel>' argument 'fax' is invalid. expected whatsapp or sms, got "fax"`);
+    expect(result.stderr.split('\n')[0]).toBe(
+      `error: option '--channel <channel>' argument 'fax' is invalid. expected whatsapp or sms, got "fax"`,
+    );
   });
 
   it('prints a clear message for a bad argument, from a real process', async () => {
-    const result = await runCli(['send', 'text', '--to', 'not-a-number', '--text', 'hi'], { KAFKA_BROKERS: '127.0.0.1:1' });
+    const result = await runCli(['send', 'text', '--to', 'not-a-number', '--text', 'hi'], {
+      KAFKA_BROKERS: '127.0.0.1:1',
+    });
     expect(result.code).toBe(2);
-    expect(result.stderr).toMatch(/invalid send request: recipient\.id: expected a phone number in international format/);
+    expect(result.stderr).toMatch(
+      /invalid send request: recipient\.id: expected a phone number in international format/,
+    );
   });
 
   it('send text: --param without --fallback-template, and an empty fallback template name, are refused clearly before any Kafka', async () => {
-    const param = await runCli(['send', 'text', '--to', '+15550002222', '--text', 'hi', '--param', 'name=Ada'], { KAFKA_BROKERS: '127.0.0.1:1' });
+    const param = await runCli(['send', 'text', '--to', '+15550002222', '--text', 'hi', '--param', 'name=Ada'], {
+      KAFKA_BROKERS: '127.0.0.1:1',
+    });
     expect(param.code).toBe(2);
-    expect(param.stderr).toMatch(/--param sets a parameter of the fallback template: it needs --fallback-template <name>/);
-    const empty = await runCli(['send', 'text', '--to', '+15550002222', '--text', 'hi', '--fallback-template', ''], { KAFKA_BROKERS: '127.0.0.1:1' });
+    expect(param.stderr).toMatch(
+      /--param sets a parameter of the fallback template: it needs --fallback-template <name>/,
+    );
+    const empty = await runCli(['send', 'text', '--to', '+15550002222', '--text', 'hi', '--fallback-template', ''], {
+      KAFKA_BROKERS: '127.0.0.1:1',
+    });
     expect(empty.code).toBe(2);
-    expect(empty.stderr).toMatch(/invalid send request: fallbackTemplate\.templateName: expected the name of an approved template/);
+    expect(empty.stderr).toMatch(
+      /invalid send request: fallbackTemplate\.templateName: expected the name of an approved template/,
+    );
   });
 
   it('an empty or unreadable --config is refused the same way by every command, naming what is wrong', async () => {
     for (const command of [['ingress'], ['sender'], ['send', 'text', '--to', '+15550002222', '--text', 'hi']]) {
       const empty = await runCli(['--config', '', ...command], {});
       expect(empty.code, command.join(' ')).toBe(2);
-      expect(empty.stderr).toMatch(/option '-c, --config <file>' argument '' is invalid\. expected the path of a JSON configuration file, got an empty value/);
+      expect(empty.stderr).toMatch(
+        /option '-c, --config <file>' argument '' is invalid\. expected the path of a JSON configuration file, got an empty value/,
+      );
     }
     const missing = await runCli(['--config', '/nonexistent/msgbridge.json', 'sender'], {});
     expect(missing.code).toBe(2);
@@ -116,13 +134,20 @@ describe('msgbridge CLI usage', () => {
     // Under a regular file: no directory can be made there.
     const file = join(mkdtempSync(join(tmpdir(), 'msgbridge-state-')), 'a-file');
     writeFileSync(file, '');
-    const result = await runCli(['tracker'], { KAFKA_BROKERS: '127.0.0.1:1', MSGBRIDGE_TRACKER_STATE_DIR: `${file}/tracker` });
+    const result = await runCli(['tracker'], {
+      KAFKA_BROKERS: '127.0.0.1:1',
+      MSGBRIDGE_TRACKER_STATE_DIR: `${file}/tracker`,
+    });
     expect(result.code).toBe(2);
-    expect(result.stderr).toContain(`tracker.stateDir ${file}/tracker: the tracker cannot write its stores there (ENOTDIR); set MSGBRIDGE_TRACKER_STATE_DIR`);
+    expect(result.stderr).toContain(
+      `tracker.stateDir ${file}/tracker: the tracker cannot write its stores there (ENOTDIR); set MSGBRIDGE_TRACKER_STATE_DIR`,
+    );
   });
 
   it('operator commands without any Kafka say how to get one', async () => {
-    const result = await runCli(['tail', 'messages'], { MSGBRIDGE__localKafka__cacheDir: '"/tmp/msgbridge-no-dev-here"' });
+    const result = await runCli(['tail', 'messages'], {
+      MSGBRIDGE__localKafka__cacheDir: '"/tmp/msgbridge-no-dev-here"',
+    });
     expect(result.code).toBe(2);
     expect(result.stderr).toMatch(/set KAFKA_BROKERS .* or start `msgbridge dev` first/);
   });
@@ -132,10 +157,16 @@ describe('msgbridge CLI usage', () => {
       ['tail', 'messages'],
       ['send', 'text', '--to', '+15550001111', '--text', 'hi'],
     ]) {
-      const { code, stderr } = await runCli(args, { KAFKA_BROKERS: '127.0.0.1:1', MSGBRIDGE_BUSINESS_ID: 'biz_1', MSGBRIDGE_API_KEY: 'k' });
+      const { code, stderr } = await runCli(args, {
+        KAFKA_BROKERS: '127.0.0.1:1',
+        MSGBRIDGE_BUSINESS_ID: 'biz_1',
+        MSGBRIDGE_API_KEY: 'k',
+      });
       expect(code).toBe(2);
       expect(stderr.trim().split('\n')).toHaveLength(1);
-      expect(stderr).toMatch(/^msgbridge: cannot use Kafka: unreachable: no broker answered \(.*ECONNREFUSED 127\.0\.0\.1:1/);
+      expect(stderr).toMatch(
+        /^msgbridge: cannot use Kafka: unreachable: no broker answered \(.*ECONNREFUSED 127\.0\.0\.1:1/,
+      );
       expect(stderr).not.toMatch(/\n\s+at /);
     }
   });
@@ -144,7 +175,11 @@ describe('msgbridge CLI usage', () => {
     const none = await runCli(['webhooks', 'list'], {});
     expect(none.code).toBe(2);
     expect(none.stderr).toMatch(/no business configured/);
-    const unreachable = await runCli(['webhooks', 'list'], { MSGBRIDGE_BUSINESS_ID: 'b', MSGBRIDGE_API_KEY: 'k', MSGBRIDGE_PROVIDER_URL: 'http://127.0.0.1:9' });
+    const unreachable = await runCli(['webhooks', 'list'], {
+      MSGBRIDGE_BUSINESS_ID: 'b',
+      MSGBRIDGE_API_KEY: 'k',
+      MSGBRIDGE_PROVIDER_URL: 'http://127.0.0.1:9',
+    });
     expect(unreachable.code).toBe(1);
     expect(unreachable.stderr).toMatch(/cannot reach the provider at http:\/\/127\.0\.0\.1:9/);
     expect(unreachable.stderr).not.toContain('k\n');
@@ -154,14 +189,19 @@ describe('msgbridge CLI usage', () => {
 describe('msgbridge webhooks against the simulator', () => {
   it('registers both topics, is idempotent, lists, deletes, and names a rejected API key', async () => {
     const { startSimulator } = await import('../../src/simulator/index.js');
-    const sim = await startSimulator({ port: 0, businesses: [{ id: 'acme', apiKey: 'right-key', signingSecret: 's' }] });
+    const sim = await startSimulator({
+      port: 0,
+      businesses: [{ id: 'acme', apiKey: 'right-key', signingSecret: 's' }],
+    });
     try {
       const env = { MSGBRIDGE_BUSINESS_ID: 'acme', MSGBRIDGE_API_KEY: 'right-key', MSGBRIDGE_PROVIDER_URL: sim.url };
       const base = ['--address-base', 'http://ingress.example:8080'];
       const first = await runCli(['webhooks', 'register', ...base], env);
       expect(first.code, first.stderr).toBe(0);
       expect(first.stdout).toContain('acme messages: registered → http://ingress.example:8080/webhooks/acme/messages');
-      expect(first.stdout).toContain('acme delivery_status: registered → http://ingress.example:8080/webhooks/acme/delivery_status');
+      expect(first.stdout).toContain(
+        'acme delivery_status: registered → http://ingress.example:8080/webhooks/acme/delivery_status',
+      );
       expect(
         sim
           .webhooks('acme')

@@ -41,15 +41,31 @@ describe('msgbridge dev interrupted like Ctrl-C', () => {
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
     const exited = new Promise<number | null>((resolve) => child.on('close', (code) => resolve(code)));
     const deadline = Date.now() + 120_000;
-    while (!/tracker\s+\S+ \+ \S+ →/.test(stdout) && child.exitCode === null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
+    while (!/tracker\s+\S+ \+ \S+ →/.test(stdout) && child.exitCode === null && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 200));
     expect(stdout).toMatch(/ingress\s+http:/);
     // Traffic through every role first, as a user tries it: the customer writes, a send follows to read.
     const brokers = /Kafka\s+(\S+)/.exec(stdout)![1]!;
     const simulator = /simulator\s+(http:\/\/\S+)/.exec(stdout)![1]!;
     const business = /businesses\s+([^,\s]+)/.exec(stdout)![1]!;
-    const inbound = await runCli(['simulator', 'inbound', '--business', business, '--from', '+15550002222', '--text', 'Hi!', '--url', simulator]);
+    const inbound = await runCli([
+      'simulator',
+      'inbound',
+      '--business',
+      business,
+      '--from',
+      '+15550002222',
+      '--text',
+      'Hi!',
+      '--url',
+      simulator,
+    ]);
     expect(inbound.code, inbound.stdout + inbound.stderr).toBe(0);
-    const sent = await runCli(['send', 'text', '--business', business, '--to', '+15550002222', '--text', 'Hello', '--timeout', '60'], { KAFKA_BROKERS: brokers }, 90_000);
+    const sent = await runCli(
+      ['send', 'text', '--business', business, '--to', '+15550002222', '--text', 'Hello', '--timeout', '60'],
+      { KAFKA_BROKERS: brokers },
+      90_000,
+    );
     expect(sent.code, sent.stdout + sent.stderr).toBe(0);
     process.kill(-child.pid!, 'SIGINT');
     const timer = setTimeout(() => process.kill(-child.pid!, 'SIGKILL'), 90_000);

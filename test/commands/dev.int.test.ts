@@ -77,14 +77,34 @@ describe('msgbridge dev, end to end', () => {
     const me = await fetch(`${base}/me`, { headers: { authorization: `Bearer ${token}` } });
     expect(await me.json()).toMatchObject({ name: 'dev', role: 'operator', dlq: true });
     expect((await fetch(`${base}/messages/any`)).status).toBe(401);
-    expect((await fetch(`${base}/messages/any`, { headers: { authorization: 'Bearer not-the-token' } })).status).toBe(401);
+    expect((await fetch(`${base}/messages/any`, { headers: { authorization: 'Bearer not-the-token' } })).status).toBe(
+      401,
+    );
   });
 
   it('a text to a customer who wrote first: accepted → sent, delivered, read, having travelled simulator → ingress → Kafka', async () => {
-    const inbound = await runCli(['simulator', 'inbound', '--business', 'biz_1', '--from', '+15550002222', '--text', 'hi', '--url', simulatorUrl], env);
+    const inbound = await runCli(
+      ['simulator', 'inbound', '--business', 'biz_1', '--from', '+15550002222', '--text', 'hi', '--url', simulatorUrl],
+      env,
+    );
     expect(inbound.code, inbound.stderr).toBe(0);
 
-    const sent = await runCli(['send', 'text', '--business', 'biz_1', '--to', '+15550002222', '--text', 'Your order shipped', '--timeout', '45'], env, 90_000);
+    const sent = await runCli(
+      [
+        'send',
+        'text',
+        '--business',
+        'biz_1',
+        '--to',
+        '+15550002222',
+        '--text',
+        'Your order shipped',
+        '--timeout',
+        '45',
+      ],
+      env,
+      90_000,
+    );
     expect(sent.code, `${sent.stdout}\n${sent.stderr}`).toBe(0);
     const messageId = /accepted: message id (\S+)/.exec(sent.stdout)?.[1];
     expect(messageId).toMatch(/^[0-9A-HJKMNP-TV-Z]{26}$/);
@@ -96,13 +116,21 @@ describe('msgbridge dev, end to end', () => {
     // Those statuses are records the ingress wrote: keyed by the message id, with its headers.
     const records = await consumeRecords(env.MSGBRIDGE__kafka__topics__deliveryStatus!, 3);
     const mine = records.filter((r) => r.key === messageId);
-    expect(mine.map((r) => JSON.parse(r.value.toString()).statusUpdate.status).sort()).toEqual(['delivered', 'read', 'sent']);
+    expect(mine.map((r) => JSON.parse(r.value.toString()).statusUpdate.status).sort()).toEqual([
+      'delivered',
+      'read',
+      'sent',
+    ]);
     for (const r of mine) expect(r.headers).toMatchObject({ 'business-id': 'biz_1', schema: 'delivery_status/v1' });
     // Correlation: the send result is keyed by the same message id (co-partitioned with the statuses).
     const results = await consumeRecords(env.MSGBRIDGE__kafka__topics__sendResults!, 1);
     const result = results.find((r) => JSON.parse(r.value.toString()).messageId === messageId)!;
     expect(result.key).toBe(messageId);
-    expect(JSON.parse(result.value.toString())).toMatchObject({ outcome: 'accepted', businessId: 'biz_1', recipient: '+15550002222' });
+    expect(JSON.parse(result.value.toString())).toMatchObject({
+      outcome: 'accepted',
+      businessId: 'biz_1',
+      recipient: '+15550002222',
+    });
     expect(result.headers.traceparent).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/);
     // And the customer's message reached the messages topic the same way.
     const inboundRecords = await consumeRecords(env.MSGBRIDGE__kafka__topics__messages!, 1);
@@ -115,7 +143,13 @@ describe('msgbridge dev, end to end', () => {
       status = await runCli(['status', messageId!], env);
     }
     expect(status.code, status.stderr).toBe(0);
-    expect(JSON.parse(status.stdout)).toMatchObject({ messageId, status: 'read', businessId: 'biz_1', recipient: '+15550002222', events: 4 });
+    expect(JSON.parse(status.stdout)).toMatchObject({
+      messageId,
+      status: 'read',
+      businessId: 'biz_1',
+      recipient: '+15550002222',
+      events: 4,
+    });
     const requestId = JSON.parse(result.value.toString()).requestId as string;
     const byRequest = await runCli(['status', requestId], env);
     expect(JSON.parse(byRequest.stdout)).toMatchObject({ messageId, requestId });
@@ -125,25 +159,72 @@ describe('msgbridge dev, end to end', () => {
   });
 
   it('a text with no open conversation window is rejected at once without a provider call; with a fallback template, the template goes out', async () => {
-    const rejected = await runCli(['send', 'text', '--to', '+15550007777', '--text', 'unsolicited', '--timeout', '45'], env, 90_000);
+    const rejected = await runCli(
+      ['send', 'text', '--to', '+15550007777', '--text', 'unsolicited', '--timeout', '45'],
+      env,
+      90_000,
+    );
     expect(rejected.code, rejected.stdout).toBe(1);
-    expect(rejected.stdout).toMatch(/rejected without a send \(outside the conversation window\): RELAY_OUTSIDE_CONVERSATION_WINDOW/);
-    const sends = (await (await fetch(`${simulatorUrl}/sim/sends`)).json()) as { to?: string; number?: string; recipient?: { id?: string } }[];
+    expect(rejected.stdout).toMatch(
+      /rejected without a send \(outside the conversation window\): RELAY_OUTSIDE_CONVERSATION_WINDOW/,
+    );
+    const sends = (await (await fetch(`${simulatorUrl}/sim/sends`)).json()) as {
+      to?: string;
+      number?: string;
+      recipient?: { id?: string };
+    }[];
     expect(JSON.stringify(sends)).not.toContain('+15550007777');
 
-    const fallback = await runCli(['send', 'text', '--to', '+15550007777', '--text', 'unsolicited', '--fallback-template', 'order_update', '-p', 'order=42', '--timeout', '45'], env, 90_000);
-    expect(fallback.stdout).toMatch(/accepted as the fallback template order_update \(the conversation window is closed\): message id/);
+    const fallback = await runCli(
+      [
+        'send',
+        'text',
+        '--to',
+        '+15550007777',
+        '--text',
+        'unsolicited',
+        '--fallback-template',
+        'order_update',
+        '-p',
+        'order=42',
+        '--timeout',
+        '45',
+      ],
+      env,
+      90_000,
+    );
+    expect(fallback.stdout).toMatch(
+      /accepted as the fallback template order_update \(the conversation window is closed\): message id/,
+    );
     expect(fallback.code, fallback.stdout).toBe(0);
   });
 
   it('a template with the wrong parameters ends in delivery_failed with the template error', async () => {
-    const sent = await runCli(['send', 'template', '--to', '+15550008888', '--template', 'order_update', '--param', 'wrong=1', '--timeout', '45'], env, 90_000);
+    const sent = await runCli(
+      [
+        'send',
+        'template',
+        '--to',
+        '+15550008888',
+        '--template',
+        'order_update',
+        '--param',
+        'wrong=1',
+        '--timeout',
+        '45',
+      ],
+      env,
+      90_000,
+    );
     expect(sent.code, sent.stdout).toBe(1);
     expect(sent.stdout).toMatch(/delivery_failed: ERROR_CODE_MESSAGE_TEMPLATE_INPUT_INVALID/);
   });
 
   it('tail pretty-prints the records of a topic with key, headers and decoded value', async () => {
-    const tail = await runCli(['tail', env.MSGBRIDGE__kafka__topics__messages!, '--from-beginning', '--max', '1', '--json', '--timeout', '30'], env);
+    const tail = await runCli(
+      ['tail', env.MSGBRIDGE__kafka__topics__messages!, '--from-beginning', '--max', '1', '--json', '--timeout', '30'],
+      env,
+    );
     expect(tail.code, tail.stderr).toBe(0);
     const record = JSON.parse(tail.stdout.trim().split('\n')[0]!);
     expect(record.key).toBe('15550002222');
@@ -152,7 +233,12 @@ describe('msgbridge dev, end to end', () => {
   });
 
   it('webhooks list shows the ingress addresses dev registered; register is idempotent', async () => {
-    const providerEnv = { ...env, MSGBRIDGE_BUSINESS_ID: 'biz_1', MSGBRIDGE_API_KEY: 'dev-api-key', MSGBRIDGE_PROVIDER_URL: simulatorUrl };
+    const providerEnv = {
+      ...env,
+      MSGBRIDGE_BUSINESS_ID: 'biz_1',
+      MSGBRIDGE_API_KEY: 'dev-api-key',
+      MSGBRIDGE_PROVIDER_URL: simulatorUrl,
+    };
     const list = await runCli(['webhooks', 'list'], providerEnv);
     expect(list.code, list.stderr).toBe(0);
     expect(list.stdout).toContain(`biz_1 messages ${ingressUrl}/webhooks/biz_1/messages`);
@@ -168,12 +254,24 @@ describe('msgbridge dev, end to end', () => {
       const res = await fetch(`${base}${path}`, { headers: { authorization: `Bearer ${token}` } });
       return { status: res.status, body: (await res.json()) as Record<string, unknown> };
     };
-    const sends = async () => (await (await fetch(`${simulatorUrl}/sim/sends`)).json()) as { operation: string; messageId: string | null; body: { recipient?: { id: string; channelType: string } } }[];
+    const sends = async () =>
+      (await (await fetch(`${simulatorUrl}/sim/sends`)).json()) as {
+        operation: string;
+        messageId: string | null;
+        body: { recipient?: { id: string; channelType: string } };
+      }[];
     // The customer writes as the provider writes inbound senders (no +): a text to +1555… goes through.
     const WROTE = '15550003131';
-    const inbound = await runCli(['simulator', 'inbound', '--business', 'biz_1', '--from', WROTE, '--text', 'hello', '--url', simulatorUrl], env);
+    const inbound = await runCli(
+      ['simulator', 'inbound', '--business', 'biz_1', '--from', WROTE, '--text', 'hello', '--url', simulatorUrl],
+      env,
+    );
     expect(inbound.code, inbound.stderr).toBe(0);
-    const text = await runCli(['send', 'text', '--to', `+${WROTE}`, '--text', 'Hello back', '--timeout', '45'], env, 90_000);
+    const text = await runCli(
+      ['send', 'text', '--to', `+${WROTE}`, '--text', 'Hello back', '--timeout', '45'],
+      env,
+      90_000,
+    );
     expect(text.code, text.stdout).toBe(0);
     const textId = /accepted: message id (\S+)/.exec(text.stdout)![1]!;
     // GET /messages?recipient= finds it by either form.
@@ -187,31 +285,67 @@ describe('msgbridge dev, end to end', () => {
 
     // An SMS to a customer who never wrote is sent; no status follows, ever: accepted is where it ends.
     const SILENT = '+15550003232';
-    const sms = await runCli(['send', 'text', '--channel', 'sms', '--to', SILENT, '--text', 'Your code is 1234', '--timeout', '45'], env, 90_000);
+    const sms = await runCli(
+      ['send', 'text', '--channel', 'sms', '--to', SILENT, '--text', 'Your code is 1234', '--timeout', '45'],
+      env,
+      90_000,
+    );
     expect(sms.code, sms.stdout).toBe(0);
     expect(sms.stdout).toMatch(/SMS: handed to the SMS network/);
     const smsId = /accepted: message id (\S+)/.exec(sms.stdout)![1]!;
     expect((await sends()).filter((s) => s.body.recipient?.id === SILENT)).toEqual([
-      expect.objectContaining({ operation: 'text', messageId: smsId, body: expect.objectContaining({ recipient: { channelType: 'sms', id: SILENT } }) }),
+      expect.objectContaining({
+        operation: 'text',
+        messageId: smsId,
+        body: expect.objectContaining({ recipient: { channelType: 'sms', id: SILENT } }),
+      }),
     ]);
     // A WhatsApp text to the same customer is still refused without a provider call.
-    const refused = await runCli(['send', 'text', '--to', SILENT, '--text', 'Are you there?', '--timeout', '45'], env, 90_000);
+    const refused = await runCli(
+      ['send', 'text', '--to', SILENT, '--text', 'Are you there?', '--timeout', '45'],
+      env,
+      90_000,
+    );
     expect(refused.code, refused.stdout).toBe(1);
     expect(refused.stdout).toMatch(/RELAY_OUTSIDE_CONVERSATION_WINDOW/);
     expect((await sends()).filter((s) => s.body.recipient?.id === SILENT)).toHaveLength(1);
-    // The tracker says the SMS is accepted on the SMS channel, and nothing moves it: the simulator sends no status for it.
+    // The tracker says the SMS is accepted on the SMS channel, and nothing moves it: the simulator sends no status for
+    // it.
     await new Promise((r) => setTimeout(r, 2000));
-    expect(await query(`/messages/${smsId}`)).toMatchObject({ status: 200, body: { status: 'accepted', events: 1, sentAt: null, send: { channel: 'sms' } } });
+    expect(await query(`/messages/${smsId}`)).toMatchObject({
+      status: 200,
+      body: { status: 'accepted', events: 1, sentAt: null, send: { channel: 'sms' } },
+    });
 
     // A button reply travels the ingress and the tracker like a text: it is in the customer's conversation.
-    const button = await runCli(['simulator', 'inbound', '--business', 'biz_1', '--from', WROTE, '--text', 'Yes', '--button', 'confirm-42', '--url', simulatorUrl], env);
+    const button = await runCli(
+      [
+        'simulator',
+        'inbound',
+        '--business',
+        'biz_1',
+        '--from',
+        WROTE,
+        '--text',
+        'Yes',
+        '--button',
+        'confirm-42',
+        '--url',
+        simulatorUrl,
+      ],
+      env,
+    );
     expect(button.code, button.stderr).toBe(0);
     let thread: { items: { direction: string; inbound?: { text: string; button: unknown } }[] } = { items: [] };
     for (let i = 0; i < 60 && thread.items.filter((item) => item.direction === 'inbound').length < 2; i++) {
       await new Promise((r) => setTimeout(r, 500));
       thread = (await query(`/thread?customer=%2B${WROTE}`)).body as typeof thread;
     }
-    expect(thread.items.map((item) => (item.direction === 'inbound' ? `in:${item.inbound!.text}` : 'out'))).toEqual(['in:Yes', 'out', 'in:hello']);
+    expect(thread.items.map((item) => (item.direction === 'inbound' ? `in:${item.inbound!.text}` : 'out'))).toEqual([
+      'in:Yes',
+      'out',
+      'in:hello',
+    ]);
     expect(thread.items[0]!.inbound!.button).toEqual({ payload: 'confirm-42' });
   });
 });

@@ -10,7 +10,20 @@ import { deadLetter, fitDlqRecord } from '../../src/sender/result-records.js';
 import { runCli } from '../helpers/cli.js';
 import { consumeRecords, createTopics, kafkaBrokers, produce, uniqueTopic } from '../helpers/kafka.js';
 import { hmacBase64 } from '../helpers/signing.js';
-import { BIZ, BIZ2, collect, committedOffsets, endOffsets, fixture, produceRequests, sentRequestId, templateRequest, waitUntil, type Collector, type Fixture } from '../sender/harness.js';
+import {
+  BIZ,
+  BIZ2,
+  collect,
+  committedOffsets,
+  endOffsets,
+  fixture,
+  produceRequests,
+  sentRequestId,
+  templateRequest,
+  waitUntil,
+  type Collector,
+  type Fixture,
+} from '../sender/harness.js';
 
 /**
  * `msgbridge dlq` against the suite's Kafka, as an operator runs it (a real process): the issue's
@@ -25,7 +38,8 @@ interface Golden {
   headers: Record<string, string>;
   value: string;
 }
-const golden = (version: string, topic: string): Golden[] => (JSON.parse(readFileSync(join(FIXTURES, version, `${topic}.json`), 'utf8')) as { records: Golden[] }).records;
+const golden = (version: string, topic: string): Golden[] =>
+  (JSON.parse(readFileSync(join(FIXTURES, version, `${topic}.json`), 'utf8')) as { records: Golden[] }).records;
 const GOLDEN_SECRET = 'golden-records-signing-secret';
 /** util-linux `script` gives the command a terminal (for the confirmation prompt). */
 const scriptCommand = spawnSync('script', ['--version']).status === 0;
@@ -60,33 +74,53 @@ describe('msgbridge dlq redrive: send requests, end to end with the sender', () 
     const resultsOf = (requestId: string) => results!.values().filter((v) => v.requestId === requestId);
 
     await produceRequests(f.topics.sendRequests, [
-      { key: '+15550002222', value: templateRequest('redrive-me', '+15550002222', { businessId: BIZ2.id, callbackData: 'redrive-me' }), headers: { 'correlation-id': 'c-42' } },
+      {
+        key: '+15550002222',
+        value: templateRequest('redrive-me', '+15550002222', { businessId: BIZ2.id, callbackData: 'redrive-me' }),
+        headers: { 'correlation-id': 'c-42' },
+      },
     ]);
     await waitUntil(
       () => resultsOf('redrive-me').length === 1,
       30_000,
       () => 'the rejected result',
     );
-    expect(resultsOf('redrive-me')[0]).toMatchObject({ outcome: 'rejected', error: { code: 'RELAY_UNKNOWN_BUSINESS' } });
+    expect(resultsOf('redrive-me')[0]).toMatchObject({
+      outcome: 'rejected',
+      error: { code: 'RELAY_UNKNOWN_BUSINESS' },
+    });
     const [dead] = await consumeRecords(f.topics.sendRequestsDlq, 1);
-    expect(dead!.headers).toMatchObject({ 'error-code': 'RELAY_UNKNOWN_BUSINESS', 'source-topic': f.topics.sendRequests, 'correlation-id': 'c-42' });
+    expect(dead!.headers).toMatchObject({
+      'error-code': 'RELAY_UNKNOWN_BUSINESS',
+      'source-topic': f.topics.sendRequests,
+      'correlation-id': 'c-42',
+    });
 
     // The fix: the business is added to the live businesses file (the sender follows it).
     write([biz1, { id: BIZ2.id, signingSecrets: [], apiKey: BIZ2.apiKey }]);
     await new Promise((r) => setTimeout(r, 2500));
-    const env = { ...topicsEnv(f.config.kafka.topics as unknown as Record<string, string>), MSGBRIDGE_BUSINESSES_FILE: file };
+    const env = {
+      ...topicsEnv(f.config.kafka.topics as unknown as Record<string, string>),
+      MSGBRIDGE_BUSINESSES_FILE: file,
+    };
     const args = ['dlq', 'redrive', f.topics.sendRequestsDlq, '--code', 'RELAY_UNKNOWN_BUSINESS'];
     const before = await endOffsets(f.topics.sendRequests);
 
     const dry = await runCli([...args, '--dry-run'], env);
     expect(dry.stderr).toBe('');
     expect(dry.code).toBe(0);
-    expect(dry.stdout).toMatch(new RegExp(`redrive of ${f.topics.sendRequestsDlq} on Kafka ${kafkaBrokers().join(',')} \\(cluster [\\w-]{10,}\\)`));
+    expect(dry.stdout).toMatch(
+      new RegExp(
+        `redrive of ${f.topics.sendRequestsDlq} on Kafka ${kafkaBrokers().join(',')} \\(cluster [\\w-]{10,}\\)`,
+      ),
+    );
     expect(dry.stdout).toContain(`would produce 1: 1 → ${f.topics.sendRequests}`);
     expect(dry.stdout).toContain('dry run: nothing was written');
     const name = /name (\S+) \(consumer group and transactional ids (\S+)\)/.exec(dry.stdout)!;
     expect(await endOffsets(f.topics.sendRequests)).toEqual(before);
-    expect([...(await committedOffsets(name[2]!, f.topics.sendRequestsDlq)).values()].every((c) => c.offset === -1)).toBe(true);
+    expect(
+      [...(await committedOffsets(name[2]!, f.topics.sendRequestsDlq)).values()].every((c) => c.offset === -1),
+    ).toBe(true);
 
     const real = await runCli([...args, '--yes'], env);
     expect(real.code, real.stderr).toBe(0);
@@ -98,7 +132,11 @@ describe('msgbridge dlq redrive: send requests, end to end with the sender', () 
     );
     expect(resultsOf('redrive-me')[1]).toMatchObject({ outcome: 'accepted', businessId: BIZ2.id });
     const redriven = (await consumeRecords(f.topics.sendRequests, 2)).find((r) => r.headers['redriven-from']);
-    expect(redriven!.headers).toMatchObject({ 'redriven-from': `${f.topics.sendRequestsDlq}/${dead!.partition}/${dead!.offset}`, 'event-id': dead!.headers['event-id'], 'correlation-id': 'c-42' });
+    expect(redriven!.headers).toMatchObject({
+      'redriven-from': `${f.topics.sendRequestsDlq}/${dead!.partition}/${dead!.offset}`,
+      'event-id': dead!.headers['event-id'],
+      'correlation-id': 'c-42',
+    });
     expect(redriven!.key).toBe('+15550002222');
     expect(redriven!.value.equals(dead!.value)).toBe(true);
     expect(Number(redriven!.headers['redriven-at'])).toBeGreaterThan(Date.now() - 60_000);
@@ -125,7 +163,9 @@ describe('msgbridge dlq redrive: send requests, end to end with the sender', () 
     const stats = await runCli(['dlq', 'stats', f.topics.sendRequestsDlq], env);
     expect(stats.code, stats.stderr).toBe(0);
     expect(stats.stdout).toMatch(/RELAY_UNKNOWN_BUSINESS\s+1\s+biz_2 1/);
-    expect(stats.stdout).toContain(`already redriven: 1 of 1 (produced again once; every redrive skips them: ledger ${f.topics.sendRequestsDlq}.redriven)`);
+    expect(stats.stdout).toContain(
+      `already redriven: 1 of 1 (produced again once; every redrive skips them: ledger ${f.topics.sendRequestsDlq}.redriven)`,
+    );
   }, 120_000);
 });
 
@@ -151,7 +191,10 @@ describe('msgbridge dlq: webhooks, golden records of 0.1.0, list and stats', () 
 
   it('a webhook dead-lettered for an invalid payload, redriven with no fix, is listed as still failing and not produced; one an upgrade now accepts is produced where the ingress would have written it', async () => {
     await createTopics(Object.values(topics), 2);
-    const config = loadConfig({ env: {}, overrides: { businesses: JSON.parse(businesses), kafka: { topics } } as never });
+    const config = loadConfig({
+      env: {},
+      overrides: { businesses: JSON.parse(businesses), kafka: { topics } } as never,
+    });
     const handler = createWebhookHandler(rulesFromConfig(config));
     const invalid = JSON.stringify({
       topic: 'delivery_status',
@@ -170,7 +213,10 @@ describe('msgbridge dlq: webhooks, golden records of 0.1.0, list and stats', () 
       receivedAt: Date.now(),
     });
     if (decision.kind !== 'publish' || decision.destination !== 'dlq') throw new Error('expected a dead letter');
-    expect(decision.record.headers).toMatchObject({ 'original-topic': topics.deliveryStatus, 'webhook-topic': 'delivery_status' });
+    expect(decision.record.headers).toMatchObject({
+      'original-topic': topics.deliveryStatus,
+      'webhook-topic': 'delivery_status',
+    });
     // One an older release refused (as if its schema lacked something): valid now.
     const valid = JSON.stringify({
       topic: 'delivery_status',
@@ -179,7 +225,11 @@ describe('msgbridge dlq: webhooks, golden records of 0.1.0, list and stats', () 
       recipient: { channelType: 'whatsapp', id: '+15550002222' },
       statusUpdate: { id: '01JD0G7Q3V4M8X2K5N9P1R6T77', status: 'read' },
     });
-    const olderHeaders = { ...decision.record.headers, 'x-service-hmac-sha256': hmacBase64(GOLDEN_SECRET, valid), 'error-reason': 'schema: statusUpdate.status: unknown in 0.1.0' };
+    const olderHeaders = {
+      ...decision.record.headers,
+      'x-service-hmac-sha256': hmacBase64(GOLDEN_SECRET, valid),
+      'error-reason': 'schema: statusUpdate.status: unknown in 0.1.0',
+    };
     delete (olderHeaders as Record<string, string>)['original-topic'];
     await produce(topics.webhooksDlq, [
       { key: 'biz_1', value: invalid, headers: decision.record.headers, partition: 0 },
@@ -189,7 +239,9 @@ describe('msgbridge dlq: webhooks, golden records of 0.1.0, list and stats', () 
     const result = await runCli(['dlq', 'redrive', topics.webhooksDlq, '--yes', '--name', 'webhooks-test'], env());
     expect(result.code, result.stderr).toBe(0);
     expect(result.stdout).toContain('would fail again, not produced: 1 (schema 1)');
-    expect(result.stdout).toMatch(/0\/0 {2}biz_1 {2}schema: statusUpdate\.error: a delivery_failed status must carry the error object/);
+    expect(result.stdout).toMatch(
+      /0\/0 {2}biz_1 {2}schema: statusUpdate\.error: a delivery_failed status must carry the error object/,
+    );
     expect(result.stdout).toContain('target topic derived from webhook-topic');
     expect(result.stdout).toMatch(new RegExp(`done: produced 1 \\(${topics.deliveryStatus} 1\\), 1 still failing`));
     // Read committed: exactly one event (the end offsets also count the transaction's commit marker).
@@ -198,7 +250,12 @@ describe('msgbridge dlq: webhooks, golden records of 0.1.0, list and stats', () 
     const event = events[0];
     expect(event!.key).toBe('01JD0G7Q3V4M8X2K5N9P1R6T77');
     expect(event!.value.toString()).toBe(valid);
-    expect(event!.headers).toMatchObject({ schema: 'delivery_status/v1', 'business-id': 'biz_1', 'redriven-from': `${topics.webhooksDlq}/1/0`, 'content-type': 'application/json' });
+    expect(event!.headers).toMatchObject({
+      schema: 'delivery_status/v1',
+      'business-id': 'biz_1',
+      'redriven-from': `${topics.webhooksDlq}/1/0`,
+      'content-type': 'application/json',
+    });
     expect([...(await endOffsets(topics.messages)).values()]).toEqual([0, 0]);
   }, 60_000);
 
@@ -213,9 +270,14 @@ describe('msgbridge dlq: webhooks, golden records of 0.1.0, list and stats', () 
     const elsewhere = await runCli(['dlq', 'redrive', topics.sendRequestsDlq, '--dry-run'], env());
     expect(elsewhere.code, elsewhere.stderr).toBe(0);
     expect(elsewhere.stdout).toContain('would produce 0');
-    expect(elsewhere.stdout).toContain(`topic-changed: it was taken from topic send-requests, but the sender now reads ${topics.sendRequests}`);
+    expect(elsewhere.stdout).toContain(
+      `topic-changed: it was taken from topic send-requests, but the sender now reads ${topics.sendRequests}`,
+    );
     // …and with a configuration whose send-requests topic is the default, it is redriven.
-    const result = await runCli(['dlq', 'redrive', topics.sendRequestsDlq, '--dry-run'], { ...env(), MSGBRIDGE__kafka__topics__sendRequests: 'send-requests' });
+    const result = await runCli(['dlq', 'redrive', topics.sendRequestsDlq, '--dry-run'], {
+      ...env(),
+      MSGBRIDGE__kafka__topics__sendRequests: 'send-requests',
+    });
     expect(result.code, result.stderr).toBe(0);
     expect(result.stdout).toContain('selected 8 of 8 records');
     expect(result.stdout).toContain('would produce 1: 1 → send-requests');
@@ -227,12 +289,27 @@ describe('msgbridge dlq: webhooks, golden records of 0.1.0, list and stats', () 
   it('a dead letter too large for the DLQ (a reference) is redriven from its source record; one whose source is gone is refused; --allow-any-topic', async () => {
     const refDlq = uniqueTopic('ref-dlq');
     await createTopics([refDlq], 1);
-    const big = JSON.stringify({ requestId: 'big-1', businessId: 'biz_9', type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'x'.repeat(5000) } });
-    await produce(topics.sendRequests, [{ key: '+15550002222', value: big, headers: { 'correlation-id': 'big' }, partition: 1 }]);
+    const big = JSON.stringify({
+      requestId: 'big-1',
+      businessId: 'biz_9',
+      type: 'text',
+      recipient: { channelType: 'whatsapp', id: '+15550002222' },
+      message: { text: 'x'.repeat(5000) },
+    });
+    await produce(topics.sendRequests, [
+      { key: '+15550002222', value: big, headers: { 'correlation-id': 'big' }, partition: 1 },
+    ]);
     const [source] = await consumeRecords(topics.sendRequests, 1);
     const dead = (offset: string) => {
       const { record } = deadLetter(
-        { topic: topics.sendRequests, partition: 1, offset, key: Buffer.from('+15550002222'), value: Buffer.from(big), headers: { 'correlation-id': 'big' } },
+        {
+          topic: topics.sendRequests,
+          partition: 1,
+          offset,
+          key: Buffer.from('+15550002222'),
+          value: Buffer.from(big),
+          headers: { 'correlation-id': 'big' },
+        },
         'RELAY_UNKNOWN_BUSINESS',
         'unknown business "biz_9"',
         { requestId: 'big-1', businessId: 'biz_9' },
@@ -251,20 +328,36 @@ describe('msgbridge dlq: webhooks, golden records of 0.1.0, list and stats', () 
     expect(refused.stderr).toMatch(/is not a configured DLQ topic .* pass --allow-any-topic/);
     const result = await runCli(['dlq', 'redrive', refDlq, '--yes', '--allow-any-topic'], env());
     expect(result.code, result.stderr).toBe(0);
-    expect(result.stdout).toMatch(/0\/1 {2}biz_9 {2}RELAY_DLQ_REFERENCE: .*source record .*\/1\/999 is no longer in its topic \(retention\)/);
+    expect(result.stdout).toMatch(
+      /0\/1 {2}biz_9 {2}RELAY_DLQ_REFERENCE: .*source record .*\/1\/999 is no longer in its topic \(retention\)/,
+    );
     expect(result.stdout).toMatch(new RegExp(`done: produced 1 \\(${topics.sendRequests} 1\\), 1 still failing`));
     const records = await consumeRecords(topics.sendRequests, 2, { settleMs: 500 });
     const redriven = records.find((r) => r.headers['redriven-from'])!;
     expect(redriven.value.toString()).toBe(big);
     expect(redriven.key).toBe('+15550002222');
-    expect(redriven.headers).toMatchObject({ 'correlation-id': 'big', 'event-id': reference.headers['event-id'], 'redriven-from': `${refDlq}/0/0` });
+    expect(redriven.headers).toMatchObject({
+      'correlation-id': 'big',
+      'event-id': reference.headers['event-id'],
+      'redriven-from': `${refDlq}/0/0`,
+    });
   }, 60_000);
 
   it.runIf(scriptCommand)(
     'asks before writing when stdin is a terminal: any answer but yes writes nothing (exit 1)',
     async () => {
       // The 0.1.0 records of the previous test are in this DLQ: one would be produced.
-      const command = ['node', '--import', 'tsx', 'src/cli.ts', 'dlq', 'redrive', topics.sendRequestsDlq, '--name', 'prompt-test'].join(' ');
+      const command = [
+        'node',
+        '--import',
+        'tsx',
+        'src/cli.ts',
+        'dlq',
+        'redrive',
+        topics.sendRequestsDlq,
+        '--name',
+        'prompt-test',
+      ].join(' ');
       const result = await new Promise<{ code: number | null; out: string }>((resolve) => {
         const child = spawn('script', ['-qec', command, '/dev/null'], {
           cwd: join(import.meta.dirname, '..', '..'),
@@ -281,7 +374,11 @@ describe('msgbridge dlq: webhooks, golden records of 0.1.0, list and stats', () 
       expect(result.out).toMatch(/Produce 1 records to send-requests on \S+\? Type yes to go on: /);
       expect(result.out).toContain('not confirmed: nothing was written.');
       expect(result.code).toBe(1);
-      expect([...(await committedOffsets('msgbridge-dlq-redrive.prompt-test', topics.sendRequestsDlq)).values()].every((c) => c.offset === -1)).toBe(true);
+      expect(
+        [...(await committedOffsets('msgbridge-dlq-redrive.prompt-test', topics.sendRequestsDlq)).values()].every(
+          (c) => c.offset === -1,
+        ),
+      ).toBe(true);
     },
     60_000,
   );
@@ -293,7 +390,15 @@ describe('msgbridge dlq: webhooks, golden records of 0.1.0, list and stats', () 
     const records = golden('0.2.0', 'send-requests-dlq');
     await produceRequests(
       dlq,
-      records.flatMap((r, i) => [0, 1].map((partition) => ({ key: r.key, value: r.value, headers: r.headers, partition, timestamp: i < 2 ? old + i * 1000 : Date.now() }))),
+      records.flatMap((r, i) =>
+        [0, 1].map((partition) => ({
+          key: r.key,
+          value: r.value,
+          headers: r.headers,
+          partition,
+          timestamp: i < 2 ? old + i * 1000 : Date.now(),
+        })),
+      ),
     );
 
     const all = await runCli(['dlq', 'list', dlq, '--json', '--max', '100'], env());
@@ -303,15 +408,23 @@ describe('msgbridge dlq: webhooks, golden records of 0.1.0, list and stats', () 
       .split('\n')
       .map((l) => JSON.parse(l) as Record<string, unknown>);
     expect(lines).toHaveLength(8);
-    expect(lines[0]).toMatchObject({ role: 'send-requests', code: 'RELAY_INVALID_JSON', headers: expect.objectContaining({ 'error-code': 'RELAY_INVALID_JSON' }) });
+    expect(lines[0]).toMatchObject({
+      role: 'send-requests',
+      code: 'RELAY_INVALID_JSON',
+      headers: expect.objectContaining({ 'error-code': 'RELAY_INVALID_JSON' }),
+    });
     expect(all.stderr).toContain(`8 shown; end of ${dlq}`);
 
-    const recent = await runCli(['dlq', 'list', dlq, '--since', '2026-06-01T00:00:00Z', '--code', 'RELAY_UNKNOWN_BUSINESS'], env());
+    const recent = await runCli(
+      ['dlq', 'list', dlq, '--since', '2026-06-01T00:00:00Z', '--code', 'RELAY_UNKNOWN_BUSINESS'],
+      env(),
+    );
     expect(recent.code, recent.stderr).toBe(0);
     const rows = recent.stdout.trim().split('\n');
     expect(rows[0]).toMatch(/^PART\/OFFSET\s+TIME\s+BUSINESS\s+CODE\s+EXCERPT$/);
     expect(rows.slice(1)).toHaveLength(2);
-    for (const row of rows.slice(1)) expect(row).toMatch(/^[01]\/3\s+\S+Z\s+biz_9\s+RELAY_UNKNOWN_BUSINESS\s+\{"requestId":"order-50"/);
+    for (const row of rows.slice(1))
+      expect(row).toMatch(/^[01]\/3\s+\S+Z\s+biz_9\s+RELAY_UNKNOWN_BUSINESS\s+\{"requestId":"order-50"/);
 
     const first = await runCli(['dlq', 'list', dlq, '--max', '3', '--json'], env());
     const next = /next page: msgbridge dlq list \S+ --from (\S+)/.exec(first.stderr);

@@ -3,7 +3,16 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { main } from '../../src/cli.js';
 import { loadConfig } from '../../src/config/load.js';
-import { codeFromReason, deadLetterOf, configuredDlqs, matches, recheck, recheckContext, redriveHeaders, type DeadLetter } from '../../src/commands/dlq-rules.js';
+import {
+  codeFromReason,
+  deadLetterOf,
+  configuredDlqs,
+  matches,
+  recheck,
+  recheckContext,
+  redriveHeaders,
+  type DeadLetter,
+} from '../../src/commands/dlq-rules.js';
 import { defaultRedriveName, parseCursor, parseRate, parseRedriveName, parseTimeArg } from '../../src/commands/dlq.js';
 import { createWebhookHandler, rulesFromConfig } from '../../src/ingress/handle-webhook.js';
 import type { ConsumedRecord } from '../../src/kafka/group-consumer.js';
@@ -20,13 +29,20 @@ interface Golden {
   headers: Record<string, string>;
   value: string;
 }
-const golden = (version: string, topic: string): Golden[] => (JSON.parse(readFileSync(join(FIXTURES, version, `${topic}.json`), 'utf8')) as { records: Golden[] }).records;
+const golden = (version: string, topic: string): Golden[] =>
+  (JSON.parse(readFileSync(join(FIXTURES, version, `${topic}.json`), 'utf8')) as { records: Golden[] }).records;
 
 /** Businesses: biz_1 with the golden secret (and an API key); `extra` more. */
-function config(extra: { id: string; signingSecrets: string[]; apiKey: string | null }[] = [], overrides: Record<string, unknown> = {}) {
+function config(
+  extra: { id: string; signingSecrets: string[]; apiKey: string | null }[] = [],
+  overrides: Record<string, unknown> = {},
+) {
   return loadConfig({
     env: {},
-    overrides: { businesses: [{ id: 'biz_1', signingSecrets: [SECRET], apiKey: 'k1' }, ...extra], ...overrides } as never,
+    overrides: {
+      businesses: [{ id: 'biz_1', signingSecrets: [SECRET], apiKey: 'k1' }, ...extra],
+      ...overrides,
+    } as never,
   });
 }
 
@@ -48,16 +64,27 @@ describe('dlq rules: codes, filters, the re-check', () => {
   it('reads the code of every golden dead letter: error-code, or derived from error-reason for 0.1.0 records', () => {
     for (const version of ['0.1.0', '0.2.0']) {
       const codes = golden(version, 'send-requests-dlq').map((g) => letter('send-requests-dlq', g).code);
-      expect(codes, version).toEqual(['RELAY_INVALID_JSON', 'RELAY_INVALID_FIELD', 'RELAY_UNKNOWN_TYPE', 'RELAY_UNKNOWN_BUSINESS']);
+      expect(codes, version).toEqual([
+        'RELAY_INVALID_JSON',
+        'RELAY_INVALID_FIELD',
+        'RELAY_UNKNOWN_TYPE',
+        'RELAY_UNKNOWN_BUSINESS',
+      ]);
       const webhookCodes = golden(version, 'webhooks-dlq').map((g) => letter('webhooks-dlq', g).code);
       expect(webhookCodes, version).toEqual(['not-json', 'schema', 'topic-mismatch', 'topic-undetectable']);
     }
     // 0.1.0 records carry no error-code: the derivation agrees with what 0.2.0 wrote for the same inputs.
     const v2 = golden('0.2.0', 'send-requests-dlq').map((g) => g.headers['error-code']);
-    expect(golden('0.1.0', 'send-requests-dlq').map((g) => codeFromReason('send-requests', g.headers['error-reason']!))).toEqual(v2);
-    expect(codeFromReason('send-requests', 'businessId is missing and 2 businesses are configured')).toBe('RELAY_AMBIGUOUS_BUSINESS');
+    expect(
+      golden('0.1.0', 'send-requests-dlq').map((g) => codeFromReason('send-requests', g.headers['error-reason']!)),
+    ).toEqual(v2);
+    expect(codeFromReason('send-requests', 'businessId is missing and 2 businesses are configured')).toBe(
+      'RELAY_AMBIGUOUS_BUSINESS',
+    );
     expect(codeFromReason('send-requests', 'not a valid send request: ttlMs: too big')).toBe('RELAY_INVALID_EXPIRY');
-    expect(codeFromReason('send-requests', 'not a valid send request: (root): expected object')).toBe('RELAY_INVALID_REQUEST');
+    expect(codeFromReason('send-requests', 'not a valid send request: (root): expected object')).toBe(
+      'RELAY_INVALID_REQUEST',
+    );
     expect(codeFromReason(undefined, 'whatever')).toBe('unknown');
   });
 
@@ -77,8 +104,15 @@ describe('dlq rules: codes, filters, the re-check', () => {
     for (const version of ['0.1.0', '0.2.0']) {
       const outcomes = golden(version, 'webhooks-dlq').map((g) => recheck(letter('webhooks-dlq', g), context));
       expect(outcomes.map((o) => o.kind)).toEqual(['fails', 'fails', 'fails', 'fails']);
-      expect(outcomes.map((o) => (o.kind === 'fails' ? o.code : ''))).toEqual(['not-json', 'schema', 'topic-mismatch', 'topic-undetectable']);
-      expect(outcomes[1]).toMatchObject({ reason: 'statusUpdate.error: a delivery_failed status must carry the error object' });
+      expect(outcomes.map((o) => (o.kind === 'fails' ? o.code : ''))).toEqual([
+        'not-json',
+        'schema',
+        'topic-mismatch',
+        'topic-undetectable',
+      ]);
+      expect(outcomes[1]).toMatchObject({
+        reason: 'statusUpdate.error: a delivery_failed status must carry the error object',
+      });
     }
   });
 
@@ -116,20 +150,33 @@ describe('dlq rules: codes, filters, the re-check', () => {
       letter('webhooks-dlq', { key: 'biz_1', headers, value: body }),
       recheckContext(cfg, () => NOW),
     );
-    expect(old).toMatchObject({ kind: 'redrive', topic: 'delivery_status', key: '01JD0G7Q3V4M8X2K5N9P1R6T09', derived: expect.stringMatching(/webhook-topic/) });
+    expect(old).toMatchObject({
+      kind: 'redrive',
+      topic: 'delivery_status',
+      key: '01JD0G7Q3V4M8X2K5N9P1R6T09',
+      derived: expect.stringMatching(/webhook-topic/),
+    });
     if (expected.kind !== 'publish' || old.kind !== 'redrive') throw new Error('unreachable');
     expect(old.headers).toEqual(expected.record.headers);
     expect(old.value.toString()).toBe(body);
     // 0.2.0 shape: original-topic is where it goes; a renamed topic is refused rather than guessed.
     expect(
       recheck(
-        letter('webhooks-dlq', { key: 'biz_1', headers: { ...headers, 'original-topic': 'delivery_status' }, value: body }),
+        letter('webhooks-dlq', {
+          key: 'biz_1',
+          headers: { ...headers, 'original-topic': 'delivery_status' },
+          value: body,
+        }),
         recheckContext(cfg, () => NOW),
       ),
     ).toMatchObject({ kind: 'redrive', topic: 'delivery_status' });
     expect(
       recheck(
-        letter('webhooks-dlq', { key: 'biz_1', headers: { ...headers, 'original-topic': 'statuses-old' }, value: body }),
+        letter('webhooks-dlq', {
+          key: 'biz_1',
+          headers: { ...headers, 'original-topic': 'statuses-old' },
+          value: body,
+        }),
         recheckContext(cfg, () => NOW),
       ),
     ).toMatchObject({ kind: 'fails', code: 'topic-changed' });
@@ -154,12 +201,11 @@ describe('dlq rules: codes, filters, the re-check', () => {
     for (const version of ['0.1.0', '0.2.0']) {
       const records = golden(version, 'send-requests-dlq');
       const without = recheckContext(config(), () => NOW);
-      expect(records.map((g) => recheck(letter('send-requests-dlq', g), without)).map((o) => (o.kind === 'fails' ? o.code : o.kind))).toEqual([
-        'RELAY_INVALID_JSON',
-        'RELAY_INVALID_FIELD',
-        'RELAY_UNKNOWN_TYPE',
-        'RELAY_UNKNOWN_BUSINESS',
-      ]);
+      expect(
+        records
+          .map((g) => recheck(letter('send-requests-dlq', g), without))
+          .map((o) => (o.kind === 'fails' ? o.code : o.kind)),
+      ).toEqual(['RELAY_INVALID_JSON', 'RELAY_INVALID_FIELD', 'RELAY_UNKNOWN_TYPE', 'RELAY_UNKNOWN_BUSINESS']);
       const withBiz9 = recheckContext(config([{ id: 'biz_9', signingSecrets: [], apiKey: 'k9' }]), () => NOW);
       const unknown = records[3]!;
       const outcome = recheck(letter('send-requests-dlq', unknown), withBiz9);
@@ -168,7 +214,17 @@ describe('dlq rules: codes, filters, the re-check', () => {
       expect(outcome.key?.toString()).toBe(unknown.key);
       expect(outcome.value.toString()).toBe(unknown.value);
       expect(outcome.headers['event-id']).toBe(unknown.headers['event-id']);
-      for (const own of ['error-reason', 'error-code', 'schema', 'source-topic', 'source-offset', 'received-at', 'business-id', 'content-type']) expect(outcome.headers[own], own).toBeUndefined();
+      for (const own of [
+        'error-reason',
+        'error-code',
+        'schema',
+        'source-topic',
+        'source-offset',
+        'received-at',
+        'business-id',
+        'content-type',
+      ])
+        expect(outcome.headers[own], own).toBeUndefined();
       // The request's own headers ride along (0.2.0's field-invalid record carries correlation-id).
       const invalid = records[1]!;
       expect(invalid.headers['correlation-id']).toBeDefined();
@@ -178,21 +234,50 @@ describe('dlq rules: codes, filters, the re-check', () => {
   it('a send request past its expiry, or dead-lettered as a reference, is not redriven; a request without a key is keyed by its recipient', () => {
     const context = recheckContext(config(), () => NOW);
     const request = (extra: Record<string, unknown>) =>
-      JSON.stringify({ requestId: 'r1', businessId: 'biz_1', type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' }, ...extra });
-    const headers = { 'event-id': 'e', schema: 'send-requests-dlq/v1', 'error-reason': 'unknown business', 'source-topic': 'send-requests' };
-    expect(recheck(letter('send-requests-dlq', { key: '+15550002222', headers, value: request({ ttlMs: 1000 }) }, NOW - 5_000), context)).toMatchObject({
+      JSON.stringify({
+        requestId: 'r1',
+        businessId: 'biz_1',
+        type: 'text',
+        recipient: { channelType: 'whatsapp', id: '+15550002222' },
+        message: { text: 'hi' },
+        ...extra,
+      });
+    const headers = {
+      'event-id': 'e',
+      schema: 'send-requests-dlq/v1',
+      'error-reason': 'unknown business',
+      'source-topic': 'send-requests',
+    };
+    expect(
+      recheck(
+        letter('send-requests-dlq', { key: '+15550002222', headers, value: request({ ttlMs: 1000 }) }, NOW - 5_000),
+        context,
+      ),
+    ).toMatchObject({
       kind: 'fails',
       code: 'RELAY_EXPIRED',
       reason: expect.stringMatching(/ttlMs/),
     });
     // sender.maxRequestAgeMs (24 h) counts from the dead letter's time, as it did for the request.
-    expect(recheck(letter('send-requests-dlq', { key: '+15550002222', headers, value: request({}) }, NOW - 25 * 3_600_000), context)).toMatchObject({
+    expect(
+      recheck(
+        letter('send-requests-dlq', { key: '+15550002222', headers, value: request({}) }, NOW - 25 * 3_600_000),
+        context,
+      ),
+    ).toMatchObject({
       kind: 'fails',
       code: 'RELAY_EXPIRED',
       reason: expect.stringMatching(/maxRequestAgeMs/),
     });
     expect(
-      recheck(letter('send-requests-dlq', { key: '+15550002222', headers: { ...headers, 'dlq-value': 'reference', 'source-partition': '3', 'source-offset': '42' }, value: '{}' }), context),
+      recheck(
+        letter('send-requests-dlq', {
+          key: '+15550002222',
+          headers: { ...headers, 'dlq-value': 'reference', 'source-partition': '3', 'source-offset': '42' },
+          value: '{}',
+        }),
+        context,
+      ),
     ).toMatchObject({
       kind: 'fails',
       code: 'RELAY_DLQ_REFERENCE',
@@ -205,13 +290,21 @@ describe('dlq rules: codes, filters, the re-check', () => {
     });
     // No source-topic (a record that lost it): the configured send-requests topic.
     const { 'source-topic': _, ...noSource } = headers;
-    expect(recheck(letter('send-requests-dlq', { key: 'k', headers: noSource, value: request({}) }), context)).toMatchObject({ kind: 'redrive', topic: 'send-requests' });
+    expect(
+      recheck(letter('send-requests-dlq', { key: 'k', headers: noSource, value: request({}) }), context),
+    ).toMatchObject({ kind: 'redrive', topic: 'send-requests' });
   });
 
   it('a record that is no dead letter of either role is refused', () => {
     const context = recheckContext(config(), () => NOW);
-    expect(recheck(letter('elsewhere', { key: null, headers: {}, value: 'x' }), context)).toMatchObject({ kind: 'fails', code: 'NOT_A_DEAD_LETTER' });
-    expect(redriveHeaders({ topic: 'webhooks-dlq', partition: 2, offset: '17' }, 5)).toEqual({ 'redriven-from': 'webhooks-dlq/2/17', 'redriven-at': '5' });
+    expect(recheck(letter('elsewhere', { key: null, headers: {}, value: 'x' }), context)).toMatchObject({
+      kind: 'fails',
+      code: 'NOT_A_DEAD_LETTER',
+    });
+    expect(redriveHeaders({ topic: 'webhooks-dlq', partition: 2, offset: '17' }, 5)).toEqual({
+      'redriven-from': 'webhooks-dlq/2/17',
+      'redriven-at': '5',
+    });
   });
 });
 
@@ -229,12 +322,15 @@ describe('dlq arguments', () => {
     expect(parseTimeArg('--since')('2026-11-20T10:00:00Z').ms).toBe(Date.parse('2026-11-20T10:00:00Z'));
     expect(parseTimeArg('--since')('2026-11-20').ms).toBe(Date.parse('2026-11-20T00:00:00Z'));
     expect(parseTimeArg('--since')('1795168800000').ms).toBe(1795168800000);
-    for (const bad of ['yesterday', '2026-11-20T10:00:00', '2h ago', '', '-5m']) expect(() => parseTimeArg('--since')(bad), bad).toThrow(/--since expects an ISO time with a zone/);
+    for (const bad of ['yesterday', '2026-11-20T10:00:00', '2h ago', '', '-5m'])
+      expect(() => parseTimeArg('--since')(bad), bad).toThrow(/--since expects an ISO time with a zone/);
     expect(parseRate('100')).toBe(100);
     expect(parseRate('100/s')).toBe(100);
-    for (const bad of ['0', '-1', 'fast', '100/m', '1000001']) expect(() => parseRate(bad), bad).toThrow(/--rate expects/);
+    for (const bad of ['0', '-1', 'fast', '100/m', '1000001'])
+      expect(() => parseRate(bad), bad).toThrow(/--rate expects/);
     expect(parseRedriveName('incident-42.biz_9')).toBe('incident-42.biz_9');
-    for (const bad of ['', 'has space', '.dot', 'x'.repeat(101), 'a/b']) expect(() => parseRedriveName(bad), bad).toThrow(/--name expects/);
+    for (const bad of ['', 'has space', '.dot', 'x'.repeat(101), 'a/b'])
+      expect(() => parseRedriveName(bad), bad).toThrow(/--name expects/);
     expect(parseCursor('0:12,3:4')).toEqual(
       new Map([
         [0, 12],
@@ -278,9 +374,23 @@ describe('dlq arguments', () => {
     vi.stubEnv('KAFKA_BROKERS', env.KAFKA_BROKERS);
     const err = quiet();
     expect(await main(['node', 'msgbridge', 'dlq', 'redrive', 'send-requests', '--yes'])).toBe(2);
-    expect(err.join('')).toMatch(/"send-requests" is not a configured DLQ topic \(webhooks-dlq, send-requests-dlq\): refusing to redrive it; pass --allow-any-topic/);
+    expect(err.join('')).toMatch(
+      /"send-requests" is not a configured DLQ topic \(webhooks-dlq, send-requests-dlq\): refusing to redrive it; pass --allow-any-topic/,
+    );
     err.length = 0;
-    expect(await main(['node', 'msgbridge', 'dlq', 'list', 'webhooks-dlq', '--since', '2026-11-20T10:00:00Z', '--until', '2026-11-20T09:00:00Z'])).toBe(2);
+    expect(
+      await main([
+        'node',
+        'msgbridge',
+        'dlq',
+        'list',
+        'webhooks-dlq',
+        '--since',
+        '2026-11-20T10:00:00Z',
+        '--until',
+        '2026-11-20T09:00:00Z',
+      ]),
+    ).toBe(2);
     expect(err.join('')).toMatch(/--until \(2026-11-20T09:00:00.000Z\) is before --since \(2026-11-20T10:00:00.000Z\)/);
     err.length = 0;
     // The test runner's stdin is not a terminal.
@@ -297,7 +407,11 @@ describe('dlq arguments', () => {
       ['dlq', 'redrive', 'send-requests-dlq', '--yes'],
     ];
     // Side by side: each waits for its client's retries to give up.
-    const results = await Promise.all(commands.map((args) => runCli(args, { KAFKA_BROKERS: '127.0.0.1:1', MSGBRIDGE_BUSINESS_ID: 'biz_1', MSGBRIDGE_API_KEY: 'k' })));
+    const results = await Promise.all(
+      commands.map((args) =>
+        runCli(args, { KAFKA_BROKERS: '127.0.0.1:1', MSGBRIDGE_BUSINESS_ID: 'biz_1', MSGBRIDGE_API_KEY: 'k' }),
+      ),
+    );
     results.forEach(({ code, stderr }, i) => {
       expect(code, commands[i]!.join(' ')).toBe(2);
       expect(stderr.trim().split('\n')).toHaveLength(1);

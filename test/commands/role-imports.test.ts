@@ -27,7 +27,9 @@ const packageOf = (path: string) =>
     .slice(0, path.startsWith('@') ? 2 : 1)
     .join('/');
 
-/** The packages a module loads before any of its code runs: its static imports, followed through the project's files. */
+/**
+ * The packages a module loads before any of its code runs: its static imports, followed through the project's files.
+ */
 async function packagesLoadedBy(entries: string[]): Promise<Set<string>> {
   const inputs = await metafileOf(entries);
   const seen = new Set<string>();
@@ -54,7 +56,8 @@ describe('what each command loads', () => {
   it('the CLI itself loads no role and none of their packages', async () => {
     const packages = await packagesLoadedBy(['src/cli.ts']);
     expect(packages).toContain('commander');
-    for (const heavy of ['lmdb', 'uWebSockets.js', 'undici', '@platformatic/kafka', 'prom-client']) expect(packages, heavy).not.toContain(heavy);
+    for (const heavy of ['lmdb', 'uWebSockets.js', 'undici', '@platformatic/kafka', 'prom-client'])
+      expect(packages, heavy).not.toContain(heavy);
   });
 
   it('msgbridge/client (the package export for producers) loads zod and nothing heavier; msgbridge/client/kafka adds kafkajs only', async () => {

@@ -51,10 +51,26 @@ describe('AsyncAPI document', () => {
     const { document } = await new Parser().parse(readFileSync(file, 'utf8'));
     const cases = [
       { address: 'message-state', schema: SCHEMA_ID.messageState, key: /message id/, zod: messageStateSchema },
-      { address: 'conversations', schema: SCHEMA_ID.conversations, key: /<businessId>:<customer>/, zod: conversationWindowSchema },
+      {
+        address: 'conversations',
+        schema: SCHEMA_ID.conversations,
+        key: /<businessId>:<customer>/,
+        zod: conversationWindowSchema,
+      },
       // A dead letter's result may name no business: its outcome then has no business-id header.
-      { address: 'request-outcomes', schema: SCHEMA_ID.requestOutcomes, key: /request id/, zod: requestOutcomeSchema, businessOptional: true },
-      { address: 'inbound-messages', schema: SCHEMA_ID.inboundMessages, key: /event-id/, zod: inboundMessageRecordSchema },
+      {
+        address: 'request-outcomes',
+        schema: SCHEMA_ID.requestOutcomes,
+        key: /request id/,
+        zod: requestOutcomeSchema,
+        businessOptional: true,
+      },
+      {
+        address: 'inbound-messages',
+        schema: SCHEMA_ID.inboundMessages,
+        key: /event-id/,
+        zod: inboundMessageRecordSchema,
+      },
     ];
     for (const c of cases) {
       const channel = document!
@@ -64,15 +80,26 @@ describe('AsyncAPI document', () => {
       expect(channel, c.address).toBeDefined();
       expect(channel.description()).toMatch(/compacted/i);
       expect(channel.description()).toContain('isolation.level=read_committed');
-      expect(channel.bindings().get('kafka')!.value()).toMatchObject({ topicConfiguration: { 'cleanup.policy': ['compact'] } });
+      expect(channel.bindings().get('kafka')!.value()).toMatchObject({
+        topicConfiguration: { 'cleanup.policy': ['compact'] },
+      });
       const message = channel.messages().all()[0]!;
       expect(message.name()).toBe(c.schema);
       expect(message.contentType()).toBe('application/json');
-      expect(message.headers()!.required()).toEqual(c.businessOptional ? [HEADER.eventId, HEADER.contentType, HEADER.schema] : [HEADER.eventId, HEADER.businessId, HEADER.contentType, HEADER.schema]);
-      expect((message.bindings().get('kafka')!.value() as { key: { description: string } }).key.description).toMatch(c.key);
+      expect(message.headers()!.required()).toEqual(
+        c.businessOptional
+          ? [HEADER.eventId, HEADER.contentType, HEADER.schema]
+          : [HEADER.eventId, HEADER.businessId, HEADER.contentType, HEADER.schema],
+      );
+      expect((message.bindings().get('kafka')!.value() as { key: { description: string } }).key.description).toMatch(
+        c.key,
+      );
       // The payload is the zod contract's JSON Schema: every field, the same required ones.
       const payload = message.payload()!;
-      const json = z.toJSONSchema(c.zod, { target: 'draft-7', io: 'input' }) as { properties: object; required: string[] };
+      const json = z.toJSONSchema(c.zod, { target: 'draft-7', io: 'input' }) as {
+        properties: object;
+        required: string[];
+      };
       expect(Object.keys(payload.properties() ?? {}).sort()).toEqual(Object.keys(json.properties).sort());
       expect([...(payload.required() ?? [])].sort()).toEqual([...json.required].sort());
       const writers = channel
@@ -99,7 +126,10 @@ describe('AsyncAPI document', () => {
 
   it('the parser reports a broken document', async () => {
     const broken = buildAsyncApiDocument(pkg.version);
-    (broken.operations as Record<string, unknown>).dangling = { action: 'publish', channel: { $ref: '#/channels/nowhere' } };
+    (broken.operations as Record<string, unknown>).dangling = {
+      action: 'publish',
+      channel: { $ref: '#/channels/nowhere' },
+    };
     const { diagnostics } = await new Parser().parse(JSON.stringify(broken));
     expect(diagnostics.filter((d) => d.severity === 0).length).toBeGreaterThan(0);
   });

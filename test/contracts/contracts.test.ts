@@ -1,5 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { deliveryStatusEventSchema, detectWebhookTopic, inboundMessageEventSchema, partySchema, providerErrorSchema, sendRequestSchema, sendResultSchema } from '../../src/contracts/index.js';
+import {
+  deliveryStatusEventSchema,
+  detectWebhookTopic,
+  inboundMessageEventSchema,
+  partySchema,
+  providerErrorSchema,
+  sendRequestSchema,
+  sendResultSchema,
+} from '../../src/contracts/index.js';
 
 // The example shapes of the provider's API documentation, and the extra fields it sends in practice.
 const party = { channelType: 'whatsapp', id: '+15550001111' };
@@ -56,7 +64,12 @@ describe('inbound message event', () => {
     const rich = {
       ...inbound,
       sender: { ...inbound.sender, name: 'Ana' },
-      message: { text: 'see', attachments: [{ type: 'image', url: 'https://x/y.png' }], location: { lat: 1, lng: 2 }, isButtonResponse: true },
+      message: {
+        text: 'see',
+        attachments: [{ type: 'image', url: 'https://x/y.png' }],
+        location: { lat: 1, lng: 2 },
+        isButtonResponse: true,
+      },
       context: { id: 'prev' },
       callbackData: 'cb',
       referral: null,
@@ -82,10 +95,16 @@ describe('delivery status event', () => {
     expect(deliveryStatusEventSchema.parse(status(s))).toEqual(status(s));
   });
   it('accepts delivery_failed with the full error object', () => {
-    expect(deliveryStatusEventSchema.parse(status('delivery_failed', errorObject)).statusUpdate.error).toEqual(errorObject);
+    expect(deliveryStatusEventSchema.parse(status('delivery_failed', errorObject)).statusUpdate.error).toEqual(
+      errorObject,
+    );
   });
   it('keeps metadata wherever it appears, null included', () => {
-    const event = { ...status('sent'), metadata: null, statusUpdate: { ...status('sent').statusUpdate, metadata: { a: 1 } } };
+    const event = {
+      ...status('sent'),
+      metadata: null,
+      statusUpdate: { ...status('sent').statusUpdate, metadata: { a: 1 } },
+    };
     expect(deliveryStatusEventSchema.parse(event)).toEqual(event);
   });
   it('accepts an event without the topic field', () => {
@@ -130,8 +149,20 @@ describe('topic detection for the per-business address', () => {
 });
 
 describe('send request', () => {
-  const text = { requestId: 'order-42', businessId: 'biz_1', type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'Your order shipped' } };
-  const template = { requestId: 'r-2', type: 'template', number: '+15550002222', templateName: 'order_update', parameters: [{ name: 'order', value: '42' }] };
+  const text = {
+    requestId: 'order-42',
+    businessId: 'biz_1',
+    type: 'text',
+    recipient: { channelType: 'whatsapp', id: '+15550002222' },
+    message: { text: 'Your order shipped' },
+  };
+  const template = {
+    requestId: 'r-2',
+    type: 'template',
+    number: '+15550002222',
+    templateName: 'order_update',
+    parameters: [{ name: 'order', value: '42' }],
+  };
   it('accepts both example requests and passes unknown fields through', () => {
     expect(sendRequestSchema.parse({ ...text, callbackData: 'x' })).toEqual({ ...text, callbackData: 'x' });
     expect(sendRequestSchema.parse({ ...template, language: 'en' })).toEqual({ ...template, language: 'en' });
@@ -175,10 +206,28 @@ describe('send result', () => {
       outcome: 'rejected',
       attempts: 3,
       maybeSent: false,
-      error: { httpStatus: 400, type: 'ERROR_TYPE_INVALID_REQUEST', code: 'ERROR_CODE_X', message: 'm', cntTraceId: '1', retriable: false },
+      error: {
+        httpStatus: 400,
+        type: 'ERROR_TYPE_INVALID_REQUEST',
+        code: 'ERROR_CODE_X',
+        message: 'm',
+        cntTraceId: '1',
+        retriable: false,
+      },
     };
     const at = new Date().toISOString();
-    const expired = { requestId: 'r', businessId: 'b', outcome: 'expired', type: 'text', recipient: '+15550002222', attempts: 0, maybeSent: false, expiresAt: at, expiredBy: 'ttlMs', expiredAt: at };
+    const expired = {
+      requestId: 'r',
+      businessId: 'b',
+      outcome: 'expired',
+      type: 'text',
+      recipient: '+15550002222',
+      attempts: 0,
+      maybeSent: false,
+      expiresAt: at,
+      expiredBy: 'ttlMs',
+      expiredAt: at,
+    };
     expect(sendResultSchema.parse(accepted)).toEqual(accepted);
     expect(sendResultSchema.parse(rejected)).toEqual(rejected);
     expect(sendResultSchema.parse(expired)).toEqual(expired);
@@ -190,7 +239,9 @@ describe('send result', () => {
     expect(sendResultSchema.parse({ ...rejected, maybeSent: undefined })).toMatchObject({ maybeSent: false });
     expect(sendResultSchema.safeParse({ ...rejected, maybeSent: 'no' }).success).toBe(false);
     expect(sendResultSchema.safeParse({ ...accepted, attempts: 0 }).success).toBe(false);
-    expect(sendResultSchema.safeParse({ ...rejected, error: { ...rejected.error, retriable: undefined } }).success).toBe(false);
+    expect(
+      sendResultSchema.safeParse({ ...rejected, error: { ...rejected.error, retriable: undefined } }).success,
+    ).toBe(false);
     expect(sendResultSchema.safeParse({ ...accepted, outcome: 'maybe' }).success).toBe(false);
   });
 });

@@ -10,12 +10,14 @@ describe('canonicalCustomerId', () => {
   });
 
   it('compares any other id as it is: an opaque id, or a number written with other characters', () => {
-    for (const id of ['US.13491208655302741918', 'abc', '+1 555 000 2222', '++15550002222', '+', '1555-000-2222']) expect(canonicalCustomerId(id)).toBe(id);
+    for (const id of ['US.13491208655302741918', 'abc', '+1 555 000 2222', '++15550002222', '+', '1555-000-2222'])
+      expect(canonicalCustomerId(id)).toBe(id);
     expect(sameCustomer('US.1', 'us.1')).toBe(false);
   });
 
   it('is idempotent', () => {
-    for (const id of ['+15550002222', '15550002222', 'US.1', '+']) expect(canonicalCustomerId(canonicalCustomerId(id))).toBe(canonicalCustomerId(id));
+    for (const id of ['+15550002222', '15550002222', 'US.1', '+'])
+      expect(canonicalCustomerId(canonicalCustomerId(id))).toBe(canonicalCustomerId(id));
   });
 });
 
@@ -32,7 +34,12 @@ describe('channels', () => {
 
 describe('a recipient of neither form is refused at the edge, with one clear error', () => {
   it.each(['abc', '+1 555 000 2222', '1234', '', '+'])('%j', (id) => {
-    const parsed = sendRequestSchema.safeParse({ requestId: 'r1', type: 'text', recipient: { channelType: 'sms', id }, message: { text: 'hi' } });
+    const parsed = sendRequestSchema.safeParse({
+      requestId: 'r1',
+      type: 'text',
+      recipient: { channelType: 'sms', id },
+      message: { text: 'hi' },
+    });
     expect(parsed.success).toBe(false);
     const issues = parsed.error!.issues;
     expect(issues).toHaveLength(1);

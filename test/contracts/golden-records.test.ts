@@ -50,16 +50,23 @@ function load(version: string, topic: ContractTopic): GoldenFile | undefined {
   return existsSync(path) ? (JSON.parse(readFileSync(path, 'utf8')) as GoldenFile) : undefined;
 }
 
-const files = versions.flatMap((version) => CONTRACT_TOPICS.map((topic) => ({ version, topic, file: load(version, topic) }))).filter((f) => f.file !== undefined) as {
+const files = versions
+  .flatMap((version) => CONTRACT_TOPICS.map((topic) => ({ version, topic, file: load(version, topic) })))
+  .filter((f) => f.file !== undefined) as {
   version: string;
   topic: ContractTopic;
   file: GoldenFile;
 }[];
-const cases = files.flatMap(({ version, topic, file }) => file.records.map((record) => ({ version, topic, record, name: `${version} ${topic}: ${record.note}` })));
+const cases = files.flatMap(({ version, topic, file }) =>
+  file.records.map((record) => ({ version, topic, record, name: `${version} ${topic}: ${record.note}` })),
+);
 const recordsOf = (version: string, topic: ContractTopic) => load(version, topic)?.records ?? [];
 const json = (r: GoldenRecord) => JSON.parse(r.value) as Record<string, unknown>;
 
-/** The `schema` header each topic's records carry (send-requests: send-request/v1 from msgbridge send, none required of other producers). */
+/**
+ * The `schema` header each topic's records carry (send-requests: send-request/v1 from msgbridge send, none required of
+ * other producers).
+ */
 const SCHEMA_OF: Record<ContractTopic, string | undefined> = {
   messages: SCHEMA_ID.messages,
   delivery_status: SCHEMA_ID.delivery_status,
@@ -88,7 +95,10 @@ const JSON_SCHEMA_OF: Partial<Record<ContractTopic, string>> = {
 const TOPICS = trackerTopics(loadConfig({ env: {} })); // the default topic names
 
 /** The tracker's decoding of consumed records (TrackerLogic.decodeBatch), with what it skipped and why. */
-function trackerDecode(topic: string, records: GoldenRecord[]): { events: DecodedEvent[]; skipped: { reason: SkipReason; detail: string }[] } {
+function trackerDecode(
+  topic: string,
+  records: GoldenRecord[],
+): { events: DecodedEvent[]; skipped: { reason: SkipReason; detail: string }[] } {
   const skipped: { reason: SkipReason; detail: string }[] = [];
   const logic = trackerLogic((reason, _record, detail) => skipped.push({ reason, detail }));
   return { events: logic.decodeBatch(records.map((r, i) => consumed(topic, r, i))), skipped };
@@ -109,7 +119,15 @@ function trackerLogic(onSkip?: (reason: SkipReason, record: ConsumedRecord, deta
 function consumed(topic: string, r: GoldenRecord, offset: number): ConsumedRecord {
   // As a Kafka client hands them over: key, value and header values as bytes.
   const headers = Object.fromEntries(Object.entries(r.headers).map(([name, value]) => [name, Buffer.from(value)]));
-  return { topic, partition: 0, offset: String(offset), timestamp: '1795168800000', key: r.key === null ? null : Buffer.from(r.key), value: Buffer.from(r.value), headers };
+  return {
+    topic,
+    partition: 0,
+    offset: String(offset),
+    timestamp: '1795168800000',
+    key: r.key === null ? null : Buffer.from(r.key),
+    value: Buffer.from(r.value),
+    headers,
+  };
 }
 
 // ---- The JSON Schemas and the AsyncAPI document, compiled by a validator other than zod ----
@@ -140,7 +158,9 @@ const resolve = <T>(ref: string): T =>
     .replace(/^#\//, '')
     .split('/')
     .reduce<unknown>((node, part) => (node as Record<string, unknown>)[part], asyncapi) as T;
-/** The messages the AsyncAPI document declares on a topic's channel, each with validators of its payload and headers. */
+/**
+ * The messages the AsyncAPI document declares on a topic's channel, each with validators of its payload and headers.
+ */
 function asyncApiMessages(topic: string) {
   const channel = Object.values(asyncapi.channels).find((c) => c.address === topic);
   if (!channel) return [];
@@ -149,7 +169,11 @@ function asyncApiMessages(topic: string) {
   return Object.values(channel.messages).map(({ $ref }) => {
     const message = resolve<AsyncApiMessage>($ref);
     const payload = message.payload.$ref ? resolve<object>(message.payload.$ref) : message.payload;
-    return { name: message.name, payload: ajv.compile(payload), headers: message.headers ? ajv.compile(message.headers) : undefined };
+    return {
+      name: message.name,
+      payload: ajv.compile(payload),
+      headers: message.headers ? ajv.compile(message.headers) : undefined,
+    };
   });
 }
 
@@ -176,9 +200,18 @@ describe('golden records', () => {
   it('are kept for the last release (0.1.0) and this one, every topic of this one', () => {
     expect(versions).toContain('0.1.0');
     expect(versions.at(-1)).toBe(CURRENT_CONTRACT_VERSION);
-    expect(files.filter((f) => f.version === CURRENT_CONTRACT_VERSION).map((f) => f.topic)).toEqual([...CONTRACT_TOPICS]);
+    expect(files.filter((f) => f.version === CURRENT_CONTRACT_VERSION).map((f) => f.topic)).toEqual([
+      ...CONTRACT_TOPICS,
+    ]);
     // 0.1.0 had no tracker: its topics are the ones the ingress and the sender wrote.
-    expect(files.filter((f) => f.version === '0.1.0').map((f) => f.topic)).toEqual(['messages', 'delivery_status', 'webhooks-dlq', 'send-requests', 'send-results', 'send-requests-dlq']);
+    expect(files.filter((f) => f.version === '0.1.0').map((f) => f.topic)).toEqual([
+      'messages',
+      'delivery_status',
+      'webhooks-dlq',
+      'send-requests',
+      'send-results',
+      'send-requests-dlq',
+    ]);
     for (const { version, topic, file } of files) {
       expect(file.version, `${version}/${topic}.json`).toBe(version);
       expect(file.topic, `${version}/${topic}.json`).toBe(topic);
@@ -190,7 +223,9 @@ describe('golden records', () => {
 
   it(`of ${CURRENT_CONTRACT_VERSION} are what the code writes now (after a deliberate change: npm run contract-fixtures, and say it in the release notes)`, () => {
     for (const file of currentGoldenFiles()) {
-      expect(readFileSync(goldenFilePath(file.version, file.topic), 'utf8'), `${file.version}/${file.topic}.json`).toBe(renderGoldenFile(file));
+      expect(readFileSync(goldenFilePath(file.version, file.topic), 'utf8'), `${file.version}/${file.topic}.json`).toBe(
+        renderGoldenFile(file),
+      );
     }
   });
 });
@@ -199,13 +234,16 @@ describe.each(cases)('$name', ({ topic, record }) => {
   it('has string headers, and a schema header naming a version the code knows', () => {
     for (const value of Object.values(record.headers)) expect(typeof value).toBe('string');
     // msgbridge send names send-request/v1; other producers of send requests need not.
-    if (topic === 'send-requests' && record.headers[HEADER.schema] !== undefined) expect(record.headers[HEADER.schema]).toBe(SCHEMA_ID.sendRequest);
+    if (topic === 'send-requests' && record.headers[HEADER.schema] !== undefined)
+      expect(record.headers[HEADER.schema]).toBe(SCHEMA_ID.sendRequest);
     else expect(record.headers[HEADER.schema]).toBe(SCHEMA_OF[topic]);
     if (SCHEMA_OF[topic] !== undefined) expect(Object.values(SCHEMA_ID)).toContain(record.headers[HEADER.schema]);
   });
 
   it('is printed by msgbridge tail: key, headers as strings, the value decoded', () => {
-    const headers = headersToStrings(Object.fromEntries(Object.entries(record.headers).map(([n, v]) => [n, Buffer.from(v)])));
+    const headers = headersToStrings(
+      Object.fromEntries(Object.entries(record.headers).map(([n, v]) => [n, Buffer.from(v)])),
+    );
     expect(headers).toEqual(record.headers);
     let parsed: unknown;
     try {
@@ -221,9 +259,16 @@ describe.each(cases)('$name', ({ topic, record }) => {
     expect(messages.length, `no channel ${topic} in docs/asyncapi.json`).toBeGreaterThan(0);
     const value = decodeValue(Buffer.from(record.value));
     const fitting = messages.filter((m) => m.payload(value) && (m.headers?.(record.headers) ?? true));
-    const why = messages.map((m) => JSON.stringify([m.name, m.payload(value) || m.payload.errors, m.headers ? m.headers(record.headers) || m.headers.errors : 'no headers']));
+    const why = messages.map((m) =>
+      JSON.stringify([
+        m.name,
+        m.payload(value) || m.payload.errors,
+        m.headers ? m.headers(record.headers) || m.headers.errors : 'no headers',
+      ]),
+    );
     expect(fitting.length, why.join('\n')).toBeGreaterThan(0);
-    if (record.headers[HEADER.schema] !== undefined) expect(fitting.map((m) => m.name)).toContain(record.headers[HEADER.schema]);
+    if (record.headers[HEADER.schema] !== undefined)
+      expect(fitting.map((m) => m.name)).toContain(record.headers[HEADER.schema]);
   });
 
   if (JSON_SCHEMA_OF[topic] !== undefined)
@@ -235,7 +280,9 @@ describe.each(cases)('$name', ({ topic, record }) => {
   if (topic === 'delivery_status' || topic === 'messages' || topic === 'webhooks-dlq')
     it('is the webhook body byte for byte: event-id is its SHA-256, the signature verifies it', () => {
       expect(record.headers[HEADER.eventId]).toBe(eventIdOf(record.value));
-      expect(verifySignature([GOLDEN_SIGNING_SECRET], Buffer.from(record.value), record.headers[HEADER.signature])).toBe(true);
+      expect(
+        verifySignature([GOLDEN_SIGNING_SECRET], Buffer.from(record.value), record.headers[HEADER.signature]),
+      ).toBe(true);
       expect(record.headers[HEADER.businessId]).toBe(GOLDEN_BUSINESS);
       expect(Number(record.headers[HEADER.receivedAt])).toBeGreaterThan(0);
       if (topic === 'webhooks-dlq') {
@@ -252,7 +299,13 @@ describe.each(cases)('$name', ({ topic, record }) => {
       expect(skipped).toEqual([]);
       expect(events[0]).toMatchObject({
         kind: 'message',
-        event: { kind: 'status', messageId: record.key, status: body.statusUpdate.status, businessId: record.headers[HEADER.businessId], eventId: record.headers[HEADER.eventId] },
+        event: {
+          kind: 'status',
+          messageId: record.key,
+          status: body.statusUpdate.status,
+          businessId: record.headers[HEADER.businessId],
+          eventId: record.headers[HEADER.eventId],
+        },
       });
     });
 
@@ -266,7 +319,11 @@ describe.each(cases)('$name', ({ topic, record }) => {
       expect(events[0]).toMatchObject({
         kind: 'conversation',
         input: { businessId: record.headers[HEADER.businessId], customer: canonicalCustomerId(record.key!) },
-        inbound: { eventId: record.headers[HEADER.eventId], customer: canonicalCustomerId(body.sender.id), from: body.sender.id },
+        inbound: {
+          eventId: record.headers[HEADER.eventId],
+          customer: canonicalCustomerId(body.sender.id),
+          from: body.sender.id,
+        },
       });
     });
 
@@ -275,9 +332,20 @@ describe.each(cases)('$name', ({ topic, record }) => {
       const value = json(record);
       expect(sendRequestSchema.safeParse(value).success).toBe(true);
       const job = prepareJob(
-        { topic, partition: 0, offset: '0', key: record.key === null ? null : Buffer.from(record.key), value: Buffer.from(record.value), headers: record.headers },
+        {
+          topic,
+          partition: 0,
+          offset: '0',
+          key: record.key === null ? null : Buffer.from(record.key),
+          value: Buffer.from(record.value),
+          headers: record.headers,
+        },
         new Map([[GOLDEN_BUSINESS, 'key']]),
-        { receivedAt: Date.parse('2026-11-20T10:00:00.000Z'), producedAt: Date.parse('2026-11-20T09:59:59.000Z'), maxRequestAgeMs: 86_400_000 },
+        {
+          receivedAt: Date.parse('2026-11-20T10:00:00.000Z'),
+          producedAt: Date.parse('2026-11-20T09:59:59.000Z'),
+          maxRequestAgeMs: 86_400_000,
+        },
       );
       expect(job.kind, job.kind === 'dlq' ? job.reason : '').toBe('send');
       if (job.kind !== 'send') return;
@@ -303,7 +371,13 @@ describe.each(cases)('$name', ({ topic, record }) => {
           event: {
             kind: 'result',
             eventId: record.headers[HEADER.eventId],
-            result: { requestId: result.requestId, messageId: record.key, type: result.sentAs ?? result.type, businessId: result.businessId, acceptedAt: result.acceptedAt },
+            result: {
+              requestId: result.requestId,
+              messageId: record.key,
+              type: result.sentAs ?? result.type,
+              businessId: result.businessId,
+              acceptedAt: result.acceptedAt,
+            },
           },
         });
       } else {
@@ -311,7 +385,13 @@ describe.each(cases)('$name', ({ topic, record }) => {
         expect(skipped).toEqual([]);
         expect(events[0]).toMatchObject({
           kind: 'outcome',
-          event: { requestId: result.requestId, outcome: result.outcome, attempts: result.attempts, maybeSent: result.maybeSent ?? false, error: result.outcome === 'rejected' ? result.error : null },
+          event: {
+            requestId: result.requestId,
+            outcome: result.outcome,
+            attempts: result.attempts,
+            maybeSent: result.maybeSent ?? false,
+            error: result.outcome === 'rejected' ? result.error : null,
+          },
         });
       }
     });
@@ -344,7 +424,10 @@ describe.each(cases)('$name', ({ topic, record }) => {
       const entry = conversationEntry(record.key, record.value);
       expect(entry).toMatchObject({ businessId: window.businessId, openUntil: Date.parse(window.windowOpenUntil) });
       store.applyChangelog('conversations', [{ key: record.key!, value: Buffer.from(record.value) }], {}, 0);
-      expect(store.conversation(canonicalConversationKey(record.key!))).toMatchObject({ ...window, customer: canonicalCustomerId(window.customer) });
+      expect(store.conversation(canonicalConversationKey(record.key!))).toMatchObject({
+        ...window,
+        customer: canonicalCustomerId(window.customer),
+      });
     });
 
   if (topic === 'inbound-messages')
@@ -396,26 +479,47 @@ describe.each(versions)('the tracker on the records of %s', (version) => {
       processed.commit?.(new Map());
       return processed.outputs;
     };
-    const outputs = [...batch(TOPICS.sendResults, results), ...batch(TOPICS.deliveryStatus, statuses), ...batch(TOPICS.messages, inbound)];
+    const outputs = [
+      ...batch(TOPICS.sendResults, results),
+      ...batch(TOPICS.deliveryStatus, statuses),
+      ...batch(TOPICS.messages, inbound),
+    ];
     const accepted = results.map(json).filter((r) => r.outcome === 'accepted');
     expect(skipped).toEqual([]);
-    for (const r of results.map(json).filter((r) => r.outcome !== 'accepted')) expect(outcomes.get(r.requestId as string)?.outcome, `outcome of ${String(r.requestId)}`).toBeDefined();
-    for (const r of accepted) expect(states.get(r.messageId as string)?.requestId, `state of ${String(r.messageId)}`).toBe(r.requestId);
+    for (const r of results.map(json).filter((r) => r.outcome !== 'accepted'))
+      expect(outcomes.get(r.requestId as string)?.outcome, `outcome of ${String(r.requestId)}`).toBeDefined();
+    for (const r of accepted)
+      expect(states.get(r.messageId as string)?.requestId, `state of ${String(r.messageId)}`).toBe(r.requestId);
     expect(outputs.filter((o) => o.topic === TOPICS.conversations).length).toBeGreaterThan(0);
     // What it writes is read back as this version's states are.
-    for (const o of outputs.filter((o) => o.topic === TOPICS.messageState)) expect(messageStateSchema.safeParse(JSON.parse(String(o.value))).success).toBe(true);
-    for (const o of outputs.filter((o) => o.topic === TOPICS.requestOutcomes)) expect(requestOutcomeSchema.safeParse(JSON.parse(String(o.value))).success).toBe(true);
+    for (const o of outputs.filter((o) => o.topic === TOPICS.messageState))
+      expect(messageStateSchema.safeParse(JSON.parse(String(o.value))).success).toBe(true);
+    for (const o of outputs.filter((o) => o.topic === TOPICS.requestOutcomes))
+      expect(requestOutcomeSchema.safeParse(JSON.parse(String(o.value))).success).toBe(true);
     // Every inbound message (a text, a button reply, an attachment) is kept once, for its customer's conversation.
-    const kept = outputs.filter((o) => o.topic === TOPICS.inboundMessages).map((o) => inboundMessageRecordSchema.parse(JSON.parse(String(o.value))));
+    const kept = outputs
+      .filter((o) => o.topic === TOPICS.inboundMessages)
+      .map((o) => inboundMessageRecordSchema.parse(JSON.parse(String(o.value))));
     expect(kept.map((k) => k.eventId).sort()).toEqual(inbound.map((r) => r.headers[HEADER.eventId]).sort());
   });
 });
 
 describe('records of the code before canonical customer ids', () => {
   it("reads the conversations key of the release before canonical customer ids (the provider's form) as the same customer, in the sender and the store", () => {
-    const value = JSON.stringify({ businessId: 'biz_1', customer: '+15550009999', lastInboundAt: '2026-11-20T09:58:00.000Z', windowOpenUntil: '2026-11-21T09:58:00.000Z' });
-    expect(conversationEntry('biz_1:+15550009999', value)).toMatchObject({ key: 'biz_1:15550009999', openUntil: Date.parse('2026-11-21T09:58:00.000Z') });
+    const value = JSON.stringify({
+      businessId: 'biz_1',
+      customer: '+15550009999',
+      lastInboundAt: '2026-11-20T09:58:00.000Z',
+      windowOpenUntil: '2026-11-21T09:58:00.000Z',
+    });
+    expect(conversationEntry('biz_1:+15550009999', value)).toMatchObject({
+      key: 'biz_1:15550009999',
+      openUntil: Date.parse('2026-11-21T09:58:00.000Z'),
+    });
     store.applyChangelog('conversations', [{ key: 'biz_1:+15550009999', value: Buffer.from(value) }], {}, 0);
-    expect(store.conversation('biz_1:15550009999')).toMatchObject({ customer: '15550009999', windowOpenUntil: '2026-11-21T09:58:00.000Z' });
+    expect(store.conversation('biz_1:15550009999')).toMatchObject({
+      customer: '15550009999',
+      windowOpenUntil: '2026-11-21T09:58:00.000Z',
+    });
   });
 });

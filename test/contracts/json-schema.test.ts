@@ -33,11 +33,23 @@ function validatorOf(file: string) {
 
 describe('the tracker values on message-state and conversations match their published schemas', () => {
   const NOW = new Date('2026-03-01T12:00:00.000Z');
-  const error = { message: 'not on WhatsApp', type: 'ERROR_TYPE_INVALID_REQUEST', code: 'ERROR_CODE_PHONE_NUMBER_BAD_FORMAT', cntTraceId: '123' };
+  const error = {
+    message: 'not on WhatsApp',
+    type: 'ERROR_TYPE_INVALID_REQUEST',
+    code: 'ERROR_CODE_PHONE_NUMBER_BAD_FORMAT',
+    cntTraceId: '123',
+  };
   const result: TrackerEvent = {
     kind: 'result',
     eventId: 'e-result',
-    result: { requestId: 'order-42', businessId: 'biz_1', messageId: 'm1', type: 'text', recipient: '+15550002222', acceptedAt: '2026-03-01T10:00:00+01:00' },
+    result: {
+      requestId: 'order-42',
+      businessId: 'biz_1',
+      messageId: 'm1',
+      type: 'text',
+      recipient: '+15550002222',
+      acceptedAt: '2026-03-01T10:00:00+01:00',
+    },
   };
   const status = (s: 'sent' | 'delivered' | 'read' | 'delivery_failed', at: string): TrackerEvent => ({
     kind: 'status',
@@ -63,11 +75,24 @@ describe('the tracker values on message-state and conversations match their publ
   it('message-state.schema.json accepts every state applyEvent publishes, and the public state without eventIds', () => {
     const validate = validatorOf('message-state.schema.json');
     const states = [
-      ...fold([result, status('sent', '2026-03-01T09:00:01Z'), status('delivered', '2026-03-01T09:00:02Z'), status('read', '2026-03-01T09:00:03Z')]),
+      ...fold([
+        result,
+        status('sent', '2026-03-01T09:00:01Z'),
+        status('delivered', '2026-03-01T09:00:02Z'),
+        status('read', '2026-03-01T09:00:03Z'),
+      ]),
       // A status before its result (no requestId, type or acceptedAt yet), then a failure.
       ...fold([status('delivered', '2026-03-01T09:00:02Z'), status('delivery_failed', '2026-03-01T09:00:04Z'), result]),
     ];
-    expect(states.map((s) => s.status)).toEqual(['accepted', 'sent', 'delivered', 'read', 'delivered', 'delivery_failed', 'delivery_failed']);
+    expect(states.map((s) => s.status)).toEqual([
+      'accepted',
+      'sent',
+      'delivered',
+      'read',
+      'delivered',
+      'delivery_failed',
+      'delivery_failed',
+    ]);
     expect(states[4]!.requestId).toBeNull();
     for (const state of states) {
       // What is published: the JSON text of the state.
@@ -89,7 +114,12 @@ describe('the tracker values on message-state and conversations match their publ
 
   it('conversation-window.schema.json accepts the windows applyInbound publishes, and refuses a broken one', () => {
     const validate = validatorOf('conversation-window.schema.json');
-    const body = { timestamp: '1772359200', sender: { channelType: 'whatsapp', id: '+15550002222' }, recipient: { channelType: 'whatsapp', id: '+15550001111' }, message: { text: 'hi' } };
+    const body = {
+      timestamp: '1772359200',
+      sender: { channelType: 'whatsapp', id: '+15550002222' },
+      recipient: { channelType: 'whatsapp', id: '+15550001111' },
+      message: { text: 'hi' },
+    };
     let window: ConversationWindow | undefined;
     for (const timestamp of ['1772359200', '1772362800']) {
       window = applyInbound(window, inboundFrom({ ...body, timestamp }, 'biz_1')).window;

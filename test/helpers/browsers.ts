@@ -80,12 +80,16 @@ export interface TestBrowser {
 /** Launches the distribution's binary of the browser; a missing one fails (it is never skipped nor downloaded). */
 export async function launchBrowser(name: BrowserName): Promise<TestBrowser> {
   const path = browserPath(TOOLS[name], process.env, existsSync);
-  if (!existsSync(path)) throw new Error(`no ${name} at ${path}: \`npm test\` installs it (apt-get install ${TOOLS[name].apt.debian})`);
+  if (!existsSync(path))
+    throw new Error(`no ${name} at ${path}: \`npm test\` installs it (apt-get install ${TOOLS[name].apt.debian})`);
   return name === 'Chromium' ? launchChromium(path) : launchFirefox(path);
 }
 
 async function launchChromium(executablePath: string): Promise<TestBrowser> {
-  const browser = await chromium.launch({ executablePath, args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'] });
+  const browser = await chromium.launch({
+    executablePath,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
+  });
   return {
     name: 'Chromium',
     version: browser.version(),
@@ -107,7 +111,8 @@ async function launchFirefox(executablePath: string): Promise<TestBrowser> {
     name: 'Firefox',
     version: await browser.version(),
     newPage: async (options) => {
-      if (options.locale !== FIREFOX_LOCALE) throw new Error(`the Firefox pages have the locale ${FIREFOX_LOCALE}, not ${options.locale}`);
+      if (options.locale !== FIREFOX_LOCALE)
+        throw new Error(`the Firefox pages have the locale ${FIREFOX_LOCALE}, not ${options.locale}`);
       const context = await browser.createBrowserContext();
       const page = await context.newPage();
       await page.setViewport(options.viewport);
@@ -121,9 +126,11 @@ async function launchFirefox(executablePath: string): Promise<TestBrowser> {
 // ---- Playwright's selectors and locators, in Firefox ----
 
 type TextMatch = { text: string; exact?: boolean } | { regexp: { source: string; flags: string } };
-type Step = { css: string; hasText?: TextMatch; has?: Step[] } | { role: 'link' | 'button'; name?: TextMatch } | { nth: number };
+type Step =
+  { css: string; hasText?: TextMatch; has?: Step[] } | { role: 'link' | 'button'; name?: TextMatch } | { nth: number };
 
-const textMatch = (m: string | RegExp, exact = false): TextMatch => (typeof m === 'string' ? { text: m, exact } : { regexp: { source: m.source, flags: m.flags } });
+const textMatch = (m: string | RegExp, exact = false): TextMatch =>
+  typeof m === 'string' ? { text: m, exact } : { regexp: { source: m.source, flags: m.flags } };
 
 /**
  * In the page: the elements a chain of steps finds from the document. Text and names match as
@@ -184,7 +191,8 @@ const found = (steps: Step[]) => `(${RESOLVE})(${JSON.stringify(steps)})`;
 
 /** A selector that is CSS, not one of Playwright's own engines. */
 function css(selector: string): string {
-  if (/^[a-z-]+=|>>|:(has-)?text\(|:visible|:nth-match\(/.test(selector)) throw new Error(`the Firefox pages take CSS here, not ${selector}`);
+  if (/^[a-z-]+=|>>|:(has-)?text\(|:visible|:nth-match\(/.test(selector))
+    throw new Error(`the Firefox pages take CSS here, not ${selector}`);
   return selector;
 }
 
@@ -217,7 +225,10 @@ class FirefoxLocator implements TestLocator {
   }
 
   getByRole(role: 'link' | 'button', options?: { name?: string | RegExp; exact?: boolean }): TestLocator {
-    return new FirefoxLocator(this.page, [...this.steps, { role, ...(options?.name !== undefined ? { name: textMatch(options.name, options.exact) } : {}) }]);
+    return new FirefoxLocator(this.page, [
+      ...this.steps,
+      { role, ...(options?.name !== undefined ? { name: textMatch(options.name, options.exact) } : {}) },
+    ]);
   }
 
   first(): TestLocator {
@@ -254,7 +265,10 @@ class FirefoxLocator implements TestLocator {
     const handle = await this.page.waitForFunction(expression, { polling: 'mutation' });
     try {
       const el = handle.asElement();
-      if (!el) throw new Error(`strict mode violation: ${String(await handle.jsonValue())} elements match ${JSON.stringify(this.steps)}`);
+      if (!el)
+        throw new Error(
+          `strict mode violation: ${String(await handle.jsonValue())} elements match ${JSON.stringify(this.steps)}`,
+        );
       return await action(el as ElementHandle);
     } finally {
       await handle.dispose();
@@ -321,8 +335,12 @@ class FirefoxPage implements TestPage {
 
   on(event: 'pageerror', listener: (error: Error) => void): unknown;
   on(event: 'response', listener: (response: TestResponse) => void): unknown;
-  on(event: 'pageerror' | 'response', listener: ((error: Error) => void) | ((response: TestResponse) => void)): unknown {
-    if (event === 'pageerror') return this.page.on('pageerror', (error) => (listener as (error: Error) => void)(error as Error));
+  on(
+    event: 'pageerror' | 'response',
+    listener: ((error: Error) => void) | ((response: TestResponse) => void),
+  ): unknown {
+    if (event === 'pageerror')
+      return this.page.on('pageerror', (error) => (listener as (error: Error) => void)(error as Error));
     // As Playwright's: no event for a data: URL (Firefox loads the console's `data:,` icon; nothing reaches a server).
     return this.page.on('response', (response) => {
       if (!response.url().startsWith('data:')) (listener as (response: TestResponse) => void)(response);

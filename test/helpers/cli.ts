@@ -43,7 +43,10 @@ export function runCli(args: string[], env: Record<string, string> = {}, timeout
   });
 }
 
-/** A long-running `msgbridge <args>` (dev, a role): wait for output, then stop it with a signal (its log lines checked as runCli's). */
+/**
+ * A long-running `msgbridge <args>` (dev, a role): wait for output, then stop it with a signal (its log lines checked
+ * as runCli's).
+ */
 export function startCli(args: string[], env: Record<string, string> = {}) {
   const child = spawnCli(args, env);
   let stdout = '';
@@ -59,7 +62,8 @@ export function startCli(args: string[], env: Record<string, string> = {}) {
       for (;;) {
         const match = pattern.exec(stdout);
         if (match) return match;
-        if (child.exitCode !== null) throw new Error(`process exited (${child.exitCode}) before ${pattern}:\n${stdout}\n${stderr}`);
+        if (child.exitCode !== null)
+          throw new Error(`process exited (${child.exitCode}) before ${pattern}:\n${stdout}\n${stderr}`);
         if (Date.now() > deadline) throw new Error(`no ${pattern} within ${timeoutMs} ms:\n${stdout}\n${stderr}`);
         await new Promise((r) => setTimeout(r, 100));
       }

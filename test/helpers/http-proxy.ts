@@ -55,11 +55,14 @@ export async function startTestProxy(options: TestProxyOptions = {}): Promise<Te
   let connections = 0;
   const authorizations: (string | undefined)[] = [];
   const sockets = new Set<Socket>();
-  const expected = options.credentials === undefined ? undefined : `Basic ${Buffer.from(options.credentials).toString('base64')}`;
+  const expected =
+    options.credentials === undefined ? undefined : `Basic ${Buffer.from(options.credentials).toString('base64')}`;
 
   const refuse = (client: Socket, status: number, keepOpen: boolean) => {
     const text = status === 407 ? 'Proxy Authentication Required' : status === 403 ? 'Forbidden' : 'Bad Gateway';
-    client.write(`HTTP/1.1 ${status} ${text}\r\n${status === 407 ? 'Proxy-Authenticate: Basic realm="test"\r\n' : ''}Content-Length: 0\r\n${keepOpen ? '' : 'Connection: close\r\n'}\r\n`);
+    client.write(
+      `HTTP/1.1 ${status} ${text}\r\n${status === 407 ? 'Proxy-Authenticate: Basic realm="test"\r\n' : ''}Content-Length: 0\r\n${keepOpen ? '' : 'Connection: close\r\n'}\r\n`,
+    );
     if (!keepOpen) client.end();
   };
 
@@ -83,7 +86,10 @@ export async function startTestProxy(options: TestProxyOptions = {}): Promise<Te
         if (method === 'CONNECT') {
           client.off('data', onData);
           if (refusal !== undefined) return refuse(client, refusal, false);
-          const [host, port] = [target.slice(0, target.lastIndexOf(':')).replace(/^\[(.*)\]$/, '$1'), Number(target.slice(target.lastIndexOf(':') + 1))];
+          const [host, port] = [
+            target.slice(0, target.lastIndexOf(':')).replace(/^\[(.*)\]$/, '$1'),
+            Number(target.slice(target.lastIndexOf(':') + 1)),
+          ];
           const rest = buffer.subarray(h.length);
           const tunnel = connect({ host, port }, () => {
             tunnels += 1;
@@ -104,7 +110,10 @@ export async function startTestProxy(options: TestProxyOptions = {}): Promise<Te
           continue;
         }
         const url = new URL(target);
-        const lines = [`${method} ${url.pathname}${url.search} HTTP/1.1`, ...h.lines.slice(1).filter((l) => !/^proxy-/i.test(l))];
+        const lines = [
+          `${method} ${url.pathname}${url.search} HTTP/1.1`,
+          ...h.lines.slice(1).filter((l) => !/^proxy-/i.test(l)),
+        ];
         upstream ??= connectUpstream(client, url);
         forwarded += 1;
         upstream.write(Buffer.concat([Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1'), body]));
@@ -161,10 +170,14 @@ export interface Tinyproxy {
  * in a temporary directory (the system service is never used). Fails with what to install when
  * it is missing, as the other tests that need a Debian program do.
  */
-export async function startTinyproxy(options: { credentials?: string; logLevel?: 'Info' | 'Warning'; maxClients?: number } = {}): Promise<Tinyproxy> {
+export async function startTinyproxy(
+  options: { credentials?: string; logLevel?: 'Info' | 'Warning'; maxClients?: number } = {},
+): Promise<Tinyproxy> {
   const probe = spawnSync('tinyproxy', ['-v'], { encoding: 'utf8' });
   if ((probe.error as NodeJS.ErrnoException | undefined)?.code === 'ENOENT') {
-    throw new Error("tinyproxy not found on PATH: install Debian's tinyproxy package (apt-get install -y tinyproxy), as .ci/run does");
+    throw new Error(
+      "tinyproxy not found on PATH: install Debian's tinyproxy package (apt-get install -y tinyproxy), as .ci/run does",
+    );
   }
   const dir = mkdtempSync(join(tmpdir(), 'msgbridge-tinyproxy-'));
   const port = await closedPort();
@@ -185,7 +198,9 @@ export async function startTinyproxy(options: { credentials?: string; logLevel?:
       '',
     ].join('\n'),
   );
-  const child: ChildProcess = spawn('tinyproxy', ['-d', '-c', join(dir, 'tinyproxy.conf')], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child: ChildProcess = spawn('tinyproxy', ['-d', '-c', join(dir, 'tinyproxy.conf')], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let output = '';
   child.stdout?.on('data', (d: Buffer) => (output += d.toString()));
   child.stderr?.on('data', (d: Buffer) => (output += d.toString()));
@@ -210,7 +225,11 @@ export async function startTinyproxy(options: { credentials?: string; logLevel?:
   return {
     port,
     url: `http://${options.credentials ? `${options.credentials}@` : ''}127.0.0.1:${port}`,
-    requests: () => [...read().matchAll(/Request \(file descriptor \d+\): (\S+) (\S+) HTTP\/1\.[01]/g)].map((m) => ({ method: m[1]!, target: m[2]! })),
+    requests: () =>
+      [...read().matchAll(/Request \(file descriptor \d+\): (\S+) (\S+) HTTP\/1\.[01]/g)].map((m) => ({
+        method: m[1]!,
+        target: m[2]!,
+      })),
     log: read,
     close: async () => {
       if (child.exitCode === null) {

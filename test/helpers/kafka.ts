@@ -10,8 +10,14 @@ export function kafkaBrokers(): string[] {
   return inject('kafkaBrokers').split(',');
 }
 
-/** A client of the suite's Kafka, or of `brokers` (a test that runs its own broker); `retry`: the client's retry policy. */
-export function testKafka(clientId = 'msgbridge-test', brokers = kafkaBrokers(), retry: RetryOptions = { retries: 3 }): Kafka {
+/**
+ * A client of the suite's Kafka, or of `brokers` (a test that runs its own broker); `retry`: the client's retry policy.
+ */
+export function testKafka(
+  clientId = 'msgbridge-test',
+  brokers = kafkaBrokers(),
+  retry: RetryOptions = { retries: 3 },
+): Kafka {
   return new Kafka({ clientId, brokers, logLevel: logLevel.NOTHING, retry });
 }
 
@@ -45,10 +51,24 @@ export async function produce(topic: string, records: TestRecord[]): Promise<voi
   // Idempotent: a send that kafkajs retries after an error on one partition (a topic being
   // auto-created has no leader yet) re-sends every partition of the request, and without it the
   // partitions already written get their records twice, which a test counting events then sees.
-  const producer = testKafka('msgbridge-test-producer').producer({ allowAutoTopicCreation: true, idempotent: true, maxInFlightRequests: 1, retry: { retries: 3 } });
+  const producer = testKafka('msgbridge-test-producer').producer({
+    allowAutoTopicCreation: true,
+    idempotent: true,
+    maxInFlightRequests: 1,
+    retry: { retries: 3 },
+  });
   await producer.connect();
   try {
-    await producer.send({ topic, acks: -1, messages: records.map((r) => ({ key: r.key ?? null, value: r.value, headers: r.headers, partition: r.partition })) });
+    await producer.send({
+      topic,
+      acks: -1,
+      messages: records.map((r) => ({
+        key: r.key ?? null,
+        value: r.value,
+        headers: r.headers,
+        partition: r.partition,
+      })),
+    });
   } finally {
     await producer.disconnect();
   }
@@ -69,8 +89,15 @@ export interface ReadRecord {
  * With `settleMs`, keeps reading that long after the count is reached, to catch extras.
  * `brokers`: another Kafka than the suite's.
  */
-export async function consumeRecords(topics: string | string[], count: number, options: { timeoutMs?: number; settleMs?: number; brokers?: string[] } = {}): Promise<ReadRecord[]> {
-  const consumer = testKafka('msgbridge-test-consumer', options.brokers).consumer({ groupId: `test-${randomUUID()}`, maxWaitTimeInMs: 100 });
+export async function consumeRecords(
+  topics: string | string[],
+  count: number,
+  options: { timeoutMs?: number; settleMs?: number; brokers?: string[] } = {},
+): Promise<ReadRecord[]> {
+  const consumer = testKafka('msgbridge-test-consumer', options.brokers).consumer({
+    groupId: `test-${randomUUID()}`,
+    maxWaitTimeInMs: 100,
+  });
   const records: ReadRecord[] = [];
   await consumer.connect();
   try {
@@ -110,7 +137,8 @@ export async function consumeRecords(topics: string | string[], count: number, o
 export async function countRecords(topics: string | string[], brokers?: string[]): Promise<number> {
   return withAdmin(async (admin) => {
     let n = 0;
-    for (const topic of Array.isArray(topics) ? topics : [topics]) for (const p of await admin.fetchTopicOffsets(topic)) n += Number(p.high) - Number(p.low);
+    for (const topic of Array.isArray(topics) ? topics : [topics])
+      for (const p of await admin.fetchTopicOffsets(topic)) n += Number(p.high) - Number(p.low);
     return n;
   }, brokers);
 }

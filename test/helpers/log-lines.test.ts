@@ -11,7 +11,9 @@ describe('the suite-wide check that log lines carry each key once', () => {
   });
 
   it('fails on the first such line of an output', () => {
-    expect(() => assertUniqueLogKeys('plain text\n{"role":"dev"}\n{"role":"dev","role":"sender"}\n')).toThrow(/"role" twice/);
+    expect(() => assertUniqueLogKeys('plain text\n{"role":"dev"}\n{"role":"dev","role":"sender"}\n')).toThrow(
+      /"role" twice/,
+    );
     expect(() => assertUniqueLogKeys('{"role":"dev","component":"sender"}\n')).not.toThrow();
   });
 });

@@ -33,6 +33,7 @@ export function repeatedKeys(text: string): string[] | undefined {
 export function assertUniqueLogKeys(output: string): void {
   for (const line of output.split('\n')) {
     const repeated = repeatedKeys(line);
-    if (repeated && repeated.length > 0) throw new Error(`a log line carries ${repeated.map((k) => `"${k}"`).join(', ')} twice: ${line.slice(0, 300)}`);
+    if (repeated && repeated.length > 0)
+      throw new Error(`a log line carries ${repeated.map((k) => `"${k}"`).join(', ')} twice: ${line.slice(0, 300)}`);
   }
 }

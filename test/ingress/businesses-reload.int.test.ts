@@ -24,7 +24,8 @@ describe('live businesses file', () => {
     symlinkSync(`..v${generation}`, join(dir, '..data_tmp'));
     renameSync(join(dir, '..data_tmp'), join(dir, '..data'));
   };
-  const businesses = (list: { id: string; secrets: string[] }[]) => JSON.stringify(list.map((b) => ({ id: b.id, signingSecrets: b.secrets, apiKey: null })));
+  const businesses = (list: { id: string; secrets: string[] }[]) =>
+    JSON.stringify(list.map((b) => ({ id: b.id, signingSecrets: b.secrets, apiKey: null })));
   let t: TestIngress;
   const post = async (business: string, secret: string) => {
     const body = statusEvent(messageId());
@@ -82,7 +83,9 @@ describe('live businesses file', () => {
     );
     await until('the old secret to be refused', async () => (await post('biz_1', 'old-secret')) === 403);
     expect(await post('biz_1', 'new-secret')).toBe(200);
-    console.log(`[businesses] new secret accepted ${tookMs} ms after the swap; ${steady.length} old-secret webhooks around the swap, answers ${[...new Set(steady)].join(',')}`);
+    console.log(
+      `[businesses] new secret accepted ${tookMs} ms after the swap; ${steady.length} old-secret webhooks around the swap, answers ${[...new Set(steady)].join(',')}`,
+    );
     expect(steady.length).toBeGreaterThan(0);
     expect(steady.every((s) => s === 200)).toBe(true);
     expect(t.logs.filter((l) => l.includes('"businesses reloaded"')).length).toBeGreaterThanOrEqual(2);
@@ -90,7 +93,10 @@ describe('live businesses file', () => {
   }, 60_000);
 
   it('keeps the last good set when the file is invalid, says so once, and SIGHUP reloads at once', async () => {
-    const metric = async () => Number(/msgbridge_config_reloads_total\{result="refused"[^}]*\} (\d+)/.exec((await t.admin('/metrics')).body)?.[1]);
+    const metric = async () =>
+      Number(
+        /msgbridge_config_reloads_total\{result="refused"[^}]*\} (\d+)/.exec((await t.admin('/metrics')).body)?.[1],
+      );
     const refusedBefore = await metric();
     publish('[{"id": "biz_1", "signingSecrets": "not-a-list"}]');
     await until('the refusal to be counted', async () => (await metric()) === refusedBefore + 1);

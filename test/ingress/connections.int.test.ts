@@ -27,7 +27,9 @@ describe('ingress connection discipline', () => {
 
     // A body trickling in a byte every 2 s never looks idle; the body deadline (8 s) closes it.
     const slow = await rawConnection(t.ingress.port);
-    slow.socket.write(`POST /webhooks/biz_1/delivery_status HTTP/1.1\r\nhost: x\r\ncontent-length: 2000\r\nx-service-hmac-sha256: ${'A'.repeat(43)}=\r\n\r\n{`);
+    slow.socket.write(
+      `POST /webhooks/biz_1/delivery_status HTTP/1.1\r\nhost: x\r\ncontent-length: 2000\r\nx-service-hmac-sha256: ${'A'.repeat(43)}=\r\n\r\n{`,
+    );
     const trickle = setInterval(() => slow.socket.write(' '), 2000);
 
     try {
@@ -73,7 +75,9 @@ describe('ingress connection discipline', () => {
     try {
       await new Promise((r) => setTimeout(r, 300));
       // The second, also without a length, is admitted (nothing declared) but 1490 + 1600 passes 3000.
-      refusedConnection.socket.write(head(signedHeaders(SECRET, second)['x-service-hmac-sha256']!) + chunk(second) + '0\r\n\r\n');
+      refusedConnection.socket.write(
+        head(signedHeaders(SECRET, second)['x-service-hmac-sha256']!) + chunk(second) + '0\r\n\r\n',
+      );
       await refusedConnection.closedAfter;
       expect(refusedConnection.received()).toMatch(/^HTTP\/1\.1 503 /);
       expect(refusedConnection.received()).toMatch(/retry-after: /i);
@@ -95,7 +99,10 @@ describe('ingress drain with a body still arriving', () => {
     const t = await startTestIngress({
       env: { MSGBRIDGE_BUSINESS_ID: 'biz_1', MSGBRIDGE_SIGNING_SECRET: SECRET },
       // The body deadline alone (30 s) would outlast the grace period (4 s).
-      overrides: { ingress: { idleTimeoutSeconds: 30, drainGraceMs: 4000, publishTimeoutMs: 1500 }, kafka: { connectionTimeoutMs: 1500 } },
+      overrides: {
+        ingress: { idleTimeoutSeconds: 30, drainGraceMs: 4000, publishTimeoutMs: 1500 },
+        kafka: { connectionTimeoutMs: 1500 },
+      },
     });
     const stalled = await rawConnection(t.ingress.port);
     try {
@@ -137,7 +144,11 @@ describe('ingress under connections that promise bodies and never send them', ()
       await new Promise((r) => setTimeout(r, 300));
       // 64 are in progress (the address's bound); the 16 beyond it, all in their first second, got 503.
       expect(attackers.filter((c) => /^HTTP\/1\.1 503 /.test(c.received())).length).toBe(16);
-      expect(attackers.filter((c) => c.received().includes('receiving-limit') || c.received().includes('still sending their body')).length).toBe(16);
+      expect(
+        attackers.filter(
+          (c) => c.received().includes('receiving-limit') || c.received().includes('still sending their body'),
+        ).length,
+      ).toBe(16);
       expect((await t.admin('/readyz')).status).toBe(200);
 
       // The provider, from another address: every correctly signed webhook is accepted.

@@ -94,9 +94,16 @@ describe('msgbridge ingress: SIGTERM under load', () => {
         const client = async () => {
           while (running) {
             const inbound = n++ % 4 === 0;
-            const body = inbound ? inboundEvent(`+1555${String(n).padStart(7, '0')}`) : statusEvent(messageId(), 'delivered');
+            const body = inbound
+              ? inboundEvent(`+1555${String(n).padStart(7, '0')}`)
+              : statusEvent(messageId(), 'delivered');
             try {
-              const res = await pool.request({ method: 'POST', path: '/webhooks/biz_1', body, headers: signedHeaders(SECRET, body) });
+              const res = await pool.request({
+                method: 'POST',
+                path: '/webhooks/biz_1',
+                body,
+                headers: signedHeaders(SECRET, body),
+              });
               await res.body.dump();
               answered[res.statusCode] = (answered[res.statusCode] ?? 0) + 1;
               if (res.statusCode === 200) acknowledged.set(sha256(body), inbound ? 'messages' : 'delivery_status');
@@ -148,7 +155,13 @@ describe('msgbridge ingress: SIGTERM under load', () => {
 
   it('refuses to start, with a message naming what to set, when no business has a signing secret', () => {
     const result = spawnSync(process.execPath, ['--import', 'tsx', CLI, 'ingress'], {
-      env: { ...process.env, KAFKA_BROKERS: kafkaBrokers().join(','), MSGBRIDGE_BUSINESS_ID: '', MSGBRIDGE_SIGNING_SECRET: '', MSGBRIDGE_CONFIG: '' },
+      env: {
+        ...process.env,
+        KAFKA_BROKERS: kafkaBrokers().join(','),
+        MSGBRIDGE_BUSINESS_ID: '',
+        MSGBRIDGE_SIGNING_SECRET: '',
+        MSGBRIDGE_CONFIG: '',
+      },
       encoding: 'utf8',
       timeout: 60_000,
     });

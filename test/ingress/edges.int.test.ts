@@ -56,14 +56,18 @@ async function ingressWith(options: NonNullable<Parameters<typeof startTestIngre
   const t = await startTestIngress({ env: ENV, ...options });
   running.push(t);
   // With its own producer the ingress leaves the topics to the caller.
-  if (options.start?.createProducer) await createTopics([t.topics.messages, t.topics.deliveryStatus, t.topics.webhooksDlq], 3);
+  if (options.start?.createProducer)
+    await createTopics([t.topics.messages, t.topics.deliveryStatus, t.topics.webhooksDlq], 3);
   return t;
 }
 
 describe('ingress edges (real Kafka behind a gate)', () => {
   it('a queue full by events answers 503 QUEUE_FULL with Retry-After, and /readyz is 503 until it drains', async () => {
     const gate = gatedProducer();
-    const t = await ingressWith({ overrides: { ingress: { queueMaxEvents: 3, publishTimeoutMs: 30_000, drainGraceMs: 40_000 } }, start: { createProducer: gate.create } });
+    const t = await ingressWith({
+      overrides: { ingress: { queueMaxEvents: 3, publishTimeoutMs: 30_000, drainGraceMs: 40_000 } },
+      start: { createProducer: gate.create },
+    });
     const bodies = [0, 1, 2].map(() => statusEvent(messageId()));
     const admitted = bodies.map((b) => t.post('/webhooks/biz_1/delivery_status', b, signedHeaders(SECRET, b)));
     await vi.waitFor(() => expect(gate.sends()).toBe(1), { timeout: 5000 });

@@ -6,7 +6,9 @@ import type { Refusable, Responder } from '../../src/ingress/responder.js';
 import { silentLogger } from '../../src/platform/logger.js';
 
 /** A responder that records refusals, and responses that record being closed. */
-function setup(options: { budget?: number; held?: number; admission?: MsgbridgeError; perAddress?: number; maxBody?: number } = {}) {
+function setup(
+  options: { budget?: number; held?: number; admission?: MsgbridgeError; perAddress?: number; maxBody?: number } = {},
+) {
   const refusals: { code: ErrorCode; reason: string; close: boolean }[] = [];
   const responder = {
     refuse: (ex: Refusable, code: ErrorCode, reason: string, _message: string, extra: { close?: boolean } = {}) => {

@@ -13,7 +13,15 @@ export function statusEvent(messageId: string, status = 'delivered', extra: Reco
       status,
       error:
         status === 'delivery_failed'
-          ? { message: 'failed', type: 'ERROR_TYPE_INVALID_REQUEST', code: 'ERROR_CODE_MESSAGE_TEMPLATE_INPUT_INVALID', userTitle: 't', userMessage: 'm', cntTraceId: '123', details: {} }
+          ? {
+              message: 'failed',
+              type: 'ERROR_TYPE_INVALID_REQUEST',
+              code: 'ERROR_CODE_MESSAGE_TEMPLATE_INPUT_INVALID',
+              userTitle: 't',
+              userMessage: 'm',
+              cntTraceId: '123',
+              details: {},
+            }
           : null,
     },
     ...extra,
@@ -34,6 +42,10 @@ export function messageId(): string {
   return `01J${randomUUID().replace(/-/g, '').slice(0, 23).toUpperCase()}`;
 }
 
-export function signedHeaders(secret: string, body: string | Buffer, extra: Record<string, string> = {}): Record<string, string> {
+export function signedHeaders(
+  secret: string,
+  body: string | Buffer,
+  extra: Record<string, string> = {},
+): Record<string, string> {
   return { 'content-type': 'text/plain; charset=utf-8', 'x-service-hmac-sha256': hmacBase64(secret, body), ...extra };
 }

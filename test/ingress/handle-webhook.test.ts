@@ -78,7 +78,9 @@ describe('handleWebhook: verified events', () => {
   });
 
   it('drops a malformed traceparent instead of copying it', () => {
-    expect(publication(statusEvent('m3'), { traceparent: 'garbage\nx' }).record.headers).not.toHaveProperty('traceparent');
+    expect(publication(statusEvent('m3'), { traceparent: 'garbage\nx' }).record.headers).not.toHaveProperty(
+      'traceparent',
+    );
   });
 });
 
@@ -93,12 +95,20 @@ describe('handleWebhook: refusals (nothing to publish)', () => {
     ['hex signature', { signature: createHash('sha256').update(body).digest('hex') }, 'bad-signature'],
   ] as const)('403 for %s', (_, overrides, reason) => {
     const d = handler.handle(request(body, overrides));
-    expect(d).toMatchObject({ kind: 'reject', code: 'SIGNATURE_INVALID', reason, message: 'signature verification failed' });
+    expect(d).toMatchObject({
+      kind: 'reject',
+      code: 'SIGNATURE_INVALID',
+      reason,
+      message: 'signature verification failed',
+    });
   });
 
   it('413 for a body over the limit, before the signature is even looked at', () => {
     const big = Buffer.alloc(2049, 0x20);
-    expect(handler.handle(request(big, { signature: undefined }))).toMatchObject({ kind: 'reject', code: 'BODY_TOO_LARGE' });
+    expect(handler.handle(request(big, { signature: undefined }))).toMatchObject({
+      kind: 'reject',
+      code: 'BODY_TOO_LARGE',
+    });
   });
 
   it('checks what it can before the body arrives', () => {
@@ -118,7 +128,12 @@ describe('handleWebhook: refusals (nothing to publish)', () => {
 describe('handleWebhook: authentic but unusable → dead letter', () => {
   it.each([
     ['not JSON', '{"topic": "delivery_status", ', 'delivery_status', 'not-json'],
-    ['wrong shape', JSON.stringify({ topic: 'delivery_status', statusUpdate: { id: 'x', status: 'lost' } }), 'delivery_status', 'schema'],
+    [
+      'wrong shape',
+      JSON.stringify({ topic: 'delivery_status', statusUpdate: { id: 'x', status: 'lost' } }),
+      'delivery_status',
+      'schema',
+    ],
     ['a JSON array', '[1,2,3]', 'messages', 'schema'],
     ['a status event on the messages address', statusEvent('m5'), 'messages', 'topic-mismatch'],
     ['an inbound message on the delivery_status address', inboundEvent('+1555'), 'delivery_status', 'topic-mismatch'],

@@ -13,7 +13,11 @@ export interface TestIngress {
   topics: { messages: string; deliveryStatus: string; webhooksDlq: string };
   /** Every log line the ingress wrote, as text. */
   logs: string[];
-  post(path: string, body: string | Buffer, headers?: Record<string, string>): Promise<{ status: number; headers: Record<string, string>; body: string }>;
+  post(
+    path: string,
+    body: string | Buffer,
+    headers?: Record<string, string>,
+  ): Promise<{ status: number; headers: Record<string, string>; body: string }>;
   get(path: string): Promise<{ status: number; headers: Record<string, string>; body: string }>;
   /** A GET on the admin port (/healthz, /readyz, /metrics). */
   admin(path: string): Promise<{ status: number; headers: Record<string, string>; body: string }>;
@@ -46,7 +50,13 @@ export async function startTestIngress(
     env: { KAFKA_BROKERS: brokers.join(','), MSGBRIDGE_LOG_LEVEL: 'debug', ...options.env },
     overrides: {
       ...options.overrides,
-      kafka: { partitions: 3, replicationFactor: 1, createTopics: true, ...options.overrides?.kafka, topics: { ...topics, ...options.overrides?.kafka?.topics } },
+      kafka: {
+        partitions: 3,
+        replicationFactor: 1,
+        createTopics: true,
+        ...options.overrides?.kafka,
+        topics: { ...topics, ...options.overrides?.kafka?.topics },
+      },
       ingress: { host: '127.0.0.1', port: 0, adminHost: '127.0.0.1', adminPort: 0, ...options.overrides?.ingress },
     },
   });
@@ -60,7 +70,12 @@ export async function startTestIngress(
   const logger = createLogger({ level: 'debug', name: 'ingress', destination });
   const ingress = await startIngress({ config, logger, ...options.start });
   const pool = new Pool(ingress.address, { connections: options.connections ?? 16, pipelining: 1 });
-  const call = async (method: 'GET' | 'POST', path: string, body?: string | Buffer, headers?: Record<string, string>) => {
+  const call = async (
+    method: 'GET' | 'POST',
+    path: string,
+    body?: string | Buffer,
+    headers?: Record<string, string>,
+  ) => {
     const res = await pool.request({ method, path, body, headers });
     const text = await res.body.text();
     return { status: res.statusCode, headers: res.headers as Record<string, string>, body: text };
@@ -84,7 +99,10 @@ export async function startTestIngress(
 }
 
 /** A raw connection to the ingress, for what a pooled HTTP client cannot do: what arrives, and when it closes. */
-export function rawConnection(port: number, localAddress?: string): Promise<{ socket: Socket; received: () => string; closedAfter: Promise<number> }> {
+export function rawConnection(
+  port: number,
+  localAddress?: string,
+): Promise<{ socket: Socket; received: () => string; closedAfter: Promise<number> }> {
   return new Promise((resolve, reject) => {
     // A client address of its own (127.0.0.2, 127.0.0.3...: all loopback) for per-address limits.
     const socket = connect({ port, host: '127.0.0.1', ...(localAddress ? { localAddress } : {}) });

@@ -13,7 +13,12 @@ const OTHER_SECRET = 'whsec-of-biz-2';
 const sha256 = (body: string | Buffer) => createHash('sha256').update(body).digest('hex');
 
 /** Raw HTTP/1.1 over a socket: what the client sees, including an early close. */
-function raw(port: number, request: string | Buffer, trailing?: Buffer, waitMs = 1500): Promise<{ text: string; closed: boolean }> {
+function raw(
+  port: number,
+  request: string | Buffer,
+  trailing?: Buffer,
+  waitMs = 1500,
+): Promise<{ text: string; closed: boolean }> {
   return new Promise((resolve) => {
     const socket = connect(port, '127.0.0.1');
     let text = '';
@@ -43,7 +48,11 @@ describe.each(KAFKA_CLIENTS)('ingress against real Kafka and real HTTP (%s)', (c
     // biz_2 from the configuration.
     t = await startTestIngress({
       env: { MSGBRIDGE_BUSINESS_ID: 'biz_1', MSGBRIDGE_SIGNING_SECRET: `${SECRET},${OLD_SECRET}` },
-      overrides: { kafka: { client }, businesses: [{ id: 'biz_2', signingSecrets: [OTHER_SECRET], apiKey: null }], ingress: { maxBodyBytes: 4096 } },
+      overrides: {
+        kafka: { client },
+        businesses: [{ id: 'biz_2', signingSecrets: [OTHER_SECRET], apiKey: null }],
+        ingress: { maxBodyBytes: 4096 },
+      },
     });
   });
   afterAll(async () => {
@@ -52,7 +61,10 @@ describe.each(KAFKA_CLIENTS)('ingress against real Kafka and real HTTP (%s)', (c
 
   it('publishes a correctly signed delivery status: topic, key, exact bytes, every header; 200 only once it is in Kafka', async () => {
     const id = messageId();
-    const body = statusEvent(id, 'delivered', { metadata: { note: 'kept byte for byte', emoji: '✓' } }).replace('"sender"', '  "sender"');
+    const body = statusEvent(id, 'delivered', { metadata: { note: 'kept byte for byte', emoji: '✓' } }).replace(
+      '"sender"',
+      '  "sender"',
+    );
     const traceparent = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
     const before = Date.now();
     const res = await t.post('/webhooks/biz_1/delivery_status', body, signedHeaders(SECRET, body, { traceparent }));
@@ -80,7 +92,9 @@ describe.each(KAFKA_CLIENTS)('ingress against real Kafka and real HTTP (%s)', (c
 
   it('publishes inbound messages keyed by their customer (canonical id), on the per-topic and the per-business address, for any configured business', async () => {
     const a = inboundEvent('+15550003333', 'first');
-    const b = inboundEvent('15550004444', 'second', { attachments: [{ type: 'image', url: 'https://example.com/x.png' }] });
+    const b = inboundEvent('15550004444', 'second', {
+      attachments: [{ type: 'image', url: 'https://example.com/x.png' }],
+    });
     const s = statusEvent(messageId(), 'read');
     expect((await t.post('/webhooks/biz_1/messages', a, signedHeaders(SECRET, a))).status).toBe(200);
     expect((await t.post('/webhooks/biz_2', b, signedHeaders(OTHER_SECRET, b))).status).toBe(200);
@@ -91,7 +105,11 @@ describe.each(KAFKA_CLIENTS)('ingress against real Kafka and real HTTP (%s)', (c
     expect(byKey['15550003333']!.value.toString()).toBe(a);
     expect(byKey['15550003333']!.headers['business-id']).toBe('biz_1');
     expect(byKey['15550004444']!.value.toString()).toBe(b);
-    expect(byKey['15550004444']!.headers).toMatchObject({ 'business-id': 'biz_2', schema: 'messages/v1', 'event-id': sha256(b) });
+    expect(byKey['15550004444']!.headers).toMatchObject({
+      'business-id': 'biz_2',
+      schema: 'messages/v1',
+      'event-id': sha256(b),
+    });
     expect(await countRecords(t.topics.deliveryStatus)).toBe(2); // one from the first test, one now
   });
 
@@ -102,24 +120,57 @@ describe.each(KAFKA_CLIENTS)('ingress against real Kafka and real HTTP (%s)', (c
     expect((await t.post('/webhooks/biz_1/delivery_status', fresh, signedHeaders(SECRET, fresh))).status).toBe(200);
     expect((await t.post('/webhooks/biz_1/delivery_status', old, signedHeaders(OLD_SECRET, old))).status).toBe(200);
     const retired = statusEvent(messageId(), 'sent');
-    expect((await t.post('/webhooks/biz_1/delivery_status', retired, signedHeaders('whsec-retired', retired))).status).toBe(403);
+    expect(
+      (await t.post('/webhooks/biz_1/delivery_status', retired, signedHeaders('whsec-retired', retired))).status,
+    ).toBe(403);
     expect(await countRecords(t.topics.deliveryStatus)).toBe(before + 2);
   });
 
   it('refuses every bad request with its status, and nothing of them reaches Kafka', async () => {
-    const counts = async () => Promise.all([countRecords(t.topics.messages), countRecords(t.topics.deliveryStatus), countRecords(t.topics.webhooksDlq)]);
+    const counts = async () =>
+      Promise.all([
+        countRecords(t.topics.messages),
+        countRecords(t.topics.deliveryStatus),
+        countRecords(t.topics.webhooksDlq),
+      ]);
     const before = await counts();
     const body = statusEvent(messageId());
     const cases: [string, Promise<{ status: number; headers: Record<string, string>; body: string }>, number][] = [
       ['unknown business', t.post('/webhooks/nobody/delivery_status', body, signedHeaders(SECRET, body)), 403],
       ['missing signature', t.post('/webhooks/biz_1/delivery_status', body, { 'content-type': 'text/plain' }), 403],
       ['wrong secret', t.post('/webhooks/biz_1/delivery_status', body, signedHeaders('nope', body)), 403],
-      ['other business secret', t.post('/webhooks/biz_1/delivery_status', body, signedHeaders(OTHER_SECRET, body)), 403],
-      ['bytes changed after signing', t.post('/webhooks/biz_1/delivery_status', `${body} `, signedHeaders(SECRET, body)), 403],
-      ['sha256= prefix', t.post('/webhooks/biz_1/delivery_status', body, { 'x-service-hmac-sha256': `sha256=${hmacBase64(SECRET, body)}` }), 403],
-      ['unsigned garbage', t.post('/webhooks/biz_1/delivery_status', 'not json', { 'x-service-hmac-sha256': hmacBase64('x', 'y') }), 403],
-      ['body over the limit', t.post('/webhooks/biz_1/delivery_status', 'x'.repeat(5000), signedHeaders(SECRET, 'x'.repeat(5000))), 413],
-      ['gzip', t.post('/webhooks/biz_1/delivery_status', body, signedHeaders(SECRET, body, { 'content-encoding': 'gzip' })), 415],
+      [
+        'other business secret',
+        t.post('/webhooks/biz_1/delivery_status', body, signedHeaders(OTHER_SECRET, body)),
+        403,
+      ],
+      [
+        'bytes changed after signing',
+        t.post('/webhooks/biz_1/delivery_status', `${body} `, signedHeaders(SECRET, body)),
+        403,
+      ],
+      [
+        'sha256= prefix',
+        t.post('/webhooks/biz_1/delivery_status', body, {
+          'x-service-hmac-sha256': `sha256=${hmacBase64(SECRET, body)}`,
+        }),
+        403,
+      ],
+      [
+        'unsigned garbage',
+        t.post('/webhooks/biz_1/delivery_status', 'not json', { 'x-service-hmac-sha256': hmacBase64('x', 'y') }),
+        403,
+      ],
+      [
+        'body over the limit',
+        t.post('/webhooks/biz_1/delivery_status', 'x'.repeat(5000), signedHeaders(SECRET, 'x'.repeat(5000))),
+        413,
+      ],
+      [
+        'gzip',
+        t.post('/webhooks/biz_1/delivery_status', body, signedHeaders(SECRET, body, { 'content-encoding': 'gzip' })),
+        415,
+      ],
       ['unknown topic', t.post('/webhooks/biz_1/orders', body, signedHeaders(SECRET, body)), 404],
       ['unknown path', t.post('/hooks/biz_1', body, signedHeaders(SECRET, body)), 404],
       ['GET on a webhook address', t.get('/webhooks/biz_1/delivery_status'), 405],
@@ -138,7 +189,10 @@ describe.each(KAFKA_CLIENTS)('ingress against real Kafka and real HTTP (%s)', (c
   it('answers 413 at once while streaming, without reading the rest, and closes the connection', async () => {
     const before = await countRecords(t.topics.deliveryStatus);
     // Declared too large: answered before any body byte is sent.
-    const declared = await raw(t.ingress.port, `POST /webhooks/biz_1/delivery_status HTTP/1.1\r\nhost: x\r\ncontent-length: 10000000\r\nx-service-hmac-sha256: ${hmacBase64(SECRET, 'x')}\r\n\r\n`);
+    const declared = await raw(
+      t.ingress.port,
+      `POST /webhooks/biz_1/delivery_status HTTP/1.1\r\nhost: x\r\ncontent-length: 10000000\r\nx-service-hmac-sha256: ${hmacBase64(SECRET, 'x')}\r\n\r\n`,
+    );
     expect(declared.text).toMatch(/^HTTP\/1\.1 413 /);
     expect(declared.closed).toBe(true);
     // Chunked, no length: cut off as soon as the streamed total passes the limit.
@@ -154,7 +208,11 @@ describe.each(KAFKA_CLIENTS)('ingress against real Kafka and real HTTP (%s)', (c
 
   it('dead-letters authentic but unusable bodies (200 once written), with the reason in a header', async () => {
     const notJson = '{"topic":"delivery_status",';
-    const badShape = JSON.stringify({ topic: 'delivery_status', timestamp: 'yesterday', statusUpdate: { id: 'x', status: 'sent', error: null } });
+    const badShape = JSON.stringify({
+      topic: 'delivery_status',
+      timestamp: 'yesterday',
+      statusUpdate: { id: 'x', status: 'sent', error: null },
+    });
     const mismatch = statusEvent(messageId(), 'read');
     const cases = [
       ['/webhooks/biz_1/delivery_status', notJson, 'not-json'],
@@ -175,7 +233,11 @@ describe.each(KAFKA_CLIENTS)('ingress against real Kafka and real HTTP (%s)', (c
       expect(record.key).toBe('biz_1');
       expect(record.value.equals(Buffer.from(body))).toBe(true);
       expect(record.headers['error-reason']).toMatch(new RegExp(`^${reason}: `));
-      expect(record.headers).toMatchObject({ schema: 'webhooks-dlq/v1', 'business-id': 'biz_1', 'x-service-hmac-sha256': hmacBase64(SECRET, body) });
+      expect(record.headers).toMatchObject({
+        schema: 'webhooks-dlq/v1',
+        'business-id': 'biz_1',
+        'x-service-hmac-sha256': hmacBase64(SECRET, body),
+      });
     }
   });
 
@@ -184,8 +246,12 @@ describe.each(KAFKA_CLIENTS)('ingress against real Kafka and real HTTP (%s)', (c
     let acknowledged = 0;
     const ids = new Set<string>();
     for (let wave = 0; wave < 4; wave++) {
-      const bodies = Array.from({ length: 100 }, (_, i) => statusEvent(messageId(), ['sent', 'delivered', 'read'][i % 3]));
-      const answers = await Promise.all(bodies.map((b) => t.post('/webhooks/biz_1/delivery_status', b, signedHeaders(SECRET, b))));
+      const bodies = Array.from({ length: 100 }, (_, i) =>
+        statusEvent(messageId(), ['sent', 'delivered', 'read'][i % 3]),
+      );
+      const answers = await Promise.all(
+        bodies.map((b) => t.post('/webhooks/biz_1/delivery_status', b, signedHeaders(SECRET, b))),
+      );
       for (const [i, a] of answers.entries()) {
         expect(a.status).toBe(200);
         ids.add(sha256(bodies[i]!));
@@ -215,7 +281,9 @@ describe.each(KAFKA_CLIENTS)('ingress against real Kafka and real HTTP (%s)', (c
     expect(admin.port).not.toBe(String(t.ingress.port));
     expect((await t.admin('/metrics')).body).toMatch(/^msgbridge_ingress_requests_total\{/m);
     // The admin port serves nothing else: no webhook is taken there.
-    expect((await fetch(`${t.ingress.adminAddress}/webhooks/biz_1/messages`, { method: 'POST', body: '{}' })).status).toBe(405);
+    expect(
+      (await fetch(`${t.ingress.adminAddress}/webhooks/biz_1/messages`, { method: 'POST', body: '{}' })).status,
+    ).toBe(405);
     expect((await fetch(`${t.ingress.adminAddress}/webhooks/biz_1/messages`)).status).toBe(404);
   });
 
@@ -227,8 +295,12 @@ describe.each(KAFKA_CLIENTS)('ingress against real Kafka and real HTTP (%s)', (c
     const metrics = await t.admin('/metrics');
     expect(metrics.status).toBe(200);
     expect(metrics.headers['content-type']).toMatch(/^text\/plain/);
-    expect(metrics.body).toMatch(/msgbridge_ingress_requests_total\{topic="delivery_status",outcome="published",role="ingress"\} \d+/);
-    expect(metrics.body).toMatch(/msgbridge_ingress_requests_total\{topic="delivery_status",outcome="forbidden",role="ingress"\} \d+/);
+    expect(metrics.body).toMatch(
+      /msgbridge_ingress_requests_total\{topic="delivery_status",outcome="published",role="ingress"\} \d+/,
+    );
+    expect(metrics.body).toMatch(
+      /msgbridge_ingress_requests_total\{topic="delivery_status",outcome="forbidden",role="ingress"\} \d+/,
+    );
     expect(metrics.body).toMatch(/msgbridge_ingress_dead_letters_total\{reason="not-json",role="ingress"\} 1/);
     expect(metrics.body).toMatch(/msgbridge_ingress_queue_depth\{state="queued",role="ingress"\} 0/);
     expect(metrics.body).toContain('msgbridge_ingress_publish_latency_seconds_bucket');
@@ -242,7 +314,12 @@ describe.each(KAFKA_CLIENTS)('ingress against real Kafka and real HTTP (%s)', (c
       .map((l) => JSON.parse(l) as Record<string, unknown>)
       .filter((l) => l.status === 403);
     expect(refusal).toHaveLength(1);
-    expect(refusal[0]).toMatchObject({ status: 403, reason: 'bad-signature', business: 'biz_2', signaturePrefix: `${signature.slice(0, 6)}…` });
+    expect(refusal[0]).toMatchObject({
+      status: 403,
+      reason: 'bad-signature',
+      business: 'biz_2',
+      signaturePrefix: `${signature.slice(0, 6)}…`,
+    });
     const all = t.logs.join('\n');
     for (const secret of [SECRET, OLD_SECRET, OTHER_SECRET]) expect(all).not.toContain(secret);
     expect(all).not.toContain(signature);

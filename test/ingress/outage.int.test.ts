@@ -88,7 +88,11 @@ describe('ingress through a Kafka outage', () => {
         const ackedAtStop = acknowledged.length;
         await until('503 answers', () => statuses.filter((s) => s === 503).length >= 5, 30_000);
         // First the events waiting on the frozen broker: Kafka did not acknowledge in time.
-        await until('a refusal for a publish timeout', () => t.logs.some((l) => l.includes('"code":"PUBLISH_TIMEOUT"')), 10_000);
+        await until(
+          'a refusal for a publish timeout',
+          () => t.logs.some((l) => l.includes('"code":"PUBLISH_TIMEOUT"')),
+          10_000,
+        );
         await until('/readyz to say not ready', async () => (await t.admin('/readyz')).status === 503, 30_000);
         expect(t.ingress.isReady()).toBe(false);
         // A few events may have been acknowledged while the stop took effect, hardly any after.
@@ -96,9 +100,18 @@ describe('ingress through a Kafka outage', () => {
         expect(ackedDuringOutage).toBeLessThan(10);
         // Hold the outage until the producer gives up and the publisher is reconnecting with a
         // fresh producer: from then on events are refused at once instead of timing out.
-        await until('the producer to be declared disconnected', async () => /^msgbridge_ingress_kafka_connected\{[^}]*\} 0$/m.test((await t.admin('/metrics')).body), 90_000);
-        await until('a refusal for Kafka being unavailable', () => t.logs.some((l) => l.includes('"code":"KAFKA_UNAVAILABLE"')), 10_000);
-        if (process.env.MSGBRIDGE_TEST_DUMP_LOGS) console.log(t.logs.filter((l) => !l.includes('webhook not accepted')).join('\n'));
+        await until(
+          'the producer to be declared disconnected',
+          async () => /^msgbridge_ingress_kafka_connected\{[^}]*\} 0$/m.test((await t.admin('/metrics')).body),
+          90_000,
+        );
+        await until(
+          'a refusal for Kafka being unavailable',
+          () => t.logs.some((l) => l.includes('"code":"KAFKA_UNAVAILABLE"')),
+          10_000,
+        );
+        if (process.env.MSGBRIDGE_TEST_DUMP_LOGS)
+          console.log(t.logs.filter((l) => !l.includes('webhook not accepted')).join('\n'));
 
         process.kill(broker.pid, 'SIGCONT');
         await until('/readyz to say ready again', async () => (await t.admin('/readyz')).status === 200, 90_000);
@@ -115,7 +128,11 @@ describe('ingress through a Kafka outage', () => {
       // still land; the provider's redelivery is then a duplicate with the same event-id.)
       const total = await countRecords(t.topics.deliveryStatus, [broker.bootstrap]);
       expect(total).toBeGreaterThanOrEqual(acknowledged.length);
-      const stored = new Set((await consumeRecords(t.topics.deliveryStatus, total, { brokers: [broker.bootstrap], timeoutMs: 30_000 })).map((r) => r.headers['event-id']));
+      const stored = new Set(
+        (await consumeRecords(t.topics.deliveryStatus, total, { brokers: [broker.bootstrap], timeoutMs: 30_000 })).map(
+          (r) => r.headers['event-id'],
+        ),
+      );
       const missing = acknowledged.filter((id) => !stored.has(id));
       expect(missing).toEqual([]);
     }, 240_000);

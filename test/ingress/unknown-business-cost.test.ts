@@ -21,7 +21,15 @@ describe('verification costs the same for every business id', () => {
     maxBodyBytes: 4096,
   });
   const body = Buffer.from(statusEvent('01HZY3J5V7W9X1Y3Z5A7B9C1D3'));
-  const request = (businessId: string, signature: string) => ({ businessId, pathTopic: 'delivery_status', body, signature, contentType: 'application/json', traceparent: undefined, receivedAt: 1 });
+  const request = (businessId: string, signature: string) => ({
+    businessId,
+    pathTopic: 'delivery_status',
+    body,
+    signature,
+    contentType: 'application/json',
+    traceparent: undefined,
+    receivedAt: 1,
+  });
 
   /** The secrets (= HMACs computed) of each verification the handler made. */
   const work = () => vi.mocked(verification.verifySignature).mock.calls.map(([secrets]) => secrets);
@@ -31,10 +39,15 @@ describe('verification costs the same for every business id', () => {
     const wrong = `${signature.slice(0, 40)}AA=`;
     expect(handler.handle(request('biz_1', signature))).toMatchObject({ kind: 'publish' });
     expect(handler.handle(request('biz_1', wrong))).toMatchObject({ kind: 'reject', reason: 'bad-signature' });
-    expect(handler.handle(request('biz_rotating', verification.signBody('old-secret', body)))).toMatchObject({ kind: 'publish' });
+    expect(handler.handle(request('biz_rotating', verification.signBody('old-secret', body)))).toMatchObject({
+      kind: 'publish',
+    });
     expect(handler.handle(request('biz_rotating', wrong))).toMatchObject({ kind: 'reject', reason: 'bad-signature' });
     expect(handler.handle(request('biz_404', signature))).toMatchObject({ kind: 'reject', reason: 'unknown-business' });
-    expect(handler.handle(request('biz_none', signature))).toMatchObject({ kind: 'reject', reason: 'no-signing-secret' });
+    expect(handler.handle(request('biz_none', signature))).toMatchObject({
+      kind: 'reject',
+      reason: 'no-signing-secret',
+    });
     const calls = work();
     expect(calls).toHaveLength(6);
     expect(calls.map((secrets) => secrets.length)).toEqual([3, 3, 3, 3, 3, 3]);

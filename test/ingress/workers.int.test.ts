@@ -16,8 +16,17 @@ const sha256 = (body: string) => createHash('sha256').update(body).digest('hex')
 
 function workersConfig(topics: ReturnType<typeof ingressTopics>, workers = 2): Config {
   return loadConfig({
-    env: { KAFKA_BROKERS: kafkaBrokers().join(','), MSGBRIDGE_BUSINESS_ID: 'biz_1', MSGBRIDGE_SIGNING_SECRET: SECRET, MSGBRIDGE_LOG_LEVEL: 'error', MSGBRIDGE_INGRESS_WORKERS: String(workers) },
-    overrides: { kafka: { partitions: 3, replicationFactor: 1, createTopics: true, topics }, ingress: { host: '127.0.0.1', port: 0, adminHost: '127.0.0.1', adminPort: 0, drainGraceMs: 15_000 } },
+    env: {
+      KAFKA_BROKERS: kafkaBrokers().join(','),
+      MSGBRIDGE_BUSINESS_ID: 'biz_1',
+      MSGBRIDGE_SIGNING_SECRET: SECRET,
+      MSGBRIDGE_LOG_LEVEL: 'error',
+      MSGBRIDGE_INGRESS_WORKERS: String(workers),
+    },
+    overrides: {
+      kafka: { partitions: 3, replicationFactor: 1, createTopics: true, topics },
+      ingress: { host: '127.0.0.1', port: 0, adminHost: '127.0.0.1', adminPort: 0, drainGraceMs: 15_000 },
+    },
   });
 }
 
@@ -50,7 +59,8 @@ async function getFresh(url: string, path: string): Promise<{ status: number; bo
   }
 }
 
-const series = (text: string, name: string, labels: string) => Number(new RegExp(`^${name}\\{${labels}\\} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
+const series = (text: string, name: string, labels: string) =>
+  Number(new RegExp(`^${name}\\{${labels}\\} (\\S+)$`, 'm').exec(text)?.[1] ?? NaN);
 
 describe('ingress.workers = 2: worker threads on one port (suite Kafka)', () => {
   const topics = ingressTopics();
@@ -83,7 +93,8 @@ describe('ingress.workers = 2: worker threads on one port (suite Kafka)', () => 
         const { path, body } = webhook(i);
         const res = await pool.request({ method: 'POST', path, body, headers: signedHeaders(SECRET, body) });
         const text = await res.body.text();
-        if (res.statusCode === 200) accepted.set(sha256(body), path.endsWith('messages') ? topics.messages : topics.deliveryStatus);
+        if (res.statusCode === 200)
+          accepted.set(sha256(body), path.endsWith('messages') ? topics.messages : topics.deliveryStatus);
         return { status: res.statusCode, text };
       }),
     );
@@ -97,18 +108,23 @@ describe('ingress.workers = 2: worker threads on one port (suite Kafka)', () => 
         series(text, 'msgbridge_ingress_requests_total', 'topic="messages",outcome="published",role="ingress"') +
         series(text, 'msgbridge_ingress_requests_total', 'topic="delivery_status",outcome="published",role="ingress"');
       expect(published).toBe(total);
-      const perWorker = ['1', '2'].map((w) => series(text, 'msgbridge_ingress_worker_requests_total', `worker="${w}",role="ingress"`));
+      const perWorker = ['1', '2'].map((w) =>
+        series(text, 'msgbridge_ingress_worker_requests_total', `worker="${w}",role="ingress"`),
+      );
       // Both workers served requests, and together all of them.
       expect(perWorker[0]).toBeGreaterThan(0);
       expect(perWorker[1]).toBeGreaterThan(0);
       expect(perWorker[0]! + perWorker[1]!).toBe(total);
-      expect(series(text, 'msgbridge_ingress_publish_latency_seconds_count', 'destination="event",role="ingress"')).toBe(total);
+      expect(
+        series(text, 'msgbridge_ingress_publish_latency_seconds_count', 'destination="event",role="ingress"'),
+      ).toBe(total);
       expect(series(text, 'msgbridge_ingress_ready', 'role="ingress"')).toBe(1);
       expect(text).toMatch(/^msgbridge_nodejs_heap_size_used_bytes\{role="ingress",worker="2"\} \d+/m);
     }
     expect(await getFresh(ingress.adminAddress!, '/readyz')).toEqual({ status: 200, body: '{"ready":true}' });
     // The webhook port (any worker: a connection each) has no /metrics nor /readyz.
-    for (let i = 0; i < 4; i++) for (const path of ['/metrics', '/readyz']) expect((await getFresh(ingress.address, path)).status).toBe(404);
+    for (let i = 0; i < 4; i++)
+      for (const path of ['/metrics', '/readyz']) expect((await getFresh(ingress.address, path)).status).toBe(404);
 
     const records = await consumeRecords([topics.messages, topics.deliveryStatus], total, { timeoutMs: 60_000 });
     const stored = new Map(records.map((r) => [r.headers['event-id'], r.topic]));
@@ -124,7 +140,8 @@ describe('ingress.workers = 2: worker threads on one port (suite Kafka)', () => 
       try {
         const res = await pool.request({ method: 'POST', path, body, headers: signedHeaders(SECRET, body) });
         await res.body.text();
-        if (res.statusCode === 200) accepted.set(sha256(body), path.endsWith('messages') ? topics.messages : topics.deliveryStatus);
+        if (res.statusCode === 200)
+          accepted.set(sha256(body), path.endsWith('messages') ? topics.messages : topics.deliveryStatus);
         return res.statusCode;
       } catch {
         // Sent after the listening sockets closed (a new connection refused): never admitted.
@@ -144,7 +161,10 @@ describe('ingress.workers = 2: worker threads on one port (suite Kafka)', () => 
     await expect(getFresh(ingress.address, '/healthz')).rejects.toThrow();
     await expect(getFresh(ingress.adminAddress!, '/healthz')).rejects.toThrow();
 
-    const records = await consumeRecords([topics.messages, topics.deliveryStatus], accepted.size, { timeoutMs: 60_000, settleMs: 500 });
+    const records = await consumeRecords([topics.messages, topics.deliveryStatus], accepted.size, {
+      timeoutMs: 60_000,
+      settleMs: 500,
+    });
     const stored = new Map(records.map((r) => [r.headers['event-id'], r.topic]));
     expect([...accepted].filter(([eventId, topic]) => stored.get(eventId) !== topic)).toEqual([]);
     expect(accepted.size).toBeGreaterThan(before);
@@ -164,14 +184,24 @@ describe('a worker thread that fails', () => {
     try {
       const deadline = Date.now() + 10_000;
       while (failures.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-      expect(failures.map((e) => e.message)).toEqual([expect.stringMatching(/^ingress worker 2 stopped \(exit code 1\): Error: injected worker failure/)]);
+      expect(failures.map((e) => e.message)).toEqual([
+        expect.stringMatching(/^ingress worker 2 stopped \(exit code 1\): Error: injected worker failure/),
+      ]);
       expect(ingress.isReady()).toBe(false);
       const readyz = await getFresh(ingress.adminAddress!, '/readyz');
       expect(readyz.status).toBe(503);
-      expect(JSON.parse(readyz.body)).toEqual({ ready: false, reason: expect.stringMatching(/^ingress worker 2 stopped/) });
+      expect(JSON.parse(readyz.body)).toEqual({
+        ready: false,
+        reason: expect.stringMatching(/^ingress worker 2 stopped/),
+      });
       const lines = logs.filter((l) => l.includes('stopped unexpectedly'));
       expect(lines).toHaveLength(1);
-      expect(JSON.parse(lines[0]!)).toMatchObject({ level: 50, worker: 2, exitCode: 1, err: 'Error: injected worker failure' });
+      expect(JSON.parse(lines[0]!)).toMatchObject({
+        level: 50,
+        worker: 2,
+        exitCode: 1,
+        err: 'Error: injected worker failure',
+      });
       await expect(ingress.drain()).rejects.toThrow('ingress drain incomplete: worker 2 had stopped unexpectedly');
     } finally {
       await ingress.terminate();
@@ -187,7 +217,9 @@ describe('a worker thread that fails', () => {
       () => 'drained',
       (err: Error) => err.message,
     );
-    expect(await Promise.race([drained, new Promise((r) => setTimeout(() => r('still draining'), 1500))])).toBe('still draining');
+    expect(await Promise.race([drained, new Promise((r) => setTimeout(() => r('still draining'), 1500))])).toBe(
+      'still draining',
+    );
     const started = Date.now();
     await ingress.terminate();
     expect(Date.now() - started).toBeLessThan(1500);
@@ -237,10 +269,23 @@ describe('msgbridge ingress --workers', () => {
 
   it.each([
     [['--workers', 'lots'], {}, '--workers expects an integer from 1 to 256 or "auto", got "lots"'],
-    [[], { MSGBRIDGE_INGRESS_WORKERS: '0' }, 'ingress.workers: expected an integer from 1 to 256 or "auto", got 0 (from MSGBRIDGE_INGRESS_WORKERS)'],
-    [[], { MSGBRIDGE_INGRESS_ADMIN_PORT: '8080' }, 'ingress.adminPort: must differ from ingress.port (8080, the webhook port)'],
+    [
+      [],
+      { MSGBRIDGE_INGRESS_WORKERS: '0' },
+      'ingress.workers: expected an integer from 1 to 256 or "auto", got 0 (from MSGBRIDGE_INGRESS_WORKERS)',
+    ],
+    [
+      [],
+      { MSGBRIDGE_INGRESS_ADMIN_PORT: '8080' },
+      'ingress.adminPort: must differ from ingress.port (8080, the webhook port)',
+    ],
   ])('refuses %j %j with exit code 2 and a clear message', async (args, env, message) => {
-    const result = await runCli(['ingress', ...args], { KAFKA_BROKERS: '127.0.0.1:1', MSGBRIDGE_BUSINESS_ID: 'biz_1', MSGBRIDGE_SIGNING_SECRET: SECRET, ...env });
+    const result = await runCli(['ingress', ...args], {
+      KAFKA_BROKERS: '127.0.0.1:1',
+      MSGBRIDGE_BUSINESS_ID: 'biz_1',
+      MSGBRIDGE_SIGNING_SECRET: SECRET,
+      ...env,
+    });
     expect(result.code).toBe(2);
     expect(result.stderr).toContain(message);
   });

@@ -3,7 +3,13 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { main } from '../../src/cli.js';
 import { parseWorkersOption } from '../../src/commands/ingress.js';
 import { createIngressMetrics } from '../../src/ingress/metrics.js';
-import { aggregateWorkerMetrics, aggregationOf, availableCores, cgroupCpuLimit, resolveIngressWorkers } from '../../src/ingress/workers.js';
+import {
+  aggregateWorkerMetrics,
+  aggregationOf,
+  availableCores,
+  cgroupCpuLimit,
+  resolveIngressWorkers,
+} from '../../src/ingress/workers.js';
 import type { PublisherStats } from '../../src/kafka/batching-publisher.js';
 import { createMetricsRegistry } from '../../src/runtime/metrics.js';
 
@@ -13,8 +19,21 @@ const files = (contents: Record<string, string>) => (path: string) => contents[p
 describe('ingress.workers "auto": the cores available to the process', () => {
   it('is the CPUs it may run on when no cgroup sets a quota (v2 "max", v1 -1, or no files)', () => {
     expect(availableCores({ read: files({}), parallelism: () => 8 })).toBe(8);
-    expect(availableCores({ read: files({ '/proc/self/cgroup': '0::/\n', '/sys/fs/cgroup/cpu.max': 'max 100000\n' }), parallelism: () => 8 })).toBe(8);
-    expect(availableCores({ read: files({ '/sys/fs/cgroup/cpu/cpu.cfs_quota_us': '-1\n', '/sys/fs/cgroup/cpu/cpu.cfs_period_us': '100000\n' }), parallelism: () => 2 })).toBe(2);
+    expect(
+      availableCores({
+        read: files({ '/proc/self/cgroup': '0::/\n', '/sys/fs/cgroup/cpu.max': 'max 100000\n' }),
+        parallelism: () => 8,
+      }),
+    ).toBe(8);
+    expect(
+      availableCores({
+        read: files({
+          '/sys/fs/cgroup/cpu/cpu.cfs_quota_us': '-1\n',
+          '/sys/fs/cgroup/cpu/cpu.cfs_period_us': '100000\n',
+        }),
+        parallelism: () => 2,
+      }),
+    ).toBe(2);
   });
 
   it('rounds a cgroup v2 quota up to whole cores and takes the smaller of quota and CPUs', () => {
@@ -39,13 +58,21 @@ describe('ingress.workers "auto": the cores available to the process', () => {
   it('falls back to cgroup v1 cpu.cfs_quota_us / cpu.cfs_period_us (either mount name)', () => {
     expect(
       availableCores({
-        read: files({ '/proc/self/cgroup': '4:cpu,cpuacct:/docker/abc\n', '/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us': '250000', '/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us': '100000' }),
+        read: files({
+          '/proc/self/cgroup': '4:cpu,cpuacct:/docker/abc\n',
+          '/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us': '250000',
+          '/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us': '100000',
+        }),
         parallelism: () => 8,
       }),
     ).toBe(3);
     expect(
       availableCores({
-        read: files({ '/proc/self/cgroup': '1:cpu:/\n', '/sys/fs/cgroup/cpu/cpu.cfs_quota_us': '100000\n', '/sys/fs/cgroup/cpu/cpu.cfs_period_us': '100000\n' }),
+        read: files({
+          '/proc/self/cgroup': '1:cpu:/\n',
+          '/sys/fs/cgroup/cpu/cpu.cfs_quota_us': '100000\n',
+          '/sys/fs/cgroup/cpu/cpu.cfs_period_us': '100000\n',
+        }),
         parallelism: () => 8,
       }),
     ).toBe(1);
@@ -65,20 +92,34 @@ describe('ingress.workers "auto": the cores available to the process', () => {
 });
 
 describe('the workers aggregated /metrics', () => {
-  const stats = (queuedEvents: number, connected: boolean): PublisherStats => ({ queuedEvents, inFlightEvents: 0, queuedBytes: queuedEvents * 100, inFlightBytes: 0, connected }) as PublisherStats;
+  const stats = (queuedEvents: number, connected: boolean): PublisherStats =>
+    ({
+      queuedEvents,
+      inFlightEvents: 0,
+      queuedBytes: queuedEvents * 100,
+      inFlightBytes: 0,
+      connected,
+    }) as PublisherStats;
 
   it('sums counters, histograms and queue gauges, takes the minimum of ready and connected, keeps per-thread runtime metrics per worker', async () => {
     const worker = (id: string, requests: number, ready: boolean, connected: boolean, queued: number) => {
       const registry = createMetricsRegistry('ingress');
-      const metrics = createIngressMetrics(registry, { stats: () => stats(queued, connected), ready: () => ready }, { worker: id });
+      const metrics = createIngressMetrics(
+        registry,
+        { stats: () => stats(queued, connected), ready: () => ready },
+        { worker: id },
+      );
       for (let i = 0; i < requests; i++) metrics.request('messages', 'published');
       metrics.publishLatency('event', 0.003);
       return registry;
     };
     const registries = [worker('1', 3, true, false, 5), worker('2', 4, false, true, 7)];
-    const aggregated = aggregateWorkerMetrics(await Promise.all(registries.map(async (r, i) => ({ id: String(i + 1), metrics: await r.getMetricsAsJSON() }))));
+    const aggregated = aggregateWorkerMetrics(
+      await Promise.all(registries.map(async (r, i) => ({ id: String(i + 1), metrics: await r.getMetricsAsJSON() }))),
+    );
     const text = await aggregated.metrics();
-    const value = (series: string) => Number(new RegExp(`^${series.replace(/[{}]/g, '\\$&')} (\\S+)$`, 'm').exec(text)?.[1]);
+    const value = (series: string) =>
+      Number(new RegExp(`^${series.replace(/[{}]/g, '\\$&')} (\\S+)$`, 'm').exec(text)?.[1]);
     expect(value('msgbridge_ingress_requests_total{topic="messages",outcome="published",role="ingress"}')).toBe(7);
     expect(value('msgbridge_ingress_worker_requests_total{worker="1",role="ingress"}')).toBe(3);
     expect(value('msgbridge_ingress_worker_requests_total{worker="2",role="ingress"}')).toBe(4);
@@ -113,10 +154,15 @@ describe('--workers and MSGBRIDGE_INGRESS_WORKERS', () => {
     expect(parseWorkersOption('auto')).toBe('auto');
   });
 
-  it.each(['0', '257', '-1', '1.5', 'two', '', 'AUTO'])('refuses %j with a message naming the option and the values it takes', (value) => {
-    expect(() => parseWorkersOption(value)).toThrow(InvalidArgumentError);
-    expect(() => parseWorkersOption(value)).toThrow(`--workers expects an integer from 1 to 256 or "auto", got "${value}"`);
-  });
+  it.each(['0', '257', '-1', '1.5', 'two', '', 'AUTO'])(
+    'refuses %j with a message naming the option and the values it takes',
+    (value) => {
+      expect(() => parseWorkersOption(value)).toThrow(InvalidArgumentError);
+      expect(() => parseWorkersOption(value)).toThrow(
+        `--workers expects an integer from 1 to 256 or "auto", got "${value}"`,
+      );
+    },
+  );
 
   it('msgbridge ingress --workers 0 exits 2 with that message, before touching Kafka', async () => {
     const stderr: string[] = [];

@@ -2,7 +2,11 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { watchIntervals } from '../helpers/intervals.js';
-import { BatchingPublisher, type BatchingPublisherOptions, type PublishRecord } from '../../src/kafka/batching-publisher.js';
+import {
+  BatchingPublisher,
+  type BatchingPublisherOptions,
+  type PublishRecord,
+} from '../../src/kafka/batching-publisher.js';
 import type { MsgbridgeError } from '../../src/platform/errors.js';
 import { javaCompatibleHash } from '../../src/kafka/partitioner.js';
 import type { ClusterLayout, RecordProducer, TopicRecords } from '../../src/kafka/port.js';
@@ -118,7 +122,13 @@ afterEach(async () => {
 });
 
 /** The bounds every test publisher shares (tests override what they are about). */
-const BOUNDS = { batchMaxEvents: 100, batchMaxBytes: 1_000_000, queueMaxEvents: 1000, queueMaxBytes: 10_000_000, reconnectBackoffMs: { initial: 5, max: 20 } };
+const BOUNDS = {
+  batchMaxEvents: 100,
+  batchMaxBytes: 1_000_000,
+  queueMaxEvents: 1000,
+  queueMaxBytes: 10_000_000,
+  reconnectBackoffMs: { initial: 5, max: 20 },
+};
 
 async function setup(overrides: Partial<BatchingPublisherOptions> = {}) {
   const kafka = new FakeKafka();
@@ -132,7 +142,9 @@ async function setup(overrides: Partial<BatchingPublisherOptions> = {}) {
   await publisher.start();
   const outcomes = new Map<string, string>();
   const publish = (key: string, value: string, topic = 't') => {
-    const refused = publisher.publish(rec(key, value, topic), (err: MsgbridgeError | null) => outcomes.set(value, err ? err.code : 'ok'));
+    const refused = publisher.publish(rec(key, value, topic), (err: MsgbridgeError | null) =>
+      outcomes.set(value, err ? err.code : 'ok'),
+    );
     if (refused) outcomes.set(value, `refused:${refused.code}`);
   };
   return { kafka, publisher, outcomes, publish };
@@ -457,10 +469,13 @@ describe('BatchingPublisher', () => {
       await publisher.start();
       const outcomes = new Map<string, string>();
       const publish = (key: string, value: string) => {
-        const refused = publisher.publish(rec(key, value, TOPIC), (err: MsgbridgeError | null) => outcomes.set(value, err ? err.code : 'ok'));
+        const refused = publisher.publish(rec(key, value, TOPIC), (err: MsgbridgeError | null) =>
+          outcomes.set(value, err ? err.code : 'ok'),
+        );
         if (refused) outcomes.set(value, `refused:${refused.code}`);
       };
-      const pendingOn = (partition: number) => kafka.pending.filter((s) => s.batches.some((b) => b.records.some((r) => r.partition === partition)));
+      const pendingOn = (partition: number) =>
+        kafka.pending.filter((s) => s.batches.some((b) => b.records.some((r) => r.partition === partition)));
       return { kafka, publisher, outcomes, publish, pendingOn };
     }
 
@@ -499,11 +514,17 @@ describe('BatchingPublisher', () => {
       // which tries broker 2 (answering) before broker 1.
       await until(() => outcomes.has('stuck'));
       expect(outcomes.get('stuck')).toBe('PUBLISH_TIMEOUT');
-      await until(() => kafka.producers.some((p, i) => i > 1 && p.connected && p.bootstrapFirst[0] === 'b2:9092' && p.bootstrapFirst.at(-1) === 'b1:9092'));
+      await until(() =>
+        kafka.producers.some(
+          (p, i) => i > 1 && p.connected && p.bootstrapFirst[0] === 'b2:9092' && p.bootstrapFirst.at(-1) === 'b1:9092',
+        ),
+      );
     });
 
     it("partitions whose leader moved go to the new leader's lane at once, without waiting for the timeout", async () => {
-      const { kafka, publish, outcomes, pendingOn, publisher } = await laneSetup([1, 2, 1, 2], { publishTimeoutMs: 60_000 });
+      const { kafka, publish, outcomes, pendingOn, publisher } = await laneSetup([1, 2, 1, 2], {
+        publishTimeoutMs: 60_000,
+      });
       publish(keys[0]!, 'stuck');
       await until(() => pendingOn(0).length === 1);
       kafka.layout = layout([2, 2, 2, 2]); // broker 1 fenced: its partitions moved
@@ -518,9 +539,15 @@ describe('BatchingPublisher', () => {
     });
 
     it('is ready only while every leader can take acks=all writes: fewer in-sync replicas than min.insync.replicas means not ready', async () => {
-      const { kafka, publisher, publish, outcomes } = await laneSetup([1, 2, 1, 2], { minInsyncReplicas: new Map([[TOPIC, 2]]), failureSuspicionMs: 300 });
+      const { kafka, publisher, publish, outcomes } = await laneSetup([1, 2, 1, 2], {
+        minInsyncReplicas: new Map([[TOPIC, 2]]),
+        failureSuspicionMs: 300,
+      });
       expect(publisher.ready).toBe(true);
-      kafka.layout = { ...layout([1, 2, 1, 2]), partitions: layout([1, 2, 1, 2]).partitions.map((p) => ({ ...p, isr: p.leader === 2 ? 1 : 3 })) };
+      kafka.layout = {
+        ...layout([1, 2, 1, 2]),
+        partitions: layout([1, 2, 1, 2]).partitions.map((p) => ({ ...p, isr: p.leader === 2 ? 1 : 3 })),
+      };
       publish(keys[1]!, 'refused-by-kafka');
       await tick();
       kafka.pending[0]!.fail(new Error('NOT_ENOUGH_REPLICAS'));

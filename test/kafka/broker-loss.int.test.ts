@@ -39,9 +39,19 @@ describe('one broker of three lost under two live senders', () => {
 
   beforeAll(async () => {
     cluster = await startLocalCluster({ nodes: 3, heapMb: 320, partitions: 3 });
-    admin = new Kafka({ clientId: 'broker-loss-test', brokers: cluster.bootstrap.split(','), logLevel: logLevel.NOTHING, retry: { retries: 10 } }).admin();
+    admin = new Kafka({
+      clientId: 'broker-loss-test',
+      brokers: cluster.bootstrap.split(','),
+      logLevel: logLevel.NOTHING,
+      retry: { retries: 10 },
+    }).admin();
     await admin.connect();
-    simulator = await startSimulator({ host: '127.0.0.1', port: 0, businesses: [{ id: 'biz_1', apiKey: 'key-1', signingSecret: 's' }], history: { sends: 50_000 } });
+    simulator = await startSimulator({
+      host: '127.0.0.1',
+      port: 0,
+      businesses: [{ id: 'biz_1', apiKey: 'key-1', signingSecret: 's' }],
+      history: { sends: 50_000 },
+    });
   }, 240_000);
   afterAll(async () => {
     await simulator?.close();
@@ -53,7 +63,10 @@ describe('one broker of three lost under two live senders', () => {
    * Runs N requests through two rate-limited senders, applies `fault` to the broker `pick` names
    * once a fifth are done, and answers what the members logged and what the provider saw.
    */
-  async function run(pick: (coordinator: number, leaders: number[]) => number, fault: (node: LocalNode) => Promise<void>) {
+  async function run(
+    pick: (coordinator: number, leaders: number[]) => number,
+    fault: (node: LocalNode) => Promise<void>,
+  ) {
     await Promise.all(cluster.nodes.filter((n) => !n.alive).map((n) => n.start()));
     await untilBrokers(3);
     const id = randomUUID().slice(0, 8);
@@ -77,7 +90,8 @@ describe('one broker of three lost under two live senders', () => {
     const lines: { t: number; line: Record<string, unknown> }[] = [];
     const destination = new Writable({
       write(chunk: Buffer, _encoding, done) {
-        for (const text of chunk.toString().split('\n').filter(Boolean)) lines.push({ t: Date.now(), line: JSON.parse(text) as Record<string, unknown> });
+        for (const text of chunk.toString().split('\n').filter(Boolean))
+          lines.push({ t: Date.now(), line: JSON.parse(text) as Record<string, unknown> });
         done();
       },
     });
@@ -89,7 +103,12 @@ describe('one broker of three lost under two live senders', () => {
     const N = 2400;
     try {
       await Promise.all(senders.map((s) => s.ready));
-      const kafka = new Kafka({ clientId: 'broker-loss-producer', brokers: cluster.bootstrap.split(','), logLevel: logLevel.NOTHING, retry: { retries: 10 } });
+      const kafka = new Kafka({
+        clientId: 'broker-loss-producer',
+        brokers: cluster.bootstrap.split(','),
+        logLevel: logLevel.NOTHING,
+        retry: { retries: 10 },
+      });
       const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
       await producer.connect();
       for (let i = 0; i < N; i += 400) {
@@ -99,7 +118,16 @@ describe('one broker of three lost under two live senders', () => {
           messages: Array.from({ length: 400 }, (_, k) => {
             const n = i + k;
             const to = `+1555${String(4_000_000 + (n % 300)).padStart(7, '0')}`;
-            return { key: to, value: JSON.stringify({ requestId: `bl-${id}-${n}`, type: 'template', number: to, templateName: 'order_update', parameters: [{ name: 'n', value: `${id}-${n}` }] }) };
+            return {
+              key: to,
+              value: JSON.stringify({
+                requestId: `bl-${id}-${n}`,
+                type: 'template',
+                number: to,
+                templateName: 'order_update',
+                parameters: [{ name: 'n', value: `${id}-${n}` }],
+              }),
+            };
           }),
         });
       }
@@ -133,7 +161,11 @@ describe('one broker of three lost under two live senders', () => {
       }
       const after = lines.filter((l) => l.t >= faultAt).map((l) => l.line);
       const summary = new Map<string, number>();
-      for (const l of after) summary.set(`${String(l.level)} ${String(l.msg).slice(0, 120)}`, (summary.get(`${String(l.level)} ${String(l.msg).slice(0, 120)}`) ?? 0) + 1);
+      for (const l of after)
+        summary.set(
+          `${String(l.level)} ${String(l.msg).slice(0, 120)}`,
+          (summary.get(`${String(l.level)} ${String(l.msg).slice(0, 120)}`) ?? 0) + 1,
+        );
       console.log(
         `[broker-loss] ${perRequest.size}/${N} requests called, ${[...perRequest.values()].filter((c) => c > 1).length} twice; log after the fault:\n${[...summary].map(([k, v]) => `  ${v} x ${k}`).join('\n')}`,
       );
@@ -147,7 +179,9 @@ describe('one broker of three lost under two live senders', () => {
     expect(perRequest.size).toBe(N);
     expect([...perRequest.values()].filter((c) => c > 1)).toEqual([]);
     // No rebalance, no crash, no new membership: the members kept their partitions.
-    expect(after.filter((l) => /joined the consumer group|crashed|stopped for good|rebalancing/.test(String(l.msg)))).toEqual([]);
+    expect(
+      after.filter((l) => /joined the consumer group|crashed|stopped for good|rebalancing/.test(String(l.msg))),
+    ).toEqual([]);
     // A dead broker is one warning per member and broker, not an error per retry.
     const kafkaErrors = after.filter((l) => l.library === 'kafkajs' && Number(l.level) >= 50);
     expect(kafkaErrors).toEqual([]);
@@ -202,29 +236,52 @@ describe('one broker of three lost under two live senders', () => {
     const lines: { t: number; line: Record<string, unknown> }[] = [];
     const destination = new Writable({
       write(chunk: Buffer, _encoding, done) {
-        for (const text of chunk.toString().split('\n').filter(Boolean)) lines.push({ t: Date.now(), line: JSON.parse(text) as Record<string, unknown> });
+        for (const text of chunk.toString().split('\n').filter(Boolean))
+          lines.push({ t: Date.now(), line: JSON.parse(text) as Record<string, unknown> });
         done();
       },
     });
     const logger = createLogger({ level: 'info', name: 'tracker', destination });
     const trackers: Tracker[] = [];
     const N = 1200;
-    const kafka = new Kafka({ clientId: 'broker-loss-tracker', brokers: cluster.bootstrap.split(','), logLevel: logLevel.NOTHING, retry: { retries: 10 } });
+    const kafka = new Kafka({
+      clientId: 'broker-loss-tracker',
+      brokers: cluster.bootstrap.split(','),
+      logLevel: logLevel.NOTHING,
+      retry: { retries: 10 },
+    });
     try {
       for (const member of ['A', 'B']) {
         const stateDir = mkdtempSync(join(tmpdir(), `msgbridge-blt-${member}-`));
-        trackers.push(await startTracker({ config: { ...config, tracker: { ...config.tracker, stateDir } }, http: false, admin: false, logger: logger.child({ member }) }));
+        trackers.push(
+          await startTracker({
+            config: { ...config, tracker: { ...config.tracker, stateDir } },
+            http: false,
+            admin: false,
+            logger: logger.child({ member }),
+          }),
+        );
       }
       // The inputs at a steady pace, through a producer replaced when it fails (as any producer must be).
       let producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
       await producer.connect();
       let faultAt = 0;
       for (let i = 0; i < N; i += 40) {
-        const records = Array.from({ length: 40 }, (_, k) => messageLifeRecords(`blt-r-${id}-${i + k}`, `blt-m-${id}-${i + k}`)).flat();
+        const records = Array.from({ length: 40 }, (_, k) =>
+          messageLifeRecords(`blt-r-${id}-${i + k}`, `blt-m-${id}-${i + k}`),
+        ).flat();
         for (;;) {
           try {
-            await producer.send({ topic: config.kafka.topics.sendResults, acks: -1, messages: records.filter((r) => r.topic === 'results') });
-            await producer.send({ topic: config.kafka.topics.deliveryStatus, acks: -1, messages: records.filter((r) => r.topic === 'status') });
+            await producer.send({
+              topic: config.kafka.topics.sendResults,
+              acks: -1,
+              messages: records.filter((r) => r.topic === 'results'),
+            });
+            await producer.send({
+              topic: config.kafka.topics.deliveryStatus,
+              acks: -1,
+              messages: records.filter((r) => r.topic === 'status'),
+            });
             break;
           } catch {
             await producer.disconnect().catch(() => undefined);
@@ -245,23 +302,37 @@ describe('one broker of three lost under two live senders', () => {
       }
       await producer.disconnect();
       // Every message's one state, read, in message-state (read_committed).
-      const reader = kafka.consumer({ groupId: `blt-read-${randomUUID()}`, maxWaitTimeInMs: 100, readUncommitted: false });
+      const reader = kafka.consumer({
+        groupId: `blt-read-${randomUUID()}`,
+        maxWaitTimeInMs: 100,
+        readUncommitted: false,
+      });
       const latest = new Map<string, { status: string }>();
       await reader.connect();
       await reader.subscribe({ topics: [config.kafka.topics.messageState], fromBeginning: true });
-      await reader.run({ eachMessage: async ({ message }) => void latest.set(message.key!.toString(), JSON.parse(message.value!.toString()) as { status: string }) });
+      await reader.run({
+        eachMessage: async ({ message }) =>
+          void latest.set(message.key!.toString(), JSON.parse(message.value!.toString()) as { status: string }),
+      });
       const deadline = Date.now() + 150_000;
-      while ([...latest.values()].filter((v) => v.status === 'read').length < N && Date.now() < deadline) await new Promise((r) => setTimeout(r, 250));
+      while ([...latest.values()].filter((v) => v.status === 'read').length < N && Date.now() < deadline)
+        await new Promise((r) => setTimeout(r, 250));
       await reader.disconnect();
       const after = lines.filter((l) => l.t >= faultAt).map((l) => l.line);
       const summary = new Map<string, number>();
-      for (const l of after) summary.set(`${String(l.level)} ${String(l.msg).slice(0, 120)}`, (summary.get(`${String(l.level)} ${String(l.msg).slice(0, 120)}`) ?? 0) + 1);
+      for (const l of after)
+        summary.set(
+          `${String(l.level)} ${String(l.msg).slice(0, 120)}`,
+          (summary.get(`${String(l.level)} ${String(l.msg).slice(0, 120)}`) ?? 0) + 1,
+        );
       console.log(
         `[broker-loss] trackers: ${[...latest.values()].filter((v) => v.status === 'read').length}/${N} states read; log after the fault:\n${[...summary].map(([k, v]) => `  ${v} x ${k}`).join('\n')}`,
       );
       expect(latest.size).toBe(N);
       expect([...latest.values()].filter((v) => v.status !== 'read')).toEqual([]);
-      expect(after.filter((l) => /joined the consumer group|crashed|stopped for good|rebalancing/.test(String(l.msg)))).toEqual([]);
+      expect(
+        after.filter((l) => /joined the consumer group|crashed|stopped for good|rebalancing/.test(String(l.msg))),
+      ).toEqual([]);
       expect(after.filter((l) => l.library === 'kafkajs' && Number(l.level) >= 50)).toEqual([]);
     } finally {
       await Promise.all(trackers.map((t) => t.drain()));

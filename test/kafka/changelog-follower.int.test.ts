@@ -1,6 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
-import { followChangelog, type ChangelogFollower, type ChangelogFollowStatus } from '../../src/kafka/changelog-follower.js';
+import {
+  followChangelog,
+  type ChangelogFollower,
+  type ChangelogFollowStatus,
+} from '../../src/kafka/changelog-follower.js';
 import { isMsgbridgeError } from '../../src/platform/errors.js';
 import { silentLogger } from '../../src/platform/logger.js';
 import type { ConsumedRecord } from '../../src/kafka/group-consumer.js';
@@ -21,7 +25,12 @@ async function waitUntil(condition: () => boolean, timeoutMs: number, what: stri
 
 /** A transactional producer of the suite's Kafka (closed after the test). */
 async function transactionalProducer() {
-  const producer = testKafka('changelog-follower-tx').producer({ transactionalId: `follower-test-${randomUUID()}`, idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false });
+  const producer = testKafka('changelog-follower-tx').producer({
+    transactionalId: `follower-test-${randomUUID()}`,
+    idempotent: true,
+    maxInFlightRequests: 1,
+    allowAutoTopicCreation: false,
+  });
   await producer.connect();
   cleanups.push(() => producer.disconnect());
   return producer;
@@ -67,7 +76,11 @@ describe('changelog follower (read to the end, then follow)', () => {
 
     const load = await follower.loaded;
     expect(load.records).toBe(3);
-    expect(seen.map((r) => `${r.partition}:${r.key?.toString()}=${r.value?.toString()}`).sort()).toEqual(['0:a=a1', '0:a=a2', '1:b=b1']);
+    expect(seen.map((r) => `${r.partition}:${r.key?.toString()}=${r.value?.toString()}`).sort()).toEqual([
+      '0:a=a1',
+      '0:a=a2',
+      '1:b=b1',
+    ]);
     expect(seen[0]).toMatchObject({ topic, offset: expect.any(String), timestamp: expect.any(String), headers: {} });
     expect(events).toEqual(['waiting', 'caught up after 3 (seen 3)']);
     expect(follower.status()).toEqual({ stage: 'following' });
@@ -112,7 +125,9 @@ describe('changelog follower (read to the end, then follow)', () => {
     // Without timeoutError: the default message.
     const second = start(topic, { timeoutMs: 3_000 });
     const plain = await second.follower.loaded.catch((e: unknown) => e);
-    expect((plain as Error).message).toMatch(new RegExp(`^reading ${topic} did not reach its end within 3000 ms \\(partition 0 at \\d of 2\\)`));
+    expect((plain as Error).message).toMatch(
+      new RegExp(`^reading ${topic} did not reach its end within 3000 ms \\(partition 0 at \\d of 2\\)`),
+    );
     await open.abort();
   });
 

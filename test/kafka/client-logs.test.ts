@@ -14,12 +14,24 @@ describe('kafkajs log lines', () => {
         done();
       },
     });
-    const logger = createLogger({ level: 'debug', name: 'sender', destination }).child({ component: 'sender', groupId: 'msgbridge-sender' });
+    const logger = createLogger({ level: 'debug', name: 'sender', destination }).child({
+      component: 'sender',
+      groupId: 'msgbridge-sender',
+    });
     const kafka = createKafkajsClient(loadConfig({ env: {} }).kafka, { logger, brokers: ['127.0.0.1:9'] });
-    kafka.logger().error('Offset commit refused', { broker: '127.0.0.1:9', groupId: 'msgbridge-sender', retryCount: 2 });
+    kafka
+      .logger()
+      .error('Offset commit refused', { broker: '127.0.0.1:9', groupId: 'msgbridge-sender', retryCount: 2 });
     expect(lines).toHaveLength(1);
     expect(repeatedKeys(lines[0]!)).toEqual([]);
-    expect(JSON.parse(lines[0]!)).toMatchObject({ component: 'sender', library: 'kafkajs', groupId: 'msgbridge-sender', broker: '127.0.0.1:9', retryCount: 2, msg: 'Offset commit refused' });
+    expect(JSON.parse(lines[0]!)).toMatchObject({
+      component: 'sender',
+      library: 'kafkajs',
+      groupId: 'msgbridge-sender',
+      broker: '127.0.0.1:9',
+      retryCount: 2,
+      msg: 'Offset commit refused',
+    });
     // A logger that binds nothing: the line says it comes from kafkajs.
     const plain = createLogger({ level: 'debug', name: 'x', destination });
     createKafkajsClient(loadConfig({ env: {} }).kafka, { logger: plain, brokers: ['127.0.0.1:9'] })
@@ -34,15 +46,23 @@ describe('a broker that does not answer', () => {
     const lines: Record<string, unknown>[] = [];
     const destination = new Writable({
       write(chunk: Buffer, _encoding, done) {
-        for (const text of chunk.toString().split('\n').filter(Boolean)) lines.push(JSON.parse(text) as Record<string, unknown>);
+        for (const text of chunk.toString().split('\n').filter(Boolean))
+          lines.push(JSON.parse(text) as Record<string, unknown>);
         done();
       },
     });
     const logger = createLogger({ level: 'debug', name: 'sender', destination }).child({ component: 'sender' });
     const log = createKafkajsClient(loadConfig({ env: {} }).kafka, { logger, brokers: ['127.0.0.1:9'] }).logger();
-    for (let i = 0; i < 5; i++) log.error('Connection error: connect ECONNREFUSED 127.0.0.1:9', { broker: '127.0.0.1:9', stack: 'Error: connect ECONNREFUSED\n    at x' });
+    for (let i = 0; i < 5; i++)
+      log.error('Connection error: connect ECONNREFUSED 127.0.0.1:9', {
+        broker: '127.0.0.1:9',
+        stack: 'Error: connect ECONNREFUSED\n    at x',
+      });
     log.error('Response OffsetCommit(key: 8, version: 5)', { broker: '127.0.0.1:10', error: 'The request timed out' });
-    log.error('Response Heartbeat(key: 12, version: 3)', { broker: '127.0.0.1:9', error: 'The coordinator is not aware of this member' });
+    log.error('Response Heartbeat(key: 12, version: 3)', {
+      broker: '127.0.0.1:9',
+      error: 'The coordinator is not aware of this member',
+    });
     const warnings = lines.filter((l) => l.level === 40);
     expect(warnings.map((l) => [l.broker, l.cause])).toEqual([
       ['127.0.0.1:9', 'Connection error: connect ECONNREFUSED 127.0.0.1:9'],

@@ -66,7 +66,11 @@ describe('on a 3-node cluster', () => {
 
   beforeAll(async () => {
     cluster = await startLocalCluster({ nodes: 3, heapMb: 320, partitions: 3 });
-    admin = new Kafka({ clientId: 'cluster-test', brokers: cluster.bootstrap.split(','), logLevel: logLevel.NOTHING }).admin();
+    admin = new Kafka({
+      clientId: 'cluster-test',
+      brokers: cluster.bootstrap.split(','),
+      logLevel: logLevel.NOTHING,
+    }).admin();
     await admin.connect();
   }, 240_000);
   afterAll(async () => {
@@ -82,15 +86,24 @@ describe('on a 3-node cluster', () => {
       const { topics } = config.kafka;
       const names = [topics.messages, topics.deliveryStatus, topics.webhooksDlq];
       // The metadata a broker serves catches up with the controller's assignment within moments.
-      const threeReplicas = async () => (await admin.fetchTopicMetadata({ topics: names })).topics.every((t) => t.partitions.every((p) => p.replicas.length === 3));
+      const threeReplicas = async () =>
+        (await admin.fetchTopicMetadata({ topics: names })).topics.every((t) =>
+          t.partitions.every((p) => p.replicas.length === 3),
+        );
       const deadline = Date.now() + 15_000;
       while (!(await threeReplicas()) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 250));
       expect(await threeReplicas()).toBe(true);
       const described = await admin.describeConfigs({
-        resources: names.map((name) => ({ type: kafkajs.ConfigResourceTypes.TOPIC, name, configNames: ['min.insync.replicas', 'retention.ms'] })),
+        resources: names.map((name) => ({
+          type: kafkajs.ConfigResourceTypes.TOPIC,
+          name,
+          configNames: ['min.insync.replicas', 'retention.ms'],
+        })),
         includeSynonyms: false,
       });
-      const setting = (topic: string, name: string) => described.resources.find((r) => r.resourceName === topic)!.configEntries.find((e) => e.configName === name)?.configValue;
+      const setting = (topic: string, name: string) =>
+        described.resources.find((r) => r.resourceName === topic)!.configEntries.find((e) => e.configName === name)
+          ?.configValue;
       for (const name of names) expect(setting(name, 'min.insync.replicas'), name).toBe('2');
       expect(setting(topics.webhooksDlq, 'retention.ms')).toBe('-1');
     } finally {
@@ -109,7 +122,11 @@ describe('on a 3-node cluster', () => {
       while (running) {
         const body = statusEvent(messageId());
         try {
-          const res = await fetch(`${ingress.address}/webhooks/biz_1/delivery_status`, { method: 'POST', body, headers: signedHeaders(SECRET, body) });
+          const res = await fetch(`${ingress.address}/webhooks/biz_1/delivery_status`, {
+            method: 'POST',
+            body,
+            headers: signedHeaders(SECRET, body),
+          });
           statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
           await res.arrayBuffer();
           if (res.status === 200) acknowledged.set(eventIdOf(body), body);
@@ -131,19 +148,26 @@ describe('on a 3-node cluster', () => {
       process.kill(victim.pid, 'SIGKILL');
       const killedAt = Date.now();
       // Publishing resumes without a restart once new leaders are elected.
-      while (acknowledged.size < before + 200 && Date.now() - killedAt < 45_000) await new Promise((r) => setTimeout(r, 100));
+      while (acknowledged.size < before + 200 && Date.now() - killedAt < 45_000)
+        await new Promise((r) => setTimeout(r, 100));
       const resumedAfterMs = Date.now() - killedAt;
       running = false;
       await Promise.all(senders);
       expect(acknowledged.size).toBeGreaterThanOrEqual(before + 200);
 
       // Read everything back from the two survivors, by event-id.
-      const reader = new Kafka({ clientId: 'cluster-reader', brokers: cluster.nodes.filter((n) => n.alive).map((n) => `127.0.0.1:${n.port}`), logLevel: logLevel.NOTHING });
+      const reader = new Kafka({
+        clientId: 'cluster-reader',
+        brokers: cluster.nodes.filter((n) => n.alive).map((n) => `127.0.0.1:${n.port}`),
+        logLevel: logLevel.NOTHING,
+      });
       const consumer = reader.consumer({ groupId: `cluster-${randomUUID()}`, maxWaitTimeInMs: 200 });
       const seen = new Set<string>();
       await consumer.connect();
       await consumer.subscribe({ topics: [config.kafka.topics.deliveryStatus], fromBeginning: true });
-      await consumer.run({ eachMessage: async ({ message }) => void seen.add(message.headers?.['event-id']?.toString() ?? '') });
+      await consumer.run({
+        eachMessage: async ({ message }) => void seen.add(message.headers?.['event-id']?.toString() ?? ''),
+      });
       const deadline = Date.now() + 60_000;
       const missing = () => [...acknowledged.keys()].filter((id) => !seen.has(id)).length;
       while (missing() > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 250));
@@ -183,7 +207,11 @@ describe('on a 3-node cluster', () => {
     const ingress = await startIngress({ config });
     const post = async () => {
       const body = statusEvent(messageId());
-      const res = await fetch(`${ingress.address}/webhooks/biz_1/delivery_status`, { method: 'POST', body, headers: signedHeaders(SECRET, body) });
+      const res = await fetch(`${ingress.address}/webhooks/biz_1/delivery_status`, {
+        method: 'POST',
+        body,
+        headers: signedHeaders(SECRET, body),
+      });
       await res.arrayBuffer();
       return res;
     };
@@ -233,7 +261,13 @@ describe('on a 3-node cluster', () => {
     const config = ingressConfig(cluster.bootstrap);
     const topic = config.kafka.topics.deliveryStatus;
     const ingress = await startIngress({ config });
-    const leaderOf = async () => new Map((await admin.fetchTopicMetadata({ topics: [topic] })).topics[0]!.partitions.map((p) => [p.partitionId, p.leader]));
+    const leaderOf = async () =>
+      new Map(
+        (await admin.fetchTopicMetadata({ topics: [topic] })).topics[0]!.partitions.map((p) => [
+          p.partitionId,
+          p.leader,
+        ]),
+      );
     const acknowledged = new Set<string>();
     /** Per partition, when each 200 came. */
     const oks = new Map<number, number[]>();
@@ -247,7 +281,11 @@ describe('on a 3-node cluster', () => {
         let id = messageId();
         while (javaCompatibleHash(Buffer.from(id)) % 6 !== partition) id = messageId();
         const body = statusEvent(id);
-        const res = await fetch(`${ingress.address}/webhooks/biz_1/delivery_status`, { method: 'POST', body, headers: signedHeaders(SECRET, body) }).catch(() => undefined);
+        const res = await fetch(`${ingress.address}/webhooks/biz_1/delivery_status`, {
+          method: 'POST',
+          body,
+          headers: signedHeaders(SECRET, body),
+        }).catch(() => undefined);
         await res?.arrayBuffer();
         if (res?.status === 200) {
           acknowledged.add(eventIdOf(body));
@@ -296,12 +334,18 @@ describe('on a 3-node cluster', () => {
       // The frozen broker's partitions move to new leaders and take writes again before it thaws.
       for (const p of frozenPartitions) expect(firstAfterFreeze(p)).toBeDefined();
 
-      const reader = new Kafka({ clientId: 'cluster-reader', brokers: cluster.bootstrap.split(','), logLevel: logLevel.NOTHING });
+      const reader = new Kafka({
+        clientId: 'cluster-reader',
+        brokers: cluster.bootstrap.split(','),
+        logLevel: logLevel.NOTHING,
+      });
       const consumer = reader.consumer({ groupId: `cluster-${randomUUID()}`, maxWaitTimeInMs: 200 });
       const seen = new Set<string>();
       await consumer.connect();
       await consumer.subscribe({ topics: [topic], fromBeginning: true });
-      await consumer.run({ eachMessage: async ({ message }) => void seen.add(message.headers?.['event-id']?.toString() ?? '') });
+      await consumer.run({
+        eachMessage: async ({ message }) => void seen.add(message.headers?.['event-id']?.toString() ?? ''),
+      });
       const deadline = Date.now() + 60_000;
       const missing = () => [...acknowledged].filter((id) => !seen.has(id)).length;
       while (missing() > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 250));
@@ -317,7 +361,12 @@ describe('on a 3-node cluster', () => {
   it('the sender across a broker kill: every request ends with its result', async () => {
     await Promise.all(cluster.nodes.map((n) => n.start()));
     await untilBrokers(3);
-    const simulator = await startSimulator({ host: '127.0.0.1', port: 0, businesses: [{ id: 'biz_1', apiKey: 'key-1', signingSecret: SECRET }], history: { sends: 10_000 } });
+    const simulator = await startSimulator({
+      host: '127.0.0.1',
+      port: 0,
+      businesses: [{ id: 'biz_1', apiKey: 'key-1', signingSecret: SECRET }],
+      history: { sends: 10_000 },
+    });
     const id = randomUUID().slice(0, 8);
     const config = loadConfig({
       env: {
@@ -338,7 +387,12 @@ describe('on a 3-node cluster', () => {
       },
     });
     const sender = await startSender({ config, admin: false });
-    const kafka = new Kafka({ clientId: 'cluster-sender-test', brokers: cluster.bootstrap.split(','), logLevel: logLevel.NOTHING, retry: { retries: 10 } });
+    const kafka = new Kafka({
+      clientId: 'cluster-sender-test',
+      brokers: cluster.bootstrap.split(','),
+      logLevel: logLevel.NOTHING,
+      retry: { retries: 10 },
+    });
     try {
       await sender.ready;
       const N = 1500;
@@ -351,7 +405,16 @@ describe('on a 3-node cluster', () => {
           messages: Array.from({ length: 500 }, (_, k) => {
             const n = i + k;
             const to = `+1555${String(3_000_000 + (n % 100)).padStart(7, '0')}`;
-            return { key: to, value: JSON.stringify({ requestId: `cl-${n}`, type: 'template', number: to, templateName: 'order_update', parameters: [{ name: 'order', value: String(n) }] }) };
+            return {
+              key: to,
+              value: JSON.stringify({
+                requestId: `cl-${n}`,
+                type: 'template',
+                number: to,
+                templateName: 'order_update',
+                parameters: [{ name: 'order', value: String(n) }],
+              }),
+            };
           }),
         });
       }
@@ -362,7 +425,10 @@ describe('on a 3-node cluster', () => {
       await consumer.subscribe({ topics: [config.kafka.topics.sendResults], fromBeginning: true });
       await consumer.run({
         eachMessage: async ({ message }) =>
-          void results.set(JSON.parse(message.value!.toString()).requestId as string, (results.get(JSON.parse(message.value!.toString()).requestId as string) ?? 0) + 1),
+          void results.set(
+            JSON.parse(message.value!.toString()).requestId as string,
+            (results.get(JSON.parse(message.value!.toString()).requestId as string) ?? 0) + 1,
+          ),
       });
       while (results.size < 300) await new Promise((r) => setTimeout(r, 100));
       const victim = cluster.nodes[0]!;
@@ -372,7 +438,9 @@ describe('on a 3-node cluster', () => {
       await consumer.disconnect();
       const twice = [...results.values()].filter((n) => n > 1).length;
       const calls = simulator.sends().length;
-      console.log(`[cluster] sender across a broker kill: ${results.size}/${N} requests with a result (${twice} results written more than once, same event-id), ${calls} provider calls`);
+      console.log(
+        `[cluster] sender across a broker kill: ${results.size}/${N} requests with a result (${twice} results written more than once, same event-id), ${calls} provider calls`,
+      );
       expect(results.size).toBe(N);
       // Results written again after the coordinator moved are answered from memory, not sent again.
       expect(calls - N).toBeLessThanOrEqual(Number(config.sender.maxBufferedRequests));

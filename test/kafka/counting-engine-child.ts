@@ -3,7 +3,11 @@ import { Kafka, logLevel } from 'kafkajs';
 import type { ConsumedRecord } from '../../src/kafka/group-consumer.js';
 import { createLogger, type Logger } from '../../src/platform/logger.js';
 import { readChangelogPartition } from '../../src/kafka/changelog-reader.js';
-import { startTransactionalEngine, type TransactionalEngine, type TransactionalEngineOptions } from '../../src/kafka/transactional-engine.js';
+import {
+  startTransactionalEngine,
+  type TransactionalEngine,
+  type TransactionalEngineOptions,
+} from '../../src/kafka/transactional-engine.js';
 
 /**
  * The proof processor of the engine's tests: a running count per key. Each input record
@@ -43,8 +47,18 @@ export interface CountingEngine {
   processed: { task: number; topic: string; partition: number; offsets: string[] }[];
 }
 
-export async function startCountingEngine(settings: CountingEngineSettings, extra: Partial<TransactionalEngineOptions> & { kafka?: Kafka; logger?: Logger } = {}): Promise<CountingEngine> {
-  const kafka = extra.kafka ?? new Kafka({ clientId: 'counting-engine', brokers: settings.brokers, logLevel: logLevel.NOTHING, retry: { retries: 5, initialRetryTime: 100, maxRetryTime: 2000 } });
+export async function startCountingEngine(
+  settings: CountingEngineSettings,
+  extra: Partial<TransactionalEngineOptions> & { kafka?: Kafka; logger?: Logger } = {},
+): Promise<CountingEngine> {
+  const kafka =
+    extra.kafka ??
+    new Kafka({
+      clientId: 'counting-engine',
+      brokers: settings.brokers,
+      logLevel: logLevel.NOTHING,
+      retry: { retries: 5, initialRetryTime: 100, maxRetryTime: 2000 },
+    });
   const counts = new Map<number, Map<string, number>>();
   const gate: CountingEngine['gate'] = {};
   const processed: CountingEngine['processed'] = [];
@@ -64,7 +78,8 @@ export async function startCountingEngine(settings: CountingEngineSettings, extr
     retryBackoffMs: { initial: 100, max: 1_000 },
     ...extra,
     onTransaction(event) {
-      if (settings.selfKill?.phase === event.phase && ++transactions >= settings.selfKill.after) process.kill(process.pid, 'SIGKILL');
+      if (settings.selfKill?.phase === event.phase && ++transactions >= settings.selfKill.after)
+        process.kill(process.pid, 'SIGKILL');
     },
     async onTaskAssigned(task, { signal }) {
       const state = new Map<string, number>();
@@ -93,13 +108,23 @@ export async function startCountingEngine(settings: CountingEngineSettings, extr
         const key = r.key!.toString();
         const count = (pending.get(key) ?? state.get(key) ?? 0) + 1;
         pending.set(key, count);
-        return { topic: settings.outputTopic, partition: task, key, value: JSON.stringify({ key, count, source: r.value!.toString(), ...(pad ? { pad } : {}) }) };
+        return {
+          topic: settings.outputTopic,
+          partition: task,
+          key,
+          value: JSON.stringify({ key, count, source: r.value!.toString(), ...(pad ? { pad } : {}) }),
+        };
       });
       return {
         outputs,
         commit: () => {
           for (const [key, count] of pending) state.set(key, count);
-          processed.push({ task, topic: records[0]!.topic, partition: records[0]!.partition, offsets: records.map((r) => r.offset) });
+          processed.push({
+            task,
+            topic: records[0]!.topic,
+            partition: records[0]!.partition,
+            offsets: records.map((r) => r.offset),
+          });
         },
       };
     },
@@ -131,14 +156,22 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
  * What is wrong with the output of a counting run, given its inputs: nothing when every input
  * produced exactly one output and each key's counts run 1, 2, 3… in offset order.
  */
-export function countingProblems(outputs: { partition: number; offset: string; value: Buffer }[], inputs: { key: string; value: string }[]): string[] {
+export function countingProblems(
+  outputs: { partition: number; offset: string; value: Buffer }[],
+  inputs: { key: string; value: string }[],
+): string[] {
   const problems: string[] = [];
-  const parsed = outputs.map((r) => ({ ...(JSON.parse(r.value.toString()) as { key: string; count: number; source: string }), partition: r.partition, offset: Number(r.offset) }));
+  const parsed = outputs.map((r) => ({
+    ...(JSON.parse(r.value.toString()) as { key: string; count: number; source: string }),
+    partition: r.partition,
+    offset: Number(r.offset),
+  }));
   if (parsed.length !== inputs.length) problems.push(`${parsed.length} outputs for ${inputs.length} inputs`);
   const seen = new Map<string, number>();
   for (const p of parsed) seen.set(p.source, (seen.get(p.source) ?? 0) + 1);
   const twice = [...seen].filter(([, n]) => n > 1).map(([s]) => s);
-  if (twice.length > 0) problems.push(`${twice.length} inputs applied more than once (${twice.slice(0, 5).join(', ')})`);
+  if (twice.length > 0)
+    problems.push(`${twice.length} inputs applied more than once (${twice.slice(0, 5).join(', ')})`);
   const missing = inputs.filter((i) => !seen.has(i.value)).map((i) => i.value);
   if (missing.length > 0) problems.push(`${missing.length} inputs never applied (${missing.slice(0, 5).join(', ')})`);
   const byKey = new Map<string, typeof parsed>();
@@ -150,7 +183,10 @@ export function countingProblems(outputs: { partition: number; offset: string; v
     if (new Set(list.map((p) => p.partition)).size > 1) problems.push(`key ${key} written to several partitions`);
     const counts = list.map((p) => p.count);
     const wanted = Array.from({ length: n }, (_, i) => i + 1);
-    if (counts.join(',') !== wanted.join(',')) problems.push(`key ${key}: counts ${counts.slice(0, 20).join(',')}${counts.length > 20 ? '…' : ''} instead of 1..${n}`);
+    if (counts.join(',') !== wanted.join(','))
+      problems.push(
+        `key ${key}: counts ${counts.slice(0, 20).join(',')}${counts.length > 20 ? '…' : ''} instead of 1..${n}`,
+      );
   }
   return problems;
 }

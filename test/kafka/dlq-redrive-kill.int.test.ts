@@ -15,7 +15,11 @@ const RECORDS = 10_000;
 
 /** Every record in the topic, aborted ones included (a read_uncommitted reader, until 2 s pass without one). */
 async function countUncommitted(topic: string): Promise<number> {
-  const consumer = testKafka('dlq-kill-uncommitted').consumer({ groupId: `uncommitted-${randomUUID()}`, readUncommitted: true, maxWaitTimeInMs: 100 });
+  const consumer = testKafka('dlq-kill-uncommitted').consumer({
+    groupId: `uncommitted-${randomUUID()}`,
+    readUncommitted: true,
+    maxWaitTimeInMs: 100,
+  });
   let count = 0;
   let last = Date.now();
   await consumer.connect();
@@ -28,7 +32,8 @@ async function countUncommitted(topic: string): Promise<number> {
       },
     });
     const started = Date.now();
-    while (Date.now() - last < 2_000 || (count === 0 && Date.now() - started < 30_000)) await new Promise((r) => setTimeout(r, 100));
+    while (Date.now() - last < 2_000 || (count === 0 && Date.now() - started < 30_000))
+      await new Promise((r) => setTimeout(r, 100));
     return count;
   } finally {
     await consumer.disconnect();
@@ -71,8 +76,20 @@ describe('dlq redrive under kill -9', () => {
         return {
           key: recipient,
           partition: i % PARTITIONS,
-          value: { requestId: `kill-${i}`, businessId: 'biz_1', type: 'text', recipient: { channelType: 'whatsapp', id: recipient }, message: { text: `n${i}` } },
-          headers: { schema: 'send-requests-dlq/v1', 'error-code': 'RELAY_UNKNOWN_BUSINESS', 'error-reason': 'unknown business "biz_1"', 'source-topic': topics.sendRequests, 'event-id': `e${i}` },
+          value: {
+            requestId: `kill-${i}`,
+            businessId: 'biz_1',
+            type: 'text',
+            recipient: { channelType: 'whatsapp', id: recipient },
+            message: { text: `n${i}` },
+          },
+          headers: {
+            schema: 'send-requests-dlq/v1',
+            'error-code': 'RELAY_UNKNOWN_BUSINESS',
+            'error-reason': 'unknown business "biz_1"',
+            'source-topic': topics.sendRequests,
+            'event-id': `e${i}`,
+          },
         };
       }),
     );
@@ -88,7 +105,8 @@ describe('dlq redrive under kill -9', () => {
       const lines = [...first.output().stderr.matchAll(/· ([\d,]+) produced/g)];
       if (lines.length > 0) producedAtKill = Number(lines[lines.length - 1]![1]!.replace(/,/g, ''));
       if (producedAtKill > 0) break;
-      if (first.child.exitCode !== null || Date.now() > deadline) throw new Error(`no progress before the kill:\n${first.output().stdout}\n${first.output().stderr}`);
+      if (first.child.exitCode !== null || Date.now() > deadline)
+        throw new Error(`no progress before the kill:\n${first.output().stdout}\n${first.output().stderr}`);
       await new Promise((r) => setTimeout(r, 50));
     }
     // A few ms after a commit: most likely within the next chunk's transaction.
@@ -96,7 +114,10 @@ describe('dlq redrive under kill -9', () => {
     first.child.kill('SIGKILL');
     await new Promise<void>((resolve) => first.child.once('close', () => resolve()));
     const committedAtKill = await withAdmin(async (admin) => {
-      const [entry] = await admin.fetchOffsets({ groupId: 'msgbridge-dlq-redrive.kill-test', topics: [topics.sendRequestsDlq] });
+      const [entry] = await admin.fetchOffsets({
+        groupId: 'msgbridge-dlq-redrive.kill-test',
+        topics: [topics.sendRequestsDlq],
+      });
       return (entry?.partitions ?? []).reduce((n, p) => n + Math.max(0, Number(p.offset)), 0);
     });
     expect(committedAtKill).toBeGreaterThan(0);
@@ -135,26 +156,58 @@ describe('dlq redrive under kill -9', () => {
       dlq,
       Array.from({ length: count }, (_, i) => ({
         key: '+15550002222',
-        value: { requestId: `zombie-${i}`, businessId: 'biz_1', type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' } },
-        headers: { schema: 'send-requests-dlq/v1', 'error-code': 'RELAY_UNKNOWN_BUSINESS', 'error-reason': 'unknown business', 'source-topic': target },
+        value: {
+          requestId: `zombie-${i}`,
+          businessId: 'biz_1',
+          type: 'text',
+          recipient: { channelType: 'whatsapp', id: '+15550002222' },
+          message: { text: 'hi' },
+        },
+        headers: {
+          schema: 'send-requests-dlq/v1',
+          'error-code': 'RELAY_UNKNOWN_BUSINESS',
+          'error-reason': 'unknown business',
+          'source-topic': target,
+        },
       })),
     );
-    // The dead run: the redrive's transactional id for partition 0, a chunk of 50 sent with its offsets, never committed.
-    const zombie = testKafka('dlq-zombie').producer({ transactionalId: 'msgbridge-dlq-redrive.zombie-test-0', idempotent: true, maxInFlightRequests: 1 });
+    // The dead run: the redrive's transactional id for partition 0, a chunk of 50 sent with its offsets, never
+    // committed.
+    const zombie = testKafka('dlq-zombie').producer({
+      transactionalId: 'msgbridge-dlq-redrive.zombie-test-0',
+      idempotent: true,
+      maxInFlightRequests: 1,
+    });
     await zombie.connect();
     const tx = await zombie.transaction();
-    await tx.sendOffsets({ consumerGroupId: 'msgbridge-dlq-redrive.zombie-test', topics: [{ topic: dlq, partitions: [{ partition: 0, offset: '50' }] }] });
-    await tx.send({ topic: target, messages: Array.from({ length: 50 }, (_, i) => ({ key: '+15550002222', value: `{"requestId":"zombie-${i}"}`, headers: { 'redriven-from': `${dlq}/0/${i}` } })) });
+    await tx.sendOffsets({
+      consumerGroupId: 'msgbridge-dlq-redrive.zombie-test',
+      topics: [{ topic: dlq, partitions: [{ partition: 0, offset: '50' }] }],
+    });
+    await tx.send({
+      topic: target,
+      messages: Array.from({ length: 50 }, (_, i) => ({
+        key: '+15550002222',
+        value: `{"requestId":"zombie-${i}"}`,
+        headers: { 'redriven-from': `${dlq}/0/${i}` },
+      })),
+    });
     await zombie.disconnect();
 
-    const result = await runCli(['dlq', 'redrive', dlq, '--yes', '--allow-any-topic', '--name', 'zombie-test'], env, 120_000);
+    const result = await runCli(
+      ['dlq', 'redrive', dlq, '--yes', '--allow-any-topic', '--name', 'zombie-test'],
+      env,
+      120_000,
+    );
     expect(result.code, `${result.stdout}\n${result.stderr}`).toBe(0);
     expect(result.stdout).toContain(`done: produced ${count} (${target} ${count})`);
     const records = await consumeRecords(target, count, { timeoutMs: 30_000, settleMs: 1_000 });
     expect(records).toHaveLength(count);
     expect(new Set(records.map((r) => r.headers['redriven-from'])).size).toBe(count);
     const uncommitted = await countUncommitted(target);
-    console.log(`[dlq zombie] the dead run's open transaction held 50 records; after the next run: ${records.length} read_committed, ${uncommitted} read_uncommitted (the 50 aborted)`);
+    console.log(
+      `[dlq zombie] the dead run's open transaction held 50 records; after the next run: ${records.length} read_committed, ${uncommitted} read_uncommitted (the 50 aborted)`,
+    );
     expect(uncommitted).toBe(count + 50);
   }, 120_000);
 });

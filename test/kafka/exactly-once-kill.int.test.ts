@@ -10,7 +10,8 @@ const CHILD = fileURLToPath(new URL('./counting-engine-child.ts', import.meta.ur
 const children: ChildProcess[] = [];
 
 afterEach(() => {
-  for (const child of children.splice(0)) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  for (const child of children.splice(0))
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
 });
 
 interface Member {
@@ -46,7 +47,11 @@ function startMember(settings: CountingEngineSettings): Member {
   return { child, progress: () => progress, ready, exited };
 }
 
-async function waitUntil(condition: () => boolean | Promise<boolean>, timeoutMs: number, what: () => string): Promise<void> {
+async function waitUntil(
+  condition: () => boolean | Promise<boolean>,
+  timeoutMs: number,
+  what: () => string,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await condition())) {
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what()}`);
@@ -58,14 +63,19 @@ async function waitUntil(condition: () => boolean | Promise<boolean>, timeoutMs:
 async function committedInputs(settings: CountingEngineSettings): Promise<number> {
   return withAdmin(async (admin) => {
     let n = 0;
-    for (const t of await admin.fetchOffsets({ groupId: settings.groupId, topics: settings.inputTopics })) for (const p of t.partitions) n += Math.max(0, Number(p.offset));
+    for (const t of await admin.fetchOffsets({ groupId: settings.groupId, topics: settings.inputTopics }))
+      for (const p of t.partitions) n += Math.max(0, Number(p.offset));
     return n;
   });
 }
 
 /** Every record of the topic, aborted ones included (read_uncommitted). */
 async function countUncommitted(topic: string): Promise<number> {
-  const consumer = testKafka('kill-test-uncommitted').consumer({ groupId: `uncommitted-${randomUUID()}`, readUncommitted: true, maxWaitTimeInMs: 100 });
+  const consumer = testKafka('kill-test-uncommitted').consumer({
+    groupId: `uncommitted-${randomUUID()}`,
+    readUncommitted: true,
+    maxWaitTimeInMs: 100,
+  });
   let n = 0;
   await consumer.connect();
   try {
@@ -106,11 +116,20 @@ describe('exactly once under kill -9', () => {
     await withAdmin((admin) =>
       ensureTopics(admin, [
         ...settings.inputTopics.map((topic) => ({ topic, partitions, replicationFactor: 1 })),
-        { topic: settings.outputTopic, partitions, replicationFactor: 1, configEntries: [{ name: 'cleanup.policy', value: 'compact' }] },
+        {
+          topic: settings.outputTopic,
+          partitions,
+          replicationFactor: 1,
+          configEntries: [{ name: 'cleanup.policy', value: 'compact' }],
+        },
       ]),
     );
     const N = 4000;
-    const inputs = Array.from({ length: N }, (_, i) => ({ topic: settings.inputTopics[i % 2]!, key: `msg-${i % 60}`, value: `in-${i}` }));
+    const inputs = Array.from({ length: N }, (_, i) => ({
+      topic: settings.inputTopics[i % 2]!,
+      key: `msg-${i % 60}`,
+      value: `in-${i}`,
+    }));
     for (const topic of settings.inputTopics)
       await produce(
         topic,
@@ -121,13 +140,20 @@ describe('exactly once under kill -9', () => {
     const killedAt: number[] = [];
     // Random moments (mid-batch, mid-transaction or between two), and two exact ones: outputs
     // written but the commit not yet asked, and committed but neither applied nor acknowledged.
-    const rounds: (CountingEngineSettings['selfKill'] | 'random')[] = ['random', { phase: 'sent', after: 3 }, { phase: 'committed', after: 3 }, 'random'];
+    const rounds: (CountingEngineSettings['selfKill'] | 'random')[] = [
+      'random',
+      { phase: 'sent', after: 3 },
+      { phase: 'committed', after: 3 },
+      'random',
+    ];
     for (const [round, kill] of rounds.entries()) {
       // A life never takes more than half of what remains (it holds its next batch there): a
       // loaded machine can let this test wait seconds, and a kill with nothing left proves nothing.
       const before = killedAt.at(-1) ?? 0;
       const hold = Math.floor((N - before) / 2);
-      const member = startMember(kill === 'random' ? { ...settings, holdAfterRecords: hold } : { ...settings, selfKill: kill });
+      const member = startMember(
+        kill === 'random' ? { ...settings, holdAfterRecords: hold } : { ...settings, selfKill: kill },
+      );
       await member.ready;
       if (kill === 'random') {
         // Under way and past the previous life's commits (a loaded machine can be slow to commit the first).
@@ -146,14 +172,19 @@ describe('exactly once under kill -9', () => {
         await new Promise((r) => setTimeout(r, Math.floor(Math.random() * 20)));
         member.child.kill('SIGKILL');
       }
-      await Promise.race([member.exited, new Promise((_, reject) => setTimeout(() => reject(new Error(`member ${round} did not die`)), 20_000))]);
+      await Promise.race([
+        member.exited,
+        new Promise((_, reject) => setTimeout(() => reject(new Error(`member ${round} did not die`)), 20_000)),
+      ]);
       expect(member.child.signalCode).toBe('SIGKILL');
       killedAt.push(await committedInputs(settings));
     }
     // Killed while work remained, and each life committed some; except the one killed at its
     // third 'sent': the tasks' transactions run concurrently, so all three may precede any commit.
     expect(killedAt[killedAt.length - 1]).toBeLessThan(N);
-    const progressed = killedAt.map((n, i) => (rounds[i] !== 'random' && rounds[i]!.phase === 'sent' ? n >= (killedAt[i - 1] ?? 0) : n > (killedAt[i - 1] ?? 0)));
+    const progressed = killedAt.map((n, i) =>
+      rounds[i] !== 'random' && rounds[i]!.phase === 'sent' ? n >= (killedAt[i - 1] ?? 0) : n > (killedAt[i - 1] ?? 0),
+    );
     expect(progressed, `committed inputs after each kill: ${killedAt.join(', ')}`).toEqual(rounds.map(() => true));
 
     const last = startMember(settings);

@@ -1,5 +1,11 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { KafkajsRequestQueue, destroy, scheduleCheckPendingRequests, scheduleRequestTimeoutCheck, sendSocketRequest } from '../../src/kafka/kafkajs-idle-fix.js';
+import {
+  KafkajsRequestQueue,
+  destroy,
+  scheduleCheckPendingRequests,
+  scheduleRequestTimeoutCheck,
+  sendSocketRequest,
+} from '../../src/kafka/kafkajs-idle-fix.js';
 import '../../src/kafka/client.js';
 
 const silent = { debug() {}, info() {}, warn() {}, error() {} };
@@ -9,7 +15,14 @@ afterEach(() => {
 });
 
 function queue() {
-  const q = new KafkajsRequestQueue({ maxInFlightRequests: 1, requestTimeout: 1000, enforceRequestTimeout: true, clientId: 'test', broker: 'b:1', logger: silent });
+  const q = new KafkajsRequestQueue({
+    maxInFlightRequests: 1,
+    requestTimeout: 1000,
+    enforceRequestTimeout: true,
+    clientId: 'test',
+    broker: 'b:1',
+    logger: silent,
+  });
   queues.push(q);
   return q;
 }
@@ -36,7 +49,9 @@ describe('kafkajs request queue (the idle timer loop fixed)', () => {
 
   it('are the methods of the RequestQueue kafkajs itself loads, once the client module is loaded', async () => {
     const { createRequire } = await import('node:module');
-    const fromKafkajs = createRequire(createRequire(import.meta.url).resolve('kafkajs'))('./src/network/requestQueue/index.js') as typeof KafkajsRequestQueue;
+    const fromKafkajs = createRequire(createRequire(import.meta.url).resolve('kafkajs'))(
+      './src/network/requestQueue/index.js',
+    ) as typeof KafkajsRequestQueue;
     expect(fromKafkajs.prototype.scheduleCheckPendingRequests).toBe(scheduleCheckPendingRequests);
     expect(fromKafkajs.prototype.scheduleRequestTimeoutCheck).toBe(scheduleRequestTimeoutCheck);
     expect(fromKafkajs.prototype.sendSocketRequest).toBe(sendSocketRequest);
@@ -60,13 +75,25 @@ describe('kafkajs request queue (request timeouts on one timer per connection)',
   });
 
   function connectedQueue(requestTimeout = 1000, maxInFlightRequests: number | null = null) {
-    const q = new KafkajsRequestQueue({ maxInFlightRequests, requestTimeout, enforceRequestTimeout: true, clientId: 'test', broker: 'b:1', logger: silent, isConnected: () => connected });
+    const q = new KafkajsRequestQueue({
+      maxInFlightRequests,
+      requestTimeout,
+      enforceRequestTimeout: true,
+      clientId: 'test',
+      broker: 'b:1',
+      logger: silent,
+      isConnected: () => connected,
+    });
     live.push(q);
     q.scheduleRequestTimeoutCheck();
     return q;
   }
 
-  function send(q: InstanceType<typeof KafkajsRequestQueue>, requestTimeout?: number, options: { expectResponse?: boolean; write?: () => void } = {}) {
+  function send(
+    q: InstanceType<typeof KafkajsRequestQueue>,
+    requestTimeout?: number,
+    options: { expectResponse?: boolean; write?: () => void } = {},
+  ) {
     const outcome: Outcome = {};
     const correlationId = ++correlation;
     const entry = {
@@ -77,7 +104,12 @@ describe('kafkajs request queue (request timeouts on one timer per connection)',
       resolve: () => (outcome.settled = 'resolved'),
       reject: (error: Error) => Object.assign(outcome, { settled: 'rejected', error }),
     };
-    (q as unknown as { push(r: object): void }).push({ entry, expectResponse: options.expectResponse ?? true, requestTimeout, sendRequest: options.write ?? (() => undefined) });
+    (q as unknown as { push(r: object): void }).push({
+      entry,
+      expectResponse: options.expectResponse ?? true,
+      requestTimeout,
+      sendRequest: options.write ?? (() => undefined),
+    });
     return { outcome, correlationId };
   }
 
@@ -111,7 +143,11 @@ describe('kafkajs request queue (request timeouts on one timer per connection)',
   it('an answered request is not timed out, and the timer left for it stops without another', () => {
     const q = connectedQueue(1000);
     const { outcome, correlationId } = send(q);
-    (q as unknown as { fulfillRequest(r: object): void }).fulfillRequest({ correlationId, payload: Buffer.alloc(0), size: 0 });
+    (q as unknown as { fulfillRequest(r: object): void }).fulfillRequest({
+      correlationId,
+      payload: Buffer.alloc(0),
+      size: 0,
+    });
     expect(outcome.settled).toBe('resolved');
     vi.advanceTimersByTime(5000);
     expect(outcome.settled).toBe('resolved');
@@ -136,7 +172,11 @@ describe('kafkajs request queue (request timeouts on one timer per connection)',
     const first = send(q);
     vi.advanceTimersByTime(500);
     const second = send(q);
-    (q as unknown as { fulfillRequest(r: object): void }).fulfillRequest({ correlationId: first.correlationId, payload: Buffer.alloc(0), size: 0 });
+    (q as unknown as { fulfillRequest(r: object): void }).fulfillRequest({
+      correlationId: first.correlationId,
+      payload: Buffer.alloc(0),
+      size: 0,
+    });
     vi.advanceTimersByTime(1001);
     expect(second.outcome.settled).toBe('rejected');
   });
@@ -209,7 +249,14 @@ describe('kafkajs request queue (request timeouts on one timer per connection)',
   });
 
   it('a queue without enforced timeouts keeps no timer and times nothing out', () => {
-    const q = new KafkajsRequestQueue({ maxInFlightRequests: null, requestTimeout: 1000, enforceRequestTimeout: false, clientId: 'test', broker: 'b:1', logger: silent });
+    const q = new KafkajsRequestQueue({
+      maxInFlightRequests: null,
+      requestTimeout: 1000,
+      enforceRequestTimeout: false,
+      clientId: 'test',
+      broker: 'b:1',
+      logger: silent,
+    });
     live.push(q);
     q.scheduleRequestTimeoutCheck();
     const request = send(q);

@@ -30,10 +30,20 @@ describe('Java-compatible key partitioning', () => {
       ...Array.from({ length: 200 }, (_, i) => randomBytes(i % 29).toString('latin1')),
     ];
     for (const partitions of [1, 2, 3, 6, 12, 50, 101]) {
-      const partitionMetadata = Array.from({ length: partitions }, (_, partitionId) => ({ partitionId, leader: 0, partitionErrorCode: 0, replicas: [0], isr: [0] }));
+      const partitionMetadata = Array.from({ length: partitions }, (_, partitionId) => ({
+        partitionId,
+        leader: 0,
+        partitionErrorCode: 0,
+        replicas: [0],
+        isr: [0],
+      }));
       for (const key of keys) {
         const expected = kafkajs({ topic: 't', partitionMetadata, message: { key, value: null } });
-        expect({ key, partitions, partition: javaCompatibleHash(Buffer.from(key)) % partitions }).toEqual({ key, partitions, partition: expected });
+        expect({ key, partitions, partition: javaCompatibleHash(Buffer.from(key)) % partitions }).toEqual({
+          key,
+          partitions,
+          partition: expected,
+        });
       }
     }
   });

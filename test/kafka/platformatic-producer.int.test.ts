@@ -54,10 +54,17 @@ describe('the @platformatic/kafka producer behind the RecordProducer port', () =
   it('puts every key on the partition kafkajs puts it on', async () => {
     const [viaKafkajs, viaPlatformatic] = [uniqueTopic('p-kjs'), uniqueTopic('p-plt')];
     await createTopics([viaKafkajs, viaPlatformatic], 6);
-    const records = Array.from({ length: 60 }, (_, i) => ({ key: i % 2 ? `+1555${String(i).padStart(7, '0')}` : randomUUID(), value: String(i), headers: {} }));
+    const records = Array.from({ length: 60 }, (_, i) => ({
+      key: i % 2 ? `+1555${String(i).padStart(7, '0')}` : randomUUID(),
+      value: String(i),
+      headers: {},
+    }));
     await using(createKafkajsProducer(createKafka(config().kafka)), (p) => p.send([{ topic: viaKafkajs, records }]));
-    await using(createPlatformaticProducer(config().kafka, { brokers: kafkaBrokers() }), (p) => p.send([{ topic: viaPlatformatic, records }]));
-    const partitionOf = async (topic: string) => new Map((await consumeRecords(topic, records.length)).map((r) => [r.key, r.partition]));
+    await using(createPlatformaticProducer(config().kafka, { brokers: kafkaBrokers() }), (p) =>
+      p.send([{ topic: viaPlatformatic, records }]),
+    );
+    const partitionOf = async (topic: string) =>
+      new Map((await consumeRecords(topic, records.length)).map((r) => [r.key, r.partition]));
     const [expected, actual] = await Promise.all([partitionOf(viaKafkajs), partitionOf(viaPlatformatic)]);
     expect(new Set(expected.values()).size).toBeGreaterThan(1);
     expect(actual).toEqual(expected);
@@ -66,7 +73,9 @@ describe('the @platformatic/kafka producer behind the RecordProducer port', () =
   it('writes every record of overlapping sends (they are serialised: sequence numbers would collide)', async () => {
     const topic = uniqueTopic('plt-overlap');
     await createTopics([topic], 1);
-    const batch = (n: number) => [{ topic, records: Array.from({ length: 10 }, (_, i) => ({ key: 'same-key', value: `${n}-${i}`, headers: {} })) }];
+    const batch = (n: number) => [
+      { topic, records: Array.from({ length: 10 }, (_, i) => ({ key: 'same-key', value: `${n}-${i}`, headers: {} })) },
+    ];
     const values = await using(createPlatformaticProducer(config().kafka, { brokers: kafkaBrokers() }), async (p) => {
       // Same size, same partition: without serialisation the broker would take the later ones
       // for duplicates of the first and acknowledge them without writing them.
@@ -81,22 +90,34 @@ describe('the @platformatic/kafka producer behind the RecordProducer port', () =
     const topic = uniqueTopic('plt-after-failure');
     await createTopics([topic], 1);
     await using(createPlatformaticProducer(config().kafka, { brokers: kafkaBrokers(), retries: 2 }), async (p) => {
-      await expect(p.send([{ topic: uniqueTopic('missing'), records: [{ key: 'k', value: 'v', headers: {} }] }])).rejects.toThrow();
-      await expect(p.send([{ topic, records: [{ key: 'k', value: 'v', headers: {} }] }])).rejects.toThrow(/must be replaced/);
+      await expect(
+        p.send([{ topic: uniqueTopic('missing'), records: [{ key: 'k', value: 'v', headers: {} }] }]),
+      ).rejects.toThrow();
+      await expect(p.send([{ topic, records: [{ key: 'k', value: 'v', headers: {} }] }])).rejects.toThrow(
+        /must be replaced/,
+      );
     });
     expect(await countRecords(topic)).toBe(0);
   });
 
-  it.each(['platformatic', 'kafkajs'] as const)('probe (%s client): passes when every partition has a leader, names a missing topic', async (client) => {
-    const topics = [uniqueTopic('probe-a'), uniqueTopic('probe-b')];
-    await createTopics(topics, 3);
-    const producer = client === 'platformatic' ? createPlatformaticProducer(config().kafka, { brokers: kafkaBrokers() }) : createKafkajsProducer(createKafka(config().kafka));
-    await using(producer, async (p) => {
-      await expect(p.probe!(topics)).resolves.toBeUndefined();
-      const missing = uniqueTopic('probe-missing');
-      await expect(p.probe!([topics[0]!, missing])).rejects.toThrow(new RegExp(`${missing}|does not host this topic`));
-    });
-  });
+  it.each(['platformatic', 'kafkajs'] as const)(
+    'probe (%s client): passes when every partition has a leader, names a missing topic',
+    async (client) => {
+      const topics = [uniqueTopic('probe-a'), uniqueTopic('probe-b')];
+      await createTopics(topics, 3);
+      const producer =
+        client === 'platformatic'
+          ? createPlatformaticProducer(config().kafka, { brokers: kafkaBrokers() })
+          : createKafkajsProducer(createKafka(config().kafka));
+      await using(producer, async (p) => {
+        await expect(p.probe!(topics)).resolves.toBeUndefined();
+        const missing = uniqueTopic('probe-missing');
+        await expect(p.probe!([topics[0]!, missing])).rejects.toThrow(
+          new RegExp(`${missing}|does not host this topic`),
+        );
+      });
+    },
+  );
 
   it('rejects connect when no broker answers, within its retry budget', async () => {
     const c = loadConfig({ env: {}, overrides: { kafka: { connectionTimeoutMs: 500, requestTimeoutMs: 1000 } } });
@@ -122,7 +143,14 @@ describe('the @platformatic/kafka producer behind the RecordProducer port', () =
     expect(plain.tls).toBeUndefined();
     expect(plain.sasl).toBeUndefined();
     expect(platformaticProducerOptions(base, { brokers: ['b:9092'], retries: 0 }).retries).toBe(2);
-    const secured = platformaticProducerOptions({ ...base, ssl: { rejectUnauthorized: false, ca: 'CA' }, sasl: { mechanism: 'scram-sha-512', username: 'u', password: 'p' } }, { brokers: ['b:9093'] });
+    const secured = platformaticProducerOptions(
+      {
+        ...base,
+        ssl: { rejectUnauthorized: false, ca: 'CA' },
+        sasl: { mechanism: 'scram-sha-512', username: 'u', password: 'p' },
+      },
+      { brokers: ['b:9093'] },
+    );
     expect(secured.tls).toEqual({ rejectUnauthorized: false, ca: 'CA' });
     expect(secured.tlsServerName).toBe(true);
     expect(secured.sasl).toEqual({ mechanism: 'SCRAM-SHA-512', username: 'u', password: 'p' });

@@ -44,9 +44,16 @@ async function roundTrip(env: Record<string, string>): Promise<void> {
   const ingress = await startIngress({ config });
   try {
     const body = statusEvent(messageId());
-    const res = await fetch(`${ingress.address}/webhooks/biz_1/delivery_status`, { method: 'POST', body, headers: signedHeaders(SECRET, body) });
+    const res = await fetch(`${ingress.address}/webhooks/biz_1/delivery_status`, {
+      method: 'POST',
+      body,
+      headers: signedHeaders(SECRET, body),
+    });
     expect(res.status).toBe(200);
-    const consumer = createKafkajsClient(config.kafka, { clientId: 'secure-test-reader' }).consumer({ groupId: `secure-${randomUUID()}`, maxWaitTimeInMs: 100 });
+    const consumer = createKafkajsClient(config.kafka, { clientId: 'secure-test-reader' }).consumer({
+      groupId: `secure-${randomUUID()}`,
+      maxWaitTimeInMs: 100,
+    });
     await consumer.connect();
     const values: string[] = [];
     await consumer.subscribe({ topics: [config.kafka.topics.deliveryStatus], fromBeginning: true });
@@ -83,25 +90,38 @@ describe('secured Kafka from environment variables alone', () => {
   let mtls: LocalBroker;
 
   beforeAll(async () => {
-    [scram, mtls] = await Promise.all([startLocalBroker({ heapMb: 320, partitions: 1, secure: 'scram' }), startLocalBroker({ heapMb: 320, partitions: 1, secure: 'mtls' })]);
+    [scram, mtls] = await Promise.all([
+      startLocalBroker({ heapMb: 320, partitions: 1, secure: 'scram' }),
+      startLocalBroker({ heapMb: 320, partitions: 1, secure: 'mtls' }),
+    ]);
   }, 180_000);
   afterAll(async () => {
     await Promise.all([scram?.stop(), mtls?.stop()]);
   });
 
-  it.each(['platformatic', 'kafkajs'] as const)('SASL_SSL (SCRAM-SHA-512, private CA): the ingress with %s publishes and the event reads back', async (client) => {
-    await roundTrip({ ...scram.client!.env, MSGBRIDGE__kafka__client: client });
-  });
+  it.each(['platformatic', 'kafkajs'] as const)(
+    'SASL_SSL (SCRAM-SHA-512, private CA): the ingress with %s publishes and the event reads back',
+    async (client) => {
+      await roundTrip({ ...scram.client!.env, MSGBRIDGE__kafka__client: client });
+    },
+  );
 
-  it.each(['platformatic', 'kafkajs'] as const)('mutual TLS: the ingress with %s publishes and the event reads back', async (client) => {
-    await roundTrip({ ...mtls.client!.env, MSGBRIDGE__kafka__client: client });
-  });
+  it.each(['platformatic', 'kafkajs'] as const)(
+    'mutual TLS: the ingress with %s publishes and the event reads back',
+    async (client) => {
+      await roundTrip({ ...mtls.client!.env, MSGBRIDGE__kafka__client: client });
+    },
+  );
 
   it.each(['scram', 'mtls'] as const)(
     'the sender over %s: a request in, the created id out',
     async (mode) => {
       const broker = mode === 'scram' ? scram : mtls;
-      const simulator = await startSimulator({ host: '127.0.0.1', port: 0, businesses: [{ id: 'biz_1', apiKey: 'key-1', signingSecret: SECRET }] });
+      const simulator = await startSimulator({
+        host: '127.0.0.1',
+        port: 0,
+        businesses: [{ id: 'biz_1', apiKey: 'key-1', signingSecret: SECRET }],
+      });
       const id = randomUUID().slice(0, 8);
       const config = envConfig({
         ...broker.client!.env,
@@ -125,7 +145,13 @@ describe('secured Kafka from environment variables alone', () => {
           messages: [
             {
               key: '+15550002222',
-              value: JSON.stringify({ requestId: `sec-${id}`, type: 'template', number: '+15550002222', templateName: 'order_update', parameters: [{ name: 'order', value: '1' }] }),
+              value: JSON.stringify({
+                requestId: `sec-${id}`,
+                type: 'template',
+                number: '+15550002222',
+                templateName: 'order_update',
+                parameters: [{ name: 'order', value: '1' }],
+              }),
             },
           ],
         });
@@ -134,11 +160,20 @@ describe('secured Kafka from environment variables alone', () => {
         const results: Record<string, unknown>[] = [];
         await consumer.connect();
         await consumer.subscribe({ topics: [config.kafka.topics.sendResults], fromBeginning: true });
-        await consumer.run({ eachMessage: async ({ message }) => void results.push(JSON.parse(message.value!.toString()) as Record<string, unknown>) });
+        await consumer.run({
+          eachMessage: async ({ message }) =>
+            void results.push(JSON.parse(message.value!.toString()) as Record<string, unknown>),
+        });
         const deadline = Date.now() + 30_000;
         while (results.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
         await consumer.disconnect();
-        expect(results).toEqual([expect.objectContaining({ requestId: `sec-${id}`, outcome: 'accepted', messageId: simulator.sends()[0]!.messageId })]);
+        expect(results).toEqual([
+          expect.objectContaining({
+            requestId: `sec-${id}`,
+            outcome: 'accepted',
+            messageId: simulator.sends()[0]!.messageId,
+          }),
+        ]);
       } finally {
         await sender.drain();
         await simulator.close();
@@ -192,15 +227,24 @@ describe('secured Kafka from environment variables alone', () => {
           ],
         });
         await producer.disconnect();
-        const consumer = kafka.consumer({ groupId: `secure-${randomUUID()}`, maxWaitTimeInMs: 100, readUncommitted: false });
+        const consumer = kafka.consumer({
+          groupId: `secure-${randomUUID()}`,
+          maxWaitTimeInMs: 100,
+          readUncommitted: false,
+        });
         const states: Record<string, unknown>[] = [];
         await consumer.connect();
         await consumer.subscribe({ topics: [config.kafka.topics.messageState], fromBeginning: true });
-        await consumer.run({ eachMessage: async ({ message: m }) => void states.push(JSON.parse(m.value!.toString()) as Record<string, unknown>) });
+        await consumer.run({
+          eachMessage: async ({ message: m }) =>
+            void states.push(JSON.parse(m.value!.toString()) as Record<string, unknown>),
+        });
         const deadline = Date.now() + 30_000;
         while (states.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
         await consumer.disconnect();
-        expect(states).toEqual([expect.objectContaining({ messageId: message, requestId: `sec-${id}`, status: 'accepted' })]);
+        expect(states).toEqual([
+          expect.objectContaining({ messageId: message, requestId: `sec-${id}`, status: 'accepted' }),
+        ]);
       } finally {
         await tracker.drain();
       }
@@ -242,7 +286,11 @@ describe('secured Kafka from environment variables alone', () => {
   }, 120_000);
 
   it('refuses KAFKA_SSL=false together with a CA file, and a certificate without its key', () => {
-    expect(() => envConfig({ KAFKA_SSL: 'false', KAFKA_SSL_CA_FILE: '/tmp/ca.pem' })).toThrow(/KAFKA_SSL=false contradicts KAFKA_SSL_CA_FILE/);
-    expect(() => envConfig({ KAFKA_SSL_CERT_FILE: '/tmp/c.pem' })).toThrow(/kafka\.ssl\.keyFile: a client certificate needs its key/);
+    expect(() => envConfig({ KAFKA_SSL: 'false', KAFKA_SSL_CA_FILE: '/tmp/ca.pem' })).toThrow(
+      /KAFKA_SSL=false contradicts KAFKA_SSL_CA_FILE/,
+    );
+    expect(() => envConfig({ KAFKA_SSL_CERT_FILE: '/tmp/c.pem' })).toThrow(
+      /kafka\.ssl\.keyFile: a client certificate needs its key/,
+    );
   });
 });

@@ -8,7 +8,15 @@ import { createLogger } from '../../src/platform/logger.js';
 import { partitionEnds, readChangelog, readChangelogPartition } from '../../src/kafka/changelog-reader.js';
 import { checkCoPartitioned, planTasks } from '../../src/kafka/co-partition-assigner.js';
 import { startTransactionalEngine } from '../../src/kafka/transactional-engine.js';
-import { consumeRecords, createTopics, kafkaBrokers, produce, testKafka, uniqueTopic, withAdmin } from '../helpers/kafka.js';
+import {
+  consumeRecords,
+  createTopics,
+  kafkaBrokers,
+  produce,
+  testKafka,
+  uniqueTopic,
+  withAdmin,
+} from '../helpers/kafka.js';
 import { countingProblems, startCountingEngine, type CountingEngineSettings } from './counting-engine-child.js';
 
 const cleanups: (() => Promise<unknown>)[] = [];
@@ -16,7 +24,11 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined);
 });
 
-async function waitUntil(condition: () => boolean | Promise<boolean>, timeoutMs: number, what: () => string): Promise<void> {
+async function waitUntil(
+  condition: () => boolean | Promise<boolean>,
+  timeoutMs: number,
+  what: () => string,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await condition())) {
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what()}`);
@@ -37,14 +49,24 @@ async function countingSetup(partitions = 3): Promise<CountingEngineSettings> {
   await withAdmin((admin) =>
     ensureTopics(admin, [
       ...settings.inputTopics.map((topic) => ({ topic, partitions, replicationFactor: 1 })),
-      { topic: settings.outputTopic, partitions, replicationFactor: 1, configEntries: [{ name: 'cleanup.policy', value: 'compact' }] },
+      {
+        topic: settings.outputTopic,
+        partitions,
+        replicationFactor: 1,
+        configEntries: [{ name: 'cleanup.policy', value: 'compact' }],
+      },
     ]),
   );
   return settings;
 }
 
 /** `n` records spread over both inputs and `keys` keys; values are unique (the output's `source`). */
-async function produceInputs(settings: CountingEngineSettings, from: number, n: number, keys = 40): Promise<{ key: string; value: string }[]> {
+async function produceInputs(
+  settings: CountingEngineSettings,
+  from: number,
+  n: number,
+  keys = 40,
+): Promise<{ key: string; value: string }[]> {
   const inputs = Array.from({ length: n }, (_, j) => {
     const i = from + j;
     return { topic: settings.inputTopics[i % 2]!, key: `msg-${i % keys}`, value: `in-${i}` };
@@ -122,7 +144,13 @@ describe('co-partitioned assignment', () => {
     const b = uniqueTopic('cp-b');
     await createTopics([a], 3);
     await createTopics([b], 2);
-    const start = startTransactionalEngine({ kafka: testKafka(), groupId: uniqueTopic('g'), inputTopics: [a, b], transactionalIdPrefix: uniqueTopic('tx'), process: () => ({ outputs: [] }) });
+    const start = startTransactionalEngine({
+      kafka: testKafka(),
+      groupId: uniqueTopic('g'),
+      inputTopics: [a, b],
+      transactionalIdPrefix: uniqueTopic('tx'),
+      process: () => ({ outputs: [] }),
+    });
     await expect(start).rejects.toThrow(new RegExp(`same number of partitions.*${a}: 3, ${b}: 2`));
     await expect(start).rejects.toSatisfy((e: unknown) => isMsgbridgeError(e, 'CONFIG_INVALID'));
   });
@@ -150,7 +178,13 @@ describe('changelog reader', () => {
     await aborted.abort();
     // Offsets 0, 1 committed, 2 marker, 3 aborted, 4 abort marker: the log ends with a marker.
     const read: string[] = [];
-    const result = await readChangelogPartition({ kafka, topic, partition: 0, timeoutMs: 15_000, onRecord: (r) => read.push(`${r.key}=${r.value}`) });
+    const result = await readChangelogPartition({
+      kafka,
+      topic,
+      partition: 0,
+      timeoutMs: 15_000,
+      onRecord: (r) => read.push(`${r.key}=${r.value}`),
+    });
     expect(read).toEqual(['k1=v1', 'k2=v2']);
     // The abort marker may not be written yet when the read starts: then it ends before it.
     expect(result.ends.get(0)).toBeGreaterThanOrEqual(4);
@@ -168,9 +202,15 @@ describe('changelog reader', () => {
     const stable = await withAdmin((admin) => admin.fetchTopicOffsets(topic));
     const ends = await partitionEnds(kafka, topic);
     expect(Number(stable.find((p) => p.partition === 0)!.high)).toBe(5); // kafkajs's admin: the last stable offset
-    expect(ends.get(0)!.high).toBeGreaterThanOrEqual(7); // the high watermark (7, or 8 once the commit marker is written)
+    // the high watermark (7, or 8 once the commit marker is written)
+    expect(ends.get(0)!.high).toBeGreaterThanOrEqual(7);
     const seen: string[] = [];
-    const reading = readChangelog({ kafka, topic, timeoutMs: 15_000, onRecord: (r) => seen.push(`${r.key}=${r.value}`) });
+    const reading = readChangelog({
+      kafka,
+      topic,
+      timeoutMs: 15_000,
+      onRecord: (r) => seen.push(`${r.key}=${r.value}`),
+    });
     await new Promise((r) => setTimeout(r, 1500));
     expect(seen).toEqual(['k1=v1', 'k2=v2']);
     await open.commit();
@@ -188,24 +228,41 @@ describe('changelog reader', () => {
       { key: 'a:2', value: 'z', partition: 2 },
     ]);
     const kept: string[] = [];
-    await readChangelog({ kafka, topic, timeoutMs: 15_000, filter: (r) => r.key!.toString().startsWith('a:'), onRecord: (r) => kept.push(r.key!.toString()) });
+    await readChangelog({
+      kafka,
+      topic,
+      timeoutMs: 15_000,
+      filter: (r) => r.key!.toString().startsWith('a:'),
+      onRecord: (r) => kept.push(r.key!.toString()),
+    });
     expect(kept.sort()).toEqual(['a:1', 'a:2']);
 
-    const producer = kafka.producer({ transactionalId: `${topic}-tx`, idempotent: true, maxInFlightRequests: 1, transactionTimeout: 60_000 });
+    const producer = kafka.producer({
+      transactionalId: `${topic}-tx`,
+      idempotent: true,
+      maxInFlightRequests: 1,
+      transactionTimeout: 60_000,
+    });
     await producer.connect();
     cleanups.push(() => producer.disconnect());
     const open = await producer.transaction();
     cleanups.push(() => open.abort());
     await open.send({ topic, messages: [{ key: 'a:3', value: 'open', partition: 1 }] });
     const started = Date.now();
-    const error = await readChangelog({ kafka, topic, timeoutMs: 2_000, onRecord: () => undefined }).catch((e: unknown) => e);
+    const error = await readChangelog({ kafka, topic, timeoutMs: 2_000, onRecord: () => undefined }).catch(
+      (e: unknown) => e,
+    );
     expect(Date.now() - started).toBeLessThan(6_000);
     expect(isMsgbridgeError(error, 'KAFKA_UNAVAILABLE')).toBe(true);
-    expect((error as Error).message).toMatch(/did not reach its end within 2000 ms \(partition 1 at 1 of 2\).*transaction open/);
+    expect((error as Error).message).toMatch(
+      /did not reach its end within 2000 ms \(partition 1 at 1 of 2\).*transaction open/,
+    );
     expect((error as Error).message).not.toContain('\n');
 
     const absent = uniqueTopic('missing');
-    const missing = await readChangelog({ kafka, topic: absent, timeoutMs: 5_000, onRecord: () => undefined }).catch((e: unknown) => e);
+    const missing = await readChangelog({ kafka, topic: absent, timeoutMs: 5_000, onRecord: () => undefined }).catch(
+      (e: unknown) => e,
+    );
     expect(isMsgbridgeError(missing, 'KAFKA_UNAVAILABLE')).toBe(true);
     expect((missing as Error).message).toMatch(/^cannot read the offsets of topic missing-/);
     expect(await withAdmin((admin) => admin.listTopics())).not.toContain(absent);
@@ -240,17 +297,25 @@ describe('transactional engine on real Kafka', () => {
     expect(b.engine.stats().recordsIn).toBe(second.length);
     expect(b.engine.stats().taskStarts).toBeGreaterThanOrEqual(3);
 
-    const outputs = await consumeRecords(settings.outputTopic, first.length + second.length, { timeoutMs: 20_000, settleMs: 1000 });
+    const outputs = await consumeRecords(settings.outputTopic, first.length + second.length, {
+      timeoutMs: 20_000,
+      settleMs: 1000,
+    });
     expect(countingProblems(outputs, [...first, ...second])).toEqual([]);
     const stats = a.engine.stats();
-    console.log(`[engine] ${stats.recordsIn} records in ${stats.transactions} transactions; task start ${stats.lastTaskStartMs} ms`);
+    console.log(
+      `[engine] ${stats.recordsIn} records in ${stats.transactions} transactions; task start ${stats.lastTaskStartMs} ms`,
+    );
   }, 90_000);
 
   it('two members: a second member takes whole tasks (the same partition of both inputs), results stay exact', async () => {
     const settings = await countingSetup(4);
     const { lines, logger } = logSink();
     const first = await produceInputs(settings, 0, 800);
-    const a = await startCountingEngine({ ...settings, delayMs: 10 }, { logger: logger.child({ member: 'a' }), rebalanceTimeoutMs: 10_000 });
+    const a = await startCountingEngine(
+      { ...settings, delayMs: 10 },
+      { logger: logger.child({ member: 'a' }), rebalanceTimeoutMs: 10_000 },
+    );
     cleanups.push(() => a.engine.stop());
     await a.engine.ready;
     await waitUntil(
@@ -259,7 +324,10 @@ describe('transactional engine on real Kafka', () => {
       () => 'member a under way',
     );
 
-    const b = await startCountingEngine({ ...settings, delayMs: 10 }, { logger: logger.child({ member: 'b' }), rebalanceTimeoutMs: 10_000 });
+    const b = await startCountingEngine(
+      { ...settings, delayMs: 10 },
+      { logger: logger.child({ member: 'b' }), rebalanceTimeoutMs: 10_000 },
+    );
     cleanups.push(() => b.engine.stop());
     await b.engine.ready;
     await waitUntil(

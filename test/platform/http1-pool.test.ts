@@ -47,7 +47,10 @@ interface Served {
 }
 
 /** A real node:http server on loopback; `reply` answers each request once its body arrived. */
-async function httpServer(reply: (req: IncomingMessage, res: ServerResponse) => void, tls?: { key: Buffer; cert: Buffer }): Promise<Served> {
+async function httpServer(
+  reply: (req: IncomingMessage, res: ServerResponse) => void,
+  tls?: { key: Buffer; cert: Buffer },
+): Promise<Served> {
   const handler = (req: IncomingMessage, res: ServerResponse) => {
     req.resume();
     req.on('end', () => reply(req, res));
@@ -84,7 +87,16 @@ async function listen(server: Server, event: string): Promise<Served> {
 }
 
 function pool(port: number, options: Partial<Http1PoolOptions> = {}): Http1Pool {
-  const p = new Http1Pool({ protocol: 'http:', host: '127.0.0.1', port, connections: 2, connectTimeoutMs: 2000, keepAliveTimeoutMs: 30_000, maxResponseBytes: 1024, ...options });
+  const p = new Http1Pool({
+    protocol: 'http:',
+    host: '127.0.0.1',
+    port,
+    connections: 2,
+    connectTimeoutMs: 2000,
+    keepAliveTimeoutMs: 30_000,
+    maxResponseBytes: 1024,
+    ...options,
+  });
   closers.push(() => p.close());
   return p;
 }
@@ -312,7 +324,12 @@ describe('Http1Pool through an HTTP proxy on loopback', () => {
       seen.push({ url: req.url, proxyAuth: req.headers['proxy-authorization'] });
       res.writeHead(200, { 'content-type': 'application/json' }).end('{"id":"tunnelled"}');
     }, fixtureTls);
-    const p = pool(s.port, { protocol: 'https:', host: 'localhost', tls: { ca: fixtureTls.cert }, proxy: proxyOf(tiny.url) });
+    const p = pool(s.port, {
+      protocol: 'https:',
+      host: 'localhost',
+      tls: { ca: fixtureTls.cert },
+      proxy: proxyOf(tiny.url),
+    });
     expect(p.requestTarget('/v1/x')).toBe('/v1/x');
     for (let i = 0; i < 5; i++) {
       const outcome = await send(p, '/v1/x').outcome;
@@ -335,7 +352,9 @@ describe('Http1Pool through an HTTP proxy on loopback', () => {
     for (let i = 0; i < 20; i++) outcomes.push(await send(p, '/v1/x').outcome);
     expect(outcomes.map((o) => o.response?.status ?? o.error?.code)).toEqual(Array.from({ length: 20 }, () => 200));
     expect(p.reusesConnections).toBe(false);
-    expect(tiny.requests()).toEqual(Array.from({ length: 20 }, () => ({ method: 'POST', target: `http://127.0.0.1:${s.port}/v1/x` })));
+    expect(tiny.requests()).toEqual(
+      Array.from({ length: 20 }, () => ({ method: 'POST', target: `http://127.0.0.1:${s.port}/v1/x` })),
+    );
   });
 
   it('http origin through a proxy that keeps connections: one connection to the proxy carries them all, with Proxy-Authorization on each', async () => {
@@ -343,9 +362,12 @@ describe('Http1Pool through an HTTP proxy on loopback', () => {
     closers.push(() => proxy.close());
     const s = await httpServer(ok('{"id":"kept"}'));
     const p = pool(s.port, { connections: 1, proxy: proxyOf(`http://relay:s3cr3t%3Ax@127.0.0.1:${proxy.port}`) });
-    for (let i = 0; i < 10; i++) expect((await send(p, '/v1/x').outcome).response?.body.toString()).toBe('{"id":"kept"}');
+    for (let i = 0; i < 10; i++)
+      expect((await send(p, '/v1/x').outcome).response?.body.toString()).toBe('{"id":"kept"}');
     expect(proxy.counts()).toEqual({ tunnels: 0, forwarded: 10, connections: 1 });
-    expect(proxy.authorizations).toEqual(Array.from({ length: 10 }, () => `Basic ${Buffer.from('relay:s3cr3t:x').toString('base64')}`));
+    expect(proxy.authorizations).toEqual(
+      Array.from({ length: 10 }, () => `Basic ${Buffer.from('relay:s3cr3t:x').toString('base64')}`),
+    );
     expect(p.reusesConnections).toBe(true);
   });
 
@@ -357,7 +379,12 @@ describe('Http1Pool through an HTTP proxy on loopback', () => {
       headers.push(req.headers['proxy-authorization']);
       res.writeHead(200).end('{"id":"x"}');
     }, fixtureTls);
-    const p = pool(s.port, { protocol: 'https:', host: 'localhost', tls: { ca: fixtureTls.cert }, proxy: proxyOf(proxy.url) });
+    const p = pool(s.port, {
+      protocol: 'https:',
+      host: 'localhost',
+      tls: { ca: fixtureTls.cert },
+      proxy: proxyOf(proxy.url),
+    });
     expect(p.proxyHeaders).toBe('');
     for (let i = 0; i < 3; i++) expect((await send(p).outcome).response?.status).toBe(200);
     expect(proxy.authorizations).toEqual([`Basic ${Buffer.from('relay:pw').toString('base64')}`]);
@@ -366,7 +393,14 @@ describe('Http1Pool through an HTTP proxy on loopback', () => {
 
   it('a proxy that refuses: a refused connection, CONNECT answered 403, 407 or 502, a hung CONNECT; never written, atProxy, no credential in the message', async () => {
     const s = await httpServer(ok(), fixtureTls);
-    const https = (proxy: string, options: Partial<Http1PoolOptions> = {}) => pool(s.port, { protocol: 'https:', host: 'localhost', tls: { ca: fixtureTls.cert }, proxy: proxyOf(proxy), ...options });
+    const https = (proxy: string, options: Partial<Http1PoolOptions> = {}) =>
+      pool(s.port, {
+        protocol: 'https:',
+        host: 'localhost',
+        tls: { ca: fixtureTls.cert },
+        proxy: proxyOf(proxy),
+        ...options,
+      });
 
     const down = await closedPort();
     const refused = await send(https(`http://user:hunter2@127.0.0.1:${down}`)).outcome;
@@ -378,7 +412,11 @@ describe('Http1Pool through an HTTP proxy on loopback', () => {
       closers.push(() => proxy.close());
       const outcome = await send(https(`http://user:hunter2@127.0.0.1:${proxy.port}`)).outcome;
       expect(outcome).toMatchObject({ written: false, error: { code: 'PROXY_REFUSED', atProxy: true } });
-      expect(outcome.error!.message).toMatch(new RegExp(`^the proxy http://127\\.0\\.0\\.1:${proxy.port} answered CONNECT localhost:${s.port} with ${status} `));
+      expect(outcome.error!.message).toMatch(
+        new RegExp(
+          `^the proxy http://127\\.0\\.0\\.1:${proxy.port} answered CONNECT localhost:${s.port} with ${status} `,
+        ),
+      );
       expect(outcome.error!.message).not.toContain('hunter2');
     }
     expect(s.connections()).toBe(0);
@@ -387,7 +425,9 @@ describe('Http1Pool through an HTTP proxy on loopback', () => {
     const silent = await rawServer(() => undefined);
     const hung = await send(https(`http://127.0.0.1:${silent.port}`, { connectTimeoutMs: 300 })).outcome;
     expect(hung).toMatchObject({ written: false, error: { code: 'CONNECT_TIMEOUT', atProxy: true } });
-    expect(hung.error!.message).toBe(`no connection to localhost:${s.port} through the proxy http://127.0.0.1:${silent.port} within 300 ms`);
+    expect(hung.error!.message).toBe(
+      `no connection to localhost:${s.port} through the proxy http://127.0.0.1:${silent.port} within 300 ms`,
+    );
 
     // An http origin: a refused proxy is the same; an answer from the origin is the origin's.
     const plain = await send(pool(s.port, { proxy: proxyOf(`127.0.0.1:${down}`) })).outcome;
@@ -399,7 +439,14 @@ describe('Http1Pool through an HTTP proxy on loopback', () => {
       if (chunk.toString().startsWith('CONNECT')) socket.write('HTTP/1.1 200 OK\r\n\r\n');
       else socket.destroy();
     });
-    const outcome = await send(pool(443, { protocol: 'https:', host: 'localhost', tls: { ca: fixtureTls.cert }, proxy: proxyOf(`http://127.0.0.1:${proxy.port}`) })).outcome;
+    const outcome = await send(
+      pool(443, {
+        protocol: 'https:',
+        host: 'localhost',
+        tls: { ca: fixtureTls.cert },
+        proxy: proxyOf(`http://127.0.0.1:${proxy.port}`),
+      }),
+    ).outcome;
     expect(outcome.written).toBe(false);
     expect(outcome.error).toMatchObject({ atProxy: false });
     expect(outcome.error?.code).not.toBe('PROXY_REFUSED');

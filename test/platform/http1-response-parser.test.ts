@@ -1,5 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { Http1ResponseParser, MAX_RESPONSE_HEAD_BYTES, ResponseParseError, type ParsedResponse } from '../../src/platform/http1-response-parser.js';
+import {
+  Http1ResponseParser,
+  MAX_RESPONSE_HEAD_BYTES,
+  ResponseParseError,
+  type ParsedResponse,
+} from '../../src/platform/http1-response-parser.js';
 
 /** Feeds `text` split into pieces of `size` bytes and collects the answers. */
 function feedWhole(text: string, size = Infinity, parser = new Http1ResponseParser()): ParsedResponse[] {
@@ -12,10 +17,12 @@ function feedWhole(text: string, size = Infinity, parser = new Http1ResponsePars
 
 /** Status and reuse of each answer: what a client that skips bodies looks at. */
 const brief = (answers: ParsedResponse[]) => answers.map(({ status, keepAlive }) => ({ status, keepAlive }));
-const feed = (text: string, size = Infinity, parser = new Http1ResponseParser()) => brief(feedWhole(text, size, parser));
+const feed = (text: string, size = Infinity, parser = new Http1ResponseParser()) =>
+  brief(feedWhole(text, size, parser));
 
 const OK = 'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{"ok":true}';
-const CHUNKED = 'HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\nRetry-After: 1\r\n\r\n5;name=value\r\nhello\r\n1A\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\nX-Trailer: yes\r\n\r\n';
+const CHUNKED =
+  'HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\nRetry-After: 1\r\n\r\n5;name=value\r\nhello\r\n1A\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\nX-Trailer: yes\r\n\r\n';
 
 describe('HTTP/1.1 response parser', () => {
   it('completes a Content-Length answer however the bytes are split', () => {
@@ -52,10 +59,16 @@ describe('HTTP/1.1 response parser', () => {
   });
 
   it('reports whether the connection may be reused', () => {
-    expect(feed('HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n')).toEqual([{ status: 200, keepAlive: false }]);
-    expect(feed('HTTP/1.1 200 OK\r\nconnection: Keep-Alive, Close\r\nContent-Length: 0\r\n\r\n')).toEqual([{ status: 200, keepAlive: false }]);
+    expect(feed('HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n')).toEqual([
+      { status: 200, keepAlive: false },
+    ]);
+    expect(feed('HTTP/1.1 200 OK\r\nconnection: Keep-Alive, Close\r\nContent-Length: 0\r\n\r\n')).toEqual([
+      { status: 200, keepAlive: false },
+    ]);
     expect(feed('HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n')).toEqual([{ status: 200, keepAlive: false }]);
-    expect(feed('HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n')).toEqual([{ status: 200, keepAlive: true }]);
+    expect(feed('HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n')).toEqual([
+      { status: 200, keepAlive: true },
+    ]);
   });
 
   it('ends an answer without length at the close, and refuses a close in the middle of a framed one', () => {
@@ -64,7 +77,9 @@ describe('HTTP/1.1 response parser', () => {
     expect(brief(parser.end())).toEqual([{ status: 500, keepAlive: false }]);
 
     const unknownCoding = new Http1ResponseParser();
-    expect(feed('HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nContent-Length: 2\r\n\r\nabcdef', Infinity, unknownCoding)).toEqual([]);
+    expect(
+      feed('HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nContent-Length: 2\r\n\r\nabcdef', Infinity, unknownCoding),
+    ).toEqual([]);
     expect(brief(unknownCoding.end())).toEqual([{ status: 200, keepAlive: false }]);
 
     const cut = new Http1ResponseParser();
@@ -137,10 +152,14 @@ describe('HTTP/1.1 response parser', () => {
   it('reads Retry-After as sent and the server idle timeout of Keep-Alive', () => {
     const [answer] = feedWhole(CHUNKED);
     expect(answer!.retryAfter).toBe('1');
-    const [hinted] = feedWhole('HTTP/1.1 200 OK\r\nKeep-Alive: max=100, timeout=5\r\nRetry-After: Wed, 21 Oct 2026 07:28:00 GMT\r\nContent-Length: 0\r\n\r\n');
+    const [hinted] = feedWhole(
+      'HTTP/1.1 200 OK\r\nKeep-Alive: max=100, timeout=5\r\nRetry-After: Wed, 21 Oct 2026 07:28:00 GMT\r\nContent-Length: 0\r\n\r\n',
+    );
     expect(hinted!.keepAliveTimeoutMs).toBe(5000);
     expect(hinted!.retryAfter).toBe('Wed, 21 Oct 2026 07:28:00 GMT');
     expect(feedWhole(OK)[0]!.keepAliveTimeoutMs).toBeUndefined();
-    expect(feedWhole('HTTP/1.1 200 OK\r\nKeep-Alive: timeout=x\r\nContent-Length: 0\r\n\r\n')[0]!.keepAliveTimeoutMs).toBeUndefined();
+    expect(
+      feedWhole('HTTP/1.1 200 OK\r\nKeep-Alive: timeout=x\r\nContent-Length: 0\r\n\r\n')[0]!.keepAliveTimeoutMs,
+    ).toBeUndefined();
   });
 });

@@ -20,20 +20,38 @@ function refusal(run: () => unknown): string {
 
 describe('proxy URLs', () => {
   it('reads scheme-less, bracketed IPv6 and credentialled URLs; the port defaults to 1080 as curl does', () => {
-    expect(parseProxyUrl('proxy.corp:3128')).toEqual({ host: 'proxy.corp', port: 3128, authorization: undefined, display: 'http://proxy.corp:3128' });
+    expect(parseProxyUrl('proxy.corp:3128')).toEqual({
+      host: 'proxy.corp',
+      port: 3128,
+      authorization: undefined,
+      display: 'http://proxy.corp:3128',
+    });
     expect(parseProxyUrl('http://proxy.corp')).toMatchObject({ port: 1080, display: 'http://proxy.corp:1080' });
-    expect(parseProxyUrl('http://[::1]:3128/')).toMatchObject({ host: '::1', port: 3128, display: 'http://[::1]:3128' });
+    expect(parseProxyUrl('http://[::1]:3128/')).toMatchObject({
+      host: '::1',
+      port: 3128,
+      display: 'http://[::1]:3128',
+    });
     // Percent-decoded, then Basic: "us er:p@ss:w" in base64.
-    const withUser = parseProxyUrl('http://us%20er:p%40ss%3Aw@proxy.corp:8080') as { authorization: string; display: string };
+    const withUser = parseProxyUrl('http://us%20er:p%40ss%3Aw@proxy.corp:8080') as {
+      authorization: string;
+      display: string;
+    };
     expect(withUser.authorization).toBe(`Basic ${Buffer.from('us er:p@ss:w').toString('base64')}`);
     expect(withUser.display).toBe('http://proxy.corp:8080');
   });
 
   it('refuses other schemes, paths and bad ports in one line that never shows the password', () => {
-    expect(parseProxyUrl('socks5://proxy:1080')).toEqual({ error: expect.stringContaining('a socks5:// proxy is not supported') });
-    expect(parseProxyUrl('https://proxy:443')).toEqual({ error: expect.stringContaining('a https:// proxy is not supported') });
+    expect(parseProxyUrl('socks5://proxy:1080')).toEqual({
+      error: expect.stringContaining('a socks5:// proxy is not supported'),
+    });
+    expect(parseProxyUrl('https://proxy:443')).toEqual({
+      error: expect.stringContaining('a https:// proxy is not supported'),
+    });
     const withPath = parseProxyUrl('http://user:s3cret@proxy:3128/path') as { error: string };
-    expect(withPath.error).toBe('a proxy URL has no path, query or fragment: expected http://[user:password@]host[:port] (got http://***@proxy:3128/path)');
+    expect(withPath.error).toBe(
+      'a proxy URL has no path, query or fragment: expected http://[user:password@]host[:port] (got http://***@proxy:3128/path)',
+    );
     expect(parseProxyUrl('http://proxy:0')).toEqual({ error: 'port 0 is not from 1 to 65535' });
     expect((parseProxyUrl('http://user:s3cret@pro xy') as { error: string }).error).not.toContain('s3cret');
     expect(redact('user:pw@host:1')).toBe('***@host:1');
@@ -42,28 +60,58 @@ describe('proxy URLs', () => {
 
 describe('choosing the proxy as curl does', () => {
   it('https targets read https_proxy before HTTPS_PROXY, then ALL_PROXY; http targets http_proxy, then HTTP_PROXY', () => {
-    expect(choose(https, { HTTPS_PROXY: 'http://upper:1', https_proxy: 'http://lower:2' })).toMatchObject({ proxy: { host: 'lower' }, reason: 'from https_proxy' });
-    expect(choose(https, { HTTPS_PROXY: 'http://upper:1', HTTP_PROXY: 'http://other:3' })).toMatchObject({ proxy: { host: 'upper' }, reason: 'from HTTPS_PROXY' });
-    expect(choose(https, { HTTP_PROXY: 'http://other:3', ALL_PROXY: 'all:4' })).toMatchObject({ proxy: { host: 'all', port: 4 }, reason: 'from ALL_PROXY' });
-    expect(choose(https, { HTTP_PROXY: 'http://other:3' })).toEqual({ proxy: undefined, reason: 'no https_proxy, HTTPS_PROXY or ALL_PROXY is set' });
-    expect(choose(http, { HTTP_PROXY: 'http://upper:1' })).toMatchObject({ proxy: { host: 'upper' }, reason: 'from HTTP_PROXY' });
-    expect(choose(http, { http_proxy: 'http://lower:2', HTTP_PROXY: 'http://upper:1' })).toMatchObject({ proxy: { host: 'lower' } });
+    expect(choose(https, { HTTPS_PROXY: 'http://upper:1', https_proxy: 'http://lower:2' })).toMatchObject({
+      proxy: { host: 'lower' },
+      reason: 'from https_proxy',
+    });
+    expect(choose(https, { HTTPS_PROXY: 'http://upper:1', HTTP_PROXY: 'http://other:3' })).toMatchObject({
+      proxy: { host: 'upper' },
+      reason: 'from HTTPS_PROXY',
+    });
+    expect(choose(https, { HTTP_PROXY: 'http://other:3', ALL_PROXY: 'all:4' })).toMatchObject({
+      proxy: { host: 'all', port: 4 },
+      reason: 'from ALL_PROXY',
+    });
+    expect(choose(https, { HTTP_PROXY: 'http://other:3' })).toEqual({
+      proxy: undefined,
+      reason: 'no https_proxy, HTTPS_PROXY or ALL_PROXY is set',
+    });
+    expect(choose(http, { HTTP_PROXY: 'http://upper:1' })).toMatchObject({
+      proxy: { host: 'upper' },
+      reason: 'from HTTP_PROXY',
+    });
+    expect(choose(http, { http_proxy: 'http://lower:2', HTTP_PROXY: 'http://upper:1' })).toMatchObject({
+      proxy: { host: 'lower' },
+    });
     // Empty means unset.
     expect(choose(http, { http_proxy: ' ', HTTP_PROXY: 'http://upper:1' })).toMatchObject({ proxy: { host: 'upper' } });
   });
 
   it('a configured proxy overrides the variables, "direct" turns proxies off; NO_PROXY applies to both', () => {
-    expect(choose(https, { HTTPS_PROXY: 'http://env:1' }, 'http://configured:2')).toMatchObject({ proxy: { host: 'configured' }, reason: 'from provider.proxy' });
-    expect(choose(https, { HTTPS_PROXY: 'http://env:1' }, 'direct')).toEqual({ proxy: undefined, reason: 'provider.proxy is "direct"' });
-    expect(choose(https, { NO_PROXY: '.provider.example' }, 'http://configured:2')).toEqual({ proxy: undefined, reason: 'NO_PROXY names it (".provider.example")' });
-    expect(choose(https, { no_proxy: 'other', NO_PROXY: 'provider.example' }, 'http://configured:2')).toMatchObject({ proxy: { host: 'configured' } });
+    expect(choose(https, { HTTPS_PROXY: 'http://env:1' }, 'http://configured:2')).toMatchObject({
+      proxy: { host: 'configured' },
+      reason: 'from provider.proxy',
+    });
+    expect(choose(https, { HTTPS_PROXY: 'http://env:1' }, 'direct')).toEqual({
+      proxy: undefined,
+      reason: 'provider.proxy is "direct"',
+    });
+    expect(choose(https, { NO_PROXY: '.provider.example' }, 'http://configured:2')).toEqual({
+      proxy: undefined,
+      reason: 'NO_PROXY names it (".provider.example")',
+    });
+    expect(choose(https, { no_proxy: 'other', NO_PROXY: 'provider.example' }, 'http://configured:2')).toMatchObject({
+      proxy: { host: 'configured' },
+    });
   });
 
   it('bad values are one CONFIG_INVALID line naming the variable', () => {
     expect(refusal(() => choose(https, { HTTPS_PROXY: 'socks5h://proxy:1080' }))).toBe(
       'invalid configuration:\n  - HTTPS_PROXY: a socks5h:// proxy is not supported: name an http:// proxy (https targets go through it in a CONNECT tunnel, TLS end to end)',
     );
-    expect(refusal(() => choose(http, { HTTP_PROXY: 'http://proxy:1', NO_PROXY: '10.0.0.0/40' }))).toBe('invalid configuration:\n  - NO_PROXY: entry "10.0.0.0/40": a CIDR prefix is 0 to 32');
+    expect(refusal(() => choose(http, { HTTP_PROXY: 'http://proxy:1', NO_PROXY: '10.0.0.0/40' }))).toBe(
+      'invalid configuration:\n  - NO_PROXY: entry "10.0.0.0/40": a CIDR prefix is 0 to 32',
+    );
     expect(refusal(() => choose(https, {}, 'ftp://x'))).toContain('provider.proxy: a ftp:// proxy is not supported');
     // A variable that does not apply to the target is not read.
     expect(choose(https, { HTTP_PROXY: 'socks5://x' })).toMatchObject({ proxy: undefined });
@@ -114,7 +162,11 @@ describe('NO_PROXY', () => {
 
   it('refuses what it cannot read, naming the entry', () => {
     expect(match('10.0.0.0/x', '10.0.0.1')).toEqual({ error: 'entry "10.0.0.0/x": a CIDR prefix is 0 to 32' });
-    expect(match('example.com/8', 'example.com')).toEqual({ error: 'entry "example.com/8": a CIDR range needs an IP address' });
-    expect(match('exa*mple.com', 'example.com')).toEqual({ error: 'entry "exa*mple.com" is not a host name, domain, IP address or CIDR range' });
+    expect(match('example.com/8', 'example.com')).toEqual({
+      error: 'entry "example.com/8": a CIDR range needs an IP address',
+    });
+    expect(match('exa*mple.com', 'example.com')).toEqual({
+      error: 'entry "exa*mple.com" is not a host name, domain, IP address or CIDR range',
+    });
   });
 });

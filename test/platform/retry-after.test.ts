@@ -24,7 +24,17 @@ describe('Retry-After', () => {
   });
 
   it('is undefined when absent or unreadable, rather than "retry at once"', () => {
-    for (const value of [undefined, '', '   ', 'soon', '-1', '5 ms', '1e3', '2025-01-01T00:00:07Z', 'Wed, 01 Jan 2025 00:00:07'] as const) {
+    for (const value of [
+      undefined,
+      '',
+      '   ',
+      'soon',
+      '-1',
+      '5 ms',
+      '1e3',
+      '2025-01-01T00:00:07Z',
+      'Wed, 01 Jan 2025 00:00:07',
+    ] as const) {
       expect(parseRetryAfter(value, now), JSON.stringify(value)).toBeUndefined();
     }
     expect(parseRetryAfter([], now)).toBeUndefined();

@@ -12,12 +12,15 @@ describe('uWebSockets.js loading', () => {
     expect(installedUwsBuilds().map((b) => b.name)).toEqual([...UWS_BUILDS]);
     const uws = loadUws({});
     expect(typeof uws.App).toBe('function');
-    const glibc = (process.report.getReport() as { header: { glibcVersionRuntime?: string } }).header.glibcVersionRuntime ?? '0.0';
+    const glibc =
+      (process.report.getReport() as { header: { glibcVersionRuntime?: string } }).header.glibcVersionRuntime ?? '0.0';
     const [major, minor] = glibc.split('.').map(Number) as [number, number];
     const official = major > 2 || (major === 2 && minor >= 38);
     expect(uwsInUse()?.name).toBe(official ? '@btc-vision/uwebsockets.js' : 'uWebSockets.js');
     expect(existsSync(uwsInUse()!.binary!)).toBe(true);
-    expect(uwsInUse()!.binary).toMatch(new RegExp(`uws_${process.platform}_${process.arch}_${process.versions.modules}\\.node$`));
+    expect(uwsInUse()!.binary).toMatch(
+      new RegExp(`uws_${process.platform}_${process.arch}_${process.versions.modules}\\.node$`),
+    );
   });
 
   it('picks the first build whose binary loads: one without a binary for this Node, or whose binary needs a newer glibc, is skipped', () => {
@@ -29,7 +32,8 @@ describe('uWebSockets.js loading', () => {
     const tried: string[] = [];
     const load = (id: string) => {
       tried.push(id);
-      if (id === '/builds/glibc.node') throw new Error("/lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.38' not found");
+      if (id === '/builds/glibc.node')
+        throw new Error("/lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.38' not found");
       return require(id) as unknown;
     };
     const uws = loadUws({}, builds, load);
@@ -50,12 +54,16 @@ describe('uWebSockets.js loading', () => {
       error = err;
     }
     expect(isMsgbridgeError(error, 'UWS_NATIVE_MISSING')).toBe(true);
-    expect((error as Error).message).toMatch(/uWebSockets\.js: no binary for ABI \d+; @btc-vision\/uwebsockets\.js: Cannot find module/);
+    expect((error as Error).message).toMatch(
+      /uWebSockets\.js: no binary for ABI \d+; @btc-vision\/uwebsockets\.js: Cannot find module/,
+    );
     expect((error as Error).message).toMatch(/set MSGBRIDGE_ALLOW_UWS_FALLBACK=1/);
   });
 
   it('accepts the fallback only when the user explicitly allows it', () => {
-    const uws = loadUws({ MSGBRIDGE_ALLOW_UWS_FALLBACK: '1' }, [{ name: 'uWebSockets.js', binary: '/nonexistent/uws_linux_x64_0.node' }]);
+    const uws = loadUws({ MSGBRIDGE_ALLOW_UWS_FALLBACK: '1' }, [
+      { name: 'uWebSockets.js', binary: '/nonexistent/uws_linux_x64_0.node' },
+    ]);
     expect(typeof uws.App).toBe('function');
   });
 });

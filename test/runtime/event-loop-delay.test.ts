@@ -36,7 +36,9 @@ describe('event loop delay', () => {
   });
 
   it('has no figures when no tick was recorded since the last reading', () => {
-    expect(delayFigures({ count: 0, min: 9223372036854776000, max: 0, mean: NaN, stddev: NaN, percentile: () => 0 })).toBeUndefined();
+    expect(
+      delayFigures({ count: 0, min: 9223372036854776000, max: 0, mean: NaN, stddev: NaN, percentile: () => 0 }),
+    ).toBeUndefined();
   });
 
   it('reads near zero for an idle process, and a stall that began just after a scrape, once per name', async () => {
@@ -44,7 +46,12 @@ describe('event loop delay', () => {
     await new Promise((r) => setTimeout(r, 650));
     const idle = await delays(registry);
     // prom-client's setImmediate gauge stays; the seven others are this module's.
-    expect(Object.keys(idle).sort()).toEqual(['msgbridge_nodejs_eventloop_lag_seconds', ...Object.values(EVENT_LOOP_DELAY_GAUGES).map(([name]) => `msgbridge_${name}`)].sort());
+    expect(Object.keys(idle).sort()).toEqual(
+      [
+        'msgbridge_nodejs_eventloop_lag_seconds',
+        ...Object.values(EVENT_LOOP_DELAY_GAUGES).map(([name]) => `msgbridge_${name}`),
+      ].sort(),
+    );
     for (const values of Object.values(idle)) expect(values).toHaveLength(1);
     // prom-client's gauges read their timer's 100 ms period here.
     expect(idle.msgbridge_nodejs_eventloop_lag_p50_seconds![0]).toBeLessThan(0.06);

@@ -13,13 +13,21 @@ afterAll(() => rmSync(bare, { recursive: true, force: true }));
 /** The check as npm's pretest runs it; MSGBRIDGE_PREREQUISITES=check never installs (this machine's root would). */
 function check(purpose: string, env: Record<string, string>) {
   const started = process.hrtime.bigint();
-  const result = spawnSync(process.execPath, [script, purpose], { env: { HOME: process.env.HOME!, MSGBRIDGE_PREREQUISITES: 'check', ...env }, encoding: 'utf8', timeout: 10_000 });
+  const result = spawnSync(process.execPath, [script, purpose], {
+    env: { HOME: process.env.HOME!, MSGBRIDGE_PREREQUISITES: 'check', ...env },
+    encoding: 'utf8',
+    timeout: 10_000,
+  });
   return { ...result, ms: Number(process.hrtime.bigint() - started) / 1e6 };
 }
 
 describe('the prerequisite check of npm start and npm test', () => {
   it('with a PATH lacking the tools: stops at once with one line naming the command, exit 1', () => {
-    const result = check('test', { PATH: bare, CHROMIUM_PATH: '/usr/bin/chromium', FIREFOX_PATH: '/usr/bin/firefox-esr' });
+    const result = check('test', {
+      PATH: bare,
+      CHROMIUM_PATH: '/usr/bin/chromium',
+      FIREFOX_PATH: '/usr/bin/firefox-esr',
+    });
     expect(result.status).toBe(1);
     expect(result.stdout).toBe('');
     const lines = result.stderr.trimEnd().split('\n');
@@ -38,8 +46,13 @@ describe('the prerequisite check of npm start and npm test', () => {
     try {
       symlinkSync(process.execPath, join(withApt, 'node'));
       symlinkSync('/usr/bin/apt-get', join(withApt, 'apt-get'));
-      for (const tool of ['java', 'openssl', 'tinyproxy']) symlinkSync(spawnSync('which', [tool], { encoding: 'utf8' }).stdout.trim(), join(withApt, tool));
-      const result = check('test', { PATH: withApt, CHROMIUM_PATH: '/usr/bin/chromium', FIREFOX_PATH: '/usr/bin/firefox-esr' });
+      for (const tool of ['java', 'openssl', 'tinyproxy'])
+        symlinkSync(spawnSync('which', [tool], { encoding: 'utf8' }).stdout.trim(), join(withApt, tool));
+      const result = check('test', {
+        PATH: withApt,
+        CHROMIUM_PATH: '/usr/bin/chromium',
+        FIREFOX_PATH: '/usr/bin/firefox-esr',
+      });
       expect(result.status).toBe(1);
       expect(result.stderr).toMatch(
         /^msgbridge: `npm test` needs promtool, not found: run {2}sudo apt-get update && sudo apt-get install -y prometheus && sudo systemctl disable --now prometheus prometheus-node-exporter\n$/,
@@ -56,7 +69,11 @@ describe('the prerequisite check of npm start and npm test', () => {
   });
 
   it('start with KAFKA_BROKERS needs nothing; the whole test set is here on this machine: exit 0, silent', () => {
-    expect(check('start', { PATH: bare, KAFKA_BROKERS: '127.0.0.1:9' })).toMatchObject({ status: 0, stdout: '', stderr: '' });
+    expect(check('start', { PATH: bare, KAFKA_BROKERS: '127.0.0.1:9' })).toMatchObject({
+      status: 0,
+      stdout: '',
+      stderr: '',
+    });
     expect(check('test', { PATH: process.env.PATH! })).toMatchObject({ status: 0, stdout: '', stderr: '' });
   });
 

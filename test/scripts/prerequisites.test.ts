@@ -1,5 +1,12 @@
 import { describe, expect, it } from 'vitest';
-import { browserPath, distroOf, planPrerequisites, toolsFor, TOOLS, type Tool } from '../../scripts/prerequisites-plan.mjs';
+import {
+  browserPath,
+  distroOf,
+  planPrerequisites,
+  toolsFor,
+  TOOLS,
+  type Tool,
+} from '../../scripts/prerequisites-plan.mjs';
 
 const names = (tools: Tool[]) => tools.map((t) => t.name);
 const facts = { purpose: 'test' as const, env: {}, isRoot: false, hasApt: true, distro: 'debian' as const };
@@ -12,8 +19,23 @@ describe('what npm start and npm test need from the system', () => {
   });
 
   it('test: its own brokers even with KAFKA_BROKERS, openssl, promtool, both browsers and tinyproxy', () => {
-    expect(names(toolsFor('test', { env: { KAFKA_BROKERS: 'k:9092' }, jarsCached: true }))).toEqual(['java', 'openssl', 'promtool', 'chromium', 'firefox-esr', 'tinyproxy']);
-    expect(names(toolsFor('test', { env: {}, jarsCached: false }))).toEqual(['java', 'mvn', 'openssl', 'promtool', 'chromium', 'firefox-esr', 'tinyproxy']);
+    expect(names(toolsFor('test', { env: { KAFKA_BROKERS: 'k:9092' }, jarsCached: true }))).toEqual([
+      'java',
+      'openssl',
+      'promtool',
+      'chromium',
+      'firefox-esr',
+      'tinyproxy',
+    ]);
+    expect(names(toolsFor('test', { env: {}, jarsCached: false }))).toEqual([
+      'java',
+      'mvn',
+      'openssl',
+      'promtool',
+      'chromium',
+      'firefox-esr',
+      'tinyproxy',
+    ]);
   });
 
   it('nothing missing: nothing to do', () => {
@@ -33,37 +55,72 @@ describe('what npm start and npm test need from the system', () => {
 
   it('not root: one line naming the exact command', () => {
     const plan = planPrerequisites({ ...facts, missing: [TOOLS.chromium, TOOLS.openssl] });
-    expect(plan).toEqual({ action: 'stop', line: 'msgbridge: `npm test` needs Chromium, openssl, not found: run  sudo apt-get update && sudo apt-get install -y chromium openssl' });
+    expect(plan).toEqual({
+      action: 'stop',
+      line: 'msgbridge: `npm test` needs Chromium, openssl, not found: run  sudo apt-get update && sudo apt-get install -y chromium openssl',
+    });
     const withPromtool = planPrerequisites({ ...facts, purpose: 'test', missing: [TOOLS.promtool] });
-    expect(withPromtool).toMatchObject({ line: expect.stringMatching(/apt-get install -y prometheus && sudo systemctl disable --now prometheus prometheus-node-exporter$/) });
+    expect(withPromtool).toMatchObject({
+      line: expect.stringMatching(
+        /apt-get install -y prometheus && sudo systemctl disable --now prometheus prometheus-node-exporter$/,
+      ),
+    });
     expect((withPromtool as { line: string }).line).not.toContain('\n');
   });
 
   it('Ubuntu: OpenJDK 17 by name, and the browsers as the snaps Ubuntu ships them as', () => {
-    expect(planPrerequisites({ ...facts, distro: 'ubuntu', isRoot: true, missing: [TOOLS.java, TOOLS.chromium, TOOLS.firefox] })).toMatchObject({
+    expect(
+      planPrerequisites({
+        ...facts,
+        distro: 'ubuntu',
+        isRoot: true,
+        missing: [TOOLS.java, TOOLS.chromium, TOOLS.firefox],
+      }),
+    ).toMatchObject({
       action: 'install',
       apt: ['openjdk-17-jre-headless'],
       snap: ['chromium', 'firefox'],
     });
     expect(planPrerequisites({ ...facts, distro: 'ubuntu', missing: [TOOLS.mvn, TOOLS.firefox] })).toMatchObject({
-      line: expect.stringMatching(/run {2}sudo apt-get update && sudo apt-get install -y maven && sudo snap install firefox$/),
+      line: expect.stringMatching(
+        /run {2}sudo apt-get update && sudo apt-get install -y maven && sudo snap install firefox$/,
+      ),
     });
   });
 
   it('no apt (another system): stops even as root, naming what is missing and the Debian packages', () => {
-    const plan = planPrerequisites({ ...facts, isRoot: true, hasApt: false, distro: 'other', missing: [TOOLS.java, TOOLS.mvn] });
-    expect(plan).toEqual({ action: 'stop', line: 'msgbridge: `npm test` needs Java 17+, Maven, not found: install them (on Debian: apt-get install default-jre-headless maven)' });
+    const plan = planPrerequisites({
+      ...facts,
+      isRoot: true,
+      hasApt: false,
+      distro: 'other',
+      missing: [TOOLS.java, TOOLS.mvn],
+    });
+    expect(plan).toEqual({
+      action: 'stop',
+      line: 'msgbridge: `npm test` needs Java 17+, Maven, not found: install them (on Debian: apt-get install default-jre-headless maven)',
+    });
   });
 
   it('a browser named by its variable that does not exist: stops even as root (installing another would not help)', () => {
-    const plan = planPrerequisites({ ...facts, isRoot: true, env: { FIREFOX_PATH: '/opt/ff/firefox' }, missing: [TOOLS.openssl, TOOLS.firefox] });
-    expect(plan).toEqual({ action: 'stop', line: 'msgbridge: `npm test` needs openssl, Firefox ESR: FIREFOX_PATH=/opt/ff/firefox does not exist; unset it, or name the binary' });
+    const plan = planPrerequisites({
+      ...facts,
+      isRoot: true,
+      env: { FIREFOX_PATH: '/opt/ff/firefox' },
+      missing: [TOOLS.openssl, TOOLS.firefox],
+    });
+    expect(plan).toEqual({
+      action: 'stop',
+      line: 'msgbridge: `npm test` needs openssl, Firefox ESR: FIREFOX_PATH=/opt/ff/firefox does not exist; unset it, or name the binary',
+    });
   });
 
   it("a browser's binary: its variable's, else Debian's package's, else Ubuntu's snap's", () => {
     const exists = (present: string[]) => (path: string) => present.includes(path);
     expect(browserPath(TOOLS.chromium, { CHROMIUM_PATH: '/x/chrome' }, exists([]))).toBe('/x/chrome');
-    expect(browserPath(TOOLS.chromium, {}, exists(['/usr/bin/chromium', '/snap/bin/chromium']))).toBe('/usr/bin/chromium');
+    expect(browserPath(TOOLS.chromium, {}, exists(['/usr/bin/chromium', '/snap/bin/chromium']))).toBe(
+      '/usr/bin/chromium',
+    );
     expect(browserPath(TOOLS.firefox, {}, exists(['/snap/bin/firefox']))).toBe('/snap/bin/firefox');
     expect(browserPath(TOOLS.firefox, {}, exists([]))).toBe('/usr/bin/firefox-esr');
   });

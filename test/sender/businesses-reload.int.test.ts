@@ -2,7 +2,17 @@ import { mkdtempSync, renameSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { BIZ, BIZ2, collect, fixture, produceRequests, templateRequest, waitUntil, type Collector, type Fixture } from './harness.js';
+import {
+  BIZ,
+  BIZ2,
+  collect,
+  fixture,
+  produceRequests,
+  templateRequest,
+  waitUntil,
+  type Collector,
+  type Fixture,
+} from './harness.js';
 import type { Sender } from '../../src/sender/index.js';
 
 /**
@@ -29,12 +39,20 @@ describe('sender with a live businesses file', () => {
       renameSync(`${file}.tmp`, file);
     };
     write([{ id: BIZ.id, signingSecrets: [], apiKey: BIZ.apiKey }]);
-    sender = await f.start({ config: { ...f.config, businessesFile: file, businesses: [{ id: BIZ.id, signingSecrets: [], apiKey: BIZ.apiKey }] } });
+    sender = await f.start({
+      config: {
+        ...f.config,
+        businessesFile: file,
+        businesses: [{ id: BIZ.id, signingSecrets: [], apiKey: BIZ.apiKey }],
+      },
+    });
     await sender.ready;
     results = await collect(f.topics.sendResults);
     const resultOf = (requestId: string) => results!.values().find((v) => v.requestId === requestId);
     const send = async (requestId: string, businessId: string) => {
-      await produceRequests(f.topics.sendRequests, [{ key: '+15550002222', value: templateRequest(requestId, '+15550002222', { businessId }) }]);
+      await produceRequests(f.topics.sendRequests, [
+        { key: '+15550002222', value: templateRequest(requestId, '+15550002222', { businessId }) },
+      ]);
       await waitUntil(
         () => resultOf(requestId) !== undefined,
         30_000,
@@ -43,7 +61,10 @@ describe('sender with a live businesses file', () => {
       return resultOf(requestId)!;
     };
 
-    expect(await send('before-add', BIZ2.id)).toMatchObject({ outcome: 'rejected', error: { code: 'RELAY_UNKNOWN_BUSINESS' } });
+    expect(await send('before-add', BIZ2.id)).toMatchObject({
+      outcome: 'rejected',
+      error: { code: 'RELAY_UNKNOWN_BUSINESS' },
+    });
     write([
       { id: BIZ.id, signingSecrets: [], apiKey: BIZ.apiKey },
       { id: BIZ2.id, signingSecrets: [], apiKey: BIZ2.apiKey },

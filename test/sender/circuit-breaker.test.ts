@@ -5,7 +5,13 @@ import { Semaphore } from '../../src/sender/semaphore.js';
 // random: () => 1 makes each probe delay its full step: 20 ms, then 40 (the cap).
 function breaker(threshold = 3) {
   const changes: [string, CircuitState, number][] = [];
-  const circuits = new CircuitBreaker({ failureThreshold: threshold, probeInitialMs: 20, probeMaxMs: 40, random: () => 1, onChange: (k, s, f) => changes.push([k, s, f]) });
+  const circuits = new CircuitBreaker({
+    failureThreshold: threshold,
+    probeInitialMs: 20,
+    probeMaxMs: 40,
+    random: () => 1,
+    onChange: (k, s, f) => changes.push([k, s, f]),
+  });
   return { circuits, changes };
 }
 
@@ -58,7 +64,13 @@ describe('CircuitBreaker (one per business)', () => {
     const all = await Promise.all(waiters);
     expect(all.filter((a) => a.probe)).toHaveLength(2);
     expect(all.filter((a) => !a.probe)).toHaveLength(3);
-    expect(admitted.map((a) => a.at)).toEqual([opened + 20, failedAt + 40, failedAt + 40, failedAt + 40, failedAt + 40]);
+    expect(admitted.map((a) => a.at)).toEqual([
+      opened + 20,
+      failedAt + 40,
+      failedAt + 40,
+      failedAt + 40,
+      failedAt + 40,
+    ]);
     expect(circuits.state('a')).toBe('closed');
     expect(changes.map(([, s]) => s)).toEqual(['open', 'closed']);
   });

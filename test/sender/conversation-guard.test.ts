@@ -1,8 +1,19 @@
 import { readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { decideConversation, fallbackBody, outsideWindowFailure, OUTSIDE_WINDOW_CODE, type GuardInput } from '../../src/sender/conversation-guard.js';
-import { ConversationTable, conversationEntry, tableKey, type WindowLookup } from '../../src/sender/conversation-table.js';
+import {
+  decideConversation,
+  fallbackBody,
+  outsideWindowFailure,
+  OUTSIDE_WINDOW_CODE,
+  type GuardInput,
+} from '../../src/sender/conversation-guard.js';
+import {
+  ConversationTable,
+  conversationEntry,
+  tableKey,
+  type WindowLookup,
+} from '../../src/sender/conversation-table.js';
 import { sendFailureSchema } from '../../src/contracts/index.js';
 
 const NOW = Date.parse('2026-03-01T12:00:00Z');
@@ -14,7 +25,11 @@ const incomplete: WindowLookup = { state: 'unknown', reason: 'incomplete' };
 const evicted: WindowLookup = { state: 'unknown', reason: 'evicted' };
 const fallbackTemplate = { templateName: 'order_update', parameters: [{ name: 'order', value: '42' }] };
 
-function decide(window: WindowLookup, overrides: Partial<GuardInput> = {}, request: Partial<GuardInput['request']> = {}) {
+function decide(
+  window: WindowLookup,
+  overrides: Partial<GuardInput> = {},
+  request: Partial<GuardInput['request']> = {},
+) {
   let looked = 0;
   const decision = decideConversation({
     mode: 'reject',
@@ -34,29 +49,50 @@ function decide(window: WindowLookup, overrides: Partial<GuardInput> = {}, reque
 describe('conversation window guard: the decision', () => {
   it('off: every text is sent as it is, without a lookup, a fallbackTemplate never used', () => {
     for (const window of [open, closed, neverSeen, incomplete]) {
-      expect(decide(window, { mode: 'off' }, { fallbackTemplate })).toEqual({ decision: { action: 'send', why: 'off' }, looked: 0 });
+      expect(decide(window, { mode: 'off' }, { fallbackTemplate })).toEqual({
+        decision: { action: 'send', why: 'off' },
+        looked: 0,
+      });
     }
   });
 
   it('a template is always sent: the window only limits free-form text', () => {
-    expect(decide(closed, {}, { type: 'template' })).toEqual({ decision: { action: 'send', why: 'template' }, looked: 0 });
+    expect(decide(closed, {}, { type: 'template' })).toEqual({
+      decision: { action: 'send', why: 'template' },
+      looked: 0,
+    });
     expect(decide(neverSeen, {}, { type: 'template' }).decision.action).toBe('send');
   });
 
   it('conversationWindow "ignore" sends the text whatever the window', () => {
-    expect(decide(closed, {}, { conversationWindow: 'ignore' })).toEqual({ decision: { action: 'send', why: 'override' }, looked: 0 });
-    expect(decide(neverSeen, {}, { conversationWindow: 'ignore', fallbackTemplate }).decision).toEqual({ action: 'send', why: 'override' });
+    expect(decide(closed, {}, { conversationWindow: 'ignore' })).toEqual({
+      decision: { action: 'send', why: 'override' },
+      looked: 0,
+    });
+    expect(decide(neverSeen, {}, { conversationWindow: 'ignore', fallbackTemplate }).decision).toEqual({
+      action: 'send',
+      why: 'override',
+    });
   });
 
   it("an SMS text is sent as it is, without a lookup: the 24-hour rule is WhatsApp's (its fallbackTemplate never used)", () => {
     for (const channelType of ['sms', 'SMS']) {
       for (const window of [closed, neverSeen, incomplete]) {
-        expect(decide(window, {}, { recipient: { channelType }, fallbackTemplate })).toEqual({ decision: { action: 'send', why: 'sms' }, looked: 0 });
+        expect(decide(window, {}, { recipient: { channelType }, fallbackTemplate })).toEqual({
+          decision: { action: 'send', why: 'sms' },
+          looked: 0,
+        });
       }
     }
     // A young SMS request does not wait either; a WhatsApp text to the same closed window is still refused.
-    expect(decide(closed, { requestTime: NOW }, { recipient: { channelType: 'sms' } }).decision).toEqual({ action: 'send', why: 'sms' });
-    expect(decide(closed, {}, { recipient: { channelType: 'whatsapp' } }).decision).toEqual({ action: 'reject', window: closed });
+    expect(decide(closed, { requestTime: NOW }, { recipient: { channelType: 'sms' } }).decision).toEqual({
+      action: 'send',
+      why: 'sms',
+    });
+    expect(decide(closed, {}, { recipient: { channelType: 'whatsapp' } }).decision).toEqual({
+      action: 'reject',
+      window: closed,
+    });
   });
 
   it('an open window: sent (a fallbackTemplate is not used)', () => {
@@ -78,8 +114,16 @@ describe('conversation window guard: the decision', () => {
   });
 
   it('closed with a fallbackTemplate: the template instead', () => {
-    expect(decide(closed, {}, { fallbackTemplate }).decision).toEqual({ action: 'fallback', template: fallbackTemplate, window: closed });
-    expect(decide(neverSeen, {}, { fallbackTemplate }).decision).toEqual({ action: 'fallback', template: fallbackTemplate, window: neverSeen });
+    expect(decide(closed, {}, { fallbackTemplate }).decision).toEqual({
+      action: 'fallback',
+      template: fallbackTemplate,
+      window: closed,
+    });
+    expect(decide(neverSeen, {}, { fallbackTemplate }).decision).toEqual({
+      action: 'fallback',
+      template: fallbackTemplate,
+      window: neverSeen,
+    });
   });
 
   it('closed, the request younger than the grace: wait until it is that old (the window may be opening), then decide', () => {
@@ -96,7 +140,12 @@ describe('conversation window guard: the decision', () => {
 
   it('the rejection error: stable code, not retriable, the closing time or null, a valid send failure', () => {
     const error = outsideWindowFailure({ state: 'closed', openUntil: NOW - HOUR });
-    expect(error).toMatchObject({ code: OUTSIDE_WINDOW_CODE, type: 'RELAY_CONVERSATION_WINDOW', retriable: false, details: { windowOpenUntil: '2026-03-01T11:00:00.000Z' } });
+    expect(error).toMatchObject({
+      code: OUTSIDE_WINDOW_CODE,
+      type: 'RELAY_CONVERSATION_WINDOW',
+      retriable: false,
+      details: { windowOpenUntil: '2026-03-01T11:00:00.000Z' },
+    });
     expect(error.message).toMatch(/closed at 2026-03-01T11:00:00.000Z/);
     const never = outsideWindowFailure({ state: 'closed', openUntil: null });
     expect(never.details).toEqual({ windowOpenUntil: null });
@@ -105,7 +154,12 @@ describe('conversation window guard: the decision', () => {
   });
 
   it('the fallback body: the template to the text recipient, with the pass-through fields but not the text-only ones', () => {
-    const text = { recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' }, callbackData: 'cb-1', campaignName: 'spring' };
+    const text = {
+      recipient: { channelType: 'whatsapp', id: '+15550002222' },
+      message: { text: 'hi' },
+      callbackData: 'cb-1',
+      campaignName: 'spring',
+    };
     expect(fallbackBody(text, '+15550002222', { ...fallbackTemplate, language: 'en' })).toEqual({
       callbackData: 'cb-1',
       campaignName: 'spring',
@@ -118,7 +172,11 @@ describe('conversation window guard: the decision', () => {
 });
 
 describe('conversation table', () => {
-  const window = (customer: string, openUntil: number, businessId = 'biz_1') => ({ key: tableKey(businessId, customer), businessId, openUntil });
+  const window = (customer: string, openUntil: number, businessId = 'biz_1') => ({
+    key: tableKey(businessId, customer),
+    businessId,
+    openUntil,
+  });
 
   it('never seen: unknown until complete, then closed; open until windowOpenUntil, closed from that instant', () => {
     let now = NOW;
@@ -205,19 +263,38 @@ describe('conversation table', () => {
 
 describe('conversations records', () => {
   const value = (v: Record<string, unknown>) => Buffer.from(JSON.stringify(v));
-  const good = { businessId: 'biz_1', customer: '+15550000001', lastInboundAt: '2026-03-01T11:00:00.000Z', windowOpenUntil: '2026-03-02T11:00:00.000Z' };
+  const good = {
+    businessId: 'biz_1',
+    customer: '+15550000001',
+    lastInboundAt: '2026-03-01T11:00:00.000Z',
+    windowOpenUntil: '2026-03-02T11:00:00.000Z',
+  };
 
   it('reads the key and windowOpenUntil; a null value is a tombstone', () => {
-    expect(conversationEntry(Buffer.from('biz_1:+15550000001'), value(good))).toEqual({ key: 'biz_1:15550000001', businessId: 'biz_1', openUntil: Date.parse(good.windowOpenUntil) });
-    expect(conversationEntry('biz_1:+15550000001', null)).toEqual({ key: 'biz_1:15550000001', businessId: 'biz_1', openUntil: null });
+    expect(conversationEntry(Buffer.from('biz_1:+15550000001'), value(good))).toEqual({
+      key: 'biz_1:15550000001',
+      businessId: 'biz_1',
+      openUntil: Date.parse(good.windowOpenUntil),
+    });
+    expect(conversationEntry('biz_1:+15550000001', null)).toEqual({
+      key: 'biz_1:15550000001',
+      businessId: 'biz_1',
+      openUntil: null,
+    });
   });
 
   it('names what is wrong with a record that is not a conversation window', () => {
     expect(conversationEntry(null, value(good))).toEqual({ invalid: 'record without a key' });
-    expect(conversationEntry('nocolon', value(good))).toEqual({ invalid: expect.stringMatching(/is not <businessId>:<customer>/) });
-    expect(conversationEntry('biz_1:', value(good))).toEqual({ invalid: expect.stringMatching(/is not <businessId>:<customer>/) });
+    expect(conversationEntry('nocolon', value(good))).toEqual({
+      invalid: expect.stringMatching(/is not <businessId>:<customer>/),
+    });
+    expect(conversationEntry('biz_1:', value(good))).toEqual({
+      invalid: expect.stringMatching(/is not <businessId>:<customer>/),
+    });
     expect(conversationEntry('biz_1:+1', Buffer.from('{'))).toEqual({ invalid: expect.stringMatching(/is not JSON/) });
-    expect(conversationEntry('biz_1:+1', value({ ...good, windowOpenUntil: 'tomorrow' }))).toEqual({ invalid: expect.stringMatching(/windowOpenUntil/) });
+    expect(conversationEntry('biz_1:+1', value({ ...good, windowOpenUntil: 'tomorrow' }))).toEqual({
+      invalid: expect.stringMatching(/windowOpenUntil/),
+    });
   });
 });
 
@@ -235,7 +312,8 @@ describe('purity', () => {
       for (const [, spec] of source.matchAll(/^import[^'"]*['"]([^'"]+)['"]/gm)) {
         if (spec === undefined) continue;
         if (spec.startsWith('.')) visit(join(dirname(file), spec.replace(/\.js$/, '.ts')));
-        else if (/^(kafkajs|undici|uWebSockets\.js|@platformatic\/kafka)/.test(spec)) forbidden.push(`${file}: ${spec}`);
+        else if (/^(kafkajs|undici|uWebSockets\.js|@platformatic\/kafka)/.test(spec))
+          forbidden.push(`${file}: ${spec}`);
       }
     };
     visit(join(root, 'conversation-guard.ts'));

@@ -16,21 +16,51 @@ import { Semaphore } from '../../src/sender/semaphore.js';
 const TO = '+15550002222';
 const businesses = new Map([['biz', 'key']]);
 
-function job(requestId: string, extra: Record<string, unknown> = {}, producedAt = Date.now() - 60_000, type: 'text' | 'template' = 'text'): Job {
+function job(
+  requestId: string,
+  extra: Record<string, unknown> = {},
+  producedAt = Date.now() - 60_000,
+  type: 'text' | 'template' = 'text',
+): Job {
   const value =
     type === 'text'
-      ? { requestId, type, recipient: { channelType: 'whatsapp', id: TO }, message: { text: 'hi' }, callbackData: requestId, ...extra }
-      : { requestId, type, number: TO, templateName: 'welcome', parameters: [{ name: 'name', value: 'Ada' }], ...extra };
-  return prepareJob({ topic: 't', partition: 0, offset: '0', key: null, value: Buffer.from(JSON.stringify(value)), headers: {} }, businesses, {
-    receivedAt: Date.now(),
-    producedAt,
-    maxRequestAgeMs: 86_400_000,
-  });
+      ? {
+          requestId,
+          type,
+          recipient: { channelType: 'whatsapp', id: TO },
+          message: { text: 'hi' },
+          callbackData: requestId,
+          ...extra,
+        }
+      : {
+          requestId,
+          type,
+          number: TO,
+          templateName: 'welcome',
+          parameters: [{ name: 'name', value: 'Ada' }],
+          ...extra,
+        };
+  return prepareJob(
+    { topic: 't', partition: 0, offset: '0', key: null, value: Buffer.from(JSON.stringify(value)), headers: {} },
+    businesses,
+    {
+      receivedAt: Date.now(),
+      producedAt,
+      maxRequestAgeMs: 86_400_000,
+    },
+  );
 }
 
 function context(): WorkContext & { stopNow: () => void } {
   const stop = new AbortController();
-  return { partition: '0', offset: 0, stop: stop.signal, abort: new AbortController().signal, releaseKey: () => undefined, stopNow: () => stop.abort() };
+  return {
+    partition: '0',
+    offset: 0,
+    stop: stop.signal,
+    abort: new AbortController().signal,
+    releaseKey: () => undefined,
+    stopNow: () => stop.abort(),
+  };
 }
 
 /** A processor whose provider records every call and accepts it; the window comes from `window()`. */
@@ -39,7 +69,11 @@ function harness(window: () => WindowLookup, guard: Partial<ConversationGuardOpt
   const published: { topic: string; record: RecordToWrite }[] = [];
   const decisions: ConversationDecision[] = [];
   const outcomes: string[] = [];
-  const metrics: SenderMetrics = { ...noopSenderMetrics, conversation: (d) => void decisions.push(d), outcome: (o) => void outcomes.push(o) };
+  const metrics: SenderMetrics = {
+    ...noopSenderMetrics,
+    conversation: (d) => void decisions.push(d),
+    outcome: (o) => void outcomes.push(o),
+  };
   const processor = createProcessor({
     client: {
       send: async (operation, _biz, _key, body) => {
@@ -66,7 +100,10 @@ function harness(window: () => WindowLookup, guard: Partial<ConversationGuardOpt
     calls,
     decisions,
     outcomes,
-    results: () => published.filter((p) => p.topic === 'results').map((p) => sendResultSchema.parse(JSON.parse(p.record.value.toString()))),
+    results: () =>
+      published
+        .filter((p) => p.topic === 'results')
+        .map((p) => sendResultSchema.parse(JSON.parse(p.record.value.toString()))),
   };
 }
 
@@ -90,7 +127,12 @@ describe('processor with the conversation window guard', () => {
       maybeSent: false,
       type: 'text',
       recipient: TO,
-      error: { code: 'RELAY_OUTSIDE_CONVERSATION_WINDOW', type: 'RELAY_CONVERSATION_WINDOW', retriable: false, details: { windowOpenUntil: '2026-03-01T11:00:00.000Z' } },
+      error: {
+        code: 'RELAY_OUTSIDE_CONVERSATION_WINDOW',
+        type: 'RELAY_CONVERSATION_WINDOW',
+        retriable: false,
+        details: { windowOpenUntil: '2026-03-01T11:00:00.000Z' },
+      },
     });
     expect(result).not.toHaveProperty('sentAs');
     expect(h.decisions).toEqual(['rejected']);
@@ -107,7 +149,12 @@ describe('processor with the conversation window guard', () => {
     const h = harness(() => neverSeen);
     await h.processor.work(job('r1'), context());
     expect(h.calls).toEqual([]);
-    expect(h.results()[0]).toMatchObject({ outcome: 'rejected', attempts: 0, maybeSent: false, error: { code: 'RELAY_OUTSIDE_CONVERSATION_WINDOW', details: { windowOpenUntil: null } } });
+    expect(h.results()[0]).toMatchObject({
+      outcome: 'rejected',
+      attempts: 0,
+      maybeSent: false,
+      error: { code: 'RELAY_OUTSIDE_CONVERSATION_WINDOW', details: { windowOpenUntil: null } },
+    });
   });
 
   it('an open window or an unknown one: the text is sent, the relay fields stripped', async () => {
@@ -128,15 +175,38 @@ describe('processor with the conversation window guard', () => {
   it('the override: conversationWindow "ignore" sends the text to a closed window, the field not sent to the provider', async () => {
     const h = harness(() => closed);
     await h.processor.work(job('r1', { conversationWindow: 'ignore' }), context());
-    expect(h.calls).toEqual([{ operation: 'text', body: { recipient: { channelType: 'whatsapp', id: TO }, message: { text: 'hi' }, callbackData: 'r1' } }]);
+    expect(h.calls).toEqual([
+      {
+        operation: 'text',
+        body: { recipient: { channelType: 'whatsapp', id: TO }, message: { text: 'hi' }, callbackData: 'r1' },
+      },
+    ]);
     expect(h.decisions).toEqual(['override']);
   });
 
   it('the fallback: the template goes out instead, and the result says sentAs "template"', async () => {
     const h = harness(() => closed);
     await h.processor.work(job('r1', { fallbackTemplate: { ...fallbackTemplate, language: 'en' } }), context());
-    expect(h.calls).toEqual([{ operation: 'template', body: { callbackData: 'r1', templateName: 'order_update', parameters: [{ name: 'order', value: '42' }], language: 'en', number: TO } }]);
-    expect(h.results()[0]).toMatchObject({ requestId: 'r1', outcome: 'accepted', type: 'text', recipient: TO, messageId: 'm1', sentAs: 'template' });
+    expect(h.calls).toEqual([
+      {
+        operation: 'template',
+        body: {
+          callbackData: 'r1',
+          templateName: 'order_update',
+          parameters: [{ name: 'order', value: '42' }],
+          language: 'en',
+          number: TO,
+        },
+      },
+    ]);
+    expect(h.results()[0]).toMatchObject({
+      requestId: 'r1',
+      outcome: 'accepted',
+      type: 'text',
+      recipient: TO,
+      messageId: 'm1',
+      sentAs: 'template',
+    });
     expect(h.decisions).toEqual(['fallback']);
     // A repeat of the same requestId is answered from memory, with the same sentAs.
     await h.processor.work(job('r1', { fallbackTemplate }), context());
@@ -147,7 +217,12 @@ describe('processor with the conversation window guard', () => {
   it('a fallback the provider refuses is rejected with sentAs "template"', async () => {
     const refusing = createProcessorRefusing();
     await refusing.processor.work(job('r1', { fallbackTemplate }), context());
-    expect(refusing.results()[0]).toMatchObject({ outcome: 'rejected', attempts: 1, sentAs: 'template', error: { httpStatus: 400 } });
+    expect(refusing.results()[0]).toMatchObject({
+      outcome: 'rejected',
+      attempts: 1,
+      sentAs: 'template',
+      error: { httpStatus: 400 },
+    });
   });
 
   it('templates are never checked; off sends every text as it is', async () => {
@@ -202,7 +277,13 @@ describe('processor with the conversation window guard', () => {
 function createProcessorRefusing() {
   const published: RecordToWrite[] = [];
   const processor = createProcessor({
-    client: { send: async () => ({ kind: 'http-error', status: 400, error: { message: 'bad', type: 'ERROR_TYPE_INVALID', code: 'ERROR_CODE_REQUEST_FIELD_INVALID' } }) },
+    client: {
+      send: async () => ({
+        kind: 'http-error',
+        status: 400,
+        error: { message: 'bad', type: 'ERROR_TYPE_INVALID', code: 'ERROR_CODE_REQUEST_FIELD_INVALID' },
+      }),
+    },
     publish: async (topic, record) => void (topic === 'results' && published.push(record)),
     limiter: { acquire: async () => undefined, slowDown: () => undefined },
     circuits: new CircuitBreaker({ failureThreshold: 1000, probeInitialMs: 5, probeMaxMs: 10 }),
@@ -221,13 +302,21 @@ function createProcessorRefusing() {
 }
 
 describe('request fields of the guard', () => {
-  const dlq = (extra: Record<string, unknown>, type: 'text' | 'template' = 'text') => job('bad', extra, Date.now(), type) as DlqJob;
+  const dlq = (extra: Record<string, unknown>, type: 'text' | 'template' = 'text') =>
+    job('bad', extra, Date.now(), type) as DlqJob;
 
   it('accepts conversationWindow "ignore" and a fallbackTemplate, keeping them out of the provider body', () => {
     const j = job('r1', { conversationWindow: 'ignore', fallbackTemplate: { templateName: 'welcome' } }) as SendJob;
     expect(j.kind).toBe('send');
-    expect(j.request).toMatchObject({ conversationWindow: 'ignore', fallbackTemplate: { templateName: 'welcome', parameters: [] } });
-    expect(j.body).toEqual({ recipient: { channelType: 'whatsapp', id: TO }, message: { text: 'hi' }, callbackData: 'r1' });
+    expect(j.request).toMatchObject({
+      conversationWindow: 'ignore',
+      fallbackTemplate: { templateName: 'welcome', parameters: [] },
+    });
+    expect(j.body).toEqual({
+      recipient: { channelType: 'whatsapp', id: TO },
+      message: { text: 'hi' },
+      callbackData: 'r1',
+    });
   });
 
   it('refuses bad values with a clear reason (dead-lettered, RELAY_INVALID_FIELD)', () => {
@@ -235,10 +324,27 @@ describe('request fields of the guard', () => {
       [{ conversationWindow: 'skip' }, /conversationWindow: expected "ignore"/],
       [{ conversationWindow: true }, /conversationWindow: expected "ignore"/],
       [{ fallbackTemplate: 'order_update' }, /fallbackTemplate: expected an object \{"templateName"/],
-      [{ fallbackTemplate: { templateName: '' } }, /fallbackTemplate\.templateName: expected the name of an approved template/],
-      [{ fallbackTemplate: { parameters: [] } }, /fallbackTemplate\.templateName: expected the name of an approved template/],
-      [{ fallbackTemplate: { templateName: 'x', parameters: [{ name: 'a' }] } }, /fallbackTemplate\.parameters\.0\.value/],
-      [{ fallbackTemplate: { templateName: 'x', parameters: Array.from({ length: 101 }, (_, i) => ({ name: `p${i}`, value: '' })) } }, /fallbackTemplate\.parameters/],
+      [
+        { fallbackTemplate: { templateName: '' } },
+        /fallbackTemplate\.templateName: expected the name of an approved template/,
+      ],
+      [
+        { fallbackTemplate: { parameters: [] } },
+        /fallbackTemplate\.templateName: expected the name of an approved template/,
+      ],
+      [
+        { fallbackTemplate: { templateName: 'x', parameters: [{ name: 'a' }] } },
+        /fallbackTemplate\.parameters\.0\.value/,
+      ],
+      [
+        {
+          fallbackTemplate: {
+            templateName: 'x',
+            parameters: Array.from({ length: 101 }, (_, i) => ({ name: `p${i}`, value: '' })),
+          },
+        },
+        /fallbackTemplate\.parameters/,
+      ],
       [{ fallbackTemplate }, /fallbackTemplate: fallbackTemplate applies to text requests only/, 'template'],
     ];
     for (const [extra, reason, type] of cases) {
@@ -258,8 +364,15 @@ describe('configuration of the guard', () => {
   const load = (sender: Record<string, unknown>) => loadConfig({ env: {}, overrides: { sender } });
 
   it('defaults: off, 500,000 entries, 120 s start-up wait, 1 s grace', () => {
-    expect(load({}).sender).toMatchObject({ conversationWindow: 'off', conversationTableMaxEntries: 500_000, conversationTableReadTimeoutMs: 120_000, conversationWindowGraceMs: 1000 });
-    expect(loadConfig({ env: { MSGBRIDGE__sender__conversationWindow: 'reject' } }).sender.conversationWindow).toBe('reject');
+    expect(load({}).sender).toMatchObject({
+      conversationWindow: 'off',
+      conversationTableMaxEntries: 500_000,
+      conversationTableReadTimeoutMs: 120_000,
+      conversationWindowGraceMs: 1000,
+    });
+    expect(loadConfig({ env: { MSGBRIDGE__sender__conversationWindow: 'reject' } }).sender.conversationWindow).toBe(
+      'reject',
+    );
   });
 
   it('refuses bad values, naming the field', () => {

@@ -7,7 +7,19 @@ import { ensureTopics } from '../../src/kafka/topics.js';
 import { startSender, type Sender } from '../../src/sender/index.js';
 import { runCli } from '../helpers/cli.js';
 import { kafkaBrokers, withAdmin } from '../helpers/kafka.js';
-import { BIZ, collect, fixture, patientKafka, produceRequests, sentRequestId, templateRequest, textRequest, waitUntil, type Collector, type Fixture } from './harness.js';
+import {
+  BIZ,
+  collect,
+  fixture,
+  patientKafka,
+  produceRequests,
+  sentRequestId,
+  templateRequest,
+  textRequest,
+  waitUntil,
+  type Collector,
+  type Fixture,
+} from './harness.js';
 
 /**
  * The conversation window guard (sender.conversationWindow "reject", src/sender/README.md
@@ -33,16 +45,33 @@ interface Inbound {
 }
 
 function windowRecord({ customer, at, businessId = BIZ.id }: Inbound) {
-  const value = { businessId, customer, lastInboundAt: new Date(at).toISOString(), windowOpenUntil: new Date(at + DAY).toISOString() };
+  const value = {
+    businessId,
+    customer,
+    lastInboundAt: new Date(at).toISOString(),
+    windowOpenUntil: new Date(at + DAY).toISOString(),
+  };
   return { key: `${businessId}:${customer}`, value: JSON.stringify(value) };
 }
 
 async function createConversations(topic: string, partitions = 3): Promise<void> {
-  await withAdmin((admin) => ensureTopics(admin, [{ topic, partitions, replicationFactor: 1, configEntries: [{ name: 'cleanup.policy', value: 'compact' }] }]));
+  await withAdmin((admin) =>
+    ensureTopics(admin, [
+      { topic, partitions, replicationFactor: 1, configEntries: [{ name: 'cleanup.policy', value: 'compact' }] },
+    ]),
+  );
 }
 
-async function produceWindows(topic: string, windows: Inbound[], raw: { key: string | null; value: string | null }[] = []): Promise<void> {
-  const producer = patientKafka('conversations-test').producer({ allowAutoTopicCreation: false, idempotent: true, maxInFlightRequests: 1 });
+async function produceWindows(
+  topic: string,
+  windows: Inbound[],
+  raw: { key: string | null; value: string | null }[] = [],
+): Promise<void> {
+  const producer = patientKafka('conversations-test').producer({
+    allowAutoTopicCreation: false,
+    idempotent: true,
+    maxInFlightRequests: 1,
+  });
   await producer.connect();
   try {
     await producer.send({ topic, acks: -1, messages: [...windows.map(windowRecord), ...raw] });
@@ -53,7 +82,12 @@ async function produceWindows(topic: string, windows: Inbound[], raw: { key: str
 
 /** Windows written in a transaction left open: read_committed readers cannot pass them until commit. */
 async function openTransaction(topic: string, windows: Inbound[]): Promise<{ commit(): Promise<void> }> {
-  const producer = patientKafka('conversations-tx').producer({ transactionalId: `conv-test-${randomUUID()}`, idempotent: true, maxInFlightRequests: 1, allowAutoTopicCreation: false });
+  const producer = patientKafka('conversations-tx').producer({
+    transactionalId: `conv-test-${randomUUID()}`,
+    idempotent: true,
+    maxInFlightRequests: 1,
+    allowAutoTopicCreation: false,
+  });
   await producer.connect();
   const transaction = await producer.transaction();
   await transaction.send({ topic, acks: -1, messages: windows.map(windowRecord) });
@@ -62,7 +96,10 @@ async function openTransaction(topic: string, windows: Inbound[]): Promise<{ com
 }
 
 async function setUp(options: Parameters<typeof fixture>[0] = {}): Promise<{ f: Fixture; results: Collector }> {
-  const f = await fixture({ ...options, sender: { conversationWindow: 'reject', conversationWindowGraceMs: 0, ...options.sender } });
+  const f = await fixture({
+    ...options,
+    sender: { conversationWindow: 'reject', conversationWindowGraceMs: 0, ...options.sender },
+  });
   cleanups.push(() => f.close());
   const results = await collect(f.topics.sendResults);
   cleanups.push(() => results.stop());
@@ -102,7 +139,10 @@ async function until<T>(probe: () => Promise<T | undefined>, timeoutMs: number, 
   }
 }
 
-const text = (id: string, to: string, extra: Record<string, unknown> = {}) => ({ key: to, value: textRequest(id, to, `hello ${id}`, { callbackData: id, ...extra }) });
+const text = (id: string, to: string, extra: Record<string, unknown> = {}) => ({
+  key: to,
+  value: textRequest(id, to, `hello ${id}`, { callbackData: id, ...extra }),
+});
 
 describe('sender: the conversation window guard on the broker and the simulator', () => {
   it('refuses a text to a closed or never-seen window without a provider call; sends open, override, template and fallback', async () => {
@@ -133,7 +173,9 @@ describe('sender: the conversation window guard on the broker and the simulator'
       text('closed', CLOSED),
       text('never', NEVER),
       text('override', NEVER, { conversationWindow: 'ignore' }),
-      text('fallback', CLOSED, { fallbackTemplate: { templateName: 'welcome', parameters: [{ name: 'name', value: 'Ada' }] } }),
+      text('fallback', CLOSED, {
+        fallbackTemplate: { templateName: 'welcome', parameters: [{ name: 'name', value: 'Ada' }] },
+      }),
       { key: NEVER, value: templateRequest('template', NEVER, { callbackData: 'template' }) },
     ]);
     await results.waitFor((r) => r.length >= 6);
@@ -149,9 +191,19 @@ describe('sender: the conversation window guard on the broker and the simulator'
       // A window already closed when it was read is not kept: it reads as never seen.
       error: { code: 'RELAY_OUTSIDE_CONVERSATION_WINDOW', retriable: false, details: { windowOpenUntil: null } },
     });
-    expect(got.get('never')).toMatchObject({ outcome: 'rejected', attempts: 0, maybeSent: false, error: { code: 'RELAY_OUTSIDE_CONVERSATION_WINDOW', details: { windowOpenUntil: null } } });
+    expect(got.get('never')).toMatchObject({
+      outcome: 'rejected',
+      attempts: 0,
+      maybeSent: false,
+      error: { code: 'RELAY_OUTSIDE_CONVERSATION_WINDOW', details: { windowOpenUntil: null } },
+    });
     expect(got.get('override')).toMatchObject({ outcome: 'accepted', type: 'text' });
-    expect(got.get('fallback')).toMatchObject({ outcome: 'accepted', type: 'text', recipient: CLOSED, sentAs: 'template' });
+    expect(got.get('fallback')).toMatchObject({
+      outcome: 'accepted',
+      type: 'text',
+      recipient: CLOSED,
+      sentAs: 'template',
+    });
     expect(got.get('template')).toMatchObject({ outcome: 'accepted', type: 'template' });
     for (const id of ['open', 'override', 'template']) expect(got.get(id), id).not.toHaveProperty('sentAs');
 
@@ -159,7 +211,12 @@ describe('sender: the conversation window guard on the broker and the simulator'
     expect(providerCalls(f).sort()).toEqual(['fallback', 'open', 'override', 'template']);
     const fallbackSend = f.simulator.sends().find((s) => sentRequestId(s) === 'fallback')!;
     expect(fallbackSend.operation).toBe('template');
-    expect(fallbackSend.body).toEqual({ callbackData: 'fallback', templateName: 'welcome', parameters: [{ name: 'name', value: 'Ada' }], number: CLOSED });
+    expect(fallbackSend.body).toEqual({
+      callbackData: 'fallback',
+      templateName: 'welcome',
+      parameters: [{ name: 'name', value: 'Ada' }],
+      number: CLOSED,
+    });
     // The simulator enforces the window: the overridden text to the silent customer fails later,
     // the text inside the window and the templates do not.
     const plan = (id: string) => {
@@ -170,8 +227,16 @@ describe('sender: the conversation window guard on the broker and the simulator'
     expect([plan('open'), plan('fallback'), plan('template')]).not.toContain('failed');
 
     const metrics = await sender.metrics.metrics();
-    const count = (decision: string) => new RegExp(`msgbridge_sender_conversation_window_total\\{decision="${decision}",business="biz_1",role="sender"\\} (\\d+)`).exec(metrics)?.[1];
-    expect({ open: count('open'), rejected: count('rejected'), fallback: count('fallback'), override: count('override') }).toEqual({ open: '1', rejected: '2', fallback: '1', override: '1' });
+    const count = (decision: string) =>
+      new RegExp(
+        `msgbridge_sender_conversation_window_total\\{decision="${decision}",business="biz_1",role="sender"\\} (\\d+)`,
+      ).exec(metrics)?.[1];
+    expect({
+      open: count('open'),
+      rejected: count('rejected'),
+      fallback: count('fallback'),
+      override: count('override'),
+    }).toEqual({ open: '1', rejected: '2', fallback: '1', override: '1' });
     // Only the open window of this sender's business is kept (the closed one carries nothing).
     expect(metrics).toMatch(/msgbridge_sender_conversation_table_entries\{role="sender"\} 1\n/);
     expect(metrics).toMatch(/msgbridge_sender_conversation_table_complete\{role="sender"\} 1\n/);
@@ -193,14 +258,24 @@ describe('sender: the conversation window guard on the broker and the simulator'
     await sender.ready;
     await produceRequests(f.topics.sendRequests, [
       text('plus', `+${WROTE}`),
-      { key: SILENT, value: { ...textRequest('sms', SILENT, 'your code is 1234', { callbackData: 'sms' }), recipient: { channelType: 'sms', id: SILENT } } },
+      {
+        key: SILENT,
+        value: {
+          ...textRequest('sms', SILENT, 'your code is 1234', { callbackData: 'sms' }),
+          recipient: { channelType: 'sms', id: SILENT },
+        },
+      },
       text('whatsapp', SILENT),
     ]);
     await results.waitFor((r) => r.length >= 3);
     const got = byRequest(results);
     expect(got.get('plus')).toMatchObject({ outcome: 'accepted', recipient: `+${WROTE}`, channel: 'whatsapp' });
     expect(got.get('sms')).toMatchObject({ outcome: 'accepted', recipient: SILENT, channel: 'sms' });
-    expect(got.get('whatsapp')).toMatchObject({ outcome: 'rejected', attempts: 0, error: { code: 'RELAY_OUTSIDE_CONVERSATION_WINDOW' } });
+    expect(got.get('whatsapp')).toMatchObject({
+      outcome: 'rejected',
+      attempts: 0,
+      error: { code: 'RELAY_OUTSIDE_CONVERSATION_WINDOW' },
+    });
     expect(providerCalls(f).sort()).toEqual(['plus', 'sms']);
     // The provider agrees: the text is in the window, the SMS creates a message no status follows.
     const plan = (id: string) => {
@@ -211,7 +286,9 @@ describe('sender: the conversation window guard on the broker and the simulator'
     expect(plan('plus')).toBe('read');
     expect(plan('sms')).toBe('no_events');
     const metrics = await sender.metrics.metrics();
-    expect(metrics).toMatch(/msgbridge_sender_conversation_window_total\{decision="sms",business="biz_1",role="sender"\} 1\n/);
+    expect(metrics).toMatch(
+      /msgbridge_sender_conversation_window_total\{decision="sms",business="biz_1",role="sender"\} 1\n/,
+    );
   });
 
   it('start-up wait: no request is taken before the table is complete (an open transaction holds the read); a window in it is not taken for never seen', async () => {
@@ -237,7 +314,9 @@ describe('sender: the conversation window guard on the broker and the simulator'
       'the readiness reason of the start-up wait',
     );
     expect(waiting.status).toBe(503);
-    expect(waiting.body.reason).toMatch(new RegExp(`^conversation table not ready: reading ${f.topics.conversations} to its end`));
+    expect(waiting.body.reason).toMatch(
+      new RegExp(`^conversation table not ready: reading ${f.topics.conversations} to its end`),
+    );
     await sleep(3000);
     expect(sender).toBeUndefined();
     expect(providerCalls(f)).toEqual([]);
@@ -249,7 +328,11 @@ describe('sender: the conversation window guard on the broker and the simulator'
     await results.waitFor((r) => r.length >= 2);
     const got = byRequest(results);
     expect(got.get('opening')).toMatchObject({ outcome: 'accepted', type: 'text' });
-    expect(got.get('never')).toMatchObject({ outcome: 'rejected', attempts: 0, error: { code: 'RELAY_OUTSIDE_CONVERSATION_WINDOW' } });
+    expect(got.get('never')).toMatchObject({
+      outcome: 'rejected',
+      attempts: 0,
+      error: { code: 'RELAY_OUTSIDE_CONVERSATION_WINDOW' },
+    });
     expect(providerCalls(f)).toEqual(['opening']);
     expect(await readyz(port)).toEqual({ status: 200, body: { ready: true } });
   });
@@ -280,7 +363,9 @@ describe('sender: the conversation window guard on the broker and the simulator'
     );
     expect(isMsgbridgeError(error, 'KAFKA_UNAVAILABLE')).toBe(true);
     expect((error as Error).message).toMatch(
-      new RegExp(`not ready within sender\\.conversationTableReadTimeoutMs \\(2000 ms\\): still waiting for topic ${f.topics.conversations} \\(written by the tracker\\)`),
+      new RegExp(
+        `not ready within sender\\.conversationTableReadTimeoutMs \\(2000 ms\\): still waiting for topic ${f.topics.conversations} \\(written by the tracker\\)`,
+      ),
     );
     expect((error as Error).message).toMatch(/set sender\.conversationWindow to "off"/);
     expect(Date.now() - started).toBeLessThan(15_000);
@@ -299,7 +384,13 @@ describe('sender: the conversation window guard on the broker and the simulator'
       30_000,
       'the readiness reason while the topic is missing',
     );
-    expect(waiting).toEqual({ status: 503, body: { ready: false, reason: `conversation table not ready: waiting for topic ${f.topics.conversations} (written by the tracker)` } });
+    expect(waiting).toEqual({
+      status: 503,
+      body: {
+        ready: false,
+        reason: `conversation table not ready: waiting for topic ${f.topics.conversations} (written by the tracker)`,
+      },
+    });
     await sleep(1500);
     expect(results.records).toEqual([]);
     await createConversations(f.topics.conversations);
@@ -307,7 +398,10 @@ describe('sender: the conversation window guard on the broker and the simulator'
     await sender.ready;
     // Decided with the complete (empty) table: never seen means closed.
     await results.waitFor((r) => r.length >= 1);
-    expect(byRequest(results).get('early-never')).toMatchObject({ outcome: 'rejected', error: { code: 'RELAY_OUTSIDE_CONVERSATION_WINDOW' } });
+    expect(byRequest(results).get('early-never')).toMatchObject({
+      outcome: 'rejected',
+      error: { code: 'RELAY_OUTSIDE_CONVERSATION_WINDOW' },
+    });
     // Windows published from now on are followed.
     await produceWindows(f.topics.conversations, [{ customer: OPEN, at: Date.now() }]);
     await waitUntil(
@@ -334,7 +428,11 @@ describe('sender: the conversation window guard on the broker and the simulator'
     await sender.ready;
 
     // The reply overtakes the window's record: it waits (grace) instead of being refused.
-    await produceRequests(f.topics.sendRequests, [text('racing', RACING), text('silent', SILENT), text('closing-1', CLOSING)]);
+    await produceRequests(f.topics.sendRequests, [
+      text('racing', RACING),
+      text('silent', SILENT),
+      text('closing-1', CLOSING),
+    ]);
     await sleep(500);
     await produceWindows(f.topics.conversations, [{ customer: RACING, at: Date.now() }]);
     await results.waitFor((r) => r.length >= 3);
@@ -345,14 +443,19 @@ describe('sender: the conversation window guard on the broker and the simulator'
     const silent = got.get('silent')!;
     expect(silent).toMatchObject({ outcome: 'rejected', error: { code: 'RELAY_OUTSIDE_CONVERSATION_WINDOW' } });
     const request = results.records.find((r) => JSON.parse(r.value.toString()).requestId === 'silent')!;
-    expect(Date.parse((silent as { rejectedAt: string }).rejectedAt) - Number(request.headers['received-at'])).toBeGreaterThanOrEqual(2000);
+    expect(
+      Date.parse((silent as { rejectedAt: string }).rejectedAt) - Number(request.headers['received-at']),
+    ).toBeGreaterThanOrEqual(2000);
 
     // Time closes CLOSING's window: the next text to it is refused, with the time it closed.
     await sleep(Math.max(0, now + 6000 - Date.now() + 200));
     await produceRequests(f.topics.sendRequests, [{ ...text('closing-2', CLOSING), timestamp: Date.now() - 10_000 }]);
     await results.waitFor((r) => r.length >= 4);
     got = byRequest(results);
-    expect(got.get('closing-2')).toMatchObject({ outcome: 'rejected', error: { details: { windowOpenUntil: new Date(now + 6000).toISOString() } } });
+    expect(got.get('closing-2')).toMatchObject({
+      outcome: 'rejected',
+      error: { details: { windowOpenUntil: new Date(now + 6000).toISOString() } },
+    });
     expect(providerCalls(f).sort()).toEqual(['closing-1', 'racing']);
   });
 
@@ -368,10 +471,19 @@ describe('sender: the conversation window guard on the broker and the simulator'
     );
     const sender = await f.start();
     await sender.ready;
-    expect(sender.stats().conversationTable).toMatchObject({ entries: 1000, complete: true, evictedOpen: 1, evictedUntil: now - 1000 + DAY });
+    expect(sender.stats().conversationTable).toMatchObject({
+      entries: 1000,
+      complete: true,
+      evictedOpen: 1,
+      evictedUntil: now - 1000 + DAY,
+    });
 
     const NEVER = '+15550005001';
-    await produceRequests(f.topics.sendRequests, [text('dropped', customers[0]!), text('kept', customers[1000]!), text('never', NEVER)]);
+    await produceRequests(f.topics.sendRequests, [
+      text('dropped', customers[0]!),
+      text('kept', customers[1000]!),
+      text('never', NEVER),
+    ]);
     await results.waitFor((r) => r.length >= 3);
     const got = byRequest(results);
     // The table can no longer tell "never seen" from "dropped": both are sent, the provider decides.
@@ -381,16 +493,25 @@ describe('sender: the conversation window guard on the broker and the simulator'
     const metrics = await sender.metrics.metrics();
     expect(metrics).toMatch(/msgbridge_sender_conversation_table_evictions_total\{role="sender"\} 1\n/);
     expect(metrics).toMatch(/msgbridge_sender_conversation_table_entries\{role="sender"\} 1000\n/);
-    expect(metrics).toMatch(/msgbridge_sender_conversation_window_total\{decision="unknown",business="biz_1",role="sender"\} 2\n/);
+    expect(metrics).toMatch(
+      /msgbridge_sender_conversation_window_total\{decision="unknown",business="biz_1",role="sender"\} 2\n/,
+    );
   });
 
   it('msgbridge send text: to a silent customer, rejected at once with the reason; with --fallback-template, the template goes out', async () => {
     const { f } = await setUp();
     await createConversations(f.topics.conversations);
-    await withAdmin((admin) => ensureTopics(admin, [{ topic: f.topics.deliveryStatus, partitions: 1, replicationFactor: 1 }]));
+    await withAdmin((admin) =>
+      ensureTopics(admin, [{ topic: f.topics.deliveryStatus, partitions: 1, replicationFactor: 1 }]),
+    );
     const sender = await f.start();
     await sender.ready;
-    const env = { KAFKA_BROKERS: kafkaBrokers().join(','), MSGBRIDGE__kafka__topics: JSON.stringify(f.config.kafka.topics), MSGBRIDGE__kafka__createTopics: 'false', MSGBRIDGE_BUSINESS_ID: BIZ.id };
+    const env = {
+      KAFKA_BROKERS: kafkaBrokers().join(','),
+      MSGBRIDGE__kafka__topics: JSON.stringify(f.config.kafka.topics),
+      MSGBRIDGE__kafka__createTopics: 'false',
+      MSGBRIDGE_BUSINESS_ID: BIZ.id,
+    };
     const SILENT = '+15550006001';
 
     const rejected = await runCli(['send', 'text', '--to', SILENT, '--text', 'are you there?', '--timeout', '30'], env);
@@ -401,19 +522,48 @@ describe('sender: the conversation window guard on the broker and the simulator'
     expect(f.simulator.sends()).toEqual([]);
 
     // No ingress runs here, so no delivery status comes back: the command stops at its timeout (exit 3).
-    const fallback = await runCli(['send', 'text', '--to', SILENT, '--text', 'are you there?', '--fallback-template', 'welcome', '--param', 'name=Ada', '--timeout', '3'], env);
-    expect(`${fallback.stdout}${fallback.stderr}`).toMatch(/accepted as the fallback template welcome \(the conversation window is closed\): message id \w+/);
+    const fallback = await runCli(
+      [
+        'send',
+        'text',
+        '--to',
+        SILENT,
+        '--text',
+        'are you there?',
+        '--fallback-template',
+        'welcome',
+        '--param',
+        'name=Ada',
+        '--timeout',
+        '3',
+      ],
+      env,
+    );
+    expect(`${fallback.stdout}${fallback.stderr}`).toMatch(
+      /accepted as the fallback template welcome \(the conversation window is closed\): message id \w+/,
+    );
     const sends = f.simulator.sends();
     expect(sends).toHaveLength(1);
-    expect(sends[0]).toMatchObject({ operation: 'template', body: { number: SILENT, templateName: 'welcome', parameters: [{ name: 'name', value: 'Ada' }] } });
+    expect(sends[0]).toMatchObject({
+      operation: 'template',
+      body: { number: SILENT, templateName: 'welcome', parameters: [{ name: 'name', value: 'Ada' }] },
+    });
     expect(f.simulator.message(sends[0]!.messageId!)?.plan).not.toBe('failed');
 
     // --channel sms: no window to wait for, and no status to follow: accepted is where it ends (exit 0).
-    const sms = await runCli(['send', 'text', '--to', SILENT, '--text', 'your code is 1234', '--channel', 'sms', '--timeout', '30'], env);
-    expect(`${sms.stdout}${sms.stderr}`).toMatch(/accepted: message id \w+ \(attempts 1\)\n.*SMS: handed to the SMS network; the provider reports no delivery on this channel/);
+    const sms = await runCli(
+      ['send', 'text', '--to', SILENT, '--text', 'your code is 1234', '--channel', 'sms', '--timeout', '30'],
+      env,
+    );
+    expect(`${sms.stdout}${sms.stderr}`).toMatch(
+      /accepted: message id \w+ \(attempts 1\)\n.*SMS: handed to the SMS network; the provider reports no delivery on this channel/,
+    );
     expect(sms.code).toBe(0);
     const smsSend = f.simulator.sends()[1]!;
-    expect(smsSend).toMatchObject({ operation: 'text', body: { recipient: { channelType: 'sms', id: SILENT }, message: { text: 'your code is 1234' } } });
+    expect(smsSend).toMatchObject({
+      operation: 'text',
+      body: { recipient: { channelType: 'sms', id: SILENT }, message: { text: 'your code is 1234' } },
+    });
     expect(f.simulator.message(smsSend.messageId!)?.plan).toBe('no_events');
   });
 });

@@ -46,7 +46,9 @@ export async function startFakeProvider(options: { latencyMs?: number } = {}): P
     req.on('end', () => {
       const match = /^\/v1\/businesses\/([^/]+)\/send\/[a-z]+$/.exec(req.url ?? '');
       if (req.method !== 'POST' || !match) {
-        res.writeHead(404, { 'content-type': 'application/json' }).end('{"message":"not found","type":"ERROR_TYPE_INVALID_REQUEST","code":"ERROR_CODE_NOT_FOUND"}');
+        res
+          .writeHead(404, { 'content-type': 'application/json' })
+          .end('{"message":"not found","type":"ERROR_TYPE_INVALID_REQUEST","code":"ERROR_CODE_NOT_FOUND"}');
         return;
       }
       const businessId = decodeURIComponent(match[1]!);
@@ -61,7 +63,11 @@ export async function startFakeProvider(options: { latencyMs?: number } = {}): P
       const status = provider.failing.get(businessId);
       if (status !== undefined) {
         calls.push({ businessId, requestId, at, answer: status });
-        res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify({ message: 'unavailable', type: 'ERROR_TYPE_UNSPECIFIED', code: 'ERROR_CODE_UNAVAILABLE' }));
+        res
+          .writeHead(status, { 'content-type': 'application/json' })
+          .end(
+            JSON.stringify({ message: 'unavailable', type: 'ERROR_TYPE_UNSPECIFIED', code: 'ERROR_CODE_UNAVAILABLE' }),
+          );
         return;
       }
       const id = `01${randomUUID().replace(/-/g, '').slice(0, 24).toUpperCase()}`;

@@ -9,7 +9,12 @@ import { loadConfig, type DeepPartial } from '../../src/config/load.js';
 import type { Config } from '../../src/config/schema.js';
 import { createLogger, silentLogger, type Logger } from '../../src/platform/logger.js';
 import { startSender, type Sender, type StartSenderOptions } from '../../src/sender/index.js';
-import { startSimulator, type RunningSimulator, type SendRecord, type SimulatorOptions } from '../../src/simulator/index.js';
+import {
+  startSimulator,
+  type RunningSimulator,
+  type SendRecord,
+  type SimulatorOptions,
+} from '../../src/simulator/index.js';
 import { ensureTopics } from '../../src/kafka/topics.js';
 import { kafkaBrokers, testKafka, uniqueTopic, withAdmin, type ReadRecord } from '../helpers/kafka.js';
 import { headersToStrings as decodeHeaders } from '../../src/kafka/headers.js';
@@ -33,7 +38,9 @@ export function senderTopics() {
     sendResults: uniqueTopic('send-results'),
     sendRequestsDlq: uniqueTopic('send-dlq'),
     sendLedger: uniqueTopic('send-ledger'),
-    /** Not created by the fixture: the tests of the conversation window guard create it (compacted) when they need it. */
+    /**
+     * Not created by the fixture: the tests of the conversation window guard create it (compacted) when they need it.
+     */
     conversations: uniqueTopic('conversations'),
     requestOutcomes: uniqueTopic('request-outcomes'),
     inboundMessages: uniqueTopic('inbound-messages'),
@@ -99,7 +106,9 @@ export async function fixture(
           topic,
           partitions,
           replicationFactor: 1,
-          ...(topic === topics.sendLedger ? { configEntries: [{ name: 'cleanup.policy', value: 'compact,delete' }] } : {}),
+          ...(topic === topics.sendLedger
+            ? { configEntries: [{ name: 'cleanup.policy', value: 'compact,delete' }] }
+            : {}),
         })),
       ),
     brokers,
@@ -129,7 +138,11 @@ export async function fixture(
     env: {},
     overrides: {
       kafka: { brokers, topics, createTopics: false, partitions, replicationFactor: 1, ...options.kafka },
-      businesses: businesses.map((b) => ({ id: b.id, signingSecrets: [b.signingSecret], apiKey: options.senderApiKeys?.[b.id] ?? b.apiKey })),
+      businesses: businesses.map((b) => ({
+        id: b.id,
+        signingSecrets: [b.signingSecret],
+        apiKey: options.senderApiKeys?.[b.id] ?? b.apiKey,
+      })),
       provider: { url: options.providerUrl ?? simulator.url },
       sender,
       log: { level: 'info' },
@@ -181,7 +194,11 @@ export interface RequestSpec {
 
 /** Produces requests in order, each exactly once (idempotent producer, acks=all). */
 export async function produceRequests(topic: string, requests: RequestSpec[], brokers?: string[]): Promise<void> {
-  const producer = patientKafka('sender-test-producer', brokers).producer({ allowAutoTopicCreation: false, idempotent: true, maxInFlightRequests: 1 });
+  const producer = patientKafka('sender-test-producer', brokers).producer({
+    allowAutoTopicCreation: false,
+    idempotent: true,
+    maxInFlightRequests: 1,
+  });
   await producer.connect();
   try {
     for (let i = 0; i < requests.length; i += 1000) {
@@ -202,12 +219,34 @@ export async function produceRequests(topic: string, requests: RequestSpec[], br
   }
 }
 
-export function textRequest(requestId: string, recipient: string, text: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
-  return { requestId, type: 'text', recipient: { channelType: 'whatsapp', id: recipient }, message: { text }, ...extra };
+export function textRequest(
+  requestId: string,
+  recipient: string,
+  text: string,
+  extra: Record<string, unknown> = {},
+): Record<string, unknown> {
+  return {
+    requestId,
+    type: 'text',
+    recipient: { channelType: 'whatsapp', id: recipient },
+    message: { text },
+    ...extra,
+  };
 }
 
-export function templateRequest(requestId: string, number: string, extra: Record<string, unknown> = {}): Record<string, unknown> {
-  return { requestId, type: 'template', number, templateName: 'order_update', parameters: [{ name: 'order', value: '42' }], ...extra };
+export function templateRequest(
+  requestId: string,
+  number: string,
+  extra: Record<string, unknown> = {},
+): Record<string, unknown> {
+  return {
+    requestId,
+    type: 'template',
+    number,
+    templateName: 'order_update',
+    parameters: [{ name: 'order', value: '42' }],
+    ...extra,
+  };
 }
 
 export interface Collector {
@@ -221,7 +260,10 @@ export interface Collector {
 
 /** Reads a topic from the beginning, continuously, until stopped. */
 export async function collect(topic: string, brokers?: string[]): Promise<Collector> {
-  const consumer = patientKafka('sender-test-collector', brokers).consumer({ groupId: `collector-${randomUUID()}`, maxWaitTimeInMs: 100 });
+  const consumer = patientKafka('sender-test-collector', brokers).consumer({
+    groupId: `collector-${randomUUID()}`,
+    maxWaitTimeInMs: 100,
+  });
   const records: (ReadRecord & { at: number })[] = [];
   await consumer.connect();
   await consumer.subscribe({ topics: [topic], fromBeginning: true });
@@ -251,7 +293,11 @@ export async function collect(topic: string, brokers?: string[]): Promise<Collec
   };
 }
 
-export async function waitUntil(condition: () => boolean, timeoutMs: number, describe: () => string = () => 'condition'): Promise<void> {
+export async function waitUntil(
+  condition: () => boolean,
+  timeoutMs: number,
+  describe: () => string = () => 'condition',
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!condition()) {
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${describe()}`);
@@ -260,15 +306,24 @@ export async function waitUntil(condition: () => boolean, timeoutMs: number, des
 }
 
 /** The group's committed offsets per partition (-1 when none). */
-export async function committedOffsets(groupId: string, topic: string, brokers?: string[]): Promise<Map<number, { offset: number; metadata: string | null }>> {
+export async function committedOffsets(
+  groupId: string,
+  topic: string,
+  brokers?: string[],
+): Promise<Map<number, { offset: number; metadata: string | null }>> {
   return withAdmin(async (admin) => {
     const [entry] = await admin.fetchOffsets({ groupId, topics: [topic] });
-    return new Map((entry?.partitions ?? []).map((p) => [p.partition, { offset: Number(p.offset), metadata: p.metadata }]));
+    return new Map(
+      (entry?.partitions ?? []).map((p) => [p.partition, { offset: Number(p.offset), metadata: p.metadata }]),
+    );
   }, brokers);
 }
 
 export async function endOffsets(topic: string, brokers?: string[]): Promise<Map<number, number>> {
-  return withAdmin(async (admin) => new Map((await admin.fetchTopicOffsets(topic)).map((p) => [p.partition, Number(p.high)])), brokers);
+  return withAdmin(
+    async (admin) => new Map((await admin.fetchTopicOffsets(topic)).map((p) => [p.partition, Number(p.high)])),
+    brokers,
+  );
 }
 
 /** The `callbackData` the tests put in every request, as the provider received it. */
@@ -313,7 +368,8 @@ export function spawnSender(env: Record<string, string>): ChildSender {
         timeoutMs,
         () => `${pattern} in the sender output:\n${out}`,
       ).then(() => {
-        if (!pattern.test(out)) throw new Error(`the sender exited (${child.exitCode}) before printing ${pattern}:\n${out}`);
+        if (!pattern.test(out))
+          throw new Error(`the sender exited (${child.exitCode}) before printing ${pattern}:\n${out}`);
       }),
   };
 }

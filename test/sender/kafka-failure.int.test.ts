@@ -87,7 +87,8 @@ describe('sender through a Kafka stall', () => {
     for (;;) {
       const committed = await committedOffsets(f.groupId, f.topics.sendRequests, brokers);
       if ([...ends].every(([p, end]) => committed.get(p)?.offset === end)) break;
-      if (Date.now() > deadline) throw new Error(`not committed to the end: ${JSON.stringify({ ends: [...ends], committed: [...committed] })}`);
+      if (Date.now() > deadline)
+        throw new Error(`not committed to the end: ${JSON.stringify({ ends: [...ends], committed: [...committed] })}`);
       await new Promise((r) => setTimeout(r, 200));
     }
   }, 180_000);
@@ -95,7 +96,11 @@ describe('sender through a Kafka stall', () => {
   // The sender's consumer is kafkajs; its request timeouts run on one timer per connection
   // (src/kafka/kafkajs-idle-fix.ts) instead of kafkajs's 100 ms interval.
   it('a kafkajs request to the frozen broker times out at kafka.requestTimeoutMs: not before, and not never', async () => {
-    const kafka = createKafkajsClient({ ...loadConfig({ env: {} }).kafka, brokers: [broker.bootstrap], requestTimeoutMs: 1500 });
+    const kafka = createKafkajsClient({
+      ...loadConfig({ env: {} }).kafka,
+      brokers: [broker.bootstrap],
+      requestTimeoutMs: 1500,
+    });
     const admin = kafka.admin({ retry: { retries: 0 } });
     await admin.connect();
     cleanups.push(() => admin.disconnect());

@@ -93,7 +93,9 @@ describe('KeyedRunner', () => {
     await tick();
     expect(c.started).toEqual(['a1', 'a2', 'a3']);
     // a1 is still unfinished: nothing can be committed past it, a2 is reported above it.
-    expect(runner.commitPoints()).toEqual([expect.objectContaining({ partition: 'p0', epoch, offset: 0, completedAbove: [1] })]);
+    expect(runner.commitPoints()).toEqual([
+      expect.objectContaining({ partition: 'p0', epoch, offset: 0, completedAbove: [1] }),
+    ]);
     expect(runner.stats()).toMatchObject({ buffered: 2, running: 2 });
     c.finish('a1');
     c.finish('a3');
@@ -133,7 +135,9 @@ describe('KeyedRunner', () => {
     c.finish('j1');
     c.finish('j3');
     await tick();
-    expect(runner.commitPoints()).toEqual([{ partition: 'p0', epoch, offset: 10, completedAbove: [11, 13], version: 2 }]);
+    expect(runner.commitPoints()).toEqual([
+      { partition: 'p0', epoch, offset: 10, completedAbove: [11, 13], version: 2 },
+    ]);
     c.finish('j0');
     await tick();
     const [point] = runner.commitPoints();
@@ -240,7 +244,14 @@ describe('KeyedRunner', () => {
   it('asks for a commit while an intake waits and enough finished items sit at the bottom of the window', async () => {
     const c = controllable();
     let asked = 0;
-    const runner = new KeyedRunner<Job>({ concurrency: 10, maxBuffered: 10, maxUncommitted: 10, commitWorthwhileAt: 2, work: c.work, onCommitWorthwhile: () => (asked += 1) });
+    const runner = new KeyedRunner<Job>({
+      concurrency: 10,
+      maxBuffered: 10,
+      maxUncommitted: 10,
+      commitWorthwhileAt: 2,
+      work: c.work,
+      onCommitWorthwhile: () => (asked += 1),
+    });
     runner.assign('p0');
     for (let i = 0; i < 10; i++) runner.submit('p0', i, `k${i}`, { key: `k${i}`, id: `i${i}` });
     await tick();

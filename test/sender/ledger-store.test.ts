@@ -2,11 +2,24 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { decodeLedgerEntry, encodeLedgerEntry, ledgerDecision, ledgerEntryTime, ledgerKey, type LedgerEntry } from '../../src/sender/ledger-records.js';
+import {
+  decodeLedgerEntry,
+  encodeLedgerEntry,
+  ledgerDecision,
+  ledgerEntryTime,
+  ledgerKey,
+  type LedgerEntry,
+} from '../../src/sender/ledger-records.js';
 import { LedgerStore, ledgerStoreDir } from '../../src/sender/ledger-store.js';
 
 const identity = { clusterId: 'c1', topic: 'send-ledger', partition: 3, partitions: 12 };
-const done = (offset: number, at: number, remember = true): LedgerEntry => ({ state: 'done', offset, at, remember, result: `{"requestId":"r${offset}","outcome":"accepted"}` });
+const done = (offset: number, at: number, remember = true): LedgerEntry => ({
+  state: 'done',
+  offset,
+  at,
+  remember,
+  result: `{"requestId":"r${offset}","outcome":"accepted"}`,
+});
 const bytes = (e: LedgerEntry) => Buffer.from(encodeLedgerEntry(e));
 
 describe('ledger records', () => {
@@ -39,15 +52,34 @@ describe('ledger records', () => {
 
   it('decides: repeat what is done (for good, or the same record), carry what was released, wait for a live calling, take a stale one as maybe sent', () => {
     expect(ledgerDecision(undefined, 5, 0, 1000)).toEqual({ action: 'send' });
-    expect(ledgerDecision(done(5, 0), 9, 0, 1000)).toEqual({ action: 'repeat', result: '{"requestId":"r5","outcome":"accepted"}' });
-    expect(ledgerDecision(done(5, 0, false), 5, 0, 1000)).toEqual({ action: 'repeat', result: '{"requestId":"r5","outcome":"accepted"}' });
+    expect(ledgerDecision(done(5, 0), 9, 0, 1000)).toEqual({
+      action: 'repeat',
+      result: '{"requestId":"r5","outcome":"accepted"}',
+    });
+    expect(ledgerDecision(done(5, 0, false), 5, 0, 1000)).toEqual({
+      action: 'repeat',
+      result: '{"requestId":"r5","outcome":"accepted"}',
+    });
     expect(ledgerDecision(done(5, 0, false), 9, 0, 1000)).toEqual({ action: 'send' });
-    const released: LedgerEntry = { state: 'released', offset: 5, at: 0, attempts: 2, maybeSent: true, firstAttemptAt: 1 };
-    expect(ledgerDecision(released, 5, 0, 1000)).toEqual({ action: 'send', carried: { attempts: 2, maybeSent: true, firstAttemptAt: 1 } });
+    const released: LedgerEntry = {
+      state: 'released',
+      offset: 5,
+      at: 0,
+      attempts: 2,
+      maybeSent: true,
+      firstAttemptAt: 1,
+    };
+    expect(ledgerDecision(released, 5, 0, 1000)).toEqual({
+      action: 'send',
+      carried: { attempts: 2, maybeSent: true, firstAttemptAt: 1 },
+    });
     expect(ledgerDecision(released, 6, 0, 1000)).toEqual({ action: 'send' });
     const calling: LedgerEntry = { state: 'calling', offset: 5, at: 100, owner: 'x' };
     expect(ledgerDecision(calling, 5, 600, 1000)).toEqual({ action: 'wait', until: 1100 });
-    expect(ledgerDecision(calling, 5, 1100, 1000)).toEqual({ action: 'send', carried: { attempts: 1, maybeSent: true, firstAttemptAt: 100 } });
+    expect(ledgerDecision(calling, 5, 1100, 1000)).toEqual({
+      action: 'send',
+      carried: { attempts: 1, maybeSent: true, firstAttemptAt: 100 },
+    });
   });
 });
 

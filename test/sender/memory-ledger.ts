@@ -7,7 +7,9 @@ import type { LedgerPort } from '../../src/sender/processor.js';
  * record was published (as request-ledger.ts does with Kafka and LMDB, which the integration
  * tests use). `onRefresh` plays another member writing while this one waits.
  */
-export function memoryLedger(options: { graceMs?: number; onRefresh?: (key: string, entries: Map<string, LedgerEntry>) => void } = {}) {
+export function memoryLedger(
+  options: { graceMs?: number; onRefresh?: (key: string, entries: Map<string, LedgerEntry>) => void } = {},
+) {
   const entries = new Map<string, LedgerEntry>();
   const written: LedgerEntry[] = [];
   let refreshes = 0;
@@ -18,7 +20,12 @@ export function memoryLedger(options: { graceMs?: number; onRefresh?: (key: stri
     hold: () => true,
     release: () => undefined,
     lookup: (_partition, key) => entries.get(key),
-    write: async (partition: number, key: string, entry: LedgerEntry, publish: (record: RecordToWrite) => Promise<boolean>) => {
+    write: async (
+      partition: number,
+      key: string,
+      entry: LedgerEntry,
+      publish: (record: RecordToWrite) => Promise<boolean>,
+    ) => {
       if (!(await publish({ key, partition, value: JSON.stringify(entry), headers: {} }))) return false;
       entries.set(key, entry);
       written.push(entry);

@@ -30,7 +30,10 @@ function workload(keys: number, perKey: number): { requests: RequestSpec[]; ids:
     for (let k = 0; k < keys; k++) {
       const recipient = `+1555${String(1_000_000 + k).padStart(7, '0')}`;
       const requestId = `${recipient}#${n}`;
-      requests.push({ key: recipient, value: textRequest(requestId, recipient, `message ${n}`, { callbackData: requestId }) });
+      requests.push({
+        key: recipient,
+        value: textRequest(requestId, recipient, `message ${n}`, { callbackData: requestId }),
+      });
     }
   }
   return { requests, ids: requests.map((r) => (r.value as { requestId: string }).requestId) };
@@ -66,7 +69,8 @@ function duplicates(sends: SendRecord[]): number {
 /** Request ids the provider created more than one message for. */
 function sentTwice(sends: SendRecord[]): string[] {
   const counts = new Map<string, number>();
-  for (const s of sends) if (s.messageId !== null) counts.set(sentRequestId(s)!, (counts.get(sentRequestId(s)!) ?? 0) + 1);
+  for (const s of sends)
+    if (s.messageId !== null) counts.set(sentRequestId(s)!, (counts.get(sentRequestId(s)!) ?? 0) + 1);
   return [...counts].filter(([, n]) => n > 1).map(([id]) => id);
 }
 
@@ -87,7 +91,8 @@ async function expectAllCommitted(f: Fixture): Promise<void> {
   for (;;) {
     const committed = await committedOffsets(f.groupId, f.topics.sendRequests);
     if ([...ends].every(([p, end]) => end === 0 || committed.get(p)?.offset === end)) return;
-    if (Date.now() > deadline) throw new Error(`not committed to the end: ${JSON.stringify({ ends: [...ends], committed: [...committed] })}`);
+    if (Date.now() > deadline)
+      throw new Error(`not committed to the end: ${JSON.stringify({ ends: [...ends], committed: [...committed] })}`);
     await new Promise((r) => setTimeout(r, 200));
   }
 }
@@ -175,7 +180,9 @@ describe('sender order, concurrency and hand-overs', { timeout: 300_000 }, () =>
 
     const sends = f.simulator.sends();
     const dups = duplicates(sends);
-    console.log(`[handover] ${sends.length} provider calls for ${ids.length} requests: ${dups} duplicate(s); ${results.records.length} result records`);
+    console.log(
+      `[handover] ${sends.length} provider calls for ${ids.length} requests: ${dups} duplicate(s); ${results.records.length} result records`,
+    );
     expect(resultIds(results)).toEqual(new Set(ids));
     // Two rebalances: B joining, then A leaving. Before rejoining, a member lets its calls in
     // flight end and records them in the request ledger; the next owner finds them done.
@@ -184,8 +191,12 @@ describe('sender order, concurrency and hand-overs', { timeout: 300_000 }, () =>
     expectInOrder(firstSendOrder(sends), PER_KEY);
     const metricsA = await a.metrics.metrics();
     const metricsB = await b.metrics.metrics();
-    expect(metricsA).toMatch(/msgbridge_sender_requests_total\{outcome="accepted",business="biz_1",role="sender"\} [1-9]/);
-    expect(metricsB).toMatch(/msgbridge_sender_requests_total\{outcome="accepted",business="biz_1",role="sender"\} [1-9]/);
+    expect(metricsA).toMatch(
+      /msgbridge_sender_requests_total\{outcome="accepted",business="biz_1",role="sender"\} [1-9]/,
+    );
+    expect(metricsB).toMatch(
+      /msgbridge_sender_requests_total\{outcome="accepted",business="biz_1",role="sender"\} [1-9]/,
+    );
     await expectAllCommitted(f);
   });
 
@@ -226,7 +237,9 @@ describe('sender order, concurrency and hand-overs', { timeout: 300_000 }, () =>
     const sends = f.simulator.sends();
     const dups = duplicates(sends);
     const twice = sentTwice(sends);
-    console.log(`[kill] killed after ${atKill} provider calls; ${sends.length} calls for ${ids.length} requests: ${dups} duplicate(s)`);
+    console.log(
+      `[kill] killed after ${atKill} provider calls; ${sends.length} calls for ${ids.length} requests: ${dups} duplicate(s)`,
+    );
     expect(resultIds(results)).toEqual(new Set(ids));
     // Only calls in flight at the kill run again, and say so: at most `concurrency` (16) in an
     // HTTP call, plus those whose answer came and whose outcome was on its way to Kafka.
@@ -311,7 +324,9 @@ describe('sender order, concurrency and hand-overs', { timeout: 300_000 }, () =>
     // Per partition of the dead member: the first result for one of its requests written after
     // the kill (a second later: what the dead member wrote before dying has been read by then).
     const resumedAfter = dead.map((p) => {
-      const first = results.records.find((r) => r.at > killedAt + 1000 && partitionOf.get(JSON.parse(r.value.toString()).requestId as string) === p);
+      const first = results.records.find(
+        (r) => r.at > killedAt + 1000 && partitionOf.get(JSON.parse(r.value.toString()).requestId as string) === p,
+      );
       return first ? first.at - killedAt : Infinity;
     });
     const takeover = b
@@ -335,7 +350,8 @@ describe('sender order, concurrency and hand-overs', { timeout: 300_000 }, () =>
     }
     expect([...eventIds.values()].every((set) => set.size === 1)).toBe(true);
     expect(results.records.length - ids.length).toBeLessThanOrEqual(100);
-    // Sent twice: only what the killed member had in flight (its calls, and outcomes on their way), each saying maybeSent.
+    // Sent twice: only what the killed member had in flight (its calls, and outcomes on their way), each saying
+    // maybeSent.
     const twice = sentTwice(f.simulator.sends());
     expect(twice.length).toBeLessThanOrEqual(2 * 16);
     const last = lastResults(results);

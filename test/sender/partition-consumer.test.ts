@@ -28,7 +28,8 @@ class FakeGroup implements GroupConsumer {
     this.handlers = handlers;
   }
   async commit(offsets: OffsetToCommit[]) {
-    if (this.refuseMetadata && offsets.some((o) => o.metadata !== null)) throw new CommitMetadataTooLargeError('too large');
+    if (this.refuseMetadata && offsets.some((o) => o.metadata !== null))
+      throw new CommitMetadataTooLargeError('too large');
     if (this.failNextCommits > 0 && this.failNextCommits--) throw new Error('coordinator not available');
     this.commits.push(offsets);
   }
@@ -62,7 +63,15 @@ function control(overrides: Partial<BatchControl> = {}): BatchControl & { resolv
 }
 
 const records = (partition: number, from: number, n: number): ConsumedRecord[] =>
-  Array.from({ length: n }, (_, i) => ({ topic: 't', partition, offset: String(from + i), timestamp: '0', key: Buffer.from(`k${(from + i) % 3}`), value: Buffer.from(`v${from + i}`), headers: {} }));
+  Array.from({ length: n }, (_, i) => ({
+    topic: 't',
+    partition,
+    offset: String(from + i),
+    timestamp: '0',
+    key: Buffer.from(`k${(from + i) % 3}`),
+    value: Buffer.from(`v${from + i}`),
+    headers: {},
+  }));
 
 function setup(options: { work?: (job: string) => Promise<'done' | 'abandoned'>; maxBuffered?: number } = {}) {
   const group = new FakeGroup();
@@ -157,7 +166,11 @@ describe('PartitionConsumer (the sender member protocol, on a fake group)', () =
     g2.refuseMetadata = true;
     await m2.start();
     g2.handlers.onAssignment([0], 'm1');
-    await g2.handlers.onBatch(0, [...records(0, 0, 1), ...records(0, 1, 1).map((r) => ({ ...r, key: Buffer.from('other') }))], control());
+    await g2.handlers.onBatch(
+      0,
+      [...records(0, 0, 1), ...records(0, 1, 1).map((r) => ({ ...r, key: Buffer.from('other') }))],
+      control(),
+    );
     // Offset 1 finished above the unfinished 0: its commit needs metadata, which is refused, then dropped.
     await until(() => g2.commits.length > 0);
     expect(g2.commits[0]).toEqual([{ partition: 0, offset: 0, metadata: null }]);

@@ -13,22 +13,45 @@ import { prepareJob, type Job } from '../../src/sender/requests.js';
 import type { AttemptOutcome } from '../../src/sender/retry-policy.js';
 
 function job(requestId: string, text = 'hi', extra: Record<string, unknown> = {}, producedAt = Date.now()): Job {
-  const value = { requestId, type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text }, ...extra };
-  return prepareJob({ topic: 't', partition: 0, offset: '0', key: null, value: Buffer.from(JSON.stringify(value)), headers: {} }, new Map([['biz', 'key']]), {
-    receivedAt: Date.now(),
-    producedAt,
-    maxRequestAgeMs: 86_400_000,
-  });
+  const value = {
+    requestId,
+    type: 'text',
+    recipient: { channelType: 'whatsapp', id: '+15550002222' },
+    message: { text },
+    ...extra,
+  };
+  return prepareJob(
+    { topic: 't', partition: 0, offset: '0', key: null, value: Buffer.from(JSON.stringify(value)), headers: {} },
+    new Map([['biz', 'key']]),
+    {
+      receivedAt: Date.now(),
+      producedAt,
+      maxRequestAgeMs: 86_400_000,
+    },
+  );
 }
 
-const dropped = { kind: 'network', code: 'UND_ERR_SOCKET', message: 'other side closed', requestWritten: true } as const;
+const dropped = {
+  kind: 'network',
+  code: 'UND_ERR_SOCKET',
+  message: 'other side closed',
+  requestWritten: true,
+} as const;
 const refused = { kind: 'network', code: 'ECONNREFUSED', message: 'refused', requestWritten: false } as const;
 
 /** A record's context: `offset` tells a resubmission (another record) from the same record read again. */
 function context(offset = 0): WorkContext & { stopNow: () => void; abortNow: () => void } {
   const stop = new AbortController();
   const abort = new AbortController();
-  return { partition: '0', offset, stop: stop.signal, abort: abort.signal, releaseKey: () => undefined, stopNow: () => stop.abort(), abortNow: () => abort.abort() };
+  return {
+    partition: '0',
+    offset,
+    stop: stop.signal,
+    abort: abort.signal,
+    releaseKey: () => undefined,
+    stopNow: () => stop.abort(),
+    abortNow: () => abort.abort(),
+  };
 }
 
 /** A provider whose answers the test scripts; each call waits for `release()` when `gated`. */
@@ -82,7 +105,10 @@ function harness(answers: AttemptOutcome[], overrides: Partial<ProcessorOptions>
     maxConcurrent: () => maxConcurrent,
     gate: () => (gated = true),
     release: () => gate?.(),
-    results: () => published.filter((p) => p.topic === 'results').map((p) => JSON.parse(p.record.value.toString()) as Record<string, unknown>),
+    results: () =>
+      published
+        .filter((p) => p.topic === 'results')
+        .map((p) => JSON.parse(p.record.value.toString()) as Record<string, unknown>),
   };
 }
 
@@ -93,24 +119,44 @@ describe('processor', () => {
     const h = harness([refused, { kind: 'http-error', status: 503 }]);
     expect(await h.processor.work(job('r1'), context())).toBe('done');
     expect(h.calls).toHaveLength(3);
-    expect(h.results()).toEqual([expect.objectContaining({ requestId: 'r1', outcome: 'accepted', attempts: 3, messageId: 'm3', maybeSent: false })]);
+    expect(h.results()).toEqual([
+      expect.objectContaining({ requestId: 'r1', outcome: 'accepted', attempts: 3, messageId: 'm3', maybeSent: false }),
+    ]);
   });
 
   it('publishes a DLQ job to the DLQ topic, with its rejected result when the request id is readable', async () => {
     const h = harness([]);
     const prepare = (value: string) =>
-      prepareJob({ topic: 't', partition: 0, offset: '5', key: null, value: Buffer.from(value), headers: {} }, new Map([['biz', 'key']]), { receivedAt: 1, maxRequestAgeMs: 1000 });
+      prepareJob(
+        { topic: 't', partition: 0, offset: '5', key: null, value: Buffer.from(value), headers: {} },
+        new Map([['biz', 'key']]),
+        { receivedAt: 1, maxRequestAgeMs: 1000 },
+      );
     expect(await h.processor.work(prepare('nope'), context())).toBe('done');
     expect(h.published.map((p) => p.topic)).toEqual(['dlq']);
     expect(
       await h.processor.work(
-        prepare(JSON.stringify({ requestId: 'r-dlq', businessId: 'other', type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' } })),
+        prepare(
+          JSON.stringify({
+            requestId: 'r-dlq',
+            businessId: 'other',
+            type: 'text',
+            recipient: { channelType: 'whatsapp', id: '+15550002222' },
+            message: { text: 'hi' },
+          }),
+        ),
         context(),
       ),
     ).toBe('done');
     expect(h.published.map((p) => p.topic)).toEqual(['dlq', 'dlq', 'results']);
     expect(h.results()).toEqual([
-      expect.objectContaining({ requestId: 'r-dlq', outcome: 'rejected', attempts: 0, maybeSent: false, error: expect.objectContaining({ code: 'RELAY_UNKNOWN_BUSINESS' }) }),
+      expect.objectContaining({
+        requestId: 'r-dlq',
+        outcome: 'rejected',
+        attempts: 0,
+        maybeSent: false,
+        error: expect.objectContaining({ code: 'RELAY_UNKNOWN_BUSINESS' }),
+      }),
     ]);
     expect(h.calls).toHaveLength(0);
   });
@@ -119,15 +165,25 @@ describe('processor', () => {
     const published: RecordToWrite[] = [];
     const h = harness([], {
       publish: async (_topic, record) => {
-        if (record.value.length > 1000) throw new Error('batch failed', { cause: new RecordTooLargeError('too large') });
+        if (record.value.length > 1000)
+          throw new Error('batch failed', { cause: new RecordTooLargeError('too large') });
         published.push(record);
       },
     });
     const value = JSON.stringify({ requestId: 'r-big', type: 'text', padding: 'x'.repeat(5000) });
-    const big = prepareJob({ topic: 't', partition: 1, offset: '7', key: null, value: Buffer.from(value), headers: {} }, new Map([['biz', 'key']]), { receivedAt: 1, maxRequestAgeMs: 1000 });
+    const big = prepareJob(
+      { topic: 't', partition: 1, offset: '7', key: null, value: Buffer.from(value), headers: {} },
+      new Map([['biz', 'key']]),
+      { receivedAt: 1, maxRequestAgeMs: 1000 },
+    );
     expect(await h.processor.work(big, context())).toBe('done');
     const dlq = published.find((r) => r.headers['dlq-value'] === 'reference')!;
-    expect(JSON.parse(dlq.value.toString())).toMatchObject({ truncated: true, originalBytes: value.length, sourcePartition: 1, sourceOffset: '7' });
+    expect(JSON.parse(dlq.value.toString())).toMatchObject({
+      truncated: true,
+      originalBytes: value.length,
+      sourcePartition: 1,
+      sourceOffset: '7',
+    });
   });
 
   it('says maybeSent when an attempt was written without an answer, and resends only when configured to', async () => {
@@ -140,23 +196,37 @@ describe('processor', () => {
     await atMostOnce.processor.work(job('r1'), context());
     expect(atMostOnce.calls).toHaveLength(1);
     expect(atMostOnce.results()).toEqual([
-      expect.objectContaining({ outcome: 'rejected', attempts: 1, maybeSent: true, error: expect.objectContaining({ code: 'RELAY_NETWORK_ERROR', retriable: false, maybeSent: true }) }),
+      expect.objectContaining({
+        outcome: 'rejected',
+        attempts: 1,
+        maybeSent: true,
+        error: expect.objectContaining({ code: 'RELAY_NETWORK_ERROR', retriable: false, maybeSent: true }),
+      }),
     ]);
     // A connection refused never reached the provider: resent whatever the setting.
     const refusedOnce = harness([refused], { retryMaybeSent: false });
     await refusedOnce.processor.work(job('r1'), context());
-    expect(refusedOnce.results()).toEqual([expect.objectContaining({ outcome: 'accepted', attempts: 2, maybeSent: false })]);
+    expect(refusedOnce.results()).toEqual([
+      expect.objectContaining({ outcome: 'accepted', attempts: 2, maybeSent: false }),
+    ]);
   });
 
   it('rejects as retriable once the time budget is spent, and does not remember it: a resubmission is sent', async () => {
     const failures = Array.from({ length: 1000 }, () => ({ kind: 'http-error', status: 503 }) as const);
     // The budget runs on a clock of the calls made (25 ms each), not on the machine's speed.
     let made: unknown[] = [];
-    const h = harness(failures, { policy: { budgetMs: 60, backoffInitialMs: 5, backoffMaxMs: 10 }, now: () => made.length * 25 });
+    const h = harness(failures, {
+      policy: { budgetMs: 60, backoffInitialMs: 5, backoffMaxMs: 10 },
+      now: () => made.length * 25,
+    });
     made = h.calls;
     await h.processor.work(job('r1'), context());
     const [rejected] = h.results();
-    expect(rejected).toMatchObject({ outcome: 'rejected', maybeSent: false, error: { retriable: true, httpStatus: 503 } });
+    expect(rejected).toMatchObject({
+      outcome: 'rejected',
+      maybeSent: false,
+      error: { retriable: true, httpStatus: 503 },
+    });
     expect(rejected!.attempts as number).toBeGreaterThan(2);
     failures.length = 0;
     const before = h.calls.length;
@@ -165,7 +235,13 @@ describe('processor', () => {
     expect(h.results()[1]).toMatchObject({ outcome: 'accepted' });
     // A permanent rejection is remembered: a resubmission gets the same result, unsent.
     const levels: string[] = [];
-    const capture = pino({ level: 'debug' }, { write: (line: string) => void levels.push(`${pino.levels.labels[JSON.parse(line).level as number]} ${JSON.parse(line).msg as string}`) });
+    const capture = pino(
+      { level: 'debug' },
+      {
+        write: (line: string) =>
+          void levels.push(`${pino.levels.labels[JSON.parse(line).level as number]} ${JSON.parse(line).msg as string}`),
+      },
+    );
     const permanent = harness([{ kind: 'http-error', status: 400 }], { logger: capture });
     await permanent.processor.work(job('r2'), context());
     await permanent.processor.work(job('r2'), context(1));
@@ -182,7 +258,13 @@ describe('processor', () => {
     await h.processor.work(job('past', 'hi', { expiresAt: new Date(Date.now() - 1).toISOString() }), context());
     expect(h.calls).toHaveLength(0);
     expect(h.results()).toEqual([
-      expect.objectContaining({ requestId: 'old', outcome: 'expired', attempts: 0, maybeSent: false, expiredBy: 'maxRequestAgeMs' }),
+      expect.objectContaining({
+        requestId: 'old',
+        outcome: 'expired',
+        attempts: 0,
+        maybeSent: false,
+        expiredBy: 'maxRequestAgeMs',
+      }),
       expect.objectContaining({ requestId: 'past', outcome: 'expired', attempts: 0, expiredBy: 'expiresAt' }),
     ]);
     const retrying = harness(Array.from({ length: 1000 }, () => dropped));
@@ -201,7 +283,9 @@ describe('processor', () => {
 
   it('with the circuit open, sends one probe at a time while many requests wait', async () => {
     const answers = Array.from({ length: 12 }, () => refused);
-    const h = harness(answers, { circuits: new CircuitBreaker({ failureThreshold: 3, probeInitialMs: 5, probeMaxMs: 10 }) });
+    const h = harness(answers, {
+      circuits: new CircuitBreaker({ failureThreshold: 3, probeInitialMs: 5, probeMaxMs: 10 }),
+    });
     const all = await Promise.all(Array.from({ length: 20 }, (_, i) => h.processor.work(job(`r${i}`), context())));
     expect(all.every((o) => o === 'done')).toBe(true);
     expect(h.results().every((r) => r.outcome === 'accepted')).toBe(true);
@@ -237,7 +321,9 @@ describe('processor', () => {
   });
 
   it('told to stop: abandons a request waiting to retry, but publishes one whose call succeeds', async () => {
-    const slow = harness([{ kind: 'http-error', status: 500 }], { policy: { budgetMs: 600_000, backoffInitialMs: 60_000, backoffMaxMs: 60_000 } });
+    const slow = harness([{ kind: 'http-error', status: 500 }], {
+      policy: { budgetMs: 600_000, backoffInitialMs: 60_000, backoffMaxMs: 60_000 },
+    });
     const ctx = context();
     const pending = slow.processor.work(job('r1'), ctx);
     await tick();
@@ -335,17 +421,32 @@ describe('processor', () => {
     const atLeastOnce = harness([], {}, stale());
     expect(await atLeastOnce.processor.work(job('r1'), context())).toBe('done');
     expect(atLeastOnce.calls).toHaveLength(1);
-    expect(atLeastOnce.results()).toEqual([expect.objectContaining({ outcome: 'accepted', maybeSent: true, attempts: 2 })]);
+    expect(atLeastOnce.results()).toEqual([
+      expect.objectContaining({ outcome: 'accepted', maybeSent: true, attempts: 2 }),
+    ]);
 
     const atMostOnce = harness([], { retryMaybeSent: false }, stale());
     expect(await atMostOnce.processor.work(job('r1'), context())).toBe('done');
     expect(atMostOnce.calls).toHaveLength(0);
-    expect(atMostOnce.results()).toEqual([expect.objectContaining({ outcome: 'rejected', maybeSent: true, error: expect.objectContaining({ retriable: false, maybeSent: true }) })]);
+    expect(atMostOnce.results()).toEqual([
+      expect.objectContaining({
+        outcome: 'rejected',
+        maybeSent: true,
+        error: expect.objectContaining({ retriable: false, maybeSent: true }),
+      }),
+    ]);
   });
 
   it('carries on what a previous owner released: its attempts and whether one may have sent', async () => {
     const ledger = memoryLedger();
-    ledger.entries.set('["biz","r1"]', { state: 'released', offset: 0, at: Date.now(), attempts: 3, maybeSent: true, firstAttemptAt: Date.now() - 1000 });
+    ledger.entries.set('["biz","r1"]', {
+      state: 'released',
+      offset: 0,
+      at: Date.now(),
+      attempts: 3,
+      maybeSent: true,
+      firstAttemptAt: Date.now() - 1000,
+    });
     const h = harness([], {}, ledger);
     expect(await h.processor.work(job('r1'), context())).toBe('done');
     expect(h.results()).toEqual([expect.objectContaining({ outcome: 'accepted', attempts: 4, maybeSent: true })]);

@@ -3,7 +3,18 @@ import { sendResultSchema, type SendResult } from '../../src/contracts/index.js'
 import { runCli } from '../helpers/cli.js';
 import { createTopics } from '../helpers/kafka.js';
 import { startFakeProvider, type FakeProvider } from './fake-provider.js';
-import { BIZ, BIZ2, collect, fixture, produceRequests, textRequest, waitUntil, type Collector, type Fixture, type RequestSpec } from './harness.js';
+import {
+  BIZ,
+  BIZ2,
+  collect,
+  fixture,
+  produceRequests,
+  textRequest,
+  waitUntil,
+  type Collector,
+  type Fixture,
+  type RequestSpec,
+} from './harness.js';
 
 /**
  * The sender against an independent fake provider on loopback that fails the way a real one
@@ -16,7 +27,9 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined);
 });
 
-async function setUp(options: Parameters<typeof fixture>[0] & { latencyMs?: number } = {}): Promise<{ f: Fixture; provider: FakeProvider; results: Collector }> {
+async function setUp(
+  options: Parameters<typeof fixture>[0] & { latencyMs?: number } = {},
+): Promise<{ f: Fixture; provider: FakeProvider; results: Collector }> {
   const provider = await startFakeProvider({ latencyMs: options.latencyMs ?? 0 });
   cleanups.push(() => provider.close());
   const f = await fixture({ ...options, providerUrl: provider.url });
@@ -27,7 +40,13 @@ async function setUp(options: Parameters<typeof fixture>[0] & { latencyMs?: numb
 }
 
 /** `n` text requests over `recipients` recipients, request id in callbackData (the fake provider records it). */
-function requests(prefix: string, n: number, recipients: number, extra: Record<string, unknown> = {}, firstRecipient = 0): RequestSpec[] {
+function requests(
+  prefix: string,
+  n: number,
+  recipients: number,
+  extra: Record<string, unknown> = {},
+  firstRecipient = 0,
+): RequestSpec[] {
   return Array.from({ length: n }, (_, i) => {
     const to = `+1555${String(7_000_000 + firstRecipient + (i % recipients)).padStart(7, '0')}`;
     const id = `${prefix}-${i}`;
@@ -51,7 +70,14 @@ describe('sender under provider failures', () => {
     const N = 600;
     const { f, provider, results } = await setUp({
       partitions: 6,
-      sender: { ratePerSecond: 60, concurrency: 16, backoffInitialMs: 50, backoffMaxMs: 1000, circuitProbeMaxMs: 1000, callTimeoutMs: 2000 },
+      sender: {
+        ratePerSecond: 60,
+        concurrency: 16,
+        backoffInitialMs: 50,
+        backoffMaxMs: 1000,
+        circuitProbeMaxMs: 1000,
+        callTimeoutMs: 2000,
+      },
     });
     await produceRequests(f.topics.sendRequests, requests('out', N, 120));
     const sender = await f.start();
@@ -86,14 +112,19 @@ describe('sender under provider failures', () => {
     expect([...provider.createdPer().values()].every((n) => n === 1)).toBe(true);
     expect(provider.created()).toHaveLength(N);
     expect(createdBefore).toBeLessThan(N);
-    expect(await sender.metrics.metrics()).toMatch(/msgbridge_sender_circuit_changes_total\{[^}]*business="biz_1"[^}]*state="closed"[^}]*\} [1-9]/);
+    expect(await sender.metrics.metrics()).toMatch(
+      /msgbridge_sender_circuit_changes_total\{[^}]*business="biz_1"[^}]*state="closed"[^}]*\} [1-9]/,
+    );
   }, 120_000);
 
   it('lost answers: results say maybeSent exactly when an attempt may have created the message; retryMaybeSent=false never creates two', async () => {
     const N = 300;
     /** N requests through a provider that drops 15% of connections after creating the message. */
     const lossyRun = async (prefix: string, retryMaybeSent: boolean) => {
-      const run = await setUp({ partitions: 3, sender: { ratePerSecond: 1000, backoffInitialMs: 20, backoffMaxMs: 100, retryMaybeSent } });
+      const run = await setUp({
+        partitions: 3,
+        sender: { ratePerSecond: 1000, backoffInitialMs: 20, backoffMaxMs: 100, retryMaybeSent },
+      });
       run.provider.dropAfterReadRate = 0.15;
       await produceRequests(run.f.topics.sendRequests, requests(prefix, N, 60));
       await run.f.start();
@@ -123,7 +154,12 @@ describe('sender under provider failures', () => {
     for (const [id, list] of byRequest(atMostOnce.results)) {
       expect(list, id).toHaveLength(1);
       if (atMostOnce.dropped.has(id)) {
-        expect(list[0], id).toMatchObject({ outcome: 'rejected', attempts: 1, maybeSent: true, error: { code: 'RELAY_NETWORK_ERROR', retriable: false, maybeSent: true } });
+        expect(list[0], id).toMatchObject({
+          outcome: 'rejected',
+          attempts: 1,
+          maybeSent: true,
+          error: { code: 'RELAY_NETWORK_ERROR', retriable: false, maybeSent: true },
+        });
       } else {
         expect(list[0], id).toMatchObject({ outcome: 'accepted', maybeSent: false });
       }
@@ -135,14 +171,28 @@ describe('sender under provider failures', () => {
     const { f, provider, results } = await setUp({
       partitions: 3,
       businesses: [BIZ, BIZ2],
-      sender: { ratePerSecond: 1000, concurrency: 8, backoffInitialMs: 50, backoffMaxMs: 500, circuitProbeMaxMs: 500, circuitFailureThreshold: 5 },
+      sender: {
+        ratePerSecond: 1000,
+        concurrency: 8,
+        backoffInitialMs: 50,
+        backoffMaxMs: 500,
+        circuitProbeMaxMs: 500,
+        circuitFailureThreshold: 5,
+      },
     });
     provider.failing.set(BIZ.id, 503);
     // Different recipients: one recipient's requests stay in order whatever their business.
-    const mixed = [...requests('bad', 100, 20, { businessId: BIZ.id }), ...requests('good', 100, 20, { businessId: BIZ2.id }, 100)].map((r, i, all) => all[(i % 2) * 100 + Math.floor(i / 2)]!);
+    const mixed = [
+      ...requests('bad', 100, 20, { businessId: BIZ.id }),
+      ...requests('good', 100, 20, { businessId: BIZ2.id }, 100),
+    ].map((r, i, all) => all[(i % 2) * 100 + Math.floor(i / 2)]!);
     await produceRequests(f.topics.sendRequests, mixed);
     const sender = await f.start();
-    await results.waitFor((r) => r.filter((x) => x.headers['business-id'] === BIZ2.id).length >= 100, 30_000, 'every request of the healthy business');
+    await results.waitFor(
+      (r) => r.filter((x) => x.headers['business-id'] === BIZ2.id).length >= 100,
+      30_000,
+      'every request of the healthy business',
+    );
     // Let the open circuit show itself for a while: one probe at a time, spaced out.
     await sleep(2000);
     const failingCalls = provider.calls().filter((c) => c.businessId === BIZ.id).length;
@@ -161,21 +211,41 @@ describe('sender under provider failures', () => {
   }, 90_000);
 
   it('expiry: a request past its expiresAt, ttlMs or the age limit is never sent and ends expired', async () => {
-    const { f, provider, results } = await setUp({ partitions: 1, sender: { backoffInitialMs: 50, backoffMaxMs: 200, circuitProbeMaxMs: 200, maxRequestAgeMs: 3_600_000 } });
+    const { f, provider, results } = await setUp({
+      partitions: 1,
+      sender: { backoffInitialMs: 50, backoffMaxMs: 200, circuitProbeMaxMs: 200, maxRequestAgeMs: 3_600_000 },
+    });
     await provider.stop();
     const to = '+15557000001';
     await produceRequests(f.topics.sendRequests, [
-      { key: 'a', value: textRequest('exp-past', to, 'x', { callbackData: 'exp-past', expiresAt: new Date(Date.now() - 1000).toISOString() }) },
-      { key: 'b', value: textRequest('exp-old', to, 'x', { callbackData: 'exp-old' }), timestamp: Date.now() - 2 * 3_600_000 },
+      {
+        key: 'a',
+        value: textRequest('exp-past', to, 'x', {
+          callbackData: 'exp-past',
+          expiresAt: new Date(Date.now() - 1000).toISOString(),
+        }),
+      },
+      {
+        key: 'b',
+        value: textRequest('exp-old', to, 'x', { callbackData: 'exp-old' }),
+        timestamp: Date.now() - 2 * 3_600_000,
+      },
       { key: 'c', value: textRequest('exp-ttl', to, 'x', { callbackData: 'exp-ttl', ttlMs: 1500 }) },
     ]);
     await f.start();
     await results.waitFor((r) => r.length >= 3, 20_000, 'three expired results');
     await provider.start();
-    await produceRequests(f.topics.sendRequests, [{ key: 'd', value: textRequest('exp-fresh', to, 'x', { callbackData: 'exp-fresh', ttlMs: 60_000 }) }]);
+    await produceRequests(f.topics.sendRequests, [
+      { key: 'd', value: textRequest('exp-fresh', to, 'x', { callbackData: 'exp-fresh', ttlMs: 60_000 }) },
+    ]);
     await results.waitFor((r) => r.length >= 4, 20_000, 'the fresh one');
     const per = byRequest(results);
-    expect(per.get('exp-past')![0]).toMatchObject({ outcome: 'expired', attempts: 0, maybeSent: false, expiredBy: 'expiresAt' });
+    expect(per.get('exp-past')![0]).toMatchObject({
+      outcome: 'expired',
+      attempts: 0,
+      maybeSent: false,
+      expiredBy: 'expiresAt',
+    });
     expect(per.get('exp-old')![0]).toMatchObject({ outcome: 'expired', attempts: 0, expiredBy: 'maxRequestAgeMs' });
     // Tried while the provider was down (refused: nothing created), then out of time.
     expect(per.get('exp-ttl')![0]).toMatchObject({ outcome: 'expired', maybeSent: false, expiredBy: 'ttlMs' });
@@ -193,12 +263,17 @@ describe('sender under provider failures', () => {
     await sender.ready;
     const started = Date.now();
     const env = f.env();
-    const cli = await runCli(['send', 'text', '--to', '+15557000002', '--text', 'hi', '--business', 'nope', '--timeout', '60'], {
-      KAFKA_BROKERS: env.KAFKA_BROKERS!,
-      MSGBRIDGE__kafka__topics: env.MSGBRIDGE__kafka__topics!,
-    });
+    const cli = await runCli(
+      ['send', 'text', '--to', '+15557000002', '--text', 'hi', '--business', 'nope', '--timeout', '60'],
+      {
+        KAFKA_BROKERS: env.KAFKA_BROKERS!,
+        MSGBRIDGE__kafka__topics: env.MSGBRIDGE__kafka__topics!,
+      },
+    );
     expect(cli.code, cli.stdout + cli.stderr).toBe(1);
-    expect(cli.stdout).toMatch(/rejected without a send \(dead-lettered\): RELAY_UNKNOWN_BUSINESS .*unknown business "nope"/);
+    expect(cli.stdout).toMatch(
+      /rejected without a send \(dead-lettered\): RELAY_UNKNOWN_BUSINESS .*unknown business "nope"/,
+    );
     expect(Date.now() - started).toBeLessThan(30_000);
   }, 60_000);
 });

@@ -4,7 +4,17 @@ import { createLogger } from '../../src/platform/logger.js';
 import { isMsgbridgeError } from '../../src/platform/errors.js';
 import { runCli } from '../helpers/cli.js';
 import { closedPort, startTestProxy, startTinyproxy } from '../helpers/http-proxy.js';
-import { BIZ, collect, fixture, produceRequests, spawnSender, textRequest, waitUntil, type Collector, type Fixture } from './harness.js';
+import {
+  BIZ,
+  collect,
+  fixture,
+  produceRequests,
+  spawnSender,
+  textRequest,
+  waitUntil,
+  type Collector,
+  type Fixture,
+} from './harness.js';
 
 /**
  * The sender's egress proxy end to end: real Kafka, the provider simulator, and a proxy on
@@ -28,14 +38,22 @@ function capturedLogger() {
   const lines: Record<string, unknown>[] = [];
   const destination = new Writable({
     write(chunk: Buffer, _e, done) {
-      for (const line of chunk.toString().split('\n').filter(Boolean)) lines.push(JSON.parse(line) as Record<string, unknown>);
+      for (const line of chunk.toString().split('\n').filter(Boolean))
+        lines.push(JSON.parse(line) as Record<string, unknown>);
       done();
     },
   });
   return { logger: createLogger({ level: 'debug', name: 'sender', destination }), lines };
 }
 
-const values = (results: Collector) => results.values() as { requestId: string; outcome: string; attempts: number; maybeSent: boolean; messageId?: string }[];
+const values = (results: Collector) =>
+  results.values() as {
+    requestId: string;
+    outcome: string;
+    attempts: number;
+    maybeSent: boolean;
+    messageId?: string;
+  }[];
 
 describe('sender through an HTTP proxy', () => {
   it('with HTTP_PROXY set, `msgbridge sender` sends through tinyproxy and the sends succeed', async () => {
@@ -83,8 +101,14 @@ describe('sender through an HTTP proxy', () => {
     const { logger, lines } = capturedLogger();
     const sender = await f.start({ logger, proxyEnv: { HTTP_PROXY: `http://relay:hunter2@127.0.0.1:${port}` } });
     await sender.ready;
-    await produceRequests(f.topics.sendRequests, [{ key: '+15550006003', value: textRequest('waits-for-proxy', '+15550006003', 'later') }]);
-    const retries = async () => (await sender.metrics.getSingleMetric('msgbridge_sender_retries_total')!.get()).values.reduce((n, v) => n + v.value, 0);
+    await produceRequests(f.topics.sendRequests, [
+      { key: '+15550006003', value: textRequest('waits-for-proxy', '+15550006003', 'later') },
+    ]);
+    const retries = async () =>
+      (await sender.metrics.getSingleMetric('msgbridge_sender_retries_total')!.get()).values.reduce(
+        (n, v) => n + v.value,
+        0,
+      );
     const deadline = Date.now() + 30_000;
     while ((await retries()) < 4) {
       if (Date.now() > deadline) throw new Error('the sender did not retry');
@@ -92,10 +116,16 @@ describe('sender through an HTTP proxy', () => {
     }
     expect(results.records).toHaveLength(0);
     const failing = lines.filter(
-      (l) => l.msg === 'provider calls fail at the HTTP proxy: they wait and are retried under sender.retryBudgetMs, none is lost; check the proxy and provider.proxy or HTTPS_PROXY/HTTP_PROXY',
+      (l) =>
+        l.msg ===
+        'provider calls fail at the HTTP proxy: they wait and are retried under sender.retryBudgetMs, none is lost; check the proxy and provider.proxy or HTTPS_PROXY/HTTP_PROXY',
     );
     expect(failing).toHaveLength(1);
-    expect(failing[0]).toMatchObject({ level: 50, proxy: `http://127.0.0.1:${port}`, err: expect.stringContaining(`the proxy http://127.0.0.1:${port} could not be used: connect ECONNREFUSED`) });
+    expect(failing[0]).toMatchObject({
+      level: 50,
+      proxy: `http://127.0.0.1:${port}`,
+      err: expect.stringContaining(`the proxy http://127.0.0.1:${port} could not be used: connect ECONNREFUSED`),
+    });
 
     const proxy = await startTestProxy({ port, credentials: 'relay:hunter2' });
     cleanups.push(() => proxy.close());
@@ -104,29 +134,45 @@ describe('sender through an HTTP proxy', () => {
     expect(values(results)[0]!.attempts).toBeGreaterThan(1);
     expect(proxy.counts().forwarded).toBe(1);
     expect(f.simulator.sends()).toHaveLength(1);
-    await waitUntil(() => lines.some((l) => l.msg === `provider calls pass the proxy http://127.0.0.1:${port} again`), 5000);
+    await waitUntil(
+      () => lines.some((l) => l.msg === `provider calls pass the proxy http://127.0.0.1:${port} again`),
+      5000,
+    );
     expect(JSON.stringify(lines)).not.toContain('hunter2');
   });
 
   it('NO_PROXY naming the provider sends directly; a bad proxy variable stops the sender naming it', async () => {
     const { f, results } = await setUp();
     const port = await closedPort();
-    const sender = await f.start({ proxyEnv: { HTTP_PROXY: `http://127.0.0.1:${port}`, NO_PROXY: 'localhost,127.0.0.0/8' } });
+    const sender = await f.start({
+      proxyEnv: { HTTP_PROXY: `http://127.0.0.1:${port}`, NO_PROXY: 'localhost,127.0.0.0/8' },
+    });
     await sender.ready;
-    await produceRequests(f.topics.sendRequests, [{ key: '+15550006004', value: textRequest('direct', '+15550006004', 'hi') }]);
+    await produceRequests(f.topics.sendRequests, [
+      { key: '+15550006004', value: textRequest('direct', '+15550006004', 'hi') },
+    ]);
     await results.waitFor((r) => r.length >= 1, 30_000);
     expect(values(results)[0]).toMatchObject({ outcome: 'accepted', attempts: 1 });
 
-    const refused = await f.start({ proxyEnv: { HTTP_PROXY: 'socks5://user:hunter2@127.0.0.1:1080' } }).catch((e: unknown) => e);
+    const refused = await f
+      .start({ proxyEnv: { HTTP_PROXY: 'socks5://user:hunter2@127.0.0.1:1080' } })
+      .catch((e: unknown) => e);
     expect(isMsgbridgeError(refused, 'CONFIG_INVALID')).toBe(true);
     expect((refused as Error).message).toBe(
       'invalid configuration:\n  - HTTP_PROXY: a socks5:// proxy is not supported: name an http:// proxy (https targets go through it in a CONNECT tunnel, TLS end to end)',
     );
 
-    const cli = await runCli(['sender'], { ...f.env(), HTTPS_PROXY: 'x', HTTP_PROXY: 'http://proxy:99999', MSGBRIDGE_LOG_LEVEL: 'info' });
+    const cli = await runCli(['sender'], {
+      ...f.env(),
+      HTTPS_PROXY: 'x',
+      HTTP_PROXY: 'http://proxy:99999',
+      MSGBRIDGE_LOG_LEVEL: 'info',
+    });
     // As every configuration error: the heading, then one line for the setting.
     expect(cli.code).toBe(2);
-    expect(cli.stderr).toBe('msgbridge: invalid configuration:\n  - HTTP_PROXY: not a URL: expected http://[user:password@]host[:port] (got http://proxy:99999)\n');
+    expect(cli.stderr).toBe(
+      'msgbridge: invalid configuration:\n  - HTTP_PROXY: not a URL: expected http://[user:password@]host[:port] (got http://proxy:99999)\n',
+    );
   });
 
   it('msgbridge webhooks calls the provider through the same proxy', async () => {

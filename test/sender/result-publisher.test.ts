@@ -38,7 +38,10 @@ describe('ResultPublisher', () => {
     await publisher.start();
     await Promise.all([1, 2, 3, 4].map((n) => publisher.publish(n % 2 ? 'results' : 'dlq', record(n))));
     expect(p.made).toHaveLength(1);
-    expect(p.made[0]!.sent.map((b) => b.flatMap((t) => t.records.map((r) => r.key)))).toEqual([['k1'], ['k2', 'k4', 'k3']]);
+    expect(p.made[0]!.sent.map((b) => b.flatMap((t) => t.records.map((r) => r.key)))).toEqual([
+      ['k1'],
+      ['k2', 'k4', 'k3'],
+    ]);
   });
 
   it('with lingerMs, the first record after an idle moment waits for the others of that moment: one produce', async () => {

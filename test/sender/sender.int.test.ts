@@ -4,14 +4,30 @@ import { loadConfig } from '../../src/config/load.js';
 import { isMsgbridgeError } from '../../src/platform/errors.js';
 import { startSender } from '../../src/sender/index.js';
 import { kafkaBrokers } from '../helpers/kafka.js';
-import { BIZ, BIZ2, collect, committedOffsets, endOffsets, fixture, produceRequests, spawnSender, templateRequest, textRequest, waitUntil, type Collector, type Fixture } from './harness.js';
+import {
+  BIZ,
+  BIZ2,
+  collect,
+  committedOffsets,
+  endOffsets,
+  fixture,
+  produceRequests,
+  spawnSender,
+  templateRequest,
+  textRequest,
+  waitUntil,
+  type Collector,
+  type Fixture,
+} from './harness.js';
 
 const cleanups: (() => Promise<unknown>)[] = [];
 afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined);
 });
 
-async function setUp(options: Parameters<typeof fixture>[0] = {}): Promise<{ f: Fixture; results: Collector; dlq: Collector }> {
+async function setUp(
+  options: Parameters<typeof fixture>[0] = {},
+): Promise<{ f: Fixture; results: Collector; dlq: Collector }> {
   const f = await fixture(options);
   cleanups.push(() => f.close());
   const results = await collect(f.topics.sendResults);
@@ -29,10 +45,19 @@ describe('sender against Kafka and the provider simulator', () => {
     await produceRequests(f.topics.sendRequests, [
       {
         key: '+15550002222',
-        value: textRequest('req-text-1', '+15550002222', 'Your order shipped', { callbackData: 'cb-1', campaignName: 'spring' }),
-        headers: { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', 'correlation-order': 'order-42' },
+        value: textRequest('req-text-1', '+15550002222', 'Your order shipped', {
+          callbackData: 'cb-1',
+          campaignName: 'spring',
+        }),
+        headers: {
+          traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+          'correlation-order': 'order-42',
+        },
       },
-      { key: '+15550003333', value: templateRequest('req-tpl-1', '+15550003333', { businessId: BIZ.id, language: 'en' }) },
+      {
+        key: '+15550003333',
+        value: templateRequest('req-tpl-1', '+15550003333', { businessId: BIZ.id, language: 'en' }),
+      },
     ]);
     await results.waitFor((r) => r.length >= 2);
 
@@ -42,13 +67,30 @@ describe('sender against Kafka and the provider simulator', () => {
     const template = sends.find((s) => s.operation === 'template')!;
     expect(text.status).toBe(200);
     // The relay's own fields are stripped; everything else reaches the provider.
-    expect(text.body).toEqual({ recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'Your order shipped' }, callbackData: 'cb-1', campaignName: 'spring' });
-    expect(template.body).toEqual({ number: '+15550003333', templateName: 'order_update', parameters: [{ name: 'order', value: '42' }], language: 'en' });
+    expect(text.body).toEqual({
+      recipient: { channelType: 'whatsapp', id: '+15550002222' },
+      message: { text: 'Your order shipped' },
+      callbackData: 'cb-1',
+      campaignName: 'spring',
+    });
+    expect(template.body).toEqual({
+      number: '+15550003333',
+      templateName: 'order_update',
+      parameters: [{ name: 'order', value: '42' }],
+      language: 'en',
+    });
 
     const byRequest = new Map(results.records.map((r) => [JSON.parse(r.value.toString()).requestId as string, r]));
     const textResult = byRequest.get('req-text-1')!;
     const value = sendResultSchema.parse(JSON.parse(textResult.value.toString()));
-    expect(value).toMatchObject({ requestId: 'req-text-1', businessId: BIZ.id, outcome: 'accepted', type: 'text', recipient: '+15550002222', attempts: 1 });
+    expect(value).toMatchObject({
+      requestId: 'req-text-1',
+      businessId: BIZ.id,
+      outcome: 'accepted',
+      type: 'text',
+      recipient: '+15550002222',
+      attempts: 1,
+    });
     // Correlation: the result carries the id the provider created, and is keyed by it.
     expect(value.outcome === 'accepted' && value.messageId).toBe(text.messageId);
     expect(textResult.key).toBe(text.messageId);
@@ -63,7 +105,12 @@ describe('sender against Kafka and the provider simulator', () => {
     expect(Number(textResult.headers['received-at'])).toBeGreaterThan(Date.now() - 60_000);
 
     const templateResult = byRequest.get('req-tpl-1')!;
-    expect(JSON.parse(templateResult.value.toString())).toMatchObject({ outcome: 'accepted', type: 'template', recipient: '+15550003333', messageId: template.messageId });
+    expect(JSON.parse(templateResult.value.toString())).toMatchObject({
+      outcome: 'accepted',
+      type: 'template',
+      recipient: '+15550003333',
+      messageId: template.messageId,
+    });
     expect(templateResult.key).toBe(template.messageId);
 
     // Offsets commit up to the end once the results are out.
@@ -71,7 +118,9 @@ describe('sender against Kafka and the provider simulator', () => {
     await expectCommitted(f, ends);
     const metrics = await sender.metrics.metrics();
     expect(metrics).toMatch(/msgbridge_sender_requests_total\{outcome="accepted",business="biz_1",role="sender"\} 2/);
-    expect(metrics).toMatch(/msgbridge_sender_provider_request_duration_seconds_count\{role="sender",operation="text",result="2xx"\} 1/);
+    expect(metrics).toMatch(
+      /msgbridge_sender_provider_request_duration_seconds_count\{role="sender",operation="text",result="2xx"\} 1/,
+    );
   });
 
   it('sends every request that cannot be sent to the DLQ with the reason, and commits past it', async () => {
@@ -80,11 +129,36 @@ describe('sender against Kafka and the provider simulator', () => {
     await sender.ready;
     const invalid = [
       { key: 'k-json', value: '{"requestId": "r1", "type": "text", ', reason: /not valid JSON/ },
-      { key: 'k-schema', value: JSON.stringify({ type: 'text', recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' }, businessId: BIZ.id }), reason: /requestId/ },
-      { key: 'k-type', value: JSON.stringify({ requestId: 'r3', type: 'video', businessId: BIZ.id }), reason: /not a valid send request/ },
-      { key: 'k-empty', value: JSON.stringify(textRequest('r4', '+15550002222', '', { businessId: BIZ.id })), reason: /message text must not be empty/ },
-      { key: 'k-unknown', value: JSON.stringify(textRequest('r5', '+15550002222', 'hi', { businessId: 'biz_nope' })), reason: /unknown business "biz_nope"/ },
-      { key: 'k-ambiguous', value: JSON.stringify(textRequest('r6', '+15550002222', 'hi')), reason: /businessId is missing and 2 businesses are configured/ },
+      {
+        key: 'k-schema',
+        value: JSON.stringify({
+          type: 'text',
+          recipient: { channelType: 'whatsapp', id: '+15550002222' },
+          message: { text: 'hi' },
+          businessId: BIZ.id,
+        }),
+        reason: /requestId/,
+      },
+      {
+        key: 'k-type',
+        value: JSON.stringify({ requestId: 'r3', type: 'video', businessId: BIZ.id }),
+        reason: /not a valid send request/,
+      },
+      {
+        key: 'k-empty',
+        value: JSON.stringify(textRequest('r4', '+15550002222', '', { businessId: BIZ.id })),
+        reason: /message text must not be empty/,
+      },
+      {
+        key: 'k-unknown',
+        value: JSON.stringify(textRequest('r5', '+15550002222', 'hi', { businessId: 'biz_nope' })),
+        reason: /unknown business "biz_nope"/,
+      },
+      {
+        key: 'k-ambiguous',
+        value: JSON.stringify(textRequest('r6', '+15550002222', 'hi')),
+        reason: /businessId is missing and 2 businesses are configured/,
+      },
       { key: null, value: '', reason: /not valid JSON/ },
     ];
     await produceRequests(f.topics.sendRequests, [
@@ -112,9 +186,20 @@ describe('sender against Kafka and the provider simulator', () => {
     expect(f.simulator.sends().map((s) => s.businessId)).toEqual([BIZ2.id]);
     const byId = new Map(results.values().map((v) => [v.requestId as string, v]));
     expect(byId.get('ok-1')).toMatchObject({ businessId: BIZ2.id, outcome: 'accepted' });
-    const expectedCodes = { r1: 'RELAY_INVALID_JSON', r3: 'RELAY_UNKNOWN_TYPE', r4: 'RELAY_INVALID_FIELD', r5: 'RELAY_UNKNOWN_BUSINESS', r6: 'RELAY_AMBIGUOUS_BUSINESS' };
+    const expectedCodes = {
+      r1: 'RELAY_INVALID_JSON',
+      r3: 'RELAY_UNKNOWN_TYPE',
+      r4: 'RELAY_INVALID_FIELD',
+      r5: 'RELAY_UNKNOWN_BUSINESS',
+      r6: 'RELAY_AMBIGUOUS_BUSINESS',
+    };
     for (const [id, code] of Object.entries(expectedCodes)) {
-      expect(sendResultSchema.parse(byId.get(id)), id).toMatchObject({ outcome: 'rejected', attempts: 0, maybeSent: false, error: { code, retriable: false } });
+      expect(sendResultSchema.parse(byId.get(id)), id).toMatchObject({
+        outcome: 'rejected',
+        attempts: 0,
+        maybeSent: false,
+        error: { code, retriable: false },
+      });
     }
     expect(byId.get('r5')).toMatchObject({ businessId: 'biz_nope' });
     expect(results.records.find((r) => r.key === 'r3')!.headers.traceparent).toBe('tp-k-type');
@@ -143,7 +228,11 @@ describe('sender against Kafka and the provider simulator', () => {
     const gaps = sends.slice(1).map((s, i) => Date.parse(s.receivedAt) - Date.parse(sends[i]!.receivedAt));
     // Retry-After 1 s is honoured (the first backoff alone would be 25-50 ms).
     for (const gap of gaps) expect(gap).toBeGreaterThanOrEqual(950);
-    expect(JSON.parse(results.records[0]!.value.toString())).toMatchObject({ outcome: 'accepted', attempts: sends.length, messageId: sends.at(-1)!.messageId });
+    expect(JSON.parse(results.records[0]!.value.toString())).toMatchObject({
+      outcome: 'accepted',
+      attempts: sends.length,
+      messageId: sends.at(-1)!.messageId,
+    });
 
     // 429 without Retry-After, then 5xx: exponential backoff from 50 ms.
     for (const [faults, id] of [
@@ -182,16 +271,28 @@ describe('sender against Kafka and the provider simulator', () => {
     const { f, results } = await setUp({
       businesses: [BIZ, BIZ2],
       senderApiKeys: { [BIZ2.id]: 'wrong-key' },
-      sender: { retryBudgetMs: 1000, callTimeoutMs: 400, backoffInitialMs: 20, backoffMaxMs: 50, circuitProbeMaxMs: 200 },
+      sender: {
+        retryBudgetMs: 1000,
+        callTimeoutMs: 400,
+        backoffInitialMs: 20,
+        backoffMaxMs: 50,
+        circuitProbeMaxMs: 200,
+      },
     });
     const sender = await f.start();
     await sender.ready;
 
     f.simulator.setFaults({ send5xxRate: 1 });
-    await produceRequests(f.topics.sendRequests, [{ key: 'x', value: textRequest('r-budget', '+15550000001', 'hi', { businessId: BIZ.id }) }]);
+    await produceRequests(f.topics.sendRequests, [
+      { key: 'x', value: textRequest('r-budget', '+15550000001', 'hi', { businessId: BIZ.id }) },
+    ]);
     await results.waitFor((r) => r.length >= 1);
     const budget = results.values()[0]!;
-    expect(sendResultSchema.parse(budget)).toMatchObject({ requestId: 'r-budget', outcome: 'rejected', error: { retriable: true } });
+    expect(sendResultSchema.parse(budget)).toMatchObject({
+      requestId: 'r-budget',
+      outcome: 'rejected',
+      error: { retriable: true },
+    });
     // A 504 (a gateway gave up waiting) may hide a created message; the other 5xx do not.
     expect(budget.maybeSent).toBe(f.simulator.sends().some((s) => s.status === 504));
     expect(budget.attempts as number).toBeGreaterThanOrEqual(2);
@@ -203,7 +304,9 @@ describe('sender against Kafka and the provider simulator', () => {
 
     // Latency beyond the call timeout: every attempt times out (and the provider still saw it).
     f.simulator.setFaults({ send5xxRate: 0, sendLatencyMs: { min: 700, max: 700 } });
-    await produceRequests(f.topics.sendRequests, [{ key: 'y', value: textRequest('r-timeout', '+15550000001', 'hi', { businessId: BIZ.id }) }]);
+    await produceRequests(f.topics.sendRequests, [
+      { key: 'y', value: textRequest('r-timeout', '+15550000001', 'hi', { businessId: BIZ.id }) },
+    ]);
     await results.waitFor((r) => r.length >= 2, 30_000);
     // The provider got each attempt and never answered in time: the message may exist.
     expect(results.values()[1]).toMatchObject({
@@ -222,8 +325,22 @@ describe('sender against Kafka and the provider simulator', () => {
     await results.waitFor((r) => r.length >= 4);
     const r400 = results.values().find((v) => v.requestId === 'r-400')!;
     const r401 = results.values().find((v) => v.requestId === 'r-401')!;
-    expect(r400).toMatchObject({ outcome: 'rejected', attempts: 1, error: { httpStatus: 400, type: 'ERROR_TYPE_INVALID_REQUEST', code: 'ERROR_CODE_MESSAGE_TEXT_EMPTY', retriable: false } });
-    expect(r401).toMatchObject({ outcome: 'rejected', attempts: 1, businessId: BIZ2.id, error: { httpStatus: 401, retriable: false } });
+    expect(r400).toMatchObject({
+      outcome: 'rejected',
+      attempts: 1,
+      error: {
+        httpStatus: 400,
+        type: 'ERROR_TYPE_INVALID_REQUEST',
+        code: 'ERROR_CODE_MESSAGE_TEXT_EMPTY',
+        retriable: false,
+      },
+    });
+    expect(r401).toMatchObject({
+      outcome: 'rejected',
+      attempts: 1,
+      businessId: BIZ2.id,
+      error: { httpStatus: 401, retriable: false },
+    });
     for (const v of [r400, r401]) sendResultSchema.parse(v);
     await expectCommitted(f, await endOffsets(f.topics.sendRequests));
   });
@@ -246,7 +363,9 @@ describe('sender against Kafka and the provider simulator', () => {
     expect(values.filter((v) => v.content === undefined)).toEqual([rest, rest]);
     expect(new Set(results.records.map((r) => r.headers['event-id'])).size).toBe(1);
     expect(results.records.map((r) => r.headers.traceparent).sort()).toEqual(['first', 'second', undefined].sort());
-    expect(await sender.metrics.metrics()).toMatch(/msgbridge_sender_requests_total\{outcome="duplicate",business="biz_1",role="sender"\} 2/);
+    expect(await sender.metrics.metrics()).toMatch(
+      /msgbridge_sender_requests_total\{outcome="duplicate",business="biz_1",role="sender"\} 2/,
+    );
   });
 
   it('serves health, readiness and metrics, and reports not ready while draining', async () => {
@@ -261,7 +380,12 @@ describe('sender against Kafka and the provider simulator', () => {
     const metrics = await fetch(`${base}/metrics`);
     expect(metrics.headers.get('content-type')).toMatch(/text\/plain/);
     const text = await metrics.text();
-    for (const name of ['msgbridge_sender_buffered_requests', 'msgbridge_sender_commit_lag', 'msgbridge_sender_provider_in_flight', 'msgbridge_process_resident_memory_bytes']) {
+    for (const name of [
+      'msgbridge_sender_buffered_requests',
+      'msgbridge_sender_commit_lag',
+      'msgbridge_sender_provider_in_flight',
+      'msgbridge_process_resident_memory_bytes',
+    ]) {
       expect(text).toContain(name);
     }
     expect((await fetch(`${base}/nope`)).status).toBe(404);
@@ -288,19 +412,26 @@ describe('sender against Kafka and the provider simulator', () => {
 
   it('fails at start with a clear error when a business has no API key or none is configured', async () => {
     const base = { kafka: { brokers: kafkaBrokers() }, provider: { url: 'http://127.0.0.1:9' } };
-    const noKey = loadConfig({ env: {}, overrides: { ...base, businesses: [{ id: 'biz_x', signingSecrets: ['s'], apiKey: null }] } });
+    const noKey = loadConfig({
+      env: {},
+      overrides: { ...base, businesses: [{ id: 'biz_x', signingSecrets: ['s'], apiKey: null }] },
+    });
     const error = await startSender({ config: noKey }).catch((e: unknown) => e);
     expect(isMsgbridgeError(error, 'CONFIG_INVALID')).toBe(true);
     expect((error as Error).message).toMatch(/businesses\.0\.apiKey: business "biz_x" has no API key/);
     const none = loadConfig({ env: {}, overrides: base });
     await expect(startSender({ config: none })).rejects.toThrow(/at least one business with an API key/);
     // The environment shorthand is enough.
-    const env = loadConfig({ env: { MSGBRIDGE_BUSINESS_ID: 'biz_env', MSGBRIDGE_API_KEY: 'k', MSGBRIDGE_PROVIDER_URL: 'http://127.0.0.1:9' } });
+    const env = loadConfig({
+      env: { MSGBRIDGE_BUSINESS_ID: 'biz_env', MSGBRIDGE_API_KEY: 'k', MSGBRIDGE_PROVIDER_URL: 'http://127.0.0.1:9' },
+    });
     expect(env.businesses).toEqual([{ id: 'biz_env', signingSecrets: [], apiKey: 'k' }]);
     // `msgbridge sender` says so and exits 2, before touching Kafka.
     const cli = spawnSender({ KAFKA_BROKERS: kafkaBrokers().join(','), MSGBRIDGE_BUSINESS_ID: 'biz_env' });
     expect(await cli.exited).toBe(2);
-    expect(cli.output()).toMatch(/msgbridge: invalid configuration:\n {2}- businesses\.0\.apiKey: business "biz_env" has no API key/);
+    expect(cli.output()).toMatch(
+      /msgbridge: invalid configuration:\n {2}- businesses\.0\.apiKey: business "biz_env" has no API key/,
+    );
   });
 });
 

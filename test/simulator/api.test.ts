@@ -16,7 +16,15 @@ const textBody = { recipient: { channelType: 'whatsapp', id: '+15550002222' }, m
 function expectProviderError(body: unknown, code: string) {
   const parsed = providerErrorSchema.parse(body);
   expect(parsed.code).toBe(code);
-  expect(Object.keys(body as object).sort()).toEqual(['cntTraceId', 'code', 'details', 'message', 'type', 'userMessage', 'userTitle']);
+  expect(Object.keys(body as object).sort()).toEqual([
+    'cntTraceId',
+    'code',
+    'details',
+    'message',
+    'type',
+    'userMessage',
+    'userTitle',
+  ]);
   expect(parsed.cntTraceId).toMatch(/^\d{10,}$/);
   expect(parsed.userMessage).toContain(parsed.cntTraceId);
   return parsed;
@@ -44,7 +52,14 @@ describe('simulator: the provider operations', () => {
     expect(isValid(answer.body.id)).toBe(true);
     expect(decodeTime(answer.body.id)).toBeGreaterThanOrEqual(before - 1);
     const sends = await call<Record<string, unknown>[]>(`${sim.url}/sim/sends`);
-    expect(sends.body.at(-1)).toMatchObject({ businessId: BIZ.id, operation: 'text', status: 200, messageId: answer.body.id, body: textBody, errorCode: null });
+    expect(sends.body.at(-1)).toMatchObject({
+      businessId: BIZ.id,
+      operation: 'text',
+      status: 200,
+      messageId: answer.body.id,
+      body: textBody,
+      errorCode: null,
+    });
   });
 
   it('creates a template message and gives every message its own sortable id', async () => {
@@ -63,7 +78,14 @@ describe('simulator: the provider operations', () => {
   it('passes unknown optional fields through (callbackData, campaignName, language)', async () => {
     const answer = await call(`${sim.url}${TEMPLATE_PATH}`, {
       headers: apiHeaders(),
-      body: { parameters: [{ name: 'name', value: 'Ana' }], number: '+15550002222', templateName: 'welcome', language: 'en', campaignName: 'spring', callbackData: 'x' },
+      body: {
+        parameters: [{ name: 'name', value: 'Ana' }],
+        number: '+15550002222',
+        templateName: 'welcome',
+        language: 'en',
+        campaignName: 'spring',
+        callbackData: 'x',
+      },
     });
     expect(answer.status).toBe(200);
   });
@@ -73,13 +95,19 @@ describe('simulator: the provider operations', () => {
     ['wrong', { 'x-api-key': 'not-the-key' }, 'ERROR_CODE_API_KEY_INVALID'],
     ["another business's", { 'x-api-key': OTHER.apiKey }, 'ERROR_CODE_API_KEY_INVALID'],
   ])('answers 401 in the error shape to a %s API key', async (_, key, code) => {
-    const answer = await call(`${sim.url}${TEXT_PATH}`, { headers: { 'content-type': 'application/json', ...key }, body: textBody });
+    const answer = await call(`${sim.url}${TEXT_PATH}`, {
+      headers: { 'content-type': 'application/json', ...key },
+      body: textBody,
+    });
     expect(answer.status).toBe(401);
     expect(expectProviderError(answer.body, code).type).toBe('ERROR_TYPE_UNAUTHENTICATED');
   });
 
   it('answers 401 (not 404) for an unknown business, without revealing which ids exist', async () => {
-    const answer = await call(`${sim.url}/v1/businesses/biz_unknown/send/messages`, { headers: apiHeaders(), body: textBody });
+    const answer = await call(`${sim.url}/v1/businesses/biz_unknown/send/messages`, {
+      headers: apiHeaders(),
+      body: textBody,
+    });
     expect(answer.status).toBe(401);
     expectProviderError(answer.body, 'ERROR_CODE_API_KEY_INVALID');
     const sends = (await call<{ businessId: string; status: number }[]>(`${sim.url}/sim/sends`)).body;
@@ -88,14 +116,39 @@ describe('simulator: the provider operations', () => {
 
   it('answers 400 naming the field when the body does not match', async () => {
     const cases: [unknown, string, string, string][] = [
-      [{ ...textBody, recipient: { channelType: 'whatsapp', id: '555-CALL-ME' } }, TEXT_PATH, 'recipient.id', 'ERROR_CODE_PHONE_NUMBER_BAD_FORMAT'],
+      [
+        { ...textBody, recipient: { channelType: 'whatsapp', id: '555-CALL-ME' } },
+        TEXT_PATH,
+        'recipient.id',
+        'ERROR_CODE_PHONE_NUMBER_BAD_FORMAT',
+      ],
       [{ recipient: textBody.recipient }, TEXT_PATH, 'message', 'ERROR_CODE_REQUEST_FIELD_INVALID'],
       [{ ...textBody, message: { text: 42 } }, TEXT_PATH, 'message.text', 'ERROR_CODE_REQUEST_FIELD_INVALID'],
       [{ ...textBody, message: { text: '   ' } }, TEXT_PATH, 'message.text', 'ERROR_CODE_MESSAGE_TEXT_EMPTY'],
-      [{ number: '+15550002222', templateName: 'welcome' }, TEMPLATE_PATH, 'parameters', 'ERROR_CODE_REQUEST_FIELD_INVALID'],
-      [{ parameters: [], number: 'abc', templateName: 'welcome' }, TEMPLATE_PATH, 'number', 'ERROR_CODE_PHONE_NUMBER_BAD_FORMAT'],
-      [{ parameters: [{ name: 'name' }], number: '+15550002222', templateName: 'welcome' }, TEMPLATE_PATH, 'parameters.0.value', 'ERROR_CODE_REQUEST_FIELD_INVALID'],
-      [{ parameters: [], number: '+15550002222', templateName: '' }, TEMPLATE_PATH, 'templateName', 'ERROR_CODE_REQUEST_FIELD_INVALID'],
+      [
+        { number: '+15550002222', templateName: 'welcome' },
+        TEMPLATE_PATH,
+        'parameters',
+        'ERROR_CODE_REQUEST_FIELD_INVALID',
+      ],
+      [
+        { parameters: [], number: 'abc', templateName: 'welcome' },
+        TEMPLATE_PATH,
+        'number',
+        'ERROR_CODE_PHONE_NUMBER_BAD_FORMAT',
+      ],
+      [
+        { parameters: [{ name: 'name' }], number: '+15550002222', templateName: 'welcome' },
+        TEMPLATE_PATH,
+        'parameters.0.value',
+        'ERROR_CODE_REQUEST_FIELD_INVALID',
+      ],
+      [
+        { parameters: [], number: '+15550002222', templateName: '' },
+        TEMPLATE_PATH,
+        'templateName',
+        'ERROR_CODE_REQUEST_FIELD_INVALID',
+      ],
     ];
     for (const [body, path, field, code] of cases) {
       const answer = await call(`${sim.url}${path}`, { headers: apiHeaders(), body });
@@ -120,11 +173,18 @@ describe('simulator: the provider operations', () => {
   it('answers 415 to a body that is not declared as JSON', async () => {
     for (const contentType of ['text/plain', 'application/x-www-form-urlencoded', undefined]) {
       const headers = { 'x-api-key': BIZ.apiKey, ...(contentType ? { 'content-type': contentType } : {}) };
-      const answer = await fetch(`${sim.url}${TEXT_PATH}`, { method: 'POST', headers, body: Buffer.from(JSON.stringify(textBody)) });
+      const answer = await fetch(`${sim.url}${TEXT_PATH}`, {
+        method: 'POST',
+        headers,
+        body: Buffer.from(JSON.stringify(textBody)),
+      });
       expect(answer.status, String(contentType)).toBe(415);
       expectProviderError(await answer.json(), 'ERROR_CODE_CONTENT_TYPE_UNSUPPORTED');
     }
-    const ok = await call(`${sim.url}${TEXT_PATH}`, { headers: { ...apiHeaders(), 'content-type': 'application/json; charset=utf-8' }, body: textBody });
+    const ok = await call(`${sim.url}${TEXT_PATH}`, {
+      headers: { ...apiHeaders(), 'content-type': 'application/json; charset=utf-8' },
+      body: textBody,
+    });
     expect(ok.status).toBe(200);
   });
 
@@ -149,7 +209,10 @@ describe('simulator: the provider operations', () => {
   });
 
   it('answers 404 to other paths and 405 (with Allow) to other methods, in the error shape', async () => {
-    const notFound = await call(`${sim.url}/v1/businesses/${BIZ.id}/send/sms`, { headers: apiHeaders(), body: textBody });
+    const notFound = await call(`${sim.url}/v1/businesses/${BIZ.id}/send/sms`, {
+      headers: apiHeaders(),
+      body: textBody,
+    });
     expect(notFound.status).toBe(404);
     expectProviderError(notFound.body, 'ERROR_CODE_NOT_FOUND');
     const wrongMethod = await call(`${sim.url}${TEXT_PATH}`, { headers: apiHeaders() });
@@ -177,30 +240,59 @@ describe('simulator: webhook registrations', () => {
     expect((otherTopic.body as { id: string }).id).not.toBe((first.body as { id: string }).id);
     await register(sim, 'messages', 'http://127.0.0.1:9/b', OTHER);
 
-    const list = await call<{ webhooks: { id: string; topic: string }[] }>(`${sim.url}/v1/businesses/${BIZ.id}/webhooks`, { headers: apiHeaders() });
+    const list = await call<{ webhooks: { id: string; topic: string }[] }>(
+      `${sim.url}/v1/businesses/${BIZ.id}/webhooks`,
+      { headers: apiHeaders() },
+    );
     expect(list.status).toBe(200);
     expect(list.body.webhooks.map((w) => w.topic)).toEqual(['delivery_status', 'messages']);
 
     const id = (first.body as { id: string }).id;
-    const removed = await call(`${sim.url}/v1/businesses/${BIZ.id}/webhooks/${id}`, { method: 'DELETE', headers: apiHeaders() });
+    const removed = await call(`${sim.url}/v1/businesses/${BIZ.id}/webhooks/${id}`, {
+      method: 'DELETE',
+      headers: apiHeaders(),
+    });
     expect(removed.status).toBe(200);
     expect(removed.body).toEqual(first.body);
-    const gone = await call(`${sim.url}/v1/businesses/${BIZ.id}/webhooks/${id}`, { method: 'DELETE', headers: apiHeaders() });
+    const gone = await call(`${sim.url}/v1/businesses/${BIZ.id}/webhooks/${id}`, {
+      method: 'DELETE',
+      headers: apiHeaders(),
+    });
     expect(gone.status).toBe(404);
     expectProviderError(gone.body, 'ERROR_CODE_NOT_FOUND');
-    const after = await call<{ webhooks: { id: string }[] }>(`${sim.url}/v1/businesses/${BIZ.id}/webhooks`, { headers: apiHeaders() });
+    const after = await call<{ webhooks: { id: string }[] }>(`${sim.url}/v1/businesses/${BIZ.id}/webhooks`, {
+      headers: apiHeaders(),
+    });
     expect(after.body.webhooks.map((w) => w.id)).toEqual([(otherTopic.body as { id: string }).id]);
     // A business cannot delete another business's registration.
     const foreign = sim.webhooks(OTHER.id)[0]!;
-    expect((await call(`${sim.url}/v1/businesses/${BIZ.id}/webhooks/${foreign.id}`, { method: 'DELETE', headers: apiHeaders() })).status).toBe(404);
+    expect(
+      (
+        await call(`${sim.url}/v1/businesses/${BIZ.id}/webhooks/${foreign.id}`, {
+          method: 'DELETE',
+          headers: apiHeaders(),
+        })
+      ).status,
+    ).toBe(404);
     expect(sim.webhooks(OTHER.id)).toHaveLength(1);
   });
 
   it('requires the API key for create, list and delete', async () => {
     const noKey = { 'content-type': 'application/json' };
-    expect((await call(`${sim.url}/v1/businesses/${BIZ.id}/create/webhooks`, { headers: noKey, body: { topic: 'messages', address: 'http://x.test/' } })).status).toBe(401);
-    expect((await call(`${sim.url}/v1/businesses/${BIZ.id}/webhooks`, { headers: apiHeaders('nope') })).status).toBe(401);
-    expect((await call(`${sim.url}/v1/businesses/${BIZ.id}/webhooks/whatever`, { method: 'DELETE', headers: noKey })).status).toBe(401);
+    expect(
+      (
+        await call(`${sim.url}/v1/businesses/${BIZ.id}/create/webhooks`, {
+          headers: noKey,
+          body: { topic: 'messages', address: 'http://x.test/' },
+        })
+      ).status,
+    ).toBe(401);
+    expect((await call(`${sim.url}/v1/businesses/${BIZ.id}/webhooks`, { headers: apiHeaders('nope') })).status).toBe(
+      401,
+    );
+    expect(
+      (await call(`${sim.url}/v1/businesses/${BIZ.id}/webhooks/whatever`, { method: 'DELETE', headers: noKey })).status,
+    ).toBe(401);
   });
 
   it('validates the registration, naming the field', async () => {
@@ -232,13 +324,18 @@ describe('simulator: registrations file', () => {
     const first = await startSimulator(fastOptions({ registrationsFile: file }));
     const created = (await register(first, 'delivery_status', 'http://127.0.0.1:9/hook')).body as { id: string };
     const deleted = (await register(first, 'messages', 'http://127.0.0.1:9/gone')).body as { id: string };
-    await call(`${first.url}/v1/businesses/${BIZ.id}/webhooks/${deleted.id}`, { method: 'DELETE', headers: apiHeaders() });
+    await call(`${first.url}/v1/businesses/${BIZ.id}/webhooks/${deleted.id}`, {
+      method: 'DELETE',
+      headers: apiHeaders(),
+    });
     await first.close();
     expect(JSON.parse(readFileSync(file, 'utf8'))).toMatchObject({ version: 1, registrations: [{ id: created.id }] });
 
     const second = await startSimulator(fastOptions({ registrationsFile: file }));
     try {
-      const list = await call<{ webhooks: unknown[] }>(`${second.url}/v1/businesses/${BIZ.id}/webhooks`, { headers: apiHeaders() });
+      const list = await call<{ webhooks: unknown[] }>(`${second.url}/v1/businesses/${BIZ.id}/webhooks`, {
+        headers: apiHeaders(),
+      });
       expect(list.body.webhooks).toEqual([created]);
     } finally {
       await second.close();

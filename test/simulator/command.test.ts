@@ -13,7 +13,12 @@ const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 describe('simulator options from the configuration', () => {
   it('takes the business from the env shorthand; the first secret of a rotation signs', () => {
     const config = loadConfig({
-      env: { MSGBRIDGE_BUSINESS_ID: 'biz_env', MSGBRIDGE_SIGNING_SECRET: 'new-secret,old-secret', MSGBRIDGE_API_KEY: 'env-key', MSGBRIDGE_SIMULATOR_PORT: '9123' },
+      env: {
+        MSGBRIDGE_BUSINESS_ID: 'biz_env',
+        MSGBRIDGE_SIGNING_SECRET: 'new-secret,old-secret',
+        MSGBRIDGE_API_KEY: 'env-key',
+        MSGBRIDGE_SIMULATOR_PORT: '9123',
+      },
     });
     const options = simulatorOptionsFromConfig(config);
     expect(options.businesses).toEqual([{ id: 'biz_env', apiKey: 'env-key', signingSecret: 'new-secret' }]);
@@ -21,7 +26,9 @@ describe('simulator options from the configuration', () => {
   });
 
   it('names what is missing', () => {
-    expect(() => simulatorOptionsFromConfig(loadConfig({ env: {} }))).toThrow(/businesses: the simulator needs at least one business/);
+    expect(() => simulatorOptionsFromConfig(loadConfig({ env: {} }))).toThrow(
+      /businesses: the simulator needs at least one business/,
+    );
     const noKey = loadConfig({ env: { MSGBRIDGE_BUSINESS_ID: 'b', MSGBRIDGE_SIGNING_SECRET: 's' } });
     const error = (() => {
       try {
@@ -64,22 +71,54 @@ describe('msgbridge simulator inbound / faults', () => {
   };
 
   it('injects an inbound message that reaches the registered address', async () => {
-    const code = await run('inbound', '--business', BIZ.id, '--from', '+15550009999', '--text', 'from the CLI', '--url', sim.url);
+    const code = await run(
+      'inbound',
+      '--business',
+      BIZ.id,
+      '--from',
+      '+15550009999',
+      '--text',
+      'from the CLI',
+      '--url',
+      sim.url,
+    );
     expect(code).toBe(0);
     const answer = JSON.parse(out.join('')) as { eventId: string; deliveries: number };
     expect(answer.deliveries).toBe(1);
     const [request] = await receiver.waitFor(1);
-    expect(JSON.parse(request!.body.toString('utf8'))).toMatchObject({ sender: { id: '+15550009999' }, message: { text: 'from the CLI' } });
+    expect(JSON.parse(request!.body.toString('utf8'))).toMatchObject({
+      sender: { id: '+15550009999' },
+      message: { text: 'from the CLI' },
+    });
   });
 
   it('injects a button reply with --button <payload>', async () => {
     receiver.requests.length = 0;
-    const code = await run('inbound', '--business', BIZ.id, '--from', '15550009998', '--text', 'Yes', '--button', 'confirm-42', '--url', sim.url);
+    const code = await run(
+      'inbound',
+      '--business',
+      BIZ.id,
+      '--from',
+      '15550009998',
+      '--text',
+      'Yes',
+      '--button',
+      'confirm-42',
+      '--url',
+      sim.url,
+    );
     expect(code).toBe(0);
     const [request] = await receiver.waitFor(1);
-    expect(JSON.parse(request!.body.toString('utf8'))).toMatchObject({ sender: { id: '15550009998' }, message: { text: 'Yes' }, isButtonResponse: true, callbackData: 'confirm-42' });
+    expect(JSON.parse(request!.body.toString('utf8'))).toMatchObject({
+      sender: { id: '15550009998' },
+      message: { text: 'Yes' },
+      isButtonResponse: true,
+      callbackData: 'confirm-42',
+    });
     receiver.requests.length = 0;
-    expect(await run('inbound', '--business', BIZ.id, '--from', '15550009998', '--text', 'No', '--button', '--url', sim.url)).toBe(0);
+    expect(
+      await run('inbound', '--business', BIZ.id, '--from', '15550009998', '--text', 'No', '--button', '--url', sim.url),
+    ).toBe(0);
     const [plain] = await receiver.waitFor(1);
     expect(JSON.parse(plain!.body.toString('utf8'))).not.toHaveProperty('callbackData');
   });
@@ -95,11 +134,25 @@ describe('msgbridge simulator inbound / faults', () => {
 
   it('exits 2 on bad arguments or a refused request, 1 when no simulator answers', async () => {
     expect(await run('inbound', '--business', BIZ.id, '--from', 'abc', '--text', 'x', '--url', sim.url)).toBe(2);
-    expect(await run('inbound', '--business', 'nope', '--from', '+15550009999', '--text', 'x', '--url', sim.url)).toBe(2);
+    expect(await run('inbound', '--business', 'nope', '--from', '+15550009999', '--text', 'x', '--url', sim.url)).toBe(
+      2,
+    );
     expect(out.join('')).toContain('unknown business "nope"');
     expect(await run('faults', '--set', '{"send429Rate":9}', '--url', sim.url)).toBe(2);
     expect(await run('faults', '--set', 'not json', '--url', sim.url)).toBe(2);
-    expect(await run('inbound', '--business', BIZ.id, '--from', '+15550009999', '--text', 'x', '--url', 'http://127.0.0.1:9')).toBe(1);
+    expect(
+      await run(
+        'inbound',
+        '--business',
+        BIZ.id,
+        '--from',
+        '+15550009999',
+        '--text',
+        'x',
+        '--url',
+        'http://127.0.0.1:9',
+      ),
+    ).toBe(1);
   });
 });
 
@@ -126,16 +179,32 @@ describe('msgbridge simulator (process)', () => {
     try {
       const deadline = Date.now() + 30_000;
       while (!output.includes('provider simulator at')) {
-        if (Date.now() > deadline || child.exitCode !== null) throw new Error(`the simulator did not start:\n${output}`);
+        if (Date.now() > deadline || child.exitCode !== null)
+          throw new Error(`the simulator did not start:\n${output}`);
         await new Promise((resolve) => setTimeout(resolve, 50));
       }
       const url = `http://127.0.0.1:${port}`;
       const headers = { 'content-type': 'application/json', 'x-api-key': 'proc-api-key' };
-      expect((await call(`${url}/sim/businesses/biz_proc/inbound`, { body: { from: '+15550002222', text: 'hi' } })).status).toBe(200);
-      const sent = await call(`${url}/v1/businesses/biz_proc/send/messages`, { headers, body: { recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' } } });
+      expect(
+        (await call(`${url}/sim/businesses/biz_proc/inbound`, { body: { from: '+15550002222', text: 'hi' } })).status,
+      ).toBe(200);
+      const sent = await call(`${url}/v1/businesses/biz_proc/send/messages`, {
+        headers,
+        body: { recipient: { channelType: 'whatsapp', id: '+15550002222' }, message: { text: 'hi' } },
+      });
       expect(sent.status).toBe(200);
-      expect((await call(`${url}/v1/businesses/biz_proc/send/messages`, { headers: { ...headers, 'x-api-key': 'wrong' }, body: {} })).status).toBe(401);
-      await call(`${url}/v1/businesses/biz_proc/create/webhooks`, { headers, body: { topic: 'messages', address: 'http://127.0.0.1:9/x' } });
+      expect(
+        (
+          await call(`${url}/v1/businesses/biz_proc/send/messages`, {
+            headers: { ...headers, 'x-api-key': 'wrong' },
+            body: {},
+          })
+        ).status,
+      ).toBe(401);
+      await call(`${url}/v1/businesses/biz_proc/create/webhooks`, {
+        headers,
+        body: { topic: 'messages', address: 'http://127.0.0.1:9/x' },
+      });
     } finally {
       child.kill('SIGTERM');
     }

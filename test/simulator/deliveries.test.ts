@@ -3,12 +3,24 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { DeliveryRecord, RunningSimulator, SimulatorOptions } from '../../src/simulator/index.js';
 import { retryDelayMs, withinBudget } from '../../src/simulator/retry-schedule.js';
 import { hmacBase64 } from '../helpers/signing.js';
-import { BIZ, call, inbound, register, sleep, startReceiver, withSimulator, type Receiver, type Reply } from './helpers.js';
+import {
+  BIZ,
+  call,
+  inbound,
+  register,
+  sleep,
+  startReceiver,
+  withSimulator,
+  type Receiver,
+  type Reply,
+} from './helpers.js';
 
 describe('retry schedule', () => {
   it('grows exponentially with bounded jitter, up to the cap', () => {
     const policy = { initialMs: 100, maxMs: 1000 };
-    expect([1, 2, 3, 4, 5].map((n) => retryDelayMs(n, policy, { random: () => 0.5 }))).toEqual([100, 200, 400, 800, 1000]);
+    expect([1, 2, 3, 4, 5].map((n) => retryDelayMs(n, policy, { random: () => 0.5 }))).toEqual([
+      100, 200, 400, 800, 1000,
+    ]);
     for (const random of [() => 0, () => 0.999]) {
       const delays = [1, 2, 3, 4].map((n) => retryDelayMs(n, policy, { random }));
       expect(delays[0]).toBeGreaterThanOrEqual(90);
@@ -54,7 +66,9 @@ describe('simulator: webhook delivery', () => {
   };
 
   it('retries a receiver answering 500 with growing waits until it answers 200; every attempt recorded and signed', async () => {
-    const { sim, receiver } = await setup((i) => ({ status: i < 3 ? 500 : 200 }), { delivery: { backoffInitialMs: 100, backoffMaxMs: 2000, maxAttempts: 6 } });
+    const { sim, receiver } = await setup((i) => ({ status: i < 3 ? 500 : 200 }), {
+      delivery: { backoffInitialMs: 100, backoffMaxMs: 2000, maxAttempts: 6 },
+    });
     const { eventId } = (await inbound(sim, '+15550002222')).body as { eventId: string };
     await sim.idle();
     const requests = await receiver.waitFor(4);
@@ -63,7 +77,13 @@ describe('simulator: webhook delivery', () => {
     for (const r of requests) expect(r.headers['x-service-hmac-sha256']).toBe(hmacBase64(BIZ.signingSecret, r.body));
 
     const record = await deliveryOf(sim, eventId);
-    expect(record).toMatchObject({ state: 'delivered', topic: 'messages', businessId: BIZ.id, address: `${receiver.url}/hook`, duplicateOf: null });
+    expect(record).toMatchObject({
+      state: 'delivered',
+      topic: 'messages',
+      businessId: BIZ.id,
+      address: `${receiver.url}/hook`,
+      duplicateOf: null,
+    });
     expect(record.attempts.map((a) => [a.attempt, a.status, a.error])).toEqual([
       [1, 500, null],
       [2, 500, null],
@@ -90,7 +110,9 @@ describe('simulator: webhook delivery', () => {
   });
 
   it('gives up after the attempt budget and marks the delivery failed', async () => {
-    const { sim, receiver } = await setup(() => ({ status: 503 }), { delivery: { maxAttempts: 3, backoffInitialMs: 10 } });
+    const { sim, receiver } = await setup(() => ({ status: 503 }), {
+      delivery: { maxAttempts: 3, backoffInitialMs: 10 },
+    });
     const { eventId } = (await inbound(sim, '+15550002222')).body as { eventId: string };
     await sim.idle();
     await sleep(100);
@@ -98,11 +120,15 @@ describe('simulator: webhook delivery', () => {
     const record = await deliveryOf(sim, eventId);
     expect(record.state).toBe('failed');
     expect(record.attempts.map((a) => a.status)).toEqual([503, 503, 503]);
-    expect((await call<DeliveryRecord[]>(`${sim.url}/sim/deliveries?state=failed`)).body.map((d) => d.eventId)).toEqual([eventId]);
+    expect((await call<DeliveryRecord[]>(`${sim.url}/sim/deliveries?state=failed`)).body.map((d) => d.eventId)).toEqual(
+      [eventId],
+    );
   });
 
   it('gives up after the time budget, whatever attempts remain', async () => {
-    const { sim } = await setup(() => ({ status: 500 }), { delivery: { maxAttempts: 50, backoffInitialMs: 20, backoffMaxMs: 1000, maxRetryWindowMs: 100 } });
+    const { sim } = await setup(() => ({ status: 500 }), {
+      delivery: { maxAttempts: 50, backoffInitialMs: 20, backoffMaxMs: 1000, maxRetryWindowMs: 100 },
+    });
     const { eventId } = (await inbound(sim, '+15550002222')).body as { eventId: string };
     await sim.idle();
     const record = await deliveryOf(sim, eventId);
@@ -154,14 +180,20 @@ describe('simulator: webhook delivery', () => {
     expect(forMessage.map((d) => d.status)).toEqual(['sent', 'delivered', 'read']);
     expect(forMessage.every((d) => d.topic === 'delivery_status' && d.state === 'delivered')).toBe(true);
     expect((await call<DeliveryRecord[]>(`${sim.url}/sim/deliveries?topic=messages`)).body).toHaveLength(1);
-    expect((await call<DeliveryRecord[]>(`${sim.url}/sim/deliveries?limit=2`)).body.map((d) => d.status)).toEqual(['delivered', 'read']);
+    expect((await call<DeliveryRecord[]>(`${sim.url}/sim/deliveries?limit=2`)).body.map((d) => d.status)).toEqual([
+      'delivered',
+      'read',
+    ]);
     expect((await call(`${sim.url}/sim/deliveries?limit=x`)).status).toBe(400);
     expect((await call(`${sim.url}/sim/deliveries`, { method: 'DELETE' })).status).toBe(200);
     expect((await call<DeliveryRecord[]>(`${sim.url}/sim/deliveries`)).body).toEqual([]);
   });
 
   it('bounds the deliveries in progress: over queueMax they are dropped and recorded as such', async () => {
-    const { sim, receiver } = await setup(() => ({ status: 200 }), { delivery: { queueMax: 2 }, faults: { deliveryDelayMs: 50 } });
+    const { sim, receiver } = await setup(() => ({ status: 200 }), {
+      delivery: { queueMax: 2 },
+      faults: { deliveryDelayMs: 50 },
+    });
     for (let i = 0; i < 4; i += 1) await inbound(sim, `+1555000200${i}`);
     await sim.idle();
     const states = (await call<DeliveryRecord[]>(`${sim.url}/sim/deliveries`)).body.map((d) => d.state);
@@ -170,7 +202,9 @@ describe('simulator: webhook delivery', () => {
   });
 
   it('close() cancels pending retries: nothing is sent afterwards', async () => {
-    const { sim: running, receiver } = await setup(() => ({ status: 500 }), { delivery: { backoffInitialMs: 100, maxAttempts: 10 } });
+    const { sim: running, receiver } = await setup(() => ({ status: 500 }), {
+      delivery: { backoffInitialMs: 100, maxAttempts: 10 },
+    });
     await inbound(running, '+15550002222');
     await receiver.waitFor(1);
     await running.close();

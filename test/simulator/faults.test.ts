@@ -2,7 +2,17 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { providerErrorSchema } from '../../src/contracts/index.js';
 import { NO_FAULTS, type DeliveryRecord, type RunningSimulator, type SendRecord } from '../../src/simulator/index.js';
 import { hmacBase64 } from '../helpers/signing.js';
-import { BIZ, call, inbound, register, sendText, sleep, startReceiver, withSimulator, type Receiver } from './helpers.js';
+import {
+  BIZ,
+  call,
+  inbound,
+  register,
+  sendText,
+  sleep,
+  startReceiver,
+  withSimulator,
+  type Receiver,
+} from './helpers.js';
 
 describe('simulator: /sim/faults', () => {
   let sim: RunningSimulator;
@@ -13,11 +23,23 @@ describe('simulator: /sim/faults', () => {
 
   it('starts with no faults, merges partial updates, and resets', async () => {
     expect((await call(`${sim.url}/sim/faults`)).body).toEqual(NO_FAULTS);
-    const first = await call(`${sim.url}/sim/faults`, { method: 'PUT', body: { send429Rate: 0.25, send429RetryAfterSeconds: null } });
+    const first = await call(`${sim.url}/sim/faults`, {
+      method: 'PUT',
+      body: { send429Rate: 0.25, send429RetryAfterSeconds: null },
+    });
     expect(first.status).toBe(200);
     expect(first.body).toEqual({ ...NO_FAULTS, send429Rate: 0.25, send429RetryAfterSeconds: null });
-    const second = await call(`${sim.url}/sim/faults`, { method: 'PUT', body: { sendLatencyMs: { min: 1, max: 2 }, reorderDeliveries: true } });
-    expect(second.body).toEqual({ ...NO_FAULTS, send429Rate: 0.25, send429RetryAfterSeconds: null, sendLatencyMs: { min: 1, max: 2 }, reorderDeliveries: true });
+    const second = await call(`${sim.url}/sim/faults`, {
+      method: 'PUT',
+      body: { sendLatencyMs: { min: 1, max: 2 }, reorderDeliveries: true },
+    });
+    expect(second.body).toEqual({
+      ...NO_FAULTS,
+      send429Rate: 0.25,
+      send429RetryAfterSeconds: null,
+      sendLatencyMs: { min: 1, max: 2 },
+      reorderDeliveries: true,
+    });
     expect((await call(`${sim.url}/sim/faults`)).body).toEqual(second.body);
     const reset = await call(`${sim.url}/sim/faults`, { method: 'DELETE' });
     expect(reset.body).toEqual(NO_FAULTS);
@@ -37,7 +59,10 @@ describe('simulator: /sim/faults', () => {
     [{ sendLatencyMS: { min: 0, max: 0 } }, 'sendLatencyMS'],
   ])('refuses %j with 400 naming %s, changing nothing', async (body, field) => {
     await call(`${sim.url}/sim/faults`, { method: 'PUT', body: { send5xxRate: 0.1 } });
-    const answer = await call<{ message: string; issues: { path: string }[] }>(`${sim.url}/sim/faults`, { method: 'PUT', body });
+    const answer = await call<{ message: string; issues: { path: string }[] }>(`${sim.url}/sim/faults`, {
+      method: 'PUT',
+      body,
+    });
     expect(answer.status).toBe(400);
     expect(answer.body.message).toContain(field);
     expect((await call(`${sim.url}/sim/faults`)).body).toEqual({ ...NO_FAULTS, send5xxRate: 0.1 });
@@ -80,7 +105,10 @@ describe('simulator: send faults', () => {
     const limited = await sendText(sim, '+15550002222');
     expect(limited.status).toBe(429);
     expect(limited.headers.get('retry-after')).toBe('7');
-    expect(providerErrorSchema.parse(limited.body)).toMatchObject({ code: 'ERROR_CODE_BUSINESS_REACHED_LIMITS', type: 'ERROR_TYPE_RESOURCE_EXHAUSTED' });
+    expect(providerErrorSchema.parse(limited.body)).toMatchObject({
+      code: 'ERROR_CODE_BUSINESS_REACHED_LIMITS',
+      type: 'ERROR_TYPE_RESOURCE_EXHAUSTED',
+    });
 
     await call(`${sim.url}/sim/faults`, { method: 'PUT', body: { send429RetryAfterSeconds: null } });
     const bare = await sendText(sim, '+15550002222');
@@ -107,7 +135,9 @@ describe('simulator: send faults', () => {
 
   it('applies a fault rate to about that share of the calls', async () => {
     await call(`${sim.url}/sim/faults`, { method: 'PUT', body: { send429Rate: 0.5 } });
-    const statuses = await Promise.all(Array.from({ length: 200 }, async () => (await sendText(sim, '+15550002222')).status));
+    const statuses = await Promise.all(
+      Array.from({ length: 200 }, async () => (await sendText(sim, '+15550002222')).status),
+    );
     const limited = statuses.filter((s) => s === 429).length;
     expect(limited).toBeGreaterThan(60);
     expect(limited).toBeLessThan(140);
@@ -127,7 +157,10 @@ describe('simulator: send faults', () => {
 
   it('checks the API key before injecting send faults', async () => {
     await call(`${sim.url}/sim/faults`, { method: 'PUT', body: { send5xxRate: 1 } });
-    const answer = await call(`${sim.url}/v1/businesses/${BIZ.id}/send/messages`, { headers: { 'content-type': 'application/json', 'x-api-key': 'wrong' }, body: {} });
+    const answer = await call(`${sim.url}/v1/businesses/${BIZ.id}/send/messages`, {
+      headers: { 'content-type': 'application/json', 'x-api-key': 'wrong' },
+      body: {},
+    });
     expect(answer.status).toBe(401);
   });
 });
@@ -137,7 +170,9 @@ describe('simulator: delivery faults', () => {
   let receiver: Receiver;
   beforeAll(async () => {
     // The receiver checks signatures the way an ingress does: 403 on a mismatch.
-    receiver = await startReceiver((request) => ({ status: request.headers['x-service-hmac-sha256'] === hmacBase64(BIZ.signingSecret, request.body) ? 200 : 403 }));
+    receiver = await startReceiver((request) => ({
+      status: request.headers['x-service-hmac-sha256'] === hmacBase64(BIZ.signingSecret, request.body) ? 200 : 403,
+    }));
     // The reorder window holds the four inbound calls of its test: 60 ms was too short for them on a loaded machine.
     sim = await withSimulator({ delivery: { backoffInitialMs: 40, reorderWindowMs: 1000, maxAttempts: 8 } });
     await register(sim, 'messages', `${receiver.url}/hook`);

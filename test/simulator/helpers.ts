@@ -13,7 +13,14 @@ export function fastOptions(overrides: Partial<SimulatorOptions> = {}): Simulato
     businesses: [BIZ, OTHER],
     ...overrides,
     lifecycle: { sentDelayMs: 10, deliveredDelayMs: 10, readDelayMs: 10, ...overrides.lifecycle },
-    delivery: { backoffInitialMs: 20, backoffMaxMs: 200, timeoutMs: 1000, maxAttempts: 5, reorderWindowMs: 50, ...overrides.delivery },
+    delivery: {
+      backoffInitialMs: 20,
+      backoffMaxMs: 200,
+      timeoutMs: 1000,
+      maxAttempts: 5,
+      reorderWindowMs: 50,
+      ...overrides.delivery,
+    },
   };
 }
 
@@ -43,14 +50,23 @@ export interface Receiver {
 export type Reply = { status: number; headers?: Record<string, string>; delayMs?: number } | 'hang';
 
 /** A real HTTP server on port 0 that records every request and answers as `reply` says (200 by default). */
-export async function startReceiver(reply: (request: ReceivedRequest, index: number) => Reply = () => ({ status: 200 })): Promise<Receiver> {
+export async function startReceiver(
+  reply: (request: ReceivedRequest, index: number) => Reply = () => ({ status: 200 }),
+): Promise<Receiver> {
   const requests: ReceivedRequest[] = [];
   const hanging = new Set<() => void>();
   const server: Server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
-      const received: ReceivedRequest = { method: req.method ?? '', url: req.url ?? '', headers: req.headers, rawHeaders: req.rawHeaders, body: Buffer.concat(chunks), at: Date.now() };
+      const received: ReceivedRequest = {
+        method: req.method ?? '',
+        url: req.url ?? '',
+        headers: req.headers,
+        rawHeaders: req.rawHeaders,
+        body: Buffer.concat(chunks),
+        at: Date.now(),
+      };
       const index = requests.length;
       requests.push(received);
       const answer = reply(received, index);
@@ -75,7 +91,8 @@ export async function startReceiver(reply: (request: ReceivedRequest, index: num
     async waitFor(count, timeoutMs = 5000) {
       const deadline = Date.now() + timeoutMs;
       while (requests.length < count) {
-        if (Date.now() > deadline) throw new Error(`expected ${count} requests at the receiver, got ${requests.length}`);
+        if (Date.now() > deadline)
+          throw new Error(`expected ${count} requests at the receiver, got ${requests.length}`);
         await sleep(5);
       }
       return requests.slice(0, count);
@@ -99,11 +116,18 @@ export interface Answer<T = unknown> {
 }
 
 /** One HTTP call with fetch; the body is parsed as JSON when it is JSON. */
-export async function call<T = Record<string, unknown>>(url: string, init: { method?: string; headers?: Record<string, string>; body?: unknown; rawBody?: string } = {}): Promise<Answer<T>> {
+export async function call<T = Record<string, unknown>>(
+  url: string,
+  init: { method?: string; headers?: Record<string, string>; body?: unknown; rawBody?: string } = {},
+): Promise<Answer<T>> {
   const response = await fetch(url, {
     method: init.method ?? (init.body !== undefined || init.rawBody !== undefined ? 'POST' : 'GET'),
     headers: init.headers ?? {},
-    ...(init.rawBody !== undefined ? { body: init.rawBody } : init.body !== undefined ? { body: JSON.stringify(init.body) } : {}),
+    ...(init.rawBody !== undefined
+      ? { body: init.rawBody }
+      : init.body !== undefined
+        ? { body: JSON.stringify(init.body) }
+        : {}),
   });
   const text = await response.text();
   let body: unknown = text;
@@ -120,22 +144,40 @@ export function apiHeaders(apiKey = BIZ.apiKey): Record<string, string> {
   return { 'content-type': 'application/json', accept: 'application/json', 'x-api-key': apiKey };
 }
 
-export async function sendText(sim: RunningSimulator, to: string, text = 'hello', extra: Record<string, unknown> = {}): Promise<Answer> {
+export async function sendText(
+  sim: RunningSimulator,
+  to: string,
+  text = 'hello',
+  extra: Record<string, unknown> = {},
+): Promise<Answer> {
   return call(`${sim.url}/v1/businesses/${BIZ.id}/send/messages`, {
     headers: apiHeaders(),
     body: { recipient: { channelType: 'whatsapp', id: to }, message: { text }, ...extra },
   });
 }
 
-export async function sendTemplate(sim: RunningSimulator, to: string, templateName: string, parameters: { name: string; value: string }[]): Promise<Answer> {
+export async function sendTemplate(
+  sim: RunningSimulator,
+  to: string,
+  templateName: string,
+  parameters: { name: string; value: string }[],
+): Promise<Answer> {
   return call(`${sim.url}/v1/businesses/${BIZ.id}/send/whatsapp_templated_messages`, {
     headers: apiHeaders(),
     body: { parameters, number: to, templateName },
   });
 }
 
-export async function register(sim: RunningSimulator, topic: 'messages' | 'delivery_status', address: string, business: { id: string; apiKey: string } = BIZ): Promise<Answer> {
-  return call(`${sim.url}/v1/businesses/${business.id}/create/webhooks`, { headers: apiHeaders(business.apiKey), body: { topic, address } });
+export async function register(
+  sim: RunningSimulator,
+  topic: 'messages' | 'delivery_status',
+  address: string,
+  business: { id: string; apiKey: string } = BIZ,
+): Promise<Answer> {
+  return call(`${sim.url}/v1/businesses/${business.id}/create/webhooks`, {
+    headers: apiHeaders(business.apiKey),
+    body: { topic, address },
+  });
 }
 
 export async function inbound(sim: RunningSimulator, from: string, text = 'hi'): Promise<Answer> {
@@ -143,7 +185,11 @@ export async function inbound(sim: RunningSimulator, from: string, text = 'hi'):
 }
 
 /** Polls until `check` returns a value (not undefined), or fails after `timeoutMs`. */
-export async function eventually<T>(check: () => T | undefined | Promise<T | undefined>, timeoutMs = 5000, what = 'condition'): Promise<T> {
+export async function eventually<T>(
+  check: () => T | undefined | Promise<T | undefined>,
+  timeoutMs = 5000,
+  what = 'condition',
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await check();

@@ -6,7 +6,9 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { KeepAliveConnection } from '../../src/simulator/keep-alive-connection.js';
 
 function request(path: string, body: string): Buffer {
-  return Buffer.from(`POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+  return Buffer.from(
+    `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+  );
 }
 
 // A self-signed certificate for localhost and 127.0.0.1, made for these tests only. It is valid from 2000-01-01 to
@@ -72,12 +74,17 @@ describe('keep-alive connection (load generator transport)', () => {
         res.write('part one, ');
         res.end('part two');
       } else {
-        res.writeHead(body === 'bad' ? 403 : 200, { 'content-type': 'application/json' }).end(JSON.stringify({ echo: body }));
+        res
+          .writeHead(body === 'bad' ? 403 : 200, { 'content-type': 'application/json' })
+          .end(JSON.stringify({ echo: body }));
       }
     });
     const connection = new KeepAliveConnection({ protocol: 'http:', host: '127.0.0.1', port: http.port }, 2000);
     const statuses: number[] = [];
-    for (let i = 0; i < 20; i++) statuses.push(await connection.send(request(i % 5 === 4 ? '/chunked' : '/webhooks', i === 3 ? 'bad' : `event ${i}`)));
+    for (let i = 0; i < 20; i++)
+      statuses.push(
+        await connection.send(request(i % 5 === 4 ? '/chunked' : '/webhooks', i === 3 ? 'bad' : `event ${i}`)),
+      );
     connection.close();
     expect(statuses).toEqual(Array.from({ length: 20 }, (_, i) => (i % 5 === 4 ? 503 : i === 3 ? 403 : 200)));
     expect(http.received).toEqual(Array.from({ length: 20 }, (_, i) => (i === 3 ? 'bad' : `event ${i}`)));
@@ -115,7 +122,9 @@ describe('keep-alive connection (load generator transport)', () => {
   });
 
   it('completes an answer delimited by the close of the connection', async () => {
-    const raw = await rawServer((socket) => socket.end('HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\n\r\nupstream went away'));
+    const raw = await rawServer((socket) =>
+      socket.end('HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain\r\n\r\nupstream went away'),
+    );
     const connection = new KeepAliveConnection({ protocol: 'http:', host: '127.0.0.1', port: raw.port }, 2000);
     expect(await connection.send(request('/', 'x'))).toBe(502);
     expect(await connection.send(request('/', 'y'))).toBe(502);

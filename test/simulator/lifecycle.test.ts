@@ -2,7 +2,19 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { deliveryStatusEventSchema, inboundMessageEventSchema } from '../../src/contracts/index.js';
 import type { MessageRecord, RunningSimulator } from '../../src/simulator/index.js';
 import { hmacBase64 } from '../helpers/signing.js';
-import { BIZ, call, eventually, inbound, register, sendTemplate, sendText, sleep, startReceiver, withSimulator, type Receiver } from './helpers.js';
+import {
+  BIZ,
+  call,
+  eventually,
+  inbound,
+  register,
+  sendTemplate,
+  sendText,
+  sleep,
+  startReceiver,
+  withSimulator,
+  type Receiver,
+} from './helpers.js';
 
 interface StatusEvent {
   topic: string;
@@ -27,7 +39,12 @@ describe('simulator: delivery status lifecycle', () => {
     sim = await withSimulator({
       lifecycle: { sentDelayMs: 10, deliveredDelayMs: 20, readDelayMs: 30, conversationWindowMs: WINDOW_MS },
       now: () => Date.now() + jumpedMs,
-      recipients: { notOnWhatsapp: ['+15550000404'], optedOut: ['+15550000403'], neverReads: ['+15550000202'], blocked: ['+15550000410'] },
+      recipients: {
+        notOnWhatsapp: ['+15550000404'],
+        optedOut: ['+15550000403'],
+        neverReads: ['+15550000202'],
+        blocked: ['+15550000410'],
+      },
       templates: { order_update: { variables: ['order'] }, appointment: { variables: ['name', 'date'] } },
     });
     await register(sim, 'delivery_status', `${receiver.url}/hooks/status`);
@@ -81,7 +98,14 @@ describe('simulator: delivery status lifecycle', () => {
     }
 
     const message = (await call<MessageRecord>(`${sim.url}/sim/messages/${id}`)).body;
-    expect(message).toMatchObject({ id, businessId: BIZ.id, operation: 'text', recipient: CUSTOMER, plan: 'read', status: 'read' });
+    expect(message).toMatchObject({
+      id,
+      businessId: BIZ.id,
+      operation: 'text',
+      recipient: CUSTOMER,
+      plan: 'read',
+      status: 'read',
+    });
     expect(message.history.map((h) => h.status)).toEqual(['sent', 'delivered', 'read']);
     const times = message.history.map((h) => Date.parse(h.at));
     expect(times[1]! - times[0]!).toBeGreaterThanOrEqual(15);
@@ -119,11 +143,17 @@ describe('simulator: delivery status lifecycle', () => {
     await settle();
     expect(statusEvents(plus).map((e) => e.statusUpdate.status)).toEqual(['sent', 'delivered', 'read']);
     expect(statusEvents(bare).map((e) => e.statusUpdate.status)).toEqual(['sent', 'delivered', 'read']);
-    expect(statusEvents(other).map((e) => e.statusUpdate.error?.code)).toEqual(['ERROR_CODE_MESSAGE_CUSTOMER_NO_CONVERSATION_INITIATION']);
+    expect(statusEvents(other).map((e) => e.statusUpdate.error?.code)).toEqual([
+      'ERROR_CODE_MESSAGE_CUSTOMER_NO_CONVERSATION_INITIATION',
+    ]);
     // The recipient behaviours too: +15550000404 is not on WhatsApp, written either way.
-    const template = ((await sendTemplate(sim, '15550000404', 'order_update', [{ name: 'order', value: '1' }])).body as { id: string }).id;
+    const template = (
+      (await sendTemplate(sim, '15550000404', 'order_update', [{ name: 'order', value: '1' }])).body as { id: string }
+    ).id;
     await settle();
-    expect(statusEvents(template).map((e) => e.statusUpdate.error?.code)).toEqual(['ERROR_CODE_PHONE_NUMBER_NOT_ON_WHATSAPP']);
+    expect(statusEvents(template).map((e) => e.statusUpdate.error?.code)).toEqual([
+      'ERROR_CODE_PHONE_NUMBER_NOT_ON_WHATSAPP',
+    ]);
   });
 
   it('sends a button reply: isButtonResponse, the button text, its payload in callbackData; it opens the window like a text', async () => {
@@ -153,7 +183,9 @@ describe('simulator: delivery status lifecycle', () => {
     const plain = JSON.parse(second!.body.toString('utf8')) as Record<string, unknown>;
     expect(plain.isButtonResponse).toBe(true);
     expect('callbackData' in plain).toBe(false);
-    const bad = await call<{ message: string }>(`${sim.url}/sim/businesses/${BIZ.id}/inbound`, { body: { from: customer, text: 'x', button: { payload: '' } } });
+    const bad = await call<{ message: string }>(`${sim.url}/sim/businesses/${BIZ.id}/inbound`, {
+      body: { from: customer, text: 'x', button: { payload: '' } },
+    });
     expect(bad.status).toBe(400);
     expect(bad.body.message).toBe('invalid inbound message: button.payload: a button payload must not be empty');
   });
@@ -164,8 +196,19 @@ describe('simulator: delivery status lifecycle', () => {
     const events = statusEvents(id);
     expect(events.map((e) => e.statusUpdate.status)).toEqual(['delivery_failed']);
     const error = events[0]!.statusUpdate.error!;
-    expect(Object.keys(error).sort()).toEqual(['cntTraceId', 'code', 'details', 'message', 'type', 'userMessage', 'userTitle']);
-    expect(error).toMatchObject({ code: 'ERROR_CODE_MESSAGE_CUSTOMER_NO_CONVERSATION_INITIATION', type: 'ERROR_TYPE_INVALID_REQUEST' });
+    expect(Object.keys(error).sort()).toEqual([
+      'cntTraceId',
+      'code',
+      'details',
+      'message',
+      'type',
+      'userMessage',
+      'userTitle',
+    ]);
+    expect(error).toMatchObject({
+      code: 'ERROR_CODE_MESSAGE_CUSTOMER_NO_CONVERSATION_INITIATION',
+      type: 'ERROR_TYPE_INVALID_REQUEST',
+    });
     expect(sim.message(id)).toMatchObject({ plan: 'failed', status: 'delivery_failed' });
   });
 
@@ -178,24 +221,32 @@ describe('simulator: delivery status lifecycle', () => {
     await inbound(sim, customer);
     const reopened = ((await sendText(sim, customer)).body as { id: string }).id;
     await settle();
-    expect(statusEvents(late).map((e) => [e.statusUpdate.status, e.statusUpdate.error?.code])).toEqual([['delivery_failed', 'ERROR_CODE_MESSAGE_OUTSIDE_OF_ELIGIBILITY_WINDOW']]);
+    expect(statusEvents(late).map((e) => [e.statusUpdate.status, e.statusUpdate.error?.code])).toEqual([
+      ['delivery_failed', 'ERROR_CODE_MESSAGE_OUTSIDE_OF_ELIGIBILITY_WINDOW'],
+    ]);
     expect(statusEvents(reopened).map((e) => e.statusUpdate.status)).toEqual(['sent', 'delivered', 'read']);
   });
 
   it('lets a template reach a customer without a window, and does not open one', async () => {
     const customer = '+15550005555';
-    const template = ((await sendTemplate(sim, customer, 'order_update', [{ name: 'order', value: '42' }])).body as { id: string }).id;
+    const template = (
+      (await sendTemplate(sim, customer, 'order_update', [{ name: 'order', value: '42' }])).body as { id: string }
+    ).id;
     const text = ((await sendText(sim, customer)).body as { id: string }).id;
     await settle();
     expect(statusEvents(template).map((e) => e.statusUpdate.status)).toEqual(['sent', 'delivered', 'read']);
-    expect(statusEvents(text).map((e) => e.statusUpdate.error?.code)).toEqual(['ERROR_CODE_MESSAGE_CUSTOMER_NO_CONVERSATION_INITIATION']);
+    expect(statusEvents(text).map((e) => e.statusUpdate.error?.code)).toEqual([
+      'ERROR_CODE_MESSAGE_CUSTOMER_NO_CONVERSATION_INITIATION',
+    ]);
   });
 
   it('fails an unknown template (TEMPLATE_NOT_FOUND)', async () => {
     const id = ((await sendTemplate(sim, CUSTOMER, 'no_such_template', [])).body as { id: string }).id;
     await settle();
     const events = statusEvents(id);
-    expect(events.map((e) => [e.statusUpdate.status, e.statusUpdate.error?.code])).toEqual([['delivery_failed', 'ERROR_CODE_MESSAGE_TEMPLATE_NOT_FOUND']]);
+    expect(events.map((e) => [e.statusUpdate.status, e.statusUpdate.error?.code])).toEqual([
+      ['delivery_failed', 'ERROR_CODE_MESSAGE_TEMPLATE_NOT_FOUND'],
+    ]);
     expect(events[0]!.statusUpdate.error!.message).toContain('no_such_template');
   });
 
@@ -231,7 +282,9 @@ describe('simulator: delivery status lifecycle', () => {
     const id = ((await sendTemplate(sim, CUSTOMER, 'appointment', parameters)).body as { id: string }).id;
     await settle();
     const events = statusEvents(id);
-    expect(events.map((e) => [e.statusUpdate.status, e.statusUpdate.error?.code])).toEqual([['delivery_failed', 'ERROR_CODE_MESSAGE_TEMPLATE_INPUT_INVALID']]);
+    expect(events.map((e) => [e.statusUpdate.status, e.statusUpdate.error?.code])).toEqual([
+      ['delivery_failed', 'ERROR_CODE_MESSAGE_TEMPLATE_INPUT_INVALID'],
+    ]);
     expect(events[0]!.statusUpdate.error!.message).toContain(reason);
   });
 
@@ -249,15 +302,20 @@ describe('simulator: delivery status lifecycle', () => {
   });
 
   it('applies the recipient behaviours: not on WhatsApp, opted out, never reads, blocked', async () => {
-    const send = async (to: string) => ((await sendTemplate(sim, to, 'order_update', [{ name: 'order', value: '1' }])).body as { id: string }).id;
+    const send = async (to: string) =>
+      ((await sendTemplate(sim, to, 'order_update', [{ name: 'order', value: '1' }])).body as { id: string }).id;
     const notOnWhatsapp = await send('+15550000404');
     const optedOut = await send('+15550000403');
     const neverReads = await send('+15550000202');
     const blocked = await send('+15550000410');
     await settle();
     await sleep(60); // longer than every remaining delay: nothing more may come
-    expect(statusEvents(notOnWhatsapp).map((e) => [e.statusUpdate.status, e.statusUpdate.error?.code])).toEqual([['delivery_failed', 'ERROR_CODE_PHONE_NUMBER_NOT_ON_WHATSAPP']]);
-    expect(statusEvents(optedOut).map((e) => e.statusUpdate.error?.code)).toEqual(['ERROR_CODE_MESSAGE_CUSTOMER_OPTED_OUT']);
+    expect(statusEvents(notOnWhatsapp).map((e) => [e.statusUpdate.status, e.statusUpdate.error?.code])).toEqual([
+      ['delivery_failed', 'ERROR_CODE_PHONE_NUMBER_NOT_ON_WHATSAPP'],
+    ]);
+    expect(statusEvents(optedOut).map((e) => e.statusUpdate.error?.code)).toEqual([
+      'ERROR_CODE_MESSAGE_CUSTOMER_OPTED_OUT',
+    ]);
     expect(statusEvents(neverReads).map((e) => e.statusUpdate.status)).toEqual(['sent', 'delivered']);
     expect(statusEvents(blocked).map((e) => e.statusUpdate.status)).toEqual(['sent']);
     expect(sim.message(neverReads)).toMatchObject({ plan: 'delivered_never_read', status: 'delivered' });
@@ -266,7 +324,8 @@ describe('simulator: delivery status lifecycle', () => {
 
   it('echoes callbackData of the send on its status events', async () => {
     await inbound(sim, CUSTOMER);
-    const id = ((await sendText(sim, CUSTOMER, 'with callback', { callbackData: 'order-42' })).body as { id: string }).id;
+    const id = ((await sendText(sim, CUSTOMER, 'with callback', { callbackData: 'order-42' })).body as { id: string })
+      .id;
     await settle();
     const events = statusEvents(id);
     expect(events).toHaveLength(3);
@@ -298,14 +357,21 @@ describe('simulator: delivery status lifecycle', () => {
       expect(receiver.requests.filter((r) => r.url === '/hooks/messages')).toHaveLength(1);
     } finally {
       const other = sim.webhooks(BIZ.id).find((w) => w.address.startsWith(second.url));
-      await call(`${sim.url}/v1/businesses/${BIZ.id}/webhooks/${other!.id}`, { method: 'DELETE', headers: { 'x-api-key': BIZ.apiKey } });
+      await call(`${sim.url}/v1/businesses/${BIZ.id}/webhooks/${other!.id}`, {
+        method: 'DELETE',
+        headers: { 'x-api-key': BIZ.apiKey },
+      });
       await second.close();
     }
   });
 
   it('refuses an inbound message for an unknown business or with bad fields', async () => {
-    expect((await call(`${sim.url}/sim/businesses/nope/inbound`, { body: { from: CUSTOMER, text: 'x' } })).status).toBe(404);
-    const bad = await call<{ message: string }>(`${sim.url}/sim/businesses/${BIZ.id}/inbound`, { body: { from: 'abc', text: '' } });
+    expect((await call(`${sim.url}/sim/businesses/nope/inbound`, { body: { from: CUSTOMER, text: 'x' } })).status).toBe(
+      404,
+    );
+    const bad = await call<{ message: string }>(`${sim.url}/sim/businesses/${BIZ.id}/inbound`, {
+      body: { from: 'abc', text: '' },
+    });
     expect(bad.status).toBe(400);
     expect(bad.body.message).toContain('from');
     expect(bad.body.message).toContain('text');

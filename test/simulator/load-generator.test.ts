@@ -1,7 +1,12 @@
 import { createHash } from 'node:crypto';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { main } from '../../src/cli.js';
-import { canonicalCustomerId, deliveryStatusEventSchema, detectWebhookTopic, inboundMessageEventSchema } from '../../src/contracts/index.js';
+import {
+  canonicalCustomerId,
+  deliveryStatusEventSchema,
+  detectWebhookTopic,
+  inboundMessageEventSchema,
+} from '../../src/contracts/index.js';
 import { isMsgbridgeError } from '../../src/platform/errors.js';
 import { runWebhookLoad } from '../../src/simulator/load-generator.js';
 import { hmacBase64 } from '../helpers/signing.js';
@@ -27,7 +32,12 @@ describe('webhook load generator', () => {
 
   it('sends a realistic signed mix: per inbound message, sent/delivered/read of one message id; bodies 300-600 bytes', async () => {
     receiver = await verifying();
-    const report = await runWebhookLoad({ url: `${receiver.url}/webhooks/biz_1`, signingSecret: SECRET, connections: 4, totalRequests: 80 });
+    const report = await runWebhookLoad({
+      url: `${receiver.url}/webhooks/biz_1`,
+      signingSecret: SECRET,
+      connections: 4,
+      totalRequests: 80,
+    });
     expect(report.sent).toBe(80);
     expect(report.answered).toEqual({ '200': 80 });
     expect(report.errors).toBe(0);
@@ -48,7 +58,10 @@ describe('webhook load generator', () => {
         inbound += 1;
       } else {
         const parsed = deliveryStatusEventSchema.parse(event);
-        byMessage.set(parsed.statusUpdate.id, [...(byMessage.get(parsed.statusUpdate.id) ?? []), parsed.statusUpdate.status]);
+        byMessage.set(parsed.statusUpdate.id, [
+          ...(byMessage.get(parsed.statusUpdate.id) ?? []),
+          parsed.statusUpdate.status,
+        ]);
       }
     }
     expect(inbound).toBe(20);
@@ -60,7 +73,13 @@ describe('webhook load generator', () => {
 
   it('lists every acknowledged event with its topic, Kafka key and event id (sha256 of the body)', async () => {
     receiver = await verifying((index) => (index % 5 === 0 ? 503 : undefined));
-    const report = await runWebhookLoad({ url: receiver.url, signingSecret: SECRET, connections: 2, totalRequests: 30, statusesPerInbound: 2 });
+    const report = await runWebhookLoad({
+      url: receiver.url,
+      signingSecret: SECRET,
+      connections: 2,
+      totalRequests: 30,
+      statusesPerInbound: 2,
+    });
     expect(report.answered).toEqual({ '200': 24, '503': 6 });
     expect(report.acknowledged).toHaveLength(24);
     const acknowledgedBodies = receiver.requests.filter((_, index) => index % 5 !== 0);
@@ -68,7 +87,11 @@ describe('webhook load generator', () => {
       const event = JSON.parse(r.body.toString('utf8')) as { sender: { id: string }; statusUpdate?: { id: string } };
       const topic = detectWebhookTopic(event)!;
       // The ingress keys an inbound message by its canonical customer id (no leading +).
-      return { topic, key: topic === 'messages' ? canonicalCustomerId(event.sender.id) : event.statusUpdate!.id, eventId: createHash('sha256').update(r.body).digest('hex') };
+      return {
+        topic,
+        key: topic === 'messages' ? canonicalCustomerId(event.sender.id) : event.statusUpdate!.id,
+        eventId: createHash('sha256').update(r.body).digest('hex'),
+      };
     });
     const byId = (a: { eventId: string }, b: { eventId: string }) => a.eventId.localeCompare(b.eventId);
     expect([...report.acknowledged].sort(byId)).toEqual(expected.sort(byId));
@@ -76,7 +99,13 @@ describe('webhook load generator', () => {
 
   it('posts to per-topic paths when asked', async () => {
     receiver = await verifying();
-    await runWebhookLoad({ url: `${receiver.url}/webhooks/biz_1/`, signingSecret: SECRET, connections: 1, totalRequests: 8, perTopicPaths: true });
+    await runWebhookLoad({
+      url: `${receiver.url}/webhooks/biz_1/`,
+      signingSecret: SECRET,
+      connections: 1,
+      totalRequests: 8,
+      perTopicPaths: true,
+    });
     const paths = receiver.requests.map((r) => r.url);
     expect(new Set(paths)).toEqual(new Set(['/webhooks/biz_1/messages', '/webhooks/biz_1/delivery_status']));
     for (const r of receiver.requests) {
@@ -86,13 +115,22 @@ describe('webhook load generator', () => {
 
   it('sends delivery statuses only when asked: sent/delivered/read of each message id', async () => {
     receiver = await verifying();
-    const report = await runWebhookLoad({ url: `${receiver.url}/webhooks/biz_1/delivery_status`, signingSecret: SECRET, connections: 2, totalRequests: 30, statusesOnly: true });
+    const report = await runWebhookLoad({
+      url: `${receiver.url}/webhooks/biz_1/delivery_status`,
+      signingSecret: SECRET,
+      connections: 2,
+      totalRequests: 30,
+      statusesOnly: true,
+    });
     expect(report.answered).toEqual({ '200': 30 });
     const byMessage = new Map<string, string[]>();
     for (const r of receiver.requests) {
       expect(r.url).toBe('/webhooks/biz_1/delivery_status');
       const parsed = deliveryStatusEventSchema.parse(JSON.parse(r.body.toString('utf8')));
-      byMessage.set(parsed.statusUpdate.id, [...(byMessage.get(parsed.statusUpdate.id) ?? []), parsed.statusUpdate.status]);
+      byMessage.set(parsed.statusUpdate.id, [
+        ...(byMessage.get(parsed.statusUpdate.id) ?? []),
+        parsed.statusUpdate.status,
+      ]);
     }
     expect(byMessage.size).toBe(10);
     for (const statuses of byMessage.values()) expect(statuses.sort()).toEqual(['delivered', 'read', 'sent']);
@@ -101,8 +139,21 @@ describe('webhook load generator', () => {
   it('asks for gzip answers as the provider does, or not when told', async () => {
     receiver = await verifying();
     await runWebhookLoad({ url: receiver.url, signingSecret: SECRET, connections: 1, totalRequests: 3 });
-    await runWebhookLoad({ url: receiver.url, signingSecret: SECRET, connections: 1, totalRequests: 3, acceptEncoding: 'none' });
-    expect(receiver.requests.map((r) => r.headers['accept-encoding'] ?? 'absent')).toEqual(['gzip', 'gzip', 'gzip', 'absent', 'absent', 'absent']);
+    await runWebhookLoad({
+      url: receiver.url,
+      signingSecret: SECRET,
+      connections: 1,
+      totalRequests: 3,
+      acceptEncoding: 'none',
+    });
+    expect(receiver.requests.map((r) => r.headers['accept-encoding'] ?? 'absent')).toEqual([
+      'gzip',
+      'gzip',
+      'gzip',
+      'absent',
+      'absent',
+      'absent',
+    ]);
   });
 
   it('stops after the duration and reports latency percentiles in order', async () => {
@@ -121,7 +172,13 @@ describe('webhook load generator', () => {
 
   it('keeps to the requested rate', async () => {
     receiver = await verifying();
-    const report = await runWebhookLoad({ url: receiver.url, signingSecret: SECRET, connections: 4, durationMs: 300, ratePerSecond: 50 });
+    const report = await runWebhookLoad({
+      url: receiver.url,
+      signingSecret: SECRET,
+      connections: 4,
+      durationMs: 300,
+      ratePerSecond: 50,
+    });
     // Request i is due at i/rate: at most 15 fit in 300 ms (plus the one due at 0).
     expect(report.sent).toBeLessThanOrEqual(16);
     expect(report.sent).toBeGreaterThanOrEqual(2);
@@ -144,10 +201,38 @@ describe('webhook load generator', () => {
       [{ url: 'nope', signingSecret: SECRET, connections: 1, totalRequests: 1 }, 'url'],
       [{ url: 'http://127.0.0.1:9', signingSecret: SECRET, connections: 0, totalRequests: 1 }, 'connections'],
       [{ url: 'http://127.0.0.1:9', signingSecret: SECRET, connections: 1 }, 'durationMs or totalRequests'],
-      [{ url: 'http://127.0.0.1:9', signingSecret: SECRET, connections: 1, totalRequests: 1, bodyBytes: { min: 500, max: 100 } }, 'bodyBytes'],
+      [
+        {
+          url: 'http://127.0.0.1:9',
+          signingSecret: SECRET,
+          connections: 1,
+          totalRequests: 1,
+          bodyBytes: { min: 500, max: 100 },
+        },
+        'bodyBytes',
+      ],
       [{ url: 'http://127.0.0.1:9', signingSecret: '', connections: 1, totalRequests: 1 }, 'signingSecret'],
-      [{ url: 'http://127.0.0.1:9', signingSecret: SECRET, connections: 1, totalRequests: 1, statusesOnly: true, statusesPerInbound: 0 }, 'statusesOnly'],
-      [{ url: 'http://127.0.0.1:9', signingSecret: SECRET, connections: 1, totalRequests: 1, acceptEncoding: 'br' as 'gzip' }, 'acceptEncoding'],
+      [
+        {
+          url: 'http://127.0.0.1:9',
+          signingSecret: SECRET,
+          connections: 1,
+          totalRequests: 1,
+          statusesOnly: true,
+          statusesPerInbound: 0,
+        },
+        'statusesOnly',
+      ],
+      [
+        {
+          url: 'http://127.0.0.1:9',
+          signingSecret: SECRET,
+          connections: 1,
+          totalRequests: 1,
+          acceptEncoding: 'br' as 'gzip',
+        },
+        'acceptEncoding',
+      ],
     ];
     for (const [options, name] of cases) {
       const error = await runWebhookLoad(options).catch((e: unknown) => e);
@@ -164,7 +249,20 @@ describe('webhook load generator', () => {
       return true;
     });
     vi.spyOn(process.stderr, 'write').mockImplementation(() => true);
-    const code = await main(['node', 'msgbridge', 'load', '--url', `${receiver.url}/webhooks/biz_1`, '--secret', SECRET, '--total', '8', '--connections', '2', '--json']);
+    const code = await main([
+      'node',
+      'msgbridge',
+      'load',
+      '--url',
+      `${receiver.url}/webhooks/biz_1`,
+      '--secret',
+      SECRET,
+      '--total',
+      '8',
+      '--connections',
+      '2',
+      '--json',
+    ]);
     expect(code).toBe(0);
     const report = JSON.parse(out.join('')) as { sent: number; answered: Record<string, number>; acknowledged: number };
     expect(report).toMatchObject({ sent: 8, answered: { '200': 8 }, acknowledged: 8 });

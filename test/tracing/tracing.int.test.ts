@@ -41,17 +41,28 @@ interface ExportedSpan {
 }
 
 type AnyValue = { stringValue?: string; intValue?: number | string; boolValue?: boolean; doubleValue?: number };
-const valueOf = (v: AnyValue): unknown => v.stringValue ?? (v.intValue !== undefined ? Number(v.intValue) : (v.boolValue ?? v.doubleValue));
-const attributesOf = (list: { key: string; value: AnyValue }[] | undefined) => Object.fromEntries((list ?? []).map((a) => [a.key, valueOf(a.value)]));
+const valueOf = (v: AnyValue): unknown =>
+  v.stringValue ?? (v.intValue !== undefined ? Number(v.intValue) : (v.boolValue ?? v.doubleValue));
+const attributesOf = (list: { key: string; value: AnyValue }[] | undefined) =>
+  Object.fromEntries((list ?? []).map((a) => [a.key, valueOf(a.value)]));
 
 /** An OTLP/HTTP receiver of JSON trace exports: every span it was sent, with its service. */
-async function startOtlpReceiver(): Promise<{ url: string; spans: ExportedSpan[]; requests: number; close(): Promise<void> }> {
+async function startOtlpReceiver(): Promise<{
+  url: string;
+  spans: ExportedSpan[];
+  requests: number;
+  close(): Promise<void>;
+}> {
   const spans: ExportedSpan[] = [];
   const state = { requests: 0 };
   const server: Server = createServer((req, res) => {
     void readBody(req).then((body) => {
       state.requests++;
-      if (req.method !== 'POST' || req.url !== '/v1/traces' || !String(req.headers['content-type']).startsWith('application/json')) {
+      if (
+        req.method !== 'POST' ||
+        req.url !== '/v1/traces' ||
+        !String(req.headers['content-type']).startsWith('application/json')
+      ) {
         res.writeHead(400).end();
         return;
       }
@@ -59,7 +70,10 @@ async function startOtlpReceiver(): Promise<{ url: string; spans: ExportedSpan[]
         resourceSpans: {
           resource: { attributes: { key: string; value: AnyValue }[] };
           scopeSpans: {
-            spans: (Omit<ExportedSpan, 'service' | 'attributes' | 'links'> & { attributes?: { key: string; value: AnyValue }[]; links?: { traceId: string; spanId: string }[] })[];
+            spans: (Omit<ExportedSpan, 'service' | 'attributes' | 'links'> & {
+              attributes?: { key: string; value: AnyValue }[];
+              links?: { traceId: string; spanId: string }[];
+            })[];
           }[];
         }[];
       };
@@ -102,15 +116,20 @@ async function readBody(req: IncomingMessage): Promise<Buffer> {
 }
 
 /** The simulator behind a proxy that records the traceparent of every provider call. */
-async function startRecordingProxy(target: string): Promise<{ url: string; traceparents: (string | undefined)[]; close(): Promise<void> }> {
+async function startRecordingProxy(
+  target: string,
+): Promise<{ url: string; traceparents: (string | undefined)[]; close(): Promise<void> }> {
   const traceparents: (string | undefined)[] = [];
   const server = createServer((req, res) => {
     void readBody(req).then(async (body) => {
       traceparents.push(req.headers.traceparent as string | undefined);
       const headers: Record<string, string> = {};
-      for (const name of ['x-api-key', 'content-type', 'accept']) if (typeof req.headers[name] === 'string') headers[name] = req.headers[name];
+      for (const name of ['x-api-key', 'content-type', 'accept'])
+        if (typeof req.headers[name] === 'string') headers[name] = req.headers[name];
       const answer = await fetch(`${target}${req.url}`, { method: req.method, headers, body });
-      res.writeHead(answer.status, { 'content-type': answer.headers.get('content-type') ?? 'application/json' }).end(Buffer.from(await answer.arrayBuffer()));
+      res
+        .writeHead(answer.status, { 'content-type': answer.headers.get('content-type') ?? 'application/json' })
+        .end(Buffer.from(await answer.arrayBuffer()));
     });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -154,7 +173,15 @@ describe('tracing across the roles', () => {
     await withAdmin((admin) =>
       ensureTopics(
         admin,
-        [topics.messages, topics.deliveryStatus, topics.webhooksDlq, topics.sendRequests, topics.sendResults, topics.sendRequestsDlq, topics.sendLedger].map((topic) => ({
+        [
+          topics.messages,
+          topics.deliveryStatus,
+          topics.webhooksDlq,
+          topics.sendRequests,
+          topics.sendResults,
+          topics.sendRequestsDlq,
+          topics.sendLedger,
+        ].map((topic) => ({
           topic,
           partitions: 3,
           replicationFactor: 1,
@@ -162,7 +189,12 @@ describe('tracing across the roles', () => {
       ),
     );
     receiver = await startOtlpReceiver();
-    simulator = await startSimulator({ host: '127.0.0.1', port: 0, businesses: [BIZ], logger: testLogger('simulator') });
+    simulator = await startSimulator({
+      host: '127.0.0.1',
+      port: 0,
+      businesses: [BIZ],
+      logger: testLogger('simulator'),
+    });
     proxy = await startRecordingProxy(simulator.url);
     config = loadConfig({
       env: {},
@@ -171,7 +203,14 @@ describe('tracing across the roles', () => {
         businesses: [{ id: BIZ.id, signingSecrets: [BIZ.signingSecret], apiKey: BIZ.apiKey }],
         provider: { url: proxy.url },
         ingress: { host: '127.0.0.1', port: 0, adminHost: '127.0.0.1', adminPort: 0 },
-        sender: { groupId: `tc-sender-${id}`, stateDir: join(tmpdir(), 'msgbridge-test-state', `tracing-sender-${id}`), adminHost: '127.0.0.1', adminPort: 0, backoffInitialMs: 20, backoffMaxMs: 200 },
+        sender: {
+          groupId: `tc-sender-${id}`,
+          stateDir: join(tmpdir(), 'msgbridge-test-state', `tracing-sender-${id}`),
+          adminHost: '127.0.0.1',
+          adminPort: 0,
+          backoffInitialMs: 20,
+          backoffMaxMs: 200,
+        },
         tracker: {
           groupId: `tc-tracker-${id}`,
           transactionalIdPrefix: `tc-tx-${id}`,
@@ -202,7 +241,13 @@ describe('tracing across the roles', () => {
     // The producing service's span, as `msgbridge send` writes it.
     const origin = `00-${randomBytes(16).toString('hex')}-${randomBytes(8).toString('hex')}-01`;
     const trace = parts(origin).traceId;
-    await produceRequests(topics.sendRequests, [{ key: '+15550002222', value: textRequest('tc-1', '+15550002222', 'hi', { businessId: BIZ.id }), headers: { traceparent: origin } }]);
+    await produceRequests(topics.sendRequests, [
+      {
+        key: '+15550002222',
+        value: textRequest('tc-1', '+15550002222', 'hi', { businessId: BIZ.id }),
+        headers: { traceparent: origin },
+      },
+    ]);
 
     const [result] = await consumeRecords(topics.sendResults, 1, { timeoutMs: 60_000 });
     const accepted = JSON.parse(result!.value.toString()) as { outcome: string; messageId: string };
@@ -216,14 +261,22 @@ describe('tracing across the roles', () => {
     const providerCall = parts(proxy.traceparents[0]!);
     expect(providerCall.traceId).toBe(trace);
 
-    // The tracker has the accepted result before any status (a status first is merged later, and has no result to link to yet).
-    await until('the accepted state', async () => (await latestByKey(topics.messageState, 300)).latest.get(accepted.messageId)?.requestId === 'tc-1');
+    // The tracker has the accepted result before any status (a status first is merged later, and has no result to link
+    // to yet).
+    await until(
+      'the accepted state',
+      async () => (await latestByKey(topics.messageState, 300)).latest.get(accepted.messageId)?.requestId === 'tc-1',
+    );
 
     // A provider that propagates the trace context of the send into its status webhook, and one that does not.
     const delivered = statusEvent(accepted.messageId, 'delivered', { timestamp: '1700000002' });
     const read = statusEvent(accepted.messageId, 'read', { timestamp: '1700000003' });
     const post = (body: string, extra: Record<string, string>) =>
-      fetch(`${ingress!.address}/webhooks/${BIZ.id}/delivery_status`, { method: 'POST', body, headers: signedHeaders(BIZ.signingSecret, body, extra) });
+      fetch(`${ingress!.address}/webhooks/${BIZ.id}/delivery_status`, {
+        method: 'POST',
+        body,
+        headers: signedHeaders(BIZ.signingSecret, body, extra),
+      });
     expect((await post(delivered, { traceparent: proxy.traceparents[0]! })).status).toBe(200);
     expect((await post(read, {})).status).toBe(200);
 
@@ -235,7 +288,10 @@ describe('tracing across the roles', () => {
     const readTrace = parts(readRecord.headers.traceparent!).traceId;
     expect(readTrace).not.toBe(trace);
 
-    await until('the read state', async () => (await latestByKey(topics.messageState, 300)).latest.get(accepted.messageId)?.status === 'read');
+    await until(
+      'the read state',
+      async () => (await latestByKey(topics.messageState, 300)).latest.get(accepted.messageId)?.status === 'read',
+    );
 
     // Drains flush the spans (bounded); then every span is in the receiver.
     await Promise.all([ingress!.drain(), sender!.drain(), tracker!.drain()]);
@@ -248,8 +304,15 @@ describe('tracing across the roles', () => {
     };
 
     // Sender: process (child of the request's span) → provider call (client) and the result's send (producer).
-    const process = one((s) => s.service === 'msgbridge-sender' && s.kind === SPAN_KIND.consumer, 'the sender’s process span');
-    expect(process).toMatchObject({ traceId: trace, parentSpanId: parts(origin).spanId, name: `process ${topics.sendRequests}` });
+    const process = one(
+      (s) => s.service === 'msgbridge-sender' && s.kind === SPAN_KIND.consumer,
+      'the sender’s process span',
+    );
+    expect(process).toMatchObject({
+      traceId: trace,
+      parentSpanId: parts(origin).spanId,
+      name: `process ${topics.sendRequests}`,
+    });
     expect(process.attributes).toMatchObject({
       'messaging.system': 'kafka',
       'messaging.operation.type': 'process',
@@ -259,12 +322,29 @@ describe('tracing across the roles', () => {
     });
     expect(process.links).toEqual([{ traceId: trace, spanId: parts(origin).spanId }]);
     const call = one((s) => s.service === 'msgbridge-sender' && s.kind === SPAN_KIND.client, 'the provider call');
-    expect(call).toMatchObject({ traceId: trace, parentSpanId: process.spanId, spanId: providerCall.spanId, name: 'POST' });
-    expect(call.attributes).toMatchObject({ 'http.request.method': 'POST', 'http.response.status_code': 200, 'server.address': '127.0.0.1' });
+    expect(call).toMatchObject({
+      traceId: trace,
+      parentSpanId: process.spanId,
+      spanId: providerCall.spanId,
+      name: 'POST',
+    });
+    expect(call.attributes).toMatchObject({
+      'http.request.method': 'POST',
+      'http.response.status_code': 200,
+      'server.address': '127.0.0.1',
+    });
     expect(call.attributes['url.full']).toBe(`${proxy.url}/v1/businesses/${BIZ.id}/send/messages`);
     expect(JSON.stringify(call)).not.toContain(BIZ.apiKey);
-    const resultSend = one((s) => s.service === 'msgbridge-sender' && s.kind === SPAN_KIND.producer, 'the result’s producer span');
-    expect(resultSend).toMatchObject({ traceId: trace, parentSpanId: process.spanId, spanId: resultParent.spanId, name: `send ${topics.sendResults}` });
+    const resultSend = one(
+      (s) => s.service === 'msgbridge-sender' && s.kind === SPAN_KIND.producer,
+      'the result’s producer span',
+    );
+    expect(resultSend).toMatchObject({
+      traceId: trace,
+      parentSpanId: process.spanId,
+      spanId: resultParent.spanId,
+      name: `send ${topics.sendResults}`,
+    });
     expect(resultSend.attributes).toMatchObject({
       'messaging.system': 'kafka',
       'messaging.operation.type': 'send',
@@ -276,8 +356,15 @@ describe('tracing across the roles', () => {
     const webhooks = spans.filter((s) => s.service === 'msgbridge-ingress' && s.kind === SPAN_KIND.server);
     expect(webhooks).toHaveLength(2);
     const deliveredHook = webhooks.find((s) => s.traceId === trace)!;
-    expect(deliveredHook).toMatchObject({ parentSpanId: providerCall.spanId, name: 'POST /webhooks/{businessId}/{topic}' });
-    expect(deliveredHook.attributes).toMatchObject({ 'http.request.method': 'POST', 'http.route': '/webhooks/{businessId}/{topic}', 'http.response.status_code': 200 });
+    expect(deliveredHook).toMatchObject({
+      parentSpanId: providerCall.spanId,
+      name: 'POST /webhooks/{businessId}/{topic}',
+    });
+    expect(deliveredHook.attributes).toMatchObject({
+      'http.request.method': 'POST',
+      'http.route': '/webhooks/{businessId}/{topic}',
+      'http.response.status_code': 200,
+    });
     const readHook = webhooks.find((s) => s.traceId === readTrace)!;
     expect(readHook.parentSpanId).toBe('');
     for (const [hook, record] of [
@@ -285,8 +372,16 @@ describe('tracing across the roles', () => {
       [readHook, readRecord],
     ] as const) {
       const send = byId.get(parts(record.headers.traceparent!).spanId)!;
-      expect(send).toMatchObject({ service: 'msgbridge-ingress', kind: SPAN_KIND.producer, parentSpanId: hook.spanId, name: `send ${topics.deliveryStatus}` });
-      expect(send.attributes).toMatchObject({ 'messaging.destination.name': topics.deliveryStatus, 'messaging.kafka.message.key': accepted.messageId });
+      expect(send).toMatchObject({
+        service: 'msgbridge-ingress',
+        kind: SPAN_KIND.producer,
+        parentSpanId: hook.spanId,
+        name: `send ${topics.deliveryStatus}`,
+      });
+      expect(send.attributes).toMatchObject({
+        'messaging.destination.name': topics.deliveryStatus,
+        'messaging.kafka.message.key': accepted.messageId,
+      });
     }
 
     // Tracker: one span per state change, a child of the record that caused it and linked to it;
@@ -295,14 +390,29 @@ describe('tracing across the roles', () => {
     expect(changes).toHaveLength(3);
     const resultLink = { traceId: trace, spanId: resultParent.spanId };
     const ofResult = changes.find((s) => s.name === `process ${topics.sendResults}`)!;
-    expect(ofResult).toMatchObject({ traceId: trace, parentSpanId: resultParent.spanId, kind: SPAN_KIND.consumer, links: [resultLink] });
+    expect(ofResult).toMatchObject({
+      traceId: trace,
+      parentSpanId: resultParent.spanId,
+      kind: SPAN_KIND.consumer,
+      links: [resultLink],
+    });
     const ofDelivered = changes.find((s) => s.parentSpanId === parts(deliveredRecord.headers.traceparent!).spanId)!;
     expect(ofDelivered).toMatchObject({ traceId: trace, name: `process ${topics.deliveryStatus}` });
-    expect(ofDelivered.links).toEqual([{ traceId: trace, spanId: parts(deliveredRecord.headers.traceparent!).spanId }, resultLink]);
+    expect(ofDelivered.links).toEqual([
+      { traceId: trace, spanId: parts(deliveredRecord.headers.traceparent!).spanId },
+      resultLink,
+    ]);
     const ofRead = changes.find((s) => s.parentSpanId === parts(readRecord.headers.traceparent!).spanId)!;
     expect(ofRead.traceId).toBe(readTrace);
-    expect(ofRead.links).toEqual([{ traceId: readTrace, spanId: parts(readRecord.headers.traceparent!).spanId }, resultLink]);
-    expect(ofRead.attributes).toMatchObject({ 'msgbridge.state_topic': topics.messageState, 'msgbridge.state_key': accepted.messageId, 'messaging.consumer.group.name': `tc-tracker-${id}` });
+    expect(ofRead.links).toEqual([
+      { traceId: readTrace, spanId: parts(readRecord.headers.traceparent!).spanId },
+      resultLink,
+    ]);
+    expect(ofRead.attributes).toMatchObject({
+      'msgbridge.state_topic': topics.messageState,
+      'msgbridge.state_key': accepted.messageId,
+      'messaging.consumer.group.name': `tc-tracker-${id}`,
+    });
 
     // The whole send: every span of its trace is connected to the producing service's span.
     const sendTrace = spans.filter((s) => s.traceId === trace);
@@ -311,7 +421,9 @@ describe('tracing across the roles', () => {
       while (at && at.parentSpanId !== parts(origin).spanId) at = byId.get(at.parentSpanId);
       expect(at, `${s.service} ${s.name} reaches the request's span`).toBeDefined();
     }
-    expect(new Set(sendTrace.map((s) => s.service))).toEqual(new Set(['msgbridge-sender', 'msgbridge-ingress', 'msgbridge-tracker']));
+    expect(new Set(sendTrace.map((s) => s.service))).toEqual(
+      new Set(['msgbridge-sender', 'msgbridge-ingress', 'msgbridge-tracker']),
+    );
   }, 90_000);
 
   it('off, the ingress passes the provider’s traceparent through unchanged and adds none', async () => {
@@ -324,7 +436,11 @@ describe('tracing across the roles', () => {
         [withParent, { traceparent: incoming }],
         [without, {}],
       ] as const) {
-        const res = await fetch(`${off.address}/webhooks/${BIZ.id}/delivery_status`, { method: 'POST', body, headers: signedHeaders(BIZ.signingSecret, body, extra) });
+        const res = await fetch(`${off.address}/webhooks/${BIZ.id}/delivery_status`, {
+          method: 'POST',
+          body,
+          headers: signedHeaders(BIZ.signingSecret, body, extra),
+        });
         expect(res.status).toBe(200);
       }
       const records = await consumeRecords(topics.deliveryStatus, 4, { timeoutMs: 30_000 });

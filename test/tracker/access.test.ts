@@ -1,5 +1,14 @@
 import { describe, expect, it } from 'vitest';
-import { allows, authenticate, bearerToken, maskJson, maskPhone, matchToken, sha256Hex, type AccessToken } from '../../src/tracker/access.js';
+import {
+  allows,
+  authenticate,
+  bearerToken,
+  maskJson,
+  maskPhone,
+  matchToken,
+  sha256Hex,
+  type AccessToken,
+} from '../../src/tracker/access.js';
 import { accessTokensFileSchema } from '../../src/config/schema.js';
 import { loadConfig } from '../../src/config/load.js';
 
@@ -30,20 +39,35 @@ describe('tracker access (pure)', () => {
   });
 
   it('authenticates by token, else by the trusted proxy header when configured; says why not', () => {
-    expect(authenticate({ authorization: 'Bearer read-secret' }, { tokens })).toEqual({ ok: true, caller: { name: 'support-1', role: 'read', via: 'token' } });
+    expect(authenticate({ authorization: 'Bearer read-secret' }, { tokens })).toEqual({
+      ok: true,
+      caller: { name: 'support-1', role: 'read', via: 'token' },
+    });
     expect(authenticate({ authorization: 'Bearer nope' }, { tokens })).toEqual({ ok: false, reason: 'unknown' });
     expect(authenticate({ authorization: 'Token x' }, { tokens })).toEqual({ ok: false, reason: 'malformed' });
     expect(authenticate({}, { tokens })).toEqual({ ok: false, reason: 'missing' });
-    expect(authenticate({ authorization: 'Bearer read-secret' }, { tokens: [] })).toEqual({ ok: false, reason: 'unknown' });
+    expect(authenticate({ authorization: 'Bearer read-secret' }, { tokens: [] })).toEqual({
+      ok: false,
+      reason: 'unknown',
+    });
     expect(authenticate({}, { tokens: [] })).toEqual({ ok: false, reason: 'none_configured' });
     // The proxy header counts only when configured.
     expect(authenticate({ 'x-forwarded-user': 'alice' }, { tokens })).toEqual({ ok: false, reason: 'missing' });
     const proxy = { tokens, trustedUserHeader: 'x-forwarded-user', trustedOperators: ['bob'] };
-    expect(authenticate({ 'x-forwarded-user': 'alice' }, proxy)).toEqual({ ok: true, caller: { name: 'alice', role: 'read', via: 'proxy' } });
-    expect(authenticate({ 'x-forwarded-user': 'bob' }, proxy)).toEqual({ ok: true, caller: { name: 'bob', role: 'operator', via: 'proxy' } });
+    expect(authenticate({ 'x-forwarded-user': 'alice' }, proxy)).toEqual({
+      ok: true,
+      caller: { name: 'alice', role: 'read', via: 'proxy' },
+    });
+    expect(authenticate({ 'x-forwarded-user': 'bob' }, proxy)).toEqual({
+      ok: true,
+      caller: { name: 'bob', role: 'operator', via: 'proxy' },
+    });
     expect(authenticate({ 'x-forwarded-user': '  ' }, proxy)).toEqual({ ok: false, reason: 'missing' });
     // A wrong token is not rescued by the header.
-    expect(authenticate({ authorization: 'Bearer nope', 'x-forwarded-user': 'bob' }, proxy)).toEqual({ ok: false, reason: 'unknown' });
+    expect(authenticate({ authorization: 'Bearer nope', 'x-forwarded-user': 'bob' }, proxy)).toEqual({
+      ok: false,
+      reason: 'unknown',
+    });
   });
 
   it('operators do everything, readers only read', () => {
@@ -61,18 +85,36 @@ describe('tracker access (pure)', () => {
     expect(maskPhone('not-a-number')).toBe('•••mber');
     // Idempotent: another member's masked answer is masked again on the way out.
     expect(maskPhone(maskPhone('+15550002222'))).toBe('+1555•••2222');
-    expect(maskJson(maskJson({ recipient: '+15550002222', note: 'to +15550002222' }))).toEqual({ recipient: '+1555•••2222', note: 'to +1555•••2222' });
+    expect(maskJson(maskJson({ recipient: '+15550002222', note: 'to +15550002222' }))).toEqual({
+      recipient: '+1555•••2222',
+      note: 'to +1555•••2222',
+    });
   });
 
   it('masks every phone number of an answer: known fields, parties, and numbers in text; ids and times stay', () => {
-    const state = { messageId: 'wamid.01J9', recipient: '+15550002222', error: { message: 'number +15550002222 is not on WhatsApp', cntTraceId: 'abc123' }, events: 3 };
-    expect(maskJson(state)).toEqual({ messageId: 'wamid.01J9', recipient: '+1555•••2222', error: { message: 'number +1555•••2222 is not on WhatsApp', cntTraceId: 'abc123' }, events: 3 });
-    expect(maskJson({ key: 'biz_1:+15550003333', timestamp: '1700000001', sender: { id: '15550003333', name: 'Ann' } })).toEqual({
+    const state = {
+      messageId: 'wamid.01J9',
+      recipient: '+15550002222',
+      error: { message: 'number +15550002222 is not on WhatsApp', cntTraceId: 'abc123' },
+      events: 3,
+    };
+    expect(maskJson(state)).toEqual({
+      messageId: 'wamid.01J9',
+      recipient: '+1555•••2222',
+      error: { message: 'number +1555•••2222 is not on WhatsApp', cntTraceId: 'abc123' },
+      events: 3,
+    });
+    expect(
+      maskJson({ key: 'biz_1:+15550003333', timestamp: '1700000001', sender: { id: '15550003333', name: 'Ann' } }),
+    ).toEqual({
       key: 'biz_1:+1555•••3333',
       timestamp: '1700000001',
       sender: { id: '1555•••3333', name: 'Ann' },
     });
-    expect(maskJson({ messages: [{ recipient: null }], next: null })).toEqual({ messages: [{ recipient: null }], next: null });
+    expect(maskJson({ messages: [{ recipient: null }], next: null })).toEqual({
+      messages: [{ recipient: null }],
+      next: null,
+    });
   });
 
   it("a request's content: +digits in its text masked like any text, a parameter whose value is a phone number masked whole; other values stay", () => {
@@ -100,11 +142,15 @@ describe('tracker access (pure)', () => {
         },
       },
     });
-    expect(maskJson(maskJson({ parameters: content.parameters }))).toEqual(maskJson({ parameters: content.parameters }));
+    expect(maskJson(maskJson({ parameters: content.parameters }))).toEqual(
+      maskJson({ parameters: content.parameters }),
+    );
   });
 
   it('the tokens file: names unique, digests not tokens', () => {
-    expect(accessTokensFileSchema.safeParse([{ name: 'a', role: 'read', sha256: sha256Hex('x').toUpperCase() }])).toMatchObject({ success: true, data: [{ sha256: sha256Hex('x') }] });
+    expect(
+      accessTokensFileSchema.safeParse([{ name: 'a', role: 'read', sha256: sha256Hex('x').toUpperCase() }]),
+    ).toMatchObject({ success: true, data: [{ sha256: sha256Hex('x') }] });
     const twice = accessTokensFileSchema.safeParse([
       { name: 'a', role: 'read', sha256: sha256Hex('x') },
       { name: 'a', role: 'operator', sha256: sha256Hex('y') },
@@ -113,17 +159,39 @@ describe('tracker access (pure)', () => {
     expect(twice.error?.issues[0]?.message).toMatch(/names two tokens/);
     const plain = accessTokensFileSchema.safeParse([{ name: 'a', role: 'read', sha256: 'my-token' }]);
     expect(plain.error?.issues[0]?.message).toMatch(/never the token itself/);
-    expect(accessTokensFileSchema.safeParse([{ name: 'a', role: 'admin', sha256: sha256Hex('x') }]).success).toBe(false);
+    expect(accessTokensFileSchema.safeParse([{ name: 'a', role: 'admin', sha256: sha256Hex('x') }]).success).toBe(
+      false,
+    );
   });
 
   it('the configuration: defaults closed, a token configured as itself is refused naming the field, the tokens file from its variable', () => {
     const defaults = loadConfig({ env: {} }).tracker;
-    expect(defaults).toMatchObject({ accessTokens: [], accessTokensFile: null, trustedUserHeader: null, trustedUserOperators: [], maskRecipients: false });
-    expect(() => loadConfig({ env: { MSGBRIDGE__tracker__accessTokens: JSON.stringify([{ name: 'a', role: 'read', sha256: 'my-secret-token' }]) } })).toThrow(
-      /tracker\.accessTokens\.0\.sha256: expected the hex SHA-256 of the token/,
-    );
-    expect(() => loadConfig({ env: { MSGBRIDGE__tracker__accessTokens: JSON.stringify([{ name: 'a', role: 'read', sha256: 'my-secret-token' }]) } })).not.toThrow(/my-secret-token/);
-    expect(loadConfig({ env: { MSGBRIDGE_TRACKER_TOKENS_FILE: '/etc/msgbridge/tokens.json' } }).tracker.accessTokensFile).toBe('/etc/msgbridge/tokens.json');
-    expect(loadConfig({ env: { MSGBRIDGE__tracker__trustedUserHeader: 'X-Forwarded-User' } }).tracker.trustedUserHeader).toBe('x-forwarded-user');
+    expect(defaults).toMatchObject({
+      accessTokens: [],
+      accessTokensFile: null,
+      trustedUserHeader: null,
+      trustedUserOperators: [],
+      maskRecipients: false,
+    });
+    expect(() =>
+      loadConfig({
+        env: {
+          MSGBRIDGE__tracker__accessTokens: JSON.stringify([{ name: 'a', role: 'read', sha256: 'my-secret-token' }]),
+        },
+      }),
+    ).toThrow(/tracker\.accessTokens\.0\.sha256: expected the hex SHA-256 of the token/);
+    expect(() =>
+      loadConfig({
+        env: {
+          MSGBRIDGE__tracker__accessTokens: JSON.stringify([{ name: 'a', role: 'read', sha256: 'my-secret-token' }]),
+        },
+      }),
+    ).not.toThrow(/my-secret-token/);
+    expect(
+      loadConfig({ env: { MSGBRIDGE_TRACKER_TOKENS_FILE: '/etc/msgbridge/tokens.json' } }).tracker.accessTokensFile,
+    ).toBe('/etc/msgbridge/tokens.json');
+    expect(
+      loadConfig({ env: { MSGBRIDGE__tracker__trustedUserHeader: 'X-Forwarded-User' } }).tracker.trustedUserHeader,
+    ).toBe('x-forwarded-user');
   });
 });

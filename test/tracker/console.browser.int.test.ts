@@ -23,7 +23,10 @@ import { TEST_ACCESS_TOKENS, TEST_TOKENS } from './harness.js';
  * written to docs/console/*.png (from Chromium); with MSGBRIDGE_CONSOLE_SHOTS_DIR=<dir>, the
  * conversation of both browsers to <dir>/<browser>-conversation.png.
  */
-const SHOTS = process.env.MSGBRIDGE_CONSOLE_SCREENSHOTS === '1' ? join(import.meta.dirname, '..', '..', 'docs', 'console') : undefined;
+const SHOTS =
+  process.env.MSGBRIDGE_CONSOLE_SCREENSHOTS === '1'
+    ? join(import.meta.dirname, '..', '..', 'docs', 'console')
+    : undefined;
 const BOTH_BROWSERS_SHOTS = process.env.MSGBRIDGE_CONSOLE_SHOTS_DIR || undefined;
 const suffix = uniqueTopic('console');
 const CUSTOMER = '+15550002222';
@@ -96,7 +99,10 @@ async function shot(page: Page, name: string) {
 async function shotEveryBrowser(page: Page, name: string) {
   if (!BOTH_BROWSERS_SHOTS) return;
   mkdirSync(BOTH_BROWSERS_SHOTS, { recursive: true });
-  await page.screenshot({ path: join(BOTH_BROWSERS_SHOTS, `${browser.name.toLowerCase()}-${name}.png`), fullPage: true });
+  await page.screenshot({
+    path: join(BOTH_BROWSERS_SHOTS, `${browser.name.toLowerCase()}-${name}.png`),
+    fullPage: true,
+  });
 }
 
 beforeAll(async () => {
@@ -109,23 +115,102 @@ beforeAll(async () => {
   // The customer writes first (as 1555…: the provider's form of an inbound sender), then a text to
   // +1555… goes out and is read (one customer); they answer with a button; an SMS follows. A
   // template to a number not on WhatsApp fails.
-  const inbound = await runCli(['simulator', 'inbound', '--business', 'biz_1', '--from', CUSTOMER_AS_SENDER, '--text', 'Hi! Where is my order?', '--name', 'Ada', '--url', simulatorUrl], env);
+  const inbound = await runCli(
+    [
+      'simulator',
+      'inbound',
+      '--business',
+      'biz_1',
+      '--from',
+      CUSTOMER_AS_SENDER,
+      '--text',
+      'Hi! Where is my order?',
+      '--name',
+      'Ada',
+      '--url',
+      simulatorUrl,
+    ],
+    env,
+  );
   expect(inbound.code, inbound.stderr).toBe(0);
-  const sent = await runCli(['send', 'text', '--business', 'biz_1', '--to', CUSTOMER, '--text', 'Your order shipped', '--request-id', `${suffix}-ok`, '--timeout', '45'], env, 90_000);
+  const sent = await runCli(
+    [
+      'send',
+      'text',
+      '--business',
+      'biz_1',
+      '--to',
+      CUSTOMER,
+      '--text',
+      'Your order shipped',
+      '--request-id',
+      `${suffix}-ok`,
+      '--timeout',
+      '45',
+    ],
+    env,
+    90_000,
+  );
   expect(sent.code, `${sent.stdout}\n${sent.stderr}`).toBe(0);
   // A second later (inbound times are whole seconds): the button reply is newer than the text.
   await new Promise((r) => setTimeout(r, 1100));
-  const button = await runCli(['simulator', 'inbound', '--business', 'biz_1', '--from', CUSTOMER_AS_SENDER, '--text', 'Deliver today', '--button', 'deliver-today-42', '--url', simulatorUrl], env);
+  const button = await runCli(
+    [
+      'simulator',
+      'inbound',
+      '--business',
+      'biz_1',
+      '--from',
+      CUSTOMER_AS_SENDER,
+      '--text',
+      'Deliver today',
+      '--button',
+      'deliver-today-42',
+      '--url',
+      simulatorUrl,
+    ],
+    env,
+  );
   expect(button.code, button.stderr).toBe(0);
   const sms = await runCli(
-    ['send', 'text', '--business', 'biz_1', '--to', CUSTOMER, '--channel', 'sms', '--text', 'Your code is 4242', '--request-id', `${suffix}-sms`, '--timeout', '45'],
+    [
+      'send',
+      'text',
+      '--business',
+      'biz_1',
+      '--to',
+      CUSTOMER,
+      '--channel',
+      'sms',
+      '--text',
+      'Your code is 4242',
+      '--request-id',
+      `${suffix}-sms`,
+      '--timeout',
+      '45',
+    ],
     env,
     90_000,
   );
   expect(sms.code, `${sms.stdout}\n${sms.stderr}`).toBe(0);
   expect(sms.stdout).toMatch(/SMS: handed to the SMS network/);
   const failed = await runCli(
-    ['send', 'template', '--business', 'biz_1', '--to', FAILING, '--template', 'order_update', '--param', 'order=42', '--request-id', `${suffix}-fail`, '--timeout', '45'],
+    [
+      'send',
+      'template',
+      '--business',
+      'biz_1',
+      '--to',
+      FAILING,
+      '--template',
+      'order_update',
+      '--param',
+      'order=42',
+      '--request-id',
+      `${suffix}-fail`,
+      '--timeout',
+      '45',
+    ],
     env,
     90_000,
   );
@@ -133,10 +218,20 @@ beforeAll(async () => {
   // Dead letters for the dead-letter page: one that fails again, and one a redrive sends (the
   // sender had not known biz_1 then; it does now).
   await produce(`${suffix}-send-requests-dlq`, [
-    { key: 'r1', value: '{"not":"a request"', headers: { 'error-reason': 'not valid JSON', 'error-code': 'RELAY_INVALID_JSON', 'business-id': 'biz_1' } },
+    {
+      key: 'r1',
+      value: '{"not":"a request"',
+      headers: { 'error-reason': 'not valid JSON', 'error-code': 'RELAY_INVALID_JSON', 'business-id': 'biz_1' },
+    },
     {
       key: CUSTOMER,
-      value: JSON.stringify({ requestId: `${suffix}-redriven`, businessId: 'biz_1', type: 'text', recipient: { channelType: 'whatsapp', id: CUSTOMER }, message: { text: 'Sent again' } }),
+      value: JSON.stringify({
+        requestId: `${suffix}-redriven`,
+        businessId: 'biz_1',
+        type: 'text',
+        recipient: { channelType: 'whatsapp', id: CUSTOMER },
+        message: { text: 'Sent again' },
+      }),
       headers: {
         'error-reason': 'unknown business "biz_1": it is not configured in this sender',
         'error-code': 'RELAY_UNKNOWN_BUSINESS',
@@ -153,15 +248,25 @@ beforeAll(async () => {
   const deadline = Date.now() + 60_000;
   for (;;) {
     const [ok, bad, text] = [await ask(`${suffix}-ok`), await ask(`${suffix}-fail`), await ask(`${suffix}-sms`)];
-    const thread = await fetch(`${base}/thread?customer=${CUSTOMER_AS_SENDER}`, { headers: { authorization: `Bearer ${devToken}` } });
+    const thread = await fetch(`${base}/thread?customer=${CUSTOMER_AS_SENDER}`, {
+      headers: { authorization: `Bearer ${devToken}` },
+    });
     const items = thread.status === 200 ? ((await thread.json()) as { items: unknown[] }).items : [];
-    if (ok?.status === 'read' && bad?.status === 'delivery_failed' && text?.status === 'accepted' && items.length === 4) {
+    if (
+      ok?.status === 'read' &&
+      bad?.status === 'delivery_failed' &&
+      text?.status === 'accepted' &&
+      items.length === 4
+    ) {
       readMessageId = ok.messageId;
       failedMessageId = bad.messageId;
       smsMessageId = text.messageId;
       break;
     }
-    if (Date.now() > deadline) throw new Error(`the messages did not reach read, delivery_failed and accepted: ${JSON.stringify([ok, bad, text, items.length])}`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `the messages did not reach read, delivery_failed and accepted: ${JSON.stringify([ok, bad, text, items.length])}`,
+      );
     await new Promise((r) => setTimeout(r, 500));
   }
 }, 240_000);
@@ -274,7 +379,9 @@ describe.each(BROWSERS)('the support console in %s', (name) => {
     // The new view has the focus (a screen reader reads it); the next Tab is its first link.
     expect(await page.evaluate('document.activeElement?.id')).toBe('main');
     await page.keyboard.press('Tab');
-    const href = (await page.evaluate("document.activeElement?.closest('tbody tr') ? document.activeElement.getAttribute('href') : null")) as string | null;
+    const href = (await page.evaluate(
+      "document.activeElement?.closest('tbody tr') ? document.activeElement.getAttribute('href') : null",
+    )) as string | null;
     expect(href).toMatch(/^\/console\/\?message=/);
     await page.keyboard.press('Enter');
     await page.waitForSelector('.timeline');
@@ -330,7 +437,12 @@ describe.each(BROWSERS)('the support console in %s', (name) => {
       // the first browser add messages to this customer: found by what they say, in this order).
       const cells = await page.locator('tbody tr td:nth-child(2)').allTextContents();
       const at = (pattern: RegExp) => cells.findIndex((c) => pattern.test(c));
-      const order = [at(/Your code is 4242/), at(/Button reply\s*Deliver today\s*payload deliver-today-42/), at(/Your order shipped/), at(/Hi! Where is my order\?/)];
+      const order = [
+        at(/Your code is 4242/),
+        at(/Button reply\s*Deliver today\s*payload deliver-today-42/),
+        at(/Your order shipped/),
+        at(/Hi! Where is my order\?/),
+      ];
       expect(
         order.every((i) => i >= 0),
         cells.join(' | '),
@@ -338,7 +450,10 @@ describe.each(BROWSERS)('the support console in %s', (name) => {
       expect([...order].sort((a, b) => a - b)).toEqual(order);
       expect(await page.locator('tbody tr.inbound').count()).toBe(2);
       expect(await page.locator('tbody tr', { hasText: readMessageId }).locator('.badge').textContent()).toBe('read');
-      expect(await page.locator('tbody tr', { hasText: smsMessageId }).locator('.badge').allTextContents()).toEqual(['accepted', 'SMS · final']);
+      expect(await page.locator('tbody tr', { hasText: smsMessageId }).locator('.badge').allTextContents()).toEqual([
+        'accepted',
+        'SMS · final',
+      ]);
       expect(await page.locator('tbody tr.inbound').first().textContent()).toContain(CUSTOMER_AS_SENDER);
       expect(await page.textContent('tbody tr.inbound:last-child')).toContain('Ada');
       if (q === CUSTOMER) await shotEveryBrowser(page, 'conversation');
@@ -347,7 +462,9 @@ describe.each(BROWSERS)('the support console in %s', (name) => {
     // The SMS's own page says what accepted means there.
     const sms = await signedIn(devToken, `/console/?message=${encodeURIComponent(smsMessageId)}`);
     await sms.waitForSelector('.timeline');
-    expect(await sms.textContent('.sms-meaning')).toMatch(/no delivery receipts for SMS, so accepted is the last state/);
+    expect(await sms.textContent('.sms-meaning')).toMatch(
+      /no delivery receipts for SMS, so accepted is the last state/,
+    );
     expect(await sms.textContent('dd.channel')).toBe('SMS');
     expect(await sms.locator('.timeline .step-name').allTextContents()).toEqual(['accepted']);
     expect(await sms.textContent('#window-title + p')).toMatch(/An SMS has no 24-hour window/);
@@ -360,7 +477,9 @@ describe.each(BROWSERS)('the support console in %s', (name) => {
     await page.waitForSelector('#request-content');
     expect(await page.textContent('#request-title')).toBe('Request');
     expect(await page.textContent('#request-content .request-text')).toBe('Your order shipped');
-    expect(await page.locator('section', { has: page.locator('#request-title') }).textContent()).toBe('RequestTypetextTextYour order shipped');
+    expect(await page.locator('section', { has: page.locator('#request-title') }).textContent()).toBe(
+      'RequestTypetextTextYour order shipped',
+    );
     // The failed template's page shows its name and parameters.
     await page.goto(`${base}/console/?message=${encodeURIComponent(failedMessageId)}`);
     await page.waitForSelector('#request-content');
@@ -373,13 +492,28 @@ describe.each(BROWSERS)('the support console in %s', (name) => {
     // A text of blanks: the relay's schema takes it, the provider refuses it (400, not retriable).
     const requestId = `${suffix}-rejected`;
     await produce(`${suffix}-send-requests`, [
-      { key: CUSTOMER, value: JSON.stringify({ requestId, businessId: 'biz_1', type: 'text', recipient: { channelType: 'whatsapp', id: CUSTOMER }, message: { text: '   ' } }) },
+      {
+        key: CUSTOMER,
+        value: JSON.stringify({
+          requestId,
+          businessId: 'biz_1',
+          type: 'text',
+          recipient: { channelType: 'whatsapp', id: CUSTOMER },
+          message: { text: '   ' },
+        }),
+      },
     ]);
     const deadline = Date.now() + 45_000;
     for (;;) {
       const res = await fetch(`${base}/requests/${requestId}`, { headers: { authorization: `Bearer ${devToken}` } });
       if (res.status === 200) {
-        expect(await res.json()).toMatchObject({ requestId, outcome: 'rejected', attempts: 1, maybeSent: false, error: { code: 'ERROR_CODE_MESSAGE_TEXT_EMPTY' } });
+        expect(await res.json()).toMatchObject({
+          requestId,
+          outcome: 'rejected',
+          attempts: 1,
+          maybeSent: false,
+          error: { code: 'ERROR_CODE_MESSAGE_TEXT_EMPTY' },
+        });
         break;
       }
       if (Date.now() > deadline) throw new Error(`the rejected request was not found (last answer ${res.status})`);
@@ -421,35 +555,42 @@ describe.each(BROWSERS)('the support console in %s', (name) => {
   });
 
   // The redrive sends its dead letter once per process: one browser does it.
-  it.skipIf(name !== 'Chromium')('an operator runs the dry run, then the redrive: the request goes back once and is sent; no later redrive produces it again', async () => {
-    const page = await signedIn(devToken, `/console/?dlq=${encodeURIComponent(`${suffix}-send-requests-dlq`)}`);
-    await page.waitForSelector('#records-title');
-    await page.getByRole('button', { name: 'Dry run' }).click();
-    await page.waitForSelector('text=Dry run: nothing written');
-    await page.waitForSelector('.counts');
-    expect(await page.textContent('main')).toMatch(/Would fail again: 1 \(RELAY_INVALID_JSON 1\)/);
-    expect(await page.textContent('main')).toMatch(/Would produce 1 of 2 selected records: 1 → .*-send-requests\./);
-    await shot(page, 'dead-letters');
-    // Confirmed: the request goes back to send-requests once, and the sender sends it.
-    await page.getByRole('button', { name: /^Redrive 1 record to / }).click();
-    await page.waitForSelector('h3:text("Done")');
-    expect(await page.textContent('main')).toMatch(/Produced 1 of 2 selected records/);
-    const deadline = Date.now() + 45_000;
-    for (;;) {
-      const res = await fetch(`${base}/requests/${suffix}-redriven`, { headers: { authorization: `Bearer ${devToken}` } });
-      if (res.status === 200) break;
-      if (Date.now() > deadline) throw new Error(`the redriven request was not sent (last answer ${res.status})`);
-      await new Promise((r) => setTimeout(r, 500));
-    }
-    // The same selection again resumes past it; another selection (another redrive name, read
-    // from the start) finds it in the topic's ledger. Either way: nothing to produce.
-    await page.getByRole('button', { name: 'Dry run' }).click();
-    await page.waitForSelector('text=(resumes where it stopped)');
-    expect(await page.textContent('main')).toContain('Nothing to produce.');
-    await page.goto(`${base}/console/?dlq=${encodeURIComponent(`${suffix}-send-requests-dlq`)}&code=RELAY_UNKNOWN_BUSINESS`);
-    await page.getByRole('button', { name: 'Dry run' }).click();
-    await page.waitForSelector('text=Already redriven, skipped: 1');
-    expect(await page.textContent('main')).toContain('Nothing to produce.');
-    await page.close();
-  });
+  it.skipIf(name !== 'Chromium')(
+    'an operator runs the dry run, then the redrive: the request goes back once and is sent; no later redrive produces it again',
+    async () => {
+      const page = await signedIn(devToken, `/console/?dlq=${encodeURIComponent(`${suffix}-send-requests-dlq`)}`);
+      await page.waitForSelector('#records-title');
+      await page.getByRole('button', { name: 'Dry run' }).click();
+      await page.waitForSelector('text=Dry run: nothing written');
+      await page.waitForSelector('.counts');
+      expect(await page.textContent('main')).toMatch(/Would fail again: 1 \(RELAY_INVALID_JSON 1\)/);
+      expect(await page.textContent('main')).toMatch(/Would produce 1 of 2 selected records: 1 → .*-send-requests\./);
+      await shot(page, 'dead-letters');
+      // Confirmed: the request goes back to send-requests once, and the sender sends it.
+      await page.getByRole('button', { name: /^Redrive 1 record to / }).click();
+      await page.waitForSelector('h3:text("Done")');
+      expect(await page.textContent('main')).toMatch(/Produced 1 of 2 selected records/);
+      const deadline = Date.now() + 45_000;
+      for (;;) {
+        const res = await fetch(`${base}/requests/${suffix}-redriven`, {
+          headers: { authorization: `Bearer ${devToken}` },
+        });
+        if (res.status === 200) break;
+        if (Date.now() > deadline) throw new Error(`the redriven request was not sent (last answer ${res.status})`);
+        await new Promise((r) => setTimeout(r, 500));
+      }
+      // The same selection again resumes past it; another selection (another redrive name, read
+      // from the start) finds it in the topic's ledger. Either way: nothing to produce.
+      await page.getByRole('button', { name: 'Dry run' }).click();
+      await page.waitForSelector('text=(resumes where it stopped)');
+      expect(await page.textContent('main')).toContain('Nothing to produce.');
+      await page.goto(
+        `${base}/console/?dlq=${encodeURIComponent(`${suffix}-send-requests-dlq`)}&code=RELAY_UNKNOWN_BUSINESS`,
+      );
+      await page.getByRole('button', { name: 'Dry run' }).click();
+      await page.waitForSelector('text=Already redriven, skipped: 1');
+      expect(await page.textContent('main')).toContain('Nothing to produce.');
+      await page.close();
+    },
+  );
 });

@@ -5,7 +5,14 @@ import { canonicalCustomerId, eventIdOf, resultEventId } from '../../src/contrac
 import { startTracker, type Tracker } from '../../src/tracker/index.js';
 import { inboundEvent, messageId } from '../ingress/fixtures.js';
 import { produce } from '../helpers/kafka.js';
-import { getJson, latestByKey, statusRecord, trackerConfig, until, type TrackerTestConfig as Config } from './harness.js';
+import {
+  getJson,
+  latestByKey,
+  statusRecord,
+  trackerConfig,
+  until,
+  type TrackerTestConfig as Config,
+} from './harness.js';
 
 /**
  * A customer's conversation on the suite's broker (src/tracker/README.md "Conversations"): what
@@ -50,7 +57,11 @@ function accepted(requestId: string, message: string, acceptedAt: string, recipi
     acceptedAt,
     content: { text: `reply ${requestId}` },
   });
-  return { key: message, value, headers: { 'event-id': resultEventId('biz_1', requestId, 'accepted'), 'business-id': 'biz_1' } };
+  return {
+    key: message,
+    value,
+    headers: { 'event-id': resultEventId('biz_1', requestId, 'accepted'), 'business-id': 'biz_1' },
+  };
 }
 
 describe('tracker: the customer as the provider sees them', () => {
@@ -62,7 +73,10 @@ describe('tracker: the customer as the provider sees them', () => {
 
     const [first, second, sms] = [messageId(), messageId(), messageId()];
     const hello = inbound(CUSTOMER, '1795168680', 'Where is my order?');
-    const button = inbound(`+${CUSTOMER}`, '1795168800', 'Track my order', { isButtonResponse: true, callbackData: 'track-42' });
+    const button = inbound(`+${CUSTOMER}`, '1795168800', 'Track my order', {
+      isButtonResponse: true,
+      callbackData: 'track-42',
+    });
     // The provider redelivers the first one (same bytes, same event id) later.
     await produce(topics.messages, [hello, button, hello]);
     await produce(topics.sendResults, [
@@ -73,7 +87,11 @@ describe('tracker: the customer as the provider sees them', () => {
     await produce(topics.deliveryStatus, [statusRecord(first, 'read', '1795168790')]);
 
     const get = (path: string) => getJson(tracker.address!, path);
-    await until('the conversation', async () => ((await get(`/thread?customer=${CUSTOMER}&limit=100`)).body.items as unknown[] | undefined)?.length === 5);
+    await until(
+      'the conversation',
+      async () =>
+        ((await get(`/thread?customer=${CUSTOMER}&limit=100`)).body.items as unknown[] | undefined)?.length === 5,
+    );
     // Exactly one record per event on the changelog, keyed by its event id.
     const kept = await latestByKey(topics.inboundMessages);
     expect(kept.records).toBe(2);
@@ -81,7 +99,8 @@ describe('tracker: the customer as the provider sees them', () => {
     const metrics = await (await fetch(`${tracker.adminAddress}/metrics`)).text();
     expect(metrics).toMatch(/msgbridge_tracker_events_total\{topic="messages",outcome="inbound_duplicate"[^}]*\} 1\n/);
 
-    // GET /messages?recipient= finds the messages sent to either form, by either form (also typed without encoding the +).
+    // GET /messages?recipient= finds the messages sent to either form, by either form (also typed without encoding the
+    // +).
     for (const form of [CUSTOMER, `%2B${CUSTOMER}`, `+${CUSTOMER}`]) {
       const page = await get(`/messages?recipient=${form}&limit=100`);
       expect(page.status, form).toBe(200);
@@ -97,14 +116,32 @@ describe('tracker: the customer as the provider sees them', () => {
       const answer = await get(path);
       expect(answer.status, JSON.stringify(answer.body)).toBe(200);
       return answer.body as {
-        items: { direction: string; at: string; inbound?: { text: string; button: unknown; from: string }; message?: { messageId: string; status: string } }[];
+        items: {
+          direction: string;
+          at: string;
+          inbound?: { text: string; button: unknown; from: string };
+          message?: { messageId: string; status: string };
+        }[];
         next: string | null;
       };
     };
     const whole = await thread(`/thread?customer=%2B${CUSTOMER}&limit=100`);
-    const summary = (items: typeof whole.items) => items.map((i) => (i.direction === 'inbound' ? `in:${i.inbound!.text}` : `out:${i.message!.messageId}:${i.message!.status}`));
-    expect(summary(whole.items)).toEqual([`out:${sms}:accepted`, `out:${second}:accepted`, 'in:Track my order', `out:${first}:read`, 'in:Where is my order?']);
-    expect(whole.items[2]).toMatchObject({ direction: 'inbound', at: '2026-11-20T10:00:00.000Z', inbound: { from: `+${CUSTOMER}`, button: { payload: 'track-42' } } });
+    const summary = (items: typeof whole.items) =>
+      items.map((i) =>
+        i.direction === 'inbound' ? `in:${i.inbound!.text}` : `out:${i.message!.messageId}:${i.message!.status}`,
+      );
+    expect(summary(whole.items)).toEqual([
+      `out:${sms}:accepted`,
+      `out:${second}:accepted`,
+      'in:Track my order',
+      `out:${first}:read`,
+      'in:Where is my order?',
+    ]);
+    expect(whole.items[2]).toMatchObject({
+      direction: 'inbound',
+      at: '2026-11-20T10:00:00.000Z',
+      inbound: { from: `+${CUSTOMER}`, button: { payload: 'track-42' } },
+    });
     expect(whole.next).toBeNull();
     // Paged by 2: the same items, in the same order, each once.
     const paged: typeof whole.items = [];
@@ -116,7 +153,9 @@ describe('tracker: the customer as the provider sees them', () => {
     } while (next !== null);
     expect(summary(paged)).toEqual(summary(whole.items));
     // The inbound messages alone.
-    expect(((await get(`/inbound?customer=${CUSTOMER}`)).body.messages as { text: string }[]).map((m) => m.text)).toEqual(['Track my order', 'Where is my order?']);
+    expect(
+      ((await get(`/inbound?customer=${CUSTOMER}`)).body.messages as { text: string }[]).map((m) => m.text),
+    ).toEqual(['Track my order', 'Where is my order?']);
 
     // A restart reads only what changed (delta): the same answers.
     await tracker.drain();
@@ -131,10 +170,15 @@ describe('tracker: the customer as the provider sees them', () => {
     tracker = await start(config);
     const restored = await tracker.metrics.metrics();
     expect(restored).toMatch(/msgbridge_tracker_restores_total\{mode="bulk"[^}]*\} 3\n/);
-    await until('the indexes of the bulk restore', async () => (await get(`/thread?customer=${CUSTOMER}&limit=100`)).status === 200);
+    await until(
+      'the indexes of the bulk restore',
+      async () => (await get(`/thread?customer=${CUSTOMER}&limit=100`)).status === 200,
+    );
     expect(summary((await thread(`/thread?customer=${CUSTOMER}&limit=100`)).items)).toEqual(summary(whole.items));
     // Byte for byte what was published (newest first).
-    expect((await get(`/inbound?customer=${CUSTOMER}`)).body.messages).toEqual([...kept.latest.values()].sort((a, b) => (String(a.at) < String(b.at) ? 1 : -1)));
+    expect((await get(`/inbound?customer=${CUSTOMER}`)).body.messages).toEqual(
+      [...kept.latest.values()].sort((a, b) => (String(a.at) < String(b.at) ? 1 : -1)),
+    );
     // Nothing was written twice by the restarts.
     expect((await latestByKey(topics.inboundMessages)).records).toBe(2);
   }, 180_000);

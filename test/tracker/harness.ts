@@ -22,7 +22,11 @@ export function authHeaders(role: keyof typeof TEST_TOKENS = 'operator'): Record
 }
 
 /** A GET of a tracker query with a test token: the status and the JSON body. */
-export async function getJson(base: string, path: string, role: keyof typeof TEST_TOKENS = 'operator'): Promise<{ status: number; body: Record<string, unknown> }> {
+export async function getJson(
+  base: string,
+  path: string,
+  role: keyof typeof TEST_TOKENS = 'operator',
+): Promise<{ status: number; body: Record<string, unknown> }> {
   const res = await fetch(`${base}${path}`, { headers: authHeaders(role) });
   return { status: res.status, body: (await res.json()) as Record<string, unknown> };
 }
@@ -58,15 +62,38 @@ export function trackerConfig(id: string, overrides: Record<string, unknown> = {
 
 export type TrackerTestConfig = ReturnType<typeof trackerConfig>;
 
-export const accepted = (requestId: string, message: string, at = '2023-11-14T22:13:00.000Z', recipient = '+15550002222') =>
-  JSON.stringify({ requestId, businessId: 'biz_1', outcome: 'accepted', messageId: message, type: 'text', recipient, attempts: 1, acceptedAt: at, maybeSent: false });
+export const accepted = (
+  requestId: string,
+  message: string,
+  at = '2023-11-14T22:13:00.000Z',
+  recipient = '+15550002222',
+) =>
+  JSON.stringify({
+    requestId,
+    businessId: 'biz_1',
+    outcome: 'accepted',
+    messageId: message,
+    type: 'text',
+    recipient,
+    attempts: 1,
+    acceptedAt: at,
+    maybeSent: false,
+  });
 
 export function resultRecord(requestId: string, message: string, at?: string, recipient?: string) {
-  return { key: message, value: accepted(requestId, message, at, recipient), headers: { 'event-id': resultEventId('biz_1', requestId, 'accepted'), 'business-id': 'biz_1' } };
+  return {
+    key: message,
+    value: accepted(requestId, message, at, recipient),
+    headers: { 'event-id': resultEventId('biz_1', requestId, 'accepted'), 'business-id': 'biz_1' },
+  };
 }
 
 /** A rejected result on send-results, keyed by its request id as the sender writes it (no message was created). */
-export function rejectedRecord(requestId: string, rejectedAt = '2026-11-24T10:00:00.000Z', code = 'ERROR_CODE_MESSAGE_TEXT_EMPTY') {
+export function rejectedRecord(
+  requestId: string,
+  rejectedAt = '2026-11-24T10:00:00.000Z',
+  code = 'ERROR_CODE_MESSAGE_TEXT_EMPTY',
+) {
   const value = JSON.stringify({
     requestId,
     businessId: 'biz_1',
@@ -76,10 +103,21 @@ export function rejectedRecord(requestId: string, rejectedAt = '2026-11-24T10:00
     attempts: 1,
     maybeSent: false,
     rejectedAt,
-    error: { httpStatus: 400, type: 'ERROR_TYPE_INVALID_REQUEST', code, message: 'message.text: the message text is empty', cntTraceId: `trace-${requestId}`, retriable: false },
+    error: {
+      httpStatus: 400,
+      type: 'ERROR_TYPE_INVALID_REQUEST',
+      code,
+      message: 'message.text: the message text is empty',
+      cntTraceId: `trace-${requestId}`,
+      retriable: false,
+    },
     content: { text: ' ' },
   });
-  return { key: requestId, value, headers: { 'event-id': resultEventId('biz_1', requestId, 'rejected'), 'business-id': 'biz_1' } };
+  return {
+    key: requestId,
+    value,
+    headers: { 'event-id': resultEventId('biz_1', requestId, 'rejected'), 'business-id': 'biz_1' },
+  };
 }
 
 /** An expired result on send-results, keyed by its request id. */
@@ -97,7 +135,11 @@ export function expiredRecord(requestId: string, expiredAt = '2026-11-24T10:00:0
     expiredAt,
     content: { templateName: 'order_update', parameters: [{ name: 'order', value: '42' }] },
   });
-  return { key: requestId, value, headers: { 'event-id': resultEventId('biz_1', requestId, 'expired'), 'business-id': 'biz_1' } };
+  return {
+    key: requestId,
+    value,
+    headers: { 'event-id': resultEventId('biz_1', requestId, 'expired'), 'business-id': 'biz_1' },
+  };
 }
 
 export function statusRecord(message: string, status: string, timestamp: string) {
@@ -113,24 +155,47 @@ export interface LifeRecord {
   headers: Record<string, string>;
 }
 
-/** One message's whole life as input: its accepted result, then sent, delivered and read one second apart from `firstStatusAt` (epoch seconds). */
-export function messageLifeRecords(requestId: string, message: string, options: { firstStatusAt?: number; acceptedAt?: string } = {}): LifeRecord[] {
+/**
+ * One message's whole life as input: its accepted result, then sent, delivered and read one second apart from
+ * `firstStatusAt` (epoch seconds).
+ */
+export function messageLifeRecords(
+  requestId: string,
+  message: string,
+  options: { firstStatusAt?: number; acceptedAt?: string } = {},
+): LifeRecord[] {
   const first = options.firstStatusAt ?? 1700000001;
   return [
     { topic: 'results', ...resultRecord(requestId, message, options.acceptedAt) },
-    ...(['sent', 'delivered', 'read'] as const).map((status, k) => ({ topic: 'status' as const, ...statusRecord(message, status, String(first + k)) })),
+    ...(['sent', 'delivered', 'read'] as const).map((status, k) => ({
+      topic: 'status' as const,
+      ...statusRecord(message, status, String(first + k)),
+    })),
   ];
 }
 
-/** An inbound message as the ingress writes it: keyed by the canonical customer id, the body as the provider sent it. */
+/**
+ * An inbound message as the ingress writes it: keyed by the canonical customer id, the body as the provider sent it.
+ */
 export function inboundRecord(customer: string, timestamp: string) {
   const value = inboundEvent(customer, 'hi', { timestamp });
-  return { key: canonicalCustomerId(customer), value, headers: { 'event-id': eventIdOf(value), 'business-id': 'biz_1' } };
+  return {
+    key: canonicalCustomerId(customer),
+    value,
+    headers: { 'event-id': eventIdOf(value), 'business-id': 'biz_1' },
+  };
 }
 
 /** The latest committed value per key of a compacted topic (read_committed, from the beginning). */
-export async function latestByKey(topic: string, settleMs = 1500): Promise<{ latest: Map<string, Record<string, unknown>>; records: number }> {
-  const consumer = testKafka('tracker-test-reader').consumer({ groupId: `tr-read-${randomUUID()}`, maxWaitTimeInMs: 100, readUncommitted: false });
+export async function latestByKey(
+  topic: string,
+  settleMs = 1500,
+): Promise<{ latest: Map<string, Record<string, unknown>>; records: number }> {
+  const consumer = testKafka('tracker-test-reader').consumer({
+    groupId: `tr-read-${randomUUID()}`,
+    maxWaitTimeInMs: 100,
+    readUncommitted: false,
+  });
   const latest = new Map<string, Record<string, unknown>>();
   let records = 0;
   let lastAt = Date.now();
@@ -160,8 +225,15 @@ export async function until(what: string, check: () => Promise<boolean>, timeout
  * Every committed record of a state topic, per key, read until `expected` arrived (90 s at most),
  * then 2 s more: a record beyond the expected count would show.
  */
-export async function statesPerKey(topic: string, expected: number): Promise<{ perKey: Map<string, { status: string; events: number }[]>; seen: number }> {
-  const consumer = testKafka('tracker-test-states').consumer({ groupId: `tr-states-${randomUUID()}`, maxWaitTimeInMs: 100, readUncommitted: false });
+export async function statesPerKey(
+  topic: string,
+  expected: number,
+): Promise<{ perKey: Map<string, { status: string; events: number }[]>; seen: number }> {
+  const consumer = testKafka('tracker-test-states').consumer({
+    groupId: `tr-states-${randomUUID()}`,
+    maxWaitTimeInMs: 100,
+    readUncommitted: false,
+  });
   const perKey = new Map<string, { status: string; events: number }[]>();
   let seen = 0;
   await consumer.connect();
@@ -170,7 +242,10 @@ export async function statesPerKey(topic: string, expected: number): Promise<{ p
     eachMessage: async ({ message }) => {
       seen++;
       const key = message.key!.toString();
-      perKey.set(key, [...(perKey.get(key) ?? []), JSON.parse(message.value!.toString()) as { status: string; events: number }]);
+      perKey.set(key, [
+        ...(perKey.get(key) ?? []),
+        JSON.parse(message.value!.toString()) as { status: string; events: number },
+      ]);
     },
   });
   const deadline = Date.now() + 90_000;

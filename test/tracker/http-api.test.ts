@@ -27,26 +27,70 @@ const forwardedCredentials: Record<string, string>[] = [];
 const queries = {
   async route(path: string, _query: URLSearchParams, _headers: unknown, credentials: Record<string, string>) {
     forwardedCredentials.push(credentials);
-    if (path === '/messages/m1') return { status: 200, body: { messageId: 'm1', recipient: '+15550002222', error: { message: 'to +15550002222' } } };
+    if (path === '/messages/m1')
+      return {
+        status: 200,
+        body: { messageId: 'm1', recipient: '+15550002222', error: { message: 'to +15550002222' } },
+      };
     return undefined;
   },
 } as unknown as QueryService;
 
 const dlq: DlqPort = {
   topics: () => ['send-requests-dlq'],
-  stats: async (topic) => ({ topic, records: 0, partitions: 1, oldest: null, newest: null, byCode: {}, byBusiness: {}, redriven: 0, redrives: [] }),
+  stats: async (topic) => ({
+    topic,
+    records: 0,
+    partitions: 1,
+    oldest: null,
+    newest: null,
+    byCode: {},
+    byBusiness: {},
+    redriven: 0,
+    redrives: [],
+  }),
   list: async () => ({
-    records: [{ topic: 't', partition: 0, offset: '0', timestamp: '', key: null, role: null, business: null, code: 'c', reason: 'r', headers: {}, value: '{"to":"+15550003333"}' }],
+    records: [
+      {
+        topic: 't',
+        partition: 0,
+        offset: '0',
+        timestamp: '',
+        key: null,
+        role: null,
+        business: null,
+        code: 'c',
+        reason: 'r',
+        headers: {},
+        value: '{"to":"+15550003333"}',
+      },
+    ],
     next: null,
   }),
   redrive: async (topic, _filter, options) => {
     redrives.push({ topic, ...options });
-    return { topic, name: 'n', dryRun: options.dryRun, resuming: false, selected: 0, outside: 0, redriven: 0, produced: {}, failing: {}, failures: [], stopped: null, ms: 0 };
+    return {
+      topic,
+      name: 'n',
+      dryRun: options.dryRun,
+      resuming: false,
+      selected: 0,
+      outside: 0,
+      redriven: 0,
+      produced: {},
+      failing: {},
+      failures: [],
+      stopped: null,
+      ms: 0,
+    };
   },
 };
 
 beforeAll(async () => {
-  const config = loadConfig({ env: {}, overrides: { tracker: { accessTokens: TEST_ACCESS_TOKENS as never, maskRecipients: true } } });
+  const config = loadConfig({
+    env: {},
+    overrides: { tracker: { accessTokens: TEST_ACCESS_TOKENS as never, maskRecipients: true } },
+  });
   const registry = new Registry();
   const guard = new AccessGuard(config.tracker, silentLogger, registry);
   guard.start();
@@ -65,7 +109,11 @@ afterAll(async () => {
 });
 
 const post = (path: string, body: string, headers: Record<string, string> = {}) =>
-  fetch(`${base}${path}`, { method: 'POST', body, headers: { 'content-type': 'application/json', ...authHeaders('operator'), ...headers } });
+  fetch(`${base}${path}`, {
+    method: 'POST',
+    body,
+    headers: { 'content-type': 'application/json', ...authHeaders('operator'), ...headers },
+  });
 
 describe('tracker HTTP routes', () => {
   it('serves the console with its content types, a strict CSP and revalidation; /console redirects; nothing outside it', async () => {
@@ -75,13 +123,16 @@ describe('tracker HTTP routes', () => {
     expect(page.headers.get('x-frame-options')).toBe('DENY');
     expect(await page.text()).toContain('<script type="module" src="/console/console.js">');
     // A view's address (any query) is the same page.
-    expect((await fetch(`${base}/console/?q=%2B15550002222`)).headers.get('content-type')).toBe('text/html; charset=utf-8');
+    expect((await fetch(`${base}/console/?q=%2B15550002222`)).headers.get('content-type')).toBe(
+      'text/html; charset=utf-8',
+    );
     const css = await fetch(`${base}/console/console.css`);
     expect(css.headers.get('content-type')).toBe('text/css; charset=utf-8');
     expect(css.headers.get('cache-control')).toMatch(/max-age=\d+, must-revalidate/);
     expect((await fetch(`${base}/console`, { redirect: 'manual' })).headers.get('location')).toBe('/console/');
     expect((await fetch(`${base}/`, { redirect: 'manual' })).headers.get('location')).toBe('/console/');
-    for (const path of ['/console/nope.js', '/console/x/console.js', '/console/%2e%2e/access.ts']) expect((await fetch(`${base}${path}`)).status, path).toBe(404);
+    for (const path of ['/console/nope.js', '/console/x/console.js', '/console/%2e%2e/access.ts'])
+      expect((await fetch(`${base}${path}`)).status, path).toBe(404);
     const head = await fetch(`${base}/console/console.js`, { method: 'HEAD' });
     expect(head.status).toBe(200);
     expect(await head.text()).toBe('');
@@ -90,34 +141,61 @@ describe('tracker HTTP routes', () => {
 
   it('masks the answers of a read-only caller, passes the credential on to forwarded queries, never lets a browser cache data', async () => {
     const read = await fetch(`${base}/messages/m1`, { headers: authHeaders('read') });
-    expect(await read.json()).toEqual({ messageId: 'm1', recipient: '+1555•••2222', error: { message: 'to +1555•••2222' } });
+    expect(await read.json()).toEqual({
+      messageId: 'm1',
+      recipient: '+1555•••2222',
+      error: { message: 'to +1555•••2222' },
+    });
     expect(read.headers.get('cache-control')).toBe('no-store');
     expect(forwardedCredentials.at(-1)).toEqual(authHeaders('read'));
-    expect(((await (await fetch(`${base}/messages/m1`, { headers: authHeaders('operator') })).json()) as { recipient: string }).recipient).toBe('+15550002222');
-    const records = (await (await fetch(`${base}/dlq/send-requests-dlq/records`, { headers: authHeaders('read') })).json()) as { records: { value: string }[] };
+    expect(
+      (
+        (await (await fetch(`${base}/messages/m1`, { headers: authHeaders('operator') })).json()) as {
+          recipient: string;
+        }
+      ).recipient,
+    ).toBe('+15550002222');
+    const records = (await (
+      await fetch(`${base}/dlq/send-requests-dlq/records`, { headers: authHeaders('read') })
+    ).json()) as { records: { value: string }[] };
     expect(records.records[0]!.value).toBe('{"to":"+1555•••3333"}');
     expect((await fetch(`${base}/messages/unknown`, { headers: authHeaders('read') })).status).toBe(404);
     expect((await fetch(`${base}/elsewhere`, { headers: authHeaders('read') })).status).toBe(404);
   });
 
   it('a redrive: POST only, JSON only, from the same site only, operators only; every refusal before the port is called', async () => {
-    expect((await fetch(`${base}/dlq/send-requests-dlq/redrive`, { headers: authHeaders('operator') })).status).toBe(405);
-    expect((await post('/dlq/send-requests-dlq/redrive', '{"dryRun":true}', { 'content-type': 'text/plain' })).status).toBe(415);
-    expect((await post('/dlq/send-requests-dlq/redrive', '{"dryRun":true}', { 'sec-fetch-site': 'cross-site' })).status).toBe(403);
+    expect((await fetch(`${base}/dlq/send-requests-dlq/redrive`, { headers: authHeaders('operator') })).status).toBe(
+      405,
+    );
+    expect(
+      (await post('/dlq/send-requests-dlq/redrive', '{"dryRun":true}', { 'content-type': 'text/plain' })).status,
+    ).toBe(415);
+    expect(
+      (await post('/dlq/send-requests-dlq/redrive', '{"dryRun":true}', { 'sec-fetch-site': 'cross-site' })).status,
+    ).toBe(403);
     expect((await post('/dlq/send-requests-dlq/redrive', '{"dryRun":true}', authHeaders('read'))).status).toBe(403);
     expect((await post('/dlq/send-requests-dlq/redrive', 'not json')).status).toBe(400);
-    expect((await post('/dlq/send-requests-dlq/redrive', '{"dryRun":true,"filter":{"since":"yesterday"}}')).status).toBe(400);
+    expect(
+      (await post('/dlq/send-requests-dlq/redrive', '{"dryRun":true,"filter":{"since":"yesterday"}}')).status,
+    ).toBe(400);
     expect(redrives).toEqual([]);
-    const plan = await post('/dlq/send-requests-dlq/redrive', '{"dryRun":true,"filter":{"code":"X"}}', { 'sec-fetch-site': 'same-origin' });
+    const plan = await post('/dlq/send-requests-dlq/redrive', '{"dryRun":true,"filter":{"code":"X"}}', {
+      'sec-fetch-site': 'same-origin',
+    });
     expect(plan.status).toBe(200);
     expect(redrives).toEqual([{ topic: 'send-requests-dlq', dryRun: true, by: 'test-operator' }]);
   });
 
   it('the server: POST bodies are bounded, other methods refused, no health or metrics path (those are on the admin server)', async () => {
-    expect((await post('/dlq/send-requests-dlq/redrive', JSON.stringify({ dryRun: true, pad: 'x'.repeat(70_000) }))).status).toBe(413);
+    expect(
+      (await post('/dlq/send-requests-dlq/redrive', JSON.stringify({ dryRun: true, pad: 'x'.repeat(70_000) }))).status,
+    ).toBe(413);
     expect((await fetch(`${base}/messages/m1`, { method: 'PUT', body: '' })).status).toBe(405);
-    expect((await fetch(`${base}/messages/m1`, { method: 'PUT', body: '' })).headers.get('allow')).toBe('GET, HEAD, POST');
-    for (const path of ['/healthz', '/readyz', '/metrics']) expect((await fetch(`${base}${path}`, { headers: authHeaders('operator') })).status, path).toBe(404);
+    expect((await fetch(`${base}/messages/m1`, { method: 'PUT', body: '' })).headers.get('allow')).toBe(
+      'GET, HEAD, POST',
+    );
+    for (const path of ['/healthz', '/readyz', '/metrics'])
+      expect((await fetch(`${base}${path}`, { headers: authHeaders('operator') })).status, path).toBe(404);
     expect((await fetch(`${admin.url}/healthz`)).status).toBe(200);
     expect(await (await fetch(`${admin.url}/readyz`)).json()).toEqual({ ready: false, reason: 'restoring' });
     expect(await (await fetch(`${admin.url}/metrics`)).text()).toContain('msgbridge_tracker_access_refused_total');
@@ -127,8 +205,18 @@ describe('tracker HTTP routes', () => {
 
   it('a port already taken is one line naming the server and the port', async () => {
     await expect(
-      startAdminServer({ host: '127.0.0.1', port: server.port, registry: new Registry(), notReadyReason: () => undefined, what: "the tracker's admin port (tracker.adminPort)" }),
-    ).rejects.toThrow(new RegExp(`^the tracker's admin port \\(tracker\\.adminPort\\) cannot listen on 127\\.0\\.0\\.1:${server.port} \\(in use\\)$`));
+      startAdminServer({
+        host: '127.0.0.1',
+        port: server.port,
+        registry: new Registry(),
+        notReadyReason: () => undefined,
+        what: "the tracker's admin port (tracker.adminPort)",
+      }),
+    ).rejects.toThrow(
+      new RegExp(
+        `^the tracker's admin port \\(tracker\\.adminPort\\) cannot listen on 127\\.0\\.0\\.1:${server.port} \\(in use\\)$`,
+      ),
+    );
   });
 });
 
@@ -154,7 +242,9 @@ describe('tracker access without tokens, and behind a trusted SSO proxy', () => 
     try {
       const answer = await fetch(`${s.url}/messages/m1`, { headers: { 'x-forwarded-user': 'alice' } });
       expect(answer.status).toBe(401);
-      expect(((await answer.json()) as { message: string }).message).toMatch(/no credential is configured on this tracker: add a token to tracker.accessTokens/);
+      expect(((await answer.json()) as { message: string }).message).toMatch(
+        /no credential is configured on this tracker: add a token to tracker.accessTokens/,
+      );
       expect(
         s
           .logs()
@@ -170,16 +260,28 @@ describe('tracker access without tokens, and behind a trusted SSO proxy', () => 
   });
 
   it('the trusted header names the user when configured: operators by name, everyone else reads; a redrive needs an operator', async () => {
-    const s = await serve({ trustedUserHeader: 'X-Forwarded-User', trustedUserOperators: ['bob'], maskRecipients: true });
+    const s = await serve({
+      trustedUserHeader: 'X-Forwarded-User',
+      trustedUserOperators: ['bob'],
+      maskRecipients: true,
+    });
     try {
       const me = async (user: string) => (await fetch(`${s.url}/me`, { headers: { 'x-forwarded-user': user } })).json();
       expect(await me('alice')).toMatchObject({ name: 'alice', role: 'read', via: 'proxy', masked: true, dlq: false });
       expect(await me('bob')).toMatchObject({ name: 'bob', role: 'operator', via: 'proxy', masked: false });
       expect((await fetch(`${s.url}/me`)).status).toBe(401);
-      const redrive = (user: string) => fetch(`${s.url}/dlq/t/redrive`, { method: 'POST', headers: { 'x-forwarded-user': user, 'content-type': 'application/json' }, body: '{"dryRun":true}' });
+      const redrive = (user: string) =>
+        fetch(`${s.url}/dlq/t/redrive`, {
+          method: 'POST',
+          headers: { 'x-forwarded-user': user, 'content-type': 'application/json' },
+          body: '{"dryRun":true}',
+        });
       expect((await redrive('alice')).status).toBe(403);
       // An operator, but this tracker was given no DLQ port: it says so.
-      expect(await (await redrive('bob')).json()).toMatchObject({ error: 'NOT_FOUND', message: expect.stringMatching(/no access to the dead-letter topics/) });
+      expect(await (await redrive('bob')).json()).toMatchObject({
+        error: 'NOT_FOUND',
+        message: expect.stringMatching(/no access to the dead-letter topics/),
+      });
       // The header is passed on when a query is forwarded.
       await fetch(`${s.url}/messages/m1`, { headers: { 'x-forwarded-user': 'alice' } });
       expect(forwardedCredentials.at(-1)).toEqual({ 'x-forwarded-user': 'alice' });

@@ -8,11 +8,22 @@ const event = (
   extra: Record<string, unknown> = {},
   message: Record<string, unknown> = { text: 'Where is my order?' },
   sender: Record<string, unknown> = { channelType: 'whatsapp', id: '15550002222' },
-) => inboundMessageEventSchema.parse({ timestamp: '1795168680', sender, recipient: { channelType: 'whatsapp', id: '+15550001111' }, message, ...extra });
+) =>
+  inboundMessageEventSchema.parse({
+    timestamp: '1795168680',
+    sender,
+    recipient: { channelType: 'whatsapp', id: '+15550001111' },
+    message,
+    ...extra,
+  });
 
 describe('what the tracker keeps of an inbound message', () => {
   it("a text: who (the provider's form and the canonical one), when, what; the value parses back", () => {
-    const record = inboundRecordFrom(event({}, { text: 'Where is my order?' }, { channelType: 'whatsapp', id: '+15550002222', name: 'Ada' }), meta, NOW);
+    const record = inboundRecordFrom(
+      event({}, { text: 'Where is my order?' }, { channelType: 'whatsapp', id: '+15550002222', name: 'Ada' }),
+      meta,
+      NOW,
+    );
     expect(record).toEqual({
       eventId: 'e1',
       businessId: 'biz_1',
@@ -31,10 +42,25 @@ describe('what the tracker keeps of an inbound message', () => {
   });
 
   it.each([
-    ['isButtonResponse and callbackData (the simulator)', event({ isButtonResponse: true, callbackData: 'confirm-42' }, { text: 'Yes' }), 'Yes', 'confirm-42'],
-    ['a message.button with its payload', event({}, { text: 'Yes', button: { payload: 'confirm-42' } }), 'Yes', 'confirm-42'],
+    [
+      'isButtonResponse and callbackData (the simulator)',
+      event({ isButtonResponse: true, callbackData: 'confirm-42' }, { text: 'Yes' }),
+      'Yes',
+      'confirm-42',
+    ],
+    [
+      'a message.button with its payload',
+      event({}, { text: 'Yes', button: { payload: 'confirm-42' } }),
+      'Yes',
+      'confirm-42',
+    ],
     ['a message.button with its text only', event({}, { button: { text: 'Yes', payload: 'p' } }), 'Yes', 'p'],
-    ['isButtonResponse in message, payload in context', event({ context: { id: 'm0', payload: 'ctx-1' } }, { text: 'Yes', isButtonResponse: true }), 'Yes', 'ctx-1'],
+    [
+      'isButtonResponse in message, payload in context',
+      event({ context: { id: 'm0', payload: 'ctx-1' } }, { text: 'Yes', isButtonResponse: true }),
+      'Yes',
+      'ctx-1',
+    ],
     ['isButtonResponse without a payload', event({ isButtonResponse: true }, { text: 'No' }), 'No', null],
   ])('a button reply: %s', (_, input, text, payload) => {
     const record = inboundRecordFrom(input, meta, NOW);
@@ -47,17 +73,29 @@ describe('what the tracker keeps of an inbound message', () => {
   });
 
   it('an attachment or a location without text: their kinds, no text', () => {
-    const record = inboundRecordFrom(event({ location: { lat: 1, lng: 2 } }, { attachment: { type: 'image', url: 'https://cdn.example/1.jpg' } }), meta, NOW);
+    const record = inboundRecordFrom(
+      event({ location: { lat: 1, lng: 2 } }, { attachment: { type: 'image', url: 'https://cdn.example/1.jpg' } }),
+      meta,
+      NOW,
+    );
     expect(record.text).toBeNull();
     expect(record.attachments).toEqual(['image', 'location']);
-    const many = inboundRecordFrom(event({ attachments: Array.from({ length: 9 }, () => ({ type: 'x'.repeat(40) })) }), meta, NOW);
+    const many = inboundRecordFrom(
+      event({ attachments: Array.from({ length: 9 }, () => ({ type: 'x'.repeat(40) })) }),
+      meta,
+      NOW,
+    );
     expect(many.attachments).toHaveLength(INBOUND_LIMITS.attachments);
     expect(many.attachments[0]).toHaveLength(INBOUND_LIMITS.attachmentChars);
   });
 
   it('is bounded whatever the provider sent, and says when it cut', () => {
     const record = inboundRecordFrom(
-      event({ isButtonResponse: true, callbackData: 'p'.repeat(5000) }, { text: 't'.repeat(50_000) }, { channelType: 'whatsapp', id: '1'.repeat(400), name: 'n'.repeat(500) }),
+      event(
+        { isButtonResponse: true, callbackData: 'p'.repeat(5000) },
+        { text: 't'.repeat(50_000) },
+        { channelType: 'whatsapp', id: '1'.repeat(400), name: 'n'.repeat(500) },
+      ),
       meta,
       NOW,
     );

@@ -4,7 +4,10 @@ import type { TrackedMessage } from '../../src/contracts/message-state.js';
 import type { RequestOutcome } from '../../src/contracts/request-outcome.js';
 import type { TaskStateStore } from '../../src/tracker/tracker-logic.js';
 
-/** A task's store in memory, for the pure-logic tests (state-store.ts is the LMDB one): what it was asked, and what was written. */
+/**
+ * A task's store in memory, for the pure-logic tests (state-store.ts is the LMDB one): what it was asked, and what was
+ * written.
+ */
 export type Write = Parameters<TaskStateStore['write']>[0];
 
 export class MemoryStore implements TaskStateStore {

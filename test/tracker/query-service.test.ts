@@ -48,7 +48,12 @@ function member() {
   logic.process(owned, logic.decodeBatch([record])).commit!(new Map());
   const queries = new QueryService(logic, 500);
   const owners = new Map(Array.from({ length: PARTITIONS }, (_, t) => [t, t === owned ? SELF : OTHER]));
-  queries.attach({ ownedTasks: () => [owned] }, { owners: async () => owners, members: async () => [SELF], invalidate() {} }, SELF, async () => {});
+  queries.attach(
+    { ownedTasks: () => [owned] },
+    { owners: async () => owners, members: async () => [SELF], invalidate() {} },
+    SELF,
+    async () => {},
+  );
   return queries;
 }
 
@@ -60,13 +65,25 @@ const ask = (queries: QueryService, path: string) => {
 describe('queries by customer: the task of the canonical id, whichever form is asked', () => {
   it.each([`+${digits}`, digits])('%s: the window, the inbound messages and the thread answer here', async (form) => {
     const queries = member();
-    expect(await ask(queries, `/conversations/biz_1/${encodeURIComponent(form)}`)).toMatchObject({ status: 200, body: { customer: digits } });
-    expect(await ask(queries, `/inbound?customer=${encodeURIComponent(form)}`)).toMatchObject({ status: 200, body: { messages: [{ text: 'hello', from: `+${digits}` }] } });
-    expect(await ask(queries, `/thread?customer=${encodeURIComponent(form)}`)).toMatchObject({ status: 200, body: { items: [{ direction: 'inbound', inbound: { text: 'hello' } }] } });
+    expect(await ask(queries, `/conversations/biz_1/${encodeURIComponent(form)}`)).toMatchObject({
+      status: 200,
+      body: { customer: digits },
+    });
+    expect(await ask(queries, `/inbound?customer=${encodeURIComponent(form)}`)).toMatchObject({
+      status: 200,
+      body: { messages: [{ text: 'hello', from: `+${digits}` }] },
+    });
+    expect(await ask(queries, `/thread?customer=${encodeURIComponent(form)}`)).toMatchObject({
+      status: 200,
+      body: { items: [{ direction: 'inbound', inbound: { text: 'hello' } }] },
+    });
   });
 
   it('a customer of another task is asked of its owner (here: one that does not answer, so 503, never a false 404)', async () => {
     const other = ['15550001111', '15550002222', '15550003333', '15550005555'].find((d) => task(d) !== task(digits))!;
-    expect(await ask(member(), `/inbound?customer=${other}`)).toMatchObject({ status: 503, body: { error: 'UNAVAILABLE' } });
+    expect(await ask(member(), `/inbound?customer=${other}`)).toMatchObject({
+      status: 503,
+      body: { error: 'UNAVAILABLE' },
+    });
   });
 });

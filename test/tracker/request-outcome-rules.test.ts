@@ -3,7 +3,10 @@ import type { ExpiredSendResult, RejectedSendResult } from '../../src/contracts/
 import { isMsgbridgeError } from '../../src/platform/errors.js';
 import { applyOutcome, outcomeEventFrom } from '../../src/tracker/request-outcome-rules.js';
 
-/** The rule that keeps a request's rejected or expired outcome: the latest, whatever the order; a replay changes nothing. */
+/**
+ * The rule that keeps a request's rejected or expired outcome: the latest, whatever the order; a replay changes
+ * nothing.
+ */
 const NOW = new Date('2026-11-26T12:00:00.000Z');
 const rejected = (rejectedAt: string | undefined, code = 'c'): RejectedSendResult => ({
   requestId: 'r1',
@@ -25,7 +28,10 @@ const expired = (expiredAt: string): ExpiredSendResult => ({
   expiresAt: '2026-11-26T09:00:00+01:00',
   expiredBy: 'ttlMs',
   expiredAt,
-  content: { templateName: 'order_update', parameters: Array.from({ length: 25 }, (_, i) => ({ name: `p${i}`, value: 'v' })) },
+  content: {
+    templateName: 'order_update',
+    parameters: Array.from({ length: 25 }, (_, i) => ({ name: `p${i}`, value: 'v' })),
+  },
 });
 
 describe('request outcomes', () => {
@@ -43,9 +49,18 @@ describe('request outcomes', () => {
       expiredBy: null,
       at: '2026-11-26T10:00:00.000Z',
     });
-    expect(outcomeEventFrom(rejected(undefined), Date.parse('2026-11-26T10:00:01Z')).at).toBe('2026-11-26T10:00:01.000Z');
+    expect(outcomeEventFrom(rejected(undefined), Date.parse('2026-11-26T10:00:01Z')).at).toBe(
+      '2026-11-26T10:00:01.000Z',
+    );
     const e = outcomeEventFrom(expired('2026-11-26T08:00:00.000Z'), 0);
-    expect(e).toMatchObject({ outcome: 'expired', error: null, expiresAt: '2026-11-26T08:00:00.000Z', expiredBy: 'ttlMs', type: 'template', recipient: '+15550002222' });
+    expect(e).toMatchObject({
+      outcome: 'expired',
+      error: null,
+      expiresAt: '2026-11-26T08:00:00.000Z',
+      expiredBy: 'ttlMs',
+      type: 'template',
+      recipient: '+15550002222',
+    });
     expect(e.content).toMatchObject({ templateName: 'order_update', truncated: true });
     expect(e.content!.parameters).toHaveLength(20);
     let thrown: unknown;
@@ -72,7 +87,12 @@ describe('request outcomes', () => {
     for (const order of orders) {
       let kept;
       for (const i of order) kept = applyOutcome(kept, events[i]!, NOW).outcome;
-      expect(kept).toMatchObject({ outcome: 'rejected', error: { code: 'last' }, at: '2026-11-26T11:30:00.000Z', updatedAt: NOW.toISOString() });
+      expect(kept).toMatchObject({
+        outcome: 'rejected',
+        error: { code: 'last' },
+        at: '2026-11-26T11:30:00.000Z',
+        updatedAt: NOW.toISOString(),
+      });
       expect(applyOutcome(kept, events[2]!, new Date()).changed).toBe(false);
       expect(applyOutcome(kept, events[0]!, new Date())).toEqual({ outcome: kept, changed: false });
     }

@@ -8,10 +8,24 @@ const NOW = new Date('2026-03-01T12:00:00Z');
 
 function state(messageId: string, requestId: string | null): TrackedMessage {
   if (requestId === null) {
-    const sent: StatusEvent = { kind: 'status', eventId: `s-${messageId}`, businessId: 'biz_1', messageId, status: 'sent', at: '2026-03-01T10:00:01Z' };
+    const sent: StatusEvent = {
+      kind: 'status',
+      eventId: `s-${messageId}`,
+      businessId: 'biz_1',
+      messageId,
+      status: 'sent',
+      at: '2026-03-01T10:00:01Z',
+    };
     return applyEvent(undefined, sent, NOW).state;
   }
-  const result = { requestId, businessId: 'biz_1', messageId, type: 'text' as const, recipient: '+15550002222', acceptedAt: '2026-03-01T10:00:00Z' };
+  const result = {
+    requestId,
+    businessId: 'biz_1',
+    messageId,
+    type: 'text' as const,
+    recipient: '+15550002222',
+    acceptedAt: '2026-03-01T10:00:00Z',
+  };
   return applyEvent(undefined, { kind: 'result', eventId: `r-${messageId}`, result }, NOW).state;
 }
 
@@ -48,7 +62,8 @@ describe('StateCache (bounded LRU)', () => {
   });
 
   it('refuses a bound that is not a positive integer', () => {
-    for (const maxEntries of [0, -1, 1.5, NaN]) expect(() => new StateCache<number>({ maxEntries })).toThrow(RangeError);
+    for (const maxEntries of [0, -1, 1.5, NaN])
+      expect(() => new StateCache<number>({ maxEntries })).toThrow(RangeError);
   });
 });
 
@@ -71,7 +86,14 @@ describe('messageStateCache (request id index)', () => {
     const before = state('m1', null);
     cache.set('m1', before);
     expect(cache.keyOf('req-1')).toBeUndefined();
-    const result = { requestId: 'req-1', businessId: 'biz_1', messageId: 'm1', type: 'text' as const, recipient: '+1555', acceptedAt: '2026-03-01T10:00:00Z' };
+    const result = {
+      requestId: 'req-1',
+      businessId: 'biz_1',
+      messageId: 'm1',
+      type: 'text' as const,
+      recipient: '+1555',
+      acceptedAt: '2026-03-01T10:00:00Z',
+    };
     cache.set('m1', applyEvent(before, { kind: 'result', eventId: 'r', result }, NOW).state);
     expect(cache.keyOf('req-1')).toBe('m1');
   });

@@ -20,17 +20,35 @@ import type { SendResult } from '../../src/contracts/send.js';
 const NOW = new Date('2026-03-01T12:00:00.000Z');
 const T0 = Date.parse('2026-03-01T10:00:00.000Z');
 const at = (seconds: number) => new Date(T0 + seconds * 1000).toISOString();
-const FAILURE: ProviderError = { message: 'not on WhatsApp', type: 'ERROR_TYPE_INVALID_REQUEST', code: 'ERROR_CODE_PHONE_NUMBER_BAD_FORMAT', cntTraceId: '123' };
+const FAILURE: ProviderError = {
+  message: 'not on WhatsApp',
+  type: 'ERROR_TYPE_INVALID_REQUEST',
+  code: 'ERROR_CODE_PHONE_NUMBER_BAD_FORMAT',
+  cntTraceId: '123',
+};
 
 const SENT_ONCE = { attempts: 1, maybeSent: false, requestedType: 'text' } as const;
 const result = (eventId = 'e-result', acceptedAt = at(0)): ResultEvent => ({
   kind: 'result',
   eventId,
-  result: { requestId: 'order-42', businessId: 'biz_1', messageId: 'm1', type: 'text', recipient: '+15550002222', acceptedAt, send: SENT_ONCE },
+  result: {
+    requestId: 'order-42',
+    businessId: 'biz_1',
+    messageId: 'm1',
+    type: 'text',
+    recipient: '+15550002222',
+    acceptedAt,
+    send: SENT_ONCE,
+  },
 });
 
 const OFFSET: Record<DeliveryStatus, number> = { sent: 1, delivered: 2, read: 3, delivery_failed: 4 };
-const status = (s: DeliveryStatus, eventId: string = `e-${s}`, seconds = OFFSET[s], error?: ProviderError): StatusEvent => ({
+const status = (
+  s: DeliveryStatus,
+  eventId: string = `e-${s}`,
+  seconds = OFFSET[s],
+  error?: ProviderError,
+): StatusEvent => ({
   kind: 'status',
   eventId,
   businessId: 'biz_1',
@@ -41,7 +59,10 @@ const status = (s: DeliveryStatus, eventId: string = `e-${s}`, seconds = OFFSET[
   recipient: '15550002222',
 });
 
-function fold(events: TrackerEvent[], start?: TrackedMessage): { state: TrackedMessage | undefined; steps: ApplyResult[] } {
+function fold(
+  events: TrackerEvent[],
+  start?: TrackedMessage,
+): { state: TrackedMessage | undefined; steps: ApplyResult[] } {
   let state = start;
   const steps: ApplyResult[] = [];
   for (const event of events) {
@@ -54,11 +75,15 @@ function fold(events: TrackerEvent[], start?: TrackedMessage): { state: TrackedM
 
 function permutations<T>(items: T[]): T[][] {
   if (items.length <= 1) return [items];
-  return items.flatMap((item, i) => permutations([...items.slice(0, i), ...items.slice(i + 1)]).map((rest) => [item, ...rest]));
+  return items.flatMap((item, i) =>
+    permutations([...items.slice(0, i), ...items.slice(i + 1)]).map((rest) => [item, ...rest]),
+  );
 }
 
 function subsets<T>(items: T[]): T[][] {
-  return items.reduce<T[][]>((all, item) => [...all, ...all.map((s) => [...s, item])], [[]]).filter((s) => s.length > 0);
+  return items
+    .reduce<T[][]>((all, item) => [...all, ...all.map((s) => [...s, item])], [[]])
+    .filter((s) => s.length > 0);
 }
 
 /** Seeded, so a failure names a reproducible order. */
@@ -72,7 +97,13 @@ function rng(seed: number): () => number {
 /** Everything but the order-dependent list of ids, which is compared as a set. */
 const comparable = (s: TrackedMessage | undefined) => s && { ...messageStateOf(s), eventIds: [...s.eventIds].sort() };
 
-const ALL_EVENTS: TrackerEvent[] = [result(), status('sent'), status('delivered'), status('read'), status('delivery_failed')];
+const ALL_EVENTS: TrackerEvent[] = [
+  result(),
+  status('sent'),
+  status('delivered'),
+  status('read'),
+  status('delivery_failed'),
+];
 
 describe('applyEvent: the final state does not depend on arrival order', () => {
   it('every order of every subset of {result, sent, delivered, read, delivery_failed} converges, and no step lowers the status', () => {
@@ -83,7 +114,8 @@ describe('applyEvent: the final state does not depend on arrival order', () => {
       const hasResult = subset.some((e) => e.kind === 'result');
       // The expected state, from the rules rather than from one order.
       expect(expected).toMatchObject({
-        status: statuses.length === 0 ? 'accepted' : statuses.reduce((a, b) => (statusRank(a) >= statusRank(b) ? a : b)),
+        status:
+          statuses.length === 0 ? 'accepted' : statuses.reduce((a, b) => (statusRank(a) >= statusRank(b) ? a : b)),
         requestId: hasResult ? 'order-42' : null,
         type: hasResult ? 'text' : null,
         recipient: hasResult ? '+15550002222' : '15550002222',
@@ -164,7 +196,14 @@ describe('applyEvent: the final state does not depend on arrival order', () => {
       status('read', 'read-a', 40),
       status('read', 'read-b', 35),
     ];
-    const expected = { status: 'read', acceptedAt: at(0), sentAt: at(5), deliveredAt: at(20), readAt: at(35), failedAt: null };
+    const expected = {
+      status: 'read',
+      acceptedAt: at(0),
+      sentAt: at(5),
+      deliveredAt: at(20),
+      readAt: at(35),
+      failedAt: null,
+    };
     for (let run = 0; run < 300; run++) {
       const order = [...pool].sort(() => random() - 0.5);
       const replayed = [...order, ...order.filter(() => random() < 0.5)];
@@ -194,9 +233,17 @@ describe('applyEvent: the rules one by one', () => {
 
   it('the same status again: an earlier time moves the timestamp back, a later one is redundant', () => {
     const delivered = fold([status('delivered', 'd1', 20)]).state!;
-    expect(applyEvent(delivered, status('delivered', 'd2', 25), NOW)).toEqual({ state: delivered, changed: false, outcome: 'redundant' });
+    expect(applyEvent(delivered, status('delivered', 'd2', 25), NOW)).toEqual({
+      state: delivered,
+      changed: false,
+      outcome: 'redundant',
+    });
     const earlier = applyEvent(delivered, status('delivered', 'd3', 15), NOW);
-    expect(earlier).toMatchObject({ changed: true, outcome: 'filled_timestamp', state: { status: 'delivered', deliveredAt: at(15), events: 2 } });
+    expect(earlier).toMatchObject({
+      changed: true,
+      outcome: 'filled_timestamp',
+      state: { status: 'delivered', deliveredAt: at(15), events: 2 },
+    });
   });
 
   it('delivery_failed is terminal: a later read is recorded without reviving the message', () => {
@@ -208,11 +255,18 @@ describe('applyEvent: the rules one by one', () => {
     expect(applyEvent(read.state, status('read', 'e-read-2', 8), NOW).outcome).toBe('regression_refused');
     // And a failure after read makes the message failed: the same end whatever the order.
     const readFirst = fold([result(), status('read')]).state!;
-    expect(applyEvent(readFirst, status('delivery_failed'), NOW)).toMatchObject({ outcome: 'applied', state: { status: 'delivery_failed', error: FAILURE } });
+    expect(applyEvent(readFirst, status('delivery_failed'), NOW)).toMatchObject({
+      outcome: 'applied',
+      state: { status: 'delivery_failed', error: FAILURE },
+    });
   });
 
   it('two failures: the error of the earliest one is kept, in either order', () => {
-    const other: ProviderError = { message: 'opted out', type: 'ERROR_TYPE_INVALID_REQUEST', code: 'ERROR_CODE_MESSAGE_CUSTOMER_OPTED_OUT' };
+    const other: ProviderError = {
+      message: 'opted out',
+      type: 'ERROR_TYPE_INVALID_REQUEST',
+      code: 'ERROR_CODE_MESSAGE_CUSTOMER_OPTED_OUT',
+    };
     const early = status('delivery_failed', 'f-early', 4, FAILURE);
     const late = status('delivery_failed', 'f-late', 9, other);
     for (const order of [
@@ -225,7 +279,13 @@ describe('applyEvent: the rules one by one', () => {
 
   it('a status before its send result is kept, and merged when the result comes without lowering it', () => {
     const delivered = fold([status('sent'), status('delivered')]).state!;
-    expect(delivered).toMatchObject({ requestId: null, type: null, acceptedAt: null, recipient: '15550002222', status: 'delivered' });
+    expect(delivered).toMatchObject({
+      requestId: null,
+      type: null,
+      acceptedAt: null,
+      recipient: '15550002222',
+      status: 'delivered',
+    });
     const merged = applyEvent(delivered, result(), NOW);
     expect(merged.outcome).toBe('result_merged');
     expect(merged.state).toMatchObject({
@@ -266,7 +326,9 @@ describe('applyEvent: the rules one by one', () => {
     const refused = applyEvent(first, result('e-result-2', at(1)), new Date('2026-03-01T11:00:00Z'));
     expect(refused).toMatchObject({ changed: false, outcome: 'redundant' });
     expect(refused.state.updatedAt).toBe('2026-03-01T10:00:05.000Z');
-    expect(applyEvent(first, status('sent'), new Date('2026-03-01T12:00:00Z')).state.updatedAt).toBe('2026-03-01T12:00:00.000Z');
+    expect(applyEvent(first, status('sent'), new Date('2026-03-01T12:00:00Z')).state.updatedAt).toBe(
+      '2026-03-01T12:00:00.000Z',
+    );
   });
 
   it('remembers a bounded number of event ids, most recent last', () => {
@@ -309,10 +371,27 @@ describe('restore from message-state', () => {
     } as const;
     const event = resultEventFrom(accepted as unknown as SendResult, 'e-r')!;
     const state = applyEvent(messageStateSchema.parse(older), event, NOW).state;
-    expect(state).toMatchObject({ type: 'template', status: 'read', send: { attempts: 3, maybeSent: true, requestedType: 'text' } });
+    expect(state).toMatchObject({
+      type: 'template',
+      status: 'read',
+      send: { attempts: 3, maybeSent: true, requestedType: 'text' },
+    });
     // The same result again under another id changes nothing; one with other attempts does.
-    expect(applyEvent(state, { ...event, eventId: 'e-r2' }, NOW)).toMatchObject({ changed: false, outcome: 'redundant' });
-    expect(applyEvent(state, { ...event, eventId: 'e-r3', result: { ...event.result, send: { attempts: 1, maybeSent: false, requestedType: 'text' } } }, NOW)).toMatchObject({ changed: true });
+    expect(applyEvent(state, { ...event, eventId: 'e-r2' }, NOW)).toMatchObject({
+      changed: false,
+      outcome: 'redundant',
+    });
+    expect(
+      applyEvent(
+        state,
+        {
+          ...event,
+          eventId: 'e-r3',
+          result: { ...event.result, send: { attempts: 1, maybeSent: false, requestedType: 'text' } },
+        },
+        NOW,
+      ),
+    ).toMatchObject({ changed: true });
   });
 
   it('keeps the channel the result names (an SMS ends at accepted); absent in states and results written before it', () => {
@@ -327,11 +406,17 @@ describe('restore from message-state', () => {
       maybeSent: false,
       type: 'text',
     } as const;
-    const state = applyEvent(undefined, resultEventFrom({ ...base, channel: 'sms' } as SendResult, 'e-sms')!, NOW).state;
+    const state = applyEvent(
+      undefined,
+      resultEventFrom({ ...base, channel: 'sms' } as SendResult, 'e-sms')!,
+      NOW,
+    ).state;
     expect(state).toMatchObject({ status: 'accepted', send: { channel: 'sms' } });
     expect(messageStateSchema.parse(JSON.parse(JSON.stringify(state))).send!.channel).toBe('sms');
     // The same result without the field (a result of an earlier release) is another summary: applied.
-    expect(applyEvent(state, resultEventFrom(base as SendResult, 'e-old')!, NOW).state.send).not.toHaveProperty('channel');
+    expect(applyEvent(state, resultEventFrom(base as SendResult, 'e-old')!, NOW).state.send).not.toHaveProperty(
+      'channel',
+    );
     const { channel: _c, ...older } = state.send!;
     expect(messageStateSchema.parse({ ...state, send: older }).send).not.toHaveProperty('channel');
   });
@@ -349,7 +434,10 @@ describe('restore from message-state', () => {
       type: 'template',
     } as const;
     const parameters = Array.from({ length: 30 }, (_, i) => ({ name: `p${i}`, value: 'v'.repeat(300) }));
-    const event = resultEventFrom({ ...base, content: { templateName: 'order_update', parameters } } as SendResult, 'e-r')!;
+    const event = resultEventFrom(
+      { ...base, content: { templateName: 'order_update', parameters } } as SendResult,
+      'e-r',
+    )!;
     const state = applyEvent(undefined, event, NOW).state;
     const content = state.send!.content!;
     expect(content).toMatchObject({ templateName: 'order_update', truncated: true });
@@ -393,9 +481,14 @@ describe('events from the input topics', () => {
       error: FAILURE,
       recipient: '+15550002222',
     });
-    const sent = statusEventFrom(deliveryStatusEventSchema.parse({ ...body, statusUpdate: { id: 'm', status: 'sent', error: null } }), { eventId: 'x', businessId: 'b' });
+    const sent = statusEventFrom(
+      deliveryStatusEventSchema.parse({ ...body, statusUpdate: { id: 'm', status: 'sent', error: null } }),
+      { eventId: 'x', businessId: 'b' },
+    );
     expect(sent.error).toBeNull();
-    expect(() => statusEventFrom(deliveryStatusEventSchema.parse(body), { eventId: '', businessId: 'biz_1' })).toThrow(/eventId/);
+    expect(() => statusEventFrom(deliveryStatusEventSchema.parse(body), { eventId: '', businessId: 'biz_1' })).toThrow(
+      /eventId/,
+    );
   });
 
   it('only accepted send results become events', () => {
@@ -411,7 +504,13 @@ describe('events from the input topics', () => {
       acceptedAt: at(0),
     };
     expect(resultEventFrom(accepted, 'e-result')).toEqual(result());
-    const rejected = { requestId: 'r', outcome: 'rejected' as const, attempts: 0, maybeSent: false, error: { message: 'x', type: 't', code: 'c', retriable: false } };
+    const rejected = {
+      requestId: 'r',
+      outcome: 'rejected' as const,
+      attempts: 0,
+      maybeSent: false,
+      error: { message: 'x', type: 't', code: 'c', retriable: false },
+    };
     expect(resultEventFrom(rejected, 'e')).toBeUndefined();
   });
 
@@ -428,7 +527,13 @@ describe('events from the input topics', () => {
       }
       return undefined;
     };
-    for (const time of ['yesterday', '2026-03-01', '2026-02-30T25:00:00Z', '2026-03-01T10:00:00', '+012026-03-01T10:00:00.000Z']) {
+    for (const time of [
+      'yesterday',
+      '2026-03-01',
+      '2026-02-30T25:00:00Z',
+      '2026-03-01T10:00:00',
+      '+012026-03-01T10:00:00.000Z',
+    ]) {
       const err = bad({ ...status('sent'), at: time });
       expect(isMsgbridgeError(err, 'INVALID_ARGUMENT'), time).toBe(true);
       expect((err as Error).message).toMatch(/^at must be an ISO 8601 time/);

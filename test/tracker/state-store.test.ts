@@ -52,14 +52,27 @@ function state(id: string, over: Partial<TrackedMessage> = {}): TrackedMessage {
 describe('TaskStore', () => {
   it('reads a write at once (before it is durable), then from disk after a reopen, with its checkpoint', async () => {
     const store = open();
-    const written = store.write({ messages: [{ id: 'm1', state: state('m1'), previous: undefined }], conversations: [], checkpoint: { messageState: 7 } });
+    const written = store.write({
+      messages: [{ id: 'm1', state: state('m1'), previous: undefined }],
+      conversations: [],
+      checkpoint: { messageState: 7 },
+    });
     expect(store.message('m1')?.status).toBe('accepted');
     await written;
     expect(store.checkpoint()).toEqual({ messageState: 7, conversations: 0 });
     await store.write({
       messages: [],
       conversations: [
-        { key: 'biz_1:+1', window: { businessId: 'biz_1', customer: '+1', lastInboundAt: '2026-11-24T10:00:00.000Z', windowOpenUntil: '2026-11-25T10:00:00.000Z' }, previous: undefined },
+        {
+          key: 'biz_1:+1',
+          window: {
+            businessId: 'biz_1',
+            customer: '+1',
+            lastInboundAt: '2026-11-24T10:00:00.000Z',
+            windowOpenUntil: '2026-11-25T10:00:00.000Z',
+          },
+          previous: undefined,
+        },
       ],
       checkpoint: { conversations: 3 },
     });
@@ -77,8 +90,16 @@ describe('TaskStore', () => {
     const a = state('a', { acceptedAt: '2026-11-24T10:00:01.000Z' });
     const b = state('b', { acceptedAt: '2026-11-24T10:00:02.000Z', requestId: 'shared' });
     // A status before its result: no request, listed under its sent time; the result moves it.
-    const cEarly = state('c', { requestId: null, acceptedAt: null, sentAt: '2026-11-24T10:00:09.000Z', status: 'sent' });
-    await store.write({ messages: [a, b, cEarly].map((s) => ({ id: s.messageId, state: s, previous: undefined })), conversations: [] });
+    const cEarly = state('c', {
+      requestId: null,
+      acceptedAt: null,
+      sentAt: '2026-11-24T10:00:09.000Z',
+      status: 'sent',
+    });
+    await store.write({
+      messages: [a, b, cEarly].map((s) => ({ id: s.messageId, state: s, previous: undefined })),
+      conversations: [],
+    });
     const cMerged = { ...cEarly, requestId: 'shared', acceptedAt: '2026-11-24T10:00:03.000Z' };
     await store.write({ messages: [{ id: 'c', state: cMerged, previous: cEarly }], conversations: [] });
     expect(store.messageIdsOfRequest('req-a')).toEqual(['a']);
@@ -98,9 +119,18 @@ describe('TaskStore', () => {
       state('b', { acceptedAt: '2026-11-24T10:00:02.000Z', recipient: '+15550009999' }),
       state('c', { acceptedAt: '2026-11-24T10:00:03.000Z', businessId: 'biz_2' }),
       // A status before its result, of a business the webhook did not name yet: in no business list.
-      state('d', { requestId: null, acceptedAt: null, businessId: '', sentAt: '2026-11-24T10:00:04.000Z', status: 'sent' }),
+      state('d', {
+        requestId: null,
+        acceptedAt: null,
+        businessId: '',
+        sentAt: '2026-11-24T10:00:04.000Z',
+        status: 'sent',
+      }),
     ];
-    await store.write({ messages: states.map((s) => ({ id: s.messageId, state: s, previous: undefined })), conversations: [] });
+    await store.write({
+      messages: states.map((s) => ({ id: s.messageId, state: s, previous: undefined })),
+      conversations: [],
+    });
     const first = store.listedMessages('business', 'biz_1', 1);
     expect(first.map((e) => e.id)).toEqual(['b']);
     expect(store.listedMessages('business', 'biz_1', 5, first[0]!.sort).map((e) => e.id)).toEqual(['a']);
@@ -114,8 +144,14 @@ describe('TaskStore', () => {
 
   it('a store written before the business index (no index format) rebuilds its indexes, then lists by business', async () => {
     const store = open();
-    const states = [state('a', { acceptedAt: '2026-11-24T10:00:01.000Z' }), state('b', { acceptedAt: '2026-11-24T10:00:02.000Z' })];
-    await store.write({ messages: states.map((s) => ({ id: s.messageId, state: s, previous: undefined })), conversations: [] });
+    const states = [
+      state('a', { acceptedAt: '2026-11-24T10:00:01.000Z' }),
+      state('b', { acceptedAt: '2026-11-24T10:00:02.000Z' }),
+    ];
+    await store.write({
+      messages: states.map((s) => ({ id: s.messageId, state: s, previous: undefined })),
+      conversations: [],
+    });
     expect(store.indexesComplete()).toBe(true);
     const dir = store.dir;
     await store.close();
@@ -209,7 +245,16 @@ describe('TaskStore', () => {
     await store.write({
       messages: [old, fresh].map((s) => ({ id: s.messageId, state: s, previous: undefined })),
       conversations: [
-        { key: 'biz_1:+2', window: { businessId: 'biz_1', customer: '+2', lastInboundAt: '2026-11-20T00:00:00.000Z', windowOpenUntil: '2026-11-21T00:00:00.000Z' }, previous: undefined },
+        {
+          key: 'biz_1:+2',
+          window: {
+            businessId: 'biz_1',
+            customer: '+2',
+            lastInboundAt: '2026-11-20T00:00:00.000Z',
+            windowOpenUntil: '2026-11-21T00:00:00.000Z',
+          },
+          previous: undefined,
+        },
       ],
     });
     const gone = store.expire(Date.parse('2026-11-01T00:00:00Z'), Date.parse('2026-11-23T00:00:00Z'), 100);
@@ -222,7 +267,12 @@ describe('TaskStore', () => {
     // An update moves a state's expiry: the old entry goes with it.
     const updated = { ...fresh, updatedAt: '2026-11-24T01:00:00.000Z', status: 'sent' as const };
     await store.write({ messages: [{ id: 'fresh', state: updated, previous: fresh }], conversations: [] });
-    expect(store.expire(Date.parse('2026-11-24T00:30:00Z'), 0, 100)).toEqual({ messages: 0, conversations: 0, outcomes: 0, inbound: 0 });
+    expect(store.expire(Date.parse('2026-11-24T00:30:00Z'), 0, 100)).toEqual({
+      messages: 0,
+      conversations: 0,
+      outcomes: 0,
+      inbound: 0,
+    });
     expect(store.message('fresh')?.status).toBe('sent');
     await store.close();
   });
@@ -274,7 +324,12 @@ describe('TaskStore', () => {
     const again = TaskStore.open(dir, identity);
     expect(again.requestOutcome('r1')).toEqual(outcome('r1', '2026-10-01T00:00:00.000Z'));
     expect(again.checkpoint()).toEqual({ messageState: 0, conversations: 0, requestOutcomes: 9 });
-    expect(again.expire(Date.parse('2026-11-01T00:00:00Z'), 0, 100)).toEqual({ messages: 0, conversations: 0, outcomes: 1, inbound: 0 });
+    expect(again.expire(Date.parse('2026-11-01T00:00:00Z'), 0, 100)).toEqual({
+      messages: 0,
+      conversations: 0,
+      outcomes: 1,
+      inbound: 0,
+    });
     expect(again.requestOutcome('r1')).toBeUndefined();
     expect(again.requestOutcome('r2')).toBeDefined();
     expect(again.outcomesOfRecipient('+15550001111', 10)).toEqual(['r2']);
@@ -285,7 +340,11 @@ describe('TaskStore', () => {
     const dir = mkdtempSync(join(tmpdir(), 'store-test-'));
     const { requestOutcomesTopic: _t, ...older } = identity;
     const store = open(older as StoreIdentity, dir);
-    await store.write({ messages: [{ id: 'm1', state: state('m1'), previous: undefined }], conversations: [], checkpoint: { messageState: 5 } });
+    await store.write({
+      messages: [{ id: 'm1', state: state('m1'), previous: undefined }],
+      conversations: [],
+      checkpoint: { messageState: 5 },
+    });
     await store.close();
     const upgraded = open(identity, dir);
     expect(upgraded.message('m1')).toEqual(state('m1'));
@@ -303,8 +362,12 @@ describe('TaskStore', () => {
     const plus = state('plus', { recipient: '+15550002222', acceptedAt: '2026-11-24T10:00:01.000Z' });
     const bare = state('bare', { recipient: '15550002222', acceptedAt: '2026-11-24T10:00:02.000Z' });
     const opaque = state('opaque', { recipient: 'US.42', acceptedAt: '2026-11-24T10:00:03.000Z' });
-    await store.write({ messages: [plus, bare, opaque].map((s) => ({ id: s.messageId, state: s, previous: undefined })), conversations: [] });
-    for (const form of ['15550002222', '+15550002222']) expect(store.listedMessages('recipient', form, 10).map((e) => e.id)).toEqual(['bare', 'plus']);
+    await store.write({
+      messages: [plus, bare, opaque].map((s) => ({ id: s.messageId, state: s, previous: undefined })),
+      conversations: [],
+    });
+    for (const form of ['15550002222', '+15550002222'])
+      expect(store.listedMessages('recipient', form, 10).map((e) => e.id)).toEqual(['bare', 'plus']);
     expect(store.listedMessages('recipient', 'US.42', 10).map((e) => e.id)).toEqual(['opaque']);
     expect(store.listedMessages('recipient', '+US.42', 10)).toEqual([]);
     // The stored states keep the number as it was sent.
@@ -332,7 +395,10 @@ describe('TaskStore', () => {
     const written = store.write({
       messages: [],
       conversations: [],
-      inbound: [{ record: inbound('e1', '2026-11-24T10:00:00.000Z') }, { record: inbound('e2', '2026-11-24T10:05:00.000Z', { button: { payload: 'yes' } }) }],
+      inbound: [
+        { record: inbound('e1', '2026-11-24T10:00:00.000Z') },
+        { record: inbound('e2', '2026-11-24T10:05:00.000Z', { button: { payload: 'yes' } }) },
+      ],
       checkpoint: { inboundMessages: 2 },
     });
     // Read at once, before it is durable.
@@ -342,7 +408,10 @@ describe('TaskStore', () => {
       'inboundMessages',
       [
         { key: 'e3', value: Buffer.from(JSON.stringify(inbound('e3', '2026-11-24T10:10:00.000Z'))) },
-        { key: 'e4', value: Buffer.from(JSON.stringify(inbound('e4', '2026-11-24T10:11:00.000Z', { customer: '15550009999' }))) },
+        {
+          key: 'e4',
+          value: Buffer.from(JSON.stringify(inbound('e4', '2026-11-24T10:11:00.000Z', { customer: '15550009999' }))),
+        },
         { key: 'e5', value: Buffer.from(JSON.stringify(inbound('e5', '2026-11-24T10:12:00.000Z'))) },
         { key: 'e5', value: null },
         { key: 'e6', value: Buffer.from('{"not":"a record"}') },
@@ -365,7 +434,12 @@ describe('TaskStore', () => {
     const again = TaskStore.open(dir, identity);
     expect(again.inboundMessage('e1')).toEqual(inbound('e1', '2026-11-24T10:00:00.000Z'));
     expect(again.checkpoint()?.inboundMessages).toBe(9);
-    expect(again.expire(Date.parse('2026-11-24T10:06:00Z'), 0, 100)).toEqual({ messages: 0, conversations: 0, outcomes: 0, inbound: 2 });
+    expect(again.expire(Date.parse('2026-11-24T10:06:00Z'), 0, 100)).toEqual({
+      messages: 0,
+      conversations: 0,
+      outcomes: 0,
+      inbound: 2,
+    });
     expect(again.inboundOfCustomer('15550002222', 10).map((f) => f.record.eventId)).toEqual(['e3']);
     await again.close();
   });
@@ -413,8 +487,13 @@ describe('TaskStore', () => {
     expect(store.outcomesOfRecipient('15550002222', 10)).toEqual(['r-rejected']);
     expect(store.indexesComplete()).toBe(false);
     while (!store.buildIndexes(1, 0).done);
-    expect(store.listedMessages('recipient', '15550002222', 10).map((e) => e.id)).toEqual(['01JGOLDEN0000000000000BARE', '01JGOLDEN0000000000000PLUS']);
-    expect(store.listedMessages('recipient', '15550003333', 10).map((e) => e.id)).toEqual(['01JGOLDEN000000000000OTHER']);
+    expect(store.listedMessages('recipient', '15550002222', 10).map((e) => e.id)).toEqual([
+      '01JGOLDEN0000000000000BARE',
+      '01JGOLDEN0000000000000PLUS',
+    ]);
+    expect(store.listedMessages('recipient', '15550003333', 10).map((e) => e.id)).toEqual([
+      '01JGOLDEN000000000000OTHER',
+    ]);
     expect(store.listedMessages('recipient', '+15550002222', 10)).toHaveLength(2);
     expect(store.messageIdsOfRequest('r-bare')).toEqual(['01JGOLDEN0000000000000BARE']);
     // Its two windows of one customer (one per form of the key) are one, the latest, under the canonical key.
@@ -436,7 +515,10 @@ describe('TaskStore', () => {
 
   it('restores a window written under either form of the customer as one window, the latest', () => {
     const store = open();
-    const window = (customer: string, lastInboundAt: string) => Buffer.from(JSON.stringify({ businessId: 'biz_1', customer, lastInboundAt, windowOpenUntil: '2026-11-25T12:00:00.000Z' }));
+    const window = (customer: string, lastInboundAt: string) =>
+      Buffer.from(
+        JSON.stringify({ businessId: 'biz_1', customer, lastInboundAt, windowOpenUntil: '2026-11-25T12:00:00.000Z' }),
+      );
     store.applyChangelog(
       'conversations',
       [
@@ -446,14 +528,21 @@ describe('TaskStore', () => {
       {},
       0,
     );
-    expect(store.conversation('biz_1:15550002222')).toMatchObject({ customer: '15550002222', lastInboundAt: '2026-11-24T11:00:00.000Z' });
+    expect(store.conversation('biz_1:15550002222')).toMatchObject({
+      customer: '15550002222',
+      lastInboundAt: '2026-11-24T11:00:00.000Z',
+    });
     expect(store.stats().conversations).toBe(1);
   });
 
   it('a directory left by another cluster, topic or partition count is wiped, not reused', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'store-test-'));
     const store = open(identity, dir);
-    await store.write({ messages: [{ id: 'm1', state: state('m1'), previous: undefined }], conversations: [], checkpoint: { messageState: 5 } });
+    await store.write({
+      messages: [{ id: 'm1', state: state('m1'), previous: undefined }],
+      conversations: [],
+      checkpoint: { messageState: 5 },
+    });
     await store.close();
     const other = open({ ...identity, clusterId: 'c2' }, dir);
     expect(other.message('m1')).toBeUndefined();
@@ -462,7 +551,11 @@ describe('TaskStore', () => {
     expect(other.indexesComplete()).toBe(true);
     await other.close();
     const again = open({ ...identity, clusterId: 'c2' }, dir);
-    await again.write({ messages: [{ id: 'm2', state: state('m2'), previous: undefined }], conversations: [], checkpoint: { messageState: 1 } });
+    await again.write({
+      messages: [{ id: 'm2', state: state('m2'), previous: undefined }],
+      conversations: [],
+      checkpoint: { messageState: 1 },
+    });
     await again.close();
     const third = open({ ...identity, clusterId: 'c2' }, dir);
     expect(third.message('m2')).toBeDefined();
@@ -470,7 +563,9 @@ describe('TaskStore', () => {
   });
 
   it('names one directory per group and task', () => {
-    expect(taskStoreDir('/var/lib/msgbridge', 'msgbridge-tracker', 7)).toBe('/var/lib/msgbridge/msgbridge-tracker/task-7');
+    expect(taskStoreDir('/var/lib/msgbridge', 'msgbridge-tracker', 7)).toBe(
+      '/var/lib/msgbridge/msgbridge-tracker/task-7',
+    );
     expect(taskStoreDir('/s', 'a/../b', 0)).toBe('/s/a_.._b/task-0');
   });
 });

@@ -18,11 +18,15 @@ import { authHeaders, messageLifeRecords, statesPerKey, trackerEnv } from './har
 const CHILD = fileURLToPath(new URL('./tracker-kill-child.ts', import.meta.url));
 
 function runChild(env: Record<string, string>) {
-  const child = spawn(process.execPath, ['--import', 'tsx', CHILD], { env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', MSGBRIDGE_LOG_LEVEL: 'info', ...env } });
+  const child = spawn(process.execPath, ['--import', 'tsx', CHILD], {
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', MSGBRIDGE_LOG_LEVEL: 'info', ...env },
+  });
   let stdout = '';
   child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
   child.stderr.on('data', (d: Buffer) => (stdout += d.toString()));
-  const exited = new Promise<NodeJS.Signals | number | null>((resolve) => child.on('exit', (code, signal) => resolve(signal ?? code)));
+  const exited = new Promise<NodeJS.Signals | number | null>((resolve) =>
+    child.on('exit', (code, signal) => resolve(signal ?? code)),
+  );
   return { child, exited, output: () => stdout };
 }
 
@@ -40,7 +44,9 @@ describe('tracker store under kill -9', () => {
     const N = 900;
     const ids = Array.from({ length: N }, () => messageId());
     const inputTopic = { results: topics.results, status: topics.status };
-    const events = ids.flatMap((m, i) => messageLifeRecords(`req-${i}`, m).map((r) => ({ ...r, topic: inputTopic[r.topic] })));
+    const events = ids.flatMap((m, i) =>
+      messageLifeRecords(`req-${i}`, m).map((r) => ({ ...r, topic: inputTopic[r.topic] })),
+    );
     for (let i = events.length - 1; i > 0; i--) {
       const j = Math.floor(Math.random() * (i + 1));
       [events[i], events[j]] = [events[j]!, events[i]!];
@@ -56,7 +62,10 @@ describe('tracker store under kill -9', () => {
           part.filter((e) => e.topic === topic),
         );
       const run = runChild({ ...env, KILL_AT: killAt, KILL_AFTER: String(3 + Math.floor(Math.random() * 5)) });
-      const exit = await Promise.race([run.exited, new Promise((resolve) => setTimeout(() => resolve('timeout'), 60_000))]);
+      const exit = await Promise.race([
+        run.exited,
+        new Promise((resolve) => setTimeout(() => resolve('timeout'), 60_000)),
+      ]);
       outputs.push(run.output());
       if (exit === 'timeout') run.child.kill('SIGKILL');
       expect(exit, `the ${killAt} kill happened`).toBe('SIGKILL');
@@ -73,13 +82,16 @@ describe('tracker store under kill -9', () => {
     for (const m of ids) {
       const res = await fetch(`${url}/messages/${m}`, { headers: authHeaders('read') });
       const body = (await res.json()) as { status?: string; events?: number };
-      if (res.status !== 200 || body.status !== 'read' || body.events !== 4) wrongInStore.push(`${m}: ${res.status} ${JSON.stringify(body)}`);
+      if (res.status !== 200 || body.status !== 'read' || body.events !== 4)
+        wrongInStore.push(`${m}: ${res.status} ${JSON.stringify(body)}`);
     }
     last.child.kill('SIGTERM');
     expect(await last.exited).toBe(0);
 
     const all = [...outputs, last.output()].join('\n');
-    const restarts = all.split('\n').filter((l) => l.includes('task store caught up from its checkpoint') || l.includes('restored in bulk'));
+    const restarts = all
+      .split('\n')
+      .filter((l) => l.includes('task store caught up from its checkpoint') || l.includes('restored in bulk'));
     console.log(
       `[store-kill] ${N} messages, ${events.length} events, kills after send, after commit, mid store write; ${seen} state records (read_committed); task starts: ${restarts.filter((l) => l.includes('caught up')).length} delta, ${restarts.filter((l) => l.includes('bulk')).length} bulk`,
     );
@@ -87,10 +99,14 @@ describe('tracker store under kill -9', () => {
     expect(restarts.filter((l) => l.includes('restored in bulk'))).toHaveLength(3);
     expect(all).not.toMatch(/does not match the changelogs/);
     // The kill after commit left a store older than its changelog: a restart read the difference.
-    expect(restarts.some((l) => l.includes('caught up') && /"changelogRecords":\{"messageState":[1-9]/.test(l))).toBe(true);
+    expect(restarts.some((l) => l.includes('caught up') && /"changelogRecords":\{"messageState":[1-9]/.test(l))).toBe(
+      true,
+    );
     expect(perKey.size).toBe(N);
     expect([...perKey].filter(([, states]) => states.length !== 4).slice(0, 3)).toEqual([]);
-    expect([...perKey].filter(([, s]) => s.at(-1)!.status !== 'read' || s.at(-1)!.events !== 4).slice(0, 3)).toEqual([]);
+    expect([...perKey].filter(([, s]) => s.at(-1)!.status !== 'read' || s.at(-1)!.events !== 4).slice(0, 3)).toEqual(
+      [],
+    );
     expect(seen).toBe(4 * N);
     expect(wrongInStore.slice(0, 3)).toEqual([]);
   }, 300_000);

@@ -3,7 +3,14 @@ import { describe, expect, it } from 'vitest';
 import { messageId } from '../ingress/fixtures.js';
 import { startCli } from '../helpers/cli.js';
 import { createTopics, kafkaBrokers, produce, testKafka } from '../helpers/kafka.js';
-import { getJson, inboundRecord, messageLifeRecords, rejectedRecord, statesPerKey, TEST_ACCESS_TOKENS } from './harness.js';
+import {
+  getJson,
+  inboundRecord,
+  messageLifeRecords,
+  rejectedRecord,
+  statesPerKey,
+  TEST_ACCESS_TOKENS,
+} from './harness.js';
 
 /**
  * `msgbridge tracker` killed with SIGKILL mid-stream, twice, then restarted: every message ends
@@ -19,7 +26,13 @@ import { getJson, inboundRecord, messageLifeRecords, rejectedRecord, statesPerKe
 describe('tracker under kill -9', () => {
   it('loses no state change and publishes none twice across two kill -9 and restarts', async () => {
     const id = randomUUID().slice(0, 8);
-    const topics = { results: `tk-results-${id}`, status: `tk-status-${id}`, messages: `tk-messages-${id}`, state: `tk-state-${id}`, conv: `tk-conv-${id}` };
+    const topics = {
+      results: `tk-results-${id}`,
+      status: `tk-status-${id}`,
+      messages: `tk-messages-${id}`,
+      state: `tk-state-${id}`,
+      conv: `tk-conv-${id}`,
+    };
     const env: Record<string, string> = {
       KAFKA_BROKERS: kafkaBrokers().join(','),
       MSGBRIDGE__kafka__topics__sendResults: topics.results,
@@ -48,7 +61,10 @@ describe('tracker under kill -9', () => {
     // 30 customers writing 10 times each (either form of their number), every event delivered twice.
     const customer = (c: number) => `${c % 2 === 0 ? '+' : ''}1555${String(7000000 + c).padStart(7, '0')}`;
     const I = 300;
-    const inbound = Array.from({ length: I }, (_, i) => ({ ...inboundRecord(customer(i % 30), String(1795168680 + i)), topic: topics.messages }));
+    const inbound = Array.from({ length: I }, (_, i) => ({
+      ...inboundRecord(customer(i % 30), String(1795168680 + i)),
+      topic: topics.messages,
+    }));
     const events = [
       ...ids.flatMap((m, i) => messageLifeRecords(`req-${i}`, m).map((r) => ({ ...r, topic: inputTopic[r.topic] }))),
       ...Array.from({ length: R }, (_, i) => ({ ...rejectedRecord(`rej-${i}`), topic: topics.results })),
@@ -99,9 +115,16 @@ describe('tracker under kill -9', () => {
     const outcomes = await statesPerKey(`${topics.conv}-outcomes`, R);
     const kept = await statesPerKey(`${topics.conv}-inbound`, I);
     const unknown: string[] = [];
-    for (let i = 0; i < R; i++) if ((await getJson(url, `/requests/rej-${i}`, 'read')).status !== 200) unknown.push(`rej-${i}`);
+    for (let i = 0; i < R; i++)
+      if ((await getJson(url, `/requests/rej-${i}`, 'read')).status !== 200) unknown.push(`rej-${i}`);
     const conversations: number[] = [];
-    for (let c = 0; c < 30; c++) conversations.push(((await getJson(url, `/inbound?customer=${encodeURIComponent(customer(c))}&limit=100`, 'read')).body.messages as unknown[]).length);
+    for (let c = 0; c < 30; c++)
+      conversations.push(
+        (
+          (await getJson(url, `/inbound?customer=${encodeURIComponent(customer(c))}&limit=100`, 'read')).body
+            .messages as unknown[]
+        ).length,
+      );
     expect(await last.stop('SIGTERM')).toBe(0);
     expect(outcomes.perKey.size).toBe(R);
     expect(outcomes.seen).toBe(R);
@@ -111,7 +134,9 @@ describe('tracker under kill -9', () => {
     expect(conversations).toEqual(Array(30).fill(10));
 
     const wrongCount = [...perKey].filter(([, states]) => states.length !== 4);
-    const wrongFinal = [...perKey].filter(([, states]) => states.at(-1)!.status !== 'read' || states.at(-1)!.events !== 4);
+    const wrongFinal = [...perKey].filter(
+      ([, states]) => states.at(-1)!.status !== 'read' || states.at(-1)!.events !== 4,
+    );
     console.log(
       `[tracker-kill] ${N} messages, ${events.length} events; killed at ${kills.join(' and ')} state records; ${seen} state records in all (read_committed), ${perKey.size} messages; ${outcomes.seen} request outcomes for ${R} rejected requests; ${kept.seen} inbound-messages records for ${I} inbound messages delivered twice`,
     );

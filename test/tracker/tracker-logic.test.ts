@@ -24,7 +24,11 @@ const record = (topic: string, key: string, value: string, headers: Record<strin
   value: Buffer.from(value),
   headers,
 });
-const result = (requestId: string, id: string) => record('send-results', id, accepted(requestId, id), { 'event-id': resultEventId('biz_1', requestId, 'accepted'), 'business-id': 'biz_1' });
+const result = (requestId: string, id: string) =>
+  record('send-results', id, accepted(requestId, id), {
+    'event-id': resultEventId('biz_1', requestId, 'accepted'),
+    'business-id': 'biz_1',
+  });
 const status = (id: string, s: string, ts: string) => {
   const body = statusEvent(id, s, { timestamp: ts });
   return record('delivery_status', id, body, { 'event-id': eventIdOf(body), 'business-id': 'biz_1' });
@@ -53,7 +57,15 @@ describe('TrackerLogic', () => {
     const { l } = logic();
     const store = new MemoryStore();
     l.startTask(0, store);
-    const out = l.process(0, l.decodeBatch([result('r1', 'm1'), status('m1', 'sent', '1700000001'), status('m1', 'sent', '1700000001'), inbound('+1', '1700000100')]));
+    const out = l.process(
+      0,
+      l.decodeBatch([
+        result('r1', 'm1'),
+        status('m1', 'sent', '1700000001'),
+        status('m1', 'sent', '1700000001'),
+        inbound('+1', '1700000100'),
+      ]),
+    );
     const inboundId = eventIdOf(inboundEvent('+1', 'hi', { timestamp: '1700000100' }));
     expect(out.outputs.map((o) => [o.topic, o.partition, o.key])).toEqual([
       ['message-state', 0, 'm1'],
@@ -74,7 +86,9 @@ describe('TrackerLogic', () => {
     expect(store.writes).toHaveLength(1);
     expect(store.writes[0]!.checkpoint).toEqual({ messageState: 12, conversations: 3 });
     // One write a key with the state it replaces (none yet).
-    expect(store.writes[0]!.messages.map((m) => [m.id, m.state.status, m.previous])).toEqual([['m1', 'sent', undefined]]);
+    expect(store.writes[0]!.messages.map((m) => [m.id, m.state.status, m.previous])).toEqual([
+      ['m1', 'sent', undefined],
+    ]);
     expect(l.request('r1')?.messageId).toBe('m1');
   });
 
@@ -114,7 +128,10 @@ describe('TrackerLogic', () => {
     // Found by either form of the customer, newest first.
     expect(l.inboundOfCustomer('+15550002222', 10)!.map((f) => f.record.text)).toEqual(['Yes', 'Where is my order?']);
     expect(l.inboundOfCustomer('15550002222', 1)!.map((f) => f.record.text)).toEqual(['Yes']);
-    expect(l.conversation('biz_1:+15550002222')).toMatchObject({ customer: '15550002222', lastInboundAt: '2023-11-14T22:16:40.000Z' });
+    expect(l.conversation('biz_1:+15550002222')).toMatchObject({
+      customer: '15550002222',
+      lastInboundAt: '2023-11-14T22:16:40.000Z',
+    });
   });
 
   it('skips an inbound message whose sender id is too long to be a customer id', () => {
@@ -132,7 +149,10 @@ describe('TrackerLogic', () => {
     l.process(0, l.decodeBatch(ids.map((id, i) => result(`r${i}`, id)))).commit!(new Map());
     expect(evicted).toHaveLength(50);
     const reads = store.reads;
-    const out = l.process(0, l.decodeBatch([status('m0', 'delivered', '1700000002'), status('m0', 'read', '1700000003')]));
+    const out = l.process(
+      0,
+      l.decodeBatch([status('m0', 'delivered', '1700000002'), status('m0', 'read', '1700000003')]),
+    );
     expect(store.reads).toBe(reads + 1); // once a key a batch, not once an event
     out.commit!(new Map());
     const written = store.writes.at(-1)!.messages;
@@ -144,7 +164,15 @@ describe('TrackerLogic', () => {
   it('a duplicate or a refused event in a batch is no output', () => {
     const { l, skipped } = logic();
     l.startTask(0, new MemoryStore());
-    const out = l.process(0, l.decodeBatch([status('m1', 'read', '1700000003'), status('m1', 'read', '1700000003'), status('m1', 'sent', '1700000001'), status('m1', 'sent', '1700000005')]));
+    const out = l.process(
+      0,
+      l.decodeBatch([
+        status('m1', 'read', '1700000003'),
+        status('m1', 'read', '1700000003'),
+        status('m1', 'sent', '1700000001'),
+        status('m1', 'sent', '1700000005'),
+      ]),
+    );
     // read, then sent fills its timestamp; the duplicate read and the later sent change nothing.
     expect(out.outputs).toHaveLength(2);
     expect(skipped).toEqual([]);
@@ -167,14 +195,26 @@ describe('TrackerLogic', () => {
           attempts: 1,
           maybeSent: false,
           rejectedAt: at,
-          error: { httpStatus: 400, type: 'ERROR_TYPE_INVALID_REQUEST', code, message: 'm', cntTraceId: 'trace-9', retriable: false },
+          error: {
+            httpStatus: 400,
+            type: 'ERROR_TYPE_INVALID_REQUEST',
+            code,
+            message: 'm',
+            cntTraceId: 'trace-9',
+            retriable: false,
+          },
           content: { text: ' ' },
         }),
         { 'event-id': resultEventId('biz_1', 'r9', 'rejected'), 'business-id': 'biz_1' },
       );
-    const first = l.process(0, l.decodeBatch([rejected('2026-11-24T10:00:00.000Z'), rejected('2026-11-24T10:00:00.000Z')]));
+    const first = l.process(
+      0,
+      l.decodeBatch([rejected('2026-11-24T10:00:00.000Z'), rejected('2026-11-24T10:00:00.000Z')]),
+    );
     expect(skipped).toEqual([]);
-    expect(first.outputs.map((o) => [o.topic, o.partition, o.key, o.headers?.schema])).toEqual([['request-outcomes', 0, 'r9', 'request-outcome/v1']]);
+    expect(first.outputs.map((o) => [o.topic, o.partition, o.key, o.headers?.schema])).toEqual([
+      ['request-outcomes', 0, 'r9', 'request-outcome/v1'],
+    ]);
     expect(l.requestOutcome('r9')).toBeUndefined();
     first.commit!(new Map([['request-outcomes', new Map([[0, 4]])]]));
     expect(store.writes[0]!.checkpoint).toEqual({ requestOutcomes: 4 });
@@ -191,7 +231,10 @@ describe('TrackerLogic', () => {
       updatedAt: '2026-11-24T12:00:00.000Z',
     });
     // The same result again (a redelivery, a repeat) and an earlier one change nothing; a later one replaces it.
-    expect(l.process(0, l.decodeBatch([rejected('2026-11-24T10:00:00.000Z'), rejected('2026-11-24T09:00:00.000Z', 'OLDER')])).outputs).toHaveLength(0);
+    expect(
+      l.process(0, l.decodeBatch([rejected('2026-11-24T10:00:00.000Z'), rejected('2026-11-24T09:00:00.000Z', 'OLDER')]))
+        .outputs,
+    ).toHaveLength(0);
     const later = l.process(0, l.decodeBatch([rejected('2026-11-24T11:00:00.000Z', 'LATER')]));
     expect(later.outputs).toHaveLength(1);
     later.commit!(new Map());
@@ -217,10 +260,22 @@ describe('TrackerLogic', () => {
       attempts: 1,
       acceptedAt: '2026-11-01T10:00:00.000Z',
     });
-    const out = l.process(0, l.decodeBatch([record('send-results', 'm-old', old, { 'event-id': resultEventId('biz_1', 'r-old', 'accepted'), 'business-id': 'biz_1' })]));
+    const out = l.process(
+      0,
+      l.decodeBatch([
+        record('send-results', 'm-old', old, {
+          'event-id': resultEventId('biz_1', 'r-old', 'accepted'),
+          'business-id': 'biz_1',
+        }),
+      ]),
+    );
     expect(skipped).toEqual([]);
     expect(out.outputs).toHaveLength(1);
-    expect(JSON.parse(String(out.outputs[0]!.value))).toMatchObject({ messageId: 'm-old', requestId: 'r-old', status: 'accepted' });
+    expect(JSON.parse(String(out.outputs[0]!.value))).toMatchObject({
+      messageId: 'm-old',
+      requestId: 'r-old',
+      status: 'accepted',
+    });
   });
 
   it('a failed store write fails the next batch (the task restarts from its checkpoint)', async () => {
@@ -230,7 +285,9 @@ describe('TrackerLogic', () => {
     store.fail = new Error('disk full');
     l.process(0, l.decodeBatch([result('r1', 'm1')])).commit!(new Map());
     await new Promise((r) => setTimeout(r, 0));
-    expect(() => l.process(0, l.decodeBatch([result('r2', 'm2')]))).toThrow(/local store of task 0 failed a write: disk full/);
+    expect(() => l.process(0, l.decodeBatch([result('r2', 'm2')]))).toThrow(
+      /local store of task 0 failed a write: disk full/,
+    );
   });
 
   it('answers recipient pages and requests across its tasks; a dropped task answers nothing', () => {

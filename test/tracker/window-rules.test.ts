@@ -2,7 +2,14 @@ import { describe, expect, it } from 'vitest';
 import { inboundMessageEventSchema } from '../../src/contracts/webhook-events.js';
 import { isMsgbridgeError } from '../../src/platform/errors.js';
 import { applyInbound, inboundFrom, type InboundEvent } from '../../src/tracker/window-rules.js';
-import { CONVERSATION_WINDOW_MS, canonicalConversationKey, conversationKey, conversationWindowSchema, isWindowOpen, type ConversationWindow } from '../../src/contracts/conversation-window.js';
+import {
+  CONVERSATION_WINDOW_MS,
+  canonicalConversationKey,
+  conversationKey,
+  conversationWindowSchema,
+  isWindowOpen,
+  type ConversationWindow,
+} from '../../src/contracts/conversation-window.js';
 
 const inbound = (at: string): InboundEvent => ({ businessId: 'biz_1', customer: '15550002222', at });
 
@@ -31,7 +38,11 @@ describe('conversation windows', () => {
       message: { text: 'hi' },
       attachments: [],
     });
-    expect(inboundFrom(body, 'biz_1')).toEqual({ businessId: 'biz_1', customer: '15550002222', at: '2026-03-01T10:00:00.000Z' });
+    expect(inboundFrom(body, 'biz_1')).toEqual({
+      businessId: 'biz_1',
+      customer: '15550002222',
+      at: '2026-03-01T10:00:00.000Z',
+    });
     expect(() => inboundFrom(body, '')).toThrow(/businessId/);
     expect(() => inboundFrom({ ...body, timestamp: '1e9' }, 'biz_1')).toThrow(/timestamp/);
   });
@@ -40,7 +51,12 @@ describe('conversation windows', () => {
     const first = applyInbound(undefined, inbound('2026-03-01T10:00:00Z'));
     expect(first).toEqual({
       changed: true,
-      window: { businessId: 'biz_1', customer: '15550002222', lastInboundAt: '2026-03-01T10:00:00.000Z', windowOpenUntil: '2026-03-02T10:00:00.000Z' },
+      window: {
+        businessId: 'biz_1',
+        customer: '15550002222',
+        lastInboundAt: '2026-03-01T10:00:00.000Z',
+        windowOpenUntil: '2026-03-02T10:00:00.000Z',
+      },
     });
     const later = applyInbound(first.window, inbound('2026-03-01T18:30:00Z'));
     expect(later.changed).toBe(true);
@@ -85,7 +101,12 @@ describe('conversation windows', () => {
   });
 
   it('a window kept in the other form of the customer (an earlier release) moves forward as the same conversation, in the canonical form', () => {
-    const old: ConversationWindow = { businessId: 'biz_1', customer: '+15550002222', lastInboundAt: '2026-03-01T10:00:00.000Z', windowOpenUntil: '2026-03-02T10:00:00.000Z' };
+    const old: ConversationWindow = {
+      businessId: 'biz_1',
+      customer: '+15550002222',
+      lastInboundAt: '2026-03-01T10:00:00.000Z',
+      windowOpenUntil: '2026-03-02T10:00:00.000Z',
+    };
     const { window, changed } = applyInbound(old, inbound('2026-03-01T11:00:00Z'));
     expect(changed).toBe(true);
     expect(window).toMatchObject({ customer: '15550002222', lastInboundAt: '2026-03-01T11:00:00.000Z' });

@@ -13,7 +13,8 @@ const STEPS = [
 ];
 const PAGE = 25;
 /** What `accepted` means for an SMS (README "Conversations"): the last state it will have, not a stuck one. */
-const SMS_MEANING = 'Handed to the SMS network. The provider sends no delivery receipts for SMS, so accepted is the last state this message will have: it is not stuck, and nothing more will come.';
+const SMS_MEANING =
+  'Handed to the SMS network. The provider sends no delivery receipts for SMS, so accepted is the last state this message will have: it is not stuck, and nothing more will come.';
 
 const main = document.getElementById('main');
 const live = document.getElementById('live');
@@ -30,14 +31,17 @@ function h(tag, attrs, ...children) {
     if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
     else el.setAttribute(k, v === true ? '' : String(v));
   }
-  for (const c of children.flat(Infinity)) if (c !== undefined && c !== null && c !== false) el.append(c instanceof Node ? c : String(c));
+  for (const c of children.flat(Infinity))
+    if (c !== undefined && c !== null && c !== false) el.append(c instanceof Node ? c : String(c));
   return el;
 }
 
 /** Replaces an element's children, leaving out the absent ones. */
-const fill = (el, ...children) => el.replaceChildren(...children.flat(Infinity).filter((c) => c !== undefined && c !== null && c !== false));
+const fill = (el, ...children) =>
+  el.replaceChildren(...children.flat(Infinity).filter((c) => c !== undefined && c !== null && c !== false));
 const link = (href, text, attrs = {}) => h('a', { href, ...attrs }, text);
-const consoleUrl = (query) => `/console/?${new URLSearchParams(Object.entries(query).filter(([, v]) => v !== undefined && v !== null && v !== '')).toString()}`;
+const consoleUrl = (query) =>
+  `/console/?${new URLSearchParams(Object.entries(query).filter(([, v]) => v !== undefined && v !== null && v !== '')).toString()}`;
 
 function say(text) {
   live.textContent = '';
@@ -56,7 +60,11 @@ function show(title, ...content) {
 function time(iso) {
   if (!iso) return h('span', { class: 'muted' }, '—');
   const d = new Date(iso);
-  return h('time', { datetime: iso, title: `${d.toISOString().replace('T', ' ').replace('.000Z', 'Z')} UTC` }, d.toLocaleString(undefined, { dateStyle: 'medium', timeStyle: 'medium' }));
+  return h(
+    'time',
+    { datetime: iso, title: `${d.toISOString().replace('T', ' ').replace('.000Z', 'Z')} UTC` },
+    d.toLocaleString(undefined, { dateStyle: 'medium', timeStyle: 'medium' }),
+  );
 }
 
 function duration(ms) {
@@ -100,7 +108,8 @@ const dataTable = (caption, headings, rows) =>
 /** A business id as a link to its messages ('—' when there is none). */
 const businessLink = (id) => (id ? link(consoleUrl({ business: id }), id) : '—');
 
-const statusBadge = (status) => h('span', { class: `badge status-${status}` }, status === 'delivery_failed' ? 'failed' : status);
+const statusBadge = (status) =>
+  h('span', { class: `badge status-${status}` }, status === 'delivery_failed' ? 'failed' : status);
 
 /** Whether a message went out as an SMS (its send result said so; absent: not recorded, WhatsApp's statuses apply). */
 const isSms = (state) => state.send?.channel === 'sms';
@@ -108,7 +117,16 @@ const isSms = (state) => state.send?.channel === 'sms';
 /** A message's status, and for an SMS what it means (accepted is where an SMS ends). */
 const statusCell = (state) => [
   statusBadge(state.status),
-  isSms(state) ? [' ', h('span', { class: 'badge channel-sms', title: SMS_MEANING }, state.status === 'accepted' ? 'SMS · final' : 'SMS')] : null,
+  isSms(state)
+    ? [
+        ' ',
+        h(
+          'span',
+          { class: 'badge channel-sms', title: SMS_MEANING },
+          state.status === 'accepted' ? 'SMS · final' : 'SMS',
+        ),
+      ]
+    : null,
 ];
 
 function copyButton(text, label) {
@@ -158,9 +176,17 @@ async function api(path, options = {}) {
   if (options.body !== undefined) headers['content-type'] = 'application/json';
   let res;
   try {
-    res = await fetch(path, { method: options.method ?? 'GET', headers, body: options.body === undefined ? undefined : JSON.stringify(options.body), cache: 'no-store' });
+    res = await fetch(path, {
+      method: options.method ?? 'GET',
+      headers,
+      body: options.body === undefined ? undefined : JSON.stringify(options.body),
+      cache: 'no-store',
+    });
   } catch {
-    throw new ApiError(0, { error: 'NETWORK', message: 'the tracker cannot be reached (is it running? is the network up?)' });
+    throw new ApiError(0, {
+      error: 'NETWORK',
+      message: 'the tracker cannot be reached (is it running? is the network up?)',
+    });
   }
   const body = await res.json().catch(() => undefined);
   if (!res.ok) throw new ApiError(res.status, body);
@@ -169,7 +195,14 @@ async function api(path, options = {}) {
 
 function signIn(reason) {
   document.getElementById('who').hidden = true;
-  const input = h('input', { id: 'token', type: 'password', autocomplete: 'off', spellcheck: 'false', required: true, 'aria-describedby': 'token-help' });
+  const input = h('input', {
+    id: 'token',
+    type: 'password',
+    autocomplete: 'off',
+    spellcheck: 'false',
+    required: true,
+    'aria-describedby': 'token-help',
+  });
   const form = h(
     'form',
     {
@@ -208,7 +241,9 @@ function failure(error, what) {
     what,
     h('p', { class: 'notice error', role: 'alert' }, error.message),
     advice ? h('p', {}, advice) : null,
-    error.status === 503 || error.status === 0 || !error.status ? h('button', { type: 'button', onclick: () => location.reload() }, 'Try again') : null,
+    error.status === 503 || error.status === 0 || !error.status
+      ? h('button', { type: 'button', onclick: () => location.reload() }, 'Try again')
+      : null,
   );
 }
 
@@ -218,7 +253,8 @@ const looksLikePhone = (q) => /^\+?[\d\s().-]{5,30}$/.test(q) && (q.match(/\d/g)
 const phoneOf = (q) => q.replace(/[^\d+]/g, '');
 
 /** A page of messages (GET /messages with `query`), older than the `before` cursor when given. */
-const messagesPage = (query, before) => api(`/messages?${new URLSearchParams({ ...query, limit: String(PAGE), ...(before ? { before } : {}) })}`);
+const messagesPage = (query, before) =>
+  api(`/messages?${new URLSearchParams({ ...query, limit: String(PAGE), ...(before ? { before } : {}) })}`);
 
 async function search(q, business, before) {
   // A number with or without its leading + is one customer: the tracker finds either form.
@@ -239,9 +275,17 @@ async function search(q, business, before) {
     h(
       'ul',
       {},
-      h('li', {}, 'A phone number is found with or without its leading + (+15550002222 and 15550002222 are one customer).'),
+      h(
+        'li',
+        {},
+        'A phone number is found with or without its leading + (+15550002222 and 15550002222 are one customer).',
+      ),
       h('li', {}, 'A request id is the requestId the producing system put in its send request.'),
-      h('li', {}, 'The tracker keeps messages and rejected or expired requests updated in the last tracker.stateRetentionMs (30 days by default); a request still being sent is not known yet.'),
+      h(
+        'li',
+        {},
+        'The tracker keeps messages and rejected or expired requests updated in the last tracker.stateRetentionMs (30 days by default); a request still being sent is not known yet.',
+      ),
     ),
   );
 }
@@ -257,9 +301,14 @@ async function recipientOf(id, business, before) {
 
 // ---- a customer: the conversation ----
 
-/** A customer's conversation (GET /thread): what they wrote and what was sent to them with its state, newest first, paged. */
+/**
+ * A customer's conversation (GET /thread): what they wrote and what was sent to them with its state, newest first,
+ * paged.
+ */
 async function conversation(query, address, before) {
-  const page = await api(`/thread?${new URLSearchParams({ ...query, limit: String(PAGE), ...(before ? { before } : {}) })}`);
+  const page = await api(
+    `/thread?${new URLSearchParams({ ...query, limit: String(PAGE), ...(before ? { before } : {}) })}`,
+  );
   return renderThread(page, address);
 }
 
@@ -267,7 +316,9 @@ async function conversation(query, address, before) {
 function inboundContent(m) {
   return [
     m.button ? [h('span', { class: 'badge button-reply' }, 'Button reply'), ' '] : null,
-    m.text !== null ? h('span', { class: 'message-text' }, m.text) : h('span', { class: 'muted' }, m.attachments.length ? '' : '(no text)'),
+    m.text !== null
+      ? h('span', { class: 'message-text' }, m.text)
+      : h('span', { class: 'muted' }, m.attachments.length ? '' : '(no text)'),
     m.attachments.length ? h('span', { class: 'muted' }, ` (${m.attachments.join(', ')})`) : null,
     m.button?.payload ? h('span', { class: 'muted payload' }, ' payload ', h('code', {}, m.button.payload)) : null,
   ];
@@ -278,7 +329,9 @@ function outboundContent(state) {
   const content = state.send?.content;
   const text = content?.text ?? (content?.templateName ? `Template ${content.templateName}` : undefined);
   return [
-    text !== undefined ? h('span', { class: 'message-text' }, text) : h('span', { class: 'muted' }, state.requestId ? '(content not recorded)' : '(not sent by msgbridge)'),
+    text !== undefined
+      ? h('span', { class: 'message-text' }, text)
+      : h('span', { class: 'muted' }, state.requestId ? '(content not recorded)' : '(not sent by msgbridge)'),
     h('br', {}),
     link(consoleUrl({ message: state.messageId }), state.messageId, { class: 'id small-id' }),
   ];
@@ -297,7 +350,14 @@ function renderThread(page, address) {
           { class: 'inbound' },
           h('td', {}, time(item.at)),
           h('td', {}, inboundContent(item.inbound)),
-          h('td', {}, h('strong', {}, 'Customer'), item.inbound.name ? ` ${item.inbound.name}` : null, h('br', {}), h('span', { class: 'muted id' }, item.inbound.from)),
+          h(
+            'td',
+            {},
+            h('strong', {}, 'Customer'),
+            item.inbound.name ? ` ${item.inbound.name}` : null,
+            h('br', {}),
+            h('span', { class: 'muted id' }, item.inbound.from),
+          ),
           h('td', {}, h('span', { class: 'muted' }, 'received')),
         )
       : h(
@@ -309,9 +369,19 @@ function renderThread(page, address) {
           h('td', {}, statusCell(item.message)),
         ),
   );
-  const note = business ? h('p', { class: 'muted' }, `${items.length} of the ${page.items.length} entries of this page are of business ${business}.`) : null;
-  const older = page.next ? h('p', {}, link(consoleUrl({ ...address, before: page.next }), 'Older →', { class: 'button' })) : null;
-  const newest = params.get('before') ? h('p', {}, link(consoleUrl({ ...address, before: undefined }), '← Newest')) : null;
+  const note = business
+    ? h(
+        'p',
+        { class: 'muted' },
+        `${items.length} of the ${page.items.length} entries of this page are of business ${business}.`,
+      )
+    : null;
+  const older = page.next
+    ? h('p', {}, link(consoleUrl({ ...address, before: page.next }), 'Older →', { class: 'button' }))
+    : null;
+  const newest = params.get('before')
+    ? h('p', {}, link(consoleUrl({ ...address, before: undefined }), '← Newest'))
+    : null;
   const requests = requestsBlock(page.requests ?? [], business);
   const explain = h(
     'p',
@@ -322,13 +392,27 @@ function renderThread(page, address) {
     return show(
       title,
       note,
-      h('p', { class: 'notice' }, page.items.length > 0 ? 'None on this page: look at older entries.' : 'Nothing from or to this number is known to the tracker.'),
+      h(
+        'p',
+        { class: 'notice' },
+        page.items.length > 0
+          ? 'None on this page: look at older entries.'
+          : 'Nothing from or to this number is known to the tracker.',
+      ),
       older,
       newest,
       requests,
     );
   }
-  show(title, explain, note, h('div', { class: 'scroll' }, dataTable(`${title}, newest first`, ['When', 'Message', 'From', 'Status'], rows)), older, newest, requests);
+  show(
+    title,
+    explain,
+    note,
+    h('div', { class: 'scroll' }, dataTable(`${title}, newest first`, ['When', 'Message', 'From', 'Status'], rows)),
+    older,
+    newest,
+    requests,
+  );
 }
 
 function renderList(title, page, query, kind) {
@@ -345,16 +429,32 @@ function renderList(title, page, query, kind) {
         h('td', {}, time(m.updatedAt)),
         h('td', {}, statusCell(m)),
         h('td', { class: 'id' }, link(consoleUrl({ message: m.messageId }), m.messageId)),
-        h('td', { class: 'id' }, m.requestId ? link(consoleUrl({ q: m.requestId }), m.requestId) : h('span', { class: 'muted' }, 'not sent by msgbridge')),
+        h(
+          'td',
+          { class: 'id' },
+          m.requestId
+            ? link(consoleUrl({ q: m.requestId }), m.requestId)
+            : h('span', { class: 'muted' }, 'not sent by msgbridge'),
+        ),
         h('td', {}, businessLink(m.businessId)),
         h('td', {}, m.type ?? '—'),
       ),
     ),
   );
-  const note = business ? h('p', { class: 'muted' }, `${rows.length} of the ${page.messages.length} messages of this page are of business ${business}.`) : null;
+  const note = business
+    ? h(
+        'p',
+        { class: 'muted' },
+        `${rows.length} of the ${page.messages.length} messages of this page are of business ${business}.`,
+      )
+    : null;
   const requests = kind === 'recipient' ? requestsBlock(page.requests ?? [], business) : null;
-  const older = page.next ? h('p', {}, link(consoleUrl({ ...query, before: page.next }), 'Older messages →', { class: 'button' })) : null;
-  const newest = params.get('before') ? h('p', {}, link(consoleUrl({ ...query, before: undefined }), '← Newest')) : null;
+  const older = page.next
+    ? h('p', {}, link(consoleUrl({ ...query, before: page.next }), 'Older messages →', { class: 'button' }))
+    : null;
+  const newest = params.get('before')
+    ? h('p', {}, link(consoleUrl({ ...query, before: undefined }), '← Newest'))
+    : null;
   if (rows.length === 0) {
     return show(
       title,
@@ -380,12 +480,17 @@ function renderList(title, page, query, kind) {
 function requestsBlock(requests, business) {
   const rows = business ? requests.filter((r) => r.businessId === business) : requests;
   if (rows.length === 0) return null;
-  const reason = (r) => (r.outcome === 'rejected' ? (r.error?.code ?? 'rejected') : `past ${r.expiredBy ?? 'its expiry'}`);
+  const reason = (r) =>
+    r.outcome === 'rejected' ? (r.error?.code ?? 'rejected') : `past ${r.expiredBy ?? 'its expiry'}`;
   return h(
     'section',
     { 'aria-labelledby': 'requests-title', class: 'requests' },
     h('h2', { id: 'requests-title' }, 'Requests that did not become a message'),
-    h('p', { class: 'muted' }, 'Rejected or expired before the provider created a message, newest first. Open one for its error and content.'),
+    h(
+      'p',
+      { class: 'muted' },
+      'Rejected or expired before the provider created a message, newest first. Open one for its error and content.',
+    ),
     h(
       'div',
       { class: 'scroll' },
@@ -421,13 +526,24 @@ async function message(id, foundBy) {
  * lifecycle's order (a "sent" in the same second as "accepted" comes after it).
  */
 function timeline(state) {
-  const meaningOf = (status, meaning) => (status === 'accepted' && isSms(state) ? 'the provider handed it to the SMS network (SMS has no delivery receipts: nothing more will come)' : meaning);
-  const steps = STEPS.map(([field, status, meaning], rank) => ({ field, status, meaning: meaningOf(status, meaning), rank, at: state[field], ms: Date.parse(state[field]) })).filter((s) => s.at);
+  const meaningOf = (status, meaning) =>
+    status === 'accepted' && isSms(state)
+      ? 'the provider handed it to the SMS network (SMS has no delivery receipts: nothing more will come)'
+      : meaning;
+  const steps = STEPS.map(([field, status, meaning], rank) => ({
+    field,
+    status,
+    meaning: meaningOf(status, meaning),
+    rank,
+    at: state[field],
+    ms: Date.parse(state[field]),
+  })).filter((s) => s.at);
   steps.sort((a, b) => Math.floor(a.ms / 1000) - Math.floor(b.ms / 1000) || a.rank - b.rank);
   const failedMs = state.failedAt ? Date.parse(state.failedAt) : undefined;
   let previous;
   const items = steps.map((step) => {
-    const late = failedMs !== undefined && (step.status === 'delivered' || step.status === 'read') && step.ms > failedMs;
+    const late =
+      failedMs !== undefined && (step.status === 'delivered' || step.status === 'read') && step.ms > failedMs;
     const delta = previous ? step.ms - previous.ms : undefined;
     const item = h(
       'li',
@@ -436,10 +552,23 @@ function timeline(state) {
       ' ',
       time(step.at),
       delta !== undefined
-        ? h('span', { class: 'delta', title: `time since ${previous.status === 'delivery_failed' ? 'failed' : previous.status}` }, ` ${Math.abs(delta) < 1000 ? '<1 s' : duration(delta)}`)
+        ? h(
+            'span',
+            {
+              class: 'delta',
+              title: `time since ${previous.status === 'delivery_failed' ? 'failed' : previous.status}`,
+            },
+            ` ${Math.abs(delta) < 1000 ? '<1 s' : duration(delta)}`,
+          )
         : null,
       h('span', { class: 'meaning' }, step.meaning),
-      late ? h('span', { class: 'late-note' }, 'Late event: reported after the failure. Recorded, not applied: the message stays failed.') : null,
+      late
+        ? h(
+            'span',
+            { class: 'late-note' },
+            'Late event: reported after the failure. Recorded, not applied: the message stays failed.',
+          )
+        : null,
     );
     previous = step;
     return item;
@@ -447,7 +576,10 @@ function timeline(state) {
   return h('ol', { class: 'timeline', 'aria-label': 'Status timeline, oldest first' }, items);
 }
 
-/** An error object: the provider's (with its trace id), or msgbridge's own (`RELAY_*` codes: refused without a call, or a dead letter). */
+/**
+ * An error object: the provider's (with its trace id), or msgbridge's own (`RELAY_*` codes: refused without a call, or
+ * a dead letter).
+ */
 function errorBlock(error) {
   if (!error) return null;
   const own = typeof error.code === 'string' && error.code.startsWith('RELAY_');
@@ -469,15 +601,36 @@ function errorBlock(error) {
       rows.map(([k, v]) => [h('dt', {}, k), h('dd', {}, String(v))]),
     ),
     error.cntTraceId
-      ? h('p', { class: 'trace' }, 'Quote this trace id to the provider: ', h('code', { id: 'trace-id' }, error.cntTraceId), ' ', copyButton(error.cntTraceId, 'Copy the trace id'))
-      : h('p', { class: 'muted' }, own ? 'msgbridge decided this itself: there is no provider trace id.' : 'The provider gave no trace id.'),
+      ? h(
+          'p',
+          { class: 'trace' },
+          'Quote this trace id to the provider: ',
+          h('code', { id: 'trace-id' }, error.cntTraceId),
+          ' ',
+          copyButton(error.cntTraceId, 'Copy the trace id'),
+        )
+      : h(
+          'p',
+          { class: 'muted' },
+          own ? 'msgbridge decided this itself: there is no provider trace id.' : 'The provider gave no trace id.',
+        ),
   );
 }
 
 async function windowBlock(state) {
-  const section = h('section', { class: 'card', 'aria-labelledby': 'window-title' }, h('h2', { id: 'window-title' }, 'Conversation window'));
+  const section = h(
+    'section',
+    { class: 'card', 'aria-labelledby': 'window-title' },
+    h('h2', { id: 'window-title' }, 'Conversation window'),
+  );
   if (isSms(state)) {
-    section.append(h('p', {}, "An SMS has no 24-hour window: that rule is WhatsApp's. A text by SMS can be sent whenever the customer last wrote."));
+    section.append(
+      h(
+        'p',
+        {},
+        "An SMS has no 24-hour window: that rule is WhatsApp's. A text by SMS can be sent whenever the customer last wrote.",
+      ),
+    );
     return section;
   }
   try {
@@ -487,16 +640,32 @@ async function windowBlock(state) {
       h(
         'p',
         {},
-        open ? h('span', { class: 'badge status-read' }, 'open') : h('span', { class: 'badge status-neutral' }, 'closed'),
+        open
+          ? h('span', { class: 'badge status-read' }, 'open')
+          : h('span', { class: 'badge status-neutral' }, 'closed'),
         ' ',
         open ? 'Free-form text can be sent until ' : 'Closed since ',
         time(w.windowOpenUntil),
         '.',
       ),
-      h('p', { class: 'muted' }, 'The customer last wrote ', time(w.lastInboundAt), '. Outside the window only templates can be sent.'),
+      h(
+        'p',
+        { class: 'muted' },
+        'The customer last wrote ',
+        time(w.lastInboundAt),
+        '. Outside the window only templates can be sent.',
+      ),
     );
   } catch (error) {
-    if (error.status === 404) section.append(h('p', {}, h('span', { class: 'badge status-neutral' }, 'closed'), ' No message from this customer is known: only templates can be sent.'));
+    if (error.status === 404)
+      section.append(
+        h(
+          'p',
+          {},
+          h('span', { class: 'badge status-neutral' }, 'closed'),
+          ' No message from this customer is known: only templates can be sent.',
+        ),
+      );
     else section.append(h('p', { class: 'notice error' }, `The window could not be read: ${error.message}`));
   }
   return section;
@@ -505,7 +674,9 @@ async function windowBlock(state) {
 /** How the relay sent it: attempts, and whether an earlier attempt may have created another message. */
 function sendText(send) {
   const attempts = `${send.attempts} attempt${send.attempts === 1 ? '' : 's'}`;
-  return send.maybeSent ? `${attempts}; an earlier attempt got no answer and may have created another message (maybeSent): the customer may have received it twice` : attempts;
+  return send.maybeSent
+    ? `${attempts}; an earlier attempt got no answer and may have created another message (maybeSent): the customer may have received it twice`
+    : attempts;
 }
 
 /** A template's name and parameters as a list. */
@@ -522,7 +693,15 @@ function templateRows(name, parameters) {
         : h(
             'ul',
             { class: 'parameters' },
-            parameters.map((p) => h('li', {}, h('span', { class: 'param-name' }, p.name), ': ', h('span', { class: 'param-value' }, p.value))),
+            parameters.map((p) =>
+              h(
+                'li',
+                {},
+                h('span', { class: 'param-name' }, p.name),
+                ': ',
+                h('span', { class: 'param-value' }, p.value),
+              ),
+            ),
           ),
     ),
   ];
@@ -533,14 +712,31 @@ function templateRows(name, parameters) {
  * text ends with "…"); absent when a release before 0.2.0 sent it or the request could not be read.
  */
 function requestBlock(content, requestedType) {
-  const section = h('section', { class: 'card', 'aria-labelledby': 'request-title' }, h('h2', { id: 'request-title' }, 'Request'));
+  const section = h(
+    'section',
+    { class: 'card', 'aria-labelledby': 'request-title' },
+    h('h2', { id: 'request-title' }, 'Request'),
+  );
   if (!content) {
-    section.append(h('p', { class: 'muted', id: 'request-content' }, "The request's content was not recorded: it was sent by a release before 0.2.0, or it could not be read."));
+    section.append(
+      h(
+        'p',
+        { class: 'muted', id: 'request-content' },
+        "The request's content was not recorded: it was sent by a release before 0.2.0, or it could not be read.",
+      ),
+    );
     return section;
   }
   const rows = [h('dt', {}, 'Type'), h('dd', {}, requestedType ?? (content.text !== undefined ? 'text' : 'template'))];
   if (content.text !== undefined) {
-    const blank = content.text.trim() === '' ? h('span', { class: 'muted' }, ` (${content.text.length} blank character${content.text.length === 1 ? '' : 's'}, nothing else)`) : null;
+    const blank =
+      content.text.trim() === ''
+        ? h(
+            'span',
+            { class: 'muted' },
+            ` (${content.text.length} blank character${content.text.length === 1 ? '' : 's'}, nothing else)`,
+          )
+        : null;
     rows.push(h('dt', {}, 'Text'), h('dd', {}, h('p', { class: 'request-text' }, content.text), blank));
   }
   if (content.templateName !== undefined) rows.push(...templateRows(content.templateName, content.parameters ?? []));
@@ -552,7 +748,11 @@ function requestBlock(content, requestedType) {
     );
   // append() would write null as text: only what is there.
   const truncated = content.truncated
-    ? h('p', { class: 'muted' }, 'Cut to the limits a send result keeps (text 1,000 characters, 20 parameters of 256): the producing system has the whole request.')
+    ? h(
+        'p',
+        { class: 'muted' },
+        'Cut to the limits a send result keeps (text 1,000 characters, 20 parameters of 256): the producing system has the whole request.',
+      )
     : undefined;
   section.append(...[h('dl', { class: 'summary', id: 'request-content' }, rows), truncated].filter(Boolean));
   return section;
@@ -567,19 +767,43 @@ async function renderMessage(state, foundBy) {
     h('dt', {}, 'Business'),
     h('dd', {}, businessLink(state.businessId)),
     h('dt', {}, 'Recipient'),
-    h('dd', {}, state.recipient ?? '—', state.recipient ? [' · ', link(consoleUrl({ recipientOf: state.messageId }), "this customer's conversation")] : null),
-    state.send?.channel ? [h('dt', {}, 'Channel'), h('dd', { class: 'channel' }, state.send.channel === 'sms' ? 'SMS' : state.send.channel === 'whatsapp' ? 'WhatsApp' : state.send.channel)] : null,
+    h(
+      'dd',
+      {},
+      state.recipient ?? '—',
+      state.recipient
+        ? [' · ', link(consoleUrl({ recipientOf: state.messageId }), "this customer's conversation")]
+        : null,
+    ),
+    state.send?.channel
+      ? [
+          h('dt', {}, 'Channel'),
+          h(
+            'dd',
+            { class: 'channel' },
+            state.send.channel === 'sms' ? 'SMS' : state.send.channel === 'whatsapp' ? 'WhatsApp' : state.send.channel,
+          ),
+        ]
+      : null,
     h('dt', {}, 'Type'),
     h(
       'dd',
       {},
       state.type ?? '—',
-      state.send && state.type && state.send.requestedType !== state.type ? ` (requested as ${state.send.requestedType}: sent as its fallback template, the conversation window was closed)` : null,
+      state.send && state.type && state.send.requestedType !== state.type
+        ? ` (requested as ${state.send.requestedType}: sent as its fallback template, the conversation window was closed)`
+        : null,
     ),
     state.send ? h('dt', {}, 'Sent') : null,
     state.send ? h('dd', { class: 'send-summary' }, sendText(state.send)) : null,
     h('dt', {}, 'Request id'),
-    h('dd', { class: 'id' }, state.requestId ? link(consoleUrl({ q: state.requestId }), state.requestId) : 'none: not sent through msgbridge (or its send result was not seen)'),
+    h(
+      'dd',
+      { class: 'id' },
+      state.requestId
+        ? link(consoleUrl({ q: state.requestId }), state.requestId)
+        : 'none: not sent through msgbridge (or its send result was not seen)',
+    ),
     h('dt', {}, 'Message id'),
     h('dd', { class: 'id' }, state.messageId, ' ', copyButton(state.messageId, 'Copy the message id')),
     h('dt', {}, 'Events'),
@@ -589,13 +813,27 @@ async function renderMessage(state, foundBy) {
   show(
     `Message ${state.status === 'delivery_failed' ? 'failed' : state.status}`,
     foundBy ? h('p', { class: 'muted' }, foundBy) : null,
-    h('section', { class: 'card', 'aria-labelledby': 'summary-title' }, h('h2', { id: 'summary-title', class: 'visually-hidden' }, 'Summary'), summary),
+    h(
+      'section',
+      { class: 'card', 'aria-labelledby': 'summary-title' },
+      h('h2', { id: 'summary-title', class: 'visually-hidden' }, 'Summary'),
+      summary,
+    ),
     isSms(state) && state.status === 'accepted' ? h('p', { class: 'notice sms-meaning' }, SMS_MEANING) : null,
     errorBlock(state.error),
-    h('section', { class: 'card', 'aria-labelledby': 'timeline-title' }, h('h2', { id: 'timeline-title' }, 'Timeline'), timeline(state)),
+    h(
+      'section',
+      { class: 'card', 'aria-labelledby': 'timeline-title' },
+      h('h2', { id: 'timeline-title' }, 'Timeline'),
+      timeline(state),
+    ),
     state.send ? requestBlock(state.send.content, state.send.requestedType) : null,
     win,
-    h('p', { class: 'muted' }, 'Not shown: events the tracker refused (a duplicate, a lower status with nothing new): they change nothing and are only counted.'),
+    h(
+      'p',
+      { class: 'muted' },
+      'Not shown: events the tracker refused (a duplicate, a lower status with nothing new): they change nothing and are only counted.',
+    ),
   );
 }
 
@@ -616,14 +854,30 @@ function renderOutcome(o) {
     h('dt', {}, 'Type'),
     h('dd', {}, o.type ?? '—'),
     h('dt', {}, 'Attempts'),
-    h('dd', { class: 'send-summary' }, o.attempts === 0 ? '0: the provider was not called' : `${o.attempts} attempt${o.attempts === 1 ? '' : 's'}`),
+    h(
+      'dd',
+      { class: 'send-summary' },
+      o.attempts === 0 ? '0: the provider was not called' : `${o.attempts} attempt${o.attempts === 1 ? '' : 's'}`,
+    ),
     h('dt', {}, 'Maybe sent'),
-    h('dd', { class: 'maybe-sent' }, o.maybeSent ? 'yes: an attempt got no answer and may have created a message' : 'no: no attempt can have created a message'),
-    rejected ? null : [h('dt', {}, 'Expired'), h('dd', {}, 'at ', time(o.expiresAt), o.expiredBy ? ` (set by ${o.expiredBy})` : '')],
+    h(
+      'dd',
+      { class: 'maybe-sent' },
+      o.maybeSent
+        ? 'yes: an attempt got no answer and may have created a message'
+        : 'no: no attempt can have created a message',
+    ),
+    rejected
+      ? null
+      : [h('dt', {}, 'Expired'), h('dd', {}, 'at ', time(o.expiresAt), o.expiredBy ? ` (set by ${o.expiredBy})` : '')],
     h('dt', {}, 'Request id'),
     h('dd', { class: 'id' }, o.requestId, ' ', copyButton(o.requestId, 'Copy the request id')),
   );
-  const deadLetter = rejected && o.attempts === 0 && o.error?.code?.startsWith('RELAY_') && o.error.code !== 'RELAY_OUTSIDE_CONVERSATION_WINDOW';
+  const deadLetter =
+    rejected &&
+    o.attempts === 0 &&
+    o.error?.code?.startsWith('RELAY_') &&
+    o.error.code !== 'RELAY_OUTSIDE_CONVERSATION_WINDOW';
   show(
     `Request ${o.outcome}`,
     h(
@@ -635,9 +889,16 @@ function renderOutcome(o) {
           ? 'No message was created: the request was rejected for good or for now. Resubmitting the same request id sends it again when the reason was temporary.'
           : 'No message was created: the request was past its time to live before it could be sent.',
     ),
-    h('section', { class: 'card', 'aria-labelledby': 'summary-title' }, h('h2', { id: 'summary-title', class: 'visually-hidden' }, 'Summary'), summary),
+    h(
+      'section',
+      { class: 'card', 'aria-labelledby': 'summary-title' },
+      h('h2', { id: 'summary-title', class: 'visually-hidden' }, 'Summary'),
+      summary,
+    ),
     errorBlock(o.error),
-    deadLetter ? h('p', {}, 'The request itself is on the dead-letter page: ', link('/console/?dlq=', 'Dead letters'), '.') : null,
+    deadLetter
+      ? h('p', {}, 'The request itself is on the dead-letter page: ', link('/console/?dlq=', 'Dead letters'), '.')
+      : null,
     requestBlock(o.content, o.type),
   );
 }
@@ -654,11 +915,20 @@ async function dlqPage(topic) {
     h(
       'ul',
       {},
-      info.topics.map((t) => h('li', {}, link(consoleUrl({ dlq: t }), t, t === topic ? { 'aria-current': 'page' } : {}))),
+      info.topics.map((t) =>
+        h('li', {}, link(consoleUrl({ dlq: t }), t, t === topic ? { 'aria-current': 'page' } : {})),
+      ),
     ),
   );
-  const filter = { code: params.get('code') ?? '', business: params.get('business') ?? '', since: params.get('since') ?? '', until: params.get('until') ?? '' };
-  const page = await api(`/dlq/${encodeURIComponent(topic)}/records?${new URLSearchParams(Object.entries({ ...filter, max: '50', from: params.get('from') ?? '' }).filter(([, v]) => v !== ''))}`);
+  const filter = {
+    code: params.get('code') ?? '',
+    business: params.get('business') ?? '',
+    since: params.get('since') ?? '',
+    until: params.get('until') ?? '',
+  };
+  const page = await api(
+    `/dlq/${encodeURIComponent(topic)}/records?${new URLSearchParams(Object.entries({ ...filter, max: '50', from: params.get('from') ?? '' }).filter(([, v]) => v !== ''))}`,
+  );
   // The counts read the whole topic (a large one takes a while): the records show first.
   const counts = h('div', { 'aria-live': 'polite' }, h('p', { class: 'notice' }, `Counting the records of ${topic}…`));
   const form = filterForm(topic, filter);
@@ -677,7 +947,11 @@ async function dlqPage(topic) {
           .map((v) => h('option', { value: v })),
       );
     },
-    (error) => fill(counts, h('p', { class: 'notice error' }, `The counts could not be read: ${error.message}. Reload to try again.`)),
+    (error) =>
+      fill(
+        counts,
+        h('p', { class: 'notice error' }, `The counts could not be read: ${error.message}. Reload to try again.`),
+      ),
   );
 }
 
@@ -686,17 +960,36 @@ function countTable(caption, entries, onePerRow) {
     'table',
     { class: 'counts' },
     h('caption', {}, caption),
-    h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, onePerRow[0]), h('th', { scope: 'col', class: 'num' }, 'Records'), onePerRow[1] ? h('th', { scope: 'col' }, onePerRow[1]) : null)),
+    h(
+      'thead',
+      {},
+      h(
+        'tr',
+        {},
+        h('th', { scope: 'col' }, onePerRow[0]),
+        h('th', { scope: 'col', class: 'num' }, 'Records'),
+        onePerRow[1] ? h('th', { scope: 'col' }, onePerRow[1]) : null,
+      ),
+    ),
     h(
       'tbody',
       {},
-      entries.map(([name, count, extra]) => h('tr', {}, h('th', { scope: 'row' }, name), h('td', { class: 'num' }, count.toLocaleString()), extra !== undefined ? h('td', {}, extra) : null)),
+      entries.map(([name, count, extra]) =>
+        h(
+          'tr',
+          {},
+          h('th', { scope: 'row' }, name),
+          h('td', { class: 'num' }, count.toLocaleString()),
+          extra !== undefined ? h('td', {}, extra) : null,
+        ),
+      ),
     ),
   );
 }
 
 function statsBlock(topic, stats) {
-  if (stats.records === 0) return h('p', { class: 'notice' }, `Nothing is dead-lettered on ${topic} (or retention removed it).`);
+  if (stats.records === 0)
+    return h('p', { class: 'notice' }, `Nothing is dead-lettered on ${topic} (or retention removed it).`);
   const byCode = Object.entries(stats.byCode).map(([code, g]) => [
     code,
     g.count,
@@ -719,7 +1012,12 @@ function statsBlock(topic, stats) {
       time(stats.newest),
       '.',
     ),
-    h('div', { class: 'two' }, countTable('By code', byCode, ['Code', 'Businesses']), countTable('By business', byBusiness, ['Business'])),
+    h(
+      'div',
+      { class: 'two' },
+      countTable('By code', byCode, ['Code', 'Businesses']),
+      countTable('By business', byBusiness, ['Business']),
+    ),
     stats.redrives.length
       ? h(
           'p',
@@ -732,8 +1030,25 @@ function statsBlock(topic, stats) {
 
 function filterForm(topic, filter) {
   const field = (name, label, attrs) =>
-    h('div', { class: 'field' }, h('label', { for: `f-${name}` }, label), h('input', { id: `f-${name}`, name, type: 'text', value: filter[name], autocomplete: 'off', spellcheck: 'false', ...attrs }));
-  const iso = { placeholder: '2026-11-20T10:00:00Z', pattern: '\\d{4}-\\d{2}-\\d{2}.*', title: 'an ISO time, e.g. 2026-11-20T10:00:00Z' };
+    h(
+      'div',
+      { class: 'field' },
+      h('label', { for: `f-${name}` }, label),
+      h('input', {
+        id: `f-${name}`,
+        name,
+        type: 'text',
+        value: filter[name],
+        autocomplete: 'off',
+        spellcheck: 'false',
+        ...attrs,
+      }),
+    );
+  const iso = {
+    placeholder: '2026-11-20T10:00:00Z',
+    pattern: '\\d{4}-\\d{2}-\\d{2}.*',
+    title: 'an ISO time, e.g. 2026-11-20T10:00:00Z',
+  };
   return h(
     'form',
     { class: 'card filters', method: 'get', action: '/console/', 'aria-label': 'Select dead letters' },
@@ -750,7 +1065,8 @@ function filterForm(topic, filter) {
 
 function recordsBlock(topic, filter, page) {
   if (page.records.length === 0) return h('p', { class: 'notice' }, 'No record matches this selection.');
-  const value = (r) => r.value ?? (r.valueBase64 !== undefined ? `(binary, ${r.valueBase64.length} base64 characters)` : '(empty)');
+  const value = (r) =>
+    r.value ?? (r.valueBase64 !== undefined ? `(binary, ${r.valueBase64.length} base64 characters)` : '(empty)');
   const rows = page.records.map((r) =>
     h(
       'tr',
@@ -759,15 +1075,32 @@ function recordsBlock(topic, filter, page) {
       h('td', { class: 'id' }, `${r.partition}/${r.offset}`),
       h('td', {}, r.business ?? '—'),
       h('td', {}, h('code', {}, r.code)),
-      h('td', { class: 'reason' }, r.reason, h('details', {}, h('summary', {}, 'Record'), h('pre', {}, value(r)), h('pre', {}, JSON.stringify(r.headers, null, 2)))),
+      h(
+        'td',
+        { class: 'reason' },
+        r.reason,
+        h(
+          'details',
+          {},
+          h('summary', {}, 'Record'),
+          h('pre', {}, value(r)),
+          h('pre', {}, JSON.stringify(r.headers, null, 2)),
+        ),
+      ),
     ),
   );
   return h(
     'section',
     { class: 'card', 'aria-labelledby': 'records-title' },
     h('h2', { id: 'records-title' }, 'Records'),
-    h('div', { class: 'scroll' }, dataTable(undefined, ['Written', 'Partition/offset', 'Business', 'Code', 'Reason'], rows)),
-    page.next ? h('p', {}, link(consoleUrl({ dlq: topic, ...filter, from: page.next }), 'Next records →', { class: 'button' })) : h('p', { class: 'muted' }, 'End of the topic.'),
+    h(
+      'div',
+      { class: 'scroll' },
+      dataTable(undefined, ['Written', 'Partition/offset', 'Business', 'Code', 'Reason'], rows),
+    ),
+    page.next
+      ? h('p', {}, link(consoleUrl({ dlq: topic, ...filter, from: page.next }), 'Next records →', { class: 'button' }))
+      : h('p', { class: 'muted' }, 'End of the topic.'),
   );
 }
 
@@ -785,22 +1118,47 @@ function planText(plan) {
       {},
       `${plan.dryRun ? 'Would fail again' : 'Still failing'}: ${failing.reduce((n, [, c]) => n + c, 0).toLocaleString()}${failing.length ? ` (${failing.map(([c, n]) => `${c} ${n}`).join(', ')})` : ''}.`,
     ),
-    plan.failures.length ? h('details', {}, h('summary', {}, 'Records that would fail again'), h('pre', {}, plan.failures.join('\n'))) : null,
-    plan.redriven ? h('p', {}, `Already redriven, skipped: ${plan.redriven.toLocaleString()} (each dead letter goes back once, whatever the selection).`) : null,
-    h('p', { class: 'muted' }, `Redrive name ${plan.name}${plan.resuming ? ' (resumes where it stopped)' : ''}: msgbridge dlq redrive with the same selection continues it.`),
+    plan.failures.length
+      ? h('details', {}, h('summary', {}, 'Records that would fail again'), h('pre', {}, plan.failures.join('\n')))
+      : null,
+    plan.redriven
+      ? h(
+          'p',
+          {},
+          `Already redriven, skipped: ${plan.redriven.toLocaleString()} (each dead letter goes back once, whatever the selection).`,
+        )
+      : null,
+    h(
+      'p',
+      { class: 'muted' },
+      `Redrive name ${plan.name}${plan.resuming ? ' (resumes where it stopped)' : ''}: msgbridge dlq redrive with the same selection continues it.`,
+    ),
   ];
 }
 
 function redriveBlock(topic, filter) {
-  const section = h('section', { class: 'card', 'aria-labelledby': 'redrive-title' }, h('h2', { id: 'redrive-title' }, 'Redrive this selection'));
+  const section = h(
+    'section',
+    { class: 'card', 'aria-labelledby': 'redrive-title' },
+    h('h2', { id: 'redrive-title' }, 'Redrive this selection'),
+  );
   if (me?.role !== 'operator') {
-    section.append(h('p', { class: 'muted' }, 'A redrive needs a token of the operator role. You can read the records; ask an operator to redrive them.'));
+    section.append(
+      h(
+        'p',
+        { class: 'muted' },
+        'A redrive needs a token of the operator role. You can read the records; ask an operator to redrive them.',
+      ),
+    );
     return section;
   }
   const out = h('div', { 'aria-live': 'polite' });
   const run = async (dryRun, button) => {
     button.disabled = true;
-    fill(out, h('p', { class: 'notice' }, dryRun ? 'Checking each selected record as its role would now…' : 'Redriving…'));
+    fill(
+      out,
+      h('p', { class: 'notice' }, dryRun ? 'Checking each selected record as its role would now…' : 'Redriving…'),
+    );
     try {
       const plan = await api(`/dlq/${encodeURIComponent(topic)}/redrive`, { method: 'POST', body: { filter, dryRun } });
       const produce = Object.values(plan.produced).reduce((n, c) => n + c, 0);
@@ -814,20 +1172,39 @@ function redriveBlock(topic, filter) {
           : null;
       fill(
         out,
-        h('h3', {}, dryRun ? 'Dry run: nothing written' : plan.stopped ? `Stopped (${plan.stopped}): what was committed stays` : 'Done'),
+        h(
+          'h3',
+          {},
+          dryRun
+            ? 'Dry run: nothing written'
+            : plan.stopped
+              ? `Stopped (${plan.stopped}): what was committed stays`
+              : 'Done',
+        ),
         ...planText(plan),
         dryRun && produce === 0 ? h('p', {}, 'Nothing to produce.') : null,
         confirm,
       );
       (confirm ?? out).focus?.();
     } catch (error) {
-      fill(out, h('p', { class: 'notice error', role: 'alert' }, error.status === 403 ? 'Your token does not allow a redrive (operator role needed).' : error.message));
+      fill(
+        out,
+        h(
+          'p',
+          { class: 'notice error', role: 'alert' },
+          error.status === 403 ? 'Your token does not allow a redrive (operator role needed).' : error.message,
+        ),
+      );
     } finally {
       button.disabled = false;
     }
   };
   section.append(
-    h('p', {}, 'Each selected record is checked again as the ingress or the sender would check it now; those that pass go back to their original topic, exactly once. A dry run comes first.'),
+    h(
+      'p',
+      {},
+      'Each selected record is checked again as the ingress or the sender would check it now; those that pass go back to their original topic, exactly once. A dry run comes first.',
+    ),
     h('button', { type: 'button', onclick: (e) => run(true, e.target) }, 'Dry run'),
     out,
   );
@@ -838,7 +1215,8 @@ function redriveBlock(topic, filter) {
 
 async function whoAmI() {
   me = await api('/me');
-  document.getElementById('who-name').textContent = `${me.name} · ${me.role === 'operator' ? 'operator' : 'read only'}${me.masked ? ' · numbers masked' : ''}`;
+  document.getElementById('who-name').textContent =
+    `${me.name} · ${me.role === 'operator' ? 'operator' : 'read only'}${me.masked ? ' · numbers masked' : ''}`;
   document.getElementById('who').hidden = false;
 }
 
@@ -858,13 +1236,23 @@ async function route() {
     await whoAmI();
     if (params.has('dlq')) return await dlqPage(params.get('dlq'));
     if (params.get('message')) return await message(params.get('message'));
-    if (params.get('recipientOf')) return await recipientOf(params.get('recipientOf'), business, params.get('before') ?? undefined);
+    if (params.get('recipientOf'))
+      return await recipientOf(params.get('recipientOf'), business, params.get('before') ?? undefined);
     if (q) return await search(q, business, params.get('before') ?? undefined);
     if (business) return await businessMessages(business, params.get('before') ?? undefined);
     show(
       'Find a message',
-      h('p', {}, "Type a message id, the request id your system sent, or the phone number of the customer, then Search. A business id alone lists that business's messages."),
-      h('ul', { class: 'muted' }, h('li', {}, 'Every page has its own address: copy it to share what you see.'), h('li', {}, 'Times are in your time zone; hover one for UTC.')),
+      h(
+        'p',
+        {},
+        "Type a message id, the request id your system sent, or the phone number of the customer, then Search. A business id alone lists that business's messages.",
+      ),
+      h(
+        'ul',
+        { class: 'muted' },
+        h('li', {}, 'Every page has its own address: copy it to share what you see.'),
+        h('li', {}, 'Times are in your time zone; hover one for UTC.'),
+      ),
     );
     document.getElementById('q').focus();
   } catch (error) {
