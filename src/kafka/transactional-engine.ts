@@ -254,16 +254,7 @@ class TransactionalEngineRuntime {
   private joined = false;
   private stopping = false;
   private fatal: Error | undefined;
-  readonly stats: EngineStats = {
-    transactions: 0,
-    failedTransactions: 0,
-    recordsIn: 0,
-    recordsOut: 0,
-    recordsSkipped: 0,
-    fenced: 0,
-    taskStarts: 0,
-    lastTaskStartMs: 0,
-  };
+  readonly stats: EngineStats = emptyEngineStats();
   readonly ready: Promise<void>;
   private markReady: () => void = () => {};
   private failReady: (error: Error) => void = () => {};
@@ -847,4 +838,18 @@ function toTopicMessages(outputs: OutputRecord[]): TopicMessages[] {
     messages.push({ key: o.key, value: o.value, headers: o.headers, partition: o.partition });
   }
   return [...byTopic].map(([topic, messages]) => ({ topic, messages }));
+}
+
+/** Statistics of an engine that has done nothing yet (also what the gauges read before it runs). */
+export function emptyEngineStats(): EngineStats {
+  return {
+    transactions: 0,
+    failedTransactions: 0,
+    recordsIn: 0,
+    recordsOut: 0,
+    recordsSkipped: 0,
+    fenced: 0,
+    taskStarts: 0,
+    lastTaskStartMs: 0,
+  };
 }

@@ -22,6 +22,7 @@ import type { TaskStore } from './state-store.js';
 import { TrackerLogic, type TrackerTopics } from './tracker-logic.js';
 import { prepareTrackerTopics, trackerTopics } from './tracker-topics.js';
 import {
+  emptyEngineStats,
   startTransactionalEngine,
   type ProcessResult,
   type TransactionalEngine,
@@ -69,16 +70,7 @@ export interface StartTrackerOptions {
 const RESULT_TRACES_MAX = 100_000;
 
 /** Engine statistics before the engine runs (the gauges may be read before: a shared registry). */
-const NO_ENGINE_STATS = {
-  transactions: 0,
-  failedTransactions: 0,
-  recordsIn: 0,
-  recordsOut: 0,
-  recordsSkipped: 0,
-  fenced: 0,
-  taskStarts: 0,
-  lastTaskStartMs: 0,
-};
+const NO_ENGINE_STATS = emptyEngineStats();
 
 export async function startTracker(options: StartTrackerOptions): Promise<Tracker> {
   return Tracker.start(options);
