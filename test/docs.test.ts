@@ -1,7 +1,7 @@
-import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { grepRepository, repositoryFiles } from './helpers/repository.js';
 
 const root = join(import.meta.dirname, '..');
 const readme = readFileSync(join(root, 'README.md'), 'utf8');
@@ -35,16 +35,9 @@ describe('docs/configuration.md', () => {
   });
 });
 
-/** The repository's markdown files, as git knows them (tracked or new, not ignored). */
+/** The repository's markdown files (test/helpers/repository.ts). */
 function markdownFiles(): string[] {
-  const listed = spawnSync('git', ['ls-files', '--cached', '--others', '--exclude-standard', '--', '*.md'], {
-    cwd: root,
-    encoding: 'utf8',
-  });
-  expect(listed.status, listed.stderr).toBe(0);
-  return listed.stdout
-    .split('\n')
-    .filter((f) => f && !f.split('/').includes('node_modules') && existsSync(join(root, f)));
+  return repositoryFiles(root).filter((f) => f.endsWith('.md') && !f.split('/').includes('node_modules'));
 }
 
 /** The anchors GitHub gives a markdown file's headings. */
@@ -84,23 +77,10 @@ describe("links between the repository's markdown files", () => {
   });
 
   it('nothing in the repository refers to a design brief or a specification outside it', () => {
-    const found = spawnSync(
-      'git',
-      [
-        'grep',
-        '-n',
-        '-I',
-        '--untracked',
-        '-E',
-        'DESIGN [§]|[.][.]/shared/|DESIGN[.]md|spec/messaging[-]api|provider[-]facts',
-        '--',
-        '.',
-      ],
-      {
-        cwd: root,
-        encoding: 'utf8',
-      },
+    const found = grepRepository(
+      root,
+      /DESIGN [§]|[.][.]\/shared\/|DESIGN[.]md|spec\/messaging[-]api|provider[-]facts/,
     );
-    expect(found.stdout).toBe('');
+    expect(found).toEqual([]);
   });
 });

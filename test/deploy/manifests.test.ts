@@ -15,6 +15,7 @@ import { parse, parseAllDocuments, stringify } from 'yaml';
 import { buildProgram } from '../../src/cli.js';
 import { loadConfig } from '../../src/config/load.js';
 import { defaultCacheDir } from '../../src/local-kafka/local-broker.js';
+import { grepRepository } from '../helpers/repository.js';
 
 const root = join(import.meta.dirname, '..', '..');
 const chartDir = join(root, 'deploy', 'helm', 'msgbridge');
@@ -469,20 +470,10 @@ describe.runIf(haveHelm || process.env.CI === 'true')('the Helm chart (deploy/he
 describe('one source of truth', () => {
   it('the chart replaced the raw manifests: no deploy/k8s, and nothing names it', () => {
     expect(existsSync(join(root, 'deploy', 'k8s'))).toBe(false);
-    const tracked = spawnSync(
-      'git',
-      [
-        'grep',
-        '-l',
-        'deploy/k8s',
-        '--',
-        ':!test/deploy/manifests.test.ts',
-        ':!CHANGELOG.md',
-        ':!docs/benchmarks-history.md',
-      ],
-      { cwd: root, encoding: 'utf8' },
-    );
-    expect(tracked.stdout).toBe('');
+    const naming = grepRepository(root, /deploy\/k8s/, {
+      exclude: ['test/deploy/manifests.test.ts', 'CHANGELOG.md', 'docs/benchmarks-history.md'],
+    });
+    expect(naming).toEqual([]);
   });
 });
 
