@@ -406,6 +406,11 @@ interface StateValue {
 }
 const seenWebhooks = new Set<string>();
 const results = new Map<string, Result[]>();
+/**
+ * Where each request id stands in `send-requests` (partition/offset), read back: a request with no result is told apart
+ * from one Kafka never held.
+ */
+const requestsInKafka = new Map<string, string[]>();
 const states = new Map<string, StateValue>();
 let readerCrashes = 0;
 
@@ -417,7 +422,7 @@ async function startReader(kafka: Kafka): Promise<Consumer> {
   });
   await consumer.connect();
   await consumer.subscribe({
-    topics: ['delivery_status', 'messages', 'send-results', 'message-state'],
+    topics: ['delivery_status', 'messages', 'send-results', 'message-state', 'send-requests'],
     fromBeginning: true,
   });
   await consumer.run({
@@ -440,6 +445,15 @@ async function startReader(kafka: Kafka): Promise<Consumer> {
             at: Number(m.timestamp),
           });
           results.set(v.requestId, list);
+        } else if (batch.topic === 'send-requests' && m.value) {
+          let id: unknown;
+          try {
+            id = (JSON.parse(m.value.toString()) as { requestId?: unknown }).requestId;
+          } catch {
+            id = undefined;
+          }
+          if (typeof id === 'string')
+            requestsInKafka.set(id, [...(requestsInKafka.get(id) ?? []), `${batch.partition}/${m.offset}`]);
         } else if (batch.topic === 'message-state' && m.key) {
           if (m.value) states.set(m.key.toString(), JSON.parse(m.value.toString()) as StateValue);
           else states.delete(m.key.toString());
@@ -670,6 +684,7 @@ function figures() {
   const missingWebhooks = acked.filter((id) => !seenWebhooks.has(id)).length;
   const requestIds = [...acknowledgedRequests.keys()];
   let missingResults = 0;
+  let missingResultsInKafka = 0;
   let notAccepted = 0;
   let exact = 0;
   let wrong = 0;
@@ -683,9 +698,11 @@ function figures() {
     const list = results.get(id);
     if (!list || list.length === 0) {
       missingResults += 1;
+      const inKafka = requestsInKafka.get(id);
+      if (inKafka) missingResultsInKafka += 1;
       if (missingExamples.length < 5)
         missingExamples.push(
-          `${id} (acknowledged at ${since(acknowledgedRequests.get(id)!)}, provider calls: ${callsByRequest.get(id)?.length ?? 0})`,
+          `${id} (acknowledged at ${since(acknowledgedRequests.get(id)!)}, provider calls: ${callsByRequest.get(id)?.length ?? 0}, in send-requests at ${inKafka?.join(' ') ?? 'no offset'})`,
         );
       continue;
     }
@@ -781,6 +798,7 @@ function figures() {
     missingWebhooks,
     requests: requestIds.length,
     missingResults,
+    missingResultsInKafka,
     notAccepted,
     states: exact + wrong + missingStates,
     exact,
@@ -960,6 +978,7 @@ function print(f: ReturnType<typeof figures>, trafficStart: number, drainedAt: n
     '|---|---|---|',
     `| acknowledged webhooks (statuses and inbound) / missing in Kafka | ${fmt(f.acked)} / **${fmt(f.missingWebhooks)}** | 0 missing |`,
     `| send requests acknowledged by Kafka / missing results | ${fmt(f.requests)} / **${fmt(f.missingResults)}** | 0 missing |`,
+    `| … of which the request was read back from \`send-requests\` | ${fmt(f.missingResultsInKafka)} | |`,
     `| results other than accepted (rejected, expired) | ${fmt(f.notAccepted)} | 0 |`,
     `| message states exact / wrong / missing | ${fmt(f.exact)} / **${fmt(f.wrong)}** / **${fmt(f.missingStates)}** | 0 wrong, 0 missing |`,
     `| requests sent twice (the provider created 2 messages) / with \`maybeSent: true\` | ${fmt(f.twice)} / ${fmt(f.twiceMaybeSent)} | only calls in flight at a sender's kill -9, ≤ 20 per kill, all \`maybeSent\` |`,
