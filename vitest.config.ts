@@ -4,6 +4,8 @@ export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
     globalSetup: ['test/global-setup.ts'],
+    // Before any test file loads kafkajs: its producers' send fixed (src/kafka/kafkajs-send-fix.ts).
+    setupFiles: ['src/kafka/kafkajs-send-fix.ts'],
     testTimeout: 60_000,
     hookTimeout: 120_000,
     pool: 'forks',

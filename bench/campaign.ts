@@ -13,6 +13,7 @@
 // docs/benchmarks.md ("Sent once: the end-to-end campaign"). Needs `npm run build`, Java, Maven.
 //
 //   npx tsx bench/campaign.ts [--seconds 360] [--rate 100] [--recipients 500] [--fault-seconds 20]
+import '../src/kafka/kafkajs-send-fix.js'; // before kafkajs: its producers' send fixed (src/kafka/README.md)
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
 import { createWriteStream, existsSync, mkdirSync, writeFileSync, type WriteStream } from 'node:fs';

@@ -6,6 +6,7 @@
 //
 //   npx tsx bench/fuzz.ts [--requests 100000] [--concurrency 48] [--slow 100] [--seed 1]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
+import '../src/kafka/kafkajs-send-fix.js'; // before kafkajs: its producers' send fixed (src/kafka/README.md)
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { createInterface } from 'node:readline';

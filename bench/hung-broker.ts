@@ -9,6 +9,7 @@
 // during the freeze. Rounds freeze the first broker of the bootstrap list, then the last.
 //
 //   npx tsx bench/hung-broker.ts [--rate 400] [--freeze-seconds 45] [--rounds 2]
+import '../src/kafka/kafkajs-send-fix.js'; // before kafkajs: its producers' send fixed (src/kafka/README.md)
 import { spawn, execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';

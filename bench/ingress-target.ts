@@ -9,6 +9,7 @@
 // Environment: BENCH_BROKERS, BENCH_SECRET, BENCH_TOPICS (JSON {messages, deliveryStatus, webhooksDlq}),
 // and the OTEL_* variables, read by the ingress itself (bench/ingress.ts sets them for its +otel modes).
 // Prints {"url","pid"} on stdout once listening; SIGTERM drains and exits.
+import '../src/kafka/kafkajs-send-fix.js'; // before kafkajs: its producers' send fixed (src/kafka/README.md)
 import { createServer } from 'node:http';
 import { loadConfig } from '../src/config/load.js';
 import { createWebhookHandler, rulesFromConfig } from '../src/ingress/handle-webhook.js';

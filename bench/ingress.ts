@@ -26,6 +26,7 @@
 //                            [--modes discard,kafkajs,platformatic,naive] [--warmup-ms 8000]
 //                            [--statuses-only] [--generator own,wrk] [--accept-encoding gzip,none]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
+import '../src/kafka/kafkajs-send-fix.js'; // before kafkajs: its producers' send fixed (src/kafka/README.md)
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { dirname } from 'node:path';

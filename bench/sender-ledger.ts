@@ -10,6 +10,7 @@
 //
 //   npx tsx bench/sender-ledger.ts [--entries 1000000] [--delta 1000] [--rounds 3]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
+import '../src/kafka/kafkajs-send-fix.js'; // before kafkajs: its producers' send fixed (src/kafka/README.md)
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

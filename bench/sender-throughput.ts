@@ -25,6 +25,7 @@
 // BENCH_SENDER_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles msgbridge's sender;
 // with "--trace-gc", BENCH_SENDER_STDOUT=/tmp/gc.log keeps what V8 prints;
 // BENCH_SENDER_ENV (a JSON object of environment variables) tries other settings.
+import '../src/kafka/kafkajs-send-fix.js'; // before kafkajs: its producers' send fixed (src/kafka/README.md)
 import { type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync } from 'node:fs';

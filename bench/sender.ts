@@ -23,6 +23,7 @@
 //                           [--concurrent-requests 12000] [--naive-seconds 20] [--outage-seconds 20]
 //                           [--only <scenario name part> | failover | naive]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
+import '../src/kafka/kafkajs-send-fix.js'; // before kafkajs: its producers' send fixed (src/kafka/README.md)
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { readFileSync, mkdtempSync, writeFileSync } from 'node:fs';

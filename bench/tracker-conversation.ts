@@ -21,6 +21,7 @@
 //   npm run build && node --import tsx bench/tracker-conversation.ts [--history 1000000] [--customers 100000]
 //   [--inbound 300000] [--queries 1000] [--rounds 5] [--members 2]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
+import '../src/kafka/kafkajs-send-fix.js'; // before kafkajs: its producers' send fixed (src/kafka/README.md)
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
 import { existsSync, rmSync } from 'node:fs';

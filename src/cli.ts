@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+import './kafka/kafkajs-send-fix.js'; // first: kafkajs's producers must load with their send fixed
 import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';

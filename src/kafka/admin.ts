@@ -1,3 +1,4 @@
+import './kafkajs-send-fix.js'; // before kafkajs: its producers' send fixed
 import { Kafka, logLevel, type Admin } from 'kafkajs';
 import type { Logger } from '../platform/logger.js';
 import { withKafkajsAdmin, type KafkaSource } from './client.js';

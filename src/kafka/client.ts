@@ -1,3 +1,4 @@
+import './kafkajs-send-fix.js'; // first: kafkajs's producers must load with their send fixed
 import {
   Kafka,
   logLevel,

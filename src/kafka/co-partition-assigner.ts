@@ -1,3 +1,4 @@
+import './kafkajs-send-fix.js'; // before kafkajs: its producers' send fixed
 import { AssignerProtocol, type GroupMember, type GroupMemberAssignment, type PartitionAssigner } from 'kafkajs';
 import { MsgbridgeError } from '../platform/errors.js';
 

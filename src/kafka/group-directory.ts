@@ -1,3 +1,4 @@
+import './kafkajs-send-fix.js'; // before kafkajs: its producers' send fixed
 import { AssignerProtocol, type Admin } from 'kafkajs';
 import { kafkajsClient, type KafkaSource } from './client.js';
 import { decodeQueryUrl } from './co-partition-assigner.js';

@@ -1,3 +1,4 @@
+import './kafkajs-send-fix.js'; // before kafkajs: its producers' send fixed
 import { CompressionTypes, type Admin, type Producer } from 'kafkajs';
 import {
   assertWritable,

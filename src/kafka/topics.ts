@@ -1,3 +1,4 @@
+import './kafkajs-send-fix.js'; // before kafkajs: its producers' send fixed
 import kafkajs, { type Admin } from 'kafkajs';
 import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import type { Logger } from '../platform/logger.js';

@@ -1,3 +1,4 @@
+import './kafkajs-send-fix.js'; // before kafkajs: its producers' send fixed
 import {
   Partitioners,
   type Admin,
