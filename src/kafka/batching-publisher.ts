@@ -374,6 +374,7 @@ export class BatchingPublisher {
     if (!this.layout) return SINGLE_LANE;
     const leaders = this.leaders.get(record.topic);
     if (!leaders) return undefined;
+    if (record.partition !== undefined) return record.partition < leaders.length ? record.partition : undefined;
     if (record.key === null) return 0;
     const key = typeof record.key === 'string' ? Buffer.from(record.key) : record.key;
     return javaCompatibleHash(key) % leaders.length;
@@ -493,9 +494,9 @@ export class BatchingPublisher {
           const { topic, key, value, headers } = entry.record;
           let group = byTopic.get(topic);
           if (!group) byTopic.set(topic, (group = { topic, records: [] }));
-          group.records.push(
-            pq.partition >= 0 ? { key, value, headers, partition: pq.partition } : { key, value, headers },
-          );
+          // The single lane (no layout) leaves the partition to the client, unless the record named one.
+          const partition = pq.partition >= 0 ? pq.partition : entry.record.partition;
+          group.records.push(partition === undefined ? { key, value, headers } : { key, value, headers, partition });
         }
         pq.queue.shift();
       }

@@ -3,8 +3,10 @@ import type { BusinessesWatch } from '../config/businesses-file.js';
 import type { Config } from '../config/schema.js';
 import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import { createKafka, type KafkaPort } from '../kafka/client.js';
+import type { PublisherObserver } from '../kafka/batching-publisher.js';
+import { preferBrokers } from '../kafka/port.js';
 import { withAdmin } from '../kafka/admin.js';
-import { connectingToKafka } from '../kafka/failure.js';
+import { connectingToKafka, describeKafkaFailure } from '../kafka/failure.js';
 import type { ConsumedRecord, GroupConsumer } from '../kafka/group-consumer.js';
 import { createKafkajsGroupConsumer } from '../kafka/kafkajs-group-consumer.js';
 import { createKafkajsProducer } from '../kafka/kafkajs-producer.js';
@@ -189,33 +191,32 @@ export class Sender implements Role {
     const { config } = options;
     checkLocalStoreDir(config.sender.stateDir, 'sender.stateDir', 'MSGBRIDGE_SENDER_STATE_DIR', 'the sender');
     const kafka = createKafka(config.kafka, { logger, brokers });
-    const { dlqMaxBytes, partitions } = await connectingToKafka(brokers, () => prepareTopics(kafka, config, logger));
+    const { dlqMaxBytes, partitions, minInsyncReplicas } = await connectingToKafka(brokers, () =>
+      prepareTopics(kafka, config, logger),
+    );
     // kafka.client, as the ingress: @platformatic/kafka encodes a batch at a fraction of kafkajs's
     // CPU, and weighs about 45 MiB of memory once loaded: loaded only when chosen (docs/benchmarks.md).
     const platformatic =
       config.kafka.client === 'platformatic' ? await import('../kafka/platformatic-producer.js') : undefined;
 
+    const topics = config.kafka.topics;
     const publisher = new ResultPublisher({
-      createProducer: () =>
+      createProducer: (first) =>
         platformatic
-          ? platformatic.createPlatformaticProducer(config.kafka, { brokers, timeoutMs: config.kafka.requestTimeoutMs })
-          : createKafkajsProducer(kafka, { timeoutMs: config.kafka.requestTimeoutMs }),
-      stallMs: config.kafka.requestTimeoutMs,
-      // The results of one rate-limit grant (up to 200 ms of tokens) in one produce request (README, "Throughput").
-      lingerMs: 5,
-      onReplace: (error) =>
-        logger.debug(
-          { err: errorMessage(error) },
-          'a produce of results failed: the producer is replaced, never reused',
-        ),
-      onHealthChange: (ok, error) => {
-        if (ok) logger.info('results reach Kafka again');
-        else
-          logger.error(
-            { err: errorMessage(error) },
-            'results cannot be published to Kafka: retrying with a new producer; /readyz is 503 meanwhile',
-          );
-      },
+          ? platformatic.createPlatformaticProducer(config.kafka, {
+              brokers: preferBrokers(brokers, first),
+              timeoutMs: config.kafka.requestTimeoutMs,
+            })
+          : createKafkajsProducer(
+              first?.length ? createKafka(config.kafka, { logger, brokers: preferBrokers(brokers, first) }) : kafka,
+              { timeoutMs: config.kafka.requestTimeoutMs },
+            ),
+      topics: [topics.sendResults, topics.sendLedger, topics.sendRequestsDlq],
+      publishTimeoutMs: Math.min(config.kafka.requestTimeoutMs, PUBLISH_TIMEOUT_MS),
+      minInsyncReplicas,
+      // Each record belongs to a request in the runner's window: a request has at most three at a time.
+      maxRecords: 4 * config.sender.maxBufferedRequests + 1000,
+      observer: publisherLog(logger),
     });
     await connectingToKafka(brokers, () => publisher.start());
 
@@ -582,7 +583,9 @@ export class Sender implements Role {
         ? `conversation table not ready: ${follower.status()}`
         : undefined) ??
       this.member.notReadyReason() ??
-      (this.publisher.publishable ? undefined : 'results cannot be published to Kafka (the last produce failed)')
+      (this.publisher.publishable
+        ? undefined
+        : "results cannot be published to Kafka now (a broker's producer is not connected or its partitions cannot take writes)")
     );
   }
 
@@ -682,7 +685,7 @@ async function prepareTopics(
   kafka: KafkaPort,
   config: Config,
   logger: Logger,
-): Promise<{ dlqMaxBytes: number; partitions: number }> {
+): Promise<{ dlqMaxBytes: number; partitions: number; minInsyncReplicas: Map<string, number> }> {
   const topics = config.kafka.topics;
   const s = config.sender;
   return withAdmin(kafka, async (admin) => {
@@ -731,12 +734,47 @@ async function prepareTopics(
     }
     // The DLQ topic's limit less room for the batch framing; Kafka's default when it cannot be read.
     const limit = written.maxMessageBytes.get(topics.sendRequestsDlq);
-    return { dlqMaxBytes: limit !== undefined && limit > 32 * 1024 ? limit - 16 * 1024 : 1_000_000, partitions };
+    return {
+      dlqMaxBytes: limit !== undefined && limit > 32 * 1024 ? limit - 16 * 1024 : 1_000_000,
+      partitions,
+      minInsyncReplicas: written.minInsyncReplicas,
+    };
   });
+}
+
+/** One log line per change: a batch failing, a broker's producer lost or back, its partitions unwritable. */
+function publisherLog(logger: Logger): PublisherObserver {
+  // Lanes fail and succeed side by side: a failure line at most every 30 s, whatever the others do.
+  let lastFailureLog = -Infinity;
+  return {
+    batch: (info) => {
+      if (info.ok || performance.now() - lastFailureLog < 30_000) return;
+      lastFailureLog = performance.now();
+      logger.error(
+        { err: describeKafkaFailure(info.error), records: info.events },
+        'a produce of results and ledger records failed: published again with a new producer',
+      );
+    },
+    connection: (connected, err, broker) => {
+      const lane = broker === undefined || broker < 0 ? {} : { broker };
+      if (err) logger.warn({ ...lane, err: describeKafkaFailure(err) }, 'Kafka producer not connected: retrying');
+      else if (connected) logger.info(lane, 'Kafka producer connected');
+    },
+    writable: (broker, err) => {
+      const lane = broker < 0 ? {} : { broker };
+      if (err) logger.warn({ ...lane, err: describeKafkaFailure(err) }, 'Kafka answers but cannot take writes now');
+      else logger.info(lane, 'Kafka takes writes again');
+    },
+  };
 }
 
 /** How often each owned partition's ledger checkpoint moves up and old entries are swept. */
 const LEDGER_UPKEEP_MS = 10_000;
+/**
+ * A produce request unanswered this long is given up and its broker's producer replaced; its
+ * records are published again (a frozen broker holds its own partitions' records for this long).
+ */
+const PUBLISH_TIMEOUT_MS = 10_000;
 /** After a call's deadline, how long its outcome may take to reach the ledger (README "Sent once"). */
 const LEDGER_PUBLISH_GRACE_MS = 5_000;
 

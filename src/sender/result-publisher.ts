@@ -1,120 +1,72 @@
-import type { RecordProducer, RecordToWrite, TopicRecords } from '../kafka/port.js';
-import { ReplaceableProducer } from '../kafka/replaceable-producer.js';
+import { BatchingPublisher, type PublisherObserver } from '../kafka/batching-publisher.js';
+import type { ProducerFactory, RecordToWrite } from '../kafka/port.js';
 
 /**
- * Publishes what became of each request: its result and (for an invalid request) its DLQ
- * record, in batches without adding latency: while one produce request is in flight, new
- * records queue; when it returns, everything queued (up to `maxBatch`) goes out as the next
- * request. Each caller's promise settles with its own batch. The queue needs no bound of its
- * own: every record belongs to a request the keyed runner already counts.
+ * Publishes what becomes of each request: its `calling`, `done` and `released` ledger records,
+ * its result, its DLQ record. On the ingress's batching publisher (src/kafka/batching-publisher.ts):
+ * a lane per leader broker, each with its own producer and one produce request in flight, so a
+ * dead or frozen broker holds only the records of the partitions it leads. One producer for
+ * everything made a produce request fail whenever any of its records went to that broker: the
+ * `done` records of calls already answered waited with them, and a member killed meanwhile, or
+ * one that lost its partitions, left those calls to be made again (README "Sent once").
  *
- * A producer is never reused after a failed produce (src/kafka/README.md, "A failed producer is
- * never reused"; ReplaceableProducer): the next batch connects a new one, and the callers retry
- * their records with backoff.
+ * A record refused or failed (a broker down, a queue full, a timeout) rejects its promise; the
+ * processor publishes it again with backoff. The queue bound only guards against a bug: every
+ * record belongs to a request the keyed runner already counts.
  */
 export interface ResultPublisherOptions {
-  createProducer: () => RecordProducer;
-  maxBatch?: number;
-  /**
-   * How long the first record after an idle moment waits for others before it is produced (ms,
-   * default 0). While a produce is in flight records queue anyway; this groups those of a sender
-   * working below its capacity (the results of one rate-limit grant), at a produce request each.
-   */
-  lingerMs?: number;
-  /** A produce in flight longer than this counts as failing for `publishable` (ms). */
-  stallMs?: number;
-  /** Called when a producer is dropped after a failure. */
-  onReplace?: (error: unknown) => void;
-  /** Called once when produces start failing (with the cause) and once when one succeeds again. */
-  onHealthChange?: (ok: boolean, error?: unknown) => void;
-}
-
-interface Queued {
-  topic: string;
-  record: RecordToWrite;
-  resolve: () => void;
-  reject: (e: unknown) => void;
+  createProducer: ProducerFactory;
+  /** The topics written: their leaders decide the lanes. */
+  topics: string[];
+  /** A produce request unanswered this long is given up and its lane's producer replaced (ms). */
+  publishTimeoutMs: number;
+  minInsyncReplicas?: ReadonlyMap<string, number> | undefined;
+  /** Records held at most (queued and in flight). */
+  maxRecords: number;
+  observer?: PublisherObserver;
 }
 
 export class ResultPublisher {
-  private queue: Queued[] = [];
-  private sending = false;
-  private readonly producers = new ReplaceableProducer();
-  private failing = false;
-  /** When the produce in flight started (performance.now()), if one is. */
-  private sendingSince: number | undefined;
-  private readonly maxBatch: number;
-  private readonly lingerMs: number;
+  private readonly publisher: BatchingPublisher;
+  private closed = false;
 
-  constructor(private readonly options: ResultPublisherOptions) {
-    this.maxBatch = options.maxBatch ?? 1000;
-    this.lingerMs = options.lingerMs ?? 0;
-  }
-
-  /** Connects the first producer (a start-up failure is the caller's to report). */
-  async start(): Promise<void> {
-    await this.connected();
-  }
-
-  /** False after a failed produce until one succeeds again, and while one hangs past `stallMs`. */
-  get publishable(): boolean {
-    if (this.failing) return false;
-    const stallMs = this.options.stallMs;
-    return stallMs === undefined || this.sendingSince === undefined || performance.now() - this.sendingSince < stallMs;
-  }
-
-  publish(topic: string, record: RecordToWrite): Promise<void> {
-    if (this.producers.closed) return Promise.reject(new Error('the result publisher is closed'));
-    return new Promise((resolve, reject) => {
-      this.queue.push({ topic, record, resolve, reject });
-      if (this.sending) return;
-      this.sending = true;
-      if (this.lingerMs > 0) setTimeout(() => void this.flush(), this.lingerMs);
-      else void this.flush();
+  constructor(options: ResultPublisherOptions) {
+    this.publisher = new BatchingPublisher({
+      createProducer: options.createProducer,
+      batchMaxEvents: 1000,
+      batchMaxBytes: 1_000_000,
+      queueMaxEvents: options.maxRecords,
+      queueMaxBytes: 256 * 1024 * 1024,
+      publishTimeoutMs: options.publishTimeoutMs,
+      probeTopics: options.topics,
+      probeTimeoutMs: options.publishTimeoutMs,
+      ...(options.minInsyncReplicas ? { minInsyncReplicas: options.minInsyncReplicas } : {}),
+      ...(options.observer ? { observer: options.observer } : {}),
     });
   }
 
+  /** Reads where the partitions are and connects a producer per leader (KAFKA_UNAVAILABLE when it cannot). */
+  start(): Promise<void> {
+    return this.publisher.start();
+  }
+
+  /** Every lane connected, proven writable and unstuck: what /readyz reports. */
+  get publishable(): boolean {
+    return !this.closed && this.publisher.ready;
+  }
+
+  publish(topic: string, record: RecordToWrite): Promise<void> {
+    if (this.closed) return Promise.reject(new Error('the result publisher is closed'));
+    return new Promise((resolve, reject) => {
+      const refused = this.publisher.publish({ ...record, topic }, (error) => (error ? reject(error) : resolve()));
+      if (refused) reject(refused);
+    });
+  }
+
+  /** Lets what was admitted finish (bounded by the publish timeout), then disconnects. */
   async close(): Promise<void> {
-    await this.producers.close()?.disconnect();
-  }
-
-  private async connected(): Promise<RecordProducer> {
-    const producer = await this.producers.connected(() => this.options.createProducer());
-    if (!producer) throw new Error('the result publisher is closed');
-    return producer;
-  }
-
-  /** Produces what is queued, batch after batch; `sending` is already true (set by publish). */
-  private async flush(): Promise<void> {
-    try {
-      while (this.queue.length > 0) {
-        const batch = this.queue.splice(0, this.maxBatch);
-        const byTopic = new Map<string, RecordToWrite[]>();
-        for (const item of batch) {
-          const list = byTopic.get(item.topic) ?? [];
-          list.push(item.record);
-          byTopic.set(item.topic, list);
-        }
-        const batches: TopicRecords[] = [...byTopic].map(([topic, records]) => ({ topic, records }));
-        let producer: RecordProducer | undefined;
-        try {
-          this.sendingSince = performance.now();
-          producer = await this.connected();
-          await producer.send(batches);
-          if (this.failing) this.options.onHealthChange?.(true);
-          this.failing = false;
-          for (const item of batch) item.resolve();
-        } catch (error) {
-          if (!this.failing) this.options.onHealthChange?.(false, error);
-          this.failing = true;
-          if (producer && this.producers.discard(producer)) this.options.onReplace?.(error);
-          for (const item of batch) item.reject(error);
-        } finally {
-          this.sendingSince = undefined;
-        }
-      }
-    } finally {
-      this.sending = false;
-    }
+    if (this.closed) return;
+    this.closed = true;
+    await this.publisher.drain();
   }
 }

@@ -1,107 +1,105 @@
 import { describe, expect, it } from 'vitest';
-import type { RecordProducer, TopicRecords } from '../../src/kafka/port.js';
+import type { ClusterLayout, RecordProducer, TopicRecords } from '../../src/kafka/port.js';
 import { ResultPublisher } from '../../src/sender/result-publisher.js';
 
-/** Producers the test scripts: each fails the sends listed in `failing` (by its own send number). */
-function producers(plan: { connectFails?: boolean; failing?: number[] }[]) {
-  const made: { id: number; sent: TopicRecords[][]; disconnected: boolean }[] = [];
+/**
+ * Two brokers: broker 1 leads the even partitions of `results` and `ledger`, broker 2 the odd ones. Each producer's
+ * sends wait until the test answers them; `hung` brokers never answer, `failing` ones fail their next send.
+ */
+function cluster() {
+  const layout: ClusterLayout = {
+    brokers: new Map([
+      [1, 'b1:9092'],
+      [2, 'b2:9092'],
+    ]),
+    partitions: ['results', 'ledger'].flatMap((topic) =>
+      [0, 1, 2, 3].map((partition) => ({ topic, partition, leader: partition % 2 === 0 ? 1 : 2, isr: 2 })),
+    ),
+  };
+  const hung = new Set<number>();
+  const failing = new Set<number>();
+  const sent: { producer: number; topic: string; partition: number | undefined; key: string }[] = [];
+  const made: { disconnected: boolean }[] = [];
   const create = (): RecordProducer => {
     const id = made.length;
-    const spec = plan[id] ?? {};
-    const me = { id, sent: [] as TopicRecords[][], disconnected: false };
+    const me = { disconnected: false };
     made.push(me);
-    let sends = 0;
     return {
-      connect: async () => {
-        if (spec.connectFails) throw new Error(`connect ${id} refused`);
-      },
-      send: async (batches) => {
-        sends += 1;
-        await new Promise((r) => setTimeout(r, 1));
-        if (spec.failing?.includes(sends)) throw new Error(`producer ${id} send ${sends} failed`);
-        me.sent.push(batches);
-      },
-      disconnect: async () => {
-        me.disconnected = true;
+      connect: async () => undefined,
+      disconnect: async () => void (me.disconnected = true),
+      layout: async () => layout,
+      probe: async () => undefined,
+      send: async (batches: TopicRecords[]) => {
+        const partitions = batches.flatMap((b) => b.records.map((r) => r.partition ?? 0));
+        const broker = partitions[0]! % 2 === 0 ? 1 : 2;
+        if (hung.has(broker)) return new Promise<void>(() => undefined);
+        if (failing.delete(broker)) throw new Error(`broker ${broker} refused`);
+        for (const b of batches)
+          for (const r of b.records)
+            sent.push({ producer: id, topic: b.topic, partition: r.partition, key: String(r.key) });
       },
     };
   };
-  return { made, create };
+  return { create, hung, failing, sent, made };
 }
 
-const record = (n: number) => ({ key: `k${n}`, value: `v${n}`, headers: {} });
+function publisherOn(kafka: ReturnType<typeof cluster>) {
+  return new ResultPublisher({
+    createProducer: kafka.create,
+    topics: ['results', 'ledger'],
+    publishTimeoutMs: 5000,
+    maxRecords: 100,
+  });
+}
+
+const record = (key: string, partition?: number) => ({
+  key,
+  value: `v-${key}`,
+  headers: {},
+  ...(partition === undefined ? {} : { partition }),
+});
 
 describe('ResultPublisher', () => {
-  it('batches what arrives while a produce is in flight (grouped by topic)', async () => {
-    const p = producers([{}]);
-    const publisher = new ResultPublisher({ createProducer: p.create });
+  it('a record naming its partition (a ledger record) is written to that partition', async () => {
+    const kafka = cluster();
+    const publisher = publisherOn(kafka);
     await publisher.start();
-    await Promise.all([1, 2, 3, 4].map((n) => publisher.publish(n % 2 ? 'results' : 'dlq', record(n))));
-    expect(p.made).toHaveLength(1);
-    expect(p.made[0]!.sent.map((b) => b.flatMap((t) => t.records.map((r) => r.key)))).toEqual([
-      ['k1'],
-      ['k2', 'k4', 'k3'],
+    await Promise.all([publisher.publish('ledger', record('a', 3)), publisher.publish('ledger', record('b', 0))]);
+    expect(kafka.sent.map((s) => [s.topic, s.partition, s.key]).sort()).toEqual([
+      ['ledger', 0, 'b'],
+      ['ledger', 3, 'a'],
     ]);
-  });
-
-  it('with lingerMs, the first record after an idle moment waits for the others of that moment: one produce', async () => {
-    const p = producers([{}]);
-    const publisher = new ResultPublisher({ createProducer: p.create, lingerMs: 30 });
-    await publisher.start();
-    const first = publisher.publish('results', record(1));
-    await new Promise((r) => setTimeout(r, 10));
-    expect(p.made[0]!.sent).toHaveLength(0);
-    await Promise.all([first, publisher.publish('results', record(2)), publisher.publish('dlq', record(3))]);
-    expect(p.made[0]!.sent.map((b) => b.flatMap((t) => t.records.map((r) => r.key)))).toEqual([['k1', 'k2', 'k3']]);
-    // Idle again: the next record lingers again, alone.
-    await publisher.publish('results', record(4));
-    expect(p.made[0]!.sent).toHaveLength(2);
-  });
-
-  it('never reuses a producer after a failed produce: the next batch goes through a new one', async () => {
-    const p = producers([{ failing: [2] }, {}]);
-    const replaced: unknown[] = [];
-    const publisher = new ResultPublisher({ createProducer: p.create, onReplace: (e) => replaced.push(e) });
-    await publisher.start();
-    await publisher.publish('results', record(1));
-    await expect(publisher.publish('results', record(2))).rejects.toThrow('producer 0 send 2 failed');
-    expect(publisher.publishable).toBe(false);
-    expect(p.made[0]!.disconnected).toBe(true);
-    expect(replaced).toHaveLength(1);
-    await publisher.publish('results', record(2));
-    expect(publisher.publishable).toBe(true);
-    expect(p.made).toHaveLength(2);
-    expect(p.made[1]!.sent.flat().flatMap((t) => t.records.map((r) => r.key))).toEqual(['k2']);
-  });
-
-  it('a new producer that cannot connect fails the batch (the callers retry) and stays not publishable', async () => {
-    const p = producers([{ failing: [1] }, { connectFails: true }, {}]);
-    const publisher = new ResultPublisher({ createProducer: p.create });
-    await publisher.start();
-    await expect(publisher.publish('results', record(1))).rejects.toThrow('send 1 failed');
-    await expect(publisher.publish('results', record(1))).rejects.toThrow('connect 1 refused');
-    expect(publisher.publishable).toBe(false);
-    await publisher.publish('results', record(1));
-    expect(publisher.publishable).toBe(true);
     await publisher.close();
-    await expect(publisher.publish('results', record(9))).rejects.toThrow(/closed/);
+    await expect(publisher.publish('ledger', record('c', 1))).rejects.toThrow(/closed/);
   });
 
-  it('is not publishable while a produce hangs past stallMs', async () => {
-    let release!: () => void;
-    const hanging: RecordProducer = {
-      connect: async () => undefined,
-      send: () => new Promise<void>((r) => (release = r)),
-      disconnect: async () => undefined,
-    };
-    const publisher = new ResultPublisher({ createProducer: () => hanging, stallMs: 50 });
+  it('a broker that does not answer holds only the records of the partitions it leads', async () => {
+    const kafka = cluster();
+    const publisher = publisherOn(kafka);
     await publisher.start();
-    const pending = publisher.publish('results', record(1));
-    expect(publisher.publishable).toBe(true);
-    await new Promise((r) => setTimeout(r, 80));
+    kafka.hung.add(2);
+    let stuckSettled = false;
+    const stuck = publisher.publish('ledger', record('stuck', 1)).finally(() => (stuckSettled = true));
+    void stuck.catch(() => undefined);
+    // A `done` record and a result on broker 1's partitions are acknowledged meanwhile.
+    await publisher.publish('ledger', record('done', 2));
+    await publisher.publish('results', record('result', 0));
+    expect(kafka.sent.map((s) => s.key)).toEqual(['done', 'result']);
+    expect(stuckSettled).toBe(false);
+  });
+
+  it('a failed produce rejects its records, and the next goes through a new producer', async () => {
+    const kafka = cluster();
+    const publisher = publisherOn(kafka);
+    await publisher.start();
+    const before = kafka.made.length;
+    kafka.failing.add(1);
+    await expect(publisher.publish('ledger', record('x', 0))).rejects.toThrow(/broker 1 refused/);
+    await expect.poll(() => kafka.made.length, { timeout: 3000 }).toBeGreaterThan(before);
     expect(publisher.publishable).toBe(false);
-    release();
-    await pending;
+    await publisher.publish('ledger', record('x', 0));
     expect(publisher.publishable).toBe(true);
+    expect(kafka.sent.at(-1)).toMatchObject({ key: 'x', partition: 0 });
+    expect(kafka.sent.at(-1)!.producer).toBeGreaterThanOrEqual(before);
   });
 });
