@@ -758,8 +758,14 @@ function figures() {
     const m = members.find((x) => x.role === 'sender' && x.slot === first.slot)!;
     const killedAt = m.killed.get(first.generation);
     const second = list[1]!;
-    // A second call by the same process before its death is its own retry, not the kill's doing.
-    if (killedAt === undefined || (second.slot === first.slot && second.generation === first.generation)) {
+    // A second call by the same process before its death is its own retry, not the kill's doing;
+    // a second call by another member while the first caller was still alive is a hand-over that
+    // did not wait for the first outcome, whatever became of the first caller later.
+    if (
+      killedAt === undefined ||
+      second.at < killedAt ||
+      (second.slot === first.slot && second.generation === first.generation)
+    ) {
       unexplained += 1;
       unexplainedIds.add(id);
       // The same process calling again is its own retry (a call it gave up on as timed out);
