@@ -247,6 +247,11 @@ export const senderSchema = z
     groupId: z.string().min(1),
     /** Provider calls in flight at once (all businesses together). */
     concurrency: positiveInt,
+    /**
+     * Calls made whose outcome is not yet in the request ledger: the most requests a kill -9 of
+     * this process can send twice (src/sender/README.md "Sent once").
+     */
+    maxUnrecordedCalls: positiveInt,
     maxBufferedRequests: positiveInt,
     /** How long transient provider failures are retried, from a request's first attempt (src/sender/README.md). */
     retryBudgetMs: z

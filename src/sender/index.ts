@@ -306,6 +306,7 @@ export class Sender implements Role {
       limiter: this.limiter,
       circuits: this.circuits,
       callSlots: this.callSlots,
+      unrecordedSlots: new Semaphore(s.maxUnrecordedCalls),
       apiKeys,
       topics: { results: config.kafka.topics.sendResults, dlq: config.kafka.topics.sendRequestsDlq },
       policy: { budgetMs: s.retryBudgetMs, backoffInitialMs: s.backoffInitialMs, backoffMaxMs: s.backoffMaxMs },

@@ -65,6 +65,11 @@ export interface ProcessorOptions {
   circuits: Pick<CircuitBreaker, 'admit' | 'holds' | 'settle' | 'cancel'> & Partial<Pick<CircuitBreaker, 'tryAdmit'>>;
   /** Bounds the provider calls in flight. */
   callSlots: Pick<Semaphore, 'acquire' | 'release'> & Partial<Pick<Semaphore, 'tryAcquire'>>;
+  /**
+   * Bounds the calls made whose outcome is not yet in the ledger (`sender.maxUnrecordedCalls`):
+   * the most requests a kill -9 of this process can send twice (README "Sent once"). None = no bound.
+   */
+  unrecordedSlots?: Pick<Semaphore, 'acquire' | 'release'> & Partial<Pick<Semaphore, 'tryAcquire'>>;
   /** business id → API key */
   apiKeys: ReadonlyMap<string, string>;
   topics: { results: string; dlq: string };
@@ -173,6 +178,8 @@ interface Progress {
   calling: boolean;
   /** A call of this request is made and its outcome not yet in the ledger (see `pauseCalls`). */
   unsettled: boolean;
+  /** Holds one of `unrecordedSlots` (from before its call until its outcome is recorded or it waits to retry). */
+  unrecordedSlot: boolean;
 }
 
 /** Where a request is recorded in the ledger. */
@@ -226,6 +233,10 @@ class RequestProcessor implements Processor {
   }
 
   private settle(progress: Progress): void {
+    if (progress.unrecordedSlot) {
+      progress.unrecordedSlot = false;
+      this.options.unrecordedSlots?.release();
+    }
     if (!progress.unsettled) return;
     progress.unsettled = false;
     this.unsettled--;
@@ -359,6 +370,7 @@ class RequestProcessor implements Processor {
       last: undefined,
       calling: false,
       unsettled: false,
+      unrecordedSlot: false,
     };
     try {
       // At most once: what a previous owner may have sent is never sent again.
@@ -378,18 +390,27 @@ class RequestProcessor implements Processor {
       const [published, recorded] = await Promise.all([
         this.publishSendResult(end.result, job, context, span),
         progress.calling || end.remember
-          ? ledger.write(
-              place.partition,
-              place.key,
-              {
-                state: 'done',
-                offset: place.offset,
-                at: this.now(),
-                remember: end.remember,
-                result: end.result.withoutContent,
-              },
-              (record) => this.publishDurably(ledger.topic, record, context),
-            )
+          ? ledger
+              .write(
+                place.partition,
+                place.key,
+                {
+                  state: 'done',
+                  offset: place.offset,
+                  at: this.now(),
+                  remember: end.remember,
+                  result: end.result.withoutContent,
+                },
+                (record) => this.publishDurably(ledger.topic, record, context),
+              )
+              .then((ok) => {
+                // The outcome is in the ledger: the call is settled, whenever its result lands.
+                if (ok) {
+                  progress.calling = false;
+                  this.settle(progress);
+                }
+                return ok;
+              })
           : Promise.resolve(true),
       ]);
       if (recorded) progress.calling = false;
@@ -628,6 +649,14 @@ class RequestProcessor implements Processor {
       // produce round trip as well (that cost a third of the throughput at 128 in flight).
       if (!(await this.recordCalling(job, context, progress, place))) return undefined;
       const recordedAt = this.now();
+      // Held until the outcome is in the ledger: what a kill -9 can send twice stays bounded even
+      // while Kafka is slow to take the outcomes (a broker just lost), or calls come in a burst.
+      const unrecorded = this.options.unrecordedSlots;
+      if (unrecorded && !progress.unrecordedSlot) {
+        if (context.stop.aborted || !(unrecorded.tryAcquire?.() || (await unrecorded.acquire(context.stop))))
+          return undefined;
+        progress.unrecordedSlot = true;
+      }
       if (context.stop.aborted || !(callSlots.tryAcquire?.() || (await callSlots.acquire(context.stop))))
         return undefined;
       try {

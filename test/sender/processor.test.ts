@@ -115,6 +115,33 @@ function harness(answers: AttemptOutcome[], overrides: Partial<ProcessorOptions>
 const tick = () => new Promise((r) => setTimeout(r, 1));
 
 describe('processor', () => {
+  it('a call holds one of unrecordedSlots until its outcome is in the ledger: no more calls while outcomes wait', async () => {
+    // The ledger's `done` records wait until the test lets them through (Kafka slow to take them).
+    const heldDone: (() => void)[] = [];
+    const h = harness([], {
+      unrecordedSlots: new Semaphore(2),
+      publish: (topic, record) =>
+        topic === 'ledger' && String(record.value).includes('"done"')
+          ? new Promise<void>((resolve) => heldDone.push(resolve))
+          : Promise.resolve(),
+    });
+    const keys = ['a', 'b', 'c', 'd'];
+    const work = keys.map((k, i) => h.processor.work(job(`r-${k}`), context(i)));
+    await expect.poll(() => heldDone.length).toBe(2);
+    await new Promise((r) => setTimeout(r, 30));
+    // Two calls made, answered, their outcomes unrecorded: the other two wait, uncalled.
+    expect(h.calls).toHaveLength(2);
+    // Each outcome recorded lets one more call start.
+    heldDone.shift()!();
+    await expect.poll(() => h.calls.length).toBe(3);
+    await expect.poll(() => heldDone.length).toBe(2);
+    heldDone.splice(0).forEach((release) => release());
+    await expect.poll(() => heldDone.length).toBe(1);
+    heldDone.splice(0).forEach((release) => release());
+    expect(await Promise.all(work)).toEqual(['done', 'done', 'done', 'done']);
+    expect(h.calls).toHaveLength(4);
+  });
+
   it('retries transient failures and publishes the accepted result', async () => {
     const h = harness([refused, { kind: 'http-error', status: 503 }]);
     expect(await h.processor.work(job('r1'), context())).toBe('done');
