@@ -2,7 +2,7 @@
 // recipients are preloaded into a fresh `send-requests`; the Go fake provider answers every call
 // after L ms (it is never the bottleneck); each target drains the backlog with C calls in flight:
 //   msgbridge            `msgbridge sender` bundled to plain JavaScript (as `node dist/cli.js`
-//                        runs), rate limit lifted, sender.concurrency = C
+//                        runs), rate limit lifted, sender.concurrency = sender.maxUnrecordedCalls = C
 //   rpconnect            Redpanda Connect (BENCH_RPCONNECT_BIN) on sender.yaml, CONCURRENCY = C, stock HTTP
 //                        transport (a new connection for most calls)
 //   rpconnect-keepalive  the same with a keep-alive pool of C connections
@@ -304,6 +304,8 @@ async function startMsgbridge(
     : {
         MSGBRIDGE__sender__adminPort: String(adminPort),
         MSGBRIDGE__kafka__topics__sendLedger: topics.ledger!,
+        // C calls in flight: as many may wait for their outcome to be recorded (the build before had no such bound).
+        MSGBRIDGE__sender__maxUnrecordedCalls: String(inFlight),
         MSGBRIDGE_SENDER_STATE_DIR: mkdtempSync(join(tmpdir(), 'bench-sender-state-')),
       };
   const child = track(
