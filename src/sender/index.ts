@@ -363,7 +363,11 @@ export class Sender implements Role {
       prepare: (record) => this.handOver(record),
       commitIntervalMs: options.commitIntervalMs ?? 200,
       logger,
-      onCommit: (result) => this.senderMetrics.commit(result),
+      onCommit: (result, sentAt) => {
+        this.senderMetrics.commit(result);
+        if (result === 'ok') this.ledger.confirmOwnership(sentAt);
+      },
+      beforeFinalCommit: () => this.ledger.observeEnds(),
       onAssignment: () => this.senderMetrics.rebalance(),
       preparePartitions: (partitions) =>
         Promise.all(partitions.map((p) => this.restoreLedger(p))).then(() => undefined),
@@ -598,7 +602,8 @@ export class Sender implements Role {
     const finished = await this.member.drain(this.settings.drainGraceMs);
     this.ledgerUpkeep.stop();
     for (const restore of this.ledgerRestores.values()) restore.abort();
-    // Everything finished is in Kafka: the checkpoints move to the end, so a restart reads nothing.
+    // Everything finished is in Kafka and the last commit proved the ends observed before it: the
+    // checkpoints move there, so a restart reads nothing.
     await this.ledger.tick();
     await this.ledger.close();
     this.businessesWatch?.stop();

@@ -42,7 +42,10 @@ export interface PartitionConsumerOptions<J> {
   /** Longest wait for the previous owner's commit metadata on assignment. */
   metadataTimeoutMs?: number;
   logger: Logger;
-  onCommit?: (result: 'ok' | 'error') => void;
+  /** After each commit; `sentAt` (performance.now()) is when it was sent. */
+  onCommit?: (result: 'ok' | 'error', sentAt: number) => void;
+  /** In a drain, after the work in progress and before the last commit. */
+  beforeFinalCommit?: () => Promise<void>;
   onAssignment?: () => void;
   /**
    * Partitions newly owned: resolves once they may be worked (their request ledger restored);
@@ -170,6 +173,7 @@ export class PartitionConsumer<J> {
     }
     this.commitTimer.stop();
     await this.committing;
+    await this.options.beforeFinalCommit?.().catch(() => undefined);
     await this.commitOnce();
     try {
       await Promise.race([consumer.stop(), sleep(Math.max(1000, graceMs - (Date.now() - started)))]);
@@ -359,6 +363,7 @@ export class PartitionConsumer<J> {
     const { runner, consumer, logger } = this.options;
     const points = runner.commitPoints();
     if (points.length === 0) return;
+    const sentAt = performance.now();
     try {
       await consumer.commit(
         points.map((point) => ({
@@ -368,9 +373,9 @@ export class PartitionConsumer<J> {
         })),
       );
       for (const point of points) runner.markCommitted(point);
-      this.options.onCommit?.('ok');
+      this.options.onCommit?.('ok', sentAt);
     } catch (err) {
-      this.options.onCommit?.('error');
+      this.options.onCommit?.('error', sentAt);
       if (err instanceof CommitMetadataTooLargeError) {
         this.metadataEnabled = false;
         logger.warn('the broker refuses the commit metadata (offset.metadata.max.bytes): committing without it');

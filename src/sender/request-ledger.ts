@@ -55,6 +55,10 @@ interface OpenPartition {
   refreshing: Promise<void> | undefined;
   lastRefresh: number;
   released: (() => void)[];
+  /** Where the changelog partition ended when last looked at (`observeEnds`), and when (performance.now()). */
+  observed?: { end: number; at: number };
+  /** An end a commit accepted after it was observed proves this member's alone below it (`confirmOwnership`). */
+  provenEnd?: number;
 }
 
 export interface LedgerStats {
@@ -304,12 +308,36 @@ export class RequestLedger {
   }
 
   /**
-   * Periodic upkeep: each owned partition's checkpoint moves to the changelog's end once this
-   * member's writes below it are kept (a restart then reads only the little written since), and
-   * records past the idempotency window or beyond the size bound go.
+   * Periodic upkeep: each owned partition's checkpoint moves to the end its ownership was proven
+   * up to, once this member's writes below it are kept (a restart then reads only the little
+   * written since), and records past the idempotency window or beyond the size bound go; then the
+   * ends are looked at again for the next round.
    */
   async tick(): Promise<void> {
     if (this.closed || this.open.size === 0) return;
+    for (const [partition, entry] of this.open) {
+      if (!entry.owned || this.opening.has(partition) || entry.waitedFor.size > 0) continue;
+      const end = entry.provenEnd;
+      await Promise.allSettled([...entry.writing]);
+      if (end !== undefined && this.open.get(partition) === entry)
+        await entry.store.advanceTo(end).catch(() => undefined);
+      if (this.open.get(partition) === entry)
+        entry.store.expire(this.now() - this.options.windowMs, this.perPartitionMax, SWEEP_LIMIT);
+    }
+    await this.observeEnds();
+  }
+
+  /**
+   * Notes where each owned partition's changelog ends now. Moving the checkpoint there at once
+   * assumed this member was its only writer: a member evicted from the group without knowing it
+   * (frozen, starved) went on moving its checkpoints past the records of the member that had taken
+   * its partitions, and when it got one back, its delta restore skipped them and it sent requests
+   * that member had sent (`maybeSent: false`). An end counts only once a commit sent after it was
+   * observed is accepted (`confirmOwnership`): the group still knew this member as the owner then.
+   */
+  async observeEnds(): Promise<void> {
+    if (this.closed || this.open.size === 0) return;
+    const at = performance.now();
     let ends: Map<number, { high: number }>;
     try {
       ends = await this.options.changelogs.ends(this.options.topic);
@@ -317,13 +345,20 @@ export class RequestLedger {
       return;
     }
     for (const [partition, entry] of this.open) {
-      if (!entry.owned || this.opening.has(partition) || entry.waitedFor.size > 0) continue;
       const end = ends.get(partition)?.high;
-      await Promise.allSettled([...entry.writing]);
-      if (end !== undefined && this.open.get(partition) === entry)
-        await entry.store.advanceTo(end).catch(() => undefined);
-      if (this.open.get(partition) === entry)
-        entry.store.expire(this.now() - this.options.windowMs, this.perPartitionMax, SWEEP_LIMIT);
+      if (entry.owned && !this.opening.has(partition) && end !== undefined) entry.observed = { end, at };
+    }
+  }
+
+  /**
+   * A commit sent at `sentAt` (performance.now()) was accepted: this member owned its partitions
+   * then, so nobody else wrote their ledger below what was observed before it.
+   */
+  confirmOwnership(sentAt: number): void {
+    for (const entry of this.open.values()) {
+      if (!entry.owned || !entry.observed || entry.observed.at >= sentAt) continue;
+      entry.provenEnd = Math.max(entry.provenEnd ?? 0, entry.observed.end);
+      entry.observed = undefined;
     }
   }
 

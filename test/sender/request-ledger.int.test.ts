@@ -1,0 +1,108 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pino from 'pino';
+import { afterAll, describe, expect, it } from 'vitest';
+import { ChangelogRestorer } from '../../src/kafka/changelog-restore.js';
+import { silentLogger } from '../../src/platform/logger.js';
+import { encodeLedgerEntry, ledgerKey, type LedgerEntry } from '../../src/sender/ledger-records.js';
+import { RequestLedger } from '../../src/sender/request-ledger.js';
+import { createTopics, produce, testKafka, uniqueTopic } from '../helpers/kafka.js';
+
+const dirs: string[] = [];
+afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
+
+/** The restores a ledger logs: where each read from and how many records. */
+function restoresLogged() {
+  const lines: { msg: string; from: number | null; records: number }[] = [];
+  const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+  return { lines, logger };
+}
+
+function ledgerOn(topic: string, stateDir: string, logger = silentLogger): RequestLedger {
+  return new RequestLedger({
+    changelogs: new ChangelogRestorer(testKafka('ledger-test')),
+    topic,
+    partitions: 1,
+    stateDir,
+    groupId: 'g',
+    windowMs: 3_600_000,
+    maxEntries: 10_000,
+    logger,
+  });
+}
+
+const done = (offset: number): LedgerEntry => ({
+  state: 'done',
+  offset,
+  at: Date.now(),
+  remember: true,
+  result: JSON.stringify({ requestId: `r${offset}`, outcome: 'accepted', messageId: `m${offset}` }),
+});
+
+describe('the request ledger: checkpoints', () => {
+  it("moves a checkpoint only over an end a commit proved: an evicted member's store keeps what its successor wrote", async () => {
+    const topic = uniqueTopic('ledger');
+    await createTopics([topic]);
+    const stateDir = mkdtempSync(join(tmpdir(), 'ledger-ckpt-'));
+    dirs.push(stateDir);
+    const publish = async (record: { key: string | Buffer | null; partition?: number; value: string | Buffer }) => {
+      await produce(topic, [{ key: record.key, value: record.value, partition: record.partition ?? 0 }]);
+      return true;
+    };
+
+    // Member A owns partition 0 and writes an outcome; a commit accepted after it looked at the
+    // end proves the partition was its alone up to there.
+    const a = ledgerOn(topic, stateDir);
+    await a.assign(0);
+    await a.write(0, ledgerKey('biz', 'r1'), done(1), publish);
+    await a.observeEnds();
+    a.confirmOwnership(performance.now());
+    await a.tick();
+
+    // A is evicted without knowing it; B, owning partition 0 now, records an outcome.
+    await produce(topic, [{ key: ledgerKey('biz', 'r2'), value: encodeLedgerEntry(done(2)), partition: 0 }]);
+    // A's upkeep goes on, and no commit of A is accepted any more.
+    await a.tick();
+    await a.tick();
+    await a.close();
+
+    // A gets partition 0 back: its restore reads from its checkpoint, which never passed B's record.
+    const again = ledgerOn(topic, stateDir);
+    await again.assign(0);
+    expect(again.lookup(0, ledgerKey('biz', 'r1'))?.state).toBe('done');
+    expect(again.lookup(0, ledgerKey('biz', 'r2'))).toMatchObject({ state: 'done', offset: 2 });
+    await again.close();
+  });
+
+  it('a proven end moves the checkpoint: a restart reads nothing again', async () => {
+    const topic = uniqueTopic('ledger');
+    await createTopics([topic]);
+    const stateDir = mkdtempSync(join(tmpdir(), 'ledger-ckpt-'));
+    dirs.push(stateDir);
+    await produce(topic, [{ key: ledgerKey('biz', 'r0'), value: encodeLedgerEntry(done(0)), partition: 0 }]);
+    const a = ledgerOn(topic, stateDir);
+    await a.assign(0);
+    const publish = async (record: { key: string | Buffer | null; partition?: number; value: string | Buffer }) => {
+      await produce(topic, [{ key: record.key, value: record.value, partition: record.partition ?? 0 }]);
+      return true;
+    };
+    for (let i = 1; i <= 3; i++) await a.write(0, ledgerKey('biz', `r${i}`), done(i), publish);
+    await a.observeEnds();
+    a.confirmOwnership(performance.now());
+    await a.tick();
+    await a.close();
+    // The records are in the store on disk and the checkpoint at the end: the same entries, no record read.
+    const log = restoresLogged();
+    const again = ledgerOn(topic, stateDir, log.logger);
+    await again.assign(0);
+    expect(log.lines.find((l) => l.msg.startsWith('request ledger'))).toMatchObject({ from: 4, records: 0 });
+    expect([0, 1, 2, 3].map((i) => again.lookup(0, ledgerKey('biz', `r${i}`))?.state)).toEqual([
+      'done',
+      'done',
+      'done',
+      'done',
+    ]);
+    await again.close();
+  });
+});
