@@ -641,24 +641,33 @@ class RequestProcessor implements Processor {
           return undefined;
         }
       }
-      // A rejoin in progress: no new call until the member knows which partitions it keeps.
-      while (this.callsPaused && !context.stop.aborted)
-        await Promise.race([this.callsPaused.resume, sleep(100, context.stop)]);
-      if (context.stop.aborted || this.now() >= untilMs || !circuits.holds(admission)) return undefined;
-      // The `calling` record before the call slot: a slot is held for the call alone, not for a
-      // produce round trip as well (that cost a third of the throughput at 128 in flight).
-      if (!(await this.recordCalling(job, context, progress, place))) return undefined;
-      const recordedAt = this.now();
-      // Held until the outcome is in the ledger: what a kill -9 can send twice stays bounded even
-      // while Kafka is slow to take the outcomes (a broker just lost), or calls come in a burst.
-      const unrecorded = this.options.unrecordedSlots;
-      if (unrecorded && !progress.unrecordedSlot) {
-        if (context.stop.aborted || !(unrecorded.tryAcquire?.() || (await unrecorded.acquire(context.stop))))
+      let recordedAt: number;
+      for (;;) {
+        // A rejoin in progress: no new call until the member knows which partitions it keeps.
+        while (this.callsPaused && !context.stop.aborted)
+          await Promise.race([this.callsPaused.resume, sleep(100, context.stop)]);
+        if (context.stop.aborted || this.now() >= untilMs || !circuits.holds(admission)) return undefined;
+        // The `calling` record before the call slot: a slot is held for the call alone, not for a
+        // produce round trip as well (that cost a third of the throughput at 128 in flight).
+        if (!(await this.recordCalling(job, context, progress, place))) return undefined;
+        recordedAt = this.now();
+        // Held until the outcome is in the ledger: what a kill -9 can send twice stays bounded even
+        // while Kafka is slow to take the outcomes (a broker just lost), or calls come in a burst.
+        const unrecorded = this.options.unrecordedSlots;
+        if (unrecorded && !progress.unrecordedSlot) {
+          if (context.stop.aborted || !(unrecorded.tryAcquire?.() || (await unrecorded.acquire(context.stop))))
+            return undefined;
+          progress.unrecordedSlot = true;
+        }
+        if (context.stop.aborted || !(callSlots.tryAcquire?.() || (await callSlots.acquire(context.stop))))
           return undefined;
-        progress.unrecordedSlot = true;
+        if (!this.callsPaused) break;
+        // The rejoin began while this request waited for a slot: it does not call now, and says so
+        // in the ledger (`released`), so that neither the rejoin nor a next owner waits for it.
+        callSlots.release();
+        await this.releaseCall(job, progress, place);
+        this.settle(progress);
       }
-      if (context.stop.aborted || !(callSlots.tryAcquire?.() || (await callSlots.acquire(context.stop))))
-        return undefined;
       try {
         if (this.now() >= untilMs || !circuits.holds(admission)) return undefined;
         // A long wait for a slot (a slow provider): the record a next owner measures its wait from is written again.

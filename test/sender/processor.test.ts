@@ -8,6 +8,7 @@ import { silentLogger } from '../../src/platform/logger.js';
 import type { WorkContext } from '../../src/sender/keyed-runner.js';
 import { noopSenderMetrics } from '../../src/sender/metrics.js';
 import { memoryLedger } from './memory-ledger.js';
+import { ledgerKey } from '../../src/sender/ledger-records.js';
 import { createProcessor, type ProcessorOptions } from '../../src/sender/processor.js';
 import { prepareJob, type Job } from '../../src/sender/requests.js';
 import type { AttemptOutcome } from '../../src/sender/retry-policy.js';
@@ -477,6 +478,28 @@ describe('processor', () => {
     const h = harness([], {}, ledger);
     expect(await h.processor.work(job('r1'), context())).toBe('done');
     expect(h.results()).toEqual([expect.objectContaining({ outcome: 'accepted', attempts: 4, maybeSent: true })]);
+  });
+
+  it('a request waiting for a call slot when a rejoin begins writes `released` instead of calling: the rejoin does not wait for it', async () => {
+    const h = harness([], { callSlots: new Semaphore(1) });
+    h.gate();
+    const first = h.processor.work(job('r-a'), context(0));
+    await expect.poll(() => h.calls.length).toBe(1);
+    const second = h.processor.work(job('r-b'), context(1));
+    await expect.poll(() => h.ledger.entries.get(ledgerKey('biz', 'r-b'))?.state).toBe('calling');
+    let paused: boolean | undefined;
+    const pausing = h.processor.pauseCalls(10_000).then((ok) => (paused = ok));
+    h.release(); // r-a answered: its slot goes to r-b, which finds the rejoin under way
+    await pausing;
+    expect(paused).toBe(true);
+    expect(h.ledger.entries.get(ledgerKey('biz', 'r-b'))?.state).toBe('released');
+    expect(h.calls).toHaveLength(1);
+    // The member keeps the partition: r-b carries on, with a `calling` record of its own again.
+    h.processor.resumeCalls();
+    await expect.poll(() => h.calls.length).toBe(2);
+    h.release();
+    expect(await Promise.all([first, second])).toEqual(['done', 'done']);
+    expect(h.ledger.entries.get(ledgerKey('biz', 'r-b'))?.state).toBe('done');
   });
 
   it('pauseCalls holds new calls and resolves once the calls made have their outcome recorded', async () => {
