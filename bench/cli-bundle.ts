@@ -6,12 +6,17 @@
 import { spawn, type ChildProcess, type StdioOptions } from 'node:child_process';
 import { createWriteStream, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { build } from 'esbuild';
 import { firstLine } from './peers.js';
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url));
 export const CLI_BUNDLE = fileURLToPath(new URL('../.cache/bench/sender-cli.mjs', import.meta.url));
+/**
+ * The kafkajs send fix (src/kafka/kafkajs-send-fix.ts) as an entry of its own: in a bundle, the
+ * imports of kafkajs are hoisted above the fix's code, so the child preloads it (`--import`).
+ */
+const SEND_FIX_BUNDLE = fileURLToPath(new URL('../.cache/bench/sender-cli-send-fix.mjs', import.meta.url));
 
 export async function bundleCli(): Promise<void> {
   const outdir = dirname(CLI_BUNDLE);
@@ -19,7 +24,10 @@ export async function bundleCli(): Promise<void> {
   for (const file of readdirSync(outdir, { withFileTypes: true }).filter((f) => f.name.startsWith('sender-cli')))
     rmSync(`${outdir}/${file.name}`, { force: true });
   await bundleSplit(
-    { 'sender-cli': fileURLToPath(new URL('../src/cli.ts', import.meta.url)) },
+    {
+      'sender-cli': fileURLToPath(new URL('../src/cli.ts', import.meta.url)),
+      'sender-cli-send-fix': fileURLToPath(new URL('../src/kafka/kafkajs-send-fix.ts', import.meta.url)),
+    },
     outdir,
     'sender-cli-chunk-[hash]',
   );
@@ -60,6 +68,7 @@ export function spawnSenderBundle(
   cli = CLI_BUNDLE,
 ): ChildProcess {
   const nodeArgs = (process.env.BENCH_SENDER_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  if (cli === CLI_BUNDLE) nodeArgs.unshift('--import', pathToFileURL(SEND_FIX_BUNDLE).href);
   // BENCH_TARGET_NODE runs it on another node (.ci/root-node: the production runtime's).
   const child = spawn(process.env.BENCH_TARGET_NODE || process.execPath, [...nodeArgs, cli, 'sender'], {
     cwd: cli === CLI_BUNDLE ? ROOT : dirname(dirname(cli)),
