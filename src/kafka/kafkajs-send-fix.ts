@@ -2,23 +2,10 @@ import { createRequire, Module } from 'node:module';
 
 /**
  * Replaces kafkajs 2.2.4's `sendMessages`, the retry loop of every producer's send, which can
- * acknowledge a send whose records were never written (src/kafka/README.md, "kafkajs's producer
- * drops records when a leader moves"). It remembers which *brokers* answered, and a retry skips
- * them; when a failed partition's new leader is a broker that already answered for other
- * partitions of the same send, that partition's records are sent to nobody, and the send
- * resolves. The same for a partition missing from the metadata. Seen in the campaign: requests
- * acknowledged to a kafkajs producer across a broker kill, absent from `send-requests`; and a
- * transaction of the tracker could commit without some of its outputs.
- *
- * This one remembers which *partitions* were acknowledged: each attempt sends every partition
- * not yet acknowledged to its current leader, waits for all of the attempt's requests before
- * retrying (none still in flight while the next starts), and fails when a partition has no
- * leader in the metadata instead of leaving it out. The rest is kafkajs's (idempotent sequences,
- * transactions, which errors refresh the metadata).
- *
- * kafkajs captures `sendMessages` when its producer module loads: this module must be evaluated
- * before `kafkajs` is: every module of src that loads kafkajs imports it first (a process warning
- * says when an embedding program loaded kafkajs before msgbridge).
+ * acknowledge a send whose records were never written: this one tracks acknowledged partitions,
+ * not brokers (why, and what was seen: src/kafka/README.md, "kafkajs's producer drops records
+ * when a leader moves"). kafkajs captures `sendMessages` when its producer module loads, so this
+ * module is evaluated first: every module of src that loads kafkajs imports it before kafkajs.
  */
 
 /* eslint-disable @typescript-eslint/no-explicit-any -- kafkajs's internal modules are untyped JavaScript. */

@@ -604,7 +604,7 @@ export class Sender implements Role {
     for (const restore of this.ledgerRestores.values()) restore.abort();
     // Everything finished is in Kafka and the last commit proved the ends observed before it: the
     // checkpoints move there, so a restart reads nothing.
-    await this.ledger.tick();
+    await this.ledger.advance();
     await this.ledger.close();
     this.businessesWatch?.stop();
     await this.guard?.stop();

@@ -47,14 +47,8 @@ import { errorMessage } from '../platform/errors.js';
  * sent and retried per the policy, and their one terminal result is published. Returns `done` only once what it owes
  * Kafka is acknowledged, so the runner never commits past an unpublished result.
  *
- * Sent once (README "Sent once"): before each provider call a `calling` record is in the
- * request ledger, and the terminal result goes with a `done` record, both acknowledged by Kafka.
- * A request whose (business, requestId) the ledger holds as done for good (accepted, or rejected
- * for a reason that will not change) is not sent again; its stored result is published again
- * for the new record (same `event-id`). A retriable rejection or an expiry is not remembered, so
- * a resubmission is sent. A request another member may still be calling for waits for that
- * member's record, at most the call's deadline; a duplicate arriving while the first is still in
- * flight in this process waits for it.
+ * Sent once (README "Sent once"): a `calling` ledger record before each provider call, a `done`
+ * record with the terminal result; what the ledger says of a request decides whether it is sent.
  */
 export interface ProcessorOptions {
   /** `parent`: the request's span, which the provider call's HTTP client span continues (tracing on). */

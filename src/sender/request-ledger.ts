@@ -307,13 +307,18 @@ export class RequestLedger {
     for (const [key, value] of found) if (value && !entry.store.isClosed()) entry.store.record(key, value);
   }
 
-  /**
-   * Periodic upkeep: each owned partition's checkpoint moves to the end its ownership was proven
-   * up to, once this member's writes below it are kept (a restart then reads only the little
-   * written since), and records past the idempotency window or beyond the size bound go; then the
-   * ends are looked at again for the next round.
-   */
+  /** Periodic upkeep: `advance`, then the ends are looked at again for the next round. */
   async tick(): Promise<void> {
+    await this.advance();
+    await this.observeEnds();
+  }
+
+  /**
+   * Each owned partition's checkpoint moves to the end its ownership was proven up to, once this
+   * member's writes below it are kept (a restart then reads only the little written since), and
+   * records past the idempotency window or beyond the size bound go.
+   */
+  async advance(): Promise<void> {
     if (this.closed || this.open.size === 0) return;
     for (const [partition, entry] of this.open) {
       if (!entry.owned || this.opening.has(partition) || entry.waitedFor.size > 0) continue;
@@ -324,7 +329,6 @@ export class RequestLedger {
       if (this.open.get(partition) === entry)
         entry.store.expire(this.now() - this.options.windowMs, this.perPartitionMax, SWEEP_LIMIT);
     }
-    await this.observeEnds();
   }
 
   /**

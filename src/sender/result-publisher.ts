@@ -50,9 +50,9 @@ export class ResultPublisher {
     return this.publisher.start();
   }
 
-  /** Every lane connected, proven writable and unstuck: what /readyz reports. */
+  /** Every lane connected, proven writable and unstuck (and not closed): what /readyz reports. */
   get publishable(): boolean {
-    return !this.closed && this.publisher.ready;
+    return this.publisher.ready;
   }
 
   publish(topic: string, record: RecordToWrite): Promise<void> {
