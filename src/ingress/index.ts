@@ -5,8 +5,8 @@ import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import { BatchingPublisher } from '../kafka/batching-publisher.js';
 import { createKafka, type KafkaPort } from '../kafka/client.js';
 import { withAdmin } from '../kafka/admin.js';
-import { createKafkajsProducer } from '../kafka/kafkajs-producer.js';
-import { preferBrokers, type ProducerFactory } from '../kafka/port.js';
+import type { ProducerFactory } from '../kafka/port.js';
+import { createProducerFactory } from '../kafka/producer-factory.js';
 import { connectingToKafka, describeKafkaFailure } from '../kafka/failure.js';
 import { requireBrokers } from '../kafka/brokers.js';
 import { silentLogger, type Logger } from '../platform/logger.js';
@@ -156,24 +156,8 @@ async function prepareKafka(options: StartIngressOptions, brokers: string[], log
   requireBrokers(brokers);
   const kafka = createKafka(config.kafka, { logger, brokers });
   const minInsyncReplicas = await connectingToKafka(brokers, () => prepareIngressTopics(kafka, config, logger));
-  if (config.kafka.client === 'platformatic') {
-    // Loaded only when chosen: importing @platformatic/kafka costs about 45 MiB of memory (docs/benchmarks.md).
-    const { createPlatformaticProducer } = await import('../kafka/platformatic-producer.js');
-    return {
-      createProducer: (first) =>
-        createPlatformaticProducer(config.kafka, {
-          brokers: preferBrokers(brokers, first),
-          timeoutMs: config.kafka.requestTimeoutMs,
-        }),
-      minInsyncReplicas,
-    };
-  }
   return {
-    createProducer: (first) =>
-      createKafkajsProducer(
-        first?.length ? createKafka(config.kafka, { logger, brokers: preferBrokers(brokers, first) }) : kafka,
-        { idempotent: true, timeoutMs: config.kafka.requestTimeoutMs },
-      ),
+    createProducer: await createProducerFactory(config.kafka, { kafka, brokers, logger }),
     minInsyncReplicas,
   };
 }

@@ -4,12 +4,11 @@ import type { Config } from '../config/schema.js';
 import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import { createKafka, type KafkaPort } from '../kafka/client.js';
 import type { PublisherObserver } from '../kafka/batching-publisher.js';
-import { preferBrokers } from '../kafka/port.js';
+import { createProducerFactory } from '../kafka/producer-factory.js';
 import { withAdmin } from '../kafka/admin.js';
 import { connectingToKafka, describeKafkaFailure } from '../kafka/failure.js';
 import type { ConsumedRecord, GroupConsumer } from '../kafka/group-consumer.js';
 import { createKafkajsGroupConsumer } from '../kafka/kafkajs-group-consumer.js';
-import { createKafkajsProducer } from '../kafka/kafkajs-producer.js';
 import { requireBrokers } from '../kafka/brokers.js';
 import { startAdminServer, type HttpServer } from '../runtime/http-server.js';
 import { silentLogger, type Logger } from '../platform/logger.js';
@@ -194,23 +193,9 @@ export class Sender implements Role {
     const { dlqMaxBytes, partitions, minInsyncReplicas } = await connectingToKafka(brokers, () =>
       prepareTopics(kafka, config, logger),
     );
-    // kafka.client, as the ingress: @platformatic/kafka encodes a batch at a fraction of kafkajs's
-    // CPU, and weighs about 45 MiB of memory once loaded: loaded only when chosen (docs/benchmarks.md).
-    const platformatic =
-      config.kafka.client === 'platformatic' ? await import('../kafka/platformatic-producer.js') : undefined;
-
     const topics = config.kafka.topics;
     const publisher = new ResultPublisher({
-      createProducer: (first) =>
-        platformatic
-          ? platformatic.createPlatformaticProducer(config.kafka, {
-              brokers: preferBrokers(brokers, first),
-              timeoutMs: config.kafka.requestTimeoutMs,
-            })
-          : createKafkajsProducer(
-              first?.length ? createKafka(config.kafka, { logger, brokers: preferBrokers(brokers, first) }) : kafka,
-              { timeoutMs: config.kafka.requestTimeoutMs },
-            ),
+      createProducer: await createProducerFactory(config.kafka, { kafka, brokers, logger }),
       topics: [topics.sendResults, topics.sendLedger, topics.sendRequestsDlq],
       publishTimeoutMs: Math.min(config.kafka.requestTimeoutMs, PUBLISH_TIMEOUT_MS),
       minInsyncReplicas,
