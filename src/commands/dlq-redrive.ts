@@ -66,7 +66,7 @@ export interface Tally {
   failing: Map<string, number>;
 }
 
-export const newTally = (): Tally => ({
+const newTally = (): Tally => ({
   selected: 0,
   outside: 0,
   redriven: 0,
@@ -93,7 +93,7 @@ export interface RedrivePlan {
   failures: string[];
 }
 
-export function failureLine(letter: DeadLetter, code: string, reason: string): string {
+function failureLine(letter: DeadLetter, code: string, reason: string): string {
   return `${letter.partition}/${letter.offset}  ${letter.business ?? '-'}  ${code}: ${reason.length > 200 ? `${reason.slice(0, 199)}…` : reason}`;
 }
 

@@ -60,7 +60,7 @@ export function createKafka(
 }
 
 /** A port over a kafkajs client already built. */
-export function kafkaPort(client: Kafka): KafkaPort {
+function kafkaPort(client: Kafka): KafkaPort {
   const port = Object.freeze({}) as KafkaPort;
   kafkajsClients.set(port, client);
   return port;

@@ -3,9 +3,6 @@ import kafkajs, { type Admin } from 'kafkajs';
 import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import type { Logger } from '../platform/logger.js';
 
-/** The admin client, as roles hold it (only src/kafka knows the library). */
-export type KafkaAdmin = Admin;
-
 export interface TopicSpec {
   topic: string;
   partitions: number;

@@ -122,16 +122,12 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, LedgerIde
     // instead of 2.4 s, where records that a later one replaced were decoded and re-encoded.
     const last = new Map<string, Buffer | null>();
     for (const { key, value } of entries) last.set(key, value);
-    const { entries: stored, byTime } = this.h;
     this.env.transactionSync(() => {
       for (const [key, value] of last) {
         const text = value?.toString();
         const at = ledgerEntryTime(text);
         if (at === undefined || at < expireBeforeMs) this.remove(key);
-        else {
-          void stored.put(key, text!);
-          void byTime.put(timeKey(at, key), '');
-        }
+        else this.putText(key, text!, at);
       }
       if (next) this.meta.putSync('checkpoint', next);
     });
@@ -177,9 +173,9 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, LedgerIde
     this.env.transactionSync(() => {
       for (const indexKey of old) {
         const key = indexKey.slice(indexKey.indexOf(SEP) + 1);
-        const entry = decodeLedgerEntry(entries.get(key));
+        const at = ledgerEntryTime(entries.get(key));
         byTime.removeSync(indexKey);
-        if (entry && timeKey(entry.at, key) === indexKey && !this.unflushed.has(key) && !this.writing.has(key)) {
+        if (at !== undefined && timeKey(at, key) === indexKey && !this.unflushed.has(key) && !this.writing.has(key)) {
           entries.removeSync(key);
           removed++;
         }
@@ -200,17 +196,21 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, LedgerIde
 
   /** The entry and its time; an earlier time of the key is left to the sweep, which drops what no entry matches. */
   private put(key: string, entry: LedgerEntry): void {
+    this.putText(key, encodeLedgerEntry(entry), entry.at);
+  }
+
+  private putText(key: string, text: string, at: number): void {
     const { entries, byTime } = this.h;
-    void entries.put(key, encodeLedgerEntry(entry));
-    void byTime.put(timeKey(entry.at, key), '');
+    void entries.put(key, text);
+    void byTime.put(timeKey(at, key), '');
   }
 
   private remove(key: string): void {
     const { entries, byTime } = this.h;
-    const previous = decodeLedgerEntry(entries.get(key));
-    if (!previous) return;
+    const at = ledgerEntryTime(entries.get(key));
+    if (at === undefined) return;
     entries.remove(key);
-    byTime.remove(timeKey(previous.at, key));
+    byTime.remove(timeKey(at, key));
   }
 }
 

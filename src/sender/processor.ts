@@ -407,7 +407,6 @@ class RequestProcessor implements Processor {
               })
           : Promise.resolve(true),
       ]);
-      if (recorded) progress.calling = false;
       return published && recorded ? 'done' : 'abandoned';
     } finally {
       this.settle(progress);

@@ -301,7 +301,7 @@ export class Tracker implements Role {
     });
     const directory = openGroupDirectory(this.kafka, config.tracker.groupId, topics.sendResults);
     this.directory = directory;
-    this.queries.attach(this.engine, directory, this.queryUrl, async () => directory.connect());
+    this.queries.attach(this.engine, directory, this.queryUrl, () => directory.connect());
   }
 
   /** One batch of a task through the logic; with tracing on, a span per state change. */

@@ -203,7 +203,7 @@ export class TrackerLogic {
 
   /** An output record to the task's own partition, with the headers every output carries. */
   private output(
-    kind: keyof typeof OUTPUT_SCHEMA,
+    kind: 'messageState' | 'requestOutcomes' | 'inboundMessages' | 'conversations',
     task: number,
     key: string,
     value: unknown,
@@ -213,7 +213,7 @@ export class TrackerLogic {
     const headers: Record<string, string> = { [HEADER.eventId]: eventId };
     if (businessId !== null) headers[HEADER.businessId] = businessId;
     headers[HEADER.contentType] = 'application/json';
-    headers[HEADER.schema] = OUTPUT_SCHEMA[kind];
+    headers[HEADER.schema] = SCHEMA_ID[kind];
     return { topic: this.opts.topics[kind], partition: task, key, value: JSON.stringify(value), headers };
   }
 
@@ -538,10 +538,3 @@ export function newestOutcomesFirst(outcomes: RequestOutcome[]): RequestOutcome[
     a.at !== b.at ? (a.at < b.at ? 1 : -1) : a.requestId < b.requestId ? 1 : a.requestId > b.requestId ? -1 : 0,
   );
 }
-
-const OUTPUT_SCHEMA = {
-  messageState: SCHEMA_ID.messageState,
-  requestOutcomes: SCHEMA_ID.requestOutcomes,
-  inboundMessages: SCHEMA_ID.inboundMessages,
-  conversations: SCHEMA_ID.conversations,
-} as const;
