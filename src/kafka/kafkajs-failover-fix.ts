@@ -3,25 +3,11 @@ import { errorMessage } from '../platform/errors.js';
 
 /**
  * Lets a kafkajs 2.2.4 consumer-group member ride out the loss or freeze of one broker without
- * crashing, restarting or rebalancing its group, as the Java client does. Why and what was
- * measured: src/kafka/README.md, "Losing a broker".
- *
- * - A fetch from an unreachable leader (refused, reset, timed out) stops only that broker's
- *   fetcher for a moment: the metadata is refreshed (at most once a second) and the fetch returns
- *   nothing, so the partitions of the other brokers keep flowing, heartbeats keep going, and the
- *   moved partitions are fetched from their new leaders. kafkajs threw it instead: every fetcher
- *   stopped, the runner retried with backoff and no heartbeat (the member was evicted after its
- *   session), and once the retries were spent the consumer crashed and rejoined as a new member.
- * - A leader that moved (NOT_LEADER_OR_FOLLOWER, a fenced epoch) refreshes the metadata; kafkajs
- *   also rejoined the group, and a rejoining group leader rebalances the whole group.
- * - A coordinator that is unreachable, or answers that it no longer is the coordinator, is looked
- *   up again (FindCoordinator on any live broker) and the heartbeat tried there; membership ends
- *   only when the coordinator says so (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION), never because a
- *   broker went away. kafkajs kept asking the dead broker, or rejoined.
- *
- * It also gives a member a moment before it rejoins (`beforeRejoin`), as the Java client's
- * onPartitionsRevoked does: the group's rebalance waits for it, so that what the member was
- * doing with its partitions ends before another member gets them (src/sender/README.md, "Sent once").
+ * crashing, restarting or rebalancing its group, as the Java client does: a fetch from an
+ * unreachable leader returns nothing and refreshes the metadata, a moved leader refreshes it
+ * without a rejoin, a lost coordinator is looked up again. What kafkajs did instead and what was
+ * measured: src/kafka/README.md, "Losing a broker". `beforeRejoin` gives a member a moment before
+ * it rejoins, as the Java client's onPartitionsRevoked (src/sender/README.md, "Sent once").
  */
 
 interface KafkaError extends Error {
