@@ -120,7 +120,7 @@ describe('msgbridge/client', () => {
     expect(Date.now() - started).toBeLessThan(5_000);
     // Long enough for an answer even on a loaded machine: the error names the last one.
     await expect(
-      waitForRequest(`never-${id}`, { trackerUrl, token: TEST_TOKENS.read, timeoutMs: 5_000, pollIntervalMs: 100 }),
+      waitForRequest(`never-${id}`, { trackerUrl, token: TEST_TOKENS.read, timeoutMs: 10_000, pollIntervalMs: 100 }),
     ).rejects.toMatchObject({
       reason: 'timeout',
       message: expect.stringContaining('HTTP 404'),
