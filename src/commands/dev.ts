@@ -10,7 +10,8 @@ import { roleLoggers } from '../platform/logger.js';
 import type { Role } from '../runtime/role.js';
 import type { Sender } from '../sender/index.js';
 import type { Tracker } from '../tracker/index.js';
-import { defaultCacheDir } from '../local-kafka/local-broker.js';
+import { defaultCacheDir, removeKeptDir } from '../local-kafka/local-broker.js';
+import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 
 import type { RunningSimulator } from '../simulator/index.js';
@@ -37,6 +38,7 @@ export function devAccessToken(): { token: string; entry: { name: string; role: 
 interface DevOptions {
   summaryInterval: number;
   quiet?: boolean;
+  fresh?: boolean;
 }
 
 export function registerDevCommand(program: Command): void {
@@ -52,6 +54,10 @@ export function registerDevCommand(program: Command): void {
       5,
     )
     .option('--quiet', 'no live summary')
+    .option(
+      '--fresh',
+      "start empty: remove what earlier runs kept (the embedded Kafka's topics, the sender's and the tracker's state)",
+    )
     .action(async (opts: DevOptions, command: Command) => {
       const access = devAccessToken();
       const config = devConfig(commandConfig(command));
@@ -66,6 +72,22 @@ export function registerDevCommand(program: Command): void {
  * sender pointed at the simulator. Ports stay those of the configuration (8080, 8082, 8090; the
  * admin ports 9080, 9081, 9082).
  */
+/** Where the embedded Kafka of `msgbridge dev` keeps its data between runs. */
+export function devKafkaDir(config: Config): string {
+  return config.localKafka.devDataDir ?? join(config.localKafka.cacheDir ?? defaultCacheDir(), 'dev-state', 'kafka');
+}
+
+/**
+ * `--fresh`: what earlier runs kept goes, the embedded Kafka's data first (refused while another
+ * `msgbridge dev` uses it); the sender's and tracker's state only where dev placed it.
+ */
+function removeKeptState(config: Config): void {
+  removeKeptDir(devKafkaDir(config));
+  const devState = join(defaultCacheDir(), 'dev-state');
+  for (const dir of [config.sender.stateDir, config.tracker.stateDir])
+    if (dir.startsWith(devState)) rmSync(dir, { recursive: true, force: true });
+}
+
 export function devConfig(config: Config): Config {
   const businesses =
     config.businesses.length > 0
@@ -163,7 +185,8 @@ async function runDev(config: Config, opts: DevOptions, devToken: string): Promi
       import('../sender/index.js'),
       import('./dlq-console.js'),
     ]);
-    brokers = await obtainBrokers(config, logger);
+    if (opts.fresh) removeKeptState(config);
+    brokers = await obtainBrokers(config, logger, devKafkaDir(config));
     simulator = await startSimulator({ ...simulatorOptionsFromConfig(config), logger: loggers.simulator });
     // One embedded broker cannot hold three replicas: ask for what it can give.
     const replicationFactor = brokers.local ? 1 : config.kafka.replicationFactor;
@@ -233,8 +256,9 @@ function printScreen(
 ) {
   const biz = config.businesses[0]!.id;
   const t = config.kafka.topics;
+  const kept = s.brokers.local?.dataDir === devKafkaDir(config);
   const kafka = s.brokers.local
-    ? `${s.brokers.brokers.join(',')}  (embedded Apache Kafka, KRaft)`
+    ? `${s.brokers.brokers.join(',')}  (embedded Apache Kafka, KRaft${kept ? `; keeps its topics between runs in ${s.brokers.local.dataDir}, --fresh empties it` : ''})`
     : `${s.brokers.brokers.join(',')}  (KAFKA_BROKERS)`;
   line();
   line(`msgbridge dev is running (ready in ${(s.startupMs / 1000).toFixed(1)} s). Ctrl-C stops everything.`);

@@ -129,6 +129,8 @@ export const kafkaSchema = z
 export const localKafkaSchema = z.strictObject({
   /** Where the Kafka jars are cached; null = ~/.cache/msgbridge. */
   cacheDir: z.string().min(1).nullable(),
+  /** Where `msgbridge dev`'s embedded Kafka keeps its data between runs; null = <cacheDir>/dev-state/kafka. */
+  devDataDir: z.string().min(1).nullable(),
   heapMb: z.number().int().min(128).max(8192),
   startTimeoutMs: positiveInt,
   partitions: positiveInt,

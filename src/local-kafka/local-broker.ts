@@ -39,6 +39,12 @@ export interface LocalBrokerOptions {
    * SASL_SSL with SCRAM-SHA-512 (one user), `mtls` is SSL with client certificates required.
    */
   secure?: 'scram' | 'mtls';
+  /**
+   * Keep the broker's data here between runs (one plaintext node): formatted on first use, started
+   * from what it holds afterwards, on its last run's ports when they are free. One process at a
+   * time: while a live process holds it, the start fails with LOCAL_BROKER_BUSY.
+   */
+  keepDir?: string;
 }
 
 /** What a client of a secure local broker needs: files and the environment variables naming them. */
@@ -351,7 +357,7 @@ export interface LocalCluster {
 }
 
 /**
- * Formats fresh KRaft storage and starts the broker. Resolves once the broker has logged
+ * Formats fresh KRaft storage (or reuses `keepDir`'s) and starts the broker. Resolves once the broker has logged
  * that it started and its port answers. The JVM is tied to this process: on Linux it gets
  * SIGTERM when its parent dies (even by SIGKILL); on a normal exit `stop()` runs.
  */
@@ -381,10 +387,14 @@ export async function startLocalCluster(options: LocalBrokerOptions & { nodes: n
     throw new MsgbridgeError('INVALID_ARGUMENT', 'a local cluster has 1 to 5 nodes');
   requireJava();
   const libs = ensureKafkaJars(options);
-  const dir = mkdtempSync(join(tmpdir(), 'msgbridge-kafka-'));
+  const kept = options.keepDir;
+  if (kept !== undefined && (options.nodes !== 1 || options.secure))
+    throw new MsgbridgeError('INVALID_ARGUMENT', 'only a single plaintext node keeps its data between runs');
+  const dir = kept ?? mkdtempSync(join(tmpdir(), 'msgbridge-kafka-'));
+  const unlock = kept !== undefined ? lockKeptDir(kept) : () => undefined;
   const count = options.nodes;
-  const ports: Ports[] = [];
-  for (let i = 0; i < count; i++)
+  const ports: Ports[] = kept !== undefined ? [await keptPorts(kept)] : [];
+  for (let i = ports.length; i < count; i++)
     ports.push({
       client: await freePort(),
       controller: await freePort(),
@@ -409,10 +419,14 @@ export async function startLocalCluster(options: LocalBrokerOptions & { nodes: n
     join(libs, '*'),
   ];
 
-  options.onProgress?.('formatting KRaft storage');
   const nodeDirs = ports.map((_, i) => join(dir, `node-${i + 1}`));
+  // A kept directory is formatted once: its metadata log then names its cluster.
+  const formatted = kept !== undefined && existsSync(join(nodeDirs[0]!, 'data', 'meta.properties'));
+  options.onProgress?.(formatted ? `reusing the Kafka data kept in ${dir}` : 'formatting KRaft storage');
   for (let i = 0; i < count; i++) {
     mkdirSync(nodeDirs[i]!, { recursive: true });
+    // Only this run's lines: start-up is detected in this file.
+    rmSync(join(nodeDirs[i]!, 'kafka.log'), { force: true });
     const propsFile = join(nodeDirs[i]!, 'server.properties');
     writeFileSync(
       propsFile,
@@ -423,6 +437,7 @@ export async function startLocalCluster(options: LocalBrokerOptions & { nodes: n
       }),
     );
     // SCRAM credentials are written into the metadata log at format time (KRaft).
+    if (formatted) continue;
     const addScram = scram ? ['--add-scram', `SCRAM-SHA-512=[name=${scram.username},password=${scram.password}]`] : [];
     const format = spawnSync(
       'java',
@@ -441,7 +456,8 @@ export async function startLocalCluster(options: LocalBrokerOptions & { nodes: n
       },
     );
     if (format.status !== 0) {
-      rmSync(dir, { recursive: true, force: true });
+      if (kept === undefined) rmSync(dir, { recursive: true, force: true });
+      else unlock();
       throw new MsgbridgeError(
         'LOCAL_BROKER_FAILED',
         `formatting Kafka storage failed:\n${`${format.stdout}${format.stderr}`.trim()}`,
@@ -454,7 +470,8 @@ export async function startLocalCluster(options: LocalBrokerOptions & { nodes: n
   const nodes = nodeDirs.map((nodeDir, i) => launchNode(i + 1, ports[i]!.client, nodeDir, jvmArgs(nodeDir), pdeathsig));
   const stop = async () => {
     await Promise.all(nodes.map((n) => n.stop()));
-    rmSync(dir, { recursive: true, force: true });
+    if (kept === undefined) rmSync(dir, { recursive: true, force: true });
+    else unlock();
   };
 
   const deadline = Date.now() + (options.startTimeoutMs ?? 90_000);
@@ -513,6 +530,84 @@ export async function startLocalCluster(options: LocalBrokerOptions & { nodes: n
     };
   }
   return { bootstrap, dataDir: dir, nodes, ...(client ? { client } : {}), startupMs: Date.now() - started, stop };
+}
+
+function processAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * Takes a kept directory for this process (`owner.pid`), or fails naming the live process that
+ * holds it; a holder that died (kill -9) leaves a lock that the next start takes over.
+ * Returns the release.
+ */
+function lockKeptDir(dir: string): () => void {
+  mkdirSync(dir, { recursive: true });
+  const lock = join(dir, 'owner.pid');
+  for (let attempt = 0; ; attempt++) {
+    try {
+      writeFileSync(lock, `${process.pid}\n`, { flag: 'wx' });
+      break;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST' || attempt > 0) throw err;
+      const holder = Number.parseInt(readFileSync(lock, 'utf8'), 10);
+      if (Number.isInteger(holder) && holder > 0 && processAlive(holder))
+        throw new MsgbridgeError(
+          'LOCAL_BROKER_BUSY',
+          `the Kafka data kept in ${dir} is in use by process ${holder} (another msgbridge dev?)`,
+        );
+      rmSync(lock, { force: true });
+    }
+  }
+  let held = true;
+  return () => {
+    if (held) rmSync(lock, { force: true });
+    held = false;
+  };
+}
+
+/**
+ * Empties a kept directory (`msgbridge dev --fresh`); refused while a live process holds it.
+ */
+export function removeKeptDir(dir: string): void {
+  if (!existsSync(dir)) return;
+  lockKeptDir(dir);
+  rmSync(dir, { recursive: true, force: true });
+}
+
+/** A kept node's ports of its last run when they are all free, otherwise new ones; written back for the next run. */
+async function keptPorts(dir: string): Promise<Ports> {
+  const file = join(dir, 'ports.json');
+  let ports: Ports | undefined;
+  try {
+    const last = JSON.parse(readFileSync(file, 'utf8')) as { client?: unknown; controller?: unknown };
+    if (
+      typeof last.client === 'number' &&
+      typeof last.controller === 'number' &&
+      (await portFree(last.client)) &&
+      (await portFree(last.controller))
+    )
+      ports = { client: last.client, controller: last.controller, internal: undefined };
+  } catch {
+    // first run, or an unreadable file: new ports
+  }
+  ports ??= { client: await freePort(), controller: await freePort(), internal: undefined };
+  writeFileSync(file, `${JSON.stringify({ client: ports.client, controller: ports.controller })}\n`);
+  return ports;
+}
+
+function portFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.unref();
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+  });
 }
 
 /** Until the cluster's metadata lists `count` brokers (asked over the plaintext listeners). */

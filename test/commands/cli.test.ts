@@ -1,4 +1,4 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Command } from 'commander';
@@ -82,6 +82,21 @@ describe('msgbridge CLI usage', () => {
     expect(result.stderr.split('\n')[0]).toBe(
       `error: option '--channel <channel>' argument 'fax' is invalid. expected whatsapp or sms, got "fax"`,
     );
+  });
+
+  it('dev --fresh refuses, in one line naming the holder, while another live process keeps the Kafka data', async () => {
+    const kept = mkdtempSync(join(tmpdir(), 'msgbridge-kept-busy-'));
+    writeFileSync(join(kept, 'owner.pid'), `${process.pid}\n`);
+    writeFileSync(join(kept, 'data'), 'kept');
+    const result = await runCli(['dev', '--fresh'], {
+      KAFKA_BROKERS: '',
+      MSGBRIDGE__localKafka__devDataDir: JSON.stringify(kept),
+    });
+    expect(result.code).toBe(1);
+    expect(result.stderr.trim()).toBe(
+      `msgbridge: the Kafka data kept in ${kept} is in use by process ${process.pid} (another msgbridge dev?)`,
+    );
+    expect(readFileSync(join(kept, 'data'), 'utf8')).toBe('kept');
   });
 
   it('prints a clear message for a bad argument, from a real process', async () => {

@@ -33,6 +33,9 @@ describe('msgbridge dev interrupted like Ctrl-C', () => {
         MSGBRIDGE__tracker__groupId: `${suffix}-tracker`,
         MSGBRIDGE__tracker__transactionalIdPrefix: `${suffix}-tracker`,
         MSGBRIDGE_TRACKER_STATE_DIR: mkdtempSync(join(tmpdir(), 'msgbridge-devint-')),
+        MSGBRIDGE_SENDER_STATE_DIR: mkdtempSync(join(tmpdir(), 'msgbridge-devint-sender-')),
+        // Not the developer's kept Kafka (~/.cache/msgbridge/dev-state/kafka).
+        MSGBRIDGE__localKafka__devDataDir: JSON.stringify(mkdtempSync(join(tmpdir(), 'msgbridge-devint-kafka-'))),
       },
     });
     let stdout = '';

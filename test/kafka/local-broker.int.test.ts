@@ -1,8 +1,12 @@
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { ensureKafkaJars, startLocalBroker } from '../../src/local-kafka/local-broker.js';
+import { ensureKafkaJars, removeKeptDir, startLocalBroker } from '../../src/local-kafka/local-broker.js';
+import { countRecords, testKafka } from '../helpers/kafka.js';
 
 function alive(pid: number): boolean {
   try {
@@ -40,6 +44,55 @@ describe('embedded local broker', () => {
     await broker.stop();
     expect(alive(broker.pid)).toBe(false);
     expect(existsSync(broker.dataDir)).toBe(false);
+  });
+
+  it('keeps its data in keepDir between runs: formatted once, its ports while free, one process at a time, then emptied', async () => {
+    const keepDir = join(mkdtempSync(join(tmpdir(), 'msgbridge-kept-')), 'kafka');
+    const progress: string[] = [];
+    const first = await startLocalBroker({ heapMb: 256, keepDir, onProgress: (line) => progress.push(line) });
+    expect(first.dataDir).toBe(keepDir);
+    expect(progress).toContain('formatting KRaft storage');
+    const producer = testKafka('kept-test', [first.bootstrap]).producer({ allowAutoTopicCreation: true });
+    await producer.connect();
+    await producer.send({ topic: 'kept', acks: -1, messages: [{ value: 'one' }, { value: 'two' }] });
+    await producer.disconnect();
+    // Held: another start and an emptying are refused, naming the holder.
+    await expect(startLocalBroker({ heapMb: 256, keepDir })).rejects.toMatchObject({
+      code: 'LOCAL_BROKER_BUSY',
+      message: expect.stringContaining(`in use by process ${process.pid}`),
+    });
+    expect(() => removeKeptDir(keepDir)).toThrow(/in use by process/);
+    await first.stop();
+    expect(alive(first.pid)).toBe(false);
+
+    // A holder killed with -9 leaves its lock behind: the next start takes it over.
+    writeFileSync(join(keepDir, 'owner.pid'), '2147483646\n');
+    progress.length = 0;
+    const second = await startLocalBroker({ heapMb: 256, keepDir, onProgress: (line) => progress.push(line) });
+    try {
+      expect(progress).not.toContain('formatting KRaft storage');
+      expect(progress).toContain(`reusing the Kafka data kept in ${keepDir}`);
+      expect(second.bootstrap).toBe(first.bootstrap);
+      expect(readFileSync(join(keepDir, 'owner.pid'), 'utf8').trim()).toBe(String(process.pid));
+      expect(await countRecords('kept', [second.bootstrap])).toBe(2);
+    } finally {
+      await second.stop();
+    }
+    expect(existsSync(join(keepDir, 'owner.pid'))).toBe(false);
+
+    // Its last port taken by someone else: new ports, the same data.
+    const squatter = createServer();
+    await new Promise<void>((resolve) => squatter.listen(second.port, '127.0.0.1', resolve));
+    const third = await startLocalBroker({ heapMb: 256, keepDir });
+    try {
+      expect(third.port).not.toBe(second.port);
+      expect(await countRecords('kept', [third.bootstrap])).toBe(2);
+    } finally {
+      await third.stop();
+      squatter.close();
+    }
+    removeKeptDir(keepDir);
+    expect(existsSync(keepDir)).toBe(false);
   });
 
   it.runIf(process.platform === 'linux')('does not leave an orphan JVM when its parent process is killed', async () => {
