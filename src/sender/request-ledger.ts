@@ -70,6 +70,8 @@ export interface LedgerStats {
 export class RequestLedger {
   private readonly open = new Map<number, OpenPartition>();
   private readonly opening = new Map<number, Promise<void>>();
+  /** Stores of partitions that moved away, still closing: opening the directory again waits (one LMDB environment per path in a process). */
+  private readonly closing = new Map<number, Promise<void>>();
   private readonly now: () => number;
   private closed = false;
 
@@ -108,6 +110,7 @@ export class RequestLedger {
     }
     current = this.open.get(partition);
     if (current) await Promise.allSettled([...current.writing]);
+    else await this.closing.get(partition);
     const clusterId = await options.changelogs.clusterId();
     let store =
       current?.store ??
@@ -189,8 +192,14 @@ export class RequestLedger {
   private async closePartition(partition: number, entry: OpenPartition): Promise<void> {
     if (this.open.get(partition) !== entry || entry.owned || entry.holds > 0) return;
     this.open.delete(partition);
-    await Promise.allSettled([...entry.writing]);
-    await entry.store.close().catch(() => undefined);
+    const closed = Promise.allSettled([...entry.writing])
+      .then(() => entry.store.close())
+      .catch(() => undefined)
+      .finally(() => {
+        if (this.closing.get(partition) === closed) this.closing.delete(partition);
+      });
+    this.closing.set(partition, closed);
+    await closed;
   }
 
   /** A request of the partition starts working with the ledger; `release` when it ends. */
@@ -384,5 +393,6 @@ export class RequestLedger {
     this.open.clear();
     await Promise.allSettled(entries.flatMap((e) => [...e.writing]));
     await Promise.allSettled(entries.map((e) => e.store.close()));
+    await Promise.allSettled([...this.closing.values()]);
   }
 }

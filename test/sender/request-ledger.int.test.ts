@@ -2,10 +2,11 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, vi } from 'vitest';
 import { ChangelogRestorer } from '../../src/kafka/changelog-restore.js';
 import { silentLogger } from '../../src/platform/logger.js';
 import { encodeLedgerEntry, ledgerKey, type LedgerEntry } from '../../src/sender/ledger-records.js';
+import { LedgerStore } from '../../src/sender/ledger-store.js';
 import { RequestLedger } from '../../src/sender/request-ledger.js';
 import { createTopics, produce, testKafka, uniqueTopic } from '../helpers/kafka.js';
 
@@ -104,5 +105,49 @@ describe('the request ledger: checkpoints', () => {
       'done',
     ]);
     await again.close();
+  });
+
+  it('a partition back before its old store closed opens its directory after the close (one LMDB environment per path)', async () => {
+    const topic = uniqueTopic('ledger');
+    await createTopics([topic]);
+    const stateDir = mkdtempSync(join(tmpdir(), 'ledger-back-'));
+    dirs.push(stateDir);
+    const events: string[] = [];
+    const realOpen = LedgerStore.open.bind(LedgerStore);
+    vi.spyOn(LedgerStore, 'open').mockImplementation((dir, identity) => {
+      events.push('open');
+      return realOpen(dir, identity);
+    });
+    const realClose = LedgerStore.prototype.close;
+    vi.spyOn(LedgerStore.prototype, 'close').mockImplementation(function (this: LedgerStore) {
+      events.push('close');
+      return realClose.call(this);
+    });
+    try {
+      const ledger = ledgerOn(topic, stateDir);
+      await ledger.assign(0);
+      // A write still publishing when the partition moves away: its store stays open until it ends.
+      let release!: () => void;
+      const publishing = new Promise<void>((resolve) => (release = resolve));
+      const publish = async (record: { key: string | Buffer | null; value: string | Buffer }) => {
+        await publishing;
+        await produce(topic, [{ key: record.key, value: record.value, partition: 0 }]);
+        return true;
+      };
+      const writing = ledger.write(0, ledgerKey('biz', 'r1'), done(1), publish);
+      ledger.revoke(0);
+      const back = ledger.assign(0);
+      await new Promise((r) => setTimeout(r, 300));
+      expect(events).toEqual(['open']);
+      release();
+      await writing;
+      await back;
+      // The directory opened again only once the old store had closed.
+      expect(events).toEqual(['open', 'close', 'open']);
+      expect(ledger.lookup(0, ledgerKey('biz', 'r1'))?.state).toBe('done');
+      await ledger.close();
+    } finally {
+      vi.restoreAllMocks();
+    }
   });
 });
