@@ -80,7 +80,6 @@ describe('one broker of three lost under two live senders', () => {
         MSGBRIDGE__kafka__topics__sendResults: `bl-res-${id}`,
         MSGBRIDGE__kafka__topics__sendRequestsDlq: `bl-rdlq-${id}`,
         MSGBRIDGE__kafka__topics__sendLedger: `bl-ledger-${id}`,
-        MSGBRIDGE_SENDER_STATE_DIR: mkdtempSync(join(tmpdir(), 'msgbridge-bl-sender-')),
         MSGBRIDGE__kafka__partitions: '6',
         MSGBRIDGE__kafka__replicationFactor: '3',
         MSGBRIDGE__sender__groupId: `bl-sender-${id}`,
@@ -98,8 +97,12 @@ describe('one broker of three lost under two live senders', () => {
     const logger = createLogger({ level: 'info', name: 'sender', destination });
     const before = simulator.sends().length;
     const senders: Sender[] = [];
-    senders.push(await startSender({ config, admin: false, logger: logger.child({ member: 'A' }) }));
-    senders.push(await startSender({ config, admin: false, logger: logger.child({ member: 'B' }) }));
+    // Each member its own state directory, as on its own machine (one process must not open an LMDB environment twice).
+    for (const member of ['A', 'B']) {
+      const stateDir = mkdtempSync(join(tmpdir(), `msgbridge-bl-sender-${member}-`));
+      const own = { ...config, sender: { ...config.sender, stateDir } };
+      senders.push(await startSender({ config: own, admin: false, logger: logger.child({ member }) }));
+    }
     const N = 2400;
     try {
       await Promise.all(senders.map((s) => s.ready));

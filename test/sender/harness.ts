@@ -149,13 +149,32 @@ export async function fixture(
     },
   });
   const running: Sender[] = [];
+  // Members running together each have a state directory of their own, as on their own machines
+  // (one process must not open an LMDB environment twice); a member that drained leaves its
+  // directory to the next start, which then restores from it as a restart would.
+  const freeStateDirs = [sender.stateDir];
   return {
     topics,
     simulator,
     config,
     groupId,
     async start(startOptions = {}) {
-      const s = await startSender({ config, brokers, logger: testLogger('sender'), admin: false, ...startOptions });
+      const stateDir = freeStateDirs.pop() ?? mkdtempSync(join(tmpdir(), 'msgbridge-sender-state-'));
+      const s = await startSender({
+        config: { ...config, sender: { ...config.sender, stateDir } },
+        brokers,
+        logger: testLogger('sender'),
+        admin: false,
+        ...startOptions,
+      });
+      const drain = s.drain.bind(s);
+      let released = false;
+      s.drain = async () => {
+        const finished = await drain();
+        if (!released) freeStateDirs.push(stateDir);
+        released = true;
+        return finished;
+      };
       running.push(s);
       return s;
     },
