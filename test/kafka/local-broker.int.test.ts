@@ -52,7 +52,12 @@ describe('embedded local broker', () => {
     const first = await startLocalBroker({ heapMb: 256, keepDir, onProgress: (line) => progress.push(line) });
     expect(first.dataDir).toBe(keepDir);
     expect(progress).toContain('formatting KRaft storage');
-    const producer = testKafka('kept-test', [first.bootstrap]).producer({ allowAutoTopicCreation: true });
+    const producer = testKafka('kept-test', [first.bootstrap]).producer({
+      allowAutoTopicCreation: true,
+      // Retried after the new topic's leader election without writing the records twice.
+      idempotent: true,
+      maxInFlightRequests: 1,
+    });
     await producer.connect();
     await producer.send({ topic: 'kept', acks: -1, messages: [{ value: 'one' }, { value: 'two' }] });
     await producer.disconnect();
