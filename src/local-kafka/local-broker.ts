@@ -629,10 +629,14 @@ function portFree(port: number): Promise<boolean> {
 function classArchive(libs: string, javaVersion: string): () => { args: string[]; settle(): void } {
   const dir = join(libs, '..');
   const file = join(dir, `classes-${createHash('sha256').update(javaVersion).digest('hex').slice(0, 16)}.jsa`);
-  // Archives written by a process that died before renaming them.
-  for (const name of readdirSync(dir))
-    if (name.endsWith('.partial') && Date.now() - statSync(join(dir, name)).mtimeMs > 600_000)
-      rmSync(join(dir, name), { force: true });
+  // Archives written by a process that died before renaming them (best effort: another may be removing them too).
+  try {
+    for (const name of readdirSync(dir))
+      if (name.endsWith('.partial') && Date.now() - statSync(join(dir, name)).mtimeMs > 600_000)
+        rmSync(join(dir, name), { force: true });
+  } catch {
+    // left for a later start
+  }
   return () => {
     if (existsSync(file)) return { args: [`-XX:SharedArchiveFile=${file}`], settle: () => undefined };
     const partial = `${file}.${process.pid}-${randomBytes(4).toString('hex')}.partial`;
