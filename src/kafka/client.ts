@@ -202,6 +202,10 @@ const EXPECTED = [
   // Transactions (tracker): the previous one still being closed, retried; a fenced zombie, handled by the engine.
   /concurrent operation on the same transaction/i,
   /operation with an old epoch|newer producer with the same transactionalId/i,
+  // A rebalance: the heartbeat's answer and a commit of the ended generation; the member logs
+  // the rebalance itself at info, and commits again once it rejoined.
+  /The group is rebalancing/,
+  /Specified group generation id is not valid/,
   /^Limiting retries for the idempotent producer/,
   /switched default partitioner/,
 ];
