@@ -67,11 +67,11 @@ export function registerDevCommand(program: Command): void {
     });
 }
 
-/**
- * Local defaults: one demo business when none is configured, services on loopback, and the
- * sender pointed at the simulator. Ports stay those of the configuration (8080, 8082, 8090; the
- * admin ports 9080, 9081, 9082).
- */
+/** Where `msgbridge dev` keeps a role's state between runs, unless a directory was configured. */
+function devStateDir(role: 'sender' | 'tracker'): string {
+  return join(defaultCacheDir(), 'dev-state', role);
+}
+
 /** Where the embedded Kafka of `msgbridge dev` keeps its data between runs. */
 export function devKafkaDir(config: Config): string {
   return config.localKafka.devDataDir ?? join(config.localKafka.cacheDir ?? defaultCacheDir(), 'dev-state', 'kafka');
@@ -83,11 +83,15 @@ export function devKafkaDir(config: Config): string {
  */
 function removeKeptState(config: Config): void {
   removeKeptDir(devKafkaDir(config));
-  const devState = join(defaultCacheDir(), 'dev-state');
-  for (const dir of [config.sender.stateDir, config.tracker.stateDir])
-    if (dir.startsWith(devState)) rmSync(dir, { recursive: true, force: true });
+  for (const role of ['sender', 'tracker'] as const)
+    if (config[role].stateDir === devStateDir(role)) rmSync(config[role].stateDir, { recursive: true, force: true });
 }
 
+/**
+ * Local defaults: one demo business when none is configured, services on loopback, and the
+ * sender pointed at the simulator. Ports stay those of the configuration (8080, 8082, 8090; the
+ * admin ports 9080, 9081, 9082).
+ */
 export function devConfig(config: Config): Config {
   const businesses =
     config.businesses.length > 0
@@ -107,20 +111,14 @@ export function devConfig(config: Config): Config {
       adminHost: loopbackHost(config.sender.adminHost),
       conversationWindow: 'reject',
       // Its request ledger beside the tracker's stores unless a directory was configured.
-      stateDir:
-        config.sender.stateDir === DEFAULT_SENDER_STATE_DIR
-          ? join(defaultCacheDir(), 'dev-state', 'sender')
-          : config.sender.stateDir,
+      stateDir: config.sender.stateDir === DEFAULT_SENDER_STATE_DIR ? devStateDir('sender') : config.sender.stateDir,
     },
     // The tracker's stores go under the project's cache unless a directory was configured.
     tracker: {
       ...config.tracker,
       host: loopbackHost(config.tracker.host),
       adminHost: loopbackHost(config.tracker.adminHost),
-      stateDir:
-        config.tracker.stateDir === DEFAULT_STATE_DIR
-          ? join(defaultCacheDir(), 'dev-state', 'tracker')
-          : config.tracker.stateDir,
+      stateDir: config.tracker.stateDir === DEFAULT_STATE_DIR ? devStateDir('tracker') : config.tracker.stateDir,
     },
   };
 }
