@@ -1,10 +1,9 @@
-import { createServer } from 'node:net';
 import type { Worker } from 'node:worker_threads';
 import type { Registry } from 'prom-client';
 import type { Config } from '../config/schema.js';
 import { type ErrorCode, errorMessage, MsgbridgeError } from '../platform/errors.js';
 import type { Logger } from '../platform/logger.js';
-import { localUrl } from '../platform/net.js';
+import { localUrl, probePort } from '../platform/net.js';
 import { startAdminServer, type HttpServer } from '../runtime/http-server.js';
 import { once } from '../runtime/role.js';
 import type { Ingress, IngressState } from './index.js';
@@ -177,7 +176,8 @@ export class WorkerSupervisor {
   private async listenAll(): Promise<number> {
     const { host, port: configured } = this.options.config.ingress;
     const probed = configured === 0;
-    let port = probed ? await freePort(host) : configured;
+    // A free port, given to every worker: uWS shares a port between listeners (SO_REUSEPORT) only when it is given, never for 0.
+    let port = probed ? await probePort(host) : configured;
     try {
       // The first worker alone: it creates the topics; the others find them.
       for (let attempt = 1; ; attempt++) {
@@ -188,7 +188,7 @@ export class WorkerSupervisor {
           // A probed port taken by someone else in between: another one.
           if (!probed || attempt >= 3 || !/cannot listen/.test(errorMessage(err))) throw err;
           this.handles.pop();
-          port = await freePort(host);
+          port = await probePort(host);
         }
       }
       await Promise.all(Array.from({ length: this.options.count - 1 }, (_, i) => this.startWorker(i + 1, port)));
@@ -343,23 +343,6 @@ export class WorkerSupervisor {
       terminate: () => this.terminate(),
     };
   }
-}
-
-/**
- * A free TCP port on `host`: uWS shares a port between listeners (SO_REUSEPORT) only when the port is given, never for
- * 0.
- */
-function freePort(host: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, host, () => {
-      const address = server.address();
-      server.close(() =>
-        typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port')),
-      );
-    });
-  });
 }
 
 function firstLine(text: string | undefined): string | undefined {

@@ -12,12 +12,13 @@ import {
   statSync,
   writeFileSync,
 } from 'node:fs';
-import { createServer, Socket } from 'node:net';
+import { Socket } from 'node:net';
 import { homedir, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { pollingAdmin } from '../kafka/admin.js';
 import { MsgbridgeError } from '../platform/errors.js';
+import { probePort } from '../platform/net.js';
 
 /**
  * A single-node Apache Kafka (KRaft: broker and controller in one JVM) on free loopback
@@ -151,18 +152,7 @@ export function ensureKafkaJars(options: Pick<LocalBrokerOptions, 'cacheDir' | '
   return libs;
 }
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.unref();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
-}
+const freePort = () => probePort('127.0.0.1');
 
 /** A Kafka cluster id: 16 random bytes, base64url without padding. */
 function clusterId(): string {
@@ -396,7 +386,8 @@ export async function startLocalCluster(options: LocalBrokerOptions & { nodes: n
   if (kept !== undefined && (options.nodes !== 1 || options.secure))
     throw new MsgbridgeError('INVALID_ARGUMENT', 'only a single plaintext node keeps its data between runs');
   const dir = kept ?? mkdtempSync(join(tmpdir(), 'msgbridge-kafka-'));
-  const unlock = kept !== undefined ? lockKeptDir(kept) : () => undefined;
+  // What stops or a failed start leaves: a kept directory unlocked, a throw-away one removed.
+  const releaseDir = kept !== undefined ? lockKeptDir(kept) : () => rmSync(dir, { recursive: true, force: true });
   const count = options.nodes;
   const ports: Ports[] = kept !== undefined ? [await keptPorts(kept)] : [];
   for (let i = ports.length; i < count; i++)
@@ -442,32 +433,16 @@ export async function startLocalCluster(options: LocalBrokerOptions & { nodes: n
         nodes: count,
       }),
     );
-    // SCRAM credentials are written into the metadata log at format time (KRaft).
     if (formatted) continue;
-    const addScram = scram ? ['--add-scram', `SCRAM-SHA-512=[name=${scram.username},password=${scram.password}]`] : [];
-    const format = spawnSync(
-      'java',
-      [
-        ...jvmArgs(nodeDirs[i]!).filter((a) => !a.startsWith('-Xms')),
-        'kafka.tools.StorageTool',
-        'format',
-        `--cluster-id=${id}`,
-        '--config',
-        propsFile,
-        ...addScram,
-      ],
-      {
-        encoding: 'utf8',
-        timeout: 120_000,
-      },
-    );
-    if (format.status !== 0) {
-      if (kept === undefined) rmSync(dir, { recursive: true, force: true });
-      else unlock();
-      throw new MsgbridgeError(
-        'LOCAL_BROKER_FAILED',
-        `formatting Kafka storage failed:\n${`${format.stdout}${format.stderr}`.trim()}`,
+    try {
+      formatStorage(
+        jvmArgs(nodeDirs[i]!).filter((a) => !a.startsWith('-Xms')),
+        [`--cluster-id=${id}`, '--config', propsFile],
+        scram,
       );
+    } catch (err) {
+      releaseDir();
+      throw err;
     }
   }
 
@@ -479,8 +454,7 @@ export async function startLocalCluster(options: LocalBrokerOptions & { nodes: n
   });
   const stop = async () => {
     await Promise.all(nodes.map((n) => n.stop()));
-    if (kept === undefined) rmSync(dir, { recursive: true, force: true });
-    else unlock();
+    releaseDir();
   };
 
   const deadline = Date.now() + (options.startTimeoutMs ?? 90_000);
@@ -589,6 +563,12 @@ export function removeKeptDir(dir: string): void {
   rmSync(dir, { recursive: true, force: true });
 }
 
+const portFree = (port: number) =>
+  probePort('127.0.0.1', port).then(
+    () => true,
+    () => false,
+  );
+
 /** A kept node's ports of its last run when they are all free, otherwise new ones; written back for the next run. */
 async function keptPorts(dir: string): Promise<Ports> {
   const file = join(dir, 'ports.json');
@@ -608,15 +588,6 @@ async function keptPorts(dir: string): Promise<Ports> {
   ports ??= { client: await freePort(), controller: await freePort(), internal: undefined };
   writeFileSync(file, `${JSON.stringify({ client: ports.client, controller: ports.controller })}\n`);
   return ports;
-}
-
-function portFree(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const server = createServer();
-    server.unref();
-    server.once('error', () => resolve(false));
-    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
-  });
 }
 
 /**
@@ -653,6 +624,20 @@ function classArchive(libs: string, javaVersion: string): () => { args: string[]
       },
     };
   };
+}
+
+/** Formats one node's KRaft storage; SCRAM credentials are written into the metadata log then. */
+function formatStorage(jvmArgs: string[], args: string[], scram: { username: string; password: string } | undefined) {
+  const addScram = scram ? ['--add-scram', `SCRAM-SHA-512=[name=${scram.username},password=${scram.password}]`] : [];
+  const format = spawnSync('java', [...jvmArgs, 'kafka.tools.StorageTool', 'format', ...args, ...addScram], {
+    encoding: 'utf8',
+    timeout: 120_000,
+  });
+  if (format.status !== 0)
+    throw new MsgbridgeError(
+      'LOCAL_BROKER_FAILED',
+      `formatting Kafka storage failed:\n${`${format.stdout}${format.stderr}`.trim()}`,
+    );
 }
 
 /** Until the cluster's metadata lists `count` brokers (asked over the plaintext listeners). */
