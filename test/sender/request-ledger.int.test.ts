@@ -41,16 +41,22 @@ const done = (offset: number): LedgerEntry => ({
   result: JSON.stringify({ requestId: `r${offset}`, outcome: 'accepted', messageId: `m${offset}` }),
 });
 
+/** A new one-partition ledger topic, a state directory, and a `write`'s publish to that topic. */
+async function ledgerTopic() {
+  const topic = uniqueTopic('ledger');
+  await createTopics([topic]);
+  const stateDir = mkdtempSync(join(tmpdir(), 'ledger-'));
+  dirs.push(stateDir);
+  const publish = async (record: { key: string | Buffer | null; partition?: number; value: string | Buffer }) => {
+    await produce(topic, [{ key: record.key, value: record.value, partition: record.partition ?? 0 }]);
+    return true;
+  };
+  return { topic, stateDir, publish };
+}
+
 describe('the request ledger: checkpoints', () => {
   it("moves a checkpoint only over an end a commit proved: an evicted member's store keeps what its successor wrote", async () => {
-    const topic = uniqueTopic('ledger');
-    await createTopics([topic]);
-    const stateDir = mkdtempSync(join(tmpdir(), 'ledger-ckpt-'));
-    dirs.push(stateDir);
-    const publish = async (record: { key: string | Buffer | null; partition?: number; value: string | Buffer }) => {
-      await produce(topic, [{ key: record.key, value: record.value, partition: record.partition ?? 0 }]);
-      return true;
-    };
+    const { topic, stateDir, publish } = await ledgerTopic();
 
     // Member A owns partition 0 and writes an outcome; a commit accepted after it looked at the
     // end proves the partition was its alone up to there.
@@ -77,17 +83,10 @@ describe('the request ledger: checkpoints', () => {
   });
 
   it('a proven end moves the checkpoint: a restart reads nothing again', async () => {
-    const topic = uniqueTopic('ledger');
-    await createTopics([topic]);
-    const stateDir = mkdtempSync(join(tmpdir(), 'ledger-ckpt-'));
-    dirs.push(stateDir);
+    const { topic, stateDir, publish } = await ledgerTopic();
     await produce(topic, [{ key: ledgerKey('biz', 'r0'), value: encodeLedgerEntry(done(0)), partition: 0 }]);
     const a = ledgerOn(topic, stateDir);
     await a.assign(0);
-    const publish = async (record: { key: string | Buffer | null; partition?: number; value: string | Buffer }) => {
-      await produce(topic, [{ key: record.key, value: record.value, partition: record.partition ?? 0 }]);
-      return true;
-    };
     for (let i = 1; i <= 3; i++) await a.write(0, ledgerKey('biz', `r${i}`), done(i), publish);
     await a.observeEnds();
     a.confirmOwnership(performance.now());
@@ -108,10 +107,7 @@ describe('the request ledger: checkpoints', () => {
   });
 
   it('a partition back before its old store closed opens its directory after the close (one LMDB environment per path)', async () => {
-    const topic = uniqueTopic('ledger');
-    await createTopics([topic]);
-    const stateDir = mkdtempSync(join(tmpdir(), 'ledger-back-'));
-    dirs.push(stateDir);
+    const { topic, stateDir, publish } = await ledgerTopic();
     const events: string[] = [];
     const realOpen = LedgerStore.open.bind(LedgerStore);
     vi.spyOn(LedgerStore, 'open').mockImplementation((dir, identity) => {
@@ -129,12 +125,9 @@ describe('the request ledger: checkpoints', () => {
       // A write still publishing when the partition moves away: its store stays open until it ends.
       let release!: () => void;
       const publishing = new Promise<void>((resolve) => (release = resolve));
-      const publish = async (record: { key: string | Buffer | null; value: string | Buffer }) => {
-        await publishing;
-        await produce(topic, [{ key: record.key, value: record.value, partition: 0 }]);
-        return true;
-      };
-      const writing = ledger.write(0, ledgerKey('biz', 'r1'), done(1), publish);
+      const writing = ledger.write(0, ledgerKey('biz', 'r1'), done(1), (record) =>
+        publishing.then(() => publish(record)),
+      );
       ledger.revoke(0);
       const back = ledger.assign(0);
       await new Promise((r) => setTimeout(r, 300));
