@@ -11,6 +11,12 @@
  *   otherwise (expired, rejected for a reason that may pass) only the same record (`offset`) does.
  * - `released`: the member stopped working on it without an outcome (its partition moved, or a
  *   drain ran out of time), after `attempts` attempts; the next owner carries them on.
+ *
+ * The `calling` records of the calls a member starts together travel as one Kafka record, a
+ * batch (`encodeCallingBatch`) under a key of its own: one record instead of one per request,
+ * which a third of the ledger's cost per result was. A batch means a `calling` record for each
+ * request it names, in its place in the log; compaction never merges batches (their keys are
+ * unique), the topic's retention drops them.
  */
 export type LedgerEntry =
   | { state: 'calling'; offset: number; at: number; owner: string }
@@ -31,6 +37,69 @@ export function ledgerKey(businessId: string, requestId: string): string {
 }
 
 const VERSION = 1;
+const isTime = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v) && v >= 0;
+const isOffset = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+
+/**
+ * The key of a batch of `calling` records: its writer and a number of its own. A three-element
+ * array, so never a request's key (two elements).
+ */
+export function callingBatchKey(owner: string, sequence: number): string {
+  return JSON.stringify(['calling', owner, sequence]);
+}
+
+/** How every batch's key begins (a request of a business named `calling` shares it: tell them apart by the value). */
+export const CALLING_BATCH_KEY_START = '["calling",';
+
+/** One request of a batch: its ledger key and the offset of its record. */
+export interface BatchedCall {
+  key: string;
+  offset: number;
+}
+
+/**
+ * A batch of `calling` records, all at `at` by `owner`. A request's key is a JSON array's text
+ * (`ledgerKey`), inserted as it is.
+ */
+export function encodeCallingBatch(at: number, owner: string, calls: readonly BatchedCall[]): string {
+  let list = '';
+  for (const call of calls) list += `${list === '' ? '' : ','}[${call.key},${call.offset}]`;
+  return `{"v":${VERSION},"state":"calling-batch","at":${at},"owner":${JSON.stringify(owner)},"calls":[${list}]}`;
+}
+
+const BATCH_PREFIX = `{"v":${VERSION},"state":"calling-batch",`;
+
+/** Whether a ledger value is a batch of `calling` records (by its prefix; `decodeCallingBatch` checks the rest). */
+export function isCallingBatch(text: string): boolean {
+  return text.startsWith(BATCH_PREFIX);
+}
+
+/**
+ * The `calling` records a batch stands for, with their keys; undefined when it is not a batch
+ * this release understands (skipped, never trusted).
+ */
+export function decodeCallingBatch(
+  text: string | Buffer | null | undefined,
+): { key: string; entry: LedgerEntry & { state: 'calling' } }[] | undefined {
+  if (text === null || text === undefined) return undefined;
+  let json: Record<string, unknown>;
+  try {
+    json = JSON.parse(typeof text === 'string' ? text : text.toString()) as Record<string, unknown>;
+  } catch {
+    return undefined;
+  }
+  if (!json || typeof json !== 'object' || json.v !== VERSION || json.state !== 'calling-batch') return undefined;
+  const { at, owner, calls } = json;
+  if (!isTime(at) || typeof owner !== 'string' || !Array.isArray(calls)) return undefined;
+  const out: { key: string; entry: LedgerEntry & { state: 'calling' } }[] = [];
+  for (const call of calls as unknown[]) {
+    if (!Array.isArray(call) || call.length !== 2 || !isOffset(call[1])) return undefined;
+    const [key, offset] = call as [unknown, number];
+    if (!Array.isArray(key) || key.length !== 2 || !key.every((part) => typeof part === 'string')) return undefined;
+    out.push({ key: JSON.stringify(key), entry: { state: 'calling', offset, at, owner } });
+  }
+  return out;
+}
 
 /**
  * The record's value, JSON. A `done` record carries its result as a JSON object (the result's
@@ -47,8 +116,6 @@ export function encodeLedgerEntry(entry: LedgerEntry): string {
   }
 }
 
-const isTime = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v) && v >= 0;
-const isOffset = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
 
 /** A ledger value read back; undefined when it is not one this release understands (skipped, never trusted). */
 export function decodeLedgerEntry(text: string | Buffer | null | undefined): LedgerEntry | undefined {

@@ -2,7 +2,16 @@ import type { RecordToWrite } from '../kafka/port.js';
 import type { ChangelogRestorer } from '../kafka/changelog-restore.js';
 import type { Logger } from '../platform/logger.js';
 import { sleep } from '../platform/sleep.js';
-import { decodeLedgerEntry, encodeLedgerEntry, type LedgerEntry } from './ledger-records.js';
+import {
+  CALLING_BATCH_KEY_START,
+  callingBatchKey,
+  decodeCallingBatch,
+  decodeLedgerEntry,
+  encodeCallingBatch,
+  encodeLedgerEntry,
+  isCallingBatch,
+  type LedgerEntry,
+} from './ledger-records.js';
 import { LedgerStore, ledgerStoreDir } from './ledger-store.js';
 import { errorMessage } from '../platform/errors.js';
 
@@ -41,6 +50,17 @@ const READ_BYTES_PER_PARTITION = 2 * 1024 * 1024;
 const SWEEP_LIMIT = 20_000;
 /** Refreshes of a partition for records another member may still write: at most one this often. */
 const REFRESH_EVERY_MS = 1000;
+/** `calling` records in one batch, and the bytes of their keys: a batch stays far below a record's limit. */
+const BATCH_MAX_CALLS = 500;
+const BATCH_MAX_KEY_BYTES = 256 * 1024;
+
+/** A `calling` record waiting for its batch (`writeCalling`). */
+interface PendingCall {
+  key: string;
+  entry: LedgerEntry & { state: 'calling' };
+  publish: (record: RecordToWrite) => Promise<boolean>;
+  written: (ok: boolean) => void;
+}
 
 interface OpenPartition {
   store: LedgerStore;
@@ -72,6 +92,9 @@ export class RequestLedger {
   private readonly opening = new Map<number, Promise<void>>();
   /** Stores of partitions that moved away, still closing: opening the directory again waits (one LMDB environment per path in a process). */
   private readonly closing = new Map<number, Promise<void>>();
+  /** `calling` records of each partition waiting to go out together (`writeCalling`). */
+  private readonly pendingCalls = new Map<number, PendingCall[]>();
+  private batches = 0;
   private readonly now: () => number;
   private closed = false;
 
@@ -244,6 +267,7 @@ export class RequestLedger {
     entry: LedgerEntry,
     publish: (record: RecordToWrite) => Promise<boolean>,
   ): Promise<boolean> {
+    if (entry.state === 'calling') return this.writeCalling(partition, key, entry, publish);
     const open = this.open.get(partition);
     const work = publish(this.recordOf(partition, key, entry));
     open?.writing.add(work);
@@ -256,6 +280,59 @@ export class RequestLedger {
     const store = this.open.get(partition)?.store;
     if (store && !store.isClosed()) store.record(key, entry);
     return true;
+  }
+
+  /**
+   * A `calling` record joins the others of its partition written in the same turn of the event
+   * loop (the calls a fetch or a freed slot starts together): they go out as one batch record,
+   * published with the first writer's `publish` (the next one's if that writer stopped), and are
+   * kept in the store once Kafka has it.
+   */
+  private writeCalling(
+    partition: number,
+    key: string,
+    entry: LedgerEntry & { state: 'calling' },
+    publish: (record: RecordToWrite) => Promise<boolean>,
+  ): Promise<boolean> {
+    return new Promise((written) => {
+      let pending = this.pendingCalls.get(partition);
+      if (!pending) {
+        const calls: PendingCall[] = (pending = []);
+        this.pendingCalls.set(partition, calls);
+        setImmediate(() => {
+          if (this.pendingCalls.get(partition) === calls) this.pendingCalls.delete(partition);
+          for (const batch of splitCalls(calls)) void this.writeBatch(partition, batch);
+        });
+      }
+      pending.push({ key, entry, publish, written });
+    });
+  }
+
+  private async writeBatch(partition: number, calls: PendingCall[]): Promise<void> {
+    let at = 0;
+    for (const call of calls) at = Math.max(at, call.entry.at);
+    const owner = calls[0]!.entry.owner;
+    const record: RecordToWrite = {
+      key: callingBatchKey(owner, ++this.batches),
+      partition,
+      value: encodeCallingBatch(at, owner, calls.map((call) => ({ key: call.key, offset: call.entry.offset }))),
+      headers: {},
+    };
+    const open = this.open.get(partition);
+    const work = (async () => {
+      for (const call of calls) if (await call.publish(record)) return true;
+      return false;
+    })();
+    open?.writing.add(work);
+    let ok = false;
+    try {
+      ok = await work;
+    } finally {
+      open?.writing.delete(work);
+    }
+    const store = ok ? this.open.get(partition)?.store : undefined;
+    if (store && !store.isClosed()) for (const call of calls) store.record(call.key, call.entry);
+    for (const call of calls) call.written(ok);
   }
 
   /**
@@ -297,13 +374,22 @@ export class RequestLedger {
         topic: this.options.topic,
         partition,
         from: entry.store.checkpoint()?.ledger ?? 0,
-        filter: (r) => keys.has(r.key!.toString()),
+        // A batch's key names its writer, not the requests in it: every batch is read.
+        filter: (r) => {
+          const key = r.key!.toString();
+          return keys.has(key) || key.startsWith(CALLING_BATCH_KEY_START);
+        },
         chunkSize: CHUNK,
         ...(signal ? { signal } : {}),
         timeoutMs: 60_000,
         maxBytesPerPartition: READ_BYTES_PER_PARTITION,
         apply: (own) => {
-          for (const e of own) found.set(e.key, decodeLedgerEntry(e.value));
+          for (const e of own) {
+            const text = e.value?.toString();
+            if (text !== undefined && isCallingBatch(text)) {
+              for (const call of decodeCallingBatch(text) ?? []) if (keys.has(call.key)) found.set(call.key, call.entry);
+            } else if (keys.has(e.key)) found.set(e.key, decodeLedgerEntry(text));
+          }
         },
       });
     } catch (error) {
@@ -395,4 +481,22 @@ export class RequestLedger {
     await Promise.allSettled(entries.map((e) => e.store.close()));
     await Promise.allSettled([...this.closing.values()]);
   }
+}
+
+/** A partition's `calling` records in batches within the bounds. */
+function splitCalls(calls: PendingCall[]): PendingCall[][] {
+  const batches: PendingCall[][] = [];
+  let batch: PendingCall[] = [];
+  let bytes = 0;
+  for (const call of calls) {
+    if (batch.length > 0 && (batch.length >= BATCH_MAX_CALLS || bytes + call.key.length > BATCH_MAX_KEY_BYTES)) {
+      batches.push(batch);
+      batch = [];
+      bytes = 0;
+    }
+    batch.push(call);
+    bytes += call.key.length;
+  }
+  if (batch.length > 0) batches.push(batch);
+  return batches;
 }

@@ -3,7 +3,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
+  callingBatchKey,
+  decodeCallingBatch,
   decodeLedgerEntry,
+  encodeCallingBatch,
   encodeLedgerEntry,
   ledgerDecision,
   ledgerEntryTime,
@@ -43,6 +46,32 @@ describe('ledger records', () => {
       expect([decodeLedgerEntry(bad), ledgerEntryTime(bad)]).toEqual([undefined, undefined]);
     expect(decodeLedgerEntry(null)).toBeUndefined();
     for (const e of entries) expect(ledgerEntryTime(encodeLedgerEntry(e))).toBe(e.at);
+  });
+
+  it('a batch of calling records round-trips to one calling record per request; a bad batch is not trusted', () => {
+    const calls = [
+      { key: ledgerKey('biz', 'r1'), offset: 4 },
+      { key: ledgerKey('b"z', 'r\\2'), offset: 9 },
+    ];
+    const text = encodeCallingBatch(50, 'host/1/abc', calls);
+    expect(decodeCallingBatch(text)).toEqual(
+      calls.map(({ key, offset }) => ({ key, entry: { state: 'calling', offset, at: 50, owner: 'host/1/abc' } })),
+    );
+    expect(decodeCallingBatch(encodeCallingBatch(1, 'o', []))).toEqual([]);
+    // Not a request's record: no entry of its own, whatever its key.
+    expect([decodeLedgerEntry(text), ledgerEntryTime(text)]).toEqual([undefined, undefined]);
+    expect(JSON.parse(callingBatchKey('host/1/abc', 7))).toHaveLength(3);
+    for (const bad of [
+      null,
+      '{"v":1,"state":"calling-batch","at":1,"owner":"o","calls":[[["biz"],1]]}',
+      '{"v":1,"state":"calling-batch","at":1,"owner":"o","calls":[[["biz","r"],-1]]}',
+      '{"v":1,"state":"calling-batch","at":1,"owner":"o","calls":{}}',
+      '{"v":1,"state":"calling-batch","at":-1,"owner":"o","calls":[]}',
+      '{"v":1,"state":"calling-batch","at":1,"calls":[]}',
+      '{"v":2,"state":"calling-batch","at":1,"owner":"o","calls":[]}',
+      encodeLedgerEntry(done(1, 1)),
+    ])
+      expect(decodeCallingBatch(bad)).toBeUndefined();
   });
 
   it('keys a request by business and id without ambiguity', () => {
@@ -130,6 +159,42 @@ describe('ledger store (LMDB)', () => {
     await again.advanceTo(7);
     expect(again.checkpoint()).toEqual({ ledger: 10 });
     await again.close();
+  });
+
+  it('a batch of calling records in a chunk is a calling record for each request it names, in its place', async () => {
+    const store = open();
+    const k = (id: string) => ledgerKey('biz', id);
+    // A business named "calling" shares the batches' key prefix: its records are still its own.
+    const lookalike = ledgerKey('calling', 'x');
+    store.applyChangelog(
+      [
+        { key: k('r1'), value: bytes(done(1, 900)) },
+        {
+          key: callingBatchKey('host/1/abc', 1),
+          value: Buffer.from(
+            encodeCallingBatch(1000, 'host/1/abc', [
+              { key: k('r1'), offset: 11 },
+              { key: k('r2'), offset: 12 },
+              { key: k('r3'), offset: 13 },
+            ]),
+          ),
+        },
+        { key: k('r2'), value: bytes(done(12, 1001)) },
+        { key: callingBatchKey('host/1/abc', 2), value: Buffer.from('{"v":1,"state":"calling-batch"}') },
+        { key: lookalike, value: bytes(done(14, 1002)) },
+      ],
+      5,
+      0,
+    );
+    const calling = (offset: number) => ({ state: 'calling', offset, at: 1000, owner: 'host/1/abc' });
+    expect(store.get(k('r1'))).toEqual(calling(11));
+    expect(store.get(k('r2'))).toEqual(done(12, 1001));
+    expect(store.get(k('r3'))).toEqual(calling(13));
+    expect(store.get(lookalike)).toEqual(done(14, 1002));
+    // The batches themselves are not entries.
+    expect(store.get(callingBatchKey('host/1/abc', 1))).toBeUndefined();
+    expect(store.stats().entries).toBe(4);
+    await store.close();
   });
 
   it('records kept in memory reach the disk together (a flush, a checkpoint, a close), open calls included', async () => {

@@ -8,7 +8,7 @@ import { silentLogger } from '../../src/platform/logger.js';
 import { encodeLedgerEntry, ledgerKey, type LedgerEntry } from '../../src/sender/ledger-records.js';
 import { LedgerStore } from '../../src/sender/ledger-store.js';
 import { RequestLedger } from '../../src/sender/request-ledger.js';
-import { createTopics, produce, testKafka, uniqueTopic } from '../helpers/kafka.js';
+import { countRecords, createTopics, produce, testKafka, uniqueTopic } from '../helpers/kafka.js';
 
 const dirs: string[] = [];
 afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
@@ -142,5 +142,67 @@ describe('the request ledger: checkpoints', () => {
     } finally {
       vi.restoreAllMocks();
     }
+  });
+});
+
+describe('the request ledger: calling records', () => {
+  const calling = (offset: number, at: number): LedgerEntry => ({ state: 'calling', offset, at, owner: 'member-a' });
+
+  it('the calling records of one turn go out as one record; a next owner and a waiting member read one for each request', async () => {
+    const { topic, stateDir, publish } = await ledgerTopic();
+    const a = ledgerOn(topic, stateDir);
+    await a.assign(0);
+    const at = Date.now();
+    const keys = Array.from({ length: 5 }, (_, i) => ledgerKey('biz', `c${i}`));
+    const published: unknown[] = [];
+    const written = await Promise.all(
+      keys.map((key, i) =>
+        a.write(0, key, calling(i, at), (record) => {
+          published.push(record.key);
+          return publish(record);
+        }),
+      ),
+    );
+    expect(written).toEqual(keys.map(() => true));
+    expect(published).toHaveLength(1);
+    expect(await countRecords(topic)).toBe(1);
+    expect(keys.map((key) => a.lookup(0, key)?.state)).toEqual(keys.map(() => 'calling'));
+    await a.write(0, keys[0]!, done(0), publish);
+
+    // A new member, with a directory of its own, restores a calling record for each request still open.
+    const otherDir = mkdtempSync(join(tmpdir(), 'ledger-'));
+    dirs.push(otherDir);
+    const b = ledgerOn(topic, otherDir);
+    await b.assign(0);
+    expect(b.lookup(0, keys[0]!)?.state).toBe('done');
+    expect(keys.slice(1).map((key) => b.lookup(0, key))).toEqual([1, 2, 3, 4].map((i) => calling(i, at)));
+
+    // A call announced after B's restore reaches B when it waits for that request.
+    const late = ledgerKey('biz', 'late');
+    expect(b.lookup(0, late)).toBeUndefined();
+    await a.write(0, late, calling(9, at), publish);
+    expect(await b.refresh(0, late)).toEqual(calling(9, at));
+    await a.close();
+    await b.close();
+  });
+
+  it("a batch goes out with the next writer's publish when the first writer stopped", async () => {
+    const { topic, stateDir, publish } = await ledgerTopic();
+    const a = ledgerOn(topic, stateDir);
+    await a.assign(0);
+    const at = Date.now();
+    const stopped = vi.fn(async () => false);
+    const written = await Promise.all([
+      a.write(0, ledgerKey('biz', 's1'), calling(1, at), stopped),
+      a.write(0, ledgerKey('biz', 's2'), calling(2, at), publish),
+    ]);
+    expect(written).toEqual([true, true]);
+    expect(stopped).toHaveBeenCalledTimes(1);
+    expect(await countRecords(topic)).toBe(1);
+    expect(a.lookup(0, ledgerKey('biz', 's1'))).toEqual(calling(1, at));
+    // Nobody left to publish it: no writer is told it was written, and nothing is kept.
+    expect(await a.write(0, ledgerKey('biz', 's3'), calling(3, at), stopped)).toBe(false);
+    expect(a.lookup(0, ledgerKey('biz', 's3'))).toBeUndefined();
+    await a.close();
   });
 });
