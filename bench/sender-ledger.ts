@@ -1,14 +1,16 @@
 // The sender's request ledger (src/sender/README.md "Sent once"): how fast a member that takes a
 // partition restores its memory from `send-ledger`, and how long a restart with it on disk takes.
-//   1. --entries `done` records (each with a result of about 330 bytes, as the sender writes them)
-//      are produced to one partition of a fresh ledger topic, a `calling` record before each.
-//   2. bulk: RequestLedger.assign on an empty directory (a new member): records read and applied
-//      per second, end to end from the call to the ledger being ready.
+//   1. --entries requests are recorded in one partition of a fresh ledger topic as the sender
+//      records them: a batch of `calling` records for every --batch requests (the calls a member
+//      starts in one turn), then each request's `done` record (a result of about 330 bytes).
+//   2. bulk: RequestLedger.assign on an empty directory (a new member): entries (requests
+//      remembered) and records restored per second, end to end from the call to the ledger being
+//      ready.
 //   3. restart: the same directory closed, opened again and caught up (delta from its checkpoint),
-//      after --delta more records were written meanwhile: milliseconds to ready.
+//      after --delta more requests were recorded meanwhile: milliseconds to ready.
 // Each round on a fresh topic and directory; medians of the rounds.
 //
-//   npx tsx bench/sender-ledger.ts [--entries 1000000] [--delta 1000] [--rounds 3]
+//   npx tsx bench/sender-ledger.ts [--entries 1000000] [--batch 20] [--delta 1000] [--rounds 3]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
 import '../src/kafka/kafkajs-send-fix.js'; // before kafkajs: its producers' send fixed (src/kafka/README.md)
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -21,16 +23,24 @@ import { withKafkajsAdmin } from '../src/kafka/client.js';
 import { startLocalBroker, type LocalBroker } from '../src/local-kafka/local-broker.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 import { silentLogger } from '../src/platform/logger.js';
-import { encodeLedgerEntry, ledgerKey, type LedgerEntry } from '../src/sender/ledger-records.js';
+import {
+  callingBatchKey,
+  encodeCallingBatch,
+  encodeLedgerEntry,
+  ledgerKey,
+  type LedgerEntry,
+} from '../src/sender/ledger-records.js';
 import { RequestLedger } from '../src/sender/request-ledger.js';
 import { benchArgs } from './args.js';
 
 const args = benchArgs(import.meta.url, {
   entries: { type: 'string', default: '1000000' },
+  batch: { type: 'string', default: '20' },
   delta: { type: 'string', default: '1000' },
   rounds: { type: 'string', default: '3' },
 });
 const ENTRIES = args.wholeNumber('entries', 1);
+const BATCH = args.wholeNumber('batch', 1);
 const DELTA = args.wholeNumber('delta', 0);
 const ROUNDS = args.wholeNumber('rounds', 1);
 const PARTITION = 0;
@@ -38,27 +48,32 @@ const PARTITION = 0;
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const log = (line: string) => process.stderr.write(`${line}\n`);
 
+/** The records of requests `from`…`from + count - 1`: a batch of `calling` records per BATCH, then their `done` records. */
 function records(from: number, count: number, at: number) {
   const out: { key: string; value: string; partition: number }[] = [];
-  for (let i = from; i < from + count; i++) {
-    const key = ledgerKey('biz_1', `req-${i}`);
-    const result = JSON.stringify({
-      requestId: `req-${i}`,
-      businessId: 'biz_1',
-      outcome: 'accepted',
-      messageId: `01JX${String(i).padStart(22, '0')}`,
-      type: 'text',
-      recipient: `+1555${String(i % 100_000).padStart(7, '0')}`,
-      attempts: 1,
-      maybeSent: false,
-      acceptedAt: new Date(at).toISOString(),
+  for (let first = from; first < from + count; first += BATCH) {
+    const ids = Array.from({ length: Math.min(BATCH, from + count - first) }, (_, j) => first + j);
+    const calls = ids.map((i) => ({ key: ledgerKey('biz_1', `req-${i}`), offset: i }));
+    out.push({
+      key: callingBatchKey('bench/1/abcdef12', first),
+      value: encodeCallingBatch(at, 'bench/1/abcdef12', calls),
+      partition: PARTITION,
     });
-    const calling: LedgerEntry = { state: 'calling', offset: i, at, owner: 'bench/1/abcdef12' };
-    const done: LedgerEntry = { state: 'done', offset: i, at: at + 1, remember: true, result };
-    out.push(
-      { key, value: encodeLedgerEntry(calling), partition: PARTITION },
-      { key, value: encodeLedgerEntry(done), partition: PARTITION },
-    );
+    for (const i of ids) {
+      const result = JSON.stringify({
+        requestId: `req-${i}`,
+        businessId: 'biz_1',
+        outcome: 'accepted',
+        messageId: `01JX${String(i).padStart(22, '0')}`,
+        type: 'text',
+        recipient: `+1555${String(i % 100_000).padStart(7, '0')}`,
+        attempts: 1,
+        maybeSent: false,
+        acceptedAt: new Date(at).toISOString(),
+      });
+      const done: LedgerEntry = { state: 'done', offset: i, at: at + 1, remember: true, result };
+      out.push({ key: ledgerKey('biz_1', `req-${i}`), value: encodeLedgerEntry(done), partition: PARTITION });
+    }
   }
   return out;
 }
@@ -67,8 +82,9 @@ async function produce(kafka: Kafka, topic: string, from: number, count: number)
   const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
   await producer.connect();
   const at = Date.now();
-  for (let i = from; i < from + count; i += 1_000)
-    await producer.send({ topic, acks: -1, messages: records(i, Math.min(1_000, from + count - i), at) });
+  const step = Math.max(BATCH, Math.floor(1_000 / BATCH) * BATCH);
+  for (let i = from; i < from + count; i += step)
+    await producer.send({ topic, acks: -1, messages: records(i, Math.min(step, from + count - i), at) });
   await producer.disconnect();
 }
 
@@ -85,7 +101,9 @@ async function main() {
     logLevel: logLevel.NOTHING,
     retry: { retries: 10 },
   });
+  const recordsPerRound = ENTRIES + Math.ceil(ENTRIES / BATCH);
   const bulk: number[] = [];
+  const bulkEntries: number[] = [];
   const bulkMs: number[] = [];
   const restartMs: number[] = [];
   const entriesKept: number[] = [];
@@ -102,7 +120,7 @@ async function main() {
           },
         ]),
       );
-      log(`[round ${round}] producing ${ENTRIES} requests (${2 * ENTRIES} records)…`);
+      log(`[round ${round}] producing ${ENTRIES} requests (${recordsPerRound} records)…`);
       await produce(kafka, topic, 0, ENTRIES);
       const stateDir = mkdtempSync(join(tmpdir(), 'bench-ledger-'));
       const ledger = () =>
@@ -122,7 +140,8 @@ async function main() {
         await first.assign(PARTITION);
         const ms = performance.now() - started;
         bulkMs.push(ms);
-        bulk.push(Math.round((2 * ENTRIES) / (ms / 1000)));
+        bulk.push(Math.round(recordsPerRound / (ms / 1000)));
+        bulkEntries.push(Math.round(ENTRIES / (ms / 1000)));
         entriesKept.push(first.stats().entries);
         await first.tick();
         await first.close();
@@ -133,7 +152,7 @@ async function main() {
         restartMs.push(performance.now() - started);
         await second.close();
         log(
-          `[round ${round}] bulk ${Math.round(ms)} ms (${bulk.at(-1)} records/s, ${entriesKept.at(-1)} entries); restart with ${DELTA} new requests: ${Math.round(restartMs.at(-1)!)} ms`,
+          `[round ${round}] bulk ${Math.round(ms)} ms (${bulkEntries.at(-1)} entries/s, ${bulk.at(-1)} records/s, ${entriesKept.at(-1)} entries); restart with ${DELTA} new requests: ${Math.round(restartMs.at(-1)!)} ms`,
         );
       } finally {
         rmSync(stateDir, { recursive: true, force: true });
@@ -143,9 +162,9 @@ async function main() {
     await local?.stop();
   }
   console.log(
-    `\n${ENTRIES} requests (${2 * ENTRIES} ledger records), ${ROUNDS} round(s), medians:\n\n` +
-      `| bulk restore (new member) | records/s | entries kept | restart, ${DELTA} requests written meanwhile |\n|---|---|---|---|\n` +
-      `| ${Math.round(median(bulkMs))} ms (${bulkMs.map((v) => Math.round(v)).join(' / ')}) | ${median(bulk)} (${bulk.join(' / ')}) | ${median(entriesKept)} | ${Math.round(median(restartMs))} ms (${restartMs.map((v) => Math.round(v)).join(' / ')}) |`,
+    `\n${ENTRIES} requests (${recordsPerRound} ledger records, calling records in batches of ${BATCH}), ${ROUNDS} round(s), medians:\n\n` +
+      `| bulk restore (new member) | entries/s | records/s | entries kept | restart, ${DELTA} requests written meanwhile |\n|---|---|---|---|---|\n` +
+      `| ${Math.round(median(bulkMs))} ms (${bulkMs.map((v) => Math.round(v)).join(' / ')}) | ${median(bulkEntries)} (${bulkEntries.join(' / ')}) | ${median(bulk)} (${bulk.join(' / ')}) | ${median(entriesKept)} | ${Math.round(median(restartMs))} ms (${restartMs.map((v) => Math.round(v)).join(' / ')}) |`,
   );
 }
 

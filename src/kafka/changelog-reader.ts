@@ -18,6 +18,8 @@ export interface ChangelogReadOptions {
   onRecord(record: ConsumedRecord): void;
   /** Records it refuses are skipped before onRecord (cheap: the key is at hand, the value is not parsed). */
   filter?(record: ConsumedRecord): boolean;
+  /** After each fetched batch is delivered: a promise holds the next one until it settles (a store's backpressure). */
+  afterBatch?(): Promise<void> | undefined;
   /** The whole read must finish within this (default 120 s); past it, a clear error. */
   timeoutMs?: number;
   signal?: AbortSignal;
@@ -239,6 +241,7 @@ export async function readChangelog(
         if (end === undefined) return;
         try {
           deliver(batch.partition, end, batch.messages);
+          await options.afterBatch?.();
         } catch (error) {
           // The caller's callback failed: the read fails with its error, no retry of the batch.
           finish(error instanceof Error ? error : new Error(String(error)));

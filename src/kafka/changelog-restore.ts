@@ -28,6 +28,8 @@ export interface ChunkedRead {
    * position after the last of `partition`'s (undefined when it had none).
    */
   apply(own: ChangelogEntry[], others: ChangelogEntry[], reached: number | undefined): void;
+  /** After each fetched batch: a promise holds the read until the store caught up with what it was given. */
+  afterBatch?(): Promise<void> | undefined;
   signal?: AbortSignal;
   timeoutMs: number;
   maxBytesPerPartition: number;
@@ -120,6 +122,7 @@ export class ChangelogRestorer {
       ...(options.allPartitions ? {} : { partitions: [partition] }),
       ...(options.from !== undefined ? { from: new Map([[partition, options.from]]) } : {}),
       filter: (r) => r.key !== null && (options.filter?.(r) ?? true),
+      ...(options.afterBatch ? { afterBatch: options.afterBatch } : {}),
       onRecord: (r) => {
         if (r.partition !== partition) others.push({ key: r.key!.toString(), value: r.value });
         else {

@@ -119,6 +119,14 @@ export abstract class LocalStore<H extends StoreHandles, C extends Checkpoint, I
     return this.track(this.env.transaction(write), settled);
   }
 
+  /**
+   * Counts writes issued outside a transaction (lmdb's `put` and `remove`, done on its write
+   * thread in the order issued) until `done`, the last of them, is durable.
+   */
+  protected trackWrites(done: Promise<unknown>): Promise<void> {
+    return this.track(done, () => undefined);
+  }
+
   private track(done: Promise<unknown>, settled: () => void): Promise<void> {
     this.assertOpen();
     this.writesInFlight++;

@@ -44,6 +44,8 @@ export interface RequestLedgerOptions {
 
 /** Changelog records applied per LMDB transaction during a restore. */
 const CHUNK = 5_000;
+/** Chunks of a restore applied and not yet durable before reading Kafka waits for lmdb. */
+const WRITES_AHEAD = 4;
 const READ_TIMEOUT_MS = 30 * 60_000;
 const READ_BYTES_PER_PARTITION = 2 * 1024 * 1024;
 /** Entries dropped per sweep and partition: bounded work between batches. */
@@ -168,9 +170,14 @@ export class RequestLedger {
           timeoutMs: READ_TIMEOUT_MS,
           maxBytesPerPartition: READ_BYTES_PER_PARTITION,
           apply: (own, _others, reached) => store.applyChangelog(own, reached, expireBeforeMs),
+          // Kafka is read ahead of lmdb's writes by a few chunks at most.
+          afterBatch: () => (store.writesPending > WRITES_AHEAD ? store.written() : undefined),
         }),
       );
-      store.remapNow();
+      await store.written();
+      // The pages the restore touched leave this process's resident set; a store still in use
+      // (the partition came back while its requests ran) is not remapped under them.
+      if (!current) await store.remap();
       store.expire(expireBeforeMs, this.perPartitionMax, Number.MAX_SAFE_INTEGER);
       const entry: OpenPartition = current ?? {
         store,

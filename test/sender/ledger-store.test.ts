@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { open as lmdbOpen } from 'lmdb';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   callingBatchKey,
@@ -63,8 +64,9 @@ describe('ledger records', () => {
     expect(JSON.parse(callingBatchKey('host/1/abc', 7))).toHaveLength(3);
     for (const bad of [
       null,
-      '{"v":1,"state":"calling-batch","at":1,"owner":"o","calls":[[["biz"],1]]}',
-      '{"v":1,"state":"calling-batch","at":1,"owner":"o","calls":[[["biz","r"],-1]]}',
+      '{"v":1,"state":"calling-batch","at":1,"owner":"o","calls":[[["biz","r"],1]]}',
+      '{"v":1,"state":"calling-batch","at":1,"owner":"o","calls":[["[\\"biz\\",\\"r\\"]",-1]]}',
+      '{"v":1,"state":"calling-batch","at":1,"owner":"o","calls":[["[\\"biz\\",\\"r\\"]"]]}',
       '{"v":1,"state":"calling-batch","at":1,"owner":"o","calls":{}}',
       '{"v":1,"state":"calling-batch","at":-1,"owner":"o","calls":[]}',
       '{"v":1,"state":"calling-batch","at":1,"calls":[]}',
@@ -144,6 +146,7 @@ describe('ledger store (LMDB)', () => {
       4,
       0,
     );
+    await store.written();
     expect(store.get('k1')).toBeUndefined();
     expect(store.get('k2')).toEqual(done(3, 1001));
     expect(store.get('k3')).toBeUndefined();
@@ -186,6 +189,7 @@ describe('ledger store (LMDB)', () => {
       5,
       0,
     );
+    await store.written();
     const calling = (offset: number) => ({ state: 'calling', offset, at: 1000, owner: 'host/1/abc' });
     expect(store.get(k('r1'))).toEqual(calling(11));
     expect(store.get(k('r2'))).toEqual(done(12, 1001));
@@ -213,35 +217,59 @@ describe('ledger store (LMDB)', () => {
     await again.close();
   });
 
-  it('drops what is past the window, then the oldest beyond the bound; a restore skips expired records', async () => {
+  it('drops what is past the window, then the oldest beyond the bound, a minute at a time; a restore skips expired records', async () => {
+    const M = 60_000;
     const store = open();
     store.applyChangelog(
-      Array.from({ length: 10 }, (_, i) => ({ key: `k${i}`, value: bytes(done(i, 1000 + i)) })),
+      Array.from({ length: 10 }, (_, i) => ({ key: `k${i}`, value: bytes(done(i, i * M + 5)) })),
       10,
-      1002,
+      2 * M,
     );
+    await store.written();
     expect(store.stats().entries).toBe(8);
-    expect(store.expire(1004, 100, 1000)).toBe(2);
+    expect(store.expire(4 * M, 100, 1000)).toBe(2);
     expect(store.get('k3')).toBeUndefined();
     expect(store.get('k4')).toBeDefined();
     expect(store.expire(0, 3, 1000)).toBe(3);
     expect(['k4', 'k5', 'k6', 'k7', 'k8', 'k9'].filter((k) => store.get(k) !== undefined)).toEqual(['k7', 'k8', 'k9']);
-    // A key written again is indexed by its newest time only.
-    store.record('k7', done(11, 5000));
+    // A key written again leaves with its newest time only.
+    store.record('k7', done(11, 50 * M));
     await store.flush();
-    expect(store.expire(2000, 100, 1000)).toBe(2);
-    expect(store.get('k7')).toEqual(done(11, 5000));
+    expect(store.expire(20 * M, 100, 1000)).toBe(2);
+    expect(store.get('k7')).toEqual(done(11, 50 * M));
+    // A minute's records leave together, once the whole minute is past.
+    store.record('a', done(12, 60 * M + 1));
+    store.record('b', done(13, 60 * M + 59_000));
+    await store.flush();
+    expect(store.expire(60 * M + 30_000, 100, 1000)).toBe(1);
+    expect([store.get('k7'), store.get('a')]).toEqual([undefined, done(12, 60 * M + 1)]);
+    expect(store.expire(61 * M, 100, 1000)).toBe(2);
+    expect(store.stats().entries).toBe(0);
+    await store.close();
+  });
+
+  it('a directory written with the earlier time index is wiped and restored again', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ledger-store-'));
+    dirs.push(dir);
+    const env = lmdbOpen({ path: join(dir, 'store.mdb'), maxDbs: 16, compression: false });
+    await env.openDB<string, string>({ name: 'entries', encoding: 'string' }).put('k', encodeLedgerEntry(done(1, 1)));
+    await env.openDB<unknown, string>({ name: 'meta', encoding: 'msgpack' }).put('identity', identity);
+    await env.close();
+    const store = LedgerStore.open(dir, identity);
+    expect(store.get('k')).toBeUndefined();
     await store.close();
   });
 
   it('a directory of another identity is wiped, and a rebuild starts empty', async () => {
     const store = open();
     store.applyChangelog([{ key: 'k', value: bytes(done(1, 1)) }], 2, 0);
+    await store.written();
     await store.close();
     const other = LedgerStore.open(store.dir, { ...identity, clusterId: 'c2' });
     expect(other.get('k')).toBeUndefined();
     expect(other.checkpoint()).toBeUndefined();
     other.applyChangelog([{ key: 'k', value: bytes(done(1, 1)) }], 2, 0);
+    await other.written();
     const rebuilt = LedgerStore.rebuild(other);
     expect(rebuilt.get('k')).toBeUndefined();
     await rebuilt.close();
