@@ -154,11 +154,9 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
   applyChangelog(entries: ChangelogEntry[], position: number | undefined, expireBeforeMs: number): void {
     this.assertOpen();
     const next = position === undefined ? undefined : { ...this.pendingCheckpoint(EMPTY), ledger: position };
-    // A request's records (calling, then done) mostly share a chunk: only the last of each key is
-    // written, as its own text: no entry is decoded and encoded again.
-    // A batch stands for the `calling` records it names, in its place (the batch itself is not
-    // kept); one is written out only when no later record of its request in the chunk replaced it.
-    // The bytes are kept as Kafka gave them: no text of each record made and encoded again.
+    // Only the last record of each key in the chunk is written, as the bytes Kafka gave (no text
+    // made and encoded again). A batch stands for the `calling` records it names, in its place;
+    // one is written only when no later record of its request in the chunk replaced it.
     const last = new Map<string, Buffer | null | { batch: CallingBatch; offset: number }>();
     for (const { key, value } of entries) {
       if (value === null || !isCallingBatch(value)) last.set(key, value);
