@@ -161,6 +161,12 @@ const PREVIOUS_OWNER_LOST: AttemptOutcome = {
 /** What a send ended with: a result to publish, or nothing when told to stop first. */
 type SendEnd = { result: StoredResult; remember: boolean } | undefined;
 
+/**
+ * A rejoin passed while the request waited, and the ledger holds a record of it that is not this
+ * process's open `calling` one: what the ledger says decides again (`workOnHeld`).
+ */
+const SUPERSEDED = Symbol('superseded');
+
 /** The attempts of one request so far. */
 interface Progress {
   attempts: number;
@@ -174,6 +180,8 @@ interface Progress {
   unsettled: boolean;
   /** Holds one of `unrecordedSlots` (from before its call until its outcome is recorded or it waits to retry). */
   unrecordedSlot: boolean;
+  /** `rejoins` when the ledger was last read for this request. */
+  rejoins: number;
 }
 
 /** Where a request is recorded in the ledger. */
@@ -196,6 +204,8 @@ class RequestProcessor implements Processor {
   private callsPaused: { resume: Promise<void>; open: () => void } | undefined;
   private unsettled = 0;
   private settledWaiters: (() => void)[] = [];
+  /** Rejoins begun (`pauseCalls`): a request that waited across one reads the ledger again before calling. */
+  private rejoins = 0;
 
   constructor(private readonly options: ProcessorOptions) {
     this.random = options.random ?? Math.random;
@@ -209,6 +219,7 @@ class RequestProcessor implements Processor {
 
   async pauseCalls(timeoutMs: number): Promise<boolean> {
     if (!this.callsPaused) {
+      this.rejoins++;
       let open!: () => void;
       const resume = new Promise<void>((resolve) => (open = resolve));
       this.callsPaused = { resume, open };
@@ -297,14 +308,33 @@ class RequestProcessor implements Processor {
     }
   }
 
+  /**
+   * What the ledger says of the request decides (repeat, wait, send); a send that a rejoin
+   * superseded decides again, carrying what this process already tried.
+   */
   private async workOnHeld(
     job: SendJob,
     context: WorkContext,
     span: TraceSpan | undefined,
     place: LedgerPlace,
   ): Promise<WorkOutcome> {
+    let tried: Pick<Progress, 'attempts' | 'maybeSent' | 'firstAttemptAt'> | undefined;
+    for (;;) {
+      const outcome = await this.decideAndWork(job, context, span, place, tried);
+      if (typeof outcome === 'string') return outcome;
+      tried = outcome.tried;
+    }
+  }
+
+  private async decideAndWork(
+    job: SendJob,
+    context: WorkContext,
+    span: TraceSpan | undefined,
+    place: LedgerPlace,
+    tried: Pick<Progress, 'attempts' | 'maybeSent' | 'firstAttemptAt'> | undefined,
+  ): Promise<WorkOutcome | { tried: Pick<Progress, 'attempts' | 'maybeSent' | 'firstAttemptAt'> }> {
     const { logger, metrics, ledger } = this.options;
-    let carried: Pick<Progress, 'attempts' | 'maybeSent' | 'firstAttemptAt'> | undefined;
+    let carried: Pick<Progress, 'attempts' | 'maybeSent' | 'firstAttemptAt'> | undefined = tried;
     let waitingLogged = false;
     for (;;) {
       const running = this.inFlight.get(place.key);
@@ -330,7 +360,10 @@ class RequestProcessor implements Processor {
       }
       if (decision.action === 'send') {
         if (decision.carried)
-          carried = { ...decision.carried, firstAttemptAt: decision.carried.firstAttemptAt ?? undefined };
+          carried = mergeTried(carried, {
+            ...decision.carried,
+            firstAttemptAt: decision.carried.firstAttemptAt ?? undefined,
+          });
         break;
       }
       // Another member may still be calling for it: its outcome, or its release, comes within the call's deadline.
@@ -365,6 +398,7 @@ class RequestProcessor implements Processor {
       calling: false,
       unsettled: false,
       unrecordedSlot: false,
+      rejoins: this.rejoins,
     };
     try {
       // At most once: what a previous owner may have sent is never sent again.
@@ -372,6 +406,17 @@ class RequestProcessor implements Processor {
         carried?.maybeSent && !this.options.retryMaybeSent
           ? this.reject(job, progress, PREVIOUS_OWNER_LOST, false)
           : await this.send(job, context, span, progress, place);
+      if (end === SUPERSEDED) {
+        // Another member's record (or this process's `released`) replaced its `calling` one.
+        progress.calling = false;
+        return {
+          tried: {
+            attempts: progress.attempts,
+            maybeSent: progress.maybeSent,
+            firstAttemptAt: progress.firstAttemptAt,
+          },
+        };
+      }
       if (!end) {
         await this.releaseCall(job, progress, place);
         return 'abandoned';
@@ -474,7 +519,7 @@ class RequestProcessor implements Processor {
     span: TraceSpan | undefined,
     progress: Progress,
     place: LedgerPlace,
-  ): Promise<SendEnd> {
+  ): Promise<SendEnd | typeof SUPERSEDED> {
     const { options, now } = this;
     const apiKey = options.apiKeys.get(requested.businessId);
     if (apiKey === undefined) throw new Error(`no API key for business ${requested.businessId}`);
@@ -498,6 +543,7 @@ class RequestProcessor implements Processor {
         progress,
         place,
       );
+      if (outcome === SUPERSEDED) return SUPERSEDED;
       if (!outcome) continue;
       progress.attempts += 1;
       progress.firstAttemptAt ??= startedAt;
@@ -617,7 +663,7 @@ class RequestProcessor implements Processor {
     span: TraceSpan | undefined,
     progress: Progress,
     place: LedgerPlace,
-  ): Promise<AttemptOutcome | undefined> {
+  ): Promise<AttemptOutcome | undefined | typeof SUPERSEDED> {
     const { client, limiter, circuits, callSlots, metrics } = this.options;
     // Each step answers at once in the common case (closed circuit, a token, a free slot): no promise then.
     if (context.stop.aborted) return undefined;
@@ -640,6 +686,15 @@ class RequestProcessor implements Processor {
         while (this.callsPaused && !context.stop.aborted)
           await Promise.race([this.callsPaused.resume, sleep(100, context.stop)]);
         if (context.stop.aborted || this.now() >= untilMs || !circuits.holds(admission)) return undefined;
+        if (progress.rejoins !== this.rejoins) {
+          // A rejoin passed while this request waited. If it outlasted the group's patience (its
+          // pause ran out with calls unrecorded), the group may have given the partition to
+          // another member meanwhile and back: from here it looks kept, but that member may
+          // have sent the request. The changelog says what happened.
+          progress.rejoins = this.rejoins;
+          if (await this.superseded(place, context)) return SUPERSEDED;
+          if (context.stop.aborted) return undefined;
+        }
         // The `calling` record before the call slot: a slot is held for the call alone, not for a
         // produce round trip as well (that cost a third of the throughput at 128 in flight).
         if (!(await this.recordCalling(job, context, progress, place))) return undefined;
@@ -654,10 +709,11 @@ class RequestProcessor implements Processor {
         }
         if (context.stop.aborted || !(callSlots.tryAcquire?.() || (await callSlots.acquire(context.stop))))
           return undefined;
-        if (!this.callsPaused) break;
+        if (!this.callsPaused && progress.rejoins === this.rejoins) break;
+        callSlots.release();
+        if (!this.callsPaused) continue; // a rejoin came and went while it waited: read the ledger first
         // The rejoin began while this request waited for a slot: it does not call now, and says so
         // in the ledger (`released`), so that neither the rejoin nor a next owner waits for it.
-        callSlots.release();
         await this.releaseCall(job, progress, place);
         this.settle(progress);
       }
@@ -685,6 +741,18 @@ class RequestProcessor implements Processor {
     } finally {
       if (!settled) circuits.cancel(admission);
     }
+  }
+
+  /**
+   * Whether the changelog holds, for this request, a record other than this process's open
+   * `calling` one: another member's outcome, `calling` or `released`, or this process's
+   * `released`. Read from Kafka (`refresh`), not from the local store, which a delta restore
+   * after the rejoin may not have brought up to date yet.
+   */
+  private async superseded(place: LedgerPlace, context: WorkContext): Promise<boolean> {
+    const { ledger } = this.options;
+    const latest = await ledger.refresh(place.partition, place.key, context.stop);
+    return latest !== undefined && !(latest.state === 'calling' && latest.owner === ledger.owner);
   }
 
   /**
@@ -833,4 +901,18 @@ class RequestProcessor implements Processor {
       this.options.metrics.requestToResult(Math.max(0, this.now() - job.producedAt) / 1000);
     return ok;
   }
+}
+
+/** What two tries of the same request amount to: the most attempts, any maybe, the first start. */
+function mergeTried(
+  a: Pick<Progress, 'attempts' | 'maybeSent' | 'firstAttemptAt'> | undefined,
+  b: Pick<Progress, 'attempts' | 'maybeSent' | 'firstAttemptAt'>,
+): Pick<Progress, 'attempts' | 'maybeSent' | 'firstAttemptAt'> {
+  if (!a) return b;
+  const starts = [a.firstAttemptAt, b.firstAttemptAt].filter((t): t is number => t !== undefined);
+  return {
+    attempts: Math.max(a.attempts, b.attempts),
+    maybeSent: a.maybeSent || b.maybeSent,
+    firstAttemptAt: starts.length > 0 ? Math.min(...starts) : undefined,
+  };
 }

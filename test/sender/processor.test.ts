@@ -502,6 +502,49 @@ describe('processor', () => {
     expect(h.ledger.entries.get(ledgerKey('biz', 'r-b'))?.state).toBe('done');
   });
 
+  it("a request that waited across a rejoin whose pause ran out reads the ledger first: another member's outcome is published again, not sent again", async () => {
+    const h = harness([], { unrecordedSlots: new Semaphore(1) });
+    h.gate();
+    const first = h.processor.work(job('r-a'), context(0));
+    await expect.poll(() => h.calls.length).toBe(1);
+    // r-b has its `calling` record and waits for an unrecorded slot, which r-a holds.
+    const second = h.processor.work(job('r-b'), context(1));
+    await expect.poll(() => h.ledger.entries.get(ledgerKey('biz', 'r-b'))?.state).toBe('calling');
+    // The rejoin's pause runs out with both unrecorded; meanwhile the group gave the partition to
+    // another member, which sent r-b and recorded its outcome, then gave the partition back.
+    expect(await h.processor.pauseCalls(30)).toBe(false);
+    const theirs = JSON.stringify({ requestId: 'r-b', businessId: 'biz', outcome: 'accepted', messageId: 'their-m' });
+    h.ledger.entries.set(ledgerKey('biz', 'r-b'), {
+      state: 'done',
+      offset: 1,
+      at: Date.now(),
+      remember: true,
+      result: theirs,
+    });
+    h.processor.resumeCalls();
+    h.release(); // r-a's outcome is recorded: its unrecorded slot goes to r-b
+    expect(await Promise.all([first, second])).toEqual(['done', 'done']);
+    expect(h.calls).toHaveLength(1);
+    expect(h.results().find((r) => r.requestId === 'r-b')).toMatchObject({ outcome: 'accepted', messageId: 'their-m' });
+    expect(h.ledger.refreshes()).toBeGreaterThan(0);
+  });
+
+  it('a request that waited across a rejoin and finds only its own calling record calls once', async () => {
+    const h = harness([], { unrecordedSlots: new Semaphore(1) });
+    h.gate();
+    const first = h.processor.work(job('r-a'), context(0));
+    await expect.poll(() => h.calls.length).toBe(1);
+    const second = h.processor.work(job('r-b'), context(1));
+    await expect.poll(() => h.ledger.entries.get(ledgerKey('biz', 'r-b'))?.state).toBe('calling');
+    expect(await h.processor.pauseCalls(30)).toBe(false);
+    h.processor.resumeCalls();
+    h.release();
+    await expect.poll(() => h.calls.length).toBe(2);
+    h.release();
+    expect(await Promise.all([first, second])).toEqual(['done', 'done']);
+    expect(h.ledger.entries.get(ledgerKey('biz', 'r-b'))?.state).toBe('done');
+  });
+
   it('pauseCalls holds new calls and resolves once the calls made have their outcome recorded', async () => {
     const h = harness([]);
     h.gate();
