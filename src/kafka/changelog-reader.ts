@@ -197,6 +197,9 @@ export async function readChangelog(
   });
   let finish: (error?: Error) => void = () => {};
   const finished = new Promise<void>((resolve, reject) => (finish = (error) => (error ? reject(error) : resolve())));
+  // Awaited below; this keeps a rejection while nothing awaits it yet (an abort or a timeout during
+  // the consumer's join) from being reported as unhandled, which ends the process.
+  finished.catch(() => undefined);
 
   onBatchEnd(consumer, topic, (partition, next) => {
     if (!tracker.reached(partition, next)) return;

@@ -84,6 +84,9 @@ export async function readRange(options: RangeReadOptions): Promise<RangeReadRes
   let stopped = false;
   let finish: (error?: Error) => void = () => {};
   const finished = new Promise<void>((resolve, reject) => (finish = (error) => (error ? reject(error) : resolve())));
+  // Awaited below; this keeps a rejection while nothing awaits it yet (an abort or a timeout during
+  // the consumer's join) from being reported as unhandled, which ends the process.
+  finished.catch(() => undefined);
 
   onBatchEnd(consumer, topic, (partition, position) => {
     if (stopped || !tracker.reached(partition, position)) return;
