@@ -74,7 +74,8 @@ const BATCH_PREFIX_BYTES = Buffer.from(BATCH_PREFIX);
 export function isCallingBatch(value: string | Buffer): boolean {
   return typeof value === 'string'
     ? value.startsWith(BATCH_PREFIX)
-    : value.length >= BATCH_PREFIX_BYTES.length && BATCH_PREFIX_BYTES.compare(value, 0, BATCH_PREFIX_BYTES.length) === 0;
+    : value.length >= BATCH_PREFIX_BYTES.length &&
+        BATCH_PREFIX_BYTES.compare(value, 0, BATCH_PREFIX_BYTES.length) === 0;
 }
 
 /** A batch of `calling` records read back: who wrote it, when, and the requests it names. */
@@ -130,7 +131,6 @@ export function encodeLedgerEntry(entry: LedgerEntry): string {
       return JSON.stringify({ v: VERSION, ...entry });
   }
 }
-
 
 /** A ledger value read back; undefined when it is not one this release understands (skipped, never trusted). */
 export function decodeLedgerEntry(text: string | Buffer | null | undefined): LedgerEntry | undefined {

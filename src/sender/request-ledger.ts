@@ -322,7 +322,11 @@ export class RequestLedger {
     const record: RecordToWrite = {
       key: callingBatchKey(owner, ++this.batches),
       partition,
-      value: encodeCallingBatch(at, owner, calls.map((call) => ({ key: call.key, offset: call.entry.offset }))),
+      value: encodeCallingBatch(
+        at,
+        owner,
+        calls.map((call) => ({ key: call.key, offset: call.entry.offset })),
+      ),
       headers: {},
     };
     const open = this.open.get(partition);
@@ -394,7 +398,8 @@ export class RequestLedger {
           for (const e of own) {
             const text = e.value?.toString();
             if (text !== undefined && isCallingBatch(text)) {
-              for (const call of decodeCallingBatch(text) ?? []) if (keys.has(call.key)) found.set(call.key, call.entry);
+              for (const call of decodeCallingBatch(text) ?? [])
+                if (keys.has(call.key)) found.set(call.key, call.entry);
             } else if (keys.has(e.key)) found.set(e.key, decodeLedgerEntry(text));
           }
         },
