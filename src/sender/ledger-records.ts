@@ -12,11 +12,8 @@
  * - `released`: the member stopped working on it without an outcome (its partition moved, or a
  *   drain ran out of time), after `attempts` attempts; the next owner carries them on.
  *
- * The `calling` records of the calls a member starts together travel as one Kafka record, a
- * batch (`encodeCallingBatch`) under a key of its own: one record instead of one per request,
- * which a third of the ledger's cost per result was. A batch means a `calling` record for each
- * request it names, in its place in the log; compaction never merges batches (their keys are
- * unique), the topic's retention drops them.
+ * `calling` records of calls started together travel as one batch record (README "Calling
+ * records in batches"): a `calling` record for each request it names, in its place in the log.
  */
 export type LedgerEntry =
   | { state: 'calling'; offset: number; at: number; owner: string }
@@ -87,14 +84,8 @@ export interface CallingBatch {
 
 /** A batch's contents; undefined when it is not a batch this release understands (skipped, never trusted). */
 export function readCallingBatch(text: string | Buffer | null | undefined): CallingBatch | undefined {
-  if (text === null || text === undefined) return undefined;
-  let json: Record<string, unknown>;
-  try {
-    json = JSON.parse(typeof text === 'string' ? text : text.toString()) as Record<string, unknown>;
-  } catch {
-    return undefined;
-  }
-  if (!json || typeof json !== 'object' || json.v !== VERSION || json.state !== 'calling-batch') return undefined;
+  const json = parseObject(text);
+  if (!json || json.v !== VERSION || json.state !== 'calling-batch') return undefined;
   const { at, owner, calls } = json;
   if (!isTime(at) || typeof owner !== 'string' || !Array.isArray(calls)) return undefined;
   const out: BatchedCall[] = [];
@@ -184,15 +175,8 @@ const WRITTEN_PREFIX = new RegExp(
 function validRecord(
   text: string | Buffer | null | undefined,
 ): (Record<string, unknown> & { offset: number; at: number }) | undefined {
-  if (text === null || text === undefined) return undefined;
-  let json: Record<string, unknown>;
-  try {
-    json = JSON.parse(typeof text === 'string' ? text : text.toString()) as Record<string, unknown>;
-  } catch {
-    return undefined;
-  }
-  if (!json || typeof json !== 'object' || json.v !== VERSION || !isOffset(json.offset) || !isTime(json.at))
-    return undefined;
+  const json = parseObject(text);
+  if (!json || json.v !== VERSION || !isOffset(json.offset) || !isTime(json.at)) return undefined;
   const valid = json as Record<string, unknown> & { offset: number; at: number };
   switch (json.state) {
     case 'calling':
@@ -250,5 +234,16 @@ export function ledgerDecision(
       if (now < entry.at + graceMs) return { action: 'wait', until: entry.at + graceMs };
       // Nobody recorded an outcome in time: the call may have reached the provider.
       return { action: 'send', carried: { attempts: 1, maybeSent: true, firstAttemptAt: entry.at } };
+  }
+}
+
+/** A ledger value's JSON object; undefined when it is not one. */
+function parseObject(text: string | Buffer | null | undefined): Record<string, unknown> | undefined {
+  if (text === null || text === undefined) return undefined;
+  try {
+    const json: unknown = JSON.parse(typeof text === 'string' ? text : text.toString());
+    return json !== null && typeof json === 'object' ? (json as Record<string, unknown>) : undefined;
+  } catch {
+    return undefined;
   }
 }

@@ -115,6 +115,21 @@ function harness(answers: AttemptOutcome[], overrides: Partial<ProcessorOptions>
 
 const tick = () => new Promise((r) => setTimeout(r, 1));
 
+/**
+ * r-a calling (held), r-b with its `calling` record waiting for the one unrecorded slot r-a
+ * holds, and a rejoin whose pause ran out with both unrecorded.
+ */
+async function waitingAcrossRejoin() {
+  const h = harness([], { unrecordedSlots: new Semaphore(1) });
+  h.gate();
+  const first = h.processor.work(job('r-a'), context(0));
+  await expect.poll(() => h.calls.length).toBe(1);
+  const second = h.processor.work(job('r-b'), context(1));
+  await expect.poll(() => h.ledger.entries.get(ledgerKey('biz', 'r-b'))?.state).toBe('calling');
+  expect(await h.processor.pauseCalls(30)).toBe(false);
+  return { h, first, second };
+}
+
 describe('processor', () => {
   it('a call holds one of unrecordedSlots until its outcome is in the ledger: no more calls while outcomes wait', async () => {
     // The ledger's `done` records wait until the test lets them through (Kafka slow to take them).
@@ -503,16 +518,9 @@ describe('processor', () => {
   });
 
   it("a request that waited across a rejoin whose pause ran out reads the ledger first: another member's outcome is published again, not sent again", async () => {
-    const h = harness([], { unrecordedSlots: new Semaphore(1) });
-    h.gate();
-    const first = h.processor.work(job('r-a'), context(0));
-    await expect.poll(() => h.calls.length).toBe(1);
-    // r-b has its `calling` record and waits for an unrecorded slot, which r-a holds.
-    const second = h.processor.work(job('r-b'), context(1));
-    await expect.poll(() => h.ledger.entries.get(ledgerKey('biz', 'r-b'))?.state).toBe('calling');
-    // The rejoin's pause runs out with both unrecorded; meanwhile the group gave the partition to
-    // another member, which sent r-b and recorded its outcome, then gave the partition back.
-    expect(await h.processor.pauseCalls(30)).toBe(false);
+    const { h, first, second } = await waitingAcrossRejoin();
+    // Meanwhile the group gave the partition to another member, which sent r-b and recorded its
+    // outcome, then gave the partition back.
     const theirs = JSON.stringify({ requestId: 'r-b', businessId: 'biz', outcome: 'accepted', messageId: 'their-m' });
     h.ledger.entries.set(ledgerKey('biz', 'r-b'), {
       state: 'done',
@@ -530,13 +538,7 @@ describe('processor', () => {
   });
 
   it('a request that waited across a rejoin and finds only its own calling record calls once', async () => {
-    const h = harness([], { unrecordedSlots: new Semaphore(1) });
-    h.gate();
-    const first = h.processor.work(job('r-a'), context(0));
-    await expect.poll(() => h.calls.length).toBe(1);
-    const second = h.processor.work(job('r-b'), context(1));
-    await expect.poll(() => h.ledger.entries.get(ledgerKey('biz', 'r-b'))?.state).toBe('calling');
-    expect(await h.processor.pauseCalls(30)).toBe(false);
+    const { h, first, second } = await waitingAcrossRejoin();
     h.processor.resumeCalls();
     h.release();
     await expect.poll(() => h.calls.length).toBe(2);
