@@ -1,8 +1,9 @@
 // The sender's request ledger (src/sender/README.md "Sent once"): how fast a member that takes a
 // partition restores its memory from `send-ledger`, and how long a restart with it on disk takes.
 //   1. --entries requests are recorded in one partition of a fresh ledger topic as the sender
-//      records them: a batch of `calling` records for every --batch requests (the calls a member
-//      starts in one turn), then each request's `done` record (a result of about 330 bytes).
+//      records them: for every --batch requests, a batch record of their `calling` records (the
+//      calls a member starts in one turn), then one of their `done` records (results of about 330
+//      bytes, the outcomes of calls answered in one turn).
 //   2. bulk: RequestLedger.assign on an empty directory (a new member): entries (requests
 //      remembered) and records restored per second, end to end from the call to the ledger being
 //      ready.
@@ -23,13 +24,7 @@ import { withKafkajsAdmin } from '../src/kafka/client.js';
 import { startLocalBroker, type LocalBroker } from '../src/local-kafka/local-broker.js';
 import { ensureTopics } from '../src/kafka/topics.js';
 import { silentLogger } from '../src/platform/logger.js';
-import {
-  callingBatchKey,
-  encodeCallingBatch,
-  encodeLedgerEntry,
-  ledgerKey,
-  type LedgerEntry,
-} from '../src/sender/ledger-records.js';
+import { batchKey, encodeBatch, ledgerKey, type BatchedRecord } from '../src/sender/ledger-records.js';
 import { RequestLedger } from '../src/sender/request-ledger.js';
 import { benchArgs } from './args.js';
 
@@ -44,36 +39,42 @@ const BATCH = args.wholeNumber('batch', 1);
 const DELTA = args.wholeNumber('delta', 0);
 const ROUNDS = args.wholeNumber('rounds', 1);
 const PARTITION = 0;
+const OWNER = 'bench/1/abcdef12';
 
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const log = (line: string) => process.stderr.write(`${line}\n`);
 
-/** The records of requests `from`…`from + count - 1`: a batch of `calling` records per BATCH, then their `done` records. */
+/** The records of requests `from`…`from + count - 1`: per BATCH requests, a batch of their `calling` records, then one of their `done` records. */
 function records(from: number, count: number, at: number) {
   const out: { key: string; value: string; partition: number }[] = [];
   for (let first = from; first < from + count; first += BATCH) {
     const ids = Array.from({ length: Math.min(BATCH, from + count - first) }, (_, j) => first + j);
-    const calls = ids.map((i) => ({ key: ledgerKey('biz_1', `req-${i}`), offset: i }));
-    out.push({
-      key: callingBatchKey('bench/1/abcdef12', first),
-      value: encodeCallingBatch(at, 'bench/1/abcdef12', calls),
-      partition: PARTITION,
-    });
-    for (const i of ids) {
-      const result = JSON.stringify({
-        requestId: `req-${i}`,
-        businessId: 'biz_1',
-        outcome: 'accepted',
-        messageId: `01JX${String(i).padStart(22, '0')}`,
-        type: 'text',
-        recipient: `+1555${String(i % 100_000).padStart(7, '0')}`,
-        attempts: 1,
-        maybeSent: false,
-        acceptedAt: new Date(at).toISOString(),
-      });
-      const done: LedgerEntry = { state: 'done', offset: i, at: at + 1, remember: true, result };
-      out.push({ key: ledgerKey('biz_1', `req-${i}`), value: encodeLedgerEntry(done), partition: PARTITION });
-    }
+    const calls: BatchedRecord[] = ids.map((i) => ({
+      key: ledgerKey('biz_1', `req-${i}`),
+      entry: { state: 'calling', offset: i, at, owner: OWNER },
+    }));
+    const done: BatchedRecord[] = ids.map((i) => ({
+      key: ledgerKey('biz_1', `req-${i}`),
+      entry: {
+        state: 'done',
+        offset: i,
+        at: at + 1,
+        remember: true,
+        result: JSON.stringify({
+          requestId: `req-${i}`,
+          businessId: 'biz_1',
+          outcome: 'accepted',
+          messageId: `01JX${String(i).padStart(22, '0')}`,
+          type: 'text',
+          recipient: `+1555${String(i % 100_000).padStart(7, '0')}`,
+          attempts: 1,
+          maybeSent: false,
+          acceptedAt: new Date(at).toISOString(),
+        }),
+      },
+    }));
+    out.push({ key: batchKey(OWNER, 2 * first), value: encodeBatch(OWNER, calls), partition: PARTITION });
+    out.push({ key: batchKey(OWNER, 2 * first + 1), value: encodeBatch(OWNER, done), partition: PARTITION });
   }
   return out;
 }
@@ -101,7 +102,7 @@ async function main() {
     logLevel: logLevel.NOTHING,
     retry: { retries: 10 },
   });
-  const recordsPerRound = ENTRIES + Math.ceil(ENTRIES / BATCH);
+  const recordsPerRound = 2 * Math.ceil(ENTRIES / BATCH);
   const bulk: number[] = [];
   const bulkEntries: number[] = [];
   const bulkMs: number[] = [];
@@ -126,6 +127,7 @@ async function main() {
       const ledger = () =>
         new RequestLedger({
           changelogs: new ChangelogRestorer(kafka),
+          owner: OWNER,
           topic,
           partitions: 1,
           stateDir,
@@ -162,7 +164,7 @@ async function main() {
     await local?.stop();
   }
   console.log(
-    `\n${ENTRIES} requests (${recordsPerRound} ledger records, calling records in batches of ${BATCH}), ${ROUNDS} round(s), medians:\n\n` +
+    `\n${ENTRIES} requests (${recordsPerRound} ledger records: batches of ${BATCH} calling, then done records), ${ROUNDS} round(s), medians:\n\n` +
       `| bulk restore (new member) | entries/s | records/s | entries kept | restart, ${DELTA} requests written meanwhile |\n|---|---|---|---|---|\n` +
       `| ${Math.round(median(bulkMs))} ms (${bulkMs.map((v) => Math.round(v)).join(' / ')}) | ${median(bulkEntries)} (${bulkEntries.join(' / ')}) | ${median(bulk)} (${bulk.join(' / ')}) | ${median(entriesKept)} | ${Math.round(median(restartMs))} ms (${restartMs.map((v) => Math.round(v)).join(' / ')}) |`,
   );

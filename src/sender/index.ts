@@ -269,7 +269,9 @@ export class Sender implements Role {
       ...(table ? { conversationTable: () => table.stats() } : {}),
     });
     this.callSlots = new Semaphore(s.concurrency);
+    const owner = `${hostname()}/${process.pid}/${randomUUID().slice(0, 8)}`;
     const ledger = new RequestLedger({
+      owner,
       changelogs: new ChangelogRestorer(this.kafka),
       topic: config.kafka.topics.sendLedger,
       partitions: prepared.partitions,
@@ -284,7 +286,6 @@ export class Sender implements Role {
       void ledger.tick();
       return true;
     });
-    const owner = `${hostname()}/${process.pid}/${randomUUID().slice(0, 8)}`;
     this.processor = createProcessor({
       client: this.client,
       publish: (topic, record) => publisher.publish(topic, record),

@@ -12,8 +12,8 @@
  * - `released`: the member stopped working on it without an outcome (its partition moved, or a
  *   drain ran out of time), after `attempts` attempts; the next owner carries them on.
  *
- * `calling` records of calls started together travel as one batch record (README "Calling
- * records in batches"): a `calling` record for each request it names, in its place in the log.
+ * The `calling` and `done` records of one turn travel as one batch record (README "Ledger records
+ * in batches"): the records it carries, in its place in the log.
  */
 export type LedgerEntry =
   | { state: 'calling'; offset: number; at: number; owner: string }
@@ -38,73 +38,88 @@ const isTime = (v: unknown): v is number => typeof v === 'number' && Number.isFi
 const isOffset = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
 
 /**
- * The key of a batch of `calling` records: its writer and a number of its own. A three-element
- * array, so never a request's key (two elements).
+ * The key of a batch record: its writer and a number of its own. A three-element array, so never
+ * a request's key (two elements).
  */
-export function callingBatchKey(owner: string, sequence: number): string {
-  return JSON.stringify(['calling', owner, sequence]);
+export function batchKey(owner: string, sequence: number): string {
+  return JSON.stringify(['batch', owner, sequence]);
 }
 
-/** How every batch's key begins (a request of a business named `calling` shares it: tell them apart by the value). */
-export const CALLING_BATCH_KEY_START = '["calling",';
+/** How every batch's key begins (a request of a business named `batch` shares it: tell them apart by the value). */
+export const BATCH_KEY_START = '["batch",';
 
-/** One request of a batch: its ledger key and the offset of its record. */
-export interface BatchedCall {
+/** A `calling` or `done` record of one request, as a batch carries it. */
+export interface BatchedRecord {
   key: string;
-  offset: number;
+  entry: LedgerEntry & { state: 'calling' | 'done' };
+}
+
+/** Whether a record can travel in a batch: its key and value are lines (JSON.stringify's output always is). */
+export function isBatchable({ key, entry }: BatchedRecord): boolean {
+  return !key.includes('\n') && (entry.state !== 'done' || !entry.result.includes('\n'));
 }
 
 /**
- * A batch of `calling` records, all at `at` by `owner`. Each request's key is a JSON string of its
- * ledger key: read back as it is, with no key to build again per request.
+ * Several ledger records of one writer as one Kafka record (README "Ledger records in batches"):
+ * a header line (JSON: the latest time, the writer, how many records), then each record's key
+ * and value, a line each, exactly as they would be written alone. A reader splits the bytes at
+ * the line ends and keeps each value as it is: nothing parsed, nothing written out again.
  */
-export function encodeCallingBatch(at: number, owner: string, calls: readonly BatchedCall[]): string {
-  let list = '';
-  for (const call of calls) list += `${list === '' ? '' : ','}[${JSON.stringify(call.key)},${call.offset}]`;
-  return `{"v":${VERSION},"state":"calling-batch","at":${at},"owner":${JSON.stringify(owner)},"calls":[${list}]}`;
+export function encodeBatch(owner: string, records: readonly BatchedRecord[]): string {
+  let at = 0;
+  let lines = '';
+  for (const { key, entry } of records) {
+    at = Math.max(at, entry.at);
+    lines += `${key}\n${encodeLedgerEntry(entry)}\n`;
+  }
+  return `{"v":${VERSION},"state":"batch","at":${at},"owner":${JSON.stringify(owner)},"records":${records.length}}\n${lines}`;
 }
 
-const BATCH_PREFIX = `{"v":${VERSION},"state":"calling-batch",`;
+const BATCH_PREFIX = `{"v":${VERSION},"state":"batch",`;
 const BATCH_PREFIX_BYTES = Buffer.from(BATCH_PREFIX);
+const NEWLINE = 0x0a;
 
-/** Whether a ledger value is a batch of `calling` records (by its prefix; `readCallingBatch` checks the rest). */
-export function isCallingBatch(value: string | Buffer): boolean {
+/** Whether a ledger value is a batch record (by its prefix; `splitBatch` checks the rest). */
+export function isBatch(value: string | Buffer): boolean {
   return typeof value === 'string'
     ? value.startsWith(BATCH_PREFIX)
     : value.length >= BATCH_PREFIX_BYTES.length &&
         BATCH_PREFIX_BYTES.compare(value, 0, BATCH_PREFIX_BYTES.length) === 0;
 }
 
-/** A batch of `calling` records read back: who wrote it, when, and the requests it names. */
-export interface CallingBatch {
-  at: number;
-  owner: string;
-  calls: BatchedCall[];
-}
-
-/** A batch's contents; undefined when it is not a batch this release understands (skipped, never trusted). */
-export function readCallingBatch(text: string | Buffer | null | undefined): CallingBatch | undefined {
-  const json = parseObject(text);
-  if (!json || json.v !== VERSION || json.state !== 'calling-batch') return undefined;
-  const { at, owner, calls } = json;
-  if (!isTime(at) || typeof owner !== 'string' || !Array.isArray(calls)) return undefined;
-  const out: BatchedCall[] = [];
-  for (const call of calls as unknown[]) {
-    if (!Array.isArray(call) || call.length !== 2 || typeof call[0] !== 'string' || !isOffset(call[1]))
-      return undefined;
-    out.push({ key: call[0], offset: call[1] });
+/**
+ * The records of a batch, in order: each key, and its value as a view of the batch's bytes (read
+ * like a record's own value: `ledgerEntryTime`, `decodeLedgerEntry`). Undefined when it is not a
+ * batch this release understands (skipped whole, never trusted).
+ */
+export function splitBatch(value: Buffer): { key: string; value: Buffer }[] | undefined {
+  let end = value.indexOf(NEWLINE);
+  if (end < 0) return undefined;
+  const header = parseObject(value.toString('utf8', 0, end));
+  if (!header || header.v !== VERSION || header.state !== 'batch' || !isTime(header.at)) return undefined;
+  if (typeof header.owner !== 'string' || !isOffset(header.records)) return undefined;
+  const records: { key: string; value: Buffer }[] = [];
+  let start = end + 1;
+  while (start < value.length) {
+    const keyEnd = value.indexOf(NEWLINE, start);
+    end = keyEnd < 0 ? -1 : value.indexOf(NEWLINE, keyEnd + 1);
+    // A key is a JSON array, a value a JSON object.
+    if (end < 0 || value[start] !== 0x5b || value[keyEnd - 1] !== 0x5d) return undefined;
+    if (value[keyEnd + 1] !== 0x7b || value[end - 1] !== 0x7d) return undefined;
+    records.push({ key: value.toString('utf8', start, keyEnd), value: value.subarray(keyEnd + 1, end) });
+    start = end + 1;
   }
-  return { at, owner, calls: out };
+  return records.length === header.records ? records : undefined;
 }
 
-/** The `calling` records a batch stands for, with their keys; undefined when it is not a batch this release understands. */
-export function decodeCallingBatch(
-  text: string | Buffer | null | undefined,
-): { key: string; entry: LedgerEntry & { state: 'calling' } }[] | undefined {
-  const batch = readCallingBatch(text);
-  return batch?.calls.map(({ key, offset }) => ({
+/** The records of a batch with their entries (undefined for a value not understood, as alone); undefined when it is not a batch this release understands. */
+export function decodeBatch(
+  value: string | Buffer | null | undefined,
+): { key: string; entry: LedgerEntry | undefined }[] | undefined {
+  if (value === null || value === undefined) return undefined;
+  return splitBatch(typeof value === 'string' ? Buffer.from(value) : value)?.map(({ key, value: bytes }) => ({
     key,
-    entry: { state: 'calling', offset, at: batch.at, owner: batch.owner },
+    entry: decodeLedgerEntry(bytes),
   }));
 }
 
@@ -149,28 +164,72 @@ export function decodeLedgerEntry(text: string | Buffer | null | undefined): Led
  * The time of a ledger value this release understands, undefined otherwise: for the `calling` and
  * `done` shapes `encodeLedgerEntry` writes, read from their prefix (the rest is checked when the
  * entry is decoded); for anything else, what `decodeLedgerEntry` would give. A restore keeps the
- * value's text as it is and needs only this: no entry is built and no result is written out again.
+ * value's bytes as they are and needs only this: no entry is built and no result is written out
+ * again.
  */
 export function ledgerEntryTime(text: string | Buffer | null | undefined): number | undefined {
-  if (text !== null && text !== undefined && text.length > 0) {
-    // Without parsing the result: a profiled restore spent 12% of its time in JSON.parse here.
-    // Of bytes, only the head is read (the prefix is ASCII).
-    const head = typeof text === 'string' ? text : text.toString('latin1', 0, WRITTEN_PREFIX_MAX);
-    const ends = typeof text === 'string' ? text.endsWith('}') : text[text.length - 1] === 0x7d;
-    const fast = WRITTEN_PREFIX.exec(head);
-    if (fast && ends) {
-      const at = Number(fast[1] ?? fast[2]);
-      if (Number.isSafeInteger(at)) return at;
-    }
-  }
-  return validRecord(text)?.at;
+  if (text === null || text === undefined || text.length === 0) return undefined;
+  // Without parsing the result: a profiled restore spent 12% of its time in JSON.parse here.
+  const fast = typeof text === 'string' ? timeOfText(text) : timeOfBytes(text);
+  return fast ?? validRecord(text)?.at;
 }
 
-/** Longer than any match of WRITTEN_PREFIX: `done` with 16-digit numbers is 95 characters. */
-const WRITTEN_PREFIX_MAX = 128;
+function timeOfText(text: string): number | undefined {
+  const fast = text.endsWith('}') ? WRITTEN_PREFIX.exec(text) : null;
+  const at = fast ? Number(fast[1] ?? fast[2]) : undefined;
+  return at !== undefined && Number.isSafeInteger(at) ? at : undefined;
+}
+
 const WRITTEN_PREFIX = new RegExp(
   `^\\{"v":${VERSION},"state":"(?:calling","offset":\\d{1,16},"at":(\\d{1,16}),"owner":"|done","offset":\\d{1,16},"at":(\\d{1,16}),"remember":(?:true|false),"result":\\{)`,
 );
+
+/** The same prefixes as WRITTEN_PREFIX, read from the bytes with no string made (a restore reads a value per entry). */
+const STATE_START = Buffer.from(`{"v":${VERSION},"state":"`);
+const CALLING_OFFSET = Buffer.from('calling","offset":');
+const DONE_OFFSET = Buffer.from('done","offset":');
+const AT = Buffer.from(',"at":');
+const OWNER = Buffer.from(',"owner":"');
+const REMEMBER = Buffer.from(',"remember":');
+const TRUE_RESULT = Buffer.from('true,"result":{');
+const FALSE_RESULT = Buffer.from('false,"result":{');
+
+function timeOfBytes(bytes: Buffer): number | undefined {
+  if (bytes[bytes.length - 1] !== 0x7d || !startsAt(bytes, 0, STATE_START)) return undefined;
+  let i = STATE_START.length;
+  const calling = startsAt(bytes, i, CALLING_OFFSET);
+  if (!calling && !startsAt(bytes, i, DONE_OFFSET)) return undefined;
+  i += calling ? CALLING_OFFSET.length : DONE_OFFSET.length;
+  const offsetEnd = digitsEnd(bytes, i);
+  if (offsetEnd < 0 || !startsAt(bytes, offsetEnd, AT)) return undefined;
+  const atStart = offsetEnd + AT.length;
+  const atEnd = digitsEnd(bytes, atStart);
+  if (atEnd < 0) return undefined;
+  if (calling) {
+    if (!startsAt(bytes, atEnd, OWNER)) return undefined;
+  } else {
+    const flag = atEnd + REMEMBER.length;
+    if (!startsAt(bytes, atEnd, REMEMBER)) return undefined;
+    if (!startsAt(bytes, flag, TRUE_RESULT) && !startsAt(bytes, flag, FALSE_RESULT)) return undefined;
+  }
+  let at = 0;
+  for (let j = atStart; j < atEnd; j++) at = at * 10 + bytes[j]! - 0x30;
+  return Number.isSafeInteger(at) ? at : undefined;
+}
+
+/** A loop rather than Buffer.compare: for a few bytes, the native call cost more than the comparison. */
+function startsAt(bytes: Buffer, at: number, prefix: Buffer): boolean {
+  if (bytes.length < at + prefix.length) return false;
+  for (let i = 0; i < prefix.length; i++) if (bytes[at + i] !== prefix[i]) return false;
+  return true;
+}
+
+/** Where a run of 1 to 16 ASCII digits starting at `from` ends; -1 when there is none. */
+function digitsEnd(bytes: Buffer, from: number): number {
+  let i = from;
+  while (i < bytes.length && i - from < 17 && bytes[i]! >= 0x30 && bytes[i]! <= 0x39) i++;
+  return i > from && i - from <= 16 ? i : -1;
+}
 
 function validRecord(
   text: string | Buffer | null | undefined,

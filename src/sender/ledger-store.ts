@@ -10,10 +10,9 @@ import {
 import {
   decodeLedgerEntry,
   encodeLedgerEntry,
-  isCallingBatch,
+  isBatch,
   ledgerEntryTime,
-  readCallingBatch,
-  type CallingBatch,
+  splitBatch,
   type LedgerEntry,
 } from './ledger-records.js';
 
@@ -143,8 +142,8 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
   /**
    * Changelog records (a restore, in offset order) up to `position`: later records of a key
    * replace earlier ones, a tombstone or a value this release does not understand deletes, a
-   * record older than `expireBeforeMs` is not kept. A batch of `calling` records is the records
-   * it names, in its place.
+   * record older than `expireBeforeMs` is not kept. A batch is the records it carries, in its
+   * place.
    *
    * Written on lmdb's write thread, in the order issued (the checkpoint after its records, so
    * never ahead of them), while this thread decodes what Kafka sends next: in one synchronous
@@ -155,26 +154,16 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     this.assertOpen();
     const next = position === undefined ? undefined : { ...this.pendingCheckpoint(EMPTY), ledger: position };
     // Only the last record of each key in the chunk is written, as the bytes Kafka gave (no text
-    // made and encoded again). A batch stands for the `calling` records it names, in its place;
-    // one is written only when no later record of its request in the chunk replaced it.
-    const last = new Map<string, Buffer | null | { batch: CallingBatch; offset: number }>();
+    // made and encoded again). A batch is the records it carries, in its place.
+    const last = new Map<string, Buffer | null>();
     for (const { key, value } of entries) {
-      if (value === null || !isCallingBatch(value)) last.set(key, value);
-      else {
-        const batch = readCallingBatch(value);
-        if (batch) for (const call of batch.calls) last.set(call.key, { batch, offset: call.offset });
-      }
+      if (value === null || !isBatch(value)) last.set(key, value);
+      else for (const record of splitBatch(value) ?? []) last.set(record.key, record.value);
     }
     const { entries: db } = this.h;
     const index = new MinuteIndex();
     let write: Promise<unknown> | undefined;
-    for (const [key, kept] of last) {
-      const bytes =
-        kept === null || Buffer.isBuffer(kept)
-          ? kept
-          : Buffer.from(
-              encodeLedgerEntry({ state: 'calling', offset: kept.offset, at: kept.batch.at, owner: kept.batch.owner }),
-            );
+    for (const [key, bytes] of last) {
       const at = ledgerEntryTime(bytes);
       if (at === undefined || at < expireBeforeMs) {
         // Issued even when not on disk: a put of an earlier chunk may still be on its way. Its

@@ -3,13 +3,15 @@ import type { ChangelogRestorer } from '../kafka/changelog-restore.js';
 import type { Logger } from '../platform/logger.js';
 import { sleep } from '../platform/sleep.js';
 import {
-  CALLING_BATCH_KEY_START,
-  callingBatchKey,
-  decodeCallingBatch,
+  BATCH_KEY_START,
+  batchKey,
+  decodeBatch,
   decodeLedgerEntry,
-  encodeCallingBatch,
+  encodeBatch,
   encodeLedgerEntry,
-  isCallingBatch,
+  isBatch,
+  isBatchable,
+  type BatchedRecord,
   type LedgerEntry,
 } from './ledger-records.js';
 import { LedgerStore, ledgerStoreDir } from './ledger-store.js';
@@ -25,6 +27,8 @@ import { errorMessage } from '../platform/errors.js';
  */
 export interface RequestLedgerOptions {
   changelogs: ChangelogRestorer;
+  /** This process, as its records name it (`calling` records, batch keys). */
+  owner: string;
   topic: string;
   /** Partitions of send-requests (and of the ledger, co-partitioned). */
   partitions: number;
@@ -52,14 +56,12 @@ const READ_BYTES_PER_PARTITION = 2 * 1024 * 1024;
 const SWEEP_LIMIT = 20_000;
 /** Refreshes of a partition for records another member may still write: at most one this often. */
 const REFRESH_EVERY_MS = 1000;
-/** `calling` records in one batch, and the bytes of their keys: a batch stays far below a record's limit. */
-const BATCH_MAX_CALLS = 500;
-const BATCH_MAX_KEY_BYTES = 256 * 1024;
+/** Records in one batch, and the bytes of their keys and results: a batch stays far below a record's limit. */
+const BATCH_MAX_RECORDS = 500;
+const BATCH_MAX_BYTES = 256 * 1024;
 
-/** A `calling` record waiting for its batch (`writeCalling`). */
-interface PendingCall {
-  key: string;
-  entry: LedgerEntry & { state: 'calling' };
+/** A record waiting for its batch (`writeBatched`). */
+interface PendingRecord extends BatchedRecord {
   publish: (record: RecordToWrite) => Promise<boolean>;
   written: (ok: boolean) => void;
 }
@@ -94,14 +96,18 @@ export class RequestLedger {
   private readonly opening = new Map<number, Promise<void>>();
   /** Stores of partitions that moved away, still closing: opening the directory again waits (one LMDB environment per path in a process). */
   private readonly closing = new Map<number, Promise<void>>();
-  /** `calling` records of each partition waiting to go out together (`writeCalling`). */
-  private readonly pendingCalls = new Map<number, PendingCall[]>();
+  /** `calling` and `done` records of each partition waiting to go out together (`writeBatched`). */
+  private readonly pending = new Map<number, PendingRecord[]>();
   private batches = 0;
   private readonly now: () => number;
   private closed = false;
 
   constructor(private readonly options: RequestLedgerOptions) {
     this.now = options.now ?? Date.now;
+  }
+
+  get owner(): string {
+    return this.options.owner;
   }
 
   private get perPartitionMax(): number {
@@ -274,7 +280,8 @@ export class RequestLedger {
     entry: LedgerEntry,
     publish: (record: RecordToWrite) => Promise<boolean>,
   ): Promise<boolean> {
-    if (entry.state === 'calling') return this.writeCalling(partition, key, entry, publish);
+    if (entry.state !== 'released' && isBatchable({ key, entry }))
+      return this.writeBatched(partition, { key, entry }, publish);
     const open = this.open.get(partition);
     const work = publish(this.recordOf(partition, key, entry));
     open?.writing.add(work);
@@ -290,60 +297,49 @@ export class RequestLedger {
   }
 
   /**
-   * A `calling` record joins the others of its partition written in the same turn of the event
-   * loop (the calls a fetch or a freed slot starts together): they go out as one batch record,
-   * published with the first writer's `publish` (the next one's if that writer stopped), and are
-   * kept in the store once Kafka has it.
+   * A `calling` or `done` record joins the others of its partition written in the same turn of
+   * the event loop (the calls a fetch or a freed slot starts together, the outcomes of the calls
+   * answered together): they go out as one batch record, published with the first writer's
+   * `publish` (the next one's if that writer stopped), and are kept in the store once Kafka has it.
    */
-  private writeCalling(
+  private writeBatched(
     partition: number,
-    key: string,
-    entry: LedgerEntry & { state: 'calling' },
+    record: BatchedRecord,
     publish: (record: RecordToWrite) => Promise<boolean>,
   ): Promise<boolean> {
-    return new Promise((written) => {
-      let pending = this.pendingCalls.get(partition);
+    const written = new Promise<boolean>((resolve) => {
+      let pending = this.pending.get(partition);
       if (!pending) {
-        const calls: PendingCall[] = (pending = []);
-        this.pendingCalls.set(partition, calls);
+        const records: PendingRecord[] = (pending = []);
+        this.pending.set(partition, records);
         setImmediate(() => {
-          if (this.pendingCalls.get(partition) === calls) this.pendingCalls.delete(partition);
-          for (const batch of splitCalls(calls)) void this.writeBatch(partition, batch);
+          if (this.pending.get(partition) === records) this.pending.delete(partition);
+          for (const batch of splitBatches(records)) void this.writeBatch(partition, batch);
         });
       }
-      pending.push({ key, entry, publish, written });
+      pending.push({ ...record, publish, written: resolve });
     });
+    // A write in progress from now on: the partition's store stays open until it is kept.
+    const open = this.open.get(partition);
+    if (open) {
+      open.writing.add(written);
+      void written.then(() => open.writing.delete(written));
+    }
+    return written;
   }
 
-  private async writeBatch(partition: number, calls: PendingCall[]): Promise<void> {
-    let at = 0;
-    for (const call of calls) at = Math.max(at, call.entry.at);
-    const owner = calls[0]!.entry.owner;
+  private async writeBatch(partition: number, records: PendingRecord[]): Promise<void> {
     const record: RecordToWrite = {
-      key: callingBatchKey(owner, ++this.batches),
+      key: batchKey(this.owner, ++this.batches),
       partition,
-      value: encodeCallingBatch(
-        at,
-        owner,
-        calls.map((call) => ({ key: call.key, offset: call.entry.offset })),
-      ),
+      value: encodeBatch(this.owner, records),
       headers: {},
     };
-    const open = this.open.get(partition);
-    const work = (async () => {
-      for (const call of calls) if (await call.publish(record)) return true;
-      return false;
-    })();
-    open?.writing.add(work);
     let ok = false;
-    try {
-      ok = await work;
-    } finally {
-      open?.writing.delete(work);
-    }
+    for (const pending of records) if ((ok = await pending.publish(record))) break;
     const store = ok ? this.open.get(partition)?.store : undefined;
-    if (store && !store.isClosed()) for (const call of calls) store.record(call.key, call.entry);
-    for (const call of calls) call.written(ok);
+    if (store && !store.isClosed()) for (const { key, entry } of records) store.record(key, entry);
+    for (const pending of records) pending.written(ok);
   }
 
   /**
@@ -388,7 +384,7 @@ export class RequestLedger {
         // A batch's key names its writer, not the requests in it: every batch is read.
         filter: (r) => {
           const key = r.key!.toString();
-          return keys.has(key) || key.startsWith(CALLING_BATCH_KEY_START);
+          return keys.has(key) || key.startsWith(BATCH_KEY_START);
         },
         chunkSize: CHUNK,
         ...(signal ? { signal } : {}),
@@ -396,11 +392,10 @@ export class RequestLedger {
         maxBytesPerPartition: READ_BYTES_PER_PARTITION,
         apply: (own) => {
           for (const e of own) {
-            const text = e.value?.toString();
-            if (text !== undefined && isCallingBatch(text)) {
-              for (const call of decodeCallingBatch(text) ?? [])
-                if (keys.has(call.key)) found.set(call.key, call.entry);
-            } else if (keys.has(e.key)) found.set(e.key, decodeLedgerEntry(text));
+            if (e.value && isBatch(e.value)) {
+              for (const record of decodeBatch(e.value) ?? [])
+                if (keys.has(record.key)) found.set(record.key, record.entry);
+            } else if (keys.has(e.key)) found.set(e.key, decodeLedgerEntry(e.value));
           }
         },
       });
@@ -495,19 +490,20 @@ export class RequestLedger {
   }
 }
 
-/** A partition's `calling` records in batches within the bounds. */
-function splitCalls(calls: PendingCall[]): PendingCall[][] {
-  const batches: PendingCall[][] = [];
-  let batch: PendingCall[] = [];
+/** A partition's pending records in batches within the bounds. */
+function splitBatches(records: PendingRecord[]): PendingRecord[][] {
+  const batches: PendingRecord[][] = [];
+  let batch: PendingRecord[] = [];
   let bytes = 0;
-  for (const call of calls) {
-    if (batch.length > 0 && (batch.length >= BATCH_MAX_CALLS || bytes + call.key.length > BATCH_MAX_KEY_BYTES)) {
+  for (const record of records) {
+    const size = record.key.length + (record.entry.state === 'done' ? record.entry.result.length : 0);
+    if (batch.length > 0 && (batch.length >= BATCH_MAX_RECORDS || bytes + size > BATCH_MAX_BYTES)) {
       batches.push(batch);
       batch = [];
       bytes = 0;
     }
-    batch.push(call);
-    bytes += call.key.length;
+    batch.push(record);
+    bytes += size;
   }
   if (batch.length > 0) batches.push(batch);
   return batches;

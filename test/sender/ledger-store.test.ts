@@ -4,11 +4,14 @@ import { join } from 'node:path';
 import { open as lmdbOpen } from 'lmdb';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
-  callingBatchKey,
-  decodeCallingBatch,
+  batchKey,
+  decodeBatch,
   decodeLedgerEntry,
-  encodeCallingBatch,
+  encodeBatch,
   encodeLedgerEntry,
+  isBatchable,
+  splitBatch,
+  type BatchedRecord,
   ledgerDecision,
   ledgerEntryTime,
   ledgerKey,
@@ -17,13 +20,12 @@ import {
 import { LedgerStore, ledgerStoreDir } from '../../src/sender/ledger-store.js';
 
 const identity = { clusterId: 'c1', topic: 'send-ledger', partition: 3, partitions: 12 };
-const done = (offset: number, at: number, remember = true): LedgerEntry => ({
-  state: 'done',
-  offset,
-  at,
-  remember,
-  result: `{"requestId":"r${offset}","outcome":"accepted"}`,
-});
+const done = (
+  offset: number,
+  at: number,
+  remember = true,
+  result = `{"requestId":"r${offset}","outcome":"accepted"}`,
+): LedgerEntry & { state: 'done' } => ({ state: 'done', offset, at, remember, result });
 const bytes = (e: LedgerEntry) => Buffer.from(encodeLedgerEntry(e));
 
 describe('ledger records', () => {
@@ -44,36 +46,63 @@ describe('ledger records', () => {
       '{"v":1,"state":"calling","offset":1,"at":1}',
       '{"v":1,"state":"gone","offset":1,"at":1}',
     ])
-      expect([decodeLedgerEntry(bad), ledgerEntryTime(bad)]).toEqual([undefined, undefined]);
+      for (const value of [bad, Buffer.from(bad)])
+        expect([decodeLedgerEntry(value), ledgerEntryTime(value)]).toEqual([undefined, undefined]);
     expect(decodeLedgerEntry(null)).toBeUndefined();
-    for (const e of entries) expect(ledgerEntryTime(encodeLedgerEntry(e))).toBe(e.at);
+    // The time, from text and from bytes (a restore), of what is written and of what is only understood.
+    const spaced = '{"v":1, "state":"done","offset":2,"at":77,"remember":true,"result":{}}';
+    for (const [value, at] of [...entries.map((e) => [encodeLedgerEntry(e), e.at] as const), [spaced, 77] as const]) {
+      expect(ledgerEntryTime(value)).toBe(at);
+      expect(ledgerEntryTime(Buffer.from(value))).toBe(at);
+    }
+    // A prefix that looks right on a value that is not whole is not trusted.
+    const cut = encodeLedgerEntry(done(5, 12_345)).slice(0, -2);
+    expect([ledgerEntryTime(cut), ledgerEntryTime(Buffer.from(cut))]).toEqual([undefined, undefined]);
   });
 
-  it('a batch of calling records round-trips to one calling record per request; a bad batch is not trusted', () => {
-    const calls = [
-      { key: ledgerKey('biz', 'r1'), offset: 4 },
-      { key: ledgerKey('b"z', 'r\\2'), offset: 9 },
+  it('a batch round-trips to its records, in order, each as it would be alone; a bad batch is not trusted', () => {
+    const records: BatchedRecord[] = [
+      { key: ledgerKey('biz', 'r1'), entry: { state: 'calling', offset: 4, at: 50, owner: 'host/1/abc' } },
+      // Quotes, backslashes and escaped newlines in a key and a result survive as they were.
+      { key: ledgerKey('b"z\n', 'r\\2'), entry: done(9, 51, true, '{"x":"a\\"b\\n"}') },
+      { key: ledgerKey('biz', 'r3'), entry: done(10, 52, false) },
     ];
-    const text = encodeCallingBatch(50, 'host/1/abc', calls);
-    expect(decodeCallingBatch(text)).toEqual(
-      calls.map(({ key, offset }) => ({ key, entry: { state: 'calling', offset, at: 50, owner: 'host/1/abc' } })),
+    const text = encodeBatch('host/1/abc', records);
+    expect(text.split('\n')[0]).toBe('{"v":1,"state":"batch","at":52,"owner":"host/1/abc","records":3}');
+    expect(decodeBatch(text)).toEqual(records);
+    expect(decodeBatch(Buffer.from(text))).toEqual(records);
+    expect(splitBatch(Buffer.from(text))!.map((r) => r.value.toString())).toEqual(
+      records.map((r) => encodeLedgerEntry(r.entry)),
     );
-    expect(decodeCallingBatch(encodeCallingBatch(1, 'o', []))).toEqual([]);
+    expect(decodeBatch(encodeBatch('o', []))).toEqual([]);
     // Not a request's record: no entry of its own, whatever its key.
     expect([decodeLedgerEntry(text), ledgerEntryTime(text)]).toEqual([undefined, undefined]);
-    expect(JSON.parse(callingBatchKey('host/1/abc', 7))).toHaveLength(3);
+    expect(JSON.parse(batchKey('host/1/abc', 7))).toHaveLength(3);
+    // A record a line cannot hold goes alone (JSON.stringify never writes one).
+    expect(records.map(isBatchable)).toEqual([true, true, true]);
+    expect(isBatchable({ key: ledgerKey('biz', 'r4'), entry: done(11, 1, true, '{\n}') })).toBe(false);
+    // A record this release does not understand is undefined, as it would be alone.
+    const unknown = '{"v":1,"state":"batch","at":1,"owner":"o","records":1}\n["biz","r"]\n{"v":9}\n';
+    expect(decodeBatch(unknown)).toEqual([{ key: '["biz","r"]', entry: undefined }]);
+    const head = '{"v":1,"state":"batch","at":1,"owner":"o","records":1}\n';
+    const calling = '{"v":1,"state":"calling","offset":1,"at":1,"owner":"o"}';
+    expect(decodeBatch(`${head}["biz","r"]\n${calling}\n`)).toHaveLength(1);
     for (const bad of [
       null,
-      '{"v":1,"state":"calling-batch","at":1,"owner":"o","calls":[[["biz","r"],1]]}',
-      '{"v":1,"state":"calling-batch","at":1,"owner":"o","calls":[["[\\"biz\\",\\"r\\"]",-1]]}',
-      '{"v":1,"state":"calling-batch","at":1,"owner":"o","calls":[["[\\"biz\\",\\"r\\"]"]]}',
-      '{"v":1,"state":"calling-batch","at":1,"owner":"o","calls":{}}',
-      '{"v":1,"state":"calling-batch","at":-1,"owner":"o","calls":[]}',
-      '{"v":1,"state":"calling-batch","at":1,"calls":[]}',
-      '{"v":2,"state":"calling-batch","at":1,"owner":"o","calls":[]}',
+      `${head}["biz","r"]\n${calling}`,
+      `${head}["biz","r"]\n${calling}\n["biz","s"]\n${calling}\n`,
+      `${head}"biz"\n${calling}\n`,
+      `${head}["biz","r"]\n"x"\n`,
+      `${head}["biz","r"]\n`,
+      head,
+      '{"v":1,"state":"batch","at":1,"owner":"o","records":-1}\n',
+      '{"v":1,"state":"batch","at":-1,"owner":"o","records":0}\n',
+      '{"v":1,"state":"batch","at":1,"records":0}\n',
+      '{"v":2,"state":"batch","at":1,"owner":"o","records":0}\n',
+      '{"v":1,"state":"batch","at":1,"owner":"o","records":0}',
       encodeLedgerEntry(done(1, 1)),
     ])
-      expect(decodeCallingBatch(bad)).toBeUndefined();
+      expect(decodeBatch(bad)).toBeUndefined();
   });
 
   it('keys a request by business and id without ambiguity', () => {
@@ -164,40 +193,43 @@ describe('ledger store (LMDB)', () => {
     await again.close();
   });
 
-  it('a batch of calling records in a chunk is a calling record for each request it names, in its place', async () => {
+  it('a batch in a chunk is the calling and done records it carries, in its place', async () => {
     const store = open();
     const k = (id: string) => ledgerKey('biz', id);
-    // A business named "calling" shares the batches' key prefix: its records are still its own.
-    const lookalike = ledgerKey('calling', 'x');
+    // A business named "batch" shares the batches' key prefix: its records are still its own.
+    const lookalike = ledgerKey('batch', 'x');
+    const calling = (offset: number) => ({ state: 'calling' as const, offset, at: 1000, owner: 'host/1/abc' });
     store.applyChangelog(
       [
         { key: k('r1'), value: bytes(done(1, 900)) },
+        { key: k('r4'), value: bytes(calling(4)) },
         {
-          key: callingBatchKey('host/1/abc', 1),
+          key: batchKey('host/1/abc', 1),
           value: Buffer.from(
-            encodeCallingBatch(1000, 'host/1/abc', [
-              { key: k('r1'), offset: 11 },
-              { key: k('r2'), offset: 12 },
-              { key: k('r3'), offset: 13 },
+            encodeBatch('host/1/abc', [
+              { key: k('r1'), entry: calling(11) },
+              { key: k('r2'), entry: calling(12) },
+              { key: k('r3'), entry: calling(13) },
+              { key: k('r4'), entry: done(4, 1000) },
             ]),
           ),
         },
         { key: k('r2'), value: bytes(done(12, 1001)) },
-        { key: callingBatchKey('host/1/abc', 2), value: Buffer.from('{"v":1,"state":"calling-batch"}') },
+        { key: batchKey('host/1/abc', 2), value: Buffer.from('{"v":1,"state":"batch"}') },
         { key: lookalike, value: bytes(done(14, 1002)) },
       ],
       5,
       0,
     );
     await store.written();
-    const calling = (offset: number) => ({ state: 'calling', offset, at: 1000, owner: 'host/1/abc' });
     expect(store.get(k('r1'))).toEqual(calling(11));
     expect(store.get(k('r2'))).toEqual(done(12, 1001));
     expect(store.get(k('r3'))).toEqual(calling(13));
+    expect(store.get(k('r4'))).toEqual(done(4, 1000));
     expect(store.get(lookalike)).toEqual(done(14, 1002));
     // The batches themselves are not entries.
-    expect(store.get(callingBatchKey('host/1/abc', 1))).toBeUndefined();
-    expect(store.stats().entries).toBe(4);
+    expect(store.get(batchKey('host/1/abc', 1))).toBeUndefined();
+    expect(store.stats().entries).toBe(5);
     await store.close();
   });
 

@@ -23,6 +23,7 @@ function restoresLogged() {
 function ledgerOn(topic: string, stateDir: string, logger = silentLogger): RequestLedger {
   return new RequestLedger({
     changelogs: new ChangelogRestorer(testKafka('ledger-test')),
+    owner: 'host/1/abc',
     topic,
     partitions: 1,
     stateDir,
@@ -145,10 +146,10 @@ describe('the request ledger: checkpoints', () => {
   });
 });
 
-describe('the request ledger: calling records', () => {
-  const calling = (offset: number, at: number): LedgerEntry => ({ state: 'calling', offset, at, owner: 'member-a' });
+describe('the request ledger: records in batches', () => {
+  const calling = (offset: number, at: number): LedgerEntry => ({ state: 'calling', offset, at, owner: 'host/1/abc' });
 
-  it('the calling records of one turn go out as one record; a next owner and a waiting member read one for each request', async () => {
+  it('the calling and done records of one turn go out as one record; a next owner and a waiting member read one for each request', async () => {
     const { topic, stateDir, publish } = await ledgerTopic();
     const a = ledgerOn(topic, stateDir);
     await a.assign(0);
@@ -167,15 +168,19 @@ describe('the request ledger: calling records', () => {
     expect(published).toHaveLength(1);
     expect(await countRecords(topic)).toBe(1);
     expect(keys.map((key) => a.lookup(0, key)?.state)).toEqual(keys.map(() => 'calling'));
-    await a.write(0, keys[0]!, done(0), publish);
+    // Two outcomes known in the same turn: one more record.
+    expect(await Promise.all([0, 1].map((i) => a.write(0, keys[i]!, done(i), publish)))).toEqual([true, true]);
+    expect(await countRecords(topic)).toBe(2);
 
     // A new member, with a directory of its own, restores a calling record for each request still open.
     const otherDir = mkdtempSync(join(tmpdir(), 'ledger-'));
     dirs.push(otherDir);
     const b = ledgerOn(topic, otherDir);
     await b.assign(0);
-    expect(b.lookup(0, keys[0]!)?.state).toBe('done');
-    expect(keys.slice(1).map((key) => b.lookup(0, key))).toEqual([1, 2, 3, 4].map((i) => calling(i, at)));
+    expect([0, 1].map((i) => b.lookup(0, keys[i]!))).toEqual(
+      [0, 1].map((i) => ({ ...done(i), at: expect.any(Number) })),
+    );
+    expect(keys.slice(2).map((key) => b.lookup(0, key))).toEqual([2, 3, 4].map((i) => calling(i, at)));
 
     // A call announced after B's restore reaches B when it waits for that request.
     const late = ledgerKey('biz', 'late');
