@@ -23,6 +23,8 @@ export type LedgerEntry =
       state: 'released';
       offset: number;
       at: number;
+      /** The process that released it; an earlier record names none. */
+      owner?: string;
       attempts: number;
       maybeSent: boolean;
       firstAttemptAt: number | null;
@@ -153,6 +155,7 @@ export function decodeLedgerEntry(text: string | Buffer | null | undefined): Led
         state: 'released',
         offset,
         at,
+        ...(typeof json.owner === 'string' ? { owner: json.owner } : {}),
         attempts: json.attempts as number,
         maybeSent: json.maybeSent as boolean,
         firstAttemptAt: json.firstAttemptAt as number | null,
@@ -248,12 +251,43 @@ function validRecord(
       return Number.isSafeInteger(json.attempts) &&
         (json.attempts as number) >= 0 &&
         typeof json.maybeSent === 'boolean' &&
-        (json.firstAttemptAt === null || isTime(json.firstAttemptAt))
+        (json.firstAttemptAt === null || isTime(json.firstAttemptAt)) &&
+        (json.owner === undefined || typeof json.owner === 'string')
         ? valid
         : undefined;
     default:
       return undefined;
   }
+}
+
+/**
+ * Whether a `released` record replaces what the ledger held for its request (README "A late
+ * release"). A member that lost its partition without knowing it (evicted from its group while
+ * it waited) writes its releases after the next owner's records: such a release must not hide
+ * the outcome that still answers its request, nor another process's call in flight.
+ */
+export function releaseReplaces(
+  current: LedgerEntry | undefined,
+  release: LedgerEntry & { state: 'released' },
+): boolean {
+  switch (current?.state) {
+    case undefined:
+    case 'released':
+      return true;
+    case 'done':
+      return !current.remember && current.offset !== release.offset;
+    case 'calling':
+      return release.owner === undefined || release.owner === current.owner;
+  }
+}
+
+const RELEASED_PREFIX = Buffer.from(`{"v":${VERSION},"state":"released",`);
+
+/** Whether a ledger value is a `released` record (by its prefix; decoding checks the rest). */
+export function isReleased(value: Buffer): boolean {
+  if (value.length < RELEASED_PREFIX.length) return false;
+  for (let i = 0; i < RELEASED_PREFIX.length; i++) if (value[i] !== RELEASED_PREFIX[i]) return false;
+  return true;
 }
 
 /** What a request's owner does with what the ledger says about it (README "Sent once"). */

@@ -11,7 +11,9 @@ import {
   decodeLedgerEntry,
   encodeLedgerEntry,
   isBatch,
+  isReleased,
   ledgerEntryTime,
+  releaseReplaces,
   splitBatch,
   type LedgerEntry,
 } from './ledger-records.js';
@@ -77,6 +79,8 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
   private waiting = 0;
   /** Chunks of a restore applied and not yet durable. */
   private pendingWrites = 0;
+  /** The values each of those chunks wrote (a late release is checked against them: not yet readable from disk). */
+  private readonly applying: Map<string, Buffer | null>[] = [];
   /** Why a chunk's writes failed (`written` rejects with it). */
   private writeError: Error | undefined;
 
@@ -115,6 +119,7 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
    */
   record(key: string, entry: LedgerEntry): void {
     this.assertOpen();
+    if (entry.state === 'released' && !releaseReplaces(this.get(key), entry)) return;
     this.unflushed.set(key, entry);
     if (entry.state !== 'calling' && ++this.waiting >= FLUSH_AT) void this.flush();
   }
@@ -156,10 +161,20 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     // Only the last record of each key in the chunk is written, as the bytes Kafka gave (no text
     // made and encoded again). A batch is the records it carries, in its place.
     const last = new Map<string, Buffer | null>();
+    const keep = (key: string, value: Buffer | null) => {
+      // A late release stays out (releaseReplaces); rare, so decoding both costs nothing much.
+      if (value !== null && isReleased(value)) {
+        const release = decodeLedgerEntry(value);
+        const current = last.has(key) ? last.get(key) : this.appliedValue(key);
+        if (release?.state === 'released' && !releaseReplaces(decodeLedgerEntry(current), release)) return;
+      }
+      last.set(key, value);
+    };
     for (const { key, value } of entries) {
-      if (value === null || !isBatch(value)) last.set(key, value);
-      else for (const record of splitBatch(value) ?? []) last.set(record.key, record.value);
+      if (value === null || !isBatch(value)) keep(key, value);
+      else for (const record of splitBatch(value) ?? []) keep(record.key, record.value);
     }
+    this.applying.push(last);
     const { entries: db } = this.h;
     const index = new MinuteIndex();
     let write: Promise<unknown> | undefined;
@@ -176,18 +191,42 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     }
     write = this.putIndex(index) ?? write;
     if (next) write = this.meta.put('checkpoint', next);
+    const applied = () => void this.applying.splice(this.applying.indexOf(last), 1);
     if (write) {
       this.pendingWrites++;
       const settled = write.then(
-        () => this.pendingWrites--,
+        () => {
+          this.pendingWrites--;
+          applied();
+        },
         (error: unknown) => {
           this.pendingWrites--;
+          applied();
           this.writeError ??= error instanceof Error ? error : new Error(String(error));
         },
       );
       void this.trackWrites(settled);
-    }
+    } else applied();
     if (next) this.advanceCheckpoint(next);
+  }
+
+  /**
+   * Forgets what `record` kept in memory and not yet on disk, for a restore of the partition that
+   * reads it back from the changelog (every record kept is in Kafka, above the checkpoint): once
+   * another member wrote after it, the changelog's order, not this process's memory, says what
+   * stands.
+   */
+  forgetKept(): void {
+    this.unflushed.clear();
+    this.writing.clear();
+    this.waiting = 0;
+  }
+
+  /** A key's value as the chunks applied so far leave it: those still being written first, then the disk. */
+  private appliedValue(key: string): Buffer | null | undefined {
+    for (let i = this.applying.length - 1; i >= 0; i--)
+      if (this.applying[i]!.has(key)) return this.applying[i]!.get(key);
+    return this.h.entries.get(key);
   }
 
   /** Chunks applied whose writes are not yet durable. */

@@ -473,6 +473,7 @@ class RequestProcessor implements Processor {
       state: 'released',
       offset: place.offset,
       at: this.now(),
+      owner: ledger.owner,
       attempts: progress.attempts,
       maybeSent: progress.maybeSent,
       firstAttemptAt: progress.firstAttemptAt ?? null,

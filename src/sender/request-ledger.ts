@@ -144,8 +144,11 @@ export class RequestLedger {
       ]);
     }
     current = this.open.get(partition);
-    if (current) await Promise.allSettled([...current.writing]);
-    else await this.closing.get(partition);
+    if (current) {
+      await Promise.allSettled([...current.writing]);
+      // Read back with what other members wrote meanwhile (README "A late release").
+      current.store.forgetKept();
+    } else await this.closing.get(partition);
     const clusterId = await options.changelogs.clusterId();
     let store =
       current?.store ??

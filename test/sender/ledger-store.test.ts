@@ -10,6 +10,8 @@ import {
   encodeBatch,
   encodeLedgerEntry,
   isBatchable,
+  isReleased,
+  releaseReplaces,
   splitBatch,
   type BatchedRecord,
   ledgerDecision,
@@ -103,6 +105,40 @@ describe('ledger records', () => {
       encodeLedgerEntry(done(1, 1)),
     ])
       expect(decodeBatch(bad)).toBeUndefined();
+  });
+
+  it('a release replaces only what it may: not an outcome that still answers its request, nor another process call', () => {
+    const release = (offset: number, owner?: string): LedgerEntry & { state: 'released' } => ({
+      state: 'released',
+      offset,
+      at: 9,
+      ...(owner === undefined ? {} : { owner }),
+      attempts: 1,
+      maybeSent: true,
+      firstAttemptAt: 1,
+    });
+    const calling = (owner: string): LedgerEntry => ({ state: 'calling', offset: 5, at: 1, owner });
+    expect(releaseReplaces(undefined, release(5, 'a'))).toBe(true);
+    expect(releaseReplaces(release(5, 'b'), release(5, 'a'))).toBe(true);
+    expect(releaseReplaces(calling('a'), release(5, 'a'))).toBe(true);
+    expect(releaseReplaces(calling('b'), release(5, 'a'))).toBe(false);
+    // A release from before releases named their writer.
+    expect(releaseReplaces(calling('b'), release(5))).toBe(true);
+    expect(releaseReplaces(done(5, 1), release(5, 'a'))).toBe(false);
+    expect(releaseReplaces(done(5, 1), release(6, 'a'))).toBe(false);
+    expect(releaseReplaces(done(5, 1, false), release(5, 'a'))).toBe(false);
+    expect(releaseReplaces(done(5, 1, false), release(6, 'a'))).toBe(true);
+    expect(decodeLedgerEntry(encodeLedgerEntry(release(5, 'a')))).toEqual(release(5, 'a'));
+    expect([isReleased(bytes(release(5, 'a'))), isReleased(bytes(release(5))), isReleased(bytes(done(5, 1)))]).toEqual([
+      true,
+      true,
+      false,
+    ]);
+    expect(
+      decodeLedgerEntry(
+        '{"v":1,"state":"released","offset":1,"at":1,"owner":3,"attempts":1,"maybeSent":true,"firstAttemptAt":null}',
+      ),
+    ).toBeUndefined();
   });
 
   it('keys a request by business and id without ambiguity', () => {
@@ -230,6 +266,47 @@ describe('ledger store (LMDB)', () => {
     // The batches themselves are not entries.
     expect(store.get(batchKey('host/1/abc', 1))).toBeUndefined();
     expect(store.stats().entries).toBe(5);
+    await store.close();
+  });
+
+  it('a late release gives way to the outcome before it, in one chunk, across chunks not yet written, and when kept', async () => {
+    const store = open();
+    const k = (id: string) => ledgerKey('biz', id);
+    const late = (offset: number): LedgerEntry => ({
+      state: 'released',
+      offset,
+      at: 2000,
+      owner: 'gone',
+      attempts: 1,
+      maybeSent: true,
+      firstAttemptAt: 1000,
+    });
+    store.applyChangelog(
+      [
+        { key: k('r1'), value: bytes(done(1, 1500)) },
+        { key: k('r1'), value: bytes(late(1)) },
+        { key: k('r2'), value: bytes(done(2, 1500)) },
+      ],
+      3,
+      0,
+    );
+    // The next chunk at once: the first one's writes may not be readable from disk yet.
+    store.applyChangelog(
+      [
+        { key: k('r2'), value: bytes(late(2)) },
+        { key: k('r3'), value: bytes(late(3)) },
+      ],
+      5,
+      0,
+    );
+    await store.written();
+    expect([store.get(k('r1')), store.get(k('r2')), store.get(k('r3'))]).toEqual([
+      done(1, 1500),
+      done(2, 1500),
+      late(3),
+    ]);
+    store.record(k('r1'), late(1));
+    expect(store.get(k('r1'))).toEqual(done(1, 1500));
     await store.close();
   });
 

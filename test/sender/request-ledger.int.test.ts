@@ -20,10 +20,10 @@ function restoresLogged() {
   return { lines, logger };
 }
 
-function ledgerOn(topic: string, stateDir: string, logger = silentLogger): RequestLedger {
+function ledgerOn(topic: string, stateDir: string, logger = silentLogger, owner = 'host/1/abc'): RequestLedger {
   return new RequestLedger({
     changelogs: new ChangelogRestorer(testKafka('ledger-test')),
-    owner: 'host/1/abc',
+    owner,
     topic,
     partitions: 1,
     stateDir,
@@ -209,5 +209,49 @@ describe('the request ledger: records in batches', () => {
     expect(await a.write(0, ledgerKey('biz', 's3'), calling(3, at), stopped)).toBe(false);
     expect(a.lookup(0, ledgerKey('biz', 's3'))).toBeUndefined();
     await a.close();
+  });
+});
+
+describe('the request ledger: a late release', () => {
+  it("a release written after the next owner's outcome does not hide it, in the member that wrote it or in a new one", async () => {
+    const { topic, stateDir, publish } = await ledgerTopic();
+    const otherDir = mkdtempSync(join(tmpdir(), 'ledger-'));
+    const newDir = mkdtempSync(join(tmpdir(), 'ledger-'));
+    dirs.push(otherDir, newDir);
+    // A, evicted without knowing it, still works on the request when B, its partition's next owner, sends it.
+    const a = ledgerOn(topic, stateDir, silentLogger, 'member-a');
+    const b = ledgerOn(topic, otherDir, silentLogger, 'member-b');
+    await a.assign(0);
+    await b.assign(0);
+    const key = ledgerKey('biz', 'late');
+    const at = Date.now();
+    await a.write(0, key, { state: 'calling', offset: 7, at, owner: 'member-a' }, publish);
+    await b.write(0, key, done(7), publish);
+    // A learns it lost the partition and releases the request: after B's outcome, in the log.
+    const release: LedgerEntry = {
+      state: 'released',
+      offset: 7,
+      at: at + 1,
+      owner: 'member-a',
+      attempts: 1,
+      maybeSent: true,
+      firstAttemptAt: at,
+    };
+    expect(await a.write(0, key, release, publish)).toBe(true);
+    expect(a.lookup(0, key)).toEqual(release);
+    expect(await countRecords(topic)).toBe(3);
+
+    // A gets the partition back: what it kept in memory gives way to the log, where B's outcome stands.
+    await a.assign(0);
+    expect(a.lookup(0, key)).toEqual({ ...done(7), at: expect.any(Number) });
+    const c = ledgerOn(topic, newDir, silentLogger, 'member-c');
+    await c.assign(0);
+    expect(c.lookup(0, key)).toEqual({ ...done(7), at: expect.any(Number) });
+    // A release of the process's own call still replaces it.
+    const own = ledgerKey('biz', 'own');
+    await c.write(0, own, { state: 'calling', offset: 8, at, owner: 'member-c' }, publish);
+    await c.write(0, own, { ...release, offset: 8, owner: 'member-c' }, publish);
+    expect(c.lookup(0, own)?.state).toBe('released');
+    await Promise.all([a.close(), b.close(), c.close()]);
   });
 });
