@@ -91,10 +91,11 @@ export function isBatch(value: string | Buffer): boolean {
 
 /**
  * The records of a batch, in order: each key, and its value as a view of the batch's bytes (read
- * like a record's own value: `ledgerEntryTime`, `decodeLedgerEntry`). Undefined when it is not a
- * batch this release understands (skipped whole, never trusted).
+ * like a record's own value: `decodeLedgerEntry`), with the batch's time (the latest of theirs:
+ * a restore indexes them by it, with no time read per value). Undefined when it is not a batch
+ * this release understands (skipped whole, never trusted).
  */
-export function splitBatch(value: Buffer): { key: string; value: Buffer }[] | undefined {
+export function splitBatch(value: Buffer): { at: number; records: { key: string; value: Buffer }[] } | undefined {
   let end = value.indexOf(NEWLINE);
   if (end < 0) return undefined;
   const header = parseObject(value.toString('utf8', 0, end));
@@ -111,7 +112,7 @@ export function splitBatch(value: Buffer): { key: string; value: Buffer }[] | un
     records.push({ key: value.toString('utf8', start, keyEnd), value: value.subarray(keyEnd + 1, end) });
     start = end + 1;
   }
-  return records.length === header.records ? records : undefined;
+  return records.length === header.records ? { at: header.at, records } : undefined;
 }
 
 /** The records of a batch with their entries (undefined for a value not understood, as alone); undefined when it is not a batch this release understands. */
@@ -119,7 +120,7 @@ export function decodeBatch(
   value: string | Buffer | null | undefined,
 ): { key: string; entry: LedgerEntry | undefined }[] | undefined {
   if (value === null || value === undefined) return undefined;
-  return splitBatch(typeof value === 'string' ? Buffer.from(value) : value)?.map(({ key, value: bytes }) => ({
+  return splitBatch(typeof value === 'string' ? Buffer.from(value) : value)?.records.map(({ key, value: bytes }) => ({
     key,
     entry: decodeLedgerEntry(bytes),
   }));

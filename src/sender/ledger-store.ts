@@ -161,7 +161,10 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     // Only the last record of each key in the chunk is written, as the bytes Kafka gave (no text
     // made and encoded again). A batch is the records it carries, in its place.
     const last = new Map<string, Buffer | null>();
-    const keep = (key: string, value: Buffer | null) => {
+    // Keys whose last value came in a batch: indexed by the batch's time, not read per value (a
+    // value not understood is kept, and read as nothing, as it would be once decoded).
+    const batchTime = new Map<string, number>();
+    const keep = (key: string, value: Buffer | null, at?: number) => {
       // A late release stays out (releaseReplaces); rare, so decoding both costs nothing much.
       if (value !== null && isReleased(value)) {
         const release = decodeLedgerEntry(value);
@@ -169,17 +172,22 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
         if (release?.state === 'released' && !releaseReplaces(decodeLedgerEntry(current), release)) return;
       }
       last.set(key, value);
+      if (at !== undefined) batchTime.set(key, at);
+      else batchTime.delete(key);
     };
     for (const { key, value } of entries) {
       if (value === null || !isBatch(value)) keep(key, value);
-      else for (const record of splitBatch(value) ?? []) keep(record.key, record.value);
+      else {
+        const batch = splitBatch(value);
+        if (batch) for (const record of batch.records) keep(record.key, record.value, batch.at);
+      }
     }
     this.applying.push(last);
     const { entries: db } = this.h;
     const index = new MinuteIndex();
     let write: Promise<unknown> | undefined;
     for (const [key, bytes] of last) {
-      const at = ledgerEntryTime(bytes);
+      const at = batchTime.get(key) ?? ledgerEntryTime(bytes);
       if (at === undefined || at < expireBeforeMs) {
         // Issued even when not on disk: a put of an earlier chunk may still be on its way. Its
         // key leaves the time index with the row's minute.

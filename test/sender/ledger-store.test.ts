@@ -73,7 +73,8 @@ describe('ledger records', () => {
     expect(text.split('\n')[0]).toBe('{"v":1,"state":"batch","at":52,"owner":"host/1/abc","records":3}');
     expect(decodeBatch(text)).toEqual(records);
     expect(decodeBatch(Buffer.from(text))).toEqual(records);
-    expect(splitBatch(Buffer.from(text))!.map((r) => r.value.toString())).toEqual(
+    expect(splitBatch(Buffer.from(text))!.at).toBe(52);
+    expect(splitBatch(Buffer.from(text))!.records.map((r) => r.value.toString())).toEqual(
       records.map((r) => encodeLedgerEntry(r.entry)),
     );
     expect(decodeBatch(encodeBatch('o', []))).toEqual([]);
