@@ -273,8 +273,10 @@ export function releaseReplaces(
 ): boolean {
   switch (current?.state) {
     case undefined:
-    case 'released':
       return true;
+    case 'released':
+      // A process releases only after its own `calling`: over another's release, it is late.
+      return release.owner === undefined || current.owner === undefined || release.owner === current.owner;
     case 'done':
       return !current.remember && current.offset !== release.offset;
     case 'calling':
@@ -289,6 +291,11 @@ export function isReleased(value: Buffer): boolean {
   if (value.length < RELEASED_PREFIX.length) return false;
   for (let i = 0; i < RELEASED_PREFIX.length; i++) if (value[i] !== RELEASED_PREFIX[i]) return false;
   return true;
+}
+
+/** What stands once `next` is read after `current`: `next`, unless it is a release that does not replace `current`. */
+export function standing(current: LedgerEntry | undefined, next: LedgerEntry): LedgerEntry | undefined {
+  return next.state === 'released' && !releaseReplaces(current, next) ? current : next;
 }
 
 /** What a request's owner does with what the ledger says about it (README "Sent once"). */

@@ -15,6 +15,7 @@ import {
   ledgerEntryTime,
   releaseReplaces,
   splitBatch,
+  standing,
   type LedgerEntry,
 } from './ledger-records.js';
 
@@ -79,6 +80,8 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
   private waiting = 0;
   /** Chunks of a restore applied and not yet durable. */
   private pendingWrites = 0;
+  /** The last `advanceTo`, settled (`forgetKept` waits for it). */
+  private advancing: Promise<void> | undefined;
   /** The values each of those chunks wrote (a late release is checked against them: not yet readable from disk). */
   private readonly applying: Map<string, Buffer | null>[] = [];
   /** Why a chunk's writes failed (`written` rejects with it). */
@@ -119,7 +122,7 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
    */
   record(key: string, entry: LedgerEntry): void {
     this.assertOpen();
-    if (entry.state === 'released' && !releaseReplaces(this.get(key), entry)) return;
+    if (standing(entry.state === 'released' ? this.get(key) : undefined, entry) !== entry) return;
     this.unflushed.set(key, entry);
     if (entry.state !== 'calling' && ++this.waiting >= FLUSH_AT) void this.flush();
   }
@@ -146,9 +149,9 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
 
   /**
    * Changelog records (a restore, in offset order) up to `position`: later records of a key
-   * replace earlier ones, a tombstone or a value this release does not understand deletes, a
+   * replace earlier ones, a tombstone or a record this release does not understand deletes, a
    * record older than `expireBeforeMs` is not kept. A batch is the records it carries, in its
-   * place.
+   * place (one of them not understood is kept, and reads as nothing, until its minute expires).
    *
    * Written on lmdb's write thread, in the order issued (the checkpoint after its records, so
    * never ahead of them), while this thread decodes what Kafka sends next: in one synchronous
@@ -162,7 +165,7 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     // made and encoded again). A batch is the records it carries, in its place.
     const last = new Map<string, Buffer | null>();
     // Keys whose last value came in a batch: indexed by the batch's time, not read per value (a
-    // value not understood is kept, and read as nothing, as it would be once decoded).
+    // value not understood is kept, reads as nothing, and goes when its minute expires).
     const batchTime = new Map<string, number>();
     const keep = (key: string, value: Buffer | null, at?: number) => {
       // A late release stays out (releaseReplaces); rare, so decoding both costs nothing much.
@@ -224,7 +227,10 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
    * another member wrote after it, the changelog's order, not this process's memory, says what
    * stands.
    */
-  forgetKept(): void {
+  async forgetKept(): Promise<void> {
+    // An advance in progress writes the open `calling` records it finds in memory, then a
+    // checkpoint past them: they must still be there when it looks.
+    await this.advancing;
     this.unflushed.clear();
     this.writing.clear();
     this.waiting = 0;
@@ -252,7 +258,13 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
    * Everything below `position` of the changelog is in the store (this member being its only
    * writer): the `calling` records still open are written with the new checkpoint.
    */
-  async advanceTo(position: number): Promise<void> {
+  advanceTo(position: number): Promise<void> {
+    const advancing = this.advance(position);
+    this.advancing = advancing.catch(() => undefined);
+    return advancing;
+  }
+
+  private async advance(position: number): Promise<void> {
     await this.flush();
     await this.flushed();
     const next = { ...this.pendingCheckpoint(EMPTY), ledger: position };
@@ -296,8 +308,11 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     this.env.transactionSync(() => {
       for (const { row, minute, keys } of rows) {
         for (const key of keys) {
-          const at = ledgerEntryTime(entries.get(key));
-          if (at === undefined || at >= minute + MINUTE || this.unflushed.has(key) || this.writing.has(key)) continue;
+          const value = entries.get(key);
+          const at = ledgerEntryTime(value);
+          // A value not understood (kept from a batch) reads as nothing: it goes with its row.
+          if (value === undefined || (at !== undefined && at >= minute + MINUTE)) continue;
+          if (this.unflushed.has(key) || this.writing.has(key)) continue;
           entries.removeSync(key);
           removed++;
         }

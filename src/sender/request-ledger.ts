@@ -11,6 +11,7 @@ import {
   encodeLedgerEntry,
   isBatch,
   isBatchable,
+  standing,
   type BatchedRecord,
   type LedgerEntry,
 } from './ledger-records.js';
@@ -63,6 +64,8 @@ const REFRESH_EVERY_MS = 1000;
 /** Records in one batch, and the bytes of their keys and results: a batch stays far below a record's limit. */
 const BATCH_MAX_RECORDS = 500;
 const BATCH_MAX_BYTES = 256 * 1024;
+/** What a record's line adds to its key, result and owner: more than its state, offset and time take. */
+const RECORD_FRAMING_BYTES = 128;
 
 /** A record waiting for its batch (`writeBatched`). */
 interface PendingRecord extends BatchedRecord {
@@ -147,7 +150,7 @@ export class RequestLedger {
     if (current) {
       await Promise.allSettled([...current.writing]);
       // Read back with what other members wrote meanwhile (README "A late release").
-      current.store.forgetKept();
+      await current.store.forgetKept();
     } else await this.closing.get(partition);
     const clusterId = await options.changelogs.clusterId();
     let store =
@@ -321,7 +324,8 @@ export class RequestLedger {
         this.pending.set(partition, records);
         setImmediate(() => {
           if (this.pending.get(partition) === records) this.pending.delete(partition);
-          for (const batch of splitBatches(records)) void this.writeBatch(partition, batch);
+          const framing = RECORD_FRAMING_BYTES + Buffer.byteLength(this.owner);
+          for (const batch of splitBatches(records, framing)) void this.writeBatch(partition, batch);
         });
       }
       pending.push({ ...record, publish, written: resolve });
@@ -383,6 +387,11 @@ export class RequestLedger {
   private async readWaited(partition: number, entry: OpenPartition, signal?: AbortSignal): Promise<void> {
     const keys = new Set(entry.waitedFor);
     const found = new Map<string, LedgerEntry | undefined>();
+    // In log order: a late release does not replace what it must not (README "A late release").
+    const read = (key: string, next: LedgerEntry | undefined) => {
+      const current = found.has(key) ? found.get(key) : entry.store.get(key);
+      found.set(key, next && standing(current, next));
+    };
     try {
       await this.options.changelogs.read({
         topic: this.options.topic,
@@ -400,9 +409,8 @@ export class RequestLedger {
         apply: (own) => {
           for (const e of own) {
             if (e.value && isBatch(e.value)) {
-              for (const record of decodeBatch(e.value) ?? [])
-                if (keys.has(record.key)) found.set(record.key, record.entry);
-            } else if (keys.has(e.key)) found.set(e.key, decodeLedgerEntry(e.value));
+              for (const record of decodeBatch(e.value) ?? []) if (keys.has(record.key)) read(record.key, record.entry);
+            } else if (keys.has(e.key)) read(e.key, decodeLedgerEntry(e.value));
           }
         },
       });
@@ -498,12 +506,16 @@ export class RequestLedger {
 }
 
 /** A partition's pending records in batches within the bounds. */
-function splitBatches(records: PendingRecord[]): PendingRecord[][] {
+function splitBatches(records: PendingRecord[], framing: number): PendingRecord[][] {
   const batches: PendingRecord[][] = [];
   let batch: PendingRecord[] = [];
   let bytes = 0;
   for (const record of records) {
-    const size = record.key.length + (record.entry.state === 'done' ? record.entry.result.length : 0);
+    // Bytes as written: UTF-8, and the rest of the record's line.
+    const size =
+      Buffer.byteLength(record.key) +
+      (record.entry.state === 'done' ? Buffer.byteLength(record.entry.result) : 0) +
+      framing;
     if (batch.length > 0 && (batch.length >= BATCH_MAX_RECORDS || bytes + size > BATCH_MAX_BYTES)) {
       batches.push(batch);
       batch = [];

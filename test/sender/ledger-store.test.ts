@@ -120,7 +120,10 @@ describe('ledger records', () => {
     });
     const calling = (owner: string): LedgerEntry => ({ state: 'calling', offset: 5, at: 1, owner });
     expect(releaseReplaces(undefined, release(5, 'a'))).toBe(true);
-    expect(releaseReplaces(release(5, 'b'), release(5, 'a'))).toBe(true);
+    // A process releases only after its own calling record: over another's release, it is late.
+    expect(releaseReplaces(release(5, 'b'), release(5, 'a'))).toBe(false);
+    expect(releaseReplaces(release(5, 'a'), release(5, 'a'))).toBe(true);
+    expect(releaseReplaces(release(5), release(5, 'a'))).toBe(true);
     expect(releaseReplaces(calling('a'), release(5, 'a'))).toBe(true);
     expect(releaseReplaces(calling('b'), release(5, 'a'))).toBe(false);
     // A release from before releases named their writer.
@@ -252,7 +255,8 @@ describe('ledger store (LMDB)', () => {
           ),
         },
         { key: k('r2'), value: bytes(done(12, 1001)) },
-        { key: batchKey('host/1/abc', 2), value: Buffer.from('{"v":1,"state":"batch"}') },
+        // A batch whose header has no line end: skipped whole.
+        { key: batchKey('host/1/abc', 2), value: Buffer.from('{"v":1,"state":"batch","at":1}') },
         { key: lookalike, value: bytes(done(14, 1002)) },
       ],
       5,
@@ -308,6 +312,33 @@ describe('ledger store (LMDB)', () => {
     ]);
     store.record(k('r1'), late(1));
     expect(store.get(k('r1'))).toEqual(done(1, 1500));
+    await store.close();
+  });
+
+  it('a value not understood, kept from a batch, reads as nothing and goes when its minute expires', async () => {
+    const store = open();
+    const k = ledgerKey('biz', 'future');
+    const batch = '{"v":1,"state":"batch","at":1000,"owner":"o","records":1}\n' + `${k}\n{"v":9,"state":"new"}\n`;
+    store.applyChangelog([{ key: batchKey('o', 1), value: Buffer.from(batch) }], 1, 0);
+    await store.written();
+    expect([store.get(k), store.stats().entries]).toEqual([undefined, 1]);
+    expect(store.expire(2 * 60_000, 10, 100)).toBe(1);
+    expect(store.stats().entries).toBe(0);
+    await store.close();
+  });
+
+  it('forgetting what was kept waits for an advance that writes the open calls it kept', async () => {
+    const store = open();
+    const k = ledgerKey('biz', 'open');
+    const call: LedgerEntry = { state: 'calling', offset: 3, at: 1000, owner: 'host/1/abc' };
+    // Kept once the advance has begun (its first flush wrote nothing): only the advance writes it.
+    const advancing = store.advanceTo(10);
+    store.record(k, call);
+    await store.forgetKept();
+    await advancing;
+    expect(store.checkpoint()).toEqual({ ledger: 10 });
+    // On disk, with the checkpoint past it: a restore from there does not read it again.
+    expect(store.get(k)).toEqual(call);
     await store.close();
   });
 

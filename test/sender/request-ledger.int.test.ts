@@ -247,6 +247,13 @@ describe('the request ledger: a late release', () => {
     const c = ledgerOn(topic, newDir, silentLogger, 'member-c');
     await c.assign(0);
     expect(c.lookup(0, key)).toEqual({ ...done(7), at: expect.any(Number) });
+    // A member waiting for the next owner's outcome reads it, not the late release after it.
+    const waited = ledgerKey('biz', 'waited');
+    await b.write(0, waited, { state: 'calling', offset: 9, at: Date.now(), owner: 'member-b' }, publish);
+    expect((await c.refresh(0, waited))?.state).toBe('calling');
+    await b.write(0, waited, done(9), publish);
+    await a.write(0, waited, { ...release, offset: 9 }, publish);
+    expect(await c.refresh(0, waited)).toEqual({ ...done(9), at: expect.any(Number) });
     // A release of the process's own call still replaces it.
     const own = ledgerKey('biz', 'own');
     await c.write(0, own, { state: 'calling', offset: 8, at, owner: 'member-c' }, publish);
