@@ -67,6 +67,11 @@ const BATCH_MAX_BYTES = 256 * 1024;
 /** What a record's line adds to its key, result and owner: more than its state, offset and time take. */
 const RECORD_FRAMING_BYTES = 128;
 
+/** The records of a partition written in one turn (`writeBatched`). */
+interface PendingTurn {
+  records: PendingRecord[];
+}
+
 /** A record waiting for its batch (`writeBatched`). */
 interface PendingRecord extends BatchedRecord {
   publish: (record: RecordToWrite) => Promise<boolean>;
@@ -104,7 +109,7 @@ export class RequestLedger {
   /** Stores of partitions that moved away, still closing: opening the directory again waits (one LMDB environment per path in a process). */
   private readonly closing = new Map<number, Promise<void>>();
   /** `calling` and `done` records of each partition waiting to go out together (`writeBatched`). */
-  private readonly pending = new Map<number, PendingRecord[]>();
+  private readonly pending = new Map<number, PendingTurn>();
   private batches = 0;
   private readonly now: () => number;
   private closed = false;
@@ -317,26 +322,29 @@ export class RequestLedger {
     record: BatchedRecord,
     publish: (record: RecordToWrite) => Promise<boolean>,
   ): Promise<boolean> {
-    const written = new Promise<boolean>((resolve) => {
-      let pending = this.pending.get(partition);
-      if (!pending) {
-        const records: PendingRecord[] = (pending = []);
-        this.pending.set(partition, records);
-        setImmediate(() => {
-          if (this.pending.get(partition) === records) this.pending.delete(partition);
-          const framing = RECORD_FRAMING_BYTES + Buffer.byteLength(this.owner);
-          for (const batch of splitBatches(records, framing)) void this.writeBatch(partition, batch);
+    let turn = this.pending.get(partition);
+    if (!turn) {
+      const started: PendingTurn = (turn = { records: [] });
+      this.pending.set(partition, started);
+      // The turn's writes are in progress from now on: the partition's store stays open until
+      // they are kept. One promise a turn, not one a record.
+      let settle!: () => void;
+      const settled = new Promise<void>((resolve) => (settle = resolve));
+      const open = this.open.get(partition);
+      open?.writing.add(settled);
+      setImmediate(() => {
+        if (this.pending.get(partition) === started) this.pending.delete(partition);
+        const framing = RECORD_FRAMING_BYTES + Buffer.byteLength(this.owner);
+        const batches = splitBatches(started.records, framing).map((batch) => this.writeBatch(partition, batch));
+        void Promise.all(batches).then(() => {
+          open?.writing.delete(settled);
+          settle();
         });
-      }
-      pending.push({ ...record, publish, written: resolve });
-    });
-    // A write in progress from now on: the partition's store stays open until it is kept.
-    const open = this.open.get(partition);
-    if (open) {
-      open.writing.add(written);
-      void written.then(() => open.writing.delete(written));
+      });
     }
-    return written;
+    return new Promise<boolean>((written) =>
+      turn.records.push({ key: record.key, entry: record.entry, publish, written }),
+    );
   }
 
   private async writeBatch(partition: number, records: PendingRecord[]): Promise<void> {
