@@ -151,6 +151,8 @@ export class BatchingPublisher {
   private layout: ClusterLayout | undefined;
   private leaders = new Map<string, number[]>();
   private readonly queues = new Map<string, PartitionQueue>();
+  /** The same queues by topic and partition (`queueAt`). */
+  private readonly queuesByTopic = new Map<string, Map<number, PartitionQueue>>();
   private readonly lanes = new Map<number, Lane>();
   private queuedEvents = 0;
   private queuedBytes = 0;
@@ -386,9 +388,15 @@ export class BatchingPublisher {
   }
 
   private queueAt(topic: string, partition: number): PartitionQueue {
-    const id = `${topic}\u0000${partition}`;
-    let pq = this.queues.get(id);
-    if (!pq) this.queues.set(id, (pq = { topic, partition, queue: new Deque(), live: 0, busy: false }));
+    // By topic, then partition: no id string built per event.
+    let byPartition = this.queuesByTopic.get(topic);
+    if (!byPartition) this.queuesByTopic.set(topic, (byPartition = new Map()));
+    let pq = byPartition.get(partition);
+    if (!pq) {
+      pq = { topic, partition, queue: new Deque(), live: 0, busy: false };
+      byPartition.set(partition, pq);
+      this.queues.set(`${topic}\u0000${partition}`, pq);
+    }
     return pq;
   }
 

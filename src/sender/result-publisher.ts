@@ -58,7 +58,15 @@ export class ResultPublisher {
   publish(topic: string, record: RecordToWrite): Promise<void> {
     if (this.closed) return Promise.reject(new Error('the result publisher is closed'));
     return new Promise((resolve, reject) => {
-      const refused = this.publisher.publish({ ...record, topic }, (error) => (error ? reject(error) : resolve()));
+      // One shape for every record (a spread of the callers' several shapes was a slow copy).
+      const event = {
+        topic,
+        key: record.key,
+        value: record.value,
+        headers: record.headers,
+        partition: record.partition,
+      };
+      const refused = this.publisher.publish(event, (error) => (error ? reject(error) : resolve()));
       if (refused) reject(refused);
     });
   }
