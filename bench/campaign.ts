@@ -61,7 +61,19 @@ const log = (text: string) => process.stderr.write(`[campaign ${since(Date.now()
 const sha256 = (text: string | Buffer) => createHash('sha256').update(text).digest('hex');
 const recipient = (k: number) => `+1555${String(3_000_000 + k).padStart(7, '0')}`;
 
+/** Ports handed to a member: the OS may offer a released port again, and two roles then fight for it at their restarts (run 1ec77a35). */
+const handedOut = new Set<number>();
+
 async function freePort(): Promise<number> {
+  for (;;) {
+    const port = await anyFreePort();
+    if (handedOut.has(port)) continue;
+    handedOut.add(port);
+    return port;
+  }
+}
+
+async function anyFreePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.on('error', reject);
