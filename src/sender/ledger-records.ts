@@ -1,19 +1,7 @@
 /**
- * The records of the request ledger (`send-ledger`, README "Sent once"): what a member writes
- * about a request of partition p, to partition p, keyed by the request. Compaction keeps the
- * last one per request. Pure: no Kafka, no LMDB.
- *
- * - `calling`: a provider call is about to be made (written, and acknowledged, before the first
- *   attempt). A `calling` record with nothing after it means a call may have been made whose
- *   outcome nobody recorded.
- * - `done`: the request's terminal outcome, with its result as published (without content).
- *   `remember`: a new record with the same request id gets this result again instead of a call;
- *   otherwise (expired, rejected for a reason that may pass) only the same record (`offset`) does.
- * - `released`: the member stopped working on it without an outcome (its partition moved, or a
- *   drain ran out of time), after `attempts` attempts; the next owner carries them on.
- *
- * The `calling` and `done` records of one turn travel as one batch record (README "Ledger records
- * in batches"): the records it carries, in its place in the log.
+ * The records of the request ledger (`send-ledger`): `calling`, `done` and `released`, what each
+ * means to the next owner, and the batch record that carries a turn's records, are in
+ * src/sender/README.md, "Sent once". Pure: no Kafka, no LMDB.
  */
 export type LedgerEntry =
   | { state: 'calling'; offset: number; at: number; owner: string }
@@ -83,10 +71,7 @@ const NEWLINE = 0x0a;
 
 /** Whether a ledger value is a batch record (by its prefix; `splitBatch` checks the rest). */
 export function isBatch(value: string | Buffer): boolean {
-  return typeof value === 'string'
-    ? value.startsWith(BATCH_PREFIX)
-    : value.length >= BATCH_PREFIX_BYTES.length &&
-        BATCH_PREFIX_BYTES.compare(value, 0, BATCH_PREFIX_BYTES.length) === 0;
+  return typeof value === 'string' ? value.startsWith(BATCH_PREFIX) : startsAt(value, 0, BATCH_PREFIX_BYTES);
 }
 
 /**
@@ -288,9 +273,7 @@ const RELEASED_PREFIX = Buffer.from(`{"v":${VERSION},"state":"released",`);
 
 /** Whether a ledger value is a `released` record (by its prefix; decoding checks the rest). */
 export function isReleased(value: Buffer): boolean {
-  if (value.length < RELEASED_PREFIX.length) return false;
-  for (let i = 0; i < RELEASED_PREFIX.length; i++) if (value[i] !== RELEASED_PREFIX[i]) return false;
-  return true;
+  return startsAt(value, 0, RELEASED_PREFIX);
 }
 
 /** What stands once `next` is read after `current`: `next`, unless it is a release that does not replace `current`. */
