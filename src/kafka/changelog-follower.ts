@@ -140,7 +140,7 @@ export function followChangelog(options: ChangelogFollowerOptions): ChangelogFol
     });
     consumer.on(consumer.events.CRASH, ({ payload }) => {
       if (payload.restart) {
-        logger.error({ err: payload.error.message, topic }, `the ${name} consumer crashed; it restarts`);
+        logger.warn({ err: payload.error.message, topic }, `the ${name} consumer crashed; it restarts`);
         return;
       }
       if (!caughtUp) {

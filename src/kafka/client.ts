@@ -172,6 +172,9 @@ function kafkajsLogCreator(logger?: Logger) {
         if (!(key in bound)) fields[key] = value;
       if ('component' in bound) fields.library = 'kafkajs';
       if (isExpectedNoise(message, extra.error)) logger.debug(fields, message);
+      // kafkajs restarting a consumer after a retriable crash: the member's crash handler has
+      // logged the crash with its cause; the restart is recovery, not a second failure.
+      else if (level === logLevel.ERROR && RESTARTING.test(message)) logger.warn(fields, message);
       else if ((level === logLevel.ERROR || level === logLevel.WARN) && isTransientBrokerError(message, extra.error)) {
         const broker = typeof extra.broker === 'string' ? extra.broker : undefined;
         delete fields.stack;
@@ -209,6 +212,8 @@ const EXPECTED = [
   /^Limiting retries for the idempotent producer/,
   /switched default partitioner/,
 ];
+
+const RESTARTING = /^Restarting the consumer in \d+ms$/;
 
 /**
  * A broker that is down or frozen makes kafkajs log an error for every connection attempt and

@@ -244,7 +244,7 @@ export class PartitionConsumer<J> {
     this.revokeAll();
     this.options.afterAssignment?.();
     if (restarting) {
-      logger.error({ err: error.message }, 'the Kafka consumer crashed; it restarts and rejoins');
+      logger.warn({ err: error.message }, 'the Kafka consumer crashed; it restarts and rejoins');
       return;
     }
     logger.fatal({ err: error.message }, 'the Kafka consumer stopped for good');

@@ -74,3 +74,24 @@ describe('a broker that does not answer', () => {
     expect(lines.filter((l) => l.level === 50).map((l) => l.msg)).toEqual(['Response Heartbeat(key: 12, version: 3)']);
   });
 });
+
+describe('a consumer that kafkajs restarts', () => {
+  it('is a warning: the crash was logged with its cause; a crash itself stays an error', () => {
+    const lines: Record<string, unknown>[] = [];
+    const destination = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        for (const text of chunk.toString().split('\n').filter(Boolean))
+          lines.push(JSON.parse(text) as Record<string, unknown>);
+        done();
+      },
+    });
+    const logger = createLogger({ level: 'debug', name: 'tracker', destination });
+    const log = createKafkajsClient(loadConfig({ env: {} }).kafka, { logger, brokers: ['127.0.0.1:9'] }).logger();
+    log.error('Crash: KafkaJSError: Something unexpected', { groupId: 'g', retryCount: 0 });
+    log.error('Restarting the consumer in 300ms', { groupId: 'g', retryCount: 0, retryTime: 300 });
+    expect(lines.map((l) => [l.level, l.msg])).toEqual([
+      [50, 'Crash: KafkaJSError: Something unexpected'],
+      [40, 'Restarting the consumer in 300ms'],
+    ]);
+  });
+});
