@@ -14,6 +14,7 @@
 //   npx tsx bench/sender-ledger.ts [--entries 1000000] [--batch 20] [--delta 1000] [--rounds 3]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
 import '../src/kafka/kafkajs-send-fix.js'; // before kafkajs: its producers' send fixed (src/kafka/README.md)
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -123,6 +124,9 @@ async function main() {
       );
       log(`[round ${round}] producing ${ENTRIES} requests (${recordsPerRound} records)…`);
       await produce(kafka, topic, 0, ENTRIES);
+      // The broker's log on disk before the restore reads it, as a changelog written over hours
+      // is: its write-back would otherwise share the disk with the store's writes.
+      execFileSync('sync');
       const stateDir = mkdtempSync(join(tmpdir(), 'bench-ledger-'));
       const ledger = () =>
         new RequestLedger({

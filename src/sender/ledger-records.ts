@@ -75,29 +75,60 @@ export function isBatch(value: string | Buffer): boolean {
 }
 
 /**
- * The records of a batch, in order: each key, and its value as a view of the batch's bytes (read
- * like a record's own value: `decodeLedgerEntry`), with the batch's time (the latest of theirs:
- * a restore indexes them by it, with no time read per value). Undefined when it is not a batch
- * this release understands (skipped whole, never trusted).
+ * Where the records of a batch lie in its bytes, in order: for each, its key's start and end and
+ * its value's end (the value starts after the key's line end); `bounds` is filled with these
+ * three numbers per record. A restore makes a string of each key and a view only of the values
+ * it keeps. Answers the batch's time (the latest of its records': a restore indexes them by it,
+ * with no time read per value); undefined, with `bounds` empty, when it is not a batch this
+ * release understands (skipped whole, never trusted).
  */
-export function splitBatch(value: Buffer): { at: number; records: { key: string; value: Buffer }[] } | undefined {
+export function batchBounds(value: Buffer, bounds: number[]): number | undefined {
+  bounds.length = 0;
   let end = value.indexOf(NEWLINE);
   if (end < 0) return undefined;
   const header = parseObject(value.toString('utf8', 0, end));
   if (!header || header.v !== VERSION || header.state !== 'batch' || !isTime(header.at)) return undefined;
   if (typeof header.owner !== 'string' || !isOffset(header.records)) return undefined;
-  const records: { key: string; value: Buffer }[] = [];
   let start = end + 1;
   while (start < value.length) {
     const keyEnd = value.indexOf(NEWLINE, start);
     end = keyEnd < 0 ? -1 : value.indexOf(NEWLINE, keyEnd + 1);
     // A key is a JSON array, a value a JSON object.
-    if (end < 0 || value[start] !== 0x5b || value[keyEnd - 1] !== 0x5d) return undefined;
-    if (value[keyEnd + 1] !== 0x7b || value[end - 1] !== 0x7d) return undefined;
-    records.push({ key: value.toString('utf8', start, keyEnd), value: value.subarray(keyEnd + 1, end) });
+    const valid =
+      end >= 0 &&
+      value[start] === 0x5b &&
+      value[keyEnd - 1] === 0x5d &&
+      value[keyEnd + 1] === 0x7b &&
+      value[end - 1] === 0x7d;
+    if (!valid) {
+      bounds.length = 0;
+      return undefined;
+    }
+    bounds.push(start, keyEnd, end);
     start = end + 1;
   }
-  return records.length === header.records ? { at: header.at, records } : undefined;
+  if (bounds.length !== header.records * 3) {
+    bounds.length = 0;
+    return undefined;
+  }
+  return header.at;
+}
+
+/**
+ * The records of a batch, in order: each key, and its value as a view of the batch's bytes (read
+ * like a record's own value: `decodeLedgerEntry`), with the batch's time (`batchBounds`).
+ */
+export function splitBatch(value: Buffer): { at: number; records: { key: string; value: Buffer }[] } | undefined {
+  const bounds: number[] = [];
+  const at = batchBounds(value, bounds);
+  if (at === undefined) return undefined;
+  const records: { key: string; value: Buffer }[] = [];
+  for (let i = 0; i < bounds.length; i += 3)
+    records.push({
+      key: value.toString('utf8', bounds[i], bounds[i + 1]),
+      value: value.subarray(bounds[i + 1]! + 1, bounds[i + 2]),
+    });
+  return { at, records };
 }
 
 /** The records of a batch with their entries (undefined for a value not understood, as alone); undefined when it is not a batch this release understands. */
@@ -271,9 +302,9 @@ export function releaseReplaces(
 
 const RELEASED_PREFIX = Buffer.from(`{"v":${VERSION},"state":"released",`);
 
-/** Whether a ledger value is a `released` record (by its prefix; decoding checks the rest). */
-export function isReleased(value: Buffer): boolean {
-  return startsAt(value, 0, RELEASED_PREFIX);
+/** Whether a ledger value (from `start` in `value`) is a `released` record (by its prefix; decoding checks the rest). */
+export function isReleased(value: Buffer, start = 0): boolean {
+  return startsAt(value, start, RELEASED_PREFIX);
 }
 
 /** What stands once `next` is read after `current`: `next`, unless it is a release that does not replace `current`. */

@@ -10,11 +10,11 @@ import {
 import {
   decodeLedgerEntry,
   encodeLedgerEntry,
+  batchBounds,
   isBatch,
   isReleased,
   ledgerEntryTime,
   releaseReplaces,
-  splitBatch,
   standing,
   type LedgerEntry,
 } from './ledger-records.js';
@@ -83,7 +83,9 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
   /** The last `advanceTo`, settled (`forgetKept` waits for it). */
   private advancing: Promise<void> | undefined;
   /** The values each of those chunks wrote (a late release is checked against them: not yet readable from disk). */
-  private readonly applying: Map<string, Buffer | null>[] = [];
+  private readonly applying: ChunkValues[] = [];
+  /** Where the records of a batch lie (`batchBounds`), reused from batch to batch. */
+  private readonly bounds: number[] = [];
   /** Why a chunk's writes failed (`written` rejects with it). */
   private writeError: Error | undefined;
 
@@ -163,43 +165,43 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     const next = position === undefined ? undefined : { ...this.pendingCheckpoint(EMPTY), ledger: position };
     // Only the last record of each key in the chunk is written, as the bytes Kafka gave (no text
     // made and encoded again). A batch is the records it carries, in its place.
-    const last = new Map<string, Buffer | null>();
-    // Keys whose last value came in a batch: indexed by the batch's time, not read per value (a
-    // value not understood is kept, reads as nothing, and goes when its minute expires).
-    const batchTime = new Map<string, number>();
-    const keep = (key: string, value: Buffer | null, at?: number) => {
+    const last = new ChunkValues();
+    const keep = (key: string, source: Buffer | null, start: number, end: number, at: number) => {
       // A late release stays out (releaseReplaces); rare, so decoding both costs nothing much.
-      if (value !== null && isReleased(value)) {
-        const release = decodeLedgerEntry(value);
+      if (source !== null && isReleased(source, start)) {
+        const release = decodeLedgerEntry(source.subarray(start, end));
         const current = last.has(key) ? last.get(key) : this.appliedValue(key);
         if (release?.state === 'released' && !releaseReplaces(decodeLedgerEntry(current), release)) return;
       }
-      last.set(key, value);
-      if (at !== undefined) batchTime.set(key, at);
-      else batchTime.delete(key);
+      last.set(key, source, start, end, at);
     };
+    const bounds = this.bounds;
     for (const { key, value } of entries) {
-      if (value === null || !isBatch(value)) keep(key, value);
+      if (value === null || !isBatch(value)) keep(key, value, 0, value?.length ?? 0, NO_TIME);
       else {
-        const batch = splitBatch(value);
-        if (batch) for (const record of batch.records) keep(record.key, record.value, batch.at);
+        // Keys whose last value came in a batch are indexed by the batch's time, not read per
+        // value (a value not understood is kept, reads as nothing, and goes when its minute expires).
+        const at = batchBounds(value, bounds);
+        if (at !== undefined)
+          for (let i = 0; i < bounds.length; i += 3)
+            keep(value.toString('utf8', bounds[i], bounds[i + 1]), value, bounds[i + 1]! + 1, bounds[i + 2]!, at);
       }
     }
     this.applying.push(last);
     const { entries: db } = this.h;
     const index = new MinuteIndex();
     let write: Promise<unknown> | undefined;
-    for (const [key, bytes] of last) {
-      const at = batchTime.get(key) ?? ledgerEntryTime(bytes);
-      if (at === undefined || at < expireBeforeMs) {
+    last.forEach((key, bytes, batchAt) => {
+      const at = batchAt === NO_TIME ? ledgerEntryTime(bytes) : batchAt;
+      if (bytes === null || at === undefined || at < expireBeforeMs) {
         // Issued even when not on disk: a put of an earlier chunk may still be on its way. Its
         // key leaves the time index with the row's minute.
         write = db.remove(key);
       } else {
-        write = db.put(key, bytes!);
+        write = db.put(key, bytes);
         index.add(at, key);
       }
-    }
+    });
     write = this.putIndex(index) ?? write;
     if (next) write = this.meta.put('checkpoint', next);
     const applied = () => void this.applying.splice(this.applying.indexOf(last), 1);
@@ -344,6 +346,57 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     for (const [minute, keys] of index.keys)
       write = this.h.byMinute.put(`${sortableTime(minute)}${SEP}${this.rowTag}.${++this.rows}`, keys.join('\n'));
     return write;
+  }
+}
+
+/** A value's time is read from its bytes (it came alone, not in a batch). */
+const NO_TIME = -1;
+
+/**
+ * The value a chunk of a restore leaves for each key, as a place in the bytes Kafka gave: a view
+ * is made only of the values written (most of a restore's `calling` records are replaced by
+ * their outcome in the same chunk), and no object per record.
+ */
+class ChunkValues {
+  private readonly slots = new Map<string, number>();
+  private readonly sources: (Buffer | null)[] = [];
+  /** Per slot: the value's start and end in its source, and its batch's time (or NO_TIME). */
+  private readonly places: number[] = [];
+
+  set(key: string, source: Buffer | null, start: number, end: number, at: number): void {
+    const slot = this.slots.get(key);
+    if (slot === undefined) {
+      this.slots.set(key, this.sources.length);
+      this.sources.push(source);
+      this.places.push(start, end, at);
+    } else {
+      this.sources[slot] = source;
+      this.places[slot * 3] = start;
+      this.places[slot * 3 + 1] = end;
+      this.places[slot * 3 + 2] = at;
+    }
+  }
+
+  has(key: string): boolean {
+    return this.slots.has(key);
+  }
+
+  /** The key's value: its bytes, null for a tombstone, undefined when the chunk has none. */
+  get(key: string): Buffer | null | undefined {
+    const slot = this.slots.get(key);
+    return slot === undefined ? undefined : this.value(slot);
+  }
+
+  forEach(visit: (key: string, value: Buffer | null, at: number) => void): void {
+    this.slots.forEach((slot, key) => visit(key, this.value(slot), this.places[slot * 3 + 2]!));
+  }
+
+  private value(slot: number): Buffer | null {
+    const source = this.sources[slot]!;
+    if (source === null) return null;
+    const start = this.places[slot * 3]!;
+    const end = this.places[slot * 3 + 1]!;
+    return start === 0 && end === source.length ? source : source.subarray(start, end);
   }
 }
 
