@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Cluster, Consumer, KafkaMessage } from 'kafkajs';
 import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import { consumedRecord, createConsumer, type KafkaSource } from './client.js';
@@ -201,6 +202,12 @@ export async function readChangelog(
   // the consumer's join) from being reported as unhandled, which ends the process.
   finished.catch(() => undefined);
 
+  // The batch being handed over (eachBatch below); it never rejects: a failure ends the read.
+  let delivering: Promise<void> = Promise.resolve();
+  let failed = false;
+  finished.catch(() => (failed = true));
+  // A caller's callback that failed: the read fails with its error (also once the end was reached).
+  let deliveryError: Error | undefined;
   onBatchEnd(consumer, topic, (partition, next) => {
     if (!tracker.reached(partition, next)) return;
     consumer.pause([{ topic, partitions: [partition] }]);
@@ -242,16 +249,29 @@ export async function readChangelog(
       eachBatch: async ({ batch }) => {
         const end = pending.get(batch.partition);
         if (end === undefined) return;
-        try {
+        // Handed over on the next turn, once kafkajs has asked for the batch after it: the
+        // broker serves that fetch while the caller applies this one. One batch waits at most;
+        // batches reach the caller in order.
+        await delivering;
+        delivering = (async () => {
+          await nextTurn();
+          if (failed || deliveryError) return;
           deliver(batch.partition, end, batch.messages);
           await options.afterBatch?.();
-        } catch (error) {
-          // The caller's callback failed: the read fails with its error, no retry of the batch.
-          finish(error instanceof Error ? error : new Error(String(error)));
-        }
+        })().catch((error: unknown) => {
+          // No retry of the batch.
+          deliveryError = error instanceof Error ? error : new Error(String(error));
+          finish(deliveryError);
+        });
       },
     });
     await finished;
+    // The consumer stops before kafkajs polls again (it waits out a poll with every partition
+    // paused), while the last batch reaches the caller.
+    const stopping = consumer.disconnect().catch(() => undefined);
+    await delivering;
+    await stopping;
+    if (deliveryError) throw deliveryError;
     logger?.debug({ topic, partitions: wanted, delivered, durationMs: Date.now() - started }, 'changelog read');
     return result();
   } finally {

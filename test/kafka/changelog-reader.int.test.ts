@@ -43,4 +43,50 @@ describe('reading a changelog', () => {
       process.off('unhandledRejection', onUnhandled);
     }
   });
+
+  it('hands every record over in order before it resolves, batch after batch; a callback failing on the last batch fails the read', async () => {
+    const topic = uniqueTopic('reader-order');
+    await createTopics([topic]);
+    const value = 'v'.repeat(1000);
+    // 20 record batches; small fetches: about one a fetch, each handed over while kafkajs fetches the next.
+    for (let part = 0; part < 20; part++)
+      await produce(
+        topic,
+        Array.from({ length: 50 }, (_, i) => ({ key: `k${part * 50 + i}`, value, partition: 0 })),
+      );
+    const read = {
+      kafka: testKafka('reader-order'),
+      topic,
+      partition: 0,
+      timeoutMs: 30_000,
+      maxBytesPerPartition: 16_384,
+    };
+    const keys: string[] = [];
+    let batches = 0;
+    let applying = false;
+    const result = await readChangelogPartition({
+      ...read,
+      onRecord: (r) => {
+        expect(applying).toBe(false);
+        keys.push(r.key!.toString());
+      },
+      afterBatch: () => {
+        batches++;
+        // A caller that holds the read while its store catches up: no batch is handed over meanwhile.
+        applying = true;
+        return new Promise<void>((resolve) => setTimeout(() => ((applying = false), resolve()), 1));
+      },
+    });
+    expect(result.delivered).toBe(1000);
+    expect(keys).toEqual(Array.from({ length: 1000 }, (_, i) => `k${i}`));
+    expect(batches).toBeGreaterThan(10);
+
+    const failing = readChangelogPartition({
+      ...read,
+      onRecord: (r) => {
+        if (r.key!.toString() === 'k999') throw new Error('the store refused k999');
+      },
+    });
+    await expect(failing).rejects.toThrow('the store refused k999');
+  });
 });
