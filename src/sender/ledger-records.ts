@@ -86,9 +86,8 @@ export function batchBounds(value: Buffer, bounds: number[]): number | undefined
   bounds.length = 0;
   let end = value.indexOf(NEWLINE);
   if (end < 0) return undefined;
-  const header = parseObject(value.toString('utf8', 0, end));
-  if (!header || header.v !== VERSION || header.state !== 'batch' || !isTime(header.at)) return undefined;
-  if (typeof header.owner !== 'string' || !isOffset(header.records)) return undefined;
+  const header = batchHeader(value, end);
+  if (!header) return undefined;
   let start = end + 1;
   while (start < value.length) {
     const keyEnd = value.indexOf(NEWLINE, start);
@@ -112,6 +111,41 @@ export function batchBounds(value: Buffer, bounds: number[]): number | undefined
     return undefined;
   }
   return header.at;
+}
+
+const HEADER_OWNER = Buffer.from(',"owner":"');
+const HEADER_RECORDS = Buffer.from('","records":');
+
+/**
+ * A batch's header line (`value` up to `end`): its time and record count. The shape
+ * `encodeBatch` writes is read from the bytes (a restore reads one per batch); anything else,
+ * an owner with escapes included, is parsed as JSON and checked the same.
+ */
+function batchHeader(value: Buffer, end: number): { at: number; records: number } | undefined {
+  if (startsAt(value, 0, BATCH_PREFIX_BYTES) && startsAt(value, BATCH_PREFIX_BYTES.length, AT_KEY)) {
+    const atStart = BATCH_PREFIX_BYTES.length + AT_KEY.length;
+    const atEnd = digitsEnd(value, atStart);
+    if (atEnd > 0 && startsAt(value, atEnd, HEADER_OWNER)) {
+      let i = atEnd + HEADER_OWNER.length;
+      // A plain owner: no escape, no control character (JSON allows neither raw).
+      while (i < end && value[i] !== 0x22 && value[i] !== 0x5c && value[i]! >= 0x20) i++;
+      if (i < end && value[i] === 0x22 && startsAt(value, i, HEADER_RECORDS)) {
+        const countStart = i + HEADER_RECORDS.length;
+        const countEnd = digitsEnd(value, countStart);
+        // No leading zero (JSON has none): such a header goes to JSON.parse, which refuses it.
+        const plain = (from: number, to: number) => value[from] !== 0x30 || to === from + 1;
+        if (countEnd === end - 1 && value[countEnd] === 0x7d && plain(atStart, atEnd) && plain(countStart, countEnd)) {
+          const at = digitsValue(value, atStart, atEnd);
+          const records = digitsValue(value, countStart, countEnd);
+          if (Number.isSafeInteger(at) && Number.isSafeInteger(records)) return { at, records };
+        }
+      }
+    }
+  }
+  const header = parseObject(value.toString('utf8', 0, end));
+  if (!header || header.v !== VERSION || header.state !== 'batch' || !isTime(header.at)) return undefined;
+  if (typeof header.owner !== 'string' || !isOffset(header.records)) return undefined;
+  return { at: header.at, records: header.records };
 }
 
 /**
@@ -209,6 +243,7 @@ const STATE_START = Buffer.from(`{"v":${VERSION},"state":"`);
 const CALLING_OFFSET = Buffer.from('calling","offset":');
 const DONE_OFFSET = Buffer.from('done","offset":');
 const AT = Buffer.from(',"at":');
+const AT_KEY = Buffer.from('"at":');
 const OWNER = Buffer.from(',"owner":"');
 const REMEMBER = Buffer.from(',"remember":');
 const TRUE_RESULT = Buffer.from('true,"result":{');
@@ -232,9 +267,15 @@ function timeOfBytes(bytes: Buffer): number | undefined {
     if (!startsAt(bytes, atEnd, REMEMBER)) return undefined;
     if (!startsAt(bytes, flag, TRUE_RESULT) && !startsAt(bytes, flag, FALSE_RESULT)) return undefined;
   }
-  let at = 0;
-  for (let j = atStart; j < atEnd; j++) at = at * 10 + bytes[j]! - 0x30;
+  const at = digitsValue(bytes, atStart, atEnd);
   return Number.isSafeInteger(at) ? at : undefined;
+}
+
+/** The number the ASCII digits from `start` to `end` write. */
+function digitsValue(bytes: Buffer, start: number, end: number): number {
+  let n = 0;
+  for (let j = start; j < end; j++) n = n * 10 + bytes[j]! - 0x30;
+  return n;
 }
 
 /** A loop rather than Buffer.compare: for a few bytes, the native call cost more than the comparison. */

@@ -103,9 +103,24 @@ describe('ledger records', () => {
       '{"v":1,"state":"batch","at":1,"records":0}\n',
       '{"v":2,"state":"batch","at":1,"owner":"o","records":0}\n',
       '{"v":1,"state":"batch","at":1,"owner":"o","records":0}',
+      // Read from the bytes, refused as JSON.parse refuses them: a leading zero, a raw control character.
+      '{"v":1,"state":"batch","at":01,"owner":"o","records":0}\n',
+      '{"v":1,"state":"batch","at":1,"owner":"o","records":00}\n',
+      '{"v":1,"state":"batch","at":1,"owner":"o\t","records":0}\n',
+      '{"v":1,"state":"batch","at":1,"owner":"o","records":0,"x":1\n',
       encodeLedgerEntry(done(1, 1)),
     ])
       expect(decodeBatch(bad)).toBeUndefined();
+    // An owner with escapes, and a header of another field order, are read as JSON.
+    const escaped = encodeBatch('o"\\', records.slice(0, 1));
+    expect(escaped.split('\n')[0]).toBe('{"v":1,"state":"batch","at":50,"owner":"o\\"\\\\","records":1}');
+    expect(splitBatch(Buffer.from(escaped))!.at).toBe(50);
+    const reordered = `{"v":1,"state":"batch","owner":"o","records":1,"at":7}\n["biz","r"]\n${calling}\n`;
+    expect(splitBatch(Buffer.from(reordered))!.at).toBe(7);
+    expect(splitBatch(Buffer.from(`{"v":1,"state":"batch","at":0,"owner":"","records":0}\n`))).toEqual({
+      at: 0,
+      records: [],
+    });
   });
 
   it('a release replaces only what it may: not an outcome that still answers its request, nor another process call', () => {
