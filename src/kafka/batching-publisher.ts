@@ -150,7 +150,8 @@ export class BatchingPublisher {
   /** Partition counts and leaders; undefined = one lane for everything. */
   private layout: ClusterLayout | undefined;
   private leaders = new Map<string, number[]>();
-  private readonly queues = new Map<string, PartitionQueue>();
+  /** Every partition's queue, in the order they were made (flush, sweep). */
+  private readonly queues: PartitionQueue[] = [];
   /** The same queues by topic and partition (`queueAt`). */
   private readonly queuesByTopic = new Map<string, Map<number, PartitionQueue>>();
   private readonly lanes = new Map<number, Lane>();
@@ -395,7 +396,7 @@ export class BatchingPublisher {
     if (!pq) {
       pq = { topic, partition, queue: new Deque(), live: 0, busy: false };
       byPartition.set(partition, pq);
-      this.queues.set(`${topic}\u0000${partition}`, pq);
+      this.queues.push(pq);
     }
     return pq;
   }
@@ -464,7 +465,7 @@ export class BatchingPublisher {
   private flush(): void {
     if (this.queuedEvents === 0) return;
     const byLane = new Map<Lane, PartitionQueue[]>();
-    for (const pq of this.queues.values()) {
+    for (const pq of this.queues) {
       if (pq.live === 0 || pq.busy) continue;
       const lane = this.lanes.get(this.leaderOf(pq.topic, pq.partition));
       if (!lane || !lane.isConnected || lane.batch || lane.refreshing) continue;
@@ -693,8 +694,7 @@ export class BatchingPublisher {
   }
 
   private hasQueued(lane: Lane): boolean {
-    for (const pq of this.queues.values())
-      if (pq.live > 0 && this.leaderOf(pq.topic, pq.partition) === lane.broker) return true;
+    for (const pq of this.queues) if (pq.live > 0 && this.leaderOf(pq.topic, pq.partition) === lane.broker) return true;
     return false;
   }
 
@@ -710,7 +710,7 @@ export class BatchingPublisher {
         'PUBLISH_TIMEOUT',
         `Kafka did not acknowledge within ${this.opts.publishTimeoutMs} ms`,
       ));
-    for (const pq of this.queues.values()) {
+    for (const pq of this.queues) {
       const expired: Entry[] = [];
       // All events have the same timeout, so each queue is in deadline order.
       for (let entry = pq.queue.peek(); entry !== undefined; entry = pq.queue.peek()) {
