@@ -67,11 +67,6 @@ const BATCH_MAX_BYTES = 256 * 1024;
 /** What a record's line adds to its key, result and owner: more than its state, offset and time take. */
 const RECORD_FRAMING_BYTES = 128;
 
-/** The records of a partition written in one turn (`writeBatched`). */
-interface PendingTurn {
-  records: PendingRecord[];
-}
-
 /** A record waiting for its batch (`writeBatched`). */
 interface PendingRecord extends BatchedRecord {
   publish: (record: RecordToWrite) => Promise<boolean>;
@@ -109,13 +104,16 @@ export class RequestLedger {
   /** Stores of partitions that moved away, still closing: opening the directory again waits (one LMDB environment per path in a process). */
   private readonly closing = new Map<number, Promise<void>>();
   /** `calling` and `done` records of each partition waiting to go out together (`writeBatched`). */
-  private readonly pending = new Map<number, PendingTurn>();
+  private readonly pending = new Map<number, PendingRecord[]>();
   private batches = 0;
   private readonly now: () => number;
+  /** What each record's line adds to its key and result in a batch (`splitBatches`). */
+  private readonly framing: number;
   private closed = false;
 
   constructor(private readonly options: RequestLedgerOptions) {
     this.now = options.now ?? Date.now;
+    this.framing = RECORD_FRAMING_BYTES + Buffer.byteLength(options.owner);
   }
 
   get owner(): string {
@@ -324,7 +322,7 @@ export class RequestLedger {
   ): Promise<boolean> {
     let turn = this.pending.get(partition);
     if (!turn) {
-      const started: PendingTurn = (turn = { records: [] });
+      const started: PendingRecord[] = (turn = []);
       this.pending.set(partition, started);
       // The turn's writes are in progress from now on: the partition's store stays open until
       // they are kept. One promise a turn, not one a record.
@@ -334,17 +332,14 @@ export class RequestLedger {
       open?.writing.add(settled);
       setImmediate(() => {
         if (this.pending.get(partition) === started) this.pending.delete(partition);
-        const framing = RECORD_FRAMING_BYTES + Buffer.byteLength(this.owner);
-        const batches = splitBatches(started.records, framing).map((batch) => this.writeBatch(partition, batch));
+        const batches = splitBatches(started, this.framing).map((batch) => this.writeBatch(partition, batch));
         void Promise.all(batches).then(() => {
           open?.writing.delete(settled);
           settle();
         });
       });
     }
-    return new Promise<boolean>((written) =>
-      turn.records.push({ key: record.key, entry: record.entry, publish, written }),
-    );
+    return new Promise<boolean>((written) => turn.push({ key: record.key, entry: record.entry, publish, written }));
   }
 
   private async writeBatch(partition: number, records: PendingRecord[]): Promise<void> {
