@@ -198,14 +198,13 @@ export async function readChangelog(
   });
   let finish: (error?: Error) => void = () => {};
   const finished = new Promise<void>((resolve, reject) => (finish = (error) => (error ? reject(error) : resolve())));
-  // Awaited below; this keeps a rejection while nothing awaits it yet (an abort or a timeout during
-  // the consumer's join) from being reported as unhandled, which ends the process.
-  finished.catch(() => undefined);
-
-  // The batch being handed over (eachBatch below); it never rejects: a failure ends the read.
-  let delivering: Promise<void> = Promise.resolve();
+  // A failed read hands over no more batches. Handling the rejection here also keeps one that
+  // comes while nothing awaits it yet (an abort or a timeout during the consumer's join) from
+  // being reported as unhandled, which ends the process.
   let failed = false;
   finished.catch(() => (failed = true));
+  // The batch being handed over (eachBatch below); it never rejects: a failure ends the read.
+  let delivering: Promise<void> = Promise.resolve();
   // A caller's callback that failed: the read fails with its error (also once the end was reached).
   let deliveryError: Error | undefined;
   onBatchEnd(consumer, topic, (partition, next) => {
