@@ -122,31 +122,35 @@ const HEADER_RECORDS = Buffer.from('","records":');
  * an owner with escapes included, is parsed as JSON and checked the same.
  */
 function batchHeader(value: Buffer, end: number): { at: number; records: number } | undefined {
-  if (startsAt(value, 0, BATCH_PREFIX_BYTES) && startsAt(value, BATCH_PREFIX_BYTES.length, AT_KEY)) {
-    const atStart = BATCH_PREFIX_BYTES.length + AT_KEY.length;
-    const atEnd = digitsEnd(value, atStart);
-    if (atEnd > 0 && startsAt(value, atEnd, HEADER_OWNER)) {
-      let i = atEnd + HEADER_OWNER.length;
-      // A plain owner: no escape, no control character (JSON allows neither raw).
-      while (i < end && value[i] !== 0x22 && value[i] !== 0x5c && value[i]! >= 0x20) i++;
-      if (i < end && value[i] === 0x22 && startsAt(value, i, HEADER_RECORDS)) {
-        const countStart = i + HEADER_RECORDS.length;
-        const countEnd = digitsEnd(value, countStart);
-        // No leading zero (JSON has none): such a header goes to JSON.parse, which refuses it.
-        const plain = (from: number, to: number) => value[from] !== 0x30 || to === from + 1;
-        if (countEnd === end - 1 && value[countEnd] === 0x7d && plain(atStart, atEnd) && plain(countStart, countEnd)) {
-          const at = digitsValue(value, atStart, atEnd);
-          const records = digitsValue(value, countStart, countEnd);
-          if (Number.isSafeInteger(at) && Number.isSafeInteger(records)) return { at, records };
-        }
-      }
-    }
-  }
+  const plain = plainBatchHeader(value, end);
+  if (plain) return plain;
   const header = parseObject(value.toString('utf8', 0, end));
   if (!header || header.v !== VERSION || header.state !== 'batch' || !isTime(header.at)) return undefined;
   if (typeof header.owner !== 'string' || !isOffset(header.records)) return undefined;
   return { at: header.at, records: header.records };
 }
+
+/** The header in exactly `encodeBatch`'s shape, with a plain owner; undefined otherwise (then read as JSON). */
+function plainBatchHeader(value: Buffer, end: number): { at: number; records: number } | undefined {
+  const atStart = BATCH_PREFIX_BYTES.length + AT_KEY.length;
+  if (!startsAt(value, 0, BATCH_PREFIX_BYTES) || !startsAt(value, BATCH_PREFIX_BYTES.length, AT_KEY)) return undefined;
+  const atEnd = digitsEnd(value, atStart);
+  if (atEnd < 0 || !startsAt(value, atEnd, HEADER_OWNER)) return undefined;
+  let i = atEnd + HEADER_OWNER.length;
+  // A plain owner: no escape, no control character (JSON allows neither raw).
+  while (i < end && value[i] !== 0x22 && value[i] !== 0x5c && value[i]! >= 0x20) i++;
+  if (i >= end || !startsAt(value, i, HEADER_RECORDS)) return undefined;
+  const countStart = i + HEADER_RECORDS.length;
+  const countEnd = digitsEnd(value, countStart);
+  if (countEnd !== end - 1 || value[countEnd] !== 0x7d) return undefined;
+  // No leading zero (JSON has none): such a header goes to JSON.parse, which refuses it.
+  if (!noLeadingZero(value, atStart, atEnd) || !noLeadingZero(value, countStart, countEnd)) return undefined;
+  const at = digitsValue(value, atStart, atEnd);
+  const records = digitsValue(value, countStart, countEnd);
+  return Number.isSafeInteger(at) && Number.isSafeInteger(records) ? { at, records } : undefined;
+}
+
+const noLeadingZero = (bytes: Buffer, from: number, to: number) => bytes[from] !== 0x30 || to === from + 1;
 
 /**
  * The records of a batch, in order: each key, and its value as a view of the batch's bytes (read
