@@ -41,16 +41,22 @@ describe('kafkajs log lines', () => {
   });
 });
 
+/** A logger destination that keeps each line it is given, parsed. */
+function jsonLines() {
+  const lines: Record<string, unknown>[] = [];
+  const destination = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      for (const text of chunk.toString().split('\n').filter(Boolean))
+        lines.push(JSON.parse(text) as Record<string, unknown>);
+      done();
+    },
+  });
+  return { lines, destination };
+}
+
 describe('a broker that does not answer', () => {
   it('is one warning per broker every 30 s, naming the cause; the retries are debug lines', () => {
-    const lines: Record<string, unknown>[] = [];
-    const destination = new Writable({
-      write(chunk: Buffer, _encoding, done) {
-        for (const text of chunk.toString().split('\n').filter(Boolean))
-          lines.push(JSON.parse(text) as Record<string, unknown>);
-        done();
-      },
-    });
+    const { lines, destination } = jsonLines();
     const logger = createLogger({ level: 'debug', name: 'sender', destination }).child({ component: 'sender' });
     const log = createKafkajsClient(loadConfig({ env: {} }).kafka, { logger, brokers: ['127.0.0.1:9'] }).logger();
     for (let i = 0; i < 5; i++)
@@ -77,14 +83,7 @@ describe('a broker that does not answer', () => {
 
 describe('a consumer that kafkajs restarts', () => {
   it('is a warning: the crash was logged with its cause; a crash itself stays an error', () => {
-    const lines: Record<string, unknown>[] = [];
-    const destination = new Writable({
-      write(chunk: Buffer, _encoding, done) {
-        for (const text of chunk.toString().split('\n').filter(Boolean))
-          lines.push(JSON.parse(text) as Record<string, unknown>);
-        done();
-      },
-    });
+    const { lines, destination } = jsonLines();
     const logger = createLogger({ level: 'debug', name: 'tracker', destination });
     const log = createKafkajsClient(loadConfig({ env: {} }).kafka, { logger, brokers: ['127.0.0.1:9'] }).logger();
     log.error('Crash: KafkaJSError: Something unexpected', { groupId: 'g', retryCount: 0 });
