@@ -45,6 +45,8 @@ describe('msgbridge dev, end to end', () => {
     dev = startCli(['dev', '--summary-interval', '1'], { ...env, HTTP_PROXY: 'http://127.0.0.1:9' });
     simulatorUrl = (await dev.waitFor(/simulator\s+(http:\/\/\S+)/))[1]!;
     ingressUrl = (await dev.waitFor(/ingress\s+(http:\/\/\S+?)\/webhooks/))[1]!;
+    // The screen reaches this pipe in several reads: the tests below read it whole, up to its last line.
+    await dev.waitFor(/The operator commands find this Kafka/);
   });
 
   afterAll(async () => {
