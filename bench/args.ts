@@ -45,6 +45,13 @@ export function decimal(option: string, text: string, above: number): number | s
   return Number.isFinite(value) && value > above ? value : `--${option} must be a number above ${above}, not "${text}"`;
 }
 
+/** One of the words `allowed`, or why not. */
+export function choice<T extends string>(option: string, text: string, allowed: readonly T[]): T | { error: string } {
+  return (allowed as readonly string[]).includes(text)
+    ? (text as T)
+    : { error: `--${option} takes ${allowed.join(' or ')}, not "${text}"` };
+}
+
 /** Exits with one line naming the bad argument (exit code 2). */
 function fail(bench: string, message: string): never {
   process.stderr.write(`${bench}: ${message} (--help lists the options)\n`);
@@ -85,6 +92,11 @@ export function benchArgs<const O extends Options>(entry: string, options: O) {
         .map((part) => checked(wholeNumber(option, part.trim(), min))),
     /** A decimal number above `above` (default 0). */
     decimal: (option: keyof O & string, above = 0): number => checked(decimal(option, text(option), above)),
+    /** One of the words `allowed`. */
+    oneOf: <T extends string>(option: keyof O & string, allowed: readonly T[]): T => {
+      const result = choice(option, text(option), allowed);
+      return typeof result === 'string' ? result : fail(bench, result.error);
+    },
     /** Exits with one line, for a value the bench itself finds wrong. */
     fail: (message: string): never => fail(bench, message),
   };

@@ -10,8 +10,11 @@
 //   3. restart: the same directory closed, opened again and caught up (delta from its checkpoint),
 //      after --delta more requests were recorded meanwhile: milliseconds to ready.
 // Each round on a fresh topic and directory; medians of the rounds.
+// --ids random (the default) gives requests random UUIDs, as `msgbridge send` and most producers
+// make them: the store's writes land all over its key space. --ids ordered numbers them
+// (`req-0`, `req-1`…), which a store keyed by request id writes almost in order.
 //
-//   npx tsx bench/sender-ledger.ts [--entries 1000000] [--batch 20] [--delta 1000] [--rounds 3]
+//   npx tsx bench/sender-ledger.ts [--entries 1000000] [--batch 20] [--delta 1000] [--rounds 3] [--ids random|ordered]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
 import '../src/kafka/kafkajs-send-fix.js'; // before kafkajs: its producers' send fixed (src/kafka/README.md)
 import { execFileSync } from 'node:child_process';
@@ -34,14 +37,23 @@ const args = benchArgs(import.meta.url, {
   batch: { type: 'string', default: '20' },
   delta: { type: 'string', default: '1000' },
   rounds: { type: 'string', default: '3' },
+  ids: { type: 'string', default: 'random' },
 });
 const ENTRIES = args.wholeNumber('entries', 1);
 const BATCH = args.wholeNumber('batch', 1);
 const DELTA = args.wholeNumber('delta', 0);
 const ROUNDS = args.wholeNumber('rounds', 1);
+const IDS = args.oneOf('ids', ['random', 'ordered'] as const);
 const PARTITION = 0;
 const OWNER = 'bench/1/abcdef12';
 
+/** Request ids by number, made once: the `done` records name the ids of their `calling` records. */
+const ids: string[] = [];
+const requestId = (i: number) => {
+  if (IDS === 'ordered') return `req-${i}`;
+  while (ids.length <= i) ids.push(randomUUID());
+  return ids[i]!;
+};
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const log = (line: string) => process.stderr.write(`${line}\n`);
 
@@ -51,18 +63,18 @@ function records(from: number, count: number, at: number) {
   for (let first = from; first < from + count; first += BATCH) {
     const ids = Array.from({ length: Math.min(BATCH, from + count - first) }, (_, j) => first + j);
     const calls: BatchedRecord[] = ids.map((i) => ({
-      key: ledgerKey('biz_1', `req-${i}`),
+      key: ledgerKey('biz_1', requestId(i)),
       entry: { state: 'calling', offset: i, at, owner: OWNER },
     }));
     const done: BatchedRecord[] = ids.map((i) => ({
-      key: ledgerKey('biz_1', `req-${i}`),
+      key: ledgerKey('biz_1', requestId(i)),
       entry: {
         state: 'done',
         offset: i,
         at: at + 1,
         remember: true,
         result: JSON.stringify({
-          requestId: `req-${i}`,
+          requestId: requestId(i),
           businessId: 'biz_1',
           outcome: 'accepted',
           messageId: `01JX${String(i).padStart(22, '0')}`,
@@ -168,7 +180,7 @@ async function main() {
     await local?.stop();
   }
   console.log(
-    `\n${ENTRIES} requests (${recordsPerRound} ledger records: batches of ${BATCH} calling, then done records), ${ROUNDS} round(s), medians:\n\n` +
+    `\n${ENTRIES} requests with ${IDS} ids (${recordsPerRound} ledger records: batches of ${BATCH} calling, then done records), ${ROUNDS} round(s), medians:\n\n` +
       `| bulk restore (new member) | entries/s | records/s | entries kept | restart, ${DELTA} requests written meanwhile |\n|---|---|---|---|---|\n` +
       `| ${Math.round(median(bulkMs))} ms (${bulkMs.map((v) => Math.round(v)).join(' / ')}) | ${median(bulkEntries)} (${bulkEntries.join(' / ')}) | ${median(bulk)} (${bulk.join(' / ')}) | ${median(entriesKept)} | ${Math.round(median(restartMs))} ms (${restartMs.map((v) => Math.round(v)).join(' / ')}) |`,
   );

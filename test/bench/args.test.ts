@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
-import { decimal, headerComment, usage, wholeNumber } from '../../bench/args.js';
+import { choice, decimal, headerComment, usage, wholeNumber } from '../../bench/args.js';
 
 const run = promisify(execFile);
 const ROOT = join(import.meta.dirname, '..', '..');
@@ -20,6 +20,7 @@ const BENCHES: [file: string, numericOption: string][] = [
   ['kstreams', 'messages'],
   ['provider-client', 'calls'],
   ['sender-idle', 'starts'],
+  ['sender-ledger', 'entries'],
   ['sender-throughput', 'in-flight'],
   ['sender', 'recipients'],
   ['simulator', 'rounds'],
@@ -50,6 +51,15 @@ describe('bench options (bench/args.ts)', () => {
     for (const text of ['', ' ', 'abc', '1.5', '-1', '1e3', '0x10', '12abc', '99999999999999999999'])
       expect(wholeNumber('rounds', text, 0)).toBe(`--rounds must be a whole number of at least 0, not "${text}"`);
     expect(wholeNumber('rounds', '0', 1)).toBe('--rounds must be a whole number of at least 1, not "0"');
+  });
+
+  it('reads a word from the ones allowed, and names them when it is another', () => {
+    expect(choice('ids', 'random', ['random', 'ordered'])).toBe('random');
+    expect(choice('ids', 'ordered', ['random', 'ordered'])).toBe('ordered');
+    for (const text of ['', 'Random', 'uuid', 'random '])
+      expect(choice('ids', text, ['random', 'ordered'])).toEqual({
+        error: `--ids takes random or ordered, not "${text}"`,
+      });
   });
 
   it('reads decimals above the floor', () => {
