@@ -13,8 +13,12 @@
 // --ids random (the default) gives requests random UUIDs, as `msgbridge send` and most producers
 // make them: the store's writes land all over its key space. --ids ordered numbers them
 // (`req-0`, `req-1`…), which a store keyed by request id writes almost in order.
+// --rate is the requests a second the ledger was written at: their times spread over the
+// --entries / --rate seconds before the round (1,000,000 at 100/s: 2.8 hours), as a ledger
+// written over hours has them, not all in the same millisecond.
 //
-//   npx tsx bench/sender-ledger.ts [--entries 1000000] [--batch 20] [--delta 1000] [--rounds 3] [--ids random|ordered]
+//   npx tsx bench/sender-ledger.ts [--entries 1000000] [--batch 20] [--delta 1000] [--rounds 3]
+//                                  [--ids random|ordered] [--rate 100]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
 import '../src/kafka/kafkajs-send-fix.js'; // before kafkajs: its producers' send fixed (src/kafka/README.md)
 import { execFileSync } from 'node:child_process';
@@ -38,12 +42,14 @@ const args = benchArgs(import.meta.url, {
   delta: { type: 'string', default: '1000' },
   rounds: { type: 'string', default: '3' },
   ids: { type: 'string', default: 'random' },
+  rate: { type: 'string', default: '100' },
 });
 const ENTRIES = args.wholeNumber('entries', 1);
 const BATCH = args.wholeNumber('batch', 1);
 const DELTA = args.wholeNumber('delta', 0);
 const ROUNDS = args.wholeNumber('rounds', 1);
 const IDS = args.oneOf('ids', ['random', 'ordered'] as const);
+const RATE = args.wholeNumber('rate', 1);
 const PARTITION = 0;
 const OWNER = 'bench/1/abcdef12';
 
@@ -57,10 +63,15 @@ const requestId = (i: number) => {
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const log = (line: string) => process.stderr.write(`${line}\n`);
 
-/** The records of requests `from`…`from + count - 1`: per BATCH requests, a batch of their `calling` records, then one of their `done` records. */
-function records(from: number, count: number, at: number) {
+/**
+ * The records of requests `from`…`from + count - 1`: per BATCH requests, a batch of their
+ * `calling` records, then one of their `done` records. Request i was sent at `startedAt` + i / RATE
+ * seconds (never later than now).
+ */
+function records(from: number, count: number, startedAt: number) {
   const out: { key: string; value: string; partition: number }[] = [];
   for (let first = from; first < from + count; first += BATCH) {
+    const at = Math.min(Date.now(), startedAt + Math.floor((first * 1000) / RATE));
     const ids = Array.from({ length: Math.min(BATCH, from + count - first) }, (_, j) => first + j);
     const calls: BatchedRecord[] = ids.map((i) => ({
       key: ledgerKey('biz_1', requestId(i)),
@@ -92,13 +103,12 @@ function records(from: number, count: number, at: number) {
   return out;
 }
 
-async function produce(kafka: Kafka, topic: string, from: number, count: number): Promise<void> {
+async function produce(kafka: Kafka, topic: string, from: number, count: number, startedAt: number): Promise<void> {
   const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
   await producer.connect();
-  const at = Date.now();
   const step = Math.max(BATCH, Math.floor(1_000 / BATCH) * BATCH);
   for (let i = from; i < from + count; i += step)
-    await producer.send({ topic, acks: -1, messages: records(i, Math.min(step, from + count - i), at) });
+    await producer.send({ topic, acks: -1, messages: records(i, Math.min(step, from + count - i), startedAt) });
   await producer.disconnect();
 }
 
@@ -135,7 +145,8 @@ async function main() {
         ]),
       );
       log(`[round ${round}] producing ${ENTRIES} requests (${recordsPerRound} records)…`);
-      await produce(kafka, topic, 0, ENTRIES);
+      const startedAt = Date.now() - Math.ceil((ENTRIES * 1000) / RATE);
+      await produce(kafka, topic, 0, ENTRIES, startedAt);
       // The broker's log on disk before the restore reads it, as a changelog written over hours
       // is: its write-back would otherwise share the disk with the store's writes.
       execFileSync('sync');
@@ -163,7 +174,7 @@ async function main() {
         entriesKept.push(first.stats().entries);
         await first.tick();
         await first.close();
-        await produce(kafka, topic, ENTRIES, DELTA);
+        await produce(kafka, topic, ENTRIES, DELTA, startedAt);
         const second = ledger();
         started = performance.now();
         await second.assign(PARTITION);
@@ -180,7 +191,7 @@ async function main() {
     await local?.stop();
   }
   console.log(
-    `\n${ENTRIES} requests with ${IDS} ids (${recordsPerRound} ledger records: batches of ${BATCH} calling, then done records), ${ROUNDS} round(s), medians:\n\n` +
+    `\n${ENTRIES} requests with ${IDS} ids, written at ${RATE}/s (${recordsPerRound} ledger records: batches of ${BATCH} calling, then done records), ${ROUNDS} round(s), medians:\n\n` +
       `| bulk restore (new member) | entries/s | records/s | entries kept | restart, ${DELTA} requests written meanwhile |\n|---|---|---|---|---|\n` +
       `| ${Math.round(median(bulkMs))} ms (${bulkMs.map((v) => Math.round(v)).join(' / ')}) | ${median(bulkEntries)} (${bulkEntries.join(' / ')}) | ${median(bulk)} (${bulk.join(' / ')}) | ${median(entriesKept)} | ${Math.round(median(restartMs))} ms (${restartMs.map((v) => Math.round(v)).join(' / ')}) |`,
   );

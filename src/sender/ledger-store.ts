@@ -1,12 +1,8 @@
-import { randomUUID } from 'node:crypto';
+import { readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Database, RootDatabase } from 'lmdb';
-import {
-  LocalStore,
-  localStoreDir,
-  sortableTime,
-  type ChangelogEntry,
-  type Checkpoint,
-} from '../platform/local-store.js';
+import { LocalStore, localStoreDir, type ChangelogEntry, type Checkpoint } from '../platform/local-store.js';
+import { KeyMinutes } from './key-minutes.js';
 import {
   decodeLedgerEntry,
   encodeLedgerEntry,
@@ -21,13 +17,15 @@ import {
 
 /**
  * One partition's request ledger on local disk (README "Sent once"): the last ledger record of
- * each request of partition p, read back synchronously (about 2 µs), with a time index for
- * the idempotency window and the size bound. A materialisation of partition p of `send-ledger`,
- * which stays the source of truth; the checkpoint says up to where.
+ * each request of partition p, read back synchronously (about 2 µs). A materialisation of
+ * partition p of `send-ledger`, which stays the source of truth; the checkpoint says up to where.
  *
- * The time index holds a row per minute and write (the keys written then), not a row per
- * entry: a second put per entry was a third of a restore's writes. Entries leave it a minute
- * at a time, which is the precision of the window.
+ * An entry's key is its minute, then its request key (`entryKey`): writes land in time order,
+ * the way the changelog comes, not all over the key space. Keyed by request alone, a restore of
+ * 1,000,000 requests with random ids rewrote a page of LMDB's tree per entry and ran at 24,000
+ * entries/s (README "The store's layout"). Which minute a request is under is kept in memory
+ * (`KeyMinutes`, rebuilt from the keys at open); the window and the size bound take the oldest
+ * minutes first, by key order.
  */
 export interface LedgerIdentity {
   clusterId: string;
@@ -47,10 +45,8 @@ export interface LedgerCheckpoint extends Checkpoint {
 
 interface Handles {
   env: RootDatabase;
-  /** A request's last record, its JSON bytes as written to the changelog. */
+  /** `entryKey(minute, key)` → a request's last record, its JSON bytes as written to the changelog. */
   entries: Database<Buffer, string>;
-  /** `<minute's start>\0<write>` → the keys written with a time in that minute, one per line: oldest first. */
-  byMinute: Database<string, string>;
   meta: Database<unknown, string>;
 }
 
@@ -58,15 +54,40 @@ function openHandles(env: RootDatabase): Handles {
   return {
     env,
     entries: env.openDB<Buffer, string>({ name: 'entries', encoding: 'binary' }),
-    byMinute: env.openDB<string, string>({ name: 'by-minute', encoding: 'string' }),
     meta: env.openDB<unknown, string>({ name: 'meta', encoding: 'msgpack' }),
   };
 }
 
 const SEP = '\u0000';
 const MINUTE = 60_000;
-/** The store's layout: a directory of another (an older time index) is wiped and restored again. */
-const LAYOUT = 2;
+/** The store's layout: a directory of another (keyed by request, an older time index) is wiped and restored again. */
+const LAYOUT = 3;
+/** `KeyMinutes` as the last close left it, beside the store (`saveMinutes`). */
+const MINUTES_FILE = 'minutes.index';
+/** What a minutes file starts with: "KMIN", then the layout of what follows. */
+const MINUTES_MAGIC = 0x4e494d4b;
+const MINUTES_VERSION = 1;
+/** Digits of a minute in a key. */
+const MINUTE_DIGITS = 10;
+
+/** The last minute a key can name: it fits the index's 32 bits and the key's 10 digits (the year 10136). */
+const LAST_MINUTE = 0xffffffff;
+/** A time's minute, as minutes since 1970 (a time before 1970 is minute 0, one past the last minute the last). */
+const minuteOf = (at: number): number => Math.min(LAST_MINUTE, Math.max(0, Math.floor(at / MINUTE)));
+/** The minute an entry's key starts with (read digit by digit: a million keys at an open). */
+const minuteOfKey = (stored: string): number => {
+  let minute = 0;
+  for (let i = 0; i < MINUTE_DIGITS; i++) minute = minute * 10 + stored.charCodeAt(i) - 48;
+  return minute;
+};
+/** The last minute's key prefix: the entries of a chunk share a few minutes. */
+let prefixed = { minute: -1, prefix: '' };
+/** An entry's key: its minute, fixed width so that keys sort by time, then the request's key. */
+const entryKey = (minute: number, key: string): string => {
+  if (prefixed.minute !== minute) prefixed = { minute, prefix: `${String(minute).padStart(MINUTE_DIGITS, '0')}${SEP}` };
+  return prefixed.prefix + key;
+};
+
 const EMPTY: LedgerCheckpoint = { ledger: 0 };
 /** Records kept in memory before they are written together (about 500 bytes each). */
 const FLUSH_AT = 2000;
@@ -88,10 +109,10 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
   private readonly bounds: number[] = [];
   /** Why a chunk's writes failed (`written` rejects with it). */
   private writeError: Error | undefined;
-
-  /** Names this store's time index rows, unique across its openings. */
-  private readonly rowTag = randomUUID().slice(0, 8);
-  private rows = 0;
+  /** The minute of every entry on disk or on its way there. */
+  private minutes = new KeyMinutes();
+  /** The minute a flush or an advance is writing a key under, until lmdb has written it. */
+  private readonly issued = new Map<string, number>();
 
   private constructor(dir: string, identity: LedgerIdentity) {
     super(dir, { ...identity, layout: LAYOUT }, openHandles);
@@ -101,6 +122,7 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
   static open(dir: string, identity: LedgerIdentity): LedgerStore {
     const store = new LedgerStore(dir, identity);
     store.claim();
+    store.indexMinutes();
     return store;
   }
 
@@ -111,7 +133,7 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
   }
 
   get(key: string): LedgerEntry | undefined {
-    return this.unflushed.get(key) ?? this.writing.get(key) ?? decodeLedgerEntry(this.live.entries.get(key));
+    return this.unflushed.get(key) ?? this.writing.get(key) ?? decodeLedgerEntry(this.onDisk(key)?.value);
   }
 
   /**
@@ -134,16 +156,14 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     if (this.unflushed.size === 0) return this.flushed();
     const batch = [...this.unflushed];
     this.waiting = 0;
+    const moves = this.issue(batch);
     for (const [key, entry] of batch) if (entry.state !== 'calling') this.unflushed.delete(key);
     // Still readable until written: a read between here and the commit finds it in `writing`.
     for (const [key, entry] of batch) if (entry.state !== 'calling') this.writing.set(key, entry);
     return this.writeAsync(
+      () => this.perform(moves),
       () => {
-        const index = new MinuteIndex();
-        for (const [key, entry] of batch) this.put(key, entry, index);
-        this.putIndex(index);
-      },
-      () => {
+        this.landed(moves);
         for (const [key, entry] of batch) if (this.writing.get(key) === entry) this.writing.delete(key);
       },
     );
@@ -179,7 +199,7 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     for (const { key, value } of entries) {
       if (value === null || !isBatch(value)) keep(key, value, 0, value?.length ?? 0, NO_TIME);
       else {
-        // Keys whose last value came in a batch are indexed by the batch's time, not read per
+        // Keys whose last value came in a batch are kept under the batch's time, not read per
         // value (a value not understood is kept, reads as nothing, and goes when its minute expires).
         const at = batchBounds(value, bounds);
         if (at !== undefined)
@@ -187,22 +207,25 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
             keep(value.toString('utf8', bounds[i], bounds[i + 1]), value, bounds[i + 1]! + 1, bounds[i + 2]!, at);
       }
     }
-    this.applying.push(last);
     const { entries: db } = this.h;
-    const index = new MinuteIndex();
     let write: Promise<unknown> | undefined;
-    last.forEach((key, bytes, batchAt) => {
+    last.forEach((key, bytes, batchAt, slot) => {
       const at = batchAt === NO_TIME ? ledgerEntryTime(bytes) : batchAt;
-      if (bytes === null || at === undefined || at < expireBeforeMs) {
-        // Issued even when not on disk: a put of an earlier chunk may still be on its way. Its
-        // key leaves the time index with the row's minute.
-        write = db.remove(key);
-      } else {
-        write = db.put(key, bytes);
-        index.add(at, key);
+      const minute = bytes === null || at === undefined || at < expireBeforeMs ? undefined : minuteOf(at);
+      const fingerprint = KeyMinutes.fingerprint(key);
+      // Before this chunk joins `applying`: the minute the chunks before it and the disk leave.
+      const previous = this.storedMinute(key, fingerprint);
+      last.settle(slot, minute);
+      if (previous !== undefined && previous !== minute) {
+        write = db.remove(entryKey(previous, key));
+        this.minutes.remove(fingerprint, previous);
+      }
+      if (minute !== undefined) {
+        if (previous !== minute) this.minutes.add(fingerprint, minute);
+        write = db.put(entryKey(minute, key), bytes!);
       }
     });
-    write = this.putIndex(index) ?? write;
+    this.applying.push(last);
     if (next) write = this.meta.put('checkpoint', next);
     const applied = () => void this.applying.splice(this.applying.indexOf(last), 1);
     if (write) {
@@ -242,7 +265,37 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
   private appliedValue(key: string): Buffer | null | undefined {
     for (let i = this.applying.length - 1; i >= 0; i--)
       if (this.applying[i]!.has(key)) return this.applying[i]!.get(key);
-    return this.h.entries.get(key);
+    return this.onDisk(key)?.value;
+  }
+
+  /**
+   * The minute the entry of `key` is under once the writes issued so far land (undefined: it has
+   * none): a flush's or an advance's, then a restore's chunks not yet written, then the disk.
+   */
+  private storedMinute(key: string, fingerprint: number): number | undefined {
+    // Every write changes the index when issued: none under the fingerprint, no entry anywhere
+    // (the usual answer in a bulk restore).
+    if (!this.minutes.has(fingerprint)) return undefined;
+    const issued = this.issued.get(key);
+    if (issued !== undefined) return issued;
+    for (let i = this.applying.length - 1; i >= 0; i--) {
+      const minute = this.applying[i]!.storedMinute(key);
+      if (minute !== undefined) return minute === REMOVED ? undefined : minute;
+    }
+    return this.onDisk(key, fingerprint)?.minute;
+  }
+
+  /** The entry of `key` on disk, and its minute: each minute its fingerprint names is read until one holds it. */
+  private onDisk(
+    key: string,
+    fingerprint = KeyMinutes.fingerprint(key),
+  ): { minute: number; value: Buffer } | undefined {
+    const { entries } = this.live;
+    for (const minute of this.minutes.minutesOf(fingerprint)) {
+      const value = entries.get(entryKey(minute, key));
+      if (value !== undefined) return { minute, value };
+    }
+    return undefined;
   }
 
   /** Chunks applied whose writes are not yet durable. */
@@ -271,86 +324,168 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     await this.flushed();
     const next = { ...this.pendingCheckpoint(EMPTY), ledger: position };
     if (next.ledger <= (this.checkpoint()?.ledger ?? 0)) return;
+    const moves = this.issue([...this.unflushed].filter(([, entry]) => entry.state === 'calling'));
     // On lmdb's write thread: a synchronous commit held the event loop while the disk synced
     // (0.7 s of a 20,000-request run at 128 calls in flight, in a CPU profile).
     await this.writeAsync(
       () => {
-        const index = new MinuteIndex();
-        for (const [key, entry] of this.unflushed) if (entry.state === 'calling') this.put(key, entry, index);
-        this.putIndex(index);
+        this.perform(moves);
         void this.meta.put('checkpoint', next);
       },
-      () => undefined,
+      () => this.landed(moves),
     );
     this.advanceCheckpoint(next);
   }
 
   /**
    * Drops records older than `beforeMs`, then the oldest while more than `maxEntries` are kept,
-   * a minute of the time index at a time (a record leaves once the whole minute of its time is
-   * past), from rows naming at most about `limit` keys in one call; answers how many went. A key
-   * written again since a row named it stays when its newer time is in a later minute.
+   * a minute at a time (a record leaves once the whole minute of its time is past), at most
+   * about `limit` in one call; answers how many went. Keys sort by minute: the oldest come first.
    */
   expire(beforeMs: number, maxEntries: number, limit: number): number {
     this.assertOpen();
-    const { entries, byMinute } = this.live;
+    const { entries } = this.live;
     const over = Math.max(0, this.entries(entries) - maxEntries);
-    const rows: { row: string; minute: number; keys: string[] }[] = [];
-    let named = 0;
-    for (const { key: row, value } of byMinute.getRange({})) {
-      const minute = Number(row.slice(0, row.indexOf(SEP)));
-      if (minute + MINUTE > beforeMs && named >= over) break;
-      const keys = value === '' ? [] : value.split('\n');
-      rows.push({ row, minute, keys });
-      named += keys.length;
-      if (named >= limit) break;
+    const pastBefore = minuteOf(beforeMs);
+    const going: { stored: string; key: string; minute: number }[] = [];
+    for (const stored of entries.getKeys({})) {
+      const minute = minuteOfKey(stored);
+      if (minute >= pastBefore && going.length >= over && minute !== going.at(-1)?.minute) break;
+      if (going.length >= limit) break;
+      const key = stored.slice(MINUTE_DIGITS + 1);
+      // Being written under another minute, or removed: that write settles it.
+      if (this.issued.has(key) || this.applying.some((chunk) => chunk.has(key))) continue;
+      going.push({ stored, key, minute });
     }
-    if (rows.length === 0) return 0;
-    let removed = 0;
+    if (going.length === 0) return 0;
     this.env.transactionSync(() => {
-      for (const { row, minute, keys } of rows) {
-        for (const key of keys) {
-          const value = entries.get(key);
-          const at = ledgerEntryTime(value);
-          // A value not understood (kept from a batch) reads as nothing: it goes with its row.
-          if (value === undefined || (at !== undefined && at >= minute + MINUTE)) continue;
-          if (this.unflushed.has(key) || this.writing.has(key)) continue;
-          entries.removeSync(key);
-          removed++;
-        }
-        byMinute.removeSync(row);
+      for (const { stored, key, minute } of going) {
+        entries.removeSync(stored);
+        this.minutes.remove(KeyMinutes.fingerprint(key), minute);
       }
     });
-    return removed;
+    return going.length;
   }
 
-  /** Writes what is kept, then closes (the directory stays for a later start). */
+  /**
+   * Writes what is kept, then the index of minutes for the next open (scanning the keys takes
+   * about 1.5 s a million), then closes (the directory stays for a later start).
+   */
   override async close(): Promise<void> {
-    if (!this.isClosed()) await this.flush().catch(() => undefined);
+    if (!this.isClosed()) {
+      await this.flush().catch(() => undefined);
+      await this.flushed();
+      // Only an index that matches the disk: after a failed write it may not.
+      if (!this.writeError && !this.isClosed()) this.saveMinutes();
+    }
     await super.close();
+  }
+
+  /**
+   * `minutes` in a file beside the store, with the number of lmdb's last transaction: the next
+   * open takes it only if no transaction came after it (a kill -9 after later writes, a torn
+   * file: the keys are read instead). Written whole to another name, then renamed over.
+   */
+  private saveMinutes(): void {
+    const table = this.minutes.toBytes();
+    const header = Buffer.alloc(16);
+    header.writeUInt32LE(MINUTES_MAGIC, 0);
+    header.writeUInt32LE(MINUTES_VERSION, 4);
+    header.writeDoubleLE(this.lastTxnId(), 8);
+    const path = join(this.dir, MINUTES_FILE);
+    try {
+      writeFileSync(`${path}.next`, Buffer.concat([header, table]));
+      renameSync(`${path}.next`, path);
+    } catch {
+      // Only a faster next open is lost: it reads the keys.
+    }
+  }
+
+  /** The `minutes` a close saved, if no transaction came after it. */
+  private savedMinutes(): KeyMinutes | undefined {
+    let bytes: Buffer;
+    try {
+      bytes = readFileSync(join(this.dir, MINUTES_FILE));
+    } catch {
+      return undefined;
+    }
+    if (
+      bytes.length < 16 ||
+      bytes.readUInt32LE(0) !== MINUTES_MAGIC ||
+      bytes.readUInt32LE(4) !== MINUTES_VERSION ||
+      bytes.readDoubleLE(8) !== this.lastTxnId()
+    )
+      return undefined;
+    return KeyMinutes.fromBytes(bytes.subarray(16));
+  }
+
+  private lastTxnId(): number {
+    return (this.env.getStats() as { lastTxnId: number }).lastTxnId;
   }
 
   stats(): { entries: number; bytes: number } {
     return { entries: this.entries(this.live.entries), bytes: this.bytes() };
   }
 
-  /** The entry, and its key in the time index of its minute; an earlier row naming the key is left to the sweep. */
-  private put(key: string, entry: LedgerEntry, index: MinuteIndex): void {
-    void this.h.entries.put(key, Buffer.from(encodeLedgerEntry(entry)));
-    index.add(entry.at, key);
+  /** The minute of every entry on disk: as the last close saved it, if nothing was written since, else from the keys. */
+  private indexMinutes(): void {
+    const { entries } = this.live;
+    const saved = this.savedMinutes();
+    if (saved?.size === this.entries(entries)) {
+      this.minutes = saved;
+      return;
+    }
+    this.minutes = new KeyMinutes(this.entries(entries));
+    for (const stored of entries.getKeys({}))
+      this.minutes.add(KeyMinutes.fingerprint(stored, MINUTE_DIGITS + 1), minuteOfKey(stored));
   }
 
-  /** A row per minute of the keys in `index`; answers the last write, if any. */
-  private putIndex(index: MinuteIndex): Promise<boolean> | undefined {
-    let write: Promise<boolean> | undefined;
-    for (const [minute, keys] of index.keys)
-      write = this.h.byMinute.put(`${sortableTime(minute)}${SEP}${this.rowTag}.${++this.rows}`, keys.join('\n'));
-    return write;
+  /**
+   * Records to write, as moves of their keys to their minutes: the index changes at once, the
+   * disk when `perform` runs in the write's transaction, and until then `issued` says where
+   * each key is going.
+   */
+  private issue(records: [string, LedgerEntry][]): Move[] {
+    const moves: Move[] = [];
+    for (const [key, entry] of records) {
+      const fingerprint = KeyMinutes.fingerprint(key);
+      const previous = this.storedMinute(key, fingerprint);
+      const minute = minuteOf(entry.at);
+      if (previous !== undefined && previous !== minute) this.minutes.remove(fingerprint, previous);
+      if (previous !== minute) this.minutes.add(fingerprint, minute);
+      this.issued.set(key, minute);
+      moves.push({ key, previous, minute, value: Buffer.from(encodeLedgerEntry(entry)) });
+    }
+    return moves;
   }
+
+  /** The writes of `issue`'s moves, in the caller's transaction. */
+  private perform(moves: Move[]): void {
+    const { entries } = this.h;
+    for (const { key, previous, minute, value } of moves) {
+      if (previous !== undefined && previous !== minute) void entries.remove(entryKey(previous, key));
+      void entries.put(entryKey(minute, key), value);
+    }
+  }
+
+  /** The moves are on disk: `issued` forgets those no later move replaced. */
+  private landed(moves: Move[]): void {
+    for (const { key, minute } of moves) if (this.issued.get(key) === minute) this.issued.delete(key);
+  }
+}
+
+/** A record to write: its key moves from the minute it is under (if any) to its record's minute. */
+interface Move {
+  key: string;
+  previous: number | undefined;
+  minute: number;
+  value: Buffer;
 }
 
 /** A value's time is read from its bytes (it came alone, not in a batch). */
 const NO_TIME = -1;
+/** A chunk's value for a key removes its entry (a tombstone, not understood alone, or past the window). */
+const REMOVED = -1;
 
 /**
  * The value a chunk of a restore leaves for each key, as a place in the bytes Kafka gave: a view
@@ -362,6 +497,8 @@ class ChunkValues {
   private readonly sources: (Buffer | null)[] = [];
   /** Per slot: the value's start and end in its source, and its batch's time (or NO_TIME). */
   private readonly places: number[] = [];
+  /** Per slot, once written: the minute its entry is under, or REMOVED. */
+  private readonly minutes: number[] = [];
 
   set(key: string, source: Buffer | null, start: number, end: number, at: number): void {
     const slot = this.slots.get(key);
@@ -387,8 +524,19 @@ class ChunkValues {
     return slot === undefined ? undefined : this.value(slot);
   }
 
-  forEach(visit: (key: string, value: Buffer | null, at: number) => void): void {
-    this.slots.forEach((slot, key) => visit(key, this.value(slot), this.places[slot * 3 + 2]!));
+  forEach(visit: (key: string, value: Buffer | null, at: number, slot: number) => void): void {
+    this.slots.forEach((slot, key) => visit(key, this.value(slot), this.places[slot * 3 + 2]!, slot));
+  }
+
+  /** The minute the key's entry is written under (REMOVED: none), as `settle` said. */
+  settle(slot: number, minute: number | undefined): void {
+    this.minutes[slot] = minute ?? REMOVED;
+  }
+
+  /** Where this chunk puts the key: its minute, REMOVED, or undefined when the chunk has no value for it. */
+  storedMinute(key: string): number | undefined {
+    const slot = this.slots.get(key);
+    return slot === undefined ? undefined : this.minutes[slot];
   }
 
   private value(slot: number): Buffer | null {
@@ -397,18 +545,6 @@ class ChunkValues {
     const start = this.places[slot * 3]!;
     const end = this.places[slot * 3 + 1]!;
     return start === 0 && end === source.length ? source : source.subarray(start, end);
-  }
-}
-
-/** The keys of a write, by the minute of their time. */
-class MinuteIndex {
-  readonly keys = new Map<number, string[]>();
-
-  add(at: number, key: string): void {
-    const minute = at - (at % MINUTE);
-    const keys = this.keys.get(minute);
-    if (keys) keys.push(key);
-    else this.keys.set(minute, [key]);
   }
 }
 

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { open as lmdbOpen } from 'lmdb';
@@ -19,6 +19,7 @@ import {
   ledgerKey,
   type LedgerEntry,
 } from '../../src/sender/ledger-records.js';
+import { KeyMinutes } from '../../src/sender/key-minutes.js';
 import { LedgerStore, ledgerStoreDir } from '../../src/sender/ledger-store.js';
 
 const identity = { clusterId: 'c1', topic: 'send-ledger', partition: 3, partitions: 12 };
@@ -402,6 +403,150 @@ describe('ledger store (LMDB)', () => {
     expect(store.expire(61 * M, 100, 1000)).toBe(2);
     expect(store.stats().entries).toBe(0);
     await store.close();
+  });
+
+  it('keys entries by minute: a request that moves to a later minute is one entry, found after a reopen with the saved index or from the keys', async () => {
+    const M = 60_000;
+    const store = open();
+    const calling = (offset: number, at: number): LedgerEntry => ({
+      state: 'calling',
+      offset,
+      at,
+      owner: 'host/1/abc',
+    });
+    // Across chunks not yet written, then by the member's own flush: each move leaves one entry.
+    store.applyChangelog([{ key: 'a', value: bytes(calling(1, 5 * M)) }], 1, 0);
+    store.applyChangelog([{ key: 'a', value: bytes(done(1, 7 * M)) }], 2, 0);
+    store.record('b', calling(2, 8 * M));
+    await store.flush();
+    store.record('b', done(2, 9 * M + 1));
+    store.record('c', done(3, 3 * M));
+    await store.flush();
+    await store.written();
+    expect([store.get('a'), store.get('b'), store.get('c'), store.stats().entries]).toEqual([
+      done(1, 7 * M),
+      done(2, 9 * M + 1),
+      done(3, 3 * M),
+      3,
+    ]);
+    // Time order on disk: the oldest minute first, whatever the keys.
+    const env = lmdbOpen({ path: join(store.dir, 'store.mdb'), maxDbs: 16, compression: false });
+    const onDisk = () => [...env.openDB<Buffer, string>({ name: 'entries', encoding: 'binary' }).getKeys({})];
+    await store.close();
+    expect(onDisk()).toEqual(['0000000003\u0000c', '0000000007\u0000a', '0000000009\u0000b']);
+    await env.close();
+    // A close saves the index beside the store, with lmdb's last transaction.
+    const file = join(store.dir, 'minutes.index');
+    const first = readFileSync(file);
+    const again = open(store.dir);
+    expect([again.get('a'), again.get('b'), again.get('c')]).toEqual([
+      done(1, 7 * M),
+      done(2, 9 * M + 1),
+      done(3, 3 * M),
+    ]);
+    // As many entries as before, but not the same ones: only the transaction says the first index is stale.
+    again.applyChangelog(
+      [
+        { key: 'a', value: null },
+        { key: 'd', value: bytes(done(4, 10 * M)) },
+      ],
+      3,
+      0,
+    );
+    await again.close();
+    const last = readFileSync(file);
+    // As after a kill -9 following those writes (the first index left), a torn file, another
+    // file, none: each is refused and the index is read from the keys.
+    for (const left of [first, last.subarray(0, last.length - 8), Buffer.from('not an index'), undefined]) {
+      if (left) writeFileSync(file, left);
+      else rmSync(file);
+      const reopened = open(store.dir);
+      expect([reopened.get('a'), reopened.get('b'), reopened.get('c'), reopened.get('d')]).toEqual([
+        undefined,
+        done(2, 9 * M + 1),
+        done(3, 3 * M),
+        done(4, 10 * M),
+      ]);
+      await reopened.close();
+    }
+    // And the one the last close saved is taken as it is.
+    const taken = open(store.dir);
+    expect(taken.get('d')).toEqual(done(4, 10 * M));
+    await taken.close();
+  });
+
+  it('a time in the first minute of 1970 or past the last minute a key can name is kept under the first or the last minute', async () => {
+    const store = open();
+    const far = Number.MAX_SAFE_INTEGER - 1;
+    store.applyChangelog(
+      [
+        { key: 'early', value: bytes(done(1, 5)) },
+        { key: 'late', value: bytes(done(2, far)) },
+      ],
+      2,
+      0,
+    );
+    await store.written();
+    await store.close();
+    const env = lmdbOpen({ path: join(store.dir, 'store.mdb'), maxDbs: 16, compression: false });
+    expect([...env.openDB<Buffer, string>({ name: 'entries', encoding: 'binary' }).getKeys({})]).toEqual([
+      '0000000000\u0000early',
+      '4294967295\u0000late',
+    ]);
+    await env.close();
+    rmSync(join(store.dir, 'minutes.index'));
+    // Rebuilt from the keys: both found; the window takes the early one, the bound the late one.
+    const again = open(store.dir);
+    expect([again.get('early'), again.get('late')]).toEqual([done(1, 5), done(2, far)]);
+    expect(again.expire(Date.now(), 10, 100)).toBe(1);
+    expect(again.expire(0, 0, 100)).toBe(1);
+    expect(again.stats().entries).toBe(0);
+    await again.close();
+  });
+
+  it('two keys with the same fingerprint each find their own entry, through moves, removals, expiry and a reopen', async () => {
+    const M = 60_000;
+    // The first pair of keys whose 32-bit fingerprints meet (birthday bound: about 77,000 keys).
+    const seen = new Map<number, string>();
+    let pair: [string, string] | undefined;
+    for (let i = 0; !pair; i++) {
+      const key = ledgerKey('biz', `r${i}`);
+      const print = KeyMinutes.fingerprint(key);
+      const other = seen.get(print);
+      if (other) pair = [other, key];
+      else seen.set(print, key);
+    }
+    const [x, y] = pair;
+    expect(KeyMinutes.fingerprint(x)).toBe(KeyMinutes.fingerprint(y));
+    const store = open();
+    store.applyChangelog(
+      [
+        { key: x, value: bytes(done(1, 2 * M)) },
+        { key: y, value: bytes(done(2, 2 * M + 5)) },
+      ],
+      2,
+      0,
+    );
+    await store.written();
+    expect([store.get(x), store.get(y)]).toEqual([done(1, 2 * M), done(2, 2 * M + 5)]);
+    // y moves to a later minute; x stays; then x goes (a tombstone), y stays.
+    store.record(y, done(3, 4 * M));
+    await store.flush();
+    expect([store.get(x), store.get(y), store.stats().entries]).toEqual([done(1, 2 * M), done(3, 4 * M), 2]);
+    store.applyChangelog([{ key: x, value: null }], 3, 0);
+    await store.written();
+    expect([store.get(x), store.get(y), store.stats().entries]).toEqual([undefined, done(3, 4 * M), 1]);
+    // Both in one minute again, then that minute expires: both go, nothing is left under the fingerprint.
+    store.applyChangelog([{ key: x, value: bytes(done(4, 4 * M + 1)) }], 4, 0);
+    await store.written();
+    await store.close();
+    const again = open(store.dir);
+    expect([again.get(x), again.get(y)]).toEqual([done(4, 4 * M + 1), done(3, 4 * M)]);
+    expect(again.expire(5 * M, 100, 100)).toBe(2);
+    expect([again.get(x), again.get(y), again.stats().entries]).toEqual([undefined, undefined, 0]);
+    again.record(x, done(5, 6 * M));
+    expect(again.get(y)).toBeUndefined();
+    await again.close();
   });
 
   it('a directory written with the earlier time index is wiped and restored again', async () => {

@@ -1,0 +1,90 @@
+import { describe, expect, it } from 'vitest';
+import { KeyMinutes } from '../../src/sender/key-minutes.js';
+
+/** The same operations on a plain multiset of (fingerprint, minute): what the table must answer. */
+class Reference {
+  private readonly slots = new Map<number, number[]>();
+  add(fingerprint: number, minute: number) {
+    this.slots.set(fingerprint, [...(this.slots.get(fingerprint) ?? []), minute]);
+  }
+  remove(fingerprint: number, minute: number): boolean {
+    const minutes = this.slots.get(fingerprint) ?? [];
+    const at = minutes.indexOf(minute);
+    if (at < 0) return false;
+    minutes.splice(at, 1);
+    return true;
+  }
+  minutesOf(fingerprint: number): number[] {
+    return [...(this.slots.get(fingerprint) ?? [])].sort((a, b) => b - a);
+  }
+  get size() {
+    return [...this.slots.values()].reduce((n, m) => n + m.length, 0);
+  }
+}
+
+/** A small deterministic generator: the same run every time. */
+function random(seed: number) {
+  let s = seed;
+  return (n: number) => {
+    s = (Math.imul(s, 1103515245) + 12345) >>> 0;
+    return s % n;
+  };
+}
+
+describe('key minutes (the ledger store in memory index)', () => {
+  it('answers every minute stored under a fingerprint, newest first; removes one slot per entry', () => {
+    const table = new KeyMinutes();
+    expect(table.minutesOf(7)).toEqual([]);
+    table.add(7, 100);
+    table.add(7, 102);
+    table.add(7, 100); // another key with the same fingerprint and minute: its own slot
+    table.add(8, 50);
+    expect(table.minutesOf(7)).toEqual([102, 100, 100]);
+    expect(table.size).toBe(4);
+    expect(table.remove(7, 100)).toBe(true);
+    expect(table.minutesOf(7)).toEqual([102, 100]);
+    expect(table.remove(7, 101)).toBe(false);
+    expect(table.remove(9, 100)).toBe(false);
+    expect([table.minutesOf(8), table.size]).toEqual([[50], 3]);
+  });
+
+  it('matches a plain multiset through long runs of colliding fingerprints, wrapping round, growing and shrinking', () => {
+    for (const fingerprints of [24, 5000]) {
+      const next = random(fingerprints);
+      const table = new KeyMinutes(16);
+      const reference = new Reference();
+      for (let step = 0; step < 40_000; step++) {
+        // Few distinct fingerprints (1…24) crowd a few probe runs; many (1…5000) spread them.
+        const fingerprint = 1 + next(fingerprints);
+        const minute = next(6);
+        if (next(3) === 0 || reference.size > 3000)
+          expect(table.remove(fingerprint, minute)).toBe(reference.remove(fingerprint, minute));
+        else {
+          table.add(fingerprint, minute);
+          reference.add(fingerprint, minute);
+        }
+        if (step % 97 === 0) {
+          const probe = 1 + next(fingerprints);
+          expect(table.minutesOf(probe)).toEqual(reference.minutesOf(probe));
+        }
+      }
+      expect(table.size).toBe(reference.size);
+      for (let fingerprint = 1; fingerprint <= fingerprints; fingerprint++)
+        expect(table.minutesOf(fingerprint)).toEqual(reference.minutesOf(fingerprint));
+      // Fingerprints near the top of the 32-bit range place by their low bits like any other.
+      table.add(0xffffffff, 3);
+      expect(table.minutesOf(0xffffffff)).toEqual([3]);
+    }
+  });
+
+  it('fingerprints a key into a non-zero 32-bit number, the same every time, spread over the table', () => {
+    const keys = Array.from({ length: 20_000 }, (_, i) => `["biz_1","cli-${i.toString(36)}"]`);
+    const prints = keys.map((k) => KeyMinutes.fingerprint(k));
+    expect(prints.every((p) => Number.isInteger(p) && p > 0 && p <= 0xffffffff)).toBe(true);
+    expect(KeyMinutes.fingerprint(keys[0]!)).toBe(prints[0]);
+    expect(new Set(prints).size).toBeGreaterThan(19_990);
+    // Keys that differ in one character land in every part of a 1,024-slot table.
+    const homes = new Set(prints.map((p) => p & 1023));
+    expect(homes.size).toBeGreaterThan(1000);
+  });
+});
