@@ -9,6 +9,8 @@
 //      ready.
 //   3. restart: the same directory closed, opened again and caught up (delta from its checkpoint),
 //      after --delta more requests were recorded meanwhile: milliseconds to ready.
+//   4. restart after a kill -9: the same, without the index a close saves beside the store (the
+//      open reads the store's keys instead).
 // Each round on a fresh topic and directory; medians of the rounds.
 // --ids random (the default) gives requests random UUIDs, as `msgbridge send` and most producers
 // make them: the store's writes land all over its key space. --ids ordered numbers them
@@ -33,6 +35,7 @@ import { startLocalBroker, type LocalBroker } from '../src/local-kafka/local-bro
 import { ensureTopics } from '../src/kafka/topics.js';
 import { silentLogger } from '../src/platform/logger.js';
 import { batchKey, encodeBatch, ledgerKey, type BatchedRecord } from '../src/sender/ledger-records.js';
+import { ledgerStoreDir } from '../src/sender/ledger-store.js';
 import { RequestLedger } from '../src/sender/request-ledger.js';
 import { benchArgs } from './args.js';
 
@@ -130,6 +133,7 @@ async function main() {
   const bulkEntries: number[] = [];
   const bulkMs: number[] = [];
   const restartMs: number[] = [];
+  const killedMs: number[] = [];
   const entriesKept: number[] = [];
   try {
     for (let round = 1; round <= ROUNDS; round++) {
@@ -180,8 +184,14 @@ async function main() {
         await second.assign(PARTITION);
         restartMs.push(performance.now() - started);
         await second.close();
+        rmSync(join(ledgerStoreDir(stateDir, 'bench', PARTITION), 'minutes.index'));
+        const third = ledger();
+        started = performance.now();
+        await third.assign(PARTITION);
+        killedMs.push(performance.now() - started);
+        await third.close();
         log(
-          `[round ${round}] bulk ${Math.round(ms)} ms (${bulkEntries.at(-1)} entries/s, ${bulk.at(-1)} records/s, ${entriesKept.at(-1)} entries); restart with ${DELTA} new requests: ${Math.round(restartMs.at(-1)!)} ms`,
+          `[round ${round}] bulk ${Math.round(ms)} ms (${bulkEntries.at(-1)} entries/s, ${bulk.at(-1)} records/s, ${entriesKept.at(-1)} entries); restart with ${DELTA} new requests: ${Math.round(restartMs.at(-1)!)} ms; after a kill -9: ${Math.round(killedMs.at(-1)!)} ms`,
         );
       } finally {
         rmSync(stateDir, { recursive: true, force: true });
@@ -192,8 +202,8 @@ async function main() {
   }
   console.log(
     `\n${ENTRIES} requests with ${IDS} ids, written at ${RATE}/s (${recordsPerRound} ledger records: batches of ${BATCH} calling, then done records), ${ROUNDS} round(s), medians:\n\n` +
-      `| bulk restore (new member) | entries/s | records/s | entries kept | restart, ${DELTA} requests written meanwhile |\n|---|---|---|---|---|\n` +
-      `| ${Math.round(median(bulkMs))} ms (${bulkMs.map((v) => Math.round(v)).join(' / ')}) | ${median(bulkEntries)} (${bulkEntries.join(' / ')}) | ${median(bulk)} (${bulk.join(' / ')}) | ${median(entriesKept)} | ${Math.round(median(restartMs))} ms (${restartMs.map((v) => Math.round(v)).join(' / ')}) |`,
+      `| bulk restore (new member) | entries/s | records/s | entries kept | restart, ${DELTA} requests written meanwhile | restart after a kill -9 |\n|---|---|---|---|---|---|\n` +
+      `| ${Math.round(median(bulkMs))} ms (${bulkMs.map((v) => Math.round(v)).join(' / ')}) | ${median(bulkEntries)} (${bulkEntries.join(' / ')}) | ${median(bulk)} (${bulk.join(' / ')}) | ${median(entriesKept)} | ${Math.round(median(restartMs))} ms (${restartMs.map((v) => Math.round(v)).join(' / ')}) | ${Math.round(median(killedMs))} ms (${killedMs.map((v) => Math.round(v)).join(' / ')}) |`,
   );
 }
 
