@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Database, RootDatabase } from 'lmdb';
@@ -58,7 +59,17 @@ function openHandles(env: RootDatabase): Handles {
   };
 }
 
-const SEP = '\u0000';
+/**
+ * Between an entry's minute and its request's key. Not a NUL: lmdb's key encoding reads a raw NUL
+ * back as an array separator in keys of 64 characters or more (a business id of 10 characters
+ * and a UUID), and `getKeys` gave arrays.
+ */
+const SEP = ':';
+/**
+ * Request keys longer than this (UTF-8 bytes) are kept under a digest: LMDB refuses keys over
+ * 1,978 bytes, and a request id of control characters (each escaped to 6 bytes) reaches 2,311.
+ */
+const LONGEST_KEY = 1900;
 const MINUTE = 60_000;
 /** The store's layout: a directory of another (keyed by request, an older time index) is wiped and restored again. */
 const LAYOUT = 3;
@@ -80,6 +91,12 @@ const minuteOfKey = (stored: string): number => {
   for (let i = 0; i < MINUTE_DIGITS; i++) minute = minute * 10 + stored.charCodeAt(i) - 48;
   return minute;
 };
+/** The key a request is kept under: its own, or for a long one a digest of it. */
+export function storedKey(key: string): string {
+  // UTF-8 takes at most 3 bytes per UTF-16 unit: only a long key is measured.
+  if (key.length * 3 <= LONGEST_KEY || Buffer.byteLength(key) <= LONGEST_KEY) return key;
+  return `#sha256:${createHash('sha256').update(key).digest('hex')}`;
+}
 /** The last minute's key prefix: the entries of a chunk share a few minutes. */
 let prefixed = { minute: -1, prefix: '' };
 /** An entry's key: its minute, fixed width so that keys sort by time, then the request's key. */
@@ -111,8 +128,12 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
   private writeError: Error | undefined;
   /** The minute of every entry on disk or on its way there. */
   private minutes = new KeyMinutes();
-  /** The minute a flush or an advance is writing a key under, until lmdb has written it. */
-  private readonly issued = new Map<string, number>();
+  /** The minute a flush or an advance is writing a key under, until lmdb has written it, and the write's turn. */
+  private readonly issued = new Map<string, { minute: number; turn: number }>();
+  /** Orders writes of every kind as issued: a flush's moves and a restore's chunks (`storedMinute`). */
+  private turns = 0;
+  /** A write failed: the index may not match the disk, and a close does not save it. */
+  private indexSuspect = false;
 
   private constructor(dir: string, identity: LedgerIdentity) {
     super(dir, { ...identity, layout: LAYOUT }, openHandles);
@@ -132,7 +153,8 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     return LedgerStore.open(store.dir, store.identity);
   }
 
-  get(key: string): LedgerEntry | undefined {
+  get(requestKey: string): LedgerEntry | undefined {
+    const key = storedKey(requestKey);
     return this.unflushed.get(key) ?? this.writing.get(key) ?? decodeLedgerEntry(this.onDisk(key)?.value);
   }
 
@@ -144,8 +166,9 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
    * holds it, and the checkpoint never passes what is not on disk. A `calling` record stays in
    * memory until its outcome replaces it, and is written by a flush while still open.
    */
-  record(key: string, entry: LedgerEntry): void {
+  record(requestKey: string, entry: LedgerEntry): void {
     this.assertOpen();
+    const key = storedKey(requestKey);
     if (standing(entry.state === 'released' ? this.get(key) : undefined, entry) !== entry) return;
     this.unflushed.set(key, entry);
     if (entry.state !== 'calling' && ++this.waiting >= FLUSH_AT) void this.flush();
@@ -160,13 +183,39 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     for (const [key, entry] of batch) if (entry.state !== 'calling') this.unflushed.delete(key);
     // Still readable until written: a read between here and the commit finds it in `writing`.
     for (const [key, entry] of batch) if (entry.state !== 'calling') this.writing.set(key, entry);
-    return this.writeAsync(
+    return this.writeMoves(
+      moves,
       () => this.perform(moves),
       () => {
-        this.landed(moves);
         for (const [key, entry] of batch) if (this.writing.get(key) === entry) this.writing.delete(key);
       },
     );
+  }
+
+  /** `moves` written in one transaction (`write`); a failed write gives the index back what it had. */
+  private writeMoves(moves: Move[], write: () => void, settled: () => void): Promise<void> {
+    const failed = (error: unknown): never => {
+      this.indexSuspect = true;
+      // Back to before the moves: their earlier entries are still on disk, their new ones are not.
+      for (let i = moves.length - 1; i >= 0; i--) {
+        const { key, fingerprint, previous, minute, turn } = moves[i]!;
+        if (this.issued.get(key)?.turn === turn) this.issued.delete(key);
+        if (previous === minute) continue;
+        this.minutes.remove(fingerprint, minute);
+        if (previous !== undefined) this.minutes.add(fingerprint, previous);
+      }
+      throw error;
+    };
+    let written: Promise<void>;
+    try {
+      written = this.writeAsync(write, () => {
+        this.landed(moves);
+        settled();
+      });
+    } catch (error) {
+      return failed(error);
+    }
+    return written.catch(failed);
   }
 
   /**
@@ -185,7 +234,7 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     const next = position === undefined ? undefined : { ...this.pendingCheckpoint(EMPTY), ledger: position };
     // Only the last record of each key in the chunk is written, as the bytes Kafka gave (no text
     // made and encoded again). A batch is the records it carries, in its place.
-    const last = new ChunkValues();
+    const last = new ChunkValues(++this.turns);
     const keep = (key: string, source: Buffer | null, start: number, end: number, at: number) => {
       // A late release stays out (releaseReplaces); rare, so decoding both costs nothing much.
       if (source !== null && isReleased(source, start)) {
@@ -197,14 +246,20 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     };
     const bounds = this.bounds;
     for (const { key, value } of entries) {
-      if (value === null || !isBatch(value)) keep(key, value, 0, value?.length ?? 0, NO_TIME);
+      if (value === null || !isBatch(value)) keep(storedKey(key), value, 0, value?.length ?? 0, NO_TIME);
       else {
         // Keys whose last value came in a batch are kept under the batch's time, not read per
         // value (a value not understood is kept, reads as nothing, and goes when its minute expires).
         const at = batchBounds(value, bounds);
         if (at !== undefined)
           for (let i = 0; i < bounds.length; i += 3)
-            keep(value.toString('utf8', bounds[i], bounds[i + 1]), value, bounds[i + 1]! + 1, bounds[i + 2]!, at);
+            keep(
+              storedKey(value.toString('utf8', bounds[i], bounds[i + 1])),
+              value,
+              bounds[i + 1]! + 1,
+              bounds[i + 2]!,
+              at,
+            );
       }
     }
     const { entries: db } = this.h;
@@ -256,6 +311,9 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     // An advance in progress writes the open `calling` records it finds in memory, then a
     // checkpoint past them: they must still be there when it looks.
     await this.advancing;
+    // A flush on its way moved its keys in the index already: until it lands, `writing` is
+    // where their values are read.
+    await this.flushed();
     this.unflushed.clear();
     this.writing.clear();
     this.waiting = 0;
@@ -276,12 +334,15 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     // Every write changes the index when issued: none under the fingerprint, no entry anywhere
     // (the usual answer in a bulk restore).
     if (!this.minutes.has(fingerprint)) return undefined;
+    // The latest of the writes not yet landed, in the order they were issued.
     const issued = this.issued.get(key);
-    if (issued !== undefined) return issued;
     for (let i = this.applying.length - 1; i >= 0; i--) {
-      const minute = this.applying[i]!.storedMinute(key);
+      const chunk = this.applying[i]!;
+      if (issued !== undefined && issued.turn > chunk.turn) break;
+      const minute = chunk.storedMinute(key);
       if (minute !== undefined) return minute === REMOVED ? undefined : minute;
     }
+    if (issued !== undefined) return issued.minute;
     return this.onDisk(key, fingerprint)?.minute;
   }
 
@@ -327,12 +388,13 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     const moves = this.issue([...this.unflushed].filter(([, entry]) => entry.state === 'calling'));
     // On lmdb's write thread: a synchronous commit held the event loop while the disk synced
     // (0.7 s of a 20,000-request run at 128 calls in flight, in a CPU profile).
-    await this.writeAsync(
+    await this.writeMoves(
+      moves,
       () => {
         this.perform(moves);
         void this.meta.put('checkpoint', next);
       },
-      () => this.landed(moves),
+      () => undefined,
     );
     this.advanceCheckpoint(next);
   }
@@ -376,7 +438,7 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
       await this.flush().catch(() => undefined);
       await this.flushed();
       // Only an index that matches the disk: after a failed write it may not.
-      if (!this.writeError && !this.isClosed()) this.saveMinutes();
+      if (!this.writeError && !this.indexSuspect && !this.isClosed()) this.saveMinutes();
     }
     await super.close();
   }
@@ -453,8 +515,9 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
       const minute = minuteOf(entry.at);
       if (previous !== undefined && previous !== minute) this.minutes.remove(fingerprint, previous);
       if (previous !== minute) this.minutes.add(fingerprint, minute);
-      this.issued.set(key, minute);
-      moves.push({ key, previous, minute, value: Buffer.from(encodeLedgerEntry(entry)) });
+      const turn = ++this.turns;
+      this.issued.set(key, { minute, turn });
+      moves.push({ key, fingerprint, previous, minute, turn, value: Buffer.from(encodeLedgerEntry(entry)) });
     }
     return moves;
   }
@@ -470,15 +533,18 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
 
   /** The moves are on disk: `issued` forgets those no later move replaced. */
   private landed(moves: Move[]): void {
-    for (const { key, minute } of moves) if (this.issued.get(key) === minute) this.issued.delete(key);
+    for (const { key, turn } of moves) if (this.issued.get(key)?.turn === turn) this.issued.delete(key);
   }
 }
 
 /** A record to write: its key moves from the minute it is under (if any) to its record's minute. */
 interface Move {
   key: string;
+  fingerprint: number;
   previous: number | undefined;
   minute: number;
+  /** When it was issued, among all the store's writes. */
+  turn: number;
   value: Buffer;
 }
 
@@ -493,6 +559,9 @@ const REMOVED = -1;
  * their outcome in the same chunk), and no object per record.
  */
 class ChunkValues {
+  /** @param turn when it was issued, among all the store's writes */
+  constructor(readonly turn: number) {}
+
   private readonly slots = new Map<string, number>();
   private readonly sources: (Buffer | null)[] = [];
   /** Per slot: the value's start and end in its source, and its batch's time (or NO_TIME). */

@@ -433,7 +433,7 @@ describe('ledger store (LMDB)', () => {
     const env = lmdbOpen({ path: join(store.dir, 'store.mdb'), maxDbs: 16, compression: false });
     const onDisk = () => [...env.openDB<Buffer, string>({ name: 'entries', encoding: 'binary' }).getKeys({})];
     await store.close();
-    expect(onDisk()).toEqual(['0000000003\u0000c', '0000000007\u0000a', '0000000009\u0000b']);
+    expect(onDisk()).toEqual(['0000000003:c', '0000000007:a', '0000000009:b']);
     await env.close();
     // A close saves the index beside the store, with lmdb's last transaction.
     const file = join(store.dir, 'minutes.index');
@@ -490,8 +490,8 @@ describe('ledger store (LMDB)', () => {
     await store.close();
     const env = lmdbOpen({ path: join(store.dir, 'store.mdb'), maxDbs: 16, compression: false });
     expect([...env.openDB<Buffer, string>({ name: 'entries', encoding: 'binary' }).getKeys({})]).toEqual([
-      '0000000000\u0000early',
-      '4294967295\u0000late',
+      '0000000000:early',
+      '4294967295:late',
     ]);
     await env.close();
     rmSync(join(store.dir, 'minutes.index'));
@@ -501,6 +501,58 @@ describe('ledger store (LMDB)', () => {
     expect(again.expire(Date.now(), 10, 100)).toBe(1);
     expect(again.expire(0, 0, 100)).toBe(1);
     expect(again.stats().entries).toBe(0);
+    await again.close();
+  });
+
+  it('keys of 64 characters and more, and keys too long for LMDB, go through writes, expiry and a reopen from the keys', async () => {
+    const M = 60_000;
+    const store = open();
+    // A 14-character business and a UUID: an entry key of 77 characters.
+    const long = ledgerKey('acme-retail-eu', '0b6c2f61-4a5e-4d1b-9a7e-3f0f7c9e2a11');
+    // A request id of control characters, each escaped to 6 bytes: 2,000 bytes and more.
+    const tooLong = ledgerKey('biz', '\u0001'.repeat(128) + 'x'.repeat(1300));
+    expect(Buffer.byteLength(tooLong)).toBeGreaterThan(2000);
+    store.applyChangelog([{ key: long, value: bytes(done(1, 2 * M)) }], 1, 0);
+    store.record(tooLong, done(2, 3 * M));
+    await store.flush();
+    await store.written();
+    expect([store.get(long), store.get(tooLong)]).toEqual([done(1, 2 * M), done(2, 3 * M)]);
+    await store.close();
+    rmSync(join(store.dir, 'minutes.index'));
+    const again = open(store.dir);
+    expect([again.get(long), again.get(tooLong)]).toEqual([done(1, 2 * M), done(2, 3 * M)]);
+    again.applyChangelog([{ key: tooLong, value: bytes(done(3, 4 * M)) }], 2, 0);
+    await again.written();
+    expect(again.get(tooLong)).toEqual(done(3, 4 * M));
+    expect(again.expire(3 * M, 100, 100)).toBe(1);
+    expect([again.get(long), again.get(tooLong), again.stats().entries]).toEqual([undefined, done(3, 4 * M), 1]);
+    await again.close();
+  });
+
+  it('writes not yet landed count in the order they were issued: a flush, then restore chunks, then forgetting', async () => {
+    const M = 60_000;
+    const store = open();
+    const calling: LedgerEntry = { state: 'calling', offset: 1, at: 5 * M + 1, owner: 'o' };
+    const outcome = done(2, 6 * M + 1);
+    // A flush on its way, then two chunks of the same key: the later chunk stands.
+    store.record('k', outcome);
+    const flushing = store.flush();
+    store.applyChangelog([{ key: 'k', value: bytes(calling) }], 2, 0);
+    store.applyChangelog([{ key: 'k', value: bytes(outcome) }], 3, 0);
+    await flushing;
+    await store.written();
+    await store.forgetKept();
+    expect([store.get('k'), store.stats().entries]).toEqual([outcome, 1]);
+    // A flush moving a key to a later minute, not awaited: forgetting waits for it.
+    store.record('j', { state: 'calling', offset: 4, at: 5 * M, owner: 'o' });
+    await store.flush();
+    store.record('j', done(4, 7 * M));
+    void store.flush();
+    await store.forgetKept();
+    expect(store.get('j')).toEqual(done(4, 7 * M));
+    await store.close();
+    const again = open(store.dir);
+    expect([again.get('k'), again.get('j'), again.stats().entries]).toEqual([outcome, done(4, 7 * M), 2]);
     await again.close();
   });
 
