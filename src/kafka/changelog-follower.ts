@@ -95,10 +95,13 @@ export function followChangelog(options: ChangelogFollowerOptions): ChangelogFol
   /** Set once the read ended (done, failed, timed out or stopped). */
   let over = false;
   let finish: (error?: Error) => void = () => {};
+  /** Stops asking for the partitions' ends once the read is over. */
+  const ended = new AbortController();
   const finished = new Promise<void>((resolve, reject) => {
     finish = (error) => {
       if (over) return;
       over = true;
+      ended.abort();
       clearTimeout(timer);
       if (error) reject(error);
       else resolve();
@@ -122,7 +125,10 @@ export function followChangelog(options: ChangelogFollowerOptions): ChangelogFol
   const load = async (): Promise<ChangelogLoad> => {
     timer = setTimeout(() => finish(timeoutError(currentStatus())), options.timeoutMs);
     await Promise.race([waitForTopic(), finished]);
-    const ends = await Promise.race([partitionEnds(kafka, topic), finished.then(() => new Map())]);
+    const ends = await Promise.race([
+      partitionEnds(kafka, topic, { signal: ended.signal }),
+      finished.then(() => new Map()),
+    ]);
     const ofLog = new EndOfLog(ends);
     for (const [partition, { low }] of ends) ofLog.expect(partition, low);
     const offsets = [...ends.values()].reduce((sum, { low, high }) => sum + (high - low), 0);

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { setImmediate as nextTurn } from 'node:timers/promises';
+import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
 import type { Cluster, Consumer, KafkaMessage } from 'kafkajs';
 import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import { consumedRecord, createConsumer, type KafkaSource } from './client.js';
@@ -47,6 +47,20 @@ export interface PartitionEnds {
   high: number;
 }
 
+/** How long `partitionEnds` asks again while a partition has no reachable leader (default). */
+export const LEADER_WAIT_MS = 20_000;
+
+export interface PartitionEndsOptions {
+  /**
+   * How long to ask again while leadership moves: a topic just created, or a leader just lost
+   * (default LEADER_WAIT_MS, which covers the election after a broker's death: the controller
+   * notices it within broker.session.timeout.ms, 9 s by default).
+   */
+  leaderWaitMs?: number;
+  /** Stops asking again; the last error is then thrown. */
+  signal?: AbortSignal;
+}
+
 /**
  * Low and high watermarks of every partition of a topic, read_uncommitted. kafkajs's
  * `admin.fetchTopicOffsets` asks with isolation level read_committed and so answers the last
@@ -54,8 +68,16 @@ export interface PartitionEnds {
  * a consumer created with `readUncommitted: true` owns a cluster that asks with
  * read_uncommitted, and kafkajs hands that cluster to partition assigners (a typed, public
  * hook), so it is taken from there. The consumer itself never connects.
+ *
+ * kafkajs asks each partition's leader as its metadata names it, once: a leader not yet elected
+ * (a topic just created) or just lost answers NOT_LEADER or does not answer. Such retriable
+ * errors are asked again with fresh metadata, with backoff, for `leaderWaitMs`.
  */
-export async function partitionEnds(kafka: KafkaSource, topic: string): Promise<Map<number, PartitionEnds>> {
+export async function partitionEnds(
+  kafka: KafkaSource,
+  topic: string,
+  options: PartitionEndsOptions = {},
+): Promise<Map<number, PartitionEnds>> {
   let cluster: Cluster | undefined;
   createConsumer(kafka, {
     groupId: 'msgbridge-offsets-probe',
@@ -73,21 +95,21 @@ export async function partitionEnds(kafka: KafkaSource, topic: string): Promise<
     ],
   });
   if (!cluster) throw new Error('kafkajs did not hand the consumer cluster to its partition assigner');
+  const probe = cluster;
+  const giveUpAt = Date.now() + (options.leaderWaitMs ?? LEADER_WAIT_MS);
   try {
-    await cluster.connect();
-    await cluster.addTargetTopic(topic);
-    const partitions = cluster.findTopicPartitionMetadata(topic).map((p) => ({ partition: p.partitionId }));
-    if (partitions.length === 0)
-      throw new MsgbridgeError('KAFKA_UNAVAILABLE', `topic ${topic} has no partitions (does it exist?)`);
-    const [high] = await cluster.fetchTopicsOffset([{ topic, partitions, fromBeginning: false }]);
-    const [low] = await cluster.fetchTopicsOffset([{ topic, partitions, fromBeginning: true }]);
-    const ends = new Map<number, PartitionEnds>();
-    for (const { partition, offset } of high?.partitions ?? []) ends.set(partition, { low: 0, high: Number(offset) });
-    for (const { partition, offset } of low?.partitions ?? []) {
-      const entry = ends.get(partition);
-      if (entry) entry.low = Number(offset);
+    await probe.connect();
+    await probe.addTargetTopic(topic);
+    for (let attempt = 0; ; attempt++) {
+      try {
+        if (attempt > 0) await probe.refreshMetadata();
+        return await readEnds(probe, topic);
+      } catch (error) {
+        const again = isRetriable(error) && !options.signal?.aborted && Date.now() < giveUpAt;
+        if (!again) throw error;
+        await sleep(Math.min(1000, 100 * 2 ** attempt, Math.max(0, giveUpAt - Date.now())));
+      }
     }
-    return ends;
   } catch (error) {
     if (error instanceof MsgbridgeError) throw error;
     const message = errorMessage(error).split('\n')[0];
@@ -95,8 +117,28 @@ export async function partitionEnds(kafka: KafkaSource, topic: string): Promise<
       cause: error,
     });
   } finally {
-    await cluster.disconnect().catch(() => undefined);
+    await probe.disconnect().catch(() => undefined);
   }
+}
+
+async function readEnds(cluster: Cluster, topic: string): Promise<Map<number, PartitionEnds>> {
+  const partitions = cluster.findTopicPartitionMetadata(topic).map((p) => ({ partition: p.partitionId }));
+  if (partitions.length === 0)
+    throw new MsgbridgeError('KAFKA_UNAVAILABLE', `topic ${topic} has no partitions (does it exist?)`);
+  const [high] = await cluster.fetchTopicsOffset([{ topic, partitions, fromBeginning: false }]);
+  const [low] = await cluster.fetchTopicsOffset([{ topic, partitions, fromBeginning: true }]);
+  const ends = new Map<number, PartitionEnds>();
+  for (const { partition, offset } of high?.partitions ?? []) ends.set(partition, { low: 0, high: Number(offset) });
+  for (const { partition, offset } of low?.partitions ?? []) {
+    const entry = ends.get(partition);
+    if (entry) entry.low = Number(offset);
+  }
+  return ends;
+}
+
+/** kafkajs marks what may pass on its own (leadership moving, a broker unreachable) as retriable. */
+function isRetriable(error: unknown): boolean {
+  return !(error instanceof MsgbridgeError) && (error as { retriable?: unknown } | null)?.retriable === true;
 }
 
 /**

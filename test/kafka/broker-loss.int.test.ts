@@ -13,6 +13,8 @@ import { startSimulator, type RunningSimulator as Simulator } from '../../src/si
 import { startTracker, type Tracker } from '../../src/tracker/index.js';
 import { messageLifeRecords, TEST_ACCESS_TOKENS } from '../tracker/harness.js';
 import { groupCoordinator } from '../helpers/kafka.js';
+import { partitionEnds } from '../../src/kafka/changelog-reader.js';
+import { isMsgbridgeError } from '../../src/platform/errors.js';
 
 /**
  * Two live senders and one broker of three killed (-9) or frozen (SIGSTOP): neither member
@@ -341,4 +343,43 @@ describe('one broker of three lost under two live senders', () => {
       await Promise.all(trackers.map((t) => t.drain()));
     }
   }, 300_000);
+
+  it("a partition's ends are read through its leader's kill -9: asked again until a new leader answers", async () => {
+    await Promise.all(cluster.nodes.filter((n) => !n.alive).map((n) => n.start()));
+    await untilBrokers(3);
+    const topic = `bl-ends-${randomUUID().slice(0, 8)}`;
+    await admin.createTopics({ topics: [{ topic, numPartitions: 3, replicationFactor: 3 }], waitForLeaders: false });
+    const kafka = new Kafka({
+      clientId: 'broker-loss-ends',
+      brokers: cluster.bootstrap.split(','),
+      logLevel: logLevel.NOTHING,
+      retry: { retries: 2 },
+    });
+    const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+    await producer.connect();
+    for (const partition of [0, 1, 2])
+      await producer.send({
+        topic,
+        acks: -1,
+        messages: Array.from({ length: 5 * (partition + 1) }, (_, i) => ({ partition, value: `r${i}` })),
+      });
+    await producer.disconnect();
+    const written = new Map([0, 1, 2].map((p) => [p, { low: 0, high: 5 * (p + 1) }]));
+    expect(await partitionEnds(kafka, topic)).toEqual(written);
+
+    const metadata = await admin.fetchTopicMetadata({ topics: [topic] });
+    const leader = metadata.topics[0]!.partitions.find((p) => p.partitionId === 0)!.leader;
+    process.kill(cluster.nodes.find((n) => n.id === leader)!.pid, 'SIGKILL');
+    // Asked once, the metadata still names the dead leader: the fault is real.
+    const once = await partitionEnds(kafka, topic, { leaderWaitMs: 0 }).then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    expect(isMsgbridgeError(once, 'KAFKA_UNAVAILABLE')).toBe(true);
+    expect((once as Error).message).toMatch(new RegExp(`^cannot read the offsets of topic ${topic}: `));
+    // Asked again with fresh metadata, it answers once a new leader is elected.
+    const started = Date.now();
+    expect(await partitionEnds(kafka, topic)).toEqual(written);
+    console.log(`[broker-loss] ends read ${Date.now() - started} ms after the leader's kill -9`);
+  }, 120_000);
 });
