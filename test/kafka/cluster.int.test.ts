@@ -90,7 +90,7 @@ describe('on a 3-node cluster', () => {
         (await admin.fetchTopicMetadata({ topics: names })).topics.every((t) =>
           t.partitions.every((p) => p.replicas.length === 3),
         );
-      const deadline = Date.now() + 15_000;
+      const deadline = Date.now() + 40_000;
       while (!(await threeReplicas()) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 250));
       expect(await threeReplicas()).toBe(true);
       const described = await admin.describeConfigs({
