@@ -9,8 +9,9 @@
 //      ready.
 //   3. restart: the same directory closed, opened again and caught up (delta from its checkpoint),
 //      after --delta more requests were recorded meanwhile: milliseconds to ready.
-//   4. restart after a kill -9: the same, without the index a close saves beside the store (the
-//      open reads the store's keys instead).
+//   4. restart after a kill -9: --delta more requests recorded, a child process (this script,
+//      BENCH_LEDGER_CHILD set) catches the directory up, says it is ready and is killed with
+//      SIGKILL: no close saved the index of minutes; then milliseconds to ready again.
 // Each round on a fresh topic and directory; medians of the rounds.
 // --ids random (the default) gives requests random UUIDs, as `msgbridge send` and most producers
 // make them: the store's writes land all over its key space. --ids ordered numbers them
@@ -23,8 +24,9 @@
 //                                  [--ids random|ordered] [--rate 100]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
 import '../src/kafka/kafkajs-send-fix.js'; // before kafkajs: its producers' send fixed (src/kafka/README.md)
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
@@ -35,7 +37,6 @@ import { startLocalBroker, type LocalBroker } from '../src/local-kafka/local-bro
 import { ensureTopics } from '../src/kafka/topics.js';
 import { silentLogger } from '../src/platform/logger.js';
 import { batchKey, encodeBatch, ledgerKey, type BatchedRecord } from '../src/sender/ledger-records.js';
-import { ledgerStoreDir } from '../src/sender/ledger-store.js';
 import { RequestLedger } from '../src/sender/request-ledger.js';
 import { benchArgs } from './args.js';
 
@@ -115,6 +116,57 @@ async function produce(kafka: Kafka, topic: string, from: number, count: number,
   await producer.disconnect();
 }
 
+/** What the kill -9 child needs, in BENCH_LEDGER_CHILD. */
+interface ChildTask {
+  brokers: string;
+  topic: string;
+  stateDir: string;
+}
+
+function ledgerOf(kafka: Kafka, topic: string, stateDir: string): RequestLedger {
+  return new RequestLedger({
+    changelogs: new ChangelogRestorer(kafka),
+    owner: OWNER,
+    topic,
+    partitions: 1,
+    stateDir,
+    groupId: 'bench',
+    windowMs: 24 * 3_600_000,
+    maxEntries: 100_000_000,
+    logger: silentLogger,
+  });
+}
+
+/** The child: catches the directory up, says so, and waits for its kill -9. */
+async function child(task: ChildTask): Promise<void> {
+  const kafka = new Kafka({
+    clientId: 'bench-ledger-child',
+    brokers: task.brokers.split(','),
+    logLevel: logLevel.NOTHING,
+  });
+  await ledgerOf(kafka, task.topic, task.stateDir).assign(PARTITION);
+  process.stdout.write('ready\n');
+  setInterval(() => undefined, 60_000);
+}
+
+/** Runs the child on `task` and kills it with SIGKILL once it is ready. */
+async function catchUpAndKill(task: ChildTask): Promise<void> {
+  const script = fileURLToPath(import.meta.url);
+  const proc = spawn(process.execPath, ['--import', 'tsx', script], {
+    env: { ...process.env, BENCH_LEDGER_CHILD: JSON.stringify(task) },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const exited = new Promise((resolve) => proc.on('exit', resolve));
+  await new Promise<void>((resolve, reject) => {
+    proc.stdout.on('data', (d: Buffer) => {
+      if (d.toString().includes('ready')) resolve();
+    });
+    void exited.then(() => reject(new Error('the kill -9 child exited before it was ready')));
+  });
+  proc.kill('SIGKILL');
+  await exited;
+}
+
 async function main() {
   let local: LocalBroker | undefined;
   let brokers = process.env.KAFKA_BROKERS ?? '';
@@ -155,18 +207,7 @@ async function main() {
       // is: its write-back would otherwise share the disk with the store's writes.
       execFileSync('sync');
       const stateDir = mkdtempSync(join(tmpdir(), 'bench-ledger-'));
-      const ledger = () =>
-        new RequestLedger({
-          changelogs: new ChangelogRestorer(kafka),
-          owner: OWNER,
-          topic,
-          partitions: 1,
-          stateDir,
-          groupId: 'bench',
-          windowMs: 24 * 3_600_000,
-          maxEntries: 100_000_000,
-          logger: silentLogger,
-        });
+      const ledger = () => ledgerOf(kafka, topic, stateDir);
       try {
         const first = ledger();
         let started = performance.now();
@@ -184,7 +225,8 @@ async function main() {
         await second.assign(PARTITION);
         restartMs.push(performance.now() - started);
         await second.close();
-        rmSync(join(ledgerStoreDir(stateDir, 'bench', PARTITION), 'minutes.index'));
+        await produce(kafka, topic, ENTRIES + DELTA, DELTA, startedAt);
+        await catchUpAndKill({ brokers, topic, stateDir });
         const third = ledger();
         started = performance.now();
         await third.assign(PARTITION);
@@ -207,4 +249,6 @@ async function main() {
   );
 }
 
-await main();
+const childTask = process.env.BENCH_LEDGER_CHILD;
+if (childTask) await child(JSON.parse(childTask) as ChildTask);
+else await main();

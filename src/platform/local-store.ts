@@ -182,6 +182,11 @@ export abstract class LocalStore<H extends StoreHandles, C extends Checkpoint, I
     return this.remapping;
   }
 
+  /** No write of this store is in flight. */
+  protected idle(): boolean {
+    return this.writesInFlight === 0;
+  }
+
   /** Entries of a database of this store. */
   protected entries(db: { getStats(): unknown }): number {
     return (db.getStats() as { entryCount: number }).entryCount;

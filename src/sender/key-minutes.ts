@@ -123,6 +123,23 @@ export class KeyMinutes {
     return true;
   }
 
+  /**
+   * Drops every slot of a minute before `minute`; answers how many. The store calls it once no
+   * entry is kept before that minute: what remains there stands for entries that are gone (a
+   * journal replayed after a kill -9 may name them).
+   */
+  dropBefore(minute: number): number {
+    const fingerprints = this.fingerprints;
+    const minutes = this.minutes;
+    this.fingerprints = new Uint32Array(fingerprints.length);
+    this.minutes = new Uint32Array(fingerprints.length);
+    const before = this.used;
+    this.used = 0;
+    for (let i = 0; i < fingerprints.length; i++)
+      if (fingerprints[i] !== 0 && minutes[i]! >= minute) this.add(fingerprints[i]!, minutes[i]!);
+    return before - this.used;
+  }
+
   private grow(): void {
     const fingerprints = this.fingerprints;
     const minutes = this.minutes;

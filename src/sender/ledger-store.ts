@@ -1,9 +1,16 @@
 import { createHash } from 'node:crypto';
-import { readFileSync, renameSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import type { Database, RootDatabase } from 'lmdb';
 import { LocalStore, localStoreDir, type ChangelogEntry, type Checkpoint } from '../platform/local-store.js';
 import { KeyMinutes } from './key-minutes.js';
+import {
+  BROKEN,
+  MinutesJournal,
+  readBase,
+  replayJournal,
+  writeBase,
+  type JournalMark,
+  type SavedBase,
+} from './minutes-files.js';
 import {
   decodeLedgerEntry,
   encodeLedgerEntry,
@@ -40,6 +47,11 @@ interface StoredIdentity extends LedgerIdentity {
   layout: number;
 }
 
+export interface LedgerStoreOptions {
+  /** Records the journal may hold beyond the index's size before a new base (default 1,000,000). */
+  journalSlack?: number;
+}
+
 export interface LedgerCheckpoint extends Checkpoint {
   ledger: number;
 }
@@ -73,11 +85,12 @@ const LONGEST_KEY = 1900;
 const MINUTE = 60_000;
 /** The store's layout: a directory of another (keyed by request, an older time index) is wiped and restored again. */
 const LAYOUT = 3;
-/** `KeyMinutes` as the last close left it, beside the store (`saveMinutes`). */
-const MINUTES_FILE = 'minutes.index';
-/** What a minutes file starts with: "KMIN", then the layout of what follows. */
-const MINUTES_MAGIC = 0x4e494d4b;
-const MINUTES_VERSION = 1;
+/** The meta key of the journal's mark (`JournalMark`), written in every transaction of the store. */
+const JOURNAL_MARK = 'minutesJournal';
+/** A journal longer than this many records beyond the index's size is folded into a new base. */
+const JOURNAL_SLACK = 1_000_000;
+/** The oldest minute kept moves this far between two sweeps of the index (`sweep`). */
+const SWEEP_MINUTES = 15;
 /** Digits of a minute in a key. */
 const MINUTE_DIGITS = 10;
 
@@ -134,14 +147,26 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
   private turns = 0;
   /** A write failed: the index may not match the disk, and a close does not save it. */
   private indexSuspect = false;
+  /** The slots added since the last base, on disk beside the store (minutes-files.ts). */
+  private journal: MinutesJournal | undefined;
+  /** The last base's generation. */
+  private generation = 0;
+  /** Every slot before this minute was dropped (`expire`). */
+  private sweptBelow = 0;
+  /** How the last open found the index, and how long it took. */
+  private opened: IndexOpen = { from: 'empty', ms: 0 };
 
-  private constructor(dir: string, identity: LedgerIdentity) {
+  private constructor(
+    dir: string,
+    identity: LedgerIdentity,
+    private readonly options: LedgerStoreOptions,
+  ) {
     super(dir, { ...identity, layout: LAYOUT }, openHandles);
   }
 
   /** Opens (or creates) the ledger of a partition; a directory of another identity is wiped first. */
-  static open(dir: string, identity: LedgerIdentity): LedgerStore {
-    const store = new LedgerStore(dir, identity);
+  static open(dir: string, identity: LedgerIdentity, options: LedgerStoreOptions = {}): LedgerStore {
+    const store = new LedgerStore(dir, identity, options);
     store.claim();
     store.indexMinutes();
     return store;
@@ -150,7 +175,7 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
   /** Wipes the store (its checkpoint does not match the changelog) and opens it empty. */
   static rebuild(store: LedgerStore): LedgerStore {
     store.wipe();
-    return LedgerStore.open(store.dir, store.identity);
+    return LedgerStore.open(store.dir, store.identity, store.options);
   }
 
   get(requestKey: string): LedgerEntry | undefined {
@@ -202,16 +227,24 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
         if (this.issued.get(key)?.turn === turn) this.issued.delete(key);
         if (previous === minute) continue;
         this.minutes.remove(fingerprint, minute);
-        if (previous !== undefined) this.minutes.add(fingerprint, previous);
+        if (previous !== undefined) this.addMinute(fingerprint, previous);
       }
       throw error;
     };
     let written: Promise<void>;
     try {
-      written = this.writeAsync(write, () => {
-        this.landed(moves);
-        settled();
-      });
+      const mark = this.journalMark();
+      const { meta } = this.h;
+      written = this.writeAsync(
+        () => {
+          void meta.put(JOURNAL_MARK, mark);
+          write();
+        },
+        () => {
+          this.landed(moves);
+          settled();
+        },
+      );
     } catch (error) {
       return failed(error);
     }
@@ -262,8 +295,11 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
             );
       }
     }
-    const { entries: db } = this.h;
-    let write: Promise<unknown> | undefined;
+    const { entries: db, meta } = this.h;
+    // Issued after the journal's mark (below), so that no transaction holds them without it.
+    const removals: string[] = [];
+    const puts: string[] = [];
+    const values: Buffer[] = [];
     last.forEach((key, bytes, batchAt, slot) => {
       const at = batchAt === NO_TIME ? ledgerEntryTime(bytes) : batchAt;
       const minute = bytes === null || at === undefined || at < expireBeforeMs ? undefined : minuteOf(at);
@@ -272,16 +308,23 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
       const previous = this.storedMinute(key, fingerprint);
       last.settle(slot, minute);
       if (previous !== undefined && previous !== minute) {
-        write = db.remove(entryKey(previous, key));
+        removals.push(entryKey(previous, key));
         this.minutes.remove(fingerprint, previous);
       }
       if (minute !== undefined) {
-        if (previous !== minute) this.minutes.add(fingerprint, minute);
-        write = db.put(entryKey(minute, key), bytes!);
+        if (previous !== minute) this.addMinute(fingerprint, minute);
+        puts.push(entryKey(minute, key));
+        values.push(bytes!);
       }
     });
+    let write: Promise<unknown> | undefined;
+    if (removals.length > 0 || puts.length > 0 || next) {
+      void meta.put(JOURNAL_MARK, this.journalMark());
+      for (const stored of removals) write = db.remove(stored);
+      for (let i = 0; i < puts.length; i++) write = db.put(puts[i]!, values[i]!);
+    }
     this.applying.push(last);
-    if (next) write = this.meta.put('checkpoint', next);
+    if (next) write = meta.put('checkpoint', next);
     const applied = () => void this.applying.splice(this.applying.indexOf(last), 1);
     if (write) {
       this.pendingWrites++;
@@ -397,6 +440,10 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
       () => undefined,
     );
     this.advanceCheckpoint(next);
+    // The journal is read back at an open after a kill -9: past the index's size and a slack, it
+    // is folded into a new base (taken only with no write in flight: see `newBase`).
+    const slack = this.options.journalSlack ?? JOURNAL_SLACK;
+    if ((this.journal?.length ?? Infinity) > 8 * (this.minutes.size + slack) && this.quiet()) this.newBase();
   }
 
   /**
@@ -419,87 +466,160 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
       if (this.issued.has(key) || this.applying.some((chunk) => chunk.has(key))) continue;
       going.push({ stored, key, minute });
     }
-    if (going.length === 0) return 0;
-    this.env.transactionSync(() => {
-      for (const { stored, key, minute } of going) {
-        entries.removeSync(stored);
-        this.minutes.remove(KeyMinutes.fingerprint(key), minute);
-      }
-    });
+    if (going.length > 0) {
+      const mark = this.journalMark();
+      this.env.transactionSync(() => {
+        this.meta.putSync(JOURNAL_MARK, mark);
+        for (const { stored, key, minute } of going) {
+          entries.removeSync(stored);
+          this.minutes.remove(KeyMinutes.fingerprint(key), minute);
+        }
+      });
+    }
+    this.sweep();
     return going.length;
   }
 
   /**
-   * Writes what is kept, then the index of minutes for the next open (reading the keys instead
-   * took 1.6–1.9 s a million), then closes (the directory stays for a later start).
+   * After a kill -9, the journal may have brought back slots of entries removed since its base:
+   * the index then holds more slots than the disk entries. While it does, and no write is on its
+   * way, the slots before the oldest minute kept are dropped, at most every `SWEEP_MINUTES` of
+   * the window (a sweep rewrites the table: about 20 ms a million).
+   */
+  private sweep(): void {
+    const { entries } = this.live;
+    if (this.minutes.size <= this.entries(entries) || !this.quiet()) return;
+    let oldest: number | undefined;
+    for (const stored of entries.getKeys({ limit: 1 })) oldest = minuteOfKey(stored);
+    if (oldest === undefined) {
+      this.minutes.dropBefore(Infinity);
+      return;
+    }
+    if (oldest < this.sweptBelow + SWEEP_MINUTES) return;
+    this.minutes.dropBefore(oldest);
+    this.sweptBelow = oldest;
+  }
+
+  /**
+   * Writes what is kept, then the index of minutes as a new base for the next open (reading the
+   * keys instead took 1.6–1.9 s a million), then closes (the directory stays for a later start).
    */
   override async close(): Promise<void> {
     if (!this.isClosed()) {
       await this.flush().catch(() => undefined);
       await this.flushed();
       // Only an index that matches the disk: after a failed write it may not.
-      if (!this.writeError && !this.indexSuspect && !this.isClosed()) this.saveMinutes();
+      if (!this.writeError && !this.indexSuspect && !this.isClosed()) this.newBase(false);
     }
+    this.journal?.close();
     await super.close();
   }
 
+  protected override wipe(): void {
+    this.journal?.close();
+    this.journal = undefined;
+    super.wipe();
+  }
+
+  /** Entries on disk, the directory's bytes, and the index's slots (more than the entries after a kill -9, until `sweep`). */
+  stats(): { entries: number; bytes: number; indexSlots: number } {
+    return { entries: this.entries(this.live.entries), bytes: this.bytes(), indexSlots: this.minutes.size };
+  }
+
+  /** How the last open found the index of minutes, and how long that took. */
+  get index(): IndexOpen {
+    return this.opened;
+  }
+
   /**
-   * `minutes` in a file beside the store, with the number of lmdb's last transaction: the next
-   * open takes it only if no transaction came after it (a kill -9 after later writes, a torn
-   * file: the keys are read instead). Written whole to another name, then renamed over.
+   * The minute of every entry on disk, at open (minutes-files.ts):
+   * - the base alone, when no transaction came after it (a close wrote it);
+   * - the base and its journal, when every transaction since was marked with that journal and
+   *   the journal holds all it was marked with (a kill -9);
+   * - otherwise the keys, read whole (a power loss that cut the journal, a store written by a
+   *   release without journal), and a new base is written at once.
    */
-  private saveMinutes(): void {
-    const table = this.minutes.toBytes();
-    const header = Buffer.alloc(16);
-    header.writeUInt32LE(MINUTES_MAGIC, 0);
-    header.writeUInt32LE(MINUTES_VERSION, 4);
-    header.writeDoubleLE(this.lastTxnId(), 8);
-    const path = join(this.dir, MINUTES_FILE);
+  private indexMinutes(): void {
+    const started = performance.now();
+    const { entries } = this.live;
+    const count = this.entries(entries);
+    const base = readBase(this.dir);
+    const mark = this.meta.get(JOURNAL_MARK) as JournalMark | undefined;
+    let from: IndexOpen['from'];
+    if (base && base.lastTxnId === this.lastTxnId()) {
+      this.minutes = base.table;
+      this.generation = base.generation;
+      from = 'base';
+    } else if (base && mark?.generation === base.generation && mark.length <= this.replayed(base)) {
+      this.generation = base.generation;
+      from = 'journal';
+    } else {
+      this.minutes = new KeyMinutes(count);
+      for (const stored of entries.getKeys({}))
+        this.minutes.add(KeyMinutes.fingerprint(stored, MINUTE_DIGITS + 1), minuteOfKey(stored));
+      // Above every generation named on disk: no old mark can match the new journal.
+      this.generation = Math.max(base?.generation ?? 0, mark?.generation ?? 0);
+      from = count === 0 ? 'empty' : 'keys';
+    }
+    // Nothing was written after the base: its journal starts again, empty. Else a new base now,
+    // so that a kill -9 before the next close finds one.
+    if (from === 'base') this.journal = this.startJournal(this.generation);
+    else this.newBase();
+    this.opened = { from, ms: Math.round(performance.now() - started) };
+  }
+
+  /** The base's table with its journal added (`minutes` becomes it); the journal's length, or -1. */
+  private replayed(base: SavedBase): number {
+    const length = replayJournal(this.dir, base.generation, base.table);
+    if (length === undefined) return -1;
+    this.minutes = base.table;
+    return length;
+  }
+
+  /**
+   * The index as it is, as the base of the next generation, and its empty journal. Only with no
+   * write in flight (at open, at close, or when `quiet`): a write issued before it and landed
+   * after would carry the older generation's mark, and the next open would read the keys.
+   * A failure only makes the next open slower: the old base and journal stay in force.
+   */
+  private newBase(journal = true): void {
+    const generation = this.generation + 1;
     try {
-      writeFileSync(`${path}.next`, Buffer.concat([header, table]));
-      renameSync(`${path}.next`, path);
+      writeBase(this.dir, generation, this.lastTxnId(), this.minutes);
     } catch {
-      // Only a faster next open is lost: it reads the keys.
+      return;
+    }
+    this.generation = generation;
+    this.journal?.close();
+    this.journal = journal ? this.startJournal(generation) : undefined;
+  }
+
+  private startJournal(generation: number): MinutesJournal | undefined {
+    try {
+      return MinutesJournal.start(this.dir, generation);
+    } catch {
+      return undefined;
     }
   }
 
-  /** The `minutes` a close saved, if no transaction came after it. */
-  private savedMinutes(): KeyMinutes | undefined {
-    let bytes: Buffer;
-    try {
-      bytes = readFileSync(join(this.dir, MINUTES_FILE));
-    } catch {
-      return undefined;
-    }
-    if (
-      bytes.length < 16 ||
-      bytes.readUInt32LE(0) !== MINUTES_MAGIC ||
-      bytes.readUInt32LE(4) !== MINUTES_VERSION ||
-      bytes.readDoubleLE(8) !== this.lastTxnId()
-    )
-      return undefined;
-    return KeyMinutes.fromBytes(bytes.subarray(16));
+  /** A slot added: in the table, and in the journal before the write that stores its entry. */
+  private addMinute(fingerprint: number, minute: number): void {
+    this.minutes.add(fingerprint, minute);
+    this.journal?.add(fingerprint, minute);
+  }
+
+  /** The journal's mark, its records written out: the transaction about to be issued records it. */
+  private journalMark(): JournalMark {
+    return this.journal?.commit() ?? BROKEN;
+  }
+
+  /** No write of any kind on its way. */
+  private quiet(): boolean {
+    return this.issued.size === 0 && this.applying.length === 0 && this.idle();
   }
 
   private lastTxnId(): number {
     return (this.env.getStats() as { lastTxnId: number }).lastTxnId;
-  }
-
-  stats(): { entries: number; bytes: number } {
-    return { entries: this.entries(this.live.entries), bytes: this.bytes() };
-  }
-
-  /** The minute of every entry on disk: as the last close saved it, if nothing was written since, else from the keys. */
-  private indexMinutes(): void {
-    const { entries } = this.live;
-    const saved = this.savedMinutes();
-    if (saved?.size === this.entries(entries)) {
-      this.minutes = saved;
-      return;
-    }
-    this.minutes = new KeyMinutes(this.entries(entries));
-    for (const stored of entries.getKeys({}))
-      this.minutes.add(KeyMinutes.fingerprint(stored, MINUTE_DIGITS + 1), minuteOfKey(stored));
   }
 
   /**
@@ -514,7 +634,7 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
       const previous = this.storedMinute(key, fingerprint);
       const minute = minuteOf(entry.at);
       if (previous !== undefined && previous !== minute) this.minutes.remove(fingerprint, previous);
-      if (previous !== minute) this.minutes.add(fingerprint, minute);
+      if (previous !== minute) this.addMinute(fingerprint, minute);
       const turn = ++this.turns;
       this.issued.set(key, { minute, turn });
       moves.push({ key, fingerprint, previous, minute, turn, value: Buffer.from(encodeLedgerEntry(entry)) });
@@ -535,6 +655,12 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
   private landed(moves: Move[]): void {
     for (const { key, turn } of moves) if (this.issued.get(key)?.turn === turn) this.issued.delete(key);
   }
+}
+
+/** How an open found the index of minutes (`LedgerStore.index`). */
+export interface IndexOpen {
+  from: 'base' | 'journal' | 'keys' | 'empty';
+  ms: number;
 }
 
 /** A record to write: its key moves from the minute it is under (if any) to its record's minute. */

@@ -220,6 +220,8 @@ export class RequestLedger {
           records: read.records,
           recordsPerSecond: ms > 0 ? Math.round((read.records * 1000) / ms) : null,
           entries: store.stats().entries,
+          // How the open found the store's index of minutes: a base (closed), its journal (a kill -9), the keys.
+          index: store.index,
           ms: Math.round(ms),
         },
         from === undefined ? 'request ledger restored in bulk' : 'request ledger caught up from its checkpoint',

@@ -77,6 +77,25 @@ describe('key minutes (the ledger store in memory index)', () => {
     }
   });
 
+  it('drops every slot before a minute and keeps the rest, as a plain multiset would', () => {
+    const next = random(11);
+    const table = new KeyMinutes(16);
+    const reference = new Reference();
+    for (let i = 0; i < 3000; i++) {
+      const fingerprint = 1 + next(400);
+      const minute = next(30);
+      table.add(fingerprint, minute);
+      reference.add(fingerprint, minute);
+    }
+    const kept = [...Array(401).keys()].map((f) => reference.minutesOf(f).filter((m) => m >= 12));
+    expect(table.dropBefore(12)).toBe(reference.size - kept.flat().length);
+    for (let fingerprint = 1; fingerprint <= 400; fingerprint++)
+      expect(table.minutesOf(fingerprint)).toEqual(kept[fingerprint]);
+    expect(table.size).toBe(kept.flat().length);
+    expect(table.dropBefore(Infinity)).toBe(kept.flat().length);
+    expect(table.size).toBe(0);
+  });
+
   it('fingerprints a key into a non-zero 32-bit number, the same every time, spread over the table', () => {
     const keys = Array.from({ length: 20_000 }, (_, i) => `["biz_1","cli-${i.toString(36)}"]`);
     const prints = keys.map((k) => KeyMinutes.fingerprint(k));

@@ -405,7 +405,7 @@ describe('ledger store (LMDB)', () => {
     await store.close();
   });
 
-  it('keys entries by minute: a request that moves to a later minute is one entry, found after a reopen with the saved index or from the keys', async () => {
+  it('keys entries by minute: a request that moves to a later minute is one entry, found after a reopen from the base, its journal, or the keys', async () => {
     const M = 60_000;
     const store = open();
     const calling = (offset: number, at: number): LedgerEntry => ({
@@ -435,16 +435,18 @@ describe('ledger store (LMDB)', () => {
     await store.close();
     expect(onDisk()).toEqual(['0000000003:c', '0000000007:a', '0000000009:b']);
     await env.close();
-    // A close saves the index beside the store, with lmdb's last transaction.
-    const file = join(store.dir, 'minutes.index');
-    const first = readFileSync(file);
+    // A close saves the index beside the store as a base, with lmdb's last transaction: the next open takes it as it is.
+    const base = join(store.dir, 'minutes.index');
+    const journal = join(store.dir, 'minutes.journal');
     const again = open(store.dir);
+    expect(again.index.from).toBe('base');
     expect([again.get('a'), again.get('b'), again.get('c')]).toEqual([
       done(1, 7 * M),
       done(2, 9 * M + 1),
       done(3, 3 * M),
     ]);
-    // As many entries as before, but not the same ones: only the transaction says the first index is stale.
+    const firstBase = readFileSync(base);
+    // Writes after it are in its journal: as after a kill -9, the base and the journal are taken.
     again.applyChangelog(
       [
         { key: 'a', value: null },
@@ -453,26 +455,101 @@ describe('ledger store (LMDB)', () => {
       3,
       0,
     );
+    await again.written();
+    const firstJournal = readFileSync(journal);
     await again.close();
-    const last = readFileSync(file);
-    // As after a kill -9 following those writes (the first index left), a torn file, another
-    // file, none: each is refused and the index is read from the keys.
-    for (const left of [first, last.subarray(0, last.length - 8), Buffer.from('not an index'), undefined]) {
-      if (left) writeFileSync(file, left);
-      else rmSync(file);
+    const expected = [undefined, done(2, 9 * M + 1), done(3, 3 * M), done(4, 10 * M)];
+    const reopen = async (from: string) => {
       const reopened = open(store.dir);
-      expect([reopened.get('a'), reopened.get('b'), reopened.get('c'), reopened.get('d')]).toEqual([
-        undefined,
-        done(2, 9 * M + 1),
-        done(3, 3 * M),
-        done(4, 10 * M),
-      ]);
+      expect(reopened.index.from).toBe(from);
+      expect([reopened.get('a'), reopened.get('b'), reopened.get('c'), reopened.get('d')]).toEqual(expected);
       await reopened.close();
+    };
+    writeFileSync(base, firstBase);
+    writeFileSync(journal, firstJournal);
+    await reopen('journal');
+    // A journal shorter than its mark says (a power loss cut it), a journal of another base, none;
+    // a torn base, another file, none: each is refused and the index is read from the keys.
+    const cases: [string, Buffer | undefined, string, Buffer | undefined][] = [
+      [base, firstBase, journal, firstJournal.subarray(0, firstJournal.length - 8)],
+      [
+        base,
+        firstBase,
+        journal,
+        Buffer.concat([firstJournal.subarray(0, 8), Buffer.alloc(8, 7), firstJournal.subarray(16)]),
+      ],
+      [base, firstBase, journal, undefined],
+      [base, firstBase.subarray(0, firstBase.length - 8), journal, firstJournal],
+      [base, Buffer.from('not an index'), journal, firstJournal],
+      [base, undefined, journal, firstJournal],
+    ];
+    for (const [basePath, baseBytes, journalPath, journalBytes] of cases) {
+      for (const [path, content] of [
+        [basePath, baseBytes],
+        [journalPath, journalBytes],
+      ] as const) {
+        if (content) writeFileSync(path, content);
+        else rmSync(path, { force: true });
+      }
+      await reopen('keys');
     }
-    // And the one the last close saved is taken as it is.
-    const taken = open(store.dir);
-    expect(taken.get('d')).toEqual(done(4, 10 * M));
-    await taken.close();
+    // After each open that read the keys, a base of its own was written: the next open takes it.
+    await reopen('base');
+  });
+
+  it('a long journal is folded into a new base at a checkpoint; slots brought back by a journal go once their minutes are past', async () => {
+    const M = 60_000;
+    const dir = ledgerStoreDir(mkdtempSync(join(tmpdir(), 'ledger-')), 'msgbridge-sender', 3);
+    dirs.push(dir);
+    const base = join(dir, 'minutes.index');
+    const journal = join(dir, 'minutes.journal');
+    const store = LedgerStore.open(dir, identity, { journalSlack: 10 });
+    // Requests one a minute from minute 100: each adds a slot, to the index and to the journal.
+    const chunk = (from: number, to: number, minute = 100) =>
+      Array.from({ length: to - from }, (_, i) => ({
+        key: `k${from + i}`,
+        value: bytes(done(from + i, (minute + from + i) * M)),
+      }));
+    store.applyChangelog(chunk(0, 80), 1, 0);
+    await store.advanceTo(2);
+    // 80 slots journaled, within 8 bytes × (80 slots + a slack of 10).
+    expect(readFileSync(journal).length).toBe(16 + 80 * 8);
+    // Twenty move to a later minute: 100 slots journaled for 80 kept, folded at the next checkpoint.
+    store.applyChangelog(chunk(20, 40, 200), 3, 0);
+    await store.written();
+    expect(readFileSync(journal).length).toBe(16 + 100 * 8);
+    await store.advanceTo(4);
+    expect(readFileSync(journal).length).toBe(16);
+    // The minutes 100…104 deleted (their slots go), one request added, as before a kill -9.
+    store.applyChangelog(
+      [...[0, 1, 2, 3, 4].map((n) => ({ key: `k${n}`, value: null })), { key: 'k80', value: bytes(done(80, 180 * M)) }],
+      5,
+      0,
+    );
+    await store.written();
+    const left = { base: readFileSync(base), journal: readFileSync(journal) };
+    expect(store.stats()).toMatchObject({ entries: 76, indexSlots: 76 });
+    await store.close();
+    writeFileSync(base, left.base);
+    writeFileSync(journal, left.journal);
+    const again = LedgerStore.open(dir, identity, { journalSlack: 10 });
+    expect(again.index.from).toBe('journal');
+    // The base's slots for the deleted requests are back: the index holds more than the disk, and still answers right.
+    expect(again.stats()).toMatchObject({ entries: 76, indexSlots: 81 });
+    expect([again.get('k0'), again.get('k5'), again.get('k80')]).toEqual([
+      undefined,
+      done(5, 105 * M),
+      done(80, 180 * M),
+    ]);
+    // Nothing expires, but the oldest minute kept is 105: the slots before it go.
+    expect(again.expire(0, 1000, 1000)).toBe(0);
+    expect(again.stats()).toMatchObject({ entries: 76, indexSlots: 76 });
+    expect([again.get('k0'), again.get('k5'), again.get('k80')]).toEqual([
+      undefined,
+      done(5, 105 * M),
+      done(80, 180 * M),
+    ]);
+    await again.close();
   });
 
   it('a time in the first minute of 1970 or past the last minute a key can name is kept under the first or the last minute', async () => {
