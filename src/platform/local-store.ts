@@ -121,10 +121,13 @@ export abstract class LocalStore<H extends StoreHandles, C extends Checkpoint, I
 
   /**
    * Counts writes issued outside a transaction (lmdb's `put` and `remove`, done on its write
-   * thread in the order issued) until `done`, the last of them, is durable.
+   * thread in the order issued) until `done`, the last of them, is durable; `settled` runs then.
+   * lmdb-js runs queued transaction callbacks after the single operations queued with them,
+   * whatever the order they were issued in: a store that needs its writes to land in the order
+   * issued makes them all single operations.
    */
-  protected trackWrites(done: Promise<unknown>): Promise<void> {
-    return this.track(done, () => undefined);
+  protected trackWrites(done: Promise<unknown>, settled: () => void = () => undefined): Promise<void> {
+    return this.track(done, settled);
   }
 
   private track(done: Promise<unknown>, settled: () => void): Promise<void> {

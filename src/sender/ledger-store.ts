@@ -6,6 +6,7 @@ import {
   BROKEN,
   MinutesJournal,
   readBase,
+  removeBase,
   replayJournal,
   writeBase,
   type JournalMark,
@@ -83,8 +84,13 @@ const SEP = ':';
  */
 const LONGEST_KEY = 1900;
 const MINUTE = 60_000;
-/** The store's layout: a directory of another (keyed by request, an older time index) is wiped and restored again. */
-const LAYOUT = 3;
+/**
+ * The store's layout: a directory of another is wiped and restored again. 1–2: keyed by request,
+ * with a time index; 3: by minute, its index saved only by a close; 4: its index's base and
+ * journal (a release of layout 3 would write without the journal, and a later open could take a
+ * journal that misses what it wrote).
+ */
+const LAYOUT = 4;
 /** The meta key of the journal's mark (`JournalMark`), written in every transaction of the store. */
 const JOURNAL_MARK = 'minutesJournal';
 /** A journal longer than this many records beyond the index's size is folded into a new base. */
@@ -155,6 +161,10 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
   private sweptBelow = 0;
   /** How the last open found the index, and how long it took. */
   private opened: IndexOpen = { from: 'empty', ms: 0 };
+  /** `close` began: only it writes the last base (an advance still running must not). */
+  private closing = false;
+  /** When the last base was written or tried. */
+  private lastBaseAt = 0;
 
   private constructor(
     dir: string,
@@ -217,8 +227,15 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     );
   }
 
-  /** `moves` written in one transaction (`write`); a failed write gives the index back what it had. */
-  private writeMoves(moves: Move[], write: () => void, settled: () => void): Promise<void> {
+  /**
+   * `moves` written (`write` issues them, and answers the last write's promise), after the
+   * journal's mark; a failed write gives the index back what it had. Single operations, not a
+   * transaction callback: lmdb-js runs queued callbacks after the single operations queued with
+   * them, so a flush issued before a restore chunk would land after it (an older value over a
+   * newer one, and an entry under a minute the index no longer names). Issued in one turn, they
+   * are committed together.
+   */
+  private writeMoves(moves: Move[], write: () => Promise<unknown> | undefined, settled: () => void): Promise<void> {
     const failed = (error: unknown): never => {
       this.indexSuspect = true;
       // Back to before the moves: their earlier entries are still on disk, their new ones are not.
@@ -233,20 +250,14 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     };
     let written: Promise<void>;
     try {
-      const mark = this.journalMark();
-      const { meta } = this.h;
-      written = this.writeAsync(
-        () => {
-          void meta.put(JOURNAL_MARK, mark);
-          write();
-        },
-        () => {
-          this.landed(moves);
-          settled();
-        },
-      );
+      const marked = this.h.meta.put(JOURNAL_MARK, this.journalMark());
+      written = this.trackWrites(write() ?? marked, () => {
+        this.landed(moves);
+        settled();
+      });
     } catch (error) {
-      return failed(error);
+      // Never a throw into `record`: a rejected flush, as a failed commit.
+      return Promise.resolve().then(() => failed(error));
     }
     return written.catch(failed);
   }
@@ -418,6 +429,8 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
    * writer): the `calling` records still open are written with the new checkpoint.
    */
   advanceTo(position: number): Promise<void> {
+    // A closing store takes no new checkpoint: the changelog holds what it would have covered.
+    if (this.closing) return Promise.resolve();
     const advancing = this.advance(position);
     this.advancing = advancing.catch(() => undefined);
     return advancing;
@@ -435,7 +448,7 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
       moves,
       () => {
         this.perform(moves);
-        void this.meta.put('checkpoint', next);
+        return this.meta.put('checkpoint', next);
       },
       () => undefined,
     );
@@ -443,7 +456,10 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     // The journal is read back at an open after a kill -9: past the index's size and a slack, it
     // is folded into a new base (taken only with no write in flight: see `newBase`).
     const slack = this.options.journalSlack ?? JOURNAL_SLACK;
-    if ((this.journal?.length ?? Infinity) > 8 * (this.minutes.size + slack) && this.quiet()) this.newBase();
+    // A journal that failed (a full disk) is started again with a new base, at most once a minute.
+    const due = !this.journal || this.journal.broken ? Date.now() - this.lastBaseAt >= MINUTE : false;
+    const long = due || (this.journal !== undefined && this.journal.length > 8 * (this.minutes.size + slack));
+    if (long && this.quiet() && !this.closing && !this.writeError && !this.indexSuspect) this.newBase();
   }
 
   /**
@@ -470,11 +486,10 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
       const mark = this.journalMark();
       this.env.transactionSync(() => {
         this.meta.putSync(JOURNAL_MARK, mark);
-        for (const { stored, key, minute } of going) {
-          entries.removeSync(stored);
-          this.minutes.remove(KeyMinutes.fingerprint(key), minute);
-        }
+        for (const { stored } of going) entries.removeSync(stored);
       });
+      // Once committed: a failed commit leaves both the disk and the index as they were.
+      for (const { key, minute } of going) this.minutes.remove(KeyMinutes.fingerprint(key), minute);
     }
     this.sweep();
     return going.length;
@@ -505,7 +520,10 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
    * keys instead took 1.6–1.9 s a million), then closes (the directory stays for a later start).
    */
   override async close(): Promise<void> {
+    this.closing = true;
     if (!this.isClosed()) {
+      // An advance still running writes after the last flush: the base is taken after it.
+      await this.advancing;
       await this.flush().catch(() => undefined);
       await this.flushed();
       // Only an index that matches the disk: after a failed write it may not.
@@ -550,7 +568,14 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
       this.minutes = base.table;
       this.generation = base.generation;
       from = 'base';
-    } else if (base && mark?.generation === base.generation && mark.length <= this.replayed(base)) {
+    } else if (
+      base &&
+      mark?.generation === base.generation &&
+      mark.length <= this.replayed(base) &&
+      // Fewer slots than entries: something wrote without the journal (a release without one, run
+      // on this directory after a kill -9).
+      this.minutes.size >= count
+    ) {
       this.generation = base.generation;
       from = 'journal';
     } else {
@@ -564,7 +589,9 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     // Nothing was written after the base: its journal starts again, empty. Else a new base now,
     // so that a kill -9 before the next close finds one.
     if (from === 'base') this.journal = this.startJournal(this.generation);
-    else this.newBase();
+    // A base that could not be replaced may not be taken again: lmdb's transaction ids can come
+    // back to its own after a power loss.
+    else if (!this.newBase()) removeBase(this.dir);
     this.opened = { from, ms: Math.round(performance.now() - started) };
   }
 
@@ -582,16 +609,19 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
    * after would carry the older generation's mark, and the next open would read the keys.
    * A failure only makes the next open slower: the old base and journal stay in force.
    */
-  private newBase(journal = true): void {
+  private newBase(journal = true): boolean {
+    if (this.isClosed()) return false;
+    this.lastBaseAt = Date.now();
     const generation = this.generation + 1;
     try {
       writeBase(this.dir, generation, this.lastTxnId(), this.minutes);
     } catch {
-      return;
+      return false;
     }
     this.generation = generation;
     this.journal?.close();
     this.journal = journal ? this.startJournal(generation) : undefined;
+    return true;
   }
 
   private startJournal(generation: number): MinutesJournal | undefined {
@@ -642,13 +672,15 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     return moves;
   }
 
-  /** The writes of `issue`'s moves, in the caller's transaction. */
-  private perform(moves: Move[]): void {
+  /** The writes of `issue`'s moves, issued now; the last one's promise (none without moves). */
+  private perform(moves: Move[]): Promise<unknown> | undefined {
     const { entries } = this.h;
+    let last: Promise<unknown> | undefined;
     for (const { key, previous, minute, value } of moves) {
       if (previous !== undefined && previous !== minute) void entries.remove(entryKey(previous, key));
-      void entries.put(entryKey(minute, key), value);
+      last = entries.put(entryKey(minute, key), value);
     }
+    return last;
   }
 
   /** The moves are on disk: `issued` forgets those no later move replaced. */

@@ -1,4 +1,4 @@
-import { closeSync, fsyncSync, openSync, readFileSync, renameSync, writeSync } from 'node:fs';
+import { closeSync, fsyncSync, openSync, readFileSync, renameSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { KeyMinutes } from './key-minutes.js';
 
@@ -70,6 +70,15 @@ export function writeBase(dir: string, generation: number, lastTxnId: number, ta
   renameSync(`${path}.next`, path);
 }
 
+/** Removes the base (best effort: a base that is not there is not taken). */
+export function removeBase(dir: string): void {
+  try {
+    rmSync(join(dir, BASE_FILE), { force: true });
+  } catch {
+    // Nothing more can be done: the next open's checks still apply.
+  }
+}
+
 /** The base last written, if one is there whole. */
 export function readBase(dir: string): SavedBase | undefined {
   const bytes = readOrNothing(join(dir, BASE_FILE));
@@ -99,13 +108,16 @@ export function replayJournal(dir: string, generation: number, table: KeyMinutes
     bytes.readDoubleLE(8) !== generation
   )
     return undefined;
-  // A record cut short by a full disk is not one.
+  // A record cut short by a full disk is not one; a fingerprint is never 0, so zeros are a tail a
+  // power loss left unwritten, and the journal ends before them.
   const end = JOURNAL_HEADER + Math.floor((bytes.length - JOURNAL_HEADER) / RECORD) * RECORD;
-  for (let at = JOURNAL_HEADER; at < end; at += RECORD) {
+  let at = JOURNAL_HEADER;
+  for (; at < end; at += RECORD) {
     const fingerprint = bytes.readUInt32LE(at);
-    if (fingerprint !== 0) table.add(fingerprint, bytes.readUInt32LE(at + 4));
+    if (fingerprint === 0) break;
+    table.add(fingerprint, bytes.readUInt32LE(at + 4));
   }
-  return end - JOURNAL_HEADER;
+  return at - JOURNAL_HEADER;
 }
 
 /** The journal being written: records are buffered, and written by `commit` before the write they cover. */
@@ -143,6 +155,11 @@ export class MinutesJournal {
     return this.written;
   }
 
+  /** A write failed, or it was closed: it takes no more records. */
+  get broken(): boolean {
+    return this.fd === undefined;
+  }
+
   add(fingerprint: number, minute: number): void {
     if (this.fd === undefined) return;
     if (this.buffered === BUFFERED && !this.writeBuffered()) return;
@@ -162,9 +179,14 @@ export class MinutesJournal {
   }
 
   close(): void {
-    if (this.fd !== undefined) closeSync(this.fd);
+    const fd = this.fd;
     this.fd = undefined;
     this.buffered = 0;
+    try {
+      if (fd !== undefined) closeSync(fd);
+    } catch {
+      // Closed either way: the descriptor is not used again.
+    }
   }
 
   /** False when the write failed: the journal is then closed for good. */

@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { open as lmdbOpen } from 'lmdb';
@@ -479,6 +479,8 @@ describe('ledger store (LMDB)', () => {
         Buffer.concat([firstJournal.subarray(0, 8), Buffer.alloc(8, 7), firstJournal.subarray(16)]),
       ],
       [base, firstBase, journal, undefined],
+      // Its last record zeros, as a power loss can leave a file's tail: the journal ends before them.
+      [base, firstBase, journal, Buffer.concat([firstJournal.subarray(0, firstJournal.length - 8), Buffer.alloc(8)])],
       [base, firstBase.subarray(0, firstBase.length - 8), journal, firstJournal],
       [base, Buffer.from('not an index'), journal, firstJournal],
       [base, undefined, journal, firstJournal],
@@ -633,6 +635,64 @@ describe('ledger store (LMDB)', () => {
     await again.close();
   });
 
+  it("a flush issued before a restore chunk lands before it: the chunk's value stands, under its minute only", async () => {
+    const M = 60_000;
+    const store = open();
+    // The member's own record of k at minute 8, its flush not awaited; then a chunk that the
+    // changelog orders after it puts k at minute 6.
+    store.record('k', done(1, 8 * M));
+    const flushing = store.flush();
+    store.applyChangelog(
+      [
+        { key: 'k', value: bytes(done(2, 6 * M)) },
+        ...Array.from({ length: 50 }, (_, i) => ({ key: `o${i}`, value: bytes(done(10 + i, 6 * M)) })),
+      ],
+      2,
+      0,
+    );
+    await flushing;
+    await store.written();
+    const env = lmdbOpen({ path: join(store.dir, 'store.mdb'), maxDbs: 16, compression: false, readOnly: true });
+    const onDisk = [...env.openDB<Buffer, string>({ name: 'entries', encoding: 'binary' }).getKeys({})];
+    await env.close();
+    expect(onDisk.filter((key) => key.endsWith(':k'))).toEqual(['0000000006:k']);
+    expect(store.get('k')).toEqual(done(2, 6 * M));
+    expect(store.stats()).toMatchObject({ entries: 51, indexSlots: 51 });
+    await store.close();
+  });
+
+  it('a close while an advance runs writes the last base once, and leaves no journal open', async () => {
+    const M = 60_000;
+    const openFiles = (dir: string) =>
+      readdirSync('/proc/self/fd').filter((fd) => {
+        try {
+          return readlinkSync(`/proc/self/fd/${fd}`).startsWith(dir);
+        } catch {
+          return false;
+        }
+      }).length;
+    for (let round = 0; round < 20; round++) {
+      const store = open();
+      store.applyChangelog(
+        Array.from({ length: 20 }, (_, i) => ({ key: `k${i}`, value: bytes(done(i, 5 * M)) })),
+        1,
+        0,
+      );
+      await store.written();
+      store.record('x', done(99, 6 * M));
+      const advancing = store.advanceTo(10).catch(() => undefined);
+      // The close starts at a different point of the advance each round.
+      for (let i = 0; i < round; i++) await Promise.resolve();
+      await store.close();
+      await advancing;
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      expect(openFiles(store.dir)).toBe(0);
+      const again = open(store.dir);
+      expect([again.index.from, again.get('k3'), again.get('x')]).toEqual(['base', done(3, 5 * M), done(99, 6 * M)]);
+      await again.close();
+    }
+  });
+
   it('two keys with the same fingerprint each find their own entry, through moves, removals, expiry and a reopen', async () => {
     const M = 60_000;
     // The first pair of keys whose 32-bit fingerprints meet (birthday bound: about 77,000 keys).
@@ -678,7 +738,7 @@ describe('ledger store (LMDB)', () => {
     await again.close();
   });
 
-  it('a directory written with the earlier time index is wiped and restored again', async () => {
+  it('a directory written with the earlier time index, or by a release without the journal, is wiped and restored again', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'ledger-store-'));
     dirs.push(dir);
     const env = lmdbOpen({ path: join(dir, 'store.mdb'), maxDbs: 16, compression: false });
@@ -688,6 +748,16 @@ describe('ledger store (LMDB)', () => {
     const store = LedgerStore.open(dir, identity);
     expect(store.get('k')).toBeUndefined();
     await store.close();
+    // Layout 3 (keyed by minute, no journal): its entries are not taken either.
+    const three = lmdbOpen({ path: join(dir, 'store.mdb'), maxDbs: 16, compression: false });
+    await three.openDB<Buffer, string>({ name: 'entries', encoding: 'binary' }).put('0000000000:j', bytes(done(2, 2)));
+    await three
+      .openDB<unknown, string>({ name: 'meta', encoding: 'msgpack' })
+      .put('identity', { ...identity, layout: 3 });
+    await three.close();
+    const again = LedgerStore.open(dir, identity);
+    expect([again.get('j'), again.stats().entries]).toEqual([undefined, 0]);
+    await again.close();
   });
 
   it('a directory of another identity is wiped, and a rebuild starts empty', async () => {
