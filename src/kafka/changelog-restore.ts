@@ -80,9 +80,13 @@ export class ChangelogRestorer {
     return undefined;
   }
 
-  /** Each partition's low and high watermarks (read_uncommitted). */
+  /**
+   * Each partition's low and high watermarks (read_uncommitted), asked once: for a caller that
+   * looks again at its next round (the sender's ledger, every few seconds), not one that waits up
+   * to LEADER_WAIT_MS while a leader is elected (a drain's final commit waits for it).
+   */
   ends(topic: string): Promise<Map<number, PartitionEnds>> {
-    return partitionEnds(this.kafka, topic);
+    return partitionEnds(this.kafka, topic, { leaderWaitMs: 0 });
   }
 
   /** Runs `read` once one of the concurrent read slots is free. */
