@@ -180,7 +180,8 @@ describe('sender order, concurrency and hand-overs', { timeout: 300_000 }, () =>
     await waitUntil(
       () => b.stats().completedRequestIds >= 50,
       60_000,
-      () => `B to make progress (A: ${JSON.stringify(a.stats())}; B: ${JSON.stringify(b.stats())})`,
+      () =>
+        `B to make progress (A: ${JSON.stringify(a.stats())}; B: ${JSON.stringify(b.stats())}); their warnings:\n${loud.slice(-30).join('\n')}`,
     );
     expect(a.stats().partitions).toBeGreaterThan(0);
     expect(resultIds(results).size).toBeLessThan(ids.length - 200);
