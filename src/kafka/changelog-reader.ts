@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
-import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import type { Cluster, Consumer, KafkaMessage } from 'kafkajs';
 import { errorMessage, MsgbridgeError } from '../platform/errors.js';
+import { sleep } from '../platform/sleep.js';
 import { consumedRecord, createConsumer, type KafkaSource } from './client.js';
 import type { ConsumedRecord } from './group-consumer.js';
 import type { Logger } from '../platform/logger.js';
@@ -96,20 +97,13 @@ export async function partitionEnds(
   });
   if (!cluster) throw new Error('kafkajs did not hand the consumer cluster to its partition assigner');
   const probe = cluster;
-  const giveUpAt = Date.now() + (options.leaderWaitMs ?? LEADER_WAIT_MS);
   try {
     await probe.connect();
     await probe.addTargetTopic(topic);
-    for (let attempt = 0; ; attempt++) {
-      try {
-        if (attempt > 0) await probe.refreshMetadata();
-        return await readEnds(probe, topic);
-      } catch (error) {
-        const again = isRetriable(error) && !options.signal?.aborted && Date.now() < giveUpAt;
-        if (!again) throw error;
-        await sleep(Math.min(1000, 100 * 2 ** attempt, Math.max(0, giveUpAt - Date.now())));
-      }
-    }
+    return await whileLeadersMove(async (attempt) => {
+      if (attempt > 0) await probe.refreshMetadata();
+      return readEnds(probe, topic);
+    }, options);
   } catch (error) {
     if (error instanceof MsgbridgeError) throw error;
     const message = errorMessage(error).split('\n')[0];
@@ -136,7 +130,27 @@ async function readEnds(cluster: Cluster, topic: string): Promise<Map<number, Pa
   return ends;
 }
 
-/** kafkajs marks what may pass on its own (leadership moving, a broker unreachable) as retriable. */
+/**
+ * Answers `ask`, asked again while it fails with an error kafkajs marks retriable (leadership
+ * moving, a broker unreachable), with backoff from 100 ms to 1 s, for `leaderWaitMs` (default
+ * LEADER_WAIT_MS) or until `signal` aborts; then its last error. `attempt` counts from 0.
+ */
+export async function whileLeadersMove<T>(
+  ask: (attempt: number) => Promise<T>,
+  options: PartitionEndsOptions = {},
+): Promise<T> {
+  const giveUpAt = Date.now() + (options.leaderWaitMs ?? LEADER_WAIT_MS);
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await ask(attempt);
+    } catch (error) {
+      const again = isRetriable(error) && !options.signal?.aborted && Date.now() < giveUpAt;
+      if (!again) throw error;
+      await sleep(Math.min(1000, 100 * 2 ** attempt, Math.max(0, giveUpAt - Date.now())), options.signal);
+    }
+  }
+}
+
 function isRetriable(error: unknown): boolean {
   return !(error instanceof MsgbridgeError) && (error as { retriable?: unknown } | null)?.retriable === true;
 }

@@ -453,13 +453,19 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
       () => undefined,
     );
     this.advanceCheckpoint(next);
-    // The journal is read back at an open after a kill -9: past the index's size and a slack, it
-    // is folded into a new base (taken only with no write in flight: see `newBase`).
-    const slack = this.options.journalSlack ?? JOURNAL_SLACK;
-    // A journal that failed (a full disk) is started again with a new base, at most once a minute.
-    const due = !this.journal || this.journal.broken ? Date.now() - this.lastBaseAt >= MINUTE : false;
-    const long = due || (this.journal !== undefined && this.journal.length > 8 * (this.minutes.size + slack));
-    if (long && this.quiet() && !this.closing && !this.writeError && !this.indexSuspect) this.newBase();
+    // Taken only with no write in flight: see `newBase`.
+    if (this.baseDue() && this.quiet() && !this.closing && !this.writeError && !this.indexSuspect) this.newBase();
+  }
+
+  /**
+   * A new base is due: the journal, read back at an open after a kill -9, holds more records than
+   * the index's size and a slack; or it failed (a full disk), and is started again at most once a
+   * minute.
+   */
+  private baseDue(): boolean {
+    const journal = this.journal;
+    if (!journal || journal.broken) return Date.now() - this.lastBaseAt >= MINUTE;
+    return journal.records > this.minutes.size + (this.options.journalSlack ?? JOURNAL_SLACK);
   }
 
   /**

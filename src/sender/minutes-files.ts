@@ -150,9 +150,9 @@ export class MinutesJournal {
     return new MinutesJournal(generation, fd);
   }
 
-  /** Bytes of records written so far. */
-  get length(): number {
-    return this.written;
+  /** Records written so far. */
+  get records(): number {
+    return this.written / RECORD;
   }
 
   /** A write failed, or it was closed: it takes no more records. */

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Kafka, logLevel, type Admin, type RetryOptions } from 'kafkajs';
 import { inject } from 'vitest';
+import { whileLeadersMove } from '../../src/kafka/changelog-reader.js';
 import { withKafkajsAdmin as withClientAdmin } from '../../src/kafka/client.js';
 import { headersToStrings as decodeHeaders } from '../../src/kafka/headers.js';
 import { ensureTopics } from '../../src/kafka/topics.js';
@@ -138,25 +139,10 @@ export async function countRecords(topics: string | string[], brokers?: string[]
   return withAdmin(async (admin) => {
     let n = 0;
     for (const topic of Array.isArray(topics) ? topics : [topics])
-      for (const p of await offsetsOnceLed(admin, topic)) n += Number(p.high) - Number(p.low);
+      // Asked again while a restarted broker or a new topic elects its leaders (NOT_LEADER_OR_FOLLOWER).
+      for (const p of await whileLeadersMove(() => admin.fetchTopicOffsets(topic))) n += Number(p.high) - Number(p.low);
     return n;
   }, brokers);
-}
-
-/**
- * kafkajs asks each partition's leader once: right after a broker (re)starts or a topic is
- * created, the leader may not be elected yet (NOT_LEADER_OR_FOLLOWER). Asked again for 20 s.
- */
-async function offsetsOnceLed(admin: Admin, topic: string) {
-  const giveUpAt = Date.now() + 20_000;
-  for (;;) {
-    try {
-      return await admin.fetchTopicOffsets(topic);
-    } catch (error) {
-      if ((error as { retriable?: boolean }).retriable !== true || Date.now() > giveUpAt) throw error;
-      await new Promise((resolve) => setTimeout(resolve, 250));
-    }
-  }
 }
 
 /** Java's String.hashCode, as Kafka places a group on a partition of __consumer_offsets. */

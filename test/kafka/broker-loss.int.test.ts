@@ -12,7 +12,7 @@ import { startSender, type Sender } from '../../src/sender/index.js';
 import { startSimulator, type RunningSimulator as Simulator } from '../../src/simulator/index.js';
 import { startTracker, type Tracker } from '../../src/tracker/index.js';
 import { messageLifeRecords, TEST_ACCESS_TOKENS } from '../tracker/harness.js';
-import { groupCoordinator } from '../helpers/kafka.js';
+import { groupCoordinator, testKafka, uniqueTopic } from '../helpers/kafka.js';
 import { partitionEnds } from '../../src/kafka/changelog-reader.js';
 import { isMsgbridgeError } from '../../src/platform/errors.js';
 
@@ -347,14 +347,9 @@ describe('one broker of three lost under two live senders', () => {
   it("a partition's ends are read through its leader's kill -9: asked again until a new leader answers", async () => {
     await Promise.all(cluster.nodes.filter((n) => !n.alive).map((n) => n.start()));
     await untilBrokers(3);
-    const topic = `bl-ends-${randomUUID().slice(0, 8)}`;
+    const topic = uniqueTopic('bl-ends');
     await admin.createTopics({ topics: [{ topic, numPartitions: 3, replicationFactor: 3 }], waitForLeaders: false });
-    const kafka = new Kafka({
-      clientId: 'broker-loss-ends',
-      brokers: cluster.bootstrap.split(','),
-      logLevel: logLevel.NOTHING,
-      retry: { retries: 2 },
-    });
+    const kafka = testKafka('broker-loss-ends', cluster.bootstrap.split(','), { retries: 2 });
     const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
     await producer.connect();
     for (const partition of [0, 1, 2])
