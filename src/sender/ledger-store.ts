@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { Database, RootDatabase } from 'lmdb';
+import { sleep } from '../platform/sleep.js';
 import { LocalStore, localStoreDir, type ChangelogEntry, type Checkpoint } from '../platform/local-store.js';
 import { KeyMinutes } from './key-minutes.js';
 import {
@@ -95,6 +96,8 @@ const LAYOUT = 4;
 const JOURNAL_MARK = 'minutesJournal';
 /** A journal longer than this many records beyond the index's size is folded into a new base. */
 const JOURNAL_SLACK = 1_000_000;
+/** How long a close waits for an advance in progress (`close`). */
+const CLOSE_WAITS_FOR_ADVANCE_MS = 5_000;
 /** The oldest minute kept moves this far between two sweeps of the index (`sweep`). */
 const SWEEP_MINUTES = 15;
 /** Digits of a minute in a key. */
@@ -528,8 +531,12 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
   override async close(): Promise<void> {
     this.closing = true;
     if (!this.isClosed()) {
-      // An advance still running writes after the last flush: the base is taken after it.
-      await this.advancing;
+      // An advance still running writes after the last flush: the base is taken after it. Bounded:
+      // a close that waited on it without end held the partition's next open (a hand-over stalled
+      // twice in CI); past the bound, the advance's later writes only send the next open to the keys.
+      const waited = new AbortController();
+      await Promise.race([this.advancing, sleep(CLOSE_WAITS_FOR_ADVANCE_MS, waited.signal)]);
+      waited.abort();
       await this.flush().catch(() => undefined);
       await this.flushed();
       // Only an index that matches the disk: after a failed write it may not.
