@@ -2,17 +2,17 @@ import { createHash } from 'node:crypto';
 import type { Database, RootDatabase } from 'lmdb';
 import { sleep } from '../platform/sleep.js';
 import { LocalStore, localStoreDir, type ChangelogEntry, type Checkpoint } from '../platform/local-store.js';
-import { KeyMinutes } from './key-minutes.js';
+import { KeyPlaces } from './key-places.js';
 import {
   BROKEN,
-  MinutesJournal,
+  PlacesJournal,
   readBase,
   removeBase,
   replayJournal,
   writeBase,
   type JournalMark,
   type SavedBase,
-} from './minutes-files.js';
+} from './places-files.js';
 import {
   decodeLedgerEntry,
   encodeLedgerEntry,
@@ -30,12 +30,14 @@ import {
  * each request of partition p, read back synchronously (about 2 µs). A materialisation of
  * partition p of `send-ledger`, which stays the source of truth; the checkpoint says up to where.
  *
- * An entry's key is its minute, then its request key (`entryKey`): writes land in time order,
- * the way the changelog comes, not all over the key space. Keyed by request alone, a restore of
- * 1,000,000 requests with random ids rewrote a page of LMDB's tree per entry and ran at 24,000
- * entries/s (README "The store's layout"). Which minute a request is under is kept in memory
- * (`KeyMinutes`, rebuilt from the keys at open); the window and the size bound take the oldest
- * minutes first, by key order.
+ * An entry's key is its place: its minute, then a number given in turn within that minute
+ * (`placeIn`). A restore appends, the way the changelog comes, in time order: LMDB fills its
+ * pages at the end of the tree, with no search, split or copy of a page in the middle. Keyed by
+ * request alone, a restore of 1,000,000 requests with random ids rewrote a page per entry and ran
+ * at 24,000 entries/s; keyed by minute then request, pages all over the minute were copied again
+ * in every transaction (README "The store's layout"). The value starts with the request's key,
+ * and which place a request is at is kept in memory (`KeyPlaces`); the window and the size bound
+ * take the oldest minutes first, by key order.
  */
 export interface LedgerIdentity {
   clusterId: string;
@@ -60,25 +62,19 @@ export interface LedgerCheckpoint extends Checkpoint {
 
 interface Handles {
   env: RootDatabase;
-  /** `entryKey(minute, key)` → a request's last record, its JSON bytes as written to the changelog. */
-  entries: Database<Buffer, string>;
+  /** place → the request's key, then its last record, the JSON bytes as written to the changelog (`framed`). */
+  entries: Database<Buffer, number>;
   meta: Database<unknown, string>;
 }
 
 function openHandles(env: RootDatabase): Handles {
   return {
     env,
-    entries: env.openDB<Buffer, string>({ name: 'entries', encoding: 'binary' }),
+    entries: env.openDB<Buffer, number>(ENTRIES),
     meta: env.openDB<unknown, string>({ name: 'meta', encoding: 'msgpack' }),
   };
 }
 
-/**
- * Between an entry's minute and its request's key. Not a NUL: lmdb's key encoding reads a raw NUL
- * back as an array separator in keys of 64 characters or more (a business id of 10 characters
- * and a UUID), and `getKeys` gave arrays.
- */
-const SEP = ':';
 /**
  * Request keys longer than this (UTF-8 bytes) are kept under a digest: LMDB refuses keys over
  * 1,978 bytes, and a request id of control characters (each escaped to 6 bytes) reaches 2,311.
@@ -87,45 +83,83 @@ const LONGEST_KEY = 1900;
 const MINUTE = 60_000;
 /**
  * The store's layout: a directory of another is wiped and restored again. 1–2: keyed by request,
- * with a time index; 3: by minute, its index saved only by a close; 4: its index's base and
- * journal (a release of layout 3 would write without the journal, and a later open could take a
- * journal that misses what it wrote).
+ * with a time index; 3: by minute then request, its index saved only by a close; 4: the same,
+ * with its index's base and journal (a release of layout 3 would write without the journal, and
+ * a later open could take a journal that misses what it wrote); 5: by place.
  */
-const LAYOUT = 4;
+const LAYOUT = 5;
 /** The meta key of the journal's mark (`JournalMark`), written in every transaction of the store. */
-const JOURNAL_MARK = 'minutesJournal';
+const JOURNAL_MARK = 'placesJournal';
 /** A journal longer than this many records beyond the index's size is folded into a new base. */
 const JOURNAL_SLACK = 1_000_000;
 /** How long a close waits for an advance in progress (`close`). */
 const CLOSE_WAITS_FOR_ADVANCE_MS = 5_000;
 /** The oldest minute kept moves this far between two sweeps of the index (`sweep`). */
 const SWEEP_MINUTES = 15;
-/** Digits of a minute in a key. */
-const MINUTE_DIGITS = 10;
-
-/** The last minute a key can name: it fits the index's 32 bits and the key's 10 digits (the year 10136). */
+/**
+ * Places in a minute: a place is `minute * PLACES_PER_MINUTE` plus its number, below 2^53 for
+ * every minute (a double holds it exactly). A minute full (35,000 writes a second into one
+ * partition's ledger for a whole minute) lends its next minute's places: such an entry is kept a
+ * minute longer, never shorter.
+ */
+const PLACES_PER_MINUTE = 2 ** 21;
+/** The last minute a place can name: 32 bits (the year 10136). */
 const LAST_MINUTE = 0xffffffff;
 /** A time's minute, as minutes since 1970 (a time before 1970 is minute 0, one past the last minute the last). */
 const minuteOf = (at: number): number => Math.min(LAST_MINUTE, Math.max(0, Math.floor(at / MINUTE)));
-/** The minute an entry's key starts with (read digit by digit: a million keys at an open). */
-const minuteOfKey = (stored: string): number => {
-  let minute = 0;
-  for (let i = 0; i < MINUTE_DIGITS; i++) minute = minute * 10 + stored.charCodeAt(i) - 48;
-  return minute;
+const minuteOfPlace = (place: number): number => Math.floor(place / PLACES_PER_MINUTE);
+
+/**
+ * An entry's lmdb key: its place as 8 bytes, the minute then the number, big-endian (keys sort
+ * by place), written straight into lmdb's buffer: no string or buffer made per key.
+ */
+const placeKeys = {
+  writeKey(place: number, target: Uint8Array, start: number): number {
+    const minute = minuteOfPlace(place);
+    const n = place - minute * PLACES_PER_MINUTE;
+    target[start] = minute >>> 24;
+    target[start + 1] = (minute >>> 16) & 0xff;
+    target[start + 2] = (minute >>> 8) & 0xff;
+    target[start + 3] = minute & 0xff;
+    target[start + 4] = n >>> 24;
+    target[start + 5] = (n >>> 16) & 0xff;
+    target[start + 6] = (n >>> 8) & 0xff;
+    target[start + 7] = n & 0xff;
+    return start + 8;
+  },
+  readKey(source: Uint8Array, start: number, end: number): number {
+    if (end - start !== 8) return -1;
+    const word = (at: number) =>
+      ((source[at]! << 24) | (source[at + 1]! << 16) | (source[at + 2]! << 8) | source[at + 3]!) >>> 0;
+    return word(start) * PLACES_PER_MINUTE + word(start + 4);
+  },
 };
+
+/** lmdb's types name `keyEncoder` for the root only; `openDB` reads it for each database. */
+const ENTRIES = { name: 'entries', encoding: 'binary' as const, keyEncoder: placeKeys };
+
+/**
+ * An entry's value: the length of its request's key (2 bytes), the key (UTF-8), then the
+ * record's bytes. The key is what a lookup checks, and what expiry and an open read back.
+ */
+function framed(key: string, record: Buffer, start = 0, end = record.length): Buffer {
+  const keyBytes = Buffer.byteLength(key);
+  const value = Buffer.allocUnsafe(2 + keyBytes + end - start);
+  value.writeUInt16BE(keyBytes, 0);
+  value.write(key, 2);
+  record.copy(value, 2 + keyBytes, start, end);
+  return value;
+}
+/** The request key an entry's value starts with (`framed`). */
+const keyOfFramed = (value: Buffer): string => value.toString('utf8', 2, 2 + value.readUInt16BE(0));
+/** The record an entry's value holds, after its key. */
+const recordOfFramed = (value: Buffer): Buffer => value.subarray(2 + value.readUInt16BE(0));
 /** The key a request is kept under: its own, or for a long one a digest of it. */
 export function storedKey(key: string): string {
   // UTF-8 takes at most 3 bytes per UTF-16 unit: only a long key is measured.
   if (key.length * 3 <= LONGEST_KEY || Buffer.byteLength(key) <= LONGEST_KEY) return key;
   return `#sha256:${createHash('sha256').update(key).digest('hex')}`;
 }
-/** The last minute's key prefix: the entries of a chunk share a few minutes. */
-let prefixed = { minute: -1, prefix: '' };
-/** An entry's key: its minute, fixed width so that keys sort by time, then the request's key. */
-const entryKey = (minute: number, key: string): string => {
-  if (prefixed.minute !== minute) prefixed = { minute, prefix: `${String(minute).padStart(MINUTE_DIGITS, '0')}${SEP}` };
-  return prefixed.prefix + key;
-};
 
 const EMPTY: LedgerCheckpoint = { ledger: 0 };
 /** Records kept in memory before they are written together (about 500 bytes each). */
@@ -148,16 +182,22 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
   private readonly bounds: number[] = [];
   /** Why a chunk's writes failed (`written` rejects with it). */
   private writeError: Error | undefined;
-  /** The minute of every entry on disk or on its way there. */
-  private minutes = new KeyMinutes();
-  /** The minute a flush or an advance is writing a key under, until lmdb has written it, and the write's turn. */
-  private readonly issued = new Map<string, { minute: number; turn: number }>();
-  /** Orders writes of every kind as issued: a flush's moves and a restore's chunks (`storedMinute`). */
+  /** The place of every entry on disk or on its way there. */
+  private places = new KeyPlaces();
+  /**
+   * Per minute, the next number free in it (`placeIn`): above every place of the minute on disk
+   * or on its way there. Read from the disk at a minute's first write, forgotten (`sweep`) for
+   * the minutes before the oldest kept when no write is on its way.
+   */
+  private readonly nextInMinute = new Map<number, number>();
+  /** The place a flush or an advance is writing a key at, until lmdb has written it, and the write's turn. */
+  private readonly issued = new Map<string, { place: number; turn: number }>();
+  /** Orders writes of every kind as issued: a flush's moves and a restore's chunks (`storedPlace`). */
   private turns = 0;
   /** A write failed: the index may not match the disk, and a close does not save it. */
   private indexSuspect = false;
-  /** The slots added since the last base, on disk beside the store (minutes-files.ts). */
-  private journal: MinutesJournal | undefined;
+  /** The slots added since the last base, on disk beside the store (places-files.ts). */
+  private journal: PlacesJournal | undefined;
   /** The last base's generation. */
   private generation = 0;
   /** Every slot before this minute was dropped (`expire`). */
@@ -181,7 +221,7 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
   static open(dir: string, identity: LedgerIdentity, options: LedgerStoreOptions = {}): LedgerStore {
     const store = new LedgerStore(dir, identity, options);
     store.claim();
-    store.indexMinutes();
+    store.indexPlaces();
     return store;
   }
 
@@ -235,7 +275,7 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
    * journal's mark; a failed write gives the index back what it had. Single operations, not a
    * transaction callback: lmdb-js runs queued callbacks after the single operations queued with
    * them, so a flush issued before a restore chunk would land after it (an older value over a
-   * newer one, and an entry under a minute the index no longer names). Issued in one turn, they
+   * newer one, and an entry at a place the index no longer names). Issued in one turn, they
    * are committed together.
    */
   private writeMoves(moves: Move[], write: () => Promise<unknown> | undefined, settled: () => void): Promise<void> {
@@ -243,11 +283,11 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
       this.indexSuspect = true;
       // Back to before the moves: their earlier entries are still on disk, their new ones are not.
       for (let i = moves.length - 1; i >= 0; i--) {
-        const { key, fingerprint, previous, minute, turn } = moves[i]!;
+        const { key, fingerprint, previous, place, turn } = moves[i]!;
         if (this.issued.get(key)?.turn === turn) this.issued.delete(key);
-        if (previous === minute) continue;
-        this.minutes.remove(fingerprint, minute);
-        if (previous !== undefined) this.addMinute(fingerprint, previous);
+        if (previous === place) continue;
+        this.places.remove(fingerprint, place);
+        if (previous !== undefined) this.addPlace(fingerprint, previous);
       }
       throw error;
     };
@@ -311,24 +351,25 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     }
     const { entries: db, meta } = this.h;
     // Issued after the journal's mark (below), so that no transaction holds them without it.
-    const removals: string[] = [];
-    const puts: string[] = [];
+    const removals: number[] = [];
+    const puts: number[] = [];
     const values: Buffer[] = [];
-    last.forEach((key, bytes, batchAt, slot) => {
-      const at = batchAt === NO_TIME ? ledgerEntryTime(bytes) : batchAt;
-      const minute = bytes === null || at === undefined || at < expireBeforeMs ? undefined : minuteOf(at);
-      const fingerprint = KeyMinutes.fingerprint(key);
-      // Before this chunk joins `applying`: the minute the chunks before it and the disk leave.
-      const previous = this.storedMinute(key, fingerprint);
-      last.settle(slot, minute);
-      if (previous !== undefined && previous !== minute) {
-        removals.push(entryKey(previous, key));
-        this.minutes.remove(fingerprint, previous);
+    last.forEach((key, source, start, end, batchAt, slot) => {
+      const at = batchAt === NO_TIME ? ledgerEntryTime(source?.subarray(start, end) ?? null) : batchAt;
+      const minute = source === null || at === undefined || at < expireBeforeMs ? undefined : minuteOf(at);
+      const fingerprint = KeyPlaces.fingerprint(key);
+      // Before this chunk joins `applying`: the place the chunks before it and the disk leave.
+      const previous = this.storedPlace(key, fingerprint);
+      const place = minute === undefined ? undefined : this.placeFor(previous, minute);
+      last.settle(slot, place);
+      if (previous !== undefined && previous !== place) {
+        removals.push(previous);
+        this.places.remove(fingerprint, previous);
       }
-      if (minute !== undefined) {
-        if (previous !== minute) this.addMinute(fingerprint, minute);
-        puts.push(entryKey(minute, key));
-        values.push(bytes!);
+      if (place !== undefined) {
+        if (previous !== place) this.addPlace(fingerprint, place);
+        puts.push(place);
+        values.push(framed(key, source!, start, end));
       }
     });
     let write: Promise<unknown> | undefined;
@@ -384,34 +425,62 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
   }
 
   /**
-   * The minute the entry of `key` is under once the writes issued so far land (undefined: it has
+   * The place the entry of `key` is at once the writes issued so far land (undefined: it has
    * none): a flush's or an advance's, then a restore's chunks not yet written, then the disk.
    */
-  private storedMinute(key: string, fingerprint: number): number | undefined {
+  private storedPlace(key: string, fingerprint: number): number | undefined {
     // Every write changes the index when issued: none under the fingerprint, no entry anywhere
     // (the usual answer in a bulk restore).
-    if (!this.minutes.has(fingerprint)) return undefined;
+    if (!this.places.has(fingerprint)) return undefined;
     // The latest of the writes not yet landed, in the order they were issued.
     const issued = this.issued.get(key);
     for (let i = this.applying.length - 1; i >= 0; i--) {
       const chunk = this.applying[i]!;
       if (issued !== undefined && issued.turn > chunk.turn) break;
-      const minute = chunk.storedMinute(key);
-      if (minute !== undefined) return minute === REMOVED ? undefined : minute;
+      const place = chunk.storedPlace(key);
+      if (place !== undefined) return place === REMOVED ? undefined : place;
     }
-    if (issued !== undefined) return issued.minute;
-    return this.onDisk(key, fingerprint)?.minute;
+    if (issued !== undefined) return issued.place;
+    return this.onDisk(key, fingerprint)?.place;
   }
 
-  /** The entry of `key` on disk, and its minute: each minute its fingerprint names is read until one holds it. */
-  private onDisk(
-    key: string,
-    fingerprint = KeyMinutes.fingerprint(key),
-  ): { minute: number; value: Buffer } | undefined {
+  /**
+   * Where a key's entry goes in `minute`: where it is, when that is in the same minute (written
+   * over); else the minute's next place.
+   */
+  private placeFor(previous: number | undefined, minute: number): number {
+    return previous !== undefined && minuteOfPlace(previous) === minute ? previous : this.placeIn(minute);
+  }
+
+  /** The next place of `minute` (of the next minute with places left, when it has none). */
+  private placeIn(minute: number): number {
+    for (let m = minute; m <= LAST_MINUTE; m++) {
+      const next = this.nextInMinute.get(m) ?? this.nextOnDisk(m);
+      if (next === PLACES_PER_MINUTE) continue;
+      this.nextInMinute.set(m, next + 1);
+      return m * PLACES_PER_MINUTE + next;
+    }
+    throw new Error('the ledger store has no place left after its minute');
+  }
+
+  /**
+   * The number after the last place of `minute` on disk. Asked at the minute's first write since
+   * it was last forgotten: every write of this process since then took its place from
+   * `nextInMinute`, so the disk holds every place of the minute taken before.
+   */
+  private nextOnDisk(minute: number): number {
+    const last = minute * PLACES_PER_MINUTE + PLACES_PER_MINUTE - 1;
+    for (const place of this.live.entries.getKeys({ start: last, reverse: true, limit: 1 }))
+      if (minuteOfPlace(place) === minute) return place - minute * PLACES_PER_MINUTE + 1;
+    return 0;
+  }
+
+  /** The entry of `key` on disk, its place and its record: each place its fingerprint names is read until one holds the key. */
+  private onDisk(key: string, fingerprint = KeyPlaces.fingerprint(key)): { place: number; value: Buffer } | undefined {
     const { entries } = this.live;
-    for (const minute of this.minutes.minutesOf(fingerprint)) {
-      const value = entries.get(entryKey(minute, key));
-      if (value !== undefined) return { minute, value };
+    for (const place of this.places.placesOf(fingerprint)) {
+      const value = entries.get(place);
+      if (value !== undefined && keyOfFramed(value) === key) return { place, value: recordOfFramed(value) };
     }
     return undefined;
   }
@@ -468,7 +537,7 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
   private baseDue(): boolean {
     const journal = this.journal;
     if (!journal || journal.broken) return Date.now() - this.lastBaseAt >= MINUTE;
-    return journal.records > this.minutes.size + (this.options.journalSlack ?? JOURNAL_SLACK);
+    return journal.records > this.places.size + (this.options.journalSlack ?? JOURNAL_SLACK);
   }
 
   /**
@@ -481,24 +550,24 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     const { entries } = this.live;
     const over = Math.max(0, this.entries(entries) - maxEntries);
     const pastBefore = minuteOf(beforeMs);
-    const going: { stored: string; key: string; minute: number }[] = [];
-    for (const stored of entries.getKeys({})) {
-      const minute = minuteOfKey(stored);
+    const going: { place: number; key: string; minute: number }[] = [];
+    for (const { key: place, value } of entries.getRange({})) {
+      const minute = minuteOfPlace(place);
       if (minute >= pastBefore && going.length >= over && minute !== going.at(-1)?.minute) break;
       if (going.length >= limit) break;
-      const key = stored.slice(MINUTE_DIGITS + 1);
-      // Being written under another minute, or removed: that write settles it.
+      const key = keyOfFramed(value);
+      // Being written at another place, or removed: that write settles it.
       if (this.issued.has(key) || this.applying.some((chunk) => chunk.has(key))) continue;
-      going.push({ stored, key, minute });
+      going.push({ place, key, minute });
     }
     if (going.length > 0) {
       const mark = this.journalMark();
       this.env.transactionSync(() => {
         this.meta.putSync(JOURNAL_MARK, mark);
-        for (const { stored } of going) entries.removeSync(stored);
+        for (const { place } of going) entries.removeSync(place);
       });
       // Once committed: a failed commit leaves both the disk and the index as they were.
-      for (const { key, minute } of going) this.minutes.remove(KeyMinutes.fingerprint(key), minute);
+      for (const { key, place } of going) this.places.remove(KeyPlaces.fingerprint(key), place);
     }
     this.sweep();
     return going.length;
@@ -511,21 +580,26 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
    * the window (a sweep rewrites the table: about 20 ms a million).
    */
   private sweep(): void {
+    if (!this.quiet()) return;
     const { entries } = this.live;
-    if (this.minutes.size <= this.entries(entries) || !this.quiet()) return;
     let oldest: number | undefined;
-    for (const stored of entries.getKeys({ limit: 1 })) oldest = minuteOfKey(stored);
+    for (const place of entries.getKeys({ limit: 1 })) oldest = minuteOfPlace(place);
+    // No place before the oldest minute kept is on disk or on its way there: their numbers are
+    // read again from the disk (none) if a write ever comes for those minutes.
+    for (const minute of this.nextInMinute.keys())
+      if (oldest === undefined || minute < oldest) this.nextInMinute.delete(minute);
+    if (this.places.size <= this.entries(entries)) return;
     if (oldest === undefined) {
-      this.minutes.dropBefore(Infinity);
+      this.places.dropBefore(Infinity);
       return;
     }
     if (oldest < this.sweptBelow + SWEEP_MINUTES) return;
-    this.minutes.dropBefore(oldest);
+    this.places.dropBefore(oldest * PLACES_PER_MINUTE);
     this.sweptBelow = oldest;
   }
 
   /**
-   * Writes what is kept, then the index of minutes as a new base for the next open (reading the
+   * Writes what is kept, then the index of places as a new base for the next open (reading the
    * keys instead took 1.6–1.9 s a million), then closes (the directory stays for a later start).
    */
   override async close(): Promise<void> {
@@ -554,23 +628,23 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
 
   /** Entries on disk, the directory's bytes, and the index's slots (more than the entries after a kill -9, until `sweep`). */
   stats(): { entries: number; bytes: number; indexSlots: number } {
-    return { entries: this.entries(this.live.entries), bytes: this.bytes(), indexSlots: this.minutes.size };
+    return { entries: this.entries(this.live.entries), bytes: this.bytes(), indexSlots: this.places.size };
   }
 
-  /** How the last open found the index of minutes, and how long that took. */
+  /** How the last open found the index of places, and how long that took. */
   get index(): IndexOpen {
     return this.opened;
   }
 
   /**
-   * The minute of every entry on disk, at open (minutes-files.ts):
+   * The place of every entry on disk, at open (places-files.ts):
    * - the base alone, when no transaction came after it (a close wrote it);
    * - the base and its journal, when every transaction since was marked with that journal and
    *   the journal holds all it was marked with (a kill -9);
-   * - otherwise the keys, read whole (a power loss that cut the journal, a store written by a
-   *   release without journal), and a new base is written at once.
+   * - otherwise the entries, read whole (a power loss that cut the journal), and a new base is
+   *   written at once.
    */
-  private indexMinutes(): void {
+  private indexPlaces(): void {
     const started = performance.now();
     const { entries } = this.live;
     const count = this.entries(entries);
@@ -578,7 +652,7 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     const mark = this.meta.get(JOURNAL_MARK) as JournalMark | undefined;
     let from: IndexOpen['from'];
     if (base && base.lastTxnId === this.lastTxnId()) {
-      this.minutes = base.table;
+      this.places = base.table;
       this.generation = base.generation;
       from = 'base';
     } else if (
@@ -587,14 +661,14 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
       mark.length <= this.replayed(base) &&
       // Fewer slots than entries: something wrote without the journal (a release without one, run
       // on this directory after a kill -9).
-      this.minutes.size >= count
+      this.places.size >= count
     ) {
       this.generation = base.generation;
       from = 'journal';
     } else {
-      this.minutes = new KeyMinutes(count);
-      for (const stored of entries.getKeys({}))
-        this.minutes.add(KeyMinutes.fingerprint(stored, MINUTE_DIGITS + 1), minuteOfKey(stored));
+      this.places = new KeyPlaces(count);
+      for (const { key: place, value } of entries.getRange({}))
+        this.places.add(KeyPlaces.fingerprint(keyOfFramed(value)), place);
       // Above every generation named on disk: no old mark can match the new journal.
       this.generation = Math.max(base?.generation ?? 0, mark?.generation ?? 0);
       from = count === 0 ? 'empty' : 'keys';
@@ -608,11 +682,11 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     this.opened = { from, ms: Math.round(performance.now() - started) };
   }
 
-  /** The base's table with its journal added (`minutes` becomes it); the journal's length, or -1. */
+  /** The base's table with its journal added (`places` becomes it); the journal's length, or -1. */
   private replayed(base: SavedBase): number {
     const length = replayJournal(this.dir, base.generation, base.table);
     if (length === undefined) return -1;
-    this.minutes = base.table;
+    this.places = base.table;
     return length;
   }
 
@@ -627,7 +701,7 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     this.lastBaseAt = Date.now();
     const generation = this.generation + 1;
     try {
-      writeBase(this.dir, generation, this.lastTxnId(), this.minutes);
+      writeBase(this.dir, generation, this.lastTxnId(), this.places);
     } catch {
       return false;
     }
@@ -637,18 +711,18 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     return true;
   }
 
-  private startJournal(generation: number): MinutesJournal | undefined {
+  private startJournal(generation: number): PlacesJournal | undefined {
     try {
-      return MinutesJournal.start(this.dir, generation);
+      return PlacesJournal.start(this.dir, generation);
     } catch {
       return undefined;
     }
   }
 
   /** A slot added: in the table, and in the journal before the write that stores its entry. */
-  private addMinute(fingerprint: number, minute: number): void {
-    this.minutes.add(fingerprint, minute);
-    this.journal?.add(fingerprint, minute);
+  private addPlace(fingerprint: number, place: number): void {
+    this.places.add(fingerprint, place);
+    this.journal?.add(fingerprint, place);
   }
 
   /** The journal's mark, its records written out: the transaction about to be issued records it. */
@@ -666,21 +740,28 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
   }
 
   /**
-   * Records to write, as moves of their keys to their minutes: the index changes at once, the
+   * Records to write, as moves of their keys to places in their minutes: the index changes at once, the
    * disk when `perform` runs in the write's transaction, and until then `issued` says where
    * each key is going.
    */
   private issue(records: [string, LedgerEntry][]): Move[] {
     const moves: Move[] = [];
     for (const [key, entry] of records) {
-      const fingerprint = KeyMinutes.fingerprint(key);
-      const previous = this.storedMinute(key, fingerprint);
-      const minute = minuteOf(entry.at);
-      if (previous !== undefined && previous !== minute) this.minutes.remove(fingerprint, previous);
-      if (previous !== minute) this.addMinute(fingerprint, minute);
+      const fingerprint = KeyPlaces.fingerprint(key);
+      const previous = this.storedPlace(key, fingerprint);
+      const place = this.placeFor(previous, minuteOf(entry.at));
+      if (previous !== undefined && previous !== place) this.places.remove(fingerprint, previous);
+      if (previous !== place) this.addPlace(fingerprint, place);
       const turn = ++this.turns;
-      this.issued.set(key, { minute, turn });
-      moves.push({ key, fingerprint, previous, minute, turn, value: Buffer.from(encodeLedgerEntry(entry)) });
+      this.issued.set(key, { place, turn });
+      moves.push({
+        key,
+        fingerprint,
+        previous,
+        place,
+        turn,
+        value: framed(key, Buffer.from(encodeLedgerEntry(entry))),
+      });
     }
     return moves;
   }
@@ -689,9 +770,9 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
   private perform(moves: Move[]): Promise<unknown> | undefined {
     const { entries } = this.h;
     let last: Promise<unknown> | undefined;
-    for (const { key, previous, minute, value } of moves) {
-      if (previous !== undefined && previous !== minute) void entries.remove(entryKey(previous, key));
-      last = entries.put(entryKey(minute, key), value);
+    for (const { previous, place, value } of moves) {
+      if (previous !== undefined && previous !== place) void entries.remove(previous);
+      last = entries.put(place, value);
     }
     return last;
   }
@@ -702,20 +783,21 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
   }
 }
 
-/** How an open found the index of minutes (`LedgerStore.index`). */
+/** How an open found the index of places (`LedgerStore.index`). */
 export interface IndexOpen {
   from: 'base' | 'journal' | 'keys' | 'empty';
   ms: number;
 }
 
-/** A record to write: its key moves from the minute it is under (if any) to its record's minute. */
+/** A record to write: its key moves from the place it is at (if any) to a place in its record's minute. */
 interface Move {
   key: string;
   fingerprint: number;
   previous: number | undefined;
-  minute: number;
+  place: number;
   /** When it was issued, among all the store's writes. */
   turn: number;
+  /** As stored (`framed`). */
   value: Buffer;
 }
 
@@ -736,21 +818,21 @@ class ChunkValues {
   private readonly slots = new Map<string, number>();
   private readonly sources: (Buffer | null)[] = [];
   /** Per slot: the value's start and end in its source, and its batch's time (or NO_TIME). */
+  private readonly spans: number[] = [];
+  /** Per slot, once written: the place of its entry, or REMOVED. */
   private readonly places: number[] = [];
-  /** Per slot, once written: the minute its entry is under, or REMOVED. */
-  private readonly minutes: number[] = [];
 
   set(key: string, source: Buffer | null, start: number, end: number, at: number): void {
     const slot = this.slots.get(key);
     if (slot === undefined) {
       this.slots.set(key, this.sources.length);
       this.sources.push(source);
-      this.places.push(start, end, at);
+      this.spans.push(start, end, at);
     } else {
       this.sources[slot] = source;
-      this.places[slot * 3] = start;
-      this.places[slot * 3 + 1] = end;
-      this.places[slot * 3 + 2] = at;
+      this.spans[slot * 3] = start;
+      this.spans[slot * 3 + 1] = end;
+      this.spans[slot * 3 + 2] = at;
     }
   }
 
@@ -764,26 +846,32 @@ class ChunkValues {
     return slot === undefined ? undefined : this.value(slot);
   }
 
-  forEach(visit: (key: string, value: Buffer | null, at: number, slot: number) => void): void {
-    this.slots.forEach((slot, key) => visit(key, this.value(slot), this.places[slot * 3 + 2]!, slot));
+  /** Each key's value: its source (null for a tombstone), where it lies in it, and its batch's time. */
+  forEach(
+    visit: (key: string, source: Buffer | null, start: number, end: number, at: number, slot: number) => void,
+  ): void {
+    const spans = this.spans;
+    this.slots.forEach((slot, key) =>
+      visit(key, this.sources[slot]!, spans[slot * 3]!, spans[slot * 3 + 1]!, spans[slot * 3 + 2]!, slot),
+    );
   }
 
-  /** The minute the key's entry is written under (REMOVED: none), as `settle` said. */
-  settle(slot: number, minute: number | undefined): void {
-    this.minutes[slot] = minute ?? REMOVED;
+  /** The place of the key's entry (REMOVED: none), as `settle` said. */
+  settle(slot: number, place: number | undefined): void {
+    this.places[slot] = place ?? REMOVED;
   }
 
-  /** Where this chunk puts the key: its minute, REMOVED, or undefined when the chunk has no value for it. */
-  storedMinute(key: string): number | undefined {
+  /** Where this chunk puts the key: its place, REMOVED, or undefined when the chunk has no value for it. */
+  storedPlace(key: string): number | undefined {
     const slot = this.slots.get(key);
-    return slot === undefined ? undefined : this.minutes[slot];
+    return slot === undefined ? undefined : this.places[slot];
   }
 
   private value(slot: number): Buffer | null {
     const source = this.sources[slot]!;
     if (source === null) return null;
-    const start = this.places[slot * 3]!;
-    const end = this.places[slot * 3 + 1]!;
+    const start = this.spans[slot * 3]!;
+    const end = this.spans[slot * 3 + 1]!;
     return start === 0 && end === source.length ? source : source.subarray(start, end);
   }
 }

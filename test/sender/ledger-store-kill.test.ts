@@ -3,10 +3,10 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { open as lmdbOpen } from 'lmdb';
 import { describe, expect, it } from 'vitest';
 import { decodeLedgerEntry } from '../../src/sender/ledger-records.js';
 import { LedgerStore } from '../../src/sender/ledger-store.js';
+import { ledgerEntriesOnDisk } from '../helpers/ledger-disk.js';
 import { deleted, finalEntry, identity, requestKey } from './ledger-store-child.js';
 
 /**
@@ -68,17 +68,13 @@ describe('ledger store under kill -9', () => {
     const how = store.index;
     expect(how.from).toBe('journal');
     // Every entry on disk, as an independent handle reads it, is found by its request key.
-    const env = lmdbOpen({ path: join(dir, 'store.mdb'), maxDbs: 16, compression: false, readOnly: true });
-    const onDisk = env.openDB<Buffer, string>({ name: 'entries', encoding: 'binary' });
-    let entries = 0;
+    const onDisk = await ledgerEntriesOnDisk(dir);
+    const entries = onDisk.length;
     const missed: string[] = [];
-    for (const { key, value } of onDisk.getRange({})) {
-      entries++;
-      const requestKey = key.slice(11);
-      const found = store.get(requestKey);
-      if (JSON.stringify(found) !== JSON.stringify(decodeLedgerEntry(value))) missed.push(requestKey);
+    for (const { key, record } of onDisk) {
+      const stored = decodeLedgerEntry(record);
+      if (stored === undefined || JSON.stringify(store.get(key)) !== JSON.stringify(stored)) missed.push(key);
     }
-    await env.close();
     expect(missed).toEqual([]);
     // The journal may bring back slots of entries removed since its base, never fewer than the entries.
     expect(store.stats().indexSlots).toBeGreaterThanOrEqual(entries);

@@ -19,8 +19,9 @@ import {
   ledgerKey,
   type LedgerEntry,
 } from '../../src/sender/ledger-records.js';
-import { KeyMinutes } from '../../src/sender/key-minutes.js';
+import { KeyPlaces } from '../../src/sender/key-places.js';
 import { LedgerStore, ledgerStoreDir } from '../../src/sender/ledger-store.js';
+import { ledgerEntriesOnDisk } from '../helpers/ledger-disk.js';
 
 const identity = { clusterId: 'c1', topic: 'send-ledger', partition: 3, partitions: 12 };
 const done = (
@@ -430,14 +431,11 @@ describe('ledger store (LMDB)', () => {
       3,
     ]);
     // Time order on disk: the oldest minute first, whatever the keys.
-    const env = lmdbOpen({ path: join(store.dir, 'store.mdb'), maxDbs: 16, compression: false });
-    const onDisk = () => [...env.openDB<Buffer, string>({ name: 'entries', encoding: 'binary' }).getKeys({})];
     await store.close();
-    expect(onDisk()).toEqual(['0000000003:c', '0000000007:a', '0000000009:b']);
-    await env.close();
+    expect((await ledgerEntriesOnDisk(store.dir)).map((e) => `${e.minute}:${e.key}`)).toEqual(['3:c', '7:a', '9:b']);
     // A close saves the index beside the store as a base, with lmdb's last transaction: the next open takes it as it is.
-    const base = join(store.dir, 'minutes.index');
-    const journal = join(store.dir, 'minutes.journal');
+    const base = join(store.dir, 'places.index');
+    const journal = join(store.dir, 'places.journal');
     const again = open(store.dir);
     expect(again.index.from).toBe('base');
     expect([again.get('a'), again.get('b'), again.get('c')]).toEqual([
@@ -471,7 +469,7 @@ describe('ledger store (LMDB)', () => {
     // A journal shorter than its mark says (a power loss cut it), a journal of another base, none;
     // a torn base, another file, none: each is refused and the index is read from the keys.
     const cases: [string, Buffer | undefined, string, Buffer | undefined][] = [
-      [base, firstBase, journal, firstJournal.subarray(0, firstJournal.length - 8)],
+      [base, firstBase, journal, firstJournal.subarray(0, firstJournal.length - 12)],
       [
         base,
         firstBase,
@@ -480,7 +478,7 @@ describe('ledger store (LMDB)', () => {
       ],
       [base, firstBase, journal, undefined],
       // Its last record zeros, as a power loss can leave a file's tail: the journal ends before them.
-      [base, firstBase, journal, Buffer.concat([firstJournal.subarray(0, firstJournal.length - 8), Buffer.alloc(8)])],
+      [base, firstBase, journal, Buffer.concat([firstJournal.subarray(0, firstJournal.length - 12), Buffer.alloc(12)])],
       [base, firstBase.subarray(0, firstBase.length - 8), journal, firstJournal],
       [base, Buffer.from('not an index'), journal, firstJournal],
       [base, undefined, journal, firstJournal],
@@ -503,8 +501,8 @@ describe('ledger store (LMDB)', () => {
     const M = 60_000;
     const dir = ledgerStoreDir(mkdtempSync(join(tmpdir(), 'ledger-')), 'msgbridge-sender', 3);
     dirs.push(dir);
-    const base = join(dir, 'minutes.index');
-    const journal = join(dir, 'minutes.journal');
+    const base = join(dir, 'places.index');
+    const journal = join(dir, 'places.journal');
     const store = LedgerStore.open(dir, identity, { journalSlack: 10 });
     // Requests one a minute from minute 100: each adds a slot, to the index and to the journal.
     const chunk = (from: number, to: number, minute = 100) =>
@@ -514,12 +512,12 @@ describe('ledger store (LMDB)', () => {
       }));
     store.applyChangelog(chunk(0, 80), 1, 0);
     await store.advanceTo(2);
-    // 80 slots journaled, within 8 bytes × (80 slots + a slack of 10).
-    expect(readFileSync(journal).length).toBe(16 + 80 * 8);
+    // 80 slots journaled, within 12 bytes × (80 slots + a slack of 10).
+    expect(readFileSync(journal).length).toBe(16 + 80 * 12);
     // Twenty move to a later minute: 100 slots journaled for 80 kept, folded at the next checkpoint.
     store.applyChangelog(chunk(20, 40, 200), 3, 0);
     await store.written();
-    expect(readFileSync(journal).length).toBe(16 + 100 * 8);
+    expect(readFileSync(journal).length).toBe(16 + 100 * 12);
     await store.advanceTo(4);
     expect(readFileSync(journal).length).toBe(16);
     // The minutes 100…104 deleted (their slots go), one request added, as before a kill -9.
@@ -567,13 +565,11 @@ describe('ledger store (LMDB)', () => {
     );
     await store.written();
     await store.close();
-    const env = lmdbOpen({ path: join(store.dir, 'store.mdb'), maxDbs: 16, compression: false });
-    expect([...env.openDB<Buffer, string>({ name: 'entries', encoding: 'binary' }).getKeys({})]).toEqual([
-      '0000000000:early',
-      '4294967295:late',
+    expect((await ledgerEntriesOnDisk(store.dir)).map((e) => [e.minute, e.number, e.key])).toEqual([
+      [0, 0, 'early'],
+      [4294967295, 0, 'late'],
     ]);
-    await env.close();
-    rmSync(join(store.dir, 'minutes.index'));
+    rmSync(join(store.dir, 'places.index'));
     // Rebuilt from the keys: both found; the window takes the early one, the bound the late one.
     const again = open(store.dir);
     expect([again.get('early'), again.get('late')]).toEqual([done(1, 5), done(2, far)]);
@@ -597,7 +593,7 @@ describe('ledger store (LMDB)', () => {
     await store.written();
     expect([store.get(long), store.get(tooLong)]).toEqual([done(1, 2 * M), done(2, 3 * M)]);
     await store.close();
-    rmSync(join(store.dir, 'minutes.index'));
+    rmSync(join(store.dir, 'places.index'));
     const again = open(store.dir);
     expect([again.get(long), again.get(tooLong)]).toEqual([done(1, 2 * M), done(2, 3 * M)]);
     again.applyChangelog([{ key: tooLong, value: bytes(done(3, 4 * M)) }], 2, 0);
@@ -652,10 +648,8 @@ describe('ledger store (LMDB)', () => {
     );
     await flushing;
     await store.written();
-    const env = lmdbOpen({ path: join(store.dir, 'store.mdb'), maxDbs: 16, compression: false, readOnly: true });
-    const onDisk = [...env.openDB<Buffer, string>({ name: 'entries', encoding: 'binary' }).getKeys({})];
-    await env.close();
-    expect(onDisk.filter((key) => key.endsWith(':k'))).toEqual(['0000000006:k']);
+    const onDisk = await ledgerEntriesOnDisk(store.dir);
+    expect(onDisk.filter((e) => e.key === 'k').map((e) => e.minute)).toEqual([6]);
     expect(store.get('k')).toEqual(done(2, 6 * M));
     expect(store.stats()).toMatchObject({ entries: 51, indexSlots: 51 });
     await store.close();
@@ -700,13 +694,13 @@ describe('ledger store (LMDB)', () => {
     let pair: [string, string] | undefined;
     for (let i = 0; !pair; i++) {
       const key = ledgerKey('biz', `r${i}`);
-      const print = KeyMinutes.fingerprint(key);
+      const print = KeyPlaces.fingerprint(key);
       const other = seen.get(print);
       if (other) pair = [other, key];
       else seen.set(print, key);
     }
     const [x, y] = pair;
-    expect(KeyMinutes.fingerprint(x)).toBe(KeyMinutes.fingerprint(y));
+    expect(KeyPlaces.fingerprint(x)).toBe(KeyPlaces.fingerprint(y));
     const store = open();
     store.applyChangelog(
       [
@@ -738,7 +732,7 @@ describe('ledger store (LMDB)', () => {
     await again.close();
   });
 
-  it('a directory written with the earlier time index, or by a release without the journal, is wiped and restored again', async () => {
+  it('a directory written with the earlier time index, or keyed by minute then request, is wiped and restored again', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'ledger-store-'));
     dirs.push(dir);
     const env = lmdbOpen({ path: join(dir, 'store.mdb'), maxDbs: 16, compression: false });
@@ -748,16 +742,20 @@ describe('ledger store (LMDB)', () => {
     const store = LedgerStore.open(dir, identity);
     expect(store.get('k')).toBeUndefined();
     await store.close();
-    // Layout 3 (keyed by minute, no journal): its entries are not taken either.
-    const three = lmdbOpen({ path: join(dir, 'store.mdb'), maxDbs: 16, compression: false });
-    await three.openDB<Buffer, string>({ name: 'entries', encoding: 'binary' }).put('0000000000:j', bytes(done(2, 2)));
-    await three
-      .openDB<unknown, string>({ name: 'meta', encoding: 'msgpack' })
-      .put('identity', { ...identity, layout: 3 });
-    await three.close();
-    const again = LedgerStore.open(dir, identity);
-    expect([again.get('j'), again.stats().entries]).toEqual([undefined, 0]);
-    await again.close();
+    // Layouts 3 and 4 (keyed by minute then request; 3 without the journal): their entries are not taken either.
+    for (const layout of [3, 4]) {
+      const older = lmdbOpen({ path: join(dir, 'store.mdb'), maxDbs: 16, compression: false });
+      await older
+        .openDB<Buffer, string>({ name: 'entries', encoding: 'binary' })
+        .put('0000000000:j', bytes(done(2, 2)));
+      await older
+        .openDB<unknown, string>({ name: 'meta', encoding: 'msgpack' })
+        .put('identity', { ...identity, layout });
+      await older.close();
+      const again = LedgerStore.open(dir, identity);
+      expect([again.get('j'), again.stats().entries]).toEqual([undefined, 0]);
+      await again.close();
+    }
   });
 
   it('a directory of another identity is wiped, and a rebuild starts empty', async () => {

@@ -1,33 +1,33 @@
 import { closeSync, fsyncSync, openSync, readFileSync, renameSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
-import { KeyMinutes } from './key-minutes.js';
+import { isPlace, KeyPlaces } from './key-places.js';
 
 /**
- * The ledger store's index of minutes (`KeyMinutes`) on disk beside the store, so that an open
+ * The ledger store's index of places (`KeyPlaces`) on disk beside the store, so that an open
  * does not read every key (1.7 s a million after a kill -9): a base, the whole table as it was
  * at one moment, and a journal of every slot added after it (src/sender/README.md, "The
  * store's layout"). Base and journal carry a generation: a journal adds to the base of its own.
  *
  * Only adds are journaled. The index may hold more than the disk (a slot whose entry was
- * removed, or whose write never landed): a lookup reads the disk for each minute it names, so an
+ * removed, or whose write never landed): a lookup reads the disk for each place it names, so an
  * extra slot costs a read and is swept when its minute expires. A slot missing while its entry
  * is on disk would send a request again: the journal is written before the write it covers is
  * issued, and the store records the journal's length in the same transaction (`JournalMark`).
  */
 
-const BASE_FILE = 'minutes.index';
-/** "KMIN", then the version of what follows. Version 1 (no generation) is refused. */
+const BASE_FILE = 'places.index';
+/** "KMIN", then the version of what follows: 3, places (1 and 2, of minutes, are refused). */
 const BASE_MAGIC = 0x4e494d4b;
-const BASE_VERSION = 2;
-const JOURNAL_FILE = 'minutes.journal';
-/** "KMJL". */
+const BASE_VERSION = 3;
+const JOURNAL_FILE = 'places.journal';
+/** "KMJL", then the version: 2, places. */
 const JOURNAL_MAGIC = 0x4c4a4d4b;
-const JOURNAL_VERSION = 1;
+const JOURNAL_VERSION = 2;
 /** Magic, version, generation (8 bytes), and for a base lmdb's last transaction id (8 bytes). */
 const BASE_HEADER = 24;
 const JOURNAL_HEADER = 16;
-/** A journal record: a fingerprint and a minute, 32 bits each. */
-const RECORD = 8;
+/** A journal record: a fingerprint (32 bits) and a place (a double). */
+const RECORD = 12;
 /** Records collected before one `writeSync`. */
 const BUFFERED = 4096;
 
@@ -45,14 +45,14 @@ export interface SavedBase {
   generation: number;
   /** lmdb's last transaction when it was written (none since: the base is the index). */
   lastTxnId: number;
-  table: KeyMinutes;
+  table: KeyPlaces;
 }
 
 /**
  * Writes the base of `generation`, synced, to another name and renames it over the last: a
  * kill -9 or a power loss leaves the old one or the new one whole.
  */
-export function writeBase(dir: string, generation: number, lastTxnId: number, table: KeyMinutes): void {
+export function writeBase(dir: string, generation: number, lastTxnId: number, table: KeyPlaces): void {
   const header = Buffer.alloc(BASE_HEADER);
   header.writeUInt32LE(BASE_MAGIC, 0);
   header.writeUInt32LE(BASE_VERSION, 4);
@@ -89,7 +89,7 @@ export function readBase(dir: string): SavedBase | undefined {
     bytes.readUInt32LE(4) !== BASE_VERSION
   )
     return undefined;
-  const table = KeyMinutes.fromBytes(bytes.subarray(BASE_HEADER));
+  const table = KeyPlaces.fromBytes(bytes.subarray(BASE_HEADER));
   if (!table) return undefined;
   return { generation: bytes.readDoubleLE(8), lastTxnId: bytes.readDoubleLE(16), table };
 }
@@ -98,7 +98,7 @@ export function readBase(dir: string): SavedBase | undefined {
  * Adds the journal of `generation` to `table`; answers the bytes of records it held, or
  * undefined when there is no journal of that generation.
  */
-export function replayJournal(dir: string, generation: number, table: KeyMinutes): number | undefined {
+export function replayJournal(dir: string, generation: number, table: KeyPlaces): number | undefined {
   const bytes = readOrNothing(join(dir, JOURNAL_FILE));
   if (
     bytes === undefined ||
@@ -109,19 +109,20 @@ export function replayJournal(dir: string, generation: number, table: KeyMinutes
   )
     return undefined;
   // A record cut short by a full disk is not one; a fingerprint is never 0, so zeros are a tail a
-  // power loss left unwritten, and the journal ends before them.
+  // power loss left unwritten, and the journal ends before them (as at anything not a place).
   const end = JOURNAL_HEADER + Math.floor((bytes.length - JOURNAL_HEADER) / RECORD) * RECORD;
   let at = JOURNAL_HEADER;
   for (; at < end; at += RECORD) {
     const fingerprint = bytes.readUInt32LE(at);
-    if (fingerprint === 0) break;
-    table.add(fingerprint, bytes.readUInt32LE(at + 4));
+    const place = bytes.readDoubleLE(at + 4);
+    if (fingerprint === 0 || !isPlace(place)) break;
+    table.add(fingerprint, place);
   }
   return at - JOURNAL_HEADER;
 }
 
 /** The journal being written: records are buffered, and written by `commit` before the write they cover. */
-export class MinutesJournal {
+export class PlacesJournal {
   private readonly buffer = Buffer.alloc(BUFFERED * RECORD);
   private buffered = 0;
   private written = 0;
@@ -135,7 +136,7 @@ export class MinutesJournal {
   }
 
   /** An empty journal of `generation`, replacing any other. */
-  static start(dir: string, generation: number): MinutesJournal {
+  static start(dir: string, generation: number): PlacesJournal {
     const header = Buffer.alloc(JOURNAL_HEADER);
     header.writeUInt32LE(JOURNAL_MAGIC, 0);
     header.writeUInt32LE(JOURNAL_VERSION, 4);
@@ -147,7 +148,7 @@ export class MinutesJournal {
       closeSync(fd);
       throw error;
     }
-    return new MinutesJournal(generation, fd);
+    return new PlacesJournal(generation, fd);
   }
 
   /** Records written so far. */
@@ -160,11 +161,11 @@ export class MinutesJournal {
     return this.fd === undefined;
   }
 
-  add(fingerprint: number, minute: number): void {
+  add(fingerprint: number, place: number): void {
     if (this.fd === undefined) return;
     if (this.buffered === BUFFERED && !this.writeBuffered()) return;
     this.buffer.writeUInt32LE(fingerprint, this.buffered * RECORD);
-    this.buffer.writeUInt32LE(minute, this.buffered * RECORD + 4);
+    this.buffer.writeDoubleLE(place, this.buffered * RECORD + 4);
     this.buffered++;
   }
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { KeyMinutes } from '../../src/sender/key-minutes.js';
+import { KeyPlaces } from '../../src/sender/key-places.js';
 
 /** The same operations on a plain multiset of (fingerprint, minute): what the table must answer. */
 class Reference {
@@ -14,7 +14,7 @@ class Reference {
     minutes.splice(at, 1);
     return true;
   }
-  minutesOf(fingerprint: number): number[] {
+  placesOf(fingerprint: number): number[] {
     return [...(this.slots.get(fingerprint) ?? [])].sort((a, b) => b - a);
   }
   get size() {
@@ -33,25 +33,25 @@ function random(seed: number) {
 
 describe('key minutes (the ledger store in memory index)', () => {
   it('answers every minute stored under a fingerprint, newest first; removes one slot per entry', () => {
-    const table = new KeyMinutes();
-    expect(table.minutesOf(7)).toEqual([]);
+    const table = new KeyPlaces();
+    expect(table.placesOf(7)).toEqual([]);
     table.add(7, 100);
     table.add(7, 102);
     table.add(7, 100); // another key with the same fingerprint and minute: its own slot
     table.add(8, 50);
-    expect(table.minutesOf(7)).toEqual([102, 100, 100]);
+    expect(table.placesOf(7)).toEqual([102, 100, 100]);
     expect(table.size).toBe(4);
     expect(table.remove(7, 100)).toBe(true);
-    expect(table.minutesOf(7)).toEqual([102, 100]);
+    expect(table.placesOf(7)).toEqual([102, 100]);
     expect(table.remove(7, 101)).toBe(false);
     expect(table.remove(9, 100)).toBe(false);
-    expect([table.minutesOf(8), table.size]).toEqual([[50], 3]);
+    expect([table.placesOf(8), table.size]).toEqual([[50], 3]);
   });
 
   it('matches a plain multiset through long runs of colliding fingerprints, wrapping round, growing and shrinking', () => {
     for (const fingerprints of [24, 5000]) {
       const next = random(fingerprints);
-      const table = new KeyMinutes(16);
+      const table = new KeyPlaces(16);
       const reference = new Reference();
       for (let step = 0; step < 40_000; step++) {
         // Few distinct fingerprints (1…24) crowd a few probe runs; many (1…5000) spread them.
@@ -65,21 +65,21 @@ describe('key minutes (the ledger store in memory index)', () => {
         }
         if (step % 97 === 0) {
           const probe = 1 + next(fingerprints);
-          expect(table.minutesOf(probe)).toEqual(reference.minutesOf(probe));
+          expect(table.placesOf(probe)).toEqual(reference.placesOf(probe));
         }
       }
       expect(table.size).toBe(reference.size);
       for (let fingerprint = 1; fingerprint <= fingerprints; fingerprint++)
-        expect(table.minutesOf(fingerprint)).toEqual(reference.minutesOf(fingerprint));
+        expect(table.placesOf(fingerprint)).toEqual(reference.placesOf(fingerprint));
       // Fingerprints near the top of the 32-bit range place by their low bits like any other.
       table.add(0xffffffff, 3);
-      expect(table.minutesOf(0xffffffff)).toEqual([3]);
+      expect(table.placesOf(0xffffffff)).toEqual([3]);
     }
   });
 
   it('drops every slot before a minute and keeps the rest, as a plain multiset would', () => {
     const next = random(11);
-    const table = new KeyMinutes(16);
+    const table = new KeyPlaces(16);
     const reference = new Reference();
     for (let i = 0; i < 3000; i++) {
       const fingerprint = 1 + next(400);
@@ -87,10 +87,10 @@ describe('key minutes (the ledger store in memory index)', () => {
       table.add(fingerprint, minute);
       reference.add(fingerprint, minute);
     }
-    const kept = [...Array(401).keys()].map((f) => reference.minutesOf(f).filter((m) => m >= 12));
+    const kept = [...Array(401).keys()].map((f) => reference.placesOf(f).filter((m) => m >= 12));
     expect(table.dropBefore(12)).toBe(reference.size - kept.flat().length);
     for (let fingerprint = 1; fingerprint <= 400; fingerprint++)
-      expect(table.minutesOf(fingerprint)).toEqual(kept[fingerprint]);
+      expect(table.placesOf(fingerprint)).toEqual(kept[fingerprint]);
     expect(table.size).toBe(kept.flat().length);
     expect(table.dropBefore(Infinity)).toBe(kept.flat().length);
     expect(table.size).toBe(0);
@@ -98,9 +98,9 @@ describe('key minutes (the ledger store in memory index)', () => {
 
   it('fingerprints a key into a non-zero 32-bit number, the same every time, spread over the table', () => {
     const keys = Array.from({ length: 20_000 }, (_, i) => `["biz_1","cli-${i.toString(36)}"]`);
-    const prints = keys.map((k) => KeyMinutes.fingerprint(k));
+    const prints = keys.map((k) => KeyPlaces.fingerprint(k));
     expect(prints.every((p) => Number.isInteger(p) && p > 0 && p <= 0xffffffff)).toBe(true);
-    expect(KeyMinutes.fingerprint(keys[0]!)).toBe(prints[0]);
+    expect(KeyPlaces.fingerprint(keys[0]!)).toBe(prints[0]);
     expect(new Set(prints).size).toBeGreaterThan(19_990);
     // Keys that differ in one character land in every part of a 1,024-slot table.
     const homes = new Set(prints.map((p) => p & 1023));
