@@ -23,6 +23,8 @@
 //   npx tsx bench/sender-ledger.ts [--entries 1000000] [--batch 20] [--delta 1000] [--rounds 3]
 //                                  [--ids random|ordered] [--rate 100]
 // KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
+// The bulk restore's CPU (this process: user and system) is printed per entry; BENCH_PROFILE=<file>
+// writes a CPU profile of the main thread over the first round's bulk restore.
 import '../src/kafka/kafkajs-send-fix.js'; // before kafkajs: its producers' send fixed (src/kafka/README.md)
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -30,6 +32,8 @@ import { fileURLToPath } from 'node:url';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
 import { Kafka, logLevel } from 'kafkajs';
 import { ChangelogRestorer } from '../src/kafka/changelog-restore.js';
 import { withKafkajsAdmin } from '../src/kafka/client.js';
@@ -184,6 +188,7 @@ async function main() {
   const bulk: number[] = [];
   const bulkEntries: number[] = [];
   const bulkMs: number[] = [];
+  const bulkCpuUs: number[] = [];
   const restartMs: number[] = [];
   const killedMs: number[] = [];
   const entriesKept: number[] = [];
@@ -210,10 +215,15 @@ async function main() {
       const ledger = () => ledgerOf(kafka, topic, stateDir);
       try {
         const first = ledger();
+        const profiling = round === 1 ? await startProfile() : undefined;
         let started = performance.now();
+        const cpu = process.cpuUsage();
         await first.assign(PARTITION);
         const ms = performance.now() - started;
+        const used = process.cpuUsage(cpu);
+        await profiling?.();
         bulkMs.push(ms);
+        bulkCpuUs.push(Math.round(((used.user + used.system) / ENTRIES) * 100) / 100);
         bulk.push(Math.round(recordsPerRound / (ms / 1000)));
         bulkEntries.push(Math.round(ENTRIES / (ms / 1000)));
         entriesKept.push(first.stats().entries);
@@ -233,7 +243,7 @@ async function main() {
         killedMs.push(performance.now() - started);
         await third.close();
         log(
-          `[round ${round}] bulk ${Math.round(ms)} ms (${bulkEntries.at(-1)} entries/s, ${bulk.at(-1)} records/s, ${entriesKept.at(-1)} entries); restart with ${DELTA} new requests: ${Math.round(restartMs.at(-1)!)} ms; after a kill -9: ${Math.round(killedMs.at(-1)!)} ms`,
+          `[round ${round}] bulk ${Math.round(ms)} ms (${bulkEntries.at(-1)} entries/s, ${bulk.at(-1)} records/s, ${entriesKept.at(-1)} entries, ${bulkCpuUs.at(-1)} µs CPU an entry); restart with ${DELTA} new requests: ${Math.round(restartMs.at(-1)!)} ms; after a kill -9: ${Math.round(killedMs.at(-1)!)} ms`,
         );
       } finally {
         rmSync(stateDir, { recursive: true, force: true });
@@ -244,9 +254,25 @@ async function main() {
   }
   console.log(
     `\n${ENTRIES} requests with ${IDS} ids, written at ${RATE}/s (${recordsPerRound} ledger records: batches of ${BATCH} calling, then done records), ${ROUNDS} round(s), medians:\n\n` +
-      `| bulk restore (new member) | entries/s | records/s | entries kept | restart, ${DELTA} requests written meanwhile | restart after a kill -9 |\n|---|---|---|---|---|---|\n` +
-      `| ${Math.round(median(bulkMs))} ms (${bulkMs.map((v) => Math.round(v)).join(' / ')}) | ${median(bulkEntries)} (${bulkEntries.join(' / ')}) | ${median(bulk)} (${bulk.join(' / ')}) | ${median(entriesKept)} | ${Math.round(median(restartMs))} ms (${restartMs.map((v) => Math.round(v)).join(' / ')}) | ${Math.round(median(killedMs))} ms (${killedMs.map((v) => Math.round(v)).join(' / ')}) |`,
+      `| bulk restore (new member) | entries/s | records/s | CPU an entry (µs) | entries kept | restart, ${DELTA} requests written meanwhile | restart after a kill -9 |\n|---|---|---|---|---|---|---|\n` +
+      `| ${Math.round(median(bulkMs))} ms (${bulkMs.map((v) => Math.round(v)).join(' / ')}) | ${median(bulkEntries)} (${bulkEntries.join(' / ')}) | ${median(bulk)} (${bulk.join(' / ')}) | ${median(bulkCpuUs)} (${bulkCpuUs.join(' / ')}) | ${median(entriesKept)} | ${Math.round(median(restartMs))} ms (${restartMs.map((v) => Math.round(v)).join(' / ')}) | ${Math.round(median(killedMs))} ms (${killedMs.map((v) => Math.round(v)).join(' / ')}) |`,
   );
+}
+
+/** With BENCH_PROFILE set: starts the main thread's CPU profile; the answer stops it and writes the file. */
+async function startProfile(): Promise<(() => Promise<void>) | undefined> {
+  const path = process.env.BENCH_PROFILE;
+  if (!path) return undefined;
+  const session = new Session();
+  session.connect();
+  await session.post('Profiler.enable');
+  await session.post('Profiler.start');
+  return async () => {
+    const { profile } = await session.post('Profiler.stop');
+    writeFileSync(path, JSON.stringify(profile));
+    session.disconnect();
+    log(`CPU profile of the bulk restore: ${path}`);
+  };
 }
 
 const childTask = process.env.BENCH_LEDGER_CHILD;

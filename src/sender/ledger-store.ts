@@ -62,7 +62,7 @@ export interface LedgerCheckpoint extends Checkpoint {
 
 interface Handles {
   env: RootDatabase;
-  /** place → the request's key, then its last record, the JSON bytes as written to the changelog (`framed`). */
+  /** place → the request's key, a line end, then its last record, the JSON bytes as written to the changelog (`framed`). */
   entries: Database<Buffer, number>;
   meta: Database<unknown, string>;
 }
@@ -139,25 +139,28 @@ const placeKeys = {
 const ENTRIES = { name: 'entries', encoding: 'binary' as const, keyEncoder: placeKeys };
 
 /**
- * An entry's value: the length of its request's key (2 bytes), the key (UTF-8), then the
- * record's bytes. The key is what a lookup checks, and what expiry and an open read back.
+ * An entry's value: its request's stored key (UTF-8, never a line end), a line end, then the
+ * record's bytes. The key is what a lookup checks, and what expiry and an open read back. A
+ * batch holds each record's key and value in that very shape: a restore writes a view of its
+ * bytes, with nothing copied (`applyChangelog`).
  */
 function framed(key: string, record: Buffer, start = 0, end = record.length): Buffer {
   const keyBytes = Buffer.byteLength(key);
-  const value = Buffer.allocUnsafe(2 + keyBytes + end - start);
-  value.writeUInt16BE(keyBytes, 0);
-  value.write(key, 2);
-  record.copy(value, 2 + keyBytes, start, end);
+  const value = Buffer.allocUnsafe(keyBytes + 1 + end - start);
+  value.write(key, 0);
+  value[keyBytes] = NEWLINE;
+  record.copy(value, keyBytes + 1, start, end);
   return value;
 }
-/** The request key an entry's value starts with (`framed`). */
-const keyOfFramed = (value: Buffer): string => value.toString('utf8', 2, 2 + value.readUInt16BE(0));
+const NEWLINE = 0x0a;
+/** The request key an entry's value starts with (`framed`); '' for a value without a line end. */
+const keyOfFramed = (value: Buffer): string => value.toString('utf8', 0, Math.max(0, value.indexOf(NEWLINE)));
 /** The record an entry's value holds, after its key. */
-const recordOfFramed = (value: Buffer): Buffer => value.subarray(2 + value.readUInt16BE(0));
-/** The key a request is kept under: its own, or for a long one a digest of it. */
+const recordOfFramed = (value: Buffer): Buffer => value.subarray(value.indexOf(NEWLINE) + 1);
+/** The key a request is kept under: its own, or for a long one or one with a line end, a digest of it. */
 export function storedKey(key: string): string {
   // UTF-8 takes at most 3 bytes per UTF-16 unit: only a long key is measured.
-  if (key.length * 3 <= LONGEST_KEY || Buffer.byteLength(key) <= LONGEST_KEY) return key;
+  if ((key.length * 3 <= LONGEST_KEY || Buffer.byteLength(key) <= LONGEST_KEY) && !key.includes('\n')) return key;
   return `#sha256:${createHash('sha256').update(key).digest('hex')}`;
 }
 
@@ -322,14 +325,21 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     // Only the last record of each key in the chunk is written, as the bytes Kafka gave (no text
     // made and encoded again). A batch is the records it carries, in its place.
     const last = new ChunkValues(++this.turns);
-    const keep = (key: string, source: Buffer | null, start: number, end: number, at: number) => {
+    const keep = (
+      key: string,
+      source: Buffer | null,
+      start: number,
+      end: number,
+      at: number,
+      keyStart = NOT_IN_PLACE,
+    ) => {
       // A late release stays out (releaseReplaces); rare, so decoding both costs nothing much.
       if (source !== null && isReleased(source, start)) {
         const release = decodeLedgerEntry(source.subarray(start, end));
         const current = last.has(key) ? last.get(key) : this.appliedValue(key);
         if (release?.state === 'released' && !releaseReplaces(decodeLedgerEntry(current), release)) return;
       }
-      last.set(key, source, start, end, at);
+      last.set(key, source, start, end, at, keyStart);
     };
     const bounds = this.bounds;
     for (const { key, value } of entries) {
@@ -339,14 +349,12 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
         // value (a value not understood is kept, reads as nothing, and goes when its minute expires).
         const at = batchBounds(value, bounds);
         if (at !== undefined)
-          for (let i = 0; i < bounds.length; i += 3)
-            keep(
-              storedKey(value.toString('utf8', bounds[i], bounds[i + 1])),
-              value,
-              bounds[i + 1]! + 1,
-              bounds[i + 2]!,
-              at,
-            );
+          for (let i = 0; i < bounds.length; i += 3) {
+            const raw = value.toString('utf8', bounds[i], bounds[i + 1]);
+            const key = storedKey(raw);
+            // The key's line, then the value's: the entry as stored, unless the key is kept as a digest.
+            keep(key, value, bounds[i + 1]! + 1, bounds[i + 2]!, at, key === raw ? bounds[i]! : NOT_IN_PLACE);
+          }
       }
     }
     const { entries: db, meta } = this.h;
@@ -354,7 +362,7 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     const removals: number[] = [];
     const puts: number[] = [];
     const values: Buffer[] = [];
-    last.forEach((key, source, start, end, batchAt, slot) => {
+    last.forEach((key, source, start, end, batchAt, keyStart, slot) => {
       const at = batchAt === NO_TIME ? ledgerEntryTime(source?.subarray(start, end) ?? null) : batchAt;
       const minute = source === null || at === undefined || at < expireBeforeMs ? undefined : minuteOf(at);
       const fingerprint = KeyPlaces.fingerprint(key);
@@ -369,7 +377,7 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
       if (place !== undefined) {
         if (previous !== place) this.addPlace(fingerprint, place);
         puts.push(place);
-        values.push(framed(key, source!, start, end));
+        values.push(keyStart === NOT_IN_PLACE ? framed(key, source!, start, end) : source!.subarray(keyStart, end));
       }
     });
     let write: Promise<unknown> | undefined;
@@ -803,6 +811,8 @@ interface Move {
 
 /** A value's time is read from its bytes (it came alone, not in a batch). */
 const NO_TIME = -1;
+/** A value whose key's line is not just before it in its source (it came alone, or its key is kept as a digest). */
+const NOT_IN_PLACE = -1;
 /** A chunk's value for a key removes its entry (a tombstone, not understood alone, or past the window). */
 const REMOVED = -1;
 
@@ -817,22 +827,23 @@ class ChunkValues {
 
   private readonly slots = new Map<string, number>();
   private readonly sources: (Buffer | null)[] = [];
-  /** Per slot: the value's start and end in its source, and its batch's time (or NO_TIME). */
+  /** Per slot: the value's start and end in its source, its batch's time (or NO_TIME), and its key's start (or NOT_IN_PLACE). */
   private readonly spans: number[] = [];
   /** Per slot, once written: the place of its entry, or REMOVED. */
   private readonly places: number[] = [];
 
-  set(key: string, source: Buffer | null, start: number, end: number, at: number): void {
+  set(key: string, source: Buffer | null, start: number, end: number, at: number, keyStart: number): void {
     const slot = this.slots.get(key);
     if (slot === undefined) {
       this.slots.set(key, this.sources.length);
       this.sources.push(source);
-      this.spans.push(start, end, at);
+      this.spans.push(start, end, at, keyStart);
     } else {
       this.sources[slot] = source;
-      this.spans[slot * 3] = start;
-      this.spans[slot * 3 + 1] = end;
-      this.spans[slot * 3 + 2] = at;
+      this.spans[slot * 4] = start;
+      this.spans[slot * 4 + 1] = end;
+      this.spans[slot * 4 + 2] = at;
+      this.spans[slot * 4 + 3] = keyStart;
     }
   }
 
@@ -846,13 +857,29 @@ class ChunkValues {
     return slot === undefined ? undefined : this.value(slot);
   }
 
-  /** Each key's value: its source (null for a tombstone), where it lies in it, and its batch's time. */
+  /** Each key's value: its source (null for a tombstone), where it lies in it, its batch's time, and where its key's line starts. */
   forEach(
-    visit: (key: string, source: Buffer | null, start: number, end: number, at: number, slot: number) => void,
+    visit: (
+      key: string,
+      source: Buffer | null,
+      start: number,
+      end: number,
+      at: number,
+      keyStart: number,
+      slot: number,
+    ) => void,
   ): void {
     const spans = this.spans;
     this.slots.forEach((slot, key) =>
-      visit(key, this.sources[slot]!, spans[slot * 3]!, spans[slot * 3 + 1]!, spans[slot * 3 + 2]!, slot),
+      visit(
+        key,
+        this.sources[slot]!,
+        spans[slot * 4]!,
+        spans[slot * 4 + 1]!,
+        spans[slot * 4 + 2]!,
+        spans[slot * 4 + 3]!,
+        slot,
+      ),
     );
   }
 
@@ -870,8 +897,8 @@ class ChunkValues {
   private value(slot: number): Buffer | null {
     const source = this.sources[slot]!;
     if (source === null) return null;
-    const start = this.spans[slot * 3]!;
-    const end = this.spans[slot * 3 + 1]!;
+    const start = this.spans[slot * 4]!;
+    const end = this.spans[slot * 4 + 1]!;
     return start === 0 && end === source.length ? source : source.subarray(start, end);
   }
 }

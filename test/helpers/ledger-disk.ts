@@ -6,7 +6,7 @@ export interface LedgerEntryOnDisk {
   /** The key: the minute (4 bytes, big-endian), then the entry's number in it (4 bytes). */
   minute: number;
   number: number;
-  /** The value: the request key's length (2 bytes), the key, then the record's bytes. */
+  /** The value: the request key, a line end, then the record's bytes. */
   key: string;
   record: Buffer;
 }
@@ -19,12 +19,13 @@ export async function ledgerEntriesOnDisk(dir: string): Promise<LedgerEntryOnDis
     return [...db.getRange({})].map(({ key: raw, value }) => {
       const key = Buffer.from(raw.buffer, raw.byteOffset, raw.length);
       if (key.length !== 8) throw new Error(`an entry key of ${key.length} bytes, not 8`);
-      const keyLength = value.readUInt16BE(0);
+      const lineEnd = value.indexOf(0x0a);
+      if (lineEnd < 0) throw new Error('an entry value without a line end after its key');
       return {
         minute: key.readUInt32BE(0),
         number: key.readUInt32BE(4),
-        key: value.toString('utf8', 2, 2 + keyLength),
-        record: value.subarray(2 + keyLength),
+        key: value.toString('utf8', 0, lineEnd),
+        record: value.subarray(lineEnd + 1),
       };
     });
   } finally {

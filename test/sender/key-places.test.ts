@@ -1,17 +1,17 @@
 import { describe, expect, it } from 'vitest';
 import { KeyPlaces } from '../../src/sender/key-places.js';
 
-/** The same operations on a plain multiset of (fingerprint, minute): what the table must answer. */
+/** The same operations on a plain multiset of (fingerprint, place): what the table must answer. */
 class Reference {
   private readonly slots = new Map<number, number[]>();
-  add(fingerprint: number, minute: number) {
-    this.slots.set(fingerprint, [...(this.slots.get(fingerprint) ?? []), minute]);
+  add(fingerprint: number, place: number) {
+    this.slots.set(fingerprint, [...(this.slots.get(fingerprint) ?? []), place]);
   }
-  remove(fingerprint: number, minute: number): boolean {
-    const minutes = this.slots.get(fingerprint) ?? [];
-    const at = minutes.indexOf(minute);
+  remove(fingerprint: number, place: number): boolean {
+    const places = this.slots.get(fingerprint) ?? [];
+    const at = places.indexOf(place);
     if (at < 0) return false;
-    minutes.splice(at, 1);
+    places.splice(at, 1);
     return true;
   }
   placesOf(fingerprint: number): number[] {
@@ -31,13 +31,13 @@ function random(seed: number) {
   };
 }
 
-describe('key minutes (the ledger store in memory index)', () => {
-  it('answers every minute stored under a fingerprint, newest first; removes one slot per entry', () => {
+describe('key places (the ledger store in memory index)', () => {
+  it('answers every place stored under a fingerprint, newest first; removes one slot per entry', () => {
     const table = new KeyPlaces();
     expect(table.placesOf(7)).toEqual([]);
     table.add(7, 100);
     table.add(7, 102);
-    table.add(7, 100); // another key with the same fingerprint and minute: its own slot
+    table.add(7, 100); // a slot a journal brought back may share a live slot's fingerprint and place: its own slot
     table.add(8, 50);
     expect(table.placesOf(7)).toEqual([102, 100, 100]);
     expect(table.size).toBe(4);
@@ -56,12 +56,12 @@ describe('key minutes (the ledger store in memory index)', () => {
       for (let step = 0; step < 40_000; step++) {
         // Few distinct fingerprints (1…24) crowd a few probe runs; many (1…5000) spread them.
         const fingerprint = 1 + next(fingerprints);
-        const minute = next(6);
+        const place = next(6);
         if (next(3) === 0 || reference.size > 3000)
-          expect(table.remove(fingerprint, minute)).toBe(reference.remove(fingerprint, minute));
+          expect(table.remove(fingerprint, place)).toBe(reference.remove(fingerprint, place));
         else {
-          table.add(fingerprint, minute);
-          reference.add(fingerprint, minute);
+          table.add(fingerprint, place);
+          reference.add(fingerprint, place);
         }
         if (step % 97 === 0) {
           const probe = 1 + next(fingerprints);
@@ -77,15 +77,15 @@ describe('key minutes (the ledger store in memory index)', () => {
     }
   });
 
-  it('drops every slot before a minute and keeps the rest, as a plain multiset would', () => {
+  it('drops every slot before a place and keeps the rest, as a plain multiset would', () => {
     const next = random(11);
     const table = new KeyPlaces(16);
     const reference = new Reference();
     for (let i = 0; i < 3000; i++) {
       const fingerprint = 1 + next(400);
-      const minute = next(30);
-      table.add(fingerprint, minute);
-      reference.add(fingerprint, minute);
+      const place = next(30);
+      table.add(fingerprint, place);
+      reference.add(fingerprint, place);
     }
     const kept = [...Array(401).keys()].map((f) => reference.placesOf(f).filter((m) => m >= 12));
     expect(table.dropBefore(12)).toBe(reference.size - kept.flat().length);
@@ -94,6 +94,37 @@ describe('key minutes (the ledger store in memory index)', () => {
     expect(table.size).toBe(kept.flat().length);
     expect(table.dropBefore(Infinity)).toBe(kept.flat().length);
     expect(table.size).toBe(0);
+  });
+
+  it('holds places up to 2^53 - 1 exactly, through its bytes; bytes with anything else are not a table', () => {
+    const table = new KeyPlaces(16);
+    const last = Number.MAX_SAFE_INTEGER;
+    // The last minute a place names (2^32 - 1), its first and last number (2^21 per minute).
+    const lastMinute = 0xffffffff * 2 ** 21;
+    for (const [fingerprint, place] of [
+      [1, 0],
+      [2, lastMinute],
+      [3, last],
+      [2, 29_500_000 * 2 ** 21 + 12_345],
+    ] as const)
+      table.add(fingerprint, place);
+    const back = KeyPlaces.fromBytes(table.toBytes())!;
+    expect([back.size, back.placesOf(1), back.placesOf(2), back.placesOf(3)]).toEqual([
+      4,
+      [0],
+      [lastMinute, 29_500_000 * 2 ** 21 + 12_345],
+      [last],
+    ]);
+    // A slot whose place is not a whole number from 0 to 2^53 - 1 (a torn or foreign file).
+    for (const bad of [-1, 0.5, 2 ** 53, Number.NaN]) {
+      const bytes = table.toBytes();
+      const size = bytes.readUInt32LE(4);
+      // The places come first, then the fingerprints: the slot of fingerprint 3 gets the bad place.
+      const slot = [...Array(size).keys()].find((i) => bytes.readUInt32LE(8 + size * 8 + i * 4) === 3)!;
+      bytes.writeDoubleLE(bad, 8 + slot * 8);
+      expect(KeyPlaces.fromBytes(bytes)).toBeUndefined();
+    }
+    expect(KeyPlaces.fromBytes(table.toBytes().subarray(0, 100))).toBeUndefined();
   });
 
   it('fingerprints a key into a non-zero 32-bit number, the same every time, spread over the table', () => {

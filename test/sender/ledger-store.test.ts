@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -576,6 +577,33 @@ describe('ledger store (LMDB)', () => {
     expect(again.expire(Date.now(), 10, 100)).toBe(1);
     expect(again.expire(0, 0, 100)).toBe(1);
     expect(again.stats().entries).toBe(0);
+    await again.close();
+  });
+
+  it('a changelog key with a raw line end is kept under its digest: its entry is found and no other is read for it', async () => {
+    const M = 60_000;
+    const store = open();
+    // Not a key this release writes (they are JSON, a line end escaped), but a changelog can hold one.
+    const lined = 'biz\nreq';
+    store.applyChangelog(
+      [
+        { key: lined, value: bytes(done(1, 2 * M)) },
+        { key: 'biz', value: bytes(done(2, 2 * M)) },
+      ],
+      1,
+      0,
+    );
+    await store.written();
+    expect([store.get(lined), store.get('biz'), store.get('req')]).toEqual([done(1, 2 * M), done(2, 2 * M), undefined]);
+    await store.close();
+    const onDisk = await ledgerEntriesOnDisk(store.dir);
+    expect(onDisk.map((e) => e.key).sort()).toEqual([
+      `#sha256:${createHash('sha256').update(lined).digest('hex')}`,
+      'biz',
+    ]);
+    rmSync(join(store.dir, 'places.index'));
+    const again = open(store.dir);
+    expect([again.index.from, again.get(lined), again.get('biz')]).toEqual(['keys', done(1, 2 * M), done(2, 2 * M)]);
     await again.close();
   });
 
