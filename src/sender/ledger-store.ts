@@ -115,6 +115,9 @@ const minuteOfPlace = (place: number): number => Math.floor(place / PLACES_PER_M
  */
 const placeKeys = {
   writeKey(place: number, target: Uint8Array, start: number): number {
+    // Not a place: lmdb's own bound for "from the first key" (a reverse scan with no end stops
+    // before it). Empty, it sorts before every place; as 8 zero bytes, place 0 was never seen.
+    if (typeof place !== 'number') return start;
     const minute = minuteOfPlace(place);
     const n = place - minute * PLACES_PER_MINUTE;
     target[start] = minute >>> 24;
@@ -144,7 +147,7 @@ const ENTRIES = { name: 'entries', encoding: 'binary' as const, keyEncoder: plac
  * batch holds each record's key and value in that very shape: a restore writes a view of its
  * bytes, with nothing copied (`applyChangelog`).
  */
-function framed(key: string, record: Buffer, start = 0, end = record.length): Buffer {
+function framed(key: string, record: Buffer, start: number, end: number): Buffer {
   const keyBytes = Buffer.byteLength(key);
   const value = Buffer.allocUnsafe(keyBytes + 1 + end - start);
   value.write(key, 0);
@@ -157,10 +160,16 @@ const NEWLINE = 0x0a;
 const keyOfFramed = (value: Buffer): string => value.toString('utf8', 0, Math.max(0, value.indexOf(NEWLINE)));
 /** The record an entry's value holds, after its key. */
 const recordOfFramed = (value: Buffer): Buffer => value.subarray(value.indexOf(NEWLINE) + 1);
-/** The key a request is kept under: its own, or for a long one or one with a line end, a digest of it. */
+/** The key a request is kept under: its own, or a digest of it when it is long, holds a line end, or is not well-formed UTF-16. */
 export function storedKey(key: string): string {
   // UTF-8 takes at most 3 bytes per UTF-16 unit: only a long key is measured.
-  if ((key.length * 3 <= LONGEST_KEY || Buffer.byteLength(key) <= LONGEST_KEY) && !key.includes('\n')) return key;
+  if (
+    (key.length * 3 <= LONGEST_KEY || Buffer.byteLength(key) <= LONGEST_KEY) &&
+    !key.includes('\n') &&
+    // A lone surrogate does not survive UTF-8: read back, it would not be the key.
+    key.isWellFormed()
+  )
+    return key;
   return `#sha256:${createHash('sha256').update(key).digest('hex')}`;
 }
 
@@ -768,7 +777,7 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
         previous,
         place,
         turn,
-        value: framed(key, Buffer.from(encodeLedgerEntry(entry))),
+        value: Buffer.from(`${key}\n${encodeLedgerEntry(entry)}`),
       });
     }
     return moves;
@@ -805,7 +814,7 @@ interface Move {
   place: number;
   /** When it was issued, among all the store's writes. */
   turn: number;
-  /** As stored (`framed`). */
+  /** As stored: the key, a line end, the record (`framed`). */
   value: Buffer;
 }
 

@@ -607,6 +607,47 @@ describe('ledger store (LMDB)', () => {
     await again.close();
   });
 
+  it("after a reopen, a minute's next place comes after the last on disk, its first place included", async () => {
+    const M = 60_000;
+    for (const minute of [0, 29_500_000]) {
+      const store = open();
+      // The minute's only entry is at its first place (number 0).
+      store.record('a', done(1, minute * M + 10));
+      await store.flush();
+      await store.close();
+      // A new process: the minute's count is read from the disk, and a new request takes the next place.
+      const again = open(store.dir);
+      again.record('b', done(2, minute * M + 20));
+      await again.flush();
+      again.applyChangelog([{ key: 'c', value: bytes(done(3, minute * M + 30)) }], 1, 0);
+      await again.written();
+      expect([again.get('a'), again.get('b'), again.get('c')]).toEqual([
+        done(1, minute * M + 10),
+        done(2, minute * M + 20),
+        done(3, minute * M + 30),
+      ]);
+      await again.close();
+      expect((await ledgerEntriesOnDisk(store.dir)).map((e) => [e.minute, e.number, e.key])).toEqual([
+        [minute, 0, 'a'],
+        [minute, 1, 'b'],
+        [minute, 2, 'c'],
+      ]);
+    }
+  });
+
+  it('a key with a lone surrogate is kept under its digest, and found after its flush', async () => {
+    const store = open();
+    // Not a key this release writes (JSON escapes a lone surrogate), but a changelog can hold one.
+    const lone = 'biz\ud800req';
+    store.record(lone, done(1, 60_000));
+    await store.flush();
+    store.applyChangelog([{ key: `${lone}2`, value: bytes(done(2, 60_000)) }], 1, 0);
+    await store.written();
+    await store.forgetKept();
+    expect([store.get(lone), store.get(`${lone}2`)]).toEqual([done(1, 60_000), done(2, 60_000)]);
+    await store.close();
+  });
+
   it('keys of 64 characters and more, and keys too long for LMDB, go through writes, expiry and a reopen from the keys', async () => {
     const M = 60_000;
     const store = open();
