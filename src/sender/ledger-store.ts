@@ -132,11 +132,12 @@ const placeKeys = {
   },
   readKey(source: Uint8Array, start: number, end: number): number {
     if (end - start !== 8) return -1;
-    const word = (at: number) =>
-      ((source[at]! << 24) | (source[at + 1]! << 16) | (source[at + 2]! << 8) | source[at + 3]!) >>> 0;
-    return word(start) * PLACES_PER_MINUTE + word(start + 4);
+    return word(source, start) * PLACES_PER_MINUTE + word(source, start + 4);
   },
 };
+/** The big-endian 32-bit number at `at`. */
+const word = (source: Uint8Array, at: number): number =>
+  ((source[at]! << 24) | (source[at + 1]! << 16) | (source[at + 2]! << 8) | source[at + 3]!) >>> 0;
 
 /** lmdb's types name `keyEncoder` for the root only; `openDB` reads it for each database. */
 const ENTRIES = { name: 'entries', encoding: 'binary' as const, keyEncoder: placeKeys };
@@ -155,6 +156,8 @@ function framed(key: string, record: Buffer, start: number, end: number): Buffer
   record.copy(value, keyBytes + 1, start, end);
   return value;
 }
+/** The same for a record as text (one string made into bytes). */
+const framedText = (key: string, record: string): Buffer => Buffer.from(`${key}\n${record}`);
 const NEWLINE = 0x0a;
 /** The request key an entry's value starts with (`framed`); '' for a value without a line end. */
 const keyOfFramed = (value: Buffer): string => value.toString('utf8', 0, Math.max(0, value.indexOf(NEWLINE)));
@@ -297,9 +300,7 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
       for (let i = moves.length - 1; i >= 0; i--) {
         const { key, fingerprint, previous, place, turn } = moves[i]!;
         if (this.issued.get(key)?.turn === turn) this.issued.delete(key);
-        if (previous === place) continue;
-        this.places.remove(fingerprint, place);
-        if (previous !== undefined) this.addPlace(fingerprint, previous);
+        this.moveSlot(fingerprint, place, previous);
       }
       throw error;
     };
@@ -379,12 +380,9 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
       const previous = this.storedPlace(key, fingerprint);
       const place = minute === undefined ? undefined : this.placeFor(previous, minute);
       last.settle(slot, place);
-      if (previous !== undefined && previous !== place) {
-        removals.push(previous);
-        this.places.remove(fingerprint, previous);
-      }
+      this.moveSlot(fingerprint, previous, place);
+      if (previous !== undefined && previous !== place) removals.push(previous);
       if (place !== undefined) {
-        if (previous !== place) this.addPlace(fingerprint, place);
         puts.push(place);
         values.push(keyStart === NOT_IN_PLACE ? framed(key, source!, start, end) : source!.subarray(keyStart, end));
       }
@@ -543,7 +541,7 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     );
     this.advanceCheckpoint(next);
     // Taken only with no write in flight: see `newBase`.
-    if (this.baseDue() && this.quiet() && !this.closing && !this.writeError && !this.indexSuspect) this.newBase();
+    if (this.baseDue() && this.quiet() && !this.closing) this.newBase();
   }
 
   /**
@@ -617,7 +615,7 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
 
   /**
    * Writes what is kept, then the index of places as a new base for the next open (reading the
-   * keys instead took 1.6–1.9 s a million), then closes (the directory stays for a later start).
+   * entries instead takes seconds a million), then closes (the directory stays for a later start).
    */
   override async close(): Promise<void> {
     this.closing = true;
@@ -630,8 +628,7 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
       waited.abort();
       await this.flush().catch(() => undefined);
       await this.flushed();
-      // Only an index that matches the disk: after a failed write it may not.
-      if (!this.writeError && !this.indexSuspect && !this.isClosed()) this.newBase(false);
+      this.newBase(false);
     }
     this.journal?.close();
     await super.close();
@@ -711,10 +708,11 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
    * The index as it is, as the base of the next generation, and its empty journal. Only with no
    * write in flight (at open, at close, or when `quiet`): a write issued before it and landed
    * after would carry the older generation's mark, and the next open would read the keys.
-   * A failure only makes the next open slower: the old base and journal stay in force.
+   * A failure only makes the next open slower: the old base and journal stay in force. Only an
+   * index that matches the disk: after a failed write it may not.
    */
   private newBase(journal = true): boolean {
-    if (this.isClosed()) return false;
+    if (this.isClosed() || this.writeError || this.indexSuspect) return false;
     this.lastBaseAt = Date.now();
     const generation = this.generation + 1;
     try {
@@ -736,10 +734,16 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
     }
   }
 
-  /** A slot added: in the table, and in the journal before the write that stores its entry. */
-  private addPlace(fingerprint: number, place: number): void {
-    this.places.add(fingerprint, place);
-    this.journal?.add(fingerprint, place);
+  /**
+   * The index follows an entry from place `from` to place `to` (undefined: none). A slot added
+   * goes to the journal too, before the write that stores its entry.
+   */
+  private moveSlot(fingerprint: number, from: number | undefined, to: number | undefined): void {
+    if (from === to) return;
+    if (from !== undefined) this.places.remove(fingerprint, from);
+    if (to === undefined) return;
+    this.places.add(fingerprint, to);
+    this.journal?.add(fingerprint, to);
   }
 
   /** The journal's mark, its records written out: the transaction about to be issued records it. */
@@ -767,8 +771,7 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
       const fingerprint = KeyPlaces.fingerprint(key);
       const previous = this.storedPlace(key, fingerprint);
       const place = this.placeFor(previous, minuteOf(entry.at));
-      if (previous !== undefined && previous !== place) this.places.remove(fingerprint, previous);
-      if (previous !== place) this.addPlace(fingerprint, place);
+      this.moveSlot(fingerprint, previous, place);
       const turn = ++this.turns;
       this.issued.set(key, { place, turn });
       moves.push({
@@ -777,7 +780,7 @@ export class LedgerStore extends LocalStore<Handles, LedgerCheckpoint, StoredIde
         previous,
         place,
         turn,
-        value: Buffer.from(`${key}\n${encodeLedgerEntry(entry)}`),
+        value: framedText(key, encodeLedgerEntry(entry)),
       });
     }
     return moves;
