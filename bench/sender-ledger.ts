@@ -21,8 +21,10 @@
 // written over hours has them, not all in the same millisecond.
 //
 //   npx tsx bench/sender-ledger.ts [--entries 1000000] [--batch 20] [--delta 1000] [--rounds 3]
-//                                  [--ids random|ordered] [--rate 100]
-// KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts.
+//                                  [--ids random|ordered] [--rate 100] [--group-delay-ms 3000]
+// KAFKA_BROKERS=host:port uses an existing Kafka; otherwise the embedded local broker starts, with
+// Kafka's default `group.initial.rebalance.delay.ms` of 3000 (--group-delay-ms), as a production
+// broker has it: a restore that joined a consumer group waited that long.
 // The bulk restore's CPU (this process: user and system) is printed per entry; BENCH_PROFILE=<file>
 // writes a CPU profile of the main thread over the first round's bulk restore.
 import '../src/kafka/kafkajs-send-fix.js'; // before kafkajs: its producers' send fixed (src/kafka/README.md)
@@ -51,6 +53,7 @@ const args = benchArgs(import.meta.url, {
   rounds: { type: 'string', default: '3' },
   ids: { type: 'string', default: 'random' },
   rate: { type: 'string', default: '100' },
+  'group-delay-ms': { type: 'string', default: '3000' },
 });
 const ENTRIES = args.wholeNumber('entries', 1);
 const BATCH = args.wholeNumber('batch', 1);
@@ -58,6 +61,7 @@ const DELTA = args.wholeNumber('delta', 0);
 const ROUNDS = args.wholeNumber('rounds', 1);
 const IDS = args.oneOf('ids', ['random', 'ordered'] as const);
 const RATE = args.wholeNumber('rate', 1);
+const GROUP_DELAY_MS = args.wholeNumber('group-delay-ms', 0);
 const PARTITION = 0;
 const OWNER = 'bench/1/abcdef12';
 
@@ -175,7 +179,7 @@ async function main() {
   let local: LocalBroker | undefined;
   let brokers = process.env.KAFKA_BROKERS ?? '';
   if (brokers === '') {
-    local = await startLocalBroker({ heapMb: 1024 });
+    local = await startLocalBroker({ heapMb: 1024, groupInitialRebalanceDelayMs: GROUP_DELAY_MS });
     brokers = local.bootstrap;
   }
   const kafka = new Kafka({

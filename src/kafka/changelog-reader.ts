@@ -1,9 +1,8 @@
-import { randomUUID } from 'node:crypto';
-import { setImmediate as nextTurn } from 'node:timers/promises';
-import type { Cluster, Consumer, KafkaMessage } from 'kafkajs';
+import type { Cluster, Consumer } from 'kafkajs';
 import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import { sleep } from '../platform/sleep.js';
-import { consumedRecord, createConsumer, type KafkaSource } from './client.js';
+import { consumedRecord, type KafkaSource } from './client.js';
+import { fetchFromLeaders, privateCluster } from './leader-fetch.js';
 import type { ConsumedRecord } from './group-consumer.js';
 import type { Logger } from '../platform/logger.js';
 
@@ -26,8 +25,6 @@ export interface ChangelogReadOptions {
   timeoutMs?: number;
   signal?: AbortSignal;
   logger?: Logger;
-  /** The reader is a private one-member group: `<prefix>-<uuid>` (ACLs: Read on this prefix). */
-  groupIdPrefix?: string;
   maxBytesPerPartition?: number;
   /** Where to start per partition (a store's checkpoint); default: the beginning of the log. */
   from?: Map<number, number>;
@@ -66,9 +63,8 @@ export interface PartitionEndsOptions {
  * Low and high watermarks of every partition of a topic, read_uncommitted. kafkajs's
  * `admin.fetchTopicOffsets` asks with isolation level read_committed and so answers the last
  * stable offset (measured: 2 with an open transaction at offset 2 and a committed record at 4);
- * a consumer created with `readUncommitted: true` owns a cluster that asks with
- * read_uncommitted, and kafkajs hands that cluster to partition assigners (a typed, public
- * hook), so it is taken from there. The consumer itself never connects.
+ * a private cluster built with `readUncommitted: true` (leader-fetch.ts) asks with
+ * read_uncommitted.
  *
  * kafkajs asks each partition's leader as its metadata names it, once: a leader not yet elected
  * (a topic just created) or just lost answers NOT_LEADER or does not answer. Such retriable
@@ -79,40 +75,35 @@ export async function partitionEnds(
   topic: string,
   options: PartitionEndsOptions = {},
 ): Promise<Map<number, PartitionEnds>> {
-  let cluster: Cluster | undefined;
-  createConsumer(kafka, {
-    groupId: 'msgbridge-offsets-probe',
-    readUncommitted: true,
-    partitionAssigners: [
-      (config) => {
-        cluster = config.cluster;
-        return {
-          name: 'probe',
-          version: 0,
-          assign: async () => [],
-          protocol: () => ({ name: 'probe', metadata: Buffer.alloc(0) }),
-        };
-      },
-    ],
-  });
-  if (!cluster) throw new Error('kafkajs did not hand the consumer cluster to its partition assigner');
-  const probe = cluster;
+  const cluster = privateCluster(kafka, { readUncommitted: true });
   try {
-    await probe.connect();
-    await probe.addTargetTopic(topic);
-    return await whileLeadersMove(async (attempt) => {
-      if (attempt > 0) await probe.refreshMetadata();
-      return readEnds(probe, topic);
-    }, options);
+    await connectFor(cluster, topic);
+    return await endsVia(cluster, topic, options);
   } catch (error) {
-    if (error instanceof MsgbridgeError) throw error;
-    const message = errorMessage(error).split('\n')[0];
-    throw new MsgbridgeError('KAFKA_UNAVAILABLE', `cannot read the offsets of topic ${topic}: ${message}`, {
-      cause: error,
-    });
+    throw unreachable(error, `cannot read the offsets of topic ${topic}`);
   } finally {
-    await probe.disconnect().catch(() => undefined);
+    await cluster.disconnect().catch(() => undefined);
   }
+}
+
+async function connectFor(cluster: Cluster, topic: string): Promise<void> {
+  await cluster.connect();
+  await cluster.addTargetTopic(topic);
+}
+
+/** The ends through a cluster already connected (`privateCluster` with read_uncommitted). */
+function endsVia(cluster: Cluster, topic: string, options: PartitionEndsOptions): Promise<Map<number, PartitionEnds>> {
+  return whileLeadersMove(async (attempt) => {
+    if (attempt > 0) await cluster.refreshMetadata();
+    return readEnds(cluster, topic);
+  }, options);
+}
+
+/** A Kafka failure as one line naming what failed (a MsgbridgeError is already one). */
+function unreachable(error: unknown, what: string): unknown {
+  if (error instanceof MsgbridgeError) return error;
+  const message = errorMessage(error).split('\n')[0];
+  return new MsgbridgeError('KAFKA_UNAVAILABLE', `${what}: ${message}`, { cause: error });
 }
 
 async function readEnds(cluster: Cluster, topic: string): Promise<Map<number, PartitionEnds>> {
@@ -214,137 +205,132 @@ export function readChangelogPartition(
 
 /**
  * Some partitions (default: all) of a changelog, for state whose key is not co-partitioned with
- * its input (`filter` keeps a task's own keys). Terminates even when a partition ends with
- * transaction markers or aborted records: the position is counted from every record batch the
- * fetch returns, markers and aborted ones included. Waits while another producer's open
- * transaction keeps the last stable offset below the end, up to `timeoutMs`.
+ * its input (`filter` keeps a task's own keys), without a consumer group: each partition is
+ * fetched from its leader at a position the read keeps (leader-fetch.ts). Terminates even when a
+ * partition ends with transaction markers or aborted records: the position moves past every
+ * record batch a fetch returns, markers and aborted ones included. Follows leaders that move or
+ * die (asked again with fresh metadata). Waits while another producer's open transaction keeps
+ * the last stable offset below the end. All of it within `timeoutMs`.
  */
 export async function readChangelog(
   options: ChangelogReadOptions & { partitions?: number[] },
 ): Promise<ChangelogReadResult> {
-  const { kafka, topic, logger } = options;
+  const { topic, logger } = options;
   const started = Date.now();
   const timeoutMs = options.timeoutMs ?? 120_000;
-  const ends = await partitionEnds(kafka, topic);
-  const wanted = options.partitions ?? [...ends.keys()];
-  const target = new Map<number, number>();
-  const tracker = new EndOfLog(ends);
-  const { pending } = tracker;
-  const start = new Map<number, number>();
-  for (const partition of wanted) {
-    const end = ends.get(partition);
-    if (!end)
-      throw new MsgbridgeError(
-        'INVALID_ARGUMENT',
-        `topic ${topic} has no partition ${partition} (it has ${ends.size})`,
-      );
-    target.set(partition, end.high);
-    const from = Math.max(end.low, options.from?.get(partition) ?? end.low);
-    start.set(partition, from);
-    tracker.expect(partition, from);
-  }
-  let delivered = 0;
-  const result = () => ({ delivered, ends: target, durationMs: Date.now() - started });
-  if (tracker.done) return result();
-
-  const consumer = createConsumer(kafka, {
-    groupId: `${options.groupIdPrefix ?? 'msgbridge-restore'}-${randomUUID()}`,
-    maxWaitTimeInMs: 200,
-    maxBytesPerPartition: options.maxBytesPerPartition ?? 4 * 1024 * 1024,
-  });
-  let finish: (error?: Error) => void = () => {};
-  const finished = new Promise<void>((resolve, reject) => (finish = (error) => (error ? reject(error) : resolve())));
-  // A failed read hands over no more batches. Handling the rejection here also keeps one that
-  // comes while nothing awaits it yet (an abort or a timeout during the consumer's join) from
-  // being reported as unhandled, which ends the process.
-  let failed = false;
-  finished.catch(() => (failed = true));
-  // The batch being handed over (eachBatch below); it never rejects: a failure ends the read.
-  let delivering: Promise<void> = Promise.resolve();
-  // A caller's callback that failed: the read fails with its error (also once the end was reached).
-  let deliveryError: Error | undefined;
-  onBatchEnd(consumer, topic, (partition, next) => {
-    if (!tracker.reached(partition, next)) return;
-    consumer.pause([{ topic, partitions: [partition] }]);
-    if (tracker.done) finish();
-  });
-  consumer.on(consumer.events.GROUP_JOIN, ({ payload }) => {
-    const others = (payload.memberAssignment[topic] ?? []).filter((p) => !pending.has(p));
-    if (others.length > 0) consumer.pause([{ topic, partitions: others }]);
-    // A new private group has no committed offsets: each partition starts at the log start,
-    // or where the caller's store left off.
-    for (const p of payload.memberAssignment[topic] ?? []) {
-      const from = start.get(p);
-      if (pending.has(p) && from !== undefined && from > ends.get(p)!.low)
-        consumer.seek({ topic, partition: p, offset: String(from) });
-    }
-  });
-  consumer.on(consumer.events.CRASH, ({ payload }) => {
-    if (!payload.restart) finish(payload.error);
-  });
-
-  let timer: NodeJS.Timeout | undefined;
-  const onAbort = () => finish(new MsgbridgeError('SHUTTING_DOWN', `reading ${topic} was cancelled`));
+  const deadline = started + timeoutMs;
+  options.signal?.throwIfAborted();
+  const cluster = privateCluster(options.kafka, { readUncommitted: true });
+  // Every wait below ends at the deadline or at a cancel, with this error.
+  const stop = new AbortController();
+  let tracker: EndOfLog | undefined;
+  const timer = setTimeout(() => {
+    const stuck = tracker?.describe() || 'its ends not read yet';
+    stop.abort(
+      new MsgbridgeError(
+        'KAFKA_UNAVAILABLE',
+        `reading changelog ${topic} did not reach its end within ${timeoutMs} ms (${stuck}): Kafka is slow or unreachable, or another producer holds a transaction open on it`,
+      ),
+    );
+  }, timeoutMs);
+  const onAbort = () => stop.abort(new MsgbridgeError('SHUTTING_DOWN', `reading ${topic} was cancelled`));
+  options.signal?.addEventListener('abort', onAbort, { once: true });
+  // Kafka's failures are one line naming the changelog; the caller's callbacks' errors pass as they are.
+  const failed = (error: unknown) => {
+    throw unreachable(error, `cannot read changelog ${topic}`);
+  };
   try {
-    options.signal?.throwIfAborted();
-    options.signal?.addEventListener('abort', onAbort, { once: true });
-    timer = setTimeout(() => {
-      const stuck = tracker.describe();
-      finish(
-        new MsgbridgeError(
-          'KAFKA_UNAVAILABLE',
-          `reading changelog ${topic} did not reach its end within ${timeoutMs} ms (${stuck}): Kafka is slow or unreachable, or another producer holds a transaction open on it`,
-        ),
-      );
-    }, timeoutMs);
-    await consumer.connect();
-    await consumer.subscribe({ topics: [topic], fromBeginning: true });
-    await consumer.run({
-      autoCommit: false,
-      eachBatch: async ({ batch }) => {
-        const end = pending.get(batch.partition);
-        if (end === undefined) return;
-        // Handed over on the next turn, once kafkajs has asked for the batch after it: the
-        // broker serves that fetch while the caller applies this one. One batch waits at most;
-        // batches reach the caller in order.
-        await delivering;
-        delivering = (async () => {
-          await nextTurn();
-          if (failed || deliveryError) return;
-          deliver(batch.partition, end, batch.messages);
-          await options.afterBatch?.();
-        })().catch((error: unknown) => {
-          // No retry of the batch.
-          deliveryError = error instanceof Error ? error : new Error(String(error));
-          finish(deliveryError);
-        });
-      },
+    const ends = await until(
+      stop.signal,
+      (async () => {
+        await connectFor(cluster, topic);
+        return endsVia(cluster, topic, { signal: stop.signal });
+      })(),
+    ).catch((error: unknown) => {
+      throw unreachable(error, `cannot read the offsets of topic ${topic}`);
     });
-    await finished;
-    // The consumer stops before kafkajs polls again (it waits out a poll with every partition
-    // paused), while the last batch reaches the caller.
-    const stopping = consumer.disconnect().catch(() => undefined);
-    await delivering;
-    await stopping;
-    if (deliveryError) throw deliveryError;
-    logger?.debug({ topic, partitions: wanted, delivered, durationMs: Date.now() - started }, 'changelog read');
-    return result();
+    const wanted = options.partitions ?? [...ends.keys()];
+    const target = new Map<number, number>();
+    tracker = new EndOfLog(ends);
+    const positions = new Map<number, number>();
+    for (const partition of wanted) {
+      const end = ends.get(partition);
+      if (!end)
+        throw new MsgbridgeError(
+          'INVALID_ARGUMENT',
+          `topic ${topic} has no partition ${partition} (it has ${ends.size})`,
+        );
+      target.set(partition, end.high);
+      const from = Math.max(end.low, options.from?.get(partition) ?? end.low);
+      tracker.expect(partition, from);
+      if (tracker.pending.has(partition)) positions.set(partition, from);
+    }
+    const starts = new Map(positions);
+    const fetchOptions = { maxWaitMs: 200, maxBytesPerPartition: options.maxBytesPerPartition ?? 4 * 1024 * 1024 };
+    const fetchRound = () => {
+      const asked = new Map(positions);
+      return whileLeadersMove(
+        async (attempt) => {
+          if (attempt > 0) {
+            logger?.debug({ topic, attempt }, 'changelog fetch failed; asking again with fresh metadata');
+            await cluster.refreshMetadata();
+          }
+          return fetchFromLeaders(cluster, topic, asked, fetchOptions);
+        },
+        { signal: stop.signal, leaderWaitMs: Math.max(0, deadline - Date.now()) },
+      );
+    };
+    let delivered = 0;
+    // The broker serves the next fetch while this one's records are applied.
+    let fetching = positions.size > 0 ? fetchRound() : undefined;
+    while (fetching) {
+      const batches = await until(stop.signal, fetching).catch(failed);
+      for (const batch of batches) {
+        positions.set(batch.partition, batch.next);
+        if (tracker.reached(batch.partition, batch.next)) positions.delete(batch.partition);
+      }
+      fetching = positions.size > 0 ? fetchRound() : undefined;
+      // A fetch left behind by a failure below settles unobserved.
+      fetching?.catch(() => undefined);
+      let handed = false;
+      for (const batch of batches) {
+        const end = target.get(batch.partition)!;
+        const from = starts.get(batch.partition)!;
+        for (const m of batch.messages) {
+          // Records written after the read started are not part of the state being restored.
+          if (Number(m.offset) >= end) break;
+          if (Number(m.offset) < from) continue;
+          const record = consumedRecord(topic, batch.partition, m);
+          if (options.filter && !options.filter(record)) continue;
+          options.onRecord(record);
+          delivered++;
+        }
+        handed ||= batch.messages.length > 0;
+      }
+      if (handed) {
+        const caughtUp = options.afterBatch?.();
+        if (caughtUp) await until(stop.signal, caughtUp);
+      }
+    }
+    const durationMs = Date.now() - started;
+    logger?.debug({ topic, partitions: wanted, delivered, durationMs }, 'changelog read');
+    return { delivered, ends: target, durationMs };
   } finally {
     clearTimeout(timer);
     options.signal?.removeEventListener('abort', onAbort);
-    await consumer.disconnect().catch(() => undefined);
+    await cluster.disconnect().catch(() => undefined);
   }
+}
 
-  function deliver(partition: number, end: number, messages: KafkaMessage[]): void {
-    const from = start.get(partition) ?? 0;
-    for (const m of messages) {
-      // Records written after the read started are not part of the state being restored.
-      if (Number(m.offset) >= end) break;
-      if (Number(m.offset) < from) continue;
-      const record = consumedRecord(topic, partition, m);
-      if (options.filter && !options.filter(record)) continue;
-      options.onRecord(record);
-      delivered++;
-    }
-  }
+/** `work`, or the reason `signal` aborts with, whichever comes first. */
+function until<T>(signal: AbortSignal, work: Promise<T>): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason as Error);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason as Error);
+    signal.addEventListener('abort', onAbort, { once: true });
+    work.then(
+      (value) => (signal.removeEventListener('abort', onAbort), resolve(value)),
+      (error: unknown) => (signal.removeEventListener('abort', onAbort), reject(error as Error)),
+    );
+  });
 }

@@ -47,6 +47,12 @@ export interface LocalBrokerOptions {
    * time: while a live process holds it, the start fails with LOCAL_BROKER_BUSY.
    */
   keepDir?: string;
+  /**
+   * How long the broker holds a new consumer group's first join (Kafka's default is 3000); default
+   * 0, so that tests and the dev mode do not wait. A benchmark sets Kafka's default to measure what
+   * a production broker does.
+   */
+  groupInitialRebalanceDelayMs?: number;
 }
 
 /** What a client of a secure local broker needs: files and the environment variables naming them. */
@@ -179,6 +185,7 @@ function serverProperties(
   secure: LocalBrokerOptions['secure'],
   tls: ServerTls | undefined,
   quorum: { nodeId: number; voters: string; nodes: number },
+  groupInitialRebalanceDelayMs: number,
 ): string {
   const client = secure === 'scram' ? 'SASL_SSL' : secure === 'mtls' ? 'SSL' : 'PLAINTEXT';
   // PEM stores inline: newlines of a PEM value are escaped for the properties file.
@@ -219,7 +226,7 @@ function serverProperties(
     'offsets.topic.num.partitions=10',
     `transaction.state.log.replication.factor=${Math.min(3, quorum.nodes)}`,
     `transaction.state.log.min.isr=${Math.min(2, quorum.nodes)}`,
-    'group.initial.rebalance.delay.ms=0',
+    `group.initial.rebalance.delay.ms=${groupInitialRebalanceDelayMs}`,
     'num.network.threads=2',
     'num.io.threads=4',
     'log.flush.interval.messages=9223372036854775807',
@@ -427,11 +434,19 @@ export async function startLocalCluster(options: LocalBrokerOptions & { nodes: n
     const propsFile = join(nodeDirs[i]!, 'server.properties');
     writeFileSync(
       propsFile,
-      serverProperties(nodeDirs[i]!, ports[i]!, options.partitions ?? 6, options.secure, tls?.server, {
-        nodeId: i + 1,
-        voters,
-        nodes: count,
-      }),
+      serverProperties(
+        nodeDirs[i]!,
+        ports[i]!,
+        options.partitions ?? 6,
+        options.secure,
+        tls?.server,
+        {
+          nodeId: i + 1,
+          voters,
+          nodes: count,
+        },
+        options.groupInitialRebalanceDelayMs ?? 0,
+      ),
     );
     if (formatted) continue;
     try {
