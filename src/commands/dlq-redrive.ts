@@ -312,7 +312,7 @@ export async function executeRedrive(
 /**
  * The source records of references (dead letters too large for the DLQ), or why each cannot be
  * had: one read per source topic over the span of the wanted offsets of each partition (a read
- * is a private group join, ~3 s: one per record made a large redrive crawl).
+ * per record made a large redrive crawl).
  */
 async function resolveReferences(
   kafka: KafkaPort,

@@ -1,4 +1,4 @@
-import type { Cluster, Consumer } from 'kafkajs';
+import type { Cluster, Consumer, KafkaMessage } from 'kafkajs';
 import { errorMessage, MsgbridgeError } from '../platform/errors.js';
 import { sleep } from '../platform/sleep.js';
 import { consumedRecord, type KafkaSource } from './client.js';
@@ -205,116 +205,189 @@ export function readChangelogPartition(
 
 /**
  * Some partitions (default: all) of a changelog, for state whose key is not co-partitioned with
- * its input (`filter` keeps a task's own keys), without a consumer group: each partition is
- * fetched from its leader at a position the read keeps (leader-fetch.ts). Terminates even when a
- * partition ends with transaction markers or aborted records: the position moves past every
- * record batch a fetch returns, markers and aborted ones included. Follows leaders that move or
- * die (asked again with fresh metadata). Waits while another producer's open transaction keeps
- * the last stable offset below the end. All of it within `timeoutMs`.
+ * its input (`filter` keeps a task's own keys), without a consumer group (`fetchToEnds`).
+ * Waits while another producer's open transaction keeps the last stable offset below the end.
  */
 export async function readChangelog(
   options: ChangelogReadOptions & { partitions?: number[] },
 ): Promise<ChangelogReadResult> {
   const { topic, logger } = options;
   const started = Date.now();
-  const timeoutMs = options.timeoutMs ?? 120_000;
-  const deadline = started + timeoutMs;
+  let delivered = 0;
+  const target = new Map<number, number>();
+  let wanted: number[] = [];
+  await boundedRead(
+    {
+      kafka: options.kafka,
+      topic,
+      timeoutMs: options.timeoutMs ?? 120_000,
+      ...(options.signal ? { signal: options.signal } : {}),
+      stuck: (where) =>
+        `reading changelog ${topic} did not reach its end within ${options.timeoutMs ?? 120_000} ms (${where}): Kafka is slow or unreachable, or another producer holds a transaction open on it`,
+    },
+    async (read) => {
+      const ends = await read.ends();
+      wanted = options.partitions ?? [...ends.keys()];
+      const from = new Map<number, number>();
+      for (const partition of wanted) {
+        const end = ends.get(partition);
+        if (!end)
+          throw new MsgbridgeError(
+            'INVALID_ARGUMENT',
+            `topic ${topic} has no partition ${partition} (it has ${ends.size})`,
+          );
+        target.set(partition, end.high);
+        from.set(partition, Math.max(end.low, options.from?.get(partition) ?? end.low));
+      }
+      await read.fetchToEnds({
+        from,
+        to: target,
+        describe: `cannot read changelog ${topic}`,
+        ...(logger ? { logger } : {}),
+        ...(options.maxBytesPerPartition ? { maxBytesPerPartition: options.maxBytesPerPartition } : {}),
+        ...(options.afterBatch ? { afterBatch: options.afterBatch } : {}),
+        onBatch: (partition, messages) => {
+          for (const m of messages) {
+            const record = consumedRecord(topic, partition, m);
+            if (options.filter && !options.filter(record)) continue;
+            options.onRecord(record);
+            delivered++;
+          }
+          return 'continue';
+        },
+      });
+    },
+  );
+  const durationMs = Date.now() - started;
+  logger?.debug({ topic, partitions: wanted, delivered, durationMs }, 'changelog read');
+  return { delivered, ends: target, durationMs };
+}
+
+export interface FetchToEndsOptions {
+  /** Partition → the first offset to hand over. */
+  from: Map<number, number>;
+  /** Partition → the end (exclusive): records at or past it are not handed over. */
+  to: Map<number, number>;
+  /**
+   * The records of one partition a fetch returned, within [from, to), in offset order; 'stop'
+   * ends the read at once (no later batch is handed over).
+   */
+  onBatch(partition: number, messages: KafkaMessage[]): 'continue' | 'stop';
+  /** After each fetch that handed records over: a promise holds the next one until it settles (a store's backpressure). */
+  afterBatch?(): Promise<void> | undefined;
+  /** What a Kafka failure is prefixed with: `cannot read changelog <topic>`. */
+  describe: string;
+  maxBytesPerPartition?: number;
+  logger?: Logger;
+}
+
+/** A read under way: its cluster, its deadline and cancel, what it reached (boundedRead). */
+export interface BoundedRead {
+  /** The topic's low and high watermarks, read_uncommitted (asked again while leaders move). */
+  ends(): Promise<Map<number, PartitionEnds>>;
+  /**
+   * Each partition of `from` fetched from its leader, read_committed, until it reaches its end in
+   * `to` (leader-fetch.ts; src/kafka/README.md, "Reading changelogs"). Terminates even when a
+   * partition ends with transaction markers or aborted records: the position moves past every
+   * record batch a fetch returns. Follows leaders that move or die (asked again with fresh
+   * metadata). The next fetch is sent before a batch is handed over.
+   */
+  fetchToEnds(options: FetchToEndsOptions): Promise<void>;
+}
+
+/**
+ * Runs `read` with a private cluster (no consumer group), ended with one clear error at
+ * `timeoutMs` (`stuck` names the partitions not yet at their end) or when `signal` aborts
+ * (SHUTTING_DOWN), and the cluster disconnected whatever happens. Kafka's failures are one line
+ * naming what failed; the callbacks' own errors pass as they are.
+ */
+export async function boundedRead<T>(
+  options: { kafka: KafkaSource; topic: string; timeoutMs: number; signal?: AbortSignal; stuck(where: string): string },
+  read: (read: BoundedRead) => Promise<T>,
+): Promise<T> {
+  const { topic } = options;
   options.signal?.throwIfAborted();
+  const deadline = Date.now() + options.timeoutMs;
   const cluster = privateCluster(options.kafka, { readUncommitted: true });
   // Every wait below ends at the deadline or at a cancel, with this error.
   const stop = new AbortController();
   let tracker: EndOfLog | undefined;
-  const timer = setTimeout(() => {
-    const stuck = tracker?.describe() || 'its ends not read yet';
-    stop.abort(
-      new MsgbridgeError(
-        'KAFKA_UNAVAILABLE',
-        `reading changelog ${topic} did not reach its end within ${timeoutMs} ms (${stuck}): Kafka is slow or unreachable, or another producer holds a transaction open on it`,
+  const timer = setTimeout(
+    () =>
+      stop.abort(
+        new MsgbridgeError('KAFKA_UNAVAILABLE', options.stuck(tracker?.describe() || 'its ends not read yet')),
       ),
-    );
-  }, timeoutMs);
+    options.timeoutMs,
+  );
   const onAbort = () => stop.abort(new MsgbridgeError('SHUTTING_DOWN', `reading ${topic} was cancelled`));
   options.signal?.addEventListener('abort', onAbort, { once: true });
-  // Kafka's failures are one line naming the changelog; the caller's callbacks' errors pass as they are.
-  const failed = (error: unknown) => {
-    throw unreachable(error, `cannot read changelog ${topic}`);
-  };
+  let connected: Promise<void> | undefined;
+  const connect = () => (connected ??= connectFor(cluster, topic));
   try {
-    const ends = await until(
-      stop.signal,
-      (async () => {
-        await connectFor(cluster, topic);
-        return endsVia(cluster, topic, { signal: stop.signal });
-      })(),
-    ).catch((error: unknown) => {
-      throw unreachable(error, `cannot read the offsets of topic ${topic}`);
-    });
-    const wanted = options.partitions ?? [...ends.keys()];
-    const target = new Map<number, number>();
-    tracker = new EndOfLog(ends);
-    const positions = new Map<number, number>();
-    for (const partition of wanted) {
-      const end = ends.get(partition);
-      if (!end)
-        throw new MsgbridgeError(
-          'INVALID_ARGUMENT',
-          `topic ${topic} has no partition ${partition} (it has ${ends.size})`,
-        );
-      target.set(partition, end.high);
-      const from = Math.max(end.low, options.from?.get(partition) ?? end.low);
-      tracker.expect(partition, from);
-      if (tracker.pending.has(partition)) positions.set(partition, from);
-    }
-    const starts = new Map(positions);
-    const fetchOptions = { maxWaitMs: 200, maxBytesPerPartition: options.maxBytesPerPartition ?? 4 * 1024 * 1024 };
-    const fetchRound = () => {
-      const asked = new Map(positions);
-      return whileLeadersMove(
-        async (attempt) => {
-          if (attempt > 0) {
-            logger?.debug({ topic, attempt }, 'changelog fetch failed; asking again with fresh metadata');
-            await cluster.refreshMetadata();
-          }
-          return fetchFromLeaders(cluster, topic, asked, fetchOptions);
-        },
-        { signal: stop.signal, leaderWaitMs: Math.max(0, deadline - Date.now()) },
-      );
-    };
-    let delivered = 0;
-    // The broker serves the next fetch while this one's records are applied.
-    let fetching = positions.size > 0 ? fetchRound() : undefined;
-    while (fetching) {
-      const batches = await until(stop.signal, fetching).catch(failed);
-      for (const batch of batches) {
-        positions.set(batch.partition, batch.next);
-        if (tracker.reached(batch.partition, batch.next)) positions.delete(batch.partition);
-      }
-      fetching = positions.size > 0 ? fetchRound() : undefined;
-      // A fetch left behind by a failure below settles unobserved.
-      fetching?.catch(() => undefined);
-      let handed = false;
-      for (const batch of batches) {
-        const end = target.get(batch.partition)!;
-        const from = starts.get(batch.partition)!;
-        for (const m of batch.messages) {
-          // Records written after the read started are not part of the state being restored.
-          if (Number(m.offset) >= end) break;
-          if (Number(m.offset) < from) continue;
-          const record = consumedRecord(topic, batch.partition, m);
-          if (options.filter && !options.filter(record)) continue;
-          options.onRecord(record);
-          delivered++;
+    return await read({
+      ends: () =>
+        until(
+          stop.signal,
+          (async () => {
+            await connect();
+            return endsVia(cluster, topic, { signal: stop.signal });
+          })(),
+        ).catch((error: unknown) => {
+          throw unreachable(error, `cannot read the offsets of topic ${topic}`);
+        }),
+      fetchToEnds: async (fetch) => {
+        const failed = (error: unknown) => {
+          throw unreachable(error, fetch.describe);
+        };
+        await until(stop.signal, connect()).catch(failed);
+        const ends = new Map([...fetch.to].map(([p, high]) => [p, { low: fetch.from.get(p) ?? high, high }]));
+        tracker = new EndOfLog(ends);
+        const positions = new Map<number, number>();
+        for (const [partition, from] of fetch.from) {
+          tracker.expect(partition, from);
+          if (tracker.pending.has(partition)) positions.set(partition, from);
         }
-        handed ||= batch.messages.length > 0;
-      }
-      if (handed) {
-        const caughtUp = options.afterBatch?.();
-        if (caughtUp) await until(stop.signal, caughtUp);
-      }
-    }
-    const durationMs = Date.now() - started;
-    logger?.debug({ topic, partitions: wanted, delivered, durationMs }, 'changelog read');
-    return { delivered, ends: target, durationMs };
+        const fetchOptions = { maxWaitMs: 200, maxBytesPerPartition: fetch.maxBytesPerPartition ?? 4 * 1024 * 1024 };
+        const fetchRound = () => {
+          const asked = new Map(positions);
+          return whileLeadersMove(
+            async (attempt) => {
+              if (attempt > 0) {
+                fetch.logger?.debug({ topic, attempt }, 'fetch failed; asking again with fresh metadata');
+                await cluster.refreshMetadata();
+              }
+              return fetchFromLeaders(cluster, topic, asked, fetchOptions);
+            },
+            { signal: stop.signal, leaderWaitMs: Math.max(0, deadline - Date.now()) },
+          );
+        };
+        let fetching = positions.size > 0 ? fetchRound() : undefined;
+        while (fetching) {
+          const batches = await until(stop.signal, fetching).catch(failed);
+          for (const batch of batches) {
+            positions.set(batch.partition, batch.next);
+            if (tracker.reached(batch.partition, batch.next)) positions.delete(batch.partition);
+          }
+          fetching = positions.size > 0 ? fetchRound() : undefined;
+          // A fetch left behind by a stop or a failure below settles unobserved.
+          fetching?.catch(() => undefined);
+          let handed = false;
+          for (const batch of batches) {
+            const from = fetch.from.get(batch.partition)!;
+            const end = fetch.to.get(batch.partition)!;
+            // Records written after the read started are not part of what it reads.
+            const within = batch.messages.filter((m) => Number(m.offset) >= from && Number(m.offset) < end);
+            if (within.length === 0) continue;
+            handed = true;
+            if (fetch.onBatch(batch.partition, within) === 'stop') return;
+          }
+          if (handed) {
+            const caughtUp = fetch.afterBatch?.();
+            if (caughtUp) await until(stop.signal, caughtUp);
+          }
+        }
+      },
+    });
   } finally {
     clearTimeout(timer);
     options.signal?.removeEventListener('abort', onAbort);

@@ -1,14 +1,11 @@
-import { randomUUID } from 'node:crypto';
-import type { KafkaMessage } from 'kafkajs';
-import { MsgbridgeError } from '../platform/errors.js';
-import { consumedRecord, createConsumer, type KafkaSource, withKafkajsAdmin } from './client.js';
-import { EndOfLog, onBatchEnd, partitionEnds, type PartitionEnds } from './changelog-reader.js';
+import { consumedRecord, type KafkaSource, withKafkajsAdmin } from './client.js';
+import { boundedRead, partitionEnds, type PartitionEnds } from './changelog-reader.js';
 import type { ConsumedRecord } from './group-consumer.js';
 
 /**
  * Reading a bounded range of a topic (the dead-letter commands, src/commands/dlq.ts): each
- * partition from an offset up to an end fixed before the read, committed records only, in a
- * private one-member group that commits nothing. The caller can stop early (a page is full), and
+ * partition from an offset up to an end fixed before the read, committed records only, fetched
+ * from each partition's leader without a consumer group (changelog-reader.ts). The caller can stop early (a page is full), and
  * learns where each partition stopped, so the next page starts exactly there. The start of a
  * time window is found with the broker's offset index (ListOffsets by timestamp), never by
  * reading from the beginning.
@@ -51,8 +48,6 @@ export interface RangeReadOptions {
   onRecord(record: ConsumedRecord): 'continue' | 'stop';
   /** The whole read must finish within this (default 120 s). */
   timeoutMs?: number;
-  /** The reader is a private group `<prefix>-<uuid>` that never commits (ACLs: Read on this prefix). */
-  groupIdPrefix?: string;
 }
 
 export interface RangeReadResult {
@@ -63,88 +58,34 @@ export interface RangeReadResult {
 }
 
 export async function readRange(options: RangeReadOptions): Promise<RangeReadResult> {
-  const { kafka, topic, from, to } = options;
+  const { topic, from, to } = options;
   const timeoutMs = options.timeoutMs ?? 120_000;
-  const bounds = new Map<number, PartitionEnds>();
-  const next = new Map<number, number>();
-  for (const [partition, start] of from) {
-    const end = to.get(partition) ?? start;
-    bounds.set(partition, { low: start, high: end });
-    next.set(partition, start);
-  }
-  const tracker = new EndOfLog(bounds);
-  for (const [partition, start] of from) tracker.expect(partition, start);
-  if (tracker.done) return { next, stopped: false };
-  const { pending } = tracker;
-
-  const consumer = createConsumer(kafka, {
-    groupId: `${options.groupIdPrefix ?? 'msgbridge-dlq-read'}-${randomUUID()}`,
-    maxWaitTimeInMs: 200,
-  });
+  const next = new Map(from);
   let stopped = false;
-  let finish: (error?: Error) => void = () => {};
-  const finished = new Promise<void>((resolve, reject) => (finish = (error) => (error ? reject(error) : resolve())));
-  // Awaited below; this keeps a rejection while nothing awaits it yet (an abort or a timeout during
-  // the consumer's join) from being reported as unhandled, which ends the process.
-  finished.catch(() => undefined);
-
-  onBatchEnd(consumer, topic, (partition, position) => {
-    if (stopped || !tracker.reached(partition, position)) return;
-    consumer.pause([{ topic, partitions: [partition] }]);
-    if (tracker.done) finish();
-  });
-  consumer.on(consumer.events.GROUP_JOIN, ({ payload }) => {
-    const assigned = payload.memberAssignment[topic] ?? [];
-    const others = assigned.filter((p) => !pending.has(p));
-    if (others.length > 0) consumer.pause([{ topic, partitions: others }]);
-    for (const p of assigned) if (pending.has(p)) consumer.seek({ topic, partition: p, offset: String(next.get(p)) });
-  });
-  consumer.on(consumer.events.CRASH, ({ payload }) => {
-    if (!payload.restart) finish(payload.error);
-  });
-
-  const deliver = (partition: number, messages: KafkaMessage[]): void => {
-    const end = pending.get(partition);
-    if (end === undefined) return;
-    for (const m of messages) {
-      if (stopped) return;
-      const offset = Number(m.offset);
-      if (offset >= end) break;
-      if (offset < next.get(partition)!) continue;
-      next.set(partition, offset + 1);
-      if (options.onRecord(consumedRecord(topic, partition, m)) === 'stop') {
-        stopped = true;
-        finish();
-        return;
-      }
-    }
-  };
-
-  const timer = setTimeout(() => {
-    finish(
-      new MsgbridgeError(
-        'KAFKA_UNAVAILABLE',
-        `reading ${topic} did not reach the end of its range within ${timeoutMs} ms (${tracker.describe()}): Kafka is slow or unreachable`,
-      ),
-    );
-  }, timeoutMs);
-  try {
-    await consumer.connect();
-    await consumer.subscribe({ topics: [topic], fromBeginning: true });
-    await consumer.run({
-      autoCommit: false,
-      eachBatch: async ({ batch }) => {
-        try {
-          deliver(batch.partition, batch.messages);
-        } catch (error) {
-          finish(error instanceof Error ? error : new Error(String(error)));
-        }
-      },
-    });
-    await finished;
-    return { next, stopped };
-  } finally {
-    clearTimeout(timer);
-    await consumer.disconnect().catch(() => undefined);
-  }
+  await boundedRead(
+    {
+      kafka: options.kafka,
+      topic,
+      timeoutMs,
+      stuck: (where) =>
+        `reading ${topic} did not reach the end of its range within ${timeoutMs} ms (${where}): Kafka is slow or unreachable`,
+    },
+    (read) =>
+      read.fetchToEnds({
+        from,
+        to: new Map([...from.keys()].map((p) => [p, to.get(p) ?? from.get(p)!])),
+        describe: `cannot read ${topic}`,
+        onBatch: (partition, messages) => {
+          for (const m of messages) {
+            next.set(partition, Number(m.offset) + 1);
+            if (options.onRecord(consumedRecord(topic, partition, m)) === 'stop') {
+              stopped = true;
+              return 'stop';
+            }
+          }
+          return 'continue';
+        },
+      }),
+  );
+  return { next, stopped };
 }

@@ -1,4 +1,5 @@
 import { createRequire } from 'node:module';
+import type { Socket } from 'node:net';
 import { errorMessage } from '../platform/errors.js';
 
 /**
@@ -198,5 +199,26 @@ if (!ConsumerGroup.prototype.failoverFixed) {
       if (coordinatorLost(error as KafkaError)) void lookUpCoordinator(this).catch(() => undefined);
       throw error;
     }
+  };
+}
+
+/**
+ * A dead broker's connections are disconnected on every attempt to reach it again (kafkajs's broker
+ * pool disconnects the whole broker after a failed connect), and kafkajs 2.2.4 unrefs the socket
+ * each time. A socket already destroyed (refused, reset) has no handle, so Node defers each unref
+ * to a `connect` event that never comes: listeners pile up on it and, at the eleventh, Node prints
+ * a MaxListenersExceededWarning to stderr (every sender and tracker did, at a broker's kill -9, in
+ * campaign 5b26969c). A destroyed socket needs neither end nor unref: it is dropped first.
+ */
+const KafkajsConnection = requireFromHere('kafkajs/src/network/connection.js') as {
+  prototype: { disconnect(): Promise<void>; socket: Socket | null; deadSocketFixed?: boolean };
+};
+
+if (!KafkajsConnection.prototype.deadSocketFixed) {
+  KafkajsConnection.prototype.deadSocketFixed = true;
+  const disconnect = KafkajsConnection.prototype.disconnect;
+  KafkajsConnection.prototype.disconnect = function (this: { socket: Socket | null }): Promise<void> {
+    if (this.socket?.destroyed) this.socket = null;
+    return disconnect.call(this);
   };
 }
