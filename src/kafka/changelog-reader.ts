@@ -137,7 +137,9 @@ export async function whileLeadersMove<T>(
     } catch (error) {
       const again = isRetriable(error) && !options.signal?.aborted && Date.now() < giveUpAt;
       if (!again) throw error;
-      await sleep(Math.min(1000, 100 * 2 ** attempt, Math.max(0, giveUpAt - Date.now())), options.signal);
+      // Cancelled while waiting: no further attempt (its caller is already gone).
+      if (!(await sleep(Math.min(1000, 100 * 2 ** attempt, Math.max(0, giveUpAt - Date.now())), options.signal)))
+        throw error;
     }
   }
 }
@@ -306,7 +308,8 @@ export async function boundedRead<T>(
   read: (read: BoundedRead) => Promise<T>,
 ): Promise<T> {
   const { topic } = options;
-  options.signal?.throwIfAborted();
+  const cancelled = () => new MsgbridgeError('SHUTTING_DOWN', `reading ${topic} was cancelled`);
+  if (options.signal?.aborted) throw cancelled();
   const deadline = Date.now() + options.timeoutMs;
   const cluster = privateCluster(options.kafka, { readUncommitted: true });
   // Every wait below ends at the deadline or at a cancel, with this error.
@@ -319,12 +322,15 @@ export async function boundedRead<T>(
       ),
     options.timeoutMs,
   );
-  const onAbort = () => stop.abort(new MsgbridgeError('SHUTTING_DOWN', `reading ${topic} was cancelled`));
+  const onAbort = () => stop.abort(cancelled());
   options.signal?.addEventListener('abort', onAbort, { once: true });
   let connected: Promise<void> | undefined;
+  // The fetch sent ahead, until it settles: the read may end (a stop, a failure) while it is out.
+  let ahead: Promise<unknown> | undefined;
   const connect = () => (connected ??= connectFor(cluster, topic));
+  let answered = false;
   try {
-    return await read({
+    const answer = await read({
       ends: () =>
         until(
           stop.signal,
@@ -350,16 +356,49 @@ export async function boundedRead<T>(
         const fetchOptions = { maxWaitMs: 200, maxBytesPerPartition: fetch.maxBytesPerPartition ?? 4 * 1024 * 1024 };
         const fetchRound = () => {
           const asked = new Map(positions);
-          return whileLeadersMove(
+          const round = whileLeadersMove(
             async (attempt) => {
               if (attempt > 0) {
                 fetch.logger?.debug({ topic, attempt }, 'fetch failed; asking again with fresh metadata');
                 await cluster.refreshMetadata();
+                stop.signal.throwIfAborted();
               }
-              return fetchFromLeaders(cluster, topic, asked, fetchOptions);
+              try {
+                return await fetchFromLeaders(cluster, topic, asked, fetchOptions);
+              } catch (error) {
+                if (!(await pastDeletedRecords(error, asked))) throw error;
+                return fetchFromLeaders(cluster, topic, asked, fetchOptions);
+              }
             },
             { signal: stop.signal, leaderWaitMs: Math.max(0, deadline - Date.now()) },
           );
+          ahead = round;
+          void round.then(
+            () => (ahead === round ? (ahead = undefined) : undefined),
+            () => (ahead === round ? (ahead = undefined) : undefined),
+          );
+          return round;
+        };
+        /**
+         * OFFSET_OUT_OF_RANGE: the log start passed a position while the read went on (retention
+         * deleted those records). As a consumer with `auto.offset.reset=earliest`, the read goes on
+         * from the log start; true when a position moved. Past the end (a log truncated), it fails.
+         */
+        const pastDeletedRecords = async (error: unknown, asked: Map<number, number>): Promise<boolean> => {
+          if ((error as { type?: unknown } | null)?.type !== 'OFFSET_OUT_OF_RANGE') return false;
+          const now = await endsVia(cluster, topic, { signal: stop.signal });
+          let moved = false;
+          for (const [partition, at] of asked) {
+            const low = now.get(partition)?.low ?? at;
+            if (at >= low) continue;
+            fetch.logger?.warn(
+              { topic, partition, from: at, to: low },
+              'records were deleted while they were being read: reading on from the log start',
+            );
+            asked.set(partition, low);
+            moved = true;
+          }
+          return moved;
         };
         let fetching = positions.size > 0 ? fetchRound() : undefined;
         while (fetching) {
@@ -388,10 +427,18 @@ export async function boundedRead<T>(
         }
       },
     });
+    answered = true;
+    return answer;
   } finally {
     clearTimeout(timer);
     options.signal?.removeEventListener('abort', onAbort);
-    await cluster.disconnect().catch(() => undefined);
+    // A fetch still out asks nothing more, and its answer is dropped.
+    if (!stop.signal.aborted) stop.abort(new MsgbridgeError('SHUTTING_DOWN', `the read of ${topic} ended`));
+    const closing = cluster.disconnect().catch(() => undefined);
+    // kafkajs's disconnect waits for the requests still out: up to the request timeout on a frozen
+    // broker. A read that failed, was cancelled or stopped with a fetch out does not wait for them;
+    // it closes behind its answer.
+    if (answered && !ahead) await closing;
   }
 }
 

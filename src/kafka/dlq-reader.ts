@@ -62,6 +62,7 @@ export async function readRange(options: RangeReadOptions): Promise<RangeReadRes
   const timeoutMs = options.timeoutMs ?? 120_000;
   const next = new Map(from);
   let stopped = false;
+  if ([...from].every(([partition, start]) => (to.get(partition) ?? start) <= start)) return { next, stopped };
   await boundedRead(
     {
       kafka: options.kafka,

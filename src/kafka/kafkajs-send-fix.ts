@@ -1,4 +1,5 @@
 import { createRequire, Module } from 'node:module';
+import './kafkajs-abort-fix.js'; // kafkajs's read_committed filter fixed too, before kafkajs loads
 
 /**
  * Replaces kafkajs 2.2.4's `sendMessages`, the retry loop of every producer's send, which can

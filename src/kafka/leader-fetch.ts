@@ -1,5 +1,5 @@
-import { createRequire } from 'node:module';
 import type { Cluster, KafkaMessage } from 'kafkajs';
+import { withoutAbortedRecords, type AbortedTransaction, type TransactionalRecord } from './aborted-transactions.js';
 import { createConsumer, type KafkaSource } from './client.js';
 
 /**
@@ -9,25 +9,15 @@ import { createConsumer, type KafkaSource } from './client.js';
  * read that only needs a position of its own. README "Reading changelogs".
  */
 
-const require = createRequire(import.meta.url);
-
-/** The record as kafkajs decodes it, with the record batch it came in. */
-type FetchedRecord = KafkaMessage & { batchContext: { firstOffset: string; lastOffsetDelta: number } };
+/** A fetched record as kafkajs decodes it, with the record batch it came in. */
+export type FetchedRecord = KafkaMessage &
+  TransactionalRecord & { batchContext?: { firstOffset: string; lastOffsetDelta: number } };
 
 interface FetchedPartition {
   partition: number;
+  abortedTransactions?: AbortedTransaction[];
   messages: FetchedRecord[];
 }
-
-/**
- * kafkajs's batch of one partition's fetched records, as its consumer builds it: records below the
- * fetch offset, records of aborted transactions and transaction markers dropped.
- */
-const Batch = require('kafkajs/src/consumer/batch.js') as new (
-  topic: string,
-  fetchedOffset: string,
-  partition: FetchedPartition,
-) => { messages: KafkaMessage[] };
 
 /** Fetch's isolation level: only records of committed transactions (and of none). */
 const READ_COMMITTED = 1;
@@ -93,12 +83,15 @@ export async function fetchFromLeaders(
   positions: ReadonlyMap<number, number>,
   options: LeaderFetchOptions,
 ): Promise<PartitionBatch[]> {
-  const byLeader = cluster.findLeaderForPartitions(topic, [...positions.keys()]);
-  const led = new Set(Object.values(byLeader).flat());
+  // A partition without a leader is listed under node -1 (being elected).
+  const byLeader = Object.entries(cluster.findLeaderForPartitions(topic, [...positions.keys()])).filter(
+    ([nodeId]) => Number(nodeId) >= 0,
+  );
+  const led = new Set(byLeader.flatMap(([, partitions]) => partitions));
   const leaderless = [...positions.keys()].filter((p) => !led.has(p));
   if (leaderless.length > 0) throw new NoLeader(topic, leaderless);
   const rounds = await Promise.all(
-    Object.entries(byLeader).map(async ([nodeId, partitions]) => {
+    byLeader.map(async ([nodeId, partitions]) => {
       const broker = await cluster.findBroker({ nodeId });
       const requested = partitions.map((partition) => ({
         partition,
@@ -117,18 +110,36 @@ export async function fetchFromLeaders(
         .filter((r) => r.topicName === topic)
         .flatMap((r) => r.partitions)
         .filter((data) => positions.has(data.partition))
-        .map((data) => batchOf(topic, positions.get(data.partition)!, data));
+        .map((data) => batchOf(positions.get(data.partition)!, data));
     }),
   );
   return rounds.flat();
 }
 
-function batchOf(topic: string, from: number, data: FetchedPartition): PartitionBatch {
+function batchOf(from: number, data: FetchedPartition): PartitionBatch {
   let next = from;
   const last = data.messages.at(-1);
   // kafkajs drops a record batch the response's byte limit cut short: the last one it kept is whole.
-  if (last) next = Math.max(from, Number(last.batchContext.firstOffset) + last.batchContext.lastOffsetDelta + 1);
-  return { partition: data.partition, messages: new Batch(topic, String(from), data).messages, next };
+  if (last?.batchContext)
+    next = Math.max(from, Number(last.batchContext.firstOffset) + last.batchContext.lastOffsetDelta + 1);
+  else if (last) next = Math.max(from, Number(last.offset) + 1);
+  const messages = committedRecords(data.messages, data.abortedTransactions ?? [], from);
+  return { partition: data.partition, messages, next };
+}
+
+/**
+ * The records a read_committed consumer sees among those fetched from `from`: none of an aborted
+ * transaction (aborted-transactions.ts), no transaction markers, none below `from` (a compressed
+ * batch starts before it).
+ */
+export function committedRecords(
+  records: FetchedRecord[],
+  abortedTransactions: AbortedTransaction[],
+  from: number,
+): KafkaMessage[] {
+  return withoutAbortedRecords(records, abortedTransactions).filter(
+    (record) => !record.isControlRecord && Number(record.offset) >= from,
+  );
 }
 
 /** A partition whose leader the metadata does not name (being elected): retriable, as kafkajs's own. */

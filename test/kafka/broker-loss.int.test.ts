@@ -26,6 +26,13 @@ describe('one broker of three lost under two live senders', () => {
   let admin: Admin;
   let simulator: Simulator;
 
+  /**
+   * A client for writing a test's records: a topic just created may be unknown for a moment to a
+   * broker just restarted (UNKNOWN_TOPIC_OR_PARTITION); a client asked to give up soon (the code
+   * under test) must not fail the set-up for it.
+   */
+  const writer = () => testKafka('broker-loss-writer', cluster.bootstrap.split(','), { retries: 10 });
+
   const untilBrokers = async (n: number) => {
     const deadline = Date.now() + 90_000;
     for (;;) {
@@ -350,7 +357,7 @@ describe('one broker of three lost under two live senders', () => {
     const topic = uniqueTopic('bl-ends');
     await admin.createTopics({ topics: [{ topic, numPartitions: 3, replicationFactor: 3 }], waitForLeaders: false });
     const kafka = testKafka('broker-loss-ends', cluster.bootstrap.split(','), { retries: 2 });
-    const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
+    const producer = writer().producer({ idempotent: true, maxInFlightRequests: 1 });
     await producer.connect();
     for (const partition of [0, 1, 2])
       await producer.send({
@@ -391,16 +398,21 @@ describe('one broker of three lost under two live senders', () => {
     const value = 'v'.repeat(200);
     const records = (from: number, count: number) =>
       Array.from({ length: count }, (_, i) => ({ partition: 0, key: `k${from + i}`, value }));
-    const producer = kafka.producer({ idempotent: true, maxInFlightRequests: 1 });
-    const transactional = kafka.producer({ transactionalId: `${topic}-tx`, idempotent: true, maxInFlightRequests: 1 });
+    const producer = writer().producer({ idempotent: true, maxInFlightRequests: 1 });
+    const transactional = writer().producer({
+      transactionalId: `${topic}-tx`,
+      idempotent: true,
+      maxInFlightRequests: 1,
+    });
     await Promise.all([producer.connect(), transactional.connect()]);
     // Committed records, an aborted transaction's (kafkajs filters them out of the fetched bytes), committed again.
-    for (let from = 0; from < 3000; from += 100) await producer.send({ topic, acks: -1, messages: records(from, 100) });
+    // Record batches of 10 (about 2.3 KB): a 16 KiB fetch holds 7 whole ones and cuts the 8th short.
+    for (let from = 0; from < 3000; from += 10) await producer.send({ topic, acks: -1, messages: records(from, 10) });
     const aborted = await transactional.transaction();
     await aborted.send({ topic, acks: -1, messages: records(100_000, 500) });
     await aborted.abort();
-    for (let from = 3000; from < 6000; from += 100)
-      await producer.send({ topic, acks: -1, messages: records(from, 100) });
+    for (let from = 3000; from < 6000; from += 10)
+      await producer.send({ topic, acks: -1, messages: records(from, 10) });
     await Promise.all([producer.disconnect(), transactional.disconnect()]);
     const groupsBefore = new Set((await admin.listGroups()).groups.map((g) => g.groupId));
 
@@ -408,7 +420,7 @@ describe('one broker of three lost under two live senders', () => {
     const leader = cluster.nodes.find((n) => n.id === metadata.topics[0]!.partitions[0]!.leader)!;
     const keys: string[] = [];
     let killedAt = 0;
-    // Small fetches: about 70 records each, so that the leader dies with most of the log still to read.
+    // Small fetches (about 70 records), so that the leader dies with most of the log still to read.
     const result = await readChangelogPartition({
       kafka,
       topic,
@@ -430,4 +442,49 @@ describe('one broker of three lost under two live senders', () => {
     expect((await admin.listGroups()).groups.filter((g) => !groupsBefore.has(g.groupId))).toEqual([]);
     console.log(`[broker-loss] changelog read finished ${Date.now() - killedAt} ms after its leader's kill -9`);
   }, 180_000);
+  it('a read whose leader is frozen (SIGSTOP) ends at its cancel, not at the request timeout', async () => {
+    await Promise.all(cluster.nodes.filter((n) => !n.alive).map((n) => n.start()));
+    await untilBrokers(3);
+    const topic = uniqueTopic('bl-frozen-read');
+    await admin.createTopics({
+      topics: [{ topic, numPartitions: 1, replicationFactor: 3 }],
+      waitForLeaders: false,
+    });
+    const kafka = new Kafka({
+      clientId: 'broker-loss-frozen-read',
+      brokers: cluster.bootstrap.split(','),
+      logLevel: logLevel.NOTHING,
+      requestTimeout: 30_000,
+      retry: { retries: 2 },
+    });
+    const producer = writer().producer({ idempotent: true, maxInFlightRequests: 1 });
+    await producer.connect();
+    await producer.send({ topic, acks: -1, messages: [{ partition: 0, key: 'k', value: 'v' }] });
+    await producer.disconnect();
+    const metadata = await admin.fetchTopicMetadata({ topics: [topic] });
+    const leader = cluster.nodes.find((n) => n.id === metadata.topics[0]!.partitions[0]!.leader)!;
+    process.kill(leader.pid, 'SIGSTOP');
+    try {
+      const cancel = new AbortController();
+      const reading = readChangelogPartition({
+        kafka,
+        topic,
+        partition: 0,
+        timeoutMs: 120_000,
+        signal: cancel.signal,
+        onRecord: () => undefined,
+      }).then(
+        () => 'read to its end',
+        (error: unknown) => error,
+      );
+      await new Promise((resolve) => setTimeout(resolve, 3000));
+      const cancelledAt = Date.now();
+      cancel.abort();
+      expect(await reading).toMatchObject({ code: 'SHUTTING_DOWN' });
+      // A request to the frozen leader is still out: it would answer only at the 30 s request timeout.
+      expect(Date.now() - cancelledAt).toBeLessThan(5000);
+    } finally {
+      process.kill(leader.pid, 'SIGCONT');
+    }
+  }, 120_000);
 });
