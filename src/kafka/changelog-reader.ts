@@ -215,6 +215,7 @@ export async function readChangelog(
 ): Promise<ChangelogReadResult> {
   const { topic, logger } = options;
   const started = Date.now();
+  const timeoutMs = options.timeoutMs ?? 120_000;
   let delivered = 0;
   const target = new Map<number, number>();
   let wanted: number[] = [];
@@ -222,10 +223,10 @@ export async function readChangelog(
     {
       kafka: options.kafka,
       topic,
-      timeoutMs: options.timeoutMs ?? 120_000,
+      timeoutMs,
       ...(options.signal ? { signal: options.signal } : {}),
       stuck: (where) =>
-        `reading changelog ${topic} did not reach its end within ${options.timeoutMs ?? 120_000} ms (${where}): Kafka is slow or unreachable, or another producer holds a transaction open on it`,
+        `reading changelog ${topic} did not reach its end within ${timeoutMs} ms (${where}): Kafka is slow or unreachable, or another producer holds a transaction open on it`,
     },
     async (read) => {
       const ends = await read.ends();
@@ -373,10 +374,10 @@ export async function boundedRead<T>(
             { signal: stop.signal, leaderWaitMs: Math.max(0, deadline - Date.now()) },
           );
           ahead = round;
-          void round.then(
-            () => (ahead === round ? (ahead = undefined) : undefined),
-            () => (ahead === round ? (ahead = undefined) : undefined),
-          );
+          const settled = () => {
+            if (ahead === round) ahead = undefined;
+          };
+          void round.then(settled, settled);
           return round;
         };
         /**
@@ -412,10 +413,11 @@ export async function boundedRead<T>(
           fetching?.catch(() => undefined);
           let handed = false;
           for (const batch of batches) {
-            const from = fetch.from.get(batch.partition)!;
+            // The batch starts at the read's position (never below its `from`); records written
+            // after the read started are not part of what it reads.
             const end = fetch.to.get(batch.partition)!;
-            // Records written after the read started are not part of what it reads.
-            const within = batch.messages.filter((m) => Number(m.offset) >= from && Number(m.offset) < end);
+            const past = batch.messages.findIndex((m) => Number(m.offset) >= end);
+            const within = past < 0 ? batch.messages : batch.messages.slice(0, past);
             if (within.length === 0) continue;
             handed = true;
             if (fetch.onBatch(batch.partition, within) === 'stop') return;

@@ -1,5 +1,6 @@
-import { createRequire, Module } from 'node:module';
-import './kafkajs-abort-fix.js'; // kafkajs's read_committed filter fixed too, before kafkajs loads
+import { createRequire } from 'node:module';
+import './kafkajs-abort-fix.js';
+import { replaceKafkajsModule } from './kafkajs-module.js'; // kafkajs's read_committed filter fixed too, before kafkajs loads
 
 /**
  * Replaces kafkajs 2.2.4's `sendMessages`, the retry loop of every producer's send, which can
@@ -11,8 +12,6 @@ import './kafkajs-abort-fix.js'; // kafkajs's read_committed filter fixed too, b
 
 /* eslint-disable @typescript-eslint/no-explicit-any -- kafkajs's internal modules are untyped JavaScript. */
 const require = createRequire(import.meta.url);
-const SEND_MESSAGES = require.resolve('kafkajs/src/producer/sendMessages.js');
-const MESSAGE_PRODUCER = require.resolve('kafkajs/src/producer/messageProducer.js');
 
 const { KafkaJSMetadataNotLoaded } = require('kafkajs/src/errors') as {
   KafkaJSMetadataNotLoaded: new (message: string) => Error;
@@ -35,9 +34,6 @@ interface SendOptions {
   compression: unknown;
   topicMessages: { topic: string; messages: unknown[] }[];
 }
-
-/** Marks the fixed function: a second evaluation of this module (a test runner's) recognises the first one's. */
-const FIXED = Symbol.for('msgbridge.kafkajsSendFix');
 
 export function createSendMessages({ logger, cluster, partitioner, eosManager, retrier }: any) {
   return async ({ acks, timeout, compression, topicMessages }: SendOptions): Promise<unknown[]> => {
@@ -147,23 +143,12 @@ export function createSendMessages({ logger, cluster, partitioner, eosManager, r
   };
 }
 
-/** Puts the fixed `sendMessages` where kafkajs's producer will require it. */
-function install(): void {
-  if ((require.cache[SEND_MESSAGES]?.exports as Record<symbol, unknown> | undefined)?.[FIXED]) return;
-  if (require.cache[MESSAGE_PRODUCER]) {
-    // Too late for this process's kafkajs (an embedding program loaded it first): said, not thrown.
-    process.emitWarning(
-      "kafkajs was loaded before msgbridge could fix its producers' send, which can drop records when a partition leader moves: import msgbridge first",
-      { code: 'MSGBRIDGE_KAFKAJS_SEND_UNFIXED' },
-    );
-    return;
-  }
-  const module = new Module(SEND_MESSAGES);
-  module.filename = SEND_MESSAGES;
-  module.loaded = true;
-  module.exports = createSendMessages;
-  require.cache[SEND_MESSAGES] = module;
-}
-
-(createSendMessages as unknown as Record<symbol, boolean>)[FIXED] = true;
-install();
+replaceKafkajsModule({
+  path: 'kafkajs/src/producer/sendMessages.js',
+  replacement: createSendMessages,
+  fixed: Symbol.for('msgbridge.kafkajsSendFix'),
+  capturedBy: 'kafkajs/src/producer/messageProducer.js',
+  warning:
+    "kafkajs was loaded before msgbridge could fix its producers' send, which can drop records when a partition leader moves: import msgbridge first",
+  code: 'MSGBRIDGE_KAFKAJS_SEND_UNFIXED',
+});

@@ -33,6 +33,24 @@ describe('one broker of three lost under two live senders', () => {
    */
   const writer = () => testKafka('broker-loss-writer', cluster.bootstrap.split(','), { retries: 10 });
 
+  /** Every broker up again, then a new topic of one partition on all three. */
+  const onePartitionTopic = async (prefix: string, configEntries: { name: string; value: string }[] = []) => {
+    await Promise.all(cluster.nodes.filter((n) => !n.alive).map((n) => n.start()));
+    await untilBrokers(3);
+    const topic = uniqueTopic(prefix);
+    await admin.createTopics({
+      topics: [{ topic, numPartitions: 1, replicationFactor: 3, configEntries }],
+      waitForLeaders: false,
+    });
+    return topic;
+  };
+
+  /** The node leading partition 0 of `topic`. */
+  const leaderOf = async (topic: string) => {
+    const metadata = await admin.fetchTopicMetadata({ topics: [topic] });
+    return cluster.nodes.find((n) => n.id === metadata.topics[0]!.partitions[0]!.leader)!;
+  };
+
   const untilBrokers = async (n: number) => {
     const deadline = Date.now() + 90_000;
     for (;;) {
@@ -385,15 +403,7 @@ describe('one broker of three lost under two live senders', () => {
     console.log(`[broker-loss] ends read ${Date.now() - started} ms after the leader's kill -9`);
   }, 120_000);
   it("a changelog read follows its partition's leader through a kill -9: each committed record once, in order, no group", async () => {
-    await Promise.all(cluster.nodes.filter((n) => !n.alive).map((n) => n.start()));
-    await untilBrokers(3);
-    const topic = uniqueTopic('bl-read');
-    await admin.createTopics({
-      topics: [
-        { topic, numPartitions: 1, replicationFactor: 3, configEntries: [{ name: 'min.insync.replicas', value: '2' }] },
-      ],
-      waitForLeaders: false,
-    });
+    const topic = await onePartitionTopic('bl-read', [{ name: 'min.insync.replicas', value: '2' }]);
     const kafka = testKafka('broker-loss-read', cluster.bootstrap.split(','), { retries: 2 });
     const value = 'v'.repeat(200);
     const records = (from: number, count: number) =>
@@ -416,8 +426,7 @@ describe('one broker of three lost under two live senders', () => {
     await Promise.all([producer.disconnect(), transactional.disconnect()]);
     const groupsBefore = new Set((await admin.listGroups()).groups.map((g) => g.groupId));
 
-    const metadata = await admin.fetchTopicMetadata({ topics: [topic] });
-    const leader = cluster.nodes.find((n) => n.id === metadata.topics[0]!.partitions[0]!.leader)!;
+    const leader = await leaderOf(topic);
     const keys: string[] = [];
     let killedAt = 0;
     // Small fetches (about 70 records), so that the leader dies with most of the log still to read.
@@ -443,13 +452,7 @@ describe('one broker of three lost under two live senders', () => {
     console.log(`[broker-loss] changelog read finished ${Date.now() - killedAt} ms after its leader's kill -9`);
   }, 180_000);
   it('a read whose leader is frozen (SIGSTOP) ends at its cancel, not at the request timeout', async () => {
-    await Promise.all(cluster.nodes.filter((n) => !n.alive).map((n) => n.start()));
-    await untilBrokers(3);
-    const topic = uniqueTopic('bl-frozen-read');
-    await admin.createTopics({
-      topics: [{ topic, numPartitions: 1, replicationFactor: 3 }],
-      waitForLeaders: false,
-    });
+    const topic = await onePartitionTopic('bl-frozen-read');
     const kafka = new Kafka({
       clientId: 'broker-loss-frozen-read',
       brokers: cluster.bootstrap.split(','),
@@ -461,8 +464,7 @@ describe('one broker of three lost under two live senders', () => {
     await producer.connect();
     await producer.send({ topic, acks: -1, messages: [{ partition: 0, key: 'k', value: 'v' }] });
     await producer.disconnect();
-    const metadata = await admin.fetchTopicMetadata({ topics: [topic] });
-    const leader = cluster.nodes.find((n) => n.id === metadata.topics[0]!.partitions[0]!.leader)!;
+    const leader = await leaderOf(topic);
     process.kill(leader.pid, 'SIGSTOP');
     try {
       const cancel = new AbortController();

@@ -1,7 +1,8 @@
-import { createServer, type Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import { createRequire } from 'node:module';
 import { describe, expect, it } from 'vitest';
 import '../../src/kafka/kafkajs-failover-fix.js';
+import { closedPort } from '../helpers/http-proxy.js';
 
 const require = createRequire(import.meta.url);
 const KafkajsConnection = require('kafkajs/src/network/connection.js') as new (options: object) => {
@@ -13,15 +14,6 @@ const { createLogger, LEVELS } = require('kafkajs/src/loggers/index.js') as {
   createLogger(options: { level: number; logCreator: () => () => void }): unknown;
   LEVELS: { NOTHING: number };
 };
-
-/** A loopback port nothing listens on: a server bound, then closed. */
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 describe("kafkajs's connection to a dead broker", () => {
   it('disconnected again and again after a refused connect: no listeners pile up, no warning', async () => {
